@@ -1,0 +1,83 @@
+"""Planner for distributed LLM training: rank TP/PP/DP/CP/EP meshes by predicted step time.
+
+Library use::
+
+    import planner
+    ranking = planner.plan("llama70b", "dgx-h100x16")
+    est = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2, dp=8, sequence_parallel=True)
+
+torch is never imported here; only the validator (an optional extra) needs it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.catalog import load_cluster, load_model
+from planner.errors import PlannerError
+from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
+from planner.schemas.ranking import Ranking
+
+__version__ = "0.1.0"
+
+_JOB_KEYS = set(JobSpec.model_fields)
+
+
+def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    job = {k: v for k, v in kwargs.items() if k in _JOB_KEYS}
+    mesh = {k: v for k, v in kwargs.items() if k not in _JOB_KEYS}
+    return job, mesh
+
+
+def _job(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> JobSpec:
+    from planner.search import default_job
+
+    if job is not None:
+        return job.model_copy(update=job_fields) if job_fields else job
+    return default_job(model, **job_fields)
+
+
+def plan(
+    model: str | ModelSpec,
+    cluster: str | ClusterSpec,
+    job: JobSpec | None = None,
+    top: int = 10,
+    objective: str = "time",
+    **pins: Any,
+) -> Ranking:
+    """Rank feasible meshes; ``pins`` fix ParallelConfig knobs (tp=8, zero_stage=1, ...) and may
+    also set job fields (seq_len=8192, global_batch_size=512)."""
+    from planner.search import pins_from_config_fields, search
+
+    spec, clus = load_model(model), load_cluster(cluster)
+    job_fields, mesh = _split(pins)
+    return search(
+        spec, clus, _job(spec, job, job_fields), pins_from_config_fields(**mesh), top=top, objective=objective
+    )
+
+
+def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | None = None, **fields: Any) -> Estimate:
+    """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...) and job fields."""
+    from planner.catalog import validate_as
+    from planner.estimate import estimate_mesh
+
+    spec, clus = load_model(model), load_cluster(cluster)
+    job_fields, mesh = _split(fields)
+    config = validate_as(ParallelConfig, mesh, "mesh")
+    return estimate_mesh(spec, clus, _job(spec, job, job_fields), config)
+
+
+__all__ = [
+    "ClusterSpec",
+    "Estimate",
+    "JobSpec",
+    "ModelSpec",
+    "ParallelConfig",
+    "PlannerError",
+    "Ranking",
+    "__version__",
+    "estimate",
+    "load_cluster",
+    "load_model",
+    "plan",
+]

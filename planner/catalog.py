@@ -1,0 +1,275 @@
+"""Catalog: load models, hardware profiles and clusters by name or by path.
+
+Names resolve against the YAML files shipped in models/ and hardware_profiles/ (inside the
+installed package, or at the repository root in a checkout). ``--model`` also takes a path to a
+model YAML or a Hugging Face config.json; ``--cluster`` takes ``<profile>`` (one node),
+``<profile>x<N>`` (N nodes, e.g. dgx-h100x16 = 16 x 8 GPUs), or a YAML path. Every failure is a
+``PlannerError`` with one line naming the file, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from planner.errors import PlannerError, describe_validation_error
+from planner.schemas.hardware import ClusterSpec, HardwareProfile
+from planner.schemas.model import ModelSpec
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+T = TypeVar("T", bound=BaseModel)
+
+CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>\d+)$")
+"""``<profile>x<N>``: N nodes of a profile. The profile part is matched first as a whole name,
+so a profile that itself ends in 'x' (mi300x) reads as mi300xx4 for four nodes."""
+
+
+def catalog_dir(kind: str) -> Path:
+    """Folder of shipped YAML for ``kind`` ('models' or 'hardware_profiles').
+
+    A wheel carries them inside the package (planner/models, planner/hardware_profiles); a
+    checkout or editable install has them at the repository root.
+    """
+    for candidate in (_PACKAGE_DIR / kind, _PACKAGE_DIR.parent / kind):
+        if candidate.is_dir():
+            return candidate
+    raise PlannerError(f"catalog folder '{kind}' not found next to {_PACKAGE_DIR}; reinstall the package")
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """Parse a YAML (or JSON) file with safe_load; the top level must be a mapping."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PlannerError(f"{path}: cannot read: {err.strerror or err}") from None
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SafeLoader)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise PlannerError(f"{path}: malformed YAML{where}: {problem}") from None
+    except json.JSONDecodeError as err:
+        raise PlannerError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    if not isinstance(data, dict):
+        raise PlannerError(f"{path}: expected a mapping of keys to values at the top level, got {type(data).__name__}")
+    return data
+
+
+def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:
+    """``schema.model_validate(data)`` with a one-line error naming ``where`` and the field."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as err:
+        raise PlannerError(describe_validation_error(err, where)) from None
+
+
+def _looks_like_path(text: str) -> bool:
+    return "/" in text or "\\" in text or text.endswith((".yaml", ".yml", ".json"))
+
+
+def _unknown(kind: str, name: str, known: list[str], hint: str) -> PlannerError:
+    close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
+    suggestion = f"; did you mean {', '.join(close)}?" if close else ""
+    return PlannerError(f"unknown {kind} '{name}'{suggestion} ({hint})")
+
+
+# ---- models ------------------------------------------------------------------------------------
+@lru_cache(maxsize=1)
+def _model_files() -> dict[str, Path]:
+    """Catalog name and every alias -> file. Aliases are read from the files themselves."""
+    index: dict[str, Path] = {}
+    for path in sorted(catalog_dir("models").glob("*.yaml")):
+        data = read_yaml(path)
+        for key in [path.stem, *data.get("aliases", [])]:
+            index[str(key).lower()] = path
+    return index
+
+
+def model_names() -> list[str]:
+    """Catalog model names (file stems), sorted."""
+    return sorted({p.stem for p in _model_files().values()})
+
+
+def list_models() -> list[ModelSpec]:
+    return [load_model(name) for name in model_names()]
+
+
+@cache
+def _load_model_file(path: Path) -> ModelSpec:
+    if path.suffix == ".json":
+        return model_from_hf_config(read_yaml(path), name=path.parent.name or path.stem, where=str(path))
+    return validate_as(ModelSpec, read_yaml(path), str(path))
+
+
+def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
+    """A ModelSpec from a catalog name or alias, a model YAML, or a Hugging Face config.json."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if _looks_like_path(text) or path.is_file():
+        if not path.is_file():
+            raise PlannerError(f"model file '{text}' does not exist")
+        return _load_model_file(path.resolve())
+    found = _model_files().get(text.lower())
+    if found is None:
+        raise _unknown(
+            "model", text, sorted(_model_files()), "see `plan list models`, or give a YAML or config.json path"
+        )
+    return _load_model_file(found)
+
+
+HF_KEY_ALIASES = {
+    # GPT-2 style configs (transformers' GPT2Config.attribute_map).
+    "n_layer": "num_hidden_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "activation_function": "hidden_act",
+    # Falcon/BLOOM style.
+    "n_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+}
+"""HF config keys that name a canonical ModelSpec key another way."""
+
+LEARNED_POSITION_MODELS = frozenset({"gpt2", "gpt_bigcode", "opt", "gpt_neo"})
+"""HF model types with learned absolute position embeddings, LayerNorm and biases."""
+
+
+def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json mapping.
+
+    Keys ModelSpec knows are taken as they are (after ``HF_KEY_ALIASES``); the many other keys an
+    HF config carries (rope_theta, torch_dtype, architectures, ...) do not affect parallelism
+    cost and are ignored. GPT-2-family types get LayerNorm, biases and learned positions.
+    """
+    data = {HF_KEY_ALIASES.get(k, k): v for k, v in config.items()}
+    fields = ModelSpec.model_fields
+    spec: dict[str, Any] = {k: v for k, v in data.items() if k in fields and k not in ("name", "source", "aliases")}
+    model_type = str(config.get("model_type", ""))
+    if model_type in LEARNED_POSITION_MODELS:
+        spec.setdefault("position_embedding_type", "learned")
+        spec.setdefault("norm_type", "layernorm")
+        spec.setdefault("attention_bias", True)
+        spec.setdefault("mlp_bias", True)
+        spec.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", True))
+        if spec.get("intermediate_size") is None and isinstance(spec.get("hidden_size"), int):
+            spec["intermediate_size"] = 4 * spec["hidden_size"]
+    if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
+        spec.setdefault("norm_type", "layernorm")
+    if model_type.startswith("qwen3"):
+        spec.setdefault("qk_norm", True)
+    if "max_position_embeddings" not in spec and "seq_length" in config:
+        spec["max_position_embeddings"] = config["seq_length"]
+    spec["name"] = name
+    spec["source"] = f"Hugging Face config.json: {where}"
+    return validate_as(ModelSpec, spec, where)
+
+
+# ---- hardware profiles and clusters -----------------------------------------------------------
+@lru_cache(maxsize=1)
+def _profile_files() -> dict[str, Path]:
+    return {p.stem.lower(): p for p in sorted(catalog_dir("hardware_profiles").glob("*.yaml"))}
+
+
+def profile_names() -> list[str]:
+    return sorted(_profile_files())
+
+
+@cache
+def _load_profile_file(path: Path) -> HardwareProfile:
+    return validate_as(HardwareProfile, read_yaml(path), str(path))
+
+
+def load_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
+    """A node profile from a catalog name or a YAML path."""
+    if isinstance(name_or_path, HardwareProfile):
+        return name_or_path
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if _looks_like_path(text):
+        if not path.is_file():
+            raise PlannerError(f"hardware profile file '{text}' does not exist")
+        return _load_profile_file(path.resolve())
+    found = _profile_files().get(text.lower())
+    if found is None:
+        raise _unknown("hardware profile", text, profile_names(), "see `plan list clusters`")
+    return _load_profile_file(found)
+
+
+def list_profiles() -> list[HardwareProfile]:
+    return [load_profile(name) for name in profile_names()]
+
+
+def _cluster(name: str, profile: HardwareProfile, nodes: int | None, gpus: int | None, where: str) -> ClusterSpec:
+    """Apply the node/GPU counts (``--nodes`` / ``--gpus`` win over the name) and validate."""
+    for flag, value in (("nodes", nodes), ("gpus", gpus)):
+        if isinstance(value, int) and value < 1:
+            raise PlannerError(f"{where}: --{flag} must be a positive integer, got {value}")
+    gpn = profile.gpus_per_node
+    if nodes is None:
+        nodes = -(-gpus // gpn) if isinstance(gpus, int) else 1
+    if gpus is None and isinstance(nodes, int):
+        gpus = nodes * gpn
+    return validate_as(ClusterSpec, {"name": name, "profile": profile, "num_nodes": nodes, "num_gpus": gpus}, where)
+
+
+def load_cluster(
+    name_or_path: str | Path | ClusterSpec, nodes: int | None = None, gpus: int | None = None
+) -> ClusterSpec:
+    """A cluster from ``<profile>``, ``<profile>x<N>``, a profile YAML or a cluster YAML.
+
+    A cluster YAML has ``profile`` (a name, a path, or an inline profile mapping), ``num_nodes``
+    and optionally ``num_gpus`` and ``name``. ``nodes`` and ``gpus`` override what the name says.
+    """
+    if isinstance(name_or_path, ClusterSpec):
+        if nodes is None and gpus is None:
+            return name_or_path
+        return _cluster(name_or_path.name, name_or_path.profile, nodes, gpus, name_or_path.name)
+    text = str(name_or_path)
+    path = Path(text).expanduser()
+    if _looks_like_path(text):
+        if not path.is_file():
+            raise PlannerError(f"cluster file '{text}' does not exist")
+        data = read_yaml(path)
+        if "profile" not in data:
+            return _cluster(path.stem, validate_as(HardwareProfile, data, str(path)), nodes, gpus, str(path))
+        unknown = sorted(set(data) - {"name", "profile", "num_nodes", "num_gpus"})
+        if unknown:
+            raise PlannerError(
+                f"{path}: field '{unknown[0]}': unknown key (allowed: name, profile, num_nodes, num_gpus)"
+            )
+        prof = data["profile"]
+        profile = (
+            validate_as(HardwareProfile, prof, f"{path}: profile")
+            if isinstance(prof, dict)
+            else load_profile(prof if not _looks_like_path(str(prof)) else path.parent / str(prof))
+        )
+        return _cluster(
+            str(data.get("name", path.stem)),
+            profile,
+            nodes if nodes is not None else data.get("num_nodes"),
+            gpus if gpus is not None else data.get("num_gpus"),
+            str(path),
+        )
+    key = text.lower()
+    if key in _profile_files():
+        return _cluster(text, load_profile(key), nodes, gpus, text)
+    match = CLUSTER_NAME.match(key)
+    if match and match["profile"] in _profile_files():
+        count = int(match["nodes"])
+        if count < 1:
+            raise PlannerError(f"cluster '{text}': node count must be at least 1")
+        return _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else count, gpus, text)
+    known = profile_names() + [f"{p}x16" for p in profile_names()]
+    raise _unknown("cluster", text, known, "use <profile> or <profile>x<nodes>, see `plan list clusters`")

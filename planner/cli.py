@@ -1,0 +1,376 @@
+"""The ``plan`` command line (typer). Parses options, calls the library, renders or prints JSON.
+
+Every error a user can cause ends as ``error: <one line>`` on stderr with exit code 2: our own
+PlannerError, and click's usage errors (unknown option, bad value), which ``main`` reformats.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, Literal, Optional
+
+import click
+import typer
+from rich.console import Console
+
+from planner import __version__
+from planner.errors import PlannerError
+
+app = typer.Typer(
+    name="plan",
+    help=(
+        "Plan distributed LLM training: rank every feasible TP/PP/DP/CP/EP mesh by predicted step time.\n\n"
+        "Start with:  plan --model llama70b --cluster dgx-h100x16\n\n"
+        "See the catalogs with `plan list models` and `plan list clusters`; price one mesh with "
+        "`plan estimate --model llama70b --cluster dgx-h100x16 --tp 8 --pp 2 --dp 8`."
+    ),
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    no_args_is_help=False,
+    rich_markup_mode="rich",
+)
+list_app = typer.Typer(help="List the bundled catalogs.", add_completion=False)
+show_app = typer.Typer(help="Show one model or cluster with its derived figures.", add_completion=False)
+app.add_typer(list_app, name="list")
+app.add_typer(show_app, name="show")
+
+# ---- options, declared once --------------------------------------------------------------------
+ModelOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--model", "-m", help="Catalog name or alias (llama70b), a model YAML, or a Hugging Face config.json."
+    ),
+]
+ClusterOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--cluster", "-c", help="<profile> (one node), <profile>x<N> (N nodes, e.g. dgx-h100x16), or a YAML path."
+    ),
+]
+NodesOpt = Annotated[Optional[int], typer.Option("--nodes", min=1, help="Override the node count of --cluster.")]
+GpusOpt = Annotated[
+    Optional[int], typer.Option("--gpus", min=1, help="Override the GPU count (the last node may be partly used).")
+]
+BatchOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--global-batch-size", "-B", min=1, help="Global batch in sequences (default: model card, else 4 Mi tokens)."
+    ),
+]
+BatchTokensOpt = Annotated[
+    Optional[int], typer.Option("--global-batch-tokens", min=1, help="Global batch in tokens (instead of sequences).")
+]
+SeqOpt = Annotated[
+    Optional[int], typer.Option("--seq-len", "-s", min=1, help="Sequence length (default: model card, else 4096).")
+]
+DtypeOpt = Annotated[Literal["bf16", "fp16", "fp8"], typer.Option("--dtype", help="Matmul precision.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
+TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
+PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, help="Pipeline-parallel degree (stages).")]
+DpOpt = Annotated[Optional[int], typer.Option("--dp", min=1, help="Data-parallel degree.")]
+CpOpt = Annotated[Optional[int], typer.Option("--cp", min=1, help="Context-parallel degree.")]
+EpOpt = Annotated[Optional[int], typer.Option("--ep", min=1, help="Expert-parallel degree (folds into tp*cp*dp).")]
+EtpOpt = Annotated[Optional[int], typer.Option("--expert-tp", min=1, help="Tensor-parallel degree of expert layers.")]
+MbsOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "-b", min=1, help="Micro-batch size (sequences).")]
+VOpt = Annotated[
+    Optional[int],
+    typer.Option("--virtual-stages", "-v", min=1, help="Model chunks per pipeline rank (interleaved 1F1B)."),
+]
+ZeroOpt = Annotated[Optional[int], typer.Option("--zero-stage", "-z", min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")]
+RecomputeOpt = Annotated[
+    Optional[Literal["none", "selective", "full"]], typer.Option("--recompute", help="Activation recomputation.")
+]
+SpOpt = Annotated[
+    Optional[bool],
+    typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism (needs tp > 1)."),
+]
+ScheduleOpt = Annotated[
+    Optional[Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]],
+    typer.Option("--schedule", help="Pipeline schedule."),
+]
+OrderOpt = Annotated[
+    Optional[str], typer.Option("--order", help="Rank placement, innermost axis first (default tp-cp-dp-pp).")
+]
+TopOpt = Annotated[int, typer.Option("--top", "-k", min=1, help="How many candidates to show.")]
+ObjectiveOpt = Annotated[
+    Literal["time", "memory"], typer.Option("--objective", help="Rank by step time or by memory per GPU.")
+]
+
+
+def _emit_json(payload: Any) -> None:
+    sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+
+
+def _require(value: str | None, flag: str) -> str:
+    if value is None:
+        raise PlannerError(f"{flag} is required (see `plan --help`)")
+    return value
+
+
+def _load(model: str | None, cluster: str | None, nodes: int | None, gpus: int | None) -> tuple[Any, Any]:
+    from planner.catalog import load_cluster, load_model
+
+    return load_model(_require(model, "--model")), load_cluster(_require(cluster, "--cluster"), nodes=nodes, gpus=gpus)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"plan {__version__}")
+        raise typer.Exit()
+
+
+@app.callback(invoke_without_command=True)
+def plan_main(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    nodes: NodesOpt = None,
+    gpus: GpusOpt = None,
+    global_batch_size: BatchOpt = None,
+    global_batch_tokens: BatchTokensOpt = None,
+    seq_len: SeqOpt = None,
+    dtype: DtypeOpt = "bf16",
+    top: TopOpt = 10,
+    objective: ObjectiveOpt = "time",
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    expert_tp: EtpOpt = None,
+    micro_batch_size: MbsOpt = None,
+    virtual_stages: VOpt = None,
+    zero_stage: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SpOpt = None,
+    schedule: ScheduleOpt = None,
+    order: OrderOpt = None,
+    as_json: JsonOpt = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
+    ] = False,
+) -> None:
+    """Rank every feasible mesh for MODEL on CLUSTER (pins like --tp 8 fix a knob)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if model is None and cluster is None:
+        typer.echo(ctx.get_help())
+        return
+    from planner.search import default_job, pins_from_config_fields, search
+
+    spec, clus = _load(model, cluster, nodes, gpus)
+    job = default_job(spec, seq_len, global_batch_size, global_batch_tokens, dtype=dtype)
+    pins = pins_from_config_fields(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        expert_tp=expert_tp,
+        micro_batch_size=micro_batch_size,
+        virtual_stages=virtual_stages,
+        zero_stage=zero_stage,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        schedule=schedule,
+        order=order,
+    )
+    if order is not None:
+        from planner.catalog import validate_as
+        from planner.schemas.parallel import ParallelConfig
+
+        validate_as(ParallelConfig, {"order": order}, "--order")
+    ranking = search(spec, clus, job, pins, top=top, objective=objective)
+    if as_json:
+        _emit_json(ranking.model_dump(mode="json"))
+    else:
+        from planner.render import print_ranking
+
+        print_ranking(Console(), ranking)
+
+
+@app.command("estimate")
+def estimate_cmd(
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    nodes: NodesOpt = None,
+    gpus: GpusOpt = None,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    expert_tp: EtpOpt = None,
+    micro_batch_size: MbsOpt = None,
+    global_batch_size: BatchOpt = None,
+    global_batch_tokens: BatchTokensOpt = None,
+    seq_len: SeqOpt = None,
+    virtual_stages: VOpt = None,
+    zero_stage: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SpOpt = None,
+    schedule: ScheduleOpt = None,
+    order: OrderOpt = None,
+    dtype: DtypeOpt = "bf16",
+    as_json: JsonOpt = False,
+) -> None:
+    """Price one mesh: step time, MFU, memory and communication, term by term.
+
+    Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
+    """
+    from planner.catalog import validate_as
+    from planner.estimate import estimate_mesh
+    from planner.schemas.parallel import ParallelConfig
+    from planner.search import default_job, pins_from_config_fields
+
+    spec, clus = _load(model, cluster, nodes, gpus)
+    job = default_job(spec, seq_len, global_batch_size, global_batch_tokens, dtype=dtype)
+    fields = pins_from_config_fields(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        ep=ep,
+        expert_tp=expert_tp,
+        micro_batch_size=micro_batch_size,
+        virtual_stages=virtual_stages,
+        zero_stage=zero_stage,
+        recompute=recompute,
+        sequence_parallel=sequence_parallel,
+        schedule=schedule,
+        order=order,
+    )
+    if "dp" not in fields:
+        others = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
+        fields["dp"] = max(1, clus.num_gpus // others)
+    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
+        fields["schedule"] = "interleaved-1f1b"
+    config = validate_as(ParallelConfig, fields, "mesh")
+    est = estimate_mesh(spec, clus, job, config)
+    if as_json:
+        _emit_json(est.model_dump(mode="json"))
+    else:
+        from planner.render import print_estimate
+
+        print_estimate(Console(), est, clus)
+
+
+@list_app.command("models")
+def list_models_cmd(as_json: JsonOpt = False) -> None:
+    """Bundled models with parameter counts."""
+    from planner.catalog import list_models
+
+    models = list_models()
+    if as_json:
+        _emit_json([_model_json(m) for m in models])
+        return
+    from planner.render import print_models
+
+    print_models(Console(), models)
+
+
+@list_app.command("clusters")
+def list_clusters_cmd(as_json: JsonOpt = False) -> None:
+    """Bundled hardware profiles; a cluster is <profile> or <profile>x<nodes>."""
+    from planner.catalog import list_profiles
+
+    profiles = list_profiles()
+    if as_json:
+        _emit_json([p.model_dump(mode="json") for p in profiles])
+        return
+    from planner.render import print_profiles
+
+    print_profiles(Console(), profiles)
+
+
+def _model_json(model: Any, seq_len: int | None = None) -> dict[str, Any]:
+    from planner.cost.flops import model_flops_per_token
+
+    s = seq_len or model.default_seq_len or 4096
+    return {
+        "name": model.name,
+        "aliases": model.aliases,
+        "spec": model.model_dump(mode="json"),
+        "parameters": model.parameter_counts.model_dump(mode="json"),
+        "gated_mlp": model.is_gated_mlp,
+        "is_moe": model.is_moe,
+        "num_moe_layers": model.num_moe_layers,
+        "seq_len": s,
+        "training_flops_per_token": model_flops_per_token(model, s),
+    }
+
+
+@show_app.command("model")
+def show_model_cmd(
+    name: Annotated[str, typer.Argument(help="Catalog name, alias, YAML or config.json path.")],
+    seq_len: SeqOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Parameters (total, active, per layer, embedding, LM head) and FLOPs per token."""
+    from planner.catalog import load_model
+
+    model = load_model(name)
+    info = _model_json(model, seq_len)
+    if as_json:
+        _emit_json(info)
+        return
+    from planner.render import print_model
+
+    print_model(Console(), model, info["training_flops_per_token"], info["seq_len"])
+
+
+@show_app.command("cluster")
+def show_cluster_cmd(
+    name: Annotated[str, typer.Argument(help="<profile>, <profile>x<N>, or a YAML path.")],
+    nodes: NodesOpt = None,
+    gpus: GpusOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """GPUs, peak FLOP/s, memory and link bandwidths of a cluster."""
+    from planner.catalog import load_cluster
+
+    cluster = load_cluster(name, nodes=nodes, gpus=gpus)
+    if as_json:
+        _emit_json(
+            {
+                "name": cluster.name,
+                "description": cluster.describe(),
+                "num_nodes": cluster.num_nodes,
+                "num_gpus": cluster.num_gpus,
+                "gpus_per_node": cluster.gpus_per_node,
+                "fast_domain_gpus": cluster.fast_domain_gpus,
+                "peak_bf16_flops_per_s": cluster.num_gpus * cluster.gpu.peak_flops_per_s("bf16"),
+                "hbm_capacity_bytes_per_gpu": cluster.gpu.hbm_capacity_bytes,
+                "intra_node_bus_bandwidth_bytes_per_s": cluster.intra_node.bus_bandwidth_bytes_per_s,
+                "inter_node_bus_bandwidth_bytes_per_s": cluster.inter_node.bus_bandwidth_bytes_per_s,
+                "profile": cluster.profile.model_dump(mode="json"),
+            }
+        )
+        return
+    from planner.render import print_cluster
+
+    print_cluster(Console(), cluster)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point: run the app, turning user errors into one line and exit code 2."""
+    try:
+        result = app(args=argv, standalone_mode=False, prog_name="plan")
+    except PlannerError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return 2
+    except click.exceptions.UsageError as err:
+        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx else ""
+        sys.stderr.write(f"error: {err.format_message()}{where}\n")
+        return 2
+    except click.exceptions.Abort:
+        sys.stderr.write("aborted\n")
+        return 1
+    except BrokenPipeError:
+        return 0
+    return int(result) if isinstance(result, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())

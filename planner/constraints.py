@@ -1,0 +1,144 @@
+"""Feasibility rules of a mesh for a model, cluster and job (DESIGN section 4.7).
+
+Each rule is a vectorised check over ``MeshArrays`` (True where the mesh passes) plus a
+one-line message for a single mesh. ``plan estimate`` refuses a mesh that breaks a hard rule;
+the search prunes with the same functions and counts the rejections per rule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.mesh import INTERLEAVED, MeshArrays
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+
+Check = Callable[[ModelSpec, ClusterSpec, JobSpec, MeshArrays], np.ndarray]
+Message = Callable[[ModelSpec, ClusterSpec, JobSpec, ParallelConfig], str]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A named feasibility rule. ``hard`` rules make a mesh impossible; soft ones only unwise."""
+
+    name: str
+    check: Check
+    message: Message
+    hard: bool = True
+
+
+def _cp_divisor(mesh: MeshArrays) -> np.ndarray:
+    """Load-balanced causal CP splits the sequence into 2c chunks (Megatron-Core context
+    parallelism, chunks i and 2c-1-i on rank i), so s must divide by 2c; c = 1 needs nothing."""
+    return np.where(mesh.cp > 1, 2 * mesh.cp, 1)
+
+
+def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
+    """KV heads split over TP, or replicated when k_v < t (then t must be a multiple of k_v)."""
+    k_v = model.num_kv_heads
+    return np.where(mesh.tp <= k_v, k_v % mesh.tp == 0, mesh.tp % k_v == 0)
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        "gpu_count",
+        lambda m, c, j, x: x.num_gpus == c.num_gpus,
+        lambda m, c, j, p: (
+            f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {p.num_gpus}, but cluster {c.name} has {c.num_gpus} GPUs"
+        ),
+    ),
+    Rule(
+        "heads_divisible_by_tp",
+        lambda m, c, j, x: m.num_attention_heads % x.tp == 0,
+        lambda m, c, j, p: f"num_attention_heads {m.num_attention_heads} is not divisible by tp {p.tp}",
+    ),
+    Rule(
+        "kv_heads_vs_tp",
+        lambda m, c, j, x: _kv_ok(m, x),
+        lambda m, c, j, p: f"num_key_value_heads {m.num_kv_heads} and tp {p.tp}: one must divide the other",
+    ),
+    Rule(
+        "ffn_divisible_by_tp",
+        lambda m, c, j, x: m.intermediate_size % x.tp == 0,
+        lambda m, c, j, p: f"intermediate_size {m.intermediate_size} is not divisible by tp {p.tp}",
+    ),
+    Rule(
+        "layers_per_stage",
+        lambda m, c, j, x: m.num_hidden_layers >= x.pp * x.virtual_stages,
+        lambda m, c, j, p: (
+            f"{m.num_hidden_layers} layers cannot fill pp*virtual_stages = {p.pp * p.virtual_stages} stages"
+        ),
+    ),
+    Rule(
+        "batch_divisible",
+        lambda m, c, j, x: j.batch_size % (x.dp * x.micro_batch_size) == 0,
+        lambda m, c, j, p: (
+            f"global batch {j.batch_size} is not divisible by dp*micro_batch_size = {p.dp}*{p.micro_batch_size}"
+        ),
+    ),
+    Rule(
+        "interleaved_microbatches",
+        # Megatron-LM: interleaved schedule needs the number of micro-batches divisible by pp.
+        lambda m, c, j, x: (
+            (x.schedule != INTERLEAVED) | ((j.batch_size // np.maximum(x.dp * x.micro_batch_size, 1)) % x.pp == 0)
+        ),
+        lambda m, c, j, p: (
+            f"interleaved-1f1b needs micro-batches ({j.batch_size // (p.dp * p.micro_batch_size)}) "
+            f"divisible by pp {p.pp}"
+        ),
+    ),
+    Rule(
+        "seq_divisible_by_cp",
+        lambda m, c, j, x: j.seq_len % _cp_divisor(x) == 0,
+        lambda m, c, j, p: f"seq_len {j.seq_len} is not divisible by 2*cp = {2 * p.cp} (load-balanced causal CP)",
+    ),
+    Rule(
+        "ep_needs_experts",
+        lambda m, c, j, x: (x.ep == 1) | (m.num_experts_total > 0),
+        lambda m, c, j, p: f"ep {p.ep} > 1 but {m.name} is a dense model (no experts)",
+    ),
+    Rule(
+        "experts_divisible_by_ep",
+        lambda m, c, j, x: (m.num_experts_total == 0) | (m.num_experts_total % x.ep == 0),
+        lambda m, c, j, p: f"{m.num_experts_total} experts are not divisible by ep {p.ep}",
+    ),
+    Rule(
+        "expert_ffn_divisible_by_expert_tp",
+        lambda m, c, j, x: m.expert_intermediate_size % x.expert_tp == 0,
+        lambda m, c, j, p: f"expert width {m.expert_intermediate_size} is not divisible by expert_tp {p.expert_tp}",
+    ),
+    Rule(
+        "tp_within_fast_domain",
+        lambda m, c, j, x: x.tp <= c.fast_domain_gpus,
+        lambda m, c, j, p: (
+            f"tp {p.tp} spans more than the {c.fast_domain_gpus}-GPU fast domain of {c.name}: "
+            "every layer's all-reduces cross the slow inter-node network"
+        ),
+        hard=False,
+    ),
+)
+
+
+def rule_masks(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> dict[str, np.ndarray]:
+    """Rule name -> boolean mask of meshes that pass it."""
+    return {rule.name: np.broadcast_to(rule.check(model, cluster, job, mesh), (len(mesh),)) for rule in RULES}
+
+
+def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """Raise PlannerError on the first hard rule ``config`` breaks; return soft-rule messages."""
+    mesh = MeshArrays.from_configs([config])
+    soft: list[str] = []
+    for rule in RULES:
+        if bool(np.all(rule.check(model, cluster, job, mesh))):
+            continue
+        message = rule.message(model, cluster, job, config)
+        if rule.hard:
+            raise PlannerError(f"impossible mesh: {message}")
+        soft.append(message)
+    return soft

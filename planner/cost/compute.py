@@ -1,0 +1,128 @@
+"""Compute time of one micro-batch on one pipeline stage (DESIGN 4.3).
+
+Each GEMM is priced with a roofline (Williams, Waterman and Patterson 2009, 'Roofline: An
+Insightful Visual Performance Model'): time = max(2*M*N*K / (peak * gemm_efficiency),
+bytes moved / HBM bandwidth), with bytes = (M*K + K*N + M*N) elements. Skinny GEMMs (large t
+shrinks N or K, small b*s shrinks M) fall onto the bandwidth roof and so run below peak;
+``gemm_efficiency`` is the profile's measured fraction for large GEMMs. Backward runs two GEMMs
+per forward GEMM (input and weight gradients) of the same FLOPs, priced the same.
+
+The attention core (flash attention, causal: half the s x s square) runs at the same efficiency.
+Element-wise work (norms, residual adds, activation functions, RoPE) is memory-bound; its
+traffic below is a first-order count of the tensors each op reads and writes, not a
+measurement: calibration (``plan calibrate``) is what corrects it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.cost.flops import attention_dims
+from planner.cost.memory import kv_heads_per_rank
+from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage
+from planner.mesh import MeshArrays
+from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+
+CAUSAL_ATTENTION_FRACTION = 0.5
+"""Causal flash attention computes the lower triangle of the s x s score matrix: half the square."""
+
+
+def gemm_s(
+    m_rows: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    peak_flops_per_s: float,
+    efficiency: float,
+    hbm_bytes_per_s: float,
+    bytes_per_element: float,
+) -> np.ndarray:
+    """Roofline time of an (M x K) @ (K x N) GEMM."""
+    flops = 2.0 * m_rows * n * k
+    traffic = (m_rows * k + k * n + m_rows * n) * bytes_per_element
+    return np.maximum(flops / (peak_flops_per_s * efficiency), traffic / hbm_bytes_per_s)
+
+
+def _tokens_per_rank(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Tokens of one micro-batch that one rank of a CP group works on: b*s/c."""
+    return job.seq_len * mesh.micro_batch_size / mesh.cp
+
+
+def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """Forward time of one layer on one rank for one micro-batch: GEMMs, attention core and
+    element-wise ops. MoE layers run top-k routed experts (E/e local experts, each on its share
+    of the routed tokens) plus shared experts and the router."""
+    gpu = cluster.gpu
+    peak = gpu.peak_flops_per_s(job.dtype)
+    eff, bw = gpu.gemm_efficiency, gpu.hbm_bandwidth_bytes_per_s
+    elem = BYTES_PER_ELEMENT[job.dtype]
+    h, a = model.hidden_size, model.num_attention_heads
+    t = mesh.tp.astype(float)
+    d_qk, d_v = attention_dims(model)
+    kv = kv_heads_per_rank(model, t)
+    tokens = _tokens_per_rank(job, mesh)
+
+    def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
+        return gemm_s(m_rows, np.asarray(n), np.asarray(k), peak, eff, bw, elem)
+
+    mats_in = 2.0 if model.is_gated_mlp else 1.0
+    time = g(tokens, a * d_qk / t + kv * (d_qk + d_v), h) + g(tokens, h, a * d_v / t)
+    # Attention core: QK^T and AV over the keys of the whole sequence (CP rings the rest in).
+    core_flops = 2.0 * tokens * job.seq_len * (a / t) * (d_qk + d_v) * CAUSAL_ATTENTION_FRACTION
+    time = time + core_flops / (gpu.peak_flops_per_s("bf16") * eff)
+    if moe:
+        f_e = model.expert_intermediate_size
+        top_k = model.num_experts_per_tok or 0
+        experts = model.num_experts_total
+        local_experts = experts / mesh.ep
+        routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts
+        width = f_e / mesh.expert_tp
+        expert = g(routed_rows, mats_in * width, h) + g(routed_rows, h, width)
+        time = time + local_experts * expert + g(tokens / t, experts, h)
+        shared = (model.n_shared_experts or 0) * f_e + (model.shared_expert_intermediate_size or 0)
+        if shared:
+            time = time + g(tokens, mats_in * shared / t, h) + g(tokens, h, shared / t)
+        mlp_width = top_k * width / t + shared / t
+        permute_bytes = 4.0 * top_k * 2.0 * h / t  # dispatch and combine copies, read + write
+    else:
+        f = model.intermediate_size
+        time = time + g(tokens, mats_in * f / t, h) + g(tokens, h, f / t)
+        mlp_width = f / t
+        permute_bytes = 0.0
+    outside = np.where(mesh.sequence_parallel, 20.0 * h / t, 20.0 * h)  # 2 norms 8h + 2 residual adds 12h
+    activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
+    rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
+    elementwise = tokens * (outside + activation_fn + rope + permute_bytes) / bw
+    return time + elementwise
+
+
+def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Forward time of the vocab-parallel LM head GEMM plus the fp32 softmax cross entropy
+    (memory-bound: read bf16 logits, write fp32)."""
+    gpu = cluster.gpu
+    tokens = _tokens_per_rank(job, mesh)
+    vocab = model.vocab_size / mesh.tp
+    gemm = gemm_s(
+        tokens,
+        vocab,
+        np.asarray(float(model.hidden_size)),
+        gpu.peak_flops_per_s(job.dtype),
+        gpu.gemm_efficiency,
+        gpu.hbm_bandwidth_bytes_per_s,
+        BYTES_PER_ELEMENT[job.dtype],
+    )
+    return gemm + tokens * vocab * 6.0 / gpu.hbm_bandwidth_bytes_per_s
+
+
+def stage_forward_s(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays
+) -> tuple[np.ndarray, np.ndarray]:
+    """Forward time of one micro-batch through the layers of the worst stage, and of the LM head
+    (which only the last stage runs)."""
+    layers = layers_on_worst_stage(model, mesh)
+    moe_layers = moe_layers_on_worst_stage(model, layers)
+    body = (layers - moe_layers) * layer_forward_s(model, cluster, job, mesh, moe=False)
+    if model.is_moe:
+        body = body + moe_layers * layer_forward_s(model, cluster, job, mesh, moe=True)
+    return body, lm_head_forward_s(model, cluster, job, mesh)

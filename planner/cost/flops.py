@@ -1,0 +1,95 @@
+"""Training FLOPs per token (DESIGN 4.1), counted from the architecture.
+
+Forward FLOPs of a matmul are 2 x (weight parameters) per token; backward is twice forward, so
+training is 6 x matmul parameters per token (Kaplan et al. 2020, 'Scaling Laws for Neural
+Language Models', section 2.1). Attention scores add, per layer and token, 2*s*a*d_qk for QK^T
+and 2*s*a*d_v for AV in the forward pass, counted over the full s x s square as Megatron-LM and
+PaLM (Chowdhery et al. 2022, appendix B) report model FLOPs, although causal kernels skip about
+half. For GPT (12h^2 matmul parameters per layer, d_qk = d_v = h/a, LM head V*h) this is exactly
+Megatron-LM's 72*B*s*L*h^2*(1 + s/(6h) + V/(12hL)) (Narayanan et al. 2021, eq. 3 without the
+recompute pass), checked in tests.
+
+Recompute adds forward work to hardware FLOPs only: full recompute a forward pass of every
+layer (the LM head is not recomputed: Narayanan et al.'s 96*B*s*L*h^2*(1 + s/(6h) + V/(16hL))),
+selective the forward attention core. Korthikanti et al. 2022 appendix A writes the selective
+case as 72*B*s*L*h^2*(1 + s/(3h) + V/(12hL)), i.e. counting the attention core twice more
+rather than once; we count the one recomputed forward pass, which is what the kernels execute.
+"""
+
+from __future__ import annotations
+
+from planner.cost.params import attention_matmul_params, mlp_matmul_params
+from planner.schemas.model import ModelSpec
+
+
+def attention_dims(model: ModelSpec) -> tuple[int, int]:
+    """(d_qk, d_v): head dims of the score and value products. MLA uses nope+rope and v_head_dim
+    (the approximation stated in the DeepSeek model card's notes)."""
+    if model.is_mla:
+        return model.head_dim_resolved, model.v_head_dim  # type: ignore[return-value]
+    return model.head_dim_resolved, model.head_dim_resolved
+
+
+def dense_layer_matmul_params(model: ModelSpec) -> int:
+    """Matmul weights one token multiplies in a dense layer: attention + MLP."""
+    return attention_matmul_params(model) + mlp_matmul_params(model, model.intermediate_size)
+
+
+def moe_layer_active_matmul_params(model: ModelSpec) -> int:
+    """Matmul weights one token multiplies in a MoE layer: attention, router, top-k routed experts
+    and the shared experts."""
+    h = model.hidden_size
+    expert = mlp_matmul_params(model, model.expert_intermediate_size)
+    shared = (model.n_shared_experts or 0) * expert
+    if model.shared_expert_intermediate_size:
+        shared += mlp_matmul_params(model, model.shared_expert_intermediate_size) + h
+    routed = (model.num_experts_per_tok or 0) * expert
+    return attention_matmul_params(model) + h * model.num_experts_total + routed + shared
+
+
+def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float:
+    """Forward QK^T + AV FLOPs per token per layer over the full s x s square: 2*s*a*(d_qk + d_v)."""
+    d_qk, d_v = attention_dims(model)
+    return 2.0 * seq_len * model.num_attention_heads * (d_qk + d_v)
+
+
+def layers_matmul_params_active(model: ModelSpec) -> int:
+    """Matmul weights one token multiplies across all transformer layers."""
+    return model.num_dense_layers * dense_layer_matmul_params(model) + model.num_moe_layers * (
+        moe_layer_active_matmul_params(model) if model.is_moe else 0
+    )
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention.
+
+    The LM head matmul runs even when its weights are tied to the embedding; the embedding
+    lookup is a gather and costs no FLOPs.
+    """
+    head = model.vocab_size * model.hidden_size
+    attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
+    return 6.0 * (layers_matmul_params_active(model) + head) + 3.0 * attention
+
+
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
+    """Extra forward FLOPs per token that recompute executes: 0, the attention core (selective),
+    or every layer's forward (full)."""
+    attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
+    if recompute == "full":
+        return 2.0 * layers_matmul_params_active(model) + attention
+    if recompute == "selective":
+        return attention
+    return 0.0
+
+
+def megatron_gpt_flops_per_step(
+    batch: int, seq_len: int, layers: int, hidden: int, vocab: int, full_recompute: bool
+) -> float:
+    """Megatron-LM's closed form for GPT (Narayanan et al. 2021, eq. 3): the reference our
+    general count must reproduce. 72 without recompute; 96 with full recompute, where the LM
+    head term becomes V/(16hL) because the head is not recomputed."""
+    if full_recompute:
+        return (
+            96.0 * batch * seq_len * layers * hidden**2 * (1 + seq_len / (6 * hidden) + vocab / (16 * hidden * layers))
+        )
+    return 72.0 * batch * seq_len * layers * hidden**2 * (1 + seq_len / (6 * hidden) + vocab / (12 * hidden * layers))

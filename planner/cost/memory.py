@@ -1,0 +1,208 @@
+"""Memory per GPU (DESIGN 4.2): model states with ZeRO, activations, logits, runtime overhead.
+
+Model states (Rajbhandari et al. 2020, 'ZeRO', section 5): per parameter held by a rank, weight
+bytes + gradient bytes + optimizer-state bytes (mixed-precision Adam 2 + 2 + 12). Dense weights
+are split t*p ways (and the pipeline stage decides which layers a rank holds); expert weights
+e*expert_tp*p ways. ZeRO-1 shards optimizer states over the data-parallel group (dp*cp for
+dense weights, as Megatron-LM's distributed optimizer does; expert-DP for experts), ZeRO-2
+gradients too, ZeRO-3 weights too, plus the gathered working set of two layers (the one in use
+and the one prefetched, as FSDP and DeepSpeed ZeRO-3 do).
+
+Activations: bytes that backward keeps, per token and layer, following Korthikanti et al. 2022
+('Reducing Activation Recomputation in Large Transformer Models', section 4.1), generalised:
+  outside the TP regions (split only by SP): two norm inputs 4h, the attention and MLP inputs
+      2h + 2h, dropout masks h + h (with dropout)                         GPT: 10h
+  inside (split by t): Q and K for the scores 2(a*d_qk + k_v*d_qk), V 2*k_v*d_v, the output
+      projection's input 2*a*d_v, the MLP's 4f (plain: fc1 out, GELU out) or 6f (gated: gate,
+      up, product)                                                          GPT: 24h
+  attention core, without flash attention: softmax 2as, plus dropout mask and output 3as;
+      flash attention keeps only the fp32 log-sum-exp, 4a.                  GPT: 5as
+For the GPT block this is s*b*h*(34 + 5as/h) and its TP, SP and selective variants (tests).
+Selective recompute drops the attention core; full recompute keeps each layer's input (2h,
+split by t under SP) plus one layer's activations while it is recomputed. KV heads fewer than t
+are replicated (k_v/t rounds up to 1 per rank). CP divides tokens by c.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from planner.cost.flops import attention_dims
+from planner.cost.pipeline import layers_on_worst_stage, microbatches_in_flight, moe_layers_on_worst_stage
+from planner.mesh import GPIPE, RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+
+LOGIT_BYTES_PER_ELEMENT = 4
+"""The loss upcasts logits to fp32 (DESIGN 4.2); the bf16 head output is freed by Megatron-LM's
+fused vocab-parallel cross entropy and is not counted."""
+
+
+def kv_heads_per_rank(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
+    """k_v / t, or 1 when KV heads are replicated because k_v < t."""
+    return np.maximum(model.num_kv_heads / tp, 1.0)
+
+
+def mlp_activation_bytes_per_token(model: ModelSpec, width: float | np.ndarray) -> float | np.ndarray:
+    """What an MLP keeps for backward: 6f bytes gated (gate, up, product), 4f plain."""
+    return (6.0 if model.is_gated_mlp else 4.0) * width
+
+
+def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """Bytes kept for backward per token of the micro-batch (before CP) for one layer on one rank.
+
+    See the module docstring. ``moe`` prices a MoE layer: its MLP part is top-k routed experts
+    (each keeping its permuted input 2h and MLP activations at width f_e/expert_tp) plus shared
+    experts, over the tokens of one TP rank (MoE with TP runs with sequence parallelism).
+    """
+    h, a, s = model.hidden_size, model.num_attention_heads, job.seq_len
+    t = mesh.tp.astype(float)
+    d_qk, d_v = attention_dims(model)
+    dropout = 1.0 if job.dropout else 0.0
+    outside = 8.0 * h + 2.0 * h * dropout
+    kv = kv_heads_per_rank(model, t)
+    attention = 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v + 2.0 * a * d_v / t
+    core = np.where(job.flash_attention, 4.0 * a / t, (2.0 + 3.0 * dropout) * a * s / t)
+    core = np.where(mesh.recompute == RECOMPUTE_NONE, core, 0.0)
+    if moe:
+        top_k = model.num_experts_per_tok or 0
+        routed = top_k * (
+            2.0 * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp)
+        )
+        shared_width = (model.n_shared_experts or 0) * model.expert_intermediate_size + (
+            model.shared_expert_intermediate_size or 0
+        )
+        mlp = (routed + mlp_activation_bytes_per_token(model, shared_width)) / t
+    else:
+        mlp = mlp_activation_bytes_per_token(model, model.intermediate_size) / t
+    outside_split = np.where(mesh.sequence_parallel, outside / t, outside)
+    kept = outside_split + attention + core + mlp
+    layer_input = np.where(mesh.sequence_parallel, 2.0 * h / t, 2.0 * h)
+    return np.where(mesh.recompute == RECOMPUTE_FULL, layer_input, kept)
+
+
+def korthikanti_bytes_per_layer(
+    seq_len: int, micro_batch: int, hidden: int, heads: int, tp: int, sequence_parallel: bool, recompute: str
+) -> float:
+    """Korthikanti et al. 2022, Table 2, for reference: activation bytes per GPT layer.
+
+    none: sbh(34 + 5as/h); TP: sbh(10 + 24/t + 5as/(ht)); TP+SP: sbh(34 + 5as/h)/t;
+    selective drops the 5as/h term; full recompute keeps 2sbh (the layer input).
+    """
+    s, b, h, a, t = seq_len, micro_batch, hidden, heads, tp
+    if recompute == "full":
+        return 2.0 * s * b * h
+    core = 0.0 if recompute == "selective" else 5.0 * a * s / h
+    if sequence_parallel:
+        return s * b * h * (34.0 + core) / t
+    return s * b * h * (10.0 + 24.0 / t + core / t)
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes per GPU on one pipeline stage, by kind (columns)."""
+
+    weights: np.ndarray
+    gradients: np.ndarray
+    optimizer: np.ndarray
+    activations: np.ndarray
+    logits: np.ndarray
+    overhead: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
+
+
+@dataclass(frozen=True)
+class RankParams:
+    """Parameters one rank of the worst stage holds, split by how they are sharded (columns)."""
+
+    dense: np.ndarray  # sharded over dp*cp by ZeRO
+    expert: np.ndarray  # sharded over expert-DP by ZeRO
+    largest_layer: np.ndarray  # ZeRO-3 gathers this much per layer in use
+
+
+def rank_params(model: ModelSpec, mesh: MeshArrays, embedding: np.ndarray, head: np.ndarray) -> RankParams:
+    """Parameters on one rank of a stage holding the worst layer count, with the embedding where
+    ``embedding`` (first stage) and the LM head where ``head`` (last stage); both vocab-parallel,
+    split t ways."""
+    c = model.parameter_counts
+    t = mesh.tp.astype(float)
+    layers = layers_on_worst_stage(model, mesh)
+    moe_layers = moe_layers_on_worst_stage(model, layers)
+    dense_layers = layers - moe_layers
+    moe_non_expert = c.attention_per_layer + c.norms_per_layer + c.moe_shared_per_layer + c.moe_router_per_layer
+    dense = (dense_layers * c.dense_layer + moe_layers * moe_non_expert) / t
+    # Tied embeddings: with p > 1 the last stage keeps its own copy of the embedding matrix as
+    # the LM head (Megatron-LM's shared embedding, synchronised by an all-reduce).
+    head_params = c.lm_head if c.lm_head else np.where(mesh.pp > 1, c.embedding, 0)
+    dense = dense + np.where(embedding, c.embedding / t, 0.0) + np.where(head, head_params / t + c.final_norm, 0.0)
+    experts_on_rank = c.moe_experts_per_layer / (mesh.ep * mesh.expert_tp)
+    expert = moe_layers * experts_on_rank
+    largest = np.maximum(c.dense_layer / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0))
+    return RankParams(dense=dense, expert=expert, largest_layer=largest)
+
+
+def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(weights, gradients, optimizer) bytes per GPU under the mesh's ZeRO stage."""
+    dpc = (mesh.dp * mesh.cp).astype(float)
+    edp = (mesh.tp * mesh.cp * mesh.dp / (mesh.ep * mesh.expert_tp)).astype(float)
+    z = mesh.zero_stage
+
+    def shard(stage: int) -> tuple[np.ndarray, np.ndarray]:
+        return np.where(z >= stage, dpc, 1.0), np.where(z >= stage, edp, 1.0)
+
+    w_d, w_e = shard(3)
+    g_d, g_e = shard(2)
+    o_d, o_e = shard(1)
+    gathered = np.where(z >= 3, 2.0 * params.largest_layer, 0.0)
+    weights = (params.dense / w_d + params.expert / w_e + gathered) * job.weight_bytes_per_param
+    grads = (params.dense / g_d + params.expert / g_e) * job.gradient_bytes_per_param
+    optimizer = (params.dense / o_d + params.expert / o_e) * job.optimizer_state_bytes_per_param
+    return weights, grads, optimizer
+
+
+def stage_memory(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, m: np.ndarray, first: bool
+) -> StageMemory:
+    """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
+    (LM head, logits, one micro-batch in flight unless GPipe). With p = 1 both are one rank."""
+    single = mesh.pp == 1
+    on_first, on_last = single | first, single | (not first)
+    weights, grads, optimizer = model_state_bytes(job, mesh, rank_params(model, mesh, on_first, on_last))
+    tokens = job.seq_len * mesh.micro_batch_size / mesh.cp
+    layers = layers_on_worst_stage(model, mesh)
+    moe_layers = moe_layers_on_worst_stage(model, layers)
+    per_microbatch = tokens * (
+        (layers - moe_layers) * activation_bytes_per_token_layer(model, job, mesh, moe=False)
+        + moe_layers * activation_bytes_per_token_layer(model, job, mesh, moe=True)
+    )
+    last_in_flight = np.where(mesh.schedule == GPIPE, m, 1)
+    in_flight = np.where(on_first, microbatches_in_flight(m, mesh), last_in_flight)
+    # Full recompute re-materialises one layer at a time during backward.
+    no_recompute = replace(mesh, recompute=np.zeros_like(mesh.recompute))
+    one_layer = tokens * activation_bytes_per_token_layer(model, job, no_recompute, moe=model.is_moe)
+    activations = per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, one_layer, 0.0)
+    logits = np.where(on_last, tokens * model.vocab_size / mesh.tp * LOGIT_BYTES_PER_ELEMENT, 0.0)
+    return StageMemory(
+        weights=weights,
+        gradients=grads,
+        optimizer=optimizer,
+        activations=activations,
+        logits=logits,
+        overhead=np.full(len(mesh), cluster.gpu.reserved_memory_bytes),
+    )
+
+
+def peak_memory(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, m: np.ndarray) -> StageMemory:
+    """The most loaded GPU: per mesh, whichever of the first and last stage needs more."""
+    first = stage_memory(model, cluster, job, mesh, m, first=True)
+    last = stage_memory(model, cluster, job, mesh, m, first=False)
+    worse = last.total > first.total
+    return StageMemory(
+        **{k: np.where(worse, getattr(last, k), getattr(first, k)) for k in StageMemory.__dataclass_fields__}
+    )

@@ -1,0 +1,132 @@
+"""Parameter counts from the architecture (DESIGN 4.1).
+
+Per layer, following the HF modelling code of each family:
+  attention (GQA):  Q h*a*d_h, K and V 2*h*k_v*d_h, O a*d_h*h (+ biases when attention_bias)
+  attention (MLA, DeepSeek-V2/V3 modeling_deepseek.py): q_a h*r_q, q_b r_q*a*(d_nope+d_rope),
+                    kv_a h*(r_kv+d_rope), kv_b r_kv*a*(d_nope+d_v), O a*d_v*h, two LoRA norms
+  MLP:              gated 3*h*f, plain 2*h*f (+ biases when mlp_bias)
+  MoE MLP:          E routed experts of width f_e, router h*E, shared experts
+  norms:            2 per layer, h each (RMSNorm) or 2h (LayerNorm has a bias)
+Plus the embedding V*h (and learned positions), the final norm, and the LM head V*h unless tied.
+Checked in tests against published totals (Llama-3 70B 70.6e9, Mixtral 8x7B 46.7e9, ...).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import NonNegativeInt
+
+from planner.schemas.base import Frozen
+
+if TYPE_CHECKING:
+    from planner.schemas.model import ModelSpec
+
+
+class ParameterCounts(Frozen):
+    """Parameter counts of a model, by where they sit. ``active`` counts what one token touches."""
+
+    total: NonNegativeInt
+    active_per_token: NonNegativeInt
+    embedding: NonNegativeInt
+    lm_head: NonNegativeInt
+    final_norm: NonNegativeInt
+    attention_per_layer: NonNegativeInt
+    norms_per_layer: NonNegativeInt
+    dense_mlp_per_layer: NonNegativeInt
+    moe_experts_per_layer: NonNegativeInt
+    moe_expert_each: NonNegativeInt
+    moe_shared_per_layer: NonNegativeInt
+    moe_router_per_layer: NonNegativeInt
+    dense_layer: NonNegativeInt
+    moe_layer: NonNegativeInt
+    moe_layer_active: NonNegativeInt
+
+
+def norm_params(model: ModelSpec, width: int) -> int:
+    """Parameters of one norm over ``width`` features: weight, plus bias for LayerNorm."""
+    return width * (2 if model.norm_type == "layernorm" else 1)
+
+
+def attention_matmul_params(model: ModelSpec) -> int:
+    """Weight-matrix parameters of one attention block (no biases or norms): what its GEMMs multiply."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.is_mla:
+        d_nope, d_rope = model.qk_nope_head_dim, model.qk_rope_head_dim
+        r_kv, d_v = model.kv_lora_rank, model.v_head_dim
+        assert d_nope and d_rope and r_kv and d_v  # guaranteed by ModelSpec validation
+        r_q = model.q_lora_rank
+        q = h * r_q + r_q * a * (d_nope + d_rope) if r_q else h * a * (d_nope + d_rope)
+        return q + h * (r_kv + d_rope) + r_kv * a * (d_nope + d_v) + a * d_v * h
+    d_h, k_v = model.head_dim_resolved, model.num_kv_heads
+    return h * a * d_h + 2 * h * k_v * d_h + a * d_h * h
+
+
+def mlp_matmul_params(model: ModelSpec, width: int) -> int:
+    """Weight-matrix parameters of one MLP of width ``width``: 3*h*f gated, 2*h*f plain."""
+    return (3 if model.is_gated_mlp else 2) * model.hidden_size * width
+
+
+def attention_params(model: ModelSpec) -> int:
+    """Parameters of one attention block (projections, biases, q/k norms), excluding the pre-norm."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.is_mla:
+        # The two LoRA norms (over r_q and r_kv) are the only parameters outside the matrices.
+        return attention_matmul_params(model) + (model.q_lora_rank or 0) + model.kv_lora_rank  # type: ignore[operator]
+    d_h, k_v = model.head_dim_resolved, model.num_kv_heads
+    weights = attention_matmul_params(model)
+    biases = (a * d_h + 2 * k_v * d_h + h) if model.attention_bias else 0
+    qk_norm = 2 * d_h if model.qk_norm else 0
+    return weights + biases + qk_norm
+
+
+def mlp_params(model: ModelSpec, width: int) -> int:
+    """One MLP of hidden width ``width``: 3*h*f gated (SwiGLU), 2*h*f plain, plus biases."""
+    h = model.hidden_size
+    biases = ((2 if model.is_gated_mlp else 1) * width + h) if model.mlp_bias else 0
+    return mlp_matmul_params(model, width) + biases
+
+
+def count_parameters(model: ModelSpec) -> ParameterCounts:
+    """Count parameters by kind; see the module docstring for the per-matrix formulas."""
+    h, V = model.hidden_size, model.vocab_size
+    attention = attention_params(model)
+    norms = 2 * norm_params(model, h)
+    dense_mlp = mlp_params(model, model.intermediate_size)
+    embedding = V * h + (model.max_position_embeddings * h if model.position_embedding_type == "learned" else 0)
+    lm_head = 0 if model.tie_word_embeddings else V * h
+    final_norm = norm_params(model, h)
+
+    experts = expert_each = shared = router = 0
+    top_k = model.num_experts_per_tok or 0
+    if model.is_moe:
+        expert_each = mlp_params(model, model.expert_intermediate_size)
+        experts = model.num_experts_total * expert_each
+        router = h * model.num_experts_total
+        shared = (model.n_shared_experts or 0) * expert_each
+        if model.shared_expert_intermediate_size:
+            # Qwen2-MoE: one shared expert of its own width, plus a sigmoid gate of h parameters.
+            shared += mlp_params(model, model.shared_expert_intermediate_size) + h
+
+    dense_layer = attention + norms + dense_mlp
+    moe_layer = attention + norms + experts + shared + router
+    moe_layer_active = attention + norms + top_k * expert_each + shared + router
+    n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
+    outside = embedding + lm_head + final_norm
+    return ParameterCounts(
+        total=n_dense * dense_layer + n_moe * moe_layer + outside,
+        active_per_token=n_dense * dense_layer + n_moe * moe_layer_active + outside,
+        embedding=embedding,
+        lm_head=lm_head,
+        final_norm=final_norm,
+        attention_per_layer=attention,
+        norms_per_layer=norms,
+        dense_mlp_per_layer=dense_mlp,
+        moe_experts_per_layer=experts,
+        moe_expert_each=expert_each,
+        moe_shared_per_layer=shared,
+        moe_router_per_layer=router,
+        dense_layer=dense_layer,
+        moe_layer=moe_layer,
+        moe_layer_active=moe_layer_active,
+    )

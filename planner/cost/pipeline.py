@@ -1,0 +1,68 @@
+"""Pipeline parallelism: layers per stage, micro-batches in flight, bubble (DESIGN 4.6).
+
+Bubble fractions, p stages, m micro-batches, v virtual stages per rank:
+  GPipe and 1F1B:     (p-1)/(m+p-1)          Huang et al. 2019; Narayanan et al. 2021 section 2.2.1
+  interleaved 1F1B:   (p-1)/(v*m+p-1)        Narayanan et al. 2021 section 2.2.2
+  ZB-H1:              (p-1)/(3m+p-1)         Qi et al. 2024, 'Zero Bubble Pipeline Parallelism',
+                      section 3: with the backward split into input-gradient B and weight-gradient
+                      W and T_F = T_B = T_W, ZB-H1's bubble is (p-1)(T_F+T_B-T_W) = a third of
+                      1F1B's (p-1)(T_F+T_B+T_W), at 1F1B's activation memory.
+Expressed as idle slots of one micro-batch's forward+backward: p-1, (p-1)/v and (p-1)/3.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.mesh import GPIPE, INTERLEAVED, ZB_H1, MeshArrays
+from planner.schemas.model import ModelSpec
+
+
+def num_microbatches(batch_size: int, mesh: MeshArrays) -> np.ndarray:
+    """m = B / (d * b): micro-batches each pipeline processes per step."""
+    return batch_size // (mesh.dp * mesh.micro_batch_size)
+
+
+def bubble_slots(mesh: MeshArrays) -> np.ndarray:
+    """Idle time of a step in units of one micro-batch's forward+backward on a stage."""
+    p1 = (mesh.pp - 1).astype(float)
+    return np.where(
+        mesh.schedule == INTERLEAVED, p1 / mesh.virtual_stages, np.where(mesh.schedule == ZB_H1, p1 / 3.0, p1)
+    )
+
+
+def bubble_fraction(m: np.ndarray, mesh: MeshArrays) -> np.ndarray:
+    """Idle share of the step: bubble / (m + bubble); equals (p-1)/(m+p-1) for 1F1B."""
+    slots = bubble_slots(mesh)
+    return slots / (m + slots)
+
+
+def layers_on_worst_stage(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
+    """Layers on the most loaded pipeline rank: ceil(L / (p*v)) per chunk, v chunks.
+
+    When L does not divide evenly the extra layers go to some stages (Megatron-LM's
+    --decoder-first/last-pipeline-num-layers give the user that choice); the worst rank holds
+    the rounded-up share, which is what sets the step time and peak memory.
+    """
+    per_chunk = -(-model.num_hidden_layers // (mesh.pp * mesh.virtual_stages))
+    return per_chunk * mesh.virtual_stages
+
+
+def moe_layers_on_worst_stage(model: ModelSpec, layers: np.ndarray) -> np.ndarray:
+    """MoE layers on that rank, taking the worst case that all its layers are MoE when the
+    model has that many (dense-first layers such as DeepSeek's first 3 sit on stage 0)."""
+    return np.minimum(layers, model.num_moe_layers)
+
+
+def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays) -> np.ndarray:
+    """Micro-batches whose activations the first stage holds at its peak (DESIGN 4.2).
+
+    GPipe keeps all m; 1F1B and ZB-H1 keep min(p, m) (stage i keeps p - i); interleaved 1F1B
+    keeps p * (1 + (p-1)/(p*v)) layer-chunks' worth, Korthikanti et al. 2022 section 4.2.3.
+    """
+    p = mesh.pp.astype(float)
+    interleaved = p * (1.0 + (p - 1.0) / (p * mesh.virtual_stages))
+    one_f_one_b = np.minimum(p, m)
+    return np.where(
+        mesh.schedule == GPIPE, m, np.where(mesh.schedule == INTERLEAVED, np.minimum(interleaved, m), one_f_one_b)
+    )

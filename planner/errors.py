@@ -1,0 +1,31 @@
+"""Errors the user can fix: one line, naming the file or field and what is allowed.
+
+The CLI turns every ``PlannerError`` into ``error: <message>`` on stderr and exit code 2;
+library callers catch it like any exception.
+"""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+
+class PlannerError(ValueError):
+    """Bad input: an unknown name, a malformed file, an impossible mesh."""
+
+
+def describe_validation_error(err: ValidationError, where: str) -> str:
+    """Render the first pydantic error as one line: ``where: field 'a.b': message``.
+
+    Pydantic reports every failing field; one line with the first (and a count of the rest) is
+    what a person can act on.
+    """
+    first = err.errors()[0]
+    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
+    msg = first["msg"]
+    if first["type"] == "extra_forbidden":
+        msg = "unknown key (not allowed here; check the spelling)"
+    elif first["type"] == "missing":
+        msg = "required key is missing"
+    more = len(err.errors()) - 1
+    tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
+    return f"{where}: field '{loc}': {msg}{tail}"

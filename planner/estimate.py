@@ -1,0 +1,99 @@
+"""One mesh in, one Estimate out: feasibility, the cost engine, and the advice a person needs."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.constraints import check_config
+from planner.cost.comm import TIER_NAMES
+from planner.cost.step import Columns, evaluate
+from planner.mesh import MeshArrays
+from planner.schemas.base import GIB_BYTES
+from planner.schemas.estimate import (
+    CommBytes,
+    Estimate,
+    EstimateConfig,
+    GroupLinks,
+    MemoryBreakdown,
+    TimeBreakdown,
+)
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+
+MICROBATCHES_PER_STAGE_ADVICE = 4
+"""Rule of thumb m >= 4p (shared/reference strategy notes; Narayanan et al. 2021 section 3.3):
+below it the 1F1B bubble (p-1)/(m+p-1) exceeds about 20%."""
+
+
+def advice(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, est: Estimate) -> list[str]:
+    """Warnings from the field for one estimated mesh (beyond the soft feasibility rules)."""
+    notes: list[str] = []
+    if not est.fits:
+        notes.append(
+            f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
+            f"{cluster.gpu.hbm_capacity_gib:.1f} GiB on a {cluster.gpu.name}; try a higher --zero-stage, "
+            "--recompute full, more tp/pp, or a smaller --micro-batch-size"
+        )
+    m, p = est.num_microbatches, config.pp
+    if p > 1 and m < MICROBATCHES_PER_STAGE_ADVICE * p:
+        notes.append(
+            f"only {m} micro-batches for {p} pipeline stages: bubble {est.bubble_fraction:.0%}; "
+            f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
+        )
+    if config.tp > 1 and not config.sequence_parallel:
+        notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
+    if est.links.dp == "inter_node" and config.zero_stage == 3 and model.parameter_counts.total < 20e9:
+        notes.append("ZeRO-3 on a model this small: its per-layer gathers may cost more than the memory they save")
+    return notes
+
+
+def row_estimate(
+    cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
+) -> Estimate:
+    """Row ``i`` of evaluated columns as an Estimate (without advice)."""
+    step = float(cols.step_time_s[i])
+    tokens_per_s = job.tokens_per_step / step
+    mem = cols.memory
+    return Estimate(
+        step_time_s=step,
+        tokens_per_s=tokens_per_s,
+        tokens_per_s_per_gpu=tokens_per_s / cluster.num_gpus,
+        model_flops_per_step=cols.model_flops_per_step,
+        hardware_flops_per_step=float(cols.hardware_flops_per_step[i]),
+        model_tflops_per_gpu=cols.model_flops_per_step / step / cluster.num_gpus / 1e12,
+        mfu=float(cols.mfu[i]),
+        hfu=float(cols.hfu[i]),
+        bubble_fraction=float(cols.bubble_fraction[i]),
+        num_microbatches=int(cols.num_microbatches[i]),
+        memory_per_gpu_bytes=float(mem.total[i]),
+        memory_usable_bytes=cluster.gpu.hbm_capacity_bytes,
+        memory_breakdown_bytes=MemoryBreakdown(
+            weights=float(mem.weights[i]),
+            gradients=float(mem.gradients[i]),
+            optimizer=float(mem.optimizer[i]),
+            activations=float(mem.activations[i]),
+            logits=float(mem.logits[i]),
+            overhead=float(mem.overhead[i]),
+        ),
+        time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
+        comm_bytes_per_gpu=CommBytes(**{k: float(np.asarray(v)[i]) for k, v in cols.comm_bytes.items()}),
+        links=GroupLinks(**{k: TIER_NAMES[int(cols.links[k].tier[i])] for k in ("tp", "cp", "dp", "pp", "ep")}),
+        fits=bool(cols.fits[i]),
+        warnings=[],
+        config=EstimateConfig(
+            model=model.name, cluster=cluster.name, num_gpus=cluster.num_gpus, job=job, parallel=config
+        ),
+    )
+
+
+def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> Estimate:
+    """Check ``config`` against the model, cluster and job, price it, and attach warnings.
+
+    Raises PlannerError when a hard rule fails (product of degrees vs GPUs, divisibility, ...).
+    """
+    soft = check_config(model, cluster, job, config)
+    cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
+    est = row_estimate(cols, 0, model, cluster, job, config)
+    return est.model_copy(update={"warnings": soft + advice(model, cluster, config, est)})

@@ -1,0 +1,107 @@
+"""MeshArrays: many ParallelConfigs as numpy columns, so one set of cost formulas serves both
+``plan estimate`` (one row) and the search (thousands of rows).
+
+Categorical knobs become small integer codes (``SCHEDULES``, ``RECOMPUTES``); every cost
+function reads these columns with numpy arithmetic and ``np.where``, never a Python branch on a
+per-mesh value. The rank ``order`` is shared by all rows of one MeshArrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
+RECOMPUTES = ("none", "selective", "full")
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1 = range(4)
+RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = range(3)
+
+
+@dataclass(frozen=True)
+class MeshArrays:
+    """Columns of mesh degrees and knobs (int64 unless noted), one row per candidate."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    ep: np.ndarray
+    expert_tp: np.ndarray
+    micro_batch_size: np.ndarray
+    virtual_stages: np.ndarray
+    zero_stage: np.ndarray
+    recompute: np.ndarray
+    sequence_parallel: np.ndarray  # bool
+    schedule: np.ndarray
+    order: str = DEFAULT_ORDER
+
+    @classmethod
+    def from_configs(cls, configs: Sequence[ParallelConfig]) -> MeshArrays:
+        """Stack configs (which must share one ``order``) into columns."""
+        orders = {c.order for c in configs}
+        if len(orders) > 1:
+            raise ValueError(f"one MeshArrays holds one rank order, got {sorted(orders)}")
+
+        def col(name: str) -> np.ndarray:
+            return np.array([getattr(c, name) for c in configs], dtype=np.int64)
+
+        return cls(
+            tp=col("tp"),
+            pp=col("pp"),
+            dp=col("dp"),
+            cp=col("cp"),
+            ep=col("ep"),
+            expert_tp=col("expert_tp"),
+            micro_batch_size=col("micro_batch_size"),
+            virtual_stages=col("virtual_stages"),
+            zero_stage=col("zero_stage"),
+            recompute=np.array([RECOMPUTES.index(c.recompute) for c in configs], dtype=np.int64),
+            sequence_parallel=np.array([c.sequence_parallel for c in configs], dtype=bool),
+            schedule=np.array([SCHEDULES.index(c.schedule) for c in configs], dtype=np.int64),
+            order=orders.pop() if orders else DEFAULT_ORDER,
+        )
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    def row(self, i: int) -> ParallelConfig:
+        """Row ``i`` back as a validated ParallelConfig."""
+        return ParallelConfig(
+            tp=int(self.tp[i]),
+            pp=int(self.pp[i]),
+            dp=int(self.dp[i]),
+            cp=int(self.cp[i]),
+            ep=int(self.ep[i]),
+            expert_tp=int(self.expert_tp[i]),
+            micro_batch_size=int(self.micro_batch_size[i]),
+            virtual_stages=int(self.virtual_stages[i]),
+            zero_stage=int(self.zero_stage[i]),
+            recompute=RECOMPUTES[int(self.recompute[i])],  # type: ignore[arg-type]
+            sequence_parallel=bool(self.sequence_parallel[i]),
+            schedule=SCHEDULES[int(self.schedule[i])],  # type: ignore[arg-type]
+            order=self.order,
+        )
+
+    @property
+    def num_gpus(self) -> np.ndarray:
+        return self.tp * self.pp * self.dp * self.cp
+
+    def axis_size(self, axis: str) -> np.ndarray:
+        return getattr(self, axis)
+
+    def stride(self, axis: str) -> np.ndarray:
+        """Rank distance between neighbours of ``axis``: product of the axes inside it in ``order``.
+
+        With order tp-cp-dp-pp, TP neighbours are adjacent (stride 1), DP neighbours are tp*cp
+        apart, PP neighbours tp*cp*dp apart (DESIGN 4.5).
+        """
+        stride = np.ones_like(self.tp)
+        for inner in self.order.split("-"):
+            if inner == axis:
+                return stride
+            stride = stride * self.axis_size(inner)
+        raise KeyError(axis)

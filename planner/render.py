@@ -1,0 +1,231 @@
+"""Human output: rich tables for estimates, rankings and catalog entries. Only renders; never
+computes a figure the engine did not produce."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.schemas.base import GIB_BYTES
+from planner.schemas.estimate import Estimate
+from planner.schemas.hardware import ClusterSpec, HardwareProfile
+from planner.schemas.model import ModelSpec
+from planner.schemas.ranking import Ranking
+
+
+def gib(n_bytes: float) -> str:
+    return f"{n_bytes / GIB_BYTES:.1f}"
+
+
+def si(value: float, unit: str) -> str:
+    """1.23e12 -> '1.23 T<unit>'."""
+    for factor, prefix in ((1e18, "E"), (1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            return f"{value / factor:.3g} {prefix}{unit}"
+    return f"{value:.3g} {unit}"
+
+
+def duration(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    return f"{seconds * 1e3:.2f} ms"
+
+
+def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> None:
+    cfg, job = est.config.parallel, est.config.job
+    console.print(f"[bold]{est.config.model}[/] on {cluster.describe()}")
+    console.print(
+        f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}"
+    )
+    console.print(f"mesh: {cfg.short()}  (order {cfg.order})")
+    summary = Table(show_header=False, box=None)
+    summary.add_row("step time", duration(est.step_time_s))
+    summary.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
+    summary.add_row(
+        "MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}  ({est.model_tflops_per_gpu:.0f} model TFLOP/s per GPU)"
+    )
+    summary.add_row("micro-batches", f"{est.num_microbatches}, bubble {est.bubble_fraction:.1%}")
+    verdict = "[green]fits[/]" if est.fits else "[red]does NOT fit[/]"
+    summary.add_row(
+        "memory per GPU", f"{gib(est.memory_per_gpu_bytes)} of {gib(est.memory_usable_bytes)} GiB, {verdict}"
+    )
+    console.print(summary)
+
+    times = Table(title="step time by term")
+    times.add_column("term")
+    times.add_column("time", justify="right")
+    times.add_column("share", justify="right")
+    for term, value in est.time_breakdown_s.model_dump().items():
+        times.add_row(term, duration(value), f"{value / est.step_time_s:.1%}")
+    mem = Table(title="memory on the most loaded GPU")
+    mem.add_column("kind")
+    mem.add_column("GiB", justify="right")
+    for kind, value in est.memory_breakdown_bytes.model_dump().items():
+        mem.add_row(kind, gib(value))
+    comm = Table(title="communication per GPU per step")
+    comm.add_column("group")
+    comm.add_column("size", justify="right")
+    comm.add_column("bytes sent", justify="right")
+    comm.add_column("link")
+    sizes = {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp * cfg.cp, "cp": cfg.cp, "ep": cfg.ep}
+    links = est.links.model_dump()
+    for group, value in est.comm_bytes_per_gpu.model_dump().items():
+        comm.add_row(group, str(sizes[group]), si(value, "B"), links[group])
+    console.print(times, mem, comm)
+    for warning in est.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def print_ranking(console: Console, ranking: Ranking) -> None:
+    job = ranking.job
+    console.print(f"[bold]{ranking.model}[/] on {ranking.cluster_description}")
+    console.print(
+        f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}; "
+        f"ranked by {ranking.objective}"
+    )
+    table = Table()
+    for col in (
+        "#",
+        "tp",
+        "pp",
+        "dp",
+        "cp",
+        "ep",
+        "mbs",
+        "v",
+        "ZeRO",
+        "recompute",
+        "SP",
+        "step",
+        "tokens/s",
+        "MFU",
+        "GiB/GPU",
+        "headroom",
+        "bubble",
+    ):
+        table.add_column(col, justify="right" if col not in ("recompute",) else "left")
+    for c in ranking.candidates:
+        p = c.config.parallel
+        table.add_row(
+            str(c.rank),
+            str(p.tp),
+            str(p.pp),
+            str(p.dp),
+            str(p.cp),
+            str(p.ep),
+            str(p.micro_batch_size),
+            str(p.virtual_stages),
+            str(p.zero_stage),
+            p.recompute,
+            "y" if p.sequence_parallel else "n",
+            duration(c.step_time_s),
+            f"{c.tokens_per_s:,.0f}",
+            f"{c.mfu:.1%}",
+            gib(c.memory_per_gpu_bytes),
+            gib(c.memory_usable_bytes - c.memory_per_gpu_bytes),
+            f"{c.bubble_fraction:.1%}",
+        )
+    console.print(table)
+    pruned = ", ".join(f"{k} {v}" for k, v in sorted(ranking.pruned.items(), key=lambda kv: -kv[1])) or "none"
+    console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
+    if ranking.candidates:
+        best = ranking.candidates[0]
+        terms = sorted(best.time_breakdown_s.model_dump().items(), key=lambda kv: -kv[1])[:3]
+        share = ", ".join(f"{k} {v / best.step_time_s:.0%}" for k, v in terms)
+        console.print(f"winner's step is {share}")
+        for warning in best.warnings:
+            console.print(f"[yellow]warning (#1):[/] {warning}")
+
+
+def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_len: int) -> None:
+    c = model.parameter_counts
+    table = Table(title=f"{model.name}: {model.description}", show_header=False)
+    table.add_row("parameters", f"{c.total / 1e9:.2f} B total, {c.active_per_token / 1e9:.2f} B active per token")
+    table.add_row(
+        "embedding / LM head",
+        f"{c.embedding / 1e9:.3f} B / {c.lm_head / 1e9:.3f} B" + (" (tied)" if model.tie_word_embeddings else ""),
+    )
+    table.add_row("layers", f"{model.num_hidden_layers} ({model.num_moe_layers} MoE, {model.num_dense_layers} dense)")
+    table.add_row(
+        "per layer",
+        f"dense {c.dense_layer / 1e6:.1f} M"
+        + (f", MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)" if model.is_moe else ""),
+    )
+    table.add_row(
+        "hidden / heads / kv heads / head dim",
+        f"{model.hidden_size} / {model.num_attention_heads} / {model.num_kv_heads} / {model.head_dim_resolved}",
+    )
+    table.add_row(
+        "MLP", f"{'gated' if model.is_gated_mlp else 'plain'} {model.hidden_act}, width {model.intermediate_size}"
+    )
+    if model.is_moe:
+        table.add_row(
+            "experts",
+            f"{model.num_experts_total} routed, top-{model.num_experts_per_tok}, width "
+            f"{model.expert_intermediate_size}, shared {model.n_shared_experts or 0}",
+        )
+    table.add_row("vocab / max positions", f"{model.vocab_size} / {model.max_position_embeddings}")
+    table.add_row(f"training FLOPs per token (s={seq_len})", si(flops_per_token, "FLOP"))
+    table.add_row("source", model.source)
+    if model.notes:
+        table.add_row("notes", model.notes)
+    console.print(table)
+
+
+def print_cluster(console: Console, cluster: ClusterSpec) -> None:
+    gpu = cluster.gpu
+    table = Table(title=cluster.describe(), show_header=False)
+    table.add_row(
+        "GPU",
+        f"{gpu.name}: {gpu.hbm_capacity_gib:.1f} GiB HBM at {gpu.hbm_bandwidth_tb_per_s} TB/s, "
+        f"{gpu.reserved_memory_gib} GiB reserved",
+    )
+    table.add_row("peak dense TFLOP/s", ", ".join(f"{k} {v:g}" for k, v in gpu.peak_tflops.items()))
+    table.add_row("cluster peak", si(cluster.num_gpus * gpu.peak_flops_per_s("bf16"), "FLOP/s") + " bf16")
+    for label, tier in (("intra-node", cluster.intra_node), ("inter-node", cluster.inter_node)):
+        domain = f", domain {tier.domain_size_gpus} GPUs" if tier.domain_size_gpus else ""
+        table.add_row(
+            label,
+            f"{tier.name}: {tier.bandwidth_gb_per_s:g} GB/s per GPU per direction "
+            f"(busbw {tier.bus_bandwidth_bytes_per_s / 1e9:.0f} GB/s), {tier.latency_us:g} us{domain}, "
+            f"in-network reduction: {tier.in_network_reduction}",
+        )
+    if cluster.price_per_gpu_hour_usd:
+        table.add_row("price", f"${cluster.price_per_gpu_hour_usd:.2f} per GPU-hour")
+    console.print(table)
+
+
+def print_profiles(console: Console, profiles: list[HardwareProfile]) -> None:
+    table = Table(title="hardware profiles (use <name> or <name>x<nodes>, e.g. dgx-h100x16)")
+    for col in ("name", "GPU", "GPUs/node", "HBM GiB", "bf16 TFLOP/s", "intra GB/s", "inter GB/s"):
+        table.add_column(col)
+    for p in profiles:
+        table.add_row(
+            p.name,
+            p.gpu.name,
+            str(p.gpus_per_node),
+            f"{p.gpu.hbm_capacity_gib:.1f}",
+            f"{p.gpu.peak_tflops.get('bf16', 0):g}",
+            f"{p.intra_node.bandwidth_gb_per_s:g}",
+            f"{p.inter_node.bandwidth_gb_per_s:g}",
+        )
+    console.print(table)
+
+
+def print_models(console: Console, models: list[ModelSpec]) -> None:
+    table = Table(title="models")
+    for col in ("name", "aliases", "params (B)", "active (B)", "layers", "hidden", "kind"):
+        table.add_column(col)
+    for m in models:
+        c = m.parameter_counts
+        kind = f"MoE {m.num_experts_total}x top-{m.num_experts_per_tok}" if m.is_moe else "dense"
+        table.add_row(
+            m.name,
+            ", ".join(m.aliases),
+            f"{c.total / 1e9:.1f}",
+            f"{c.active_per_token / 1e9:.1f}",
+            str(m.num_hidden_layers),
+            str(m.hidden_size),
+            kind,
+        )
+    console.print(table)

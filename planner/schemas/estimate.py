@@ -1,0 +1,101 @@
+"""Estimate: what the cost engine predicts for one mesh, with its breakdowns (SI units).
+
+Key names are those ``plan estimate --json`` prints; ``Estimate.model_validate_json`` reads them
+back (tests round-trip them).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveInt
+
+from planner.schemas.base import Frozen
+from planner.schemas.job import JobSpec
+from planner.schemas.parallel import ParallelConfig
+
+
+class MemoryBreakdown(Frozen):
+    """Bytes on the most loaded GPU, by kind."""
+
+    weights: NonNegativeFloat
+    gradients: NonNegativeFloat
+    optimizer: NonNegativeFloat
+    activations: NonNegativeFloat
+    logits: NonNegativeFloat
+    overhead: NonNegativeFloat
+
+
+class TimeBreakdown(Frozen):
+    """Seconds per step, by term. ``*_comm`` is the exposed (not overlapped) part."""
+
+    compute: NonNegativeFloat
+    tp_comm: NonNegativeFloat
+    pp_comm: NonNegativeFloat
+    dp_comm: NonNegativeFloat
+    cp_comm: NonNegativeFloat
+    ep_comm: NonNegativeFloat
+    bubble: NonNegativeFloat
+    optimizer: NonNegativeFloat
+
+
+class CommBytes(Frozen):
+    """Bytes each GPU sends per step, by parallel dimension."""
+
+    tp: NonNegativeFloat
+    pp: NonNegativeFloat
+    dp: NonNegativeFloat
+    cp: NonNegativeFloat
+    ep: NonNegativeFloat
+
+
+Tier = Literal["intra_node", "inter_node", "none"]
+
+
+class GroupLinks(Frozen):
+    """The slowest link tier each process group crosses ('none' for a group of one)."""
+
+    tp: Tier
+    cp: Tier
+    dp: Tier
+    pp: Tier
+    ep: Tier
+
+
+class EstimateConfig(Frozen):
+    """What was estimated, echoed back: model and cluster names, the job and the mesh."""
+
+    model: str
+    cluster: str
+    num_gpus: PositiveInt
+    job: JobSpec
+    parallel: ParallelConfig
+
+
+class Estimate(Frozen):
+    """Predicted step time, throughput, utilisation and memory of one mesh.
+
+    ``mfu`` counts model FLOPs only (6 * active params * tokens + attention, the way papers
+    report MFU); ``hfu`` adds recomputed FLOPs. ``memory_per_gpu_bytes`` is the most loaded GPU
+    and ``fits`` compares it with the profile's usable HBM.
+    """
+
+    step_time_s: NonNegativeFloat
+    tokens_per_s: NonNegativeFloat
+    tokens_per_s_per_gpu: NonNegativeFloat
+    model_flops_per_step: NonNegativeFloat
+    hardware_flops_per_step: NonNegativeFloat
+    model_tflops_per_gpu: NonNegativeFloat
+    mfu: NonNegativeFloat
+    hfu: NonNegativeFloat
+    bubble_fraction: float = Field(ge=0, lt=1)
+    num_microbatches: PositiveInt
+    memory_per_gpu_bytes: NonNegativeFloat
+    memory_usable_bytes: NonNegativeFloat
+    memory_breakdown_bytes: MemoryBreakdown
+    time_breakdown_s: TimeBreakdown
+    comm_bytes_per_gpu: CommBytes
+    links: GroupLinks
+    fits: bool
+    warnings: list[str]
+    config: EstimateConfig

@@ -1,0 +1,198 @@
+"""Hardware schemas: a GPU, an interconnect tier, a node profile and a cluster.
+
+YAML keys carry their unit (``_gib``, ``_tb_per_s``, ``_gb_per_s``, ``_us``, ``tflops``); the
+``*_bytes``, ``*_bytes_per_s``, ``*_s`` and ``*_flops_per_s`` properties give SI values, which is
+all the cost engine reads. Every number in a profile names its source in ``sources``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from planner.schemas.base import GB_BYTES, GIB_BYTES, TB_BYTES, TERA, Frozen
+
+Dtype = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
+"""Numeric formats whose dense peak FLOP/s a GPU may list."""
+
+BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
+"""Storage size of one element of each format (tf32 is stored as fp32)."""
+
+
+def _check_sources(obj: Frozen, sources: dict[str, str], skip: set[str]) -> None:
+    """Every numeric field set on ``obj`` must name its source; every source must name a field."""
+    fields = type(obj).model_fields
+    unknown = sorted(set(sources) - set(fields))
+    if unknown:
+        raise ValueError(f"sources name unknown field(s) {unknown}; allowed: {sorted(fields)}")
+    for name in fields:
+        if name in skip:
+            continue
+        value = getattr(obj, name)
+        numeric = isinstance(value, (int, float, dict)) and not isinstance(value, bool)
+        if numeric and value is not None and name not in sources:
+            raise ValueError(f"number '{name}' has no entry in 'sources' (datasheet, paper or measurement)")
+
+
+class GPU(Frozen):
+    """One accelerator: memory, bandwidth and dense (not 2:4 sparse) peak throughput.
+
+    ``peak_tflops`` maps a format to dense TFLOP/s as the vendor datasheet gives it.
+    ``reserved_memory_gib`` is what the CUDA/ROCm context, NCCL buffers and allocator
+    fragmentation take before any tensor of the model: HBM the planner may not fill.
+    ``gemm_efficiency`` is the fraction of peak that large, well-shaped GEMMs reach in practice
+    (measured; the cost engine lowers it further for skinny shapes).
+    """
+
+    name: str
+    hbm_capacity_gib: PositiveFloat
+    hbm_bandwidth_tb_per_s: PositiveFloat
+    peak_tflops: dict[Dtype, PositiveFloat]
+    reserved_memory_gib: float = Field(ge=0)
+    gemm_efficiency: float = Field(gt=0, le=1)
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _sources_and_bf16(self) -> GPU:
+        if "bf16" not in self.peak_tflops and "fp32" not in self.peak_tflops:
+            raise ValueError("peak_tflops must list bf16 (or fp32 for CPU profiles)")
+        if self.reserved_memory_gib >= self.hbm_capacity_gib:
+            raise ValueError("reserved_memory_gib must be below hbm_capacity_gib")
+        _check_sources(self, self.sources, skip={"sources", "name"})
+        return self
+
+    @property
+    def hbm_capacity_bytes(self) -> float:
+        return self.hbm_capacity_gib * GIB_BYTES
+
+    @property
+    def reserved_memory_bytes(self) -> float:
+        return self.reserved_memory_gib * GIB_BYTES
+
+    @property
+    def hbm_bandwidth_bytes_per_s(self) -> float:
+        return self.hbm_bandwidth_tb_per_s * TB_BYTES
+
+    def peak_flops_per_s(self, dtype: str) -> float:
+        """Dense peak FLOP/s for ``dtype``; formats the GPU lacks fall back to bf16, then fp32.
+
+        fp8 on a GPU without fp8 tensor cores (A100) runs at its bf16 rate, which is what
+        Transformer Engine does there.
+        """
+        for key in (dtype, "bf16", "fp32"):
+            if key in self.peak_tflops:
+                return self.peak_tflops[key] * TERA  # type: ignore[index]
+        raise KeyError(dtype)  # unreachable: the validator requires bf16 or fp32
+
+
+class Interconnect(Frozen):
+    """One tier of links, as seen by one GPU.
+
+    ``bandwidth_gb_per_s`` is per GPU and unidirectional (NVLink4: 900 GB/s bidirectional =
+    450 GB/s; one 400 Gb/s NIC per GPU = 50 GB/s), the quantity nccl-tests' bus bandwidth is
+    measured against; ``bus_efficiency`` is the fraction of it that nccl-tests' busbw reaches at
+    large messages. ``latency_us`` is the per-step latency (alpha) of a ring algorithm.
+    ``domain_size_gpus`` is how many GPUs share this fast domain (8 in a DGX, 72 in an NVL72);
+    None means the tier reaches every GPU of the cluster.
+    """
+
+    name: str
+    bandwidth_gb_per_s: PositiveFloat
+    bus_efficiency: float = Field(gt=0, le=1)
+    latency_us: float = Field(ge=0)
+    domain_size_gpus: PositiveInt | None = None
+    in_network_reduction: Literal["none", "nvls", "sharp"] = "none"
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _sources(self) -> Interconnect:
+        _check_sources(self, self.sources, skip={"sources", "name", "in_network_reduction"})
+        return self
+
+    @property
+    def bus_bandwidth_bytes_per_s(self) -> float:
+        """Achievable bus bandwidth per GPU: datasheet bandwidth times measured efficiency."""
+        return self.bandwidth_gb_per_s * GB_BYTES * self.bus_efficiency
+
+    @property
+    def latency_s(self) -> float:
+        return self.latency_us * 1e-6
+
+
+class HardwareProfile(Frozen):
+    """A node type: its GPUs, how many per node, the links inside and between nodes.
+
+    One YAML file per profile under hardware_profiles/. ``price_per_gpu_hour_usd`` is optional.
+    """
+
+    name: str
+    description: str
+    gpus_per_node: PositiveInt
+    gpu: GPU
+    intra_node: Interconnect
+    inter_node: Interconnect
+    price_per_gpu_hour_usd: PositiveFloat | None = None
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _sources(self) -> HardwareProfile:
+        _check_sources(self, self.sources, skip={"sources", "name", "description", "gpu", "intra_node", "inter_node"})
+        return self
+
+
+class ClusterSpec(Frozen):
+    """The cluster a plan runs on: a node profile times a node count.
+
+    ``num_gpus`` may be below ``num_nodes * gpus_per_node`` when only part of the last node is
+    used (``--gpus``). Ranks fill nodes in order, ``gpus_per_node`` at a time.
+    """
+
+    name: str
+    profile: HardwareProfile
+    num_nodes: PositiveInt
+    num_gpus: PositiveInt
+
+    @model_validator(mode="after")
+    def _gpus_fit_nodes(self) -> ClusterSpec:
+        capacity = self.num_nodes * self.profile.gpus_per_node
+        if self.num_gpus > capacity:
+            raise ValueError(
+                f"num_gpus {self.num_gpus} exceeds {self.num_nodes} nodes x {self.profile.gpus_per_node} GPUs"
+            )
+        if self.num_gpus <= (self.num_nodes - 1) * self.profile.gpus_per_node:
+            raise ValueError(f"num_gpus {self.num_gpus} leaves a node of the {self.num_nodes} empty")
+        return self
+
+    @property
+    def gpu(self) -> GPU:
+        return self.profile.gpu
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.profile.gpus_per_node
+
+    @property
+    def intra_node(self) -> Interconnect:
+        return self.profile.intra_node
+
+    @property
+    def inter_node(self) -> Interconnect:
+        return self.profile.inter_node
+
+    @property
+    def fast_domain_gpus(self) -> int:
+        """GPUs reachable over the intra-node tier (an NVL72 rack, or one node)."""
+        return self.profile.intra_node.domain_size_gpus or self.profile.gpus_per_node
+
+    @property
+    def price_per_gpu_hour_usd(self) -> float | None:
+        return self.profile.price_per_gpu_hour_usd
+
+    def describe(self) -> str:
+        """How the name was read, e.g. 'dgx-h100x16: 16 nodes x 8 H100 SXM 80GB = 128 GPUs'."""
+        partial = "" if self.num_gpus == self.num_nodes * self.gpus_per_node else " (last node partly used)"
+        return (
+            f"{self.name}: {self.num_nodes} node{'s' if self.num_nodes > 1 else ''} x "
+            f"{self.gpus_per_node} {self.gpu.name} = {self.num_gpus} GPUs{partial}"
+        )

@@ -1,0 +1,78 @@
+"""JobSpec: what is being trained, independent of the mesh."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from planner.schemas.base import Frozen
+from planner.schemas.hardware import BYTES_PER_ELEMENT
+
+DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
+"""Mixed-precision Adam: fp32 master weight (4) + fp32 first moment (4) + fp32 second moment (4).
+Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models',
+section 3.1 (K = 12). The bf16 weight and gradient are counted separately."""
+
+
+class JobSpec(Frozen):
+    """A training job: global batch, sequence length, precision, optimizer state, token budget.
+
+    The global batch is in sequences; ``global_batch_tokens`` is accepted instead and converted
+    (it must be a multiple of ``seq_len``). ``dtype`` is the compute format of the matmuls (fp8
+    keeps bf16 weights and activations between layers, as Transformer Engine does).
+    """
+
+    global_batch_size: PositiveInt | None = Field(None, description="Sequences per optimizer step")
+    global_batch_tokens: PositiveInt | None = Field(None, description="Tokens per optimizer step")
+    seq_len: PositiveInt
+    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    weight_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Format of the working weights")
+    gradient_dtype: Literal["bf16", "fp16", "fp32"] = Field(
+        "bf16", description="Format gradients are kept and reduced in (Megatron's main_grad is fp32)"
+    )
+    optimizer_state_bytes_per_param: float = Field(DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM, ge=0)
+    training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
+    flash_attention: bool = Field(True, description="Fused attention that stores no s x s scores (Dao et al. 2022)")
+    dropout: bool = Field(False, description="Dropout in attention and MLP (GPT-3 era); modern LLMs train without")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_in_sequences(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        seqs, tokens, seq_len = data.get("global_batch_size"), data.get("global_batch_tokens"), data.get("seq_len")
+        if seqs is None and tokens is None:
+            raise ValueError("give global_batch_size (sequences) or global_batch_tokens")
+        if tokens is not None and isinstance(tokens, int) and isinstance(seq_len, int) and seq_len > 0:
+            if tokens % seq_len:
+                raise ValueError(f"global_batch_tokens {tokens} is not a multiple of seq_len {seq_len}")
+            if seqs is not None and seqs * seq_len != tokens:
+                raise ValueError(f"global_batch_size {seqs} x seq_len {seq_len} != global_batch_tokens {tokens}")
+            data = {**data, "global_batch_size": tokens // seq_len}
+        elif seqs is not None and isinstance(seqs, int) and isinstance(seq_len, int):
+            data = {**data, "global_batch_tokens": seqs * seq_len}
+        return data
+
+    @property
+    def batch_size(self) -> int:
+        """Global batch in sequences (always set after validation)."""
+        assert self.global_batch_size is not None
+        return self.global_batch_size
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.batch_size * self.seq_len
+
+    @property
+    def weight_bytes_per_param(self) -> int:
+        return BYTES_PER_ELEMENT[self.weight_dtype]
+
+    @property
+    def gradient_bytes_per_param(self) -> int:
+        return BYTES_PER_ELEMENT[self.gradient_dtype]
+
+    @property
+    def activation_bytes_per_element(self) -> int:
+        """Activations between layers are 16-bit in mixed precision, fp8 included."""
+        return 2

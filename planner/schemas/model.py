@@ -1,0 +1,179 @@
+"""ModelSpec: a transformer's architecture, with Hugging Face config.json key names.
+
+The keys are those of HF's ``config.json`` (LlamaConfig, MixtralConfig, Qwen3MoeConfig,
+DeepseekV3Config), so a user can point ``--model`` at a downloaded config. Keys HF spells two
+ways for the same thing (``num_local_experts``, ``n_routed_experts``, ``num_experts``) are all
+accepted; ``num_experts_total`` resolves them. A few non-HF keys describe what HF encodes in the
+model class instead of the config (``gated_mlp``, ``norm_type``, ``position_embedding_type``);
+they are documented on each field.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+
+from planner.schemas.base import Frozen
+
+if TYPE_CHECKING:
+    from planner.cost.params import ParameterCounts
+
+GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu", "geglu", "reglu"})
+"""Activations HF models use with a gated MLP (SwiGLU: Shazeer 2020, 'GLU Variants Improve
+Transformer'). GPT-2/3 and BLOOM use plain ``gelu``/``gelu_new`` with a 2-matrix MLP; a gated
+GELU model (Gemma) sets ``gated_mlp: true`` explicitly."""
+
+
+class ModelSpec(Frozen):
+    """Architecture of a decoder-only transformer (dense or MoE).
+
+    Symbols as in DESIGN section 3: L = num_hidden_layers, h = hidden_size,
+    a = num_attention_heads, k_v = num_key_value_heads, d_h = head_dim,
+    f = intermediate_size, V = vocab_size.
+    """
+
+    # Catalog metadata (not HF keys).
+    name: str = Field(description="Catalog name, e.g. llama3-70b")
+    description: str = ""
+    source: str = Field(description="Where the numbers come from (config.json URL, paper table)")
+    notes: str = Field("", description="Caveats: approximations the cost model makes for this model")
+    aliases: list[str] = Field(default_factory=list, description="Short names, e.g. llama70b")
+    default_seq_len: PositiveInt | None = Field(None, description="Sequence length the model was trained at")
+    default_global_batch_size: PositiveInt | None = Field(None, description="Published global batch, sequences")
+
+    # Dense architecture (HF keys).
+    model_type: str | None = None
+    num_hidden_layers: PositiveInt
+    hidden_size: PositiveInt
+    num_attention_heads: PositiveInt
+    num_key_value_heads: PositiveInt | None = Field(None, description="GQA groups; None means MHA")
+    head_dim: PositiveInt | None = Field(None, description="None means hidden_size / num_attention_heads")
+    intermediate_size: PositiveInt = Field(description="FFN width of dense layers")
+    vocab_size: PositiveInt
+    max_position_embeddings: PositiveInt
+    tie_word_embeddings: bool = False
+    hidden_act: str = "silu"
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    gated_mlp: bool | None = Field(None, description="Non-HF. None: derived from hidden_act")
+    norm_type: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Non-HF. layernorm has a bias")
+    qk_norm: bool = Field(False, description="Non-HF. Per-head RMSNorm on q and k (Qwen3)")
+    position_embedding_type: Literal["rope", "learned", "alibi"] = Field(
+        "rope", description="Non-HF. 'learned' adds max_position_embeddings x h parameters (GPT-2/3)"
+    )
+
+    # Mixture of experts (HF keys, each spelling accepted).
+    num_local_experts: PositiveInt | None = Field(None, description="Mixtral's name for routed experts")
+    n_routed_experts: PositiveInt | None = Field(None, description="DeepSeek's name for routed experts")
+    num_experts: PositiveInt | None = Field(None, description="Qwen-MoE's name for routed experts")
+    num_experts_per_tok: PositiveInt | None = None
+    moe_intermediate_size: PositiveInt | None = Field(None, description="Expert FFN width; None: intermediate_size")
+    n_shared_experts: NonNegativeInt | None = Field(
+        None, description="DeepSeek shared experts (width moe_intermediate_size)"
+    )
+    shared_expert_intermediate_size: PositiveInt | None = Field(None, description="Qwen2-MoE shared expert width")
+    first_k_dense_replace: NonNegativeInt | None = Field(None, description="DeepSeek: the first k layers are dense")
+    decoder_sparse_step: PositiveInt | None = Field(None, description="Qwen-MoE: layer i is MoE when (i+1) % step == 0")
+
+    # Multi-head latent attention (DeepSeek-V2/V3).
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelSpec:
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads {self.num_attention_heads} is not divisible by "
+                f"num_key_value_heads {self.num_kv_heads}"
+            )
+        if self.head_dim is None and not self.is_mla and self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                f"hidden_size {self.hidden_size} is not divisible by num_attention_heads "
+                f"{self.num_attention_heads}; give head_dim explicitly"
+            )
+        spellings = {
+            k: v
+            for k, v in (
+                ("num_local_experts", self.num_local_experts),
+                ("n_routed_experts", self.n_routed_experts),
+                ("num_experts", self.num_experts),
+            )
+            if v is not None
+        }
+        if len(set(spellings.values())) > 1:
+            raise ValueError(f"expert counts disagree: {spellings}")
+        if spellings and self.num_experts_per_tok is None:
+            raise ValueError("num_experts_per_tok is required when the model has experts")
+        if spellings and self.num_experts_per_tok > self.num_experts_total:  # type: ignore[operator]
+            raise ValueError(
+                f"num_experts_per_tok {self.num_experts_per_tok} exceeds the {self.num_experts_total} experts"
+            )
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if any(x is not None for x in mla) and any(x is None for x in mla):
+            raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim together")
+        if self.num_moe_layers == 0 and self.is_moe:
+            raise ValueError("experts are declared but first_k_dense_replace/decoder_sparse_step leave no MoE layer")
+        return self
+
+    # ---- derived architecture ---------------------------------------------------------------
+    @property
+    def num_kv_heads(self) -> int:
+        return self.num_key_value_heads or self.num_attention_heads
+
+    @property
+    def head_dim_resolved(self) -> int:
+        """d_h: explicit head_dim, else h / a (MLA: the q/k head dim, nope + rope)."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def is_gated_mlp(self) -> bool:
+        if self.gated_mlp is not None:
+            return self.gated_mlp
+        return self.hidden_act.lower() in GATED_ACTIVATIONS
+
+    @property
+    def num_experts_total(self) -> int:
+        """Routed experts per MoE layer (0 for a dense model), whichever HF key spelled it."""
+        return self.num_local_experts or self.n_routed_experts or self.num_experts or 0
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts_total > 0
+
+    @property
+    def expert_intermediate_size(self) -> int:
+        return self.moe_intermediate_size or self.intermediate_size
+
+    def is_moe_layer(self, index: int) -> bool:
+        """HF's rule: DeepSeek skips the first k layers; Qwen-MoE uses every step-th layer."""
+        if not self.is_moe:
+            return False
+        if index < (self.first_k_dense_replace or 0):
+            return False
+        return (index + 1) % (self.decoder_sparse_step or 1) == 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(self.is_moe_layer(i) for i in range(self.num_hidden_layers))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_hidden_layers - self.num_moe_layers
+
+    @cached_property
+    def parameter_counts(self) -> ParameterCounts:
+        """Parameter counts (total, active per token, per layer kind, embedding, LM head)."""
+        from planner.cost.params import count_parameters
+
+        return count_parameters(self)

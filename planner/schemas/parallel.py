@@ -1,0 +1,107 @@
+"""ParallelConfig: one mesh (how the job is split over GPUs) with its schedule and memory knobs.
+
+Axis vocabulary and rank order follow DESIGN sections 3 and 4.5: ``tp`` tensor, ``cp`` context,
+``dp`` data (with ZeRO stage), ``pp`` pipeline; ``ep`` experts, folded into the ``tp*cp*dp`` ranks
+of a pipeline stage (Megatron-Core "MoE parallel folding": for expert layers those ranks are
+re-split as expert_tp x ep x expert_dp). ``order`` lists axes innermost first: with the default
+``tp-cp-dp-pp`` the ranks of a TP group are adjacent, as in Megatron-LM and torchtitan.
+
+Checks that need only the mesh live here; checks against a model, cluster and job live in
+``planner.constraints``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, field_validator, model_validator
+
+from planner.schemas.base import Frozen
+
+AXES = ("tp", "cp", "dp", "pp")
+"""Axes that multiply to the GPU count. EP adds no GPUs."""
+
+DEFAULT_ORDER = "tp-cp-dp-pp"
+"""Innermost first, as Megatron-LM's default ``tp-cp-ep-dp-pp`` with EP folded into DP."""
+
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
+"""Pipeline schedules. gpipe: Huang et al. 2019; 1f1b: PipeDream-Flush, Narayanan et al. 2021;
+interleaved-1f1b: Narayanan et al. 2021 section 2.2.2; zb-h1: Qi et al. 2024, 'Zero Bubble
+Pipeline Parallelism' (ICLR), the variant with 1F1B's activation memory."""
+
+Recompute = Literal["none", "selective", "full"]
+"""Activation recomputation (Korthikanti et al. 2022): selective recomputes the attention core."""
+
+
+class ParallelConfig(Frozen):
+    """A mesh: degrees of each parallelism, micro-batch, schedule, ZeRO stage and recompute.
+
+    ``virtual_stages`` (v) is the number of model chunks per pipeline rank (interleaved 1F1B
+    only); ``expert_tp`` is the TP degree of expert layers (Megatron ``--expert-tensor-parallel-size``).
+    """
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    expert_tp: PositiveInt = 1
+    micro_batch_size: PositiveInt = 1
+    virtual_stages: PositiveInt = 1
+    zero_stage: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    schedule: Schedule = "1f1b"
+    order: str = Field(DEFAULT_ORDER, description="Rank placement, innermost axis first, e.g. tp-cp-dp-pp")
+
+    @field_validator("order")
+    @classmethod
+    def _order_is_permutation(cls, value: str) -> str:
+        parts = value.split("-")
+        if sorted(parts) != sorted(AXES):
+            raise ValueError(f"must be the four axes {'-'.join(AXES)} in some order, separated by '-'")
+        return value
+
+    @model_validator(mode="after")
+    def _mesh_rules(self) -> ParallelConfig:
+        if self.schedule == "interleaved-1f1b":
+            if self.pp < 2:
+                raise ValueError("interleaved-1f1b needs pp >= 2")
+            if self.virtual_stages < 2:
+                raise ValueError("interleaved-1f1b needs virtual_stages >= 2")
+        elif self.virtual_stages != 1:
+            raise ValueError(f"virtual_stages {self.virtual_stages} > 1 needs schedule interleaved-1f1b")
+        if self.sequence_parallel and self.tp == 1:
+            raise ValueError("sequence_parallel needs tp > 1 (it shards what TP leaves replicated)")
+        fold = self.tp * self.cp * self.dp
+        if fold % (self.ep * self.expert_tp):
+            raise ValueError(
+                f"ep x expert_tp = {self.ep} x {self.expert_tp} must divide tp*cp*dp = {fold} "
+                "(expert layers re-split the ranks of one pipeline stage)"
+            )
+        return self
+
+    @property
+    def num_gpus(self) -> int:
+        """N = tp * pp * dp * cp (DESIGN section 3)."""
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_dp(self) -> int:
+        """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
+    def order_axes(self) -> tuple[str, ...]:
+        return tuple(self.order.split("-"))
+
+    def short(self) -> str:
+        """Compact label, e.g. 'tp8 pp2 dp8 cp1 ep1 mbs1 v1 z1 sel sp 1f1b'."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}", f"cp{self.cp}", f"ep{self.ep}"]
+        if self.expert_tp > 1:
+            parts.append(f"etp{self.expert_tp}")
+        parts += [f"mbs{self.micro_batch_size}", f"v{self.virtual_stages}", f"z{self.zero_stage}", self.recompute]
+        if self.sequence_parallel:
+            parts.append("sp")
+        parts.append(self.schedule)
+        return " ".join(parts)

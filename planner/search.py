@@ -1,0 +1,262 @@
+"""Enumerate meshes for a cluster, prune by the feasibility rules, price them all as numpy
+columns, and rank (DESIGN section 5).
+
+Searched: tp (divisors of N up to the fast domain), cp (powers of two while s divides by 2c),
+pp (divisors of the rest, at most L), dp = N/(tp*cp*pp), ep (divisors of the expert count that
+fold into tp*cp*dp), micro-batch 1-8, 1F1B or interleaved 1F1B with v in 2..8 dividing the
+stage's layers, ZeRO 0-3, recompute none/selective/full, sequence parallelism on whenever
+tp > 1. Pinned knobs are fixed instead. GPipe (1F1B's bubble at m times the activations) and
+ZB-H1 (whose weight-gradient split has costs the engine does not price yet) are evaluated only
+when pinned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from planner.constraints import RULES, rule_masks
+from planner.cost.step import evaluate
+from planner.errors import PlannerError
+from planner.estimate import advice, row_estimate
+from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTES, SCHEDULES, MeshArrays
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
+from planner.schemas.ranking import ParetoPoint, RankedEstimate, Ranking
+
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8)
+MAX_CP = 16
+OBJECTIVES = ("time", "memory")
+
+
+def divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _degree_tuples(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> list[tuple[int, ...]]:
+    """(tp, cp, pp, dp, ep, expert_tp) combinations whose product is the GPU count."""
+    n = cluster.num_gpus
+    rows = []
+    tps = [pins["tp"]] if "tp" in pins else [t for t in divisors(n) if t <= cluster.fast_domain_gpus]
+    for tp in tps:
+        if n % tp:
+            continue
+        cps = [pins["cp"]] if "cp" in pins else [c for c in divisors(n // tp) if c <= MAX_CP and c & (c - 1) == 0]
+        for cp in cps:
+            if (n // tp) % cp:
+                continue
+            pps = (
+                [pins["pp"]] if "pp" in pins else [p for p in divisors(n // (tp * cp)) if p <= model.num_hidden_layers]
+            )
+            for pp in pps:
+                if (n // (tp * cp)) % pp:
+                    continue
+                dp = n // (tp * cp * pp)
+                if "dp" in pins and pins["dp"] != dp:
+                    continue
+                etp = pins.get("expert_tp", 1)
+                fold = tp * cp * dp
+                if "ep" in pins:
+                    eps = [pins["ep"]]
+                elif model.is_moe:
+                    eps = [e for e in divisors(model.num_experts_total) if fold % (e * etp) == 0]
+                else:
+                    eps = [1]
+                rows += [(tp, cp, pp, dp, e, etp) for e in eps]
+    return rows
+
+
+def _knob_rows(pins: dict[str, Any], pp_values: np.ndarray) -> dict[str, np.ndarray]:
+    """Cross product of the per-mesh knobs (micro-batch, schedule and v, ZeRO, recompute)."""
+    mbs = [pins["micro_batch_size"]] if "micro_batch_size" in pins else list(MICRO_BATCH_SIZES)
+    zero = [pins["zero_stage"]] if "zero_stage" in pins else [0, 1, 2, 3]
+    rec = [RECOMPUTES.index(pins["recompute"])] if "recompute" in pins else [0, 1, 2]
+    if "schedule" in pins:
+        sched = [
+            (SCHEDULES.index(pins["schedule"]), v)
+            for v in (
+                [pins["virtual_stages"]]
+                if "virtual_stages" in pins
+                else (VIRTUAL_STAGES if pins["schedule"] == "interleaved-1f1b" else [1])
+            )
+        ]
+    elif "virtual_stages" in pins and pins["virtual_stages"] > 1:
+        sched = [(INTERLEAVED, pins["virtual_stages"])]
+    else:
+        sched = [(ONE_F_ONE_B, 1)] + [(INTERLEAVED, v) for v in VIRTUAL_STAGES]
+    combos = np.array([(b, s, v, z, r) for b, (s, v), z, r in itertools.product(mbs, sched, zero, rec)], dtype=np.int64)
+    return {
+        "micro_batch_size": combos[:, 0],
+        "schedule": combos[:, 1],
+        "virtual_stages": combos[:, 2],
+        "zero_stage": combos[:, 3],
+        "recompute": combos[:, 4],
+    }
+
+
+def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> MeshArrays:
+    """Every candidate mesh (before pruning) as columns."""
+    degrees = np.array(_degree_tuples(model, cluster, job, pins), dtype=np.int64).reshape(-1, 6)
+    knobs = _knob_rows(pins, degrees[:, 2])
+    n_deg, n_knob = len(degrees), len(knobs["schedule"])
+
+    def deg(i: int) -> np.ndarray:
+        return np.repeat(degrees[:, i], n_knob)
+
+    def knob(name: str) -> np.ndarray:
+        return np.tile(knobs[name], n_deg)
+
+    tp = deg(0)
+    schedule = knob("schedule")
+    pp = deg(2)
+    # Interleaving needs pp >= 2; with one stage the schedule is moot: call it 1F1B.
+    keep = ~((schedule == INTERLEAVED) & (pp < 2))
+    sp = np.full(tp.shape, pins["sequence_parallel"]) if "sequence_parallel" in pins else tp > 1
+    mesh = MeshArrays(
+        tp=tp[keep],
+        cp=deg(1)[keep],
+        pp=pp[keep],
+        dp=deg(3)[keep],
+        ep=deg(4)[keep],
+        expert_tp=deg(5)[keep],
+        micro_batch_size=knob("micro_batch_size")[keep],
+        virtual_stages=knob("virtual_stages")[keep],
+        zero_stage=knob("zero_stage")[keep],
+        recompute=knob("recompute")[keep],
+        sequence_parallel=(sp & (tp > 1))[keep],
+        schedule=schedule[keep],
+        order=pins.get("order", DEFAULT_ORDER),
+    )
+    return mesh
+
+
+def _subset(mesh: MeshArrays, mask: np.ndarray) -> MeshArrays:
+    fields = {k: getattr(mesh, k)[mask] for k in MeshArrays.__dataclass_fields__ if k != "order"}
+    return MeshArrays(**fields, order=mesh.order)
+
+
+def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
+    """Indices of meshes no other beats on both step time and memory, fastest first."""
+    order = np.lexsort((memory, times))
+    front, best = [], np.inf
+    for i in order:
+        if memory[i] < best:
+            front.append(i)
+            best = memory[i]
+    return np.array(front, dtype=np.int64)
+
+
+def search(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    pins: dict[str, Any] | None = None,
+    top: int = 10,
+    objective: str = "time",
+) -> Ranking:
+    """Rank every feasible mesh by ``objective`` ('time': step time; 'memory': memory per GPU)."""
+    if objective not in OBJECTIVES:
+        raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
+    pins = dict(pins or {})
+    mesh = enumerate_meshes(model, cluster, job, pins)
+    masks = rule_masks(model, cluster, job, mesh)
+    alive = np.ones(len(mesh), dtype=bool)
+    pruned: dict[str, int] = {}
+    hard = {r.name for r in RULES if r.hard or (r.name == "tp_within_fast_domain" and "tp" not in pins)}
+    for rule in RULES:
+        if rule.name not in hard:
+            continue
+        fail = alive & ~masks[rule.name]
+        if fail.any():
+            pruned[rule.name] = int(fail.sum())
+        alive &= masks[rule.name]
+    candidates = _subset(mesh, alive)
+    cols = evaluate(model, cluster, job, candidates)
+    fits = cols.fits
+    if (~fits).any():
+        pruned["memory"] = int((~fits).sum())
+    idx = np.flatnonzero(fits)
+    if idx.size == 0:
+        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pruned, cols))
+    key = cols.step_time_s[idx] if objective == "time" else cols.memory.total[idx]
+    ranked = idx[np.lexsort((cols.memory.total[idx], key))][:top]
+    out = []
+    for rank, i in enumerate(ranked, start=1):
+        config = candidates.row(int(i))
+        est = row_estimate(cols, int(i), model, cluster, job, config)
+        est = est.model_copy(update={"warnings": advice(model, cluster, config, est)})
+        out.append(RankedEstimate(**dict(est), rank=rank))
+    front = idx[pareto_front(cols.step_time_s[idx], cols.memory.total[idx])]
+    return Ranking(
+        model=model.name,
+        cluster=cluster.name,
+        cluster_description=cluster.describe(),
+        num_gpus=cluster.num_gpus,
+        job=job,
+        objective=objective,
+        evaluated=len(mesh),
+        feasible=int(idx.size),
+        pruned=pruned,
+        candidates=out,
+        pareto=[
+            ParetoPoint(
+                mesh=candidates.row(int(i)).short(),
+                step_time_s=float(cols.step_time_s[i]),
+                memory_per_gpu_bytes=float(cols.memory.total[i]),
+            )
+            for i in front
+        ],
+    )
+
+
+def _nothing_fits(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, pruned: dict[str, int], cols: Any
+) -> str:
+    """Why the search came back empty: the rule that pruned most, or the memory shortfall."""
+    if len(mesh) == 0:
+        return "no mesh matches the pins for this GPU count; check --tp/--pp/--dp/--cp against the cluster"
+    if len(cols.fits):
+        best = float(np.min(cols.memory.total))
+        cap = cluster.gpu.hbm_capacity_gib
+        return (
+            f"no mesh fits in memory: the leanest needs {best / 2**30:.1f} GiB per GPU, {cap:.1f} GiB available; "
+            "try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"
+        )
+    worst = max(pruned, key=pruned.__getitem__)
+    return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"
+
+
+def default_job(
+    model: ModelSpec,
+    seq_len: int | None = None,
+    global_batch_size: int | None = None,
+    global_batch_tokens: int | None = None,
+    **extra: Any,
+) -> JobSpec:
+    """The job when the user gives none: the model card's sequence length and batch, else
+    s = 4096 and a 4 Mi-token batch (Llama 3's initial batch, arXiv:2407.21783 section 3.4.1)."""
+    s = seq_len or model.default_seq_len or DEFAULT_SEQ_LEN
+    if global_batch_size is None and global_batch_tokens is None:
+        global_batch_size = model.default_global_batch_size or max(1, DEFAULT_BATCH_TOKENS // s)
+    data = {"seq_len": s, "global_batch_size": global_batch_size, "global_batch_tokens": global_batch_tokens, **extra}
+    from planner.catalog import validate_as
+
+    return validate_as(JobSpec, {k: v for k, v in data.items() if v is not None}, "job")
+
+
+DEFAULT_SEQ_LEN = 4096
+DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
+
+
+def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
+    """Drop unset (None) knobs; validate the rest against ParallelConfig's field types."""
+    pins = {k: v for k, v in fields.items() if v is not None}
+    unknown = set(pins) - set(ParallelConfig.model_fields)
+    if unknown:
+        raise PlannerError(f"unknown mesh knob(s) {sorted(unknown)}; allowed: {sorted(ParallelConfig.model_fields)}")
+    return pins
