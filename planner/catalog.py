@@ -213,9 +213,9 @@ def list_profiles() -> list[HardwareProfile]:
 
 def _cluster(name: str, profile: HardwareProfile, nodes: int | None, gpus: int | None, where: str) -> ClusterSpec:
     """Apply the node/GPU counts (``--nodes`` / ``--gpus`` win over the name) and validate."""
-    for flag, value in (("nodes", nodes), ("gpus", gpus)):
+    for field, value in (("num_nodes", nodes), ("num_gpus", gpus)):
         if isinstance(value, int) and value < 1:
-            raise PlannerError(f"{where}: --{flag} must be a positive integer, got {value}")
+            raise PlannerError(f"{where}: field '{field}': must be a positive integer, got {value}")
     gpn = profile.gpus_per_node
     if nodes is None:
         nodes = -(-gpus // gpn) if isinstance(gpus, int) else 1

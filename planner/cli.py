@@ -10,7 +10,6 @@ import json
 import sys
 from typing import Annotated, Any, Literal, Optional
 
-import click
 import typer
 from rich.console import Console
 
@@ -28,7 +27,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=False,
-    rich_markup_mode="rich",
+    rich_markup_mode=None,
 )
 list_app = typer.Typer(help="List the bundled catalogs.", add_completion=False)
 show_app = typer.Typer(help="Show one model or cluster with its derived figures.", add_completion=False)
@@ -39,45 +38,70 @@ app.add_typer(show_app, name="show")
 ModelOpt = Annotated[
     Optional[str],
     typer.Option(
-        "--model", "-m", help="Catalog name or alias (llama70b), a model YAML, or a Hugging Face config.json."
+        "--model",
+        "-m",
+        metavar="NAME|PATH",
+        help="Catalog name or alias (llama70b), a model YAML, or a Hugging Face config.json.",
     ),
 ]
 ClusterOpt = Annotated[
     Optional[str],
     typer.Option(
-        "--cluster", "-c", help="<profile> (one node), <profile>x<N> (N nodes, e.g. dgx-h100x16), or a YAML path."
+        "--cluster",
+        "-c",
+        metavar="NAME|PATH",
+        help="<profile> (one node), <profile>x<N> (N nodes, e.g. dgx-h100x16), or a YAML path.",
     ),
 ]
-NodesOpt = Annotated[Optional[int], typer.Option("--nodes", min=1, help="Override the node count of --cluster.")]
+NodesOpt = Annotated[
+    Optional[int], typer.Option("--nodes", min=1, metavar="N", help="Override the node count of --cluster.")
+]
 GpusOpt = Annotated[
-    Optional[int], typer.Option("--gpus", min=1, help="Override the GPU count (the last node may be partly used).")
+    Optional[int],
+    typer.Option("--gpus", min=1, metavar="N", help="Override the GPU count (the last node may be partly used)."),
 ]
 BatchOpt = Annotated[
     Optional[int],
     typer.Option(
-        "--global-batch-size", "-B", min=1, help="Global batch in sequences (default: model card, else 4 Mi tokens)."
+        "--global-batch-size",
+        "-B",
+        min=1,
+        metavar="N",
+        help="Global batch in sequences (default: model card, else 4 Mi tokens).",
     ),
 ]
 BatchTokensOpt = Annotated[
-    Optional[int], typer.Option("--global-batch-tokens", min=1, help="Global batch in tokens (instead of sequences).")
+    Optional[int],
+    typer.Option("--global-batch-tokens", min=1, metavar="N", help="Global batch in tokens (instead of sequences)."),
 ]
 SeqOpt = Annotated[
-    Optional[int], typer.Option("--seq-len", "-s", min=1, help="Sequence length (default: model card, else 4096).")
+    Optional[int],
+    typer.Option("--seq-len", "-s", min=1, metavar="N", help="Sequence length (default: model card, else 4096)."),
 ]
 DtypeOpt = Annotated[Literal["bf16", "fp16", "fp8"], typer.Option("--dtype", help="Matmul precision.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
-TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
-PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, help="Pipeline-parallel degree (stages).")]
-DpOpt = Annotated[Optional[int], typer.Option("--dp", min=1, help="Data-parallel degree.")]
-CpOpt = Annotated[Optional[int], typer.Option("--cp", min=1, help="Context-parallel degree.")]
-EpOpt = Annotated[Optional[int], typer.Option("--ep", min=1, help="Expert-parallel degree (folds into tp*cp*dp).")]
-EtpOpt = Annotated[Optional[int], typer.Option("--expert-tp", min=1, help="Tensor-parallel degree of expert layers.")]
-MbsOpt = Annotated[Optional[int], typer.Option("--micro-batch-size", "-b", min=1, help="Micro-batch size (sequences).")]
+TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree.")]
+PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, metavar="N", help="Pipeline-parallel degree (stages).")]
+DpOpt = Annotated[Optional[int], typer.Option("--dp", min=1, metavar="N", help="Data-parallel degree.")]
+CpOpt = Annotated[Optional[int], typer.Option("--cp", min=1, metavar="N", help="Context-parallel degree.")]
+EpOpt = Annotated[
+    Optional[int], typer.Option("--ep", min=1, metavar="N", help="Expert-parallel degree (folds into tp*cp*dp).")
+]
+EtpOpt = Annotated[
+    Optional[int], typer.Option("--expert-tp", min=1, metavar="N", help="Tensor-parallel degree of expert layers.")
+]
+MbsOpt = Annotated[
+    Optional[int], typer.Option("--micro-batch-size", "-b", min=1, metavar="N", help="Micro-batch size (sequences).")
+]
 VOpt = Annotated[
     Optional[int],
-    typer.Option("--virtual-stages", "-v", min=1, help="Model chunks per pipeline rank (interleaved 1F1B)."),
+    typer.Option(
+        "--virtual-stages", "-v", min=1, metavar="N", help="Model chunks per pipeline rank (interleaved 1F1B)."
+    ),
 ]
-ZeroOpt = Annotated[Optional[int], typer.Option("--zero-stage", "-z", min=0, max=3, help="ZeRO stage 0-3 (3 = FSDP).")]
+ZeroOpt = Annotated[
+    Optional[int], typer.Option("--zero-stage", "-z", min=0, metavar="N", max=3, help="ZeRO stage 0-3 (3 = FSDP).")
+]
 RecomputeOpt = Annotated[
     Optional[Literal["none", "selective", "full"]], typer.Option("--recompute", help="Activation recomputation.")
 ]
@@ -90,9 +114,10 @@ ScheduleOpt = Annotated[
     typer.Option("--schedule", help="Pipeline schedule."),
 ]
 OrderOpt = Annotated[
-    Optional[str], typer.Option("--order", help="Rank placement, innermost axis first (default tp-cp-dp-pp).")
+    Optional[str],
+    typer.Option("--order", metavar="AXES", help="Rank placement, innermost axis first (default tp-cp-dp-pp)."),
 ]
-TopOpt = Annotated[int, typer.Option("--top", "-k", min=1, help="How many candidates to show.")]
+TopOpt = Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")]
 ObjectiveOpt = Annotated[
     Literal["time", "memory"], typer.Option("--objective", help="Rank by step time or by memory per GPU.")
 ]
@@ -353,6 +378,12 @@ def show_cluster_cmd(
     print_cluster(Console(), cluster)
 
 
+def _is_a(err: BaseException, class_name: str) -> bool:
+    """Whether ``err`` is a click-style ``class_name`` error. Typer >= 0.25 vendors click
+    (typer._click), older releases use click itself: match on the class hierarchy's names."""
+    return any(cls.__name__ == class_name for cls in type(err).__mro__)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning user errors into one line and exit code 2."""
     try:
@@ -360,15 +391,19 @@ def main(argv: list[str] | None = None) -> int:
     except PlannerError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2
-    except click.exceptions.UsageError as err:
-        where = f" (see `{err.ctx.command_path} --help`)" if err.ctx else ""
-        sys.stderr.write(f"error: {err.format_message()}{where}\n")
-        return 2
-    except click.exceptions.Abort:
-        sys.stderr.write("aborted\n")
-        return 1
     except BrokenPipeError:
         return 0
+    except Exception as err:
+        if _is_a(err, "UsageError"):
+            ctx = getattr(err, "ctx", None)
+            where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            message = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+            sys.stderr.write(f"error: {message}{where}\n")
+            return 2
+        if _is_a(err, "Abort"):
+            sys.stderr.write("aborted\n")
+            return 1
+        raise
     return int(result) if isinstance(result, int) else 0
 
 

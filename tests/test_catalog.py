@@ -1,0 +1,149 @@
+"""Catalog: names, aliases, cluster-name grammar, YAML and config.json paths, sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.catalog import catalog_dir, list_profiles, load_cluster, load_model, model_names, profile_names
+from planner.errors import PlannerError
+
+REQUIRED_MODELS = {
+    "gpt3-175b",
+    "llama2-7b",
+    "llama2-13b",
+    "llama2-70b",
+    "llama3-8b",
+    "llama3-70b",
+    "llama3-405b",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "deepseek-v3",
+    "gpt2-124m",
+    "gpt-1.7b",
+    "gpt-3.6b",
+    "gpt-7.5b",
+    "gpt-18.4b",
+    "gpt-39.1b",
+    "gpt-76.1b",
+    "gpt-145.6b",
+    "gpt-310.1b",
+    "gpt-529.6b",
+    "gpt-1t",
+    "gpt-22b",
+    "bloom-176b",
+}
+REQUIRED_PROFILES = {"dgx-a100-80g", "dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "mi300x", "localhost-cpu"}
+
+
+def test_catalog_holds_every_required_entry() -> None:
+    assert REQUIRED_MODELS <= set(model_names())
+    assert REQUIRED_PROFILES <= set(profile_names())
+
+
+@pytest.mark.parametrize("kind", ["models", "hardware_profiles"])
+def test_file_name_matches_name_key(kind: str) -> None:
+    for path in catalog_dir(kind).glob("*.yaml"):
+        assert yaml.safe_load(path.read_text())["name"] == path.stem, path
+
+
+def test_aliases_are_unique_and_resolve() -> None:
+    seen: dict[str, str] = {}
+    for path in catalog_dir("models").glob("*.yaml"):
+        for alias in yaml.safe_load(path.read_text()).get("aliases", []):
+            assert alias.lower() not in seen, (alias, path.stem, seen.get(alias.lower()))
+            assert alias.lower() not in model_names()
+            seen[alias.lower()] = path.stem
+    assert load_model("llama70b").name == "llama3-70b"
+    assert load_model("LLAMA70B").name == "llama3-70b"
+
+
+def test_every_profile_number_has_a_source() -> None:
+    # The schema refuses a number without a source; here we also refuse empty source texts.
+    for profile in list_profiles():
+        for obj in (profile, profile.gpu, profile.intra_node, profile.inter_node):
+            assert obj.sources, profile.name
+            assert all(len(text.strip()) > 10 for text in obj.sources.values()), (profile.name, obj.sources)
+
+
+def test_cluster_name_grammar() -> None:
+    c = load_cluster("dgx-h100x16")
+    assert (c.num_nodes, c.gpus_per_node, c.num_gpus) == (16, 8, 128)
+    assert c.describe().startswith("dgx-h100x16: 16 nodes x 8 ")
+    assert c.describe().endswith("= 128 GPUs")
+    assert load_cluster("dgx-h100").num_gpus == 8
+    assert load_cluster("mi300xx4").num_gpus == 32
+    assert load_cluster("mi300x").num_gpus == 8
+    assert load_cluster("dgx-h100x16", nodes=2).num_gpus == 16
+    partial = load_cluster("dgx-h100", gpus=12)
+    assert (partial.num_nodes, partial.num_gpus) == (2, 12)
+    assert "partly used" in partial.describe()
+
+
+def test_cluster_yaml_files(tmp_path: Path) -> None:
+    cluster_file = tmp_path / "mine.yaml"
+    cluster_file.write_text("name: my-pod\nprofile: dgx-h200\nnum_nodes: 4\n")
+    c = load_cluster(str(cluster_file))
+    assert (c.name, c.num_gpus, c.gpu.name) == ("my-pod", 32, load_cluster("dgx-h200").gpu.name)
+    # A plain profile YAML is one node.
+    profile_file = catalog_dir("hardware_profiles") / "dgx-b200.yaml"
+    assert load_cluster(str(profile_file)).num_gpus == load_cluster("dgx-b200").num_gpus
+
+
+def test_model_yaml_path_and_hf_config(tmp_path: Path) -> None:
+    src = catalog_dir("models") / "llama3-8b.yaml"
+    copy = tmp_path / "my-llama.yaml"
+    copy.write_text(src.read_text())
+    assert load_model(str(copy)).parameter_counts.total == load_model("llama3-8b").parameter_counts.total
+
+    # A Llama 3 8B config.json as published on the Hugging Face hub (trimmed of nothing we use).
+    hf = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_hidden_layers": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+        "rope_theta": 500000.0,
+        "torch_dtype": "bfloat16",
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+        "rms_norm_eps": 1e-05,
+        "bos_token_id": 128000,
+    }
+    folder = tmp_path / "Meta-Llama-3-8B"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(hf))
+    m = load_model(str(folder / "config.json"))
+    assert m.name == "Meta-Llama-3-8B"
+    assert m.parameter_counts.total == 8_030_261_248
+
+    # GPT-2 spells its keys differently (n_layer, n_embd, ...).
+    gpt2 = {
+        "model_type": "gpt2",
+        "n_layer": 12,
+        "n_embd": 768,
+        "n_head": 12,
+        "n_positions": 1024,
+        "vocab_size": 50257,
+        "activation_function": "gelu_new",
+        "layer_norm_epsilon": 1e-5,
+        "n_inner": None,
+    }
+    (tmp_path / "gpt2.json").write_text(json.dumps(gpt2))
+    assert load_model(str(tmp_path / "gpt2.json")).parameter_counts.total == 124_439_808
+
+
+def test_unknown_names_suggest_close_matches() -> None:
+    with pytest.raises(PlannerError, match="did you mean llama3-70b"):
+        load_model("llama3-70")
+    with pytest.raises(PlannerError, match=r"unknown cluster 'dgx-h10x16'.*dgx-h100x16"):
+        load_cluster("dgx-h10x16")

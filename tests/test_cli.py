@@ -1,0 +1,165 @@
+"""The CLI's happy paths: JSON shapes and the figures they carry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from planner import __version__
+from planner.schemas import Estimate
+from planner.schemas.ranking import Ranking
+
+ESTIMATE_KEYS = {
+    "step_time_s",
+    "tokens_per_s",
+    "tokens_per_s_per_gpu",
+    "model_flops_per_step",
+    "model_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "bubble_fraction",
+    "num_microbatches",
+    "memory_per_gpu_bytes",
+    "memory_breakdown_bytes",
+    "time_breakdown_s",
+    "comm_bytes_per_gpu",
+    "fits",
+    "warnings",
+    "config",
+}
+
+
+def test_version_and_help(cli) -> None:
+    r = cli("--version")
+    assert r.code == 0 and r.out.strip() == f"plan {__version__}"
+    r = cli("--help")
+    assert r.code == 0 and "plan --model llama70b --cluster dgx-h100x16" in r.out
+    r = cli("estimate", "--help")
+    assert r.code == 0 and "--micro-batch-size" in r.out
+
+
+def test_show_model_json_prints_parameter_counts(cli) -> None:
+    r = cli("show", "model", "llama3-70b", "--json")
+    assert r.code == 0
+    data = r.json()
+    assert data["parameters"]["total"] == pytest.approx(70.6e9, rel=0.01)
+    assert data["parameters"]["embedding"] == data["parameters"]["lm_head"] == 8192 * 128256
+    assert data["gated_mlp"] is True and data["is_moe"] is False
+    assert data["training_flops_per_token"] == pytest.approx(4.86e11, rel=0.01)
+
+
+def test_show_model_by_alias_human(cli) -> None:
+    r = cli("show", "model", "dsv3")
+    assert r.code == 0 and "deepseek-v3" in r.out and "671" in r.out
+
+
+def test_list_json(cli) -> None:
+    models = cli("list", "models", "--json").json()
+    assert {m["name"] for m in models} >= {"llama3-70b", "deepseek-v3", "gpt3-175b"}
+    clusters = cli("list", "clusters", "--json").json()
+    assert {c["name"] for c in clusters} >= {"dgx-h100", "gb200-nvl72", "localhost-cpu"}
+    assert all("sources" in c["gpu"] for c in clusters)
+
+
+def test_show_cluster(cli) -> None:
+    data = cli("show", "cluster", "dgx-h100x16", "--json").json()
+    assert data["num_gpus"] == 128 and data["num_nodes"] == 16
+    assert data["description"].startswith("dgx-h100x16: 16 nodes x 8 ")
+    human = cli("show", "cluster", "dgx-h100x16")
+    assert human.code == 0 and "128 GPUs" in human.out
+
+
+def test_estimate_json_has_the_contract_keys_and_round_trips(cli) -> None:
+    r = cli(
+        "estimate",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "dgx-h100x16",
+        "--tp",
+        "8",
+        "--pp",
+        "2",
+        "--dp",
+        "8",
+        "--sequence-parallel",
+        "--zero-stage",
+        "1",
+        "--recompute",
+        "selective",
+        "--json",
+    )
+    assert r.code == 0, r.err
+    data = r.json()
+    assert ESTIMATE_KEYS <= set(data)
+    assert set(data["memory_breakdown_bytes"]) == {
+        "weights",
+        "gradients",
+        "optimizer",
+        "activations",
+        "logits",
+        "overhead",
+    }
+    assert set(data["time_breakdown_s"]) == {
+        "compute",
+        "tp_comm",
+        "pp_comm",
+        "dp_comm",
+        "cp_comm",
+        "ep_comm",
+        "bubble",
+        "optimizer",
+    }
+    assert set(data["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
+    est = Estimate.model_validate_json(r.out)
+    assert est.config.parallel.tp == 8 and est.config.num_gpus == 128
+    assert sum(est.time_breakdown_s.model_dump().values()) == pytest.approx(est.step_time_s, rel=1e-9)
+    assert sum(est.memory_breakdown_bytes.model_dump().values()) == pytest.approx(est.memory_per_gpu_bytes, rel=1e-9)
+    assert est.tokens_per_s == pytest.approx(est.config.job.tokens_per_step / est.step_time_s)
+    assert 0 < est.mfu <= est.hfu < 1
+
+
+def test_estimate_human_output(cli) -> None:
+    r = cli("estimate", "--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "8", "--pp", "2")
+    assert r.code == 0, r.err
+    for text in ("step time", "MFU", "memory per GPU", "tp_comm", "intra_node"):
+        assert text in r.out
+
+
+def test_cross_node_tp_is_warned(cli) -> None:
+    r = cli(
+        "estimate", "--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "16", "--sequence-parallel", "--json"
+    )
+    data = r.json()
+    assert any("fast domain" in w for w in data["warnings"])
+    assert data["links"]["tp"] == "inter_node"
+
+
+def test_plan_ranks_candidates(cli) -> None:
+    r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--top", "3", "--json")
+    assert r.code == 0, r.err
+    ranking = Ranking.model_validate_json(r.out)
+    assert [c.rank for c in ranking.candidates] == [1, 2, 3]
+    times = [c.step_time_s for c in ranking.candidates]
+    assert times == sorted(times)
+    assert all(c.fits for c in ranking.candidates)
+    assert ranking.evaluated >= ranking.feasible > 0 and ranking.pareto
+
+
+def test_plan_pins_are_respected(cli) -> None:
+    r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "8", "--zero-stage", "1", "--top", "5", "--json")
+    for c in r.json()["candidates"]:
+        assert c["config"]["parallel"]["tp"] == 8 and c["config"]["parallel"]["zero_stage"] == 1
+
+
+def test_console_script_runs_without_torch() -> None:
+    code = (
+        "import sys; from planner.cli import main; "
+        "rc = main(['--model','llama70b','--cluster','dgx-h100x16','--top','1']);"
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "dgx-h100x16: 16 nodes x 8" in out.stdout

@@ -1,0 +1,133 @@
+"""Memory model: Korthikanti et al. 2022 activation constants, ZeRO savings, pipeline in-flight."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_model
+from planner.cost.memory import (
+    activation_bytes_per_token_layer,
+    korthikanti_bytes_per_layer,
+    model_state_bytes,
+    rank_params,
+)
+from planner.cost.pipeline import bubble_fraction, microbatches_in_flight
+from planner.mesh import MeshArrays
+from planner.schemas import JobSpec, ParallelConfig
+
+GPT_22B = load_model("gpt-22b")  # h 6144, a 64: Korthikanti et al. 2022, Table 3
+
+
+def _mesh(**kw: object) -> MeshArrays:
+    return MeshArrays.from_configs([ParallelConfig(**kw)])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("tp", "sp", "recompute"),
+    [
+        (1, False, "none"),
+        (8, False, "none"),
+        (8, True, "none"),
+        (8, False, "selective"),
+        (8, True, "selective"),
+        (4, True, "none"),
+        (1, False, "full"),
+        (8, False, "full"),
+    ],
+)
+def test_gpt_block_reproduces_korthikanti_table2(tp: int, sp: bool, recompute: str) -> None:
+    # GPT block with dropout and without flash attention, 2-byte activations (paper's setting).
+    s, b = 2048, 4
+    job = JobSpec(global_batch_size=b, seq_len=s, flash_attention=False, dropout=True)
+    mesh = _mesh(tp=tp, sequence_parallel=sp, recompute=recompute)
+    ours = float(activation_bytes_per_token_layer(GPT_22B, job, mesh, moe=False)[0]) * s * b
+    ref = korthikanti_bytes_per_layer(s, b, GPT_22B.hidden_size, GPT_22B.num_attention_heads, tp, sp, recompute)
+    assert ours == pytest.approx(ref, rel=1e-12)
+
+
+def test_korthikanti_constants_themselves() -> None:
+    s, b, h, a = 2048, 1, 6144, 64
+    assert korthikanti_bytes_per_layer(s, b, h, a, 1, False, "none") == s * b * h * (34 + 5 * a * s / h)
+    assert korthikanti_bytes_per_layer(s, b, h, a, 8, False, "none") == pytest.approx(
+        s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8))
+    )
+    assert korthikanti_bytes_per_layer(s, b, h, a, 8, True, "selective") == pytest.approx(34 * s * b * h / 8)
+    assert korthikanti_bytes_per_layer(s, b, h, a, 8, True, "full") == 2 * s * b * h
+
+
+def test_modern_llama_block_with_flash_attention() -> None:
+    # Llama 3 70B, bf16, flash attention, no dropout, t = 1. Kept per token, in bytes:
+    # norm inputs and outputs 8h, Q 2h, K and V 2 * 2 * 1024, O input 2h, SwiGLU 6f, LSE 4a.
+    m = load_model("llama3-70b")
+    job = JobSpec(global_batch_size=1, seq_len=8192)
+    got = float(activation_bytes_per_token_layer(m, job, _mesh(), moe=False)[0])
+    h, f, a = 8192, 28672, 64
+    assert got == 8 * h + 2 * h + 4 * 1024 + 2 * h + 6 * f + 4 * a
+    # No s^2 term: doubling the sequence does not change bytes per token.
+    job2 = JobSpec(global_batch_size=1, seq_len=16384)
+    assert float(activation_bytes_per_token_layer(m, job2, _mesh(), moe=False)[0]) == got
+
+
+def test_zero_stages_shrink_model_states_as_published() -> None:
+    # Rajbhandari et al. 2020, Figure 1: with K = 12 and d = 64, ZeRO-1 ~4x, ZeRO-2 ~8x savings,
+    # ZeRO-3 ~d-fold (less the working set).
+    m = load_model("llama3-8b")
+    job = JobSpec(global_batch_size=64, seq_len=4096)
+    totals = []
+    for z in range(4):
+        mesh = _mesh(dp=64, zero_stage=z)
+        params = rank_params(m, mesh, np.array([True]), np.array([True]))
+        w, g, o = model_state_bytes(job, mesh, params)
+        totals.append(float((w + g + o)[0]))
+    assert totals[0] / totals[1] == pytest.approx(16 / (4 + 12 / 64), rel=1e-9)  # ~3.8x
+    assert totals[0] / totals[2] == pytest.approx(16 / (2 + 14 / 64), rel=1e-9)  # ~7.2x
+    assert totals[3] < totals[2] / 4
+    assert totals == sorted(totals, reverse=True)
+
+
+def test_optimizer_state_sharded_over_dp_and_cp() -> None:
+    m = load_model("llama3-8b")
+    job = JobSpec(global_batch_size=64, seq_len=8192)
+    a = rank_params(m, _mesh(dp=8, cp=2, zero_stage=1), np.array([True]), np.array([True]))
+    _, _, opt_cp = model_state_bytes(job, _mesh(dp=8, cp=2, zero_stage=1), a)
+    _, _, opt_dp = model_state_bytes(job, _mesh(dp=16, zero_stage=1), a)
+    assert float(opt_cp[0]) == pytest.approx(float(opt_dp[0]))
+
+
+@pytest.mark.parametrize(("p", "m", "expected"), [(4, 4, 0.429), (4, 16, 0.158), (4, 64, 0.045), (8, 64, 0.099)])
+def test_bubble_table_from_reference(p: int, m: int, expected: float) -> None:
+    # shared/reference strategy notes: (p-1)/(m+p-1).
+    mesh = _mesh(pp=p)
+    assert float(bubble_fraction(np.array([m]), mesh)[0]) == pytest.approx(expected, abs=5e-4)
+
+
+def test_interleaving_and_zero_bubble_shrink_the_bubble() -> None:
+    m = np.array([16])
+    plain = float(bubble_fraction(m, _mesh(pp=4))[0])
+    inter = float(bubble_fraction(m, _mesh(pp=4, schedule="interleaved-1f1b", virtual_stages=2))[0])
+    zb = float(bubble_fraction(m, _mesh(pp=4, schedule="zb-h1"))[0])
+    assert inter == pytest.approx(3 / (2 * 16 + 3))
+    assert zb == pytest.approx(1 / (16 + 1))
+    assert zb < inter < plain
+
+
+def test_in_flight_microbatches_per_schedule() -> None:
+    m = np.array([32])
+    assert microbatches_in_flight(m, _mesh(pp=8, schedule="gpipe"))[0] == 32
+    assert microbatches_in_flight(m, _mesh(pp=8))[0] == 8
+    inter = microbatches_in_flight(m, _mesh(pp=8, schedule="interleaved-1f1b", virtual_stages=4))[0]
+    assert inter == pytest.approx(8 * (1 + 7 / 32))
+
+
+def test_all_combinations_give_finite_nonnegative_activations() -> None:
+    m = load_model("mixtral-8x7b")
+    job = JobSpec(global_batch_size=32, seq_len=4096)
+    for tp, sp, rec in itertools.product((1, 2, 8), (False, True), ("none", "selective", "full")):
+        if sp and tp == 1:
+            continue
+        for moe in (False, True):
+            v = activation_bytes_per_token_layer(m, job, _mesh(tp=tp, sequence_parallel=sp, recompute=rec), moe=moe)
+            assert np.all(np.isfinite(v)) and np.all(v > 0)
