@@ -123,6 +123,13 @@ ObjectiveOpt = Annotated[
 ]
 
 
+def _console() -> Console:
+    """Rich console; when output is piped, 120 columns instead of rich's default 80 so the
+    ranking table is not truncated."""
+    console = Console()
+    return console if console.is_terminal else Console(width=120)
+
+
 def _emit_json(payload: Any) -> None:
     sys.stdout.write(json.dumps(payload, indent=2) + "\n")
 
@@ -212,7 +219,7 @@ def plan_main(
     else:
         from planner.render import print_ranking
 
-        print_ranking(Console(), ranking)
+        print_ranking(_console(), ranking)
 
 
 @app.command("estimate")
@@ -278,7 +285,7 @@ def estimate_cmd(
     else:
         from planner.render import print_estimate
 
-        print_estimate(Console(), est, clus)
+        print_estimate(_console(), est, clus)
 
 
 @list_app.command("models")
@@ -292,7 +299,7 @@ def list_models_cmd(as_json: JsonOpt = False) -> None:
         return
     from planner.render import print_models
 
-    print_models(Console(), models)
+    print_models(_console(), models)
 
 
 @list_app.command("clusters")
@@ -306,7 +313,7 @@ def list_clusters_cmd(as_json: JsonOpt = False) -> None:
         return
     from planner.render import print_profiles
 
-    print_profiles(Console(), profiles)
+    print_profiles(_console(), profiles)
 
 
 def _model_json(model: Any, seq_len: int | None = None) -> dict[str, Any]:
@@ -342,7 +349,7 @@ def show_model_cmd(
         return
     from planner.render import print_model
 
-    print_model(Console(), model, info["training_flops_per_token"], info["seq_len"])
+    print_model(_console(), model, info["training_flops_per_token"], info["seq_len"])
 
 
 @show_app.command("cluster")
@@ -375,7 +382,7 @@ def show_cluster_cmd(
         return
     from planner.render import print_cluster
 
-    print_cluster(Console(), cluster)
+    print_cluster(_console(), cluster)
 
 
 def _is_a(err: BaseException, class_name: str) -> bool:

@@ -77,13 +77,14 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
 
 
 def print_ranking(console: Console, ranking: Ranking) -> None:
+    """Top candidates as one compact table (about 100 columns), then the search's bookkeeping."""
     job = ranking.job
     console.print(f"[bold]{ranking.model}[/] on {ranking.cluster_description}")
     console.print(
         f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}; "
         f"ranked by {ranking.objective}"
     )
-    table = Table()
+    table = Table(box=None, padding=(0, 1), header_style="bold")
     for col in (
         "#",
         "tp",
@@ -93,17 +94,17 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         "ep",
         "mbs",
         "v",
-        "ZeRO",
-        "recompute",
+        "Z",
+        "recomp",
         "SP",
         "step",
-        "tokens/s",
+        "tok/s/GPU",
         "MFU",
-        "GiB/GPU",
-        "headroom",
+        "GiB",
+        "free",
         "bubble",
     ):
-        table.add_column(col, justify="right" if col not in ("recompute",) else "left")
+        table.add_column(col, justify="left" if col == "recomp" else "right")
     for c in ranking.candidates:
         p = c.config.parallel
         table.add_row(
@@ -116,10 +117,10 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             str(p.micro_batch_size),
             str(p.virtual_stages),
             str(p.zero_stage),
-            p.recompute,
+            p.recompute[:4],
             "y" if p.sequence_parallel else "n",
             duration(c.step_time_s),
-            f"{c.tokens_per_s:,.0f}",
+            f"{c.tokens_per_s_per_gpu:,.0f}",
             f"{c.mfu:.1%}",
             gib(c.memory_per_gpu_bytes),
             gib(c.memory_usable_bytes - c.memory_per_gpu_bytes),
