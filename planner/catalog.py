@@ -270,6 +270,8 @@ def load_cluster(
         count = int(match["nodes"])
         if count < 1:
             raise PlannerError(f"cluster '{text}': node count must be at least 1")
-        return _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else count, gpus, text)
+        # --gpus alone re-derives the node count; --nodes wins over the name's count.
+        named = count if gpus is None else None
+        return _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else named, gpus, text)
     known = profile_names() + [f"{p}x16" for p in profile_names()]
     raise _unknown("cluster", text, known, "use <profile> or <profile>x<nodes>, see `plan list clusters`")

@@ -20,12 +20,13 @@ def describe_validation_error(err: ValidationError, where: str) -> str:
     what a person can act on.
     """
     first = err.errors()[0]
-    loc = ".".join(str(part) for part in first["loc"]) or "(top level)"
-    msg = first["msg"]
+    loc = ".".join(str(part) for part in first["loc"])
+    msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         msg = "unknown key (not allowed here; check the spelling)"
     elif first["type"] == "missing":
         msg = "required key is missing"
     more = len(err.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
-    return f"{where}: field '{loc}': {msg}{tail}"
+    field = f"field '{loc}': " if loc else ""
+    return f"{where}: {field}{msg}{tail}"

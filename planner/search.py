@@ -41,6 +41,9 @@ def divisors(n: int) -> list[int]:
 def _degree_tuples(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> list[tuple[int, ...]]:
     """(tp, cp, pp, dp, ep, expert_tp) combinations whose product is the GPU count."""
     n = cluster.num_gpus
+    for axis in ("tp", "pp", "dp", "cp"):
+        if axis in pins and n % pins[axis]:
+            raise PlannerError(f"--{axis} {pins[axis]} does not divide the {n} GPUs of {cluster.name}")
     rows = []
     tps = [pins["tp"]] if "tp" in pins else [t for t in divisors(n) if t <= cluster.fast_domain_gpus]
     for tp in tps:
@@ -182,7 +185,7 @@ def search(
         pruned["memory"] = int((~fits).sum())
     idx = np.flatnonzero(fits)
     if idx.size == 0:
-        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pruned, cols))
+        raise PlannerError(_nothing_fits(cluster, mesh, pins, pruned, cols))
     key = cols.step_time_s[idx] if objective == "time" else cols.memory.total[idx]
     ranked = idx[np.lexsort((cols.memory.total[idx], key))][:top]
     out = []
@@ -215,11 +218,17 @@ def search(
 
 
 def _nothing_fits(
-    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, pruned: dict[str, int], cols: Any
+    cluster: ClusterSpec, mesh: MeshArrays, pins: dict[str, Any], pruned: dict[str, int], cols: Any
 ) -> str:
     """Why the search came back empty: the rule that pruned most, or the memory shortfall."""
     if len(mesh) == 0:
-        return "no mesh matches the pins for this GPU count; check --tp/--pp/--dp/--cp against the cluster"
+        pinned = {a: pins[a] for a in ("tp", "pp", "dp", "cp") if a in pins}
+        product = int(np.prod(list(pinned.values()))) if pinned else 1
+        label = "*".join(pinned) or "the degrees"
+        return (
+            f"no mesh matches the pins: {label} = {product} leaves no way to fill the {cluster.num_gpus} GPUs "
+            f"of {cluster.name} (tp up to the {cluster.fast_domain_gpus}-GPU fast domain unless pinned)"
+        )
     if len(cols.fits):
         best = float(np.min(cols.memory.total))
         cap = cluster.gpu.hbm_capacity_gib

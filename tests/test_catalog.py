@@ -147,3 +147,10 @@ def test_unknown_names_suggest_close_matches() -> None:
         load_model("llama3-70")
     with pytest.raises(PlannerError, match=r"unknown cluster 'dgx-h10x16'.*dgx-h100x16"):
         load_cluster("dgx-h10x16")
+
+
+def test_gpus_flag_alone_rederives_the_node_count() -> None:
+    c = load_cluster("dgx-h100x16", gpus=12)
+    assert (c.num_nodes, c.num_gpus) == (2, 12)
+    with pytest.raises(PlannerError, match="num_gpus 12 leaves a node of the 16 empty"):
+        load_cluster("dgx-h100x16", nodes=16, gpus=12)

@@ -128,3 +128,22 @@ def test_dense_model_with_ep(cli) -> None:
 
 def test_missing_required_option(cli) -> None:
     assert_one_line_error(cli("estimate", "--cluster", "dgx-h100"), "--model is required")
+
+
+def test_pin_that_does_not_divide_the_gpus(cli) -> None:
+    assert_one_line_error(cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "3"), "--tp 3", "128 GPUs")
+
+
+def test_pins_whose_product_exceeds_the_gpus(cli) -> None:
+    r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "8", "--pp", "8", "--cp", "4")
+    assert_one_line_error(r, "tp*pp*cp = 256", "128 GPUs")
+
+
+def test_nothing_fits_names_the_shortfall(cli) -> None:
+    r = cli("--model", "llama3-405b", "--cluster", "dgx-a100-80g")
+    assert_one_line_error(r, "no mesh fits in memory", "GiB per GPU", "80.0 GiB available")
+
+
+def test_bad_order(cli) -> None:
+    r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--order", "tp-dp")
+    assert_one_line_error(r, "--order", "tp-cp-dp-pp")
