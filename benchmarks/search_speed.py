@@ -18,15 +18,21 @@ import time
 from planner.catalog import load_cluster, load_model
 from planner.search import default_job, search
 
-CASES = (("a", "llama3-70b", "dgx-h100x16"), ("b", "llama3-405b", "dgx-h100x2048"), ("c", "deepseek-v3", "dgx-h100x256"))
+CASES = (
+    ("a", "llama3-70b", "dgx-h100x16"),
+    ("b", "llama3-405b", "dgx-h100x2048"),
+    ("c", "deepseek-v3", "dgx-h100x256"),
+)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'case':4} {'model':14} {'cluster':16} {'GPUs':>6} {'meshes':>9} {'feasible':>9} {'best s':>8} "
-          f"{'meshes/s':>11}")
+    print(
+        f"{'case':4} {'model':14} {'cluster':16} {'GPUs':>6} {'meshes':>9} {'feasible':>9} {'best s':>8} "
+        f"{'meshes/s':>11}"
+    )
     for label, model_name, cluster_name in CASES:
         model, cluster = load_model(model_name), load_cluster(cluster_name)
         job = default_job(model)
@@ -35,11 +41,16 @@ def main() -> None:
             start = time.perf_counter()
             ranking = search(model, cluster, job, top=10)
             best = min(best, time.perf_counter() - start)
-        print(f"{label:4} {model_name:14} {cluster_name:16} {cluster.num_gpus:6d} {ranking.evaluated:9d} "
-              f"{ranking.feasible:9d} {best:8.3f} {ranking.evaluated / best:11,.0f}")
+        print(
+            f"{label:4} {model_name:14} {cluster_name:16} {cluster.num_gpus:6d} {ranking.evaluated:9d} "
+            f"{ranking.feasible:9d} {best:8.3f} {ranking.evaluated / best:11,.0f}"
+        )
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "planner", "--model", "llama70b", "--cluster", "dgx-h100x16"],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "planner", "--model", "llama70b", "--cluster", "dgx-h100x16"],
+        check=True,
+        capture_output=True,
+    )
     print(f"whole process `plan --model llama70b --cluster dgx-h100x16`: {time.perf_counter() - start:.2f} s")
 
 
