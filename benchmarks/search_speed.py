@@ -14,6 +14,9 @@ import argparse
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 from planner.catalog import load_cluster, load_model
 from planner.search import default_job, search
@@ -50,6 +53,7 @@ def main() -> None:
         [sys.executable, "-m", "planner", "--model", "llama70b", "--cluster", "dgx-h100x16"],
         check=True,
         capture_output=True,
+        cwd=Path(__file__).resolve().parents[1],
     )
     print(f"whole process `plan --model llama70b --cluster dgx-h100x16`: {time.perf_counter() - start:.2f} s")
 
