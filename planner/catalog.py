@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
+from collections.abc import Callable
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -110,22 +111,26 @@ def _load_model_file(path: Path) -> ModelSpec:
     return validate_as(ModelSpec, read_yaml(path), str(path))
 
 
+def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Path], T], hint: str) -> T:
+    """Load ``text`` as a file path (anything that looks like one, or names an existing file) or
+    as a catalog name or alias from ``index``; one-line errors for both."""
+    path = Path(text).expanduser()
+    if _looks_like_path(text) or path.is_file():
+        if not path.is_file():
+            raise PlannerError(f"{kind} file '{text}' does not exist")
+        return loader(path.resolve())
+    found = index.get(text.lower())
+    if found is None:
+        raise _unknown(kind, text, sorted(index), hint)
+    return loader(found)
+
+
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A ModelSpec from a catalog name or alias, a model YAML, or a Hugging Face config.json."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    if _looks_like_path(text) or path.is_file():
-        if not path.is_file():
-            raise PlannerError(f"model file '{text}' does not exist")
-        return _load_model_file(path.resolve())
-    found = _model_files().get(text.lower())
-    if found is None:
-        raise _unknown(
-            "model", text, sorted(_model_files()), "see `plan list models`, or give a YAML or config.json path"
-        )
-    return _load_model_file(found)
+    hint = "see `plan list models`, or give a YAML or config.json path"
+    return _resolve(str(name_or_path), "model", _model_files(), _load_model_file, hint)
 
 
 HF_KEY_ALIASES = {
@@ -195,16 +200,9 @@ def load_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
     """A node profile from a catalog name or a YAML path."""
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
-    text = str(name_or_path)
-    path = Path(text).expanduser()
-    if _looks_like_path(text):
-        if not path.is_file():
-            raise PlannerError(f"hardware profile file '{text}' does not exist")
-        return _load_profile_file(path.resolve())
-    found = _profile_files().get(text.lower())
-    if found is None:
-        raise _unknown("hardware profile", text, profile_names(), "see `plan list clusters`")
-    return _load_profile_file(found)
+    return _resolve(
+        str(name_or_path), "hardware profile", _profile_files(), _load_profile_file, "see `plan list clusters`"
+    )
 
 
 def list_profiles() -> list[HardwareProfile]:

@@ -146,6 +146,14 @@ def _load(model: str | None, cluster: str | None, nodes: int | None, gpus: int |
     return load_model(_require(model, "--model")), load_cluster(_require(cluster, "--cluster"), nodes=nodes, gpus=gpus)
 
 
+def _mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
+    """The ParallelConfig knobs the user set on the command line (--tp, --zero-stage, ...)."""
+    from planner.schemas.parallel import ParallelConfig
+    from planner.search import pins_from_config_fields
+
+    return pins_from_config_fields(**{k: v for k, v in ctx.params.items() if k in ParallelConfig.model_fields})
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan {__version__}")
@@ -189,30 +197,11 @@ def plan_main(
     if model is None and cluster is None:
         typer.echo(ctx.get_help())
         return
-    from planner.search import default_job, pins_from_config_fields, search
+    from planner.search import default_job, search
 
     spec, clus = _load(model, cluster, nodes, gpus)
     job = default_job(spec, seq_len, global_batch_size, global_batch_tokens, dtype=dtype)
-    pins = pins_from_config_fields(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        expert_tp=expert_tp,
-        micro_batch_size=micro_batch_size,
-        virtual_stages=virtual_stages,
-        zero_stage=zero_stage,
-        recompute=recompute,
-        sequence_parallel=sequence_parallel,
-        schedule=schedule,
-        order=order,
-    )
-    if order is not None:
-        from planner.catalog import validate_as
-        from planner.schemas.parallel import ParallelConfig
-
-        validate_as(ParallelConfig, {"order": order}, "--order")
+    pins = _mesh_knobs(ctx)
     ranking = search(spec, clus, job, pins, top=top, objective=objective)
     if as_json:
         _emit_json(ranking.model_dump(mode="json"))
@@ -224,6 +213,7 @@ def plan_main(
 
 @app.command("estimate")
 def estimate_cmd(
+    ctx: typer.Context,
     model: ModelOpt = None,
     cluster: ClusterOpt = None,
     nodes: NodesOpt = None,
@@ -254,25 +244,11 @@ def estimate_cmd(
     from planner.catalog import validate_as
     from planner.estimate import estimate_mesh
     from planner.schemas.parallel import ParallelConfig
-    from planner.search import default_job, pins_from_config_fields
+    from planner.search import default_job
 
     spec, clus = _load(model, cluster, nodes, gpus)
     job = default_job(spec, seq_len, global_batch_size, global_batch_tokens, dtype=dtype)
-    fields = pins_from_config_fields(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        expert_tp=expert_tp,
-        micro_batch_size=micro_batch_size,
-        virtual_stages=virtual_stages,
-        zero_stage=zero_stage,
-        recompute=recompute,
-        sequence_parallel=sequence_parallel,
-        schedule=schedule,
-        order=order,
-    )
+    fields = _mesh_knobs(ctx)
     if "dp" not in fields:
         others = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
         fields["dp"] = max(1, clus.num_gpus // others)

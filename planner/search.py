@@ -268,4 +268,8 @@ def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
     unknown = set(pins) - set(ParallelConfig.model_fields)
     if unknown:
         raise PlannerError(f"unknown mesh knob(s) {sorted(unknown)}; allowed: {sorted(ParallelConfig.model_fields)}")
+    if "order" in pins:
+        from planner.catalog import validate_as
+
+        validate_as(ParallelConfig, {"order": pins["order"]}, "--order")
     return pins
