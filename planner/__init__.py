@@ -59,7 +59,7 @@ def plan(
 def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | None = None, **fields: Any) -> Estimate:
     """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...) and job fields."""
     from planner.catalog import validate_as
-    from planner.estimate import estimate_mesh
+    from planner.pricing import estimate_mesh
 
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(fields)

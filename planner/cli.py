@@ -242,7 +242,7 @@ def estimate_cmd(
     Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
     """
     from planner.catalog import validate_as
-    from planner.estimate import estimate_mesh
+    from planner.pricing import estimate_mesh
     from planner.schemas.parallel import ParallelConfig
     from planner.search import default_job
 
