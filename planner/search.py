@@ -20,8 +20,8 @@ import numpy as np
 from planner.constraints import RULES, rule_masks
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
-from planner.pricing import advice, row_estimate
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTES, SCHEDULES, MeshArrays
+from planner.pricing import advice, row_estimate
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec

@@ -28,8 +28,8 @@ def test_readme_commands_match_ci() -> None:
 def test_package_api_names_are_functions_after_submodule_imports() -> None:
     # A submodule named like an API function would replace it on first import.
     import planner
-    import planner.pricing  # noqa: F401
-    import planner.search  # noqa: F401
+    import planner.pricing
+    import planner.search
 
     assert callable(planner.plan) and callable(planner.estimate)
     assert not hasattr(planner.estimate, "__path__") and type(planner.estimate).__name__ == "function"
