@@ -30,11 +30,22 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _job(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> JobSpec:
+    """The job: ``job`` with ``job_fields`` applied (re-validated), or the model's default job."""
+    from planner.catalog import validate_as
     from planner.search import default_job
 
-    if job is not None:
-        return job.model_copy(update=job_fields) if job_fields else job
-    return default_job(model, **job_fields)
+    if job is None:
+        return default_job(model, **job_fields)
+    if not job_fields:
+        return job
+    data = job.model_dump()
+    # The batch is stored both ways; keep the form the caller did not override so that the
+    # other is derived again (a new seq_len keeps the batch in sequences).
+    if "global_batch_tokens" in job_fields and "global_batch_size" not in job_fields:
+        data.pop("global_batch_size")
+    else:
+        data.pop("global_batch_tokens")
+    return validate_as(JobSpec, {**data, **job_fields}, "job")
 
 
 def plan(

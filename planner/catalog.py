@@ -159,6 +159,10 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     cost and are ignored. GPT-2-family types get LayerNorm, biases and learned positions.
     """
     data = {HF_KEY_ALIASES.get(k, k): v for k, v in config.items()}
+    # A dense model may carry expert keys set to 0 (e.g. num_experts: 0): that means no experts.
+    for key in ("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok"):
+        if data.get(key) == 0:
+            data.pop(key)
     fields = ModelSpec.model_fields
     spec: dict[str, Any] = {k: v for k, v in data.items() if k in fields and k not in ("name", "source", "aliases")}
     model_type = str(config.get("model_type", ""))
@@ -174,6 +178,11 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.setdefault("norm_type", "layernorm")
     if model_type.startswith("qwen3"):
         spec.setdefault("qk_norm", True)
+    if model_type.startswith("gemma"):
+        # Gemma: GeGLU (gated GELU) MLP, activation under the key hidden_activation.
+        spec.setdefault("gated_mlp", True)
+        if "hidden_activation" in config:
+            spec["hidden_act"] = config["hidden_activation"]
     if "max_position_embeddings" not in spec and "seq_length" in config:
         spec["max_position_embeddings"] = config["seq_length"]
     spec["name"] = name

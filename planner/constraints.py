@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.cost.comm import TIER_INTER, group_link
 from planner.errors import PlannerError
 from planner.mesh import INTERLEAVED, MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -52,6 +53,26 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: (
             f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {p.num_gpus}, but cluster {c.name} has {c.num_gpus} GPUs"
         ),
+    ),
+    Rule(
+        "schedule_matches_virtual_stages",
+        lambda m, c, j, x: (x.schedule == INTERLEAVED) == (x.virtual_stages > 1),
+        lambda m, c, j, p: "virtual_stages > 1 goes with schedule interleaved-1f1b, and only with it",
+    ),
+    Rule(
+        "interleaving_needs_pp",
+        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (x.pp >= 2),
+        lambda m, c, j, p: "interleaved-1f1b needs pp >= 2",
+    ),
+    Rule(
+        "sequence_parallel_needs_tp",
+        lambda m, c, j, x: ~x.sequence_parallel | (x.tp > 1),
+        lambda m, c, j, p: "sequence_parallel needs tp > 1",
+    ),
+    Rule(
+        "experts_fold_into_stage",
+        lambda m, c, j, x: (x.tp * x.cp * x.dp) % (x.ep * x.expert_tp) == 0,
+        lambda m, c, j, p: f"ep x expert_tp = {p.ep * p.expert_tp} does not divide tp*cp*dp = {p.tp * p.cp * p.dp}",
     ),
     Rule(
         "heads_divisible_by_tp",
@@ -115,10 +136,10 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "tp_within_fast_domain",
-        lambda m, c, j, x: x.tp <= c.fast_domain_gpus,
+        lambda m, c, j, x: group_link(c, x.tp, x.stride("tp")).tier != TIER_INTER,
         lambda m, c, j, p: (
-            f"tp {p.tp} spans more than the {c.fast_domain_gpus}-GPU fast domain of {c.name}: "
-            "every layer's all-reduces cross the slow inter-node network"
+            f"tp {p.tp} groups cross the {c.fast_domain_gpus}-GPU fast domains of {c.name} (rank order "
+            f"{p.order}): every layer's all-reduces go over the slow inter-node network"
         ),
         hard=False,
     ),

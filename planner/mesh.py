@@ -68,9 +68,11 @@ class MeshArrays:
     def __len__(self) -> int:
         return len(self.tp)
 
-    def row(self, i: int) -> ParallelConfig:
-        """Row ``i`` back as a validated ParallelConfig."""
-        return ParallelConfig(
+    def row(self, i: int, validate: bool = True) -> ParallelConfig:
+        """Row ``i`` back as a ParallelConfig (validated unless ``validate`` is False, for
+        describing a mesh that breaks ParallelConfig's own rules)."""
+        build = ParallelConfig if validate else ParallelConfig.model_construct
+        return build(
             tp=int(self.tp[i]),
             pp=int(self.pp[i]),
             dp=int(self.dp[i]),
@@ -85,6 +87,11 @@ class MeshArrays:
             schedule=SCHEDULES[int(self.schedule[i])],  # type: ignore[arg-type]
             order=self.order,
         )
+
+    def take(self, rows: np.ndarray) -> MeshArrays:
+        """The meshes selected by a boolean mask or index array, in the same order."""
+        fields = {k: getattr(self, k)[rows] for k in self.__dataclass_fields__ if k != "order"}
+        return MeshArrays(**fields, order=self.order)
 
     @property
     def num_gpus(self) -> np.ndarray:

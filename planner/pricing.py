@@ -44,6 +44,11 @@ def advice(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, est: 
         )
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
+    if est.mfu > cluster.gpu.gemm_efficiency:
+        notes.append(
+            f"MFU {est.mfu:.0%} exceeds the GPU's GEMM efficiency ({cluster.gpu.gemm_efficiency:.0%}) because model "
+            "FLOPs count the full s x s attention square (Megatron-LM/PaLM convention) while causal kernels run half"
+        )
     if est.links.dp == "inter_node" and config.zero_stage == 3 and model.parameter_counts.total < 20e9:
         notes.append("ZeRO-3 on a model this small: its per-layer gathers may cost more than the memory they save")
     return notes
@@ -88,12 +93,21 @@ def row_estimate(
     )
 
 
+def estimate_row(
+    cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
+) -> Estimate:
+    """Row ``i`` of evaluated columns as an Estimate with every warning: the soft feasibility
+    rules the mesh breaks, then the advice. The search and ``estimate_mesh`` both end here."""
+    est = row_estimate(cols, i, model, cluster, job, config)
+    soft = check_config(model, cluster, job, config)
+    return est.model_copy(update={"warnings": soft + advice(model, cluster, config, est)})
+
+
 def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> Estimate:
     """Check ``config`` against the model, cluster and job, price it, and attach warnings.
 
     Raises PlannerError when a hard rule fails (product of degrees vs GPUs, divisibility, ...).
     """
-    soft = check_config(model, cluster, job, config)
+    check_config(model, cluster, job, config)
     cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
-    est = row_estimate(cols, 0, model, cluster, job, config)
-    return est.model_copy(update={"warnings": soft + advice(model, cluster, config, est)})
+    return estimate_row(cols, 0, model, cluster, job, config)

@@ -21,7 +21,7 @@ from planner.constraints import RULES, rule_masks
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTES, SCHEDULES, MeshArrays
-from planner.pricing import advice, row_estimate
+from planner.pricing import estimate_row
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -38,109 +38,74 @@ def divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def _degree_tuples(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> list[tuple[int, ...]]:
-    """(tp, cp, pp, dp, ep, expert_tp) combinations whose product is the GPU count."""
+def _degree_tuples(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> list[tuple[int, ...]]:
+    """(tp, cp, pp, dp, ep, expert_tp) combinations whose product is the GPU count. EP ranges
+    over the divisors of the expert count; the rules prune those that do not fold."""
     n = cluster.num_gpus
     for axis in ("tp", "pp", "dp", "cp"):
         if axis in pins and n % pins[axis]:
             raise PlannerError(f"--{axis} {pins[axis]} does not divide the {n} GPUs of {cluster.name}")
+    etp = pins.get("expert_tp", 1)
+    if "ep" in pins:
+        eps = [pins["ep"]]
+    else:
+        eps = divisors(model.num_experts_total) if model.is_moe else [1]
     rows = []
     tps = [pins["tp"]] if "tp" in pins else [t for t in divisors(n) if t <= cluster.fast_domain_gpus]
     for tp in tps:
-        if n % tp:
-            continue
         cps = [pins["cp"]] if "cp" in pins else [c for c in divisors(n // tp) if c <= MAX_CP and c & (c - 1) == 0]
-        for cp in cps:
-            if (n // tp) % cp:
-                continue
-            pps = (
-                [pins["pp"]] if "pp" in pins else [p for p in divisors(n // (tp * cp)) if p <= model.num_hidden_layers]
-            )
-            for pp in pps:
-                if (n // (tp * cp)) % pp:
-                    continue
-                dp = n // (tp * cp * pp)
-                if "dp" in pins and pins["dp"] != dp:
-                    continue
-                etp = pins.get("expert_tp", 1)
-                fold = tp * cp * dp
-                if "ep" in pins:
-                    eps = [pins["ep"]]
-                elif model.is_moe:
-                    eps = [e for e in divisors(model.num_experts_total) if fold % (e * etp) == 0]
-                else:
-                    eps = [1]
-                rows += [(tp, cp, pp, dp, e, etp) for e in eps]
+        for cp in (c for c in cps if (n // tp) % c == 0):
+            rest = n // (tp * cp)
+            pps = [pins["pp"]] if "pp" in pins else [p for p in divisors(rest) if p <= model.num_hidden_layers]
+            for pp in (p for p in pps if rest % p == 0):
+                dp = rest // pp
+                if "dp" not in pins or pins["dp"] == dp:
+                    rows += [(tp, cp, pp, dp, e, etp) for e in eps]
     return rows
 
 
-def _knob_rows(pins: dict[str, Any], pp_values: np.ndarray) -> dict[str, np.ndarray]:
+def _schedules(pins: dict[str, Any]) -> list[tuple[int, int]]:
+    """(schedule code, virtual stages) pairs to search, honouring pins of either."""
+    if "schedule" in pins:
+        interleaved = pins["schedule"] == "interleaved-1f1b"
+        vs = [pins["virtual_stages"]] if "virtual_stages" in pins else (list(VIRTUAL_STAGES) if interleaved else [1])
+        return [(SCHEDULES.index(pins["schedule"]), v) for v in vs]
+    if "virtual_stages" in pins:
+        v = pins["virtual_stages"]
+        return [(INTERLEAVED, v)] if v > 1 else [(ONE_F_ONE_B, 1)]
+    return [(ONE_F_ONE_B, 1)] + [(INTERLEAVED, v) for v in VIRTUAL_STAGES]
+
+
+def _knob_rows(pins: dict[str, Any]) -> dict[str, np.ndarray]:
     """Cross product of the per-mesh knobs (micro-batch, schedule and v, ZeRO, recompute)."""
     mbs = [pins["micro_batch_size"]] if "micro_batch_size" in pins else list(MICRO_BATCH_SIZES)
     zero = [pins["zero_stage"]] if "zero_stage" in pins else [0, 1, 2, 3]
     rec = [RECOMPUTES.index(pins["recompute"])] if "recompute" in pins else [0, 1, 2]
-    if "schedule" in pins:
-        sched = [
-            (SCHEDULES.index(pins["schedule"]), v)
-            for v in (
-                [pins["virtual_stages"]]
-                if "virtual_stages" in pins
-                else (VIRTUAL_STAGES if pins["schedule"] == "interleaved-1f1b" else [1])
-            )
-        ]
-    elif "virtual_stages" in pins and pins["virtual_stages"] > 1:
-        sched = [(INTERLEAVED, pins["virtual_stages"])]
-    else:
-        sched = [(ONE_F_ONE_B, 1)] + [(INTERLEAVED, v) for v in VIRTUAL_STAGES]
-    combos = np.array([(b, s, v, z, r) for b, (s, v), z, r in itertools.product(mbs, sched, zero, rec)], dtype=np.int64)
-    return {
-        "micro_batch_size": combos[:, 0],
-        "schedule": combos[:, 1],
-        "virtual_stages": combos[:, 2],
-        "zero_stage": combos[:, 3],
-        "recompute": combos[:, 4],
-    }
-
-
-def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> MeshArrays:
-    """Every candidate mesh (before pruning) as columns."""
-    degrees = np.array(_degree_tuples(model, cluster, job, pins), dtype=np.int64).reshape(-1, 6)
-    knobs = _knob_rows(pins, degrees[:, 2])
-    n_deg, n_knob = len(degrees), len(knobs["schedule"])
-
-    def deg(i: int) -> np.ndarray:
-        return np.repeat(degrees[:, i], n_knob)
-
-    def knob(name: str) -> np.ndarray:
-        return np.tile(knobs[name], n_deg)
-
-    tp = deg(0)
-    schedule = knob("schedule")
-    pp = deg(2)
-    # Interleaving needs pp >= 2; with one stage the schedule is moot: call it 1F1B.
-    keep = ~((schedule == INTERLEAVED) & (pp < 2))
-    sp = np.full(tp.shape, pins["sequence_parallel"]) if "sequence_parallel" in pins else tp > 1
-    mesh = MeshArrays(
-        tp=tp[keep],
-        cp=deg(1)[keep],
-        pp=pp[keep],
-        dp=deg(3)[keep],
-        ep=deg(4)[keep],
-        expert_tp=deg(5)[keep],
-        micro_batch_size=knob("micro_batch_size")[keep],
-        virtual_stages=knob("virtual_stages")[keep],
-        zero_stage=knob("zero_stage")[keep],
-        recompute=knob("recompute")[keep],
-        sequence_parallel=(sp & (tp > 1))[keep],
-        schedule=schedule[keep],
-        order=pins.get("order", DEFAULT_ORDER),
+    combos = np.array(
+        [(b, s, v, z, r) for b, (s, v), z, r in itertools.product(mbs, _schedules(pins), zero, rec)], dtype=np.int64
     )
+    names = ("micro_batch_size", "schedule", "virtual_stages", "zero_stage", "recompute")
+    return {name: combos[:, i] for i, name in enumerate(names)}
+
+
+def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> MeshArrays:
+    """Every candidate mesh (before pruning) as columns: degrees x knobs."""
+    degrees = np.array(_degree_tuples(model, cluster, pins), dtype=np.int64).reshape(-1, 6)
+    knobs = _knob_rows(pins)
+    n_deg, n_knob = len(degrees), len(knobs["schedule"])
+    cols = {
+        name: np.repeat(degrees[:, i], n_knob) for i, name in enumerate(("tp", "cp", "pp", "dp", "ep", "expert_tp"))
+    }
+    cols.update({name: np.tile(values, n_deg) for name, values in knobs.items()})
+    # Sequence parallelism is on wherever tp > 1 unless pinned (it saves memory at equal volume).
+    cols["sequence_parallel"] = (
+        np.full(n_deg * n_knob, bool(pins["sequence_parallel"])) if "sequence_parallel" in pins else cols["tp"] > 1
+    )
+    mesh = MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
+    if "schedule" not in pins and "virtual_stages" not in pins:
+        # With one stage interleaving is meaningless: drop those rows rather than count them.
+        mesh = mesh.take(~((mesh.schedule == INTERLEAVED) & (mesh.pp < 2)))
     return mesh
-
-
-def _subset(mesh: MeshArrays, mask: np.ndarray) -> MeshArrays:
-    fields = {k: getattr(mesh, k)[mask] for k in MeshArrays.__dataclass_fields__ if k != "order"}
-    return MeshArrays(**fields, order=mesh.order)
 
 
 def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
@@ -166,7 +131,7 @@ def search(
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     pins = dict(pins or {})
-    mesh = enumerate_meshes(model, cluster, job, pins)
+    mesh = enumerate_meshes(model, cluster, pins)
     masks = rule_masks(model, cluster, job, mesh)
     alive = np.ones(len(mesh), dtype=bool)
     pruned: dict[str, int] = {}
@@ -178,21 +143,19 @@ def search(
         if fail.any():
             pruned[rule.name] = int(fail.sum())
         alive &= masks[rule.name]
-    candidates = _subset(mesh, alive)
+    candidates = mesh.take(alive)
     cols = evaluate(model, cluster, job, candidates)
     fits = cols.fits
     if (~fits).any():
         pruned["memory"] = int((~fits).sum())
     idx = np.flatnonzero(fits)
     if idx.size == 0:
-        raise PlannerError(_nothing_fits(cluster, mesh, pins, pruned, cols))
+        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))
     key = cols.step_time_s[idx] if objective == "time" else cols.memory.total[idx]
     ranked = idx[np.lexsort((cols.memory.total[idx], key))][:top]
     out = []
     for rank, i in enumerate(ranked, start=1):
-        config = candidates.row(int(i))
-        est = row_estimate(cols, int(i), model, cluster, job, config)
-        est = est.model_copy(update={"warnings": advice(model, cluster, config, est)})
+        est = estimate_row(cols, int(i), model, cluster, job, candidates.row(int(i)))
         out.append(RankedEstimate(**dict(est), rank=rank))
     front = idx[pareto_front(cols.step_time_s[idx], cols.memory.total[idx])]
     return Ranking(
@@ -218,9 +181,18 @@ def search(
 
 
 def _nothing_fits(
-    cluster: ClusterSpec, mesh: MeshArrays, pins: dict[str, Any], pruned: dict[str, int], cols: Any
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    pins: dict[str, Any],
+    masks: dict[str, np.ndarray],
+    hard: set[str],
+    pruned: dict[str, int],
+    cols: Any,
 ) -> str:
-    """Why the search came back empty: the rule that pruned most, or the memory shortfall."""
+    """Why the search came back empty: no mesh to enumerate, a rule every mesh breaks, or the
+    memory shortfall of the leanest mesh."""
     if len(mesh) == 0:
         pinned = {a: pins[a] for a in ("tp", "pp", "dp", "cp") if a in pins}
         product = int(np.prod(list(pinned.values()))) if pinned else 1
@@ -229,6 +201,12 @@ def _nothing_fits(
             f"no mesh matches the pins: {label} = {product} leaves no way to fill the {cluster.num_gpus} GPUs "
             f"of {cluster.name} (tp up to the {cluster.fast_domain_gpus}-GPU fast domain unless pinned)"
         )
+    blockers = [rule for rule in RULES if rule.name in hard and not masks[rule.name].any()]
+    if blockers:
+        # Every mesh breaks it: the first mesh's message shows how (it may break ParallelConfig's
+        # own checks too, so build it without validation).
+        example = mesh.row(0, validate=False)
+        return f"every candidate mesh breaks '{blockers[0].name}': {blockers[0].message(model, cluster, job, example)}"
     if len(cols.fits):
         best = float(np.min(cols.memory.total))
         cap = cluster.gpu.hbm_capacity_gib

@@ -154,3 +154,37 @@ def test_gpus_flag_alone_rederives_the_node_count() -> None:
     assert (c.num_nodes, c.num_gpus) == (2, 12)
     with pytest.raises(PlannerError, match="num_gpus 12 leaves a node of the 16 empty"):
         load_cluster("dgx-h100x16", nodes=16, gpus=12)
+
+
+def test_hf_config_quirks(tmp_path: Path) -> None:
+    # Gemma: gated GELU (GeGLU) under the key hidden_activation.
+    gemma = {
+        "model_type": "gemma",
+        "hidden_size": 3072,
+        "intermediate_size": 24576,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "num_hidden_layers": 28,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "tie_word_embeddings": True,
+    }
+    (tmp_path / "gemma.json").write_text(json.dumps(gemma))
+    m = load_model(str(tmp_path / "gemma.json"))
+    assert m.is_gated_mlp and m.parameter_counts.dense_mlp_per_layer == 3 * 3072 * 24576
+    # Expert keys set to 0 mean a dense model.
+    dense = {
+        "model_type": "qwen2_moe",
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_attention_heads": 8,
+        "num_hidden_layers": 2,
+        "vocab_size": 1000,
+        "max_position_embeddings": 512,
+        "num_experts": 0,
+        "num_experts_per_tok": 0,
+    }
+    (tmp_path / "dense.json").write_text(json.dumps(dense))
+    assert not load_model(str(tmp_path / "dense.json")).is_moe

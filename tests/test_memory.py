@@ -48,14 +48,17 @@ def test_gpt_block_reproduces_korthikanti_table2(tp: int, sp: bool, recompute: s
     assert ours == pytest.approx(ref, rel=1e-12)
 
 
-def test_korthikanti_constants_themselves() -> None:
+def test_korthikanti_constants_by_hand() -> None:
+    # s = 2048, b = 1, h = 6144, a = 64 (the 22B model). 5as/h = 5*64*2048/6144 = 106.67, so
+    # no parallelism keeps 2048*6144*(34 + 106.67) = 1.7700e9 bytes per layer.
     s, b, h, a = 2048, 1, 6144, 64
-    assert korthikanti_bytes_per_layer(s, b, h, a, 1, False, "none") == s * b * h * (34 + 5 * a * s / h)
-    assert korthikanti_bytes_per_layer(s, b, h, a, 8, False, "none") == pytest.approx(
-        s * b * h * (10 + 24 / 8 + 5 * a * s / (h * 8))
-    )
-    assert korthikanti_bytes_per_layer(s, b, h, a, 8, True, "selective") == pytest.approx(34 * s * b * h / 8)
-    assert korthikanti_bytes_per_layer(s, b, h, a, 8, True, "full") == 2 * s * b * h
+    assert korthikanti_bytes_per_layer(s, b, h, a, 1, False, "none") == pytest.approx(1.7700e9, rel=1e-4)
+    # t = 8 without SP: 10 + 24/8 + 106.67/8 = 26.33 -> 3.3135e8.
+    assert korthikanti_bytes_per_layer(s, b, h, a, 8, False, "none") == pytest.approx(3.3135e8, rel=1e-4)
+    # t = 8 with SP and selective recompute: 34/8 = 4.25 -> 5.3477e7.
+    assert korthikanti_bytes_per_layer(s, b, h, a, 8, True, "selective") == pytest.approx(5.3477e7, rel=1e-4)
+    # Full recompute: the layer input, 2sbh = 2.5166e7.
+    assert korthikanti_bytes_per_layer(s, b, h, a, 8, True, "full") == pytest.approx(2.5166e7, rel=1e-4)
 
 
 def test_modern_llama_block_with_flash_attention() -> None:
@@ -131,3 +134,32 @@ def test_all_combinations_give_finite_nonnegative_activations() -> None:
         for moe in (False, True):
             v = activation_bytes_per_token_layer(m, job, _mesh(tp=tp, sequence_parallel=sp, recompute=rec), moe=moe)
             assert np.all(np.isfinite(v)) and np.all(v > 0)
+
+
+def test_expert_tp_does_not_shrink_routed_activations() -> None:
+    m = load_model("mixtral-8x7b")
+    job = JobSpec(global_batch_size=16, seq_len=4096)
+    per_token = [
+        float(
+            activation_bytes_per_token_layer(
+                m, job, _mesh(tp=4, dp=4, ep=2, expert_tp=e, sequence_parallel=True), moe=True
+            )[0]
+        )
+        for e in (1, 2, 4)
+    ]
+    assert per_token[0] <= per_token[1] <= per_token[2]
+
+
+def test_without_pipeline_every_schedule_holds_one_microbatch() -> None:
+    m = np.array([64])
+    assert microbatches_in_flight(m, _mesh(schedule="gpipe"))[0] == 1
+    assert microbatches_in_flight(m, _mesh())[0] == 1
+
+
+def test_interleaved_last_stage_holds_its_warmup() -> None:
+    # Megatron-LM warm-up on the last rank: (v-1)*p + 1 chunks of 1/v stage each.
+    m = np.array([64])
+    mesh = _mesh(pp=8, schedule="interleaved-1f1b", virtual_stages=4)
+    assert microbatches_in_flight(m, mesh, first=False)[0] == pytest.approx((3 * 8 + 1) / 4)
+    assert microbatches_in_flight(m, _mesh(pp=8), first=False)[0] == 1
+    assert microbatches_in_flight(m, _mesh(pp=8, schedule="gpipe"), first=False)[0] == 64

@@ -33,3 +33,18 @@ def test_package_api_names_are_functions_after_submodule_imports() -> None:
 
     assert callable(planner.plan) and callable(planner.estimate)
     assert not hasattr(planner.estimate, "__path__") and type(planner.estimate).__name__ == "function"
+
+
+def test_library_job_overrides_are_revalidated() -> None:
+    import pytest
+
+    import planner
+    from planner.schemas import JobSpec
+
+    job = JobSpec(global_batch_size=512, seq_len=8192)
+    est = planner.estimate("llama70b", "dgx-h100x16", job=job, seq_len=4096, tp=8, pp=2, dp=8)
+    assert est.config.job.global_batch_size == 512 and est.config.job.global_batch_tokens == 512 * 4096
+    est = planner.estimate("llama70b", "dgx-h100x16", job=job, global_batch_tokens=2**20, tp=8, pp=2, dp=8)
+    assert est.config.job.global_batch_size == 128
+    with pytest.raises(planner.PlannerError, match="seq_len"):
+        planner.estimate("llama70b", "dgx-h100x16", job=job, seq_len=-5, tp=8, pp=2, dp=8)

@@ -1,21 +1,28 @@
 """Collective communication: placement of each process group and the alpha-beta cost model.
 
 Collective times (DESIGN 4.4; Thakur, Rabenseifner and Gropp 2005, 'Optimization of Collective
-Communication Operations in MPICH', ring algorithms; the same bus-bandwidth convention as
+Communication Operations in MPICH', ring algorithms; the bus-bandwidth convention of
 nccl-tests' PERFORMANCE.md), for n ranks, M bytes, bus bandwidth BW and per-step latency alpha:
-  all-reduce             2(n-1)/n * M/BW + 2(n-1)*alpha
-  all-gather, reduce-scatter, all-to-all   (n-1)/n * M/BW + (n-1)*alpha   (M = full buffer)
-  send/recv              M/BW + alpha
+  all-reduce                      2(n-1)/n * M/BW + 2(n-1)*alpha
+  all-gather, reduce-scatter      (n-1)/n * M/BW + (n-1)*alpha     (M = the full buffer)
+  all-to-all                      (n-1)/n * M/BW + (n-1)*alpha, split by where the bytes go
+  send/recv                       M/BW + alpha
 In-network reduction (NVLS, SHARP) is recorded in the profiles but not yet priced: the ring
 formula is an upper bound for all-reduce on such fabrics.
 
-Placement (DESIGN 4.5): ranks fill nodes in order; a group of n ranks whose neighbours are
-``stride`` apart spans n*stride consecutive ranks. If that fits in the fast domain (an NVLink
-domain of ``fast_domain_gpus``) it runs at the intra-node tier; otherwise at the inter-node
-tier, where the k members sharing a domain each drive their own NIC (rail-optimised DGX
-networks: one NIC per GPU), so the ring's bus bandwidth is min(intra, k * inter). This is why a
-DP group whose k = 8 members share each node reaches about the node's aggregate NIC bandwidth in
-nccl-tests, while a group with one member per node gets one NIC's worth.
+Placement (DESIGN 4.5). Ranks fill nodes (fast domains of D GPUs) in order. A group of n ranks
+whose neighbours are ``stride`` apart occupies aligned blocks of span = n*stride consecutive
+ranks. The group stays in one domain when span <= D and D % span == 0; otherwise it crosses the
+slow tier (a span that does not divide D leaves some blocks straddling two domains, and the
+slowest group sets the pace). A crossing group has k = gcd(D, span)/stride members in the
+domain it has fewest in (at least 1). What the slow tier then delivers depends on the pattern:
+  rings (all-reduce, all-gather, reduce-scatter): NCCL runs one channel per NIC and DGX-class
+      nodes have one NIC per GPU (rail-optimised), so the k members drive k NICs in parallel:
+      BW = min(intra, k * inter). This is why nccl-tests' multi-node busbw approaches a node's
+      aggregate NIC bandwidth when all its GPUs take part.
+  send/recv (PP, the CP ring): one hop through one NIC: BW = inter.
+  all-to-all (EP): each rank sends (n-k)/n of its buffer through its own NIC and (k-1)/n over
+      the fast tier, concurrently; the slower of the two sets the time.
 """
 
 from __future__ import annotations
@@ -33,55 +40,82 @@ TIER_NAMES = ("none", "intra_node", "inter_node")
 
 @dataclass(frozen=True)
 class GroupLink:
-    """Where a process group runs: its size, tier code, bus bandwidth and latency (columns)."""
+    """Where a process group runs (columns): its size, tier code, members per fast domain (k, the
+    fewest of any domain it touches), and both tiers' bus bandwidth and latency."""
 
     size: np.ndarray
     tier: np.ndarray
-    bandwidth_bytes_per_s: np.ndarray
+    per_domain: np.ndarray
+    intra_bytes_per_s: float
+    inter_bytes_per_s: float
     latency_s: np.ndarray
+
+    @property
+    def crosses(self) -> np.ndarray:
+        return self.tier == TIER_INTER
+
+    @property
+    def ring_bytes_per_s(self) -> np.ndarray:
+        """Bus bandwidth of a ring collective: min(intra, k * inter) across domains."""
+        across = np.minimum(self.intra_bytes_per_s, self.per_domain * self.inter_bytes_per_s)
+        return np.where(self.crosses, across, self.intra_bytes_per_s)
+
+    @property
+    def p2p_bytes_per_s(self) -> np.ndarray:
+        """Bandwidth of one send/recv hop: one NIC when it leaves the domain."""
+        return np.where(self.crosses, self.inter_bytes_per_s, self.intra_bytes_per_s)
 
 
 def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span: np.ndarray | None = None) -> GroupLink:
-    """Tier, bandwidth and latency of groups of ``size`` ranks, ``stride`` apart, covering ``span``
-    consecutive ranks (default size * stride). See the module docstring for the rule."""
+    """Tier, k, bandwidths and latency of groups of ``size`` ranks ``stride`` apart, laid over
+    ``span`` consecutive ranks (default size * stride). See the module docstring."""
     size = np.asarray(size)
-    stride = np.asarray(stride)
+    stride = np.maximum(np.asarray(stride), 1)
     span = size * stride if span is None else np.asarray(span)
     domain = cluster.fast_domain_gpus
+    straddles = (domain % np.maximum(span, 1) != 0) & (cluster.num_gpus > domain)
+    crosses = (size > 1) & ((span > domain) | straddles)
+    per_domain = np.clip(np.gcd(domain, span) // stride, 1, np.maximum(size, 1))
     intra, inter = cluster.intra_node, cluster.inter_node
-    crosses = (size > 1) & (span > domain)
-    per_domain = np.clip(domain // np.maximum(stride, 1), 1, np.maximum(size, 1))
-    inter_bw = np.minimum(intra.bus_bandwidth_bytes_per_s, per_domain * inter.bus_bandwidth_bytes_per_s)
-    bandwidth = np.where(crosses, inter_bw, intra.bus_bandwidth_bytes_per_s)
-    latency = np.where(crosses, inter.latency_s, intra.latency_s)
-    tier = np.where(size <= 1, TIER_NONE, np.where(crosses, TIER_INTER, TIER_INTRA))
-    return GroupLink(size=size, tier=tier, bandwidth_bytes_per_s=bandwidth, latency_s=latency)
+    return GroupLink(
+        size=size,
+        tier=np.where(size <= 1, TIER_NONE, np.where(crosses, TIER_INTER, TIER_INTRA)),
+        per_domain=per_domain,
+        intra_bytes_per_s=intra.bus_bandwidth_bytes_per_s,
+        inter_bytes_per_s=inter.bus_bandwidth_bytes_per_s,
+        latency_s=np.where(crosses, inter.latency_s, intra.latency_s),
+    )
 
 
-def _fold_span(mesh: MeshArrays, fold_span: np.ndarray) -> np.ndarray:
-    """Global rank span of a group laid out inside the tp*cp*dp ranks of one pipeline stage.
+def _fold_to_global(mesh: MeshArrays, fold_distance: np.ndarray) -> np.ndarray:
+    """Global rank distance of a distance within the tp*cp*dp ranks of one pipeline stage.
 
-    Those ranks are contiguous when pp is the outermost axis; otherwise a group larger than the
-    axes inside pp is spread over pp times as many ranks (a conservative approximation)."""
+    Those ranks are contiguous when pp is the outermost axis. Otherwise pp sits inside some of
+    them: distances up to the axes inside pp are unchanged, larger ones are stretched pp-fold."""
     inside_pp = mesh.stride("pp")
-    return np.where(fold_span <= inside_pp, fold_span, fold_span * mesh.pp)
+    return np.where(fold_distance < inside_pp, fold_distance, fold_distance * mesh.pp)
 
 
 def mesh_links(cluster: ClusterSpec, mesh: MeshArrays) -> dict[str, GroupLink]:
-    """The link of every group a mesh uses: tp, cp, pp, dp (grads of dense weights are reduced
-    over dp x cp, as Megatron-LM does), ep, and edp (expert-data-parallel)."""
+    """The link of every group a mesh uses: tp, cp, pp, dp (gradients of dense weights are
+    reduced over dp x cp, as Megatron-LM does), ep, etp (expert TP) and edp (expert data
+    parallel). Expert groups are carved from the stage's tp*cp*dp ranks, expert-TP innermost,
+    then EP, then expert-DP (Megatron-Core's MoE parallel folding)."""
     s_cp, s_dp = mesh.stride("cp"), mesh.stride("dp")
     dp_group = mesh.dp * mesh.cp
+    dp_stride = np.where(mesh.cp > 1, np.minimum(s_cp, s_dp), s_dp)
     dp_span = np.maximum(s_cp * mesh.cp, s_dp * mesh.dp)
-    ep_span = _fold_span(mesh, mesh.ep * mesh.expert_tp)
-    expert_dp = mesh.tp * mesh.cp * mesh.dp // (mesh.ep * mesh.expert_tp)
+    etp, ep = mesh.expert_tp, mesh.ep
+    fold = mesh.tp * mesh.cp * mesh.dp
+    expert_dp = fold // (ep * etp)
     return {
         "tp": group_link(cluster, mesh.tp, mesh.stride("tp")),
         "cp": group_link(cluster, mesh.cp, s_cp),
         "pp": group_link(cluster, mesh.pp, mesh.stride("pp")),
-        "dp": group_link(cluster, dp_group, np.minimum(np.where(mesh.cp > 1, s_cp, s_dp), s_dp), dp_span),
-        "ep": group_link(cluster, mesh.ep, mesh.expert_tp, ep_span),
-        "edp": group_link(cluster, expert_dp, mesh.ep * mesh.expert_tp, _fold_span(mesh, mesh.tp * mesh.cp * mesh.dp)),
+        "dp": group_link(cluster, dp_group, dp_stride, dp_span),
+        "ep": group_link(cluster, ep, _fold_to_global(mesh, etp), _fold_to_global(mesh, ep * etp)),
+        "etp": group_link(cluster, etp, np.ones_like(etp), _fold_to_global(mesh, etp)),
+        "edp": group_link(cluster, expert_dp, _fold_to_global(mesh, ep * etp), _fold_to_global(mesh, fold)),
     }
 
 
@@ -93,23 +127,32 @@ def all_reduce_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
     """Ring all-reduce: 2(n-1)/n * M/BW + 2(n-1)*alpha; zero for a group of one."""
     n = link.size
     steps = _ring_steps(n)
-    return 2.0 * steps / np.maximum(n, 1) * message_bytes / link.bandwidth_bytes_per_s + 2.0 * steps * link.latency_s
+    return 2.0 * steps / np.maximum(n, 1) * message_bytes / link.ring_bytes_per_s + 2.0 * steps * link.latency_s
 
 
 def all_gather_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
-    """Ring all-gather (also reduce-scatter, all-to-all) of an M-byte buffer: (n-1)/n*M/BW + (n-1)*alpha."""
+    """Ring all-gather or reduce-scatter of an M-byte buffer: (n-1)/n * M/BW + (n-1)*alpha."""
     n = link.size
     steps = _ring_steps(n)
-    return steps / np.maximum(n, 1) * message_bytes / link.bandwidth_bytes_per_s + steps * link.latency_s
+    return steps / np.maximum(n, 1) * message_bytes / link.ring_bytes_per_s + steps * link.latency_s
 
 
 reduce_scatter_s = all_gather_s
-all_to_all_s = all_gather_s
+
+
+def all_to_all_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
+    """All-to-all of an M-byte buffer per rank: (n-1)/n of it leaves the rank, (n-k)/n through
+    the rank's NIC when the group crosses domains, the rest over the fast tier, concurrently."""
+    n = np.maximum(link.size, 1)
+    k = np.where(link.crosses, link.per_domain, n)
+    off_domain = (n - k) / n * message_bytes / link.inter_bytes_per_s
+    in_domain = (k - 1) / n * message_bytes / link.intra_bytes_per_s
+    return np.maximum(off_domain, in_domain) + _ring_steps(link.size) * link.latency_s
 
 
 def send_recv_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
-    """Point-to-point: M/BW + alpha; zero when the group has one rank."""
-    return np.where(link.size > 1, message_bytes / link.bandwidth_bytes_per_s + link.latency_s, 0.0)
+    """Point-to-point: M/BW + alpha over one hop; zero when the group has one rank."""
+    return np.where(link.size > 1, message_bytes / link.p2p_bytes_per_s + link.latency_s, 0.0)
 
 
 def all_reduce_bytes_sent(message_bytes: np.ndarray, n: np.ndarray) -> np.ndarray:

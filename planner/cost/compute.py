@@ -67,7 +67,17 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
         return gemm_s(m_rows, np.asarray(n), np.asarray(k), peak, eff, bw, elem)
 
     mats_in = 2.0 if model.is_gated_mlp else 1.0
-    time = g(tokens, a * d_qk / t + kv * (d_qk + d_v), h) + g(tokens, h, a * d_v / t)
+    if model.is_mla:
+        # DeepSeek MLA (Megatron-Core MLASelfAttention): the down-projections q_a (h -> r_q) and
+        # kv_a (h -> r_kv + d_rope) are replicated on every TP rank; the up-projections q_b and
+        # kv_b are column-parallel over heads.
+        r_q, r_kv = model.q_lora_rank, model.kv_lora_rank or 0
+        d_nope, d_rope = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0
+        q = g(tokens, r_q, h) + g(tokens, a * d_qk / t, r_q) if r_q else g(tokens, a * d_qk / t, h)
+        time = q + g(tokens, r_kv + d_rope, h) + g(tokens, a * (d_nope + d_v) / t, r_kv)
+    else:
+        time = g(tokens, a * d_qk / t + kv * (d_qk + d_v), h)
+    time = time + g(tokens, h, a * d_v / t)
     # Attention core: QK^T and AV over the keys of the whole sequence (CP rings the rest in).
     core_flops = 2.0 * tokens * job.seq_len * (a / t) * (d_qk + d_v) * CAUSAL_ATTENTION_FRACTION
     time = time + core_flops / (gpu.peak_flops_per_s("bf16") * eff)

@@ -31,7 +31,7 @@ import numpy as np
 
 from planner.cost.flops import attention_dims
 from planner.cost.pipeline import layers_on_worst_stage, microbatches_in_flight, moe_layers_on_worst_stage
-from planner.mesh import GPIPE, RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
+from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -69,8 +69,12 @@ def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshA
     core = np.where(mesh.recompute == RECOMPUTE_NONE, core, 0.0)
     if moe:
         top_k = model.num_experts_per_tok or 0
-        routed = top_k * (
-            2.0 * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp)
+        # Each routed token is processed by all expert_tp ranks of its expert: they each keep
+        # the full permuted input (2h) and 1/expert_tp of the expert's MLP activations.
+        routed = (
+            top_k
+            * mesh.expert_tp
+            * (2.0 * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp))
         )
         shared_width = (model.n_shared_experts or 0) * model.expert_intermediate_size + (
             model.shared_expert_intermediate_size or 0
@@ -181,8 +185,7 @@ def stage_memory(
         (layers - moe_layers) * activation_bytes_per_token_layer(model, job, mesh, moe=False)
         + moe_layers * activation_bytes_per_token_layer(model, job, mesh, moe=True)
     )
-    last_in_flight = np.where(mesh.schedule == GPIPE, m, 1)
-    in_flight = np.where(on_first, microbatches_in_flight(m, mesh), last_in_flight)
+    in_flight = microbatches_in_flight(m, mesh, first=first)
     # Full recompute re-materialises one layer at a time during backward.
     no_recompute = replace(mesh, recompute=np.zeros_like(mesh.recompute))
     one_layer = tokens * activation_bytes_per_token_layer(model, job, no_recompute, moe=model.is_moe)

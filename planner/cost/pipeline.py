@@ -54,15 +54,24 @@ def moe_layers_on_worst_stage(model: ModelSpec, layers: np.ndarray) -> np.ndarra
     return np.minimum(layers, model.num_moe_layers)
 
 
-def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays) -> np.ndarray:
-    """Micro-batches whose activations the first stage holds at its peak (DESIGN 4.2).
+def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) -> np.ndarray:
+    """Micro-batches' worth of a stage's activations held at its peak (DESIGN 4.2).
 
-    GPipe keeps all m; 1F1B and ZB-H1 keep min(p, m) (stage i keeps p - i); interleaved 1F1B
-    keeps p * (1 + (p-1)/(p*v)) layer-chunks' worth, Korthikanti et al. 2022 section 4.2.3.
+    First stage: GPipe keeps all m; 1F1B and ZB-H1 keep min(p, m) (stage i keeps p - i);
+    interleaved 1F1B keeps p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 section 4.2.3).
+    Last stage: GPipe m, 1F1B 1, interleaved ((v-1)*p + 1)/v: Megatron-LM's warm-up runs
+    (v-1)*p + 1 model chunks of 1/v of the stage each before the first backward.
+    With p = 1 every schedule is plain gradient accumulation: one micro-batch at a time.
     """
     p = mesh.pp.astype(float)
-    interleaved = p * (1.0 + (p - 1.0) / (p * mesh.virtual_stages))
-    one_f_one_b = np.minimum(p, m)
-    return np.where(
-        mesh.schedule == GPIPE, m, np.where(mesh.schedule == INTERLEAVED, np.minimum(interleaved, m), one_f_one_b)
+    v = mesh.virtual_stages
+    if first:
+        interleaved = p * (1.0 + (p - 1.0) / (p * v))
+        plain = np.minimum(p, m)
+    else:
+        interleaved = ((v - 1) * p + 1.0) / v
+        plain = np.ones_like(p)
+    held = np.where(
+        mesh.schedule == GPIPE, m, np.where(mesh.schedule == INTERLEAVED, np.minimum(interleaved, m), plain)
     )
+    return np.where(mesh.pp == 1, 1.0, held)

@@ -92,7 +92,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     tp_per_layer = np.where(full, 6.0, 4.0)
     dense_layers = layers - moe_layers
     moe_tp = np.where(full, 3.0, 2.0)  # attention's share; experts use EP (and expert TP)
-    etp_link = comm.group_link(cluster, mesh.expert_tp, np.ones_like(mesh.expert_tp))
+    etp_link = links["etp"]
     n_tp = dense_layers * tp_per_layer + moe_layers * moe_tp
     tp_mb = n_tp * comm.all_reduce_s(tp_msg, links["tp"]) + moe_layers * moe_tp * comm.all_reduce_s(
         tp_msg / mesh.tp * (model.num_experts_per_tok or 0), etp_link

@@ -50,7 +50,7 @@ class JobSpec(Frozen):
             if seqs is not None and seqs * seq_len != tokens:
                 raise ValueError(f"global_batch_size {seqs} x seq_len {seq_len} != global_batch_tokens {tokens}")
             data = {**data, "global_batch_size": tokens // seq_len}
-        elif seqs is not None and isinstance(seqs, int) and isinstance(seq_len, int):
+        elif isinstance(seqs, int) and seqs > 0 and isinstance(seq_len, int) and seq_len > 0:
             data = {**data, "global_batch_tokens": seqs * seq_len}
         return data
 

@@ -1,0 +1,78 @@
+"""Alpha-beta collectives and group placement (DESIGN 4.4, 4.5)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_cluster
+from planner.cost import comm
+from planner.cost.comm import TIER_INTER, TIER_INTRA, TIER_NONE, group_link, mesh_links
+from planner.mesh import MeshArrays
+from planner.schemas import ParallelConfig
+
+H100X16 = load_cluster("dgx-h100x16")
+INTRA = H100X16.intra_node.bus_bandwidth_bytes_per_s  # 450 GB/s x 0.82
+INTER = H100X16.inter_node.bus_bandwidth_bytes_per_s  # 50 GB/s x 0.96
+
+
+def _link(cluster, size: int, stride: int, span: int | None = None):
+    return group_link(cluster, np.array([size]), np.array([stride]), None if span is None else np.array([span]))
+
+
+def test_ring_all_reduce_formula() -> None:
+    link = _link(H100X16, 8, 1)
+    m = 1e9
+    expected = 2 * 7 / 8 * m / INTRA + 2 * 7 * H100X16.intra_node.latency_s
+    assert float(comm.all_reduce_s(np.array([m]), link)[0]) == pytest.approx(expected)
+    assert float(comm.all_gather_s(np.array([m]), link)[0]) == pytest.approx(7 / 8 * m / INTRA + 7 * 1.1e-6)
+    assert float(comm.all_reduce_bytes_sent(np.array([m]), np.array([8]))[0]) == pytest.approx(1.75e9)
+    one = _link(H100X16, 1, 1)
+    assert float(comm.all_reduce_s(np.array([m]), one)[0]) == 0.0
+    assert float(comm.send_recv_s(np.array([m]), one)[0]) == 0.0
+
+
+def test_placement_tiers() -> None:
+    assert int(_link(H100X16, 8, 1).tier[0]) == TIER_INTRA  # TP 8 inside a DGX
+    assert int(_link(H100X16, 16, 1).tier[0]) == TIER_INTER  # TP 16 over two nodes
+    assert int(_link(H100X16, 1, 1).tier[0]) == TIER_NONE
+    # A group of 4 with stride 2 spans 8 ranks: one node.
+    assert int(_link(H100X16, 4, 2).tier[0]) == TIER_INTRA
+    # dgx-h100x3, dp 3 with stride 2: blocks of 6 ranks, the second straddles nodes 0 and 1.
+    assert int(_link(load_cluster("dgx-h100x3"), 3, 2).tier[0]) == TIER_INTER
+    # NVL72: TP 16 blocks do not divide 72; ranks 64-79 straddle two racks.
+    nvl = _link(load_cluster("gb200-nvl72x2"), 16, 1)
+    assert int(nvl.tier[0]) == TIER_INTER and int(nvl.per_domain[0]) == 8
+    # One rack only: TP 16 stays inside even though 72 % 16 != 0 (there is no second rack).
+    assert int(_link(load_cluster("gb200-nvl72"), 16, 1).tier[0]) == TIER_INTRA
+
+
+def test_cross_node_bandwidth_by_pattern() -> None:
+    # DP group with one member per node (stride 8): one NIC per ring channel.
+    one_per_node = _link(H100X16, 16, 8)
+    assert float(one_per_node.ring_bytes_per_s[0]) == pytest.approx(INTER)
+    # All 128 GPUs in one ring: 8 members per node drive 8 NICs, capped by NVLink.
+    everyone = _link(H100X16, 128, 1)
+    assert float(everyone.ring_bytes_per_s[0]) == pytest.approx(min(INTRA, 8 * INTER))
+    # A send/recv hop that leaves the node goes through one NIC, whatever k is.
+    assert float(everyone.p2p_bytes_per_s[0]) == pytest.approx(INTER)
+    # All-to-all over 16 ranks, 8 per node: half the bytes leave through each rank's NIC.
+    a2a = _link(H100X16, 16, 1)
+    m = 1e9
+    expected = max(8 / 16 * m / INTER, 7 / 16 * m / INTRA) + 15 * H100X16.inter_node.latency_s
+    assert float(comm.all_to_all_s(np.array([m]), a2a)[0]) == pytest.approx(expected)
+
+
+def test_mesh_links_follow_rank_order() -> None:
+    def links(**kw):
+        return mesh_links(H100X16, MeshArrays.from_configs([ParallelConfig(**kw)]))
+
+    default = links(tp=8, pp=2, dp=8)
+    assert int(default["tp"].tier[0]) == TIER_INTRA and int(default["dp"].tier[0]) == TIER_INTER
+    # PP innermost puts each TP group's ranks 2 apart: TP 8 then spans 16 ranks, two nodes.
+    swapped = links(tp=8, pp=2, dp=8, order="pp-tp-cp-dp")
+    assert int(swapped["tp"].tier[0]) == TIER_INTER and int(swapped["pp"].tier[0]) == TIER_INTRA
+    # Expert groups fold into the stage: EP 8 inside a node, expert-DP across nodes.
+    moe = links(tp=1, pp=2, dp=64, ep=8)
+    assert int(moe["ep"].tier[0]) == TIER_INTRA and int(moe["edp"].tier[0]) == TIER_INTER
+    assert int(moe["edp"].size[0]) == 8

@@ -1,0 +1,101 @@
+"""The search: pins honoured, invalid pin combinations explained, agreement with `plan estimate`."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import load_cluster, load_model
+from planner.constraints import rule_masks
+from planner.cost.step import evaluate
+from planner.pricing import estimate_mesh, estimate_row
+from planner.search import default_job, enumerate_meshes, search
+from tests.conftest import assert_one_line_error
+
+LLAMA70 = load_model("llama3-70b")
+H100X16 = load_cluster("dgx-h100x16")
+
+
+def test_virtual_stages_pin_of_one_is_honoured() -> None:
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"virtual_stages": 1}, top=50)
+    assert {c.config.parallel.virtual_stages for c in ranking.candidates} == {1}
+
+
+def test_schedule_pin() -> None:
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"schedule": "interleaved-1f1b", "pp": 4}, top=20)
+    assert all(c.config.parallel.schedule == "interleaved-1f1b" for c in ranking.candidates)
+    assert all(c.config.parallel.virtual_stages > 1 for c in ranking.candidates)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("--schedule", "interleaved-1f1b", "--virtual-stages", "1"), ("schedule_matches_virtual_stages",)),
+        (("--schedule", "1f1b", "--virtual-stages", "2"), ("schedule_matches_virtual_stages",)),
+        (("--schedule", "gpipe", "--virtual-stages", "4"), ("schedule_matches_virtual_stages",)),
+        (("--tp", "1", "--sequence-parallel"), ("sequence_parallel_needs_tp",)),
+    ],
+)
+def test_conflicting_pins_explain_themselves(cli, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    assert_one_line_error(cli("--model", "llama70b", "--cluster", "dgx-h100x16", *args), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster", "args", "fragment"),
+    [
+        ("mixtral-8x7b", "dgx-h100x2", ("--ep", "8", "--pp", "4"), "experts_fold_into_stage"),
+        ("mixtral-8x7b", "dgx-h100x2", ("--ep", "8", "--expert-tp", "4"), "experts_fold_into_stage"),
+        ("llama3-8b", "dgx-h100", ("--expert-tp", "2", "--pp", "8"), "experts_fold_into_stage"),
+        ("gpt2-124m", "dgx-h100x1000", (), "batch_divisible"),
+    ],
+)
+def test_impossible_pins_name_the_rule(cli, model: str, cluster: str, args: tuple[str, ...], fragment: str) -> None:
+    assert_one_line_error(cli("--model", model, "--cluster", cluster, *args), fragment)
+
+
+def test_search_carries_the_cross_node_tp_warning() -> None:
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 16}, top=5)
+    assert ranking.candidates
+    assert all(any("fast domains" in w for w in c.warnings) for c in ranking.candidates)
+
+
+def test_search_skips_cross_node_tp_unless_pinned() -> None:
+    nvl = load_cluster("gb200-nvl72x2")
+    ranking = search(LLAMA70, nvl, default_job(LLAMA70, global_batch_size=576), top=200)
+    # TP 16 blocks straddle the 72-GPU racks; the search must not propose them.
+    assert all(c.links.tp != "inter_node" for c in ranking.candidates)
+
+
+def test_sequence_parallel_pin_keeps_sp_on() -> None:
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"sequence_parallel": True}, top=20)
+    assert all(c.config.parallel.sequence_parallel and c.config.parallel.tp > 1 for c in ranking.candidates)
+
+
+MODELS = ["llama3-8b", "mixtral-8x7b", "deepseek-v3", "gpt-22b"]
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(model_name=st.sampled_from(MODELS), nodes=st.sampled_from([2, 4, 32]), seed=st.integers(0, 10_000))
+def test_search_rows_equal_single_estimates(model_name: str, nodes: int, seed: int) -> None:
+    """One set of formulas: a random enumerated mesh priced in the vectorised batch and alone
+    agree to 1e-9, warnings included; no column holds NaN or a negative value."""
+    model = load_model(model_name)
+    cluster = load_cluster(f"dgx-h100x{nodes}")
+    job = default_job(model, seq_len=4096, global_batch_size=1024)
+    mesh = enumerate_meshes(model, cluster, {})
+    ok = np.logical_and.reduce(list(rule_masks(model, cluster, job, mesh).values()))
+    assert ok.any()
+    feasible = mesh.take(ok)
+    cols = evaluate(model, cluster, job, feasible)
+    for arr in (cols.step_time_s, cols.memory.total, cols.hfu, *cols.time.values(), *cols.comm_bytes.values()):
+        assert np.all(np.isfinite(arr)) and np.all(np.asarray(arr) >= 0)
+    rng = np.random.default_rng(seed)
+    for i in rng.choice(len(feasible), size=min(3, len(feasible)), replace=False):
+        config = feasible.row(int(i))
+        batch = estimate_row(cols, int(i), model, cluster, job, config)
+        alone = estimate_mesh(model, cluster, job, config)
+        assert alone.step_time_s == pytest.approx(batch.step_time_s, rel=1e-9)
+        assert alone.memory_per_gpu_bytes == pytest.approx(batch.memory_per_gpu_bytes, rel=1e-9)
+        assert alone.warnings == batch.warnings
