@@ -49,6 +49,17 @@ def _tokens_per_rank(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     return job.seq_len * mesh.micro_batch_size / mesh.cp
 
 
+def attention_core_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Forward QK^T and AV of one layer on one rank: 2 * (b*s/c) queries * s keys * (a/t) heads *
+    (d_qk + d_v), half of it under the causal mask, at the GEMM efficiency and the bf16 rate
+    (attention kernels run in 16-bit even in fp8 training). CP rings in the other ranks' keys."""
+    d_qk, d_v = attention_dims(model)
+    flops = (
+        2.0 * _tokens_per_rank(job, mesh) * job.seq_len * (model.num_attention_heads / mesh.tp) * (d_qk + d_v)
+    ) * CAUSAL_ATTENTION_FRACTION
+    return flops / (cluster.gpu.peak_flops_per_s("bf16") * cluster.gpu.gemm_efficiency)
+
+
 def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
     """Forward time of one layer on one rank for one micro-batch: GEMMs, attention core and
     element-wise ops. MoE layers run top-k routed experts (E/e local experts, each on its share
@@ -78,9 +89,7 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     else:
         time = g(tokens, a * d_qk / t + kv * (d_qk + d_v), h)
     time = time + g(tokens, h, a * d_v / t)
-    # Attention core: QK^T and AV over the keys of the whole sequence (CP rings the rest in).
-    core_flops = 2.0 * tokens * job.seq_len * (a / t) * (d_qk + d_v) * CAUSAL_ATTENTION_FRACTION
-    time = time + core_flops / (gpu.peak_flops_per_s("bf16") * eff)
+    time = time + attention_core_forward_s(model, cluster, job, mesh)
     if moe:
         f_e = model.expert_intermediate_size
         top_k = model.num_experts_per_tok or 0
@@ -136,3 +145,25 @@ def stage_forward_s(
     if model.is_moe:
         body = body + moe_layers * layer_forward_s(model, cluster, job, mesh, moe=True)
     return body, lm_head_forward_s(model, cluster, job, mesh)
+
+
+ADAM_BYTES_PER_PARAM_STEP = 24.0
+"""Adam reads and writes the fp32 master weight, m and v: 3 x 4 bytes x 2 (read + write); the
+gradient read and the 16-bit weight write are added from the job's dtypes."""
+
+
+def optimizer_step_s(
+    cluster: ClusterSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    dense_params: np.ndarray,
+    expert_params: np.ndarray,
+    dp_size: np.ndarray,
+    edp_size: np.ndarray,
+) -> np.ndarray:
+    """Memory-bound Adam update of the parameters this rank owns (its ZeRO shard from stage 1):
+    bytes touched per parameter / HBM bandwidth (Adam is elementwise, no matmul)."""
+    shard = mesh.zero_stage >= 1
+    owned = dense_params / np.where(shard, dp_size, 1) + expert_params / np.where(shard, edp_size, 1)
+    per_param = ADAM_BYTES_PER_PARAM_STEP + job.gradient_bytes_per_param + job.weight_bytes_per_param
+    return owned * per_param / cluster.gpu.hbm_bandwidth_bytes_per_s

@@ -1,0 +1,154 @@
+"""What each parallel dimension sends, and how long it takes (DESIGN 4.4).
+
+Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.comm``:
+  TP   per layer and micro-batch, 2 all-reduces of b*s/c*h forward and 2 backward (with SP the
+       same volume as reduce-scatter + all-gather; Korthikanti et al. 2022 section 4.2.2); full
+       recompute repeats the forward pair. MoE layers keep attention's pair; expert-TP adds one
+       all-reduce pair over the routed tokens inside the expert-TP group.
+  EP   per MoE layer, dispatch and combine all-to-alls of the routed tokens (b*s/(c*t) * top_k
+       * h) forward, and again backward (DESIGN 4.4; Megatron-Core's alltoall dispatcher).
+  CP   per layer, (c-1) ring steps of the rank's K and V blocks forward and 2(c-1) backward
+       (Liu et al. 2023, 'Ring Attention'; Megatron-Core context parallelism), overlapped with
+       the attention core: only the excess is exposed.
+  PP   per micro-batch and boundary, b*s/c*h forward and the same backward (divided by t under
+       SP: Narayanan et al. 2021's scatter/gather), on the critical path once per slot.
+  DP   the rank's gradients: all-reduce (ZeRO-0) or reduce-scatter + all-gather of the updated
+       16-bit weights (ZeRO-1/2, Megatron-LM's distributed optimizer); ZeRO-3 gathers weights in
+       forward and backward and reduce-scatters gradients for every micro-batch (FSDP).
+Overlap, a first-order model stated as such: ZeRO-0..2 gradient reduction overlaps the last
+micro-batch's backward except the last of the stage's layer buckets, the parameter all-gather
+the next forward likewise; ZeRO-3 traffic overlaps all compute but one layer's worth.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost import comm
+from planner.cost.flops import attention_dims
+from planner.cost.memory import RankParams, kv_heads_per_rank
+from planner.mesh import INTERLEAVED, RECOMPUTE_FULL, MeshArrays
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Exposed seconds and bytes sent per GPU (columns), per micro-batch or per step as named."""
+
+    time_s: np.ndarray
+    bytes_sent: np.ndarray
+
+
+def _tokens(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    return job.seq_len * mesh.micro_batch_size / mesh.cp
+
+
+def tp_per_microbatch(
+    model: ModelSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    links: dict[str, comm.GroupLink],
+    layers: np.ndarray,
+    moe_layers: np.ndarray,
+) -> Traffic:
+    """TP (and expert-TP) all-reduces of one micro-batch through the stage's layers."""
+    full = mesh.recompute == RECOMPUTE_FULL
+    message = _tokens(job, mesh) * model.hidden_size * job.activation_bytes_per_element
+    dense_count = np.where(full, 6.0, 4.0)
+    attention_count = np.where(full, 3.0, 2.0)
+    count = (layers - moe_layers) * dense_count + moe_layers * attention_count
+    routed = message / mesh.tp * (model.num_experts_per_tok or 0)
+    time = count * comm.all_reduce_s(message, links["tp"]) + moe_layers * attention_count * comm.all_reduce_s(
+        routed, links["etp"]
+    )
+    sent = count * comm.all_reduce_bytes_sent(message, mesh.tp) + moe_layers * attention_count * (
+        comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
+    )
+    return Traffic(time, sent)
+
+
+def ep_per_microbatch(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, links: dict[str, comm.GroupLink], moe_layers: np.ndarray
+) -> Traffic:
+    """Dispatch and combine all-to-alls of one micro-batch through the stage's MoE layers."""
+    message = _tokens(job, mesh) / mesh.tp * (model.num_experts_per_tok or 0) * model.hidden_size
+    message = message * job.activation_bytes_per_element
+    count = moe_layers * np.where(mesh.recompute == RECOMPUTE_FULL, 6.0, 4.0)
+    return Traffic(
+        count * comm.all_to_all_s(message, links["ep"]), count * comm.all_gather_bytes_sent(message, mesh.ep)
+    )
+
+
+def cp_per_microbatch(
+    model: ModelSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    links: dict[str, comm.GroupLink],
+    layers: np.ndarray,
+    attention_core_fwd_s: np.ndarray,
+) -> Traffic:
+    """K/V ring of one micro-batch through the stage's layers; exposed beyond the attention core
+    (forward, backward at twice the forward, and the recomputed forward under full recompute)."""
+    d_qk, d_v = attention_dims(model)
+    block = _tokens(job, mesh) * kv_heads_per_rank(model, mesh.tp.astype(float)) * (d_qk + d_v)
+    block = block * job.activation_bytes_per_element
+    passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
+    steps = layers * (mesh.cp - 1) * passes
+    total = steps * comm.send_recv_s(block, links["cp"])
+    exposed = np.maximum(total - layers * passes * attention_core_fwd_s, 0.0)
+    return Traffic(exposed, steps * block)
+
+
+def pp_per_step(
+    job: JobSpec, mesh: MeshArrays, links: dict[str, comm.GroupLink], m: np.ndarray, hidden: int
+) -> Traffic:
+    """Activation and gradient sends between stages: 2 per slot on the critical path (v*m + p - 1
+    slots of 1/v stage when interleaved, m + p - 1 otherwise)."""
+    message = _tokens(job, mesh) * hidden * job.activation_bytes_per_element
+    message = message / np.where(mesh.sequence_parallel, mesh.tp, 1)
+    slots = np.where(mesh.schedule == INTERLEAVED, mesh.virtual_stages * m, m) + mesh.pp - 1
+    staged = mesh.pp > 1
+    time = np.where(staged, 2.0 * slots * comm.send_recv_s(message, links["pp"]), 0.0)
+    return Traffic(time, np.where(staged, 2.0 * m * mesh.virtual_stages * message, 0.0))
+
+
+def dp_per_step(
+    job: JobSpec,
+    mesh: MeshArrays,
+    links: dict[str, comm.GroupLink],
+    params: RankParams,
+    m: np.ndarray,
+    fwd_mb_s: np.ndarray,
+    bwd_mb_s: np.ndarray,
+    layers: np.ndarray,
+) -> Traffic:
+    """Gradient reduction and ZeRO gathers of one step, exposed per the module docstring.
+    Dense weights reduce over dp*cp, expert weights over expert-DP."""
+    dp, edp = links["dp"], links["edp"]
+    grads = (params.dense * job.gradient_bytes_per_param, params.expert * job.gradient_bytes_per_param)
+    weights = (params.dense * job.weight_bytes_per_param, params.expert * job.weight_bytes_per_param)
+    z = mesh.zero_stage
+
+    def both(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return fn(pair[0], dp) + fn(pair[1], edp)
+
+    def both_sent(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return fn(pair[0], dp.size) + fn(pair[1], edp.size)
+
+    reduce_s = np.where(z == 0, both(comm.all_reduce_s, grads), both(comm.reduce_scatter_s, grads))
+    gather_s = np.where(z >= 1, both(comm.all_gather_s, weights), 0.0)
+    buckets = np.maximum(layers, 1)
+    exposed_012 = np.maximum(reduce_s - bwd_mb_s, reduce_s / buckets) + np.maximum(
+        gather_s - fwd_mb_s, gather_s / buckets
+    )
+    zero3 = m * (2.0 * gather_s + reduce_s)
+    exposed_3 = np.maximum(zero3 - m * (fwd_mb_s + bwd_mb_s), zero3 / (m * buckets))
+    reduce_b = np.where(
+        z == 0, both_sent(comm.all_reduce_bytes_sent, grads), both_sent(comm.all_gather_bytes_sent, grads)
+    )
+    gather_b = both_sent(comm.all_gather_bytes_sent, weights)
+    sent = np.where(z >= 3, m * (2.0 * gather_b + reduce_b), reduce_b + np.where(z >= 1, gather_b, 0.0))
+    return Traffic(np.where(z >= 3, exposed_3, exposed_012), sent)
