@@ -112,7 +112,11 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     outside = np.where(mesh.sequence_parallel, 20.0 * h / t, 20.0 * h)  # 2 norms 8h + 2 residual adds 12h
     activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
     rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
-    elementwise = tokens * (outside + activation_fn + rope + permute_bytes) / bw
+    # Without a fused attention kernel the a/t score matrices of s keys per token go through
+    # HBM: softmax reads and writes them (2 + 2 bytes), dropout writes a mask (1) and reads and
+    # writes the probabilities again (2 + 2): 9 bytes per score with dropout, 4 without.
+    unfused = 0.0 if job.flash_attention else (9.0 if job.dropout else 4.0) * (a / t) * job.seq_len
+    elementwise = tokens * (outside + activation_fn + rope + permute_bytes + unfused) / bw
     return time + elementwise
 
 
