@@ -15,6 +15,8 @@ measurement: calibration (``plan calibrate``) is what corrects it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from planner.cost.flops import attention_dims
@@ -29,6 +31,25 @@ CAUSAL_ATTENTION_FRACTION = 0.5
 """Causal flash attention computes the lower triangle of the s x s score matrix: half the square."""
 
 
+GEMM_TILE = (256, 128)
+"""Output tile (rows x columns) of the GEMM kernels priced here: the largest and most efficient
+of the typical cuBLAS tiles (NVIDIA, 'Matrix Multiplication Background User's Guide',
+DU-09799-001, section 2.3). cuBLAS picks smaller tiles for small outputs, so the quantization
+below is an upper bound on the waste there; hipBLASLt on MI300X is priced the same way."""
+
+
+def wave_utilization(m_rows: np.ndarray, n: np.ndarray, compute_units: int | None) -> np.ndarray:
+    """Share of the SMs' tile slots a GEMM's output fills (ibid., section 3: tile and wave
+    quantization): M*N / (waves * units * tile area), waves = ceil(ceil(M/256)*ceil(N/128) / units).
+    A 2048 x 4608 output on A100's 108 SMs is 288 tiles, 3 waves of 108: 89% utilized."""
+    if compute_units is None:
+        return np.ones_like(np.asarray(m_rows, dtype=float))
+    rows, cols = GEMM_TILE
+    tiles = np.ceil(m_rows / rows) * np.ceil(n / cols)
+    waves = np.maximum(np.ceil(tiles / compute_units), 1.0)
+    return (m_rows * n) / (waves * compute_units * rows * cols)
+
+
 def gemm_s(
     m_rows: np.ndarray,
     n: np.ndarray,
@@ -37,11 +58,34 @@ def gemm_s(
     efficiency: float,
     hbm_bytes_per_s: float,
     bytes_per_element: float,
+    compute_units: int | None = None,
 ) -> np.ndarray:
-    """Roofline time of an (M x K) @ (K x N) GEMM."""
+    """Roofline time of an (M x K) @ (K x N) GEMM: the larger of its FLOPs at the achievable,
+    wave-quantized rate and its operand traffic at HBM bandwidth."""
     flops = 2.0 * m_rows * n * k
     traffic = (m_rows * k + k * n + m_rows * n) * bytes_per_element
-    return np.maximum(flops / (peak_flops_per_s * efficiency), traffic / hbm_bytes_per_s)
+    rate = peak_flops_per_s * efficiency * wave_utilization(m_rows, n, compute_units)
+    return np.maximum(flops / rate, traffic / hbm_bytes_per_s)
+
+
+def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
+    """``gemm_s`` bound to the cluster's GPU and the job's matmul format: g(M, N, K) -> seconds."""
+    gpu = cluster.gpu
+    peak, elem = gpu.peak_flops_per_s(job.dtype), BYTES_PER_ELEMENT[job.dtype]
+
+    def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
+        return gemm_s(
+            np.asarray(m_rows),
+            np.asarray(n),
+            np.asarray(k),
+            peak,
+            gpu.gemm_efficiency,
+            gpu.hbm_bandwidth_bytes_per_s,
+            elem,
+            gpu.compute_units,
+        )
+
+    return g
 
 
 def _tokens_per_rank(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -64,18 +108,13 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     """Forward time of one layer on one rank for one micro-batch: GEMMs, attention core and
     element-wise ops. MoE layers run top-k routed experts (E/e local experts, each on its share
     of the routed tokens) plus shared experts and the router."""
-    gpu = cluster.gpu
-    peak = gpu.peak_flops_per_s(job.dtype)
-    eff, bw = gpu.gemm_efficiency, gpu.hbm_bandwidth_bytes_per_s
-    elem = BYTES_PER_ELEMENT[job.dtype]
+    bw = cluster.gpu.hbm_bandwidth_bytes_per_s
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
     kv = kv_heads_per_rank(model, t)
     tokens = _tokens_per_rank(job, mesh)
-
-    def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
-        return gemm_s(m_rows, np.asarray(n), np.asarray(k), peak, eff, bw, elem)
+    g = gemm_on(cluster, job)
 
     mats_in = 2.0 if model.is_gated_mlp else 1.0
     if model.is_mla:
@@ -126,15 +165,7 @@ def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     gpu = cluster.gpu
     tokens = _tokens_per_rank(job, mesh)
     vocab = model.vocab_size / mesh.tp
-    gemm = gemm_s(
-        tokens,
-        vocab,
-        np.asarray(float(model.hidden_size)),
-        gpu.peak_flops_per_s(job.dtype),
-        gpu.gemm_efficiency,
-        gpu.hbm_bandwidth_bytes_per_s,
-        BYTES_PER_ELEMENT[job.dtype],
-    )
+    gemm = gemm_on(cluster, job)(tokens, vocab, model.hidden_size)
     return gemm + tokens * vocab * 6.0 / gpu.hbm_bandwidth_bytes_per_s
 
 

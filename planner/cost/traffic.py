@@ -10,8 +10,10 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
   CP   per layer, (c-1) ring steps of the rank's K and V blocks forward and 2(c-1) backward
        (Liu et al. 2023, 'Ring Attention'; Megatron-Core context parallelism), overlapped with
        the attention core: only the excess is exposed.
-  PP   per micro-batch and boundary, b*s/c*h forward and the same backward (divided by t under
-       SP: Narayanan et al. 2021's scatter/gather), on the critical path once per slot.
+  PP   per micro-batch and boundary, b*s/c*h forward and the same backward, divided by t: each
+       TP rank sends its 1/t slice and the receivers all-gather it over NVLink (Narayanan et
+       al. 2021 section 4.1, scatter/gather, on by default in Megatron-LM; with SP the tensor
+       is already split), on the critical path once per slot.
   DP   the rank's gradients: all-reduce (ZeRO-0) or reduce-scatter + all-gather of the updated
        16-bit weights (ZeRO-1/2, Megatron-LM's distributed optimizer); ZeRO-3 gathers weights in
        forward and backward and reduce-scatters gradients for every micro-batch (FSDP).
@@ -108,7 +110,7 @@ def pp_per_step(
     """Activation and gradient sends between stages: 2 per slot on the critical path (v*m + p - 1
     slots of 1/v stage when interleaved, m + p - 1 otherwise)."""
     message = _tokens(job, mesh) * hidden * job.activation_bytes_per_element
-    message = message / np.where(mesh.sequence_parallel, mesh.tp, 1)
+    message = message / mesh.tp
     slots = np.where(mesh.schedule == INTERLEAVED, mesh.virtual_stages * m, m) + mesh.pp - 1
     staged = mesh.pp > 1
     time = np.where(staged, 2.0 * slots * comm.send_recv_s(message, links["pp"]), 0.0)

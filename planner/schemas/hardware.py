@@ -42,7 +42,8 @@ class GPU(Frozen):
     ``reserved_memory_gib`` is what the CUDA/ROCm context, NCCL buffers and allocator
     fragmentation take before any tensor of the model: HBM the planner may not fill.
     ``gemm_efficiency`` is the fraction of peak that large, well-shaped GEMMs reach in practice
-    (measured; the cost engine lowers it further for skinny shapes).
+    (measured; the cost engine lowers it further for skinny shapes). ``compute_units`` (SMs or
+    CUs) sets the wave quantization of GEMM tiles.
     """
 
     name: str
@@ -51,6 +52,9 @@ class GPU(Frozen):
     peak_tflops: dict[Dtype, PositiveFloat]
     reserved_memory_gib: float = Field(ge=0)
     gemm_efficiency: float = Field(gt=0, le=1)
+    compute_units: PositiveInt | None = Field(
+        None, description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization"
+    )
     sources: dict[str, str]
 
     @model_validator(mode="after")
