@@ -113,6 +113,13 @@ ScheduleOpt = Annotated[
     Optional[Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]],
     typer.Option("--schedule", help="Pipeline schedule."),
 ]
+OverlapOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--overlap-grad-reduce/--no-overlap-grad-reduce",
+        help="Overlap DP gradient reduction with backward (default on).",
+    ),
+]
 OrderOpt = Annotated[
     Optional[str],
     typer.Option("--order", metavar="AXES", help="Rank placement, innermost axis first (default tp-cp-dp-pp)."),
@@ -186,6 +193,7 @@ def plan_main(
     sequence_parallel: SpOpt = None,
     schedule: ScheduleOpt = None,
     order: OrderOpt = None,
+    overlap_grad_reduce: OverlapOpt = None,
     as_json: JsonOpt = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
@@ -234,6 +242,7 @@ def estimate_cmd(
     sequence_parallel: SpOpt = None,
     schedule: ScheduleOpt = None,
     order: OrderOpt = None,
+    overlap_grad_reduce: OverlapOpt = None,
     dtype: DtypeOpt = "bf16",
     as_json: JsonOpt = False,
 ) -> None:

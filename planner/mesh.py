@@ -37,6 +37,7 @@ class MeshArrays:
     recompute: np.ndarray
     sequence_parallel: np.ndarray  # bool
     schedule: np.ndarray
+    overlap_grad_reduce: np.ndarray  # bool
     order: str = DEFAULT_ORDER
 
     @classmethod
@@ -62,6 +63,7 @@ class MeshArrays:
             recompute=np.array([RECOMPUTES.index(c.recompute) for c in configs], dtype=np.int64),
             sequence_parallel=np.array([c.sequence_parallel for c in configs], dtype=bool),
             schedule=np.array([SCHEDULES.index(c.schedule) for c in configs], dtype=np.int64),
+            overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in configs], dtype=bool),
             order=orders.pop() if orders else DEFAULT_ORDER,
         )
 
@@ -85,6 +87,7 @@ class MeshArrays:
             recompute=RECOMPUTES[int(self.recompute[i])],  # type: ignore[arg-type]
             sequence_parallel=bool(self.sequence_parallel[i]),
             schedule=SCHEDULES[int(self.schedule[i])],  # type: ignore[arg-type]
+            overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             order=self.order,
         )
 

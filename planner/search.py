@@ -101,6 +101,7 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
     cols["sequence_parallel"] = (
         np.full(n_deg * n_knob, bool(pins["sequence_parallel"])) if "sequence_parallel" in pins else cols["tp"] > 1
     )
+    cols["overlap_grad_reduce"] = np.full(n_deg * n_knob, bool(pins.get("overlap_grad_reduce", True)))
     mesh = MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
     if "schedule" not in pins and "virtual_stages" not in pins:
         # With one stage interleaving is meaningless: drop those rows rather than count them.

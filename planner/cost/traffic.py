@@ -19,7 +19,8 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        forward and backward and reduce-scatters gradients for every micro-batch (FSDP).
 Overlap, a first-order model stated as such: ZeRO-0..2 gradient reduction overlaps the last
 micro-batch's backward except the last of the stage's layer buckets, the parameter all-gather
-the next forward likewise; ZeRO-3 traffic overlaps all compute but one layer's worth.
+the next forward likewise; ZeRO-3 traffic overlaps all compute but one layer's worth. With
+overlap_grad_reduce off (Megatron-LM before --overlap-grad-reduce, 2023) all of it is exposed.
 """
 
 from __future__ import annotations
@@ -153,4 +154,6 @@ def dp_per_step(
     )
     gather_b = both_sent(comm.all_gather_bytes_sent, weights)
     sent = np.where(z >= 3, m * (2.0 * gather_b + reduce_b), reduce_b + np.where(z >= 1, gather_b, 0.0))
-    return Traffic(np.where(z >= 3, exposed_3, exposed_012), sent)
+    overlapped = np.where(z >= 3, exposed_3, exposed_012)
+    serial = np.where(z >= 3, zero3, reduce_s + gather_s)
+    return Traffic(np.where(mesh.overlap_grad_reduce, overlapped, serial), sent)

@@ -53,6 +53,10 @@ class ParallelConfig(Frozen):
     sequence_parallel: bool = False
     schedule: Schedule = "1f1b"
     order: str = Field(DEFAULT_ORDER, description="Rank placement, innermost axis first, e.g. tp-cp-dp-pp")
+    overlap_grad_reduce: bool = Field(
+        True,
+        description="Overlap DP gradient reduction (and ZeRO gathers) with compute (Megatron-LM --overlap-grad-reduce)",
+    )
 
     @field_validator("order")
     @classmethod
