@@ -163,3 +163,15 @@ def test_console_script_runs_without_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "dgx-h100x16: 16 nodes x 8" in out.stdout
+
+
+def test_tp16_across_two_nodes_is_slower_than_tp8_pp2(cli) -> None:
+    # The classic disaster configuration (shared/reference strategy notes): TP over two 8-GPU
+    # nodes. Every layer's all-reduces cross InfiniBand, and each GPU runs all 80 layers' TP
+    # traffic where TP=8, PP=2 splits them over two stages.
+    args = ("estimate", "--model", "llama70b", "--cluster", "dgx-h100x2", "-B", "64", "--sequence-parallel", "--json")
+    tp16 = cli(*args, "--tp", "16", "--dp", "1").json()
+    tp8 = cli(*args, "--tp", "8", "--pp", "2", "--dp", "1").json()
+    assert tp16["step_time_s"] > 1.25 * tp8["step_time_s"]
+    assert tp16["links"]["tp"] == "inter_node" and tp8["links"]["tp"] == "intra_node"
+    assert any("fast domains" in w for w in tp16["warnings"]) and not any("fast domains" in w for w in tp8["warnings"])

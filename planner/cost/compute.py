@@ -80,7 +80,7 @@ def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
             np.asarray(k),
             peak,
             gpu.gemm_efficiency,
-            gpu.hbm_bandwidth_bytes_per_s,
+            gpu.achieved_hbm_bytes_per_s,
             elem,
             gpu.compute_units,
         )
@@ -95,20 +95,50 @@ def _tokens_per_rank(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
 
 def attention_core_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Forward QK^T and AV of one layer on one rank: 2 * (b*s/c) queries * s keys * (a/t) heads *
-    (d_qk + d_v), half of it under the causal mask, at the GEMM efficiency and the bf16 rate
-    (attention kernels run in 16-bit even in fp8 training). CP rings in the other ranks' keys."""
+    (d_qk + d_v) FLOPs at the GEMM efficiency and the 16-bit rate (attention runs in 16-bit even
+    in fp8 training). CP rings in the other ranks' keys.
+
+    Flash attention (Dao et al. 2022) skips the masked half of the causal square and keeps the
+    scores on chip. Without it (Megatron-LM before 2023) the full square is computed and then
+    masked, as two batched GEMMs per head whose s x s score matrix goes through HBM; with
+    K = d_head they are memory-bound on the roofline (2048 x 2048 x 128: 114 FLOP per byte,
+    below A100's ridge of 153), so they are priced at max(FLOPs, bytes) like any GEMM.
+    """
     d_qk, d_v = attention_dims(model)
-    flops = (
-        2.0 * _tokens_per_rank(job, mesh) * job.seq_len * (model.num_attention_heads / mesh.tp) * (d_qk + d_v)
-    ) * CAUSAL_ATTENTION_FRACTION
-    return flops / (cluster.gpu.peak_flops_per_s("bf16") * cluster.gpu.gemm_efficiency)
+    gpu = cluster.gpu
+    queries = _tokens_per_rank(job, mesh)
+    keys = job.seq_len
+    heads = model.num_attention_heads / mesh.tp
+    flops = 2.0 * queries * keys * heads * (d_qk + d_v)
+    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency
+    if job.flash_attention:
+        return flops * CAUSAL_ATTENTION_FRACTION / rate
+    # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the
+    # scores and V (s x d_v): 2-byte elements, batched over the micro-batch's sequences.
+    sequences = mesh.micro_batch_size
+    q = queries / sequences
+    elements = sequences * heads * ((q * d_qk + keys * d_qk + q * keys) + (q * keys + keys * d_v + q * d_v))
+    return np.maximum(flops / rate, 2.0 * elements / gpu.achieved_hbm_bytes_per_s)
+
+
+def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Without a fused attention kernel the (a/t) score matrices of s keys per token go through
+    HBM between the two GEMMs: softmax reads and writes them (2 + 2 bytes), dropout writes a mask
+    (1) and reads and writes the probabilities again (2 + 2): 9 bytes per score with dropout, 4
+    without (Megatron-LM's fused scale-mask-softmax is one read and one write). Zero with flash
+    attention. Selective recompute runs this again with the attention core."""
+    if job.flash_attention:
+        return np.zeros(len(mesh))
+    per_score = 9.0 if job.dropout else 4.0
+    scores = _tokens_per_rank(job, mesh) * (model.num_attention_heads / mesh.tp) * job.seq_len
+    return scores * per_score / cluster.gpu.achieved_hbm_bytes_per_s
 
 
 def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
     """Forward time of one layer on one rank for one micro-batch: GEMMs, attention core and
     element-wise ops. MoE layers run top-k routed experts (E/e local experts, each on its share
     of the routed tokens) plus shared experts and the router."""
-    bw = cluster.gpu.hbm_bandwidth_bytes_per_s
+    bw = cluster.gpu.achieved_hbm_bytes_per_s
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
@@ -151,12 +181,8 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     outside = np.where(mesh.sequence_parallel, 20.0 * h / t, 20.0 * h)  # 2 norms 8h + 2 residual adds 12h
     activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
     rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
-    # Without a fused attention kernel the a/t score matrices of s keys per token go through
-    # HBM: softmax reads and writes them (2 + 2 bytes), dropout writes a mask (1) and reads and
-    # writes the probabilities again (2 + 2): 9 bytes per score with dropout, 4 without.
-    unfused = 0.0 if job.flash_attention else (9.0 if job.dropout else 4.0) * (a / t) * job.seq_len
-    elementwise = tokens * (outside + activation_fn + rope + permute_bytes + unfused) / bw
-    return time + elementwise
+    elementwise = tokens * (outside + activation_fn + rope + permute_bytes) / bw
+    return time + elementwise + unfused_softmax_forward_s(model, cluster, job, mesh)
 
 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -166,7 +192,7 @@ def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     tokens = _tokens_per_rank(job, mesh)
     vocab = model.vocab_size / mesh.tp
     gemm = gemm_on(cluster, job)(tokens, vocab, model.hidden_size)
-    return gemm + tokens * vocab * 6.0 / gpu.hbm_bandwidth_bytes_per_s
+    return gemm + tokens * vocab * 6.0 / gpu.achieved_hbm_bytes_per_s
 
 
 def stage_forward_s(
@@ -201,4 +227,4 @@ def optimizer_step_s(
     shard = mesh.zero_stage >= 1
     owned = dense_params / np.where(shard, dp_size, 1) + expert_params / np.where(shard, edp_size, 1)
     per_param = ADAM_BYTES_PER_PARAM_STEP + job.gradient_bytes_per_param + job.weight_bytes_per_param
-    return owned * per_param / cluster.gpu.hbm_bandwidth_bytes_per_s
+    return owned * per_param / cluster.gpu.achieved_hbm_bytes_per_s

@@ -18,7 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost import comm, traffic
-from planner.cost.compute import attention_core_forward_s, optimizer_step_s, stage_forward_s
+from planner.cost.compute import (
+    attention_core_forward_s,
+    optimizer_step_s,
+    stage_forward_s,
+    unfused_softmax_forward_s,
+)
 from planner.cost.flops import model_flops_per_token, recompute_flops_per_token
 from planner.cost.memory import StageMemory, peak_memory, rank_params
 from planner.cost.pipeline import (
@@ -63,7 +68,9 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     # forward under full recompute or the attention core under selective; the LM head (last
     # stage only) is never recomputed.
     body_fwd, head_fwd = stage_forward_s(model, cluster, job, mesh)
-    core_fwd = attention_core_forward_s(model, cluster, job, mesh)
+    core_fwd = attention_core_forward_s(model, cluster, job, mesh) + unfused_softmax_forward_s(
+        model, cluster, job, mesh
+    )
     passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
     selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, layers * core_fwd, 0.0)
     compute_first = passes * body_fwd + selective

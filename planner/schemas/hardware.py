@@ -43,7 +43,8 @@ class GPU(Frozen):
     fragmentation take before any tensor of the model: HBM the planner may not fill.
     ``gemm_efficiency`` is the fraction of peak that large, well-shaped GEMMs reach in practice
     (measured; the cost engine lowers it further for skinny shapes). ``compute_units`` (SMs or
-    CUs) sets the wave quantization of GEMM tiles.
+    CUs) sets the wave quantization of GEMM tiles. ``hbm_efficiency`` is the fraction of the
+    datasheet HBM bandwidth a streaming copy reaches (BabelStream), what memory-bound ops get.
     """
 
     name: str
@@ -52,6 +53,7 @@ class GPU(Frozen):
     peak_tflops: dict[Dtype, PositiveFloat]
     reserved_memory_gib: float = Field(ge=0)
     gemm_efficiency: float = Field(gt=0, le=1)
+    hbm_efficiency: float = Field(gt=0, le=1)
     compute_units: PositiveInt | None = Field(
         None, description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization"
     )
@@ -77,6 +79,11 @@ class GPU(Frozen):
     @property
     def hbm_bandwidth_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_tb_per_s * TB_BYTES
+
+    @property
+    def achieved_hbm_bytes_per_s(self) -> float:
+        """What streaming kernels reach: datasheet bandwidth times the measured STREAM fraction."""
+        return self.hbm_bandwidth_tb_per_s * TB_BYTES * self.hbm_efficiency
 
     def peak_flops_per_s(self, dtype: str) -> float:
         """Dense peak FLOP/s for ``dtype``; formats the GPU lacks fall back to bf16, then fp32.

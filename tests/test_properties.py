@@ -1,0 +1,104 @@
+"""Property tests of the cost engine (hypothesis): monotonicity, finiteness, schema round-trip."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from planner.catalog import load_cluster, load_model
+from planner.cost.pipeline import bubble_fraction
+from planner.mesh import MeshArrays
+from planner.pricing import estimate_mesh
+from planner.schemas import Estimate, JobSpec, ParallelConfig
+
+MODELS = ["llama3-8b", "llama3-70b", "mixtral-8x7b", "gpt-22b", "qwen3-30b-a3b"]
+settings.register_profile("planner", max_examples=40, deadline=None, derandomize=True)
+settings.load_profile("planner")
+
+
+def _memory(model_name: str, **mesh: object) -> float:
+    config = ParallelConfig(**mesh)  # type: ignore[arg-type]
+    cluster = (
+        load_cluster("dgx-h100", gpus=config.num_gpus)
+        if config.num_gpus <= 8
+        else load_cluster("dgx-h100x1", gpus=config.num_gpus)
+    )
+    model = load_model(model_name)
+    job = JobSpec(global_batch_size=64 * config.dp * config.micro_batch_size, seq_len=4096)
+    return estimate_mesh(model, cluster, job, config).memory_per_gpu_bytes
+
+
+@given(
+    model_name=st.sampled_from(MODELS),
+    tp=st.sampled_from([1, 2, 4]),
+    pp=st.sampled_from([1, 2, 4]),
+    dp=st.sampled_from([1, 2]),
+    zero=st.integers(0, 3),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    mbs=st.sampled_from([1, 2]),
+)
+def test_memory_does_not_rise_when_tp_or_pp_doubles(
+    model_name: str, tp: int, pp: int, dp: int, zero: int, recompute: str, mbs: int
+) -> None:
+    """Doubling t or p with the rest fixed never raises memory per GPU (1F1B, layers divisible
+    by 2p: interleaved 1F1B keeps p(1 + (p-1)/(pv)) micro-batches, which grows with p, and an
+    uneven split can give the worst stage more than its share)."""
+    model = load_model(model_name)
+    assume(model.num_hidden_layers % (2 * pp) == 0)
+    assume(model.num_attention_heads % (2 * tp) == 0 and model.num_kv_heads % (2 * tp) in (0, model.num_kv_heads))
+    assume(model.intermediate_size % (2 * tp) == 0)
+    base = {"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "recompute": recompute, "micro_batch_size": mbs}
+    before = _memory(model_name, **base)
+    assert _memory(model_name, **{**base, "tp": 2 * tp}) <= before * (1 + 1e-12)
+    assert _memory(model_name, **{**base, "pp": 2 * pp}) <= before * (1 + 1e-12)
+
+
+@given(
+    p=st.integers(1, 64),
+    m=st.integers(1, 512),
+    extra=st.integers(1, 64),
+    schedule=st.sampled_from(["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]),
+    v=st.integers(2, 8),
+)
+def test_more_microbatches_never_raise_the_bubble(p: int, m: int, extra: int, schedule: str, v: int) -> None:
+    assume(schedule != "interleaved-1f1b" or p >= 2)
+    config = ParallelConfig(pp=p, schedule=schedule, virtual_stages=v if schedule == "interleaved-1f1b" else 1)  # type: ignore[arg-type]
+    mesh = MeshArrays.from_configs([config])
+    assert bubble_fraction(np.array([m + extra]), mesh)[0] <= bubble_fraction(np.array([m]), mesh)[0]
+
+
+@given(
+    model_name=st.sampled_from([*MODELS, "deepseek-v3"]),
+    profile=st.sampled_from(["dgx-a100-80g", "dgx-h100", "gb200-nvl72", "mi300x"]),
+    tp=st.sampled_from([1, 2, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    cp=st.sampled_from([1, 2]),
+    zero=st.integers(0, 3),
+    recompute=st.sampled_from(["none", "selective", "full"]),
+    sp=st.booleans(),
+)
+def test_every_figure_is_finite_nonnegative_and_round_trips(
+    model_name: str, profile: str, tp: int, pp: int, cp: int, zero: int, recompute: str, sp: bool
+) -> None:
+    model = load_model(model_name)
+    assume(model.num_attention_heads % tp == 0 and model.intermediate_size % tp == 0)
+    assume(tp > 1 or not sp)
+    gpus = tp * pp * cp * 2
+    cluster = load_cluster(profile, gpus=gpus)
+    assume(cluster.num_gpus == gpus)
+    config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp)  # type: ignore[arg-type]
+    job = JobSpec(global_batch_size=32, seq_len=4096)
+    est = estimate_mesh(model, cluster, job, config)
+    numbers = [
+        est.step_time_s,
+        est.memory_per_gpu_bytes,
+        est.mfu,
+        est.hfu,
+        est.tokens_per_s,
+        *est.time_breakdown_s.model_dump().values(),
+        *est.memory_breakdown_bytes.model_dump().values(),
+        *est.comm_bytes_per_gpu.model_dump().values(),
+    ]
+    assert all(np.isfinite(x) and x >= 0 for x in numbers)
+    assert Estimate.model_validate_json(est.model_dump_json()) == est
