@@ -23,7 +23,7 @@ from planner.cost.flops import attention_dims
 from planner.cost.memory import kv_heads_per_rank
 from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage
 from planner.mesh import MeshArrays
-from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
+from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -51,21 +51,15 @@ def wave_utilization(m_rows: np.ndarray, n: np.ndarray, compute_units: int | Non
 
 
 def gemm_s(
-    m_rows: np.ndarray,
-    n: np.ndarray,
-    k: np.ndarray,
-    peak_flops_per_s: float,
-    efficiency: float,
-    hbm_bytes_per_s: float,
-    bytes_per_element: float,
-    compute_units: int | None = None,
+    m_rows: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPU, peak_flops_per_s: float, bytes_per_element: float
 ) -> np.ndarray:
-    """Roofline time of an (M x K) @ (K x N) GEMM: the larger of its FLOPs at the achievable,
-    wave-quantized rate and its operand traffic at HBM bandwidth."""
+    """Roofline time of an (M x K) @ (K x N) GEMM: the larger of its FLOPs at the achievable rate
+    (the GPU's size-dependent efficiency times this shape's wave utilization) and its operand
+    traffic at the achieved HBM bandwidth."""
     flops = 2.0 * m_rows * n * k
     traffic = (m_rows * k + k * n + m_rows * n) * bytes_per_element
-    rate = peak_flops_per_s * efficiency * wave_utilization(m_rows, n, compute_units)
-    return np.maximum(flops / rate, traffic / hbm_bytes_per_s)
+    rate = peak_flops_per_s * gpu.gemm_efficiency_at(flops) * wave_utilization(m_rows, n, gpu.compute_units)
+    return np.maximum(flops / rate, traffic / gpu.achieved_hbm_bytes_per_s)
 
 
 def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
@@ -74,16 +68,7 @@ def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
     peak, elem = gpu.peak_flops_per_s(job.dtype), BYTES_PER_ELEMENT[job.dtype]
 
     def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
-        return gemm_s(
-            np.asarray(m_rows),
-            np.asarray(n),
-            np.asarray(k),
-            peak,
-            gpu.gemm_efficiency,
-            gpu.achieved_hbm_bytes_per_s,
-            elem,
-            gpu.compute_units,
-        )
+        return gemm_s(np.asarray(m_rows), np.asarray(n), np.asarray(k), gpu, peak, elem)
 
     return g
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.schemas.base import GB_BYTES, GIB_BYTES, TB_BYTES, TERA, Frozen
@@ -30,7 +31,7 @@ def _check_sources(obj: Frozen, sources: dict[str, str], skip: set[str]) -> None
         if name in skip:
             continue
         value = getattr(obj, name)
-        numeric = isinstance(value, (int, float, dict)) and not isinstance(value, bool)
+        numeric = isinstance(value, (int, float, dict, list)) and not isinstance(value, bool)
         if numeric and value is not None and name not in sources:
             raise ValueError(f"number '{name}' has no entry in 'sources' (datasheet, paper or measurement)")
 
@@ -43,7 +44,8 @@ class GPU(Frozen):
     fragmentation take before any tensor of the model: HBM the planner may not fill.
     ``gemm_efficiency`` is the fraction of peak that large, well-shaped GEMMs reach in practice
     (measured; the cost engine lowers it further for skinny shapes). ``compute_units`` (SMs or
-    CUs) sets the wave quantization of GEMM tiles. ``hbm_efficiency`` is the fraction of the
+    CUs) sets the wave quantization of GEMM tiles; ``gemm_efficiency_curve``, where measured,
+    makes the efficiency depend on GEMM size. ``hbm_efficiency`` is the fraction of the
     datasheet HBM bandwidth a streaming copy reaches (BabelStream), what memory-bound ops get.
     """
 
@@ -54,6 +56,11 @@ class GPU(Frozen):
     reserved_memory_gib: float = Field(ge=0)
     gemm_efficiency: float = Field(gt=0, le=1)
     hbm_efficiency: float = Field(gt=0, le=1)
+    gemm_efficiency_curve: list[tuple[PositiveFloat, float]] | None = Field(
+        None,
+        description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
+        "gemm_efficiency for GEMMs, interpolated in log(FLOPs) and clamped at the ends",
+    )
     compute_units: PositiveInt | None = Field(
         None, description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization"
     )
@@ -65,8 +72,21 @@ class GPU(Frozen):
             raise ValueError("peak_tflops must list bf16 (or fp32 for CPU profiles)")
         if self.reserved_memory_gib >= self.hbm_capacity_gib:
             raise ValueError("reserved_memory_gib must be below hbm_capacity_gib")
+        curve = self.gemm_efficiency_curve or []
+        if any(not 0 < eff <= 1 for _, eff in curve):
+            raise ValueError("gemm_efficiency_curve efficiencies must lie in (0, 1]")
+        if [g for g, _ in curve] != sorted({g for g, _ in curve}):
+            raise ValueError("gemm_efficiency_curve must list strictly increasing GFLOP sizes")
         _check_sources(self, self.sources, skip={"sources", "name"})
         return self
+
+    def gemm_efficiency_at(self, flops: np.ndarray) -> np.ndarray:
+        """Achievable fraction of peak for GEMMs of ``flops`` FLOPs: the measured curve when the
+        profile has one (log-linear between points, flat beyond), else ``gemm_efficiency``."""
+        if not self.gemm_efficiency_curve:
+            return np.full(np.shape(flops), self.gemm_efficiency)
+        sizes, effs = zip(*self.gemm_efficiency_curve, strict=True)
+        return np.interp(np.log10(np.maximum(flops, 1.0)), np.log10(np.array(sizes) * 1e9), np.array(effs))
 
     @property
     def hbm_capacity_bytes(self) -> float:
