@@ -14,6 +14,7 @@ from planner.schemas.estimate import (
     Estimate,
     EstimateConfig,
     GroupLinks,
+    HiddenComm,
     MemoryBreakdown,
     TimeBreakdown,
 )
@@ -25,6 +26,11 @@ from planner.schemas.parallel import ParallelConfig
 MICROBATCHES_PER_STAGE_ADVICE = 4
 """Rule of thumb m >= 4p (shared/reference strategy notes; Narayanan et al. 2021 section 3.3):
 below it the 1F1B bubble (p-1)/(m+p-1) exceeds about 20%."""
+
+
+OVERLAP_ADVICE_SHARE = 0.5
+"""Warn when the communication a plan hides exceeds half its compute time: a judgement call (the
+shared/reference notes: 'check that overlap really happens; it often silently does not')."""
 
 
 def advice(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, est: Estimate) -> list[str]:
@@ -48,6 +54,13 @@ def advice(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, est: 
         notes.append(
             f"MFU {est.mfu:.0%} exceeds the GPU's GEMM efficiency ({cluster.gpu.gemm_efficiency:.0%}) because model "
             "FLOPs count the full s x s attention square (Megatron-LM/PaLM convention) while causal kernels run half"
+        )
+    hidden, compute = est.hidden_comm_s.dp + est.hidden_comm_s.cp, est.time_breakdown_s.compute
+    if hidden > OVERLAP_ADVICE_SHARE * compute:
+        notes.append(
+            f"counts on hiding {hidden:.2f} s of DP/ZeRO and CP communication behind {compute:.2f} s "
+            f"of compute; overlap is often partly lost in practice (SMs shared with NCCL kernels, bucket "
+            f"timing): without it the step takes {est.step_time_s + hidden:.2f} s"
         )
     if est.links.dp == "inter_node" and config.zero_stage == 3 and model.parameter_counts.total < 20e9:
         notes.append("ZeRO-3 on a model this small: its per-layer gathers may cost more than the memory they save")
@@ -83,6 +96,7 @@ def row_estimate(
             overhead=float(mem.overhead[i]),
         ),
         time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
+        hidden_comm_s=HiddenComm(**{k: float(np.asarray(v)[i]) for k, v in cols.hidden.items()}),
         comm_bytes_per_gpu=CommBytes(**{k: float(np.asarray(v)[i]) for k, v in cols.comm_bytes.items()}),
         links=GroupLinks(**{k: TIER_NAMES[int(cols.links[k].tier[i])] for k in ("tp", "cp", "dp", "pp", "ep")}),
         fits=bool(cols.fits[i]),

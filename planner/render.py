@@ -57,6 +57,9 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     times.add_column("share", justify="right")
     for term, value in est.time_breakdown_s.model_dump().items():
         times.add_row(term, duration(value), f"{value / est.step_time_s:.1%}")
+    for group, value in est.hidden_comm_s.model_dump().items():
+        if value > 0:
+            times.add_row(f"({group}_comm hidden)", duration(value), "overlapped")
     mem = Table(title="memory on the most loaded GPU")
     mem.add_column("kind")
     mem.add_column("GiB", justify="right")

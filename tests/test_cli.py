@@ -175,3 +175,26 @@ def test_tp16_across_two_nodes_is_slower_than_tp8_pp2(cli) -> None:
     assert tp16["step_time_s"] > 1.25 * tp8["step_time_s"]
     assert tp16["links"]["tp"] == "inter_node" and tp8["links"]["tp"] == "intra_node"
     assert any("fast domains" in w for w in tp16["warnings"]) and not any("fast domains" in w for w in tp8["warnings"])
+
+
+def test_overlap_the_plan_relies_on_is_reported(cli) -> None:
+    args = (
+        "estimate",
+        "--model",
+        "llama70b",
+        "--cluster",
+        "dgx-h100x16",
+        "--dp",
+        "32",
+        "--cp",
+        "4",
+        "--zero-stage",
+        "3",
+        "--json",
+    )
+    on = cli(*args).json()
+    assert on["hidden_comm_s"]["dp"] > 0.5 * on["time_breakdown_s"]["compute"]
+    assert any("counts on hiding" in w for w in on["warnings"])
+    off = cli(*args, "--no-overlap-grad-reduce").json()
+    assert off["hidden_comm_s"]["dp"] == 0
+    assert off["step_time_s"] > on["step_time_s"] + 0.9 * on["hidden_comm_s"]["dp"]

@@ -49,6 +49,7 @@ class Columns:
     memory: StageMemory
     time: dict[str, np.ndarray]
     comm_bytes: dict[str, np.ndarray]
+    hidden: dict[str, np.ndarray]
     links: dict[str, comm.GroupLink]
     model_flops_per_step: float
     hardware_flops_per_step: np.ndarray
@@ -120,6 +121,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
             "cp": m * cp.bytes_sent,
             "ep": m * ep.bytes_sent,
         },
+        hidden={"dp": np.asarray(dp.hidden_s) + np.zeros(len(mesh)), "cp": m * cp.hidden_s},
         links=links,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hardware_flops,

@@ -39,10 +39,12 @@ from planner.schemas.model import ModelSpec
 
 @dataclass(frozen=True)
 class Traffic:
-    """Exposed seconds and bytes sent per GPU (columns), per micro-batch or per step as named."""
+    """Exposed seconds, seconds hidden behind compute, and bytes sent per GPU (columns), per
+    micro-batch or per step as named."""
 
     time_s: np.ndarray
     bytes_sent: np.ndarray
+    hidden_s: np.ndarray | float = 0.0
 
 
 def _tokens(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -102,7 +104,7 @@ def cp_per_microbatch(
     steps = layers * (mesh.cp - 1) * passes
     total = steps * comm.send_recv_s(block, links["cp"])
     exposed = np.maximum(total - layers * passes * attention_core_fwd_s, 0.0)
-    return Traffic(exposed, steps * block)
+    return Traffic(exposed, steps * block, total - exposed)
 
 
 def pp_per_step(
@@ -156,4 +158,5 @@ def dp_per_step(
     sent = np.where(z >= 3, m * (2.0 * gather_b + reduce_b), reduce_b + np.where(z >= 1, gather_b, 0.0))
     overlapped = np.where(z >= 3, exposed_3, exposed_012)
     serial = np.where(z >= 3, zero3, reduce_s + gather_s)
-    return Traffic(np.where(mesh.overlap_grad_reduce, overlapped, serial), sent)
+    exposed = np.where(mesh.overlap_grad_reduce, overlapped, serial)
+    return Traffic(exposed, sent, serial - exposed)

@@ -49,6 +49,14 @@ class CommBytes(Frozen):
     ep: NonNegativeFloat
 
 
+class HiddenComm(Frozen):
+    """Seconds per step of communication the model counts as hidden behind compute: the overlap
+    a plan relies on, and what the step would grow by if it were lost."""
+
+    dp: NonNegativeFloat
+    cp: NonNegativeFloat
+
+
 Tier = Literal["intra_node", "inter_node", "none"]
 
 
@@ -95,6 +103,7 @@ class Estimate(Frozen):
     memory_breakdown_bytes: MemoryBreakdown
     time_breakdown_s: TimeBreakdown
     comm_bytes_per_gpu: CommBytes
+    hidden_comm_s: HiddenComm
     links: GroupLinks
     fits: bool
     warnings: list[str]
