@@ -6,6 +6,7 @@ import numpy as np
 
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
+from planner.cost.pipeline import stage_layer_counts
 from planner.cost.step import Columns, evaluate
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
@@ -85,6 +86,7 @@ def row_estimate(
         hfu=float(cols.hfu[i]),
         bubble_fraction=float(cols.bubble_fraction[i]),
         num_microbatches=int(cols.num_microbatches[i]),
+        layers_per_stage=stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages),
         memory_per_gpu_bytes=float(mem.total[i]),
         memory_usable_bytes=cluster.gpu.hbm_capacity_bytes,
         memory_breakdown_bytes=MemoryBreakdown(

@@ -45,6 +45,13 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
         "MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}  ({est.model_tflops_per_gpu:.0f} model TFLOP/s per GPU)"
     )
     summary.add_row("micro-batches", f"{est.num_microbatches}, bubble {est.bubble_fraction:.1%}")
+    if cfg.pp > 1:
+        layers = est.layers_per_stage
+        summary.add_row(
+            "layers per stage",
+            f"{' '.join(map(str, layers))} (first also embeds, last runs the LM head; "
+            f"priced at the busiest, {max(layers)})",
+        )
     verdict = "[green]fits[/]" if est.fits else "[red]does NOT fit[/]"
     summary.add_row(
         "memory per GPU", f"{gib(est.memory_per_gpu_bytes)} of {gib(est.memory_usable_bytes)} GiB, {verdict}"

@@ -163,3 +163,17 @@ def test_interleaved_last_stage_holds_its_warmup() -> None:
     assert microbatches_in_flight(m, mesh, first=False)[0] == pytest.approx((3 * 8 + 1) / 4)
     assert microbatches_in_flight(m, _mesh(pp=8), first=False)[0] == 1
     assert microbatches_in_flight(m, _mesh(pp=8, schedule="gpipe"), first=False)[0] == 64
+
+
+def test_uneven_stage_split_puts_the_extra_layers_in_the_middle() -> None:
+    from planner.cost.pipeline import layers_on_worst_stage, stage_layer_counts
+
+    # Qwen3-235B: 94 layers on pp = 8 with 4 virtual stages (32 chunks of 2 or 3 layers).
+    split = stage_layer_counts(94, 8, 4)
+    assert sum(split) == 94 and split[0] == split[-1] == 11 and max(split) == 12
+    # DeepSeek-V3: 61 layers on 8 x 4.
+    split = stage_layer_counts(61, 8, 4)
+    assert sum(split) == 61 and max(split) == 8
+    mesh = _mesh(pp=8, dp=1, schedule="interleaved-1f1b", virtual_stages=4)
+    assert layers_on_worst_stage(load_model("qwen3-235b-a22b"), mesh)[0] == 12
+    assert stage_layer_counts(80, 4, 1) == [20, 20, 20, 20]

@@ -98,6 +98,9 @@ class Estimate(Frozen):
     hfu: NonNegativeFloat
     bubble_fraction: float = Field(ge=0, lt=1)
     num_microbatches: PositiveInt
+    layers_per_stage: list[int] = Field(
+        description="Transformer layers on each pipeline rank (first: +embedding, last: +LM head)"
+    )
     memory_per_gpu_bytes: NonNegativeFloat
     memory_usable_bytes: NonNegativeFloat
     memory_breakdown_bytes: MemoryBreakdown
