@@ -27,6 +27,10 @@ from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
+FLASH_FWD_BWD_FLOPS = 3.5
+"""FlashAttention's accounting: backward = 2.5x forward FLOPs, so forward + backward = 3.5x
+(Dao 2023, 'FlashAttention-2', section 4.1; FlashAttention-3 section 4.1 likewise)."""
+
 CAUSAL_ATTENTION_FRACTION = 0.5
 """Causal flash attention computes the lower triangle of the s x s score matrix: half the square."""
 
@@ -95,9 +99,14 @@ def attention_core_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpe
     keys = job.seq_len
     heads = model.num_attention_heads / mesh.tp
     flops = 2.0 * queries * keys * heads * (d_qk + d_v)
-    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency
     if job.flash_attention:
-        return flops * CAUSAL_ATTENTION_FRACTION / rate
+        # Flash kernels are benchmarked as forward + backward = 3.5x the forward FLOPs (backward
+        # 2.5x: it recomputes the scores) at ``attention_efficiency``; the step multiplies every
+        # layer's forward time by 3, so the forward carries 3.5/3 of its FLOP time.
+        efficiency = gpu.attention_efficiency or gpu.gemm_efficiency
+        rate = gpu.peak_flops_per_s("bf16") * efficiency
+        return flops * CAUSAL_ATTENTION_FRACTION / rate * FLASH_FWD_BWD_FLOPS / 3.0
+    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency
     # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the
     # scores and V (s x d_v): 2-byte elements, batched over the micro-batch's sequences.
     sequences = mesh.micro_batch_size

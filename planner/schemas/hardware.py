@@ -56,6 +56,13 @@ class GPU(Frozen):
     reserved_memory_gib: float = Field(ge=0)
     gemm_efficiency: float = Field(gt=0, le=1)
     hbm_efficiency: float = Field(gt=0, le=1)
+    attention_efficiency: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fused (flash) attention forward+backward throughput as a fraction of 16-bit peak, "
+        "FlashAttention's FLOP convention; None: gemm_efficiency",
+    )
     gemm_efficiency_curve: list[tuple[PositiveFloat, float]] | None = Field(
         None,
         description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
