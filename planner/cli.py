@@ -79,6 +79,11 @@ SeqOpt = Annotated[
     typer.Option("--seq-len", "-s", min=1, metavar="N", help="Sequence length (default: model card, else 4096)."),
 ]
 DtypeOpt = Annotated[Literal["bf16", "fp16", "fp8"], typer.Option("--dtype", help="Matmul precision.")]
+FlashOpt = Annotated[
+    bool,
+    typer.Option("--flash-attention/--no-flash-attention", help="Fused attention (no s x s scores in HBM)."),
+]
+DropoutOpt = Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (GPT-3-era training).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree.")]
 PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, metavar="N", help="Pipeline-parallel degree (stages).")]
@@ -178,6 +183,8 @@ def plan_main(
     global_batch_tokens: BatchTokensOpt = None,
     seq_len: SeqOpt = None,
     dtype: DtypeOpt = "bf16",
+    flash_attention: FlashOpt = True,
+    dropout: DropoutOpt = False,
     top: TopOpt = 10,
     objective: ObjectiveOpt = "time",
     tp: TpOpt = None,
@@ -208,7 +215,15 @@ def plan_main(
     from planner.search import default_job, search
 
     spec, clus = _load(model, cluster, nodes, gpus)
-    job = default_job(spec, seq_len, global_batch_size, global_batch_tokens, dtype=dtype)
+    job = default_job(
+        spec,
+        seq_len,
+        global_batch_size,
+        global_batch_tokens,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        dropout=dropout,
+    )
     pins = _mesh_knobs(ctx)
     ranking = search(spec, clus, job, pins, top=top, objective=objective)
     if as_json:
@@ -244,6 +259,8 @@ def estimate_cmd(
     order: OrderOpt = None,
     overlap_grad_reduce: OverlapOpt = None,
     dtype: DtypeOpt = "bf16",
+    flash_attention: FlashOpt = True,
+    dropout: DropoutOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
     """Price one mesh: step time, MFU, memory and communication, term by term.
@@ -256,7 +273,15 @@ def estimate_cmd(
     from planner.search import default_job
 
     spec, clus = _load(model, cluster, nodes, gpus)
-    job = default_job(spec, seq_len, global_batch_size, global_batch_tokens, dtype=dtype)
+    job = default_job(
+        spec,
+        seq_len,
+        global_batch_size,
+        global_batch_tokens,
+        dtype=dtype,
+        flash_attention=flash_attention,
+        dropout=dropout,
+    )
     fields = _mesh_knobs(ctx)
     if "dp" not in fields:
         others = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
