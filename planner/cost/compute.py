@@ -1,16 +1,18 @@
 """Compute time of one micro-batch on one pipeline stage (DESIGN 4.3).
 
 Each GEMM is priced with a roofline (Williams, Waterman and Patterson 2009, 'Roofline: An
-Insightful Visual Performance Model'): time = max(2*M*N*K / (peak * gemm_efficiency),
-bytes moved / HBM bandwidth), with bytes = (M*K + K*N + M*N) elements. Skinny GEMMs (large t
-shrinks N or K, small b*s shrinks M) fall onto the bandwidth roof and so run below peak;
-``gemm_efficiency`` is the profile's measured fraction for large GEMMs. Backward runs two GEMMs
-per forward GEMM (input and weight gradients) of the same FLOPs, priced the same.
+Insightful Visual Performance Model'): time = max(2*M*N*K / achievable rate, bytes moved /
+achieved HBM bandwidth), bytes = (M*K + K*N + M*N) elements. The achievable rate is peak x the
+GPU's measured GEMM efficiency (a curve over GEMM size where the profile has one) x the wave
+utilization of this output shape on the GPU's SMs, so small and skinny GEMMs (large t, small
+b*s) run below peak. Backward runs two GEMMs per forward GEMM (input and weight gradients) of
+the same FLOPs, priced the same. Checked against measured GEMMs in tests/test_compute.py.
 
-The attention core (flash attention, causal: half the s x s square) runs at the same efficiency.
-Element-wise work (norms, residual adds, activation functions, RoPE) is memory-bound; its
-traffic below is a first-order count of the tensors each op reads and writes, not a
-measurement: calibration (``plan calibrate``) is what corrects it.
+Attention: flash kernels at the profile's measured attention efficiency (causal half, the
+FlashAttention FLOP accounting); unfused attention (Megatron before 2023) as two batched GEMMs on
+the roofline plus the softmax/dropout traffic. Element-wise work (norms, residual adds,
+activation functions, RoPE) is memory-bound at the measured streaming bandwidth; its traffic is
+a first-order count of the tensors each op reads and writes, not a measurement.
 """
 
 from __future__ import annotations
