@@ -139,11 +139,10 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     console.print(table)
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(ranking.pruned.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
+    for line in ranking.explanation[:4]:
+        console.print(line)
     if ranking.candidates:
         best = ranking.candidates[0]
-        terms = sorted(best.time_breakdown_s.model_dump().items(), key=lambda kv: -kv[1])[:3]
-        share = ", ".join(f"{k} {v / best.step_time_s:.0%}" for k, v in terms)
-        console.print(f"winner's step is {share}")
         for warning in best.warnings:
             console.print(f"[yellow]warning (#1):[/] {warning}")
 

@@ -20,6 +20,7 @@ import numpy as np
 from planner.constraints import RULES, rule_masks
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
+from planner.explain import explain
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
 from planner.schemas.hardware import ClusterSpec
@@ -170,6 +171,7 @@ def search(
         feasible=int(idx.size),
         pruned=pruned,
         candidates=out,
+        explanation=explain(list(out)),
         pareto=[
             ParetoPoint(
                 mesh=candidates.row(int(i)).short(),

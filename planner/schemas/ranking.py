@@ -25,7 +25,8 @@ class ParetoPoint(Frozen):
 
 class Ranking(Frozen):
     """Ranked candidates: ``evaluated`` meshes enumerated, ``pruned`` per failed rule (the first
-    rule each mesh breaks, including ``memory`` for meshes that do not fit), ``feasible`` the rest."""
+    rule each mesh breaks, including ``memory`` for meshes that do not fit), ``feasible`` the rest.
+    ``explanation``: what dominates the winner's step, and where each runner-up loses."""
 
     model: str
     cluster: str
@@ -38,3 +39,4 @@ class Ranking(Frozen):
     pruned: dict[str, NonNegativeInt]
     candidates: list[RankedEstimate]
     pareto: list[ParetoPoint]
+    explanation: list[str]

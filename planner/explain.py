@@ -1,0 +1,40 @@
+"""Why the winner wins: the terms that dominate its step, and where each runner-up loses.
+
+Pure functions of Estimates; the search attaches the sentences to its Ranking and the CLI only
+prints them.
+"""
+
+from __future__ import annotations
+
+from planner.schemas.base import GIB_BYTES
+from planner.schemas.estimate import Estimate
+
+
+def dominant_terms(est: Estimate, count: int = 3) -> str:
+    """'compute 74%, tp_comm 22%, bubble 3%': the largest shares of the step."""
+    terms = sorted(est.time_breakdown_s.model_dump().items(), key=lambda kv: -kv[1])[:count]
+    return ", ".join(f"{name} {seconds / est.step_time_s:.0%}" for name, seconds in terms if seconds > 0)
+
+
+def where_it_loses(winner: Estimate, other: Estimate) -> str:
+    """The time term that costs ``other`` most relative to the winner, and the memory trade."""
+    mine, theirs = winner.time_breakdown_s.model_dump(), other.time_breakdown_s.model_dump()
+    term = max(theirs, key=lambda k: theirs[k] - mine[k])
+    extra = theirs[term] - mine[term]
+    behind = other.step_time_s - winner.step_time_s
+    memory = (other.memory_per_gpu_bytes - winner.memory_per_gpu_bytes) / GIB_BYTES
+    trade = f"; uses {abs(memory):.1f} GiB {'less' if memory < 0 else 'more'} per GPU" if abs(memory) >= 0.05 else ""
+    if behind <= 1e-9 * winner.step_time_s:
+        return f"ties the winner's step time{trade}"
+    return f"{behind:.3g} s slower, most of it {term} (+{extra:.3g} s){trade}"
+
+
+def explain(candidates: list[Estimate]) -> list[str]:
+    """One sentence for the winner, one per runner-up."""
+    if not candidates:
+        return []
+    winner = candidates[0]
+    lines = [f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}"]
+    for rank, other in enumerate(candidates[1:], start=2):
+        lines.append(f"#{rank} {other.config.parallel.short()}: {where_it_loses(winner, other)}")
+    return lines
