@@ -21,15 +21,32 @@ def _link(cluster, size: int, stride: int, span: int | None = None):
 
 
 def test_ring_all_reduce_formula() -> None:
-    link = _link(H100X16, 8, 1)
+    a100 = load_cluster("dgx-a100-80g")  # no in-network reduction: ring only
+    bw, alpha = a100.intra_node.bus_bandwidth_bytes_per_s, a100.intra_node.latency_s
+    link = _link(a100, 8, 1)
     m = 1e9
-    expected = 2 * 7 / 8 * m / INTRA + 2 * 7 * H100X16.intra_node.latency_s
+    expected = 2 * 7 / 8 * m / bw + 2 * 7 * alpha
     assert float(comm.all_reduce_s(np.array([m]), link)[0]) == pytest.approx(expected)
-    assert float(comm.all_gather_s(np.array([m]), link)[0]) == pytest.approx(7 / 8 * m / INTRA + 7 * 1.1e-6)
+    assert float(comm.all_gather_s(np.array([m]), link)[0]) == pytest.approx(7 / 8 * m / bw + 7 * alpha)
     assert float(comm.all_reduce_bytes_sent(np.array([m]), np.array([8]))[0]) == pytest.approx(1.75e9)
     one = _link(H100X16, 1, 1)
     assert float(comm.all_reduce_s(np.array([m]), one)[0]) == 0.0
     assert float(comm.send_recv_s(np.array([m]), one)[0]) == 0.0
+
+
+def test_nvls_all_reduce_where_it_beats_the_ring() -> None:
+    # H100 NVLS, fitted to the measured curve: M / (450 GB/s * 0.592) + 66.7 us. At 8 GiB that is
+    # a bus bandwidth of 1.75 * M / t = 466 GB/s (measured 478.9); small messages take the ring.
+    link = _link(H100X16, 8, 1)
+    big = float(2**33)
+    t = float(comm.all_reduce_s(np.array([big]), link)[0])
+    assert t == pytest.approx(big / (450e9 * 0.592) + 66.7e-6)
+    assert 1.75 * big / t / 1e9 == pytest.approx(478.9, rel=0.04)
+    small = 1e5
+    ring = 2 * 7 / 8 * small / INTRA + 14 * H100X16.intra_node.latency_s
+    assert float(comm.all_reduce_s(np.array([small]), link)[0]) == pytest.approx(ring)
+    # Reduce-scatter and all-gather stay on the ring.
+    assert float(comm.all_gather_s(np.array([big]), link)[0]) == pytest.approx(7 / 8 * big / INTRA + 7 * 1.1e-6)
 
 
 def test_placement_tiers() -> None:

@@ -7,8 +7,9 @@ nccl-tests' PERFORMANCE.md), for n ranks, M bytes, bus bandwidth BW and per-step
   all-gather, reduce-scatter      (n-1)/n * M/BW + (n-1)*alpha     (M = the full buffer)
   all-to-all                      (n-1)/n * M/BW + (n-1)*alpha, split by where the bytes go
   send/recv                       M/BW + alpha
-In-network reduction (NVLS, SHARP) is recorded in the profiles but not yet priced: the ring
-formula is an upper bound for all-reduce on such fabrics.
+In-network reduction (NVLS, SHARP), where a profile has measured it, prices an all-reduce as
+M / (link bandwidth * in_network_efficiency) + its fixed cost (each rank sends and receives M
+once; the switch adds), when that beats the ring.
 
 Placement (DESIGN 4.5). Ranks fill nodes (fast domains of D GPUs) in order. A group of n ranks
 whose neighbours are ``stride`` apart occupies aligned blocks of span = n*stride consecutive
@@ -49,6 +50,8 @@ class GroupLink:
     intra_bytes_per_s: float
     inter_bytes_per_s: float
     latency_s: np.ndarray
+    in_network_bytes_per_s: np.ndarray  # 0 where the tier has no (measured) in-network reduction
+    in_network_latency_s: np.ndarray
 
     @property
     def crosses(self) -> np.ndarray:
@@ -84,6 +87,10 @@ def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span:
         intra_bytes_per_s=intra.bus_bandwidth_bytes_per_s,
         inter_bytes_per_s=inter.bus_bandwidth_bytes_per_s,
         latency_s=np.where(crosses, inter.latency_s, intra.latency_s),
+        in_network_bytes_per_s=np.where(crosses, inter.in_network_bytes_per_s, intra.in_network_bytes_per_s),
+        in_network_latency_s=np.where(
+            crosses, (inter.in_network_latency_us or 0.0) * 1e-6, (intra.in_network_latency_us or 0.0) * 1e-6
+        ),
     )
 
 
@@ -124,10 +131,15 @@ def _ring_steps(n: np.ndarray) -> np.ndarray:
 
 
 def all_reduce_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
-    """Ring all-reduce: 2(n-1)/n * M/BW + 2(n-1)*alpha; zero for a group of one."""
+    """Ring all-reduce, 2(n-1)/n * M/BW + 2(n-1)*alpha, or the in-network all-reduce where the
+    tier has one, M/BW_in + alpha_in, whichever is faster (NCCL picks its algorithm by size);
+    zero for a group of one."""
     n = link.size
     steps = _ring_steps(n)
-    return 2.0 * steps / np.maximum(n, 1) * message_bytes / link.ring_bytes_per_s + 2.0 * steps * link.latency_s
+    ring = 2.0 * steps / np.maximum(n, 1) * message_bytes / link.ring_bytes_per_s + 2.0 * steps * link.latency_s
+    has_in_network = link.in_network_bytes_per_s > 0
+    in_network = message_bytes / np.where(has_in_network, link.in_network_bytes_per_s, 1.0) + link.in_network_latency_s
+    return np.where(has_in_network & (n > 1), np.minimum(ring, in_network), ring)
 
 
 def all_gather_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:

@@ -59,16 +59,19 @@ def tp_per_microbatch(
     layers: np.ndarray,
     moe_layers: np.ndarray,
 ) -> Traffic:
-    """TP (and expert-TP) all-reduces of one micro-batch through the stage's layers."""
+    """TP (and expert-TP) collectives of one micro-batch through the stage's layers: all-reduces,
+    or with SP a reduce-scatter plus an all-gather each (ring collectives: in-network
+    all-reduce does not apply to them)."""
     full = mesh.recompute == RECOMPUTE_FULL
     message = _tokens(job, mesh) * model.hidden_size * job.activation_bytes_per_element
     dense_count = np.where(full, 6.0, 4.0)
     attention_count = np.where(full, 3.0, 2.0)
     count = (layers - moe_layers) * dense_count + moe_layers * attention_count
     routed = message / mesh.tp * (model.num_experts_per_tok or 0)
-    time = count * comm.all_reduce_s(message, links["tp"]) + moe_layers * attention_count * comm.all_reduce_s(
-        routed, links["etp"]
-    )
+    tp = links["tp"]
+    split = comm.reduce_scatter_s(message, tp) + comm.all_gather_s(message, tp)
+    per_collective = np.where(mesh.sequence_parallel, split, comm.all_reduce_s(message, tp))
+    time = count * per_collective + moe_layers * attention_count * comm.all_reduce_s(routed, links["etp"])
     sent = count * comm.all_reduce_bytes_sent(message, mesh.tp) + moe_layers * attention_count * (
         comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
     )

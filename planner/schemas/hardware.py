@@ -130,7 +130,9 @@ class Interconnect(Frozen):
     ``bandwidth_gb_per_s`` is per GPU and unidirectional (NVLink4: 900 GB/s bidirectional =
     450 GB/s; one 400 Gb/s NIC per GPU = 50 GB/s), the quantity nccl-tests' bus bandwidth is
     measured against; ``bus_efficiency`` is the fraction of it that nccl-tests' busbw reaches at
-    large messages. ``latency_us`` is the per-step latency (alpha) of a ring algorithm.
+    large messages. ``latency_us`` is the per-step latency (alpha) of a ring algorithm. Where the
+    switch reduces in the network (NVLS, SHARP) and it has been measured, an all-reduce costs
+    M / (bandwidth * in_network_efficiency) + in_network_latency instead, if that is faster.
     ``domain_size_gpus`` is how many GPUs share this fast domain (8 in a DGX, 72 in an NVL72);
     None means the tier reaches every GPU of the cluster.
     """
@@ -141,12 +143,27 @@ class Interconnect(Frozen):
     latency_us: float = Field(ge=0)
     domain_size_gpus: PositiveInt | None = None
     in_network_reduction: Literal["none", "nvls", "sharp"] = "none"
+    in_network_efficiency: float | None = Field(
+        None, gt=0, le=1, description="In-network all-reduce: achieved fraction of the link bandwidth"
+    )
+    in_network_latency_us: float | None = Field(None, ge=0, description="In-network all-reduce: fixed cost")
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _sources(self) -> Interconnect:
+        priced = (self.in_network_efficiency is not None, self.in_network_latency_us is not None)
+        if any(priced) and not all(priced):
+            raise ValueError("give in_network_efficiency and in_network_latency_us together")
+        if all(priced) and self.in_network_reduction == "none":
+            raise ValueError("in_network_efficiency needs in_network_reduction nvls or sharp")
         _check_sources(self, self.sources, skip={"sources", "name", "in_network_reduction"})
         return self
+
+    @property
+    def in_network_bytes_per_s(self) -> float:
+        """Bandwidth of an in-network all-reduce, each rank sending and receiving M once; 0 when
+        the tier has none (or it is not measured)."""
+        return self.bandwidth_gb_per_s * GB_BYTES * (self.in_network_efficiency or 0.0)
 
     @property
     def bus_bandwidth_bytes_per_s(self) -> float:
