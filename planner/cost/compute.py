@@ -84,7 +84,9 @@ def _tokens_per_rank(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     return job.seq_len * mesh.micro_batch_size / mesh.cp
 
 
-def attention_core_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+def attention_core_forward_s(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, recompute: bool = False
+) -> np.ndarray:
     """Forward QK^T and AV of one layer on one rank: 2 * (b*s/c) queries * s keys * (a/t) heads *
     (d_qk + d_v) FLOPs at the GEMM efficiency and the 16-bit rate (attention runs in 16-bit even
     in fp8 training). CP rings in the other ranks' keys.
@@ -94,6 +96,7 @@ def attention_core_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpe
     masked, as two batched GEMMs per head whose s x s score matrix goes through HBM; with
     K = d_head they are memory-bound on the roofline (2048 x 2048 x 128: 114 FLOP per byte,
     below A100's ridge of 153), so they are priced at max(FLOPs, bytes) like any GEMM.
+    ``recompute`` prices the forward pass alone (what selective recompute runs again).
     """
     d_qk, d_v = attention_dims(model)
     gpu = cluster.gpu
@@ -107,7 +110,8 @@ def attention_core_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpe
         # layer's forward time by 3, so the forward carries 3.5/3 of its FLOP time.
         efficiency = gpu.attention_efficiency or gpu.gemm_efficiency
         rate = gpu.peak_flops_per_s("bf16") * efficiency
-        return flops * CAUSAL_ATTENTION_FRACTION / rate * FLASH_FWD_BWD_FLOPS / 3.0
+        share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
+        return flops * CAUSAL_ATTENTION_FRACTION / rate * share
     rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency
     # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the
     # scores and V (s x d_v): 2-byte elements, batched over the micro-batch's sequences.

@@ -73,7 +73,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
         model, cluster, job, mesh
     )
     passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
-    selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, layers * core_fwd, 0.0)
+    recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + unfused_softmax_forward_s(
+        model, cluster, job, mesh
+    )
+    selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, layers * recomputed_core, 0.0)
     compute_first = passes * body_fwd + selective
     compute_mb = compute_first + 3.0 * head_fwd  # the last stage is the slower (or the only) one
     fwd_mb = compute_mb / passes
