@@ -198,3 +198,26 @@ def test_overlap_the_plan_relies_on_is_reported(cli) -> None:
     off = cli(*args, "--no-overlap-grad-reduce").json()
     assert off["hidden_comm_s"]["dp"] == 0
     assert off["step_time_s"] > on["step_time_s"] + 0.9 * on["hidden_comm_s"]["dp"]
+
+
+def test_zero3_advice_when_its_gathers_show(cli) -> None:
+    args = (
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-a100-80gx16",
+        "--dp",
+        "128",
+        "-B",
+        "2048",
+        "-b",
+        "1",
+        "--seq-len",
+        "512",
+        "--json",
+    )
+    z3 = cli(*args, "--zero-stage", "3").json()
+    z1 = cli(*args, "--zero-stage", "1").json()
+    assert any(w.startswith("ZeRO-3 gathers weights for every micro-batch") for w in z3["warnings"])
+    assert z1["step_time_s"] < z3["step_time_s"] and z1["memory_per_gpu_bytes"] > z3["memory_per_gpu_bytes"]
