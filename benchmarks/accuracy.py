@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from planner.catalog import load_cluster  # noqa: E402
+from planner.explain import where_it_loses  # noqa: E402
 from planner.pricing import estimate_mesh  # noqa: E402
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig  # noqa: E402
 from planner.search import search  # noqa: E402
@@ -243,6 +244,33 @@ def predict(case: Case) -> tuple[float, Estimate]:
     return 8.0 * case.model.parameter_counts.total * tokens / est.step_time_s / n / 1e12, est
 
 
+def planner_vs_published(case: Case) -> tuple[Estimate, Estimate]:
+    """(published mesh, planner's best) for the same GPUs, batch, sequence and software: only
+    ``overlap_grad_reduce`` stays pinned, since it is the framework's, not the mesh's."""
+    _, published = predict(case)
+    pins = {"overlap_grad_reduce": case.pins.get("overlap_grad_reduce", True)}
+    best = search(case.model, case.cluster, case.job, pins, top=1).candidates[0]
+    return published, best
+
+
+def print_planner_vs_published() -> None:
+    print("\nPlanner's best mesh vs the published one (same GPUs, batch, sequence length and software):")
+    seen: set[str] = set()
+    for case in cases():
+        run = case.name.split(" ")[0]
+        if run in seen:
+            continue
+        seen.add(run)
+        published, best = planner_vs_published(case)
+        gain = published.step_time_s / best.step_time_s
+        verdict = "ok" if best.step_time_s <= published.step_time_s * (1 + 1e-9) else "SEARCH MISSES IT"
+        why = where_it_loses(best, published) if gain > 1 + 1e-9 else "the planner picks the published mesh"
+        print(
+            f"{run:26} {gain:5.2f}x {verdict:3}  published {published.config.parallel.short()} | planner "
+            f"{best.config.parallel.short()} | published mesh: {why}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
@@ -280,6 +308,7 @@ def main() -> None:
         f"MAPE over the {len(kor)} Korthikanti et al. 2022 iteration times: "
         f"{sum(abs(r['error']) for r in kor) / len(kor):.1%}"
     )
+    print_planner_vs_published()
     bloom = next(r for r in rows if r["run"].startswith("bloom"))
     print(
         f"BLOOM-176B memory per GPU: predicted {bloom['memory_per_gpu_gib'] * GIB / 1e9:.1f} GB "

@@ -3,7 +3,7 @@ columns, and rank (DESIGN section 5).
 
 Searched: tp (divisors of N up to the fast domain), cp (powers of two while s divides by 2c),
 pp (divisors of the rest, at most L), dp = N/(tp*cp*pp), ep (divisors of the expert count that
-fold into tp*cp*dp), micro-batch 1-8, 1F1B or interleaved 1F1B with v in 2..8 dividing the
+fold into tp*cp*dp), micro-batch 1-16, 1F1B or interleaved 1F1B with v in 2..8 dividing the
 stage's layers, ZeRO 0-3, recompute none/selective/full, sequence parallelism on whenever
 tp > 1. Pinned knobs are fixed instead. GPipe (1F1B's bubble at m times the activations) and
 ZB-H1 (whose weight-gradient split has costs the engine does not price yet) are evaluated only
@@ -29,7 +29,7 @@ from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 from planner.schemas.ranking import ParetoPoint, RankedEstimate, Ranking
 
-MICRO_BATCH_SIZES = (1, 2, 4, 8)
+MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
 VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8)
 MAX_CP = 16
 OBJECTIVES = ("time", "memory")
