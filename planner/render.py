@@ -141,6 +141,12 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
     for line in ranking.explanation[:4]:
         console.print(line)
+    same = [c for c in ranking.candidates if c.equivalent_meshes]
+    if same:
+        console.print(
+            f"{sum(len(c.equivalent_meshes) for c in same)} more meshes tie with those shown "
+            "(same predicted time and memory); see equivalent_meshes in --json"
+        )
     if ranking.candidates:
         best = ranking.candidates[0]
         for warning in best.warnings:

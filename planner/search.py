@@ -110,6 +110,26 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
     return mesh
 
 
+def _equivalent_groups(ranked: np.ndarray, times: np.ndarray, memory: np.ndarray, top: int) -> list[list[int]]:
+    """The first ``top`` groups of consecutive ranked meshes with the same step time and memory
+    (to 1e-9): swaps such as dp 8 x b 2 for dp 4 x cp 2 x b 4 that the model prices identically.
+    Each group is shown once, listing the others as equivalents."""
+    groups: list[list[int]] = []
+    for i in ranked:
+        if groups:
+            head = groups[-1][0]
+            same = abs(times[i] - times[head]) <= 1e-9 * times[head] and abs(memory[i] - memory[head]) <= (
+                1e-9 * memory[head]
+            )
+            if same:
+                groups[-1].append(int(i))
+                continue
+        if len(groups) == top:
+            break
+        groups.append([int(i)])
+    return groups
+
+
 def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
     """Indices of meshes no other beats on both step time and memory, fastest first."""
     order = np.lexsort((memory, times))
@@ -154,11 +174,13 @@ def search(
     if idx.size == 0:
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))
     key = cols.step_time_s[idx] if objective == "time" else cols.memory.total[idx]
-    ranked = idx[np.lexsort((cols.memory.total[idx], key))][:top]
-    out = []
-    for rank, i in enumerate(ranked, start=1):
-        est = estimate_row(cols, int(i), model, cluster, job, candidates.row(int(i)))
-        out.append(RankedEstimate(**dict(est), rank=rank))
+    ranked = idx[np.lexsort((cols.memory.total[idx], key))]
+    out: list[RankedEstimate] = []
+    for group in _equivalent_groups(ranked, cols.step_time_s, cols.memory.total, top):
+        first = int(group[0])
+        est = estimate_row(cols, first, model, cluster, job, candidates.row(first))
+        others = [candidates.row(int(i)).short() for i in group[1:]]
+        out.append(RankedEstimate(**dict(est), rank=len(out) + 1, equivalent_meshes=others))
     front = idx[pareto_front(cols.step_time_s[idx], cols.memory.total[idx])]
     return Ranking(
         model=model.name,

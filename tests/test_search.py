@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -114,3 +116,13 @@ def test_explanation_names_the_dominant_terms_and_the_losses() -> None:
     winner = estimate_mesh(LLAMA70, H100X16, job, ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True))
     loser = estimate_mesh(LLAMA70, H100X16, job, ParallelConfig(tp=16, dp=8, sequence_parallel=True))
     assert "slower, most of it tp_comm" in where_it_loses(winner, loser)
+
+
+def test_identically_priced_meshes_are_grouped() -> None:
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 8, "pp": 2}, top=5)
+    shown = [(c.step_time_s, c.memory_per_gpu_bytes) for c in ranking.candidates]
+    assert all(a[0] <= b[0] and a != pytest.approx(b, rel=1e-9) for a, b in itertools.pairwise(shown))
+    grouped = [c for c in ranking.candidates if c.equivalent_meshes]
+    assert grouped, "dp/cp/micro-batch swaps price identically and should be listed as equivalents"
+    first = grouped[0]
+    assert all(label.startswith("tp8 pp2") for label in first.equivalent_meshes)

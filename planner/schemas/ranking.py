@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt
 
 from planner.schemas.base import Frozen
 from planner.schemas.estimate import Estimate
@@ -10,9 +10,11 @@ from planner.schemas.job import JobSpec
 
 
 class RankedEstimate(Estimate):
-    """An Estimate with its 1-based place in the ranking."""
+    """An Estimate with its 1-based place in the ranking, and the meshes the model prices
+    identically (same step time and memory), listed rather than ranked separately."""
 
     rank: PositiveInt
+    equivalent_meshes: list[str] = Field(default_factory=list)
 
 
 class ParetoPoint(Frozen):
