@@ -39,7 +39,7 @@ ZERO3_ADVICE_SHARE = 0.05
 failure modes: 'ZeRO-3 communication may cost more than expected; on small models it may not pay')."""
 
 
-def advice(model: ModelSpec, cluster: ClusterSpec, config: ParallelConfig, est: Estimate) -> list[str]:
+def advice(cluster: ClusterSpec, config: ParallelConfig, est: Estimate) -> list[str]:
     """Warnings from the field for one estimated mesh (beyond the soft feasibility rules)."""
     notes: list[str] = []
     if not est.fits:
@@ -126,7 +126,7 @@ def estimate_row(
     rules the mesh breaks, then the advice. The search and ``estimate_mesh`` both end here."""
     est = row_estimate(cols, i, model, cluster, job, config)
     soft = check_config(model, cluster, job, config)
-    return est.model_copy(update={"warnings": soft + advice(model, cluster, config, est)})
+    return est.model_copy(update={"warnings": soft + advice(cluster, config, est)})
 
 
 def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> Estimate:
