@@ -141,6 +141,13 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
     for line in ranking.explanation[:4]:
         console.print(line)
+    if ranking.pareto:
+        fastest, leanest = ranking.pareto[0], ranking.pareto[-1]
+        console.print(
+            f"Pareto front of memory vs step time: {len(ranking.pareto)} meshes, from {fastest.mesh} "
+            f"({duration(fastest.step_time_s)}, {gib(fastest.memory_per_gpu_bytes)} GiB) to {leanest.mesh} "
+            f"({duration(leanest.step_time_s)}, {gib(leanest.memory_per_gpu_bytes)} GiB)"
+        )
     same = [c for c in ranking.candidates if c.equivalent_meshes]
     if same:
         console.print(
