@@ -152,10 +152,24 @@ def _require(value: str | None, flag: str) -> str:
     return value
 
 
-def _load(model: str | None, cluster: str | None, nodes: int | None, gpus: int | None) -> tuple[Any, Any]:
+def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
+    """The model, cluster and job the command line names (shared by `plan` and `plan estimate`)."""
     from planner.catalog import load_cluster, load_model
+    from planner.search import default_job
 
-    return load_model(_require(model, "--model")), load_cluster(_require(cluster, "--cluster"), nodes=nodes, gpus=gpus)
+    p = ctx.params
+    model = load_model(_require(p["model"], "--model"))
+    cluster = load_cluster(_require(p["cluster"], "--cluster"), nodes=p["nodes"], gpus=p["gpus"])
+    job = default_job(
+        model,
+        p["seq_len"],
+        p["global_batch_size"],
+        p["global_batch_tokens"],
+        dtype=p["dtype"],
+        flash_attention=p["flash_attention"],
+        dropout=p["dropout"],
+    )
+    return model, cluster, job
 
 
 def _mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
@@ -212,18 +226,9 @@ def plan_main(
     if model is None and cluster is None:
         typer.echo(ctx.get_help())
         return
-    from planner.search import default_job, search
+    from planner.search import search
 
-    spec, clus = _load(model, cluster, nodes, gpus)
-    job = default_job(
-        spec,
-        seq_len,
-        global_batch_size,
-        global_batch_tokens,
-        dtype=dtype,
-        flash_attention=flash_attention,
-        dropout=dropout,
-    )
+    spec, clus, job = _model_cluster_job(ctx)
     pins = _mesh_knobs(ctx)
     ranking = search(spec, clus, job, pins, top=top, objective=objective)
     if as_json:
@@ -270,18 +275,8 @@ def estimate_cmd(
     from planner.catalog import validate_as
     from planner.pricing import estimate_mesh
     from planner.schemas.parallel import ParallelConfig
-    from planner.search import default_job
 
-    spec, clus = _load(model, cluster, nodes, gpus)
-    job = default_job(
-        spec,
-        seq_len,
-        global_batch_size,
-        global_batch_tokens,
-        dtype=dtype,
-        flash_attention=flash_attention,
-        dropout=dropout,
-    )
+    spec, clus, job = _model_cluster_job(ctx)
     fields = _mesh_knobs(ctx)
     if "dp" not in fields:
         others = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
