@@ -100,6 +100,11 @@ class MeshArrays:
     def num_gpus(self) -> np.ndarray:
         return self.tp * self.pp * self.dp * self.cp
 
+    @property
+    def expert_dp(self) -> np.ndarray:
+        """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp) (DESIGN section 3)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
     def axis_size(self, axis: str) -> np.ndarray:
         return getattr(self, axis)
 

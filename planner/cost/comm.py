@@ -114,7 +114,6 @@ def mesh_links(cluster: ClusterSpec, mesh: MeshArrays) -> dict[str, GroupLink]:
     dp_span = np.maximum(s_cp * mesh.cp, s_dp * mesh.dp)
     etp, ep = mesh.expert_tp, mesh.ep
     fold = mesh.tp * mesh.cp * mesh.dp
-    expert_dp = fold // (ep * etp)
     return {
         "tp": group_link(cluster, mesh.tp, mesh.stride("tp")),
         "cp": group_link(cluster, mesh.cp, s_cp),
@@ -122,7 +121,7 @@ def mesh_links(cluster: ClusterSpec, mesh: MeshArrays) -> dict[str, GroupLink]:
         "dp": group_link(cluster, dp_group, dp_stride, dp_span),
         "ep": group_link(cluster, ep, _fold_to_global(mesh, etp), _fold_to_global(mesh, ep * etp)),
         "etp": group_link(cluster, etp, np.ones_like(etp), _fold_to_global(mesh, etp)),
-        "edp": group_link(cluster, expert_dp, _fold_to_global(mesh, ep * etp), _fold_to_global(mesh, fold)),
+        "edp": group_link(cluster, mesh.expert_dp, _fold_to_global(mesh, ep * etp), _fold_to_global(mesh, fold)),
     }
 
 

@@ -154,7 +154,7 @@ def rank_params(model: ModelSpec, mesh: MeshArrays, embedding: np.ndarray, head:
 def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer) bytes per GPU under the mesh's ZeRO stage."""
     dpc = (mesh.dp * mesh.cp).astype(float)
-    edp = (mesh.tp * mesh.cp * mesh.dp / (mesh.ep * mesh.expert_tp)).astype(float)
+    edp = mesh.expert_dp.astype(float)
     z = mesh.zero_stage
 
     def shard(stage: int) -> tuple[np.ndarray, np.ndarray]:

@@ -95,10 +95,6 @@ class ParallelConfig(Frozen):
         """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp)."""
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
-    @property
-    def order_axes(self) -> tuple[str, ...]:
-        return tuple(self.order.split("-"))
-
     def short(self) -> str:
         """Compact label, e.g. 'tp8 pp2 dp8 cp1 ep1 mbs1 v1 z1 sel sp 1f1b'."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}", f"cp{self.cp}", f"ep{self.ep}"]
