@@ -120,12 +120,20 @@ def row_estimate(
 
 
 def estimate_row(
-    cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
+    cols: Columns,
+    i: int,
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    config: ParallelConfig,
+    soft: list[str] | None = None,
 ) -> Estimate:
     """Row ``i`` of evaluated columns as an Estimate with every warning: the soft feasibility
-    rules the mesh breaks, then the advice. The search and ``estimate_mesh`` both end here."""
+    rules the mesh breaks (``soft``, checked here unless the caller already has them), then the
+    advice. The search and ``estimate_mesh`` both end here."""
     est = row_estimate(cols, i, model, cluster, job, config)
-    soft = check_config(model, cluster, job, config)
+    if soft is None:
+        soft = check_config(model, cluster, job, config)
     return est.model_copy(update={"warnings": soft + advice(cluster, config, est)})
 
 
@@ -134,6 +142,6 @@ def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: 
 
     Raises PlannerError when a hard rule fails (product of degrees vs GPUs, divisibility, ...).
     """
-    check_config(model, cluster, job, config)
+    soft = check_config(model, cluster, job, config)
     cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
-    return estimate_row(cols, 0, model, cluster, job, config)
+    return estimate_row(cols, 0, model, cluster, job, config, soft)
