@@ -69,13 +69,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     # forward under full recompute or the attention core under selective; the LM head (last
     # stage only) is never recomputed.
     body_fwd, head_fwd = stage_forward_s(model, cluster, job, mesh)
-    core_fwd = attention_core_forward_s(model, cluster, job, mesh) + unfused_softmax_forward_s(
-        model, cluster, job, mesh
-    )
+    softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
+    core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
     passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
-    recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + unfused_softmax_forward_s(
-        model, cluster, job, mesh
-    )
+    recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
     selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, layers * recomputed_core, 0.0)
     compute_first = passes * body_fwd + selective
     compute_mb = compute_first + 3.0 * head_fwd  # the last stage is the slower (or the only) one
@@ -124,7 +121,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
             "cp": m * cp.bytes_sent,
             "ep": m * ep.bytes_sent,
         },
-        hidden={"dp": np.asarray(dp.hidden_s) + np.zeros(len(mesh)), "cp": m * cp.hidden_s},
+        hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s},
         links=links,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hardware_flops,
