@@ -100,6 +100,10 @@ class MeshArrays:
     def num_gpus(self) -> np.ndarray:
         return self.tp * self.pp * self.dp * self.cp
 
+    def tokens_per_rank(self, seq_len: int) -> np.ndarray:
+        """Tokens of one micro-batch a rank works on: b * s / c (CP splits the sequence)."""
+        return seq_len * self.micro_batch_size / self.cp
+
     @property
     def expert_dp(self) -> np.ndarray:
         """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp) (DESIGN section 3)."""

@@ -79,11 +79,6 @@ def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
     return g
 
 
-def _tokens_per_rank(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """Tokens of one micro-batch that one rank of a CP group works on: b*s/c."""
-    return job.seq_len * mesh.micro_batch_size / mesh.cp
-
-
 def attention_core_forward_s(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, recompute: bool = False
 ) -> np.ndarray:
@@ -100,7 +95,7 @@ def attention_core_forward_s(
     """
     d_qk, d_v = attention_dims(model)
     gpu = cluster.gpu
-    queries = _tokens_per_rank(job, mesh)
+    queries = mesh.tokens_per_rank(job.seq_len)
     keys = job.seq_len
     heads = model.num_attention_heads / mesh.tp
     flops = 2.0 * queries * keys * heads * (d_qk + d_v)
@@ -130,7 +125,7 @@ def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSp
     if job.flash_attention:
         return np.zeros(len(mesh))
     per_score = 9.0 if job.dropout else 4.0
-    scores = _tokens_per_rank(job, mesh) * (model.num_attention_heads / mesh.tp) * job.seq_len
+    scores = mesh.tokens_per_rank(job.seq_len) * (model.num_attention_heads / mesh.tp) * job.seq_len
     return scores * per_score / cluster.gpu.achieved_hbm_bytes_per_s
 
 
@@ -143,7 +138,7 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
     kv = kv_heads_per_rank(model, t)
-    tokens = _tokens_per_rank(job, mesh)
+    tokens = mesh.tokens_per_rank(job.seq_len)
     g = gemm_on(cluster, job)
 
     mats_in = 2.0 if model.is_gated_mlp else 1.0
@@ -189,7 +184,7 @@ def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     """Forward time of the vocab-parallel LM head GEMM plus the fp32 softmax cross entropy
     (memory-bound: read bf16 logits, write fp32)."""
     gpu = cluster.gpu
-    tokens = _tokens_per_rank(job, mesh)
+    tokens = mesh.tokens_per_rank(job.seq_len)
     vocab = model.vocab_size / mesh.tp
     gemm = gemm_on(cluster, job)(tokens, vocab, model.hidden_size)
     return gemm + tokens * vocab * 6.0 / gpu.achieved_hbm_bytes_per_s

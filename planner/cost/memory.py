@@ -178,7 +178,7 @@ def stage_memory(
     single = mesh.pp == 1
     on_first, on_last = single | first, single | (not first)
     weights, grads, optimizer = model_state_bytes(job, mesh, rank_params(model, mesh, on_first, on_last))
-    tokens = job.seq_len * mesh.micro_batch_size / mesh.cp
+    tokens = mesh.tokens_per_rank(job.seq_len)
     layers = layers_on_worst_stage(model, mesh)
     moe_layers = moe_layers_on_worst_stage(model, layers)
     per_microbatch = tokens * (

@@ -47,10 +47,6 @@ class Traffic:
     hidden_s: np.ndarray | float = 0.0
 
 
-def _tokens(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    return job.seq_len * mesh.micro_batch_size / mesh.cp
-
-
 def tp_per_microbatch(
     model: ModelSpec,
     job: JobSpec,
@@ -63,7 +59,7 @@ def tp_per_microbatch(
     or with SP a reduce-scatter plus an all-gather each (ring collectives: in-network
     all-reduce does not apply to them)."""
     full = mesh.recompute == RECOMPUTE_FULL
-    message = _tokens(job, mesh) * model.hidden_size * job.activation_bytes_per_element
+    message = mesh.tokens_per_rank(job.seq_len) * model.hidden_size * job.activation_bytes_per_element
     dense_count = np.where(full, 6.0, 4.0)
     attention_count = np.where(full, 3.0, 2.0)
     count = (layers - moe_layers) * dense_count + moe_layers * attention_count
@@ -82,7 +78,7 @@ def ep_per_microbatch(
     model: ModelSpec, job: JobSpec, mesh: MeshArrays, links: dict[str, comm.GroupLink], moe_layers: np.ndarray
 ) -> Traffic:
     """Dispatch and combine all-to-alls of one micro-batch through the stage's MoE layers."""
-    message = _tokens(job, mesh) / mesh.tp * (model.num_experts_per_tok or 0) * model.hidden_size
+    message = mesh.tokens_per_rank(job.seq_len) / mesh.tp * (model.num_experts_per_tok or 0) * model.hidden_size
     message = message * job.activation_bytes_per_element
     count = moe_layers * np.where(mesh.recompute == RECOMPUTE_FULL, 6.0, 4.0)
     return Traffic(
@@ -101,7 +97,7 @@ def cp_per_microbatch(
     """K/V ring of one micro-batch through the stage's layers; exposed beyond the attention core
     (forward, backward at twice the forward, and the recomputed forward under full recompute)."""
     d_qk, d_v = attention_dims(model)
-    block = _tokens(job, mesh) * kv_heads_per_rank(model, mesh.tp.astype(float)) * (d_qk + d_v)
+    block = mesh.tokens_per_rank(job.seq_len) * kv_heads_per_rank(model, mesh.tp.astype(float)) * (d_qk + d_v)
     block = block * job.activation_bytes_per_element
     passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
     steps = layers * (mesh.cp - 1) * passes
@@ -115,7 +111,7 @@ def pp_per_step(
 ) -> Traffic:
     """Activation and gradient sends between stages: 2 per slot on the critical path (v*m + p - 1
     slots of 1/v stage when interleaved, m + p - 1 otherwise)."""
-    message = _tokens(job, mesh) * hidden * job.activation_bytes_per_element
+    message = mesh.tokens_per_rank(job.seq_len) * hidden * job.activation_bytes_per_element
     message = message / mesh.tp
     slots = np.where(mesh.schedule == INTERLEAVED, mesh.virtual_stages * m, m) + mesh.pp - 1
     staged = mesh.pp > 1
