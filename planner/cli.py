@@ -78,6 +78,15 @@ SeqOpt = Annotated[
     Optional[int],
     typer.Option("--seq-len", "-s", min=1, metavar="N", help="Sequence length (default: model card, else 4096)."),
 ]
+GrowthOpt = Annotated[
+    float,
+    typer.Option(
+        "--max-batch-growth",
+        min=0.0,
+        metavar="FRACTION",
+        help="Let the global batch grow by up to this fraction (0.05 = 5%) to divide into dp*micro-batch.",
+    ),
+]
 DtypeOpt = Annotated[Literal["bf16", "fp16", "fp8"], typer.Option("--dtype", help="Matmul precision.")]
 FlashOpt = Annotated[
     bool,
@@ -168,6 +177,7 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         dtype=p["dtype"],
         flash_attention=p["flash_attention"],
         dropout=p["dropout"],
+        max_batch_growth=p.get("max_batch_growth", 0.0),
     )
     return model, cluster, job
 
@@ -196,6 +206,7 @@ def plan_main(
     global_batch_size: BatchOpt = None,
     global_batch_tokens: BatchTokensOpt = None,
     seq_len: SeqOpt = None,
+    max_batch_growth: GrowthOpt = 0.0,
     dtype: DtypeOpt = "bf16",
     flash_attention: FlashOpt = True,
     dropout: DropoutOpt = False,
@@ -256,6 +267,7 @@ def estimate_cmd(
     global_batch_size: BatchOpt = None,
     global_batch_tokens: BatchTokensOpt = None,
     seq_len: SeqOpt = None,
+    max_batch_growth: GrowthOpt = 0.0,
     virtual_stages: VOpt = None,
     zero_stage: ZeroOpt = None,
     recompute: RecomputeOpt = None,

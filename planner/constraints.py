@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import TIER_INTER, group_link
+from planner.cost.pipeline import mesh_batch_size
 from planner.errors import PlannerError
 from planner.mesh import INTERLEAVED, MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -38,6 +39,15 @@ def _cp_divisor(mesh: MeshArrays) -> np.ndarray:
     """Load-balanced causal CP splits the sequence into 2c chunks (Megatron-Core context
     parallelism, chunks i and 2c-1-i on rank i), so s must divide by 2c; c = 1 needs nothing."""
     return np.where(mesh.cp > 1, 2 * mesh.cp, 1)
+
+
+def _growth_hint(job: JobSpec, unit: int) -> str:
+    """How far the batch would have to grow for a mesh whose batch unit does not divide it."""
+    grown = -(-job.batch_size // unit) * unit
+    return (
+        f"; the nearest batch it runs is {grown} (+{grown / job.batch_size - 1:.1%}), "
+        f"allowed up to {job.max_batch_size} by max_batch_growth {job.max_batch_growth:g}"
+    )
 
 
 def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
@@ -98,20 +108,19 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "batch_divisible",
-        lambda m, c, j, x: j.batch_size % (x.dp * x.micro_batch_size) == 0,
+        lambda m, c, j, x: mesh_batch_size(j.batch_size, x, interleaved_rule=False) <= j.max_batch_size,
         lambda m, c, j, p: (
             f"global batch {j.batch_size} is not divisible by dp*micro_batch_size = {p.dp}*{p.micro_batch_size}"
+            + _growth_hint(j, p.dp * p.micro_batch_size)
         ),
     ),
     Rule(
         "interleaved_microbatches",
         # Megatron-LM: interleaved schedule needs the number of micro-batches divisible by pp.
-        lambda m, c, j, x: (
-            (x.schedule != INTERLEAVED) | ((j.batch_size // np.maximum(x.dp * x.micro_batch_size, 1)) % x.pp == 0)
-        ),
+        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (mesh_batch_size(j.batch_size, x) <= j.max_batch_size),
         lambda m, c, j, p: (
             f"interleaved-1f1b needs micro-batches ({j.batch_size // (p.dp * p.micro_batch_size)}) "
-            f"divisible by pp {p.pp}"
+            f"divisible by pp {p.pp}" + _growth_hint(j, p.dp * p.micro_batch_size * p.pp)
         ),
     ),
     Rule(

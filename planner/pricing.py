@@ -6,6 +6,7 @@ import numpy as np
 
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
+from planner.cost.flops import model_flops_per_token
 from planner.cost.pipeline import stage_layer_counts
 from planner.cost.step import Columns, evaluate
 from planner.mesh import MeshArrays
@@ -34,14 +35,43 @@ OVERLAP_ADVICE_SHARE = 0.5
 shared/reference notes: 'check that overlap really happens; it often silently does not')."""
 
 
+STAGE_IMBALANCE_ADVICE = 0.05
+"""Warn when the LM head leaves the other pipeline stages idle more than 5% of each slot: a
+judgement call (shared/reference: stages must be balanced; embedding and LM head unbalance them)."""
+
+
 ZERO3_ADVICE_SHARE = 0.05
 """Warn when ZeRO-3's exposed traffic exceeds 5% of the step: a judgement call (the shared/reference
 failure modes: 'ZeRO-3 communication may cost more than expected; on small models it may not pay')."""
 
 
-def advice(cluster: ClusterSpec, config: ParallelConfig, est: Estimate) -> list[str]:
-    """Warnings from the field for one estimated mesh (beyond the soft feasibility rules)."""
+def last_stage_imbalance(model: ModelSpec, seq_len: int, layers_per_stage: list[int]) -> tuple[float, float]:
+    """(share of each pipeline slot the other stages idle, LM head work in layers) when the last
+    stage also runs the LM head: training FLOPs per token of the head, 6*V*h, over those of an
+    average layer (``model_flops_per_token`` without the head, / L). The slot is set by the
+    busiest stage (DESIGN 4.6), so the idle share is 1 - mean(work) / max(work). The embedding
+    on the first stage is a gather, no FLOPs. A FLOP ratio, not a timing: the head's GEMM is
+    large and efficient, its fp32 softmax is memory-bound, so it is a slight underestimate."""
+    head = 6.0 * model.vocab_size * model.hidden_size
+    per_layer = (model_flops_per_token(model, seq_len) - head) / model.num_hidden_layers
+    head_layers = head / per_layer
+    work = [float(n) for n in layers_per_stage]
+    work[-1] += head_layers
+    return 1.0 - sum(work) / len(work) / max(work), head_layers
+
+
+def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig, est: Estimate) -> list[str]:
+    """Warnings from the field for one estimated mesh (beyond the soft feasibility rules);
+    ``job`` is the job as asked, ``est`` may run a grown batch."""
     notes: list[str] = []
+    ran = est.config.job.batch_size
+    if ran > job.batch_size:
+        notes.append(
+            f"global batch grown from {job.batch_size} to {ran} sequences (+{ran / job.batch_size - 1:.1%}) so that "
+            f"dp*micro_batch_size{'*pp' if config.virtual_stages > 1 else ''} divides it; a larger batch changes "
+            "the optimisation (learning rate, critical batch size): re-tune it, or pin a mesh that divides "
+            f"{job.batch_size}"
+        )
     if not est.fits:
         notes.append(
             f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
@@ -53,6 +83,14 @@ def advice(cluster: ClusterSpec, config: ParallelConfig, est: Estimate) -> list[
         notes.append(
             f"only {m} micro-batches for {p} pipeline stages: bubble {est.bubble_fraction:.0%}; "
             f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
+        )
+    idle, head_layers = last_stage_imbalance(model, job.seq_len, est.layers_per_stage)
+    if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE:
+        notes.append(
+            f"pipeline stages are unbalanced: the last stage also runs the LM head ({model.vocab_size:,} x "
+            f"{model.hidden_size}, the work of {head_layers:.1f} layers), so the others idle {idle:.0%} of each "
+            "slot; give it fewer layers (Megatron-LM --decoder-last-pipeline-num-layers, "
+            "--account-for-loss-in-pipeline-split)"
         )
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
@@ -83,15 +121,19 @@ def row_estimate(
 ) -> Estimate:
     """Row ``i`` of evaluated columns as an Estimate (without advice)."""
     step = float(cols.step_time_s[i])
+    batch = int(cols.batch_size[i])
+    if batch != job.batch_size:
+        job = job.model_copy(update={"global_batch_size": batch, "global_batch_tokens": batch * job.seq_len})
     tokens_per_s = job.tokens_per_step / step
+    model_flops = float(cols.model_flops_per_step[i])
     mem = cols.memory
     return Estimate(
         step_time_s=step,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=tokens_per_s / cluster.num_gpus,
-        model_flops_per_step=cols.model_flops_per_step,
+        model_flops_per_step=model_flops,
         hardware_flops_per_step=float(cols.hardware_flops_per_step[i]),
-        model_tflops_per_gpu=cols.model_flops_per_step / step / cluster.num_gpus / 1e12,
+        model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,
         mfu=float(cols.mfu[i]),
         hfu=float(cols.hfu[i]),
         bubble_fraction=float(cols.bubble_fraction[i]),
@@ -134,7 +176,7 @@ def estimate_row(
     est = row_estimate(cols, i, model, cluster, job, config)
     if soft is None:
         soft = check_config(model, cluster, job, config)
-    return est.model_copy(update={"warnings": soft + advice(cluster, config, est)})
+    return est.model_copy(update={"warnings": soft + advice(model, cluster, job, config, est)})
 
 
 def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> Estimate:

@@ -115,8 +115,12 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         "bubble",
     ):
         table.add_column(col, justify="left" if col == "recomp" else "right")
+    grown = any(c.config.job.batch_size != job.batch_size for c in ranking.candidates)
+    if grown:
+        table.add_column("batch", justify="right")  # the job allowed the batch to grow
     for c in ranking.candidates:
         p = c.config.parallel
+        extra = [str(c.config.job.batch_size)] if grown else []
         table.add_row(
             str(c.rank),
             str(p.tp),
@@ -135,6 +139,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             gib(c.memory_per_gpu_bytes),
             gib(c.memory_usable_bytes - c.memory_per_gpu_bytes),
             f"{c.bubble_fraction:.1%}",
+            *extra,
         )
     console.print(table)
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(ranking.pruned.items(), key=lambda kv: -kv[1])) or "none"

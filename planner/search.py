@@ -149,7 +149,8 @@ def search(
     top: int = 10,
     objective: str = "time",
 ) -> Ranking:
-    """Rank every feasible mesh by ``objective`` ('time': step time; 'memory': memory per GPU)."""
+    """Rank every feasible mesh by ``objective`` ('time': step time, per asked batch where the job
+    lets the batch grow; 'memory': memory per GPU)."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     pins = dict(pins or {})
@@ -173,15 +174,17 @@ def search(
     idx = np.flatnonzero(fits)
     if idx.size == 0:
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))
-    key = cols.step_time_s[idx] if objective == "time" else cols.memory.total[idx]
+    # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
+    time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
+    key = time_per_batch[idx] if objective == "time" else cols.memory.total[idx]
     ranked = idx[np.lexsort((cols.memory.total[idx], key))]
     out: list[RankedEstimate] = []
-    for group in _equivalent_groups(ranked, cols.step_time_s, cols.memory.total, top):
+    for group in _equivalent_groups(ranked, time_per_batch, cols.memory.total, top):
         first = int(group[0])
         est = estimate_row(cols, first, model, cluster, job, candidates.row(first))
         others = [candidates.row(int(i)).short() for i in group[1:]]
         out.append(RankedEstimate(**dict(est), rank=len(out) + 1, equivalent_meshes=others))
-    front = idx[pareto_front(cols.step_time_s[idx], cols.memory.total[idx])]
+    front = idx[pareto_front(time_per_batch[idx], cols.memory.total[idx])]
     return Ranking(
         model=model.name,
         cluster=cluster.name,

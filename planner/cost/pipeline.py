@@ -18,9 +18,24 @@ from planner.mesh import GPIPE, INTERLEAVED, ZB_H1, MeshArrays
 from planner.schemas.model import ModelSpec
 
 
-def num_microbatches(batch_size: int, mesh: MeshArrays) -> np.ndarray:
-    """m = B / (d * b): micro-batches each pipeline processes per step."""
-    return batch_size // (mesh.dp * mesh.micro_batch_size)
+def batch_unit(mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
+    """Sequences a global batch must be a multiple of: d * b, times p for interleaved 1F1B
+    (Megatron-LM's interleaved schedule needs the micro-batch count divisible by p)."""
+    unit = mesh.dp * mesh.micro_batch_size
+    return np.where(interleaved_rule & (mesh.schedule == INTERLEAVED), unit * mesh.pp, unit)
+
+
+def mesh_batch_size(batch_size: int, mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
+    """The global batch each mesh runs: the asked B when the mesh's unit divides it, else the
+    next multiple, ceil(B / unit) * unit. The feasibility rules bound the growth by the job's
+    ``max_batch_growth`` (none by default), so unless growth is allowed this is B."""
+    unit = batch_unit(mesh, interleaved_rule)
+    return -(-batch_size // unit) * unit
+
+
+def num_microbatches(mesh_batch: np.ndarray, mesh: MeshArrays) -> np.ndarray:
+    """m = B / (d * b): micro-batches each pipeline processes per step, B the mesh's batch."""
+    return mesh_batch // (mesh.dp * mesh.micro_batch_size)
 
 
 def bubble_slots(mesh: MeshArrays) -> np.ndarray:

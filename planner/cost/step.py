@@ -30,6 +30,7 @@ from planner.cost.pipeline import (
     bubble_fraction,
     bubble_slots,
     layers_on_worst_stage,
+    mesh_batch_size,
     moe_layers_on_worst_stage,
     num_microbatches,
 )
@@ -51,7 +52,8 @@ class Columns:
     comm_bytes: dict[str, np.ndarray]
     hidden: dict[str, np.ndarray]
     links: dict[str, comm.GroupLink]
-    model_flops_per_step: float
+    batch_size: np.ndarray
+    model_flops_per_step: np.ndarray
     hardware_flops_per_step: np.ndarray
     mfu: np.ndarray
     hfu: np.ndarray
@@ -60,7 +62,8 @@ class Columns:
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> Columns:
     """Price every mesh of ``mesh`` (assumed feasible by ``planner.constraints``)."""
-    m = num_microbatches(job.batch_size, mesh)
+    batch = mesh_batch_size(job.batch_size, mesh)
+    m = num_microbatches(batch, mesh)
     links = comm.mesh_links(cluster, mesh)
     layers = layers_on_worst_stage(model, mesh)
     moe_layers = moe_layers_on_worst_stage(model, layers)
@@ -94,9 +97,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     step = m * slot + bubble + pp.time_s + dp.time_s + optimizer_time
 
     s = job.seq_len
-    model_flops = model_flops_per_token(model, s) * job.tokens_per_step
+    tokens = batch * s
+    model_flops = model_flops_per_token(model, s) * tokens
     recompute_extra = np.array([recompute_flops_per_token(model, s, r) for r in RECOMPUTES])[mesh.recompute]
-    hardware_flops = model_flops + recompute_extra * job.tokens_per_step
+    hardware_flops = model_flops + recompute_extra * tokens
     peak_total = step * cluster.num_gpus * cluster.gpu.peak_flops_per_s(job.dtype)
     memory = peak_memory(model, cluster, job, mesh, m)
     return Columns(
@@ -123,6 +127,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
         },
         hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s},
         links=links,
+        batch_size=batch,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hardware_flops,
         mfu=model_flops / peak_total,

@@ -35,6 +35,14 @@ class JobSpec(Frozen):
     training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
     flash_attention: bool = Field(True, description="Fused attention that stores no s x s scores (Dao et al. 2022)")
     dropout: bool = Field(False, description="Dropout in attention and MLP (GPT-3 era); modern LLMs train without")
+    max_batch_growth: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "How far the global batch may grow, as a fraction, to become a multiple of dp*micro_batch_size "
+            "(times pp for interleaved 1F1B); 0 keeps it exact"
+        ),
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -59,6 +67,11 @@ class JobSpec(Frozen):
         """Global batch in sequences (always set after validation)."""
         assert self.global_batch_size is not None
         return self.global_batch_size
+
+    @property
+    def max_batch_size(self) -> int:
+        """The largest global batch a mesh may run: floor(B * (1 + max_batch_growth))."""
+        return int(self.batch_size * (1.0 + self.max_batch_growth) + 1e-9)
 
     @property
     def tokens_per_step(self) -> int:

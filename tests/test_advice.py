@@ -1,0 +1,81 @@
+"""Advice from the field that the planner attaches to candidates: unbalanced pipeline stages
+(LM head on the last stage) and a global batch grown past what the job asked."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.pricing import estimate_mesh, last_stage_imbalance
+from planner.schemas.parallel import ParallelConfig
+from planner.search import default_job, search
+from tests.conftest import assert_one_line_error
+
+LLAMA70 = load_model("llama3-70b")
+H100X16 = load_cluster("dgx-h100x16")
+
+
+def test_lm_head_work_in_layers_for_llama3_70b() -> None:
+    # Head: 6*V*h = 6*128256*8192 = 6.304e9 FLOP/token. A layer at s = 8192: 6 * (attention
+    # 8192*(8192 + 2*1024) + 8192^2 + MLP 3*8192*28672 = 855.6e6 weights) = 5.134e9, plus scores
+    # 3 * 2*8192*64*(128 + 128) = 0.805e9: 5.939e9. Head / layer = 1.061.
+    idle, head_layers = last_stage_imbalance(LLAMA70, 8192, [10] * 8)
+    assert head_layers == pytest.approx(1.0614, abs=1e-3)
+    # work = [10]*7 + [11.06]: idle = 1 - mean/max = 1 - 10.133/11.061
+    assert idle == pytest.approx(1 - (80 + head_layers) / 8 / (10 + head_layers), rel=1e-12)
+    assert idle == pytest.approx(0.0840, abs=1e-3)
+
+
+def _warnings(**mesh: object) -> list[str]:
+    job = default_job(LLAMA70)
+    return estimate_mesh(LLAMA70, H100X16, job, ParallelConfig(**mesh)).warnings  # type: ignore[arg-type]
+
+
+def test_unbalanced_stages_are_warned_at_pp8_not_at_pp4() -> None:
+    pp8 = _warnings(tp=8, pp=8, dp=2, micro_batch_size=1, sequence_parallel=True)
+    assert any(w.startswith("pipeline stages are unbalanced") and "idle 8%" in w for w in pp8), pp8
+    assert any("--decoder-last-pipeline-num-layers" in w for w in pp8)
+    pp4 = _warnings(tp=8, pp=4, dp=4, micro_batch_size=1, sequence_parallel=True)  # idle 4.2% < 5%
+    assert not any(w.startswith("pipeline stages are unbalanced") for w in pp4), pp4
+    pp1 = _warnings(tp=8, pp=1, dp=16, micro_batch_size=1, sequence_parallel=True)
+    assert not any(w.startswith("pipeline stages are unbalanced") for w in pp1)
+
+
+def test_batch_is_exact_unless_growth_is_allowed() -> None:
+    exact = search(LLAMA70, H100X16, default_job(LLAMA70, global_batch_size=500), top=20)
+    assert {c.config.job.batch_size for c in exact.candidates} == {500}
+    assert all(c.config.parallel.dp * c.config.parallel.micro_batch_size in (1, 2, 4) for c in exact.candidates)
+    assert not any("grown" in w for c in exact.candidates for w in c.warnings)
+
+    grown = search(LLAMA70, H100X16, default_job(LLAMA70, global_batch_size=500, max_batch_growth=0.05), top=20)
+    best = grown.candidates[0]
+    assert best.config.job.batch_size == 512  # dp 32 * mbs 1: the next multiple of 32 above 500
+    assert best.tokens_per_s == pytest.approx(512 * 8192 / best.step_time_s)
+    assert best.warnings[0].startswith("global batch grown from 500 to 512 sequences (+2.4%)")
+    # Ranked by time per asked batch: the grown mesh beats the best exact one per token.
+    assert best.step_time_s * 500 / 512 < exact.candidates[0].step_time_s
+    assert all(c.config.job.batch_size <= 525 for c in grown.candidates)
+
+
+def test_growth_is_bounded_and_the_message_says_how_far(cli) -> None:
+    result = cli("estimate", "-m", "llama3-70b", "-c", "dgx-h100x16", "--tp", "8", "--dp", "16", "-B", "500")
+    assert_one_line_error(result, "global batch 500", "dp*micro_batch_size = 16*1", "nearest batch it runs is 512")
+    ok = cli(
+        "estimate", "-m", "llama3-70b", "-c", "dgx-h100x16", "--tp", "8", "--dp", "16", "-B", "500",
+        "--max-batch-growth", "0.03", "--sequence-parallel", "--recompute", "full", "--json",
+    )  # fmt: skip
+    assert ok.code == 0, ok.err
+    est = ok.json()
+    assert est["config"]["job"]["global_batch_size"] == 512
+    assert est["num_microbatches"] == 32
+    assert any(w.startswith("global batch grown from 500 to 512") for w in est["warnings"])
+
+
+def test_interleaved_growth_rounds_to_a_multiple_of_dp_mbs_pp() -> None:
+    job = default_job(LLAMA70, global_batch_size=500, max_batch_growth=0.2)
+    cfg = ParallelConfig(
+        tp=8, pp=4, dp=4, micro_batch_size=1, schedule="interleaved-1f1b", virtual_stages=5, sequence_parallel=True
+    )
+    est = estimate_mesh(LLAMA70, H100X16, job, cfg)
+    assert est.config.job.batch_size == 512  # multiple of dp*b*pp = 16
+    assert est.num_microbatches == 128
