@@ -87,6 +87,18 @@ GrowthOpt = Annotated[
         help="Let the global batch grow by up to this fraction (0.05 = 5%) to divide into dp*micro-batch.",
     ),
 ]
+PriceOpt = Annotated[
+    Optional[float],
+    typer.Option("--price", min=0.0, metavar="USD", help="Price per GPU-hour (default: the profile's list price)."),
+]
+TokensOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--training-tokens",
+        metavar="N",
+        help="Token budget for time-to-train and cost: 15T, 300B, 2.5e12.",
+    ),
+]
 DtypeOpt = Annotated[Literal["bf16", "fp16", "fp8"], typer.Option("--dtype", help="Matmul precision.")]
 FlashOpt = Annotated[
     bool,
@@ -140,7 +152,8 @@ OrderOpt = Annotated[
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")]
 ObjectiveOpt = Annotated[
-    Literal["time", "memory"], typer.Option("--objective", help="Rank by step time or by memory per GPU.")
+    Literal["time", "cost", "memory"],
+    typer.Option("--objective", help="Rank by step time, by cost (needs a price) or by memory per GPU."),
 ]
 
 
@@ -169,6 +182,8 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
     p = ctx.params
     model = load_model(_require(p["model"], "--model"))
     cluster = load_cluster(_require(p["cluster"], "--cluster"), nodes=p["nodes"], gpus=p["gpus"])
+    cluster = cluster.with_price(p.get("price"))
+    tokens = p.get("training_tokens")
     job = default_job(
         model,
         p["seq_len"],
@@ -178,8 +193,26 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         flash_attention=p["flash_attention"],
         dropout=p["dropout"],
         max_batch_growth=p.get("max_batch_growth", 0.0),
+        training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
     )
     return model, cluster, job
+
+
+SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parse_count(text: str, flag: str) -> float:
+    """'15T' -> 1.5e13, '300B' -> 3e11, '2.5e12' -> 2.5e12 (decimal suffixes K, M, B/G, T)."""
+    raw = text.strip().upper()
+    scale = SUFFIXES.get(raw[-1:], 1.0)
+    number = raw[:-1] if raw[-1:] in SUFFIXES else raw
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise PlannerError(f"{flag} '{text}' is not a count: give a number with an optional K, M, B or T") from None
+    if not value > 0:
+        raise PlannerError(f"{flag} must be > 0, got '{text}'")
+    return value
 
 
 def _mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
@@ -206,6 +239,8 @@ def plan_main(
     global_batch_size: BatchOpt = None,
     global_batch_tokens: BatchTokensOpt = None,
     seq_len: SeqOpt = None,
+    price: PriceOpt = None,
+    training_tokens: TokensOpt = None,
     max_batch_growth: GrowthOpt = 0.0,
     dtype: DtypeOpt = "bf16",
     flash_attention: FlashOpt = True,
@@ -267,6 +302,8 @@ def estimate_cmd(
     global_batch_size: BatchOpt = None,
     global_batch_tokens: BatchTokensOpt = None,
     seq_len: SeqOpt = None,
+    price: PriceOpt = None,
+    training_tokens: TokensOpt = None,
     max_batch_growth: GrowthOpt = 0.0,
     virtual_stages: VOpt = None,
     zero_stage: ZeroOpt = None,
@@ -303,6 +340,48 @@ def estimate_cmd(
         from planner.render import print_estimate
 
         print_estimate(_console(), est, clus)
+
+
+@app.command("capacity")
+def capacity_cmd(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    training_tokens: TokensOpt = None,
+    days: Annotated[
+        Optional[float], typer.Option("--days", metavar="D", help="Deadline in days of wall time (required).")
+    ] = None,
+    max_nodes: Annotated[
+        int, typer.Option("--max-nodes", min=1, metavar="N", help="Largest node count to try.")
+    ] = 1024,
+    price: PriceOpt = None,
+    global_batch_size: BatchOpt = None,
+    global_batch_tokens: BatchTokensOpt = None,
+    seq_len: SeqOpt = None,
+    max_batch_growth: GrowthOpt = 0.0,
+    dtype: DtypeOpt = "bf16",
+    flash_attention: FlashOpt = True,
+    dropout: DropoutOpt = False,
+    as_json: JsonOpt = False,
+) -> None:
+    """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.
+
+    Tries 1, 2, 3, 4, 6, 8, 12, ... nodes up to --max-nodes, each with a full search."""
+    from planner.capacity import SECONDS_PER_DAY, capacity
+
+    _require(training_tokens, "--training-tokens")
+    if days is None:
+        raise PlannerError("--days is required (the deadline in days)")
+    ctx.params.update(nodes=None, gpus=None)
+    spec, node, job = _model_cluster_job(ctx)
+    node = node.model_copy(update={"num_nodes": 1, "num_gpus": node.gpus_per_node})
+    report = capacity(spec, node, job, days * SECONDS_PER_DAY, max_nodes)
+    if as_json:
+        _emit_json(report.model_dump(mode="json"))
+    else:
+        from planner.render import print_capacity
+
+        print_capacity(_console(), report, job)
 
 
 @list_app.command("models")

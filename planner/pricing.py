@@ -116,6 +116,19 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     return notes
 
 
+def gpu_hours_usd(cluster: ClusterSpec, seconds: float) -> float | None:
+    """What ``seconds`` of the whole cluster cost at the profile's price per GPU-hour (None
+    when the profile has no price and none was given)."""
+    price = cluster.profile.price_per_gpu_hour_usd
+    return None if price is None else seconds * cluster.num_gpus * price / 3600.0
+
+
+def time_to_train_s(job: JobSpec, tokens_per_s: float) -> float | None:
+    """Wall time to train on ``job.training_tokens`` at a steady ``tokens_per_s`` (no restarts,
+    evaluation or checkpoint stalls: a lower bound). None without a token budget."""
+    return None if job.training_tokens is None else job.training_tokens / tokens_per_s
+
+
 def row_estimate(
     cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
 ) -> Estimate:
@@ -126,6 +139,8 @@ def row_estimate(
         job = job.model_copy(update={"global_batch_size": batch, "global_batch_tokens": batch * job.seq_len})
     tokens_per_s = job.tokens_per_step / step
     model_flops = float(cols.model_flops_per_step[i])
+    price = cluster.profile.price_per_gpu_hour_usd
+    days = time_to_train_s(job, tokens_per_s)
     mem = cols.memory
     return Estimate(
         step_time_s=step,
@@ -154,6 +169,10 @@ def row_estimate(
         comm_bytes_per_gpu=CommBytes(**{k: float(np.asarray(v)[i]) for k, v in cols.comm_bytes.items()}),
         links=GroupLinks(**{k: TIER_NAMES[int(cols.links[k].tier[i])] for k in ("tp", "cp", "dp", "pp", "ep")}),
         fits=bool(cols.fits[i]),
+        price_per_gpu_hour_usd=price,
+        cost_per_step_usd=gpu_hours_usd(cluster, step),
+        time_to_train_s=days,
+        cost_to_train_usd=None if days is None else gpu_hours_usd(cluster, days),
         warnings=[],
         config=EstimateConfig(
             model=model.name, cluster=cluster.name, num_gpus=cluster.num_gpus, job=job, parallel=config

@@ -6,9 +6,11 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from planner.capacity import CapacityReport
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
+from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.ranking import Ranking
 
@@ -31,6 +33,10 @@ def duration(seconds: float) -> str:
     return f"{seconds * 1e3:.2f} ms"
 
 
+def days(seconds: float) -> str:
+    return f"{seconds / 86400:,.1f} days"
+
+
 def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> None:
     cfg, job = est.config.parallel, est.config.job
     console.print(f"[bold]{est.config.model}[/] on {cluster.describe()}")
@@ -51,6 +57,17 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
             "layers per stage",
             f"{' '.join(map(str, layers))} (first also embeds, last runs the LM head; "
             f"priced at the busiest, {max(layers)})",
+        )
+    if est.cost_per_step_usd is not None:
+        summary.add_row(
+            "cost",
+            f"${est.cost_per_step_usd:,.2f} per step at ${est.price_per_gpu_hour_usd:.2f} per GPU-hour",
+        )
+    if est.time_to_train_s is not None:
+        cost = "" if est.cost_to_train_usd is None else f", ${est.cost_to_train_usd / 1e6:,.2f} M"
+        summary.add_row(
+            "time to train",
+            f"{days(est.time_to_train_s)} for {job.training_tokens:.3g} tokens{cost} (steady state, no restarts)",
         )
     verdict = "[green]fits[/]" if est.fits else "[red]does NOT fit[/]"
     summary.add_row(
@@ -118,9 +135,19 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     grown = any(c.config.job.batch_size != job.batch_size for c in ranking.candidates)
     if grown:
         table.add_column("batch", justify="right")  # the job allowed the batch to grow
+    to_train = ranking.candidates and ranking.candidates[0].time_to_train_s is not None
+    costed = to_train and ranking.candidates[0].cost_to_train_usd is not None
+    if to_train:
+        table.add_column("days", justify="right")
+    if costed:
+        table.add_column("$M", justify="right")
     for c in ranking.candidates:
         p = c.config.parallel
         extra = [str(c.config.job.batch_size)] if grown else []
+        if to_train:
+            extra.append(f"{(c.time_to_train_s or 0.0) / 86400:,.1f}")
+        if costed:
+            extra.append(f"{(c.cost_to_train_usd or 0.0) / 1e6:,.2f}")
         table.add_row(
             str(c.rank),
             str(p.tp),
@@ -257,3 +284,45 @@ def print_models(console: Console, models: list[ModelSpec]) -> None:
             kind,
         )
     console.print(table)
+
+
+def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> None:
+    """The node counts tried, with the best mesh, time to train and cost of each."""
+    price = report.price_per_gpu_hour_usd
+    console.print(
+        f"[bold]{report.model}[/] on {report.profile} nodes: {report.training_tokens:.3g} tokens within "
+        f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}"
+        + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
+    )
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "$M", "meets"):
+        table.add_column(col, justify="left" if col == "best mesh" else "right")
+    for r in report.rows:
+        if r.mesh is None:
+            table.add_row(str(r.nodes), str(r.gpus), "nothing fits", "", "", "", "", "no")
+            continue
+        table.add_row(
+            str(r.nodes),
+            str(r.gpus),
+            r.mesh,
+            duration(r.step_time_s or 0.0),
+            f"{r.mfu or 0.0:.1%}",
+            f"{(r.time_to_train_s or 0.0) / 86400:,.1f}",
+            "" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd / 1e6:,.2f}",
+            "yes" if r.meets_deadline else "no",
+        )
+    console.print(table)
+    if report.answer is None:
+        console.print(f"no node count up to {report.rows[-1].nodes} meets the deadline; raise --max-nodes or --days")
+        return
+    a = report.answer
+    cost = "" if a.cost_to_train_usd is None else f" for ${a.cost_to_train_usd / 1e6:,.2f} M"
+    console.print(
+        f"answer: {a.nodes} nodes ({a.gpus} GPUs) with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
+    )
+    if report.cheapest is not None and report.cheapest.nodes != a.nodes:
+        c = report.cheapest
+        console.print(
+            f"cheapest within the deadline: {c.nodes} nodes, {days(c.time_to_train_s or 0.0)}, "
+            f"${(c.cost_to_train_usd or 0.0) / 1e6:,.2f} M"
+        )

@@ -32,7 +32,7 @@ from planner.schemas.ranking import ParetoPoint, RankedEstimate, Ranking
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
 VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8)
 MAX_CP = 16
-OBJECTIVES = ("time", "memory")
+OBJECTIVES = ("time", "cost", "memory")
 
 
 def divisors(n: int) -> list[int]:
@@ -150,9 +150,12 @@ def search(
     objective: str = "time",
 ) -> Ranking:
     """Rank every feasible mesh by ``objective`` ('time': step time, per asked batch where the job
-    lets the batch grow; 'memory': memory per GPU)."""
+    lets the batch grow; 'cost': dollars per asked batch, which on one cluster orders as time;
+    'memory': memory per GPU)."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
+    if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
+        raise PlannerError(f"--objective cost needs a price: profile {cluster.profile.name} has none; give --price USD")
     pins = dict(pins or {})
     mesh = enumerate_meshes(model, cluster, pins)
     masks = rule_masks(model, cluster, job, mesh)
@@ -176,7 +179,8 @@ def search(
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
-    key = time_per_batch[idx] if objective == "time" else cols.memory.total[idx]
+    # On one cluster cost per asked batch is time per batch x GPUs x price: the same order.
+    key = cols.memory.total[idx] if objective == "memory" else time_per_batch[idx]
     ranked = idx[np.lexsort((cols.memory.total[idx], key))]
     out: list[RankedEstimate] = []
     for group in _equivalent_groups(ranked, time_per_batch, cols.memory.total, top):

@@ -223,6 +223,13 @@ class ClusterSpec(Frozen):
     def gpu(self) -> GPU:
         return self.profile.gpu
 
+    def with_price(self, price_per_gpu_hour_usd: float | None) -> ClusterSpec:
+        """This cluster at another price per GPU-hour (``--price``); None keeps the profile's."""
+        if price_per_gpu_hour_usd is None:
+            return self
+        profile = self.profile.model_copy(update={"price_per_gpu_hour_usd": price_per_gpu_hour_usd})
+        return self.model_copy(update={"profile": profile})
+
     @property
     def gpus_per_node(self) -> int:
         return self.profile.gpus_per_node

@@ -1,0 +1,87 @@
+"""Time-to-train, cost and the capacity search (issue 6)."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.capacity import SECONDS_PER_DAY, capacity, node_counts
+from planner.catalog import load_cluster, load_model
+from planner.cli import parse_count
+from planner.errors import PlannerError
+from planner.pricing import estimate_mesh
+from planner.schemas.parallel import ParallelConfig
+from planner.search import default_job, search
+from tests.conftest import assert_one_line_error
+
+LLAMA70 = load_model("llama3-70b")
+
+
+def test_counts_parse_with_decimal_suffixes() -> None:
+    assert parse_count("15T", "--training-tokens") == 15e12
+    assert parse_count("300b", "--training-tokens") == 300e9
+    assert parse_count("2.5e12", "--training-tokens") == 2.5e12
+    with pytest.raises(PlannerError, match="--training-tokens '15X' is not a count"):
+        parse_count("15X", "--training-tokens")
+    with pytest.raises(PlannerError, match="must be > 0"):
+        parse_count("0", "--training-tokens")
+
+
+def test_time_and_cost_to_train_follow_from_throughput_and_price() -> None:
+    cluster = load_cluster("dgx-h100x16")
+    job = default_job(LLAMA70, training_tokens=1e12)
+    cfg = ParallelConfig(tp=8, pp=2, dp=8, micro_batch_size=1, sequence_parallel=True, recompute="selective")
+    est = estimate_mesh(LLAMA70, cluster, job, cfg)
+    assert est.price_per_gpu_hour_usd == 10.0  # OCI list price of BM.GPU.H100.8 in the profile
+    assert est.time_to_train_s == pytest.approx(1e12 / est.tokens_per_s, rel=1e-12)
+    assert est.cost_to_train_usd == pytest.approx(est.time_to_train_s * 128 * 10.0 / 3600, rel=1e-12)
+    assert est.cost_per_step_usd == pytest.approx(est.step_time_s * 128 * 10.0 / 3600, rel=1e-12)
+    cheaper = estimate_mesh(LLAMA70, cluster.with_price(2.5), job, cfg)
+    assert cheaper.cost_to_train_usd == pytest.approx(est.cost_to_train_usd / 4, rel=1e-12)
+    no_budget = estimate_mesh(LLAMA70, cluster, default_job(LLAMA70), cfg)
+    assert no_budget.time_to_train_s is None and no_budget.cost_to_train_usd is None
+
+
+def test_cost_objective_orders_as_time_on_one_cluster_and_needs_a_price(cli) -> None:
+    cluster = load_cluster("dgx-h100x16")
+    job = default_job(LLAMA70)
+    by_time = search(LLAMA70, cluster, job, top=5)
+    by_cost = search(LLAMA70, cluster, job, top=5, objective="cost")
+    assert [c.config.parallel for c in by_cost.candidates] == [c.config.parallel for c in by_time.candidates]
+    costs = [c.cost_per_step_usd for c in by_cost.candidates]
+    assert costs == sorted(costs)
+    result = cli("-m", "llama3-8b", "-c", "localhost-cpux2", "--objective", "cost")
+    assert_one_line_error(result, "--objective cost needs a price", "--price")
+
+
+def test_node_counts() -> None:
+    assert node_counts(64) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
+    assert node_counts(1) == [1]
+
+
+def test_capacity_finds_the_fewest_nodes_meeting_the_deadline() -> None:
+    node = load_cluster("dgx-h100")
+    job = default_job(LLAMA70, training_tokens=1e12)
+    report = capacity(LLAMA70, node, job, deadline_s=30 * SECONDS_PER_DAY, max_nodes=128)
+    assert [r.nodes for r in report.rows] == node_counts(128)
+    assert report.rows[0].mesh is None and "no mesh fits in memory" in (report.rows[0].why_not or "")
+    answer = report.answer
+    assert answer is not None and answer.meets_deadline
+    assert all(not r.meets_deadline for r in report.rows if r.nodes < answer.nodes)
+    # The answer's row is what a plain search on that cluster says.
+    best = search(LLAMA70, load_cluster(f"dgx-h100x{answer.nodes}"), job, top=1).candidates[0]
+    assert answer.mesh == best.config.parallel.short()
+    assert answer.time_to_train_s == pytest.approx(1e12 / best.tokens_per_s, rel=1e-12)
+    assert report.cheapest is not None and report.cheapest.cost_to_train_usd <= answer.cost_to_train_usd  # type: ignore[operator]
+
+
+def test_capacity_cli(cli) -> None:
+    args = ("capacity", "-m", "llama3-8b", "-c", "dgx-h100", "--training-tokens", "100B", "--max-nodes", "8")
+    r = cli(*args, "--days", "7", "--json")
+    assert r.code == 0, r.err
+    report = r.json()
+    assert report["training_tokens"] == 1e11 and report["deadline_s"] == 7 * 86400
+    assert [row["nodes"] for row in report["rows"]] == [1, 2, 3, 4, 6, 8]
+    human = cli(*args, "--days", "7")
+    assert human.code == 0 and "answer:" in human.out
+    assert_one_line_error(cli(*args), "--days is required")
+    assert_one_line_error(cli(*args[:-4], "--days", "7"), "--training-tokens is required")
