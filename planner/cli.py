@@ -87,6 +87,10 @@ GrowthOpt = Annotated[
         help="Let the global batch grow by up to this fraction (0.05 = 5%) to divide into dp*micro-batch.",
     ),
 ]
+PlotOpt = Annotated[
+    Optional[str],
+    typer.Option("--plot", metavar="FILE.png", help="Also draw the plan (needs the plot extra: matplotlib)."),
+]
 PriceOpt = Annotated[
     Optional[float],
     typer.Option("--price", min=0.0, metavar="USD", help="Price per GPU-hour (default: the profile's list price)."),
@@ -262,6 +266,7 @@ def plan_main(
     order: OrderOpt = None,
     overlap_grad_reduce: OverlapOpt = None,
     as_json: JsonOpt = False,
+    plot: PlotOpt = None,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")
     ] = False,
@@ -272,11 +277,17 @@ def plan_main(
     if model is None and cluster is None:
         typer.echo(ctx.get_help())
         return
-    from planner.search import search
+    from planner.search import search_with_points
 
     spec, clus, job = _model_cluster_job(ctx)
     pins = _mesh_knobs(ctx)
-    ranking = search(spec, clus, job, pins, top=top, objective=objective)
+    ranking, times, memory = search_with_points(spec, clus, job, pins, top=top, objective=objective)
+    if plot is not None:
+        from planner.plots import plot_ranking
+
+        front = [(pt.step_time_s, pt.memory_per_gpu_bytes) for pt in ranking.pareto]
+        title = f"{ranking.model} on {ranking.cluster_description}"
+        plot_ranking(list(ranking.candidates[: min(top, 6)]), times, memory, front, title, plot)
     if as_json:
         _emit_json(ranking.model_dump(mode="json"))
     else:
@@ -316,6 +327,7 @@ def estimate_cmd(
     flash_attention: FlashOpt = True,
     dropout: DropoutOpt = False,
     as_json: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Price one mesh: step time, MFU, memory and communication, term by term.
 
@@ -334,6 +346,10 @@ def estimate_cmd(
         fields["schedule"] = "interleaved-1f1b"
     config = validate_as(ParallelConfig, fields, "mesh")
     est = estimate_mesh(spec, clus, job, config)
+    if plot is not None:
+        from planner.plots import plot_estimate
+
+        plot_estimate(est, plot)
     if as_json:
         _emit_json(est.model_dump(mode="json"))
     else:

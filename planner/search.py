@@ -149,9 +149,22 @@ def search(
     top: int = 10,
     objective: str = "time",
 ) -> Ranking:
+    """Rank every feasible mesh by ``objective`` (see ``search_with_points``)."""
+    return search_with_points(model, cluster, job, pins, top, objective)[0]
+
+
+def search_with_points(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    pins: dict[str, Any] | None = None,
+    top: int = 10,
+    objective: str = "time",
+) -> tuple[Ranking, np.ndarray, np.ndarray]:
     """Rank every feasible mesh by ``objective`` ('time': step time, per asked batch where the job
     lets the batch grow; 'cost': dollars per asked batch, which on one cluster orders as time;
-    'memory': memory per GPU)."""
+    'memory': memory per GPU). Also returns every feasible mesh's time per asked batch and
+    memory per GPU, for the Pareto scatter."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
@@ -189,7 +202,7 @@ def search(
         others = [candidates.row(int(i)).short() for i in group[1:]]
         out.append(RankedEstimate(**dict(est), rank=len(out) + 1, equivalent_meshes=others))
     front = idx[pareto_front(time_per_batch[idx], cols.memory.total[idx])]
-    return Ranking(
+    ranking = Ranking(
         model=model.name,
         cluster=cluster.name,
         cluster_description=cluster.describe(),
@@ -210,6 +223,7 @@ def search(
             for i in front
         ],
     )
+    return ranking, time_per_batch[idx], cols.memory.total[idx]
 
 
 def _nothing_fits(

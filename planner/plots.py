@@ -1,0 +1,173 @@
+"""Pictures of a plan (the optional ``plot`` extra, matplotlib): pipeline timeline with its
+bubbles, memory per GPU against usable HBM, step time by term, and the Pareto scatter of every
+feasible mesh. Only draws figures the engine produced; the timeline comes from the event
+simulation (``planner.cost.simulate``) at the estimate's per-micro-batch times."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.cost.simulate import simulate
+from planner.errors import PlannerError
+from planner.schemas.base import GIB_BYTES
+from planner.schemas.estimate import Estimate
+
+MAX_MICROBATCHES_DRAWN = 4
+"""The timeline draws at most 4p micro-batches (whole groups of p): enough to show warm-up,
+steady state and cool-down, few enough to read."""
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise PlannerError("--plot needs matplotlib: pip install '.[plot]'") from None
+    return plt
+
+
+def _save(fig: Any, path: str | Path) -> None:
+    """Write the figure atomically (temporary file, then rename), PNG by the path's suffix."""
+    target = Path(path)
+    if target.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise PlannerError(f"--plot '{path}': give a .png, .svg or .pdf file name")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=target.suffix)
+    os.close(fd)
+    os.chmod(tmp, 0o644)  # mkstemp creates 0600; a picture is meant to be shared
+    try:
+        fig.savefig(tmp, dpi=110, bbox_inches="tight")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def draw_timeline(ax: Any, est: Estimate) -> None:
+    """Per pipeline rank, the forward and backward of each micro-batch (chunk-coloured when
+    interleaved); white gaps are the bubble."""
+    cfg = est.config.parallel
+    p, m = cfg.pp, est.num_microbatches
+    shown = min(m, MAX_MICROBATCHES_DRAWN * p)
+    if cfg.schedule == "interleaved-1f1b":
+        shown = max(p, shown - shown % p)
+    schedule = "1f1b" if cfg.schedule == "zb-h1" else cfg.schedule
+    t = est.time_breakdown_s
+    slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
+    passes = 4.0 if cfg.recompute == "full" else 3.0
+    timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
+    colors = {"F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"], "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"]}
+    for op in timeline.ops:
+        ax.broken_barh(
+            [(op.start_s, op.end_s - op.start_s)],
+            (op.rank - 0.4, 0.8),
+            facecolors=colors[op.kind][op.chunk % 4],
+            edgecolor="white",
+            linewidth=0.3,
+        )
+    ax.set_ylim(p - 0.5, -0.5)
+    ax.set_yticks(range(p))
+    ax.set_yticklabels([f"stage {r}" for r in range(p)])
+    ax.set_xlabel("time (s)")
+    note = f"{shown} of {m} micro-batches" if shown < m else f"{m} micro-batches"
+    drawn = " (drawn as 1F1B; ZB-H1 fills part of it)" if cfg.schedule == "zb-h1" else ""
+    ax.set_title(
+        f"{cfg.schedule}{drawn}, p={p}, v={cfg.virtual_stages}: {note}, "
+        f"bubble {timeline.bubble_fraction:.1%} (step: {est.bubble_fraction:.1%})\n"
+        "blue: forward, orange: backward (shades: model chunks)",
+        fontsize=9,
+    )
+
+
+def _stacked(ax: Any, labels: list[str], parts: dict[str, list[float]], unit: str) -> None:
+    bottom = np.zeros(len(labels))
+    for name, values in parts.items():
+        if any(v > 0 for v in values):
+            ax.bar(labels, values, bottom=bottom, label=name)
+            bottom += np.asarray(values)
+    ax.set_ylabel(unit)
+    ax.tick_params(axis="x", labelsize=7, rotation=30)
+    ax.legend(fontsize=7, ncol=2)
+
+
+def _label(est: Estimate, rank: int | None) -> str:
+    c = est.config.parallel
+    head = f"#{rank} " if rank is not None else ""
+    return f"{head}t{c.tp} p{c.pp} d{c.dp} c{c.cp}\nb{c.micro_batch_size} z{c.zero_stage} {c.recompute[:3]}"
+
+
+def draw_memory(ax: Any, ests: list[Estimate], ranks: list[int | None]) -> None:
+    """Memory of the most loaded GPU by kind, against the usable HBM."""
+    labels = [_label(e, r) for e, r in zip(ests, ranks, strict=True)]
+    kinds = ests[0].memory_breakdown_bytes.model_dump()
+    parts = {k: [e.memory_breakdown_bytes.model_dump()[k] / GIB_BYTES for e in ests] for k in kinds}
+    _stacked(ax, labels, parts, "GiB per GPU")
+    ax.axhline(ests[0].memory_usable_bytes / GIB_BYTES, color="black", linestyle="--", linewidth=1)
+    ax.set_title(f"memory per GPU; dashed: usable {ests[0].memory_usable_bytes / GIB_BYTES:.0f} GiB", fontsize=9)
+
+
+def draw_step_time(ax: Any, ests: list[Estimate], ranks: list[int | None]) -> None:
+    """Step time by term (exposed communication only; hidden overlap is not drawn)."""
+    labels = [_label(e, r) for e, r in zip(ests, ranks, strict=True)]
+    terms = ests[0].time_breakdown_s.model_dump()
+    parts = {k: [e.time_breakdown_s.model_dump()[k] for e in ests] for k in terms}
+    _stacked(ax, labels, parts, "seconds per step")
+    ax.set_title("step time by term (exposed)", fontsize=9)
+
+
+def draw_pareto(ax: Any, times_s: np.ndarray, memory_bytes: np.ndarray, front: list[tuple[float, float]]) -> None:
+    """Every feasible mesh (memory vs step time) and the Pareto front."""
+    ax.scatter(times_s, memory_bytes / GIB_BYTES, s=4, alpha=0.3, color="#4c72b0", label="feasible meshes")
+    ft, fm = zip(*front, strict=True)
+    ax.plot(ft, np.asarray(fm) / GIB_BYTES, color="#c44e52", marker="o", markersize=3, label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel("step time (s, log)")
+    ax.set_ylabel("GiB per GPU")
+    ax.set_title(f"{len(times_s):,} feasible meshes: memory vs step time", fontsize=9)
+    ax.legend(fontsize=7)
+
+
+def plot_estimate(est: Estimate, path: str | Path) -> None:
+    """``plan estimate --plot``: the timeline, memory and step-time of one mesh."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), gridspec_kw={"width_ratios": [3, 1, 1]})
+    draw_timeline(axes[0], est)
+    draw_memory(axes[1], [est], [None])
+    draw_step_time(axes[2], [est], [None])
+    fig.suptitle(f"{est.config.model} on {est.config.cluster}: {est.config.parallel.short()}", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_ranking(
+    ests: list[Estimate],
+    times_s: np.ndarray,
+    memory_bytes: np.ndarray,
+    front: list[tuple[float, float]],
+    title: str,
+    path: str | Path,
+) -> None:
+    """``plan --plot``: the winner's timeline, the top candidates' memory and step time, and the
+    Pareto scatter of all feasible meshes."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=(15, 10))
+    ranks: list[int | None] = list(range(1, len(ests) + 1))
+    piped = next((i for i, e in enumerate(ests) if e.config.parallel.pp > 1), 0)
+    draw_timeline(axes[0, 0], ests[piped])
+    if piped:
+        axes[0, 0].set_title(f"#{piped + 1} (the best with a pipeline): " + axes[0, 0].get_title(), fontsize=9)
+    draw_pareto(axes[0, 1], times_s, memory_bytes, front)
+    draw_memory(axes[1, 0], ests, ranks)
+    draw_step_time(axes[1, 1], ests, ranks)
+    fig.suptitle(title, fontsize=11)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    _save(fig, path)
+    plt.close(fig)

@@ -1,0 +1,39 @@
+"""--plot on `plan` and `plan estimate` (matplotlib, the optional plot extra)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import assert_one_line_error
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _png(path: Path) -> bytes:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    return data
+
+
+def test_plan_and_estimate_draw_pngs(cli, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    ranking_png, estimate_png = tmp_path / "rank.png", tmp_path / "sub" / "est.png"
+    r = cli("-m", "llama3-8b", "-c", "dgx-h100x2", "-k", "4", "--plot", str(ranking_png))
+    assert r.code == 0, r.err
+    assert len(_png(ranking_png)) > 50_000  # four panels, one a scatter of every feasible mesh
+    args = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "2", "--pp", "4", "-v", "2", "-b", "1")
+    e = cli(*args, "--plot", str(estimate_png))
+    assert e.code == 0, e.err
+    assert len(_png(estimate_png)) > 20_000
+    assert not list(tmp_path.glob("**/tmp*"))  # the atomic write left no temporary file
+
+
+def test_plot_errors_are_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("matplotlib")
+    args = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100", "--tp", "8")
+    assert_one_line_error(cli(*args, "--plot", str(tmp_path / "x.txt")), "--plot", ".png")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the extra were not installed
+    assert_one_line_error(cli(*args, "--plot", str(tmp_path / "x.png")), "--plot needs matplotlib", ".[plot]")
