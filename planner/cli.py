@@ -34,6 +34,11 @@ show_app = typer.Typer(help="Show one model or cluster with its derived figures.
 app.add_typer(list_app, name="list")
 app.add_typer(show_app, name="show")
 
+# `plan export` lives in planner/cli_export.py, which reuses the options declared below.
+from planner.cli_export import register as _register_export  # noqa: E402
+
+_register_export(app)
+
 # ---- options, declared once --------------------------------------------------------------------
 ModelOpt = Annotated[
     Optional[str],

@@ -92,15 +92,14 @@ def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) 
     return np.where(mesh.pp == 1, 1.0, held)
 
 
-def stage_layer_counts(num_layers: int, pp: int, virtual_stages: int) -> list[int]:
-    """Transformer layers on each pipeline rank when L does not divide into p*v chunks.
+def chunk_layer_counts(num_layers: int, pp: int, virtual_stages: int) -> list[int]:
+    """Transformer layers in each of the p*v model chunks, in model order (chunk c runs on
+    pipeline rank c mod p, as in Megatron-LM and torchtitan's looped schedules).
 
-    The L layers fill p*v model chunks (chunk c runs on rank c mod p). With L = q*(p*v) + r the
-    r extra layers go to the chunks in the middle, so the first chunk (which also runs the
-    embedding) and the last (LM head and loss) get the smaller count: what Megatron-LM's
-    --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split aim
-    at. The busiest rank never holds more than ceil(L/(p*v))*v layers, the count the cost
-    engine prices (``layers_on_worst_stage``).
+    With L = q*(p*v) + r the r extra layers go to the chunks in the middle, so the first chunk
+    (which also runs the embedding) and the last (LM head and loss) get the smaller count: what
+    Megatron-LM's --account-for-embedding-in-pipeline-split and --account-for-loss-in-pipeline-split
+    aim at.
     """
     chunks = pp * virtual_stages
     base, extra = divmod(num_layers, chunks)
@@ -108,4 +107,12 @@ def stage_layer_counts(num_layers: int, pp: int, virtual_stages: int) -> list[in
     sizes = [base] * chunks
     for c in order[:extra]:
         sizes[c] += 1
-    return [sum(sizes[c] for c in range(rank, chunks, pp)) for rank in range(pp)]
+    return sizes
+
+
+def stage_layer_counts(num_layers: int, pp: int, virtual_stages: int) -> list[int]:
+    """Transformer layers on each pipeline rank: the sum of its chunks' ``chunk_layer_counts``.
+    The busiest rank never holds more than ceil(L/(p*v))*v layers, the count the cost engine
+    prices (``layers_on_worst_stage``)."""
+    sizes = chunk_layer_counts(num_layers, pp, virtual_stages)
+    return [sum(sizes[c] for c in range(rank, len(sizes), pp)) for rank in range(pp)]

@@ -1,0 +1,70 @@
+"""Launch settings for a planned mesh in the training frameworks' own terms (DESIGN section 2).
+
+One module per target, each a pure function of (model, job, mesh) that returns the target's
+settings, and refuses, with a one-line PlannerError naming the knob, what the target cannot
+express instead of exporting something that would train differently from the plan:
+
+- ``megatron``: Megatron-LM command-line arguments (``megatron_args`` -> argv list);
+- ``torchtitan``: a TOML job file's [training], [parallelism], [activation_checkpoint] sections
+  (``torchtitan_config`` -> dict, ``torchtitan_toml`` -> text);
+- ``deepspeed``: a DeepSpeed JSON config (``deepspeed_config`` -> dict).
+
+``render`` returns the text with the target's caveats; ``export`` just the text. The job passed
+is the job the mesh runs: with ``--max-batch-growth`` that is the estimate's ``config.job``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from planner.errors import PlannerError
+from planner.export.common import FORMATS
+from planner.export.deepspeed import deepspeed_config, deepspeed_notes
+from planner.export.megatron import megatron_args, megatron_notes, megatron_text
+from planner.export.torchtitan import torchtitan_config, torchtitan_notes, torchtitan_toml
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+
+
+@dataclass(frozen=True)
+class Exported:
+    """A target's settings as text, and the caveats the text carries as comments (Megatron,
+    TOML) or cannot carry (JSON has no comments; the CLI prints them on stderr)."""
+
+    fmt: str
+    text: str
+    notes: tuple[str, ...]
+
+
+def render(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> Exported:
+    """The settings of ``config`` for target ``fmt``, with an optional one-line header comment
+    (ignored for JSON, which has no comments)."""
+    if fmt == "megatron":
+        notes = megatron_notes(model, job, config)
+        return Exported(fmt, megatron_text(model, job, config, header), tuple(notes))
+    if fmt == "torchtitan":
+        notes = torchtitan_notes(model, job, config)
+        return Exported(fmt, torchtitan_toml(model, job, config, header), tuple(notes))
+    if fmt == "deepspeed":
+        notes = deepspeed_notes(job, config)
+        return Exported(fmt, json.dumps(deepspeed_config(job, config), indent=2) + "\n", tuple(notes))
+    raise PlannerError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
+
+
+def export(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
+    """The settings of ``config`` for target ``fmt`` as text (argument lines, TOML or JSON)."""
+    return render(fmt, model, job, config, header).text
+
+
+__all__ = [
+    "FORMATS",
+    "Exported",
+    "deepspeed_config",
+    "export",
+    "megatron_args",
+    "render",
+    "torchtitan_config",
+    "torchtitan_toml",
+]

@@ -1,0 +1,57 @@
+"""What every export target needs: the plan's split of layers and batch, and one way to refuse.
+
+The targets take a mesh the planner has already checked (``planner.pricing.estimate_mesh`` or
+the search); the checks here are only those a target adds on top, each a ``PlannerError`` whose
+one line names the knob and what the target allows (the CLI prints it as ``error: ...``).
+"""
+
+from __future__ import annotations
+
+from planner.errors import PlannerError
+from planner.schemas.job import JobSpec
+from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
+
+FORMATS = ("megatron", "torchtitan", "deepspeed")
+"""Export targets, as ``plan export --format`` names them."""
+
+
+def refuse(target: str, knob: str, allowed: str) -> PlannerError:
+    """``<target> cannot express <knob>: <what the target allows>``, one line."""
+    return PlannerError(f"{target} cannot express {knob}: {allowed}")
+
+
+def num_microbatches(target: str, job: JobSpec, config: ParallelConfig) -> int:
+    """m = B / (dp * b), the micro-batches each pipeline runs per optimizer step (DESIGN 3).
+
+    ``job`` is the job the mesh runs (with ``--max-batch-growth`` the estimate's grown batch)."""
+    unit = config.dp * config.micro_batch_size
+    if job.batch_size % unit:
+        raise refuse(
+            target,
+            f"global batch {job.batch_size}",
+            f"it must be a multiple of dp*micro_batch_size = {config.dp}*{config.micro_batch_size}",
+        )
+    return job.batch_size // unit
+
+
+def effective_zero_stage(config: ParallelConfig) -> int:
+    """The ZeRO stage, or 0 when there is nothing to shard over (dp*cp = 1): the search may
+    pick any stage there, since they all price the same, and no target should refuse for it."""
+    return config.zero_stage if config.dp * config.cp > 1 else 0
+
+
+def zero_note(config: ParallelConfig) -> list[str]:
+    """A note when ``effective_zero_stage`` dropped the asked stage."""
+    if config.zero_stage and effective_zero_stage(config) == 0:
+        return [f"ZeRO stage {config.zero_stage} is moot with dp*cp = 1 (nothing to shard over); exported as 0"]
+    return []
+
+
+def axis_inside(config: ParallelConfig, inner: str, outer: str) -> bool:
+    """Whether axis ``inner`` sits inside ``outer`` in the mesh's rank order (innermost first)."""
+    axes = config.order.split("-")
+    return axes.index(inner) < axes.index(outer)
+
+
+def is_default_order(config: ParallelConfig) -> bool:
+    return config.order == DEFAULT_ORDER

@@ -1,0 +1,219 @@
+"""Megatron-LM command-line arguments for a mesh (``pretrain_gpt.py`` and friends).
+
+Every flag below was checked against NVIDIA/Megatron-LM ``megatron/training/arguments.py`` as
+stored at commit 000c4ac24f61159c138b0975def722c65245983c (2025): the group that defines it is
+named next to each mapping. What the planner decides maps to flags; the model's architecture
+(hidden size, heads, experts, ...) stays in the user's own recipe, except ``--num-layers``,
+which the virtual-pipeline flags depend on.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from planner.cost.pipeline import chunk_layer_counts
+from planner.export.common import (
+    effective_zero_stage,
+    is_default_order,
+    num_microbatches,
+    refuse,
+    zero_note,
+)
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+
+TARGET = "megatron"
+
+FSDP_STRATEGY = {2: "optim_grads", 3: "optim_grads_params"}
+"""ZeRO stage -> Megatron-FSDP ``--data-parallel-sharding-strategy`` (arguments.py
+_add_distributed_args: choices no_shard, optim, optim_grads, optim_grads_params; the Megatron-FSDP
+README, megatron/core/distributed/fsdp/src/README.md, equates them with ZeRO 0-3)."""
+
+
+def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
+    """Refuse what Megatron-LM cannot run as planned."""
+    if config.pp > 1 and config.schedule == "gpipe":
+        # arguments.py has no schedule flag: pipeline runs are 1F1B, interleaved when a virtual
+        # pipeline size is set (megatron/core/pipeline_parallel/schedules.py).
+        raise refuse(TARGET, "--schedule gpipe", "Megatron-LM pipelines run 1F1B (interleaved with virtual stages)")
+    if config.pp > 1 and config.schedule == "zb-h1":
+        raise refuse(
+            TARGET, "--schedule zb-h1", "Megatron-LM has no zero-bubble schedule flag; use 1f1b or interleaved-1f1b"
+        )
+    if not is_default_order(config) and config.order != "tp-cp-pp-dp":
+        # Megatron-LM's rank order is tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping
+        # (arguments.py _add_distributed_args).
+        raise refuse(TARGET, f"--order {config.order}", "Megatron-LM places ranks tp-cp-dp-pp or tp-cp-pp-dp")
+    zero = effective_zero_stage(config)
+    if zero >= 2 and config.pp > 1:
+        # ZeRO-2/3 is Megatron-FSDP here; it does not run with pipeline parallelism
+        # (NVIDIA/Megatron-LM issue #1455, open; PR #6081: "FSDP and PP are mutually exclusive in
+        # Megatron's standard path"). --use-torch-fsdp2 asserts pipeline_model_parallel_size == 1.
+        raise refuse(
+            TARGET,
+            f"--zero-stage {zero} with pp {config.pp}",
+            "Megatron-FSDP (ZeRO-2/3) does not run with pipeline parallelism; use --zero-stage 1 or --pp 1",
+        )
+    if config.cp > 1 and job.seq_len % (2 * config.cp):
+        # arguments.py validate_args: "seq-length should be a multiple of 2 * context-parallel-size".
+        raise refuse(TARGET, f"seq_len {job.seq_len} with cp {config.cp}", "Megatron-LM needs seq_len % (2*cp) == 0")
+    if config.ep > 1 and not model.is_moe:
+        raise refuse(TARGET, f"--ep {config.ep}", f"{model.name} has no experts")
+    if config.ep > 1 and job.dtype == "fp16":
+        # arguments.py validate_args: "Expert parallelism is not supported with fp16 training."
+        raise refuse(TARGET, "--ep > 1 with --dtype fp16", "Megatron-LM runs expert parallelism in bf16 or fp8 only")
+    if config.ep > 1 and config.tp > 1 and not config.sequence_parallel:
+        # megatron/core/transformer/transformer_config.py __post_init__: "When using expert
+        # parallelism and tensor parallelism, sequence parallelism must be used".
+        raise refuse(TARGET, "tp > 1 with ep > 1 and no sequence parallelism", "add --sequence-parallel")
+    if model.num_hidden_layers < config.pp * config.virtual_stages:
+        raise refuse(TARGET, f"pp*virtual_stages = {config.pp * config.virtual_stages}", "at most one per layer")
+    num_microbatches(TARGET, job, config)
+
+
+def pipeline_layout(model: ModelSpec, config: ParallelConfig) -> str:
+    """The plan's layer split as a ``--pipeline-model-parallel-layout`` string: one stage per model
+    chunk in model order, separated by '|', 'E' the embedding, 't' a transformer layer ('t*n' for n
+    of them), 'L' the loss (megatron/core/transformer/pipeline_parallel_layer_layout.py,
+    PipelineParallelLayerLayout.parse_str_to_list, stored at 00caa53a)."""
+    sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
+    stages = [f"t*{n}" if n > 1 else "t" * n for n in sizes]
+    stages[0] = "E" + stages[0]
+    stages[-1] = stages[-1] + "L"
+    return "|".join(stages)
+
+
+def _pipeline_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
+    """Virtual stages and uneven splits. An even split with v > 1 uses
+    --num-layers-per-virtual-pipeline-stage L/(p*v) (accepted by old and new releases); a split the
+    layers do not divide uses --pipeline-model-parallel-layout, which also sets v (arguments.py
+    validate_args allows at most one of the two, and --num-virtual-stages-per-pipeline-rank)."""
+    if config.pp == 1:
+        return []
+    chunks = config.pp * config.virtual_stages
+    if model.num_hidden_layers % chunks:
+        return ["--pipeline-model-parallel-layout", pipeline_layout(model, config)]
+    if config.virtual_stages > 1:
+        return ["--num-layers-per-virtual-pipeline-stage", str(model.num_hidden_layers // chunks)]
+    return []
+
+
+def _recompute_args(config: ParallelConfig) -> list[str]:
+    """arguments.py _add_training_args: --recompute-granularity {full, selective} (selective
+    recomputes --recompute-modules, default core_attn: the attention core, as the planner prices);
+    full with --recompute-method uniform --recompute-num-layers 1 recomputes every layer from its
+    input (selective takes no method: validate_args asserts recompute_method is None)."""
+    if config.recompute == "selective":
+        return ["--recompute-granularity", "selective"]
+    if config.recompute == "full":
+        return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    return []
+
+
+def _data_parallel_args(config: ParallelConfig) -> list[str]:
+    """ZeRO and overlap (arguments.py _add_distributed_args).
+
+    ZeRO-1: --use-distributed-optimizer (optimizer states sharded over the DP x CP ranks).
+    ZeRO-2/3: Megatron-FSDP, --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads |
+    optim_grads_params, with the flags its guide pairs with it (docs: --use-distributed-optimizer,
+    --no-gradient-accumulation-fusion) and --ckpt-format fsdp_dtensor, which validate_args asserts.
+    Overlap: --overlap-grad-reduce; with a sharded optimizer also --overlap-param-gather
+    (validate_args: it needs the distributed optimizer or Megatron-FSDP, and --overlap-grad-reduce).
+    """
+    zero = effective_zero_stage(config)
+    args: list[str] = []
+    if zero == 1:
+        args.append("--use-distributed-optimizer")
+    elif zero >= 2:
+        args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[zero]]
+        args += ["--use-distributed-optimizer", "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"]
+    if config.overlap_grad_reduce and config.dp * config.cp > 1:
+        args.append("--overlap-grad-reduce")
+        if zero >= 1:
+            args.append("--overlap-param-gather")
+    return args
+
+
+def _job_args(job: JobSpec) -> list[str]:
+    """Precision (_add_mixed_precision_args --bf16/--fp16; _add_transformer_engine_args
+    --fp8-format {e4m3, hybrid}: hybrid is E4M3 forward, E5M2 backward, on bf16 weights), and the
+    activation-memory assumptions the plan priced: Megatron-LM defaults --attention-dropout and
+    --hidden-dropout to 0.1 (_add_regularization_args), so a job without dropout sets them to 0;
+    without flash attention the unfused backend (--attention-backend, AttnBackend) keeps the
+    s x s scores the plan counted."""
+    args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
+    if not job.dropout:
+        args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
+    if not job.flash_attention:
+        args = [*args, "--attention-backend", "unfused"]
+    return args
+
+
+def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """The Megatron-LM arguments for ``config``, as a flat argv list (flags and their values).
+
+    ``job`` is the job the mesh runs (its global batch may have grown, see JobSpec.max_batch_growth).
+    Raises PlannerError when Megatron-LM cannot express the mesh (GPipe or ZB-H1 pipelines,
+    ZeRO-2/3 with pp > 1, a rank order other than tp-cp-dp-pp or tp-cp-pp-dp, ...).
+    """
+    _check(model, job, config)
+    # _add_distributed_args: sizes of each parallelism; _add_moe_args: expert sizes. Megatron
+    # defaults --expert-tensor-parallel-size to the TP size, the planner to 1: always set it.
+    args = [
+        "--tensor-model-parallel-size",
+        str(config.tp),
+        "--pipeline-model-parallel-size",
+        str(config.pp),
+        "--context-parallel-size",
+        str(config.cp),
+    ]
+    if model.is_moe:
+        args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", str(config.expert_tp)]
+    if config.order == "tp-cp-pp-dp":
+        args.append("--use-tp-pp-dp-mapping")
+    # _add_network_size_args --num-layers; _add_data_args --seq-length.
+    args += ["--num-layers", str(model.num_hidden_layers), "--seq-length", str(job.seq_len)]
+    args += _pipeline_args(model, config)
+    if config.sequence_parallel:
+        args.append("--sequence-parallel")  # _add_training_args
+    # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
+    args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
+    return args + _recompute_args(config) + _data_parallel_args(config) + _job_args(job)
+
+
+def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """What the arguments cannot say: environment, the recipe's own flags, the layer split."""
+    _check(model, job, config)
+    notes = zero_note(config)
+    if effective_zero_stage(config) >= 2:
+        notes.append("Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (validate_args asserts it is not 1)")
+    elif config.tp > 1 or config.cp > 1:
+        notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM asserts it for tp or cp > 1 before Blackwell)")
+    chunks = config.pp * config.virtual_stages
+    if config.pp > 1 and model.num_hidden_layers % chunks:
+        sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
+        notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} chunks: the layout gives {sizes}")
+    arch = "--num-experts, --moe-router-topk, " if model.is_moe else ""
+    notes.append(f"architecture flags (--hidden-size, --num-attention-heads, {arch}...) come from the model's recipe")
+    return notes
+
+
+def render_args(args: list[str], comments: list[str]) -> str:
+    """``# comment`` lines, then one flag per line with its values, joined by backslash
+    continuations, values shell-quoted (a layout string holds '|')."""
+    lines: list[list[str]] = []
+    for token in args:
+        if token.startswith("--") or not lines:
+            lines.append([token])
+        else:
+            lines[-1].append(token)
+    body = [" ".join(shlex.quote(t) for t in line) for line in lines]
+    text = [f"# {c}" for c in comments] + [line + " \\" for line in body[:-1]] + body[-1:]
+    return "\n".join(text) + "\n"
+
+
+def megatron_text(model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
+    """The arguments as text: a header comment, the notes, then the flags."""
+    comments = ([header] if header else []) + [f"note: {n}" for n in megatron_notes(model, job, config)]
+    return render_args(megatron_args(model, job, config), comments)

@@ -1,0 +1,237 @@
+"""torchtitan TOML job file sections ([training], [parallelism], [activation_checkpoint]) for a mesh.
+
+Key names are those of pytorch/torchtitan ``torchtitan/config/job_config.py``, the JobConfig a
+TOML job file (``--job.config_file``) fills, as stored at commit
+6404b932421f5ce382e7dac5ad381b2c17b1373c: ``Training``, ``Parallelism``, ``ActivationCheckpoint``,
+``Model`` dataclasses; ``expert_tensor_parallel_degree`` from a later stored version of the same
+file (late 2025). Since 2026 torchtitan configures a run with a Python function instead
+(``torchtitan/config/configuration.md``: ``--module``/``--config``); the ``--section.key`` flags
+remain, frozen, and some keys were renamed (``num_pp_microbatches``, ``enable_sequence_parallel``),
+so this export targets the TOML job file of the 2025 releases.
+
+Behaviour behind the mapping (same repository): ``torchtitan/distributed/parallel_dims.py``
+(ParallelDims._validate, stored at 0119de15) for the degrees, ``torchtitan/models/llama3/infra/
+parallelize.py`` (stored at 018740b7) for FSDP/DDP and sequence parallelism,
+``torchtitan/distributed/pipeline_parallel.py`` (stored at 02ef790c) for the stage split and
+micro-batches, ``torchtitan/train.py`` for gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.cost.pipeline import chunk_layer_counts
+from planner.export.common import (
+    effective_zero_stage,
+    is_default_order,
+    num_microbatches,
+    refuse,
+    zero_note,
+)
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+
+TARGET = "torchtitan"
+
+TomlValue = bool | int | str | list[str] | list[list[str]]
+Sections = dict[str, dict[str, TomlValue]]
+
+SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "gpipe": "GPipe"}
+"""Planner schedule -> ``pipeline_parallel_schedule``, the names torch's
+``torch.distributed.pipelining.schedules.get_schedule_class`` accepts (pytorch/pytorch; also
+LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, which are multi-stage schedules)."""
+
+RESHARD_AFTER_FORWARD = {2: "never", 3: "always"}
+"""ZeRO stage -> ``fsdp_reshard_after_forward``. FSDP2 always shards optimizer states and
+gradients; "always" also frees the gathered weights after forward (ZeRO-3), "never" keeps them
+until backward (ZeRO-2-like). "default" would depend on pp (parallelize.py apply_fsdp:
+``reshard_after_forward = not pp_enabled``), so the stage is spelt out."""
+
+
+def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
+    """Refuse what torchtitan cannot run as planned."""
+    if not is_default_order(config):
+        # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
+        raise refuse(TARGET, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
+    if job.dtype == "fp16":
+        # Training.mixed_precision_param: Literal["bfloat16", "float32"].
+        raise refuse(TARGET, "--dtype fp16", "torchtitan trains in bf16 (mixed_precision_param) or fp8 (float8)")
+    if config.pp > 1 and config.schedule == "zb-h1":
+        raise refuse(
+            TARGET,
+            "--schedule zb-h1",
+            "torch's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need several stages per rank; "
+            "use 1f1b or interleaved-1f1b",
+        )
+    zero = effective_zero_stage(config)
+    if zero == 1:
+        raise refuse(
+            TARGET,
+            "--zero-stage 1",
+            "torchtitan's FSDP2 shards gradients too (no ZeRO-1); use --zero-stage 2 or 3 (FSDP), or 0 (DDP)",
+        )
+    if zero == 0 and config.cp > 1:
+        # ParallelDims.fsdp_enabled = dp_shard > 1 or cp > 1: weights are FSDP-sharded over dp_shard*cp.
+        raise refuse(
+            TARGET, "--zero-stage 0 with cp > 1", "torchtitan shards weights over the cp ranks; use --zero-stage 2 or 3"
+        )
+    if zero == 0 and config.dp > 1 and config.num_gpus != config.dp:
+        # parallelize.py: DDP (data_parallel_replicate_degree) raises "DDP has not supported > 1D
+        # parallelism" unless it spans every rank.
+        raise refuse(
+            TARGET,
+            "--zero-stage 0 with tp, pp or cp > 1",
+            "torchtitan's DDP runs only as the sole parallelism; use --zero-stage 2 or 3",
+        )
+    divisor = config.tp * 2 * config.cp
+    if job.seq_len % divisor:
+        # ParallelDims.seq_len_divisor = tp * (cp * 2), asserted in parallelize_llama.
+        raise refuse(TARGET, f"seq_len {job.seq_len}", f"torchtitan needs it divisible by tp*2*cp = {divisor}")
+    if config.ep > 1:
+        _check_ep(model, config, shard=config.dp if zero >= 2 else 1)
+    if model.num_hidden_layers < config.pp * config.virtual_stages:
+        raise refuse(TARGET, f"pp*virtual_stages = {config.pp * config.virtual_stages}", "at most one per layer")
+    num_microbatches(TARGET, job, config)
+
+
+def _check_ep(model: ModelSpec, config: ParallelConfig, shard: int) -> None:
+    """ParallelDims._validate: etp is tp or 1; with etp = tp, ep takes all of cp and part of
+    dp_shard (ep % cp == 0, dp_shard*cp % ep == 0); with etp = 1 also all of tp."""
+    if not model.is_moe:
+        raise refuse(TARGET, f"--ep {config.ep}", f"{model.name} has no experts")
+    etp, tp, cp = config.expert_tp, config.tp, config.cp
+    if etp not in (1, tp):
+        raise refuse(TARGET, f"--expert-tp {etp}", f"torchtitan supports expert_tp = tp ({tp}) or 1")
+    borrowed = cp if etp == tp else cp * tp
+    if config.ep % borrowed or (shard * borrowed) % config.ep:
+        raise refuse(
+            TARGET,
+            f"--ep {config.ep}",
+            f"torchtitan carves EP from dp_shard*{'cp' if etp == tp else 'cp*tp'}: ep must be a multiple of "
+            f"{borrowed} dividing {shard * borrowed}",
+        )
+
+
+def _stage_split(model: ModelSpec, config: ParallelConfig) -> dict[str, TomlValue]:
+    """The plan's layer split. Even: ``pipeline_parallel_layers_per_stage`` = L/(p*v) with the
+    first/last-stage weights at 0, so pipeline_llm makes ceil(L/lps) = p*v stages of equal size
+    (its default weights 1 count the embedding and the LM head as layers). Uneven: the chunks
+    spelt out as ``module_fqns_per_model_part`` (module names of torchtitan's decoder models:
+    tok_embeddings, layers.<i>, norm, output)."""
+    chunks = config.pp * config.virtual_stages
+    if model.num_hidden_layers % chunks == 0:
+        return {
+            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // chunks,
+            "pipeline_parallel_first_stage_less_layers": 0,
+            "pipeline_parallel_last_stage_less_layers": 0,
+        }
+    parts: list[list[str]] = []
+    start = 0
+    for size in chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages):
+        parts.append([f"layers.{i}" for i in range(start, start + size)])
+        start += size
+    parts[0].insert(0, "tok_embeddings")
+    parts[-1] += ["norm", "output"]
+    return {"module_fqns_per_model_part": parts}
+
+
+def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> Sections:
+    """The job-file sections for ``config`` (section -> key -> value).
+
+    Batch: torchtitan runs ``global_batch_size / (local_batch_size * dp)`` gradient-accumulation
+    steps (train.py), and a pipeline splits ``local_batch_size`` into micro-batches of
+    ``pipeline_parallel_microbatch_size`` (pipeline_parallel.py build_pipeline_schedule). So with
+    pp = 1 the local batch is the micro-batch and accumulation runs the m micro-batches; with pp > 1
+    the local batch is B/dp and the pipeline runs all m in one step.
+    """
+    _check(model, job, config)
+    zero = effective_zero_stage(config)
+    local = config.micro_batch_size if config.pp == 1 else job.batch_size // config.dp
+    training: dict[str, TomlValue] = {
+        "local_batch_size": local,
+        "global_batch_size": job.batch_size,
+        "seq_len": job.seq_len,
+        "mixed_precision_param": "bfloat16",
+    }
+    # DDP replicates (ZeRO-0); FSDP2 shards (ZeRO-2/3); HSDP would set both.
+    replicate, shard = (config.dp, 1) if zero == 0 else (1, config.dp)
+    parallelism: dict[str, TomlValue] = {
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": shard,
+    }
+    if zero >= 2:
+        parallelism["fsdp_reshard_after_forward"] = RESHARD_AFTER_FORWARD[zero]
+    parallelism["tensor_parallel_degree"] = config.tp
+    parallelism["context_parallel_degree"] = config.cp
+    parallelism["pipeline_parallel_degree"] = config.pp
+    if config.pp > 1:
+        parallelism["pipeline_parallel_schedule"] = SCHEDULES[config.schedule]
+        parallelism["pipeline_parallel_microbatch_size"] = config.micro_batch_size
+        parallelism.update(_stage_split(model, config))
+    if model.is_moe:
+        parallelism["expert_parallel_degree"] = config.ep
+        parallelism["expert_tensor_parallel_degree"] = config.expert_tp
+    checkpoint: dict[str, TomlValue] = {"mode": config.recompute}
+    if config.recompute == "selective":
+        checkpoint["selective_ac_option"] = "op"  # per-op SAC; an integer n would checkpoint every n-th layer
+    sections: Sections = {"training": training, "parallelism": parallelism, "activation_checkpoint": checkpoint}
+    if job.dtype == "fp8":
+        # Model.converters: "the `float8` converter swaps torch.nn.Linear with Float8Linear" (torchao).
+        sections["model"] = {"converters": ["float8"]}
+    return sections
+
+
+def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """Where torchtitan's behaviour differs from what the plan priced."""
+    _check(model, job, config)
+    notes = zero_note(config)
+    if config.tp > 1 and not config.sequence_parallel:
+        notes.append(
+            "torchtitan applies sequence parallelism with every tp > 1 (parallelize.py); the plan priced it off, "
+            "so it overestimates activation memory"
+        )
+    if config.recompute == "selective":
+        notes.append(
+            'selective_ac_option "op" saves matmul and attention outputs and recomputes the rest; the plan priced '
+            "recomputing the attention core, so memory and recompute time differ"
+        )
+    if job.dtype == "fp8":
+        notes.append('converters = ["float8"] needs torchao')
+    chunks = config.pp * config.virtual_stages
+    if config.pp > 1 and model.num_hidden_layers % chunks:
+        notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")
+    notes.append("model, optimizer, data and checkpoint sections come from your own job file")
+    return notes
+
+
+def _toml_value(value: TomlValue) -> str:
+    """A TOML literal: booleans and integers as is, strings as basic strings (JSON escapes are
+    valid TOML escapes), arrays of strings, and arrays of arrays one inner array per line."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if value and isinstance(value[0], list):
+        rows = [f"  [{', '.join(json.dumps(s) for s in row)}]," for row in value]
+        return "[\n" + "\n".join(rows) + "\n]"
+    return "[" + ", ".join(json.dumps(s) for s in value) + "]"
+
+
+def render_toml(sections: Sections, comments: list[str]) -> str:
+    """``# comment`` lines, then each section as ``[name]`` and ``key = value`` lines."""
+    lines = [f"# {c}" for c in comments]
+    for name, table in sections.items():
+        if lines:
+            lines.append("")
+        lines.append(f"[{name}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in table.items()]
+    return "\n".join(lines) + "\n"
+
+
+def torchtitan_toml(model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
+    """The sections as TOML text, with a header comment and the notes as comments."""
+    comments = ([header] if header else []) + [f"note: {n}" for n in torchtitan_notes(model, job, config)]
+    return render_toml(torchtitan_config(model, job, config), comments)

@@ -1,0 +1,422 @@
+"""plan export: each target's settings parse back (argparse, tomllib, json) to the planned mesh,
+and what a target cannot express is refused with one line naming the knob."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from planner.catalog import load_model
+from planner.cost.pipeline import chunk_layer_counts, stage_layer_counts
+from planner.errors import PlannerError
+from planner.export import FORMATS, deepspeed_config, export, megatron_args, render, torchtitan_config
+from planner.export.megatron import pipeline_layout
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+from tests.conftest import assert_one_line_error
+
+tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+LLAMA70B = load_model("llama3-70b")  # 80 layers, dense
+MIXTRAL = load_model("mixtral-8x7b")  # 32 layers, 8 experts
+DSV3 = load_model("deepseek-v3")  # 61 layers: uneven pipeline splits
+JOB = JobSpec(global_batch_size=1024, seq_len=4096)
+
+
+def mesh(**kw: Any) -> ParallelConfig:
+    if kw.get("virtual_stages", 1) > 1:
+        kw.setdefault("schedule", "interleaved-1f1b")
+    return ParallelConfig(**kw)
+
+
+# ---- Megatron-LM -------------------------------------------------------------------------------
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """The flags the mapping emits, declared as Megatron-LM's arguments.py declares them."""
+    p = argparse.ArgumentParser(allow_abbrev=False)
+    for flag in (
+        "--tensor-model-parallel-size",
+        "--pipeline-model-parallel-size",
+        "--context-parallel-size",
+        "--expert-model-parallel-size",
+        "--expert-tensor-parallel-size",
+        "--num-layers",
+        "--seq-length",
+        "--num-layers-per-virtual-pipeline-stage",
+        "--micro-batch-size",
+        "--global-batch-size",
+        "--recompute-num-layers",
+    ):
+        p.add_argument(flag, type=int)
+    for flag in ("--pipeline-model-parallel-layout", "--recompute-method", "--ckpt-format", "--fp8-format"):
+        p.add_argument(flag)
+    p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument(
+        "--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]
+    )
+    p.add_argument("--attention-backend", choices=["flash", "fused", "unfused", "local", "auto"])
+    p.add_argument("--attention-dropout", type=float, default=0.1)
+    p.add_argument("--hidden-dropout", type=float, default=0.1)
+    for flag in (
+        "--sequence-parallel",
+        "--use-distributed-optimizer",
+        "--use-megatron-fsdp",
+        "--overlap-grad-reduce",
+        "--overlap-param-gather",
+        "--use-tp-pp-dp-mapping",
+        "--bf16",
+        "--fp16",
+    ):
+        p.add_argument(flag, action="store_true")
+    p.add_argument("--no-gradient-accumulation-fusion", action="store_false", dest="gradient_accumulation_fusion")
+    return p
+
+
+def parse_layout(layout: str) -> list[list[str]]:
+    """Megatron-LM's PipelineParallelLayerLayout.parse_str_to_list, for the forms the export writes."""
+    unrolled = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), layout.replace(",", ""))
+    return [list(stage) for stage in unrolled.split("|")]
+
+
+def megatron_mesh(model: ModelSpec, ns: argparse.Namespace) -> dict[str, Any]:
+    """Read the planner's knobs back from parsed Megatron-LM arguments."""
+    pp, layers = ns.pipeline_model_parallel_size, ns.num_layers
+    if ns.pipeline_model_parallel_layout:
+        v = len(parse_layout(ns.pipeline_model_parallel_layout)) // pp
+    elif ns.num_layers_per_virtual_pipeline_stage:
+        v = layers // (pp * ns.num_layers_per_virtual_pipeline_stage)
+    else:
+        v = 1
+    if ns.use_megatron_fsdp:
+        zero = {"optim_grads": 2, "optim_grads_params": 3}[ns.data_parallel_sharding_strategy]
+    else:
+        zero = 1 if ns.use_distributed_optimizer else 0
+    return {
+        "tp": ns.tensor_model_parallel_size,
+        "pp": pp,
+        "cp": ns.context_parallel_size,
+        "ep": ns.expert_model_parallel_size or 1,
+        "expert_tp": ns.expert_tensor_parallel_size or 1,
+        "micro_batch_size": ns.micro_batch_size,
+        "virtual_stages": v,
+        "zero_stage": zero,
+        "recompute": ns.recompute_granularity or "none",
+        "sequence_parallel": ns.sequence_parallel,
+    }
+
+
+MEGATRON_CASES = [
+    (LLAMA70B, mesh(tp=8, pp=4, dp=4, virtual_stages=2, zero_stage=1, recompute="selective", sequence_parallel=True)),
+    (LLAMA70B, mesh(tp=4, pp=1, dp=16, cp=2, micro_batch_size=2, zero_stage=3, recompute="full")),
+    (LLAMA70B, mesh(tp=8, pp=2, dp=8, zero_stage=0, micro_batch_size=4)),
+    (MIXTRAL, mesh(tp=2, pp=2, dp=8, ep=8, expert_tp=2, zero_stage=1, sequence_parallel=True)),
+    (DSV3, mesh(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, zero_stage=1, recompute="full", sequence_parallel=True)),
+    (DSV3, mesh(tp=4, pp=8, dp=4, ep=16, zero_stage=1, sequence_parallel=True)),
+]
+
+
+@pytest.mark.parametrize(("model", "config"), MEGATRON_CASES)
+def test_megatron_arguments_round_trip(model: ModelSpec, config: ParallelConfig) -> None:
+    args = megatron_args(model, JOB, config)
+    ns = megatron_parser().parse_args(args)
+    back = megatron_mesh(model, ns)
+    assert back == {k: getattr(config, k) for k in back}
+    assert ns.global_batch_size == JOB.batch_size and ns.seq_length == JOB.seq_len
+    assert ns.num_layers == model.num_hidden_layers
+    assert ns.bf16 and not ns.fp16
+    assert ns.attention_dropout == ns.hidden_dropout == 0.0  # the job has no dropout; Megatron's default is 0.1
+    assert ns.overlap_grad_reduce == (config.dp * config.cp > 1)
+    if config.zero_stage >= 2:
+        assert ns.ckpt_format == "fsdp_dtensor" and not ns.gradient_accumulation_fusion
+    if config.recompute == "full":
+        assert (ns.recompute_method, ns.recompute_num_layers) == ("uniform", 1)
+
+
+def test_megatron_uneven_split_is_a_layout_matching_the_priced_split() -> None:
+    config = mesh(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, sequence_parallel=True, zero_stage=1)
+    stages = parse_layout(pipeline_layout(DSV3, config))
+    assert len(stages) == 8 and stages[0][0] == "E" and stages[-1][-1] == "L"
+    assert sum(s.count("t") for s in stages) == 61
+    per_rank = [sum(stages[c].count("t") for c in range(rank, 8, 4)) for rank in range(4)]
+    assert per_rank == stage_layer_counts(61, 4, 2)
+
+
+@pytest.mark.parametrize(("layers", "pp", "v"), [(61, 4, 2), (80, 3, 1), (30, 4, 1), (7, 2, 3), (96, 8, 4)])
+def test_chunk_sizes_sum_to_the_cost_engine_split(layers: int, pp: int, v: int) -> None:
+    sizes = chunk_layer_counts(layers, pp, v)
+    assert sum(sizes) == layers and max(sizes) - min(sizes) <= 1
+    assert [sum(sizes[c] for c in range(r, pp * v, pp)) for r in range(pp)] == stage_layer_counts(layers, pp, v)
+
+
+def test_megatron_text_is_the_argument_list_with_comments() -> None:
+    config = MEGATRON_CASES[4][1]
+    text = export("megatron", DSV3, JOB, config, header="my header")
+    lines = text.splitlines()
+    assert lines[0] == "# my header" and all(line.startswith("#") for line in lines[:3])
+    body = [line.removesuffix(" \\") for line in lines if not line.startswith("#")]
+    assert all(line.startswith("--") for line in body)
+    assert all(line.endswith(" \\") for line in lines[-len(body) : -1]) and not lines[-1].endswith("\\")
+    assert shlex.split(" ".join(body)) == megatron_args(DSV3, JOB, config)
+
+
+def test_megatron_precision_and_attention_flags() -> None:
+    config = mesh(tp=8, pp=2, dp=8, sequence_parallel=True)
+    fp8 = JobSpec(global_batch_size=1024, seq_len=4096, dtype="fp8", dropout=True, flash_attention=False)
+    ns = megatron_parser().parse_args(megatron_args(LLAMA70B, fp8, config))
+    assert ns.bf16 and ns.fp8_format == "hybrid" and ns.attention_backend == "unfused"
+    assert ns.attention_dropout == 0.1  # dropout kept: Megatron-LM's default
+    order = megatron_parser().parse_args(
+        megatron_args(LLAMA70B, JOB, config.model_copy(update={"order": "tp-cp-pp-dp"}))
+    )
+    assert order.use_tp_pp_dp_mapping
+
+
+# ---- torchtitan --------------------------------------------------------------------------------
+
+
+def torchtitan_mesh(model: ModelSpec, job: JobSpec, doc: dict[str, Any]) -> dict[str, Any]:
+    """Read the planner's knobs back from a parsed torchtitan job file."""
+    par, train = doc["parallelism"], doc["training"]
+    replicate, shard = par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]
+    pp = par["pipeline_parallel_degree"]
+    if "module_fqns_per_model_part" in par:
+        v = len(par["module_fqns_per_model_part"]) // pp
+    elif "pipeline_parallel_layers_per_stage" in par:
+        v = model.num_hidden_layers // par["pipeline_parallel_layers_per_stage"] // pp
+    else:
+        v = 1
+    mbs = par["pipeline_parallel_microbatch_size"] if pp > 1 else train["local_batch_size"]
+    zero = {"never": 2, "always": 3}.get(par.get("fsdp_reshard_after_forward", ""), 0)  # else DDP: ZeRO-0
+    dp = replicate * shard
+    # torchtitan's train.py: accumulation = global / (local * dp); a pipeline splits local into micro-batches.
+    accumulation = train["global_batch_size"] // (train["local_batch_size"] * dp)
+    microbatches = accumulation * (train["local_batch_size"] // mbs)
+    assert microbatches == job.batch_size // (dp * mbs)
+    return {
+        "tp": par["tensor_parallel_degree"],
+        "pp": pp,
+        "dp": dp,
+        "cp": par["context_parallel_degree"],
+        "ep": par.get("expert_parallel_degree", 1),
+        "expert_tp": par.get("expert_tensor_parallel_degree", 1),
+        "micro_batch_size": mbs,
+        "virtual_stages": v,
+        "zero_stage": zero,
+        "recompute": doc["activation_checkpoint"]["mode"],
+    }
+
+
+TORCHTITAN_CASES = [
+    (LLAMA70B, mesh(tp=8, pp=4, dp=4, virtual_stages=2, zero_stage=3, recompute="selective", sequence_parallel=True)),
+    (LLAMA70B, mesh(tp=1, pp=1, dp=32, cp=4, micro_batch_size=2, zero_stage=2, recompute="full")),
+    (LLAMA70B, mesh(dp=128, zero_stage=0, micro_batch_size=8)),
+    (MIXTRAL, mesh(tp=2, pp=2, dp=8, ep=8, expert_tp=2, zero_stage=3, sequence_parallel=True)),
+    (MIXTRAL, mesh(tp=2, pp=1, dp=16, ep=8, expert_tp=1, zero_stage=2, sequence_parallel=True)),
+    (DSV3, mesh(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, zero_stage=3, recompute="full", sequence_parallel=True)),
+]
+
+
+@pytest.mark.parametrize(("model", "config"), TORCHTITAN_CASES)
+def test_torchtitan_toml_round_trip(model: ModelSpec, config: ParallelConfig) -> None:
+    text = export("torchtitan", model, JOB, config, header="my header")
+    assert text.startswith("# my header\n")
+    doc = tomllib.loads(text)
+    assert doc == torchtitan_config(model, JOB, config)
+    back = torchtitan_mesh(model, JOB, doc)
+    assert back == {k: getattr(config, k) for k in back}
+    assert doc["training"]["seq_len"] == JOB.seq_len and doc["training"]["global_batch_size"] == JOB.batch_size
+    assert doc["training"]["mixed_precision_param"] == "bfloat16"
+    par = doc["parallelism"]
+    if config.pp > 1:
+        expected = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B"}[config.schedule]
+        assert par["pipeline_parallel_schedule"] == expected
+    if "pipeline_parallel_layers_per_stage" in par:
+        assert par["pipeline_parallel_first_stage_less_layers"] == par["pipeline_parallel_last_stage_less_layers"] == 0
+    if config.recompute == "selective":
+        assert doc["activation_checkpoint"]["selective_ac_option"] == "op"
+
+
+def test_torchtitan_uneven_split_lists_every_module_once() -> None:
+    doc = tomllib.loads(export("torchtitan", DSV3, JOB, TORCHTITAN_CASES[-1][1]))
+    parts = doc["parallelism"]["module_fqns_per_model_part"]
+    flat = [name for part in parts for name in part]
+    assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(61)], "norm", "output"]
+    assert [sum(n.startswith("layers.") for n in part) for part in parts] == chunk_layer_counts(61, 4, 2)
+
+
+def test_torchtitan_fp8_and_moot_zero() -> None:
+    fp8 = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8")
+    one_rank = mesh(tp=8, pp=1, dp=1, zero_stage=1, sequence_parallel=True)  # ZeRO-1 with nothing to shard
+    out = render("torchtitan", LLAMA70B, fp8, one_rank)
+    doc = tomllib.loads(out.text)
+    assert doc["model"] == {"converters": ["float8"]}
+    assert doc["parallelism"]["data_parallel_shard_degree"] == doc["parallelism"]["data_parallel_replicate_degree"] == 1
+    assert any("moot" in note for note in out.notes)
+
+
+# ---- DeepSpeed ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        mesh(dp=64, micro_batch_size=2, zero_stage=3, recompute="full"),
+        mesh(dp=32, micro_batch_size=1, zero_stage=2, overlap_grad_reduce=False),
+        mesh(pp=4, dp=16, micro_batch_size=4, zero_stage=1, recompute="full"),
+        mesh(pp=2, dp=8, zero_stage=0),
+    ],
+)
+def test_deepspeed_json_round_trip(config: ParallelConfig) -> None:
+    out = render("deepspeed", LLAMA70B, JOB, config, header="ignored: JSON has no comments")
+    ds = json.loads(out.text)
+    assert ds == deepspeed_config(JOB, config)
+    b, gas = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
+    assert b == config.micro_batch_size and ds["train_batch_size"] == JOB.batch_size
+    assert ds["train_batch_size"] == b * gas * config.dp  # config-json.md: batch = micro * accumulation * dp
+    assert ds["zero_optimization"]["stage"] == config.zero_stage
+    assert ds["bf16"] == {"enabled": True} and ds["fp16"] == {"enabled": False}
+    assert ("activation_checkpointing" in ds) == (config.recompute == "full")
+    if config.zero_stage >= 2:
+        assert ds["zero_optimization"]["overlap_comm"] == config.overlap_grad_reduce
+    if config.pp > 1:
+        assert any(f"num_stages={config.pp}" in note for note in out.notes)
+        assert ds.get("pipeline") == ({"activation_checkpoint_interval": 1} if config.recompute == "full" else None)
+
+
+# ---- refusals ----------------------------------------------------------------------------------
+
+FP16 = JobSpec(global_batch_size=1024, seq_len=4096, dtype="fp16")
+FP8 = JobSpec(global_batch_size=1024, seq_len=4096, dtype="fp8")
+ODD_SEQ = JobSpec(global_batch_size=1024, seq_len=4098)
+
+REFUSALS = [
+    ("megatron", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, schedule="gpipe"), "--schedule gpipe"),
+    ("megatron", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, schedule="zb-h1"), "--schedule zb-h1"),
+    ("megatron", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3), "--zero-stage 3 with pp 2"),
+    ("megatron", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, order="dp-tp-cp-pp"), "--order dp-tp-cp-pp"),
+    ("megatron", MIXTRAL, FP16, mesh(tp=2, pp=2, dp=8, ep=8, sequence_parallel=True), "--ep > 1 with --dtype fp16"),
+    ("megatron", MIXTRAL, JOB, mesh(tp=2, pp=2, dp=8, ep=8), "no sequence parallelism"),
+    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=1), "--zero-stage 1"),
+    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=0), "--zero-stage 0 with tp, pp or cp"),
+    ("torchtitan", LLAMA70B, JOB, mesh(dp=32, cp=4, zero_stage=0), "--zero-stage 0 with cp"),
+    ("torchtitan", LLAMA70B, FP16, mesh(dp=128, zero_stage=3), "--dtype fp16"),
+    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, schedule="zb-h1"), "--schedule zb-h1"),
+    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, order="tp-dp-cp-pp"), "--order"),
+    ("torchtitan", LLAMA70B, ODD_SEQ, mesh(tp=2, dp=64, zero_stage=3), "seq_len 4098"),
+    ("torchtitan", MIXTRAL, JOB, mesh(tp=4, dp=32, ep=4, expert_tp=2, zero_stage=3), "--expert-tp 2"),
+    ("torchtitan", MIXTRAL, JOB, mesh(dp=16, cp=8, ep=2, zero_stage=3), "--ep 2"),
+    ("deepspeed", LLAMA70B, JOB, mesh(tp=8, dp=16, zero_stage=3), "--tp 8"),
+    ("deepspeed", LLAMA70B, JOB, mesh(cp=2, dp=64, zero_stage=3), "--cp 2"),
+    ("deepspeed", MIXTRAL, JOB, mesh(dp=64, ep=8, zero_stage=1), "--ep 8"),
+    ("deepspeed", LLAMA70B, JOB, mesh(dp=128, recompute="selective"), "--recompute selective"),
+    ("deepspeed", LLAMA70B, FP8, mesh(dp=128), "--dtype fp8"),
+    ("deepspeed", LLAMA70B, JOB, mesh(pp=4, dp=32, zero_stage=2), "--zero-stage 2 with pp 4"),
+    ("deepspeed", LLAMA70B, JOB, mesh(pp=4, dp=32, virtual_stages=2), "--schedule interleaved-1f1b"),
+    ("deepspeed", LLAMA70B, JOB, mesh(pp=4, dp=32, order="tp-cp-pp-dp"), "--order tp-cp-pp-dp"),
+    ("deepspeed", LLAMA70B, JobSpec(global_batch_size=1000, seq_len=4096), mesh(dp=128), "global batch 1000"),
+]
+
+
+@pytest.mark.parametrize(("fmt", "model", "job", "config", "knob"), REFUSALS)
+def test_refusals_name_the_knob_in_one_line(
+    fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, knob: str
+) -> None:
+    with pytest.raises(PlannerError) as err:
+        export(fmt, model, job, config)
+    message = str(err.value)
+    assert message.startswith(f"{fmt} cannot express ") and knob in message and "\n" not in message
+
+
+def test_unknown_format_is_refused() -> None:
+    with pytest.raises(PlannerError, match="not one of megatron, torchtitan, deepspeed"):
+        export("nemo", LLAMA70B, JOB, mesh(dp=128))
+    assert FORMATS == ("megatron", "torchtitan", "deepspeed")
+
+
+# ---- CLI ---------------------------------------------------------------------------------------
+
+GIVEN = ("-m", "llama70b", "-c", "dgx-h100x16", "-B", "512", "--tp", "8", "--pp", "2", "--dp", "8")
+
+
+def test_cli_given_mesh_megatron(cli) -> None:
+    r = cli("export", "-f", "megatron", *GIVEN, "--sequence-parallel", "-z", "1", "--recompute", "selective")
+    assert r.code == 0, r.err
+    assert r.out.startswith("# plan export --format megatron: llama3-70b on dgx-h100x16 (128 GPUs), tp8 pp2 dp8")
+    body = " ".join(line.removesuffix(" \\") for line in r.out.splitlines() if not line.startswith("#"))
+    ns = megatron_parser().parse_args(shlex.split(body))
+    assert (ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size, ns.global_batch_size) == (8, 2, 512)
+    assert ns.use_distributed_optimizer and ns.recompute_granularity == "selective" and ns.sequence_parallel
+    assert r.err.startswith("plan export: tp8 pp2 dp8 cp1 ep1 mbs1 v1 z1 selective sp 1f1b")
+
+
+def test_cli_deepspeed_stdout_is_pure_json_and_notes_go_to_stderr(cli) -> None:
+    r = cli("export", "-f", "deepspeed", "-m", "llama8b", "-c", "dgx-h100x2", "-B", "64", "--tp", "1", "--cp", "1")
+    assert r.code == 0, r.err
+    ds = json.loads(r.out)
+    assert ds["train_batch_size"] == 64
+    assert ds["train_batch_size"] % (ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"]) == 0
+    assert "plan export:" in r.err and "{" not in r.err
+
+
+def test_cli_search_exports_the_best_mesh_the_target_can_express(cli) -> None:
+    # Megatron-FSDP does not run with pp > 1, so a ZeRO-2/3 winner is skipped for the best ZeRO-0/1 mesh.
+    r = cli("export", "-f", "megatron", "-m", "llama70b", "-c", "dgx-h100x16", "-B", "512", "--tp", "8", "--pp", "4")
+    assert r.code == 0, r.err
+    ns = megatron_parser().parse_args(
+        shlex.split(" ".join(line.removesuffix(" \\") for line in r.out.splitlines() if not line.startswith("#")))
+    )
+    assert ns.tensor_model_parallel_size == 8 and ns.pipeline_model_parallel_size == 4 and not ns.use_megatron_fsdp
+    if "skipped" in r.err:
+        assert "megatron cannot express --zero-stage" in r.err
+
+
+def test_cli_out_writes_the_file_and_nothing_to_stdout(cli, tmp_path) -> None:
+    target = tmp_path / "job.toml"
+    r = cli(
+        "export", "-f", "torchtitan", "-m", "llama8b", "-c", "dgx-h100x2", "-B", "64", "-z", "3", "--out", str(target)
+    )
+    assert r.code == 0, r.err
+    assert r.out == "" and f"wrote {target}" in r.err
+    doc = tomllib.loads(target.read_text())
+    par = doc["parallelism"]
+    degrees = [par[k] for k in ("tensor_parallel_degree", "pipeline_parallel_degree", "context_parallel_degree")]
+    assert par["data_parallel_shard_degree"] * degrees[0] * degrees[1] * degrees[2] == 16
+    assert par["fsdp_reshard_after_forward"] == "always"
+    assert list(tmp_path.iterdir()) == [target]  # no temporary file left behind
+
+
+def test_cli_refusal_and_missing_format_are_one_line_errors(cli) -> None:
+    r = cli("export", "-f", "megatron", *GIVEN, "--schedule", "gpipe")
+    assert_one_line_error(r, "megatron cannot express --schedule gpipe")
+    assert r.out == ""
+    assert_one_line_error(cli("export", "-m", "llama70b", "-c", "dgx-h100x16"), "--format")
+
+
+def test_cli_export_module_imports_in_either_order() -> None:
+    # planner.cli registers the command while it is being imported; importing the command's
+    # module first must work too.
+    code = (
+        "import planner.cli_export, planner.cli; "
+        "assert [c.name for c in planner.cli.app.registered_commands].count('export') == 1"
+    )
+    assert subprocess.run([sys.executable, "-c", code], timeout=60).returncode == 0
+
+
+def test_cli_exports_the_batch_the_mesh_runs_when_it_may_grow(cli) -> None:
+    args = ("-m", "llama8b", "-c", "dgx-h100x2", "-B", "1000", "--max-batch-growth", "0.05", "--tp", "1", "--cp", "1")
+    r = cli("export", "-f", "deepspeed", *args, "--pp", "1", "--dp", "16")
+    assert r.code == 0, r.err
+    ds = json.loads(r.out)
+    assert (
+        ds["train_batch_size"] == 1008 == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 16
+    )
+    assert "grown from 1000 to 1008" in r.err
