@@ -533,3 +533,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     sys.exit(main())
+
+
+# `plan validate` (with `sweep`) and `plan calibrate` register themselves on `app` when imported;
+# imported last because they reuse the options above. torch loads only when they run.
+from planner import cli_validate as _cli_validate  # noqa: E402, F401

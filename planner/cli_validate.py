@@ -1,0 +1,477 @@
+"""``plan validate``, ``plan validate sweep`` and ``plan calibrate`` (DESIGN section 6).
+
+Importing this module registers the commands on ``planner.cli.app`` (planner/cli.py imports it
+last, after the options it reuses are defined). torch is imported only inside the commands,
+through ``planner.validate.runtime``, so ``plan`` itself stays torch-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import typer
+
+from planner.cli import (
+    BatchOpt,
+    BatchTokensOpt,
+    ClusterOpt,
+    CpOpt,
+    DpOpt,
+    DropoutOpt,
+    DtypeOpt,
+    EpOpt,
+    EtpOpt,
+    FlashOpt,
+    GpusOpt,
+    JsonOpt,
+    MbsOpt,
+    ModelOpt,
+    NodesOpt,
+    OrderOpt,
+    OverlapOpt,
+    PpOpt,
+    RecomputeOpt,
+    ScheduleOpt,
+    SeqOpt,
+    SpOpt,
+    TopOpt,
+    TpOpt,
+    VOpt,
+    ZeroOpt,
+    _console,
+    _emit_json,
+    _mesh_knobs,
+    _model_cluster_job,
+    app,
+)
+from planner.errors import PlannerError
+
+validate_app = typer.Typer(
+    help=(
+        "Replay the top candidates as torch.distributed microbenchmarks and report measured vs predicted.\n\n"
+        "Locally:  plan validate --local-ranks 4 --backend gloo --model gpt2 --cluster localhost-cpu --top 3\n\n"
+        "On GPUs:  torchrun --nproc-per-node 8 -m planner validate --backend nccl --model M --cluster C"
+    ),
+    add_completion=False,
+    rich_markup_mode=None,
+)
+
+# ---- options of the validator, declared once ---------------------------------------------------
+BackendOpt = Annotated[
+    Literal["gloo", "nccl"], typer.Option("--backend", help="gloo (CPU, laptops, CI) or nccl (GPUs, under torchrun).")
+]
+LocalRanksOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--local-ranks", min=1, metavar="N", help="Spawn N local ranks (gloo) instead of running under torchrun."
+    ),
+]
+ProfileOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        metavar="NAME|PATH",
+        help="Hardware profile of the machine the replay runs on, which prices every prediction "
+        "(default: localhost-cpu with gloo, the --cluster's own with nccl).",
+    ),
+]
+RepeatsOpt = Annotated[
+    int | None, typer.Option("--repeats", min=1, metavar="N", help="Timed repeats per term (default 5 gloo, 20 nccl).")
+]
+WarmupOpt = Annotated[
+    int | None, typer.Option("--warmup", min=0, metavar="N", help="Untimed calls per term (default 1 gloo, 5 nccl).")
+]
+TimeoutOpt = Annotated[
+    float, typer.Option("--timeout", min=1.0, metavar="S", help="Process-group and per-collective timeout, seconds.")
+]
+MaxMessageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--max-message-bytes",
+        metavar="SIZE",
+        help="Replay larger messages at this size, counted as buckets (default 8MiB with gloo, none with nccl).",
+    ),
+]
+MaxGemmOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-gemm-flops",
+        min=1.0,
+        metavar="FLOP",
+        help="Replay larger GEMMs with fewer rows (default 2e9 with gloo, none with nccl).",
+    ),
+]
+
+GLOO_DEFAULTS = {"repeats": 5, "warmup": 1, "max_message_bytes": 8 * 2**20, "max_gemm_flops": 2e9}
+"""CPU defaults: a 8 MiB gloo all-reduce takes ~10-20 ms and a 2 GFLOP fp32 GEMM ~30 ms on one
+core (hardware_profiles/localhost-cpu.yaml), so a candidate replays in seconds."""
+
+NCCL_DEFAULTS: dict[str, Any] = {"repeats": 20, "warmup": 5, "max_message_bytes": None, "max_gemm_flops": None}
+
+
+def _setting(backend: str, name: str, given: Any) -> Any:
+    return given if given is not None else (GLOO_DEFAULTS if backend == "gloo" else NCCL_DEFAULTS)[name]
+
+
+def _world(local_ranks: int | None, backend: str) -> tuple[int, bool]:
+    """(world size, whether this process leads: writes the report and prints)."""
+    from planner.validate.runtime import torchrun_world
+
+    if local_ranks is not None:
+        if backend == "nccl":
+            raise PlannerError(
+                "--local-ranks spawns gloo ranks on this machine; with --backend nccl run under torchrun"
+            )
+        return local_ranks, True
+    world = torchrun_world()
+    if world is None:
+        raise PlannerError("give --local-ranks N to spawn N local ranks, or run under torchrun (RANK/WORLD_SIZE unset)")
+    return world[1], world[0] == 0
+
+
+def _replay_cluster(profile: str | None, backend: str, plan_cluster: Any, world: int) -> tuple[Any, str, str | None]:
+    """The replay machine as a cluster of ``world`` ranks, its profile's name and file (if a path)."""
+    from planner.catalog import load_cluster, load_profile
+
+    if profile is None:
+        node = load_profile("localhost-cpu") if backend == "gloo" else plan_cluster.profile
+        path = None
+    else:
+        node = load_profile(profile)
+        path = str(Path(profile).resolve()) if Path(profile).is_file() else None
+    return load_cluster(node.name if path is None else path, gpus=world), node.name, path
+
+
+def _candidates(ctx: typer.Context, top: int) -> tuple[Any, Any, Any, list[tuple[int, Any, float]]]:
+    """Model, cluster, job and (rank, ParallelConfig, plan step time) of the meshes to replay:
+    the one mesh that the degree pins name (as ``plan estimate`` reads them), else the top K."""
+    from planner.catalog import validate_as
+    from planner.pricing import estimate_mesh
+    from planner.schemas.parallel import ParallelConfig
+    from planner.search import search
+
+    spec, clus, job = _model_cluster_job(ctx)
+    pins = _mesh_knobs(ctx)
+    if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
+        fields = dict(pins)
+        if "dp" not in fields:
+            fields["dp"] = max(1, clus.num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
+        if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
+            fields["schedule"] = "interleaved-1f1b"
+        config = validate_as(ParallelConfig, fields, "mesh")
+        return spec, clus, job, [(1, config, estimate_mesh(spec, clus, job, config).step_time_s)]
+    ranking = search(spec, clus, job, pins, top=top)
+    return spec, clus, job, [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]
+
+
+def _run_with_progress(job: Any, local_ranks: int | None, lead: bool) -> tuple[list[Any], str | None]:
+    """Run the replay with a progress bar on stderr; (measurements, error or None)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from planner.validate.launch import Event, ReplayFailedError, run_local, run_torchrun
+
+    total = sum(len(b.terms) for b in job.blocks)
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), disable=not lead, transient=True) as progress:
+        task = progress.add_task("starting ranks", total=total)
+
+        def on_event(event: Event) -> None:
+            if event.rank == 0 and event.kind == "enter" and event.position is not None:
+                block, term = event.position
+                progress.update(task, description=f"{job.blocks[block].label}: {job.blocks[block].terms[term].name}")
+            elif event.rank == 0 and event.kind == "leave":
+                progress.advance(task)
+
+        try:
+            if local_ranks is not None:
+                return run_local(job, local_ranks, on_event), None
+            return run_torchrun(job, on_event), None
+        except ReplayFailedError as err:
+            return err.partial, str(err)
+
+
+def _context(
+    backend: str, world: int, profile_name: str, profile_path: str | None, job: Any, caps: tuple, notes: list[str]
+) -> Any:
+    from planner.validate.report import host_and_time
+    from planner.validate.schemas import ReplayContext
+
+    host, when = host_and_time()
+    return ReplayContext(
+        host=host,
+        created_at=when,
+        backend=backend,
+        device="cuda" if backend == "nccl" else "cpu",
+        world_size=world,
+        replay_profile=profile_name,
+        replay_profile_path=profile_path,
+        warmup=job.warmup,
+        repeats=job.repeats,
+        timeout_s=job.timeout_s,
+        max_message_bytes=caps[0],
+        max_gemm_flops=caps[1],
+        notes=notes,
+    )
+
+
+@validate_app.callback(invoke_without_command=True)
+def validate_main(
+    ctx: typer.Context,
+    model: ModelOpt = None,
+    cluster: ClusterOpt = None,
+    nodes: NodesOpt = None,
+    gpus: GpusOpt = None,
+    global_batch_size: BatchOpt = None,
+    global_batch_tokens: BatchTokensOpt = None,
+    seq_len: SeqOpt = None,
+    dtype: DtypeOpt = "bf16",
+    flash_attention: FlashOpt = True,
+    dropout: DropoutOpt = False,
+    top: TopOpt = 3,
+    tp: TpOpt = None,
+    pp: PpOpt = None,
+    dp: DpOpt = None,
+    cp: CpOpt = None,
+    ep: EpOpt = None,
+    expert_tp: EtpOpt = None,
+    micro_batch_size: MbsOpt = None,
+    virtual_stages: VOpt = None,
+    zero_stage: ZeroOpt = None,
+    recompute: RecomputeOpt = None,
+    sequence_parallel: SpOpt = None,
+    schedule: ScheduleOpt = None,
+    order: OrderOpt = None,
+    overlap_grad_reduce: OverlapOpt = None,
+    backend: BackendOpt = "gloo",
+    local_ranks: LocalRanksOpt = None,
+    profile: ProfileOpt = None,
+    out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Report JSON (written atomically).")] = Path(
+        "validate-report.json"
+    ),
+    repeats: RepeatsOpt = None,
+    warmup: WarmupOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    max_message_bytes: MaxMessageOpt = None,
+    max_gemm_flops: MaxGemmOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Replay the plan's top candidates (or the one mesh its pins name) and compare with predictions."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from planner.validate.gemms import gemm_terms
+    from planner.validate.replica import fit_replica, replica_config
+    from planner.validate.report import CandidateInfo, by_block, candidate_report, kendall_tau, write_json_atomic
+    from planner.validate.runtime import check_backend
+    from planner.validate.schemas import ReplayBlock, ReplayJob, ValidationReport
+    from planner.validate.sweep import parse_size
+    from planner.validate.terms import comm_terms
+
+    check_backend(backend)
+    world, lead = _world(local_ranks, backend)
+    spec, clus, job_spec, candidates = _candidates(ctx, top)
+    replay_cluster, profile_name, profile_path = _replay_cluster(profile, backend, clus, world)
+    cap_text = _setting(backend, "max_message_bytes", max_message_bytes)
+    cap_bytes = parse_size(cap_text, "--max-message-bytes") if isinstance(cap_text, str) else cap_text
+    cap_flops = _setting(backend, "max_gemm_flops", max_gemm_flops)
+    on_gpu = backend == "nccl"
+    blocks, infos = [], []
+    for rank, config, step_s in candidates:
+        mesh, notes = fit_replica(config, world)
+        replica = replica_config(config, mesh)
+        terms = comm_terms(spec, job_spec, config, replica, replay_cluster, cap_bytes)
+        terms += gemm_terms(spec, job_spec, config, replay_cluster, on_gpu, cap_flops)
+        blocks.append(ReplayBlock(label=f"#{rank} {config.short()}", mesh=mesh, terms=terms))
+        infos.append(CandidateInfo(rank=rank, mesh=config.short(), plan_step_time_s=step_s, replica=mesh, notes=notes))
+    import os
+
+    cores = os.cpu_count() or 1
+    job = ReplayJob(
+        backend=backend,
+        blocks=blocks,
+        warmup=_setting(backend, "warmup", warmup),
+        repeats=_setting(backend, "repeats", repeats),
+        timeout_s=timeout,
+        gemm_on_all_ranks=on_gpu or world <= cores,
+    )
+    notes = [f"every predicted_s is priced on {profile_name}, the replay's hardware; plan_step_time_s on {clus.name}"]
+    if not job.gemm_on_all_ranks:
+        notes.append(f"{world} ranks share {cores} CPU cores: GEMMs are timed on rank 0 alone, the others waiting")
+    capped = [
+        t.name
+        for b in blocks
+        for t in b.terms
+        if t.plan_message_bytes > t.message_bytes or t.plan_gemm_mnk != t.gemm_mnk
+    ]
+    if capped:
+        notes.append(
+            f"{len(capped)} terms capped (--max-message-bytes {cap_bytes}, --max-gemm-flops {cap_flops}); "
+            "calls per step count the buckets"
+        )
+    measurements, error = _run_with_progress(job, local_ranks, lead)
+    if not lead:
+        return
+    measured = by_block(measurements)
+    reports = [
+        candidate_report(info, block, measured.get(i, {}))
+        for i, (info, block) in enumerate(zip(infos, blocks, strict=True))
+    ]
+    report = ValidationReport(
+        status="failed" if error else "complete",
+        error=error,
+        model=spec.name,
+        plan_cluster=clus.name,
+        context=_context(backend, world, profile_name, profile_path, job, (cap_bytes, cap_flops), notes),
+        candidates=reports,
+        kendall_tau=kendall_tau(reports),
+    )
+    write_json_atomic(out, report)
+    if error:
+        raise PlannerError(f"{error} (results so far in {out})")
+    if as_json:
+        _emit_json(report.model_dump(mode="json"))
+    else:
+        from planner.validate.report import print_validation
+
+        print_validation(_console(), report)
+        typer.echo(f"report: {out}")
+
+
+@validate_app.command("sweep")
+def sweep_cmd(
+    ops: Annotated[
+        str,
+        typer.Option(
+            "--ops",
+            metavar="LIST",
+            help="Collectives, comma-separated: all, all-reduce, reduce-scatter, all-gather, all-to-all, send-recv.",
+        ),
+    ] = "all",
+    sizes: Annotated[
+        str, typer.Option("--sizes", metavar="LIST", help="Message sizes at the full world, e.g. 64KiB,1MiB,8MiB.")
+    ] = "64KiB,256KiB,1MiB,4MiB",
+    size: Annotated[
+        str, typer.Option("--size", metavar="SIZE", help="Message size of the world-size series (groups of 2..N).")
+    ] = "1MiB",
+    backend: BackendOpt = "gloo",
+    local_ranks: LocalRanksOpt = None,
+    profile: ProfileOpt = None,
+    out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Sweep JSON (written atomically).")] = Path(
+        "sweep.json"
+    ),
+    plot: Annotated[
+        Path | None, typer.Option("--plot", metavar="PNG", help="Also draw the sweep (needs matplotlib).")
+    ] = None,
+    repeats: RepeatsOpt = None,
+    warmup: WarmupOpt = None,
+    timeout: TimeoutOpt = 60.0,
+    as_json: JsonOpt = False,
+) -> None:
+    """Each collective at a fixed message over 2..N ranks, and at N ranks over message sizes:
+    measured vs the alpha-beta prediction. Shows why scaling is not linear."""
+    from planner.validate.report import print_sweep, term_result, write_json_atomic
+    from planner.validate.runtime import check_backend
+    from planner.validate.schemas import ReplayBlock, ReplayJob, SweepPoint, SweepReport
+    from planner.validate.sweep import parse_ops, parse_size, parse_sizes, sweep_terms
+
+    op_names = parse_ops(ops)
+    size_list = parse_sizes(sizes, "--sizes")
+    fixed = parse_size(size, "--size")
+    if plot is not None:
+        from planner.validate.plot import require_pyplot
+
+        require_pyplot()  # fail before the run, not after it
+    check_backend(backend)
+    world, lead = _world(local_ranks, backend)
+    if backend == "nccl" and profile is None:
+        raise PlannerError("--profile is required with --backend nccl (the profile of the GPUs the sweep runs on)")
+    replay_cluster, profile_name, profile_path = _replay_cluster(profile, backend, None, world)
+    terms, series = sweep_terms(op_names, size_list, fixed, world, replay_cluster)
+    job = ReplayJob(
+        backend=backend,
+        blocks=[ReplayBlock(label="sweep", terms=terms)],
+        warmup=_setting(backend, "warmup", warmup),
+        repeats=_setting(backend, "repeats", repeats),
+        timeout_s=timeout,
+        gemm_on_all_ranks=True,
+    )
+    measurements, error = _run_with_progress(job, local_ranks, lead)
+    if not lead:
+        return
+    points = [SweepPoint(series=series[m.term], result=term_result(terms[m.term], m)) for m in measurements]  # type: ignore[arg-type]
+    notes = [f"groups are ranks 0..n-1 of the world; predictions priced on {profile_name}"]
+    report = SweepReport(
+        status="failed" if error else "complete",
+        error=error,
+        context=_context(backend, world, profile_name, profile_path, job, (None, None), notes),
+        points=points,
+    )
+    write_json_atomic(out, report)
+    if error:
+        raise PlannerError(f"{error} (results so far in {out})")
+    if plot is not None:
+        from planner.validate.plot import plot_sweep
+
+        plot_sweep(
+            points, plot, f"{backend} sweep on {report.context.host}, {world} ranks, predicted on {profile_name}"
+        )
+    if as_json:
+        _emit_json(report.model_dump(mode="json"))
+    else:
+        print_sweep(_console(), points)
+        typer.echo(f"sweep: {out}" + (f", plot: {plot}" if plot else ""))
+
+
+def calibrate_cmd(
+    from_: Annotated[Path, typer.Option("--from", metavar="JSON", help="A plan validate or plan validate sweep JSON.")],
+    cluster: ClusterOpt = None,
+    out: Annotated[Path | None, typer.Option("--out", metavar="YAML", help="The calibrated hardware profile.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the --out file's stem).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit alpha and bandwidth per link tier and GEMM efficiency to measurements; write a new profile."""
+    from planner.catalog import load_cluster, load_profile, read_yaml
+    from planner.validate.calibrate import calibrated_profile, fit, samples_from_json, write_profile_yaml
+    from planner.validate.report import host_and_time
+
+    if cluster is None:
+        raise PlannerError("--cluster is required: the profile the measurements ran on (e.g. localhost-cpu)")
+    if out is None:
+        raise PlannerError("--out is required: where to write the calibrated profile YAML")
+    base = load_cluster(cluster).profile
+    results = samples_from_json(read_yaml(from_), str(from_))
+    params, before, after = fit(base, results)
+    host, when = host_and_time()
+    source = f"measured on {host} at {when}: plan calibrate fit to {len(results)} terms of {from_.name}"
+    profile = calibrated_profile(base, params, results, name or out.stem, source)
+    write_profile_yaml(out, profile)
+    load_profile(str(out.resolve()))  # what was written must load
+    summary = {
+        "profile": str(out),
+        "samples": len(results),
+        "error_before": vars(before),
+        "error_after": vars(after),
+        "links": {t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw} for t, (lat, bw) in params.links.items()},
+        "gemm_rate_scale": params.gemm_scale,
+    }
+    if as_json:
+        _emit_json(summary)
+        return
+    typer.echo(f"fit to {len(results)} measured terms of {from_}")
+    typer.echo(f"before ({base.name}): {before}")
+    typer.echo(f"after  ({profile.name}): {after}")
+    for tier, (lat, bw) in params.links.items():
+        typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
+    for dtype, scale in params.gemm_scale.items():
+        typer.echo(f"  {dtype} GEMM rate x{scale:.3g} of the old profile's")
+    typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
+
+
+def register(root: typer.Typer) -> None:
+    """Add ``validate`` (with ``sweep``) and ``calibrate`` to the ``plan`` app."""
+    root.add_typer(validate_app, name="validate")
+    root.command("calibrate")(calibrate_cmd)
+
+
+register(app)

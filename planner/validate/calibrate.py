@@ -1,0 +1,218 @@
+"""Fit a hardware profile to measurements: alpha and bus bandwidth per link tier, and GEMM
+efficiency, by least squares on the relative error of the planner's own predictions.
+
+Every sample is a replayed term (from ``plan validate`` or ``plan validate sweep`` JSON) with
+its measured time. Its prediction is recomputed with ``planner.cost.comm`` (collectives, on a
+GroupLink of the sample's group size, tier and members per domain) and
+``planner.cost.compute.gemm_s`` (GEMMs), from candidate values of the parameters. The residual
+is log(predicted / measured), so a 1 ms and a 1 s term weigh alike (relative error; Tofallis
+2015, 'A better measure of relative prediction accuracy', argues for the log ratio). The fit is
+``scipy.optimize.least_squares`` in log parameters (positive by construction) with a soft-L1
+loss (f_scale 0.3, about 35%), which keeps one noisy CPU outlier from dragging the rest; and a
+weak pull (weight ``PRIOR_WEIGHT``) toward the starting profile, so a parameter the data cannot
+determine (alpha when every message is large) stays where it was instead of drifting.
+
+Parameters, per tier with samples: alpha (``latency_us``) and the bus bandwidth, stored as
+``bandwidth_gb_per_s`` x ``bus_efficiency`` with the datasheet bandwidth kept and the efficiency
+fitted, unless the fit exceeds the datasheet (then bandwidth = fit, efficiency 1). GEMMs: one
+factor on the achievable rate, applied to ``gemm_efficiency`` (and its curve); what would push
+an efficiency past 1 goes into ``peak_tflops`` of the measured format instead.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.cost import comm
+from planner.cost.compute import gemm_s
+from planner.errors import PlannerError
+from planner.schemas.hardware import BYTES_PER_ELEMENT, HardwareProfile, Interconnect
+from planner.validate.schemas import SweepReport, TermResult, ValidationReport
+from planner.validate.terms import PRICE
+
+PRIOR_WEIGHT = 0.01
+"""Residual weight of log(parameter / starting value): 1% of one sample's log error."""
+
+TIERS = ("intra_node", "inter_node")
+
+
+def samples_from_json(data: dict[str, Any], where: str) -> list[TermResult]:
+    """Every measured term of a validation or sweep report."""
+    from planner.catalog import validate_as
+
+    kind = data.get("kind")
+    if kind == "validation":
+        report = validate_as(ValidationReport, data, where)
+        results = [t for c in report.candidates for t in c.terms]
+    elif kind == "sweep":
+        results = [p.result for p in validate_as(SweepReport, data, where).points]
+    else:
+        raise PlannerError(
+            f"{where}: field 'kind': expected 'validation' or 'sweep' (a plan validate JSON), got {kind!r}"
+        )
+    results = [r for r in results if r.measured_s > 0]
+    if not results:
+        raise PlannerError(f"{where}: no measured terms to fit")
+    return results
+
+
+@dataclass(frozen=True)
+class Params:
+    """Fitted quantities in SI units: per tier (latency_s, bus_bytes_per_s); GEMM rate factor per format."""
+
+    links: dict[str, tuple[float, float]]
+    gemm_scale: dict[str, float]
+
+
+def initial_params(profile: HardwareProfile) -> Params:
+    links = {t: (getattr(profile, t).latency_s, getattr(profile, t).bus_bandwidth_bytes_per_s) for t in TIERS}
+    return Params(links=links, gemm_scale={})
+
+
+def _link(profile: HardwareProfile, params: Params, result: TermResult) -> comm.GroupLink:
+    """The GroupLink of the sample's group on a profile with ``params``' latencies and bandwidths."""
+    spec = result.spec
+    tier = getattr(profile, spec.tier if spec.tier in TIERS else "intra_node")
+    latency_s, _ = params.links[spec.tier if spec.tier in TIERS else "intra_node"]
+    code = comm.TIER_NAMES.index(spec.tier)
+    return comm.GroupLink(
+        size=np.array([spec.group_size]),
+        tier=np.array([code]),
+        per_domain=np.array([spec.per_domain]),
+        intra_bytes_per_s=params.links["intra_node"][1],
+        inter_bytes_per_s=params.links["inter_node"][1],
+        latency_s=np.array([latency_s]),
+        in_network_bytes_per_s=np.array([tier.in_network_bytes_per_s]),
+        in_network_latency_s=np.array([(tier.in_network_latency_us or 0.0) * 1e-6]),
+    )
+
+
+def predict(profile: HardwareProfile, params: Params, results: list[TermResult]) -> np.ndarray:
+    """Predicted seconds of every sample on ``profile`` with ``params`` (see module docstring)."""
+    out = np.empty(len(results))
+    gpu = profile.gpu
+    for i, r in enumerate(results):
+        spec = r.spec
+        if spec.op == "gemm":
+            assert spec.gemm_mnk is not None
+            m, n, k = (np.asarray(float(x)) for x in spec.gemm_mnk)
+            peak = gpu.peak_flops_per_s(spec.dtype) * params.gemm_scale.get(spec.dtype, 1.0)
+            out[i] = float(gemm_s(m, n, k, gpu, peak, BYTES_PER_ELEMENT[spec.dtype]))
+        else:
+            out[i] = float(PRICE[spec.op](np.asarray([spec.message_bytes]), _link(profile, params, r))[0])
+    return out
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """|predicted / measured - 1| over samples: median and max; and the geometric mean of
+    measured / predicted (1 = no bias)."""
+
+    median: float
+    max: float
+    geomean_ratio: float
+
+    @classmethod
+    def of(cls, predicted: np.ndarray, measured: np.ndarray) -> ErrorStats:
+        rel = np.abs(predicted / measured - 1.0)
+        return cls(float(np.median(rel)), float(np.max(rel)), float(np.exp(np.mean(np.log(measured / predicted)))))
+
+    def __str__(self) -> str:
+        return (
+            f"median |error| {self.median:.0%}, max {self.max:.0%}, measured/predicted geomean {self.geomean_ratio:.2f}"
+        )
+
+
+def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, ErrorStats, ErrorStats]:
+    """Least-squares fit (module docstring); returns the parameters and the error before and after."""
+    from scipy.optimize import least_squares
+
+    start = initial_params(profile)
+    tiers = sorted({r.spec.tier for r in results if r.spec.op != "gemm" and r.spec.tier in TIERS})
+    dtypes = sorted({r.spec.dtype for r in results if r.spec.op == "gemm"})
+    x0 = [math.log(v) for t in tiers for v in start.links[t]] + [0.0] * len(dtypes)
+    measured = np.array([r.measured_s for r in results])
+
+    def unpack(x: np.ndarray) -> Params:
+        links = dict(start.links)
+        for i, t in enumerate(tiers):
+            links[t] = (math.exp(x[2 * i]), math.exp(x[2 * i + 1]))
+        scale = {d: math.exp(x[2 * len(tiers) + j]) for j, d in enumerate(dtypes)}
+        return Params(links=links, gemm_scale=scale)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        pred = predict(profile, unpack(x), results)
+        return np.concatenate([np.log(pred / measured), PRIOR_WEIGHT * (x - np.asarray(x0))])
+
+    before = ErrorStats.of(predict(profile, start, results), measured)
+    solution = least_squares(residuals, np.asarray(x0, dtype=float), loss="soft_l1", f_scale=0.3)
+    params = unpack(solution.x)
+    return params, before, ErrorStats.of(predict(profile, params, results), measured)
+
+
+def _tier_update(link: Interconnect, latency_s: float, bus_bytes_per_s: float, source: str) -> dict[str, Any]:
+    data = link.model_dump(mode="json", exclude_none=True)
+    efficiency = bus_bytes_per_s / (link.bandwidth_gb_per_s * 1e9)
+    if efficiency > 1.0:
+        data["bandwidth_gb_per_s"], efficiency = round(bus_bytes_per_s / 1e9, 6), 1.0
+        data["sources"]["bandwidth_gb_per_s"] = f"{source}: fitted bus bandwidth exceeds the old datasheet value"
+    data["bus_efficiency"] = round(efficiency, 6)
+    data["latency_us"] = round(latency_s * 1e6, 3)
+    data["sources"]["bus_efficiency"] = f"{source}: fitted bus bandwidth / bandwidth_gb_per_s"
+    data["sources"]["latency_us"] = f"{source}: fitted alpha (per ring step)"
+    return data
+
+
+def calibrated_profile(
+    profile: HardwareProfile, params: Params, results: list[TermResult], name: str, source: str
+) -> HardwareProfile:
+    """``profile`` with the fitted numbers and ``source`` ('measured on <host> at <date>: ...')
+    on every number that changed."""
+    data = profile.model_dump(mode="json", exclude_none=True)
+    data["name"] = name
+    data["description"] = f"{profile.description} (calibrated: {source})"
+    for tier in sorted({r.spec.tier for r in results if r.spec.op != "gemm" and r.spec.tier in TIERS}):
+        latency_s, bus = params.links[tier]
+        data[tier] = _tier_update(getattr(profile, tier), latency_s, bus, source)
+    gpu = data["gpu"]
+    for dtype, scale in params.gemm_scale.items():
+        effs = [gpu["gemm_efficiency"] * scale] + [e * scale for _, e in gpu.get("gemm_efficiency_curve", [])]
+        top = max(effs)
+        if top > 1.0:
+            peak = profile.gpu.peak_flops_per_s(dtype) / 1e12
+            gpu["peak_tflops"][dtype] = round(peak * top, 9)
+            gpu["sources"]["peak_tflops"] = f"{source}: fitted {dtype} GEMM rate above the old peak x efficiency"
+            effs = [e / top for e in effs]
+        gpu["gemm_efficiency"] = round(effs[0], 6)
+        gpu["sources"]["gemm_efficiency"] = f"{source}: fitted from {dtype} GEMMs"
+        if "gemm_efficiency_curve" in gpu:
+            gpu["gemm_efficiency_curve"] = [
+                [g, round(e, 6)] for (g, _), e in zip(gpu["gemm_efficiency_curve"], effs[1:], strict=True)
+            ]
+            gpu["sources"]["gemm_efficiency_curve"] = f"{source}: the old curve scaled by the fitted factor"
+    from planner.catalog import validate_as
+
+    return validate_as(HardwareProfile, data, "calibrated profile")
+
+
+def write_profile_yaml(path: Path, profile: HardwareProfile) -> None:
+    """Write ``profile`` as YAML (atomically: temporary file, then rename)."""
+    import os
+    import tempfile
+
+    import yaml
+
+    text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError as err:
+        raise PlannerError(f"--out {path}: cannot write: {err.strerror or err}") from None

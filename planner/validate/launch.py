@@ -1,0 +1,214 @@
+"""Run a ReplayJob: spawn N local ranks and watch them (``--local-ranks``), or run this process
+as one rank under torchrun.
+
+The local launcher is the run's watchdog. Ranks report when they have joined the process group
+and every term they enter and leave; the launcher polls their exit codes and the event queue, and
+ends the run (killing every rank) when a rank dies, reports an error, or nothing happens for
+``timeout_s`` plus a grace period (``STARTUP_S`` before every rank has joined). The
+error names the rank: a rank that died without a word (killed, crashed) first, then one that
+went silent while the others reported errors (hung), then the first to report an error; and the
+term it was in. Measurements received so far travel with the error (``ReplayFailedError.partial``).
+"""
+
+from __future__ import annotations
+
+import queue as queue_module
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from planner.errors import PlannerError
+from planner.validate.runtime import STARTUP_S, free_port, require_torch
+from planner.validate.schemas import Measurement, ReplayJob
+
+POLL_S = 0.1
+GRACE_S = 10.0
+"""Slack beyond the collective timeout before the watchdog calls a silent run hung: rank start-up
+(importing torch) and group creation take a few seconds on a loaded 2-core machine."""
+
+SETTLE_S = 1.0
+"""After a first failure, how long to keep listening so the error can name the rank that caused
+it rather than a peer that merely lost its connection to it."""
+
+
+@dataclass(frozen=True)
+class Event:
+    """What a rank reported: kind ('ready', 'enter', 'leave', 'result', 'done', 'error'), the rank, its
+    process id (for tests that kill it), the (block, term) position and the data."""
+
+    kind: str
+    rank: int
+    pid: int | None
+    position: tuple[int, int] | None
+    data: Any
+
+
+class ReplayFailedError(PlannerError):
+    """A replay that did not finish; ``partial`` holds the measurements received before."""
+
+    def __init__(self, message: str, partial: list[Measurement]) -> None:
+        super().__init__(message)
+        self.partial = partial
+
+
+def _term_name(job: ReplayJob, position: tuple[int, int] | None) -> str:
+    if position is None:
+        return "start-up (before the first term)"
+    block, term = position
+    return f"term '{job.blocks[block].terms[term].name}' of '{job.blocks[block].label}'"
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def run_local(job: ReplayJob, world_size: int, on_event: Callable[[Event], None] | None = None) -> list[Measurement]:
+    """Spawn ``world_size`` ranks on 127.0.0.1, run ``job``, and return rank 0's measurements."""
+    require_torch()
+    import torch.multiprocessing as mp
+
+    from planner.validate.worker import spawned_entry
+
+    ctx = mp.get_context("spawn")
+    events: Any = ctx.Queue()
+    init_method = f"tcp://127.0.0.1:{free_port()}"
+    payload = job.model_dump(mode="json")
+    procs = [
+        ctx.Process(target=spawned_entry, args=(payload, rank, world_size, init_method, events), daemon=True)
+        for rank in range(world_size)
+    ]
+    for proc in procs:
+        proc.start()
+    try:
+        return _watch(job, procs, events, on_event)
+    finally:
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+        for proc in procs:
+            proc.join(timeout=5)
+
+
+def _watch(
+    job: ReplayJob, procs: list[Any], events: Any, on_event: Callable[[Event], None] | None
+) -> list[Measurement]:
+    world = len(procs)
+    results: list[Measurement] = []
+    position: dict[int, tuple[int, int] | None] = dict.fromkeys(range(world))
+    done: set[int] = set()
+    ready: set[int] = set()
+    errors: dict[int, str] = {}
+    last_news = time.monotonic()
+    failed_at: float | None = None
+    while len(done) < world:
+        try:
+            kind, rank, data = events.get(timeout=POLL_S)
+        except queue_module.Empty:
+            pass
+        else:
+            last_news = time.monotonic()
+            if kind in ("enter", "leave"):
+                position[rank] = tuple(data) if kind == "enter" else position[rank]
+            elif kind == "result":
+                data = Measurement.model_validate(data)
+                results.append(data)
+            elif kind == "ready":
+                ready.add(rank)
+            elif kind == "done":
+                done.add(rank)
+            elif kind == "error":
+                errors[rank] = str(data)
+            if on_event is not None:
+                on_event(Event(kind, rank, procs[rank].pid, position[rank], data))
+        dead = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in done}
+        now = time.monotonic()
+        if (errors or dead) and failed_at is None:
+            failed_at = now
+        if failed_at is not None and (now - failed_at > SETTLE_S or len(errors) + len(dead) >= world):
+            raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
+        starting = len(ready) < world
+        allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
+        if failed_at is None and now - last_news > allowance:
+            stuck = [r for r in range(world) if r not in (ready if starting else done)]
+            ranks = f"rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))}"
+            if starting:
+                raise ReplayFailedError(f"{ranks} did not join the process group within {STARTUP_S:.0f} s", results)
+            raise ReplayFailedError(
+                f"{ranks} made no progress for {allowance:.0f} s in {_term_name(job, position[stuck[0]])} "
+                f"(timeout {job.timeout_s:.0f} s + {GRACE_S:.0f} s grace)",
+                results,
+            )
+    return results
+
+
+def _blame(
+    job: ReplayJob,
+    procs: list[Any],
+    position: dict[int, tuple[int, int] | None],
+    errors: dict[int, str],
+    dead: dict[int, int],
+) -> str:
+    """One line naming the rank that most likely caused the failure (module docstring)."""
+    silent_dead = [r for r in dead if r not in errors]
+    if silent_dead:
+        r = silent_dead[0]
+        return f"rank {r} died ({_exit_text(dead[r])}) in {_term_name(job, position[r])}; the run was stopped"
+    hung = [r for r, p in enumerate(procs) if p.is_alive() and r not in errors]
+    if errors and hung:
+        r = hung[0]
+        first_error = errors[min(errors)]
+        return (
+            f"rank {r} stopped responding in {_term_name(job, position[r])} "
+            f"(the other ranks timed out waiting: {first_error})"
+        )
+    r = min(errors)
+    return f"rank {r} failed in {_term_name(job, position[r])}: {errors[r]}"
+
+
+def run_torchrun(job: ReplayJob, on_event: Callable[[Event], None] | None = None) -> list[Measurement]:
+    """Run this process as one rank of a torchrun world (env:// rendezvous); rank 0 returns the
+    measurements, the others an empty list. torchrun's agent ends the job if a rank dies; the
+    process group's and every collective's timeout end a hang."""
+    from planner.validate.runtime import torchrun_world
+
+    world = torchrun_world()
+    if world is None:
+        raise PlannerError(
+            "not started by torchrun (RANK and WORLD_SIZE unset): run under torchrun or give --local-ranks N"
+        )
+    rank, world_size, local_rank = world
+    require_torch()
+    import os
+
+    import torch.distributed as dist
+
+    from planner.validate.worker import init, run_job
+
+    results: list[Measurement] = []
+    position: list[tuple[int, int] | None] = [None]
+
+    def emit(kind: str, data: Any) -> None:
+        if kind == "enter":
+            position[0] = tuple(data)
+        if kind == "result":
+            results.append(data)
+        if on_event is not None:
+            on_event(Event(kind, rank, os.getpid(), position[0], data))
+
+    try:
+        device = init(job, rank, world_size, local_rank, "env://")
+        run_job(job, device, emit)
+        dist.destroy_process_group()
+    except PlannerError:
+        raise
+    except Exception as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise ReplayFailedError(f"rank {rank} failed in {_term_name(job, position[0])}: {message}", results) from None
+    return results

@@ -1,0 +1,174 @@
+"""Measured vs predicted: per term, per candidate, and whether the plan's order held; written
+atomically as JSON and rendered as tables.
+
+A candidate's 'replay time per step' adds every term's calls per step times its time per call,
+predicted and measured alike: serial, without the overlap and bubble of the plan's step model,
+so that both sides count the same work. Whether the predicted order of candidates held is
+Kendall's tau (Kendall 1938, 'A New Measure of Rank Correlation'; scipy.stats.kendalltau, tau-b)
+of predicted against measured replay time over the complete candidates: 1 when the order held.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from planner.errors import PlannerError
+from planner.validate.schemas import (
+    CandidateReport,
+    Measurement,
+    ReplayBlock,
+    ReplicaMesh,
+    SweepPoint,
+    TermResult,
+    TermSpec,
+    ValidationReport,
+)
+
+
+@dataclass(frozen=True)
+class CandidateInfo:
+    """What the plan said about a candidate, kept beside its replay block."""
+
+    rank: int
+    mesh: str
+    plan_step_time_s: float
+    replica: ReplicaMesh
+    notes: list[str]
+
+
+def host_and_time() -> tuple[str, str]:
+    """This host's name and the current UTC time (ISO 8601, seconds), for 'measured on ... at ...'."""
+    return socket.gethostname(), datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def term_result(spec: TermSpec, m: Measurement) -> TermResult:
+    ratio = m.median_s / spec.predicted_s if spec.predicted_s > 0 else None
+    return TermResult(spec=spec, measured_s=m.median_s, p10_s=m.p10_s, p90_s=m.p90_s, repeats=m.repeats, ratio=ratio)
+
+
+def candidate_report(info: CandidateInfo, block: ReplayBlock, measured: dict[int, Measurement]) -> CandidateReport:
+    """The candidate's terms with what was measured of them (all, or the part before a failure)."""
+    results = [term_result(spec, measured[i]) for i, spec in enumerate(block.terms) if i in measured]
+    complete = len(results) == len(block.terms)
+    predicted = sum(t.calls_per_step * t.predicted_s for t in block.terms)
+    measured_total = sum(r.spec.calls_per_step * r.measured_s for r in results) if complete else None
+    return CandidateReport(
+        rank=info.rank,
+        mesh=info.mesh,
+        plan_step_time_s=info.plan_step_time_s,
+        replica=info.replica,
+        replica_notes=info.notes,
+        terms=results,
+        predicted_replay_s_per_step=predicted,
+        measured_replay_s_per_step=measured_total,
+        ratio=measured_total / predicted if measured_total is not None and predicted > 0 else None,
+        complete=complete,
+    )
+
+
+def kendall_tau(candidates: list[CandidateReport]) -> float | None:
+    """Kendall's tau-b of predicted vs measured replay time per step; None below two candidates."""
+    done = [c for c in candidates if c.measured_replay_s_per_step is not None]
+    if len(done) < 2:
+        return None
+    from scipy.stats import kendalltau
+
+    tau = kendalltau(
+        [c.predicted_replay_s_per_step for c in done], [c.measured_replay_s_per_step for c in done]
+    ).statistic
+    return None if tau != tau else float(tau)  # NaN when every value ties
+
+
+def by_block(measurements: list[Measurement]) -> dict[int, dict[int, Measurement]]:
+    out: dict[int, dict[int, Measurement]] = {}
+    for m in measurements:
+        out.setdefault(m.block, {})[m.term] = m
+    return out
+
+
+def write_json_atomic(path: Path, report: BaseModel) -> None:
+    """Write ``report`` as JSON to a temporary file beside ``path``, then rename it over ``path``:
+    a reader never sees half a file, and an interrupted run leaves the old one."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(report.model_dump_json(indent=2) + "\n")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise PlannerError(f"--out {path}: cannot write: {err.strerror or err}") from None
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1e3:.3g}"
+
+
+def _what(spec: TermSpec) -> str:
+    if spec.gemm_mnk is not None:
+        m, n, k = spec.gemm_mnk
+        plan = spec.plan_gemm_mnk
+        capped = f" (plan {plan[0]}x{plan[1]})" if plan and plan != spec.gemm_mnk else ""
+        return f"{m}x{n}x{k} {spec.dtype}{capped}"
+    capped = f" (plan {spec.plan_message_bytes / 2**20:.3g})" if spec.plan_message_bytes > spec.message_bytes else ""
+    return f"{spec.message_bytes / 2**20:.3g} MiB{capped}"
+
+
+def _group(spec: TermSpec) -> str:
+    if spec.op == "gemm":
+        return "rank"
+    plan = f" (plan {spec.plan_group_size})" if spec.plan_group_size != spec.group_size else ""
+    return f"{spec.group_size}{plan} {spec.tier}"
+
+
+def terms_table(title: str, results: list[TermResult]) -> Table:
+    table = Table(title=title, title_justify="left")
+    for col in ("term", "group", "size", "pred ms", "meas ms", "p10-p90 ms", "meas/pred"):
+        table.add_column(col, justify="left" if col in ("term", "group", "size") else "right")
+    for r in results:
+        ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
+        spread = f"{_ms(r.p10_s)}-{_ms(r.p90_s)}"
+        table.add_row(
+            r.spec.name, _group(r.spec), _what(r.spec), _ms(r.spec.predicted_s), _ms(r.measured_s), spread, ratio
+        )
+    return table
+
+
+def print_validation(console: Console, report: ValidationReport) -> None:
+    ctx = report.context
+    console.print(
+        f"{report.model}: plan ranked on {report.plan_cluster}; replayed with {ctx.backend} on {ctx.world_size} "
+        f"ranks of {ctx.host} ({ctx.device}), predictions priced on profile {ctx.replay_profile}"
+    )
+    for note in ctx.notes:
+        console.print(f"  note: {note}")
+    for cand in report.candidates:
+        console.print(terms_table(f"#{cand.rank} {cand.mesh} (plan step {cand.plan_step_time_s:.3g} s)", cand.terms))
+        for note in cand.replica_notes:
+            console.print(f"  replica: {note}")
+        meas = cand.measured_replay_s_per_step
+        ratio = "" if cand.ratio is None else f", measured/predicted {cand.ratio:.2f}"
+        console.print(
+            f"  replay time per step: predicted {cand.predicted_replay_s_per_step:.3g} s, "
+            f"measured {'-' if meas is None else f'{meas:.3g} s'}{ratio}"
+        )
+    if report.kendall_tau is not None:
+        console.print(f"Kendall tau of predicted vs measured order: {report.kendall_tau:.2f} (1 = order held)")
+    if report.error:
+        console.print(f"run failed: {report.error}")
+
+
+def print_sweep(console: Console, points: list[SweepPoint]) -> None:
+    for series, title in (("world", "fixed message, growing group"), ("size", "full world, growing message")):
+        rows = [p.result for p in points if p.series == series]
+        if rows:
+            console.print(terms_table(f"sweep: {title}", rows))

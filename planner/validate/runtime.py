@@ -1,0 +1,55 @@
+"""torch, imported only here and only when a replay runs; one-line errors when it is missing or
+cannot serve the requested backend."""
+
+from __future__ import annotations
+
+import os
+import socket
+from types import ModuleType
+
+from planner.errors import PlannerError
+
+STARTUP_S = 180.0
+"""Allowance for every rank to start and join the process group (spawning, importing torch,
+rendezvous) before the per-term timeout applies: tens of seconds when 4 ranks share 2 busy cores.
+The world group's own timeout is at least this, so a slow starter does not fail the rendezvous;
+every collective still waits at most the replay's timeout (``work.wait(timeout)``)."""
+
+INSTALL_HINT = "pip install '.[validate]' (torch; see pyproject.toml for the CPU build)"
+
+
+def require_torch() -> ModuleType:
+    """``torch`` with torch.distributed, or a PlannerError saying how to install it."""
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        raise PlannerError(f"plan validate needs torch, which is not installed: {INSTALL_HINT}") from None
+    if not dist.is_available():
+        raise PlannerError(f"this torch build has no torch.distributed: {INSTALL_HINT}")
+    return torch
+
+
+def check_backend(backend: str) -> None:
+    """Fail early, in one line, when ``backend`` cannot run here."""
+    torch = require_torch()
+    import torch.distributed as dist
+
+    if backend == "gloo" and not dist.is_gloo_available():
+        raise PlannerError("--backend gloo: this torch build has no gloo; allowed here: nccl on CUDA GPUs")
+    if backend == "nccl" and not (torch.cuda.is_available() and dist.is_nccl_available()):
+        raise PlannerError("--backend nccl needs CUDA GPUs and a torch build with NCCL; use --backend gloo on CPU")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the rendezvous of a local run)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def torchrun_world() -> tuple[int, int, int] | None:
+    """(rank, world size, local rank) when started by torchrun (its environment variables), else None."""
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return None
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))

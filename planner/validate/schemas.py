@@ -1,0 +1,182 @@
+"""What the validator replays and what it reports (SI units), as frozen pydantic models.
+
+A ``ReplayBlock`` is one process-group layout (a candidate's scaled replica, or the sweep's
+groups of the first w ranks) with the ``TermSpec`` s to time on it; a worker turns each TermSpec
+into a ``Measurement``. ``ValidationReport`` (``plan validate``) and ``SweepReport`` (``plan
+validate sweep``) are the JSON files ``plan calibrate --from`` reads back.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveInt
+
+from planner.schemas.base import Frozen
+from planner.schemas.estimate import Tier
+
+Op = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "ring_exchange", "gemm"]
+"""Replayed operations. ``send_recv``: every rank of a pipeline group sends to the next stage and
+receives from the previous one (no wrap-around); ``ring_exchange``: the same with wrap-around (one
+step of the CP K/V ring); ``gemm``: one (M x K) @ (K x N) matmul on each rank."""
+
+COLLECTIVE_OPS: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
+"""Ops the sweep can time (``--ops`` spells them with dashes)."""
+
+
+class ReplicaMesh(Frozen):
+    """The mesh a replay builds: degrees per axis (one replica), how many replicas fill the world,
+    and the rank order (innermost axis first, as ParallelConfig.order)."""
+
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    dp: PositiveInt = 1
+    cp: PositiveInt = 1
+    ep: PositiveInt = 1
+    expert_tp: PositiveInt = 1
+    order: str = "tp-cp-dp-pp"
+    replicas: PositiveInt = 1
+
+    @property
+    def ranks_per_replica(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+class TermSpec(Frozen):
+    """One operation to time and its prediction on the replay's own hardware profile.
+
+    ``group`` names the process group: an axis of the replica mesh (tp, cp, pp, dp_cp, ep, etp,
+    edp), ``first:<w>`` (ranks 0..w-1, the sweep) or ``self`` (a GEMM on each rank). ``tier`` and
+    ``per_domain`` say where the group sits on the replay profile (``planner.cost.comm``), so that
+    ``plan calibrate`` can price the same group on a refitted profile. ``message_bytes`` is what is
+    replayed, ``plan_message_bytes`` what the plan sends (larger when ``--max-message-bytes`` or
+    ``--max-gemm-flops`` capped it); ``calls_per_step`` counts one step of the plan in replayed
+    calls (a capped message counts as plan/replayed buckets).
+    """
+
+    name: str
+    op: Op
+    group: str
+    group_size: PositiveInt
+    plan_group_size: PositiveInt
+    tier: Tier = "none"
+    per_domain: PositiveInt = 1
+    message_bytes: NonNegativeFloat = 0.0
+    plan_message_bytes: NonNegativeFloat = 0.0
+    gemm_mnk: tuple[int, int, int] | None = None
+    plan_gemm_mnk: tuple[int, int, int] | None = None
+    dtype: str = "fp32"
+    calls_per_step: NonNegativeFloat = 1.0
+    predicted_s: NonNegativeFloat
+
+
+class ReplayBlock(Frozen):
+    """A group layout and its terms: ``mesh`` for a candidate, None for the sweep's prefix groups."""
+
+    label: str
+    mesh: ReplicaMesh | None = None
+    terms: list[TermSpec]
+
+
+class ReplayJob(Frozen):
+    """Everything a rank needs to run a replay (picklable, identical on every rank)."""
+
+    backend: Literal["gloo", "nccl"]
+    blocks: list[ReplayBlock]
+    warmup: int = Field(ge=0)
+    repeats: PositiveInt
+    timeout_s: float = Field(gt=0, description="Process-group and per-collective timeout")
+    gemm_on_all_ranks: bool = Field(
+        description="Time GEMMs on every rank at once (one device per rank); False: rank 0 only, "
+        "while the others wait, because more ranks than CPU cores would share cores"
+    )
+
+
+class Measurement(Frozen):
+    """Seconds of one call of a term: per repeat the slowest rank (barrier-aligned start), then the
+    median and the 10th/90th percentiles over repeats."""
+
+    block: int
+    term: int
+    median_s: NonNegativeFloat
+    p10_s: NonNegativeFloat
+    p90_s: NonNegativeFloat
+    repeats: PositiveInt
+
+
+class TermResult(Frozen):
+    """A term with its measurement and measured/predicted ratio."""
+
+    spec: TermSpec
+    measured_s: NonNegativeFloat
+    p10_s: NonNegativeFloat
+    p90_s: NonNegativeFloat
+    repeats: PositiveInt
+    ratio: float | None = Field(description="measured / predicted; None when predicted is 0")
+
+
+class CandidateReport(Frozen):
+    """One ranked mesh of the plan, replayed: its terms, and per step (every term times its
+    calls per step, summed, serially: no overlap or bubble) predicted and measured."""
+
+    rank: PositiveInt
+    mesh: str
+    plan_step_time_s: NonNegativeFloat = Field(description="The plan's step time on the plan's cluster")
+    replica: ReplicaMesh
+    replica_notes: list[str]
+    terms: list[TermResult]
+    predicted_replay_s_per_step: NonNegativeFloat
+    measured_replay_s_per_step: NonNegativeFloat | None
+    ratio: float | None
+    complete: bool
+
+
+class ReplayContext(Frozen):
+    """Where and how a report was measured, and which profile priced what."""
+
+    host: str
+    created_at: str
+    backend: Literal["gloo", "nccl"]
+    device: str
+    world_size: PositiveInt
+    replay_profile: str = Field(description="Profile that priced every predicted_s (the replay's hardware)")
+    replay_profile_path: str | None = None
+    warmup: int
+    repeats: int
+    timeout_s: float
+    max_message_bytes: float | None
+    max_gemm_flops: float | None
+    notes: list[str]
+
+
+class ValidationReport(Frozen):
+    """``plan validate``'s JSON: the plan's candidates replayed, and whether their order held."""
+
+    kind: Literal["validation"] = "validation"
+    status: Literal["complete", "failed"]
+    error: str | None = None
+    model: str
+    plan_cluster: str = Field(description="Cluster the plan was ranked on (priced plan_step_time_s)")
+    context: ReplayContext
+    candidates: list[CandidateReport]
+    kendall_tau: float | None = Field(
+        description="Kendall tau of predicted vs measured replay time per step over complete candidates"
+    )
+
+
+class SweepPoint(Frozen):
+    """One sweep measurement: ``series`` 'world' varies the group size at a fixed message, 'size'
+    the message at the full world."""
+
+    series: Literal["world", "size"]
+    result: TermResult
+
+
+class SweepReport(Frozen):
+    """``plan validate sweep``'s JSON."""
+
+    kind: Literal["sweep"] = "sweep"
+    status: Literal["complete", "failed"]
+    error: str | None = None
+    context: ReplayContext
+    points: list[SweepPoint]

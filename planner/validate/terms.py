@@ -1,0 +1,145 @@
+"""The collectives a plan runs, as replayable terms priced on the replay's hardware profile.
+
+Message sizes and call counts per step follow ``planner.cost.traffic`` term by term (its module
+docstring gives the sources; tests/test_validate_terms.py checks that these terms, summed, give
+traffic's times): TP all-reduce (or reduce-scatter + all-gather with SP) of b*s/c*h activations,
+expert-TP all-reduce of the routed tokens, EP dispatch/combine all-to-all, one CP ring step of
+the K and V blocks, PP sends of b*s/c*h/t, DP all-reduce or ZeRO reduce-scatter + all-gather of
+the rank's gradients and weights. Message sizes come from the *plan's* mesh; the time of one
+call is priced with ``planner.cost.comm`` on the link each group of the *replica* mesh has on
+the replay profile, so predicted and measured describe the same groups on the same machine.
+
+A message above ``max_message_bytes`` is replayed at the cap and counted as plan/cap calls (the
+buckets a framework would split it into; DDP and FSDP do so anyway).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from planner.cost import comm
+from planner.cost.flops import attention_dims
+from planner.cost.memory import kv_heads_per_rank, rank_params
+from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
+from planner.mesh import MeshArrays
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+from planner.validate.schemas import TermSpec
+
+PRICE: dict[str, Callable[[np.ndarray, comm.GroupLink], np.ndarray]] = {
+    "all_reduce": comm.all_reduce_s,
+    "reduce_scatter": comm.reduce_scatter_s,
+    "all_gather": comm.all_gather_s,
+    "all_to_all": comm.all_to_all_s,
+    "send_recv": comm.send_recv_s,
+    "ring_exchange": comm.send_recv_s,  # one step of the ring: each rank sends one block one hop
+}
+"""The cost function of each replayed collective (``planner.cost.comm``)."""
+
+
+def predict_collective_s(op: str, message_bytes: float, link: comm.GroupLink) -> float:
+    """Predicted seconds of one call of ``op`` on ``link`` (a one-row GroupLink)."""
+    return float(np.asarray(PRICE[op](np.asarray([message_bytes]), link))[0])
+
+
+def link_row(link: comm.GroupLink) -> tuple[int, str, int]:
+    """(size, tier name, members per domain) of a one-row GroupLink, as a TermSpec stores them."""
+    return int(link.size[0]), comm.TIER_NAMES[int(link.tier[0])], int(link.per_domain[0])
+
+
+def collective_term(
+    name: str,
+    op: str,
+    group: str,
+    link: comm.GroupLink,
+    plan_group_size: int,
+    plan_message_bytes: float,
+    calls_per_step: float,
+    max_message_bytes: float | None,
+) -> TermSpec | None:
+    """A term for ``op`` of ``plan_message_bytes`` over ``group``, capped and priced; None when
+    the plan or the replica has no such traffic (a group of one, nothing sent)."""
+    size, tier, per_domain = link_row(link)
+    if plan_group_size <= 1 or size <= 1 or plan_message_bytes <= 0 or calls_per_step <= 0:
+        return None
+    message = plan_message_bytes
+    if max_message_bytes is not None and message > max_message_bytes:
+        message = float(max_message_bytes)
+    return TermSpec(
+        name=name,
+        op=op,  # type: ignore[arg-type]
+        group=group,
+        group_size=size,
+        plan_group_size=plan_group_size,
+        tier=tier,  # type: ignore[arg-type]
+        per_domain=per_domain,
+        message_bytes=message,
+        plan_message_bytes=plan_message_bytes,
+        calls_per_step=calls_per_step * plan_message_bytes / message,
+        predicted_s=predict_collective_s(op, message, link),
+    )
+
+
+def comm_terms(
+    model: ModelSpec,
+    job: JobSpec,
+    plan: ParallelConfig,
+    replica: ParallelConfig,
+    replay_cluster: ClusterSpec,
+    max_message_bytes: float | None = None,
+) -> list[TermSpec]:
+    """Every collective of one step of ``plan`` on its worst stage, replayed on ``replica``'s
+    groups and priced on ``replay_cluster`` (see the module docstring)."""
+    pm = MeshArrays.from_configs([plan])
+    links = comm.mesh_links(replay_cluster, MeshArrays.from_configs([replica]))
+    m = float(num_microbatches(job.batch_size, pm)[0])
+    layers = layers_on_worst_stage(model, pm)
+    moe = moe_layers_on_worst_stage(model, layers)
+    n_layers, n_moe = float(layers[0]), float(moe[0])
+    full = plan.recompute == "full"
+    dense_count, attention_count = (6.0, 3.0) if full else (4.0, 2.0)
+    act = job.activation_bytes_per_element
+    h = model.hidden_size
+    tokens = float(pm.tokens_per_rank(job.seq_len)[0])
+    top_k = model.num_experts_per_tok or 0
+    out: list[TermSpec | None] = []
+
+    def add(name: str, op: str, group: str, plan_size: int, message: float, calls: float) -> None:
+        link = links["dp" if group == "dp_cp" else group]
+        out.append(collective_term(name, op, group, link, plan_size, message, calls, max_message_bytes))
+
+    tp_message = tokens * h * act
+    tp_calls = m * ((n_layers - n_moe) * dense_count + n_moe * attention_count)
+    for op in ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",):
+        add(f"tp.{op}", op, "tp", plan.tp, tp_message, tp_calls)
+    routed = tp_message / plan.tp * top_k
+    add("etp.all_reduce", "all_reduce", "etp", plan.expert_tp, routed, m * n_moe * attention_count)
+    add("ep.all_to_all", "all_to_all", "ep", plan.ep, tokens / plan.tp * top_k * h * act, m * n_moe * dense_count)
+
+    d_qk, d_v = attention_dims(model)
+    kv = float(kv_heads_per_rank(model, np.asarray(float(plan.tp))))
+    passes = 4.0 if full else 3.0
+    block = tokens * kv * (d_qk + d_v) * act
+    add("cp.ring_exchange", "ring_exchange", "cp", plan.cp, block, m * n_layers * (plan.cp - 1) * passes)
+
+    slots = (plan.virtual_stages * m if plan.schedule == "interleaved-1f1b" else m) + plan.pp - 1
+    add("pp.send_recv", "send_recv", "pp", plan.pp, tokens * h * act / plan.tp, 2.0 * slots)
+
+    params = rank_params(model, pm, pm.pp == 1, np.ones(1, dtype=bool))
+    z = plan.zero_stage
+    for prefix, group, size, count in (
+        ("dp", "dp_cp", plan.dp * plan.cp, float(params.dense[0])),
+        ("edp", "edp", plan.expert_dp, float(params.expert[0])),
+    ):
+        grads, weights = count * job.gradient_bytes_per_param, count * job.weight_bytes_per_param
+        if z == 0:
+            add(f"{prefix}.all_reduce", "all_reduce", group, size, grads, 1.0)
+        else:
+            per_step = m if z >= 3 else 1.0
+            add(f"{prefix}.reduce_scatter", "reduce_scatter", group, size, grads, per_step)
+            add(f"{prefix}.all_gather", "all_gather", group, size, weights, 2.0 * per_step if z >= 3 else 1.0)
+    return [t for t in out if t is not None]
