@@ -137,7 +137,8 @@ def dp_per_step(
     z = mesh.zero_stage
 
     def both(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return fn(pair[0], dp) + fn(pair[1], edp)
+        # A dense model has no expert gradients: no expert-DP collective, not even its latency.
+        return fn(pair[0], dp) + np.where(pair[1] > 0, fn(pair[1], edp), 0.0)
 
     def both_sent(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
         return fn(pair[0], dp.size) + fn(pair[1], edp.size)
