@@ -131,8 +131,14 @@ def _watch(
         now = time.monotonic()
         if (errors or dead) and failed_at is None:
             failed_at = now
-        if failed_at is not None and (now - failed_at > SETTLE_S or len(errors) + len(dead) >= world):
-            raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
+        if failed_at is not None:
+            waited, reported = now - failed_at, len(errors) + len(dead)
+            # A dead rank is the culprit at once. Errors alone may be the others timing out on a
+            # hung rank: wait (up to one collective timeout) until all but one have reported, so
+            # that the silent one is named, not a slow reporter on a loaded machine.
+            settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
+            if settled or reported >= world:
+                raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
         starting = len(ready) < world
         allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
         if failed_at is None and now - last_news > allowance:
