@@ -10,14 +10,13 @@ and Typer resolves the ``_cli.*Opt`` annotations only when a command line is par
 from __future__ import annotations
 
 import importlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import typer
 
+from planner.atomic import write_text_atomic
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -164,19 +163,10 @@ def _best_mesh(
 
 
 def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and os.replace, so
-    a reader never sees half a file."""
-    folder = path.parent
-    if not folder.is_dir():
-        raise PlannerError(f"--out {path}: folder {folder} does not exist")
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``write_text_atomic``, after checking the folder exists (an export does not create one)."""
+    if not path.parent.is_dir():
+        raise PlannerError(f"--out {path}: folder {path.parent} does not exist")
+    write_text_atomic(path, text)
 
 
 _cli = importlib.import_module("planner.cli")

@@ -5,13 +5,12 @@ simulation (``planner.cost.simulate``) at the estimate's per-micro-batch times."
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from planner.atomic import atomic_path
 from planner.cost.simulate import simulate
 from planner.errors import PlannerError
 from planner.schemas.base import GIB_BYTES
@@ -22,7 +21,8 @@ MAX_MICROBATCHES_DRAWN = 4
 steady state and cool-down, few enough to read."""
 
 
-def _pyplot() -> Any:
+def require_pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend, or a one-line PlannerError."""
     try:
         import matplotlib
 
@@ -34,20 +34,13 @@ def _pyplot() -> Any:
 
 
 def _save(fig: Any, path: str | Path) -> None:
-    """Write the figure atomically (temporary file, then rename), PNG by the path's suffix."""
+    """Write the figure atomically (``atomic_path``), in the format of the path's suffix."""
     target = Path(path)
     if target.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise PlannerError(f"--plot '{path}': give a .png, .svg or .pdf file name")
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=target.suffix)
-    os.close(fd)
-    os.chmod(tmp, 0o644)  # mkstemp creates 0600; a picture is meant to be shared
-    try:
+    with atomic_path(target, "--plot") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def draw_timeline(ax: Any, est: Estimate) -> None:
@@ -136,7 +129,7 @@ def draw_pareto(ax: Any, times_s: np.ndarray, memory_bytes: np.ndarray, front: l
 
 def plot_estimate(est: Estimate, path: str | Path) -> None:
     """``plan estimate --plot``: the timeline, memory and step-time of one mesh."""
-    plt = _pyplot()
+    plt = require_pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), gridspec_kw={"width_ratios": [3, 1, 1]})
     draw_timeline(axes[0], est)
     draw_memory(axes[1], [est], [None])
@@ -157,7 +150,7 @@ def plot_ranking(
 ) -> None:
     """``plan --plot``: the winner's timeline, the top candidates' memory and step time, and the
     Pareto scatter of all feasible meshes."""
-    plt = _pyplot()
+    plt = require_pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(15, 10))
     ranks: list[int | None] = list(range(1, len(ests) + 1))
     piped = next((i for i, e in enumerate(ests) if e.config.parallel.pp > 1), 0)

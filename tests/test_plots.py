@@ -28,7 +28,8 @@ def test_plan_and_estimate_draw_pngs(cli, tmp_path: Path) -> None:
     e = cli(*args, "--plot", str(estimate_png))
     assert e.code == 0, e.err
     assert len(_png(estimate_png)) > 20_000
-    assert not list(tmp_path.glob("**/tmp*"))  # the atomic write left no temporary file
+    files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
+    assert files == ["rank.png", "sub/est.png"]  # the atomic writes left no temporary file
 
 
 def test_plot_errors_are_one_line(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

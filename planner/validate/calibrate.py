@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from planner.atomic import write_text_atomic
 from planner.cost import comm
 from planner.cost.compute import gemm_s
 from planner.errors import PlannerError
@@ -201,18 +202,12 @@ def calibrated_profile(
 
 
 def write_profile_yaml(path: Path, profile: HardwareProfile) -> None:
-    """Write ``profile`` as YAML (atomically: temporary file, then rename)."""
-    import os
-    import tempfile
-
+    """Write ``profile`` as YAML (atomically: ``write_text_atomic``), creating the folder."""
     import yaml
 
     text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
     except OSError as err:
         raise PlannerError(f"--out {path}: cannot write: {err.strerror or err}") from None
+    write_text_atomic(path, text)

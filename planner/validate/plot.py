@@ -5,22 +5,10 @@ world (log-log). matplotlib is the optional ``plot`` extra, imported only here."
 from __future__ import annotations
 
 from pathlib import Path
-from types import ModuleType
 
-from planner.errors import PlannerError
+from planner.atomic import atomic_path
+from planner.plots import require_pyplot
 from planner.validate.schemas import SweepPoint
-
-
-def require_pyplot() -> ModuleType:
-    """matplotlib.pyplot on the file-only Agg backend, or a one-line PlannerError."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise PlannerError("--plot needs matplotlib, which is not installed: pip install '.[plot]'") from None
-    return plt
 
 
 def plot_sweep(points: list[SweepPoint], path: Path, title: str) -> None:
@@ -53,8 +41,7 @@ def plot_sweep(points: list[SweepPoint], path: Path, title: str) -> None:
     fig.suptitle(title)
     fig.tight_layout()
     try:
-        fig.savefig(path, dpi=110)
-    except OSError as err:
-        raise PlannerError(f"--plot {path}: cannot write: {err.strerror or err}") from None
+        with atomic_path(path, "--plot") as tmp:
+            fig.savefig(tmp, dpi=110)
     finally:
         plt.close(fig)

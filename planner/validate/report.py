@@ -10,9 +10,7 @@ of predicted against measured replay time over the complete candidates: 1 when t
 
 from __future__ import annotations
 
-import os
 import socket
-import tempfile
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +19,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
+from planner.atomic import write_text_atomic
 from planner.errors import PlannerError
 from planner.validate.schemas import (
     CandidateReport,
@@ -96,17 +95,14 @@ def by_block(measurements: list[Measurement]) -> dict[int, dict[int, Measurement
 
 
 def write_json_atomic(path: Path, report: BaseModel) -> None:
-    """Write ``report`` as JSON to a temporary file beside ``path``, then rename it over ``path``:
-    a reader never sees half a file, and an interrupted run leaves the old one."""
+    """Write ``report`` as JSON beside ``path``, then rename it over ``path`` (``write_text_atomic``):
+    a reader never sees half a file, and an interrupted run leaves the old one. Creates the folder."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(report.model_dump_json(indent=2) + "\n")
-        os.replace(tmp, path)
     except OSError as err:
         raise PlannerError(f"--out {path}: cannot write: {err.strerror or err}") from None
+    write_text_atomic(path, report.model_dump_json(indent=2) + "\n")
 
 
 def _ms(seconds: float | None) -> str:

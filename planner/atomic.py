@@ -1,0 +1,41 @@
+"""Atomic file output: every file the CLI writes (reports, profiles, exports, plots) goes to a
+temporary file beside its target and is renamed over it, so a reader never sees half a file
+and an interrupted run leaves the old one. A failure is one ``PlannerError`` line naming the flag."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from planner.errors import PlannerError
+
+
+@contextmanager
+def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
+    """Yield a temporary path in ``path``'s folder (with its suffix, so writers that infer the
+    format from it still can); once the block succeeds, make it world-readable (mkstemp creates
+    0600) and rename it over ``path``. The folder must exist."""
+    target = Path(path)
+    try:
+        fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix or ".tmp")
+    except OSError as err:
+        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except OSError as err:
+        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomic(path: str | Path, text: str, flag: str = "--out") -> None:
+    """Write ``text`` (UTF-8) to ``path`` through ``atomic_path``."""
+    with atomic_path(path, flag) as tmp:
+        tmp.write_text(text, encoding="utf-8")
