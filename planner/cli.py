@@ -232,6 +232,20 @@ def _mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
     return pins_from_config_fields(**{k: v for k, v in ctx.params.items() if k in ParallelConfig.model_fields})
 
 
+def _pinned_config(pins: dict[str, Any], num_gpus: int) -> Any:
+    """The one mesh the pins name, as `plan estimate` reads them: unset degrees are 1 except dp,
+    which takes the GPUs tp*pp*cp leave; v > 1 implies interleaved 1F1B. Validated."""
+    from planner.catalog import validate_as
+    from planner.schemas.parallel import ParallelConfig
+
+    fields = dict(pins)
+    if "dp" not in fields:
+        fields["dp"] = max(1, num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
+    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
+        fields["schedule"] = "interleaved-1f1b"
+    return validate_as(ParallelConfig, fields, "mesh")
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan {__version__}")
@@ -338,18 +352,10 @@ def estimate_cmd(
 
     Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
     """
-    from planner.catalog import validate_as
     from planner.pricing import estimate_mesh
-    from planner.schemas.parallel import ParallelConfig
 
     spec, clus, job = _model_cluster_job(ctx)
-    fields = _mesh_knobs(ctx)
-    if "dp" not in fields:
-        others = fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)
-        fields["dp"] = max(1, clus.num_gpus // others)
-    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
-        fields["schedule"] = "interleaved-1f1b"
-    config = validate_as(ParallelConfig, fields, "mesh")
+    config = _pinned_config(_mesh_knobs(ctx), clus.num_gpus)
     est = estimate_mesh(spec, clus, job, config)
     if plot is not None:
         from planner.plots import plot_estimate

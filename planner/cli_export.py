@@ -122,15 +122,10 @@ def _given_mesh(
     fmt: str, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]
 ) -> tuple[Estimate, Exported]:
     """The pinned mesh, checked and priced as `plan estimate` does."""
-    from planner.catalog import validate_as
     from planner.export import render
     from planner.pricing import estimate_mesh
-    from planner.schemas.parallel import ParallelConfig
 
-    fields = dict(pins)
-    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
-        fields["schedule"] = "interleaved-1f1b"
-    config = validate_as(ParallelConfig, fields, "mesh")
+    config = _cli._pinned_config(pins, cluster.num_gpus)  # tp, pp and dp are all given
     est = estimate_mesh(model, cluster, job, config)
     return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est))
 

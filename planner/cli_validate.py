@@ -43,6 +43,7 @@ from planner.cli import (
     _emit_json,
     _mesh_knobs,
     _model_cluster_job,
+    _pinned_config,
     app,
 )
 from planner.errors import PlannerError
@@ -146,20 +147,13 @@ def _replay_cluster(profile: str | None, backend: str, plan_cluster: Any, world:
 def _candidates(ctx: typer.Context, top: int) -> tuple[Any, Any, Any, list[tuple[int, Any, float]]]:
     """Model, cluster, job and (rank, ParallelConfig, plan step time) of the meshes to replay:
     the one mesh that the degree pins name (as ``plan estimate`` reads them), else the top K."""
-    from planner.catalog import validate_as
     from planner.pricing import estimate_mesh
-    from planner.schemas.parallel import ParallelConfig
     from planner.search import search
 
     spec, clus, job = _model_cluster_job(ctx)
     pins = _mesh_knobs(ctx)
     if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
-        fields = dict(pins)
-        if "dp" not in fields:
-            fields["dp"] = max(1, clus.num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
-        if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
-            fields["schedule"] = "interleaved-1f1b"
-        config = validate_as(ParallelConfig, fields, "mesh")
+        config = _pinned_config(pins, clus.num_gpus)
         return spec, clus, job, [(1, config, estimate_mesh(spec, clus, job, config).step_time_s)]
     ranking = search(spec, clus, job, pins, top=top)
     return spec, clus, job, [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]

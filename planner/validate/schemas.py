@@ -14,6 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from planner.schemas.base import Frozen
 from planner.schemas.estimate import Tier
+from planner.schemas.parallel import DEFAULT_ORDER
 
 Op = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "ring_exchange", "gemm"]
 """Replayed operations. ``send_recv``: every rank of a pipeline group sends to the next stage and
@@ -34,7 +35,7 @@ class ReplicaMesh(Frozen):
     cp: PositiveInt = 1
     ep: PositiveInt = 1
     expert_tp: PositiveInt = 1
-    order: str = "tp-cp-dp-pp"
+    order: str = DEFAULT_ORDER
     replicas: PositiveInt = 1
 
     @property
