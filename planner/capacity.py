@@ -20,8 +20,8 @@ SECONDS_PER_DAY = 86400.0
 
 def node_counts(max_nodes: int) -> list[int]:
     """Node counts tried: 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 1.5 * 2^k) up to ``max_nodes``,
-    the sizes clusters are usually carved into; dense enough that the answer is within 33% of
-    the true minimum."""
+    the sizes clusters are usually carved into. Neighbours differ by at most 1.5x, so when time
+    to train falls with the node count the answer is at most 1.5x the true minimum."""
     counts, k = [], 1
     while k <= max_nodes:
         counts.append(k)
