@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import TIER_INTER, group_link
-from planner.cost.pipeline import mesh_batch_size
+from planner.cost.pipeline import mesh_batch_size, round_up
 from planner.errors import PlannerError
 from planner.mesh import INTERLEAVED, MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -43,7 +43,7 @@ def _cp_divisor(mesh: MeshArrays) -> np.ndarray:
 
 def _growth_hint(job: JobSpec, unit: int) -> str:
     """How far the batch would have to grow for a mesh whose batch unit does not divide it."""
-    grown = -(-job.batch_size // unit) * unit
+    grown = round_up(job.batch_size, unit)
     return (
         f"; the nearest batch it runs is {grown} (+{grown / job.batch_size - 1:.1%}), "
         f"allowed up to {job.max_batch_size} by max_batch_growth {job.max_batch_growth:g}"

@@ -12,6 +12,8 @@ Expressed as idle slots of one micro-batch's forward+backward: p-1, (p-1)/v and 
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from planner.mesh import GPIPE, INTERLEAVED, ZB_H1, MeshArrays
@@ -29,7 +31,11 @@ def mesh_batch_size(batch_size: int, mesh: MeshArrays, interleaved_rule: bool = 
     """The global batch each mesh runs: the asked B when the mesh's unit divides it, else the
     next multiple, ceil(B / unit) * unit. The feasibility rules bound the growth by the job's
     ``max_batch_growth`` (none by default), so unless growth is allowed this is B."""
-    unit = batch_unit(mesh, interleaved_rule)
+    return round_up(batch_size, batch_unit(mesh, interleaved_rule))
+
+
+def round_up(batch_size: int, unit: Any) -> Any:
+    """The smallest multiple of ``unit`` (an int or an array) that is >= ``batch_size``."""
     return -(-batch_size // unit) * unit
 
 
