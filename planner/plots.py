@@ -12,6 +12,7 @@ import numpy as np
 
 from planner.atomic import atomic_path
 from planner.cost.simulate import simulate
+from planner.cost.step import FORWARD_PASSES
 from planner.errors import PlannerError
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -54,7 +55,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     schedule = "1f1b" if cfg.schedule == "zb-h1" else cfg.schedule
     t = est.time_breakdown_s
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
-    passes = 4.0 if cfg.recompute == "full" else 3.0
+    passes = FORWARD_PASSES[cfg.recompute]
     timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
     colors = {"F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"], "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"]}
     for op in timeline.ops:

@@ -34,10 +34,15 @@ from planner.cost.pipeline import (
     moe_layers_on_worst_stage,
     num_microbatches,
 )
-from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
+from planner.mesh import RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
+
+FORWARD_PASSES = {"none": 3.0, "selective": 3.0, "full": 4.0}
+"""A layer's training work per micro-batch in forward passes: forward 1 + backward 2 (Kaplan et
+al. 2020, section 2.1), plus a recomputed forward under full recompute (selective recompute adds
+only the attention core, priced separately)."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +79,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     body_fwd, head_fwd = stage_forward_s(model, cluster, job, mesh)
     softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
-    passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
+    passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
     selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, layers * recomputed_core, 0.0)
     compute_first = passes * body_fwd + selective
