@@ -57,3 +57,32 @@ def test_unfused_attention_matches_the_measured_standard_attention() -> None:
     )
     flops = 4 * 2 * 8192 * 8192 * 64 * (h // 64)
     assert flops / seconds / 1e12 == pytest.approx(46.0, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    ("model_name", "tp", "ep"),
+    [("gpt2-124m", 1, 1), ("llama3-70b", 8, 1), ("mixtral-8x7b", 2, 4), ("deepseek-v3", 1, 8), ("qwen3-30b-a3b", 4, 2)],
+)
+def test_layer_gemms_multiply_every_matmul_weight_once_per_token(model_name: str, tp: int, ep: int) -> None:
+    # The GEMM shapes the step price (and the validator's replay) use, checked against the
+    # independent count of matmul weights in planner.cost.params: a token's forward through a
+    # layer is 2 FLOPs per weight it multiplies, split over the t TP ranks (MLA's low-rank
+    # down-projections are replicated on every TP rank, hence tp=1 for deepseek-v3).
+    from planner.catalog import load_model
+    from planner.cost.compute import layer_gemms, lm_head_gemm
+    from planner.cost.flops import dense_layer_matmul_params, moe_layer_active_matmul_params
+
+    model = load_model(model_name)
+    job = JobSpec(global_batch_size=64, seq_len=4096)
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=tp, ep=ep, dp=8 * ep, micro_batch_size=2)])
+    tokens = 2 * 4096
+    for moe, weights in ((False, dense_layer_matmul_params(model)), (True, moe_layer_active_matmul_params(model))):
+        if moe and not model.is_moe:
+            continue
+        flops = sum(
+            float(np.asarray(g.count * 2.0 * g.m_rows * g.n * g.k).reshape(-1)[0])
+            for g in layer_gemms(model, job, mesh, moe)
+        )
+        assert flops * tp == pytest.approx(2.0 * weights * tokens, rel=1e-12)
+    head = lm_head_gemm(model, job, mesh)
+    assert float(head.n[0]) * tp == model.vocab_size and float(head.m_rows[0]) == tokens

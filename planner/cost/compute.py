@@ -18,6 +18,7 @@ a first-order count of the tensors each op reads and writes, not a measurement.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -129,49 +130,89 @@ def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSp
     return scores * per_score / cluster.gpu.achieved_hbm_bytes_per_s
 
 
-def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
-    """Forward time of one layer on one rank for one micro-batch: GEMMs, attention core and
-    element-wise ops. MoE layers run top-k routed experts (E/e local experts, each on its share
-    of the routed tokens) plus shared experts and the router."""
-    bw = cluster.gpu.achieved_hbm_bytes_per_s
+@dataclass(frozen=True)
+class Gemm:
+    """One GEMM of a layer: (M x K) @ (K x N) per rank and micro-batch, run ``count`` times per
+    forward pass (columns of the mesh, or scalars)."""
+
+    name: str
+    m_rows: np.ndarray
+    n: np.ndarray
+    k: np.ndarray
+    count: np.ndarray | float = 1.0
+
+
+def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> list[Gemm]:
+    """The GEMMs of one layer's forward on one rank for one micro-batch, Megatron-LM's
+    column/row-parallel split (Shoeybi et al. 2019, section 3): QKV (or MLA's low-rank
+    projections), attention output, and the MLP; MoE layers run the router, E/e local experts
+    (each on its share of the routed tokens, even routing) and the shared experts."""
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
     kv = kv_heads_per_rank(model, t)
     tokens = mesh.tokens_per_rank(job.seq_len)
-    g = gemm_on(cluster, job)
-
     mats_in = 2.0 if model.is_gated_mlp else 1.0
+    out: list[Gemm] = []
     if model.is_mla:
         # DeepSeek MLA (Megatron-Core MLASelfAttention): the down-projections q_a (h -> r_q) and
         # kv_a (h -> r_kv + d_rope) are replicated on every TP rank; the up-projections q_b and
         # kv_b are column-parallel over heads.
         r_q, r_kv = model.q_lora_rank, model.kv_lora_rank or 0
         d_nope, d_rope = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0
-        q = g(tokens, r_q, h) + g(tokens, a * d_qk / t, r_q) if r_q else g(tokens, a * d_qk / t, h)
-        time = q + g(tokens, r_kv + d_rope, h) + g(tokens, a * (d_nope + d_v) / t, r_kv)
+        if r_q:
+            out += [Gemm("attn.q_a", tokens, np.asarray(float(r_q)), np.asarray(float(h)))]
+            out += [Gemm("attn.q_b", tokens, a * d_qk / t, np.asarray(float(r_q)))]
+        else:
+            out.append(Gemm("attn.q", tokens, a * d_qk / t, np.asarray(float(h))))
+        out.append(Gemm("attn.kv_a", tokens, np.asarray(float(r_kv + d_rope)), np.asarray(float(h))))
+        out.append(Gemm("attn.kv_b", tokens, a * (d_nope + d_v) / t, np.asarray(float(r_kv))))
     else:
-        time = g(tokens, a * d_qk / t + kv * (d_qk + d_v), h)
-    time = time + g(tokens, h, a * d_v / t)
+        out.append(Gemm("attn.qkv", tokens, a * d_qk / t + kv * (d_qk + d_v), np.asarray(float(h))))
+    out.append(Gemm("attn.out", tokens, np.asarray(float(h)), a * d_v / t))
+    if not moe:
+        f = model.intermediate_size
+        out.append(Gemm("mlp.in", tokens, mats_in * f / t, np.asarray(float(h))))
+        out.append(Gemm("mlp.out", tokens, np.asarray(float(h)), f / t))
+        return out
+    experts, top_k = model.num_experts_total, model.num_experts_per_tok or 0
+    routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts
+    width = model.expert_intermediate_size / mesh.expert_tp
+    local_experts = experts / mesh.ep
+    out.append(Gemm("moe.router", tokens / t, np.asarray(float(experts)), np.asarray(float(h))))
+    out.append(Gemm("moe.expert_in", routed_rows, mats_in * width, np.asarray(float(h)), local_experts))
+    out.append(Gemm("moe.expert_out", routed_rows, np.asarray(float(h)), width, local_experts))
+    shared = model.shared_expert_width
+    if shared:
+        out.append(Gemm("moe.shared_in", tokens, mats_in * shared / t, np.asarray(float(h))))
+        out.append(Gemm("moe.shared_out", tokens, np.asarray(float(h)), shared / t))
+    return out
+
+
+def lm_head_gemm(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Gemm:
+    """The vocab-parallel LM head: tokens x (V/t) x h per rank and micro-batch."""
+    tokens = mesh.tokens_per_rank(job.seq_len)
+    return Gemm("lm_head", tokens, model.vocab_size / mesh.tp, np.asarray(float(model.hidden_size)))
+
+
+def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """Forward time of one layer on one rank for one micro-batch: its GEMMs (``layer_gemms``),
+    the attention core and element-wise ops."""
+    bw = cluster.gpu.achieved_hbm_bytes_per_s
+    h, a = model.hidden_size, model.num_attention_heads
+    t = mesh.tp.astype(float)
+    d_qk, _ = attention_dims(model)
+    kv = kv_heads_per_rank(model, t)
+    tokens = mesh.tokens_per_rank(job.seq_len)
+    g = gemm_on(cluster, job)
+    time = sum(gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe))
     time = time + attention_core_forward_s(model, cluster, job, mesh)
     if moe:
-        f_e = model.expert_intermediate_size
         top_k = model.num_experts_per_tok or 0
-        experts = model.num_experts_total
-        local_experts = experts / mesh.ep
-        routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts
-        width = f_e / mesh.expert_tp
-        expert = g(routed_rows, mats_in * width, h) + g(routed_rows, h, width)
-        time = time + local_experts * expert + g(tokens / t, experts, h)
-        shared = (model.n_shared_experts or 0) * f_e + (model.shared_expert_intermediate_size or 0)
-        if shared:
-            time = time + g(tokens, mats_in * shared / t, h) + g(tokens, h, shared / t)
-        mlp_width = top_k * width / t + shared / t
+        mlp_width = top_k * model.expert_intermediate_size / mesh.expert_tp / t + model.shared_expert_width / t
         permute_bytes = 4.0 * top_k * 2.0 * h / t  # dispatch and combine copies, read + write
     else:
-        f = model.intermediate_size
-        time = time + g(tokens, mats_in * f / t, h) + g(tokens, h, f / t)
-        mlp_width = f / t
+        mlp_width = model.intermediate_size / t
         permute_bytes = 0.0
     outside = np.where(mesh.sequence_parallel, 20.0 * h / t, 20.0 * h)  # 2 norms 8h + 2 residual adds 12h
     activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
@@ -183,11 +224,9 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Forward time of the vocab-parallel LM head GEMM plus the fp32 softmax cross entropy
     (memory-bound: read bf16 logits, write fp32)."""
-    gpu = cluster.gpu
-    tokens = mesh.tokens_per_rank(job.seq_len)
-    vocab = model.vocab_size / mesh.tp
-    gemm = gemm_on(cluster, job)(tokens, vocab, model.hidden_size)
-    return gemm + tokens * vocab * 6.0 / gpu.achieved_hbm_bytes_per_s
+    head = lm_head_gemm(model, job, mesh)
+    gemm = gemm_on(cluster, job)(head.m_rows, head.n, head.k)
+    return gemm + head.m_rows * head.n * 6.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 
 def stage_forward_s(

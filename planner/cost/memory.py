@@ -76,10 +76,7 @@ def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshA
             * mesh.expert_tp
             * (2.0 * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp))
         )
-        shared_width = (model.n_shared_experts or 0) * model.expert_intermediate_size + (
-            model.shared_expert_intermediate_size or 0
-        )
-        mlp = (routed + mlp_activation_bytes_per_token(model, shared_width)) / t
+        mlp = (routed + mlp_activation_bytes_per_token(model, model.shared_expert_width)) / t
     else:
         mlp = mlp_activation_bytes_per_token(model, model.intermediate_size) / t
     outside_split = np.where(mesh.sequence_parallel, outside / t, outside)

@@ -155,6 +155,14 @@ class ModelSpec(Frozen):
     def expert_intermediate_size(self) -> int:
         return self.moe_intermediate_size or self.intermediate_size
 
+    @property
+    def shared_expert_width(self) -> int:
+        """FFN width of a MoE layer's shared experts together (DeepSeek: n_shared_experts x the
+        expert width; Qwen2-MoE: shared_expert_intermediate_size); 0 without."""
+        return (self.n_shared_experts or 0) * self.expert_intermediate_size + (
+            self.shared_expert_intermediate_size or 0
+        )
+
     def is_moe_layer(self, index: int) -> bool:
         """HF's rule: DeepSeek skips the first k layers; Qwen-MoE uses every step-th layer."""
         if not self.is_moe:

@@ -1,12 +1,13 @@
 """The GEMMs one rank of a plan runs, as replayable terms priced with ``planner.cost.compute``.
 
-Shapes per rank and micro-batch are those ``planner.cost.compute.layer_forward_s`` and
-``lm_head_forward_s`` price (Megatron-LM's column/row-parallel split, Shoeybi et al. 2019
-section 3): QKV (tokens x (a*d_qk/t + k_v*(d_qk+d_v)) x h), attention output (tokens x h x
-a*d_v/t), MLP in ((1 or 2)*f/t) and out, the vocab-parallel LM head, and for MoE layers the
-router and each local expert's two GEMMs over its share of the routed tokens (MLA models: the
-low-rank Q and KV projections). Each forward GEMM runs three times per micro-batch (forward,
-input gradient, weight gradient: same FLOPs), four with full recompute; the LM head three.
+Shapes per rank and micro-batch are the ones the step price uses, taken from the same functions,
+``planner.cost.compute.layer_gemms`` and ``lm_head_gemm`` (Megatron-LM's column/row-parallel
+split, Shoeybi et al. 2019 section 3): QKV (tokens x (a*d_qk/t + k_v*(d_qk+d_v)) x h), attention
+output (tokens x h x a*d_v/t), MLP in ((1 or 2)*f/t) and out, the vocab-parallel LM head, and for
+MoE layers the router, each local expert's two GEMMs over its share of the routed tokens and the
+shared experts (MLA models: the low-rank Q and KV projections). Each forward GEMM runs three
+times per micro-batch (forward, input gradient, weight gradient: same FLOPs), four with full
+recompute; the LM head three.
 
 The replay runs fp32 on CPU (no bf16 units there: the profile's fp32 peak is the measured rate)
 and the job's 16-bit format on GPU (fp8 replays as bf16). GEMMs above ``max_gemm_flops`` are
@@ -18,9 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.cost.compute import gemm_s
-from planner.cost.flops import attention_dims
-from planner.cost.memory import kv_heads_per_rank
+from planner.cost.compute import Gemm, gemm_s, layer_gemms, lm_head_gemm
 from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
@@ -45,49 +44,28 @@ def predict_gemm_s(m_rows: int, n: int, k: int, cluster: ClusterSpec, dtype: str
 
 
 def gemm_shapes(model: ModelSpec, job: JobSpec, plan: ParallelConfig) -> list[tuple[str, tuple[int, int, int], float]]:
-    """(name, (M, N, K), forward calls per micro-batch on the worst stage) of every GEMM."""
+    """(name, (M, N, K), forward calls per micro-batch on the worst stage) of every GEMM:
+    ``planner.cost.compute.layer_gemms`` of the stage's dense and MoE layers (a GEMM both kinds
+    run, attention's, once with their calls summed), then the LM head (calls -1: once per
+    micro-batch on the last stage, never recomputed)."""
     pm = MeshArrays.from_configs([plan])
-    t = float(plan.tp)
-    h, a = model.hidden_size, model.num_attention_heads
-    d_qk, d_v = attention_dims(model)
-    kv = float(kv_heads_per_rank(model, np.asarray(t)))
-    tokens = float(pm.tokens_per_rank(job.seq_len)[0])
-    layers = float(layers_on_worst_stage(model, pm)[0])
-    moe = float(moe_layers_on_worst_stage(model, layers_on_worst_stage(model, pm))[0])
-    mats_in = 2.0 if model.is_gated_mlp else 1.0
-    shapes: list[tuple[str, tuple[float, float, float], float]] = []
-    if model.is_mla:
-        r_q, r_kv = model.q_lora_rank, model.kv_lora_rank or 0
-        d_nope, d_rope = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0
-        if r_q:
-            shapes += [("attn.q_a", (tokens, r_q, h), layers), ("attn.q_b", (tokens, a * d_qk / t, r_q), layers)]
-        else:
-            shapes.append(("attn.q", (tokens, a * d_qk / t, h), layers))
-        shapes += [
-            ("attn.kv_a", (tokens, r_kv + d_rope, h), layers),
-            ("attn.kv_b", (tokens, a * (d_nope + d_v) / t, r_kv), layers),
-        ]
-    else:
-        shapes.append(("attn.qkv", (tokens, a * d_qk / t + kv * (d_qk + d_v), h), layers))
-    shapes.append(("attn.out", (tokens, h, a * d_v / t), layers))
-    if layers > moe:
-        f = model.intermediate_size
-        shapes += [
-            ("mlp.in", (tokens, mats_in * f / t, h), layers - moe),
-            ("mlp.out", (tokens, h, f / t), layers - moe),
-        ]
-    if moe > 0:
-        experts, top_k = model.num_experts_total, model.num_experts_per_tok or 0
-        width = model.expert_intermediate_size / plan.expert_tp
-        routed_rows = tokens / t * top_k * plan.ep * plan.expert_tp / experts
-        local = experts / plan.ep
-        shapes += [
-            ("moe.router", (tokens / t, experts, h), moe),
-            ("moe.expert_in", (routed_rows, mats_in * width, h), moe * local),
-            ("moe.expert_out", (routed_rows, h, width), moe * local),
-        ]
-    shapes.append(("lm_head", (tokens, model.vocab_size / t, h), -1.0))  # -1: once per micro-batch, never recomputed
-    return [(name, (max(round(x), 1), max(round(y), 1), max(round(z), 1)), c) for name, (x, y, z), c in shapes]
+    layers = layers_on_worst_stage(model, pm)
+    moe = moe_layers_on_worst_stage(model, layers)
+    calls: dict[tuple[str, tuple[int, int, int]], float] = {}
+    for is_moe, count in ((False, float(layers[0] - moe[0])), (True, float(moe[0]))):
+        if count <= 0:
+            continue
+        for gemm in layer_gemms(model, job, pm, is_moe):
+            key = (gemm.name, _rounded(gemm))
+            calls[key] = calls.get(key, 0.0) + count * float(np.asarray(gemm.count).reshape(-1)[0])
+    head = lm_head_gemm(model, job, pm)
+    return [(name, shape, c) for (name, shape), c in calls.items()] + [("lm_head", _rounded(head), -1.0)]
+
+
+def _rounded(gemm: Gemm) -> tuple[int, int, int]:
+    """(M, N, K) of a one-row Gemm as whole numbers of at least 1 (M is fractional when the
+    routed tokens do not split evenly over the experts)."""
+    return tuple(max(round(float(np.asarray(x).reshape(-1)[0])), 1) for x in (gemm.m_rows, gemm.n, gemm.k))  # type: ignore[return-value]
 
 
 def capped_shape(shape: tuple[int, int, int], max_flops: float | None) -> tuple[int, int, int]:
