@@ -104,6 +104,15 @@ MaxGemmOpt = Annotated[
     ),
 ]
 
+LayerShardOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--layer-shard/--no-layer-shard",
+        help="Also replay one transformer layer shard forward+backward per layer kind "
+        "(default: on with nccl, off with gloo, where it runs in fp32 at CPU speed).",
+    ),
+]
+
 GLOO_DEFAULTS = {"repeats": 5, "warmup": 1, "max_message_bytes": 8 * 2**20, "max_gemm_flops": 2e9}
 """CPU defaults: a 8 MiB gloo all-reduce takes ~10-20 ms and a 2 GFLOP fp32 GEMM ~30 ms on one
 core (hardware_profiles/localhost-cpu.yaml), so a candidate replays in seconds."""
@@ -210,6 +219,22 @@ def _context(
     )
 
 
+def _layer_terms(spec: Any, job: Any, config: Any, replay_cluster: Any, on_gpu: bool, timeout: float) -> list[Any]:
+    """The candidate's layer-shard terms, refused in one line when one call would outlast half
+    the per-call timeout (a llama-size layer on a CPU core takes minutes)."""
+    from planner.validate.shard import layer_terms
+
+    terms = layer_terms(spec, job, config, replay_cluster, on_gpu)
+    for term in terms:
+        if term.predicted_s > timeout / 2:
+            raise PlannerError(
+                f"--layer-shard: one {term.name} shard of {spec.name} at {config.short()} is predicted at "
+                f"{term.predicted_s:.3g} s per call on {replay_cluster.profile.name}, over half the --timeout of "
+                f"{timeout:g} s; raise --timeout or replay without it (--no-layer-shard)"
+            )
+    return terms
+
+
 @validate_app.callback(invoke_without_command=True)
 def validate_main(
     ctx: typer.Context,
@@ -249,6 +274,7 @@ def validate_main(
     timeout: TimeoutOpt = 60.0,
     max_message_bytes: MaxMessageOpt = None,
     max_gemm_flops: MaxGemmOpt = None,
+    layer_shard: LayerShardOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Replay the plan's top candidates (or the one mesh its pins name) and compare with predictions."""
@@ -259,6 +285,7 @@ def validate_main(
     from planner.validate.report import CandidateInfo, by_block, candidate_report, kendall_tau, write_json_atomic
     from planner.validate.runtime import check_backend
     from planner.validate.schemas import ReplayBlock, ReplayJob, ValidationReport
+    from planner.validate.shard import counted_once
     from planner.validate.sweep import parse_size
     from planner.validate.terms import comm_terms
 
@@ -270,12 +297,15 @@ def validate_main(
     cap_bytes = parse_size(cap_text, "--max-message-bytes") if isinstance(cap_text, str) else cap_text
     cap_flops = _setting(backend, "max_gemm_flops", max_gemm_flops)
     on_gpu = backend == "nccl"
+    with_layers = on_gpu if layer_shard is None else layer_shard
     blocks, infos = [], []
     for rank, config, step_s in candidates:
         mesh, notes = fit_replica(config, world)
         replica = replica_config(config, mesh)
         terms = comm_terms(spec, job_spec, config, replica, replay_cluster, cap_bytes)
         terms += gemm_terms(spec, job_spec, config, replay_cluster, on_gpu, cap_flops)
+        if with_layers:
+            terms = counted_once(terms + _layer_terms(spec, job_spec, config, replay_cluster, on_gpu, timeout))
         blocks.append(ReplayBlock(label=f"#{rank} {config.short()}", mesh=mesh, terms=terms))
         infos.append(CandidateInfo(rank=rank, mesh=config.short(), plan_step_time_s=step_s, replica=mesh, notes=notes))
     import os
@@ -292,6 +322,11 @@ def validate_main(
     notes = [f"every predicted_s is priced on {profile_name}, the replay's hardware; plan_step_time_s on {clus.name}"]
     if not job.gemm_on_all_ranks:
         notes.append(f"{world} ranks share {cores} CPU cores: GEMMs are timed on rank 0 alone, the others waiting")
+    if with_layers:
+        notes.append(
+            "layer.* terms replay one layer shard forward+backward each; the GEMMs inside it (*) are "
+            "reported but counted once, through the layer"
+        )
     capped = [
         t.name
         for b in blocks
@@ -448,6 +483,7 @@ def calibrate_cmd(
         "error_after": vars(after),
         "links": {t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw} for t, (lat, bw) in params.links.items()},
         "gemm_rate_scale": params.gemm_scale,
+        "attention_efficiency_scale": params.attention_scale,
     }
     if as_json:
         _emit_json(summary)
@@ -459,6 +495,11 @@ def calibrate_cmd(
         typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
     for dtype, scale in params.gemm_scale.items():
         typer.echo(f"  {dtype} GEMM rate x{scale:.3g} of the old profile's")
+    if any(r.spec.op == "layer" for r in results):
+        typer.echo(
+            f"  attention efficiency x{params.attention_scale:.3g}: {profile.gpu.attention_efficiency:.3g} "
+            "(fitted from the layer shards)"
+        )
     typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
 
 

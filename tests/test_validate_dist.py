@@ -80,7 +80,8 @@ def test_device_mesh_builds_the_groups_of_each_mesh() -> None:
 def test_validate_replays_and_reports_every_term(cli, tmp_path) -> None:
     out = tmp_path / "report.json"
     args = ("validate", "--local-ranks", "4", "--model", "gpt2", "--cluster", "localhost-cpux2", "-B", "8")
-    mesh = ("--tp", "2", "--cp", "2", "--dp", "1", "--sequence-parallel", "--zero-stage", "1")
+    args += ("--seq-len", "256", "--layer-shard")
+    mesh = ("--tp", "2", "--cp", "2", "--dp", "1", "--sequence-parallel", "--zero-stage", "1", "--recompute", "full")
     caps = ("--repeats", "2", "--max-message-bytes", "256KiB", "--max-gemm-flops", "2e8", "--out", str(out))
     r = cli(*args, *mesh, *caps, "--json")
     assert r.code == 0, r.err
@@ -90,7 +91,16 @@ def test_validate_replays_and_reports_every_term(cli, tmp_path) -> None:
     (cand,) = report["candidates"]
     names = {t["spec"]["name"] for t in cand["terms"]}
     assert {"tp.reduce_scatter", "tp.all_gather", "cp.ring_exchange", "dp.reduce_scatter", "dp.all_gather"} <= names
-    assert {"gemm.attn.qkv", "gemm.mlp.in", "gemm.lm_head"} <= names
+    assert {"gemm.attn.qkv", "gemm.mlp.in", "gemm.lm_head", "layer.dense"} <= names
+    # The layer shard counts once per layer and micro-batch (12 layers x 8 micro-batches); the
+    # GEMMs inside it are reported but left out of the replay time per step, the LM head is not.
+    terms = {t["spec"]["name"]: t for t in cand["terms"]}
+    assert terms["layer.dense"]["spec"]["calls_per_step"] == 12 * 8
+    assert not terms["gemm.attn.qkv"]["spec"]["in_step_sum"] and terms["gemm.lm_head"]["spec"]["in_step_sum"]
+    counted = [t for t in cand["terms"] if t["spec"]["in_step_sum"]]
+    assert cand["measured_replay_s_per_step"] == pytest.approx(
+        sum(t["spec"]["calls_per_step"] * t["measured_s"] for t in counted)
+    )
     for term in cand["terms"]:
         assert term["measured_s"] > 0 and term["ratio"] == pytest.approx(
             term["measured_s"] / term["spec"]["predicted_s"]

@@ -45,6 +45,15 @@ al. 2020, section 2.1), plus a recomputed forward under full recompute (selectiv
 only the attention core, priced separately)."""
 
 
+def training_s(forward_s: np.ndarray, recomputed_core_s: np.ndarray, mesh: MeshArrays) -> np.ndarray:
+    """Forward, backward and recompute of layers whose forward takes ``forward_s``:
+    ``FORWARD_PASSES`` x the forward, plus ``recomputed_core_s`` (the attention core run again)
+    under selective recompute. Serves the step (a stage's layers) and the validator's layer
+    shard (one layer) alike."""
+    passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
+    return passes * forward_s + np.where(mesh.recompute == RECOMPUTE_SELECTIVE, recomputed_core_s, 0.0)
+
+
 @dataclass(frozen=True)
 class Columns:
     """Every figure of an Estimate, as columns over meshes (SI units)."""
@@ -81,8 +90,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
     passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
-    selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, layers * recomputed_core, 0.0)
-    compute_first = passes * body_fwd + selective
+    compute_first = training_s(body_fwd, layers * recomputed_core, mesh)
     compute_mb = compute_first + 3.0 * head_fwd  # the last stage is the slower (or the only) one
     fwd_mb = compute_mb / passes
 

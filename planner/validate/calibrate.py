@@ -16,7 +16,10 @@ Parameters, per tier with samples: alpha (``latency_us``) and the bus bandwidth,
 ``bandwidth_gb_per_s`` x ``bus_efficiency`` with the datasheet bandwidth kept and the efficiency
 fitted, unless the fit exceeds the datasheet (then bandwidth = fit, efficiency 1). GEMMs: one
 factor on the achievable rate, applied to ``gemm_efficiency`` (and its curve); what would push
-an efficiency past 1 goes into ``peak_tflops`` of the measured format instead.
+an efficiency past 1 goes into ``peak_tflops`` of the measured format instead. Layer shards
+(``planner.validate.shard``) are priced by the step's own layer model on the candidate GPU: they
+share the GEMM factor of their format and add one factor on ``attention_efficiency`` (the flash
+attention core, the part of a layer no GEMM term measures), written capped at 1.
 """
 
 from __future__ import annotations
@@ -33,13 +36,16 @@ from planner.cost import comm
 from planner.cost.compute import gemm_s
 from planner.errors import PlannerError
 from planner.schemas.hardware import BYTES_PER_ELEMENT, HardwareProfile, Interconnect
-from planner.validate.schemas import SweepReport, TermResult, ValidationReport
+from planner.validate.schemas import SweepReport, TermResult, TermSpec, ValidationReport
 from planner.validate.terms import PRICE
 
 PRIOR_WEIGHT = 0.01
 """Residual weight of log(parameter / starting value): 1% of one sample's log error."""
 
 TIERS = ("intra_node", "inter_node")
+
+COMPUTE_OPS = ("gemm", "layer")
+"""Ops timed on one rank, priced by the GPU's rates rather than a link."""
 
 
 def samples_from_json(data: dict[str, Any], where: str) -> list[TermResult]:
@@ -64,15 +70,37 @@ def samples_from_json(data: dict[str, Any], where: str) -> list[TermResult]:
 
 @dataclass(frozen=True)
 class Params:
-    """Fitted quantities in SI units: per tier (latency_s, bus_bytes_per_s); GEMM rate factor per format."""
+    """Fitted quantities in SI units: per tier (latency_s, bus_bytes_per_s); GEMM rate factor per
+    format; the factor on attention efficiency (1 without layer samples)."""
 
     links: dict[str, tuple[float, float]]
     gemm_scale: dict[str, float]
+    attention_scale: float = 1.0
 
 
 def initial_params(profile: HardwareProfile) -> Params:
     links = {t: (getattr(profile, t).latency_s, getattr(profile, t).bus_bandwidth_bytes_per_s) for t in TIERS}
     return Params(links=links, gemm_scale={})
+
+
+def base_attention_efficiency(profile: HardwareProfile) -> float:
+    """The attention efficiency the compute model uses on ``profile`` (gemm_efficiency when unset)."""
+    return profile.gpu.attention_efficiency or profile.gpu.gemm_efficiency
+
+
+def _layer_s(profile: HardwareProfile, params: Params, spec: TermSpec) -> float:
+    """``predict_layer_s`` of a layer sample on one node of ``profile`` with ``params``' GEMM rate
+    of the sample's format and attention efficiency."""
+    from planner.schemas.hardware import ClusterSpec
+    from planner.validate.shard import predict_layer_s, with_gpu
+
+    assert spec.layer is not None
+    gpu = profile.gpu
+    node = ClusterSpec(name=profile.name, profile=profile, num_nodes=1, num_gpus=profile.gpus_per_node)
+    peaks = dict(gpu.peak_tflops)
+    peaks[spec.dtype] = peaks[spec.dtype] * params.gemm_scale.get(spec.dtype, 1.0)  # type: ignore[index]
+    attention = base_attention_efficiency(profile) * params.attention_scale
+    return predict_layer_s(spec.layer, with_gpu(node, peak_tflops=peaks, attention_efficiency=attention), spec.dtype)
 
 
 def _link(profile: HardwareProfile, params: Params, result: TermResult) -> comm.GroupLink:
@@ -99,7 +127,9 @@ def predict(profile: HardwareProfile, params: Params, results: list[TermResult])
     gpu = profile.gpu
     for i, r in enumerate(results):
         spec = r.spec
-        if spec.op == "gemm":
+        if spec.op == "layer":
+            out[i] = _layer_s(profile, params, spec)
+        elif spec.op == "gemm":
             assert spec.gemm_mnk is not None
             m, n, k = (np.asarray(float(x)) for x in spec.gemm_mnk)
             peak = gpu.peak_flops_per_s(spec.dtype) * params.gemm_scale.get(spec.dtype, 1.0)
@@ -134,9 +164,10 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
     from scipy.optimize import least_squares
 
     start = initial_params(profile)
-    tiers = sorted({r.spec.tier for r in results if r.spec.op != "gemm" and r.spec.tier in TIERS})
-    dtypes = sorted({r.spec.dtype for r in results if r.spec.op == "gemm"})
-    x0 = [math.log(v) for t in tiers for v in start.links[t]] + [0.0] * len(dtypes)
+    tiers = sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS})
+    dtypes = sorted({r.spec.dtype for r in results if r.spec.op in COMPUTE_OPS})
+    layers = any(r.spec.op == "layer" for r in results)
+    x0 = [math.log(v) for t in tiers for v in start.links[t]] + [0.0] * (len(dtypes) + layers)
     measured = np.array([r.measured_s for r in results])
 
     def unpack(x: np.ndarray) -> Params:
@@ -144,7 +175,7 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
         for i, t in enumerate(tiers):
             links[t] = (math.exp(x[2 * i]), math.exp(x[2 * i + 1]))
         scale = {d: math.exp(x[2 * len(tiers) + j]) for j, d in enumerate(dtypes)}
-        return Params(links=links, gemm_scale=scale)
+        return Params(links=links, gemm_scale=scale, attention_scale=math.exp(x[-1]) if layers else 1.0)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         pred = predict(profile, unpack(x), results)
@@ -177,7 +208,7 @@ def calibrated_profile(
     data = profile.model_dump(mode="json", exclude_none=True)
     data["name"] = name
     data["description"] = f"{profile.description} (calibrated: {source})"
-    for tier in sorted({r.spec.tier for r in results if r.spec.op != "gemm" and r.spec.tier in TIERS}):
+    for tier in sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS}):
         latency_s, bus = params.links[tier]
         data[tier] = _tier_update(getattr(profile, tier), latency_s, bus, source)
     gpu = data["gpu"]
@@ -196,6 +227,11 @@ def calibrated_profile(
                 [g, round(e, 6)] for (g, _), e in zip(gpu["gemm_efficiency_curve"], effs[1:], strict=True)
             ]
             gpu["sources"]["gemm_efficiency_curve"] = f"{source}: the old curve scaled by the fitted factor"
+    if any(r.spec.op == "layer" for r in results):
+        fitted = base_attention_efficiency(profile) * params.attention_scale
+        gpu["attention_efficiency"] = round(min(fitted, 1.0), 6)
+        capped = f" (fit {fitted:.3g} capped at 1)" if fitted > 1.0 else ""
+        gpu["sources"]["attention_efficiency"] = f"{source}: fitted from layer shards{capped}"
     from planner.catalog import validate_as
 
     return validate_as(HardwareProfile, data, "calibrated profile")

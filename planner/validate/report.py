@@ -3,9 +3,11 @@ atomically as JSON and rendered as tables.
 
 A candidate's 'replay time per step' adds every term's calls per step times its time per call,
 predicted and measured alike: serial, without the overlap and bubble of the plan's step model,
-so that both sides count the same work. Whether the predicted order of candidates held is
-Kendall's tau (Kendall 1938, 'A New Measure of Rank Correlation'; scipy.stats.kendalltau, tau-b)
-of predicted against measured replay time over the complete candidates: 1 when the order held.
+so that both sides count the same work. When a layer shard is replayed, it counts instead of the
+GEMMs inside it (``TermSpec.in_step_sum``), which are still reported, marked '*'. Whether the
+predicted order of candidates held is Kendall's tau (Kendall 1938, 'A New Measure of Rank
+Correlation'; scipy.stats.kendalltau, tau-b) of predicted against measured replay time over the
+complete candidates: 1 when the order held.
 """
 
 from __future__ import annotations
@@ -58,8 +60,10 @@ def candidate_report(info: CandidateInfo, block: ReplayBlock, measured: dict[int
     """The candidate's terms with what was measured of them (all, or the part before a failure)."""
     results = [term_result(spec, measured[i]) for i, spec in enumerate(block.terms) if i in measured]
     complete = len(results) == len(block.terms)
-    predicted = sum(t.calls_per_step * t.predicted_s for t in block.terms)
-    measured_total = sum(r.spec.calls_per_step * r.measured_s for r in results) if complete else None
+    predicted = sum(t.calls_per_step * t.predicted_s for t in block.terms if t.in_step_sum)
+    measured_total = (
+        sum(r.spec.calls_per_step * r.measured_s for r in results if r.spec.in_step_sum) if complete else None
+    )
     return CandidateReport(
         rank=info.rank,
         mesh=info.mesh,
@@ -110,6 +114,9 @@ def _ms(seconds: float | None) -> str:
 
 
 def _what(spec: TermSpec) -> str:
+    if spec.layer is not None:
+        plan, job = spec.layer.plan, spec.layer.job
+        return f"{plan.micro_batch_size}x{job.seq_len // plan.cp} tokens {spec.dtype}"
     if spec.gemm_mnk is not None:
         m, n, k = spec.gemm_mnk
         plan = spec.plan_gemm_mnk
@@ -120,7 +127,7 @@ def _what(spec: TermSpec) -> str:
 
 
 def _group(spec: TermSpec) -> str:
-    if spec.op == "gemm":
+    if spec.op in ("gemm", "layer"):
         return "rank"
     plan = f" (plan {spec.plan_group_size})" if spec.plan_group_size != spec.group_size else ""
     return f"{spec.group_size}{plan} {spec.tier}"
@@ -133,9 +140,8 @@ def terms_table(title: str, results: list[TermResult]) -> Table:
     for r in results:
         ratio = "-" if r.ratio is None else f"{r.ratio:.2f}"
         spread = f"{_ms(r.p10_s)}-{_ms(r.p90_s)}"
-        table.add_row(
-            r.spec.name, _group(r.spec), _what(r.spec), _ms(r.spec.predicted_s), _ms(r.measured_s), spread, ratio
-        )
+        name = r.spec.name if r.spec.in_step_sum else f"{r.spec.name} *"
+        table.add_row(name, _group(r.spec), _what(r.spec), _ms(r.spec.predicted_s), _ms(r.measured_s), spread, ratio)
     return table
 
 
@@ -149,6 +155,8 @@ def print_validation(console: Console, report: ValidationReport) -> None:
         console.print(f"  note: {note}")
     for cand in report.candidates:
         console.print(terms_table(f"#{cand.rank} {cand.mesh} (plan step {cand.plan_step_time_s:.3g} s)", cand.terms))
+        if not all(t.spec.in_step_sum for t in cand.terms):
+            console.print("  *: inside the layer shard, not counted again in the replay time per step")
         for note in cand.replica_notes:
             console.print(f"  replica: {note}")
         meas = cand.measured_replay_s_per_step

@@ -14,12 +14,17 @@ from pydantic import Field, NonNegativeFloat, PositiveInt
 
 from planner.schemas.base import Frozen
 from planner.schemas.estimate import Tier
-from planner.schemas.parallel import DEFAULT_ORDER
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 
-Op = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "ring_exchange", "gemm"]
+Op = Literal[
+    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "ring_exchange", "gemm", "layer"
+]
 """Replayed operations. ``send_recv``: every rank of a pipeline group sends to the next stage and
 receives from the previous one (no wrap-around); ``ring_exchange``: the same with wrap-around (one
-step of the CP K/V ring); ``gemm``: one (M x K) @ (K x N) matmul on each rank."""
+step of the CP K/V ring); ``gemm``: one (M x K) @ (K x N) matmul on each rank; ``layer``: one
+transformer layer's shard, forward and backward (``planner.validate.layer``)."""
 
 COLLECTIVE_OPS: tuple[str, ...] = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv")
 """Ops the sweep can time (``--ops`` spells them with dashes)."""
@@ -41,6 +46,16 @@ class ReplicaMesh(Frozen):
     @property
     def ranks_per_replica(self) -> int:
         return self.tp * self.pp * self.dp * self.cp
+
+
+class LayerShard(Frozen):
+    """One transformer layer of ``model`` as one rank of ``plan`` runs it for one micro-batch of
+    ``job`` (its GEMMs are ``planner.cost.compute.layer_gemms``): a MoE layer when ``moe``."""
+
+    model: ModelSpec
+    job: JobSpec
+    plan: ParallelConfig
+    moe: bool = False
 
 
 class TermSpec(Frozen):
@@ -67,7 +82,13 @@ class TermSpec(Frozen):
     gemm_mnk: tuple[int, int, int] | None = None
     plan_gemm_mnk: tuple[int, int, int] | None = None
     dtype: str = "fp32"
+    layer: LayerShard | None = None
     calls_per_step: NonNegativeFloat = 1.0
+    in_step_sum: bool = Field(
+        True,
+        description="Counted in the candidate's replay time per step; False for a layer's GEMMs when "
+        "the layer shard that contains them is replayed too",
+    )
     predicted_s: NonNegativeFloat
 
 

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from planner.validate.bench import barrier, time_call
+from planner.validate.layer import layer_call
 from planner.validate.ops import collective_call, gemm_call
 from planner.validate.runtime import STARTUP_S
 from planner.validate.schemas import Measurement, ReplayBlock, ReplayJob, ReplicaMesh
@@ -106,8 +107,9 @@ def run_block(job: ReplayJob, index: int, block: ReplayBlock, device: torch.devi
     comm_dtype = torch.bfloat16 if job.backend == "nccl" else torch.float32
     for i, term in enumerate(block.terms):
         emit("enter", (index, i))
-        if term.op == "gemm":
-            run = gemm_call(term, device) if job.gemm_on_all_ranks or rank == 0 else None
+        if term.op in ("gemm", "layer"):
+            compute_call = gemm_call if term.op == "gemm" else layer_call
+            run = compute_call(term, device) if job.gemm_on_all_ranks or rank == 0 else None
         else:
             if term.group.startswith("first:"):
                 group = prefix_group(term.group_size, cache, timeout)

@@ -1,0 +1,103 @@
+"""One transformer layer's shard, forward and backward, as a replayable term priced with the step's
+own compute model (torch-free: ``planner.validate.layer`` runs it).
+
+The prediction is ``planner.cost.step.training_s`` of ``planner.cost.compute.layer_forward_s``
+(GEMMs, attention core, element-wise traffic) for one layer of the plan's worst stage and one
+micro-batch: the same functions that price a step, on the replay's hardware profile. One term per
+layer kind the stage holds (dense, MoE), called m x (layers of that kind) times per step. The
+layer's GEMMs stay in the report as their own terms but leave the replay time per step, which
+counts the layer instead (``TermSpec.in_step_sum``).
+
+On GPU the shard runs in the job's 16-bit format (fp8 as bf16), as priced. On CPU it runs fp32
+(no 16-bit matmul units), priced at the profile's fp32 rate for the GEMMs and the attention core
+alike (``pricing_cluster``); its element-wise traffic is still counted at the 16-bit sizes the
+model assumes, so the CPU prediction undercounts that part, a small share of a layer (the CPU
+replay exists to exercise the code path and its tests, not to calibrate a GPU).
+"""
+
+from __future__ import annotations
+
+from planner.cost.compute import attention_core_forward_s, layer_forward_s, unfused_softmax_forward_s
+from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
+from planner.cost.step import training_s
+from planner.mesh import MeshArrays
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+from planner.validate.gemms import replay_dtype
+from planner.validate.schemas import LayerShard, TermSpec
+
+GPU_FORMATS = ("bf16", "fp16")
+"""The formats the compute model prices attention (always bf16) and the GEMMs (the job's) in."""
+
+
+def pricing_cluster(cluster: ClusterSpec, dtype: str) -> ClusterSpec:
+    """``cluster`` as the compute model should see it for a replay in ``dtype``: unchanged for a
+    16-bit replay; for fp32 (CPU), every 16-bit peak set to the fp32 rate, since the model prices
+    the matmuls in 16-bit and the replay runs them in fp32."""
+    if dtype in GPU_FORMATS:
+        return cluster
+    gpu = cluster.gpu
+    peaks = dict(gpu.peak_tflops) | {f: gpu.peak_tflops[dtype] for f in GPU_FORMATS}  # type: ignore[index]
+    return with_gpu(cluster, peak_tflops=peaks)
+
+
+def with_gpu(cluster: ClusterSpec, **gpu_fields: object) -> ClusterSpec:
+    """``cluster`` with some of its GPU's fields replaced (no validation: calibration may try an
+    efficiency above 1 on its way to the fit)."""
+    gpu = cluster.gpu.model_copy(update=gpu_fields)
+    return cluster.model_copy(update={"profile": cluster.profile.model_copy(update={"gpu": gpu})})
+
+
+def predict_layer_s(shard: LayerShard, cluster: ClusterSpec, dtype: str) -> float:
+    """Predicted seconds of one forward + backward (+ recompute) of ``shard`` on ``cluster``'s GPU
+    in ``dtype`` (module docstring)."""
+    mesh = MeshArrays.from_configs([shard.plan])
+    priced = pricing_cluster(cluster, dtype)
+    job = shard.job.model_copy(update={"dtype": dtype if dtype in GPU_FORMATS else "bf16"})
+    forward = layer_forward_s(shard.model, priced, job, mesh, shard.moe)
+    core = attention_core_forward_s(shard.model, priced, job, mesh, recompute=True)
+    core = core + unfused_softmax_forward_s(shard.model, priced, job, mesh)
+    return float(training_s(forward, core, mesh)[0])
+
+
+def layer_terms(
+    model: ModelSpec, job: JobSpec, plan: ParallelConfig, replay_cluster: ClusterSpec, on_gpu: bool
+) -> list[TermSpec]:
+    """One term per layer kind on the plan's worst stage (module docstring)."""
+    pm = MeshArrays.from_configs([plan])
+    m = float(num_microbatches(job.batch_size, pm)[0])
+    layers = layers_on_worst_stage(model, pm)
+    moe = float(moe_layers_on_worst_stage(model, layers)[0])
+    dtype = replay_dtype(job, on_gpu)
+    terms = []
+    for kind, is_moe, count in (("dense", False, float(layers[0]) - moe), ("moe", True, moe)):
+        if count <= 0:
+            continue
+        shard = LayerShard(model=model, job=job, plan=plan, moe=is_moe)
+        terms.append(
+            TermSpec(
+                name=f"layer.{kind}",
+                op="layer",
+                group="self",
+                group_size=1,
+                plan_group_size=1,
+                dtype=dtype,
+                layer=shard,
+                calls_per_step=m * count,
+                predicted_s=predict_layer_s(shard, replay_cluster, dtype),
+            )
+        )
+    return terms
+
+
+def counted_once(terms: list[TermSpec]) -> list[TermSpec]:
+    """``terms`` with the layer GEMMs taken out of the replay time per step when a layer shard
+    term (which contains them) is there; the LM head, outside every layer, stays counted."""
+    if not any(t.op == "layer" for t in terms):
+        return terms
+    return [
+        t.model_copy(update={"in_step_sum": False}) if t.op == "gemm" and t.name != "gemm.lm_head" else t
+        for t in terms
+    ]

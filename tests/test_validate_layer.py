@@ -1,0 +1,144 @@
+"""The layer-shard microbenchmark: the torch shard runs exactly the GEMMs the step prices, its
+prediction is the step's own per-layer compute, and calibration recovers the rates behind it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.cost.compute import layer_gemms, lm_head_forward_s
+from planner.cost.pipeline import num_microbatches
+from planner.cost.step import evaluate
+from planner.mesh import MeshArrays
+from planner.schemas import JobSpec, ParallelConfig
+from planner.schemas.model import ModelSpec
+from planner.validate.shard import layer_terms, predict_layer_s
+
+CPU = load_cluster("localhost-cpu")
+
+
+def _small(name: str, **dims: object) -> ModelSpec:
+    """A bundled architecture at toy width (same structure: GQA, MLA, MoE, shared experts)."""
+    return load_model(name).model_copy(update=dims)
+
+
+SMALL_MOE = _small("mixtral-8x7b", hidden_size=256, intermediate_size=512, num_attention_heads=8, num_key_value_heads=2)
+SMALL_MLA = _small(
+    "deepseek-v3",
+    hidden_size=256,
+    intermediate_size=512,
+    moe_intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=4,
+    n_routed_experts=16,
+    q_lora_rank=64,
+    kv_lora_rank=32,
+)
+
+CASES = [
+    (load_model("gpt2-124m"), ParallelConfig(tp=2, sequence_parallel=True, recompute="full"), 128),
+    (load_model("llama3-8b"), ParallelConfig(tp=4, cp=2, recompute="selective"), 128),
+    (SMALL_MOE, ParallelConfig(tp=2, ep=4, dp=4), 64),
+    (SMALL_MLA, ParallelConfig(tp=2, ep=4, dp=4, sequence_parallel=True), 64),
+]
+
+
+@pytest.mark.parametrize(("model", "plan", "seq_len"), CASES, ids=["gpt2-sp-full", "llama-cp-sel", "moe", "mla-moe"])
+def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan: ParallelConfig, seq_len: int) -> None:
+    # torch's FLOP counter over one training pass of the shard: every matmul FLOP it executes is
+    # one the step prices (layer_gemms x forward passes: 3, or 4 under full recompute), no more.
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from planner.validate.layer import Shard
+
+    torch.set_num_threads(1)
+    job = JobSpec(global_batch_size=64, seq_len=seq_len)
+    terms = layer_terms(model, job, plan, CPU, on_gpu=False)
+    assert {t.name for t in terms} == (
+        {"layer.moe"} | ({"layer.dense"} if model.num_dense_layers else set()) if model.is_moe else {"layer.dense"}
+    )
+    passes = 4.0 if plan.recompute == "full" else 3.0
+    mesh = MeshArrays.from_configs([plan])
+    for term in terms:
+        assert term.layer is not None
+        shard = Shard(term.layer, torch.device("cpu"), torch.float32)
+        with FlopCounterMode(display=False) as counter:
+            shard.step()
+        counted = counter.get_flop_counts()["Global"]
+        matmul = sum(v for op, v in counted.items() if str(op) in ("aten.mm", "aten.addmm"))
+        priced = sum(
+            float(np.asarray(g.count * 2.0 * np.round(g.m_rows) * g.n * g.k).reshape(-1)[0])
+            for g in layer_gemms(model, job, mesh, term.layer.moe)
+        )
+        assert matmul == pytest.approx(passes * priced, rel=1e-9)
+        assert shard.x.shape[0] == (seq_len // plan.cp // plan.tp if plan.sequence_parallel else seq_len // plan.cp)
+
+
+@pytest.mark.parametrize(
+    ("model_name", "plan"),
+    [
+        ("llama3-70b", ParallelConfig(tp=8, pp=4, dp=4, recompute="selective", sequence_parallel=True)),
+        ("mixtral-8x7b", ParallelConfig(tp=2, pp=2, ep=8, dp=32, recompute="full")),
+        ("deepseek-v3", ParallelConfig(tp=1, pp=16, ep=64, dp=64, micro_batch_size=1)),
+    ],
+)
+def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: ParallelConfig) -> None:
+    # On the plan's own GPU (the replay an H200 run makes), the layer terms times their calls,
+    # plus the LM head's three passes, are exactly the step's compute term: one model, no copy.
+    model, cluster = load_model(model_name), load_cluster("dgx-h200", gpus=plan.tp * plan.pp * plan.dp * plan.cp)
+    job = JobSpec(global_batch_size=1024, seq_len=4096)
+    mesh = MeshArrays.from_configs([plan])
+    m = float(num_microbatches(job.batch_size, mesh)[0])
+    terms = layer_terms(model, job, plan, cluster, on_gpu=True)
+    assert all(t.dtype == "bf16" for t in terms)
+    layers_total = sum(t.calls_per_step * t.predicted_s for t in terms)
+    head = 3.0 * m * float(lm_head_forward_s(model, cluster, job, mesh)[0])
+    compute = float(evaluate(model, cluster, job, mesh).time["compute"][0])
+    assert layers_total + head == pytest.approx(compute, rel=1e-9)
+
+
+def test_calibration_recovers_the_gemm_rate_and_attention_efficiency_of_layer_shards() -> None:
+    # Synthetic measurements made with known factors (GEMM rate x0.7, attention efficiency x0.5)
+    # on layer shards and GEMMs of two plans; the fit must find both factors.
+    from planner.validate.calibrate import Params, fit, initial_params, predict
+    from planner.validate.gemms import gemm_terms
+    from planner.validate.schemas import TermResult
+
+    model, profile = load_model("gpt2-124m"), CPU.profile
+    terms = []
+    for plan in (ParallelConfig(tp=1), ParallelConfig(tp=2, cp=2), ParallelConfig(tp=4)):
+        for seq_len in (256, 1024):
+            job = JobSpec(global_batch_size=8, seq_len=seq_len)
+            terms += layer_terms(model, job, plan, CPU, on_gpu=False) + gemm_terms(model, job, plan, CPU, False)
+    start = initial_params(profile)
+    truth = Params(links=start.links, gemm_scale={"fp32": 0.7}, attention_scale=0.5)
+    results = [TermResult(spec=t, measured_s=1.0, p10_s=1.0, p90_s=1.0, repeats=1, ratio=None) for t in terms]
+    measured = predict(profile, truth, results)
+    results = [r.model_copy(update={"measured_s": float(s)}) for r, s in zip(results, measured, strict=True)]
+    params, before, after = fit(profile, results)
+    assert params.gemm_scale["fp32"] == pytest.approx(0.7, rel=0.02)
+    assert params.attention_scale == pytest.approx(0.5, rel=0.05)
+    assert after.median < 0.01 < before.median
+
+
+def test_layer_prediction_on_cpu_prices_fp32() -> None:
+    # On CPU the shard runs fp32: priced at the fp32 rate, not the emulated bf16 rate (250x slower).
+    job = JobSpec(global_batch_size=8, seq_len=256)
+    (term,) = layer_terms(load_model("gpt2-124m"), job, ParallelConfig(), CPU, on_gpu=False)
+    assert term.dtype == "fp32" and term.layer is not None
+    flops = 3.0 * 2.0 * 256 * (4 * 768 * 768 + 2 * 768 * 3072)  # 3 passes of the layer's GEMMs
+    assert flops / CPU.gpu.peak_flops_per_s("fp32") < term.predicted_s < 2.0 * flops / CPU.gpu.peak_flops_per_s("fp32")
+    assert predict_layer_s(term.layer, CPU, "fp32") == term.predicted_s
+
+
+def test_a_layer_shard_too_slow_for_the_timeout_is_refused_in_one_line(cli) -> None:
+    # One llama3-70b layer (tp=8, 8k tokens) in fp32 on one CPU core is minutes: refused before
+    # any rank starts, naming the flag and the way out.
+    pytest.importorskip("torch")
+    from tests.conftest import assert_one_line_error
+
+    args = ("validate", "--local-ranks", "2", "--model", "llama3-70b", "--cluster", "dgx-h100x16", "--top", "1")
+    r = cli(*args, "--layer-shard", "--timeout", "60")
+    assert_one_line_error(r, "--layer-shard", "layer.dense", "localhost-cpu", "--timeout", "--no-layer-shard")
