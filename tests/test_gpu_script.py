@@ -1,0 +1,60 @@
+"""benchmarks/gpu_validate.sh, the prepared GPU check, run end to end on CPU: the same steps
+(plan, torchrun replay with the layer shard, calibrate, plan again) with gloo and GPT-2, so the
+script that runs on an H200 is the one tested here, and so is the torchrun launch path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
+    env = os.environ | {
+        "OUT": str(tmp_path),
+        "BACKEND": "gloo",
+        "MODEL": "gpt2-124m",
+        "PLAN_CLUSTER": "localhost-cpu",
+        "PROFILE": "localhost-cpu",
+        "PLAN_GPUS": "2",
+        "TOP": "1",
+        "NPROC": "2",
+        "PYTHON": sys.executable,
+        "EXTRA": "--seq-len 128 --repeats 2 --warmup 1 --max-gemm-flops 2e8",
+    }
+    done = subprocess.run(
+        ["bash", "benchmarks/gpu_validate.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    names = {p.name for p in tmp_path.iterdir()}
+    assert names == {
+        "env.txt",
+        "plan-before.txt",
+        "validate.json",
+        "validate.txt",
+        "calibrate.txt",
+        "localhost-cpu-measured.yaml",
+        "plan-after.txt",
+    }
+    assert "no CUDA device" in (tmp_path / "env.txt").read_text()
+    report = json.loads((tmp_path / "validate.json").read_text())
+    assert report["status"] == "complete" and report["context"]["world_size"] == 2
+    (cand,) = report["candidates"]
+    layer = next(t for t in cand["terms"] if t["spec"]["name"] == "layer.dense")
+    assert layer["measured_s"] > 0 and cand["complete"]
+    from planner.catalog import load_profile
+
+    sources = load_profile(str(tmp_path / "localhost-cpu-measured.yaml")).gpu.sources
+    assert sources["attention_efficiency"].endswith("fitted from layer shards")
+    assert sources["gemm_efficiency"].endswith("fitted from fp32 GEMMs")
+    assert "gpt2-124m on localhost-cpu-measured" in (tmp_path / "plan-after.txt").read_text()
