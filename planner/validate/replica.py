@@ -28,7 +28,7 @@ def fit_replica(config: ParallelConfig, world_size: int) -> tuple[ReplicaMesh, l
         planned = int(getattr(config, axis))
         kept = _largest_divisor_at_most(planned, world_size // used)
         if kept != planned:
-            notes.append(f"{axis} {planned} -> {kept}: the world has {world_size} ranks")
+            notes.append(f"{axis} {planned} -> {kept}: the world has {world_size} rank{'' if world_size == 1 else 's'}")
         degrees[axis] = kept
         used *= kept
     fold = degrees["tp"] * degrees["cp"] * degrees["dp"]

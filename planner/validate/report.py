@@ -149,7 +149,8 @@ def print_validation(console: Console, report: ValidationReport) -> None:
     ctx = report.context
     console.print(
         f"{report.model}: plan ranked on {report.plan_cluster}; replayed with {ctx.backend} on {ctx.world_size} "
-        f"ranks of {ctx.host} ({ctx.device}), predictions priced on profile {ctx.replay_profile}"
+        f"rank{'' if ctx.world_size == 1 else 's'} of {ctx.host} ({ctx.device}), predictions priced on profile "
+        f"{ctx.replay_profile}"
     )
     for note in ctx.notes:
         console.print(f"  note: {note}")
