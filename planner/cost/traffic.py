@@ -47,6 +47,67 @@ class Traffic:
     hidden_s: np.ndarray | float = 0.0
 
 
+def tp_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """One TP collective's buffer: the rank's b*s/c tokens x h activations."""
+    return mesh.tokens_per_rank(job.seq_len) * model.hidden_size * job.activation_bytes_per_element
+
+
+def tp_collectives_per_microbatch(
+    mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(TP collectives, expert-TP all-reduces) of one micro-batch through the stage's layers: 4 per
+    dense layer (2 forward, 2 backward), attention's 2 in a MoE layer, and the expert-TP pair; full
+    recompute repeats the forward ones."""
+    full = mesh.recompute == RECOMPUTE_FULL
+    attention_count = np.where(full, 3.0, 2.0)
+    return (layers - moe_layers) * np.where(full, 6.0, 4.0) + moe_layers * attention_count, (
+        moe_layers * attention_count
+    )
+
+
+def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """The rank's routed tokens (its 1/t of the tokens, top-k copies) x h: the expert-TP all-reduce
+    and the EP dispatch/combine buffers."""
+    return tp_message_bytes(model, job, mesh) / mesh.tp * (model.num_experts_per_tok or 0)
+
+
+def ep_all_to_alls_per_microbatch(mesh: MeshArrays, moe_layers: np.ndarray) -> np.ndarray:
+    """Dispatch and combine, forward and backward (and the recomputed forward's) per MoE layer."""
+    return moe_layers * np.where(mesh.recompute == RECOMPUTE_FULL, 6.0, 4.0)
+
+
+def cp_block_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """One CP ring step: the rank's K and V blocks (its kv heads, d_qk + d_v per head)."""
+    d_qk, d_v = attention_dims(model)
+    block = mesh.tokens_per_rank(job.seq_len) * kv_heads_per_rank(model, mesh.tp.astype(float)) * (d_qk + d_v)
+    return block * job.activation_bytes_per_element
+
+
+def cp_ring_steps_per_microbatch(mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
+    """(c-1) ring steps per layer forward, 2(c-1) backward, and the recomputed forward's."""
+    return layers * (mesh.cp - 1) * np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
+
+
+def pp_message_bytes(job: JobSpec, mesh: MeshArrays, hidden: int) -> np.ndarray:
+    """One stage-boundary send: the b*s/c x h activations, 1/t of them per TP rank."""
+    return mesh.tokens_per_rank(job.seq_len) * hidden * job.activation_bytes_per_element / mesh.tp
+
+
+def pp_sends_per_step(mesh: MeshArrays, m: np.ndarray) -> np.ndarray:
+    """Sends on the critical path per step: 2 per slot (v*m + p - 1 slots interleaved, m + p - 1 otherwise)."""
+    return 2.0 * (np.where(mesh.schedule == INTERLEAVED, mesh.virtual_stages * m, m) + mesh.pp - 1)
+
+
+def dp_buffers_bytes(
+    job: JobSpec, params: RankParams
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """((dense, expert) gradient bytes, (dense, expert) weight bytes) of the rank's parameters:
+    what DP reduces and ZeRO gathers."""
+    grads = (params.dense * job.gradient_bytes_per_param, params.expert * job.gradient_bytes_per_param)
+    weights = (params.dense * job.weight_bytes_per_param, params.expert * job.weight_bytes_per_param)
+    return grads, weights
+
+
 def tp_per_microbatch(
     model: ModelSpec,
     job: JobSpec,
@@ -58,18 +119,15 @@ def tp_per_microbatch(
     """TP (and expert-TP) collectives of one micro-batch through the stage's layers: all-reduces,
     or with SP a reduce-scatter plus an all-gather each (ring collectives: in-network
     all-reduce does not apply to them)."""
-    full = mesh.recompute == RECOMPUTE_FULL
-    message = mesh.tokens_per_rank(job.seq_len) * model.hidden_size * job.activation_bytes_per_element
-    dense_count = np.where(full, 6.0, 4.0)
-    attention_count = np.where(full, 3.0, 2.0)
-    count = (layers - moe_layers) * dense_count + moe_layers * attention_count
-    routed = message / mesh.tp * (model.num_experts_per_tok or 0)
+    message = tp_message_bytes(model, job, mesh)
+    count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
+    routed = routed_message_bytes(model, job, mesh)
     tp = links["tp"]
     split = comm.reduce_scatter_s(message, tp) + comm.all_gather_s(message, tp)
     per_collective = np.where(mesh.sequence_parallel, split, comm.all_reduce_s(message, tp))
-    time = count * per_collective + moe_layers * attention_count * comm.all_reduce_s(routed, links["etp"])
-    sent = count * comm.all_reduce_bytes_sent(message, mesh.tp) + moe_layers * attention_count * (
-        comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
+    time = count * per_collective + expert_count * comm.all_reduce_s(routed, links["etp"])
+    sent = count * comm.all_reduce_bytes_sent(message, mesh.tp) + expert_count * comm.all_reduce_bytes_sent(
+        routed, mesh.expert_tp
     )
     return Traffic(time, sent)
 
@@ -78,9 +136,8 @@ def ep_per_microbatch(
     model: ModelSpec, job: JobSpec, mesh: MeshArrays, links: dict[str, comm.GroupLink], moe_layers: np.ndarray
 ) -> Traffic:
     """Dispatch and combine all-to-alls of one micro-batch through the stage's MoE layers."""
-    message = mesh.tokens_per_rank(job.seq_len) / mesh.tp * (model.num_experts_per_tok or 0) * model.hidden_size
-    message = message * job.activation_bytes_per_element
-    count = moe_layers * np.where(mesh.recompute == RECOMPUTE_FULL, 6.0, 4.0)
+    message = routed_message_bytes(model, job, mesh)
+    count = ep_all_to_alls_per_microbatch(mesh, moe_layers)
     return Traffic(
         count * comm.all_to_all_s(message, links["ep"]), count * comm.all_gather_bytes_sent(message, mesh.ep)
     )
@@ -96,11 +153,9 @@ def cp_per_microbatch(
 ) -> Traffic:
     """K/V ring of one micro-batch through the stage's layers; exposed beyond the attention core
     (forward, backward at twice the forward, and the recomputed forward under full recompute)."""
-    d_qk, d_v = attention_dims(model)
-    block = mesh.tokens_per_rank(job.seq_len) * kv_heads_per_rank(model, mesh.tp.astype(float)) * (d_qk + d_v)
-    block = block * job.activation_bytes_per_element
+    block = cp_block_bytes(model, job, mesh)
     passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
-    steps = layers * (mesh.cp - 1) * passes
+    steps = cp_ring_steps_per_microbatch(mesh, layers)
     total = steps * comm.send_recv_s(block, links["cp"])
     exposed = np.maximum(total - layers * passes * attention_core_fwd_s, 0.0)
     return Traffic(exposed, steps * block, total - exposed)
@@ -111,11 +166,9 @@ def pp_per_step(
 ) -> Traffic:
     """Activation and gradient sends between stages: 2 per slot on the critical path (v*m + p - 1
     slots of 1/v stage when interleaved, m + p - 1 otherwise)."""
-    message = mesh.tokens_per_rank(job.seq_len) * hidden * job.activation_bytes_per_element
-    message = message / mesh.tp
-    slots = np.where(mesh.schedule == INTERLEAVED, mesh.virtual_stages * m, m) + mesh.pp - 1
+    message = pp_message_bytes(job, mesh, hidden)
     staged = mesh.pp > 1
-    time = np.where(staged, 2.0 * slots * comm.send_recv_s(message, links["pp"]), 0.0)
+    time = np.where(staged, pp_sends_per_step(mesh, m) * comm.send_recv_s(message, links["pp"]), 0.0)
     return Traffic(time, np.where(staged, 2.0 * m * mesh.virtual_stages * message, 0.0))
 
 
@@ -132,8 +185,7 @@ def dp_per_step(
     """Gradient reduction and ZeRO gathers of one step, exposed per the module docstring.
     Dense weights reduce over dp*cp, expert weights over expert-DP."""
     dp, edp = links["dp"], links["edp"]
-    grads = (params.dense * job.gradient_bytes_per_param, params.expert * job.gradient_bytes_per_param)
-    weights = (params.dense * job.weight_bytes_per_param, params.expert * job.weight_bytes_per_param)
+    grads, weights = dp_buffers_bytes(job, params)
     z = mesh.zero_stage
 
     def both(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]

@@ -1,13 +1,14 @@
 """The collectives a plan runs, as replayable terms priced on the replay's hardware profile.
 
-Message sizes and call counts per step follow ``planner.cost.traffic`` term by term (its module
-docstring gives the sources; tests/test_validate_terms.py checks that these terms, summed, give
-traffic's times): TP all-reduce (or reduce-scatter + all-gather with SP) of b*s/c*h activations,
-expert-TP all-reduce of the routed tokens, EP dispatch/combine all-to-all, one CP ring step of
-the K and V blocks, PP sends of b*s/c*h/t, DP all-reduce or ZeRO reduce-scatter + all-gather of
-the rank's gradients and weights. Message sizes come from the *plan's* mesh; the time of one
-call is priced with ``planner.cost.comm`` on the link each group of the *replica* mesh has on
-the replay profile, so predicted and measured describe the same groups on the same machine.
+Message sizes and call counts per step are ``planner.cost.traffic``'s own (its message-size and
+count functions; its module docstring gives the sources; tests/test_validate_terms.py checks that
+these terms, summed, give traffic's times): TP all-reduce (or reduce-scatter + all-gather with
+SP) of b*s/c*h activations, expert-TP all-reduce of the routed tokens, EP dispatch/combine
+all-to-all, one CP ring step of the K and V blocks, PP sends of b*s/c*h/t, DP all-reduce or ZeRO
+reduce-scatter + all-gather of the rank's gradients and weights. Message sizes come from the
+*plan's* mesh; the time of one call is priced with ``planner.cost.comm`` on the link each group
+of the *replica* mesh has on the replay profile, so predicted and measured describe the same
+groups on the same machine.
 
 A message above ``max_message_bytes`` is replayed at the cap and counted as plan/cap calls (the
 buckets a framework would split it into; DDP and FSDP do so anyway).
@@ -19,9 +20,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from planner.cost import comm
-from planner.cost.flops import attention_dims
-from planner.cost.memory import kv_heads_per_rank, rank_params
+from planner.cost import comm, traffic
+from planner.cost.memory import rank_params
 from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -96,46 +96,35 @@ def comm_terms(
     groups and priced on ``replay_cluster`` (see the module docstring)."""
     pm = MeshArrays.from_configs([plan])
     links = comm.mesh_links(replay_cluster, MeshArrays.from_configs([replica]))
-    m = float(num_microbatches(job.batch_size, pm)[0])
+    m = num_microbatches(job.batch_size, pm)
     layers = layers_on_worst_stage(model, pm)
     moe = moe_layers_on_worst_stage(model, layers)
-    n_layers, n_moe = float(layers[0]), float(moe[0])
-    full = plan.recompute == "full"
-    dense_count, attention_count = (6.0, 3.0) if full else (4.0, 2.0)
-    act = job.activation_bytes_per_element
-    h = model.hidden_size
-    tokens = float(pm.tokens_per_rank(job.seq_len)[0])
-    top_k = model.num_experts_per_tok or 0
     out: list[TermSpec | None] = []
 
-    def add(name: str, op: str, group: str, plan_size: int, message: float, calls: float) -> None:
+    def add(name: str, op: str, group: str, plan_size: int, message: np.ndarray, calls: np.ndarray | float) -> None:
         link = links["dp" if group == "dp_cp" else group]
-        out.append(collective_term(name, op, group, link, plan_size, message, calls, max_message_bytes))
+        one = (float(np.asarray(message).reshape(-1)[0]), float(np.asarray(calls).reshape(-1)[0]))
+        out.append(collective_term(name, op, group, link, plan_size, *one, max_message_bytes))
 
-    tp_message = tokens * h * act
-    tp_calls = m * ((n_layers - n_moe) * dense_count + n_moe * attention_count)
+    tp_message = traffic.tp_message_bytes(model, job, pm)
+    tp_calls, etp_calls = traffic.tp_collectives_per_microbatch(pm, layers, moe)
     for op in ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",):
-        add(f"tp.{op}", op, "tp", plan.tp, tp_message, tp_calls)
-    routed = tp_message / plan.tp * top_k
-    add("etp.all_reduce", "all_reduce", "etp", plan.expert_tp, routed, m * n_moe * attention_count)
-    add("ep.all_to_all", "all_to_all", "ep", plan.ep, tokens / plan.tp * top_k * h * act, m * n_moe * dense_count)
-
-    d_qk, d_v = attention_dims(model)
-    kv = float(kv_heads_per_rank(model, np.asarray(float(plan.tp))))
-    passes = 4.0 if full else 3.0
-    block = tokens * kv * (d_qk + d_v) * act
-    add("cp.ring_exchange", "ring_exchange", "cp", plan.cp, block, m * n_layers * (plan.cp - 1) * passes)
-
-    slots = (plan.virtual_stages * m if plan.schedule == "interleaved-1f1b" else m) + plan.pp - 1
-    add("pp.send_recv", "send_recv", "pp", plan.pp, tokens * h * act / plan.tp, 2.0 * slots)
+        add(f"tp.{op}", op, "tp", plan.tp, tp_message, m * tp_calls)
+    routed = traffic.routed_message_bytes(model, job, pm)
+    add("etp.all_reduce", "all_reduce", "etp", plan.expert_tp, routed, m * etp_calls)
+    add("ep.all_to_all", "all_to_all", "ep", plan.ep, routed, m * traffic.ep_all_to_alls_per_microbatch(pm, moe))
+    cp_steps = traffic.cp_ring_steps_per_microbatch(pm, layers)
+    add("cp.ring_exchange", "ring_exchange", "cp", plan.cp, traffic.cp_block_bytes(model, job, pm), m * cp_steps)
+    pp_message = traffic.pp_message_bytes(job, pm, model.hidden_size)
+    add("pp.send_recv", "send_recv", "pp", plan.pp, pp_message, traffic.pp_sends_per_step(pm, m))
 
     params = rank_params(model, pm, pm.pp == 1, np.ones(1, dtype=bool))
+    (dense_grads, expert_grads), (dense_weights, expert_weights) = traffic.dp_buffers_bytes(job, params)
     z = plan.zero_stage
-    for prefix, group, size, count in (
-        ("dp", "dp_cp", plan.dp * plan.cp, float(params.dense[0])),
-        ("edp", "edp", plan.expert_dp, float(params.expert[0])),
+    for prefix, group, size, grads, weights in (
+        ("dp", "dp_cp", plan.dp * plan.cp, dense_grads, dense_weights),
+        ("edp", "edp", plan.expert_dp, expert_grads, expert_weights),
     ):
-        grads, weights = count * job.gradient_bytes_per_param, count * job.weight_bytes_per_param
         if z == 0:
             add(f"{prefix}.all_reduce", "all_reduce", group, size, grads, 1.0)
         else:
