@@ -460,8 +460,20 @@ def calibrate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit alpha and bandwidth per link tier and GEMM efficiency to measurements; write a new profile."""
+    import numpy as np
+
     from planner.catalog import load_cluster, load_profile, read_yaml
-    from planner.validate.calibrate import calibrated_profile, fit, samples_from_json, write_profile_yaml
+    from planner.validate.calibrate import (
+        ErrorStats,
+        base_attention_efficiency,
+        calibrated_profile,
+        fit,
+        fits_attention,
+        initial_params,
+        predict,
+        samples_from_json,
+        write_profile_yaml,
+    )
     from planner.validate.report import host_and_time
 
     if cluster is None:
@@ -470,12 +482,13 @@ def calibrate_cmd(
         raise PlannerError("--out is required: where to write the calibrated profile YAML")
     base = load_cluster(cluster).profile
     results = samples_from_json(read_yaml(from_), str(from_))
-    params, before, after = fit(base, results)
+    params, before, _ = fit(base, results)
     host, when = host_and_time()
     source = f"measured on {host} at {when}: plan calibrate fit to {len(results)} terms of {from_.name}"
     profile = calibrated_profile(base, params, results, name or out.stem, source)
     write_profile_yaml(out, profile)
-    load_profile(str(out.resolve()))  # what was written must load
+    written = load_profile(str(out.resolve()))  # what was written must load, and is what "after" prices
+    after = ErrorStats.of(predict(written, initial_params(written), results), np.array([r.measured_s for r in results]))
     summary = {
         "profile": str(out),
         "samples": len(results),
@@ -495,9 +508,9 @@ def calibrate_cmd(
         typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
     for dtype, scale in params.gemm_scale.items():
         typer.echo(f"  {dtype} GEMM rate x{scale:.3g} of the old profile's")
-    if any(r.spec.op == "layer" for r in results):
+    if fits_attention(results):
         typer.echo(
-            f"  attention efficiency x{params.attention_scale:.3g}: {profile.gpu.attention_efficiency:.3g} "
+            f"  attention efficiency {base_attention_efficiency(base):.3g} -> {profile.gpu.attention_efficiency:.3g} "
             "(fitted from the layer shards)"
         )
     typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")

@@ -99,28 +99,43 @@ def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: Parallel
     assert layers_total + head == pytest.approx(compute, rel=1e-9)
 
 
-def test_calibration_recovers_the_gemm_rate_and_attention_efficiency_of_layer_shards() -> None:
-    # Synthetic measurements made with known factors (GEMM rate x0.7, attention efficiency x0.5)
-    # on layer shards and GEMMs of two plans; the fit must find both factors.
-    from planner.validate.calibrate import Params, fit, initial_params, predict
+@pytest.mark.parametrize(
+    ("cluster_name", "model_name", "gemm", "attention"),
+    [("localhost-cpu", "gpt2-124m", 0.7, 0.5), ("dgx-h200", "llama3-8b", 1.3, 0.9)],
+)
+def test_calibration_recovers_the_gemm_rate_and_attention_efficiency_of_layer_shards(
+    cluster_name: str, model_name: str, gemm: float, attention: float
+) -> None:
+    # Synthetic measurements made with known factors on the layer shards and GEMMs of three plans
+    # (fp32 on CPU; bf16 on an H200, where x1.3 pushes the GEMM efficiency past 1 so the peak is
+    # raised instead); the fit must find both factors, and the profile it writes must price every
+    # sample as the fit did.
+    from planner.validate.calibrate import Params, calibrated_profile, fit, initial_params, predict
     from planner.validate.gemms import gemm_terms
     from planner.validate.schemas import TermResult
 
-    model, profile = load_model("gpt2-124m"), CPU.profile
+    cluster = load_cluster(cluster_name)
+    model, profile, on_gpu = load_model(model_name), cluster.profile, cluster_name != "localhost-cpu"
     terms = []
     for plan in (ParallelConfig(tp=1), ParallelConfig(tp=2, cp=2), ParallelConfig(tp=4)):
         for seq_len in (256, 1024):
             job = JobSpec(global_batch_size=8, seq_len=seq_len)
-            terms += layer_terms(model, job, plan, CPU, on_gpu=False) + gemm_terms(model, job, plan, CPU, False)
+            terms += layer_terms(model, job, plan, cluster, on_gpu) + gemm_terms(model, job, plan, cluster, on_gpu)
+    dtype = terms[0].dtype
     start = initial_params(profile)
-    truth = Params(links=start.links, gemm_scale={"fp32": 0.7}, attention_scale=0.5)
+    truth = Params(links=start.links, gemm_scale={dtype: gemm}, attention_scale=attention)
     results = [TermResult(spec=t, measured_s=1.0, p10_s=1.0, p90_s=1.0, repeats=1, ratio=None) for t in terms]
     measured = predict(profile, truth, results)
     results = [r.model_copy(update={"measured_s": float(s)}) for r, s in zip(results, measured, strict=True)]
     params, before, after = fit(profile, results)
-    assert params.gemm_scale["fp32"] == pytest.approx(0.7, rel=0.02)
-    assert params.attention_scale == pytest.approx(0.5, rel=0.05)
+    assert params.gemm_scale[dtype] == pytest.approx(gemm, rel=0.02)
+    assert params.attention_scale == pytest.approx(attention, rel=0.05)
     assert after.median < 0.01 < before.median
+    written = calibrated_profile(profile, params, results, "fitted", "test")
+    assert (written.gpu.peak_tflops[dtype] > profile.gpu.peak_tflops[dtype]) == on_gpu  # type: ignore[index]
+    np.testing.assert_allclose(
+        predict(written, initial_params(written), results), predict(profile, params, results), rtol=1e-5
+    )
 
 
 def test_layer_prediction_on_cpu_prices_fp32() -> None:

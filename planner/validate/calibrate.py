@@ -18,8 +18,11 @@ fitted, unless the fit exceeds the datasheet (then bandwidth = fit, efficiency 1
 factor on the achievable rate, applied to ``gemm_efficiency`` (and its curve); what would push
 an efficiency past 1 goes into ``peak_tflops`` of the measured format instead. Layer shards
 (``planner.validate.shard``) are priced by the step's own layer model on the candidate GPU: they
-share the GEMM factor of their format and add one factor on ``attention_efficiency`` (the flash
-attention core, the part of a layer no GEMM term measures), written capped at 1.
+share the GEMM factor of their format and, when they use flash attention, add one factor on
+``attention_efficiency`` (the attention core, the part of a layer no GEMM term measures). The
+written profile prices every sample as the fit did: attention runs at the 16-bit peak times the
+attention efficiency, so the written efficiency carries the GEMM factor of the layers' format over
+what went into the peak (capped at 1, and said so).
 """
 
 from __future__ import annotations
@@ -81,6 +84,11 @@ class Params:
 def initial_params(profile: HardwareProfile) -> Params:
     links = {t: (getattr(profile, t).latency_s, getattr(profile, t).bus_bandwidth_bytes_per_s) for t in TIERS}
     return Params(links=links, gemm_scale={})
+
+
+def fits_attention(results: list[TermResult]) -> bool:
+    """Whether the samples determine the attention efficiency: layer shards with flash attention."""
+    return any(r.spec.op == "layer" and r.spec.layer is not None and r.spec.layer.job.flash_attention for r in results)
 
 
 def base_attention_efficiency(profile: HardwareProfile) -> float:
@@ -166,7 +174,7 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
     start = initial_params(profile)
     tiers = sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS})
     dtypes = sorted({r.spec.dtype for r in results if r.spec.op in COMPUTE_OPS})
-    layers = any(r.spec.op == "layer" for r in results)
+    layers = fits_attention(results)
     x0 = [math.log(v) for t in tiers for v in start.links[t]] + [0.0] * (len(dtypes) + layers)
     measured = np.array([r.measured_s for r in results])
 
@@ -212,12 +220,14 @@ def calibrated_profile(
         latency_s, bus = params.links[tier]
         data[tier] = _tier_update(getattr(profile, tier), latency_s, bus, source)
     gpu = data["gpu"]
+    raised: dict[str, float] = {}
     for dtype, scale in params.gemm_scale.items():
         effs = [gpu["gemm_efficiency"] * scale] + [e * scale for _, e in gpu.get("gemm_efficiency_curve", [])]
         top = max(effs)
         if top > 1.0:
             peak = profile.gpu.peak_flops_per_s(dtype) / 1e12
             gpu["peak_tflops"][dtype] = round(peak * top, 9)
+            raised[dtype] = top
             gpu["sources"]["peak_tflops"] = f"{source}: fitted {dtype} GEMM rate above the old peak x efficiency"
             effs = [e / top for e in effs]
         gpu["gemm_efficiency"] = round(effs[0], 6)
@@ -227,8 +237,13 @@ def calibrated_profile(
                 [g, round(e, 6)] for (g, _), e in zip(gpu["gemm_efficiency_curve"], effs[1:], strict=True)
             ]
             gpu["sources"]["gemm_efficiency_curve"] = f"{source}: the old curve scaled by the fitted factor"
-    if any(r.spec.op == "layer" for r in results):
-        fitted = base_attention_efficiency(profile) * params.attention_scale
+    if fits_attention(results):
+        # The fit priced attention at peak x g x A0 x a (g: the GEMM factor of the layers' format,
+        # whose peak prices attention in the replay); the written profile prices it at its peak,
+        # raised by ``raised`` where that happened, times the efficiency written here.
+        dtype = next(r.spec.dtype for r in results if r.spec.op == "layer")
+        carried = params.gemm_scale.get(dtype, 1.0) / raised.get(dtype, 1.0)
+        fitted = base_attention_efficiency(profile) * params.attention_scale * carried
         gpu["attention_efficiency"] = round(min(fitted, 1.0), 6)
         capped = f" (fit {fitted:.3g} capped at 1)" if fitted > 1.0 else ""
         gpu["sources"]["attention_efficiency"] = f"{source}: fitted from layer shards{capped}"

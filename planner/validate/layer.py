@@ -3,8 +3,9 @@
 The shard is what one rank of the plan computes for one micro-batch of one layer, with the
 weight shapes of ``planner.cost.compute.layer_gemms`` (the shapes the step price uses): the
 pre-norm, QKV (or MLA's low-rank projections), RoPE, causal attention through
-``torch.nn.functional.scaled_dot_product_attention`` (FlashAttention on GPU when the job uses
-flash attention, the math kernel otherwise), the output projection and residual add, the second
+``torch.nn.functional.scaled_dot_product_attention`` (``ATTENTION_KERNELS``: a fused kernel on
+GPU when the job uses flash attention, and an error rather than a silent fallback to the unfused
+one; the unfused math kernel when it does not), the output projection and residual add, the second
 norm and the MLP (SwiGLU when gated, GELU otherwise), or for a MoE layer the router, the local
 experts on even shares of the routed tokens, one after another as the model prices them, and the
 shared experts. Backward is ``torch.autograd.grad`` of the output against a fixed random output
@@ -29,6 +30,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual spelling)
+from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint
 
 from planner.cost.compute import Gemm, layer_gemms
@@ -39,6 +41,19 @@ from planner.validate.ops import GEMM_DTYPES
 from planner.validate.schemas import LayerShard, TermSpec
 
 Tensor = torch.Tensor
+
+FUSED_ATTENTION = [SDPBackend.FLASH_ATTENTION, SDPBackend.CUDNN_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+"""The fused kernels torch may pick for a flash-attention job on GPU (FlashAttention-2, cuDNN's, or
+the memory-efficient one for MLA's unequal head dims). These are torch's kernels, not Transformer
+Engine's or FlashAttention-3: an attention efficiency calibrated from them describes PyTorch SDPA."""
+
+
+def attention_kernels(flash: bool, device: torch.device) -> list[SDPBackend]:
+    """SDPA backends allowed for the shard: unfused (math) without flash attention; fused only on
+    GPU with it; on CPU with it, torch's CPU flash kernel or math where that kernel refuses."""
+    if not flash:
+        return [SDPBackend.MATH]
+    return FUSED_ATTENTION if device.type == "cuda" else [SDPBackend.FLASH_ATTENTION, SDPBackend.MATH]
 
 
 def _whole(x: np.ndarray | float) -> int:
@@ -54,7 +69,8 @@ class Shard:
         model, job, plan = shard.model, shard.job, shard.plan
         mesh = MeshArrays.from_configs([plan])
         self.gemms: dict[str, Gemm] = {g.name: g for g in layer_gemms(model, job, mesh, shard.moe)}
-        self.generator = torch.Generator(device="cpu").manual_seed(seed)
+        self.generator = torch.Generator(device=device).manual_seed(seed)
+        self.kernels = attention_kernels(job.flash_attention, device)
         self.t = plan.tp
         self.b = plan.micro_batch_size
         self.s = job.seq_len // plan.cp
@@ -88,13 +104,13 @@ class Shard:
         if model.mlp_bias and not shard.moe:
             self.weights["mlp.in.bias"] = self._vector(_whole(self.gemms["mlp.in"].n), 0.0)
             self.weights["mlp.out.bias"] = self._vector(h, 0.0)
-        if model.qk_norm:
+        if model.qk_norm and not model.is_mla:
             self.weights["q_norm.weight"] = self._vector(self.d_qk, 1.0)
             self.weights["k_norm.weight"] = self._vector(self.d_qk, 1.0)
         if model.is_mla:
             if model.q_lora_rank:
                 self.weights["q_a_norm.weight"] = self._vector(model.q_lora_rank, 1.0)
-            self.weights["kv_a_norm.weight"] = self._vector(model.kv_lora_rank or 1, 1.0)
+            self.weights["kv_a_norm.weight"] = self._vector(model.kv_lora_rank or 0, 1.0)
         self.x = self._random((self.resid_rows, h), 1.0).requires_grad_()
         self.grad_out = self._random((self.resid_rows, h), 1.0)
         rope_dim = (model.qk_rope_head_dim or self.d_qk) if model.is_mla else self.d_qk
@@ -102,8 +118,8 @@ class Shard:
 
     # ---- parameters ------------------------------------------------------------------------
     def _random(self, shape: tuple[int, ...], std: float) -> Tensor:
-        values = torch.randn(shape, generator=self.generator, dtype=torch.float32) * std
-        return values.to(device=self.device, dtype=self.dtype)
+        """Normal values drawn on the device (a llama3-70b shard is ~1e9 of them)."""
+        return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype) * std
 
     def _matrix(self, gemm: Gemm) -> Tensor:
         k, n = _whole(gemm.k), _whole(gemm.n)
@@ -191,13 +207,13 @@ class Shard:
         job = self.spec.job
         dropout = 0.1 if job.dropout else 0.0
         gqa = q.shape[1] != k.shape[1]
-        cp = self.spec.plan.cp
-        if cp == 1:
-            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, enable_gqa=gqa)
-        keys = job.seq_len // 2
-        reps = -(-keys // self.s)
-        k, v = k.repeat(1, 1, reps, 1)[:, :, :keys], v.repeat(1, 1, reps, 1)[:, :, :keys]
-        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, enable_gqa=gqa)
+        causal = self.spec.plan.cp == 1
+        if not causal:
+            keys = job.seq_len // 2
+            reps = -(-keys // self.s)
+            k, v = k.repeat(1, 1, reps, 1)[:, :, :keys], v.repeat(1, 1, reps, 1)[:, :, :keys]
+        with sdpa_kernel(self.kernels):
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal, enable_gqa=gqa)
 
     def _attention(self, x: Tensor) -> Tensor:
         y = self._gathered(self._norm(x, "norm1"))
