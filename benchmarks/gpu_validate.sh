@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # The prepared GPU check of the validator (issue 5): on one GPU, replay llama3-70b's top plans
-# for 16 H200s (GEMMs and one transformer layer shard forward+backward per layer kind, at the
-# plans' per-rank shapes) through torchrun with NCCL at world size 1 (the same code path as the
+# for 16 DGX H200 nodes (128 GPUs; GEMMs and one transformer layer shard forward+backward per
+# layer kind, at the plans' per-rank shapes) through torchrun with NCCL at world size 1 (the same code path as the
 # multi-GPU run: process group, barriers and timing all go through NCCL), then fit dgx-h200's GEMM
-# and attention efficiency to what was measured, and show the plan before and after.
+# and attention efficiency to what was measured, and show the plan before and after. Attention
+# runs through PyTorch SDPA (FlashAttention-2 or cuDNN), not Transformer Engine or FlashAttention-3:
+# the fitted attention efficiency describes that kernel.
 #
 # On the device machine (python3 there has torch with CUDA but not pydantic), from the repo root:
 #   here, once: echo /.whl/ >> .git/info/exclude
 #               python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
 #                 --implementation cp --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
-#                 -d .whl pydantic pydantic-core annotated-types typing-inspection
+#                 -d .whl pydantic==2.13.4 pydantic-core==2.46.4 annotated-types==0.7.0 typing-inspection==0.4.2
 #   run (carry .whl, timeout 600):
 #     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \
 #       && PYTHONPATH=/tmp/site:. bash benchmarks/gpu_validate.sh
@@ -22,7 +24,7 @@ BACKEND=${BACKEND:-nccl}
 MODEL=${MODEL:-llama3-70b}
 PLAN_CLUSTER=${PLAN_CLUSTER:-dgx-h200x16}
 PROFILE=${PROFILE:-dgx-h200}
-PLAN_GPUS=${PLAN_GPUS:-16}
+PLAN_NODES=${PLAN_NODES:-16}
 TOP=${TOP:-3}
 NPROC=${NPROC:-1}
 EXTRA=${EXTRA:-}
@@ -56,5 +58,5 @@ echo "== calibrate $PROFILE from the replay"
     --out "$OUT/$PROFILE-measured.yaml" | tee "$OUT/calibrate.txt"
 
 echo "== the plans on the calibrated profile"
-"$PY" -m planner --model "$MODEL" --cluster "$OUT/$PROFILE-measured.yaml" --gpus "$PLAN_GPUS" --top "$TOP" \
+"$PY" -m planner --model "$MODEL" --cluster "$OUT/$PROFILE-measured.yaml" --nodes "$PLAN_NODES" --top "$TOP" \
     | tee "$OUT/plan-after.txt"

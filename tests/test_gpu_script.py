@@ -26,7 +26,7 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
         "MODEL": "gpt2-124m",
         "PLAN_CLUSTER": "localhost-cpu",
         "PROFILE": "localhost-cpu",
-        "PLAN_GPUS": "2",
+        "PLAN_NODES": "1",
         "TOP": "1",
         "NPROC": "2",
         "PYTHON": sys.executable,

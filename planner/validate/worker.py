@@ -72,12 +72,12 @@ def mesh_groups(job: ReplayJob, mesh: ReplicaMesh, needed: set[str], device: tor
     timeout = timedelta(seconds=job.timeout_s)
     ranks = mesh_rank_tensor(mesh)
     member = dist.get_rank() < ranks.size  # ranks past the replicas idle (replica.fit_replica)
-    options = _group_options(job.backend, timeout)
     device_mesh = DeviceMesh(
         device.type,
         torch.as_tensor(ranks),
         mesh_dim_names=MESH_DIMS,
-        backend_override=tuple((job.backend, options) for _ in MESH_DIMS),
+        # one options object per dimension: creating a group writes its name into the object
+        backend_override=tuple((job.backend, _group_options(job.backend, timeout)) for _ in MESH_DIMS),
     )
     groups: dict[str, Any] = {}
     for name in ("tp", "cp", "pp", "dp"):
