@@ -55,6 +55,6 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
     from planner.catalog import load_profile
 
     sources = load_profile(str(tmp_path / "localhost-cpu-measured.yaml")).gpu.sources
-    assert sources["attention_efficiency"].endswith("fitted from layer shards")
+    assert "fitted from layer shards" in sources["attention_efficiency"]
     assert sources["gemm_efficiency"].endswith("fitted from fp32 GEMMs")
     assert "gpt2-124m on localhost-cpu-measured" in (tmp_path / "plan-after.txt").read_text()

@@ -172,7 +172,8 @@ def test_a_killed_or_hung_rank_fails_the_run_within_the_timeout(sig: int, expect
     hit: list[float] = []
 
     def on_event(event: Event) -> None:
-        if event.rank == 2 and event.kind == "leave" and event.position == (0, 1) and not hit:
+        # Hit as it enters the third term (the position is known then, not racing its next event).
+        if event.rank == 2 and event.kind == "enter" and event.position == (0, 2) and not hit:
             hit.append(time.monotonic())
             os.kill(event.pid, sig)  # type: ignore[arg-type]
 

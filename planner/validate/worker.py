@@ -103,6 +103,10 @@ def run_block(job: ReplayJob, index: int, block: ReplayBlock, device: torch.devi
     timeout = timedelta(seconds=job.timeout_s)
     needed = {t.group for t in block.terms}
     groups = mesh_groups(job, block.mesh, needed, device) if block.mesh is not None else {}
+    # Every group before the first timed call: group creation waits on peers without the
+    # per-call timeout, so a rank that fails mid-run does so inside a timed collective.
+    for size in sorted({t.group_size for t in block.terms if t.group.startswith("first:")}):
+        prefix_group(size, cache, timeout)
     rank = dist.get_rank()
     comm_dtype = torch.bfloat16 if job.backend == "nccl" else torch.float32
     for i, term in enumerate(block.terms):
