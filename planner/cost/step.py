@@ -34,7 +34,7 @@ from planner.cost.pipeline import (
     moe_layers_on_worst_stage,
     num_microbatches,
 )
-from planner.mesh import RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
+from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -45,13 +45,20 @@ al. 2020, section 2.1), plus a recomputed forward under full recompute (selectiv
 only the attention core, priced separately)."""
 
 
-def training_s(forward_s: np.ndarray, recomputed_core_s: np.ndarray, mesh: MeshArrays) -> np.ndarray:
-    """Forward, backward and recompute of layers whose forward takes ``forward_s``:
-    ``FORWARD_PASSES`` x the forward, plus ``recomputed_core_s`` (the attention core run again)
-    under selective recompute. Serves the step (a stage's layers) and the validator's layer
-    shard (one layer) alike."""
+def training_s(
+    forward_s: np.ndarray, core_forward_s: np.ndarray, recomputed_core_s: np.ndarray, mesh: MeshArrays
+) -> np.ndarray:
+    """Forward, backward and recompute of layers whose forward takes ``forward_s``, of which the
+    attention core ``core_forward_s`` (as priced in the forward: with flash kernels it carries 3.5/3
+    of its forward FLOPs, ``compute.attention_core_forward_s``) and ``recomputed_core_s`` is that
+    core run once more: ``FORWARD_PASSES`` x the forward, plus the recomputed core under selective
+    recompute; under full recompute the extra forward runs the core once, not 3.5/3 times (flash
+    backward 2.5 + forward 1 + recomputed forward 1 = 4.5 core forwards). Serves the step (a
+    stage's layers) and the validator's layer shard (one layer) alike."""
     passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
-    return passes * forward_s + np.where(mesh.recompute == RECOMPUTE_SELECTIVE, recomputed_core_s, 0.0)
+    selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, recomputed_core_s, 0.0)
+    full_excess = np.where(mesh.recompute == RECOMPUTE_FULL, core_forward_s - recomputed_core_s, 0.0)
+    return passes * forward_s + selective - full_excess
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
     passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
-    compute_first = training_s(body_fwd, layers * recomputed_core, mesh)
+    compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh)
     compute_mb = compute_first + 3.0 * head_fwd  # the last stage is the slower (or the only) one
     fwd_mb = compute_mb / passes
 

@@ -57,9 +57,10 @@ def predict_layer_s(shard: LayerShard, cluster: ClusterSpec, dtype: str) -> floa
     priced = pricing_cluster(cluster, dtype)
     job = shard.job.model_copy(update={"dtype": dtype if dtype in GPU_FORMATS else "bf16"})
     forward = layer_forward_s(shard.model, priced, job, mesh, shard.moe)
-    core = attention_core_forward_s(shard.model, priced, job, mesh, recompute=True)
-    core = core + unfused_softmax_forward_s(shard.model, priced, job, mesh)
-    return float(training_s(forward, core, mesh)[0])
+    softmax = unfused_softmax_forward_s(shard.model, priced, job, mesh)
+    core = attention_core_forward_s(shard.model, priced, job, mesh) + softmax
+    recomputed = attention_core_forward_s(shard.model, priced, job, mesh, recompute=True) + softmax
+    return float(training_s(forward, core, recomputed, mesh)[0])
 
 
 def layer_terms(
