@@ -459,7 +459,8 @@ def calibrate_cmd(
     name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the --out file's stem).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit alpha and bandwidth per link tier and GEMM efficiency to measurements; write a new profile."""
+    """Fit alpha and bandwidth per link tier, GEMM efficiency and (from layer shards) attention
+    efficiency to measurements; write a new profile."""
     import numpy as np
 
     from planner.catalog import load_cluster, load_profile, read_yaml

@@ -18,9 +18,7 @@ from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 
-Op = Literal[
-    "all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "ring_exchange", "gemm", "layer"
-]
+Op = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "send_recv", "ring_exchange", "gemm", "layer"]
 """Replayed operations. ``send_recv``: every rank of a pipeline group sends to the next stage and
 receives from the previous one (no wrap-around); ``ring_exchange``: the same with wrap-around (one
 step of the CP K/V ring); ``gemm``: one (M x K) @ (K x N) matmul on each rank; ``layer``: one
@@ -62,7 +60,8 @@ class TermSpec(Frozen):
     """One operation to time and its prediction on the replay's own hardware profile.
 
     ``group`` names the process group: an axis of the replica mesh (tp, cp, pp, dp_cp, ep, etp,
-    edp), ``first:<w>`` (ranks 0..w-1, the sweep) or ``self`` (a GEMM on each rank). ``tier`` and
+    edp), ``first:<w>`` (ranks 0..w-1, the sweep) or ``self`` (a GEMM or a layer shard, ``layer``,
+    on each rank). ``tier`` and
     ``per_domain`` say where the group sits on the replay profile (``planner.cost.comm``), so that
     ``plan calibrate`` can price the same group on a refitted profile. ``message_bytes`` is what is
     replayed, ``plan_message_bytes`` what the plan sends (larger when ``--max-message-bytes`` or
