@@ -15,7 +15,7 @@
 #   run (carry .whl, timeout 600):
 #     python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl \
 #       && PYTHONPATH=/tmp/site:. bash benchmarks/gpu_validate.sh
-# Everything lands in $OUT (7 files). The same steps run on CPU with gloo in the test suite
+# Everything lands in $OUT (8 files with nccl, 7 in the CPU dry run). The same steps run on CPU with gloo in the test suite
 # (tests/test_gpu_script.py): BACKEND=gloo MODEL=gpt2-124m PLAN_CLUSTER=localhost-cpu ...
 set -euo pipefail
 
@@ -43,6 +43,12 @@ else:
     print("no CUDA device: CPU dry run")
 EOF
 cat "$OUT/env.txt"
+
+if [ "$BACKEND" = nccl ]; then
+    echo "== the validator's NCCL tests (they skip without CUDA elsewhere)"
+    "$PY" -m pytest -q -p no:cacheprovider tests/test_validate_nccl.py 2>&1 | tee "$OUT/nccl-tests.txt" \
+        || echo "NCCL tests failed: see $OUT/nccl-tests.txt; going on with the replay"
+fi
 
 echo "== the plans being replayed (ranked on $PLAN_CLUSTER)"
 "$PY" -m planner --model "$MODEL" --cluster "$PLAN_CLUSTER" --top "$TOP" | tee "$OUT/plan-before.txt"
