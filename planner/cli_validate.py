@@ -198,15 +198,18 @@ def _run_with_progress(job: Any, local_ranks: int | None, lead: bool) -> tuple[l
 def _context(
     backend: str, world: int, profile_name: str, profile_path: str | None, job: Any, caps: tuple, notes: list[str]
 ) -> Any:
-    from planner.validate.report import host_and_time
+    from planner.validate.report import device_identity, host_and_time
     from planner.validate.schemas import ReplayContext
 
     host, when = host_and_time()
+    device_name, torch_version = device_identity(backend)
     return ReplayContext(
         host=host,
         created_at=when,
         backend=backend,
         device="cuda" if backend == "nccl" else "cpu",
+        device_name=device_name,
+        torch_version=torch_version,
         world_size=world,
         replay_profile=profile_name,
         replay_profile_path=profile_path,
@@ -475,17 +478,17 @@ def calibrate_cmd(
         samples_from_json,
         write_profile_yaml,
     )
-    from planner.validate.report import host_and_time
+    from planner.validate.report import measured_where
 
     if cluster is None:
         raise PlannerError("--cluster is required: the profile the measurements ran on (e.g. localhost-cpu)")
     if out is None:
         raise PlannerError("--out is required: where to write the calibrated profile YAML")
     base = load_cluster(cluster).profile
-    results = samples_from_json(read_yaml(from_), str(from_))
+    results, context = samples_from_json(read_yaml(from_), str(from_))
     params, before, _ = fit(base, results)
-    host, when = host_and_time()
-    source = f"measured on {host} at {when}: plan calibrate fit to {len(results)} terms of {from_.name}"
+    where = measured_where(context.host, context.created_at, context.device_name, context.torch_version)
+    source = f"{where}: plan calibrate fit to {len(results)} terms of {from_.name}"
     profile = calibrated_profile(base, params, results, name or out.stem, source)
     write_profile_yaml(out, profile)
     written = load_profile(str(out.resolve()))  # what was written must load, and is what "after" prices

@@ -56,5 +56,10 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
 
     sources = load_profile(str(tmp_path / "localhost-cpu-measured.yaml")).gpu.sources
     assert "fitted from layer shards" in sources["attention_efficiency"]
+    # Provenance is the measurement's own: its host, device and torch, at the time it ran.
+    context = report["context"]
+    assert context["device_name"] and context["torch_version"] == torch.__version__
+    where = f"measured on {context['host']} ({context['device_name']}, torch {torch.__version__}) at "
+    assert sources["gemm_efficiency"].startswith(where + context["created_at"])
     assert sources["gemm_efficiency"].endswith("fitted from fp32 GEMMs")
     assert "gpt2-124m on localhost-cpu-measured" in (tmp_path / "plan-after.txt").read_text()

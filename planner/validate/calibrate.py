@@ -39,7 +39,7 @@ from planner.cost import comm
 from planner.cost.compute import gemm_s
 from planner.errors import PlannerError
 from planner.schemas.hardware import BYTES_PER_ELEMENT, HardwareProfile, Interconnect
-from planner.validate.schemas import SweepReport, TermResult, TermSpec, ValidationReport
+from planner.validate.schemas import ReplayContext, SweepReport, TermResult, TermSpec, ValidationReport
 from planner.validate.terms import PRICE
 
 PRIOR_WEIGHT = 0.01
@@ -51,16 +51,18 @@ COMPUTE_OPS = ("gemm", "layer")
 """Ops timed on one rank, priced by the GPU's rates rather than a link."""
 
 
-def samples_from_json(data: dict[str, Any], where: str) -> list[TermResult]:
-    """Every measured term of a validation or sweep report."""
+def samples_from_json(data: dict[str, Any], where: str) -> tuple[list[TermResult], ReplayContext]:
+    """Every measured term of a validation or sweep report, and where and when it was measured."""
     from planner.catalog import validate_as
 
     kind = data.get("kind")
+    report: ValidationReport | SweepReport
     if kind == "validation":
         report = validate_as(ValidationReport, data, where)
         results = [t for c in report.candidates for t in c.terms]
     elif kind == "sweep":
-        results = [p.result for p in validate_as(SweepReport, data, where).points]
+        report = validate_as(SweepReport, data, where)
+        results = [p.result for p in report.points]
     else:
         raise PlannerError(
             f"{where}: field 'kind': expected 'validation' or 'sweep' (a plan validate JSON), got {kind!r}"
@@ -68,7 +70,7 @@ def samples_from_json(data: dict[str, Any], where: str) -> list[TermResult]:
     results = [r for r in results if r.measured_s > 0]
     if not results:
         raise PlannerError(f"{where}: no measured terms to fit")
-    return results
+    return results, report.context
 
 
 @dataclass(frozen=True)
@@ -211,8 +213,8 @@ def _tier_update(link: Interconnect, latency_s: float, bus_bytes_per_s: float, s
 def calibrated_profile(
     profile: HardwareProfile, params: Params, results: list[TermResult], name: str, source: str
 ) -> HardwareProfile:
-    """``profile`` with the fitted numbers and ``source`` ('measured on <host> at <date>: ...')
-    on every number that changed."""
+    """``profile`` with the fitted numbers and ``source`` ('measured on <host> (<device>, torch
+    <version>) at <date>: ...', from the report's own context) on every number that changed."""
     data = profile.model_dump(mode="json", exclude_none=True)
     data["name"] = name
     data["description"] = f"{profile.description} (calibrated: {source})"

@@ -51,6 +51,30 @@ def host_and_time() -> tuple[str, str]:
     return socket.gethostname(), datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
+def device_identity(backend: str) -> tuple[str, str]:
+    """(device model, torch version) of this process's replay device: the CUDA GPU with nccl, the
+    CPU model otherwise (/proc/cpuinfo where there is one)."""
+    import platform
+
+    import torch
+
+    if backend == "nccl":
+        return torch.cuda.get_device_name(), torch.__version__
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), name)
+    except OSError:
+        pass
+    return name, torch.__version__
+
+
+def measured_where(host: str, created_at: str, device_name: str | None, torch_version: str | None) -> str:
+    """'measured on <host> (<device>, torch <version>) at <date>', the provenance of fitted numbers."""
+    details = ", ".join(x for x in (device_name, f"torch {torch_version}" if torch_version else None) if x)
+    return f"measured on {host}{f' ({details})' if details else ''} at {created_at}"
+
+
 def term_result(spec: TermSpec, m: Measurement) -> TermResult:
     ratio = m.median_s / spec.predicted_s if spec.predicted_s > 0 else None
     return TermResult(spec=spec, measured_s=m.median_s, p10_s=m.p10_s, p90_s=m.p90_s, repeats=m.repeats, ratio=ratio)

@@ -159,6 +159,8 @@ class ReplayContext(Frozen):
     created_at: str
     backend: Literal["gloo", "nccl"]
     device: str
+    device_name: str | None = Field(None, description="GPU or CPU model of the measuring rank 0")
+    torch_version: str | None = None
     world_size: PositiveInt
     replay_profile: str = Field(description="Profile that priced every predicted_s (the replay's hardware)")
     replay_profile_path: str | None = None

@@ -99,6 +99,5 @@ def counted_once(terms: list[TermSpec]) -> list[TermSpec]:
     if not any(t.op == "layer" for t in terms):
         return terms
     return [
-        t.model_copy(update={"in_step_sum": False}) if t.op == "gemm" and t.name != "gemm.lm_head" else t
-        for t in terms
+        t.model_copy(update={"in_step_sum": False}) if t.op == "gemm" and t.name != "gemm.lm_head" else t for t in terms
     ]
