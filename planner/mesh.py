@@ -20,6 +20,11 @@ RECOMPUTES = ("none", "selective", "full")
 GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1 = range(4)
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = range(3)
 
+FORWARD_PASSES = {"none": 3.0, "selective": 3.0, "full": 4.0}
+"""A layer's training work per micro-batch in forward passes: forward 1 + backward 2 (Kaplan et
+al. 2020, section 2.1), plus a recomputed forward under full recompute (selective recompute adds
+only the attention core, priced separately)."""
+
 
 @dataclass(frozen=True)
 class MeshArrays:
@@ -99,6 +104,11 @@ class MeshArrays:
     @property
     def num_gpus(self) -> np.ndarray:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def forward_passes(self) -> np.ndarray:
+        """``FORWARD_PASSES`` of each row's recompute mode."""
+        return np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[self.recompute]
 
     def tokens_per_rank(self, seq_len: int) -> np.ndarray:
         """Tokens of one micro-batch a rank works on: b * s / c (CP splits the sequence)."""

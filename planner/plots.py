@@ -12,8 +12,8 @@ import numpy as np
 
 from planner.atomic import atomic_path
 from planner.cost.simulate import simulate
-from planner.cost.step import FORWARD_PASSES
 from planner.errors import PlannerError
+from planner.mesh import FORWARD_PASSES
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 

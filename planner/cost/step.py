@@ -39,11 +39,6 @@ from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
-FORWARD_PASSES = {"none": 3.0, "selective": 3.0, "full": 4.0}
-"""A layer's training work per micro-batch in forward passes: forward 1 + backward 2 (Kaplan et
-al. 2020, section 2.1), plus a recomputed forward under full recompute (selective recompute adds
-only the attention core, priced separately)."""
-
 
 def training_s(
     forward_s: np.ndarray, core_forward_s: np.ndarray, recomputed_core_s: np.ndarray, mesh: MeshArrays
@@ -51,14 +46,13 @@ def training_s(
     """Forward, backward and recompute of layers whose forward takes ``forward_s``, of which the
     attention core ``core_forward_s`` (as priced in the forward: with flash kernels it carries 3.5/3
     of its forward FLOPs, ``compute.attention_core_forward_s``) and ``recomputed_core_s`` is that
-    core run once more: ``FORWARD_PASSES`` x the forward, plus the recomputed core under selective
+    core run once more: ``mesh.forward_passes`` x the forward, plus the recomputed core under selective
     recompute; under full recompute the extra forward runs the core once, not 3.5/3 times (flash
     backward 2.5 + forward 1 + recomputed forward 1 = 4.5 core forwards). Serves the step (a
     stage's layers) and the validator's layer shard (one layer) alike."""
-    passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
     selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, recomputed_core_s, 0.0)
     full_excess = np.where(mesh.recompute == RECOMPUTE_FULL, core_forward_s - recomputed_core_s, 0.0)
-    return passes * forward_s + selective - full_excess
+    return mesh.forward_passes * forward_s + selective - full_excess
 
 
 @dataclass(frozen=True)
@@ -95,11 +89,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     body_fwd, head_fwd = stage_forward_s(model, cluster, job, mesh)
     softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
-    passes = np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[mesh.recompute]
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
     compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh)
     compute_mb = compute_first + 3.0 * head_fwd  # the last stage is the slower (or the only) one
-    fwd_mb = compute_mb / passes
+    fwd_mb = compute_mb / mesh.forward_passes
 
     tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers)
     ep = traffic.ep_per_microbatch(model, job, mesh, links, moe_layers)

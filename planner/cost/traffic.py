@@ -85,7 +85,7 @@ def cp_block_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarr
 
 def cp_ring_steps_per_microbatch(mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
     """(c-1) ring steps per layer forward, 2(c-1) backward, and the recomputed forward's."""
-    return layers * (mesh.cp - 1) * np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
+    return layers * (mesh.cp - 1) * mesh.forward_passes
 
 
 def pp_message_bytes(job: JobSpec, mesh: MeshArrays, hidden: int) -> np.ndarray:
@@ -154,10 +154,9 @@ def cp_per_microbatch(
     """K/V ring of one micro-batch through the stage's layers; exposed beyond the attention core
     (forward, backward at twice the forward, and the recomputed forward under full recompute)."""
     block = cp_block_bytes(model, job, mesh)
-    passes = np.where(mesh.recompute == RECOMPUTE_FULL, 4.0, 3.0)
     steps = cp_ring_steps_per_microbatch(mesh, layers)
     total = steps * comm.send_recv_s(block, links["cp"])
-    exposed = np.maximum(total - layers * passes * attention_core_fwd_s, 0.0)
+    exposed = np.maximum(total - layers * mesh.forward_passes * attention_core_fwd_s, 0.0)
     return Traffic(exposed, steps * block, total - exposed)
 
 
