@@ -43,18 +43,37 @@ def predict_gemm_s(m_rows: int, n: int, k: int, cluster: ClusterSpec, dtype: str
     return float(gemm_s(rows, cols, inner, gpu, gpu.peak_flops_per_s(dtype), BYTES_PER_ELEMENT[dtype]))
 
 
+def stage_layer_kinds(model: ModelSpec, plan: ParallelConfig) -> list[tuple[bool, float]]:
+    """(is MoE, how many) of the layer kinds on the plan's worst stage, kinds it has none of left out."""
+    pm = MeshArrays.from_configs([plan])
+    layers = layers_on_worst_stage(model, pm)
+    moe = float(moe_layers_on_worst_stage(model, layers)[0])
+    return [(is_moe, count) for is_moe, count in ((False, float(layers[0]) - moe), (True, moe)) if count > 0]
+
+
+def self_term(name: str, op: str, dtype: str, calls_per_step: float, predicted_s: float, **fields: object) -> TermSpec:
+    """A term timed on each rank alone (a GEMM or a layer shard): group 'self' of one rank."""
+    return TermSpec(
+        name=name,
+        op=op,  # type: ignore[arg-type]
+        group="self",
+        group_size=1,
+        plan_group_size=1,
+        dtype=dtype,
+        calls_per_step=calls_per_step,
+        predicted_s=predicted_s,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
 def gemm_shapes(model: ModelSpec, job: JobSpec, plan: ParallelConfig) -> list[tuple[str, tuple[int, int, int], float]]:
     """(name, (M, N, K), forward calls per micro-batch on the worst stage) of every GEMM:
     ``planner.cost.compute.layer_gemms`` of the stage's dense and MoE layers (a GEMM both kinds
     run, attention's, once with their calls summed), then the LM head (calls -1: once per
     micro-batch on the last stage, never recomputed)."""
     pm = MeshArrays.from_configs([plan])
-    layers = layers_on_worst_stage(model, pm)
-    moe = moe_layers_on_worst_stage(model, layers)
     calls: dict[tuple[str, tuple[int, int, int]], float] = {}
-    for is_moe, count in ((False, float(layers[0] - moe[0])), (True, float(moe[0]))):
-        if count <= 0:
-            continue
+    for is_moe, count in stage_layer_kinds(model, plan):
         for gemm in layer_gemms(model, job, pm, is_moe):
             key = (gemm.name, _rounded(gemm))
             calls[key] = calls.get(key, 0.0) + count * float(np.asarray(gemm.count).reshape(-1)[0])
@@ -100,17 +119,14 @@ def gemm_terms(
         calls = m * (3.0 if per_microbatch < 0 else passes * per_microbatch)
         replay = capped_shape((rows, n, k), max_gemm_flops)
         terms.append(
-            TermSpec(
-                name=f"gemm.{name}",
-                op="gemm",
-                group="self",
-                group_size=1,
-                plan_group_size=1,
+            self_term(
+                f"gemm.{name}",
+                "gemm",
+                dtype,
+                calls * (rows * n) / (replay[0] * replay[1]),
+                predict_gemm_s(*replay, replay_cluster, dtype),
                 gemm_mnk=replay,
                 plan_gemm_mnk=(rows, n, k),
-                dtype=dtype,
-                calls_per_step=calls * (rows * n) / (replay[0] * replay[1]),
-                predicted_s=predict_gemm_s(*replay, replay_cluster, dtype),
             )
         )
     return terms

@@ -18,14 +18,14 @@ replay exists to exercise the code path and its tests, not to calibrate a GPU).
 from __future__ import annotations
 
 from planner.cost.compute import attention_core_forward_s, layer_forward_s, unfused_softmax_forward_s
-from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
+from planner.cost.pipeline import num_microbatches
 from planner.cost.step import training_s
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
-from planner.validate.gemms import replay_dtype
+from planner.validate.gemms import replay_dtype, self_term, stage_layer_kinds
 from planner.validate.schemas import LayerShard, TermSpec
 
 GPU_FORMATS = ("bf16", "fp16")
@@ -67,28 +67,14 @@ def layer_terms(
     model: ModelSpec, job: JobSpec, plan: ParallelConfig, replay_cluster: ClusterSpec, on_gpu: bool
 ) -> list[TermSpec]:
     """One term per layer kind on the plan's worst stage (module docstring)."""
-    pm = MeshArrays.from_configs([plan])
-    m = float(num_microbatches(job.batch_size, pm)[0])
-    layers = layers_on_worst_stage(model, pm)
-    moe = float(moe_layers_on_worst_stage(model, layers)[0])
+    m = float(num_microbatches(job.batch_size, MeshArrays.from_configs([plan]))[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []
-    for kind, is_moe, count in (("dense", False, float(layers[0]) - moe), ("moe", True, moe)):
-        if count <= 0:
-            continue
+    for is_moe, count in stage_layer_kinds(model, plan):
         shard = LayerShard(model=model, job=job, plan=plan, moe=is_moe)
+        predicted = predict_layer_s(shard, replay_cluster, dtype)
         terms.append(
-            TermSpec(
-                name=f"layer.{kind}",
-                op="layer",
-                group="self",
-                group_size=1,
-                plan_group_size=1,
-                dtype=dtype,
-                layer=shard,
-                calls_per_step=m * count,
-                predicted_s=predict_layer_s(shard, replay_cluster, dtype),
-            )
+            self_term(f"layer.{'moe' if is_moe else 'dense'}", "layer", dtype, m * count, predicted, layer=shard)
         )
     return terms
 
