@@ -48,6 +48,15 @@ the memory-efficient one for MLA's unequal head dims). These are torch's kernels
 Engine's or FlashAttention-3: an attention efficiency calibrated from them describes PyTorch SDPA."""
 
 
+DROPOUT_P = 0.1
+"""Dropout rate of a job with dropout: Megatron-LM's defaults --attention-dropout and
+--hidden-dropout 0.1 (megatron/training/arguments.py); the rate does not change the work."""
+
+ROPE_BASE = 10000.0
+"""RoPE frequency base (Su et al. 2021, 'RoFormer', section 3.2.2); models that use another base
+(Llama 3: 500000) run the same element-wise work, so the timing does not depend on it."""
+
+
 def attention_kernels(flash: bool, device: torch.device) -> list[SDPBackend]:
     """SDPA backends allowed for the shard: unfused (math) without flash attention; fused only on
     GPU with it; on CPU with it, torch's CPU flash kernel or math where that kernel refuses."""
@@ -122,6 +131,8 @@ class Shard:
         return torch.randn(shape, generator=self.generator, device=self.device, dtype=self.dtype) * std
 
     def _matrix(self, gemm: Gemm) -> Tensor:
+        """A (K x N) weight with standard deviation 1/sqrt(K), so activations stay of order 1 (the
+        values do not change the timing; overflowing ones could, through NaN paths)."""
         k, n = _whole(gemm.k), _whole(gemm.n)
         return self._random((k, n), 1.0 / math.sqrt(k)).requires_grad_()
 
@@ -130,7 +141,7 @@ class Shard:
 
     def _rope_tables(self, dim: int) -> tuple[Tensor, Tensor]:
         half = dim // 2
-        inverse = 1.0 / (10000.0 ** (torch.arange(half, dtype=torch.float32) / half))
+        inverse = 1.0 / (ROPE_BASE ** (torch.arange(half, dtype=torch.float32) / half))
         angles = torch.outer(torch.arange(self.s, dtype=torch.float32), inverse)
         angles = torch.cat([angles, angles], dim=-1)
         return angles.cos().to(self.device, self.dtype), angles.sin().to(self.device, self.dtype)
@@ -205,7 +216,7 @@ class Shard:
     def _core(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         """Causal attention of the rank's queries (module docstring for CP)."""
         job = self.spec.job
-        dropout = 0.1 if job.dropout else 0.0
+        dropout = DROPOUT_P if job.dropout else 0.0
         gqa = q.shape[1] != k.shape[1]
         causal = self.spec.plan.cp == 1
         if not causal:
@@ -259,7 +270,7 @@ class Shard:
         return out
 
     def _dropout(self, x: Tensor) -> Tensor:
-        return F.dropout(x, 0.1) if self.spec.job.dropout else x
+        return F.dropout(x, DROPOUT_P) if self.spec.job.dropout else x
 
     def forward(self, x: Tensor) -> Tensor:
         """The layer: x + attention(norm(x)), then + mlp(norm(.)) (pre-norm, as every bundled model)."""
