@@ -22,6 +22,11 @@ overlap the gradient reduction (Korthikanti et al. say so for their dp = 8 run),
 does. BLOOM: DeepSpeed 1F1B pipeline, ZeRO-1, bf16 with fp32 gradients, no dropout.
 
 Run: python benchmarks/accuracy.py [--json]
+
+Modern runs (H100, H200, B200, GB200, GB300, MI300X; llm-foundry, torchtitan, Megatron-Bridge):
+python benchmarks/accuracy.py --runs ../shared/groundtruth/modern_runs.yaml [--group G] [--json]
+prices every row of a file of that schema from its own fields, with cross-validated errors for
+the rows the shipped calibration used (benchmarks/modern.py says how).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from planner.catalog import load_cluster  # noqa: E402
+from planner.errors import PlannerError  # noqa: E402
 from planner.explain import where_it_loses  # noqa: E402
 from planner.pricing import estimate_mesh  # noqa: E402
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig  # noqa: E402
@@ -274,7 +280,25 @@ def print_planner_vs_published() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--runs", metavar="FILE", help="a runs file of modern_runs.yaml's schema")
+    parser.add_argument("--group", metavar="G", help="only the rows of this group (with --runs)")
+    parser.add_argument("--exact-cv", action="store_true", help="refit every fold exactly (slow; with --runs)")
     args = parser.parse_args()
+    if args.runs:
+        from modern import print_report, report
+
+        try:
+            rep = report(args.runs, args.group, args.exact_cv)
+        except PlannerError as err:
+            sys.stderr.write(f"error: {err}\n")
+            raise SystemExit(2) from None
+        if args.json:
+            print(json.dumps(rep, indent=2))
+        else:
+            print_report(rep)
+        return
+    if args.group or args.exact_cv:
+        parser.error("--group and --exact-cv need --runs")
     rows = []
     for case in cases():
         predicted, est = predict(case)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from planner.errors import PlannerError, describe_validation_error
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.model import ModelSpec
+from planner.schemas.stack import Stack
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -34,10 +35,10 @@ so a profile that itself ends in 'x' (mi300x) reads as mi300xx4 for four nodes."
 
 
 def catalog_dir(kind: str) -> Path:
-    """Folder of shipped YAML for ``kind`` ('models' or 'hardware_profiles').
+    """Folder of shipped YAML for ``kind`` ('models', 'hardware_profiles' or 'stacks').
 
-    A wheel carries them inside the package (planner/models, planner/hardware_profiles); a
-    checkout or editable install has them at the repository root.
+    A wheel carries them inside the package (planner/models, planner/hardware_profiles,
+    planner/stacks); a checkout or editable install has them at the repository root.
     """
     for candidate in (_PACKAGE_DIR / kind, _PACKAGE_DIR.parent / kind):
         if candidate.is_dir():
@@ -282,3 +283,34 @@ def load_cluster(
         return _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else named, gpus, text)
     known = profile_names() + [f"{p}x16" for p in profile_names()]
     raise _unknown("cluster", text, known, "use <profile> or <profile>x<nodes>, see `plan list clusters`")
+
+
+# ---- software stacks ---------------------------------------------------------------------------
+DEFAULT_STACK = "megatron-core"
+"""The stack a plan assumes unless ``--stack`` says otherwise: Megatron-Core, what NeMo and
+Megatron-Bridge run and what most large published runs use."""
+
+
+@lru_cache(maxsize=1)
+def _stack_files() -> dict[str, Path]:
+    return {p.stem.lower(): p for p in sorted(catalog_dir("stacks").glob("*.yaml"))}
+
+
+def stack_names() -> list[str]:
+    return sorted(_stack_files())
+
+
+@cache
+def _load_stack_file(path: Path) -> Stack:
+    return validate_as(Stack, read_yaml(path), str(path))
+
+
+def load_stack(name_or_path: str | Path | Stack) -> Stack:
+    """A software stack from a catalog name (``plan list stacks``) or a YAML path."""
+    if isinstance(name_or_path, Stack):
+        return name_or_path
+    return _resolve(str(name_or_path), "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
+
+
+def list_stacks() -> list[Stack]:
+    return [load_stack(name) for name in stack_names()]

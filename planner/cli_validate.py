@@ -456,15 +456,41 @@ def sweep_cmd(
 
 
 def calibrate_cmd(
-    from_: Annotated[Path, typer.Option("--from", metavar="JSON", help="A plan validate or plan validate sweep JSON.")],
+    from_: Annotated[
+        Path | None, typer.Option("--from", metavar="JSON", help="A plan validate or plan validate sweep JSON.")
+    ] = None,
+    from_runs: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-runs",
+            metavar="YAML",
+            help="A published-runs file (modern_runs.yaml's schema): fit sustained tensor throughput per GPU "
+            "profile and kernel overhead per stack, cross-validated.",
+        ),
+    ] = None,
+    group: Annotated[
+        list[str] | None, typer.Option("--group", metavar="G", help="With --from-runs: only these groups.")
+    ] = None,
+    write: Annotated[
+        bool, typer.Option("--write", help="With --from-runs: write the fit into the shipped profiles and stacks.")
+    ] = False,
     cluster: ClusterOpt = None,
     out: Annotated[Path | None, typer.Option("--out", metavar="YAML", help="The calibrated hardware profile.")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the --out file's stem).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit alpha and bandwidth per link tier, GEMM efficiency and (from layer shards) attention
-    efficiency to measurements; write a new profile."""
+    """Fit a profile to measurements: alpha and bandwidth per link tier, GEMM and attention
+    efficiency from `plan validate` (--from); or, from published runs (--from-runs), the
+    sustained tensor throughput of each GPU profile and the kernel overhead of each stack."""
     import numpy as np
+
+    if from_runs is not None:
+        if from_ is not None:
+            raise PlannerError("give --from or --from-runs, not both")
+        _calibrate_from_runs(from_runs, group or [], write, as_json)
+        return
+    if from_ is None:
+        raise PlannerError("--from (a validate JSON) or --from-runs (a published-runs YAML) is required")
 
     from planner.catalog import load_cluster, load_profile, read_yaml
     from planner.validate.calibrate import (
@@ -518,6 +544,59 @@ def calibrate_cmd(
             "(fitted from the layer shards)"
         )
     typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
+
+
+def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bool) -> None:
+    """`plan calibrate --from-runs`: fit, cross-validate, report, and with --write record it."""
+    import shlex
+
+    import numpy as np
+
+    from planner.calibration_io import write_fit
+    from planner.fit_runs import fit_and_cross_validate
+    from planner.runs import case_from_row, load_runs
+
+    runs = load_runs(path)
+    if groups:
+        unknown = sorted(set(groups) - {str(r.get("group")) for r in runs})
+        if unknown:
+            raise PlannerError(f"--group '{unknown[0]}': no row of {path} has that group")
+        runs = [r for r in runs if str(r.get("group")) in groups]
+    cases, skipped = [], []
+    for run in runs:
+        try:
+            cases.append(case_from_row(run))
+        except PlannerError as err:
+            skipped.append((str(run.get("name")), str(err)))
+    if not cases:
+        raise PlannerError(f"{path}: no row can be priced")
+    result = fit_and_cross_validate(cases)
+    command = "plan calibrate --from-runs " + " ".join(
+        shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]
+    )
+    written = [str(p) for p in write_fit(result, command, path.name)] if write else []
+    params = {p.label(): float(v) for p, v in zip(result.problem.params, result.theta, strict=True)}
+    summary = {
+        "runs": len(runs),
+        "priced": len(cases),
+        "skipped": [{"name": n, "reason": r} for n, r in skipped],
+        "parameters": params,
+        "mape_pct": float(100 * np.mean(np.abs(result.error))),
+        "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
+        "signed_pct": float(100 * np.mean(result.error)),
+        "written": written,
+    }
+    if as_json:
+        _emit_json(summary)
+        return
+    typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
+    for label, value in params.items():
+        typer.echo(f"  {label} = {value:.4g}")
+    typer.echo(
+        f"MAPE {summary['mape_pct']:.1f}% in sample, {summary['cv_mape_pct']:.1f}% cross-validated "
+        f"(leave one model of one source out); mean signed {summary['signed_pct']:+.1f}%"
+    )
+    typer.echo(f"wrote {', '.join(written)}" if written else "dry run: --write records the fit in the shipped files")
 
 
 def register(root: typer.Typer) -> None:

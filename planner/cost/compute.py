@@ -58,24 +58,34 @@ def wave_utilization(m_rows: np.ndarray, n: np.ndarray, compute_units: int | Non
 
 
 def gemm_s(
-    m_rows: np.ndarray, n: np.ndarray, k: np.ndarray, gpu: GPU, peak_flops_per_s: float, bytes_per_element: float
+    m_rows: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    gpu: GPU,
+    peak_flops_per_s: float,
+    bytes_per_element: float,
+    efficiency_scale: float = 1.0,
 ) -> np.ndarray:
     """Roofline time of an (M x K) @ (K x N) GEMM: the larger of its FLOPs at the achievable rate
-    (the GPU's size-dependent efficiency times this shape's wave utilization) and its operand
-    traffic at the achieved HBM bandwidth."""
+    (the GPU's size-dependent efficiency times ``efficiency_scale``, for the format and sustained
+    clocks, times this shape's wave utilization) and its operand traffic at the achieved HBM
+    bandwidth."""
     flops = 2.0 * m_rows * n * k
     traffic = (m_rows * k + k * n + m_rows * n) * bytes_per_element
-    rate = peak_flops_per_s * gpu.gemm_efficiency_at(flops) * wave_utilization(m_rows, n, gpu.compute_units)
+    efficiency = gpu.gemm_efficiency_at(flops) * efficiency_scale
+    rate = peak_flops_per_s * efficiency * wave_utilization(m_rows, n, gpu.compute_units)
     return np.maximum(flops / rate, traffic / gpu.achieved_hbm_bytes_per_s)
 
 
 def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
-    """``gemm_s`` bound to the cluster's GPU and the job's matmul format: g(M, N, K) -> seconds."""
+    """``gemm_s`` bound to the cluster's GPU and the job's matmul format, at the clocks a training
+    run sustains (``GPU.sustained``): g(M, N, K) -> seconds."""
     gpu = cluster.gpu
     peak, elem = gpu.peak_flops_per_s(job.dtype), BYTES_PER_ELEMENT[job.dtype]
+    scale = gpu.gemm_efficiency_ratio(job.dtype) * gpu.sustained
 
     def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
-        return gemm_s(np.asarray(m_rows), np.asarray(n), np.asarray(k), gpu, peak, elem)
+        return gemm_s(np.asarray(m_rows), np.asarray(n), np.asarray(k), gpu, peak, elem, scale)
 
     return g
 
@@ -102,13 +112,14 @@ def attention_core_forward_s(
     flops = 2.0 * queries * keys * heads * (d_qk + d_v)
     if job.flash_attention:
         # Flash kernels are benchmarked as forward + backward = 3.5x the forward FLOPs (backward
-        # 2.5x: it recomputes the scores) at ``attention_efficiency``; the step multiplies every
-        # layer's forward time by 3, so the forward carries 3.5/3 of its FLOP time.
-        efficiency = gpu.attention_efficiency or gpu.gemm_efficiency
+        # 2.5x: it recomputes the scores) at the efficiency of the stack's kernel (FlashAttention-2
+        # or the GPU's best fused kernel), at sustained clocks; the step multiplies every layer's
+        # forward time by 3, so the forward carries 3.5/3 of its FLOP time.
+        efficiency = gpu.attention_efficiency_for(job.attention_kernel) * gpu.sustained
         rate = gpu.peak_flops_per_s("bf16") * efficiency
         share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
         return flops * CAUSAL_ATTENTION_FRACTION / rate * share
-    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency
+    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
     # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the
     # scores and V (s x d_v): 2-byte elements, batched over the micro-batch's sequences.
     sequences = mesh.micro_batch_size
@@ -218,15 +229,54 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
     rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
     elementwise = tokens * (outside + activation_fn + rope + permute_bytes) / bw
-    return time + elementwise + unfused_softmax_forward_s(model, cluster, job, mesh)
+    casts = fp8_cast_forward_s(model, cluster, job, mesh, moe)
+    return time + elementwise + casts + unfused_softmax_forward_s(model, cluster, job, mesh)
 
 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """Forward time of the vocab-parallel LM head GEMM plus the fp32 softmax cross entropy
-    (memory-bound: read bf16 logits, write fp32)."""
+    """Forward time of the vocab-parallel LM head GEMM (the loss after it is ``loss_s``)."""
     head = lm_head_gemm(model, job, mesh)
-    gemm = gemm_on(cluster, job)(head.m_rows, head.n, head.k)
-    return gemm + head.m_rows * head.n * 6.0 / cluster.gpu.achieved_hbm_bytes_per_s
+    return gemm_on(cluster, job)(head.m_rows, head.n, head.k)
+
+
+def loss_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Cross entropy over the rank's (b*s/c) x (V/t) logits, forward and backward of one
+    micro-batch: memory-bound, the stack's ``cross_entropy_bytes_per_logit`` (counted from its
+    loss code: Megatron's vocab-parallel cross entropy makes several fp32 passes, a fused loss
+    one read and one write) at the achieved HBM bandwidth."""
+    head = lm_head_gemm(model, job, mesh)
+    return head.m_rows * head.n * job.software.cross_entropy_bytes_per_logit / cluster.gpu.achieved_hbm_bytes_per_s
+
+
+FP8_CAST_BYTES_PER_ELEMENT = 7.0
+"""HBM bytes per element of a GEMM's input and output-gradient tensors for fp8 training, forward
+and backward together: current scaling reads the 16-bit tensor once for its amax and again to
+cast it (2 + 2 + write 1 = 5; Transformer Engine, 'Using FP8 with Transformer Engine',
+Float8CurrentScaling; torchao float8 dynamic scaling likewise), and the backward GEMMs need the
+fp8 copy transposed (read 1 + write 1 = 2; Hopper's fp8 tensor cores take only the TN layout,
+TE docs 'FP8 on Hopper'). Weights are cast once per step and cached across micro-batches (TE's
+``is_first_microbatch``; torchao casts before the FSDP all-gather), so they are not counted. A
+count of the tensors touched, not a measurement."""
+
+
+def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """fp8 cast and transpose traffic of one layer's GEMMs (``FP8_CAST_BYTES_PER_ELEMENT`` on
+    each input M x K and output-gradient M x N), expressed per forward pass like every layer term
+    (the step multiplies forwards by 3); zero unless the job trains in fp8."""
+    if job.dtype != "fp8":
+        return np.zeros(len(mesh))
+    elements = sum(g.count * g.m_rows * (g.k + g.n) for g in layer_gemms(model, job, mesh, moe))
+    return FP8_CAST_BYTES_PER_ELEMENT * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
+
+
+def kernel_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
+    """Per-kernel overhead of one micro-batch through the stage's layers: the stack's kernels per
+    layer forward (eager or compiled), backward launching twice as many (its two GEMMs per
+    forward GEMM), recompute adding a forward, times the stack's fitted ``kernel_overhead_us``
+    (launch latency and the gaps between kernels, which a large kernel hides and a small model's
+    many short kernels do not)."""
+    stack = job.software
+    return layers * stack.kernels_per_layer(job.compiled) * mesh.forward_passes * stack.kernel_overhead_s
 
 
 def stage_forward_s(

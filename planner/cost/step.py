@@ -1,14 +1,19 @@
 """Step time and the Estimate (DESIGN 4.6): every term for many meshes at once.
 
-  slot   = forward+backward of one micro-batch on the slowest stage, with its exposed TP, EP
-           and CP communication (3x the forward; full recompute adds a forward)
-  step   = (m + bubble slots) * slot + exposed PP p2p + exposed DP/ZeRO + optimizer step
+  slot   = forward+backward of one micro-batch on the slowest stage (3x the forward; full
+           recompute adds a forward), the loss, the stack's per-kernel overhead, its exposed TP,
+           EP and CP communication, and the slowdown of compute while TP/CP traffic overlaps it
+  step   = (m + bubble slots) * slot + exposed PP p2p + exposed DP/ZeRO + the slowdown of
+           compute while DP/ZeRO traffic overlaps it + optimizer step
+Overlap is not free: compute that runs beside a collective slows by the stack's
+``overlap_slowdown`` for as long as the collective runs (NCCL kernels take SMs and HBM
+bandwidth; the stack's source gives the measurement).
 The same ``evaluate`` serves ``plan estimate`` (one row) and the search (many rows).
 
 Compute terms come from ``cost.compute``, communication volumes and their overlap from
-``cost.traffic``, memory from ``cost.memory``. TP and EP collectives and PP sends are exposed
-(Megatron-LM's defaults without --tp-comm-overlap); DP/ZeRO and the CP ring overlap compute
-as ``cost.traffic`` states.
+``cost.traffic``, memory from ``cost.memory``. EP collectives and PP sends are exposed; TP
+collectives are exposed unless the job overlaps them (the stack's default or
+``tp_comm_overlap``); DP/ZeRO and the CP ring overlap compute as ``cost.traffic`` states.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import numpy as np
 from planner.cost import comm, traffic
 from planner.cost.compute import (
     attention_core_forward_s,
+    kernel_overhead_s,
+    loss_s,
     optimizer_step_s,
     stage_forward_s,
     unfused_softmax_forward_s,
@@ -91,13 +98,17 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
     compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh)
-    compute_mb = compute_first + 3.0 * head_fwd  # the last stage is the slower (or the only) one
+    # the last stage is the slower (or the only) one: it adds the head and the loss
+    compute_mb = compute_first + 3.0 * head_fwd + loss_s(model, cluster, job, mesh)
     fwd_mb = compute_mb / mesh.forward_passes
+    kernels_mb = kernel_overhead_s(job, mesh, layers)
 
     tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers)
     ep = traffic.ep_per_microbatch(model, job, mesh, links, moe_layers)
     cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, core_fwd)
-    slot = compute_mb + tp.time_s + ep.time_s + cp.time_s
+    slowdown = job.software.overlap_slowdown
+    slowdown_mb = slowdown * (tp.hidden_s + cp.hidden_s)
+    slot = compute_mb + kernels_mb + slowdown_mb + tp.time_s + ep.time_s + cp.time_s
 
     pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size)
     params = rank_params(model, mesh, mesh.pp == 1, np.ones(len(mesh), dtype=bool))
@@ -107,7 +118,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     )
 
     bubble = bubble_slots(mesh) * slot
-    step = m * slot + bubble + pp.time_s + dp.time_s + optimizer_time
+    slowdown_dp = slowdown * dp.hidden_s
+    step = m * slot + bubble + pp.time_s + dp.time_s + slowdown_dp + optimizer_time
 
     s = job.seq_len
     tokens = batch * s
@@ -130,6 +142,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
             "ep_comm": m * ep.time_s,
             "bubble": bubble,
             "optimizer": optimizer_time,
+            "kernel_overhead": m * kernels_mb,
+            "overlap_slowdown": m * slowdown_mb + slowdown_dp,
         },
         comm_bytes={
             "tp": m * tp.bytes_sent,
@@ -138,7 +152,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
             "cp": m * cp.bytes_sent,
             "ep": m * ep.bytes_sent,
         },
-        hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s},
+        hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s, "tp": m * tp.hidden_s},
         links=links,
         batch_size=batch,
         model_flops_per_step=model_flops,

@@ -17,6 +17,8 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
   DP   the rank's gradients: all-reduce (ZeRO-0) or reduce-scatter + all-gather of the updated
        16-bit weights (ZeRO-1/2, Megatron-LM's distributed optimizer); ZeRO-3 gathers weights in
        forward and backward and reduce-scatters gradients for every micro-batch (FSDP).
+TP overlap: the stack's hidden fraction of the TP time when the job overlaps TP (see
+``tp_per_microbatch``).
 Overlap, a first-order model stated as such: ZeRO-0..2 gradient reduction overlaps the last
 micro-batch's backward except the last of the stage's layer buckets, the parameter all-gather
 the next forward likewise; ZeRO-3 traffic overlaps all compute but one layer's worth. With
@@ -118,7 +120,9 @@ def tp_per_microbatch(
 ) -> Traffic:
     """TP (and expert-TP) collectives of one micro-batch through the stage's layers: all-reduces,
     or with SP a reduce-scatter plus an all-gather each (ring collectives: in-network
-    all-reduce does not apply to them)."""
+    all-reduce does not apply to them). With TP overlap (Megatron-Core --tp-comm-overlap,
+    torchtitan async TP) the stack's ``tp_overlap_hidden_fraction`` of it runs behind the GEMMs
+    it is split against; the rest stays exposed."""
     message = tp_message_bytes(model, job, mesh)
     count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
     routed = routed_message_bytes(model, job, mesh)
@@ -129,7 +133,8 @@ def tp_per_microbatch(
     sent = count * comm.all_reduce_bytes_sent(message, mesh.tp) + expert_count * comm.all_reduce_bytes_sent(
         routed, mesh.expert_tp
     )
-    return Traffic(time, sent)
+    hidden = time * (job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
+    return Traffic(time - hidden, sent, hidden)
 
 
 def ep_per_microbatch(

@@ -37,6 +37,10 @@ class TimeBreakdown(Frozen):
     ep_comm: NonNegativeFloat
     bubble: NonNegativeFloat
     optimizer: NonNegativeFloat
+    kernel_overhead: NonNegativeFloat = Field(0.0, description="Per-kernel launch and gap time (the stack's)")
+    overlap_slowdown: NonNegativeFloat = Field(
+        0.0, description="Compute slowed while hidden communication runs beside it (the stack's overlap_slowdown)"
+    )
 
 
 class CommBytes(Frozen):
@@ -55,6 +59,7 @@ class HiddenComm(Frozen):
 
     dp: NonNegativeFloat
     cp: NonNegativeFloat
+    tp: NonNegativeFloat = 0.0
 
 
 Tier = Literal["intra_node", "inter_node", "none"]

@@ -63,6 +63,20 @@ class GPU(Frozen):
         description="Fused (flash) attention forward+backward throughput as a fraction of 16-bit peak, "
         "FlashAttention's FLOP convention; None: gemm_efficiency",
     )
+    gemm_efficiency_fp8: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of the fp8 peak large fp8 GEMMs reach (measured fp8 GEMMs run further below their "
+        "peak than 16-bit ones); None: gemm_efficiency",
+    )
+    attention_efficiency_fa2: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend) forward+backward as a fraction "
+        "of 16-bit peak, where it differs from the GPU's best fused kernel; None: attention_efficiency",
+    )
     gemm_efficiency_curve: list[tuple[PositiveFloat, float]] | None = Field(
         None,
         description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
@@ -70,6 +84,14 @@ class GPU(Frozen):
     )
     compute_units: PositiveInt | None = Field(
         None, description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization"
+    )
+    sustained_tensor_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Tensor-core throughput a training run sustains, as a fraction of what a short benchmark "
+        "(MAMF, the FlashAttention figures) reaches: clocks drop with every GPU of the node at its power cap for "
+        "hours. Fitted by `plan calibrate --from-runs` (see the profile's calibration); None: 1",
     )
     sources: dict[str, str]
 
@@ -86,6 +108,32 @@ class GPU(Frozen):
             raise ValueError("gemm_efficiency_curve must list strictly increasing GFLOP sizes")
         _check_sources(self, self.sources, skip={"sources", "name"})
         return self
+
+    @property
+    def sustained(self) -> float:
+        """``sustained_tensor_fraction``, 1 where the profile has none."""
+        return self.sustained_tensor_fraction or 1.0
+
+    def gemm_efficiency_for(self, dtype: str) -> float:
+        """Large-GEMM efficiency for the matmul format: ``gemm_efficiency_fp8`` for fp8 where
+        measured, else ``gemm_efficiency``."""
+        if dtype == "fp8" and self.gemm_efficiency_fp8 is not None and "fp8" in self.peak_tflops:
+            return self.gemm_efficiency_fp8
+        return self.gemm_efficiency
+
+    def gemm_efficiency_ratio(self, dtype: str) -> float:
+        """``gemm_efficiency_for(dtype)`` relative to ``gemm_efficiency``: scales the size curve,
+        which is measured in 16-bit, to the format."""
+        return self.gemm_efficiency_for(dtype) / self.gemm_efficiency
+
+    def attention_efficiency_for(self, kernel: str) -> float:
+        """Fused attention efficiency of ``kernel`` ('fa2' or 'fused', the GPU's best fused kernel:
+        cuDNN/FlashAttention-3 on Hopper); falls back to ``attention_efficiency``, then to
+        ``gemm_efficiency``."""
+        best = self.attention_efficiency or self.gemm_efficiency
+        if kernel == "fa2" and self.attention_efficiency_fa2 is not None:
+            return self.attention_efficiency_fa2
+        return best
 
     def gemm_efficiency_at(self, flops: np.ndarray) -> np.ndarray:
         """Achievable fraction of peak for GEMMs of ``flops`` FLOPs: the measured curve when the
@@ -175,6 +223,18 @@ class Interconnect(Frozen):
         return self.latency_us * 1e-6
 
 
+class RunCalibration(Frozen):
+    """What ``plan calibrate --from-runs`` wrote into a shipped profile: the command, the runs
+    file, the rows the fit used, and each row's cross-validated error (percent, predicted vs
+    published tokens/s per GPU, from a fit that did not see the row's fold) by stack, the
+    error bar of every prediction on this profile."""
+
+    command: str
+    runs_file: str
+    rows: list[str]
+    cv_error_pct: dict[str, list[float]] = Field(default_factory=dict)
+
+
 class HardwareProfile(Frozen):
     """A node type: its GPUs, how many per node, the links inside and between nodes.
 
@@ -188,11 +248,13 @@ class HardwareProfile(Frozen):
     intra_node: Interconnect
     inter_node: Interconnect
     price_per_gpu_hour_usd: PositiveFloat | None = None
+    calibration: RunCalibration | None = None
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _sources(self) -> HardwareProfile:
-        _check_sources(self, self.sources, skip={"sources", "name", "description", "gpu", "intra_node", "inter_node"})
+        skip = {"sources", "name", "description", "gpu", "intra_node", "inter_node", "calibration"}
+        _check_sources(self, self.sources, skip=skip)
         return self
 
 

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import BYTES_PER_ELEMENT
+from planner.schemas.stack import Stack
+
+if TYPE_CHECKING:
+    from planner.schemas.stack import AttentionKernel
 
 DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
 """Mixed-precision Adam: fp32 master weight (4) + fp32 first moment (4) + fp32 second moment (4).
@@ -28,9 +32,16 @@ class JobSpec(Frozen):
     seq_len: PositiveInt
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     weight_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Format of the working weights")
-    gradient_dtype: Literal["bf16", "fp16", "fp32"] = Field(
-        "bf16", description="Format gradients are kept and reduced in (Megatron's main_grad is fp32)"
+    gradient_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(
+        None,
+        description="Format gradients are kept and reduced in (Megatron's main_grad is fp32); None: the stack's "
+        "grad_reduce_dtype",
     )
+    stack: str | Stack = Field(
+        "megatron-core", description="Software stack (`plan list stacks`), by name or as a loaded Stack"
+    )
+    tp_comm_overlap: bool | None = Field(None, description="Overlap TP collectives with GEMMs; None: the stack's")
+    compile: bool | None = Field(None, description="torch.compile; None: the stack's default")
     optimizer_state_bytes_per_param: float = Field(DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM, ge=0)
     training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
     flash_attention: bool = Field(True, description="Fused attention that stores no s x s scores (Dao et al. 2022)")
@@ -82,8 +93,39 @@ class JobSpec(Frozen):
         return BYTES_PER_ELEMENT[self.weight_dtype]
 
     @property
+    def software(self) -> Stack:
+        """The stack, loaded by name from the catalog when given as one."""
+        if isinstance(self.stack, Stack):
+            return self.stack
+        from planner.catalog import load_stack
+
+        return load_stack(self.stack)
+
+    @property
+    def stack_name(self) -> str:
+        return self.software.name
+
+    @property
+    def gradient_format(self) -> str:
+        """Format gradients are reduced in: ``gradient_dtype`` where set, else the stack's."""
+        return self.gradient_dtype or self.software.grad_reduce_dtype
+
+    @property
     def gradient_bytes_per_param(self) -> int:
-        return BYTES_PER_ELEMENT[self.gradient_dtype]
+        return BYTES_PER_ELEMENT[self.gradient_format]
+
+    @property
+    def tp_overlap(self) -> bool:
+        """TP collectives overlap GEMMs: ``tp_comm_overlap`` where set, else the stack's default."""
+        return self.software.tp_comm_overlap if self.tp_comm_overlap is None else self.tp_comm_overlap
+
+    @property
+    def compiled(self) -> bool:
+        return self.software.compile if self.compile is None else self.compile
+
+    @property
+    def attention_kernel(self) -> AttentionKernel:
+        return self.software.attention_kernel
 
     @property
     def activation_bytes_per_element(self) -> int:

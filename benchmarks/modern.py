@@ -1,0 +1,174 @@
+"""Accuracy on modern published runs (a runs file of the schema of modern_runs.yaml).
+
+Every row is priced from its own fields by ``planner.runs`` (never by name) on the shipped
+profiles and stacks, as calibrated. Rows a shipped calibration used (its ``rows`` list) also get
+a cross-validated error: ``planner.fit_runs`` refits the same parameters without the row's fold
+(every row of its model from its source group) and prices the row with that fit.
+
+Kendall tau: over pairs of rows on the same model, hardware profile and stack that differ in
+exactly one stated knob (GPU count, sequence length, micro-batch, mesh, recompute, sharding,
+precision, compile, TP overlap), the share of pairs whose predicted order agrees with the
+published one minus the share that disagrees.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.fit_runs import fit_and_cross_validate
+from planner.runs import RunCase, case_from_row, load_runs, price_case
+
+KNOBS = ("gpus", "seq_len", "micro_batch", "mesh", "recompute", "zero", "dtype", "compile", "tp_overlap")
+
+
+def knob_values(case: RunCase, mesh: Any) -> dict[str, Any]:
+    """The independent knobs of a priced row (dp and the batch follow from them)."""
+    return {
+        "gpus": case.cluster.num_gpus,
+        "seq_len": case.job.seq_len,
+        "micro_batch": mesh.micro_batch_size,
+        "mesh": (mesh.tp, mesh.pp, mesh.cp, mesh.ep, mesh.virtual_stages),
+        "recompute": mesh.recompute,
+        "zero": mesh.zero_stage,
+        "dtype": case.job.dtype,
+        "compile": case.job.compiled,
+        "tp_overlap": case.job.tp_overlap,
+    }
+
+
+def rank_tau(rows: list[dict[str, Any]]) -> tuple[float | None, int]:
+    """(Kendall tau over one-knob pairs, number of pairs with a published order)."""
+    concordant = discordant = 0
+    for a, b in itertools.combinations(rows, 2):
+        if (a["_key"] != b["_key"]) or sum(a["_knobs"][k] != b["_knobs"][k] for k in KNOBS) != 1:
+            continue
+        published = np.sign(a["published_tokens_per_s_per_gpu"] - b["published_tokens_per_s_per_gpu"])
+        predicted = np.sign(a["predicted_tokens_per_s_per_gpu"] - b["predicted_tokens_per_s_per_gpu"])
+        if published == 0:
+            continue
+        if predicted == published:
+            concordant += 1
+        else:
+            discordant += 1
+    pairs = concordant + discordant
+    return ((concordant - discordant) / pairs if pairs else None), pairs
+
+
+def calibrated_rows() -> set[str]:
+    """Rows the shipped calibrations were fitted on (profiles' and stacks' ``calibration.rows``)."""
+    from planner.catalog import list_profiles, list_stacks
+
+    names: set[str] = set()
+    for obj in [*list_profiles(), *list_stacks()]:
+        if obj.calibration is not None:
+            names.update(obj.calibration.rows)
+    return names
+
+
+def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
+    err = np.array([r["error_pct"] for r in rows]) if rows else np.zeros(0)
+    cv = np.array([r["cv_error_pct"] for r in rows if r["cv_error_pct"] is not None])
+    return {
+        "rows": total,
+        "priced": len(rows),
+        "mape_pct": float(np.mean(np.abs(err))) if rows else None,
+        "cv_mape_pct": float(np.mean(np.abs(cv))) if cv.size else None,
+        "signed_pct": float(np.mean(err)) if rows else None,
+        "cv_signed_pct": float(np.mean(cv)) if cv.size else None,
+    }
+
+
+def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[str, Any]:
+    """The benchmark's JSON object for a runs file (see the module docstring)."""
+    runs = load_runs(path)
+    if group is not None:
+        runs = [r for r in runs if r.get("group") == group]
+        if not runs:
+            raise PlannerError(f"--group '{group}': no row of {path} has that group")
+    rows: list[dict[str, Any]] = []
+    unpriced: list[dict[str, str]] = []
+    cases: list[RunCase] = []
+    for run in runs:
+        name = str(run.get("name"))
+        try:
+            case = case_from_row(run)
+            predicted, est = price_case(case)
+        except PlannerError as err:
+            unpriced.append({"name": name, "group": str(run.get("group")), "reason": str(err)})
+            continue
+        cases.append(case)
+        mesh = est.config.parallel
+        rows.append(
+            {
+                "name": name,
+                "group": case.group,
+                "published_tokens_per_s_per_gpu": case.published_tokens_per_s_per_gpu,
+                "predicted_tokens_per_s_per_gpu": predicted,
+                "error_pct": 100.0 * (predicted / case.published_tokens_per_s_per_gpu - 1.0),
+                "cv_error_pct": None,
+                "mfu": est.mfu,
+                "mesh": mesh.short(),
+                "config": case.summary(),
+                "_key": (case.model.name, case.profile, case.stack),
+                "_knobs": knob_values(case, mesh),
+            }
+        )
+    fitted = calibrated_rows()
+    used = [i for i, r in enumerate(rows) if r["name"] in fitted]
+    if used:
+        result = fit_and_cross_validate([cases[i] for i in used], exact=exact_cv)
+        for k, i in enumerate(used):
+            rows[i]["cv_error_pct"] = 100.0 * float(result.cv_error[k])
+    groups: dict[str, Any] = {}
+    for name in dict.fromkeys(str(r.get("group")) for r in runs):
+        mine = [r for r in rows if r["group"] == name]
+        groups[name] = _summary(mine, sum(1 for r in runs if str(r.get("group")) == name))
+    overall = _summary(rows, len(runs))
+    overall["coverage"] = len(rows) / len(runs) if runs else 0.0
+    tau, pairs = rank_tau(rows)
+    for r in rows:
+        r.pop("_key")
+        r.pop("_knobs")
+    return {
+        "runs_file": path,
+        "runs": rows,
+        "unpriced": unpriced,
+        "groups": groups,
+        "overall": overall,
+        "rank_tau": tau,
+        "rank_pairs": pairs,
+    }
+
+
+def _pct(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:+6.1f}%"
+
+
+def _abs_pct(value: float | None) -> str:
+    return "   -  " if value is None else f"{value:5.1f}%"
+
+
+def print_report(rep: dict[str, Any]) -> None:
+    print(f"{'run':64} {'published':>9} {'predicted':>9} {'error':>8} {'cv err':>8}  mesh")
+    for r in rep["runs"]:
+        print(
+            f"{r['name'][:64]:64} {r['published_tokens_per_s_per_gpu']:9.0f} "
+            f"{r['predicted_tokens_per_s_per_gpu']:9.0f} {_pct(r['error_pct'])} {_pct(r['cv_error_pct'])}  {r['mesh']}"
+        )
+    if rep["unpriced"]:
+        print(f"\nNot priced ({len(rep['unpriced'])}):")
+        for u in rep["unpriced"]:
+            print(f"  {u['name']}: {u['reason']}")
+    print(f"\n{'group':28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9}")
+    for name, g in [*rep["groups"].items(), ("overall", rep["overall"])]:
+        print(
+            f"{name:28} {g['rows']:5d} {g['priced']:6d} {_abs_pct(g['mape_pct'])} {_abs_pct(g['cv_mape_pct']):>8} "
+            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9}"
+        )
+    tau = "-" if rep["rank_tau"] is None else f"{rep['rank_tau']:.2f}"
+    print(f"\ncoverage {rep['overall']['coverage']:.1%}; Kendall tau over {rep['rank_pairs']} one-knob pairs: {tau}")
+

@@ -1,0 +1,152 @@
+"""Write a runs fit (``planner.fit_runs``) into the shipped profiles and stacks, and read the error
+bar back from them.
+
+The YAML files keep their comments: the fitted value replaces (or is inserted as) one line, its
+``sources`` entry one line, and the top-level ``calibration`` block (command, runs file, rows
+used, cross-validated errors) is replaced as a whole.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from planner.atomic import write_text_atomic
+from planner.catalog import catalog_dir
+from planner.errors import PlannerError
+from planner.fit_runs import FitResult, Param
+
+INTERVAL_QUANTILES = (0.1, 0.9)
+"""The error bar is the central 80% of the cross-validated errors that match an estimate."""
+
+MIN_INTERVAL_ROWS = 5
+"""Fewest cross-validated rows an error bar is read from before widening to a coarser match."""
+
+
+def _set_line(lines: list[str], key: str, value: str, indent: str, before: re.Pattern[str], start: int) -> None:
+    """Replace ``indent + key: ...`` at or after ``start``, or insert it before the first line
+    matching ``before`` after ``start``."""
+    pattern = re.compile(rf"^{re.escape(indent)}{re.escape(key)}:")
+    for i in range(start, len(lines)):
+        if pattern.match(lines[i]):
+            lines[i] = f"{indent}{key}: {value}"
+            return
+    for i in range(start, len(lines)):
+        if before.match(lines[i]):
+            lines.insert(i, f"{indent}{key}: {value}")
+            return
+    raise PlannerError(f"cannot place '{key}' in the YAML: no line matching {before.pattern}")
+
+
+def _set_source(lines: list[str], key: str, text: str, indent: str, start: int) -> None:
+    """Set ``key``'s entry of the first ``sources:`` map (at ``indent``) after ``start``."""
+    head = re.compile(rf"^{re.escape(indent)}sources:\s*$")
+    for i in range(start, len(lines)):
+        if head.match(lines[i]):
+            entry = f"{indent}  {key}: {json_str(text)}"
+            for j in range(i + 1, len(lines)):
+                if not lines[j].startswith(indent + "  "):
+                    break
+                if lines[j].startswith(f"{indent}  {key}:"):
+                    lines[j] = entry
+                    return
+            lines.insert(i + 1, entry)
+            return
+    raise PlannerError(f"no '{indent}sources:' map to record the source of '{key}'")
+
+
+def json_str(text: str) -> str:
+    """A double-quoted YAML scalar."""
+    return yaml.safe_dump(text, default_style='"', width=10_000).strip()
+
+
+def _replace_calibration(text: str, block: dict[str, object]) -> str:
+    """Drop the top-level ``calibration:`` block, if any, and append ``block``."""
+    lines = text.rstrip("\n").split("\n")
+    out: list[str] = []
+    skipping = False
+    for line in lines:
+        if line.startswith("calibration:"):
+            skipping = True
+            continue
+        if skipping and line and not line.startswith((" ", "#")):
+            skipping = False
+        if not skipping:
+            out.append(line)
+    dumped = yaml.safe_dump({"calibration": block}, sort_keys=False, width=120)
+    return "\n".join(out).rstrip("\n") + "\n\n" + dumped
+
+
+def source_text(param: Param, command: str, runs_file: str, rows: int) -> str:
+    return (
+        f"fitted by `{command}` over {rows} rows of {runs_file} (listed in calibration.rows); "
+        "least squares on log(predicted/published tokens/s per GPU), planner/fit_runs.py"
+    )
+
+
+def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
+    """Write every fitted parameter with its rows and cross-validated errors; returns the files."""
+    problem = result.problem
+    written: list[Path] = []
+    for j, param in enumerate(problem.params):
+        rows = problem.uses[:, j]
+        if rows.sum() == 0:
+            continue
+        folder = catalog_dir("hardware_profiles" if param.kind == "profile" else "stacks")
+        path = folder / f"{param.target}.yaml"
+        lines = path.read_text(encoding="utf-8").split("\n")
+        value = f"{result.theta[j]:.4g}"
+        source = source_text(param, command, runs_file, int(rows.sum()))
+        if param.kind == "profile":
+            start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:"))
+            _set_line(lines, param.field, value, "  ", re.compile(r"^  sources:"), start)
+            _set_source(lines, param.field, source, "  ", start)
+        else:
+            _set_line(lines, param.field, value, "", re.compile(r"^sources:"), 0)
+            _set_source(lines, param.field, source, "", 0)
+        by: dict[str, list[float]] = {}
+        for i in np.flatnonzero(rows):
+            case = problem.cases[i]
+            key = case.stack if param.kind == "profile" else case.profile
+            by.setdefault(key, []).append(round(100.0 * float(result.cv_error[i]), 2))
+        block = {
+            "command": command,
+            "runs_file": runs_file,
+            "rows": [problem.cases[i].name for i in np.flatnonzero(rows)],
+            "cv_error_pct": by,
+        }
+        write_text_atomic(path, _replace_calibration("\n".join(lines), block))
+        written.append(path)
+    return written
+
+
+def error_bar(profile_calibration: object, stack_calibration: object, profile: str, stack: str) -> tuple[
+    list[float], str
+]:
+    """Cross-validated errors (percent) that match an estimate on ``profile`` with ``stack``: the
+    profile's rows with that stack; else all the profile's rows; else the stack's rows on any
+    profile; else none. Returns (errors, what they are)."""
+    prof = getattr(profile_calibration, "cv_error_pct", None) or {}
+    stk = getattr(stack_calibration, "cv_error_pct", None) or {}
+    same = prof.get(stack, [])
+    if len(same) >= MIN_INTERVAL_ROWS:
+        return list(same), f"{len(same)} cross-validated runs on {profile} with {stack}"
+    mine = [e for errs in prof.values() for e in errs]
+    if len(mine) >= MIN_INTERVAL_ROWS:
+        return mine, f"{len(mine)} cross-validated runs on {profile} (any stack)"
+    theirs = [e for errs in stk.values() for e in errs]
+    if len(theirs) >= MIN_INTERVAL_ROWS:
+        return theirs, f"{len(theirs)} cross-validated runs with {stack} (other GPUs: {profile} has no runs)"
+    return [], f"no cross-validated runs for {profile} or {stack}"
+
+
+def interval(tokens_per_s_per_gpu: float, errors_pct: list[float]) -> tuple[float, float] | None:
+    """The central 80% of what the published runs would have measured for this prediction:
+    published = predicted / (1 + error), at the 10th and 90th percentile errors."""
+    if not errors_pct:
+        return None
+    lo_err, hi_err = np.quantile(np.array(errors_pct) / 100.0, INTERVAL_QUANTILES)
+    return tokens_per_s_per_gpu / (1.0 + hi_err), tokens_per_s_per_gpu / (1.0 + lo_err)

@@ -1,0 +1,232 @@
+"""Calibration against published runs, in the open: a handful of physically named parameters per
+GPU profile and per software stack, fitted over a runs file, cross-validated.
+
+Parameters (``FIT_FIELDS``):
+  per GPU profile  ``sustained_tensor_fraction``: the tensor-core throughput a training run
+                   sustains relative to the short benchmarks the profile's efficiencies come from
+                   (clocks under a power cap with every GPU of the node busy; no public H100
+                   figure exists, fidelity-evidence.md)
+  per stack        ``kernel_overhead_us``: GPU time per launched kernel beyond its work (launch
+                   latency, gaps between kernels), what makes small models slower than their
+                   FLOPs say
+Nothing is fitted per run, per model or per group of rows. The residual is log(predicted /
+published tokens/s per GPU), so over- and under-prediction weigh alike; scipy's bounded
+least_squares fits it with a Jacobian sparsity pattern (a profile's parameter moves only its
+rows, a stack's only its rows), each row priced by the planner itself (``step.evaluate``).
+
+Cross-validation holds out one *fold* at a time, a fold being every row of one model from one
+source group (the rows of a sweep share their errors, so holding out one row of a sweep would
+flatter the fit), refits on the rest, and prices the held-out rows: their errors are the
+cross-validated errors the benchmark reports. The refit is one Gauss-Newton step from the full
+fit on the remaining rows' Jacobian (exact for a linear model; ``exact=True`` refits with
+least_squares instead); a parameter none of the remaining rows moves falls back to its
+uncalibrated value, never to the value the held-out rows helped fit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import least_squares
+from scipy.sparse import lil_matrix
+
+from planner.catalog import load_profile, load_stack
+from planner.mesh import MeshArrays
+from planner.runs import RunCase, resolve_config
+from planner.schemas.hardware import HardwareProfile
+from planner.schemas.parallel import ParallelConfig
+from planner.schemas.stack import Stack
+
+FIT_FIELDS = {"profile": ("sustained_tensor_fraction", 1.0, 0.3, 1.0), "stack": ("kernel_overhead_us", 0.0, 0.0, 60.0)}
+"""Kind -> (field, uncalibrated value, lower bound, upper bound). Bounds are physical: a GPU
+cannot sustain more than its benchmarked rate; 60 us per kernel is 10x a kernel launch."""
+
+MIN_ROWS = 2
+"""A parameter is fitted only where at least this many rows move it; otherwise it keeps its
+uncalibrated value."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One fitted parameter: of a profile or a stack, by name."""
+
+    kind: str  # "profile" or "stack"
+    target: str
+
+    @property
+    def field(self) -> str:
+        return FIT_FIELDS[self.kind][0]
+
+    @property
+    def prior(self) -> float:
+        return FIT_FIELDS[self.kind][1]
+
+    @property
+    def bounds(self) -> tuple[float, float]:
+        return FIT_FIELDS[self.kind][2], FIT_FIELDS[self.kind][3]
+
+    def label(self) -> str:
+        return f"{self.target}.{self.field}"
+
+
+@dataclass
+class Problem:
+    """Cases with their meshes resolved once (with the shipped values), the parameters and which
+    rows each parameter moves."""
+
+    cases: list[RunCase]
+    configs: list[ParallelConfig]
+    params: list[Param]
+    uses: np.ndarray  # rows x params, bool
+
+    @property
+    def published(self) -> np.ndarray:
+        return np.array([c.published_tokens_per_s_per_gpu for c in self.cases])
+
+
+def build_problem(cases: Sequence[RunCase]) -> Problem:
+    configs = [resolve_config(c) for c in cases]
+    params = [Param("profile", p) for p in sorted({c.profile for c in cases})]
+    params += [Param("stack", s) for s in sorted({c.stack for c in cases})]
+    uses = np.zeros((len(cases), len(params)), dtype=bool)
+    for i, case in enumerate(cases):
+        for j, p in enumerate(params):
+            uses[i, j] = (case.profile if p.kind == "profile" else case.stack) == p.target
+    return Problem(list(cases), configs, params, uses)
+
+
+def shipped_values(params: Sequence[Param]) -> np.ndarray:
+    """The values the shipped profiles and stacks hold now (uncalibrated where absent)."""
+    out = []
+    for p in params:
+        obj = load_profile(p.target).gpu if p.kind == "profile" else load_stack(p.target)
+        value = getattr(obj, p.field)
+        out.append(p.prior if value is None else float(value))
+    return np.array(out)
+
+
+def with_values(
+    params: Sequence[Param], theta: np.ndarray
+) -> tuple[dict[str, HardwareProfile], dict[str, Stack]]:
+    """Copies of the shipped profiles and stacks carrying ``theta``."""
+    profiles: dict[str, HardwareProfile] = {}
+    stacks: dict[str, Stack] = {}
+    for p, value in zip(params, theta, strict=True):
+        if p.kind == "profile":
+            prof = load_profile(p.target)
+            gpu = prof.gpu.model_copy(update={p.field: float(value)})
+            profiles[p.target] = prof.model_copy(update={"gpu": gpu})
+        else:
+            stacks[p.target] = load_stack(p.target).model_copy(update={p.field: float(value)})
+    return profiles, stacks
+
+
+def predict(problem: Problem, theta: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+    """Predicted tokens/s per GPU of ``rows`` (all by default) with parameter values ``theta``."""
+    from planner.cost.step import evaluate
+
+    profiles, stacks = with_values(problem.params, theta)
+    idx = np.arange(len(problem.cases)) if rows is None else np.flatnonzero(rows) if rows.dtype == bool else rows
+    out = np.empty(len(idx))
+    for k, i in enumerate(idx):
+        case = problem.cases[i]
+        cluster = case.cluster.model_copy(update={"profile": profiles.get(case.profile, case.cluster.profile)})
+        job = case.job.model_copy(update={"stack": stacks.get(case.stack, case.job.software)})
+        cols = evaluate(case.model, cluster, job, MeshArrays.from_configs([problem.configs[i]]))
+        out[k] = job.tokens_per_step / float(cols.step_time_s[0]) / cluster.num_gpus
+    return out
+
+
+def _free(problem: Problem, rows: np.ndarray) -> np.ndarray:
+    """Parameters that at least MIN_ROWS of ``rows`` move."""
+    return problem.uses[rows].sum(axis=0) >= MIN_ROWS
+
+
+def fit(problem: Problem, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares on log(predicted / published) over ``rows`` (bool mask); parameters the rows
+    do not determine keep their uncalibrated value. Returns (theta, Jacobian of all rows'
+    residuals at theta, over the free parameters; zero columns elsewhere)."""
+    free = _free(problem, rows)
+    theta = np.array([p.prior for p in problem.params])
+    theta[free] = np.clip(start[free], *np.array([problem.params[j].bounds for j in np.flatnonzero(free)]).T)
+    log_published = np.log(problem.published)
+    idx = np.flatnonzero(rows)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        full = theta.copy()
+        full[free] = x
+        return np.log(predict(problem, full, idx)) - log_published[idx]
+
+    jac = np.zeros((len(problem.cases), len(problem.params)))
+    if not free.any():
+        return theta, jac
+    sparsity = lil_matrix(problem.uses[np.ix_(idx, free)].astype(float))
+    lower, upper = np.array([problem.params[j].bounds for j in np.flatnonzero(free)]).T
+    scale = np.maximum(upper - lower, 1e-9) / 10.0
+    result = least_squares(
+        residuals, theta[free], bounds=(lower, upper), jac_sparsity=sparsity, x_scale=scale, xtol=1e-4, ftol=1e-6
+    )
+    theta[free] = result.x
+    dense = result.jac.toarray() if hasattr(result.jac, "toarray") else np.asarray(result.jac)
+    jac[np.ix_(idx, np.flatnonzero(free))] = dense
+    return theta, jac
+
+
+def folds(cases: Sequence[RunCase]) -> list[np.ndarray]:
+    """One fold per (source group, model): every row of one model from one source."""
+    keys = [(c.group, c.model.name) for c in cases]
+    return [np.array([k == key for k in keys]) for key in dict.fromkeys(keys)]
+
+
+@dataclass
+class FitResult:
+    problem: Problem
+    theta: np.ndarray
+    predicted: np.ndarray  # in-sample, at theta
+    cv_predicted: np.ndarray  # each row from the fit without its fold
+    cv_theta: list[np.ndarray]
+
+    @property
+    def error(self) -> np.ndarray:
+        return self.predicted / self.problem.published - 1.0
+
+    @property
+    def cv_error(self) -> np.ndarray:
+        return self.cv_predicted / self.problem.published - 1.0
+
+
+def fit_and_cross_validate(cases: Sequence[RunCase], exact: bool = False) -> FitResult:
+    """Fit every parameter on all rows, then the cross-validated prediction of each fold."""
+    problem = build_problem(cases)
+    everything = np.ones(len(cases), dtype=bool)
+    theta, jac = fit(problem, everything, shipped_values(problem.params))
+    log_published = np.log(problem.published)
+    predicted = predict(problem, theta)
+    residual = np.log(predicted) - log_published
+    cv_predicted = np.empty(len(cases))
+    cv_theta: list[np.ndarray] = []
+    for fold in folds(cases):
+        rest = ~fold
+        if exact:
+            theta_f, _ = fit(problem, rest, theta)
+        else:
+            theta_f = _one_step(problem, theta, jac, residual, rest)
+        cv_theta.append(theta_f)
+        cv_predicted[fold] = predict(problem, theta_f, fold)
+    return FitResult(problem, theta, predicted, cv_predicted, cv_theta)
+
+
+def _one_step(problem: Problem, theta: np.ndarray, jac: np.ndarray, residual: np.ndarray, rest: np.ndarray) -> np.ndarray:
+    """One Gauss-Newton step from the full fit on the ``rest`` rows: minimise
+    ||r_rest + J_rest d||^2 over the parameters the rest determines (bounded by clipping); the
+    others fall back to their uncalibrated value."""
+    free = _free(problem, rest) & (np.abs(jac[rest]).sum(axis=0) > 0)
+    out = np.array([p.prior for p in problem.params])
+    if free.any():
+        j = jac[np.ix_(rest, free)]
+        step, *_ = np.linalg.lstsq(j, -residual[rest], rcond=None)
+        lower, upper = np.array([problem.params[k].bounds for k in np.flatnonzero(free)]).T
+        out[free] = np.clip(theta[free] + step, lower, upper)
+    return out

@@ -1,0 +1,358 @@
+"""Published training runs as planner inputs: one row of a runs file (the schema of
+shared/groundtruth/modern_runs.yaml) to a model, cluster, job and mesh, from the row's own fields.
+
+Nothing here is keyed by a run's name: a row the planner has never seen is priced the same way.
+Each field is read as the file's ``field_conventions`` state (null: not stated):
+
+  model     layers, hidden, heads, kv_heads, head_dim, ffn (dense), experts, top_k, expert_ffn,
+            shared_experts, dense_layers, an MLA 'attention' description, vocab, seq_len,
+            tied_embeddings, ffn_act; MPT's architecture from its arch_notes (GELU MLP, LayerNorm
+            and biases, learned positions, tied embeddings)
+  hardware  the GPU description picks a shipped profile (``GPU_PROFILES``), count the GPUs
+  software  the source repository picks the stack (``STACKS``); compile, async_tp and the FSDP
+            mixed-precision policy override its defaults where the row states them
+  parallel  tp, pp, cp, ep, dp, vp (interleaved when > 1), micro_batch, grad_accum, global_batch,
+            the FSDP/ZeRO description, sequence parallelism (on with TP, as Megatron-Core's
+            recipes and torchtitan run it)
+  knobs     precision (fp8 for any 8-bit float recipe), activation checkpointing
+
+A knob the row does not state (Megatron-Bridge tables give no recompute) is left to the search,
+which picks the fastest setting that fits, as a tuned recipe would. A row the planner cannot
+express raises ``Unpriceable`` with the reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.catalog import load_cluster, load_stack, read_yaml
+from planner.errors import PlannerError
+from planner.schemas.estimate import Estimate
+from planner.schemas.hardware import ClusterSpec, HardwareProfile
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
+from planner.schemas.stack import Stack
+
+
+class Unpriceable(PlannerError):
+    """A row the planner cannot express; the message says why."""
+
+
+GPU_PROFILES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("h800",), "dgx-h800"),
+    (("h100", "96gb"), "h100-96g-500w"),
+    (("h100", "hbm2e"), "h100-96g-500w"),
+    (("h100",), "dgx-h100"),
+    (("h200",), "dgx-h200"),
+    (("a100",), "dgx-a100-80g"),
+    (("gb300",), "gb300-nvl72"),
+    (("gb200",), "gb200-nvl72"),
+    (("b200",), "dgx-b200"),
+    (("blackwell",), "dgx-b200"),
+    (("mi300x",), "mi300x"),
+)
+"""Words of a row's ``hardware.gpu`` description (lower case, all must appear) -> shipped
+profile, first match wins. torchtitan's H100s are Grand Teton 96 GB HBM2e parts at 500 W
+(torchtitan benchmarks/llama3_h100_202412_torchtitan.md), not the 80 GB SXM of a DGX."""
+
+STACKS: dict[str, str] = {
+    "mosaicml/llm-foundry": "llm-foundry",
+    "pytorch/torchtitan": "torchtitan",
+    "pytorch/ao": "torchtitan",
+    "nvidia-nemo/megatron-bridge": "megatron-core",
+    "nvidia/megatron-lm": "megatron-core",
+    "microsoft/deepspeed": "deepspeed",
+}
+"""Source repository of a row -> stack. torchao's training benchmarks run torchtitan."""
+
+FP8_WORDS = ("fp8", "float8", "mxfp8")
+FP4_WORDS = ("nvfp4", "fp4")
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True)
+class RunCase:
+    """One published run as the planner sees it: what to price and the pins the row states."""
+
+    name: str
+    group: str
+    published_tokens_per_s_per_gpu: float
+    model: ModelSpec
+    cluster: ClusterSpec
+    job: JobSpec
+    pins: dict[str, Any]
+    profile: str
+    stack: str
+    assumed: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The row's configuration as priced (for the benchmark's JSON)."""
+        return {
+            "profile": self.profile,
+            "stack": self.stack,
+            "gpus": self.cluster.num_gpus,
+            "dtype": self.job.dtype,
+            "seq_len": self.job.seq_len,
+            "global_batch": self.job.batch_size,
+            "pins": dict(self.pins),
+            "assumed": list(self.assumed),
+        }
+
+
+def load_runs(path: str | Path) -> list[dict[str, Any]]:
+    """The ``runs`` list of a runs file."""
+    data = read_yaml(Path(path))
+    runs = data.get("runs")
+    if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
+        raise PlannerError(f"{path}: field 'runs': expected a list of run mappings")
+    return runs
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value).lower()
+
+
+def _int(section: dict[str, Any], key: str, where: str) -> int | None:
+    value = section.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise Unpriceable(f"{where}.{key} is not an integer ({value!r})")
+    return value
+
+
+def profile_for(gpu: str) -> str:
+    """The shipped profile of a GPU description (``GPU_PROFILES``)."""
+    text = _text(gpu)
+    for words, profile in GPU_PROFILES:
+        if all(w in text for w in words):
+            return profile
+    raise Unpriceable(f"no shipped hardware profile for GPU '{gpu}'")
+
+
+def stack_for(row: dict[str, Any]) -> str:
+    source = row.get("source") or {}
+    repo = _text(source.get("repo"))
+    if repo in STACKS:
+        return STACKS[repo]
+    raise Unpriceable(
+        f"source '{source.get('repo') or source.get('paper')}' names no known software stack "
+        f"({', '.join(sorted(set(STACKS.values())))})"
+    )
+
+
+def model_from_row(row: dict[str, Any]) -> ModelSpec:
+    """The row's architecture as a ModelSpec."""
+    m = row.get("model") or {}
+    notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention"))
+    attention = _text(m.get("attention"))
+    if "sliding" in attention or "window" in attention:
+        raise Unpriceable(f"attention '{m.get('attention')}': sliding-window attention is not modelled")
+    layers, hidden, heads = (_int(m, k, "model") for k in ("layers", "hidden", "heads"))
+    if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
+        raise Unpriceable("model: layers, hidden, heads, vocab and seq_len are required")
+    experts = _int(m, "experts", "model")
+    ffn = _int(m, "ffn", "model") or _int(m, "dense_ffn", "model") or _int(m, "expert_ffn", "model")
+    if ffn is None:
+        raise Unpriceable("model: no ffn, dense_ffn or expert_ffn width")
+    mpt = "mpt" in notes or _text(m.get("name")).startswith("mpt")
+    gelu = mpt or ("gelu" in notes and "swiglu" not in notes)
+    spec: dict[str, Any] = {
+        "name": str(m.get("name") or row.get("name")),
+        "source": f"runs file row {row.get('name')}",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": _int(m, "kv_heads", "model") or heads,
+        "head_dim": _int(m, "head_dim", "model"),
+        "intermediate_size": ffn,
+        "vocab_size": _int(m, "vocab", "model"),
+        "max_position_embeddings": _int(m, "seq_len", "model"),
+        "tie_word_embeddings": bool(m.get("tied_embeddings")) or "tied" in notes,
+        "hidden_act": "gelu" if gelu else "silu",
+    }
+    if mpt:
+        spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")
+    if _text(m.get("hf_id")).startswith("qwen/qwen3"):
+        spec["qk_norm"] = True
+    if "mla" in attention:
+        found = {k: int(v) for k, v in re.findall(r"(\w+_rank|\w+_head_dim)\s+(\d+)", attention)}
+        missing = [k for k in MLA_KEYS[1:] if k not in found]
+        if missing:
+            raise Unpriceable(f"model.attention: MLA without {', '.join(missing)}")
+        spec.update({k: found[k] for k in MLA_KEYS if k in found})
+        spec["head_dim"] = None
+    if experts:
+        spec.update(
+            num_local_experts=experts,
+            num_experts_per_tok=_int(m, "top_k", "model"),
+            moe_intermediate_size=_int(m, "expert_ffn", "model"),
+            n_shared_experts=_int(m, "shared_experts", "model") or None,
+            first_k_dense_replace=_int(m, "dense_layers", "model") or None,
+        )
+    try:
+        return ModelSpec(**spec)
+    except ValueError as err:
+        raise Unpriceable(f"model: {_pydantic_message(err)}") from None
+
+
+def recompute_from(knob: Any) -> str | None:
+    """Activation checkpointing as stated -> recompute mode; None when not stated. torchtitan's
+    'selective layer' checkpoints whole layers (every other one by default): priced as full."""
+    if knob is True:
+        return "full"
+    if knob is False:
+        return "none"
+    text = _text(knob)
+    if not text or "not stated" in text:
+        return None
+    if text.startswith("none"):
+        return "none"
+    if "selective" in text and "layer" not in text or "sac" in text or "per-op" in text:
+        return "selective"
+    if "full" in text or "layer" in text:
+        return "full"
+    raise Unpriceable(f"knobs.activation_checkpointing '{knob}' is not none, selective or full")
+
+
+def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
+    """The FSDP/ZeRO description as a ZeRO stage: full sharding (FSDP FULL_SHARD, FSDP2,
+    Megatron-FSDP) 3, SHARD_GRAD_OP 2, Megatron's distributed optimizer 1, plain DDP 0."""
+    stage = parallel.get("zero_stage")
+    if isinstance(stage, int) and not isinstance(stage, bool):
+        return stage
+    fsdp = _text(parallel.get("fsdp"))
+    if "shard_grad_op" in fsdp:
+        return 2
+    if "full_shard" in fsdp or "fsdp" in fsdp and "no fsdp" not in fsdp:
+        return 3
+    if "distributed optimizer" in _text(stage) or "ddp" in fsdp:
+        return 1 if "distributed optimizer" in _text(stage) else 0
+    return stack.default_zero_stage
+
+
+def case_from_row(row: dict[str, Any]) -> RunCase:
+    """Translate one runs-file row; raises ``Unpriceable`` with the reason where it cannot."""
+    name, group = str(row.get("name")), str(row.get("group"))
+    hardware, par, knobs = row.get("hardware") or {}, row.get("parallel") or {}, row.get("knobs") or {}
+    measured = row.get("measured") or {}
+    published = measured.get("tokens_per_s_per_gpu")
+    if not isinstance(published, (int, float)) or published <= 0:
+        raise Unpriceable("measured.tokens_per_s_per_gpu is missing")
+    if "campaign" in _text(measured.get("tokens_per_s_per_gpu_note")):
+        raise Unpriceable("a campaign average (batch ramp, stalls, restarts), not a steady-state step time")
+    precision = _text(knobs.get("precision"))
+    if any(w in precision for w in FP4_WORDS):
+        raise Unpriceable(f"precision '{knobs.get('precision')}': 4-bit formats are not modelled")
+    stack_name = stack_for(row)
+    stack = load_stack(stack_name)
+    model = model_from_row(row)
+    profile = profile_for(hardware.get("gpu", ""))
+    gpus = _int(hardware, "count", "hardware")
+    if not gpus:
+        raise Unpriceable("hardware.count is missing")
+    cluster = load_cluster(profile, gpus=gpus)
+    degrees = {k: _int(par, k, "parallel") or 1 for k in ("tp", "pp", "cp", "ep")}
+    dp = _int(par, "dp", "parallel")
+    if dp is None or dp * degrees["tp"] * degrees["pp"] * degrees["cp"] != gpus:
+        raise Unpriceable(f"parallel: tp*pp*cp*dp does not make the {gpus} GPUs (dp {par.get('dp')!r})")
+    mbs = _int(par, "micro_batch", "parallel")
+    if not mbs:
+        raise Unpriceable("parallel.micro_batch is not stated")
+    assumed: list[str] = []
+    batch = par.get("global_batch")
+    accum = _int(par, "grad_accum", "parallel") if degrees["pp"] == 1 else None
+    if accum:
+        batch = mbs * accum * dp  # what one step ran (Composer lets the stated batch differ)
+    if not isinstance(batch, int) or isinstance(batch, bool):
+        raise Unpriceable(f"parallel.global_batch is not a number ({batch!r})")
+    vp = _int(par, "vp", "parallel") or 1
+    pins: dict[str, Any] = {
+        **degrees,
+        "dp": dp,
+        "micro_batch_size": mbs,
+        "zero_stage": zero_stage_from(par, stack),
+        "sequence_parallel": degrees["tp"] > 1,
+        "schedule": "interleaved-1f1b" if vp > 1 else "1f1b",
+        "virtual_stages": vp,
+        "overlap_grad_reduce": stack.overlap_grad_reduce,
+    }
+    recompute = recompute_from(knobs.get("activation_checkpointing"))
+    if recompute is None:
+        assumed.append("recompute: not stated, the search's choice")
+    else:
+        pins["recompute"] = recompute
+    overrides: dict[str, Any] = {}
+    if isinstance(knobs.get("compile"), bool):
+        overrides["compile"] = knobs["compile"]
+    if isinstance(knobs.get("async_tp"), bool):
+        overrides["tp_comm_overlap"] = knobs["async_tp"]
+    mixed = _text(knobs.get("fsdp_mixed_precision")) + precision
+    if "pure" in mixed:
+        overrides["gradient_dtype"] = "bf16"  # Composer's PURE policy reduces in bf16
+    elif "reduce fp32" in mixed:
+        overrides["gradient_dtype"] = "fp32"
+    try:
+        job = JobSpec(
+            global_batch_size=batch,
+            seq_len=model.max_position_embeddings,
+            dtype="fp8" if any(w in precision for w in FP8_WORDS) else "bf16",
+            stack=stack_name,
+            **overrides,
+        )
+    except ValueError as err:
+        raise Unpriceable(f"job: {_pydantic_message(err)}") from None
+    try:
+        ParallelConfig(**{"recompute": "full", **pins})
+    except ValueError as err:
+        raise Unpriceable(f"parallel: {_pydantic_message(err)}") from None
+    return RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed)
+
+
+def price_case(
+    case: RunCase,
+    profile: HardwareProfile | None = None,
+    stack: Stack | None = None,
+    config: ParallelConfig | None = None,
+) -> tuple[float, Estimate]:
+    """Predicted tokens/s per GPU of a case, with the estimate behind it; ``profile`` and
+    ``stack`` replace the shipped ones (the fit tries values this way), ``config`` a mesh already
+    chosen (else the stated pins, and the search for knobs the row leaves open)."""
+    from planner.pricing import estimate_mesh
+
+    cluster = case.cluster
+    if profile is not None:
+        cluster = cluster.model_copy(update={"profile": profile})
+    job = case.job if stack is None else case.job.model_copy(update={"stack": stack})
+    if config is None:
+        config = resolve_config(case, cluster, job)
+    est = estimate_mesh(case.model, cluster, job, config)
+    return est.tokens_per_s_per_gpu, est
+
+
+def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSpec | None = None) -> ParallelConfig:
+    """The mesh a case runs: its pins, with the search filling what the row leaves open (the
+    fastest that fits; the fastest of all when none fits)."""
+    from planner.search import search
+
+    cluster, job = cluster or case.cluster, job or case.job
+    try:
+        config = ParallelConfig(**{"recompute": "full", **case.pins})
+    except ValueError as err:
+        raise Unpriceable(f"parallel: {_pydantic_message(err)}") from None
+    if "recompute" in case.pins:
+        return config
+    try:
+        return search(case.model, cluster, job, case.pins, top=1).candidates[0].config.parallel
+    except PlannerError:
+        return config
+
+
+def _pydantic_message(err: ValueError) -> str:
+    """The message of a pydantic error without its location and URL lines."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
+    return lines[-1].split(" [type=")[0].removeprefix("Value error, ")

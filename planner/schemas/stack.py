@@ -1,0 +1,90 @@
+"""Software stacks: what the training framework decides that the mesh does not.
+
+A stack (Megatron-Core, torchtitan/FSDP2, llm-foundry/Composer FSDP, DeepSpeed, Megatron-LM of
+2021) picks the attention kernel, whether TP collectives overlap GEMMs, the format gradients are
+reduced in, how the loss is computed, how many kernels a layer launches and whether CUDA graphs
+or torch.compile remove their launch gaps. The same mesh on the same GPUs runs at different
+speeds under different stacks, so a stack is a named, sourced profile (``stacks/<name>.yaml``)
+chosen with ``--stack``, as a cluster is chosen with ``--cluster``. Every value names its source
+in ``sources`` (the framework's code or docs at a commit, or a measurement); values fitted by
+``plan calibrate --from-runs`` say so and list the rows in ``calibration``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
+
+from planner.schemas.base import Frozen
+from planner.schemas.hardware import RunCalibration
+
+AttentionKernel = Literal["fa2", "fused"]
+"""'fa2': FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend); 'fused': the GPU's best
+fused kernel (cuDNN fused attention / FlashAttention-3 on Hopper, Transformer Engine's pick)."""
+
+ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
+
+STACK_KNOBS = ("attention_kernel", "tp_comm_overlap", "grad_reduce_dtype", "compile", "cuda_graphs")
+"""Stack fields a job may override one by one (``--tp-comm-overlap``, ``--compile``, ...)."""
+
+
+class Stack(Frozen):
+    """One training software stack and the defaults it runs with."""
+
+    name: str
+    description: str
+    export_format: ExportFormat | None = Field(
+        None, description="The `plan export` target that launches this stack (None: none does)"
+    )
+    attention_kernel: AttentionKernel
+    tp_comm_overlap: bool = Field(description="TP collectives overlap the GEMMs around them by default")
+    tp_overlap_hidden_fraction: float = Field(
+        ge=0, le=1, description="Share of the TP collective time hidden behind GEMMs when tp_comm_overlap is on"
+    )
+    overlap_slowdown: NonNegativeFloat = Field(
+        description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"
+    )
+    grad_reduce_dtype: Literal["fp32", "bf16"] = Field(description="Format gradients are reduced (and kept) in")
+    cross_entropy_bytes_per_logit: PositiveFloat = Field(
+        description="HBM bytes the loss moves per logit element, forward and backward together"
+    )
+    kernels_per_layer_eager: PositiveFloat = Field(
+        description="Kernels one transformer layer's forward launches without torch.compile"
+    )
+    kernels_per_layer_compiled: PositiveFloat = Field(
+        description="Kernels one transformer layer's forward launches under torch.compile"
+    )
+    compile: bool = Field(description="torch.compile on by default")
+    cuda_graphs: bool = Field(description="CUDA graphs capture the step by default (launches replayed, no host gap)")
+    overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
+    default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
+    kernel_overhead_us: NonNegativeFloat | None = Field(
+        None,
+        description="Fitted: GPU time per launched kernel beyond its work (launch latency, gaps between "
+        "kernels, the tail of each kernel's last wave); None: not calibrated, 0",
+    )
+    calibration: RunCalibration | None = None
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _sources(self) -> Stack:
+        fields = type(self).model_fields
+        unknown = sorted(set(self.sources) - set(fields))
+        if unknown:
+            raise ValueError(f"sources name unknown field(s) {unknown}; allowed: {sorted(fields)}")
+        skip = {"name", "description", "sources", "calibration", "export_format"}
+        for name in fields:
+            if name in skip or getattr(self, name) is None:
+                continue
+            if name not in self.sources:
+                raise ValueError(f"'{name}' has no entry in 'sources' (the framework's code, docs or a measurement)")
+        return self
+
+    @property
+    def kernel_overhead_s(self) -> float:
+        return (self.kernel_overhead_us or 0.0) * 1e-6
+
+    def kernels_per_layer(self, compiled: bool) -> float:
+        """Kernels a layer's forward launches, eager or compiled."""
+        return self.kernels_per_layer_compiled if compiled else self.kernels_per_layer_eager
