@@ -1,5 +1,5 @@
-"""Write a runs fit (``planner.fit_runs``) into the shipped profiles and stacks, and read the error
-bar back from them.
+"""Write a runs fit (``planner.fit_runs``) into the shipped profiles and stacks, (the error bar reads
+them back: ``planner.error_bar``).
 
 The YAML files keep their comments: the fitted value replaces (or is inserted as) one line, its
 ``sources`` entry one line, and the top-level ``calibration`` block (command, runs file, rows
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import yaml
@@ -17,13 +18,9 @@ import yaml
 from planner.atomic import write_text_atomic
 from planner.catalog import catalog_dir
 from planner.errors import PlannerError
-from planner.fit_runs import FitResult, Param
 
-INTERVAL_QUANTILES = (0.1, 0.9)
-"""The error bar is the central 80% of the cross-validated errors that match an estimate."""
-
-MIN_INTERVAL_ROWS = 5
-"""Fewest cross-validated rows an error bar is read from before widening to a coarser match."""
+if TYPE_CHECKING:
+    from planner.fit_runs import FitResult, Param
 
 
 def _set_line(lines: list[str], key: str, value: str, indent: str, before: re.Pattern[str], start: int) -> None:
@@ -121,32 +118,3 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
         write_text_atomic(path, _replace_calibration("\n".join(lines), block))
         written.append(path)
     return written
-
-
-def error_bar(profile_calibration: object, stack_calibration: object, profile: str, stack: str) -> tuple[
-    list[float], str
-]:
-    """Cross-validated errors (percent) that match an estimate on ``profile`` with ``stack``: the
-    profile's rows with that stack; else all the profile's rows; else the stack's rows on any
-    profile; else none. Returns (errors, what they are)."""
-    prof = getattr(profile_calibration, "cv_error_pct", None) or {}
-    stk = getattr(stack_calibration, "cv_error_pct", None) or {}
-    same = prof.get(stack, [])
-    if len(same) >= MIN_INTERVAL_ROWS:
-        return list(same), f"{len(same)} cross-validated runs on {profile} with {stack}"
-    mine = [e for errs in prof.values() for e in errs]
-    if len(mine) >= MIN_INTERVAL_ROWS:
-        return mine, f"{len(mine)} cross-validated runs on {profile} (any stack)"
-    theirs = [e for errs in stk.values() for e in errs]
-    if len(theirs) >= MIN_INTERVAL_ROWS:
-        return theirs, f"{len(theirs)} cross-validated runs with {stack} (other GPUs: {profile} has no runs)"
-    return [], f"no cross-validated runs for {profile} or {stack}"
-
-
-def interval(tokens_per_s_per_gpu: float, errors_pct: list[float]) -> tuple[float, float] | None:
-    """The central 80% of what the published runs would have measured for this prediction:
-    published = predicted / (1 + error), at the 10th and 90th percentile errors."""
-    if not errors_pct:
-        return None
-    lo_err, hi_err = np.quantile(np.array(errors_pct) / 100.0, INTERVAL_QUANTILES)
-    return tokens_per_s_per_gpu / (1.0 + hi_err), tokens_per_s_per_gpu / (1.0 + lo_err)

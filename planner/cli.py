@@ -114,6 +114,25 @@ FlashOpt = Annotated[
     typer.Option("--flash-attention/--no-flash-attention", help="Fused attention (no s x s scores in HBM)."),
 ]
 DropoutOpt = Annotated[bool, typer.Option("--dropout/--no-dropout", help="Dropout layers (GPT-3-era training).")]
+StackOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--stack",
+        metavar="NAME",
+        help="Software stack (default megatron-core; see `plan list stacks`): kernels, overlap, gradient format.",
+    ),
+]
+TpOverlapOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--tp-comm-overlap/--no-tp-comm-overlap",
+        help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP); "
+        "default: the stack's.",
+    ),
+]
+CompileOpt = Annotated[
+    Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile; default: the stack's.")
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree.")]
 PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, metavar="N", help="Pipeline-parallel degree (stages).")]
@@ -201,10 +220,22 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         dtype=p["dtype"],
         flash_attention=p["flash_attention"],
         dropout=p["dropout"],
+        stack=_stack_choice(p.get("stack")),
+        tp_comm_overlap=p.get("tp_comm_overlap"),
+        compile=p.get("compile"),
         max_batch_growth=p.get("max_batch_growth", 0.0),
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
     )
     return model, cluster, job
+
+
+def _stack_choice(text: str | None) -> Any:
+    """``--stack``: a catalog name stays a name (short JSON); a YAML path becomes the loaded Stack.
+    Unknown names fail here, with the list."""
+    from planner.catalog import DEFAULT_STACK, load_stack, stack_names
+
+    loaded = load_stack(text or DEFAULT_STACK)
+    return loaded.name if loaded.name in stack_names() and (text or DEFAULT_STACK).lower() in stack_names() else loaded
 
 
 SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
@@ -268,6 +299,9 @@ def plan_main(
     dtype: DtypeOpt = "bf16",
     flash_attention: FlashOpt = True,
     dropout: DropoutOpt = False,
+    stack: StackOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    compile: CompileOpt = None,
     top: TopOpt = 10,
     objective: ObjectiveOpt = "time",
     tp: TpOpt = None,
@@ -345,6 +379,9 @@ def estimate_cmd(
     dtype: DtypeOpt = "bf16",
     flash_attention: FlashOpt = True,
     dropout: DropoutOpt = False,
+    stack: StackOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    compile: CompileOpt = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -389,6 +426,9 @@ def capacity_cmd(
     dtype: DtypeOpt = "bf16",
     flash_attention: FlashOpt = True,
     dropout: DropoutOpt = False,
+    stack: StackOpt = None,
+    tp_comm_overlap: TpOverlapOpt = None,
+    compile: CompileOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.
@@ -437,6 +477,42 @@ def list_clusters_cmd(as_json: JsonOpt = False) -> None:
     from planner.render import print_profiles
 
     print_profiles(_console(), profiles)
+
+
+@list_app.command("stacks")
+def list_stacks_cmd(as_json: JsonOpt = False) -> None:
+    """Software stacks (--stack): attention kernel, TP overlap, gradient format, calibration."""
+    from planner.catalog import list_stacks
+
+    stacks = list_stacks()
+    if as_json:
+        _emit_json([s.model_dump(mode="json") for s in stacks])
+        return
+    for s in stacks:
+        fitted = f"{s.kernel_overhead_us:.3g} us/kernel" if s.kernel_overhead_us is not None else "not calibrated"
+        typer.echo(
+            f"{s.name:18} {s.attention_kernel:5} attention, TP overlap {'on' if s.tp_comm_overlap else 'off'}, "
+            f"grads {s.grad_reduce_dtype}, ZeRO {s.default_zero_stage}, {fitted}: {s.description}"
+        )
+
+
+@show_app.command("stack")
+def show_stack_cmd(
+    name: Annotated[str, typer.Argument(help="Stack name or YAML path.")], as_json: JsonOpt = False
+) -> None:
+    """Every value of a software stack with its source."""
+    from planner.catalog import load_stack
+
+    stack = load_stack(name)
+    if as_json:
+        _emit_json(stack.model_dump(mode="json"))
+        return
+    typer.echo(f"{stack.name}: {stack.description}")
+    for key, value in stack.model_dump(exclude={"name", "description", "sources", "calibration"}).items():
+        source = " ".join(stack.sources.get(key, "").split())
+        typer.echo(f"  {key} = {value}" + (f"  [{source[:160]}]" if source else ""))
+    if stack.calibration is not None:
+        typer.echo(f"  calibrated by `{stack.calibration.command}` over {len(stack.calibration.rows)} rows")
 
 
 def _model_json(model: Any, seq_len: int | None = None) -> dict[str, Any]:

@@ -29,12 +29,29 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
     return f"{behind:.3g} s slower, most of it {term} (+{extra:.3g} s){trade}"
 
 
+def overlap_assumed(est: Estimate) -> str:
+    """What the estimate assumes about overlap, in words: the traffic it hides and what hiding costs."""
+    hidden = est.hidden_comm_s
+    parts = [
+        f"{name.upper()} {seconds:.2f} s"
+        for name, seconds in (("tp", hidden.tp), ("dp", hidden.dp), ("cp", hidden.cp))
+        if seconds > 0
+    ]
+    if not parts:
+        return "assumes no communication hidden behind compute"
+    job = est.config.job
+    return (
+        f"assumes {', '.join(parts)} of communication hidden behind compute ({job.stack_name}'s overlap), "
+        f"which slows that compute by {est.time_breakdown_s.overlap_slowdown:.2f} s"
+    )
+
+
 def explain(candidates: list[Estimate]) -> list[str]:
     """One sentence for the winner, one per runner-up."""
     if not candidates:
         return []
     winner = candidates[0]
-    lines = [f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}"]
+    lines = [f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}; {overlap_assumed(winner)}"]
     for rank, other in enumerate(candidates[1:], start=2):
         lines.append(f"#{rank} {other.config.parallel.short()}: {where_it_loses(winner, other)}")
     return lines

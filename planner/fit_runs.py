@@ -107,9 +107,7 @@ def shipped_values(params: Sequence[Param]) -> np.ndarray:
     return np.array(out)
 
 
-def with_values(
-    params: Sequence[Param], theta: np.ndarray
-) -> tuple[dict[str, HardwareProfile], dict[str, Stack]]:
+def with_values(params: Sequence[Param], theta: np.ndarray) -> tuple[dict[str, HardwareProfile], dict[str, Stack]]:
     """Copies of the shipped profiles and stacks carrying ``theta``."""
     profiles: dict[str, HardwareProfile] = {}
     stacks: dict[str, Stack] = {}
@@ -218,7 +216,9 @@ def fit_and_cross_validate(cases: Sequence[RunCase], exact: bool = False) -> Fit
     return FitResult(problem, theta, predicted, cv_predicted, cv_theta)
 
 
-def _one_step(problem: Problem, theta: np.ndarray, jac: np.ndarray, residual: np.ndarray, rest: np.ndarray) -> np.ndarray:
+def _one_step(
+    problem: Problem, theta: np.ndarray, jac: np.ndarray, residual: np.ndarray, rest: np.ndarray
+) -> np.ndarray:
     """One Gauss-Newton step from the full fit on the ``rest`` rows: minimise
     ||r_rest + J_rest d||^2 over the parameters the rest determines (bounded by clipping); the
     others fall back to their uncalibrated value."""

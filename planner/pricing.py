@@ -9,6 +9,7 @@ from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import model_flops_per_token
 from planner.cost.pipeline import stage_layer_counts
 from planner.cost.step import Columns, evaluate
+from planner.error_bar import error_bar, interval
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
@@ -138,6 +139,9 @@ def row_estimate(
     if batch != job.batch_size:
         job = job.model_copy(update={"global_batch_size": batch, "global_batch_tokens": batch * job.seq_len})
     tokens_per_s = job.tokens_per_step / step
+    per_gpu = tokens_per_s / cluster.num_gpus
+    stack = job.software
+    errors, basis = error_bar(cluster.profile.calibration, stack.calibration, cluster.profile.name, stack.name)
     model_flops = float(cols.model_flops_per_step[i])
     price = cluster.profile.price_per_gpu_hour_usd
     days = time_to_train_s(job, tokens_per_s)
@@ -145,7 +149,9 @@ def row_estimate(
     return Estimate(
         step_time_s=step,
         tokens_per_s=tokens_per_s,
-        tokens_per_s_per_gpu=tokens_per_s / cluster.num_gpus,
+        tokens_per_s_per_gpu=per_gpu,
+        tokens_per_s_per_gpu_interval=interval(per_gpu, errors),
+        interval_basis=basis,
         model_flops_per_step=model_flops,
         hardware_flops_per_step=float(cols.hardware_flops_per_step[i]),
         model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,

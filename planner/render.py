@@ -37,16 +37,44 @@ def days(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days"
 
 
+def describe_stack(job: JobSpec) -> str:
+    """The software the prices assume, in one line."""
+    stack = job.software
+    overlap = f"on, {stack.tp_overlap_hidden_fraction:.0%} hidden" if job.tp_overlap else "off"
+    return (
+        f"{stack.name} ({stack.attention_kernel} attention, TP overlap {overlap}, gradients reduced in "
+        f"{job.gradient_format}, {'compiled' if job.compiled else 'eager'}; compute slows "
+        f"{stack.overlap_slowdown:.0%} under overlapped communication)"
+    )
+
+
+def plus_minus(est: Estimate) -> str:
+    """Half the width of the error bar, as a percentage of the prediction ('-' without one)."""
+    band = est.tokens_per_s_per_gpu_interval
+    if band is None or est.tokens_per_s_per_gpu <= 0:
+        return "-"
+    return f"{(band[1] - band[0]) / 2 / est.tokens_per_s_per_gpu:.0%}"
+
+
+def error_bar_text(est: Estimate) -> str:
+    band = est.tokens_per_s_per_gpu_interval
+    if band is None:
+        return f"none ({est.interval_basis})"
+    return f"{band[0]:,.0f} .. {band[1]:,.0f} tokens/s per GPU (central 80% of {est.interval_basis})"
+
+
 def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> None:
     cfg, job = est.config.parallel, est.config.job
     console.print(f"[bold]{est.config.model}[/] on {cluster.describe()}")
     console.print(
         f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}"
     )
+    console.print(f"stack: {describe_stack(job)}")
     console.print(f"mesh: {cfg.short()}  (order {cfg.order})")
     summary = Table(show_header=False, box=None)
     summary.add_row("step time", duration(est.step_time_s))
     summary.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
+    summary.add_row("error bar", error_bar_text(est))
     summary.add_row(
         "MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}  ({est.model_tflops_per_gpu:.0f} model TFLOP/s per GPU)"
     )
@@ -111,6 +139,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}; "
         f"ranked by {ranking.objective}"
     )
+    console.print(f"stack: {describe_stack(job)}")
     table = Table(box=None, padding=(0, 1), header_style="bold")
     for col in (
         "#",
@@ -126,6 +155,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         "SP",
         "step",
         "tok/s/GPU",
+        "±",
         "MFU",
         "GiB",
         "free",
@@ -162,6 +192,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             "y" if p.sequence_parallel else "n",
             duration(c.step_time_s),
             f"{c.tokens_per_s_per_gpu:,.0f}",
+            plus_minus(c),
             f"{c.mfu:.1%}",
             gib(c.memory_per_gpu_bytes),
             gib(c.memory_usable_bytes - c.memory_per_gpu_bytes),
@@ -173,6 +204,10 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
     for line in ranking.explanation[:4]:
         console.print(line)
+    if ranking.candidates:
+        console.print(
+            f"± is the central 80% of published runs priced like this: {ranking.candidates[0].interval_basis}"
+        )
     if ranking.pareto:
         fastest, leanest = ranking.pareto[0], ranking.pareto[-1]
         console.print(

@@ -18,7 +18,7 @@ Each field is read as the file's ``field_conventions`` state (null: not stated):
 
 A knob the row does not state (Megatron-Bridge tables give no recompute) is left to the search,
 which picks the fastest setting that fits, as a tuned recipe would. A row the planner cannot
-express raises ``Unpriceable`` with the reason.
+express raises ``UnpriceableError`` with the reason.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ from planner.schemas.parallel import ParallelConfig
 from planner.schemas.stack import Stack
 
 
-class Unpriceable(PlannerError):
+class UnpriceableError(PlannerError):
     """A row the planner cannot express; the message says why."""
 
 
@@ -121,7 +121,7 @@ def _int(section: dict[str, Any], key: str, where: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise Unpriceable(f"{where}.{key} is not an integer ({value!r})")
+        raise UnpriceableError(f"{where}.{key} is not an integer ({value!r})")
     return value
 
 
@@ -131,7 +131,7 @@ def profile_for(gpu: str) -> str:
     for words, profile in GPU_PROFILES:
         if all(w in text for w in words):
             return profile
-    raise Unpriceable(f"no shipped hardware profile for GPU '{gpu}'")
+    raise UnpriceableError(f"no shipped hardware profile for GPU '{gpu}'")
 
 
 def stack_for(row: dict[str, Any]) -> str:
@@ -139,7 +139,7 @@ def stack_for(row: dict[str, Any]) -> str:
     repo = _text(source.get("repo"))
     if repo in STACKS:
         return STACKS[repo]
-    raise Unpriceable(
+    raise UnpriceableError(
         f"source '{source.get('repo') or source.get('paper')}' names no known software stack "
         f"({', '.join(sorted(set(STACKS.values())))})"
     )
@@ -151,14 +151,14 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention"))
     attention = _text(m.get("attention"))
     if "sliding" in attention or "window" in attention:
-        raise Unpriceable(f"attention '{m.get('attention')}': sliding-window attention is not modelled")
+        raise UnpriceableError(f"attention '{m.get('attention')}': sliding-window attention is not modelled")
     layers, hidden, heads = (_int(m, k, "model") for k in ("layers", "hidden", "heads"))
     if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
-        raise Unpriceable("model: layers, hidden, heads, vocab and seq_len are required")
+        raise UnpriceableError("model: layers, hidden, heads, vocab and seq_len are required")
     experts = _int(m, "experts", "model")
     ffn = _int(m, "ffn", "model") or _int(m, "dense_ffn", "model") or _int(m, "expert_ffn", "model")
     if ffn is None:
-        raise Unpriceable("model: no ffn, dense_ffn or expert_ffn width")
+        raise UnpriceableError("model: no ffn, dense_ffn or expert_ffn width")
     mpt = "mpt" in notes or _text(m.get("name")).startswith("mpt")
     gelu = mpt or ("gelu" in notes and "swiglu" not in notes)
     spec: dict[str, Any] = {
@@ -183,7 +183,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         found = {k: int(v) for k, v in re.findall(r"(\w+_rank|\w+_head_dim)\s+(\d+)", attention)}
         missing = [k for k in MLA_KEYS[1:] if k not in found]
         if missing:
-            raise Unpriceable(f"model.attention: MLA without {', '.join(missing)}")
+            raise UnpriceableError(f"model.attention: MLA without {', '.join(missing)}")
         spec.update({k: found[k] for k in MLA_KEYS if k in found})
         spec["head_dim"] = None
     if experts:
@@ -197,7 +197,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     try:
         return ModelSpec(**spec)
     except ValueError as err:
-        raise Unpriceable(f"model: {_pydantic_message(err)}") from None
+        raise UnpriceableError(f"model: {_pydantic_message(err)}") from None
 
 
 def recompute_from(knob: Any) -> str | None:
@@ -212,11 +212,11 @@ def recompute_from(knob: Any) -> str | None:
         return None
     if text.startswith("none"):
         return "none"
-    if "selective" in text and "layer" not in text or "sac" in text or "per-op" in text:
+    if ("selective" in text and "layer" not in text) or "sac" in text or "per-op" in text:
         return "selective"
     if "full" in text or "layer" in text:
         return "full"
-    raise Unpriceable(f"knobs.activation_checkpointing '{knob}' is not none, selective or full")
+    raise UnpriceableError(f"knobs.activation_checkpointing '{knob}' is not none, selective or full")
 
 
 def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
@@ -228,7 +228,7 @@ def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
     fsdp = _text(parallel.get("fsdp"))
     if "shard_grad_op" in fsdp:
         return 2
-    if "full_shard" in fsdp or "fsdp" in fsdp and "no fsdp" not in fsdp:
+    if "full_shard" in fsdp or ("fsdp" in fsdp and "no fsdp" not in fsdp):
         return 3
     if "distributed optimizer" in _text(stage) or "ddp" in fsdp:
         return 1 if "distributed optimizer" in _text(stage) else 0
@@ -236,40 +236,40 @@ def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
 
 
 def case_from_row(row: dict[str, Any]) -> RunCase:
-    """Translate one runs-file row; raises ``Unpriceable`` with the reason where it cannot."""
+    """Translate one runs-file row; raises ``UnpriceableError`` with the reason where it cannot."""
     name, group = str(row.get("name")), str(row.get("group"))
     hardware, par, knobs = row.get("hardware") or {}, row.get("parallel") or {}, row.get("knobs") or {}
     measured = row.get("measured") or {}
     published = measured.get("tokens_per_s_per_gpu")
     if not isinstance(published, (int, float)) or published <= 0:
-        raise Unpriceable("measured.tokens_per_s_per_gpu is missing")
+        raise UnpriceableError("measured.tokens_per_s_per_gpu is missing")
     if "campaign" in _text(measured.get("tokens_per_s_per_gpu_note")):
-        raise Unpriceable("a campaign average (batch ramp, stalls, restarts), not a steady-state step time")
+        raise UnpriceableError("a campaign average (batch ramp, stalls, restarts), not a steady-state step time")
     precision = _text(knobs.get("precision"))
     if any(w in precision for w in FP4_WORDS):
-        raise Unpriceable(f"precision '{knobs.get('precision')}': 4-bit formats are not modelled")
+        raise UnpriceableError(f"precision '{knobs.get('precision')}': 4-bit formats are not modelled")
     stack_name = stack_for(row)
     stack = load_stack(stack_name)
     model = model_from_row(row)
     profile = profile_for(hardware.get("gpu", ""))
     gpus = _int(hardware, "count", "hardware")
     if not gpus:
-        raise Unpriceable("hardware.count is missing")
+        raise UnpriceableError("hardware.count is missing")
     cluster = load_cluster(profile, gpus=gpus)
     degrees = {k: _int(par, k, "parallel") or 1 for k in ("tp", "pp", "cp", "ep")}
     dp = _int(par, "dp", "parallel")
     if dp is None or dp * degrees["tp"] * degrees["pp"] * degrees["cp"] != gpus:
-        raise Unpriceable(f"parallel: tp*pp*cp*dp does not make the {gpus} GPUs (dp {par.get('dp')!r})")
+        raise UnpriceableError(f"parallel: tp*pp*cp*dp does not make the {gpus} GPUs (dp {par.get('dp')!r})")
     mbs = _int(par, "micro_batch", "parallel")
     if not mbs:
-        raise Unpriceable("parallel.micro_batch is not stated")
+        raise UnpriceableError("parallel.micro_batch is not stated")
     assumed: list[str] = []
     batch = par.get("global_batch")
     accum = _int(par, "grad_accum", "parallel") if degrees["pp"] == 1 else None
     if accum:
         batch = mbs * accum * dp  # what one step ran (Composer lets the stated batch differ)
     if not isinstance(batch, int) or isinstance(batch, bool):
-        raise Unpriceable(f"parallel.global_batch is not a number ({batch!r})")
+        raise UnpriceableError(f"parallel.global_batch is not a number ({batch!r})")
     vp = _int(par, "vp", "parallel") or 1
     pins: dict[str, Any] = {
         **degrees,
@@ -305,11 +305,11 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
             **overrides,
         )
     except ValueError as err:
-        raise Unpriceable(f"job: {_pydantic_message(err)}") from None
+        raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
     try:
         ParallelConfig(**{"recompute": "full", **pins})
     except ValueError as err:
-        raise Unpriceable(f"parallel: {_pydantic_message(err)}") from None
+        raise UnpriceableError(f"parallel: {_pydantic_message(err)}") from None
     return RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed)
 
 
@@ -343,7 +343,7 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     try:
         config = ParallelConfig(**{"recompute": "full", **case.pins})
     except ValueError as err:
-        raise Unpriceable(f"parallel: {_pydantic_message(err)}") from None
+        raise UnpriceableError(f"parallel: {_pydantic_message(err)}") from None
     if "recompute" in case.pins:
         return config
     try:

@@ -96,6 +96,12 @@ class Estimate(Frozen):
     step_time_s: NonNegativeFloat
     tokens_per_s: NonNegativeFloat
     tokens_per_s_per_gpu: NonNegativeFloat
+    tokens_per_s_per_gpu_interval: tuple[NonNegativeFloat, NonNegativeFloat] | None = Field(
+        None,
+        description="Central 80% of what published runs measured where the planner predicted this, from the "
+        "cross-validated errors of the matching profile and stack (None: no calibrated runs match)",
+    )
+    interval_basis: str = Field("", description="Which cross-validated runs the interval comes from")
     model_flops_per_step: NonNegativeFloat
     hardware_flops_per_step: NonNegativeFloat
     model_tflops_per_gpu: NonNegativeFloat

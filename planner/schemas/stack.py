@@ -2,8 +2,8 @@
 
 A stack (Megatron-Core, torchtitan/FSDP2, llm-foundry/Composer FSDP, DeepSpeed, Megatron-LM of
 2021) picks the attention kernel, whether TP collectives overlap GEMMs, the format gradients are
-reduced in, how the loss is computed, how many kernels a layer launches and whether CUDA graphs
-or torch.compile remove their launch gaps. The same mesh on the same GPUs runs at different
+reduced in, how the loss is computed, and how many kernels a layer launches (eager or under
+torch.compile). The same mesh on the same GPUs runs at different
 speeds under different stacks, so a stack is a named, sourced profile (``stacks/<name>.yaml``)
 chosen with ``--stack``, as a cluster is chosen with ``--cluster``. Every value names its source
 in ``sources`` (the framework's code or docs at a commit, or a measurement); values fitted by
@@ -25,8 +25,6 @@ fused kernel (cuDNN fused attention / FlashAttention-3 on Hopper, Transformer En
 
 ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
 
-STACK_KNOBS = ("attention_kernel", "tp_comm_overlap", "grad_reduce_dtype", "compile", "cuda_graphs")
-"""Stack fields a job may override one by one (``--tp-comm-overlap``, ``--compile``, ...)."""
 
 
 class Stack(Frozen):
@@ -56,7 +54,6 @@ class Stack(Frozen):
         description="Kernels one transformer layer's forward launches under torch.compile"
     )
     compile: bool = Field(description="torch.compile on by default")
-    cuda_graphs: bool = Field(description="CUDA graphs capture the step by default (launches replayed, no host gap)")
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
     default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
     kernel_overhead_us: NonNegativeFloat | None = Field(

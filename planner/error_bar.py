@@ -1,0 +1,43 @@
+"""The error bar of a prediction: the cross-validated errors of the published runs that match it
+(recorded in the shipped profiles and stacks by ``plan calibrate --from-runs --write``)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from planner.schemas.hardware import RunCalibration
+
+INTERVAL_QUANTILES = (0.1, 0.9)
+"""The error bar is the central 80% of the cross-validated errors that match an estimate."""
+
+MIN_INTERVAL_ROWS = 5
+"""Fewest cross-validated rows an error bar is read from before widening to a coarser match."""
+
+
+def error_bar(
+    profile_calibration: RunCalibration | None, stack_calibration: RunCalibration | None, profile: str, stack: str
+) -> tuple[list[float], str]:
+    """Cross-validated errors (percent) that match an estimate on ``profile`` with ``stack``: the
+    profile's rows with that stack; else all the profile's rows; else the stack's rows on any
+    profile; else none. Returns (errors, what they are)."""
+    prof = profile_calibration.cv_error_pct if profile_calibration else {}
+    stk = stack_calibration.cv_error_pct if stack_calibration else {}
+    same = prof.get(stack, [])
+    if len(same) >= MIN_INTERVAL_ROWS:
+        return list(same), f"{len(same)} cross-validated runs on {profile} with {stack}"
+    mine = [e for errs in prof.values() for e in errs]
+    if len(mine) >= MIN_INTERVAL_ROWS:
+        return mine, f"{len(mine)} cross-validated runs on {profile} (any stack)"
+    theirs = [e for errs in stk.values() for e in errs]
+    if len(theirs) >= MIN_INTERVAL_ROWS:
+        return theirs, f"{len(theirs)} cross-validated runs with {stack} (other GPUs: {profile} has no runs)"
+    return [], f"no cross-validated runs for {profile} or {stack}"
+
+
+def interval(tokens_per_s_per_gpu: float, errors_pct: list[float]) -> tuple[float, float] | None:
+    """The central 80% of what the published runs would have measured for this prediction:
+    published = predicted / (1 + error), at the 10th and 90th percentile errors."""
+    if not errors_pct:
+        return None
+    lo_err, hi_err = np.quantile(np.array(errors_pct) / 100.0, INTERVAL_QUANTILES)
+    return tokens_per_s_per_gpu / (1.0 + hi_err), tokens_per_s_per_gpu / (1.0 + lo_err)
