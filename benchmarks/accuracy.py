@@ -17,7 +17,8 @@ Knobs: Narayanan et al.'s micro-batch sizes, virtual stages and DDP implementati
 their launch script (Megatron-LM examples/sc21/run_table_1.sh); Korthikanti et al. state theirs
 in Tables 3 and 5 (1F1B assumed for the 22B and 1T rows, as the ground-truth file notes); their
 'full recompute' baseline runs without sequence parallelism (SP came with that paper).
-Megatron-era kernels (the megatron-lm-2021 stack; BLOOM: deepspeed): no flash attention, dropout on; Megatron's 2021-22 'local' DDP did not
+Megatron-era kernels (the megatron-lm-2021 stack; BLOOM: deepspeed): no flash attention, dropout on;
+Megatron's 2021-22 'local' DDP did not
 overlap the gradient reduction (Korthikanti et al. say so for their dp = 8 run), PyTorch DDP
 does. BLOOM: DeepSpeed 1F1B pipeline, ZeRO-1, bf16 with fp32 gradients, no dropout.
 

@@ -20,7 +20,7 @@ from planner.catalog import catalog_dir
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
-    from planner.fit_runs import FitResult, Param
+    from planner.fit_runs import FitResult
 
 
 def _set_line(lines: list[str], key: str, value: str, indent: str, before: re.Pattern[str], start: int) -> None:
@@ -77,7 +77,7 @@ def _replace_calibration(text: str, block: dict[str, object]) -> str:
     return "\n".join(out).rstrip("\n") + "\n\n" + dumped
 
 
-def source_text(param: Param, command: str, runs_file: str, rows: int) -> str:
+def source_text(command: str, runs_file: str, rows: int) -> str:
     return (
         f"fitted by `{command}` over {rows} rows of {runs_file} (listed in calibration.rows); "
         "least squares on log(predicted/published tokens/s per GPU), planner/fit_runs.py"
@@ -85,18 +85,21 @@ def source_text(param: Param, command: str, runs_file: str, rows: int) -> str:
 
 
 def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
-    """Write every fitted parameter with its rows and cross-validated errors; returns the files."""
+    """Write every fitted parameter, and once per file the rows it was fitted on with their
+    cross-validated errors; returns the files written."""
     problem = result.problem
-    written: list[Path] = []
+    edits: dict[Path, list[str]] = {}
+    rows_of: dict[Path, tuple[str, np.ndarray]] = {}
     for j, param in enumerate(problem.params):
         rows = problem.uses[:, j]
         if rows.sum() == 0:
             continue
         folder = catalog_dir("hardware_profiles" if param.kind == "profile" else "stacks")
         path = folder / f"{param.target}.yaml"
-        lines = path.read_text(encoding="utf-8").split("\n")
+        lines = edits.setdefault(path, path.read_text(encoding="utf-8").split("\n"))
+        rows_of[path] = (param.kind, rows)
         value = f"{result.theta[j]:.4g}"
-        source = source_text(param, command, runs_file, int(rows.sum()))
+        source = source_text(command, runs_file, int(rows.sum()))
         if param.kind == "profile":
             start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:"))
             _set_line(lines, param.field, value, "  ", re.compile(r"^  sources:"), start)
@@ -104,10 +107,12 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
         else:
             _set_line(lines, param.field, value, "", re.compile(r"^sources:"), 0)
             _set_source(lines, param.field, source, "", 0)
+    for path, lines in edits.items():
+        kind, rows = rows_of[path]
         by: dict[str, list[float]] = {}
         for i in np.flatnonzero(rows):
             case = problem.cases[i]
-            key = case.stack if param.kind == "profile" else case.profile
+            key = case.stack if kind == "profile" else case.profile
             by.setdefault(key, []).append(round(100.0 * float(result.cv_error[i]), 2))
         block = {
             "command": command,
@@ -116,5 +121,4 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
             "cv_error_pct": by,
         }
         write_text_atomic(path, _replace_calibration("\n".join(lines), block))
-        written.append(path)
-    return written
+    return list(edits)

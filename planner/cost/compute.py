@@ -113,9 +113,10 @@ def attention_core_forward_s(
     if job.flash_attention:
         # Flash kernels are benchmarked as forward + backward = 3.5x the forward FLOPs (backward
         # 2.5x: it recomputes the scores) at the efficiency of the stack's kernel (FlashAttention-2
-        # or the GPU's best fused kernel), at sustained clocks; the step multiplies every layer's
+        # or the GPU's best fused kernel) as the stack runs it (its fitted attention scale), at
+        # sustained clocks; the step multiplies every layer's
         # forward time by 3, so the forward carries 3.5/3 of its FLOP time.
-        efficiency = gpu.attention_efficiency_for(job.attention_kernel) * gpu.sustained
+        efficiency = gpu.attention_efficiency_for(job.attention_kernel) * gpu.sustained * job.software.attention_scale
         rate = gpu.peak_flops_per_s("bf16") * efficiency
         share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
         return flops * CAUSAL_ATTENTION_FRACTION / rate * share

@@ -190,6 +190,11 @@ class Interconnect(Frozen):
     bus_efficiency: float = Field(gt=0, le=1)
     latency_us: float = Field(ge=0)
     domain_size_gpus: PositiveInt | None = None
+    job_segment_gpus: PositiveInt | None = Field(
+        None,
+        description="GPUs of one fast domain a job larger than the domain is given (a scheduler's aligned "
+        "segment, e.g. 16 trays = 64 GPUs of an NVL72 rack); None: the whole domain",
+    )
     in_network_reduction: Literal["none", "nvls", "sharp"] = "none"
     in_network_efficiency: float | None = Field(
         None, gt=0, le=1, description="In-network all-reduce: achieved fraction of the link bandwidth"
@@ -306,8 +311,13 @@ class ClusterSpec(Frozen):
 
     @property
     def fast_domain_gpus(self) -> int:
-        """GPUs reachable over the intra-node tier (an NVL72 rack, or one node)."""
-        return self.profile.intra_node.domain_size_gpus or self.profile.gpus_per_node
+        """GPUs of one job reachable over the intra-node tier: one node, or an NVL72 rack; a job
+        larger than the domain gets the profile's ``job_segment_gpus`` of each (aligned segments)."""
+        intra = self.profile.intra_node
+        domain = intra.domain_size_gpus or self.profile.gpus_per_node
+        if intra.job_segment_gpus is not None and self.num_gpus > domain:
+            return min(intra.job_segment_gpus, domain)
+        return domain
 
     @property
     def price_per_gpu_hour_usd(self) -> float | None:

@@ -26,7 +26,6 @@ fused kernel (cuDNN fused attention / FlashAttention-3 on Hopper, Transformer En
 ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
 
 
-
 class Stack(Frozen):
     """One training software stack and the defaults it runs with."""
 
@@ -61,6 +60,11 @@ class Stack(Frozen):
         description="Fitted: GPU time per launched kernel beyond its work (launch latency, gaps between "
         "kernels, the tail of each kernel's last wave); None: not calibrated, 0",
     )
+    attention_efficiency_scale: PositiveFloat | None = Field(
+        None,
+        description="Fitted: the attention kernel's throughput inside this stack's training steps relative to the "
+        "GPU's published figure for it; None: not calibrated, 1",
+    )
     calibration: RunCalibration | None = None
     sources: dict[str, str]
 
@@ -77,6 +81,10 @@ class Stack(Frozen):
             if name not in self.sources:
                 raise ValueError(f"'{name}' has no entry in 'sources' (the framework's code, docs or a measurement)")
         return self
+
+    @property
+    def attention_scale(self) -> float:
+        return self.attention_efficiency_scale or 1.0
 
     @property
     def kernel_overhead_s(self) -> float:
