@@ -22,8 +22,9 @@ source group (the rows of a sweep share their errors, so holding out one row of 
 flatter the fit), refits on the rest, and prices the held-out rows: their errors are the
 cross-validated errors the benchmark reports. The refit is one Gauss-Newton step from the full
 fit on the remaining rows' Jacobian (exact for a linear model; ``exact=True`` refits with
-least_squares instead); a parameter none of the remaining rows moves falls back to its
-uncalibrated value, never to the value the held-out rows helped fit.
+least_squares instead; a parameter the full fit left at a bound stays there); a parameter none
+of the remaining rows moves falls back to its uncalibrated value, never to the value the
+held-out rows helped fit.
 """
 
 from __future__ import annotations
@@ -230,6 +231,11 @@ def _one_step(
     others fall back to their uncalibrated value."""
     free = _free(problem, rest) & (np.abs(jac[rest]).sum(axis=0) > 0)
     out = np.array([p.prior for p in problem.params])
+    # a parameter the full fit left at a bound stays there: the linear step knows no bounds
+    bounds = np.array([p.bounds for p in problem.params])
+    pinned = free & ((theta <= bounds[:, 0] + 1e-9) | (theta >= bounds[:, 1] - 1e-9))
+    out[pinned] = theta[pinned]
+    free &= ~pinned
     if free.any():
         j = jac[np.ix_(rest, free)]
         step, *_ = np.linalg.lstsq(j, -residual[rest], rcond=None)

@@ -19,7 +19,8 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        forward and backward and reduce-scatters gradients for every micro-batch (FSDP).
 TP overlap: the stack's hidden fraction of the TP time when the job overlaps TP (see
 ``tp_per_microbatch``).
-Overlap, a first-order model stated as such: ZeRO-0..2 gradient reduction overlaps the last
+ZeRO-3 collectives run per layer, each paying the ring latency. Overlap, a first-order model
+stated as such: ZeRO-0..2 gradient reduction overlaps the last
 micro-batch's backward except the last of the stage's layer buckets, the parameter all-gather
 the next forward likewise; ZeRO-3 traffic overlaps all compute but one layer's worth. With
 overlap_grad_reduce off (Megatron-LM before --overlap-grad-reduce, 2023) all of it is exposed.
@@ -205,7 +206,11 @@ def dp_per_step(
     exposed_012 = np.maximum(reduce_s - bwd_mb_s, reduce_s / buckets) + np.maximum(
         gather_s - fwd_mb_s, gather_s / buckets
     )
-    zero3 = m * (2.0 * gather_s + reduce_s)
+    # ZeRO-3/FSDP gathers and reduces layer by layer (one FSDP unit per transformer block in
+    # FSDP, torchtitan and llm-foundry): every layer's collective pays the ring's latency again.
+    empty = np.zeros_like(np.asarray(m, dtype=float))
+    per_layer_latency = 2.0 * both(comm.all_gather_s, (empty, empty)) + both(comm.reduce_scatter_s, (empty, empty))
+    zero3 = m * (2.0 * gather_s + reduce_s + (buckets - 1) * per_layer_latency)
     exposed_3 = np.maximum(zero3 - m * (fwd_mb_s + bwd_mb_s), zero3 / (m * buckets))
     reduce_b = np.where(
         z == 0, both_sent(comm.all_reduce_bytes_sent, grads), both_sent(comm.all_gather_bytes_sent, grads)
