@@ -489,7 +489,7 @@ def list_stacks_cmd(as_json: JsonOpt = False) -> None:
         _emit_json([s.model_dump(mode="json") for s in stacks])
         return
     for s in stacks:
-        fitted = f"{s.kernel_overhead_us:.3g} us/kernel" if s.kernel_overhead_us is not None else "not calibrated"
+        fitted = f"{s.layer_overhead_us:.3g} us/layer" if s.layer_overhead_us is not None else "not calibrated"
         typer.echo(
             f"{s.name:18} {s.attention_kernel:5} attention, TP overlap {'on' if s.tp_comm_overlap else 'off'}, "
             f"grads {s.grad_reduce_dtype}, ZeRO {s.default_zero_stage}, {fitted}: {s.description}"

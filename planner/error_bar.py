@@ -18,19 +18,23 @@ def error_bar(
     profile_calibration: RunCalibration | None, stack_calibration: RunCalibration | None, profile: str, stack: str
 ) -> tuple[list[float], str]:
     """Cross-validated errors (percent) that match an estimate on ``profile`` with ``stack``: the
-    profile's rows with that stack; else all the profile's rows; else the stack's rows on any
-    profile; else none. Returns (errors, what they are)."""
+    profile's rows with that stack where there are enough; else the profile's rows with any
+    stack together with the stack's rows on any profile (a prediction that transfers a GPU's
+    calibration to another stack carries both uncertainties); else none. Returns (errors, what
+    they are)."""
     prof = profile_calibration.cv_error_pct if profile_calibration else {}
     stk = stack_calibration.cv_error_pct if stack_calibration else {}
     same = prof.get(stack, [])
     if len(same) >= MIN_INTERVAL_ROWS:
         return list(same), f"{len(same)} cross-validated runs on {profile} with {stack}"
     mine = [e for errs in prof.values() for e in errs]
-    if len(mine) >= MIN_INTERVAL_ROWS:
-        return mine, f"{len(mine)} cross-validated runs on {profile} (any stack)"
-    theirs = [e for errs in stk.values() for e in errs]
-    if len(theirs) >= MIN_INTERVAL_ROWS:
-        return theirs, f"{len(theirs)} cross-validated runs with {stack} (other GPUs: {profile} has no runs)"
+    theirs = [e for name, errs in stk.items() if name != profile for e in errs]
+    both = mine + theirs
+    if len(both) >= MIN_INTERVAL_ROWS:
+        return both, (
+            f"{len(both)} cross-validated runs: {len(mine)} on {profile} (any stack), {len(theirs)} with {stack} "
+            "(other GPUs)"
+        )
     return [], f"no cross-validated runs for {profile} or {stack}"
 
 

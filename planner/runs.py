@@ -52,12 +52,14 @@ GPU_PROFILES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("gb300",), "gb300-nvl72"),
     (("gb200",), "gb200-nvl72"),
     (("b200",), "dgx-b200"),
-    (("blackwell",), "dgx-b200"),
+    (("blackwell", "184 gib"), "gb200-nvl72"),
     (("mi300x",), "mi300x"),
 )
 """Words of a row's ``hardware.gpu`` description (lower case, all must appear) -> shipped
 profile, first match wins. torchtitan's H100s are Grand Teton 96 GB HBM2e parts at 500 W
-(torchtitan benchmarks/llama3_h100_202412_torchtitan.md), not the 80 GB SXM of a DGX."""
+(torchtitan benchmarks/llama3_h100_202412_torchtitan.md), not the 80 GB SXM of a DGX. A
+'Blackwell' of about 184 GiB is a GB200 (185 GiB; a B200 has 179). A GPU described as power
+limited without the limit has no profile: its clocks are unknown."""
 
 STACKS: dict[str, str] = {
     "mosaicml/llm-foundry": "llm-foundry",
@@ -128,6 +130,8 @@ def _int(section: dict[str, Any], key: str, where: str) -> int | None:
 def profile_for(gpu: str) -> str:
     """The shipped profile of a GPU description (``GPU_PROFILES``)."""
     text = _text(gpu)
+    if "power limited" in text and "not stated" in text:
+        raise UnpriceableError(f"GPU '{gpu}': a power limit that is not stated leaves its clocks unknown")
     for words, profile in GPU_PROFILES:
         if all(w in text for w in words):
             return profile

@@ -270,14 +270,13 @@ def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     return FP8_CAST_BYTES_PER_ELEMENT * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 
-def kernel_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
-    """Per-kernel overhead of one micro-batch through the stage's layers: the stack's kernels per
-    layer forward (eager or compiled), backward launching twice as many (its two GEMMs per
-    forward GEMM), recompute adding a forward, times the stack's fitted ``kernel_overhead_us``
-    (launch latency and the gaps between kernels, which a large kernel hides and a small model's
-    many short kernels do not)."""
-    stack = job.software
-    return layers * stack.kernels_per_layer(job.compiled) * mesh.forward_passes * stack.kernel_overhead_s
+def layer_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
+    """Fixed per-layer overhead of one micro-batch through the stage's layers: the stack's fitted
+    ``layer_overhead_us`` per layer and forward pass (eager; compiled layers launch fewer kernels),
+    the backward counting as two passes and full recompute as one more (``mesh.forward_passes``):
+    launch gaps and framework hooks, which a large layer hides in its work and a small model's
+    short layers do not."""
+    return layers * mesh.forward_passes * job.software.layer_overhead_s(job.compiled)
 
 
 def stage_forward_s(

@@ -1,7 +1,7 @@
 """Step time and the Estimate (DESIGN 4.6): every term for many meshes at once.
 
   slot   = forward+backward of one micro-batch on the slowest stage (3x the forward; full
-           recompute adds a forward), the loss, the stack's per-kernel overhead, its exposed TP,
+           recompute adds a forward), the loss, the stack's per-layer overhead, its exposed TP,
            EP and CP communication, and the slowdown of compute while TP/CP traffic overlaps it
   step   = (m + bubble slots) * slot + exposed PP p2p + exposed DP/ZeRO + the slowdown of
            compute while DP/ZeRO traffic overlaps it + optimizer step
@@ -25,7 +25,7 @@ import numpy as np
 from planner.cost import comm, traffic
 from planner.cost.compute import (
     attention_core_forward_s,
-    kernel_overhead_s,
+    layer_overhead_s,
     loss_s,
     optimizer_step_s,
     stage_forward_s,
@@ -101,14 +101,14 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     # the last stage is the slower (or the only) one: it adds the head and the loss
     compute_mb = compute_first + 3.0 * head_fwd + loss_s(model, cluster, job, mesh)
     fwd_mb = compute_mb / mesh.forward_passes
-    kernels_mb = kernel_overhead_s(job, mesh, layers)
+    overhead_mb = layer_overhead_s(job, mesh, layers)
 
     tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers)
     ep = traffic.ep_per_microbatch(model, job, mesh, links, moe_layers)
     cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, core_fwd)
     slowdown = job.software.overlap_slowdown
     slowdown_mb = slowdown * (tp.hidden_s + cp.hidden_s)
-    slot = compute_mb + kernels_mb + slowdown_mb + tp.time_s + ep.time_s + cp.time_s
+    slot = compute_mb + overhead_mb + slowdown_mb + tp.time_s + ep.time_s + cp.time_s
 
     pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size)
     params = rank_params(model, mesh, mesh.pp == 1, np.ones(len(mesh), dtype=bool))
@@ -142,7 +142,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
             "ep_comm": m * ep.time_s,
             "bubble": bubble,
             "optimizer": optimizer_time,
-            "kernel_overhead": m * kernels_mb,
+            "layer_overhead": m * overhead_mb,
             "overlap_slowdown": m * slowdown_mb + slowdown_dp,
         },
         comm_bytes={

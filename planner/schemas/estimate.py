@@ -37,7 +37,9 @@ class TimeBreakdown(Frozen):
     ep_comm: NonNegativeFloat
     bubble: NonNegativeFloat
     optimizer: NonNegativeFloat
-    kernel_overhead: NonNegativeFloat = Field(0.0, description="Per-kernel launch and gap time (the stack's)")
+    layer_overhead: NonNegativeFloat = Field(
+        0.0, description="Fixed per-layer time: launch gaps and framework hooks (the stack's layer_overhead_us)"
+    )
     overlap_slowdown: NonNegativeFloat = Field(
         0.0, description="Compute slowed while hidden communication runs beside it (the stack's overlap_slowdown)"
     )

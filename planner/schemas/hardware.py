@@ -77,6 +77,11 @@ class GPU(Frozen):
         description="FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend) forward+backward as a fraction "
         "of 16-bit peak, where it differs from the GPU's best fused kernel; None: attention_efficiency",
     )
+    sdpa_kernel: Literal["fa2", "fused"] = Field(
+        "fa2",
+        description="What PyTorch's scaled_dot_product_attention runs here for torchtitan-style callers: "
+        "'fa2' (its FLASH backend) or 'fused' (cuDNN, preferred on Blackwell)",
+    )
     gemm_efficiency_curve: list[tuple[PositiveFloat, float]] | None = Field(
         None,
         description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
@@ -127,10 +132,12 @@ class GPU(Frozen):
         return self.gemm_efficiency_for(dtype) / self.gemm_efficiency
 
     def attention_efficiency_for(self, kernel: str) -> float:
-        """Fused attention efficiency of ``kernel`` ('fa2' or 'fused', the GPU's best fused kernel:
-        cuDNN/FlashAttention-3 on Hopper); falls back to ``attention_efficiency``, then to
-        ``gemm_efficiency``."""
+        """Fused attention efficiency of ``kernel`` ('fa2'; 'fused', the GPU's best fused kernel:
+        cuDNN/FlashAttention-3 on Hopper; 'sdpa', whichever of the two ``sdpa_kernel`` says PyTorch
+        SDPA runs here); falls back to ``attention_efficiency``, then to ``gemm_efficiency``."""
         best = self.attention_efficiency or self.gemm_efficiency
+        if kernel == "sdpa":
+            kernel = self.sdpa_kernel
         if kernel == "fa2" and self.attention_efficiency_fa2 is not None:
             return self.attention_efficiency_fa2
         return best

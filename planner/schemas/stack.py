@@ -19,9 +19,11 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import RunCalibration
 
-AttentionKernel = Literal["fa2", "fused"]
-"""'fa2': FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend); 'fused': the GPU's best
-fused kernel (cuDNN fused attention / FlashAttention-3 on Hopper, Transformer Engine's pick)."""
+AttentionKernel = Literal["fa2", "fused", "sdpa"]
+"""'fa2': FlashAttention-2 (the flash-attn 2 package); 'fused': the GPU's best fused kernel
+(cuDNN fused attention / FA3 on Hopper, Transformer Engine's pick); 'sdpa': whatever PyTorch's
+scaled_dot_product_attention picks on the GPU (``GPU.sdpa_kernel``: FA2 on Hopper, cuDNN on
+Blackwell)."""
 
 ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
 
@@ -55,10 +57,11 @@ class Stack(Frozen):
     compile: bool = Field(description="torch.compile on by default")
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
     default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
-    kernel_overhead_us: NonNegativeFloat | None = Field(
+    layer_overhead_us: NonNegativeFloat | None = Field(
         None,
-        description="Fitted: GPU time per launched kernel beyond its work (launch latency, gaps between "
-        "kernels, the tail of each kernel's last wave); None: not calibrated, 0",
+        description="Fitted: GPU time per transformer layer and forward pass beyond its work, run eagerly: "
+        "launch gaps between its kernels, the framework's per-layer hooks (FSDP's per-unit pre/post hooks "
+        "and collective launches); torch.compile scales it by its kernel count; None: not calibrated, 0",
     )
     attention_efficiency_scale: PositiveFloat | None = Field(
         None,
@@ -86,10 +89,8 @@ class Stack(Frozen):
     def attention_scale(self) -> float:
         return self.attention_efficiency_scale or 1.0
 
-    @property
-    def kernel_overhead_s(self) -> float:
-        return (self.kernel_overhead_us or 0.0) * 1e-6
-
-    def kernels_per_layer(self, compiled: bool) -> float:
-        """Kernels a layer's forward launches, eager or compiled."""
-        return self.kernels_per_layer_compiled if compiled else self.kernels_per_layer_eager
+    def layer_overhead_s(self, compiled: bool) -> float:
+        """Per-layer overhead of one forward pass: the fitted eager figure, scaled by the kernels a
+        compiled layer launches relative to an eager one (gaps go with launches)."""
+        ratio = self.kernels_per_layer_compiled / self.kernels_per_layer_eager if compiled else 1.0
+        return (self.layer_overhead_us or 0.0) * 1e-6 * ratio
