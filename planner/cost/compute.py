@@ -38,6 +38,25 @@ CAUSAL_ATTENTION_FRACTION = 0.5
 """Causal flash attention computes the lower triangle of the s x s score matrix: half the square."""
 
 
+FLASH_REFERENCE_TOKENS = 16384
+"""Sequence length at which the profiles' flash-attention efficiencies are read: the longest the
+FlashAttention-2/3 papers benchmark (their figures rise with length and level off there)."""
+
+FLASH_HALF_RATE_TOKENS = 512
+"""Sequence length (per kernel call) at which a flash kernel runs at half its long-sequence rate:
+estimate from the shape of the FlashAttention-2 paper's A100 curves (Dao 2023, Figures 4-5:
+forward+backward throughput climbs from about half its 16K figure at 512 tokens to within a
+few percent of it by 4-8K), the per-call setup and the half-empty causal diagonal tiles being
+amortised over more tiles as the sequence grows. Not a measurement of any one kernel."""
+
+
+def flash_length_factor(tokens: np.ndarray) -> np.ndarray:
+    """A flash kernel's rate at ``tokens`` per call relative to its rate at
+    ``FLASH_REFERENCE_TOKENS``: s/(s + s_half), normalised at the reference length."""
+    ramp = tokens / (tokens + FLASH_HALF_RATE_TOKENS)
+    return ramp / (FLASH_REFERENCE_TOKENS / (FLASH_REFERENCE_TOKENS + FLASH_HALF_RATE_TOKENS))
+
+
 GEMM_TILE = (256, 128)
 """Output tile (rows x columns) of the GEMM kernels priced here: the largest and most efficient
 of the typical cuBLAS tiles (NVIDIA, 'Matrix Multiplication Background User's Guide',
@@ -114,9 +133,10 @@ def attention_core_forward_s(
         # Flash kernels are benchmarked as forward + backward = 3.5x the forward FLOPs (backward
         # 2.5x: it recomputes the scores) at the efficiency of the stack's kernel (FlashAttention-2
         # or the GPU's best fused kernel) as the stack runs it (its fitted attention scale), at
-        # sustained clocks; the step multiplies every layer's
+        # sustained clocks and at the length of one call (CP splits it); the step multiplies every layer's
         # forward time by 3, so the forward carries 3.5/3 of its FLOP time.
         efficiency = gpu.attention_efficiency_for(job.attention_kernel) * gpu.sustained * job.software.attention_scale
+        efficiency = efficiency * flash_length_factor(job.seq_len / mesh.cp)
         rate = gpu.peak_flops_per_s("bf16") * efficiency
         share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
         return flops * CAUSAL_ATTENTION_FRACTION / rate * share
