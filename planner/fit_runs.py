@@ -9,6 +9,8 @@ Parameters (``FIT_FIELDS``):
   per stack        ``layer_overhead_us``: fixed time per layer and forward pass beyond its work
                    (launch gaps, the framework's per-layer hooks such as FSDP's), what makes
                    small models slower than their FLOPs say
+  per stack        ``moe_layer_overhead_us``: extra fixed time per MoE layer and pass (router,
+                   token permutation, grouped-GEMM setup), fixed by the MoE rows alone
   per stack        ``attention_efficiency_scale``: the stack's attention kernel inside a training
                    step relative to its published microbenchmark (FlashAttention-2/3 papers at
                    one shape); long-sequence rows, where attention dominates, fix it
@@ -46,6 +48,7 @@ from planner.schemas.stack import Stack
 FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("profile", "sustained_tensor_fraction"): (1.0, 0.3, 1.0),
     ("stack", "layer_overhead_us"): (0.0, 0.0, 20_000.0),
+    ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
     ("stack", "attention_efficiency_scale"): (1.0, 0.3, 1.0),
 }
 """(kind, field) -> (uncalibrated value, lower bound, upper bound). Bounds are physical: a GPU
@@ -100,7 +103,8 @@ def build_problem(cases: Sequence[RunCase]) -> Problem:
     uses = np.zeros((len(cases), len(params)), dtype=bool)
     for i, case in enumerate(cases):
         for j, p in enumerate(params):
-            uses[i, j] = (case.profile if p.kind == "profile" else case.stack) == p.target
+            mine = (case.profile if p.kind == "profile" else case.stack) == p.target
+            uses[i, j] = mine and (p.field != "moe_layer_overhead_us" or case.model.is_moe)
     return Problem(list(cases), configs, params, uses)
 
 

@@ -57,10 +57,14 @@ def test_placement_tiers() -> None:
     assert int(_link(H100X16, 4, 2).tier[0]) == TIER_INTRA
     # dgx-h100x3, dp 3 with stride 2: blocks of 6 ranks, the second straddles nodes 0 and 1.
     assert int(_link(load_cluster("dgx-h100x3"), 3, 2).tier[0]) == TIER_INTER
-    # NVL72: TP 16 blocks do not divide 72; ranks 64-79 straddle two racks.
-    nvl = _link(load_cluster("gb200-nvl72x2"), 16, 1)
-    assert int(nvl.tier[0]) == TIER_INTER and int(nvl.per_domain[0]) == 8
-    # One rack only: TP 16 stays inside even though 72 % 16 != 0 (there is no second rack).
+    # NVL72: a job larger than a rack gets 64-GPU segments of each (Slurm block scheduling), so
+    # TP 16 blocks tile a segment and stay on NVLink; TP 48 does not divide 64: ranks 48-95
+    # straddle two segments, with 16 members in the one it has fewest in.
+    nvl2 = load_cluster("gb200-nvl72x2")
+    assert nvl2.fast_domain_gpus == 64
+    assert int(_link(nvl2, 16, 1).tier[0]) == TIER_INTRA
+    nvl = _link(nvl2, 48, 1)
+    assert int(nvl.tier[0]) == TIER_INTER and int(nvl.per_domain[0]) == 16
     assert int(_link(load_cluster("gb200-nvl72"), 16, 1).tier[0]) == TIER_INTRA
 
 

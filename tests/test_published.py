@@ -29,23 +29,25 @@ def _error(name: str) -> float:
     return (predicted - case.published) / case.published
 
 
-@pytest.mark.parametrize("name", KORTHIKANTI)
-def test_korthikanti_iteration_times_within_6_percent(name: str) -> None:
-    # Korthikanti et al. 2022, Tables 3 and 5: iteration time with selective and full recompute.
-    assert abs(_error(name)) < 0.06
-
-
-def test_korthikanti_mean_error_beats_the_best_published_model() -> None:
-    # The issue's target: <= 3.5% over the eight cases (best published analytical model: 3.65%).
-    assert len(KORTHIKANTI) == 8
-    assert sum(abs(_error(n)) for n in KORTHIKANTI) / 8 <= 0.035
-
-
-def test_all_published_runs_mean_error() -> None:
-    # Regression guard at the level reached (6.1% on 2026-11-30); the target is 5%.
-    errors = [abs(_error(n)) for n in CASES]
+def test_published_runs_within_the_issue_11_target() -> None:
+    # Issue 11: the A100 papers with each era's settings at <= 6% mean error (it replaced issue 3's
+    # per-run 6% / mean 3.5% targets on the Korthikanti iteration times). The A100's sustained
+    # tensor fraction is fitted from the modern A100 runs (llm-foundry, torchtitan), never from
+    # these rows, so this is a check on rows the fit did not see.
+    errors = {n: _error(n) for n in CASES}
     assert len(errors) == 20
-    assert sum(errors) / len(errors) <= 0.065
+    assert sum(abs(e) for e in errors.values()) / len(errors) <= 0.06
+    assert max(abs(e) for e in errors.values()) <= 0.11
+    assert sum(abs(errors[n]) for n in KORTHIKANTI) / len(KORTHIKANTI) <= 0.06
+
+
+def test_narayanan_residuals_change_sign() -> None:
+    # Issue 11: every Narayanan 2021 row was over-predicted (+4..13%): one sign, a missing cost.
+    # With sustained clocks and overlap costs the residuals straddle zero.
+    errors = [_error(n) for n in CASES if n.startswith("megatron2021")]
+    assert len(errors) == 10
+    assert min(errors) < 0 < max(errors)
+    assert sum(abs(e) for e in errors) / len(errors) <= 0.06
 
 
 @pytest.mark.parametrize("run", sorted({name.split(" ")[0] for name in CASES}))

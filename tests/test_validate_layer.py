@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from planner.catalog import load_cluster, load_model
-from planner.cost.compute import layer_gemms, lm_head_forward_s
+from planner.cost.compute import layer_gemms, lm_head_forward_s, loss_s
 from planner.cost.pipeline import num_microbatches
 from planner.cost.step import evaluate
 from planner.mesh import MeshArrays
@@ -86,7 +86,8 @@ def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan
 )
 def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: ParallelConfig) -> None:
     # On the plan's own GPU (the replay an H200 run makes), the layer terms times their calls,
-    # plus the LM head's three passes, are exactly the step's compute term: one model, no copy.
+    # plus the LM head's three passes and the loss, are exactly the step's compute term: one
+    # model, no copy.
     model, cluster = load_model(model_name), load_cluster("dgx-h200", gpus=plan.tp * plan.pp * plan.dp * plan.cp)
     job = JobSpec(global_batch_size=1024, seq_len=4096)
     mesh = MeshArrays.from_configs([plan])
@@ -94,7 +95,7 @@ def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: Parallel
     terms = layer_terms(model, job, plan, cluster, on_gpu=True)
     assert all(t.dtype == "bf16" for t in terms)
     layers_total = sum(t.calls_per_step * t.predicted_s for t in terms)
-    head = 3.0 * m * float(lm_head_forward_s(model, cluster, job, mesh)[0])
+    head = m * float(3.0 * lm_head_forward_s(model, cluster, job, mesh)[0] + loss_s(model, cluster, job, mesh)[0])
     compute = float(evaluate(model, cluster, job, mesh).time["compute"][0])
     assert layers_total + head == pytest.approx(compute, rel=1e-9)
 

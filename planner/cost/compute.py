@@ -290,13 +290,17 @@ def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     return FP8_CAST_BYTES_PER_ELEMENT * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 
-def layer_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
+def layer_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
     """Fixed per-layer overhead of one micro-batch through the stage's layers: the stack's fitted
     ``layer_overhead_us`` per layer and forward pass (eager; compiled layers launch fewer kernels),
     the backward counting as two passes and full recompute as one more (``mesh.forward_passes``):
     launch gaps and framework hooks, which a large layer hides in its work and a small model's
-    short layers do not."""
-    return layers * mesh.forward_passes * job.software.layer_overhead_s(job.compiled)
+    short layers do not. MoE layers add the stack's fitted ``moe_layer_overhead_us`` (routing,
+    token permutation, grouped-GEMM setup)."""
+    stack = job.software
+    return mesh.forward_passes * (
+        layers * stack.layer_overhead_s(job.compiled) + moe_layers * stack.moe_layer_overhead_s
+    )
 
 
 def stage_forward_s(

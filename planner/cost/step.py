@@ -101,7 +101,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     # the last stage is the slower (or the only) one: it adds the head and the loss
     compute_mb = compute_first + 3.0 * head_fwd + loss_s(model, cluster, job, mesh)
     fwd_mb = compute_mb / mesh.forward_passes
-    overhead_mb = layer_overhead_s(job, mesh, layers)
+    overhead_mb = layer_overhead_s(job, mesh, layers, moe_layers)
 
     tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers)
     ep = traffic.ep_per_microbatch(model, job, mesh, links, moe_layers)

@@ -206,10 +206,13 @@ def dp_per_step(
     exposed_012 = np.maximum(reduce_s - bwd_mb_s, reduce_s / buckets) + np.maximum(
         gather_s - fwd_mb_s, gather_s / buckets
     )
+
     # ZeRO-3/FSDP gathers and reduces layer by layer (one FSDP unit per transformer block in
     # FSDP, torchtitan and llm-foundry): every layer's collective pays the ring's latency again.
-    empty = np.zeros_like(np.asarray(m, dtype=float))
-    per_layer_latency = 2.0 * both(comm.all_gather_s, (empty, empty)) + both(comm.reduce_scatter_s, (empty, empty))
+    def latency(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
+        return fn(0.0 * pair[0], dp) + np.where(pair[1] > 0, fn(0.0 * pair[1], edp), 0.0)
+
+    per_layer_latency = 2.0 * latency(comm.all_gather_s, weights) + latency(comm.reduce_scatter_s, grads)
     zero3 = m * (2.0 * gather_s + reduce_s + (buckets - 1) * per_layer_latency)
     exposed_3 = np.maximum(zero3 - m * (fwd_mb_s + bwd_mb_s), zero3 / (m * buckets))
     reduce_b = np.where(

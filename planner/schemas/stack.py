@@ -63,6 +63,12 @@ class Stack(Frozen):
         "launch gaps between its kernels, the framework's per-layer hooks (FSDP's per-unit pre/post hooks "
         "and collective launches); torch.compile scales it by its kernel count; None: not calibrated, 0",
     )
+    moe_layer_overhead_us: NonNegativeFloat | None = Field(
+        None,
+        description="Fitted: extra fixed time per MoE layer and forward pass beyond its GEMMs and all-to-alls: "
+        "the router's top-k and softmax, sorting and permuting tokens to experts and back, the grouped "
+        "GEMM's per-expert setup; None: not calibrated, 0",
+    )
     attention_efficiency_scale: PositiveFloat | None = Field(
         None,
         description="Fitted: the attention kernel's throughput inside this stack's training steps relative to the "
@@ -88,6 +94,10 @@ class Stack(Frozen):
     @property
     def attention_scale(self) -> float:
         return self.attention_efficiency_scale or 1.0
+
+    @property
+    def moe_layer_overhead_s(self) -> float:
+        return (self.moe_layer_overhead_us or 0.0) * 1e-6
 
     def layer_overhead_s(self, compiled: bool) -> float:
         """Per-layer overhead of one forward pass: the fitted eager figure, scaled by the kernels a

@@ -5,7 +5,7 @@ count functions; its module docstring gives the sources; tests/test_validate_ter
 these terms, summed, give traffic's times): TP all-reduce (or reduce-scatter + all-gather with
 SP) of b*s/c*h activations, expert-TP all-reduce of the routed tokens, EP dispatch/combine
 all-to-all, one CP ring step of the K and V blocks, PP sends of b*s/c*h/t, DP all-reduce or ZeRO
-reduce-scatter + all-gather of the rank's gradients and weights. Message sizes come from the
+reduce-scatter + all-gather of the rank's gradients and weights (ZeRO-3 layer by layer). Message sizes come from the
 *plan's* mesh; the time of one call is priced with ``planner.cost.comm`` on the link each group
 of the *replica* mesh has on the replay profile, so predicted and measured describe the same
 groups on the same machine.
@@ -127,8 +127,12 @@ def comm_terms(
     ):
         if z == 0:
             add(f"{prefix}.all_reduce", "all_reduce", group, size, grads, 1.0)
+        elif z >= 3:
+            # ZeRO-3/FSDP: layer by layer, each micro-batch (traffic.dp_per_step)
+            units = np.maximum(layers, 1)
+            add(f"{prefix}.reduce_scatter", "reduce_scatter", group, size, grads / units, m * units)
+            add(f"{prefix}.all_gather", "all_gather", group, size, weights / units, 2.0 * m * units)
         else:
-            per_step = m if z >= 3 else 1.0
-            add(f"{prefix}.reduce_scatter", "reduce_scatter", group, size, grads, per_step)
-            add(f"{prefix}.all_gather", "all_gather", group, size, weights, 2.0 * per_step if z >= 3 else 1.0)
+            add(f"{prefix}.reduce_scatter", "reduce_scatter", group, size, grads, 1.0)
+            add(f"{prefix}.all_gather", "all_gather", group, size, weights, 1.0)
     return [t for t in out if t is not None]
