@@ -98,7 +98,9 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
         path = folder / f"{param.target}.yaml"
         lines = edits.setdefault(path, path.read_text(encoding="utf-8").split("\n"))
         rows_of[path] = (param.kind, rows)
-        value = f"{result.theta[j]:.4g}"
+        lower, upper = param.bounds
+        theta = 0.0 if abs(result.theta[j]) < 1e-6 * max(abs(upper), 1.0) else float(result.theta[j])
+        value = f"{theta:.4g}"
         source = source_text(command, runs_file, int(rows.sum()))
         if param.kind == "profile":
             start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:"))

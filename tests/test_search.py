@@ -119,10 +119,17 @@ def test_explanation_names_the_dominant_terms_and_the_losses() -> None:
 
 
 def test_identically_priced_meshes_are_grouped() -> None:
+    # The ranking never shows two meshes with the same time and memory...
     ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 8, "pp": 2}, top=5)
     shown = [(c.step_time_s, c.memory_per_gpu_bytes) for c in ranking.candidates]
     assert all(a[0] <= b[0] and a != pytest.approx(b, rel=1e-9) for a, b in itertools.pairwise(shown))
-    grouped = [c for c in ranking.candidates if c.equivalent_meshes]
-    assert grouped, "dp/cp/micro-batch swaps price identically and should be listed as equivalents"
-    first = grouped[0]
-    assert all(label.startswith("tp8 pp2") for label in first.equivalent_meshes)
+    # ...because ties (to 1e-9) collapse into one group led by the first. Since overlapped CP and
+    # DP traffic slows compute, dp/cp swaps no longer tie on real meshes; the rule is checked on
+    # constructed prices: ranks 0 and 2 tie, 1 differs in memory only, 3 in time only.
+    from planner.search import _equivalent_groups
+
+    times = np.array([10.0, 10.0, 10.0 * (1 + 1e-12), 10.5])
+    memory = np.array([5.0, 6.0, 5.0, 5.0])
+    ranked = np.array([0, 2, 1, 3])
+    assert _equivalent_groups(ranked, times, memory, top=5) == [[0, 2], [1], [3]]
+    assert _equivalent_groups(ranked, times, memory, top=2) == [[0, 2], [1]]

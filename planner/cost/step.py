@@ -103,7 +103,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     fwd_mb = compute_mb / mesh.forward_passes
     overhead_mb = layer_overhead_s(job, mesh, layers, moe_layers)
 
-    tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers)
+    tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first)
     ep = traffic.ep_per_microbatch(model, job, mesh, links, moe_layers)
     cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, core_fwd)
     slowdown = job.software.overlap_slowdown
