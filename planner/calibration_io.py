@@ -84,31 +84,37 @@ def source_text(command: str, runs_file: str, rows: int) -> str:
     )
 
 
+def _drop_field(lines: list[str], key: str, indent: str, start: int) -> None:
+    """Remove ``indent + key:`` and its ``sources`` entry (one line each) after ``start``."""
+    for prefix in (f"{indent}{key}:", f"{indent}  {key}:"):
+        for i in range(start, len(lines)):
+            if lines[i].startswith(prefix):
+                del lines[i]
+                break
+
+
 def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
-    """Write every fitted parameter, and once per file the rows it was fitted on with their
+    """Write every fitted parameter (a parameter the rows do not determine loses any value it
+    had: it is uncalibrated), and once per file the rows of its target with their
     cross-validated errors; returns the files written."""
     problem = result.problem
     edits: dict[Path, list[str]] = {}
     rows_of: dict[Path, tuple[str, np.ndarray]] = {}
     for j, param in enumerate(problem.params):
-        rows = problem.uses[:, j]
-        if rows.sum() == 0:
-            continue
         folder = catalog_dir("hardware_profiles" if param.kind == "profile" else "stacks")
         path = folder / f"{param.target}.yaml"
         lines = edits.setdefault(path, path.read_text(encoding="utf-8").split("\n"))
-        rows_of[path] = (param.kind, rows)
-        lower, upper = param.bounds
+        target = np.array([(c.profile if param.kind == "profile" else c.stack) == param.target for c in problem.cases])
+        rows_of[path] = (param.kind, target)
+        indent, head = ("  ", re.compile(r"^  sources:")) if param.kind == "profile" else ("", re.compile(r"^sources:"))
+        start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:")) if param.kind == "profile" else 0
+        if not result.free[j]:
+            _drop_field(lines, param.field, indent, start)
+            continue
+        upper = param.bounds[1]
         theta = 0.0 if abs(result.theta[j]) < 1e-6 * max(abs(upper), 1.0) else float(result.theta[j])
-        value = f"{theta:.4g}"
-        source = source_text(command, runs_file, int(rows.sum()))
-        if param.kind == "profile":
-            start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:"))
-            _set_line(lines, param.field, value, "  ", re.compile(r"^  sources:"), start)
-            _set_source(lines, param.field, source, "  ", start)
-        else:
-            _set_line(lines, param.field, value, "", re.compile(r"^sources:"), 0)
-            _set_source(lines, param.field, source, "", 0)
+        _set_line(lines, param.field, f"{theta:.4g}", indent, head, start)
+        _set_source(lines, param.field, source_text(command, runs_file, int(problem.uses[:, j].sum())), indent, start)
     for path, lines in edits.items():
         kind, rows = rows_of[path]
         by: dict[str, list[float]] = {}

@@ -575,12 +575,15 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]
     )
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
-    params = {p.label(): float(v) for p, v in zip(result.problem.params, result.theta, strict=True)}
+    pairs = list(zip(result.problem.params, result.theta, result.free, strict=True))
+    params = {p.label(): float(v) for p, v, free in pairs if free}
+    unfitted = [p.label() for p, _, free in pairs if not free]
     summary = {
         "runs": len(runs),
         "priced": len(cases),
         "skipped": [{"name": n, "reason": r} for n, r in skipped],
         "parameters": params,
+        "not_fitted": unfitted,
         "mape_pct": float(100 * np.mean(np.abs(result.error))),
         "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
         "signed_pct": float(100 * np.mean(result.error)),
@@ -592,6 +595,8 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
     for label, value in params.items():
         typer.echo(f"  {label} = {value:.4g}")
+    if unfitted:
+        typer.echo(f"  not fitted (moved by fewer than two models' rows; left uncalibrated): {', '.join(unfitted)}")
     typer.echo(
         f"MAPE {summary['mape_pct']:.1f}% in sample, {summary['cv_mape_pct']:.1f}% cross-validated "
         f"(leave one model of one source out); mean signed {summary['signed_pct']:+.1f}%"

@@ -56,9 +56,10 @@ cannot sustain more than its benchmarked rate; 20 ms per layer is an order of ma
 any published per-layer framework overhead; an
 attention kernel inside a training step runs at most at its published (best-shape) figure."""
 
-MIN_ROWS = 2
-"""A parameter is fitted only where at least this many rows move it; otherwise it keeps its
-uncalibrated value."""
+MIN_FOLDS = 2
+"""A parameter is fitted only where rows of at least this many folds (models of a source) move
+it; otherwise it keeps its uncalibrated value. One model's rows alone would make it a per-model
+factor, which predicts nothing."""
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class Problem:
     configs: list[ParallelConfig]
     params: list[Param]
     uses: np.ndarray  # rows x params, bool
+    fold: np.ndarray  # rows: index of the row's fold (``folds``)
 
     @property
     def published(self) -> np.ndarray:
@@ -105,7 +107,9 @@ def build_problem(cases: Sequence[RunCase]) -> Problem:
         for j, p in enumerate(params):
             mine = (case.profile if p.kind == "profile" else case.stack) == p.target
             uses[i, j] = mine and (p.field != "moe_layer_overhead_us" or case.model.is_moe)
-    return Problem(list(cases), configs, params, uses)
+    keys = [(c.group, c.model.name) for c in cases]
+    index = {key: k for k, key in enumerate(dict.fromkeys(keys))}
+    return Problem(list(cases), configs, params, uses, np.array([index[k] for k in keys]))
 
 
 def shipped_values(params: Sequence[Param]) -> np.ndarray:
@@ -149,8 +153,11 @@ def predict(problem: Problem, theta: np.ndarray, rows: np.ndarray | None = None)
 
 
 def _free(problem: Problem, rows: np.ndarray) -> np.ndarray:
-    """Parameters that at least MIN_ROWS of ``rows`` move."""
-    return problem.uses[rows].sum(axis=0) >= MIN_ROWS
+    """Parameters that rows of at least MIN_FOLDS folds among ``rows`` move."""
+    idx = np.flatnonzero(rows)
+    return np.array(
+        [len(set(problem.fold[idx][problem.uses[idx, j]].tolist())) >= MIN_FOLDS for j in range(len(problem.params))]
+    )
 
 
 def fit(problem: Problem, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -183,10 +190,9 @@ def fit(problem: Problem, rows: np.ndarray, start: np.ndarray) -> tuple[np.ndarr
     return theta, jac
 
 
-def folds(cases: Sequence[RunCase]) -> list[np.ndarray]:
+def folds(problem: Problem) -> list[np.ndarray]:
     """One fold per (source group, model): every row of one model from one source."""
-    keys = [(c.group, c.model.name) for c in cases]
-    return [np.array([k == key for k in keys]) for key in dict.fromkeys(keys)]
+    return [problem.fold == k for k in range(int(problem.fold.max()) + 1)]
 
 
 @dataclass
@@ -196,6 +202,7 @@ class FitResult:
     predicted: np.ndarray  # in-sample, at theta
     cv_predicted: np.ndarray  # each row from the fit without its fold
     cv_theta: list[np.ndarray]
+    free: np.ndarray  # params the rows determine (the others keep their uncalibrated value)
 
     @property
     def error(self) -> np.ndarray:
@@ -216,7 +223,7 @@ def fit_and_cross_validate(cases: Sequence[RunCase], exact: bool = False) -> Fit
     residual = np.log(predicted) - log_published
     cv_predicted = np.empty(len(cases))
     cv_theta: list[np.ndarray] = []
-    for fold in folds(cases):
+    for fold in folds(problem):
         rest = ~fold
         if exact:
             theta_f, _ = fit(problem, rest, theta)
@@ -224,7 +231,7 @@ def fit_and_cross_validate(cases: Sequence[RunCase], exact: bool = False) -> Fit
             theta_f = _one_step(problem, theta, jac, residual, rest)
         cv_theta.append(theta_f)
         cv_predicted[fold] = predict(problem, theta_f, fold)
-    return FitResult(problem, theta, predicted, cv_predicted, cv_theta)
+    return FitResult(problem, theta, predicted, cv_predicted, cv_theta, _free(problem, everything))
 
 
 def _one_step(
