@@ -1,0 +1,347 @@
+"""Issue 11: published runs priced from their own fields, stacks as data, the physical terms
+behind today's throughput, the open runs fit with cross-validation, and the error bar."""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.catalog import list_stacks, load_cluster, load_model, load_stack, stack_names
+from planner.cost.compute import FLASH_REFERENCE_TOKENS, flash_length_factor
+from planner.cost.step import evaluate
+from planner.error_bar import error_bar, interval
+from planner.errors import PlannerError
+from planner.mesh import MeshArrays
+from planner.pricing import estimate_mesh
+from planner.runs import UnpriceableError, case_from_row, load_runs, price_case
+from planner.schemas import JobSpec, ParallelConfig
+from planner.schemas.hardware import RunCalibration
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE = ROOT / "tests" / "data" / "runs_sample.yaml"
+ROWS = {r["name"]: r for r in load_runs(SAMPLE)}
+MPT7 = "llmfoundry-h10080gb-amp_bf16-mpt7b-s2048-g8-mb6"
+TITAN_TP = "torchtitan-2412-llama31-70b-h100x256-fsdp32-tp8"
+BRIDGE_MOE = "mbridge-25.11-dgx-gb200-deepseek-v3-womtp-bf16-main"
+
+
+# ---- rows to planner inputs -------------------------------------------------------------------
+def test_an_mpt_row_becomes_mpt() -> None:
+    case = case_from_row(ROWS[MPT7])
+    m = case.model
+    assert (m.num_hidden_layers, m.hidden_size, m.num_attention_heads, m.intermediate_size) == (32, 4096, 32, 16384)
+    assert not m.is_gated_mlp and m.norm_type == "layernorm" and m.position_embedding_type == "learned"
+    assert m.tie_word_embeddings and m.attention_bias
+    # NumParams as llm-foundry reports it: L*(12d^2+13d) + V*d + S*d + 2d
+    assert m.parameter_counts.total == pytest.approx(ROWS[MPT7]["model"]["num_params_reported"], rel=1e-3)
+    assert (case.profile, case.stack, case.cluster.num_gpus) == ("dgx-h100", "llm-foundry", 8)
+    assert case.pins["zero_stage"] == 3 and case.pins["micro_batch_size"] == 6 and case.pins["recompute"] == "none"
+    assert case.job.batch_size == 6 * 8 and case.job.seq_len == 2048 and case.job.dtype == "bf16"
+    assert case.job.gradient_format == "fp32"  # Composer's DEFAULT mixed precision reduces in fp32
+
+
+def test_a_torchtitan_row_keeps_its_mesh_and_knobs() -> None:
+    case = case_from_row(ROWS[TITAN_TP])
+    assert (case.profile, case.stack) == ("h100-96g-500w", "torchtitan")
+    assert case.pins | {} == case.pins and case.pins["tp"] == 8 and case.pins["dp"] == 32
+    assert case.pins["sequence_parallel"] and case.pins["recompute"] == "full"
+    assert case.job.dtype == "fp8" and case.job.compiled and not case.job.tp_overlap
+
+
+def test_a_bridge_moe_row_reads_mla_and_experts() -> None:
+    case = case_from_row(ROWS[BRIDGE_MOE])
+    m = case.model
+    assert m.is_mla and m.kv_lora_rank == 512 and m.q_lora_rank == 1536
+    assert m.num_experts_total == 256 and m.num_experts_per_tok == 8 and m.first_k_dense_replace == 3
+    assert case.pins["ep"] == 64 and case.pins["schedule"] == "interleaved-1f1b"
+    assert "recompute" not in case.pins  # not stated: the search picks it
+    assert case.cluster.fast_domain_gpus == 64  # a 256-GPU job on NVL72 racks gets 64-GPU segments
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main", "sliding-window"),
+        ("deepseek-v3-pretrain-h800x2048", "campaign average"),
+    ],
+)
+def test_rows_the_planner_cannot_express_say_why(name: str, reason: str) -> None:
+    with pytest.raises(UnpriceableError, match=reason):
+        case_from_row(ROWS[name])
+
+
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda r: r["knobs"].update(precision="NVFP4 linears"), "4-bit"),
+        (lambda r: r["hardware"].update(gpu="B200 (power limited; limit not stated)"), "power limit"),
+        (lambda r: r["hardware"].update(gpu="TPU v5p"), "no shipped hardware profile"),
+        (lambda r: r["parallel"].update(dp=3), "tp\\*pp\\*cp\\*dp"),
+        (lambda r: r["source"].update(repo="someone/else"), "no known software stack"),
+        (lambda r: r["knobs"].update(activation_checkpointing="sometimes"), "activation_checkpointing"),
+        (lambda r: r["measured"].pop("tokens_per_s_per_gpu"), "tokens_per_s_per_gpu"),
+    ],
+)
+def test_malformed_rows_name_the_field(edit, reason: str) -> None:  # type: ignore[no-untyped-def]
+    row = copy.deepcopy(ROWS[MPT7])
+    edit(row)
+    with pytest.raises(UnpriceableError, match=reason):
+        case_from_row(row)
+
+
+def test_rows_are_priced_from_their_fields_not_their_names() -> None:
+    row = copy.deepcopy(ROWS[MPT7])
+    renamed = dict(row, name="never-seen-before", group="held-out")
+    a, _ = price_case(case_from_row(row))
+    b, _ = price_case(case_from_row(renamed))
+    assert a == b
+    row["parallel"]["micro_batch"] = 3
+    c, _ = price_case(case_from_row(row))
+    assert c != a
+
+
+# ---- stacks ---------------------------------------------------------------------------------------
+def test_every_shipped_stack_loads_with_sources() -> None:
+    assert {"megatron-core", "torchtitan", "llm-foundry", "deepspeed", "megatron-lm-2021"} <= set(stack_names())
+    for stack in list_stacks():
+        assert stack.kernels_per_layer_compiled <= stack.kernels_per_layer_eager
+        assert all(stack.sources[k] for k in ("attention_kernel", "grad_reduce_dtype", "overlap_slowdown"))
+
+
+def test_a_stack_value_without_a_source_is_refused(tmp_path: Path) -> None:
+    text = (ROOT / "stacks" / "torchtitan.yaml").read_text()
+    broken = tmp_path / "mine.yaml"
+    broken.write_text(text.replace("  overlap_slowdown:", "  overlap_slowdown_gone:", 1))
+    with pytest.raises(PlannerError, match="overlap_slowdown"):
+        load_stack(str(broken))
+
+
+def test_the_stack_changes_the_price() -> None:
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    config = ParallelConfig(dp=8, zero_stage=3, micro_batch_size=2)
+    times = {
+        name: estimate_mesh(model, cluster, JobSpec(global_batch_size=16, seq_len=8192, stack=name), config)
+        for name in ("megatron-core", "torchtitan")
+    }
+    # torchtitan on H100 runs SDPA's FlashAttention-2 and reduces gradients in fp32: ZeRO-3 moves
+    # 2 + 2 (bf16 weight gathers) + 4 (fp32 gradient reduce-scatter) bytes a parameter, not 2 + 2 + 2.
+    ratio = times["torchtitan"].comm_bytes_per_gpu.dp / times["megatron-core"].comm_bytes_per_gpu.dp
+    assert ratio == pytest.approx(8 / 6)
+    assert times["torchtitan"].step_time_s > times["megatron-core"].step_time_s
+
+
+def test_tp_overlap_hides_only_inside_the_nvlink_domain() -> None:
+    model = load_model("llama3-70b")
+    job = JobSpec(global_batch_size=64, seq_len=8192)
+    off = job.model_copy(update={"tp_comm_overlap": False})
+    inside = ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True)
+    cluster = load_cluster("dgx-h100x16")
+    on_est, off_est = estimate_mesh(model, cluster, job, inside), estimate_mesh(model, cluster, off, inside)
+    fraction = job.software.tp_overlap_hidden_fraction
+    total = off_est.time_breakdown_s.tp_comm
+    assert on_est.hidden_comm_s.tp == pytest.approx(fraction * total, rel=1e-9)
+    assert on_est.time_breakdown_s.tp_comm == pytest.approx((1 - fraction) * total, rel=1e-9)
+    across = ParallelConfig(tp=16, dp=8, sequence_parallel=True)
+    assert estimate_mesh(model, cluster, job, across).hidden_comm_s.tp == 0.0
+
+
+def test_overlap_costs_the_stacks_slowdown_of_what_it_hides() -> None:
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100x16")
+    job = JobSpec(global_batch_size=512, seq_len=8192)
+    est = estimate_mesh(model, cluster, job, ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True, zero_stage=1))
+    hidden = est.hidden_comm_s.tp + est.hidden_comm_s.dp + est.hidden_comm_s.cp
+    assert est.time_breakdown_s.overlap_slowdown == pytest.approx(job.software.overlap_slowdown * hidden, rel=1e-9)
+
+
+def test_compile_shrinks_the_layer_overhead_by_the_kernel_count() -> None:
+    stack = load_stack("torchtitan")
+    assert stack.layer_overhead_us
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    config = MeshArrays.from_configs([ParallelConfig(dp=8, zero_stage=3, micro_batch_size=1)])
+    eager = JobSpec(global_batch_size=8, seq_len=4096, stack="torchtitan", compile=False)
+    compiled = eager.model_copy(update={"compile": True})
+    a = evaluate(model, cluster, eager, config).time["layer_overhead"][0]
+    b = evaluate(model, cluster, compiled, config).time["layer_overhead"][0]
+    assert b / a == pytest.approx(stack.kernels_per_layer_compiled / stack.kernels_per_layer_eager)
+    assert a == pytest.approx(32 * 3 * stack.layer_overhead_us * 1e-6)  # 32 layers, forward + backward
+
+
+def test_fp8_gemms_run_at_the_measured_fp8_efficiency() -> None:
+    gpu = load_cluster("dgx-h100").gpu
+    assert gpu.gemm_efficiency_for("fp8") == gpu.gemm_efficiency_fp8 < gpu.gemm_efficiency
+    assert gpu.gemm_efficiency_ratio("bf16") == 1.0
+    assert (
+        load_cluster("dgx-a100-80g").gpu.gemm_efficiency_for("fp8") == load_cluster("dgx-a100-80g").gpu.gemm_efficiency
+    )
+
+
+def test_sdpa_is_flash_attention_2_on_hopper_and_cudnn_on_blackwell() -> None:
+    h100, b200 = load_cluster("dgx-h100").gpu, load_cluster("dgx-b200").gpu
+    assert (
+        h100.attention_efficiency_for("sdpa") == h100.attention_efficiency_fa2 < h100.attention_efficiency_for("fused")
+    )
+    assert b200.attention_efficiency_for("sdpa") == b200.attention_efficiency_for("fused")
+
+
+def test_flash_kernels_ramp_with_the_sequence() -> None:
+    assert float(flash_length_factor(np.array(float(FLASH_REFERENCE_TOKENS)))) == pytest.approx(1.0)
+    short, long = flash_length_factor(np.array([512.0, 65536.0]))
+    assert 0.5 < short < 0.6 and 1.0 < long < 1.05
+
+
+# ---- the fit ----------------------------------------------------------------------------------------
+def _sample_cases():  # type: ignore[no-untyped-def]
+    cases = []
+    for row in ROWS.values():
+        try:
+            cases.append(case_from_row(row))
+        except PlannerError:
+            pass
+    return cases
+
+
+def test_the_fit_recovers_known_parameters_and_cross_validates() -> None:
+    from planner.fit_runs import build_problem, fit_and_cross_validate, predict
+
+    cases = [c for c in _sample_cases() if c.stack == "llm-foundry"]
+    problem = build_problem(cases)
+    labels = [p.label() for p in problem.params]
+    truth = np.array([p.prior for p in problem.params])
+    truth[labels.index("dgx-h100.sustained_tensor_fraction")] = 0.8
+    truth[labels.index("llm-foundry.layer_overhead_us")] = 900.0
+    truth[labels.index("llm-foundry.attention_efficiency_scale")] = 0.7
+    synthetic = predict(problem, truth)
+    made_up = [
+        type(c)(**{**c.__dict__, "published_tokens_per_s_per_gpu": float(v)})
+        for c, v in zip(cases, synthetic, strict=True)
+    ]
+    result = fit_and_cross_validate(made_up)
+    fitted = dict(zip([p.label() for p in result.problem.params], result.theta, strict=True))
+    assert fitted["dgx-h100.sustained_tensor_fraction"] == pytest.approx(0.8, rel=0.02)
+    assert fitted["llm-foundry.layer_overhead_us"] == pytest.approx(900.0, rel=0.1)
+    assert np.max(np.abs(result.error)) < 0.01 and np.max(np.abs(result.cv_error)) < 0.02
+    # three models of one source: three folds, each predicted by a fit that did not see it
+    assert len(result.cv_theta) == len({c.model.name for c in cases}) == 3
+    assert not result.free[labels.index("llm-foundry.moe_layer_overhead_us")]  # no MoE rows: not fitted
+
+
+def test_one_model_alone_fits_nothing() -> None:
+    from planner.fit_runs import fit_and_cross_validate
+
+    one = [c for c in _sample_cases() if c.model.name == "MPT-1b"]
+    assert len(one) == 2
+    result = fit_and_cross_validate(one)
+    assert not result.free.any()
+    assert np.all(result.theta == np.array([p.prior for p in result.problem.params]))
+
+
+def test_calibration_written_into_profiles_and_stacks_reads_back(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import planner.calibration_io as io
+    import planner.catalog as catalog
+    from planner.fit_runs import fit_and_cross_validate
+
+    for folder in ("hardware_profiles", "stacks"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    monkeypatch.setattr(io, "catalog_dir", lambda kind: tmp_path / kind)
+    cases = [c for c in _sample_cases() if c.stack == "llm-foundry"]
+    result = fit_and_cross_validate(cases)
+    written = io.write_fit(result, "plan calibrate --from-runs runs_sample.yaml", "runs_sample.yaml")
+    assert {p.name for p in written} == {"dgx-h100.yaml", "llm-foundry.yaml"}
+    text = (tmp_path / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    assert "# nvidia-smi total memory" in text or "#" in text  # comments kept
+    profile = catalog.validate_as(
+        catalog.HardwareProfile, catalog.read_yaml(tmp_path / "hardware_profiles" / "dgx-h100.yaml"), "x"
+    )
+    fitted = dict(zip([p.label() for p in result.problem.params], result.theta, strict=True))
+    assert profile.gpu.sustained_tensor_fraction == pytest.approx(
+        fitted["dgx-h100.sustained_tensor_fraction"], rel=1e-3
+    )
+    assert profile.calibration is not None and set(profile.calibration.rows) == {c.name for c in cases}
+    assert len(profile.calibration.cv_error_pct["llm-foundry"]) == len(cases)
+    stack = catalog.validate_as(catalog.Stack, catalog.read_yaml(tmp_path / "stacks" / "llm-foundry.yaml"), "x")
+    assert stack.moe_layer_overhead_us is None  # not determined by these rows: not written
+    # writing twice replaces, never duplicates
+    io.write_fit(result, "plan calibrate --from-runs runs_sample.yaml", "runs_sample.yaml")
+    again = (tmp_path / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    assert again.count("calibration:") == 1 and again.count("sustained_tensor_fraction:") == 2  # value + source
+
+
+# ---- the error bar -----------------------------------------------------------------------------
+def test_the_error_bar_prefers_the_matching_profile_and_stack() -> None:
+    profile = RunCalibration(command="c", runs_file="f", rows=[], cv_error_pct={"torchtitan": [-10, -5, 0, 5, 10, 20]})
+    stack = RunCalibration(command="c", runs_file="f", rows=[], cv_error_pct={"dgx-b200": [30, 40, 50]})
+    errors, basis = error_bar(profile, stack, "dgx-h100", "torchtitan")
+    assert errors == [-10, -5, 0, 5, 10, 20] and "with torchtitan" in basis
+    errors, basis = error_bar(profile, stack, "dgx-h100", "megatron-core")
+    assert len(errors) == 9 and "other GPUs" in basis  # transferred: both sources of error
+    assert error_bar(None, None, "x", "y")[0] == []
+    low, high = interval(1000.0, [-10.0, 0.0, 10.0, 20.0])  # type: ignore[misc]
+    # published = predicted / (1 + error): over-prediction lowers the bound
+    assert low == pytest.approx(1000 / (1 + np.quantile([-0.1, 0, 0.1, 0.2], 0.9)))
+    assert high == pytest.approx(1000 / (1 + np.quantile([-0.1, 0, 0.1, 0.2], 0.1)))
+    assert interval(1000.0, []) is None
+
+
+def test_every_shipped_calibration_gives_the_default_plan_an_error_bar() -> None:
+    est = estimate_mesh(
+        load_model("llama3-70b"),
+        load_cluster("dgx-h100x16"),
+        JobSpec(global_batch_size=512, seq_len=8192),
+        ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True, zero_stage=1),
+    )
+    assert est.tokens_per_s_per_gpu_interval is not None
+    low, high = est.tokens_per_s_per_gpu_interval
+    assert low < est.tokens_per_s_per_gpu < high
+
+
+# ---- the benchmark ------------------------------------------------------------------------------
+def _modern():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    spec = importlib.util.spec_from_file_location("modern", ROOT / "benchmarks" / "modern.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_json_has_the_issues_keys() -> None:
+    rep = _modern().report(str(SAMPLE))
+    assert {"runs", "unpriced", "groups", "overall", "rank_tau"} <= set(rep)
+    run = rep["runs"][0]
+    assert {"name", "group", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error_pct"} <= set(
+        run
+    )
+    assert {"cv_error_pct", "config"} <= set(run)
+    assert {u["name"] for u in rep["unpriced"]} == {
+        "mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main",
+        "deepseek-v3-pretrain-h800x2048",
+    }
+    assert all(u["reason"] for u in rep["unpriced"])
+    for group in rep["groups"].values():
+        assert {"rows", "priced", "mape_pct", "cv_mape_pct", "signed_pct"} <= set(group)
+    assert rep["overall"]["coverage"] == pytest.approx(8 / 10)
+    # the shipped calibration used these rows, so each has a cross-validated error
+    assert all(r["cv_error_pct"] is not None for r in rep["runs"])
+    by = {r["name"]: r for r in rep["runs"]}
+    assert by[MPT7]["error_pct"] == pytest.approx(
+        100 * (by[MPT7]["predicted_tokens_per_s_per_gpu"] / by[MPT7]["published_tokens_per_s_per_gpu"] - 1)
+    )
+
+
+def test_rank_tau_counts_one_knob_pairs() -> None:
+    modern = _modern()
+    knobs = dict.fromkeys(modern.KNOBS, 0)
+    row = {"_key": ("m", "p", "s"), "_knobs": knobs}
+    a = dict(row, published_tokens_per_s_per_gpu=1.0, predicted_tokens_per_s_per_gpu=1.0)
+    b = dict(
+        row, _knobs=dict(knobs, micro_batch=2), published_tokens_per_s_per_gpu=2.0, predicted_tokens_per_s_per_gpu=3.0
+    )
+    c = dict(row, _knobs=dict(knobs, seq_len=2), published_tokens_per_s_per_gpu=2.0, predicted_tokens_per_s_per_gpu=0.5)
+    tau, pairs = modern.rank_tau([a, b, c])
+    assert pairs == 2 and tau == 0.0  # a-b agree, a-c disagree; b-c differ in two knobs
