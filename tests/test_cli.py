@@ -232,3 +232,39 @@ def test_zero3_advice_when_its_gathers_show(cli) -> None:
     z1 = cli(*args, "--zero-stage", "1").json()
     assert any(w.startswith("ZeRO-3 gathers weights for every micro-batch") for w in z3["warnings"])
     assert z1["step_time_s"] < z3["step_time_s"] and z1["memory_per_gpu_bytes"] > z3["memory_per_gpu_bytes"]
+
+
+def test_stacks_listed_shown_and_chosen(cli) -> None:
+    listed = cli("list", "stacks")
+    assert listed.code == 0 and "megatron-core" in listed.out and "torchtitan" in listed.out
+    shown = cli("show", "stack", "torchtitan")
+    assert shown.code == 0 and "attention_kernel = sdpa" in shown.out and "calibrated by" in shown.out
+    plan = cli("--model", "llama3-8b", "--cluster", "dgx-h100", "--stack", "torchtitan", "--top", "2")
+    assert plan.code == 0, plan.err
+    assert "stack: torchtitan" in plan.out and "±" in plan.out and "assumes" in plan.out
+    pinned = cli(
+        "estimate",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100",
+        "--dp",
+        "8",
+        "--stack",
+        "torchtitan",
+        "--no-compile",
+        "--json",
+    ).json()
+    assert pinned["config"]["job"]["stack"] == "torchtitan" and pinned["config"]["job"]["compile"] is False
+
+
+def test_calibrate_from_runs_dry_run(cli) -> None:
+    from pathlib import Path
+
+    sample = str(Path(__file__).parent / "data" / "runs_sample.yaml")
+    r = cli("calibrate", "--from-runs", sample, "--group", "h100-fsdp-llmfoundry", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["priced"] == 4 and data["written"] == []
+    assert "dgx-h100.sustained_tensor_fraction" in data["parameters"]
+    assert 0 < data["cv_mape_pct"] < 50

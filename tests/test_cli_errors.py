@@ -147,3 +147,18 @@ def test_nothing_fits_names_the_shortfall(cli) -> None:
 def test_bad_order(cli) -> None:
     r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--order", "tp-dp")
     assert_one_line_error(r, "--order", "tp-cp-dp-pp")
+
+
+def test_unknown_stack_suggests(cli) -> None:
+    r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--stack", "torchtitn")
+    assert_one_line_error(r, "unknown stack 'torchtitn'", "did you mean torchtitan")
+
+
+def test_calibrate_from_runs_refusals(cli, tmp_path: Path) -> None:
+    assert_one_line_error(cli("calibrate"), "--from", "--from-runs")
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("runs: 3\n")
+    assert_one_line_error(cli("calibrate", "--from-runs", str(bad)), "field 'runs'", "list")
+    sample = str(Path(__file__).parent / "data" / "runs_sample.yaml")
+    assert_one_line_error(cli("calibrate", "--from-runs", sample, "--group", "nope"), "--group 'nope'")
+    assert_one_line_error(cli("calibrate", "--from-runs", sample, "--from", sample), "not both")
