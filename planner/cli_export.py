@@ -91,6 +91,8 @@ def export_cmd(
     knobs at their defaults); otherwise the search runs with the given knobs pinned and the best
     mesh the target can express is exported. Targets refuse what they cannot run as planned.
     """
+    if ctx.params.get("stack") is None:
+        ctx.params["stack"] = _target_stack(fmt)
     spec, clus, job = _cli._model_cluster_job(ctx)
     pins = _cli._mesh_knobs(ctx)
     if all(axis in pins for axis in ("tp", "pp", "dp")):
@@ -111,12 +113,21 @@ def export_cmd(
         sys.stderr.write(f"wrote {out}\n")
 
 
+def _target_stack(fmt: str) -> str:
+    """The shipped stack a target launches (its ``export_format``): without --stack, an export is
+    priced with the software it will run under."""
+    from planner.catalog import DEFAULT_STACK, list_stacks
+
+    return next((s.name for s in list_stacks() if s.export_format == fmt), DEFAULT_STACK)
+
+
 def _header(fmt: str, model: ModelSpec, cluster: ClusterSpec, est: Estimate) -> str:
     """One line naming what was exported and what the plan predicts for it."""
     config, job = est.config.parallel, est.config.job
     return (
         f"plan export --format {fmt}: {model.name} on {cluster.name} ({cluster.num_gpus} GPUs), "
-        f"{config.short()}, global batch {job.batch_size} x {job.seq_len}; predicted step {est.step_time_s:.3g} s, "
+        f"{config.short()}, global batch {job.batch_size} x {job.seq_len}, stack {job.stack_name}; "
+        f"predicted step {est.step_time_s:.3g} s, "
         f"MFU {est.mfu:.1%}, {est.memory_per_gpu_bytes / 2**30:.1f} GiB per GPU"
     )
 

@@ -75,6 +75,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--use-tp-pp-dp-mapping",
         "--bf16",
         "--fp16",
+        "--tp-comm-overlap",
+        "--grad-reduce-in-bf16",
     ):
         p.add_argument(flag, action="store_true")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_false", dest="gradient_accumulation_fusion")

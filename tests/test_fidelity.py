@@ -345,3 +345,22 @@ def test_rank_tau_counts_one_knob_pairs() -> None:
     c = dict(row, _knobs=dict(knobs, seq_len=2), published_tokens_per_s_per_gpu=2.0, predicted_tokens_per_s_per_gpu=0.5)
     tau, pairs = modern.rank_tau([a, b, c])
     assert pairs == 2 and tau == 0.0  # a-b agree, a-c disagree; b-c differ in two knobs
+
+
+# ---- exports carry the stack ---------------------------------------------------------------------
+def test_exports_carry_the_stack(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ("--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "8", "--pp", "2", "--dp", "8")
+    megatron = cli("export", "--format", "megatron", *args, "--sequence-parallel")
+    assert megatron.code == 0, megatron.err
+    # megatron-core (the target's stack): TE's fused attention, TP overlap, bf16 gradient reduction
+    for flag in ("--attention-backend fused", "--tp-comm-overlap", "--grad-reduce-in-bf16"):
+        assert flag in megatron.out
+    assert "stack megatron-core" in megatron.out
+    titan = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3")
+    assert titan.code == 0, titan.err
+    assert "stack torchtitan" in titan.out and "compile = true" in titan.out
+    assert "enable_async_tensor_parallel" not in titan.out  # torchtitan's async TP is opt-in
+    overlapped = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--tp-comm-overlap")
+    assert "enable_async_tensor_parallel = true" in overlapped.out
+    eager = cli("export", "--format", "megatron", *args, "--stack", "megatron-lm-2021")
+    assert "--tp-comm-overlap" not in eager.out and "stack megatron-lm-2021" in eager.out

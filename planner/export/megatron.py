@@ -135,18 +135,29 @@ def _data_parallel_args(config: ParallelConfig) -> list[str]:
     return args
 
 
-def _job_args(job: JobSpec) -> list[str]:
+ATTENTION_BACKENDS = {"fused": "fused", "fa2": "flash", "sdpa": "auto"}
+"""The stack's attention kernel -> ``--attention-backend`` (AttnBackend: flash, fused, unfused,
+local, auto): 'fused' is Transformer Engine's cuDNN fused attention, 'flash' FlashAttention."""
+
+
+def _job_args(job: JobSpec, config: ParallelConfig) -> list[str]:
     """Precision (_add_mixed_precision_args --bf16/--fp16; _add_transformer_engine_args
     --fp8-format {e4m3, hybrid}: hybrid is E4M3 forward, E5M2 backward, on bf16 weights), and the
-    activation-memory assumptions the plan priced: Megatron-LM defaults --attention-dropout and
-    --hidden-dropout to 0.1 (_add_regularization_args), so a job without dropout sets them to 0;
-    without flash attention the unfused backend (--attention-backend, AttnBackend) keeps the
-    s x s scores the plan counted."""
+    assumptions the plan priced: Megatron-LM defaults --attention-dropout and --hidden-dropout to
+    0.1 (_add_regularization_args), so a job without dropout sets them to 0; the attention kernel
+    the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
+    the plan counted); TP communication overlap (_add_training_args --tp-comm-overlap, which
+    validate_args allows only with --sequence-parallel); gradients reduced in bf16
+    (_add_distributed_args --grad-reduce-in-bf16; fp32 is the default)."""
     args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
-    if not job.flash_attention:
-        args = [*args, "--attention-backend", "unfused"]
+    backend = ATTENTION_BACKENDS[job.attention_kernel] if job.flash_attention else "unfused"
+    args = [*args, "--attention-backend", backend]
+    if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
+        args.append("--tp-comm-overlap")
+    if job.gradient_format == "bf16":
+        args.append("--grad-reduce-in-bf16")
     return args
 
 
@@ -179,7 +190,7 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
-    return args + _recompute_args(config) + _data_parallel_args(config) + _job_args(job)
+    return args + _recompute_args(config) + _data_parallel_args(config) + _job_args(job, config)
 
 
 def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
@@ -194,6 +205,10 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     if config.pp > 1 and model.num_hidden_layers % chunks:
         sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} chunks: the layout gives {sizes}")
+    if job.tp_overlap and config.tp > 1 and not config.sequence_parallel:
+        notes.append("the plan priced TP overlap, which Megatron-LM runs only with --sequence-parallel: it is left off")
+    if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
+        notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
     arch = "--num-experts, --moe-router-topk, " if model.is_moe else ""
     notes.append(f"architecture flags (--hidden-size, --num-attention-heads, {arch}...) come from the model's recipe")
     return notes

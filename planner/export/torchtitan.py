@@ -1,5 +1,9 @@
 """torchtitan TOML job file sections ([training], [parallelism], [activation_checkpoint]) for a mesh.
 
+The stack's knobs go with it: ``training.compile`` (the job's or the stack's torch.compile) and
+``parallelism.enable_async_tensor_parallel`` (TP overlap; "currently only effective when compile
+is enabled"); ``training.mixed_precision_reduce`` accepts only "float32" there.
+
 Key names are those of pytorch/torchtitan ``torchtitan/config/job_config.py``, the JobConfig a
 TOML job file (``--job.config_file``) fills, as stored at commit
 6404b932421f5ce382e7dac5ad381b2c17b1373c: ``Training``, ``Parallelism``, ``ActivationCheckpoint``,
@@ -153,6 +157,7 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
         "global_batch_size": job.batch_size,
         "seq_len": job.seq_len,
         "mixed_precision_param": "bfloat16",
+        "compile": job.compiled,
     }
     # DDP replicates (ZeRO-0); FSDP2 shards (ZeRO-2/3); HSDP would set both.
     replicate, shard = (config.dp, 1) if zero == 0 else (1, config.dp)
@@ -163,6 +168,8 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
     if zero >= 2:
         parallelism["fsdp_reshard_after_forward"] = RESHARD_AFTER_FORWARD[zero]
     parallelism["tensor_parallel_degree"] = config.tp
+    if config.tp > 1 and job.tp_overlap:
+        parallelism["enable_async_tensor_parallel"] = True
     parallelism["context_parallel_degree"] = config.cp
     parallelism["pipeline_parallel_degree"] = config.pp
     if config.pp > 1:
@@ -198,6 +205,12 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
         )
     if job.dtype == "fp8":
         notes.append('converters = ["float8"] needs torchao')
+    if config.tp > 1 and job.tp_overlap and not job.compiled:
+        notes.append("async TP takes effect only with compile = true (job_config.py): the plan priced it on")
+    if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
+        notes.append(
+            f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
+        )
     chunks = config.pp * config.virtual_stages
     if config.pp > 1 and model.num_hidden_layers % chunks:
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")
