@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import BYTES_PER_ELEMENT
@@ -91,6 +91,15 @@ class JobSpec(Frozen):
     @property
     def weight_bytes_per_param(self) -> int:
         return BYTES_PER_ELEMENT[self.weight_dtype]
+
+    @field_validator("stack")
+    @classmethod
+    def _known_stack(cls, value: str | Stack) -> str | Stack:
+        if isinstance(value, str):
+            from planner.catalog import load_stack
+
+            load_stack(value)  # an unknown name fails here, with the list
+        return value
 
     @property
     def software(self) -> Stack:
