@@ -85,10 +85,8 @@ def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
 def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[str, Any]:
     """The benchmark's JSON object for a runs file (see the module docstring)."""
     runs = load_runs(path)
-    if group is not None:
-        runs = [r for r in runs if r.get("group") == group]
-        if not runs:
-            raise PlannerError(f"--group '{group}': no row of {path} has that group")
+    if group is not None and not any(r.get("group") == group for r in runs):
+        raise PlannerError(f"--group '{group}': no row of {path} has that group")
     rows: list[dict[str, Any]] = []
     unpriced: list[dict[str, str]] = []
     cases: list[RunCase] = []
@@ -120,9 +118,14 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     fitted = calibrated_rows()
     used = [i for i, r in enumerate(rows) if r["name"] in fitted]
     if used:
+        # the whole file's calibrated rows, --group or not: a fold's refit sees every other row
         result = fit_and_cross_validate([cases[i] for i in used], exact=exact_cv)
         for k, i in enumerate(used):
             rows[i]["cv_error_pct"] = 100.0 * float(result.cv_error[k])
+    if group is not None:
+        runs = [r for r in runs if r.get("group") == group]
+        rows = [r for r in rows if r["group"] == group]
+        unpriced = [u for u in unpriced if u["group"] == group]
     groups: dict[str, Any] = {}
     for name in dict.fromkeys(str(r.get("group")) for r in runs):
         mine = [r for r in rows if r["group"] == name]
