@@ -575,9 +575,10 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]
     )
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
-    pairs = list(zip(result.problem.params, result.theta, result.free, strict=True))
-    params = {p.label(): float(v) for p, v, free in pairs if free}
-    unfitted = [p.label() for p, _, free in pairs if not free]
+    moved = result.problem.uses.any(axis=0)
+    pairs = list(zip(result.problem.params, result.theta, result.free, moved, strict=True))
+    params = {p.label(): float(v) for p, v, free, _ in pairs if free}
+    unfitted = [p.label() for p, _, free, some in pairs if some and not free]
     summary = {
         "runs": len(runs),
         "priced": len(cases),

@@ -6,6 +6,8 @@ Parameters (``FIT_FIELDS``):
                    sustains relative to the short benchmarks the profile's efficiencies come from
                    (clocks under a power cap with every GPU of the node busy; no public H100
                    figure exists, fidelity-evidence.md)
+  per GPU profile  ``fp8_rowwise_gemm_fraction``: row-scaled fp8 GEMMs (torchao rowwise) against
+                   tensor-scaled ones, fixed by the row-wise rows alone
   per stack        ``layer_overhead_us``: fixed time per layer and forward pass beyond its work
                    (launch gaps, the framework's per-layer hooks such as FSDP's), what makes
                    small models slower than their FLOPs say
@@ -47,6 +49,7 @@ from planner.schemas.stack import Stack
 
 FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("profile", "sustained_tensor_fraction"): (1.0, 0.3, 1.0),
+    ("profile", "fp8_rowwise_gemm_fraction"): (1.0, 0.3, 1.0),
     ("stack", "layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
     ("stack", "attention_efficiency_scale"): (1.0, 0.3, 1.0),
@@ -98,6 +101,16 @@ class Problem:
         return np.array([c.published_tokens_per_s_per_gpu for c in self.cases])
 
 
+def applies(field: str, case: RunCase) -> bool:
+    """Whether ``field`` moves a case's price at all: the MoE overhead only MoE models, the
+    row-wise fp8 fraction only row-scaled fp8 jobs."""
+    if field == "moe_layer_overhead_us":
+        return case.model.is_moe
+    if field == "fp8_rowwise_gemm_fraction":
+        return case.job.dtype == "fp8" and case.job.fp8_scaling == "row"
+    return True
+
+
 def build_problem(cases: Sequence[RunCase]) -> Problem:
     configs = [resolve_config(c) for c in cases]
     targets = {"profile": sorted({c.profile for c in cases}), "stack": sorted({c.stack for c in cases})}
@@ -106,7 +119,7 @@ def build_problem(cases: Sequence[RunCase]) -> Problem:
     for i, case in enumerate(cases):
         for j, p in enumerate(params):
             mine = (case.profile if p.kind == "profile" else case.stack) == p.target
-            uses[i, j] = mine and (p.field != "moe_layer_overhead_us" or case.model.is_moe)
+            uses[i, j] = mine and applies(p.field, case)
     keys = [(c.group, c.model.name) for c in cases]
     index = {key: k for k, key in enumerate(dict.fromkeys(keys))}
     return Problem(list(cases), configs, params, uses, np.array([index[k] for k in keys]))

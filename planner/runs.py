@@ -204,6 +204,16 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         raise UnpriceableError(f"model: {_pydantic_message(err)}") from None
 
 
+def fp8_scaling_from(precision: str) -> str:
+    """The fp8 scaling granularity a precision description names: 'rowwise' per row; MXFP8 and
+    FP8-MX (32-element blocks) and DeepSeek's 1x128/128x128 tiles per block; else per tensor."""
+    if "rowwise" in precision:
+        return "row"
+    if "mx" in precision or "block" in precision or "tile" in precision:
+        return "block"
+    return "tensor"
+
+
 def recompute_from(knob: Any) -> str | None:
     """Activation checkpointing as stated -> recompute mode; None when not stated. torchtitan's
     'selective layer' checkpoints whole layers (every other one by default): priced as full."""
@@ -305,6 +315,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
             global_batch_size=batch,
             seq_len=model.max_position_embeddings,
             dtype="fp8" if any(w in precision for w in FP8_WORDS) else "bf16",
+            fp8_scaling=fp8_scaling_from(precision),
             stack=stack_name,
             **overrides,
         )

@@ -364,3 +364,17 @@ def test_exports_carry_the_stack(cli) -> None:  # type: ignore[no-untyped-def]
     assert "enable_async_tensor_parallel = true" in overlapped.out
     eager = cli("export", "--format", "megatron", *args, "--stack", "megatron-lm-2021")
     assert "--tp-comm-overlap" not in eager.out and "stack megatron-lm-2021" in eager.out
+
+
+def test_row_scaled_fp8_runs_at_the_fitted_fraction() -> None:
+    row = copy.deepcopy(ROWS[TITAN_TP])
+    assert case_from_row(row).job.fp8_scaling == "tensor"
+    row["knobs"]["precision"] = "float8 rowwise (torchao)"
+    case = case_from_row(row)
+    assert case.job.dtype == "fp8" and case.job.fp8_scaling == "row"
+    gpu = case.cluster.gpu
+    assert gpu.fp8_rowwise_gemm_fraction is not None and gpu.fp8_rowwise_gemm_fraction < 1
+    assert gpu.gemm_efficiency_ratio("fp8", "row") == pytest.approx(
+        gpu.gemm_efficiency_ratio("fp8") * gpu.fp8_rowwise_gemm_fraction
+    )
+    assert price_case(case)[0] < price_case(case_from_row(ROWS[TITAN_TP]))[0]

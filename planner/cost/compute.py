@@ -101,7 +101,7 @@ def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
     run sustains (``GPU.sustained``): g(M, N, K) -> seconds."""
     gpu = cluster.gpu
     peak, elem = gpu.peak_flops_per_s(job.dtype), BYTES_PER_ELEMENT[job.dtype]
-    scale = gpu.gemm_efficiency_ratio(job.dtype) * gpu.sustained
+    scale = gpu.gemm_efficiency_ratio(job.dtype, job.fp8_scaling) * gpu.sustained
 
     def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
         return gemm_s(np.asarray(m_rows), np.asarray(n), np.asarray(k), gpu, peak, elem, scale)

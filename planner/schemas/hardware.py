@@ -70,6 +70,13 @@ class GPU(Frozen):
         description="Fraction of the fp8 peak large fp8 GEMMs reach (measured fp8 GEMMs run further below their "
         "peak than 16-bit ones); None: gemm_efficiency",
     )
+    fp8_rowwise_gemm_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fitted: rate of row-wise scaled fp8 GEMMs (torch._scaled_mm with per-row scales, CUTLASS "
+        "kernels on Hopper) relative to tensor-wise scaled ones; None: not calibrated, 1",
+    )
     attention_efficiency_fa2: float | None = Field(
         None,
         gt=0,
@@ -126,10 +133,13 @@ class GPU(Frozen):
             return self.gemm_efficiency_fp8
         return self.gemm_efficiency
 
-    def gemm_efficiency_ratio(self, dtype: str) -> float:
+    def gemm_efficiency_ratio(self, dtype: str, fp8_scaling: str = "tensor") -> float:
         """``gemm_efficiency_for(dtype)`` relative to ``gemm_efficiency``: scales the size curve,
-        which is measured in 16-bit, to the format."""
-        return self.gemm_efficiency_for(dtype) / self.gemm_efficiency
+        which is measured in 16-bit, to the format (and, for row-scaled fp8, to its kernels)."""
+        ratio = self.gemm_efficiency_for(dtype) / self.gemm_efficiency
+        if dtype == "fp8" and fp8_scaling == "row":
+            ratio *= self.fp8_rowwise_gemm_fraction or 1.0
+        return ratio
 
     def attention_efficiency_for(self, kernel: str) -> float:
         """Fused attention efficiency of ``kernel`` ('fa2'; 'fused', the GPU's best fused kernel:

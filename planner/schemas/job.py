@@ -31,6 +31,11 @@ class JobSpec(Frozen):
     global_batch_tokens: PositiveInt | None = Field(None, description="Tokens per optimizer step")
     seq_len: PositiveInt
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    fp8_scaling: Literal["tensor", "row", "block"] = Field(
+        "tensor",
+        description="fp8 scaling granularity: per tensor (Transformer Engine current/delayed scaling, torchao "
+        "tensorwise), per row (torchao rowwise: row-scaled GEMM kernels), per block (MXFP8, DeepSeek's tiles)",
+    )
     weight_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Format of the working weights")
     gradient_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(
         None,
