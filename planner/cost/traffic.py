@@ -118,16 +118,16 @@ def tp_per_microbatch(
     links: dict[str, comm.GroupLink],
     layers: np.ndarray,
     moe_layers: np.ndarray,
-    gemm_s: np.ndarray | float = 0.0,
+    overlap_budget_s: np.ndarray | float = 0.0,
 ) -> Traffic:
     """TP (and expert-TP) collectives of one micro-batch through the stage's layers: all-reduces,
-        or with SP a reduce-scatter plus an all-gather each (ring collectives: in-network
-        all-reduce does not apply to them). With TP overlap (Megatron-Core --tp-comm-overlap,
-        torchtitan async TP) the stack's ``tp_overlap_hidden_fraction`` of it runs behind the GEMMs
-        it is split against, at most ``gemm_s`` (the micro-batch's compute: a collective longer
-        than the GEMM it is pipelined with cannot hide behind it); the rest stays exposed. Only a TP
-    group inside the NVLink domain overlaps: Transformer Engine's userbuffers and PyTorch's async
-    TP (SymmetricMemory) exchange through peer GPU memory over NVLink, which a group spread over
+    or with SP a reduce-scatter plus an all-gather each (ring collectives: in-network all-reduce
+    does not apply to them). With TP overlap (Megatron-Core --tp-comm-overlap, torchtitan async
+    TP) the stack's ``tp_overlap_hidden_fraction`` of it runs behind the GEMMs it is split
+    against, at most ``overlap_budget_s`` (the micro-batch's compute: a collective longer than
+    the GEMM it is pipelined with cannot hide behind it); the rest stays exposed. Only a TP group
+    inside the NVLink domain overlaps: Transformer Engine's userbuffers and PyTorch's async TP
+    (SymmetricMemory) exchange through peer GPU memory over NVLink, which a group spread over
     nodes does not have."""
     message = tp_message_bytes(model, job, mesh)
     count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
@@ -140,7 +140,7 @@ def tp_per_microbatch(
         routed, mesh.expert_tp
     )
     fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
-    hidden = np.minimum(time * fraction, gemm_s)
+    hidden = np.minimum(time * fraction, overlap_budget_s)
     return Traffic(time - hidden, sent, hidden)
 
 
