@@ -14,7 +14,9 @@ Each field is read as the file's ``field_conventions`` state (null: not stated):
   parallel  tp, pp, cp, ep, dp, vp (interleaved when > 1), micro_batch, grad_accum, global_batch,
             the FSDP/ZeRO description, sequence parallelism (on with TP, as Megatron-Core's
             recipes and torchtitan run it)
-  knobs     precision (fp8 for any 8-bit float recipe), activation checkpointing
+  knobs     precision (fp8 for any 8-bit float recipe, its scaling granularity), activation
+            checkpointing, or the recipe's recompute granularity where the row's recipe_hint
+            gives it
 
 A knob the row does not state (Megatron-Bridge tables give no recompute) is left to the search,
 which picks the fastest setting that fits, as a tuned recipe would. A row the planner cannot
@@ -233,6 +235,18 @@ def recompute_from(knob: Any) -> str | None:
     raise UnpriceableError(f"knobs.activation_checkpointing '{knob}' is not none, selective or full")
 
 
+def recompute_from_recipe(hint: Any) -> str | None:
+    """Recompute as a row's ``recipe_hint`` (the framework's recipe for the run) states it: its
+    ``recompute_granularity``; None otherwise. Activation offload hints are not read: the
+    planner does not price offload, and those hints say the recipe's batch differs from the
+    table's."""
+    text = _text(hint)
+    for mode in ("selective", "full"):
+        if f"recompute_granularity={mode}" in text:
+            return mode
+    return None
+
+
 def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
     """The FSDP/ZeRO description as a ZeRO stage: full sharding (FSDP FULL_SHARD, FSDP2,
     Megatron-FSDP) 3, SHARD_GRAD_OP 2, Megatron's distributed optimizer 1, plain DDP 0."""
@@ -295,7 +309,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         "virtual_stages": vp,
         "overlap_grad_reduce": stack.overlap_grad_reduce,
     }
-    recompute = recompute_from(knobs.get("activation_checkpointing"))
+    recompute = recompute_from(knobs.get("activation_checkpointing")) or recompute_from_recipe(knobs.get("recipe_hint"))
     if recompute is None:
         assumed.append("recompute: not stated, the search's choice")
     else:
