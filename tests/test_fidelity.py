@@ -60,7 +60,11 @@ def test_a_bridge_moe_row_reads_mla_and_experts() -> None:
     assert m.is_mla and m.kv_lora_rank == 512 and m.q_lora_rank == 1536
     assert m.num_experts_total == 256 and m.num_experts_per_tok == 8 and m.first_k_dense_replace == 3
     assert case.pins["ep"] == 64 and case.pins["schedule"] == "interleaved-1f1b"
-    assert "recompute" not in case.pins  # not stated: the search picks it
+    # the table states no recompute; the row's recipe_hint gives the recipe's granularity
+    assert case.pins["recompute"] == "selective"
+    row = copy.deepcopy(ROWS[BRIDGE_MOE])
+    row["knobs"].pop("recipe_hint")
+    assert "recompute" not in case_from_row(row).pins  # stated nowhere: the search picks it
     assert case.cluster.fast_domain_gpus == 64  # a 256-GPU job on NVL72 racks gets 64-GPU segments
 
 
