@@ -13,7 +13,7 @@ from planner.cost.step import evaluate
 from planner.mesh import MeshArrays
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.model import ModelSpec
-from planner.validate.shard import layer_terms, predict_layer_s
+from planner.validate.shard import layer_terms, predict_layer_s, pricing_cluster
 
 CPU = load_cluster("localhost-cpu")
 
@@ -87,8 +87,11 @@ def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan
 def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: ParallelConfig) -> None:
     # On the plan's own GPU (the replay an H200 run makes), the layer terms times their calls,
     # plus the LM head's three passes and the loss, are exactly the step's compute term: one
-    # model, no copy.
-    model, cluster = load_model(model_name), load_cluster("dgx-h200", gpus=plan.tp * plan.pp * plan.dp * plan.cp)
+    # model, no copy. A replay runs at burst clocks, so the step is priced without the
+    # sustained fraction a long run loses.
+    model = load_model(model_name)
+    cluster = pricing_cluster(load_cluster("dgx-h200", gpus=plan.tp * plan.pp * plan.dp * plan.cp), "bf16")
+    assert cluster.gpu.sustained_tensor_fraction is None
     job = JobSpec(global_batch_size=1024, seq_len=4096)
     mesh = MeshArrays.from_configs([plan])
     m = float(num_microbatches(job.batch_size, mesh)[0])

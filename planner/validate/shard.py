@@ -33,14 +33,17 @@ GPU_FORMATS = ("bf16", "fp16")
 
 
 def pricing_cluster(cluster: ClusterSpec, dtype: str) -> ClusterSpec:
-    """``cluster`` as the compute model should see it for a replay in ``dtype``: unchanged for a
-    16-bit replay; for fp32 (CPU), every 16-bit peak set to the fp32 rate, since the model prices
-    the matmuls in 16-bit and the replay runs them in fp32."""
+    """``cluster`` as the compute model should see it for a replay in ``dtype``: at burst clocks
+    (a replay runs for seconds, like the benchmarks the profile's efficiencies come from, not
+    for hours at the power cap: no ``sustained_tensor_fraction``); for fp32 (CPU), every 16-bit
+    peak set to the fp32 rate, since the model prices the matmuls in 16-bit and the replay runs
+    them in fp32."""
+    burst = with_gpu(cluster, sustained_tensor_fraction=None)
     if dtype in GPU_FORMATS:
-        return cluster
+        return burst
     gpu = cluster.gpu
     peaks = dict(gpu.peak_tflops) | {f: gpu.peak_tflops[dtype] for f in GPU_FORMATS}  # type: ignore[index]
-    return with_gpu(cluster, peak_tflops=peaks)
+    return with_gpu(burst, peak_tflops=peaks)
 
 
 def with_gpu(cluster: ClusterSpec, **gpu_fields: object) -> ClusterSpec:
