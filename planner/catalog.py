@@ -203,7 +203,25 @@ def profile_names() -> list[str]:
 
 @cache
 def _load_profile_file(path: Path) -> HardwareProfile:
-    return validate_as(HardwareProfile, read_yaml(path), str(path))
+    return with_calibration_of(validate_as(HardwareProfile, read_yaml(path), str(path)), str(path))
+
+
+FITTED_GPU_FIELDS = ("sustained_tensor_fraction", "fp8_rowwise_gemm_fraction")
+"""GPU values ``plan calibrate --from-runs`` fits (``planner.fit_runs``), which a profile that is
+``calibrated_like`` another takes from it."""
+
+
+def with_calibration_of(profile: HardwareProfile, where: str) -> HardwareProfile:
+    """``profile`` with the fitted GPU values and the calibration of the profile it is
+    ``calibrated_like`` (values it sets itself win)."""
+    if profile.calibrated_like is None:
+        return profile
+    if profile.calibrated_like.lower() not in _profile_files():
+        raise PlannerError(f"{where}: field 'calibrated_like': unknown hardware profile '{profile.calibrated_like}'")
+    donor = load_profile(profile.calibrated_like)
+    update = {f: getattr(donor.gpu, f) for f in FITTED_GPU_FIELDS if getattr(profile.gpu, f) is None}
+    gpu = profile.gpu.model_copy(update=update)
+    return profile.model_copy(update={"gpu": gpu, "calibration": profile.calibration or donor.calibration})
 
 
 def load_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
@@ -251,7 +269,8 @@ def load_cluster(
             raise PlannerError(f"cluster file '{text}' does not exist")
         data = read_yaml(path)
         if "profile" not in data:
-            return _cluster(path.stem, validate_as(HardwareProfile, data, str(path)), nodes, gpus, str(path))
+            profile = with_calibration_of(validate_as(HardwareProfile, data, str(path)), str(path))
+            return _cluster(path.stem, profile, nodes, gpus, str(path))
         unknown = sorted(set(data) - {"name", "profile", "num_nodes", "num_gpus"})
         if unknown:
             raise PlannerError(
@@ -259,7 +278,7 @@ def load_cluster(
             )
         prof = data["profile"]
         profile = (
-            validate_as(HardwareProfile, prof, f"{path}: profile")
+            with_calibration_of(validate_as(HardwareProfile, prof, f"{path}: profile"), f"{path}: profile")
             if isinstance(prof, dict)
             else load_profile(prof if not _looks_like_path(str(prof)) else path.parent / str(prof))
         )

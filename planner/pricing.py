@@ -141,7 +141,12 @@ def row_estimate(
     tokens_per_s = job.tokens_per_step / step
     per_gpu = tokens_per_s / cluster.num_gpus
     stack = job.software
-    errors, basis = error_bar(cluster.profile.calibration, stack.calibration, cluster.profile.name, stack.name)
+    profile = cluster.profile
+    errors, basis = error_bar(
+        profile.calibration, stack.calibration, profile.calibrated_like or profile.name, stack.name
+    )
+    if profile.calibrated_like:
+        basis += f" ({profile.name} is calibrated like {profile.calibrated_like})"
     model_flops = float(cols.model_flops_per_step[i])
     price = cluster.profile.price_per_gpu_hour_usd
     days = time_to_train_s(job, tokens_per_s)

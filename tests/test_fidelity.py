@@ -382,3 +382,25 @@ def test_row_scaled_fp8_runs_at_the_fitted_fraction() -> None:
         gpu.gemm_efficiency_ratio("fp8") * gpu.fp8_rowwise_gemm_fraction
     )
     assert price_case(case)[0] < price_case(case_from_row(ROWS[TITAN_TP]))[0]
+
+
+def test_a_profile_without_runs_is_calibrated_like_its_die(tmp_path: Path) -> None:
+    h100, h200 = load_cluster("dgx-h100").profile, load_cluster("dgx-h200").profile
+    assert h200.calibrated_like == "dgx-h100" and "700" in h200.sources["calibrated_like"]
+    assert h200.gpu.sustained_tensor_fraction == h100.gpu.sustained_tensor_fraction
+    est = estimate_mesh(
+        load_model("llama3-8b"),
+        load_cluster("dgx-h200"),
+        JobSpec(global_batch_size=8, seq_len=8192),
+        ParallelConfig(dp=8, zero_stage=1),
+    )
+    assert est.tokens_per_s_per_gpu_interval is not None and "calibrated like dgx-h100" in est.interval_basis
+    text = (
+        (ROOT / "hardware_profiles" / "dgx-h200.yaml")
+        .read_text()
+        .replace("calibrated_like: dgx-h100", "calibrated_like: dgx-h1000")
+    )
+    bad = tmp_path / "h200.yaml"
+    bad.write_text(text)
+    with pytest.raises(PlannerError, match=r"calibrated_like.*dgx-h1000"):
+        load_cluster(str(bad))

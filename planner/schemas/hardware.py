@@ -271,11 +271,18 @@ class HardwareProfile(Frozen):
     inter_node: Interconnect
     price_per_gpu_hour_usd: PositiveFloat | None = None
     calibration: RunCalibration | None = None
+    calibrated_like: str | None = Field(
+        None,
+        description="A profile whose runs fit stands for this one (same die at the same power limit, no runs of "
+        "its own): its fitted GPU values and error bar apply here; the source says why",
+    )
     sources: dict[str, str]
 
     @model_validator(mode="after")
     def _sources(self) -> HardwareProfile:
         skip = {"sources", "name", "description", "gpu", "intra_node", "inter_node", "calibration"}
+        if self.calibrated_like is not None and "calibrated_like" not in self.sources:
+            raise ValueError("'calibrated_like' has no entry in 'sources' (why that profile's fit stands for this one)")
         _check_sources(self, self.sources, skip=skip)
         return self
 
