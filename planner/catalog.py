@@ -219,8 +219,13 @@ def with_calibration_of(profile: HardwareProfile, where: str) -> HardwareProfile
     if profile.calibrated_like.lower() not in _profile_files():
         raise PlannerError(f"{where}: field 'calibrated_like': unknown hardware profile '{profile.calibrated_like}'")
     donor = load_profile(profile.calibrated_like)
-    update = {f: getattr(donor.gpu, f) for f in FITTED_GPU_FIELDS if getattr(profile.gpu, f) is None}
-    gpu = profile.gpu.model_copy(update=update)
+    update = {
+        f: getattr(donor.gpu, f)
+        for f in FITTED_GPU_FIELDS
+        if getattr(profile.gpu, f) is None and getattr(donor.gpu, f) is not None
+    }
+    sources = {f: f"{donor.name} (calibrated_like): {donor.gpu.sources[f]}" for f in update}
+    gpu = profile.gpu.model_copy(update={**update, "sources": {**profile.gpu.sources, **sources}})
     return profile.model_copy(update={"gpu": gpu, "calibration": profile.calibration or donor.calibration})
 
 
