@@ -1,5 +1,5 @@
-"""Write a runs fit (``planner.fit_runs``) into the shipped profiles and stacks, (the error bar reads
-them back: ``planner.error_bar``).
+"""Write a runs fit (``planner.fit_runs``) into the shipped profiles and stacks, where the
+error bar (``planner.error_bar``) reads it back.
 
 The YAML files keep their comments: the fitted value replaces (or is inserted as) one line, its
 ``sources`` entry one line, and the top-level ``calibration`` block (command, runs file, rows
