@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.fit_runs import fit_and_cross_validate
-from planner.runs import RunCase, case_from_row, load_runs, price_case
+from planner.runs import RunCase, cases_from_runs, check_groups, load_runs, price_case
 
 KNOBS = ("gpus", "seq_len", "micro_batch", "mesh", "recompute", "zero", "dtype", "compile", "tp_overlap")
 
@@ -85,24 +85,22 @@ def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
 def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[str, Any]:
     """The benchmark's JSON object for a runs file (see the module docstring)."""
     runs = load_runs(path)
-    if group is not None and not any(r.get("group") == group for r in runs):
-        raise PlannerError(f"--group '{group}': no row of {path} has that group")
+    if group is not None:
+        check_groups(runs, [group], path)
     rows: list[dict[str, Any]] = []
-    unpriced: list[dict[str, str]] = []
+    translated, unpriced = cases_from_runs(runs)
     cases: list[RunCase] = []
-    for run in runs:
-        name = str(run.get("name"))
+    for case in translated:
         try:
-            case = case_from_row(run)
             predicted, est = price_case(case)
         except PlannerError as err:
-            unpriced.append({"name": name, "group": str(run.get("group")), "reason": str(err)})
+            unpriced.append({"name": case.name, "group": case.group, "reason": str(err)})
             continue
         cases.append(case)
         mesh = est.config.parallel
         rows.append(
             {
-                "name": name,
+                "name": case.name,
                 "group": case.group,
                 "published_tokens_per_s_per_gpu": case.published_tokens_per_s_per_gpu,
                 "predicted_tokens_per_s_per_gpu": predicted,

@@ -192,9 +192,15 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
 
 
 # ---- hardware profiles and clusters -----------------------------------------------------------
-@lru_cache(maxsize=1)
+@cache
+def _files_by_stem(kind: str) -> dict[str, Path]:
+    """Lower-case file stem -> file, of the shipped YAML of ``kind`` (profiles, stacks: the stem
+    is the name)."""
+    return {p.stem.lower(): p for p in sorted(catalog_dir(kind).glob("*.yaml"))}
+
+
 def _profile_files() -> dict[str, Path]:
-    return {p.stem.lower(): p for p in sorted(catalog_dir("hardware_profiles").glob("*.yaml"))}
+    return _files_by_stem("hardware_profiles")
 
 
 def profile_names() -> list[str]:
@@ -315,9 +321,8 @@ DEFAULT_STACK = "megatron-core"
 Megatron-Bridge run and what most large published runs use."""
 
 
-@lru_cache(maxsize=1)
 def _stack_files() -> dict[str, Path]:
-    return {p.stem.lower(): p for p in sorted(catalog_dir("stacks").glob("*.yaml"))}
+    return _files_by_stem("stacks")
 
 
 def stack_names() -> list[str]:

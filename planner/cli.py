@@ -234,8 +234,9 @@ def _stack_choice(text: str | None) -> Any:
     Unknown names fail here, with the list."""
     from planner.catalog import DEFAULT_STACK, load_stack, stack_names
 
-    loaded = load_stack(text or DEFAULT_STACK)
-    return loaded.name if loaded.name in stack_names() and (text or DEFAULT_STACK).lower() in stack_names() else loaded
+    name = text or DEFAULT_STACK
+    loaded = load_stack(name)
+    return name.lower() if name.lower() in stack_names() else loaded
 
 
 SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}

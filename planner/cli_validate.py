@@ -554,20 +554,13 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
 
     from planner.calibration_io import write_fit
     from planner.fit_runs import fit_and_cross_validate
-    from planner.runs import case_from_row, load_runs
+    from planner.runs import cases_from_runs, check_groups, load_runs
 
     runs = load_runs(path)
     if groups:
-        unknown = sorted(set(groups) - {str(r.get("group")) for r in runs})
-        if unknown:
-            raise PlannerError(f"--group '{unknown[0]}': no row of {path} has that group")
+        check_groups(runs, groups, path)
         runs = [r for r in runs if str(r.get("group")) in groups]
-    cases, skipped = [], []
-    for run in runs:
-        try:
-            cases.append(case_from_row(run))
-        except PlannerError as err:
-            skipped.append((str(run.get("name")), str(err)))
+    cases, skipped = cases_from_runs(runs)
     if not cases:
         raise PlannerError(f"{path}: no row can be priced")
     result = fit_and_cross_validate(cases)
@@ -582,7 +575,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     summary = {
         "runs": len(runs),
         "priced": len(cases),
-        "skipped": [{"name": n, "reason": r} for n, r in skipped],
+        "skipped": [{"name": s["name"], "reason": s["reason"]} for s in skipped],
         "parameters": params,
         "not_fitted": unfitted,
         "mape_pct": float(100 * np.mean(np.abs(result.error))),

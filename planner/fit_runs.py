@@ -158,8 +158,7 @@ def predict(problem: Problem, theta: np.ndarray, rows: np.ndarray | None = None)
     out = np.empty(len(idx))
     for k, i in enumerate(idx):
         case = problem.cases[i]
-        cluster = case.cluster.model_copy(update={"profile": profiles.get(case.profile, case.cluster.profile)})
-        job = case.job.model_copy(update={"stack": stacks.get(case.stack, case.job.software)})
+        cluster, job = case.under(profiles.get(case.profile), stacks.get(case.stack))
         cols = evaluate(case.model, cluster, job, MeshArrays.from_configs([problem.configs[i]]))
         out[k] = job.tokens_per_step / float(cols.step_time_s[0]) / cluster.num_gpus
     return out

@@ -93,6 +93,13 @@ class RunCase:
     stack: str
     assumed: list[str] = field(default_factory=list)
 
+    def under(self, profile: HardwareProfile | None, stack: Stack | None) -> tuple[ClusterSpec, JobSpec]:
+        """The case's cluster and job with ``profile`` and ``stack`` in place of the shipped ones
+        (None keeps them): how the fit tries parameter values."""
+        cluster = self.cluster if profile is None else self.cluster.model_copy(update={"profile": profile})
+        job = self.job if stack is None else self.job.model_copy(update={"stack": stack})
+        return cluster, job
+
     def summary(self) -> dict[str, Any]:
         """The row's configuration as priced (for the benchmark's JSON)."""
         return {
@@ -114,6 +121,25 @@ def load_runs(path: str | Path) -> list[dict[str, Any]]:
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise PlannerError(f"{path}: field 'runs': expected a list of run mappings")
     return runs
+
+
+def check_groups(runs: list[dict[str, Any]], groups: list[str], path: str | Path) -> None:
+    """``--group`` values must name groups the file has."""
+    unknown = sorted(set(groups) - {str(r.get("group")) for r in runs})
+    if unknown:
+        raise PlannerError(f"--group '{unknown[0]}': no row of {path} has that group")
+
+
+def cases_from_runs(runs: list[dict[str, Any]]) -> tuple[list[RunCase], list[dict[str, str]]]:
+    """Every row the planner can express as a case, and the others (name, group, reason)."""
+    cases: list[RunCase] = []
+    unpriced: list[dict[str, str]] = []
+    for run in runs:
+        try:
+            cases.append(case_from_row(run))
+        except PlannerError as err:
+            unpriced.append({"name": str(run.get("name")), "group": str(run.get("group")), "reason": str(err)})
+    return cases, unpriced
 
 
 def _text(value: Any) -> str:
@@ -335,10 +361,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         )
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
-    try:
-        ParallelConfig(**{"recompute": "full", **pins})
-    except ValueError as err:
-        raise UnpriceableError(f"parallel: {_pydantic_message(err)}") from None
+    pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     return RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed)
 
 
@@ -353,10 +376,7 @@ def price_case(
     chosen (else the stated pins, and the search for knobs the row leaves open)."""
     from planner.pricing import estimate_mesh
 
-    cluster = case.cluster
-    if profile is not None:
-        cluster = cluster.model_copy(update={"profile": profile})
-    job = case.job if stack is None else case.job.model_copy(update={"stack": stack})
+    cluster, job = case.under(profile, stack)
     if config is None:
         config = resolve_config(case, cluster, job)
     est = estimate_mesh(case.model, cluster, job, config)
@@ -369,16 +389,22 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     from planner.search import search
 
     cluster, job = cluster or case.cluster, job or case.job
-    try:
-        config = ParallelConfig(**{"recompute": "full", **case.pins})
-    except ValueError as err:
-        raise UnpriceableError(f"parallel: {_pydantic_message(err)}") from None
+    config = pinned_config(case.pins)
     if "recompute" in case.pins:
         return config
     try:
         return search(case.model, cluster, job, case.pins, top=1).candidates[0].config.parallel
     except PlannerError:
         return config
+
+
+def pinned_config(pins: dict[str, Any]) -> ParallelConfig:
+    """The mesh a row's pins state, with full recompute where the row states none (the fallback
+    when nothing the search tries fits)."""
+    try:
+        return ParallelConfig(**{"recompute": "full", **pins})
+    except ValueError as err:
+        raise UnpriceableError(f"parallel: {_pydantic_message(err)}") from None
 
 
 def _pydantic_message(err: ValueError) -> str:

@@ -216,7 +216,7 @@ def dp_per_step(
     # ZeRO-3/FSDP gathers and reduces layer by layer (one FSDP unit per transformer block in
     # FSDP, torchtitan and llm-foundry): every layer's collective pays the ring's latency again.
     def latency(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return fn(0.0 * pair[0], dp) + np.where(pair[1] > 0, fn(0.0 * pair[1], edp), 0.0)
+        return both(lambda message, link: fn(0.0 * message, link), pair)  # the collective's cost at 0 bytes
 
     per_layer_latency = 2.0 * latency(comm.all_gather_s, weights) + latency(comm.reduce_scatter_s, grads)
     zero3 = m * (2.0 * gather_s + reduce_s + (buckets - 1) * per_layer_latency)

@@ -21,19 +21,21 @@ BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, 
 """Storage size of one element of each format (tf32 is stored as fp32)."""
 
 
-def _check_sources(obj: Frozen, sources: dict[str, str], skip: set[str]) -> None:
-    """Every numeric field set on ``obj`` must name its source; every source must name a field."""
+def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required: set[str] = frozenset()) -> None:
+    """Every numeric field set on ``obj``, and every ``required`` field set whatever its type,
+    must name its source; every source must name a field."""
     fields = type(obj).model_fields
     unknown = sorted(set(sources) - set(fields))
     if unknown:
         raise ValueError(f"sources name unknown field(s) {unknown}; allowed: {sorted(fields)}")
     for name in fields:
-        if name in skip:
-            continue
         value = getattr(obj, name)
-        numeric = isinstance(value, (int, float, dict, list)) and not isinstance(value, bool)
-        if numeric and value is not None and name not in sources:
+        if name in skip or value is None or name in sources:
+            continue
+        if isinstance(value, (int, float, dict, list)) and not isinstance(value, bool):
             raise ValueError(f"number '{name}' has no entry in 'sources' (datasheet, paper or measurement)")
+        if name in required:
+            raise ValueError(f"'{name}' has no entry in 'sources' (the code, docs or measurement that says so)")
 
 
 class GPU(Frozen):
@@ -118,7 +120,7 @@ class GPU(Frozen):
             raise ValueError("gemm_efficiency_curve efficiencies must lie in (0, 1]")
         if [g for g, _ in curve] != sorted({g for g, _ in curve}):
             raise ValueError("gemm_efficiency_curve must list strictly increasing GFLOP sizes")
-        _check_sources(self, self.sources, skip={"sources", "name"})
+        check_sources(self, self.sources, skip={"sources", "name"})
         return self
 
     @property
@@ -226,7 +228,7 @@ class Interconnect(Frozen):
             raise ValueError("give in_network_efficiency and in_network_latency_us together")
         if all(priced) and self.in_network_reduction == "none":
             raise ValueError("in_network_efficiency needs in_network_reduction nvls or sharp")
-        _check_sources(self, self.sources, skip={"sources", "name", "in_network_reduction"})
+        check_sources(self, self.sources, skip={"sources", "name", "in_network_reduction"})
         return self
 
     @property
@@ -281,9 +283,7 @@ class HardwareProfile(Frozen):
     @model_validator(mode="after")
     def _sources(self) -> HardwareProfile:
         skip = {"sources", "name", "description", "gpu", "intra_node", "inter_node", "calibration"}
-        if self.calibrated_like is not None and "calibrated_like" not in self.sources:
-            raise ValueError("'calibrated_like' has no entry in 'sources' (why that profile's fit stands for this one)")
-        _check_sources(self, self.sources, skip=skip)
+        check_sources(self, self.sources, skip=skip, required={"calibrated_like"})
         return self
 
 

@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 
 from planner.schemas.base import Frozen
-from planner.schemas.hardware import RunCalibration
+from planner.schemas.hardware import RunCalibration, check_sources
 
 AttentionKernel = Literal["fa2", "fused", "sdpa"]
 """'fa2': FlashAttention-2 (the flash-attn 2 package); 'fused': the GPU's best fused kernel
@@ -79,16 +79,9 @@ class Stack(Frozen):
 
     @model_validator(mode="after")
     def _sources(self) -> Stack:
-        fields = type(self).model_fields
-        unknown = sorted(set(self.sources) - set(fields))
-        if unknown:
-            raise ValueError(f"sources name unknown field(s) {unknown}; allowed: {sorted(fields)}")
+        # every value a stack sets, booleans and choices too, names the code that decides it
         skip = {"name", "description", "sources", "calibration", "export_format"}
-        for name in fields:
-            if name in skip or getattr(self, name) is None:
-                continue
-            if name not in self.sources:
-                raise ValueError(f"'{name}' has no entry in 'sources' (the framework's code, docs or a measurement)")
+        check_sources(self, self.sources, skip=skip, required=set(type(self).model_fields) - skip)
         return self
 
     @property
