@@ -138,6 +138,7 @@ def _watch(
             # that the silent one is named, not a slow reporter on a loaded machine.
             settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
             if settled or reported >= world:
+                results += _drain_results(events)
                 raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
         starting = len(ready) < world
         allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
@@ -152,6 +153,23 @@ def _watch(
                 results,
             )
     return results
+
+
+def _drain_results(events: Any) -> list[Measurement]:
+    """Measurements still queued when the run is stopped: the ranks that are alive may have sent
+    them just before (a loaded machine delays the queue's feeder threads), and they belong in
+    ``ReplayFailedError.partial``. Reads until the queue stays empty for one poll, for at most
+    ``SETTLE_S`` (ranks still running may keep sending)."""
+    out: list[Measurement] = []
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        try:
+            kind, _rank, data = events.get(timeout=POLL_S)
+        except queue_module.Empty:
+            return out
+        if kind == "result":
+            out.append(Measurement.model_validate(data))
+    return out
 
 
 def _blame(
