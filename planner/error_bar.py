@@ -9,7 +9,8 @@ INTERVAL_QUANTILES = (0.1, 0.9)
 """The error bar is the central 80% of the cross-validated errors that match an estimate."""
 
 MIN_INTERVAL_ROWS = 5
-"""Fewest cross-validated rows an error bar is read from before widening to a coarser match."""
+"""Fewest cross-validated rows an error bar is read from before widening to a coarser match: a
+judgement call (fewer than five rows give no usable 10th/90th percentile)."""
 
 
 def error_bar(
