@@ -212,7 +212,7 @@ def _load_profile_file(path: Path) -> HardwareProfile:
     return with_calibration_of(validate_as(HardwareProfile, read_yaml(path), str(path)), str(path))
 
 
-FITTED_GPU_FIELDS = ("sustained_tensor_fraction", "fp8_rowwise_gemm_fraction")
+FITTED_GPU_FIELDS = ("sustained_tensor_fraction", "fp8_rowwise_gemm_fraction", "fp8_block_gemm_fraction")
 """GPU values ``plan calibrate --from-runs`` fits (``planner.fit_runs``), which a profile that is
 ``calibrated_like`` another takes from it."""
 

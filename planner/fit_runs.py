@@ -8,6 +8,8 @@ Parameters (``FIT_FIELDS``):
                    figure exists, fidelity-evidence.md)
   per GPU profile  ``fp8_rowwise_gemm_fraction``: row-scaled fp8 GEMMs (torchao rowwise) against
                    tensor-scaled ones, fixed by the row-wise rows alone
+  per GPU profile  ``fp8_block_gemm_fraction``: block-scaled fp8 (MXFP8) GEMMs and their
+                   quantisation against tensor-scaled ones, fixed by the MXFP8 rows alone
   per stack        ``layer_overhead_us``: fixed time per layer and forward pass beyond its work
                    (launch gaps, the framework's per-layer hooks such as FSDP's), what makes
                    small models slower than their FLOPs say
@@ -50,6 +52,7 @@ from planner.schemas.stack import Stack
 FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("profile", "sustained_tensor_fraction"): (1.0, 0.3, 1.0),
     ("profile", "fp8_rowwise_gemm_fraction"): (1.0, 0.3, 1.0),
+    ("profile", "fp8_block_gemm_fraction"): (1.0, 0.3, 1.0),
     ("stack", "layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
     ("stack", "attention_efficiency_scale"): (1.0, 0.3, 1.0),
@@ -103,11 +106,13 @@ class Problem:
 
 def applies(field: str, case: RunCase) -> bool:
     """Whether ``field`` moves a case's price at all: the MoE overhead only MoE models, the
-    row-wise fp8 fraction only row-scaled fp8 jobs."""
+    row-wise and block fp8 fractions only fp8 jobs of that scaling."""
     if field == "moe_layer_overhead_us":
         return case.model.is_moe
     if field == "fp8_rowwise_gemm_fraction":
         return case.job.dtype == "fp8" and case.job.fp8_scaling == "row"
+    if field == "fp8_block_gemm_fraction":
+        return case.job.dtype == "fp8" and case.job.fp8_scaling == "block"
     return True
 
 

@@ -362,7 +362,34 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
-    return RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed)
+    case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed)
+    if recompute is not None:
+        check_memory(case)
+    return case
+
+
+IMPOSSIBLE_MEMORY_RATIO = 2.0
+"""A fully stated configuration (recompute included) that needs more than this multiple of the
+GPU's usable memory by the planner's count did not run as the row states it. A judgement call,
+not a measurement: the memory model counts what backward keeps tensor by tensor (cost/memory.py,
+Korthikanti et al. 2022), and no plausible error of that count doubles it. Of modern_runs.yaml
+it refuses only torchtitan's Llama-4 Scout rows (local batch 10 of 8192 tokens without
+activation checkpointing: 3.9x a GB200's memory; their own note says the PyTorch blog of the
+same campaign ran local batch 1 with full AC)."""
+
+
+def check_memory(case: RunCase) -> None:
+    """Refuse a row whose stated mesh, micro-batch and recompute cannot fit the GPU: its
+    published throughput belongs to some other configuration."""
+    from planner.pricing import estimate_mesh
+
+    est = estimate_mesh(case.model, case.cluster, case.job, pinned_config(case.pins))
+    ratio = est.memory_per_gpu_bytes / est.memory_usable_bytes
+    if ratio > IMPOSSIBLE_MEMORY_RATIO:
+        raise UnpriceableError(
+            f"the stated configuration needs {est.memory_per_gpu_bytes / 2**30:.0f} GiB per GPU, "
+            f"{ratio:.1f}x the {est.memory_usable_bytes / 2**30:.0f} GiB usable: it cannot be what ran"
+        )
 
 
 def price_case(

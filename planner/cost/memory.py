@@ -18,6 +18,10 @@ Activations: bytes that backward keeps, per token and layer, following Korthikan
   attention core, without flash attention: softmax 2as, plus dropout mask and output 3as;
       flash attention keeps only the fp32 log-sum-exp, 4a.                  GPT: 5as
 For the GPT block this is s*b*h*(34 + 5as/h) and its TP, SP and selective variants (tests).
+Under fp8 with a stack whose linears keep their fp8 input for the weight gradient (Transformer
+Engine: ``Stack.fp8_saves_quantized_inputs``), the inputs of the four linears (the two norm outputs
+2h + 2h, the output projection's input 2*a*d_v, the MLP's product 2f, and a routed expert's
+permuted input 2h) are kept at 1 byte per element instead of 2.
 Selective recompute drops the attention core; full recompute keeps each layer's input (2h,
 split by t under SP) plus one layer's activations while it is recomputed. KV heads fewer than t
 are replicated (k_v/t rounds up to 1 per rank). CP divides tokens by c.
@@ -46,9 +50,20 @@ def kv_heads_per_rank(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     return np.maximum(model.num_kv_heads / tp, 1.0)
 
 
-def mlp_activation_bytes_per_token(model: ModelSpec, width: float | np.ndarray) -> float | np.ndarray:
-    """What an MLP keeps for backward: 6f bytes gated (gate, up, product), 4f plain."""
-    return (6.0 if model.is_gated_mlp else 4.0) * width
+def mlp_activation_bytes_per_token(
+    model: ModelSpec, width: float | np.ndarray, linear_input_bytes: float = 2.0
+) -> float | np.ndarray:
+    """What an MLP keeps for backward: gated 4f + the product (fc2's input), plain 2f + the
+    activation output (fc2's input); fc2's input at ``linear_input_bytes`` per element: 6f and
+    4f in 16 bits."""
+    return ((4.0 if model.is_gated_mlp else 2.0) + linear_input_bytes) * width
+
+
+def linear_input_bytes_per_element(job: JobSpec) -> float:
+    """Bytes per element a linear layer keeps of its input for the weight gradient: 1 under fp8
+    when the stack keeps the quantised input (Transformer Engine, see Stack.fp8_saves_quantized_
+    inputs), else 2."""
+    return 1.0 if job.dtype == "fp8" and job.software.fp8_saves_quantized_inputs else 2.0
 
 
 def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
@@ -62,9 +77,10 @@ def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshA
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
     dropout = 1.0 if job.dropout else 0.0
-    outside = 8.0 * h + 2.0 * h * dropout
+    lin = linear_input_bytes_per_element(job)
+    outside = 4.0 * h + 2.0 * lin * h + 2.0 * h * dropout
     kv = kv_heads_per_rank(model, t)
-    attention = 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v + 2.0 * a * d_v / t
+    attention = 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v + lin * a * d_v / t
     core = np.where(job.flash_attention, 4.0 * a / t, (2.0 + 3.0 * dropout) * a * s / t)
     core = np.where(mesh.recompute == RECOMPUTE_NONE, core, 0.0)
     if moe:
@@ -74,11 +90,11 @@ def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshA
         routed = (
             top_k
             * mesh.expert_tp
-            * (2.0 * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp))
+            * (lin * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp, lin))
         )
-        mlp = (routed + mlp_activation_bytes_per_token(model, model.shared_expert_width)) / t
+        mlp = (routed + mlp_activation_bytes_per_token(model, model.shared_expert_width, lin)) / t
     else:
-        mlp = mlp_activation_bytes_per_token(model, model.intermediate_size) / t
+        mlp = mlp_activation_bytes_per_token(model, model.intermediate_size, lin) / t
     outside_split = np.where(mesh.sequence_parallel, outside / t, outside)
     kept = outside_split + attention + core + mlp
     layer_input = np.where(mesh.sequence_parallel, 2.0 * h / t, 2.0 * h)

@@ -2,7 +2,8 @@
 
 Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.comm``:
   TP   per layer and micro-batch, 2 all-reduces of b*s/c*h forward and 2 backward (with SP the
-       same volume as reduce-scatter + all-gather; Korthikanti et al. 2022 section 4.2.2); full
+       same volume as reduce-scatter + all-gather; Korthikanti et al. 2022 section 4.2.2; under
+       fp8 the all-gathers may move the quantised 1-byte tensor, ``tp_all_gather_bytes``); full
        recompute repeats the forward pair. MoE layers keep attention's pair; expert-TP adds one
        all-reduce pair over the routed tokens inside the expert-TP group.
   EP   per MoE layer, dispatch and combine all-to-alls of the routed tokens (b*s/(c*t) * top_k
@@ -53,6 +54,17 @@ class Traffic:
 def tp_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """One TP collective's buffer: the rank's b*s/c tokens x h activations."""
     return mesh.tokens_per_rank(job.seq_len) * model.hidden_size * job.activation_bytes_per_element
+
+
+def tp_all_gather_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """One TP all-gather under SP: the linear input it gathers, at 1 byte per element where the
+    job trains in fp8 with a scaling its stack gathers quantised (``Stack.fp8_all_gather_scalings``:
+    Transformer Engine quantises before gathering the input forward and the output gradient
+    backward; torchao's Float8 TP styles do it for tensor-wise scaling), else the 16-bit buffer.
+    The reduce-scatters stay 16-bit (their inputs are GEMM outputs)."""
+    message = tp_message_bytes(model, job, mesh)
+    quantised = job.dtype == "fp8" and job.fp8_scaling in job.software.fp8_all_gather_scalings
+    return message / job.activation_bytes_per_element if quantised else message
 
 
 def tp_collectives_per_microbatch(
@@ -130,15 +142,16 @@ def tp_per_microbatch(
     (SymmetricMemory) exchange through peer GPU memory over NVLink, which a group spread over
     nodes does not have."""
     message = tp_message_bytes(model, job, mesh)
+    gathered = tp_all_gather_bytes(model, job, mesh)
     count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
     routed = routed_message_bytes(model, job, mesh)
     tp = links["tp"]
-    split = comm.reduce_scatter_s(message, tp) + comm.all_gather_s(message, tp)
+    split = comm.reduce_scatter_s(message, tp) + comm.all_gather_s(gathered, tp)
     per_collective = np.where(mesh.sequence_parallel, split, comm.all_reduce_s(message, tp))
+    split_sent = comm.all_gather_bytes_sent(message, mesh.tp) + comm.all_gather_bytes_sent(gathered, mesh.tp)
+    per_sent = np.where(mesh.sequence_parallel, split_sent, comm.all_reduce_bytes_sent(message, mesh.tp))
+    sent = count * per_sent + expert_count * comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
     time = count * per_collective + expert_count * comm.all_reduce_s(routed, links["etp"])
-    sent = count * comm.all_reduce_bytes_sent(message, mesh.tp) + expert_count * comm.all_reduce_bytes_sent(
-        routed, mesh.expert_tp
-    )
     fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
     hidden = np.minimum(time * fraction, overlap_budget_s)
     return Traffic(time - hidden, sent, hidden)

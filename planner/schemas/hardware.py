@@ -79,6 +79,14 @@ class GPU(Frozen):
         description="Fitted: rate of row-wise scaled fp8 GEMMs (torch._scaled_mm with per-row scales, CUTLASS "
         "kernels on Hopper) relative to tensor-wise scaled ones; None: not calibrated, 1",
     )
+    fp8_block_gemm_fraction: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fitted: rate of block-scaled fp8 GEMMs (MXFP8 1x32 blocks on Blackwell, Transformer Engine's "
+        "MXFP8BlockScaling recipe on Blackwell) relative to tensor-wise scaled ones, the quantise kernels that "
+        "write both row- and column-wise copies with their scales included; None: not calibrated, 1",
+    )
     attention_efficiency_fa2: float | None = Field(
         None,
         gt=0,
@@ -141,6 +149,8 @@ class GPU(Frozen):
         ratio = self.gemm_efficiency_for(dtype) / self.gemm_efficiency
         if dtype == "fp8" and fp8_scaling == "row":
             ratio *= self.fp8_rowwise_gemm_fraction or 1.0
+        if dtype == "fp8" and fp8_scaling == "block":
+            ratio *= self.fp8_block_gemm_fraction or 1.0
         return ratio
 
     def attention_efficiency_for(self, kernel: str) -> float:

@@ -55,6 +55,14 @@ class Stack(Frozen):
         description="Kernels one transformer layer's forward launches under torch.compile"
     )
     compile: bool = Field(description="torch.compile on by default")
+    fp8_all_gather_scalings: tuple[Literal["tensor", "row", "block"], ...] = Field(
+        description="fp8 scalings under which TP all-gathers (input forward, output gradient backward, "
+        "with sequence parallelism) move the quantised 1-byte tensor instead of the 16-bit one"
+    )
+    fp8_saves_quantized_inputs: bool = Field(
+        description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
+        "instead of the 16-bit one (Transformer Engine does; torchao's Float8Linear keeps the 16-bit input)"
+    )
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
     default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
     layer_overhead_us: NonNegativeFloat | None = Field(

@@ -108,8 +108,9 @@ def comm_terms(
 
     tp_message = traffic.tp_message_bytes(model, job, pm)
     tp_calls, etp_calls = traffic.tp_collectives_per_microbatch(pm, layers, moe)
+    tp_gathered = traffic.tp_all_gather_bytes(model, job, pm)
     for op in ("reduce_scatter", "all_gather") if plan.sequence_parallel else ("all_reduce",):
-        add(f"tp.{op}", op, "tp", plan.tp, tp_message, m * tp_calls)
+        add(f"tp.{op}", op, "tp", plan.tp, tp_gathered if op == "all_gather" else tp_message, m * tp_calls)
     routed = traffic.routed_message_bytes(model, job, pm)
     add("etp.all_reduce", "all_reduce", "etp", plan.expert_tp, routed, m * etp_calls)
     add("ep.all_to_all", "all_to_all", "ep", plan.ep, routed, m * traffic.ep_all_to_alls_per_microbatch(pm, moe))
