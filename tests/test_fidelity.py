@@ -384,6 +384,54 @@ def test_row_scaled_fp8_runs_at_the_fitted_fraction() -> None:
     assert price_case(case)[0] < price_case(case_from_row(ROWS[TITAN_TP]))[0]
 
 
+def test_block_scaled_fp8_runs_at_the_fitted_fraction() -> None:
+    row = copy.deepcopy(ROWS[BRIDGE_MOE])
+    row["knobs"]["precision"] = "FP8-CS"
+    tensor = case_from_row(row)
+    row["knobs"]["precision"] = "FP8-MX"
+    block = case_from_row(row)
+    assert (tensor.job.fp8_scaling, block.job.fp8_scaling) == ("tensor", "block")
+    gpu = block.cluster.gpu
+    assert gpu.fp8_block_gemm_fraction is not None and gpu.fp8_block_gemm_fraction < 1
+    assert gpu.gemm_efficiency_ratio("fp8", "block") == pytest.approx(
+        gpu.gemm_efficiency_ratio("fp8") * gpu.fp8_block_gemm_fraction
+    )
+    assert gpu.gemm_efficiency_ratio("bf16", "block") == 1.0
+    assert price_case(block)[0] < price_case(tensor)[0]
+
+
+@pytest.mark.parametrize(
+    ("stack", "scaling", "halved"),
+    [
+        ("megatron-core", "tensor", True),
+        ("megatron-core", "block", True),
+        ("torchtitan", "tensor", True),
+        ("torchtitan", "row", False),
+        ("deepspeed", "tensor", False),
+    ],
+)
+def test_fp8_tp_all_gathers_move_one_byte_where_the_stack_quantises(stack: str, scaling: str, halved: bool) -> None:
+    from planner.cost.traffic import tp_all_gather_bytes, tp_message_bytes
+
+    m = load_model("llama3-70b")
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=8, dp=2, sequence_parallel=True)])
+    job = JobSpec(global_batch_size=2, seq_len=8192, dtype="fp8", fp8_scaling=scaling, stack=stack)
+    message = float(tp_message_bytes(m, job, mesh)[0])
+    assert message == 8192 * 8192 * 2  # one sequence's tokens x h at 16 bits
+    assert float(tp_all_gather_bytes(m, job, mesh)[0]) == (message / 2 if halved else message)
+    bf16 = JobSpec(global_batch_size=2, seq_len=8192, stack=stack)
+    assert float(tp_all_gather_bytes(m, bf16, mesh)[0]) == message
+
+
+def test_a_stated_configuration_that_cannot_fit_is_refused() -> None:
+    row = copy.deepcopy(ROWS[TITAN_TP])
+    row["knobs"]["activation_checkpointing"] = "none"
+    with pytest.raises(UnpriceableError, match="cannot be what ran"):
+        case_from_row(row)
+    row["knobs"]["activation_checkpointing"] = "full"
+    assert case_from_row(row).pins["recompute"] == "full"
+
+
 def test_a_profile_without_runs_is_calibrated_like_its_die(tmp_path: Path) -> None:
     h100, h200 = load_cluster("dgx-h100").profile, load_cluster("dgx-h200").profile
     assert h200.calibrated_like == "dgx-h100" and "700" in h200.sources["calibrated_like"]

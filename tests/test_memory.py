@@ -74,6 +74,21 @@ def test_modern_llama_block_with_flash_attention() -> None:
     assert float(activation_bytes_per_token_layer(m, job2, _mesh(), moe=False)[0]) == got
 
 
+def test_fp8_under_transformer_engine_keeps_linear_inputs_in_one_byte() -> None:
+    # TE's linears save the fp8 cast of their input for the weight gradient: the two norm
+    # outputs, O's input and the SwiGLU product drop to 1 byte; torchao keeps the 16-bit input.
+    m = load_model("llama3-70b")
+    h, f, a = 8192, 28672, 64
+    te = JobSpec(global_batch_size=1, seq_len=8192, dtype="fp8", stack="megatron-core")
+    ao = JobSpec(global_batch_size=1, seq_len=8192, dtype="fp8", stack="torchtitan")
+    got_te = float(activation_bytes_per_token_layer(m, te, _mesh(), moe=False)[0])
+    got_ao = float(activation_bytes_per_token_layer(m, ao, _mesh(), moe=False)[0])
+    assert got_te == 4 * h + 2 * h + 2 * h + 4 * 1024 + h + 5 * f + 4 * a
+    assert got_ao == 8 * h + 2 * h + 4 * 1024 + 2 * h + 6 * f + 4 * a
+    bf16 = JobSpec(global_batch_size=1, seq_len=8192, stack="megatron-core")
+    assert float(activation_bytes_per_token_layer(m, bf16, _mesh(), moe=False)[0]) == got_ao
+
+
 def test_zero_stages_shrink_model_states_as_published() -> None:
     # Rajbhandari et al. 2020, Figure 1: with K = 12 and d = 64, ZeRO-1 ~4x, ZeRO-2 ~8x savings,
     # ZeRO-3 ~d-fold (less the working set).
