@@ -159,6 +159,15 @@ ZeroOpt = Annotated[
 RecomputeOpt = Annotated[
     Optional[Literal["none", "selective", "full"]], typer.Option("--recompute", help="Activation recomputation.")
 ]
+RecomputeLayersOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--recompute-layers",
+        min=1,
+        metavar="N",
+        help="Full recompute of only the first N layers of each model chunk (Megatron --recompute-method block).",
+    ),
+]
 SpOpt = Annotated[
     Optional[bool],
     typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism (needs tp > 1)."),
@@ -315,6 +324,7 @@ def plan_main(
     virtual_stages: VOpt = None,
     zero_stage: ZeroOpt = None,
     recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayersOpt = None,
     sequence_parallel: SpOpt = None,
     schedule: ScheduleOpt = None,
     order: OrderOpt = None,
@@ -373,6 +383,7 @@ def estimate_cmd(
     virtual_stages: VOpt = None,
     zero_stage: ZeroOpt = None,
     recompute: RecomputeOpt = None,
+    recompute_layers: RecomputeLayersOpt = None,
     sequence_parallel: SpOpt = None,
     schedule: ScheduleOpt = None,
     order: OrderOpt = None,

@@ -79,6 +79,7 @@ def export_cmd(
     virtual_stages: _cli.VOpt = None,
     zero_stage: _cli.ZeroOpt = None,
     recompute: _cli.RecomputeOpt = None,
+    recompute_layers: _cli.RecomputeLayersOpt = None,
     sequence_parallel: _cli.SpOpt = None,
     schedule: _cli.ScheduleOpt = None,
     order: _cli.OrderOpt = None,

@@ -9,7 +9,7 @@ per-mesh value. The rank ``order`` is shared by all rows of one MeshArrays.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -23,7 +23,8 @@ RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = range(3)
 FORWARD_PASSES = {"none": 3.0, "selective": 3.0, "full": 4.0}
 """A layer's training work per micro-batch in forward passes: forward 1 + backward 2 (Kaplan et
 al. 2020, section 2.1), plus a recomputed forward under full recompute (selective recompute adds
-only the attention core, priced separately)."""
+only the attention core, priced separately). A stage that recomputes only some of its layers
+(``recompute_layers``) averages: ``MeshArrays.forward_passes``."""
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,12 @@ class MeshArrays:
     sequence_parallel: np.ndarray  # bool
     schedule: np.ndarray
     overlap_grad_reduce: np.ndarray  # bool
+    recompute_layers: np.ndarray | None = None  # per chunk under full recompute; 0 (or None): every layer
     order: str = DEFAULT_ORDER
+
+    def __post_init__(self) -> None:
+        if self.recompute_layers is None:
+            object.__setattr__(self, "recompute_layers", np.zeros(len(self.tp), dtype=np.int64))
 
     @classmethod
     def from_configs(cls, configs: Sequence[ParallelConfig]) -> MeshArrays:
@@ -69,6 +75,7 @@ class MeshArrays:
             sequence_parallel=np.array([c.sequence_parallel for c in configs], dtype=bool),
             schedule=np.array([SCHEDULES.index(c.schedule) for c in configs], dtype=np.int64),
             overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in configs], dtype=bool),
+            recompute_layers=np.array([c.recompute_layers or 0 for c in configs], dtype=np.int64),
             order=orders.pop() if orders else DEFAULT_ORDER,
         )
 
@@ -93,6 +100,7 @@ class MeshArrays:
             sequence_parallel=bool(self.sequence_parallel[i]),
             schedule=SCHEDULES[int(self.schedule[i])],  # type: ignore[arg-type]
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
+            recompute_layers=int(self.recompute_layers[i]) or None,  # type: ignore[index]
             order=self.order,
         )
 
@@ -101,14 +109,33 @@ class MeshArrays:
         fields = {k: getattr(self, k)[rows] for k in self.__dataclass_fields__ if k != "order"}
         return MeshArrays(**fields, order=self.order)
 
+    @classmethod
+    def concat(cls, a: MeshArrays, b: MeshArrays) -> MeshArrays:
+        """The rows of ``a`` then those of ``b`` (one rank order)."""
+        fields = {k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in a.__dataclass_fields__ if k != "order"}
+        return cls(**fields, order=a.order)
+
+    def with_recompute_layers(self, layers: np.ndarray) -> MeshArrays:
+        """The same meshes recomputing the first ``layers`` of each chunk (full recompute)."""
+        return replace(self, recompute_layers=np.asarray(layers, dtype=np.int64))
+
     @property
     def num_gpus(self) -> np.ndarray:
         return self.tp * self.pp * self.dp * self.cp
 
-    @property
-    def forward_passes(self) -> np.ndarray:
-        """``FORWARD_PASSES`` of each row's recompute mode."""
-        return np.array([FORWARD_PASSES[r] for r in RECOMPUTES])[self.recompute]
+    def recomputed_share(self, layers: np.ndarray | int) -> np.ndarray:
+        """Share of a stage's ``layers`` (v chunks of layers/v) whose forward full recompute runs
+        again: 1 when every layer is (``recompute_layers`` 0), r / (layers per chunk) when the
+        first r of each chunk are (Megatron-LM's block method), 0 without full recompute."""
+        per_chunk = np.maximum(np.asarray(layers) / self.virtual_stages, 1.0)
+        r = np.asarray(self.recompute_layers)
+        share = np.where(r > 0, np.minimum(r, per_chunk) / per_chunk, 1.0)
+        return np.where(self.recompute == RECOMPUTE_FULL, share, 0.0)
+
+    def forward_passes(self, layers: np.ndarray | int) -> np.ndarray:
+        """Forward passes per micro-batch of a stage's ``layers``, on average: forward 1 +
+        backward 2 (``FORWARD_PASSES``), plus the share of them full recompute runs again."""
+        return FORWARD_PASSES["none"] + self.recomputed_share(layers)
 
     def tokens_per_rank(self, seq_len: int) -> np.ndarray:
         """Tokens of one micro-batch a rank works on: b * s / c (CP splits the sequence)."""

@@ -13,7 +13,7 @@ import numpy as np
 from planner.atomic import atomic_path
 from planner.cost.simulate import simulate
 from planner.errors import PlannerError
-from planner.mesh import FORWARD_PASSES
+from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 
@@ -55,7 +55,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     schedule = "1f1b" if cfg.schedule == "zb-h1" else cfg.schedule
     t = est.time_breakdown_s
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
-    passes = FORWARD_PASSES[cfg.recompute]
+    passes = float(MeshArrays.from_configs([cfg]).forward_passes(est.layers_per_stage[0])[0])
     timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
     colors = {"F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"], "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"]}
     for op in timeline.ops:
@@ -94,7 +94,8 @@ def _stacked(ax: Any, labels: list[str], parts: dict[str, list[float]], unit: st
 def _label(est: Estimate, rank: int | None) -> str:
     c = est.config.parallel
     head = f"#{rank} " if rank is not None else ""
-    return f"{head}t{c.tp} p{c.pp} d{c.dp} c{c.cp}\nb{c.micro_batch_size} z{c.zero_stage} {c.recompute[:3]}"
+    recompute = c.recompute[:3] if c.recompute_layers is None else c.recompute_label
+    return f"{head}t{c.tp} p{c.pp} d{c.dp} c{c.cp}\nb{c.micro_batch_size} z{c.zero_stage} {recompute}"
 
 
 def draw_memory(ax: Any, ests: list[Estimate], ranks: list[int | None]) -> None:

@@ -188,7 +188,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             str(p.micro_batch_size),
             str(p.virtual_stages),
             str(p.zero_stage),
-            p.recompute[:4],
+            p.recompute[:4] if p.recompute_layers is None else f"f:{p.recompute_layers}",
             "y" if p.sequence_parallel else "n",
             duration(c.step_time_s),
             f"{c.tokens_per_s_per_gpu:,.0f}",

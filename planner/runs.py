@@ -242,9 +242,17 @@ def fp8_scaling_from(precision: str) -> str:
     return "tensor"
 
 
+TORCHTITAN_LAYER_AC_EVERY = 2
+"""torchtitan's 'selective layer' activation checkpointing wraps every n-th transformer block,
+n = selective_ac_option, '2' in its train configs (pytorch/torchtitan train_configs/*.toml at
+1ea476e, April 2024: selective_ac_option = '2'; torchtitan/parallelisms/parallelize_llama.py
+checkpoint_wrapper when _count % ac_freq == 0)."""
+
+
 def recompute_from(knob: Any) -> str | None:
     """Activation checkpointing as stated -> recompute mode; None when not stated. torchtitan's
-    'selective layer' checkpoints whole layers (every other one by default): priced as full."""
+    'selective layer' checkpoints whole layers, every ``TORCHTITAN_LAYER_AC_EVERY``-th: full
+    recompute of that share of the layers (``layer_ac_every``)."""
     if knob is True:
         return "full"
     if knob is False:
@@ -259,6 +267,19 @@ def recompute_from(knob: Any) -> str | None:
     if "full" in text or "layer" in text:
         return "full"
     raise UnpriceableError(f"knobs.activation_checkpointing '{knob}' is not none, selective or full")
+
+
+def layer_ac_every(knob: Any) -> int | None:
+    """n of an activation checkpointing that recomputes every n-th layer ('selective layer');
+    None when it recomputes every layer or none."""
+    text = _text(knob)
+    return TORCHTITAN_LAYER_AC_EVERY if "selective" in text and "layer" in text else None
+
+
+def recompute_layers_from_recipe(hint: Any) -> int | None:
+    """``recompute_num_layers=N`` of a row's recipe hint (Megatron's block method, per chunk)."""
+    found = re.search(r"recompute_num_layers=(\d+)", _text(hint))
+    return int(found.group(1)) if found else None
 
 
 def recompute_from_recipe(hint: Any) -> str | None:
@@ -322,6 +343,19 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     accum = _int(par, "grad_accum", "parallel") if degrees["pp"] == 1 else None
     if accum:
         batch = mbs * accum * dp  # what one step ran (Composer lets the stated batch differ)
+    stated_accum = par.get("grad_accum")
+    if (
+        degrees["pp"] > 1
+        and isinstance(stated_accum, int)
+        and isinstance(batch, int)
+        and stated_accum > 0
+        and mbs * stated_accum * dp != batch
+        and batch % (dp * stated_accum) == 0
+    ):
+        # the batch and its accumulation steps fix the micro-batch (a table's MBS column can
+        # belong to another variant of the row, as Megatron-Bridge's parenthesised pairs do)
+        assumed.append(f"micro_batch: {batch} / (dp {dp} x grad_accum {stated_accum}), not the stated {mbs}")
+        mbs = batch // (dp * stated_accum)
     if not isinstance(batch, int) or isinstance(batch, bool):
         raise UnpriceableError(f"parallel.global_batch is not a number ({batch!r})")
     vp = _int(par, "vp", "parallel") or 1
@@ -336,10 +370,18 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         "overlap_grad_reduce": stack.overlap_grad_reduce,
     }
     recompute = recompute_from(knobs.get("activation_checkpointing")) or recompute_from_recipe(knobs.get("recipe_hint"))
+    if recompute is None and recompute_layers_from_recipe(knobs.get("recipe_hint")):
+        recompute = "full"
     if recompute is None:
         assumed.append("recompute: not stated, the search's choice")
     else:
         pins["recompute"] = recompute
+    every = layer_ac_every(knobs.get("activation_checkpointing"))
+    per_chunk = -(-model.num_hidden_layers // (degrees["pp"] * vp))
+    if every is not None:
+        pins["recompute_layers"] = max(per_chunk // every, 1)
+    elif recompute == "full" and recompute_layers_from_recipe(knobs.get("recipe_hint")):
+        pins["recompute_layers"] = min(recompute_layers_from_recipe(knobs.get("recipe_hint")) or 1, per_chunk)
     overrides: dict[str, Any] = {}
     if isinstance(knobs.get("compile"), bool):
         overrides["compile"] = knobs["compile"]

@@ -5,9 +5,12 @@ Searched: tp (divisors of N up to the fast domain), cp (powers of two while s di
 pp (divisors of the rest, at most L), dp = N/(tp*cp*pp), ep (divisors of the expert count that
 fold into tp*cp*dp), micro-batch 1-16, 1F1B or interleaved 1F1B with v in 2..8 dividing the
 stage's layers, ZeRO 0-3, recompute none/selective/full, sequence parallelism on whenever
-tp > 1. Pinned knobs are fixed instead. GPipe (1F1B's bubble at m times the activations) and
-ZB-H1 (whose weight-gradient split has costs the engine does not price yet) are evaluated only
-when pinned.
+tp > 1. Pinned knobs are fixed instead. Full recompute is also tried on only the first r layers
+of each chunk (Megatron-LM's block method), r the fewest that fit (``partial_recompute``), unless
+recompute is pinned (``--recompute full`` means every layer, ``--recompute-layers`` pins r):
+memory falls linearly with r, so one more row per full-recompute mesh finds it. GPipe (1F1B's
+bubble at m times the activations) and ZB-H1 (whose weight-gradient split has costs the engine
+does not price yet) are evaluated only when pinned.
 """
 
 from __future__ import annotations
@@ -18,10 +21,12 @@ from typing import Any
 import numpy as np
 
 from planner.constraints import RULES, rule_masks
+from planner.cost.memory import stage_memory
+from planner.cost.pipeline import layers_on_worst_stage, mesh_batch_size, num_microbatches
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
-from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTES, SCHEDULES, MeshArrays
+from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -81,7 +86,10 @@ def _knob_rows(pins: dict[str, Any]) -> dict[str, np.ndarray]:
     """Cross product of the per-mesh knobs (micro-batch, schedule and v, ZeRO, recompute)."""
     mbs = [pins["micro_batch_size"]] if "micro_batch_size" in pins else list(MICRO_BATCH_SIZES)
     zero = [pins["zero_stage"]] if "zero_stage" in pins else [0, 1, 2, 3]
-    rec = [RECOMPUTES.index(pins["recompute"])] if "recompute" in pins else [0, 1, 2]
+    if "recompute_layers" in pins:
+        rec = [RECOMPUTE_FULL]
+    else:
+        rec = [RECOMPUTES.index(pins["recompute"])] if "recompute" in pins else [0, 1, 2]
     combos = np.array(
         [(b, s, v, z, r) for b, (s, v), z, r in itertools.product(mbs, _schedules(pins), zero, rec)], dtype=np.int64
     )
@@ -103,11 +111,42 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
         np.full(n_deg * n_knob, bool(pins["sequence_parallel"])) if "sequence_parallel" in pins else cols["tp"] > 1
     )
     cols["overlap_grad_reduce"] = np.full(n_deg * n_knob, bool(pins.get("overlap_grad_reduce", True)))
+    cols["recompute_layers"] = np.full(n_deg * n_knob, int(pins.get("recompute_layers") or 0), dtype=np.int64)
     mesh = MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
     if "schedule" not in pins and "virtual_stages" not in pins:
         # With one stage interleaving is meaningless: drop those rows rather than count them.
         mesh = mesh.take(~((mesh.schedule == INTERLEAVED) & (mesh.pp < 2)))
     return mesh
+
+
+def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> MeshArrays:
+    """For each mesh that recomputes every layer, the same mesh recomputing only the first r
+    layers of each chunk, r the fewest whose memory fits the GPU (none where that is every
+    layer, where no r fits, or where the mesh fits without recompute). Memory is linear in r
+    (each recomputed layer drops the same activations per micro-batch in flight), so the two
+    ends r = 1 and r = all fix it per stage; the peak is the larger of the first and last stage,
+    so r is the larger of their two answers."""
+    rows = np.flatnonzero((mesh.recompute == RECOMPUTE_FULL) & (mesh.recompute_layers == 0))
+    if rows.size == 0:
+        return mesh.take(rows)
+    full = mesh.take(rows)
+    per_chunk = layers_on_worst_stage(model, full) // full.virtual_stages
+    one = full.with_recompute_layers(np.ones(len(full), dtype=np.int64))
+    m = num_microbatches(mesh_batch_size(job.batch_size, full), full)
+    cap = cluster.gpu.hbm_capacity_bytes
+    need = np.zeros(len(full))
+    fits_all = np.ones(len(full), dtype=bool)
+    for first in (True, False):
+        at_all = stage_memory(model, cluster, job, full, m, first=first).total
+        at_one = stage_memory(model, cluster, job, one, m, first=first).total
+        per_layer = (at_one - at_all) / np.maximum(per_chunk - 1, 1)  # what one recomputed layer saves
+        spare = cap - at_all
+        fits_all &= spare >= 0
+        spared = np.floor(np.where(per_layer > 0, spare / np.where(per_layer > 0, per_layer, 1.0), per_chunk))
+        need = np.maximum(need, per_chunk - spared)
+    r = need.astype(np.int64)
+    keep = fits_all & (r >= 1) & (r < per_chunk)  # r < 1: the mesh fits without recompute
+    return full.with_recompute_layers(r).take(keep)
 
 
 def _equivalent_groups(ranked: np.ndarray, times: np.ndarray, memory: np.ndarray, top: int) -> list[list[int]]:
@@ -169,7 +208,7 @@ def search_with_points(
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
         raise PlannerError(f"--objective cost needs a price: profile {cluster.profile.name} has none; give --price USD")
-    pins = dict(pins or {})
+    pins = pins_from_config_fields(**(pins or {}))
     mesh = enumerate_meshes(model, cluster, pins)
     masks = rule_masks(model, cluster, job, mesh)
     alive = np.ones(len(mesh), dtype=bool)
@@ -183,6 +222,8 @@ def search_with_points(
             pruned[rule.name] = int(fail.sum())
         alive &= masks[rule.name]
     candidates = mesh.take(alive)
+    if "recompute" not in pins:  # a pinned 'full' means every layer, as Megatron's uniform method
+        candidates = MeshArrays.concat(candidates, partial_recompute(model, cluster, job, candidates))
     cols = evaluate(model, cluster, job, candidates)
     fits = cols.fits
     if (~fits).any():
@@ -296,4 +337,10 @@ def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
         from planner.catalog import validate_as
 
         validate_as(ParallelConfig, {"order": pins["order"]}, "--order")
+    if "recompute_layers" in pins:
+        layers = pins["recompute_layers"]
+        if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+            raise PlannerError(f"--recompute-layers {layers!r}: expected a whole number >= 1")
+        if pins.setdefault("recompute", "full") != "full":
+            raise PlannerError(f"--recompute-layers needs --recompute full (got '{pins['recompute']}')")
     return pins

@@ -293,12 +293,13 @@ def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
 def layer_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
     """Fixed per-layer overhead of one micro-batch through the stage's layers: the stack's fitted
     ``layer_overhead_us`` per layer and forward pass (eager; compiled layers launch fewer kernels),
-    the backward counting as two passes and full recompute as one more (``mesh.forward_passes``):
+    the backward counting as two passes and full recompute as one more (``mesh.forward_passes``,
+    for the share of layers it recomputes):
     launch gaps and framework hooks, which a large layer hides in its work and a small model's
     short layers do not. MoE layers add the stack's fitted ``moe_layer_overhead_us`` (routing,
     token permutation, grouped-GEMM setup)."""
     stack = job.software
-    return mesh.forward_passes * (
+    return mesh.forward_passes(layers) * (
         layers * stack.layer_overhead_s(job.compiled) + moe_layers * stack.moe_layer_overhead_s
     )
 

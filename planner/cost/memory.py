@@ -23,7 +23,9 @@ Engine: ``Stack.fp8_saves_quantized_inputs``), the inputs of the four linears (t
 2h + 2h, the output projection's input 2*a*d_v, the MLP's product 2f, and a routed expert's
 permuted input 2h) are kept at 1 byte per element instead of 2.
 Selective recompute drops the attention core; full recompute keeps each layer's input (2h,
-split by t under SP) plus one layer's activations while it is recomputed. KV heads fewer than t
+split by t under SP) plus one layer's activations while it is recomputed; recomputing only the
+first r layers of each chunk (``recompute_layers``) keeps the inputs of those and everything of
+the others. KV heads fewer than t
 are replicated (k_v/t rounds up to 1 per rank). CP divides tokens by c.
 """
 
@@ -194,13 +196,22 @@ def stage_memory(
     tokens = mesh.tokens_per_rank(job.seq_len)
     layers = layers_on_worst_stage(model, mesh)
     moe_layers = moe_layers_on_worst_stage(model, layers)
-    per_microbatch = tokens * (
-        (layers - moe_layers) * activation_bytes_per_token_layer(model, job, mesh, moe=False)
-        + moe_layers * activation_bytes_per_token_layer(model, job, mesh, moe=True)
+    # Under full recompute of some layers (recompute_layers) the others keep everything.
+    no_recompute = replace(mesh, recompute=np.zeros_like(mesh.recompute))
+    share = mesh.recomputed_share(layers)
+
+    def kept(moe: bool) -> np.ndarray:
+        return share * activation_bytes_per_token_layer(model, job, mesh, moe) + (
+            1.0 - share
+        ) * activation_bytes_per_token_layer(model, job, no_recompute, moe)
+
+    kept_dense, kept_moe = (
+        np.where(mesh.recompute == RECOMPUTE_FULL, kept(moe), activation_bytes_per_token_layer(model, job, mesh, moe))
+        for moe in (False, True)
     )
+    per_microbatch = tokens * ((layers - moe_layers) * kept_dense + moe_layers * kept_moe)
     in_flight = microbatches_in_flight(m, mesh, first=first)
     # Full recompute re-materialises one layer at a time during backward.
-    no_recompute = replace(mesh, recompute=np.zeros_like(mesh.recompute))
     one_layer = tokens * activation_bytes_per_token_layer(model, job, no_recompute, moe=model.is_moe)
     activations = per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, one_layer, 0.0)
     logits = np.where(on_last, tokens * model.vocab_size / mesh.tp * LOGIT_BYTES_PER_ELEMENT, 0.0)

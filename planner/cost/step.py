@@ -48,18 +48,23 @@ from planner.schemas.model import ModelSpec
 
 
 def training_s(
-    forward_s: np.ndarray, core_forward_s: np.ndarray, recomputed_core_s: np.ndarray, mesh: MeshArrays
+    forward_s: np.ndarray,
+    core_forward_s: np.ndarray,
+    recomputed_core_s: np.ndarray,
+    mesh: MeshArrays,
+    layers: np.ndarray | int,
 ) -> np.ndarray:
     """Forward, backward and recompute of layers whose forward takes ``forward_s``, of which the
     attention core ``core_forward_s`` (as priced in the forward: with flash kernels it carries 3.5/3
     of its forward FLOPs, ``compute.attention_core_forward_s``) and ``recomputed_core_s`` is that
-    core run once more: ``mesh.forward_passes`` x the forward, plus the recomputed core under selective
-    recompute; under full recompute the extra forward runs the core once, not 3.5/3 times (flash
-    backward 2.5 + forward 1 + recomputed forward 1 = 4.5 core forwards). Serves the step (a
-    stage's layers) and the validator's layer shard (one layer) alike."""
+    core run once more: ``mesh.forward_passes(layers)`` x the forward, plus the recomputed core
+    under selective recompute; under full recompute the extra forward runs the core once, not
+    3.5/3 times (flash backward 2.5 + forward 1 + recomputed forward 1 = 4.5 core forwards), for
+    the share of the ``layers`` it recomputes. Serves the step (a stage's layers) and the
+    validator's layer shard (one layer) alike."""
     selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, recomputed_core_s, 0.0)
-    full_excess = np.where(mesh.recompute == RECOMPUTE_FULL, core_forward_s - recomputed_core_s, 0.0)
-    return mesh.forward_passes * forward_s + selective - full_excess
+    full_excess = mesh.recomputed_share(layers) * (core_forward_s - recomputed_core_s)
+    return mesh.forward_passes(layers) * forward_s + selective - full_excess
 
 
 @dataclass(frozen=True)
@@ -97,14 +102,14 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
-    compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh)
+    compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh, layers)
     # the last stage is the slower (or the only) one: it adds the head and the loss
     compute_mb = compute_first + 3.0 * head_fwd + loss_s(model, cluster, job, mesh)
-    fwd_mb = compute_mb / mesh.forward_passes
+    fwd_mb = compute_mb / mesh.forward_passes(layers)
     overhead_mb = layer_overhead_s(job, mesh, layers, moe_layers)
 
     tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first)
-    ep = traffic.ep_per_microbatch(model, job, mesh, links, moe_layers)
+    ep = traffic.ep_per_microbatch(model, job, mesh, links, layers, moe_layers)
     cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, core_fwd)
     slowdown = job.software.overlap_slowdown
     slowdown_mb = slowdown * (tp.hidden_s + cp.hidden_s)
@@ -125,6 +130,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     tokens = batch * s
     model_flops = model_flops_per_token(model, s) * tokens
     recompute_extra = np.array([recompute_flops_per_token(model, s, r) for r in RECOMPUTES])[mesh.recompute]
+    # full recompute of some of each chunk's layers runs that share of the forwards again
+    recompute_extra = np.where(
+        mesh.recompute == RECOMPUTE_FULL, recompute_extra * mesh.recomputed_share(layers), recompute_extra
+    )
     hardware_flops = model_flops + recompute_extra * tokens
     peak_total = step * cluster.num_gpus * cluster.gpu.peak_flops_per_s(job.dtype)
     memory = peak_memory(model, cluster, job, mesh, m)

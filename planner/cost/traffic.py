@@ -36,7 +36,7 @@ import numpy as np
 from planner.cost import comm
 from planner.cost.flops import attention_dims
 from planner.cost.memory import RankParams, kv_heads_per_rank
-from planner.mesh import INTERLEAVED, RECOMPUTE_FULL, MeshArrays
+from planner.mesh import INTERLEAVED, MeshArrays
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -72,12 +72,10 @@ def tp_collectives_per_microbatch(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(TP collectives, expert-TP all-reduces) of one micro-batch through the stage's layers: 4 per
     dense layer (2 forward, 2 backward), attention's 2 in a MoE layer, and the expert-TP pair; full
-    recompute repeats the forward ones."""
-    full = mesh.recompute == RECOMPUTE_FULL
-    attention_count = np.where(full, 3.0, 2.0)
-    return (layers - moe_layers) * np.where(full, 6.0, 4.0) + moe_layers * attention_count, (
-        moe_layers * attention_count
-    )
+    recompute repeats the forward ones (for the share of layers it recomputes)."""
+    share = mesh.recomputed_share(layers)
+    attention_count = 2.0 + share
+    return (layers - moe_layers) * (4.0 + 2.0 * share) + moe_layers * attention_count, (moe_layers * attention_count)
 
 
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -86,9 +84,10 @@ def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np
     return tp_message_bytes(model, job, mesh) / mesh.tp * (model.num_experts_per_tok or 0)
 
 
-def ep_all_to_alls_per_microbatch(mesh: MeshArrays, moe_layers: np.ndarray) -> np.ndarray:
-    """Dispatch and combine, forward and backward (and the recomputed forward's) per MoE layer."""
-    return moe_layers * np.where(mesh.recompute == RECOMPUTE_FULL, 6.0, 4.0)
+def ep_all_to_alls_per_microbatch(mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+    """Dispatch and combine, forward and backward (and the recomputed forward's) per MoE layer of
+    a stage of ``layers``."""
+    return moe_layers * (4.0 + 2.0 * mesh.recomputed_share(layers))
 
 
 def cp_block_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -100,7 +99,7 @@ def cp_block_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarr
 
 def cp_ring_steps_per_microbatch(mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
     """(c-1) ring steps per layer forward, 2(c-1) backward, and the recomputed forward's."""
-    return layers * (mesh.cp - 1) * mesh.forward_passes
+    return layers * (mesh.cp - 1) * mesh.forward_passes(layers)
 
 
 def pp_message_bytes(job: JobSpec, mesh: MeshArrays, hidden: int) -> np.ndarray:
@@ -158,11 +157,16 @@ def tp_per_microbatch(
 
 
 def ep_per_microbatch(
-    model: ModelSpec, job: JobSpec, mesh: MeshArrays, links: dict[str, comm.GroupLink], moe_layers: np.ndarray
+    model: ModelSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    links: dict[str, comm.GroupLink],
+    layers: np.ndarray,
+    moe_layers: np.ndarray,
 ) -> Traffic:
     """Dispatch and combine all-to-alls of one micro-batch through the stage's MoE layers."""
     message = routed_message_bytes(model, job, mesh)
-    count = ep_all_to_alls_per_microbatch(mesh, moe_layers)
+    count = ep_all_to_alls_per_microbatch(mesh, layers, moe_layers)
     return Traffic(
         count * comm.all_to_all_s(message, links["ep"]), count * comm.all_gather_bytes_sent(message, mesh.ep)
     )
@@ -181,7 +185,7 @@ def cp_per_microbatch(
     block = cp_block_bytes(model, job, mesh)
     steps = cp_ring_steps_per_microbatch(mesh, layers)
     total = steps * comm.send_recv_s(block, links["cp"])
-    exposed = np.maximum(total - layers * mesh.forward_passes * attention_core_fwd_s, 0.0)
+    exposed = np.maximum(total - layers * mesh.forward_passes(layers) * attention_core_fwd_s, 0.0)
     return Traffic(exposed, steps * block, total - exposed)
 
 

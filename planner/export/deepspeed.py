@@ -54,6 +54,12 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
         )
     if config.recompute == "selective":
         raise refuse(TARGET, "--recompute selective", "DeepSpeed recomputes whole layers; use --recompute full or none")
+    if config.recompute_layers is not None:
+        raise refuse(
+            TARGET,
+            f"--recompute-layers {config.recompute_layers}",
+            "DeepSpeed's activation checkpointing recomputes every layer; use --recompute full without it",
+        )
     if job.dtype == "fp8":
         raise refuse(
             TARGET, "--dtype fp8", "the DeepSpeed config switches bf16 or fp16 (FP8 is Transformer Engine code)"

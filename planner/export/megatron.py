@@ -103,9 +103,20 @@ def _recompute_args(config: ParallelConfig) -> list[str]:
     """arguments.py _add_training_args: --recompute-granularity {full, selective} (selective
     recomputes --recompute-modules, default core_attn: the attention core, as the planner prices);
     full with --recompute-method uniform --recompute-num-layers 1 recomputes every layer from its
-    input (selective takes no method: validate_args asserts recompute_method is None)."""
+    input; --recompute-method block --recompute-num-layers r recomputes the first r layers of each
+    (virtual) pipeline stage and keeps the rest (selective takes no method: validate_args asserts
+    recompute_method is None)."""
     if config.recompute == "selective":
         return ["--recompute-granularity", "selective"]
+    if config.recompute == "full" and config.recompute_layers is not None:
+        return [
+            "--recompute-granularity",
+            "full",
+            "--recompute-method",
+            "block",
+            "--recompute-num-layers",
+            str(config.recompute_layers),
+        ]
     if config.recompute == "full":
         return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     return []

@@ -182,11 +182,22 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
     checkpoint: dict[str, TomlValue] = {"mode": config.recompute}
     if config.recompute == "selective":
         checkpoint["selective_ac_option"] = "op"  # per-op SAC; an integer n would checkpoint every n-th layer
+    elif config.recompute_layers is not None:
+        # selective layer AC wraps every n-th block (activation_checkpoint.py, _count % ac_freq == 0)
+        checkpoint = {"mode": "selective", "selective_ac_option": str(every_nth_layer(model, config))}
     sections: Sections = {"training": training, "parallelism": parallelism, "activation_checkpoint": checkpoint}
     if job.dtype == "fp8":
         # Model.converters: "the `float8` converter swaps torch.nn.Linear with Float8Linear" (torchao).
         sections["model"] = {"converters": ["float8"]}
     return sections
+
+
+def every_nth_layer(model: ModelSpec, config: ParallelConfig) -> int:
+    """torchtitan's selective layer AC checkpoints every n-th block of a rank: the largest n that
+    still recomputes at least the plan's r layers of each of the rank's chunks."""
+    rank_layers = -(-model.num_hidden_layers // config.pp)
+    recomputed = (config.recompute_layers or 1) * config.virtual_stages
+    return max(rank_layers // recomputed, 1)
 
 
 def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
@@ -202,6 +213,12 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
         notes.append(
             'selective_ac_option "op" saves matmul and attention outputs and recomputes the rest; the plan priced '
             "recomputing the attention core, so memory and recompute time differ"
+        )
+    if config.recompute_layers is not None:
+        n = every_nth_layer(model, config)
+        notes.append(
+            f"selective_ac_option {n} recomputes every {n}-th layer: at least the plan's {config.recompute_layers} "
+            "per chunk, so memory is at most and recompute time at least what the plan priced"
         )
     if job.dtype == "fp8":
         notes.append('converters = ["float8"] needs torchao')

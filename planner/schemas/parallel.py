@@ -50,6 +50,12 @@ class ParallelConfig(Frozen):
     virtual_stages: PositiveInt = 1
     zero_stage: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
     recompute: Recompute = "none"
+    recompute_layers: PositiveInt | None = Field(
+        None,
+        description="With recompute 'full': the layers of each model chunk (each of a rank's virtual "
+        "stages) whose forward is recomputed, the first of the chunk (Megatron-LM --recompute-method block "
+        "--recompute-num-layers); the others keep all their activations. None: every layer",
+    )
     sequence_parallel: bool = False
     schedule: Schedule = "1f1b"
     order: str = Field(DEFAULT_ORDER, description="Rank placement, innermost axis first, e.g. tp-cp-dp-pp")
@@ -75,6 +81,8 @@ class ParallelConfig(Frozen):
                 raise ValueError("interleaved-1f1b needs virtual_stages >= 2")
         elif self.virtual_stages != 1:
             raise ValueError(f"virtual_stages {self.virtual_stages} > 1 needs schedule interleaved-1f1b")
+        if self.recompute_layers is not None and self.recompute != "full":
+            raise ValueError(f"recompute_layers needs recompute 'full' (got '{self.recompute}')")
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1 (it shards what TP leaves replicated)")
         fold = self.tp * self.cp * self.dp
@@ -95,12 +103,17 @@ class ParallelConfig(Frozen):
         """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp)."""
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
+    @property
+    def recompute_label(self) -> str:
+        """'none', 'selective', 'full', or 'full:N' when N layers of each chunk are recomputed."""
+        return self.recompute if self.recompute_layers is None else f"full:{self.recompute_layers}"
+
     def short(self) -> str:
         """Compact label, e.g. 'tp8 pp2 dp8 cp1 ep1 mbs1 v1 z1 sel sp 1f1b'."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}", f"cp{self.cp}", f"ep{self.ep}"]
         if self.expert_tp > 1:
             parts.append(f"etp{self.expert_tp}")
-        parts += [f"mbs{self.micro_batch_size}", f"v{self.virtual_stages}", f"z{self.zero_stage}", self.recompute]
+        parts += [f"mbs{self.micro_batch_size}", f"v{self.virtual_stages}", f"z{self.zero_stage}", self.recompute_label]
         if self.sequence_parallel:
             parts.append("sp")
         parts.append(self.schedule)

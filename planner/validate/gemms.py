@@ -21,7 +21,7 @@ import numpy as np
 
 from planner.cost.compute import Gemm, gemm_s, layer_gemms, lm_head_gemm
 from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
-from planner.mesh import FORWARD_PASSES, MeshArrays
+from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -112,7 +112,7 @@ def gemm_terms(
     """One term per GEMM shape of ``plan``, priced on ``replay_cluster`` (module docstring)."""
     pm = MeshArrays.from_configs([plan])
     m = float(num_microbatches(job.batch_size, pm)[0])
-    passes = FORWARD_PASSES[plan.recompute]
+    passes = float(pm.forward_passes(layers_on_worst_stage(model, pm))[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []
     for name, (rows, n, k), per_microbatch in gemm_shapes(model, job, plan):

@@ -18,7 +18,7 @@ replay exists to exercise the code path and its tests, not to calibrate a GPU).
 from __future__ import annotations
 
 from planner.cost.compute import attention_core_forward_s, layer_forward_s, unfused_softmax_forward_s
-from planner.cost.pipeline import num_microbatches
+from planner.cost.pipeline import layers_on_worst_stage, num_microbatches
 from planner.cost.step import training_s
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -63,7 +63,7 @@ def predict_layer_s(shard: LayerShard, cluster: ClusterSpec, dtype: str) -> floa
     softmax = unfused_softmax_forward_s(shard.model, priced, job, mesh)
     core = attention_core_forward_s(shard.model, priced, job, mesh) + softmax
     recomputed = attention_core_forward_s(shard.model, priced, job, mesh, recompute=True) + softmax
-    return float(training_s(forward, core, recomputed, mesh)[0])
+    return float(training_s(forward, core, recomputed, mesh, 1)[0])
 
 
 def layer_terms(
@@ -74,12 +74,24 @@ def layer_terms(
     dtype = replay_dtype(job, on_gpu)
     terms = []
     for is_moe, count in stage_layer_kinds(model, plan):
-        shard = LayerShard(model=model, job=job, plan=plan, moe=is_moe)
-        predicted = predict_layer_s(shard, replay_cluster, dtype)
-        terms.append(
-            self_term(f"layer.{'moe' if is_moe else 'dense'}", "layer", dtype, m * count, predicted, layer=shard)
-        )
+        for suffix, shard_plan, share in recompute_split(model, plan):
+            shard = LayerShard(model=model, job=job, plan=shard_plan, moe=is_moe)
+            predicted = predict_layer_s(shard, replay_cluster, dtype)
+            name = f"layer.{'moe' if is_moe else 'dense'}{suffix}"
+            terms.append(self_term(name, "layer", dtype, m * count * share, predicted, layer=shard))
     return terms
+
+
+def recompute_split(model: ModelSpec, plan: ParallelConfig) -> list[tuple[str, ParallelConfig, float]]:
+    """A plan that fully recomputes only some layers (``recompute_layers``) replays two shards, one
+    recomputed and one not, each for its share of the stage's layers; any other plan one shard."""
+    if plan.recompute_layers is None:
+        return [("", plan, 1.0)]
+    pm = MeshArrays.from_configs([plan])
+    share = float(pm.recomputed_share(layers_on_worst_stage(model, pm))[0])
+    recomputed = plan.model_copy(update={"recompute_layers": None})
+    kept = plan.model_copy(update={"recompute": "none", "recompute_layers": None})
+    return [(".recomputed", recomputed, share), ("", kept, 1.0 - share)]
 
 
 def counted_once(terms: list[TermSpec]) -> list[TermSpec]:

@@ -1,0 +1,130 @@
+"""Full recompute of only some layers (Megatron-LM --recompute-method block --recompute-num-layers):
+memory and time between none and full, linear in the layers recomputed, the fewest that fit found
+by the search, and written by the exports."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.cost.pipeline import layers_on_worst_stage
+from planner.cost.step import evaluate
+from planner.errors import PlannerError
+from planner.export import deepspeed_config, megatron_args, torchtitan_config
+from planner.mesh import MeshArrays
+from planner.pricing import estimate_mesh
+from planner.runs import case_from_row, load_runs
+from planner.schemas import JobSpec, ParallelConfig
+from planner.search import partial_recompute, search
+from planner.validate.shard import recompute_split
+from tests.conftest import assert_one_line_error
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = load_model("llama3-70b")
+JOB = JobSpec(global_batch_size=64, seq_len=8192)
+BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "zero_stage": 1, "sequence_parallel": True}
+
+
+def _columns(**recompute: object):  # type: ignore[no-untyped-def]
+    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, **recompute)])
+    return evaluate(MODEL, load_cluster("dgx-h100x8"), JOB, mesh)
+
+
+def test_recompute_layers_needs_full_recompute() -> None:
+    with pytest.raises(ValueError, match="recompute_layers needs recompute 'full'"):
+        ParallelConfig(recompute="none", recompute_layers=4)
+    config = ParallelConfig(**BASE, recompute="full", recompute_layers=5)
+    assert config.recompute_label == "full:5" and "full:5" in config.short()
+    assert MeshArrays.from_configs([config]).row(0) == config
+
+
+def test_memory_and_time_lie_between_none_and_full_linearly_in_the_layers() -> None:
+    # 80 layers over pp 4: 20 per stage, one chunk.
+    none, every = _columns(recompute="none"), _columns(recompute="full")
+    parts = {r: _columns(recompute="full", recompute_layers=r) for r in (5, 10, 15, 20)}
+    act = {r: float(c.memory.activations[0]) for r, c in parts.items()}
+    assert act[20] == pytest.approx(float(every.memory.activations[0]))
+    assert act[5] - act[10] == pytest.approx(act[10] - act[15]) == pytest.approx(act[15] - act[20])
+    assert float(none.memory.activations[0]) > act[5] > act[20]
+    # each recomputed layer adds one more forward of that layer: 3 passes + the share
+    compute = {r: float(c.time["compute"][0]) for r, c in parts.items()}
+    assert compute[20] == pytest.approx(float(every.time["compute"][0]))
+    assert float(none.time["compute"][0]) < compute[5] < compute[10] < compute[20]
+    assert compute[10] - compute[5] == pytest.approx(compute[20] - compute[15], rel=1e-9)
+    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, recompute="full", recompute_layers=5)])
+    assert float(mesh.forward_passes(layers_on_worst_stage(MODEL, mesh))[0]) == pytest.approx(3.25)
+
+
+def test_the_search_finds_the_fewest_layers_that_fit() -> None:
+    cluster = load_cluster("dgx-h100x8")
+    pins = BASE | {"micro_batch_size": 4}  # 112 GiB without recompute, 34 GiB with it everywhere
+    best = search(MODEL, cluster, JOB, pins, top=1).candidates[0].config.parallel
+    assert best.recompute == "full" and best.recompute_layers is not None
+    fits = estimate_mesh(MODEL, cluster, JOB, best)
+    assert fits.fits
+    fewer = best.model_copy(update={"recompute_layers": best.recompute_layers - 1})
+    assert not estimate_mesh(MODEL, cluster, JOB, fewer).fits
+    # nothing to add where every layer already fits without recompute or all must be recomputed
+    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, recompute="none")])
+    assert len(partial_recompute(MODEL, cluster, JOB, mesh)) == 0
+
+
+def test_a_pinned_full_recompute_means_every_layer() -> None:
+    cluster = load_cluster("dgx-h100x8")
+    pins = {**BASE, "micro_batch_size": 4, "recompute": "full"}
+    best = search(MODEL, cluster, JOB, pins, top=1).candidates[0].config.parallel
+    assert best.recompute == "full" and best.recompute_layers is None
+    pinned = search(MODEL, cluster, JOB, {**pins, "recompute_layers": 15}, top=1).candidates[0].config.parallel
+    assert pinned.recompute_layers == 15
+    with pytest.raises(PlannerError, match="needs --recompute full"):
+        search(MODEL, cluster, JOB, {**BASE, "recompute": "none", "recompute_layers": 15})
+
+
+def test_exports_write_the_partial_recompute() -> None:
+    config = ParallelConfig(**BASE, recompute="full", recompute_layers=5)
+    args = megatron_args(MODEL, JOB, config)
+    i = args.index("--recompute-method")
+    assert args[i : i + 4] == ["--recompute-method", "block", "--recompute-num-layers", "5"]
+    plain = ParallelConfig(tp=8, dp=8, micro_batch_size=1, zero_stage=3, sequence_parallel=True)
+    titan = torchtitan_config(MODEL, JOB, plain.model_copy(update={"recompute": "full", "recompute_layers": 20}))
+    # 80 layers on one rank, 20 recomputed: every 4th layer
+    assert titan["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "4"}
+    with pytest.raises(PlannerError, match="DeepSpeed's activation checkpointing recomputes every layer"):
+        deepspeed_config(JOB, ParallelConfig(dp=64, zero_stage=3, recompute="full", recompute_layers=20))
+
+
+def test_the_cli_takes_recompute_layers(cli) -> None:  # type: ignore[no-untyped-def]
+    r = cli("estimate", "-m", "llama3-70b", "-c", "dgx-h100x8", "--tp", "8", "--pp", "4", "--recompute-layers", "5")
+    assert r.code == 0 and "full:5" in r.out
+    bad = cli("estimate", "-m", "llama3-70b", "-c", "dgx-h100x8", "--recompute", "none", "--recompute-layers", "5")
+    assert_one_line_error(bad, "--recompute-layers", "--recompute full")
+    assert_one_line_error(cli("estimate", "-m", "llama3-70b", "-c", "dgx-h100x8", "--recompute-layers", "0"))
+
+
+def test_the_validator_replays_recomputed_and_kept_layers_apart() -> None:
+    plan = ParallelConfig(**BASE, recompute="full", recompute_layers=5)
+    split = recompute_split(MODEL, plan)
+    assert [(s, p.recompute, p.recompute_layers, share) for s, p, share in split] == [
+        (".recomputed", "full", None, 0.25),
+        ("", "none", None, 0.75),
+    ]
+    assert recompute_split(MODEL, ParallelConfig(**BASE))[0][2] == 1.0
+
+
+def test_torchtitan_selective_layer_ac_recomputes_every_second_layer() -> None:
+    row = next(
+        r
+        for r in load_runs(ROOT / "tests" / "data" / "runs_sample.yaml")
+        if r["name"] == "torchtitan-2412-llama31-8b-h100x8-fsdp"
+    )
+    row = copy.deepcopy(row)
+    row["knobs"]["activation_checkpointing"] = "selective layer"
+    case = case_from_row(row)
+    assert case.pins["recompute"] == "full" and case.pins["recompute_layers"] == 16  # 32 layers, every 2nd
+    row["knobs"]["activation_checkpointing"] = "full"
+    assert "recompute_layers" not in case_from_row(row).pins
+    assert np.isfinite(estimate_mesh(case.model, case.cluster, case.job, ParallelConfig(**case.pins)).step_time_s)
