@@ -423,6 +423,17 @@ def test_fp8_tp_all_gathers_move_one_byte_where_the_stack_quantises(stack: str, 
     assert float(tp_all_gather_bytes(m, bf16, mesh)[0]) == message
 
 
+def test_the_batch_and_its_accumulation_fix_a_contradicted_micro_batch() -> None:
+    row = copy.deepcopy(ROWS[BRIDGE_MOE])
+    par = row["parallel"]
+    assert par["pp"] > 1 and par["micro_batch"] * par["grad_accum"] * par["dp"] == par["global_batch"]
+    assert case_from_row(row).pins["micro_batch_size"] == par["micro_batch"]
+    par["micro_batch"] *= 2  # a table column that belongs to the row's other variant
+    case = case_from_row(row)
+    assert case.pins["micro_batch_size"] == par["micro_batch"] // 2
+    assert any("grad_accum" in a for a in case.assumed)
+
+
 def test_a_stated_configuration_that_cannot_fit_is_refused() -> None:
     row = copy.deepcopy(ROWS[TITAN_TP])
     row["knobs"]["activation_checkpointing"] = "none"
