@@ -80,7 +80,7 @@ def _replace_calibration(text: str, block: dict[str, object]) -> str:
 def source_text(command: str, runs_file: str, rows: int) -> str:
     return (
         f"fitted by `{command}` over {rows} rows of {runs_file} (listed in calibration.rows); "
-        "least squares on log(predicted/published tokens/s per GPU), planner/fit_runs.py"
+        "Huber-weighted least squares on log(predicted/published tokens/s per GPU), planner/fit_runs.py"
     )
 
 

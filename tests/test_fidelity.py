@@ -235,6 +235,29 @@ def test_the_fit_recovers_known_parameters_and_cross_validates() -> None:
     assert not result.free[labels.index("llm-foundry.moe_layer_overhead_us")]  # no MoE rows: not fitted
 
 
+def test_one_wrong_published_row_barely_moves_the_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import planner.fit_runs as fr
+
+    assert fr.huber_weights(np.array([0.0, fr.HUBER_DELTA, -0.5])) == pytest.approx([1.0, 1.0, fr.HUBER_DELTA / 0.5])
+    cases = [c for c in _sample_cases() if c.stack == "llm-foundry"]
+    problem = fr.build_problem(cases)
+    labels = [p.label() for p in problem.params]
+    truth = np.array([p.prior for p in problem.params])
+    truth[labels.index("dgx-h100.sustained_tensor_fraction")] = 0.8
+    synthetic = fr.predict(problem, truth)
+    synthetic[0] *= 2.0  # one row published at twice what ran
+    made_up = [
+        type(c)(**{**c.__dict__, "published_tokens_per_s_per_gpu": float(v)})
+        for c, v in zip(cases, synthetic, strict=True)
+    ]
+    huber = fr.fit_and_cross_validate(made_up)
+    monkeypatch.setattr(fr, "HUBER_DELTA", 1e9)  # plain least squares
+    plain = fr.fit_and_cross_validate(made_up)
+    # the other rows stay closer to the truth, the wrong row is left more wrong than averaged in
+    assert np.abs(huber.error[1:]).sum() < 0.8 * np.abs(plain.error[1:]).sum()
+    assert huber.error[0] < plain.error[0] < 0
+
+
 def test_one_model_alone_fits_nothing() -> None:
     from planner.fit_runs import fit_and_cross_validate
 
