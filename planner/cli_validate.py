@@ -592,7 +592,10 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     for label, value in params.items():
         typer.echo(f"  {label} = {value:.4g}")
     if unfitted:
-        typer.echo(f"  not fitted (moved by fewer than two models' rows; left uncalibrated): {', '.join(unfitted)}")
+        typer.echo(
+            "  not fitted (moved by rows of fewer than two models, or a kernel's by rows of one GPU "
+            f"architecture; left uncalibrated): {', '.join(unfitted)}"
+        )
     typer.echo(
         f"MAPE {summary['mape_pct']:.1f}% in sample, {summary['cv_mape_pct']:.1f}% cross-validated "
         f"(leave one model of one source out); mean signed {summary['signed_pct']:+.1f}%"

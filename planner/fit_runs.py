@@ -173,12 +173,31 @@ def predict(problem: Problem, theta: np.ndarray, rows: np.ndarray | None = None)
     return out
 
 
+PER_ARCHITECTURE_KERNEL_FIELDS = ("attention_efficiency_scale",)
+"""Stack parameters that describe a kernel, which is written per GPU architecture (cuDNN's and
+FlashAttention's Hopper and Blackwell attention are different kernels): fitted only where the
+stack's rows span at least ``MIN_ARCHITECTURES`` architectures. From one architecture's rows the
+scale cannot be told from that architecture's own sustained fraction (both scale its rows), and
+it would carry one generation's kernel maturity to every other GPU the stack runs on (Megatron-
+Core's runs are all Blackwell: fitted there, its attention scale made every H100 Megatron plan
+slower)."""
+
+MIN_ARCHITECTURES = 2
+
+
 def _free(problem: Problem, rows: np.ndarray) -> np.ndarray:
-    """Parameters that rows of at least MIN_FOLDS folds among ``rows`` move."""
+    """Parameters that rows of at least MIN_FOLDS folds among ``rows`` move (and, for a kernel
+    parameter, rows on MIN_ARCHITECTURES GPU architectures)."""
     idx = np.flatnonzero(rows)
-    return np.array(
-        [len(set(problem.fold[idx][problem.uses[idx, j]].tolist())) >= MIN_FOLDS for j in range(len(problem.params))]
-    )
+    arch = np.array([c.cluster.gpu.architecture or c.profile for c in problem.cases])
+    out = []
+    for j, p in enumerate(problem.params):
+        used = idx[problem.uses[idx, j]]
+        ok = len(set(problem.fold[used].tolist())) >= MIN_FOLDS
+        if p.field in PER_ARCHITECTURE_KERNEL_FIELDS:
+            ok = ok and len(set(arch[used].tolist())) >= MIN_ARCHITECTURES
+        out.append(ok)
+    return np.array(out)
 
 
 HUBER_DELTA = 0.10

@@ -219,7 +219,6 @@ def test_the_fit_recovers_known_parameters_and_cross_validates() -> None:
     truth = np.array([p.prior for p in problem.params])
     truth[labels.index("dgx-h100.sustained_tensor_fraction")] = 0.8
     truth[labels.index("llm-foundry.layer_overhead_us")] = 900.0
-    truth[labels.index("llm-foundry.attention_efficiency_scale")] = 0.7
     synthetic = predict(problem, truth)
     made_up = [
         type(c)(**{**c.__dict__, "published_tokens_per_s_per_gpu": float(v)})
@@ -233,6 +232,21 @@ def test_the_fit_recovers_known_parameters_and_cross_validates() -> None:
     # three models of one source: three folds, each predicted by a fit that did not see it
     assert len(result.cv_theta) == len({c.model.name for c in cases}) == 3
     assert not result.free[labels.index("llm-foundry.moe_layer_overhead_us")]  # no MoE rows: not fitted
+    # every sample row is on one GPU architecture: a kernel's scale is not fitted from them
+    assert not result.free[labels.index("llm-foundry.attention_efficiency_scale")]
+    # the same rows with one model's on A100s span two architectures: now it is
+    a100 = load_cluster("dgx-a100-80g")
+    moved = [
+        type(c)(**{**c.__dict__, "cluster": a100.model_copy(update={"num_nodes": c.cluster.num_nodes})})
+        if c.model.name == cases[0].model.name
+        else c
+        for c in cases
+    ]
+    from planner.fit_runs import _free
+
+    spread = build_problem(moved)
+    free = _free(spread, np.ones(len(moved), dtype=bool))
+    assert free[[p.label() for p in spread.params].index("llm-foundry.attention_efficiency_scale")]
 
 
 def test_one_wrong_published_row_barely_moves_the_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]

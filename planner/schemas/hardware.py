@@ -52,6 +52,11 @@ class GPU(Frozen):
     """
 
     name: str
+    architecture: str | None = Field(
+        None,
+        description="The GPU's architecture generation (ampere, hopper, blackwell, cdna3, ...): kernels are "
+        "written per architecture, so a fitted kernel parameter needs runs on two of them",
+    )
     hbm_capacity_gib: PositiveFloat
     hbm_bandwidth_tb_per_s: PositiveFloat
     peak_tflops: dict[Dtype, PositiveFloat]
@@ -128,7 +133,7 @@ class GPU(Frozen):
             raise ValueError("gemm_efficiency_curve efficiencies must lie in (0, 1]")
         if [g for g, _ in curve] != sorted({g for g, _ in curve}):
             raise ValueError("gemm_efficiency_curve must list strictly increasing GFLOP sizes")
-        check_sources(self, self.sources, skip={"sources", "name"})
+        check_sources(self, self.sources, skip={"sources", "name"}, required={"architecture"})
         return self
 
     @property
