@@ -138,7 +138,8 @@ def _watch(
             # that the silent one is named, not a slow reporter on a loaded machine.
             settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
             if settled or reported >= world:
-                results += _drain_results(events)
+                finished = 0 in errors or 0 in done
+                results += _drain_results(events, finished, procs[0], job.timeout_s + SETTLE_S)
                 raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
         starting = len(ready) < world
         allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
@@ -155,20 +156,27 @@ def _watch(
     return results
 
 
-def _drain_results(events: Any) -> list[Measurement]:
-    """Measurements still queued when the run is stopped: the ranks that are alive may have sent
-    them just before (a loaded machine delays the queue's feeder threads), and they belong in
-    ``ReplayFailedError.partial``. Reads until the queue stays empty for one poll, for at most
-    ``SETTLE_S`` (ranks still running may keep sending)."""
+def _drain_results(events: Any, finished: bool, reporter: Any, limit_s: float) -> list[Measurement]:
+    """Measurements still on their way when the run is stopped: rank 0 (``reporter``, the one
+    rank that sends them) may have queued one just before the fault, and on a loaded machine its
+    queue's feeder thread can deliver it seconds later; they belong in
+    ``ReplayFailedError.partial``. One process's events arrive in the order it sent them, so once
+    rank 0's own 'error' or 'done' is in (``finished``), or it has exited, everything it measured
+    is: read until then and the queue stays empty for one poll, for at most ``limit_s`` (a rank 0
+    that is itself the hung one never reports)."""
     out: list[Measurement] = []
-    deadline = time.monotonic() + SETTLE_S
+    deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         try:
-            kind, _rank, data = events.get(timeout=POLL_S)
+            kind, rank, data = events.get(timeout=POLL_S)
         except queue_module.Empty:
-            return out
+            if finished or reporter.exitcode is not None:
+                return out
+            continue
         if kind == "result":
             out.append(Measurement.model_validate(data))
+        elif rank == 0 and kind in ("error", "done"):
+            finished = True
     return out
 
 
