@@ -55,7 +55,9 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     schedule = "1f1b" if cfg.schedule == "zb-h1" else cfg.schedule
     t = est.time_breakdown_s
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
-    passes = float(MeshArrays.from_configs([cfg]).forward_passes(est.layers_per_stage[0])[0])
+    # the busiest rank, as the engine prices it: ceil(L / (p v)) layers in each of its v chunks
+    busiest = -(-sum(est.layers_per_stage) // (p * cfg.virtual_stages)) * cfg.virtual_stages
+    passes = float(MeshArrays.from_configs([cfg]).forward_passes(busiest)[0])
     timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
     colors = {"F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"], "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"]}
     for op in timeline.ops:

@@ -277,9 +277,12 @@ def layer_ac_every(knob: Any) -> int | None:
 
 
 def recompute_layers_from_recipe(hint: Any) -> int | None:
-    """``recompute_num_layers=N`` of a row's recipe hint (Megatron's block method, per chunk)."""
-    found = re.search(r"recompute_num_layers=(\d+)", _text(hint))
-    return int(found.group(1)) if found else None
+    """``recompute_num_layers=N`` of a row's recipe hint when its method is block (the first N
+    layers of each chunk); None otherwise: with the uniform method N is the size of the groups
+    that are checkpointed together, and every layer is recomputed."""
+    text = _text(hint)
+    found = re.search(r"recompute_num_layers=(\d+)", text)
+    return int(found.group(1)) if found and "recompute_method=block" in text else None
 
 
 def recompute_from_recipe(hint: Any) -> str | None:

@@ -128,3 +128,14 @@ def test_torchtitan_selective_layer_ac_recomputes_every_second_layer() -> None:
     row["knobs"]["activation_checkpointing"] = "full"
     assert "recompute_layers" not in case_from_row(row).pins
     assert np.isfinite(estimate_mesh(case.model, case.cluster, case.job, ParallelConfig(**case.pins)).step_time_s)
+
+
+def test_a_recipe_recomputes_some_layers_only_with_the_block_method() -> None:
+    from planner.runs import recompute_layers_from_recipe
+
+    assert (
+        recompute_layers_from_recipe("recompute_granularity=full, recompute_method=block, recompute_num_layers=5") == 5
+    )
+    # uniform with N: groups of N layers checkpointed together, every layer recomputed
+    assert recompute_layers_from_recipe("recompute_method=uniform, recompute_num_layers=1") is None
+    assert recompute_layers_from_recipe("recompute_num_layers=5") is None

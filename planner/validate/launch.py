@@ -139,7 +139,8 @@ def _watch(
             settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
             if settled or reported >= world:
                 finished = 0 in errors or 0 in done
-                results += _drain_results(events, finished, procs[0], job.timeout_s + SETTLE_S)
+                late = _drain(events, finished, procs[0], errors)
+                results += late
                 raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
         starting = len(ready) < world
         allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
@@ -156,16 +157,23 @@ def _watch(
     return results
 
 
-def _drain_results(events: Any, finished: bool, reporter: Any, limit_s: float) -> list[Measurement]:
+DRAIN_S = 5.0
+"""After a fault, how long at most to wait for rank 0's last measurements: long enough for a
+loaded machine's queue feeder threads, short enough that a hung rank 0 (which has sent all it
+measured long before) does not double the time to fail."""
+
+
+def _drain(events: Any, finished: bool, reporter: Any, errors: dict[int, str]) -> list[Measurement]:
     """Measurements still on their way when the run is stopped: rank 0 (``reporter``, the one
     rank that sends them) may have queued one just before the fault, and on a loaded machine its
     queue's feeder thread can deliver it seconds later; they belong in
     ``ReplayFailedError.partial``. One process's events arrive in the order it sent them, so once
     rank 0's own 'error' or 'done' is in (``finished``), or it has exited, everything it measured
-    is: read until then and the queue stays empty for one poll, for at most ``limit_s`` (a rank 0
-    that is itself the hung one never reports)."""
+    is: read until then and the queue stays empty for one poll, for at most ``DRAIN_S`` (a rank 0
+    that is itself the hung one never reports). Errors read on the way join ``errors``, so the
+    blame sees them."""
     out: list[Measurement] = []
-    deadline = time.monotonic() + limit_s
+    deadline = time.monotonic() + DRAIN_S
     while time.monotonic() < deadline:
         try:
             kind, rank, data = events.get(timeout=POLL_S)
@@ -175,8 +183,9 @@ def _drain_results(events: Any, finished: bool, reporter: Any, limit_s: float) -
             continue
         if kind == "result":
             out.append(Measurement.model_validate(data))
-        elif rank == 0 and kind in ("error", "done"):
-            finished = True
+        elif kind == "error":
+            errors.setdefault(rank, str(data))
+        finished = finished or (rank == 0 and kind in ("error", "done"))
     return out
 
 
