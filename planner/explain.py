@@ -29,6 +29,18 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
     return f"{behind:.3g} s slower, most of it {term} (+{extra:.3g} s){trade}"
 
 
+def recompute_chosen(est: Estimate) -> str:
+    """'; recomputes ...' when the mesh recomputes only some layers: how many, and why."""
+    cfg = est.config.parallel
+    if cfg.recompute_layers is None:
+        return ""
+    per_chunk = -(-sum(est.layers_per_stage) // (cfg.pp * cfg.virtual_stages))
+    return (
+        f"; recomputes the forward of the first {cfg.recompute_layers} of each chunk's {per_chunk} layers "
+        "(Megatron --recompute-method block), the fewest that fit"
+    )
+
+
 def overlap_assumed(est: Estimate) -> str:
     """What the estimate assumes about overlap, in words: the traffic it hides and what hiding costs."""
     hidden = est.hidden_comm_s
@@ -51,7 +63,10 @@ def explain(candidates: list[Estimate]) -> list[str]:
     if not candidates:
         return []
     winner = candidates[0]
-    lines = [f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}; {overlap_assumed(winner)}"]
+    lines = [
+        f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}; {overlap_assumed(winner)}"
+        + recompute_chosen(winner)
+    ]
     for rank, other in enumerate(candidates[1:], start=2):
         lines.append(f"#{rank} {other.config.parallel.short()}: {where_it_loses(winner, other)}")
     return lines

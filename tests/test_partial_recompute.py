@@ -62,8 +62,10 @@ def test_memory_and_time_lie_between_none_and_full_linearly_in_the_layers() -> N
 def test_the_search_finds_the_fewest_layers_that_fit() -> None:
     cluster = load_cluster("dgx-h100x8")
     pins = BASE | {"micro_batch_size": 4}  # 112 GiB without recompute, 34 GiB with it everywhere
-    best = search(MODEL, cluster, JOB, pins, top=1).candidates[0].config.parallel
+    ranking = search(MODEL, cluster, JOB, pins, top=1)
+    best = ranking.candidates[0].config.parallel
     assert best.recompute == "full" and best.recompute_layers is not None
+    assert f"first {best.recompute_layers} of each chunk's 20 layers" in ranking.explanation[0]
     fits = estimate_mesh(MODEL, cluster, JOB, best)
     assert fits.fits
     fewer = best.model_copy(update={"recompute_layers": best.recompute_layers - 1})
