@@ -65,7 +65,8 @@ def test_the_search_finds_the_fewest_layers_that_fit() -> None:
     ranking = search(MODEL, cluster, JOB, pins, top=1)
     best = ranking.candidates[0].config.parallel
     assert best.recompute == "full" and best.recompute_layers is not None
-    assert f"first {best.recompute_layers} of each chunk's 20 layers" in ranking.explanation[0]
+    per_chunk = 20 // best.virtual_stages  # 80 layers over pp 4
+    assert f"first {best.recompute_layers} of each chunk's {per_chunk} layers" in ranking.explanation[0]
     fits = estimate_mesh(MODEL, cluster, JOB, best)
     assert fits.fits
     fewer = best.model_copy(update={"recompute_layers": best.recompute_layers - 1})
