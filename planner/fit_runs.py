@@ -22,9 +22,9 @@ Nothing is fitted per run, per model or per group of rows. The residual is log(p
 published tokens/s per GPU), so over- and under-prediction weigh alike; scipy's bounded
 least_squares fits it with a Jacobian sparsity pattern (a profile's parameter moves only its
 rows, a stack's only its rows), each row priced by the planner itself (``step.evaluate``), under
-Huber weights (``HUBER_DELTA``, by iteratively reweighted least squares): a row more than ~10%
-off pulls the fit in proportion to its error's sign, not its square, so one wrong published row
-does not drag the parameters its neighbours share.
+Huber weights (``HUBER_DELTA``, by iteratively reweighted least squares): beyond ~10% a row's
+pull on the fit stops growing with its error, so one wrong published row does not drag the
+parameters its neighbours share.
 
 Cross-validation holds out one *fold* at a time, a fold being every row of one model from one
 source group (the rows of a sweep share their errors, so holding out one row of a sweep would

@@ -25,8 +25,8 @@ permuted input 2h) are kept at 1 byte per element instead of 2.
 Selective recompute drops the attention core; full recompute keeps each layer's input (2h,
 split by t under SP) plus one layer's activations while it is recomputed; recomputing only the
 first r layers of each chunk (``recompute_layers``) keeps the inputs of those and everything of
-the others. KV heads fewer than t
-are replicated (k_v/t rounds up to 1 per rank). CP divides tokens by c.
+the others. KV heads fewer than t are replicated (k_v/t rounds up to 1 per rank). CP divides
+tokens by c.
 """
 
 from __future__ import annotations
