@@ -526,6 +526,8 @@ def show_stack_cmd(
     typer.echo(f"{stack.name}: {stack.description}")
     for key, value in stack.model_dump(exclude={"name", "description", "sources", "calibration"}).items():
         source = " ".join(stack.sources.get(key, "").split())
+        if value is None and not source:
+            source = "not calibrated: no fit determines it (see plan calibrate --from-runs); priced as neutral"
         typer.echo(f"  {key} = {value}" + (f"  [{source[:160]}]" if source else ""))
     if stack.calibration is not None:
         typer.echo(f"  calibrated by `{stack.calibration.command}` over {len(stack.calibration.rows)} rows")
