@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -268,3 +269,12 @@ def test_calibrate_from_runs_dry_run(cli) -> None:
     assert data["priced"] == 4 and data["written"] == []
     assert "dgx-h100.sustained_tensor_fraction" in data["parameters"]
     assert 0 < data["cv_mape_pct"] < 50
+
+
+def test_estimate_turns_sequence_parallelism_on_with_tp_as_the_search_does(cli) -> None:  # type: ignore[no-untyped-def]
+    on = cli("estimate", "-m", "llama3-70b", "-c", "dgx-h100x8", "--tp", "4", "--pp", "8", "--json")
+    assert on.code == 0 and json.loads(on.out)["config"]["parallel"]["sequence_parallel"] is True
+    off = cli("estimate", "-m", "llama3-70b", "-c", "dgx-h100x8", "--tp", "4", "--pp", "8", "--no-sequence-parallel")
+    assert off.code == 0 and " sp " not in off.out.split("mesh:")[1].splitlines()[0]
+    one = cli("estimate", "-m", "llama3-8b", "-c", "dgx-h100x1", "--json")
+    assert json.loads(one.out)["config"]["parallel"]["sequence_parallel"] is False
