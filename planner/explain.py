@@ -6,6 +6,7 @@ prints them.
 
 from __future__ import annotations
 
+from planner.cost.pipeline import layers_per_chunk
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 
@@ -34,7 +35,7 @@ def recompute_chosen(est: Estimate) -> str:
     cfg = est.config.parallel
     if cfg.recompute_layers is None:
         return ""
-    per_chunk = -(-sum(est.layers_per_stage) // (cfg.pp * cfg.virtual_stages))
+    per_chunk = layers_per_chunk(sum(est.layers_per_stage), cfg.pp * cfg.virtual_stages)
     return (
         f"; recomputes the forward of the first {cfg.recompute_layers} of each chunk's {per_chunk} layers "
         "(Megatron --recompute-method block), the fewest that fit"

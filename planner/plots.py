@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from planner.atomic import atomic_path
+from planner.cost.pipeline import layers_per_chunk
 from planner.cost.simulate import simulate
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
@@ -56,7 +57,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     t = est.time_breakdown_s
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
     # the busiest rank, as the engine prices it: ceil(L / (p v)) layers in each of its v chunks
-    busiest = -(-sum(est.layers_per_stage) // (p * cfg.virtual_stages)) * cfg.virtual_stages
+    busiest = layers_per_chunk(sum(est.layers_per_stage), p * cfg.virtual_stages) * cfg.virtual_stages
     passes = float(MeshArrays.from_configs([cfg]).forward_passes(busiest)[0])
     timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
     colors = {"F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"], "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"]}

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from planner.catalog import load_cluster, load_stack, read_yaml
+from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -373,18 +374,19 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         "overlap_grad_reduce": stack.overlap_grad_reduce,
     }
     recompute = recompute_from(knobs.get("activation_checkpointing")) or recompute_from_recipe(knobs.get("recipe_hint"))
-    if recompute is None and recompute_layers_from_recipe(knobs.get("recipe_hint")):
+    block_layers = recompute_layers_from_recipe(knobs.get("recipe_hint"))
+    if recompute is None and block_layers:
         recompute = "full"
     if recompute is None:
         assumed.append("recompute: not stated, the search's choice")
     else:
         pins["recompute"] = recompute
     every = layer_ac_every(knobs.get("activation_checkpointing"))
-    per_chunk = -(-model.num_hidden_layers // (degrees["pp"] * vp))
+    per_chunk = layers_per_chunk(model.num_hidden_layers, degrees["pp"] * vp)
     if every is not None:
         pins["recompute_layers"] = max(per_chunk // every, 1)
-    elif recompute == "full" and recompute_layers_from_recipe(knobs.get("recipe_hint")):
-        pins["recompute_layers"] = min(recompute_layers_from_recipe(knobs.get("recipe_hint")) or 1, per_chunk)
+    elif recompute == "full" and block_layers:
+        pins["recompute_layers"] = min(block_layers, per_chunk)
     overrides: dict[str, Any] = {}
     if isinstance(knobs.get("compile"), bool):
         overrides["compile"] = knobs["compile"]

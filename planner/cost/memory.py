@@ -201,14 +201,11 @@ def stage_memory(
     share = mesh.recomputed_share(layers)
 
     def kept(moe: bool) -> np.ndarray:
-        return share * activation_bytes_per_token_layer(model, job, mesh, moe) + (
-            1.0 - share
-        ) * activation_bytes_per_token_layer(model, job, no_recompute, moe)
+        as_set = activation_bytes_per_token_layer(model, job, mesh, moe)  # full: the layer input
+        everything = activation_bytes_per_token_layer(model, job, no_recompute, moe)
+        return np.where(mesh.recompute == RECOMPUTE_FULL, share * as_set + (1.0 - share) * everything, as_set)
 
-    kept_dense, kept_moe = (
-        np.where(mesh.recompute == RECOMPUTE_FULL, kept(moe), activation_bytes_per_token_layer(model, job, mesh, moe))
-        for moe in (False, True)
-    )
+    kept_dense, kept_moe = kept(False), kept(True)
     per_microbatch = tokens * ((layers - moe_layers) * kept_dense + moe_layers * kept_moe)
     in_flight = microbatches_in_flight(m, mesh, first=first)
     # Full recompute re-materialises one layer at a time during backward.

@@ -58,6 +58,12 @@ def bubble_fraction(m: np.ndarray, mesh: MeshArrays) -> np.ndarray:
     return slots / (m + slots)
 
 
+def layers_per_chunk(num_layers: int, chunks: Any) -> Any:
+    """Layers of the busiest model chunk when ``num_layers`` are split over ``chunks`` = p*v
+    chunks: ceil(L / (p*v)) (an int or an array, as ``chunks``)."""
+    return -(-num_layers // chunks)
+
+
 def layers_on_worst_stage(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
     """Layers on the most loaded pipeline rank: ceil(L / (p*v)) per chunk, v chunks.
 
@@ -65,8 +71,7 @@ def layers_on_worst_stage(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
     --decoder-first/last-pipeline-num-layers give the user that choice); the worst rank holds
     the rounded-up share, which is what sets the step time and peak memory.
     """
-    per_chunk = -(-model.num_hidden_layers // (mesh.pp * mesh.virtual_stages))
-    return per_chunk * mesh.virtual_stages
+    return layers_per_chunk(model.num_hidden_layers, mesh.pp * mesh.virtual_stages) * mesh.virtual_stages
 
 
 def moe_layers_on_worst_stage(model: ModelSpec, layers: np.ndarray) -> np.ndarray:

@@ -139,8 +139,7 @@ def _watch(
             settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
             if settled or reported >= world:
                 finished = 0 in errors or 0 in done
-                late = _drain(events, finished, procs[0], errors)
-                results += late
+                results += _drain(events, finished, procs[0], errors)
                 raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
         starting = len(ready) < world
         allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
