@@ -97,24 +97,36 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
     """Write every fitted parameter (a parameter the rows do not determine loses any value it
     had: it is uncalibrated), and once per file the rows of its target with their
     cross-validated errors; returns the files written."""
+    from planner.fit_runs import profiles_of, target_of
+
     problem = result.problem
     edits: dict[Path, list[str]] = {}
     rows_of: dict[Path, tuple[str, np.ndarray]] = {}
     for j, param in enumerate(problem.params):
-        folder = catalog_dir("hardware_profiles" if param.kind == "profile" else "stacks")
-        path = folder / f"{param.target}.yaml"
-        lines = edits.setdefault(path, path.read_text(encoding="utf-8").split("\n"))
-        target = np.array([(c.profile if param.kind == "profile" else c.stack) == param.target for c in problem.cases])
-        rows_of[path] = (param.kind, target)
-        indent, head = ("  ", re.compile(r"^  sources:")) if param.kind == "profile" else ("", re.compile(r"^sources:"))
-        start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:")) if param.kind == "profile" else 0
-        if not result.free[j]:
-            _drop_field(lines, param.field, indent, start)
-            continue
-        upper = param.bounds[1]
-        theta = 0.0 if abs(result.theta[j]) < 1e-6 * max(abs(upper), 1.0) else float(result.theta[j])
-        _set_line(lines, param.field, f"{theta:.4g}", indent, head, start)
-        _set_source(lines, param.field, source_text(command, runs_file, int(problem.uses[:, j].sum())), indent, start)
+        gpu = param.kind != "stack"
+        names = profiles_of(param.kind, param.target) if gpu else [param.target]
+        names = [n for n in names if param.kind != "architecture" or any(c.profile == n for c in problem.cases)]
+        rows = int(problem.uses[:, j].sum())
+        source = source_text(command, runs_file, rows)
+        if param.kind == "architecture":
+            source += (
+                f"; one value for every {param.target} profile (a kernel is written per architecture): "
+                "its rows are those of the profiles of that architecture"
+            )
+        for name in names:
+            path = catalog_dir("hardware_profiles" if gpu else "stacks") / f"{name}.yaml"
+            lines = edits.setdefault(path, path.read_text(encoding="utf-8").split("\n"))
+            kind = "profile" if gpu else "stack"
+            rows_of[path] = (kind, np.array([target_of(kind, c) == name for c in problem.cases]))
+            indent, head = ("  ", re.compile(r"^  sources:")) if gpu else ("", re.compile(r"^sources:"))
+            start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:")) if gpu else 0
+            if not result.free[j]:
+                _drop_field(lines, param.field, indent, start)
+                continue
+            upper = param.bounds[1]
+            theta = 0.0 if abs(result.theta[j]) < 1e-6 * max(abs(upper), 1.0) else float(result.theta[j])
+            _set_line(lines, param.field, f"{theta:.4g}", indent, head, start)
+            _set_source(lines, param.field, source, indent, start)
     for path, lines in edits.items():
         kind, rows = rows_of[path]
         by: dict[str, list[float]] = {}

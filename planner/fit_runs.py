@@ -6,8 +6,12 @@ Parameters (``FIT_FIELDS``):
                    sustains relative to the short benchmarks the profile's efficiencies come from
                    (clocks under a power cap with every GPU of the node busy; no public H100
                    figure exists, fidelity-evidence.md)
-  per GPU profile  ``fp8_rowwise_gemm_fraction``: row-scaled fp8 GEMMs (torchao rowwise) against
-                   tensor-scaled ones, fixed by the row-wise rows alone
+  per GPU architecture ``fp8_rowwise_gemm_fraction``: row-scaled fp8 GEMMs (torchao rowwise:
+                   torch._scaled_mm with per-row scales, CUTLASS kernels) against tensor-scaled
+                   ones, fixed by the row-wise rows alone. A kernel is written per architecture,
+                   not per board, so every profile of one architecture shares the value (the
+                   rowwise rows of torchtitan's 96 GB H100s and of torchao's unstated H100
+                   variant fix one Hopper figure together)
   per GPU profile  ``fp8_block_gemm_fraction``: block-scaled fp8 (MXFP8) GEMMs and their
                    quantisation against tensor-scaled ones, fixed by the MXFP8 rows alone
   per stack        ``layer_overhead_us``: fixed time per layer and forward pass beyond its work
@@ -46,7 +50,7 @@ import numpy as np
 from scipy.optimize import least_squares
 from scipy.sparse import lil_matrix
 
-from planner.catalog import load_profile, load_stack
+from planner.catalog import load_profile, load_stack, profile_names
 from planner.mesh import MeshArrays
 from planner.runs import RunCase, resolve_config
 from planner.schemas.hardware import HardwareProfile
@@ -55,7 +59,7 @@ from planner.schemas.stack import Stack
 
 FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("profile", "sustained_tensor_fraction"): (1.0, 0.3, 1.0),
-    ("profile", "fp8_rowwise_gemm_fraction"): (1.0, 0.3, 1.0),
+    ("architecture", "fp8_rowwise_gemm_fraction"): (1.0, 0.3, 1.0),
     ("profile", "fp8_block_gemm_fraction"): (1.0, 0.3, 1.0),
     ("stack", "layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
@@ -76,7 +80,7 @@ factor, which predicts nothing."""
 class Param:
     """One fitted parameter: a field of a profile's GPU or of a stack, by name."""
 
-    kind: str  # "profile" or "stack"
+    kind: str  # "profile", "architecture" (every profile of one GPU architecture) or "stack"
     target: str
     field: str
 
@@ -120,15 +124,36 @@ def applies(field: str, case: RunCase) -> bool:
     return True
 
 
+def target_of(kind: str, case: RunCase) -> str:
+    """The profile, GPU architecture or stack of a case that a parameter of ``kind`` belongs to."""
+    if kind == "architecture":
+        return architecture_of(case.profile)
+    return case.profile if kind == "profile" else case.stack
+
+
+def architecture_of(profile: str) -> str:
+    """A profile's GPU architecture (its own name where the profile states none)."""
+    return load_profile(profile).gpu.architecture or profile
+
+
+def profiles_of(kind: str, target: str) -> list[str]:
+    """The shipped profiles a GPU parameter of ``kind`` and ``target`` is written to: the profile
+    itself, or every profile of the architecture that holds its own calibration (a profile
+    ``calibrated_like`` another takes the donor's values)."""
+    if kind == "profile":
+        return [target]
+    return [n for n in profile_names() if architecture_of(n) == target and load_profile(n).calibrated_like is None]
+
+
 def build_problem(cases: Sequence[RunCase]) -> Problem:
     configs = [resolve_config(c) for c in cases]
-    targets = {"profile": sorted({c.profile for c in cases}), "stack": sorted({c.stack for c in cases})}
+    kinds = {kind for kind, _ in FIT_FIELDS}
+    targets = {kind: sorted({target_of(kind, c) for c in cases}) for kind in kinds}
     params = [Param(kind, t, f) for (kind, f) in FIT_FIELDS for t in targets[kind]]
     uses = np.zeros((len(cases), len(params)), dtype=bool)
     for i, case in enumerate(cases):
         for j, p in enumerate(params):
-            mine = (case.profile if p.kind == "profile" else case.stack) == p.target
-            uses[i, j] = mine and applies(p.field, case)
+            uses[i, j] = target_of(p.kind, case) == p.target and applies(p.field, case)
     keys = [(c.group, c.model.name) for c in cases]
     index = {key: k for k, key in enumerate(dict.fromkeys(keys))}
     return Problem(list(cases), configs, params, uses, np.array([index[k] for k in keys]))
@@ -138,7 +163,7 @@ def shipped_values(params: Sequence[Param]) -> np.ndarray:
     """The values the shipped profiles and stacks hold now (uncalibrated where absent)."""
     out = []
     for p in params:
-        obj = load_profile(p.target).gpu if p.kind == "profile" else load_stack(p.target)
+        obj = load_stack(p.target) if p.kind == "stack" else load_profile(profiles_of(p.kind, p.target)[0]).gpu
         value = getattr(obj, p.field)
         out.append(p.prior if value is None else float(value))
     return np.array(out)
@@ -149,7 +174,11 @@ def with_values(params: Sequence[Param], theta: np.ndarray) -> tuple[dict[str, H
     gpu_updates: dict[str, dict[str, float]] = {}
     stack_updates: dict[str, dict[str, float]] = {}
     for p, value in zip(params, theta, strict=True):
-        (gpu_updates if p.kind == "profile" else stack_updates).setdefault(p.target, {})[p.field] = float(value)
+        if p.kind == "stack":
+            stack_updates.setdefault(p.target, {})[p.field] = float(value)
+            continue
+        for name in profiles_of(p.kind, p.target):
+            gpu_updates.setdefault(name, {})[p.field] = float(value)
     profiles = {}
     for name, update in gpu_updates.items():
         prof = load_profile(name)

@@ -421,6 +421,25 @@ def test_row_scaled_fp8_runs_at_the_fitted_fraction() -> None:
     assert price_case(case)[0] < price_case(case_from_row(ROWS[TITAN_TP]))[0]
 
 
+def test_row_scaled_fp8_fraction_is_one_value_per_architecture() -> None:
+    """torchtitan's 96 GB H100 rows and an H100 of unstated variant share one Hopper parameter:
+    the fit moves both profiles with it."""
+    from planner.fit_runs import build_problem, with_values
+
+    row = copy.deepcopy(ROWS[TITAN_TP])
+    row["knobs"]["precision"] = "float8 rowwise (torchao)"
+    other = copy.deepcopy(row)
+    other["name"], other["hardware"]["gpu"] = "rowwise-on-an-h100", "H100 (variant not stated)"
+    cases = [case_from_row(row), case_from_row(other)]
+    assert [c.profile for c in cases] == ["h100-96g-500w", "dgx-h100"]
+    problem = build_problem(cases)
+    [j] = [k for k, p in enumerate(problem.params) if p.field == "fp8_rowwise_gemm_fraction"]
+    assert (problem.params[j].kind, problem.params[j].target) == ("architecture", "hopper")
+    assert problem.uses[:, j].all()
+    profiles, _ = with_values([problem.params[j]], np.array([0.5]))
+    assert {n: p.gpu.fp8_rowwise_gemm_fraction for n, p in profiles.items()} == {"dgx-h100": 0.5, "h100-96g-500w": 0.5}
+
+
 def test_block_scaled_fp8_runs_at_the_fitted_fraction() -> None:
     row = copy.deepcopy(ROWS[BRIDGE_MOE])
     row["knobs"]["precision"] = "FP8-CS"
