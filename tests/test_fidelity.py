@@ -519,3 +519,34 @@ def test_a_profile_without_runs_is_calibrated_like_its_die(tmp_path: Path) -> No
     bad.write_text(text)
     with pytest.raises(PlannerError, match=r"calibrated_like.*dgx-h1000"):
         load_cluster(str(bad))
+
+
+def test_torchtitans_selective_recompute_is_its_per_op_sac_not_megatrons() -> None:
+    """Same mesh, two stacks: torchtitan's selective AC runs half the matmuls, the element-wise
+    ops and the SP all-gathers again; Megatron's runs the attention core again."""
+    from planner.cost.compute import attention_core_forward_s, gemm_on, layer_gemms, selective_recompute_forward_s
+    from planner.cost.flops import layers_matmul_params_active, recompute_flops_per_token
+
+    model = load_model("llama3-8b")
+    cluster = load_cluster("dgx-h100", gpus=8)
+    plan = ParallelConfig(tp=8, sequence_parallel=True, recompute="selective")
+    mesh = MeshArrays.from_configs([plan])
+    jobs = {s: JobSpec(global_batch_size=8, seq_len=8192, stack=s) for s in ("megatron-core", "torchtitan")}
+    megatron = selective_recompute_forward_s(model, cluster, jobs["megatron-core"], mesh, moe=False)
+    assert megatron == pytest.approx(
+        attention_core_forward_s(model, cluster, jobs["megatron-core"], mesh, recompute=True)
+    )
+    titan = selective_recompute_forward_s(model, cluster, jobs["torchtitan"], mesh, moe=False)
+    g = gemm_on(cluster, jobs["torchtitan"])
+    times = {x.name: float(g(x.m_rows, x.n, x.k)[0]) for x in layer_gemms(model, jobs["torchtitan"], mesh, False)}
+    # half of QKV, attention out and gate/up (the down projection's output only feeds the residual)
+    gemm_part = 0.5 * (times["attn.qkv"] + times["attn.out"] + times["mlp.in"])
+    assert gemm_part < float(titan[0]) < gemm_part * 1.3  # plus the recomputed element-wise ops
+    # for Llama-3-8B that is 0.36 of the layer matmul FLOPs
+    share = recompute_flops_per_token(model, 8192, "selective", "alternate_matmuls") / layers_matmul_params_active(
+        model
+    )
+    assert share / 2.0 == pytest.approx(0.365, abs=0.005)
+    tp_bytes = {s: float(evaluate(model, cluster, j, mesh).comm_bytes["tp"][0]) for s, j in jobs.items()}
+    # 8 SP collectives (4 reduce-scatter + all-gather pairs) per layer, plus 2 all-gathers again
+    assert tp_bytes["torchtitan"] / tp_bytes["megatron-core"] == pytest.approx(10.0 / 8.0, rel=1e-3)

@@ -161,3 +161,36 @@ def test_a_layer_shard_too_slow_for_the_timeout_is_refused_in_one_line(cli) -> N
     args = ("validate", "--local-ranks", "2", "--model", "llama3-70b", "--cluster", "dgx-h100x16", "--top", "1")
     r = cli(*args, "--layer-shard", "--timeout", "60")
     assert_one_line_error(r, "--layer-shard", "layer.dense", "localhost-cpu", "--timeout", "--no-layer-shard")
+
+
+def test_torchtitan_op_sac_replay_recomputes_every_second_matmul() -> None:
+    # torchtitan's per-op SAC (stacks/torchtitan.yaml): of the shard's four matmuls (QKV and
+    # gate/up fused) the 2nd and 4th are not saved; backward needs the 2nd's output (the second
+    # norm reads the residual sum) and not the 4th's (only the residual add reads it), so it runs
+    # the attention output projection again, and not the attention core.
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from planner.validate.layer import Shard
+
+    torch.set_num_threads(1)
+    model = load_model("llama3-8b").model_copy(
+        update={"hidden_size": 256, "intermediate_size": 512, "num_attention_heads": 8, "num_key_value_heads": 2}
+    )
+    plan = ParallelConfig(recompute="selective")
+    mesh = MeshArrays.from_configs([plan])
+    counts = {}
+    for stack in ("megatron-core", "torchtitan"):
+        job = JobSpec(global_batch_size=8, seq_len=64, stack=stack)
+        [term] = layer_terms(model, job, plan, CPU, on_gpu=False)
+        assert term.layer is not None
+        shard = Shard(term.layer, torch.device("cpu"), torch.float32)
+        with FlopCounterMode(display=False) as counter:
+            shard.step()
+        counts[stack] = sum(v for op, v in counter.get_flop_counts()["Global"].items() if str(op) == "aten.mm")
+    gemms = {
+        g.name: 2.0 * float(np.asarray(g.m_rows * g.n * g.k).reshape(-1)[0])
+        for g in layer_gemms(model, job, mesh, False)
+    }
+    assert counts["megatron-core"] == pytest.approx(3.0 * sum(gemms.values()))
+    assert counts["torchtitan"] == pytest.approx(3.0 * sum(gemms.values()) + gemms["attn.out"])

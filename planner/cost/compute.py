@@ -227,9 +227,26 @@ def lm_head_gemm(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Gemm:
     return Gemm("lm_head", tokens, model.vocab_size / mesh.tp, np.asarray(float(model.hidden_size)))
 
 
-def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
-    """Forward time of one layer on one rank for one micro-batch: its GEMMs (``layer_gemms``),
-    the attention core and element-wise ops."""
+@dataclass(frozen=True)
+class LayerForward:
+    """One layer's forward on one rank for one micro-batch, by kind of work (seconds, columns)."""
+
+    gemm_s: np.ndarray
+    core_s: np.ndarray  # the attention core (flash: carrying 3.5/3 of its forward FLOP time)
+    elementwise_s: np.ndarray
+    casts_s: np.ndarray
+    softmax_s: np.ndarray  # unfused softmax/dropout traffic (zero with flash attention)
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.gemm_s + self.core_s + self.elementwise_s + self.casts_s + self.softmax_s
+
+
+def layer_forward_parts(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool
+) -> LayerForward:
+    """Forward time of one layer on one rank for one micro-batch, by part: its GEMMs
+    (``layer_gemms``), the attention core and element-wise ops."""
     bw = cluster.gpu.achieved_hbm_bytes_per_s
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
@@ -237,8 +254,7 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     kv = kv_heads_per_rank(model, t)
     tokens = mesh.tokens_per_rank(job.seq_len)
     g = gemm_on(cluster, job)
-    time = sum(gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe))
-    time = time + attention_core_forward_s(model, cluster, job, mesh)
+    gemms = sum(gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe))
     if moe:
         top_k = model.num_experts_per_tok or 0
         mlp_width = top_k * model.expert_intermediate_size / mesh.expert_tp / t + model.shared_expert_width / t
@@ -249,9 +265,51 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
     outside = np.where(mesh.sequence_parallel, 20.0 * h / t, 20.0 * h)  # 2 norms 8h + 2 residual adds 12h
     activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
     rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
-    elementwise = tokens * (outside + activation_fn + rope + permute_bytes) / bw
-    casts = fp8_cast_forward_s(model, cluster, job, mesh, moe)
-    return time + elementwise + casts + unfused_softmax_forward_s(model, cluster, job, mesh)
+    return LayerForward(
+        gemm_s=np.asarray(gemms),
+        core_s=attention_core_forward_s(model, cluster, job, mesh),
+        elementwise_s=tokens * (outside + activation_fn + rope + permute_bytes) / bw,
+        casts_s=fp8_cast_forward_s(model, cluster, job, mesh, moe),
+        softmax_s=unfused_softmax_forward_s(model, cluster, job, mesh),
+    )
+
+
+def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """Forward time of one layer on one rank for one micro-batch (``layer_forward_parts``)."""
+    return layer_forward_parts(model, cluster, job, mesh, moe).total_s
+
+
+SAC_RECOMPUTED_MATMUL_SHARE = 0.5
+"""torchtitan's per-op selective AC saves every second matmul's output and recomputes the others
+(torchtitan llama3 parallelize.py, _custom_policy: "Saves output of all compute ops, except every
+second mm"; stacks/torchtitan.yaml cites it). Its counter runs on across layers and micro-batches,
+so on average half of the matmuls whose outputs backward needs run again."""
+
+RESIDUAL_OUTPUT_GEMMS = ("mlp.out", "moe.expert_out", "moe.shared_out")
+"""GEMMs whose output only the residual add uses: backward needs no value of theirs (a matmul's
+gradient needs its inputs), so a saved-or-recomputed policy never runs them again. (The attention
+output projection is not one: the second norm needs the residual sum it feeds.)"""
+
+
+def selective_recompute_forward_s(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool
+) -> np.ndarray:
+    """Forward work one layer runs again in backward under selective recompute, as the stack's
+    ``selective_recompute`` says: the attention core once (Megatron, Korthikanti et al. 2022), or
+    torchtitan's per-op SAC: half of the GEMMs whose outputs backward needs (all but
+    ``RESIDUAL_OUTPUT_GEMMS``: for Llama 0.36 of the layer's matmul FLOPs), with their fp8 casts,
+    and every element-wise op (its save list keeps none; the attention output is saved). Its TP
+    all-gathers are ``traffic.tp_recomputed_all_gathers``."""
+    if job.software.selective_recompute == "attention":
+        return attention_core_forward_s(model, cluster, job, mesh, recompute=True) + unfused_softmax_forward_s(
+            model, cluster, job, mesh
+        )
+    parts = layer_forward_parts(model, cluster, job, mesh, moe)
+    g = gemm_on(cluster, job)
+    gemms = layer_gemms(model, job, mesh, moe)
+    needed = sum(x.count * g(x.m_rows, x.n, x.k) for x in gemms if x.name not in RESIDUAL_OUTPUT_GEMMS)
+    share = needed / np.maximum(parts.gemm_s, 1e-30)
+    return SAC_RECOMPUTED_MATMUL_SHARE * (needed + share * parts.casts_s) + parts.elementwise_s
 
 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:

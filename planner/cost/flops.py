@@ -60,6 +60,15 @@ def layers_matmul_params_active(model: ModelSpec) -> int:
     )
 
 
+def residual_output_matmul_params(model: ModelSpec) -> int:
+    """Weights of the MLP down projections (dense, routed top-k and shared experts) across all
+    layers: the GEMMs whose output only the residual add uses (``compute.RESIDUAL_OUTPUT_GEMMS``)."""
+    h = model.hidden_size
+    routed = (model.num_experts_per_tok or 0) * model.expert_intermediate_size if model.is_moe else 0
+    moe = model.num_moe_layers * (routed + model.shared_expert_width) * h if model.is_moe else 0
+    return model.num_dense_layers * model.intermediate_size * h + int(moe)
+
+
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention.
 
@@ -71,13 +80,17 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return 6.0 * (layers_matmul_params_active(model) + head) + 3.0 * attention
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
-    """Extra forward FLOPs per token that recompute executes: 0, the attention core (selective),
-    or every layer's forward (full)."""
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, selective: str = "attention") -> float:
+    """Extra forward FLOPs per token that recompute executes: 0, under selective the attention
+    core (``selective`` 'attention', Megatron) or half of the matmuls whose outputs backward needs
+    ('alternate_matmuls', torchtitan's per-op SAC: ``compute.selective_recompute_forward_s``), or
+    every layer's forward (full)."""
     attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
     if recompute == "full":
         return 2.0 * layers_matmul_params_active(model) + attention
     if recompute == "selective":
+        if selective == "alternate_matmuls":
+            return float(layers_matmul_params_active(model) - residual_output_matmul_params(model))
         return attention
     return 0.0
 

@@ -28,6 +28,7 @@ from planner.cost.compute import (
     layer_overhead_s,
     loss_s,
     optimizer_step_s,
+    selective_recompute_forward_s,
     stage_forward_s,
     unfused_softmax_forward_s,
 )
@@ -53,16 +54,18 @@ def training_s(
     recomputed_core_s: np.ndarray,
     mesh: MeshArrays,
     layers: np.ndarray | int,
+    selective_s: np.ndarray,
 ) -> np.ndarray:
     """Forward, backward and recompute of layers whose forward takes ``forward_s``, of which the
     attention core ``core_forward_s`` (as priced in the forward: with flash kernels it carries 3.5/3
     of its forward FLOPs, ``compute.attention_core_forward_s``) and ``recomputed_core_s`` is that
-    core run once more: ``mesh.forward_passes(layers)`` x the forward, plus the recomputed core
-    under selective recompute; under full recompute the extra forward runs the core once, not
+    core run once more: ``mesh.forward_passes(layers)`` x the forward, plus ``selective_s`` under
+    selective recompute (what the stack's policy runs again, ``compute.selective_recompute_forward_s``);
+    under full recompute the extra forward runs the core once, not
     3.5/3 times (flash backward 2.5 + forward 1 + recomputed forward 1 = 4.5 core forwards), for
     the share of the ``layers`` it recomputes. Serves the step (a stage's layers) and the
     validator's layer shard (one layer) alike."""
-    selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, recomputed_core_s, 0.0)
+    selective = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, selective_s, 0.0)
     full_excess = mesh.recomputed_share(layers) * (core_forward_s - recomputed_core_s)
     return mesh.forward_passes(layers) * forward_s + selective - full_excess
 
@@ -102,7 +105,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
     core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
     recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
-    compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh, layers)
+    selective = (layers - moe_layers) * selective_recompute_forward_s(model, cluster, job, mesh, moe=False)
+    if model.is_moe:
+        selective = selective + moe_layers * selective_recompute_forward_s(model, cluster, job, mesh, moe=True)
+    compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh, layers, selective)
     # the last stage is the slower (or the only) one: it adds the head and the loss
     compute_mb = compute_first + 3.0 * head_fwd + loss_s(model, cluster, job, mesh)
     fwd_mb = compute_mb / mesh.forward_passes(layers)
@@ -129,7 +135,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     s = job.seq_len
     tokens = batch * s
     model_flops = model_flops_per_token(model, s) * tokens
-    recompute_extra = np.array([recompute_flops_per_token(model, s, r) for r in RECOMPUTES])[mesh.recompute]
+    policy = job.software.selective_recompute
+    recompute_extra = np.array([recompute_flops_per_token(model, s, r, policy) for r in RECOMPUTES])[mesh.recompute]
     # full recompute of some of each chunk's layers runs that share of the forwards again
     recompute_extra = np.where(
         mesh.recompute == RECOMPUTE_FULL, recompute_extra * mesh.recomputed_share(layers), recompute_extra

@@ -36,7 +36,7 @@ import numpy as np
 from planner.cost import comm
 from planner.cost.flops import attention_dims
 from planner.cost.memory import RankParams, kv_heads_per_rank
-from planner.mesh import INTERLEAVED, MeshArrays
+from planner.mesh import INTERLEAVED, RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -122,6 +122,16 @@ def dp_buffers_bytes(
     return grads, weights
 
 
+def tp_recomputed_all_gathers(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+    """SP all-gathers that torchtitan's per-op selective AC runs again in backward (its save list
+    keeps matmul, attention and reduce-scatter outputs, not all-gathers: stacks/torchtitan.yaml):
+    the attention input's and the MLP input's per dense layer, the attention input's per MoE
+    layer; zero for other policies, without SP, or without selective recompute."""
+    op_sac = job.software.selective_recompute == "alternate_matmuls"
+    again = (mesh.recompute == RECOMPUTE_SELECTIVE) & mesh.sequence_parallel & (mesh.tp > 1) & op_sac
+    return np.where(again, 2.0 * (layers - moe_layers) + moe_layers, 0.0)
+
+
 def tp_per_microbatch(
     model: ModelSpec,
     job: JobSpec,
@@ -149,8 +159,17 @@ def tp_per_microbatch(
     per_collective = np.where(mesh.sequence_parallel, split, comm.all_reduce_s(message, tp))
     split_sent = comm.all_gather_bytes_sent(message, mesh.tp) + comm.all_gather_bytes_sent(gathered, mesh.tp)
     per_sent = np.where(mesh.sequence_parallel, split_sent, comm.all_reduce_bytes_sent(message, mesh.tp))
-    sent = count * per_sent + expert_count * comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
-    time = count * per_collective + expert_count * comm.all_reduce_s(routed, links["etp"])
+    again = tp_recomputed_all_gathers(job, mesh, layers, moe_layers)
+    sent = (
+        count * per_sent
+        + expert_count * comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
+        + again * comm.all_gather_bytes_sent(gathered, mesh.tp)
+    )
+    time = (
+        count * per_collective
+        + expert_count * comm.all_reduce_s(routed, links["etp"])
+        + again * comm.all_gather_s(gathered, tp)
+    )
     fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
     hidden = np.minimum(time * fraction, overlap_budget_s)
     return Traffic(time - hidden, sent, hidden)

@@ -63,6 +63,11 @@ class Stack(Frozen):
         description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
         "instead of the 16-bit one (Transformer Engine does; torchao's Float8Linear keeps the 16-bit input)"
     )
+    selective_recompute: Literal["attention", "alternate_matmuls"] = Field(
+        description="What selective recompute runs again in backward: 'attention', the attention core (Megatron's "
+        "--recompute-granularity selective, Korthikanti et al. 2022); 'alternate_matmuls', torchtitan's per-op "
+        "SAC (every second matmul and every op outside its save list: norms, activations, TP all-gathers)"
+    )
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
     default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
     layer_overhead_us: NonNegativeFloat | None = Field(

@@ -10,7 +10,14 @@ norm and the MLP (SwiGLU when gated, GELU otherwise), or for a MoE layer the rou
 experts on even shares of the routed tokens, one after another as the model prices them, and the
 shared experts. Backward is ``torch.autograd.grad`` of the output against a fixed random output
 gradient, for the input and every weight. Full recompute runs the forward once more without
-autograd first; selective recompute checkpoints the attention core, so backward runs it again.
+autograd first; selective recompute follows the stack's policy (``Stack.selective_recompute``):
+Megatron's checkpoints the attention core, so backward runs it again; torchtitan's per-op SAC
+wraps the layer in ``create_selective_checkpoint_contexts`` with torchtitan's policy (save the
+attention output and every other matmul's, recompute the rest), so backward runs every second
+matmul whose output it needs and the element-wise ops again. The shard fuses QKV and gate/up
+into one matmul each, so its alternation recomputes the attention output projection only, where
+torchtitan's unfused linears (and the price, ``compute.selective_recompute_forward_s``) average
+half of the matmuls backward needs: a known gap of the replay, not of the price.
 
 The other ranks are stood in for, never called: their collectives are timed as their own terms.
 With sequence parallelism the residual stream holds tokens/t rows; a local ``repeat`` stands for
@@ -31,7 +38,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F  # noqa: N812 (the usual spelling)
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.utils.checkpoint import checkpoint
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from planner.cost.compute import Gemm, layer_gemms
 from planner.cost.flops import attention_dims
@@ -229,7 +236,7 @@ class Shard:
     def _attention(self, x: Tensor) -> Tensor:
         y = self._gathered(self._norm(x, "norm1"))
         q, k, v = self._qkv(y)
-        if self.spec.plan.recompute == "selective":
+        if self.spec.plan.recompute == "selective" and not self._op_sac:
             core = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
             core = self._core(q, k, v)
@@ -273,6 +280,16 @@ class Shard:
         return F.dropout(x, DROPOUT_P) if self.spec.job.dropout else x
 
     def forward(self, x: Tensor) -> Tensor:
+        """The layer, under torchtitan's per-op SAC where the plan recomputes selectively with it."""
+        if self.spec.plan.recompute == "selective" and self._op_sac:
+            return checkpoint(self._layer, x, use_reentrant=False, context_fn=op_sac_contexts)
+        return self._layer(x)
+
+    @property
+    def _op_sac(self) -> bool:
+        return self.spec.job.software.selective_recompute == "alternate_matmuls"
+
+    def _layer(self, x: Tensor) -> Tensor:
         """The layer: x + attention(norm(x)), then + mlp(norm(.)) (pre-norm, as every bundled model)."""
         x = x + self._attention(x)
         y = self._gathered(self._norm(x, "norm2"))
@@ -289,6 +306,33 @@ class Shard:
                 self.forward(self.x)
         out = self.forward(self.x)
         torch.autograd.grad(out, [self.x, *self.parameters()], self.grad_out)
+
+
+SAC_SAVED_OPS = (
+    torch.ops.aten.mm.default,
+    torch.ops.aten._scaled_dot_product_efficient_attention.default,
+    torch.ops.aten._scaled_dot_product_flash_attention.default,
+    torch.ops.aten._scaled_dot_product_cudnn_attention.default,
+    torch.ops.aten.max.default,
+)
+"""Ops whose outputs torchtitan's per-op SAC keeps (torchtitan llama3 parallelize.py ``_save_list``,
+quoted in stacks/torchtitan.yaml; its reduce_scatter entry has no local stand-in here)."""
+
+
+def op_sac_contexts() -> tuple[object, object]:
+    """torchtitan's per-op SAC policy: save the listed ops' outputs except every second matmul's,
+    recompute everything else (its ``_custom_policy``)."""
+    counts = {"forward": 0, "recompute": 0}
+
+    def policy(ctx: object, func: object, *args: object, **kwargs: object) -> CheckpointPolicy:
+        mode = "recompute" if getattr(ctx, "is_recompute", False) else "forward"
+        if func == torch.ops.aten.mm.default:
+            counts[mode] += 1
+            if counts[mode] % 2 == 0:
+                return CheckpointPolicy.PREFER_RECOMPUTE
+        return CheckpointPolicy.MUST_SAVE if func in SAC_SAVED_OPS else CheckpointPolicy.PREFER_RECOMPUTE
+
+    return create_selective_checkpoint_contexts(policy)
 
 
 def layer_call(term: TermSpec, device: torch.device) -> Callable[[], None]:

@@ -17,7 +17,12 @@ replay exists to exercise the code path and its tests, not to calibrate a GPU).
 
 from __future__ import annotations
 
-from planner.cost.compute import attention_core_forward_s, layer_forward_s, unfused_softmax_forward_s
+from planner.cost.compute import (
+    attention_core_forward_s,
+    layer_forward_s,
+    selective_recompute_forward_s,
+    unfused_softmax_forward_s,
+)
 from planner.cost.pipeline import layers_on_worst_stage, num_microbatches
 from planner.cost.step import training_s
 from planner.mesh import MeshArrays
@@ -63,7 +68,8 @@ def predict_layer_s(shard: LayerShard, cluster: ClusterSpec, dtype: str) -> floa
     softmax = unfused_softmax_forward_s(shard.model, priced, job, mesh)
     core = attention_core_forward_s(shard.model, priced, job, mesh) + softmax
     recomputed = attention_core_forward_s(shard.model, priced, job, mesh, recompute=True) + softmax
-    return float(training_s(forward, core, recomputed, mesh, 1)[0])
+    selective = selective_recompute_forward_s(shard.model, priced, job, mesh, shard.moe)
+    return float(training_s(forward, core, recomputed, mesh, 1, selective)[0])
 
 
 def layer_terms(
