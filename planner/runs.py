@@ -5,9 +5,10 @@ Nothing here is keyed by a run's name: a row the planner has never seen is price
 Each field is read as the file's ``field_conventions`` state (null: not stated):
 
   model     layers, hidden, heads, kv_heads, head_dim, ffn (dense), experts, top_k, expert_ffn,
-            shared_experts, dense_layers, an MLA 'attention' description, vocab, seq_len,
-            tied_embeddings, ffn_act; MPT's architecture from its arch_notes (GELU MLP, LayerNorm
-            and biases, learned positions, tied embeddings)
+            shared_experts, dense_layers, an MLA or sliding-window 'attention' description (a window
+            on every layer, or alternating with full layers as GPT-OSS's; attention sinks are
+            refused), vocab, seq_len, tied_embeddings, ffn_act; MPT's architecture from its
+            arch_notes (GELU MLP, LayerNorm and biases, learned positions, tied embeddings)
   hardware  the GPU description picks a shipped profile (``GPU_PROFILES``), count the GPUs
   software  the source repository picks the stack (``STACKS``); compile, async_tp and the FSDP
             mixed-precision policy override its defaults where the row states them
@@ -183,8 +184,13 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     m = row.get("model") or {}
     notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention"))
     attention = _text(m.get("attention"))
-    if "sliding" in attention or "window" in attention:
-        raise UnpriceableError(f"attention '{m.get('attention')}': sliding-window attention is not modelled")
+    if "sink" in attention:
+        raise UnpriceableError(
+            f"attention '{m.get('attention')}': attention sinks are not modelled (a learnable softmax offset, "
+            "which Transformer Engine's flash backends do not run: DotProductAttention softmax_type, TE >= 2.8, "
+            "leaves cuDNN fused attention or the unfused path, neither priced for it)"
+        )
+    window = sliding_window_from(attention, m.get("attention"))
     layers, hidden, heads = (_int(m, k, "model") for k in ("layers", "hidden", "heads"))
     if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
         raise UnpriceableError("model: layers, hidden, heads, vocab and seq_len are required")
@@ -208,6 +214,11 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         "tie_word_embeddings": bool(m.get("tied_embeddings")) or "tied" in notes,
         "hidden_act": "gelu" if gelu else "silu",
     }
+    if window is not None:
+        size, alternating = window
+        spec["sliding_window"] = size
+        if alternating:  # HF's order for GPT-OSS: sliding first (config.json layer_types)
+            spec["layer_types"] = [("sliding_attention", "full_attention")[i % 2] for i in range(layers)]
     if mpt:
         spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")
     if _text(m.get("hf_id")).startswith("qwen/qwen3"):
@@ -231,6 +242,21 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         return ModelSpec(**spec)
     except ValueError as err:
         raise UnpriceableError(f"model: {_pydantic_message(err)}") from None
+
+
+def sliding_window_from(attention: str, stated: Any) -> tuple[int, bool] | None:
+    """(window, alternating with full layers) of a row's attention description, None without a
+    window: 'sliding-window(128)' on every layer, or 'alternating full / sliding-window(128)'
+    (GPT-OSS). Another mix of layer kinds is refused with its text."""
+    if "sliding" not in attention and "window" not in attention:
+        return None
+    found = re.search(r"window\s*\(?\s*(\d+)", attention)
+    if not found:
+        raise UnpriceableError(f"attention '{stated}': a sliding window without its size")
+    alternating = "alternating" in attention
+    if "full" in attention and not alternating:
+        raise UnpriceableError(f"attention '{stated}': a mix of full and sliding layers other than alternating")
+    return int(found.group(1)), alternating
 
 
 def fp8_scaling_from(precision: str) -> str:

@@ -95,3 +95,29 @@ def test_layer_gemms_multiply_every_matmul_weight_once_per_token(model_name: str
         assert flops * tp == pytest.approx(2.0 * weights * tokens, rel=1e-12)
     head = lm_head_gemm(model, job, mesh)
     assert float(head.n[0]) * tp == model.vocab_size and float(head.m_rows[0]) == tokens
+
+
+def test_sliding_window_attention_is_priced_on_its_window() -> None:
+    # a window as long as the sequence is full causal attention; a 128-token window attends 3%
+    # of the keys at the rate of a 128-token call (flash_length_factor)
+    from planner.catalog import load_model
+    from planner.cost.compute import flash_length_factor
+    from planner.cost.flops import attended_keys
+
+    cluster = load_cluster("dgx-h100", gpus=8)
+    job = JobSpec(global_batch_size=8, seq_len=8192)
+    mesh = MeshArrays.from_configs([ParallelConfig(dp=8)])
+    full = load_model("mistral-7b").model_copy(update={"sliding_window": None})
+    t_full = attention_core_forward_s(full, cluster, job, mesh)[0]
+    as_long = full.model_copy(update={"sliding_window": 8192})
+    # (s+1)/2 keys per query against the flash convention's s/2: equal to 1e-4
+    assert attention_core_forward_s(as_long, cluster, job, mesh)[0] == pytest.approx(t_full, rel=2e-4)
+    narrow = full.model_copy(update={"sliding_window": 128})
+    expected = (
+        t_full
+        * attended_keys(8192, 128)
+        / (8192 / 2)
+        * flash_length_factor(np.asarray(8192.0))
+        / flash_length_factor(np.asarray(128.0))
+    )
+    assert attention_core_forward_s(narrow, cluster, job, mesh)[0] == pytest.approx(float(expected))

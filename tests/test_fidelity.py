@@ -550,3 +550,20 @@ def test_torchtitans_selective_recompute_is_its_per_op_sac_not_megatrons() -> No
     tp_bytes = {s: float(evaluate(model, cluster, j, mesh).comm_bytes["tp"][0]) for s, j in jobs.items()}
     # 8 SP collectives (4 reduce-scatter + all-gather pairs) per layer, plus 2 all-gathers again
     assert tp_bytes["torchtitan"] / tp_bytes["megatron-core"] == pytest.approx(10.0 / 8.0, rel=1e-3)
+
+
+def test_runs_rows_with_sliding_windows_are_priced_and_sinks_refused() -> None:
+    row = copy.deepcopy(ROWS[TITAN_TP])
+    row["model"]["attention"] = "alternating full / sliding-window(128) attention"
+    case = case_from_row(row)
+    assert case.model.sliding_window == 128 and case.model.num_sliding_layers == case.model.num_hidden_layers // 2
+    assert case.model.layer_types is not None and case.model.layer_types[:2] == ["sliding_attention", "full_attention"]
+    assert price_case(case)[0] > price_case(case_from_row(ROWS[TITAN_TP]))[0]
+    row["model"]["attention"] = "sliding-window(4096) on every layer"
+    assert case_from_row(row).model.num_sliding_layers == case.model.num_hidden_layers
+    row["model"]["attention"] = "alternating full / sliding-window(128) attention with sinks"
+    with pytest.raises(UnpriceableError, match="attention sinks are not modelled"):
+        case_from_row(row)
+    row["model"]["attention"] = "5:1 local sliding-window(1024) / full"
+    with pytest.raises(UnpriceableError, match="other than alternating"):
+        case_from_row(row)

@@ -51,3 +51,35 @@ def test_selective_recompute_adds_only_the_attention_core() -> None:
     extra = recompute_flops_per_token(m, s, "selective")
     assert extra == pytest.approx(4 * m.num_hidden_layers * s * m.hidden_size)
     assert recompute_flops_per_token(m, s, "none") == 0
+
+
+def test_sliding_window_attention_counts_the_keys_a_query_can_see() -> None:
+    from planner.cost.flops import attended_keys, attention_score_flops_per_token_fwd
+
+    # causal mean over s queries: (s+1)/2; a window w <= s: w - w(w-1)/(2s)
+    assert attended_keys(8192, None) == pytest.approx(4096.5)
+    assert attended_keys(8192, 8192) == pytest.approx(4096.5)
+    assert attended_keys(8192, 4096) == pytest.approx(4096 - 4096 * 4095 / 16384)
+    assert attended_keys(8192, 128) == pytest.approx(128 - 128 * 127 / 16384)
+    mistral = load_model("mistral-7b")
+    full = mistral.model_copy(update={"sliding_window": None})
+    ratio = attention_score_flops_per_token_fwd(mistral, 8192) / attention_score_flops_per_token_fwd(full, 8192)
+    assert ratio == pytest.approx(2 * attended_keys(8192, 4096) / 8192)
+    # GPT-OSS alternates: half the layers slide over 128 keys
+    alternating = full.model_copy(
+        update={"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 16}
+    )
+    assert alternating.num_sliding_layers == 16
+    half = attention_score_flops_per_token_fwd(alternating, 8192) / attention_score_flops_per_token_fwd(full, 8192)
+    assert half == pytest.approx(0.5 + 0.5 * 2 * attended_keys(8192, 128) / 8192)
+    assert model_flops_per_token(alternating, 8192) < model_flops_per_token(full, 8192)
+
+
+def test_layer_types_must_match_the_layers_and_name_a_window() -> None:
+    from planner.schemas import ModelSpec
+
+    base = load_model("mistral-7b").model_dump()
+    with pytest.raises(ValueError, match="layer_types lists 2 layers"):
+        ModelSpec(**{**base, "layer_types": ["sliding_attention", "full_attention"]})
+    with pytest.raises(ValueError, match="sliding_window is not set"):
+        ModelSpec(**{**base, "sliding_window": None, "layer_types": ["sliding_attention"] * 32})

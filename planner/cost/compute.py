@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.flops import attention_dims
+from planner.cost.flops import attended_keys, attention_dims
 from planner.cost.memory import kv_heads_per_rank
 from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage
 from planner.mesh import MeshArrays
@@ -121,7 +121,8 @@ def attention_core_forward_s(
     masked, as two batched GEMMs per head whose s x s score matrix goes through HBM; with
     K = d_head they are memory-bound on the roofline (2048 x 2048 x 128: 114 FLOP per byte,
     below A100's ridge of 153), so they are priced at max(FLOPs, bytes) like any GEMM.
-    ``recompute`` prices the forward pass alone (what selective recompute runs again).
+    ``recompute`` prices the forward pass alone (what selective recompute runs again). The
+    unfused path computes the whole square whatever the mask, sliding windows included.
     """
     d_qk, d_v = attention_dims(model)
     gpu = cluster.gpu
@@ -135,11 +136,20 @@ def attention_core_forward_s(
         # or the GPU's best fused kernel) as the stack runs it (its fitted attention scale), at
         # sustained clocks and at the length of one call (CP splits it); the step multiplies every layer's
         # forward time by 3, so the forward carries 3.5/3 of its FLOP time.
+        # A sliding-window layer (``model.sliding_window``) attends ``attended_keys`` per query
+        # instead of the causal half, at the rate of a call as long as its window (each query
+        # tile meets a window's worth of keys); the layer's time is the average over its kinds.
         efficiency = gpu.attention_efficiency_for(job.attention_kernel) * gpu.sustained * job.software.attention_scale
-        efficiency = efficiency * flash_length_factor(job.seq_len / mesh.cp)
         rate = gpu.peak_flops_per_s("bf16") * efficiency
         share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
-        return flops * CAUSAL_ATTENTION_FRACTION / rate * share
+        full = flops * CAUSAL_ATTENTION_FRACTION / (rate * flash_length_factor(job.seq_len / mesh.cp))
+        sliding = model.num_sliding_layers / model.num_hidden_layers
+        if not sliding:
+            return full * share
+        window = float(model.sliding_window or job.seq_len)
+        windowed = flops * attended_keys(job.seq_len, model.sliding_window) / keys
+        windowed = windowed / (rate * flash_length_factor(np.minimum(window, job.seq_len / mesh.cp)))
+        return ((1.0 - sliding) * full + sliding * windowed) * share
     rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
     # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the
     # scores and V (s x d_v): 2-byte elements, batched over the micro-batch's sequences.

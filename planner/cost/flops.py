@@ -48,9 +48,27 @@ def moe_layer_active_matmul_params(model: ModelSpec) -> int:
 
 
 def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float:
-    """Forward QK^T + AV FLOPs per token per layer over the full s x s square: 2*s*a*(d_qk + d_v)."""
+    """Forward QK^T + AV FLOPs per token per layer, averaged over the layers: 2*s*a*(d_qk + d_v)
+    over the full s x s square (the convention of Narayanan et al. 2021 and of the published MFU
+    figures, which count the causal half as the whole); a sliding-window layer counts the keys it
+    can attend, 2 x its window (``attended_keys``), in the same convention."""
     d_qk, d_v = attention_dims(model)
-    return 2.0 * seq_len * model.num_attention_heads * (d_qk + d_v)
+    sliding = model.num_sliding_layers / model.num_hidden_layers
+    full_keys = float(seq_len)
+    window_keys = 2.0 * attended_keys(seq_len, model.sliding_window) if sliding else 0.0
+    keys = (1.0 - sliding) * full_keys + sliding * min(window_keys, full_keys)
+    return 2.0 * keys * model.num_attention_heads * (d_qk + d_v)
+
+
+def attended_keys(seq_len: int, window: int | None) -> float:
+    """Mean number of keys a query attends to under a causal mask over ``seq_len`` tokens:
+    (s+1)/2 ~ s/2 without a window; with a window w <= s, query i sees min(i+1, w) keys, a mean of
+    w - w(w-1)/(2s)."""
+    s = float(seq_len)
+    if window is None or window >= seq_len:
+        return (s + 1.0) / 2.0
+    w = float(window)
+    return w - w * (w - 1.0) / (2.0 * s)
 
 
 def layers_matmul_params_active(model: ModelSpec) -> int:

@@ -64,6 +64,15 @@ class ModelSpec(Frozen):
         "rope", description="Non-HF. 'learned' adds max_position_embeddings x h parameters (GPT-2/3)"
     )
 
+    # Sliding-window attention (HF keys: Mistral, Gemma 2/3, GPT-OSS).
+    sliding_window: PositiveInt | None = Field(
+        None, description="Keys a query of a sliding-window layer attends to (itself included); None: full attention"
+    )
+    layer_types: list[Literal["full_attention", "sliding_attention"]] | None = Field(
+        None,
+        description="Attention kind per layer (HF's layer_types); None with sliding_window set: every layer slides",
+    )
+
     # Mixture of experts (HF keys, each spelling accepted).
     num_local_experts: PositiveInt | None = Field(None, description="Mixtral's name for routed experts")
     n_routed_experts: PositiveInt | None = Field(None, description="DeepSeek's name for routed experts")
@@ -116,11 +125,26 @@ class ModelSpec(Frozen):
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if any(x is not None for x in mla) and any(x is None for x in mla):
             raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim together")
+        if self.layer_types is not None and len(self.layer_types) != self.num_hidden_layers:
+            raise ValueError(
+                f"layer_types lists {len(self.layer_types)} layers, num_hidden_layers is {self.num_hidden_layers}"
+            )
+        if self.layer_types is not None and "sliding_attention" in self.layer_types and self.sliding_window is None:
+            raise ValueError("layer_types names sliding_attention layers but sliding_window is not set")
         if self.num_moe_layers == 0 and self.is_moe:
             raise ValueError("experts are declared but first_k_dense_replace/decoder_sparse_step leave no MoE layer")
         return self
 
     # ---- derived architecture ---------------------------------------------------------------
+    @property
+    def num_sliding_layers(self) -> int:
+        """Layers with sliding-window attention."""
+        if self.sliding_window is None:
+            return 0
+        if self.layer_types is None:
+            return self.num_hidden_layers
+        return sum(1 for kind in self.layer_types if kind == "sliding_attention")
+
     @property
     def num_kv_heads(self) -> int:
         return self.num_key_value_heads or self.num_attention_heads
