@@ -7,6 +7,7 @@ PlannerError, and click's usage errors (unknown option, bad value), which ``main
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Annotated, Any, Literal, Optional
 
@@ -133,6 +134,16 @@ TpOverlapOpt = Annotated[
 CompileOpt = Annotated[
     Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile; default: the stack's.")
 ]
+MoeRoutingOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--moe-routing",
+        metavar="natural|balanced|drop:C|imbalance:R",
+        help="MoE token routing: natural (dropless, the busiest expert-parallel rank gets the measured natural "
+        "imbalance; default), balanced (force-balanced, as benchmarks run), drop:C (token drop padded to "
+        "capacity factor C), imbalance:R (dropless, busiest rank R x the mean).",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree.")]
 PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, metavar="N", help="Pipeline-parallel degree (stages).")]
@@ -232,10 +243,31 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         stack=_stack_choice(p.get("stack")),
         tp_comm_overlap=p.get("tp_comm_overlap"),
         compile=p.get("compile"),
+        **moe_routing_fields(p.get("moe_routing")),
         max_batch_growth=p.get("max_batch_growth", 0.0),
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
     )
     return model, cluster, job
+
+
+def moe_routing_fields(text: str | None) -> dict[str, float]:
+    """``--moe-routing`` as JobSpec fields: natural (none), balanced (imbalance 1), drop:C
+    (capacity factor C), imbalance:R."""
+    if text is None or text.strip().lower() == "natural":
+        return {}
+    kind, _, value = text.strip().lower().partition(":")
+    if kind == "balanced" and not value:
+        return {"moe_load_imbalance": 1.0}
+    fields = {"drop": "moe_capacity_factor", "imbalance": "moe_load_imbalance"}
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if kind not in fields or not math.isfinite(number) or number <= 0 or (kind == "imbalance" and number < 1):
+        raise PlannerError(
+            f"--moe-routing '{text}': allowed natural, balanced, drop:C (capacity factor C > 0) or imbalance:R (R >= 1)"
+        )
+    return {fields[kind]: number}
 
 
 def _stack_choice(text: str | None) -> Any:
@@ -316,6 +348,7 @@ def plan_main(
     stack: StackOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
+    moe_routing: MoeRoutingOpt = None,
     top: TopOpt = 10,
     objective: ObjectiveOpt = "time",
     tp: TpOpt = None,
@@ -398,6 +431,7 @@ def estimate_cmd(
     stack: StackOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
+    moe_routing: MoeRoutingOpt = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -445,6 +479,7 @@ def capacity_cmd(
     stack: StackOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
+    moe_routing: MoeRoutingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.

@@ -59,6 +59,23 @@ def overlap_assumed(est: Estimate) -> str:
     )
 
 
+def routing_assumed(est: Estimate) -> str:
+    """'; routes ...' for an expert-parallel mesh: the share of the routed tokens its busiest rank
+    was priced with (``cost.routing``)."""
+    if est.config.parallel.ep <= 1:
+        return ""
+    job = est.config.job
+    if job.moe_capacity_factor is not None:
+        return f"; drops MoE tokens beyond capacity factor {job.moe_capacity_factor:g} (padded buffers)"
+    if job.moe_dropless_imbalance == 1.0:
+        return "; routes MoE tokens force-balanced (every expert-parallel rank gets the mean)"
+    source = "natural routing" if job.moe_load_imbalance is None else "the given imbalance"
+    return (
+        f"; routes MoE tokens dropless, the busiest expert-parallel rank getting {job.moe_dropless_imbalance:g}x "
+        f"the mean ({source})"
+    )
+
+
 def explain(candidates: list[Estimate]) -> list[str]:
     """One sentence for the winner, one per runner-up."""
     if not candidates:
@@ -67,6 +84,7 @@ def explain(candidates: list[Estimate]) -> list[str]:
     lines = [
         f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}; {overlap_assumed(winner)}"
         + recompute_chosen(winner)
+        + routing_assumed(winner)
     ]
     for rank, other in enumerate(candidates[1:], start=2):
         lines.append(f"#{rank} {other.config.parallel.short()}: {where_it_loses(winner, other)}")

@@ -244,6 +244,26 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         raise UnpriceableError(f"model: {_pydantic_message(err)}") from None
 
 
+TOKEN_DROP_CAPACITY_FACTOR = 1.0
+"""Capacity factor of a row that says it drops tokens without giving one: Megatron-Bridge's
+apply_moe_token_drop(model_provider, moe_expert_capacity_factor: float = 1.0,
+moe_pad_expert_input_to_capacity: bool = True), src/megatron/bridge/training/utils/moe_token_drop.py,
+which its 25.09 performance scripts call for the 'tokendrop' rows."""
+
+
+def moe_routing_from(knobs: dict[str, Any]) -> dict[str, float]:
+    """The job's MoE routing fields from a row's knobs: token drop (``moe_token_drop`` true) at
+    ``TOKEN_DROP_CAPACITY_FACTOR``; force-balanced routing (benchmarks' 'force-balanced' token
+    distribution, Megatron --moe-router-force-load-balancing) at imbalance 1; else the planner's
+    natural-routing default."""
+    if knobs.get("moe_token_drop") is True:
+        return {"moe_capacity_factor": TOKEN_DROP_CAPACITY_FACTOR}
+    routing = _text(knobs.get("moe_routing")) + " " + _text(knobs.get("routing"))
+    if "force-balanced" in routing or "force balanced" in routing or "force_load_balancing" in routing:
+        return {"moe_load_imbalance": 1.0}
+    return {}
+
+
 def sliding_window_from(attention: str, stated: Any) -> tuple[int, bool] | None:
     """(window, alternating with full layers) of a row's attention description, None without a
     window: 'sliding-window(128)' on every layer, or 'alternating full / sliding-window(128)'
@@ -418,6 +438,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         overrides["compile"] = knobs["compile"]
     if isinstance(knobs.get("async_tp"), bool):
         overrides["tp_comm_overlap"] = knobs["async_tp"]
+    if model.is_moe:
+        overrides.update(moe_routing_from(knobs))
     mixed = _text(knobs.get("fsdp_mixed_precision")) + precision
     if "pure" in mixed:
         overrides["gradient_dtype"] = "bf16"  # Composer's PURE policy reduces in bf16

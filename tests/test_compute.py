@@ -76,13 +76,14 @@ def test_layer_gemms_multiply_every_matmul_weight_once_per_token(model_name: str
     # The GEMM shapes the step price (and the validator's replay) use, checked against the
     # independent count of matmul weights in planner.cost.params: a token's forward through a
     # layer is 2 FLOPs per weight it multiplies, split over the t TP ranks (MLA's low-rank
-    # down-projections are replicated on every TP rank, hence tp=1 for deepseek-v3).
+    # down-projections are replicated on every TP rank, hence tp=1 for deepseek-v3). Balanced
+    # routing: every expert-parallel rank gets the mean (cost.routing prices the busiest one).
     from planner.catalog import load_model
     from planner.cost.compute import layer_gemms, lm_head_gemm
     from planner.cost.flops import dense_layer_matmul_params, moe_layer_active_matmul_params
 
     model = load_model(model_name)
-    job = JobSpec(global_batch_size=64, seq_len=4096)
+    job = JobSpec(global_batch_size=64, seq_len=4096, moe_load_imbalance=1.0)
     mesh = MeshArrays.from_configs([ParallelConfig(tp=tp, ep=ep, dp=8 * ep, micro_batch_size=2)])
     tokens = 2 * 4096
     for moe, weights in ((False, dense_layer_matmul_params(model)), (True, moe_layer_active_matmul_params(model))):

@@ -25,6 +25,7 @@ import numpy as np
 from planner.cost.flops import attended_keys, attention_dims
 from planner.cost.memory import kv_heads_per_rank
 from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage
+from planner.cost.routing import moe_load_factor
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
 from planner.schemas.job import JobSpec
@@ -188,7 +189,8 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     """The GEMMs of one layer's forward on one rank for one micro-batch, Megatron-LM's
     column/row-parallel split (Shoeybi et al. 2019, section 3): QKV (or MLA's low-rank
     projections), attention output, and the MLP; MoE layers run the router, E/e local experts
-    (each on its share of the routed tokens, even routing) and the shared experts."""
+    (each on its share of the routed tokens on the busiest expert-parallel rank,
+    ``routing.moe_load_factor`` x the even share) and the shared experts."""
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
@@ -218,7 +220,9 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
         out.append(Gemm("mlp.out", tokens, np.asarray(float(h)), f / t))
         return out
     experts, top_k = model.num_experts_total, model.num_experts_per_tok or 0
-    routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts
+    # the busiest expert-parallel rank's share: even routing x the job's load factor (the
+    # capacity factor under token drop, the load imbalance of dropless routing)
+    routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts * moe_load_factor(job, mesh)
     width = model.expert_intermediate_size / mesh.expert_tp
     local_experts = experts / mesh.ep
     out.append(Gemm("moe.router", tokens / t, np.asarray(float(experts)), np.asarray(float(h))))
@@ -267,8 +271,10 @@ def layer_forward_parts(
     gemms = sum(gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe))
     if moe:
         top_k = model.num_experts_per_tok or 0
-        mlp_width = top_k * model.expert_intermediate_size / mesh.expert_tp / t + model.shared_expert_width / t
-        permute_bytes = 4.0 * top_k * 2.0 * h / t  # dispatch and combine copies, read + write
+        load = moe_load_factor(job, mesh)
+        routed_width = top_k * load * model.expert_intermediate_size / mesh.expert_tp / t
+        mlp_width = routed_width + model.shared_expert_width / t
+        permute_bytes = 4.0 * top_k * load * 2.0 * h / t  # dispatch and combine copies, read + write
     else:
         mlp_width = model.intermediate_size / t
         permute_bytes = 0.0

@@ -37,6 +37,7 @@ import numpy as np
 
 from planner.cost.flops import attention_dims
 from planner.cost.pipeline import layers_on_worst_stage, microbatches_in_flight, moe_layers_on_worst_stage
+from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -88,9 +89,11 @@ def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshA
     if moe:
         top_k = model.num_experts_per_tok or 0
         # Each routed token is processed by all expert_tp ranks of its expert: they each keep
-        # the full permuted input (2h) and 1/expert_tp of the expert's MLP activations.
+        # the full permuted input (2h) and 1/expert_tp of the expert's MLP activations; the
+        # busiest rank holds the job's MoE load factor x the even share.
         routed = (
             top_k
+            * moe_load_factor(job, mesh)
             * mesh.expert_tp
             * (lin * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp, lin))
         )

@@ -36,6 +36,7 @@ import numpy as np
 from planner.cost import comm
 from planner.cost.flops import attention_dims
 from planner.cost.memory import RankParams, kv_heads_per_rank
+from planner.cost.routing import moe_load_factor
 from planner.mesh import INTERLEAVED, RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -79,9 +80,10 @@ def tp_collectives_per_microbatch(
 
 
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """The rank's routed tokens (its 1/t of the tokens, top-k copies) x h: the expert-TP all-reduce
-    and the EP dispatch/combine buffers."""
-    return tp_message_bytes(model, job, mesh) / mesh.tp * (model.num_experts_per_tok or 0)
+    """The busiest rank's routed tokens (its 1/t of the tokens, top-k copies, x the job's MoE load
+    factor: padded capacity buffers under token drop, the load imbalance of dropless routing, which
+    the all-to-all waits for) x h: the expert-TP all-reduce and the EP dispatch/combine buffers."""
+    return tp_message_bytes(model, job, mesh) / mesh.tp * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)
 
 
 def ep_all_to_alls_per_microbatch(mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:

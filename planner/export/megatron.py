@@ -192,6 +192,7 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
     ]
     if model.is_moe:
         args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", str(config.expert_tp)]
+        args += _moe_routing_args(job)
     if config.order == "tp-cp-pp-dp":
         args.append("--use-tp-pp-dp-mapping")
     # _add_network_size_args --num-layers; _add_data_args --seq-length.
@@ -202,6 +203,18 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
     return args + _recompute_args(config) + _data_parallel_args(config) + _job_args(job, config)
+
+
+def _moe_routing_args(job: JobSpec) -> list[str]:
+    """_add_moe_args: token drop padded to capacity (--moe-expert-capacity-factor,
+    --moe-pad-expert-input-to-capacity), or force-balanced routing where the plan priced an
+    imbalance of 1 (--moe-router-force-load-balancing: Megatron's benchmarking switch); natural
+    routing needs no flag."""
+    if job.moe_capacity_factor is not None:
+        return ["--moe-expert-capacity-factor", f"{job.moe_capacity_factor:g}", "--moe-pad-expert-input-to-capacity"]
+    if job.moe_load_imbalance == 1.0:
+        return ["--moe-router-force-load-balancing"]
+    return []
 
 
 def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
@@ -220,6 +233,11 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         notes.append("the plan priced TP overlap, which Megatron-LM runs only with --sequence-parallel: it is left off")
     if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
         notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
+    if model.is_moe and job.moe_capacity_factor is None and job.moe_load_imbalance != 1.0:
+        notes.append(
+            f"priced with dropless natural routing: with ep > 1 the busiest expert-parallel rank gets "
+            f"{job.moe_dropless_imbalance:g}x the mean routed tokens (--moe-routing to change it)"
+        )
     arch = "--num-experts, --moe-router-topk, " if model.is_moe else ""
     notes.append(f"architecture flags (--hidden-size, --num-attention-heads, {arch}...) come from the model's recipe")
     return notes

@@ -18,6 +18,20 @@ DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
 Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models',
 section 3.1 (K = 12). The bf16 weight and gradient are counted separately."""
 
+NATURAL_ROUTING_IMBALANCE = 1.15
+"""Estimate: routed tokens on the busiest expert-parallel rank over the mean, per MoE layer and
+micro-batch, in dropless training with natural routing (no forced balance). No training
+measurement at the rank level is published; the bracket is: per expert, max/mean over a whole
+validation set is 1.04 with DeepSeek's auxiliary-loss-free balancing and 1.52-1.72 with an
+auxiliary loss of weight 1e-3 (Wang et al. 2024, arXiv:2408.15664, Table 2: MaxVio_global 0.04
+and 0.52/0.72 for 3B/1B models, 64 experts top-6), per batch worse than global (ibid., section 4);
+a rank holding several experts averages its hot and cold ones (a per-expert 1.5-1.7 is about
+1.1-1.25 per rank with four or more experts per rank, if hot experts are not co-located: a
+sampling argument, not a measurement); the one published per-rank figure is from serving, median
+1.069 over 16 EP ranks without rebalancing (vLLM pull request 50647, Kimi K3). Megatron's
+--moe-router-force-load-balancing, which every published Megatron-Bridge benchmark uses, is 1
+("for benchmarking purposes only", megatron/core/transformer/moe/README.md)."""
+
 
 class JobSpec(Frozen):
     """A training job: global batch, sequence length, precision, optimizer state, token budget.
@@ -46,6 +60,19 @@ class JobSpec(Frozen):
         "megatron-core", description="Software stack (`plan list stacks`), by name or as a loaded Stack"
     )
     tp_comm_overlap: bool | None = Field(None, description="Overlap TP collectives with GEMMs; None: the stack's")
+    moe_capacity_factor: float | None = Field(
+        None,
+        gt=0,
+        description="Token drop with padding to capacity (Megatron --moe-expert-capacity-factor c "
+        "--moe-pad-expert-input-to-capacity): every expert runs c x its even share of the routed tokens, the "
+        "overflow is dropped; None: dropless",
+    )
+    moe_load_imbalance: float | None = Field(
+        None,
+        ge=1,
+        description="Dropless routing: routed tokens on the busiest expert-parallel rank over the mean (it sets "
+        "the MoE layer's time); 1: force-balanced, as benchmarks run; None: NATURAL_ROUTING_IMBALANCE",
+    )
     compile: bool | None = Field(None, description="torch.compile; None: the stack's default")
     optimizer_state_bytes_per_param: float = Field(DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM, ge=0)
     training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
@@ -77,6 +104,12 @@ class JobSpec(Frozen):
         elif isinstance(seqs, int) and seqs > 0 and isinstance(seq_len, int) and seq_len > 0:
             data = {**data, "global_batch_tokens": seqs * seq_len}
         return data
+
+    @property
+    def moe_dropless_imbalance(self) -> float:
+        """The busiest expert-parallel rank's routed tokens over the mean under dropless routing:
+        the job's, or ``NATURAL_ROUTING_IMBALANCE`` (``cost.routing.moe_load_factor`` applies it)."""
+        return NATURAL_ROUTING_IMBALANCE if self.moe_load_imbalance is None else self.moe_load_imbalance
 
     @property
     def batch_size(self) -> int:

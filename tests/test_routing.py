@@ -1,0 +1,120 @@
+"""MoE routing: the busiest expert-parallel rank's share under token drop, forced balance and
+natural dropless routing, through compute, traffic, memory, the CLI, the runs file and exports."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.cli import moe_routing_fields
+from planner.cost.compute import layer_gemms
+from planner.cost.memory import activation_bytes_per_token_layer
+from planner.cost.routing import moe_load_factor
+from planner.cost.traffic import routed_message_bytes
+from planner.errors import PlannerError
+from planner.export.megatron import megatron_args, megatron_notes
+from planner.mesh import MeshArrays
+from planner.runs import case_from_row, load_runs
+from planner.schemas import JobSpec, ParallelConfig
+from planner.schemas.job import NATURAL_ROUTING_IMBALANCE
+from tests.test_fidelity import BRIDGE_MOE, ROWS, SAMPLE
+
+MODEL = load_model("mixtral-8x7b")
+MESHES = MeshArrays.from_configs([ParallelConfig(ep=1, dp=8), ParallelConfig(ep=8, dp=8)])
+
+
+def _job(**routing: float) -> JobSpec:
+    return JobSpec(global_batch_size=64, seq_len=4096, **routing)
+
+
+def test_capacity_pads_every_rank_and_imbalance_needs_experts_spread() -> None:
+    assert moe_load_factor(_job(moe_capacity_factor=1.25), MESHES).tolist() == [1.25, 1.25]
+    assert moe_load_factor(_job(moe_load_imbalance=1.4), MESHES).tolist() == [1.0, 1.4]
+    assert moe_load_factor(_job(moe_load_imbalance=1.0), MESHES).tolist() == [1.0, 1.0]
+    assert moe_load_factor(_job(), MESHES).tolist() == [1.0, NATURAL_ROUTING_IMBALANCE]
+    # token drop wins over an imbalance: the capacity bounds what any expert runs
+    both = _job(moe_capacity_factor=1.0, moe_load_imbalance=2.0)
+    assert moe_load_factor(both, MESHES).tolist() == [1.0, 1.0]
+
+
+def test_the_busiest_rank_computes_receives_and_keeps_its_share() -> None:
+    balanced, skewed = _job(moe_load_imbalance=1.0), _job(moe_load_imbalance=1.5)
+
+    def expert_rows(job: JobSpec) -> np.ndarray:
+        return next(g for g in layer_gemms(MODEL, job, MESHES, moe=True) if g.name == "moe.expert_in").m_rows
+
+    assert (expert_rows(skewed) / expert_rows(balanced)).tolist() == pytest.approx([1.0, 1.5])
+    ratio = routed_message_bytes(MODEL, skewed, MESHES) / routed_message_bytes(MODEL, balanced, MESHES)
+    assert ratio.tolist() == pytest.approx([1.0, 1.5])
+    grew = activation_bytes_per_token_layer(MODEL, skewed, MESHES, moe=True) - activation_bytes_per_token_layer(
+        MODEL, balanced, MESHES, moe=True
+    )
+    assert grew[0] == 0 and grew[1] > 0
+
+
+def test_moe_routing_flag() -> None:
+    assert moe_routing_fields(None) == {} and moe_routing_fields("natural") == {}
+    assert moe_routing_fields("balanced") == {"moe_load_imbalance": 1.0}
+    assert moe_routing_fields("drop:1.25") == {"moe_capacity_factor": 1.25}
+    assert moe_routing_fields("Imbalance:1.3") == {"moe_load_imbalance": 1.3}
+    for bad in ("drop:0", "imbalance:0.9", "drop:x", "lopsided", "drop:nan", "balanced:2"):
+        with pytest.raises(PlannerError, match="--moe-routing"):
+            moe_routing_fields(bad)
+
+
+def test_runs_rows_state_their_routing() -> None:
+    dropless = case_from_row(ROWS[BRIDGE_MOE])  # 25.11: force-balanced, token-dropless
+    assert (dropless.job.moe_capacity_factor, dropless.job.moe_load_imbalance) == (None, 1.0)
+    row = copy.deepcopy(ROWS[BRIDGE_MOE])
+    row["knobs"]["moe_token_drop"] = True  # 25.09's tokendrop rows
+    assert case_from_row(row).job.moe_capacity_factor == 1.0
+    del row["knobs"]["moe_token_drop"], row["knobs"]["moe_routing"]
+    assert (case_from_row(row).job.moe_capacity_factor, case_from_row(row).job.moe_load_imbalance) == (None, None)
+
+
+def test_megatron_export_writes_the_routing_it_priced() -> None:
+    config = ParallelConfig(ep=8, dp=8)
+    dropped = megatron_args(MODEL, _job(moe_capacity_factor=1.25), config)
+    assert "--moe-pad-expert-input-to-capacity" in dropped
+    assert dropped[dropped.index("--moe-expert-capacity-factor") + 1] == "1.25"
+    assert "--moe-router-force-load-balancing" in megatron_args(MODEL, _job(moe_load_imbalance=1.0), config)
+    natural = _job()
+    assert not any(a.startswith("--moe-expert-capacity") or "force" in a for a in megatron_args(MODEL, natural, config))
+    assert any("natural routing" in n for n in megatron_notes(MODEL, natural, config))
+
+
+def test_the_shipped_runs_file_prices_every_moe_row_as_it_ran() -> None:
+    # every MoE row of the sample states force-balanced or token-drop routing (benchmarks do)
+    moe = 0
+    for row in load_runs(SAMPLE):
+        try:
+            case = case_from_row(row)
+        except PlannerError:
+            continue
+        if case.model.is_moe:
+            moe += 1
+            assert case.job.moe_capacity_factor == 1.0 or case.job.moe_load_imbalance == 1.0, case.name
+    assert moe >= 1
+
+
+def test_the_explanation_says_how_tokens_were_routed() -> None:
+    from planner.explain import routing_assumed
+    from planner.pricing import estimate_mesh
+
+    cluster = load_cluster("dgx-h100", gpus=64)
+    config = ParallelConfig(ep=8, dp=64)
+    said = {
+        name: routing_assumed(estimate_mesh(MODEL, cluster, _job(**fields), config))
+        for name, fields in (
+            ("drop", {"moe_capacity_factor": 1.25}),
+            ("balanced", {"moe_load_imbalance": 1.0}),
+            ("given", {"moe_load_imbalance": 1.3}),
+        )
+    }
+    assert "capacity factor 1.25" in said["drop"]
+    assert "force-balanced" in said["balanced"]
+    assert "1.3x the mean (the given imbalance)" in said["given"]
+    assert routing_assumed(estimate_mesh(MODEL, cluster, _job(), ParallelConfig(ep=1, dp=64))) == ""
