@@ -83,7 +83,8 @@ def test_megatron_export_writes_the_routing_it_priced() -> None:
     assert "--moe-router-force-load-balancing" in megatron_args(MODEL, _job(moe_load_imbalance=1.0), config)
     natural = _job()
     assert not any(a.startswith("--moe-expert-capacity") or "force" in a for a in megatron_args(MODEL, natural, config))
-    assert any("natural routing" in n for n in megatron_notes(MODEL, natural, config))
+    assert any("dropless natural routing" in n for n in megatron_notes(MODEL, natural, config))
+    assert not any("priced with" in n for n in megatron_notes(MODEL, _job(moe_capacity_factor=1.25), config))
 
 
 def test_the_shipped_runs_file_prices_every_moe_row_as_it_ran() -> None:
@@ -118,3 +119,12 @@ def test_the_explanation_says_how_tokens_were_routed() -> None:
     assert "force-balanced" in said["balanced"]
     assert "1.3x the mean (the given imbalance)" in said["given"]
     assert routing_assumed(estimate_mesh(MODEL, cluster, _job(), ParallelConfig(ep=1, dp=64))) == ""
+
+
+def test_torchtitan_export_notes_the_routing_it_cannot_write() -> None:
+    from planner.export.torchtitan import torchtitan_notes
+
+    config = ParallelConfig(ep=8, dp=8, zero_stage=3)  # torchtitan carves EP from FSDP's dp_shard
+    notes = torchtitan_notes(MODEL, _job(moe_capacity_factor=1.25), config)
+    assert any("capacity factor 1.25: set it in the recipe's MoE settings" in n for n in notes)
+    assert not any("priced with" in n for n in torchtitan_notes(MODEL, _job(), ParallelConfig(dp=8)))

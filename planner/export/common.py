@@ -15,6 +15,25 @@ FORMATS = ("megatron", "torchtitan", "deepspeed")
 """Export targets, as ``plan export --format`` names them."""
 
 
+def routing_note(job: JobSpec, config: ParallelConfig, flags_written: bool) -> list[str]:
+    """What MoE routing the plan priced (``cost.routing``), for an expert-parallel mesh: a target
+    whose flags say it (``flags_written``: Megatron's capacity and force-balance flags) is told
+    only of natural routing, which needs no flag."""
+    if config.ep <= 1:
+        return []
+    if job.moe_capacity_factor is not None:
+        said = f"token drop padded to capacity factor {job.moe_capacity_factor:g}"
+    elif job.moe_dropless_imbalance == 1.0:
+        said = "force-balanced routing (every expert-parallel rank at the mean, as benchmarks run)"
+    else:
+        said = (
+            f"dropless natural routing: the busiest expert-parallel rank gets {job.moe_dropless_imbalance:g}x the "
+            "mean routed tokens (--moe-routing to change it)"
+        )
+        return [f"priced with {said}"]
+    return [] if flags_written else [f"priced with {said}: set it in the recipe's MoE settings"]
+
+
 def refuse(target: str, knob: str, allowed: str) -> PlannerError:
     """``<target> cannot express <knob>: <what the target allows>``, one line."""
     return PlannerError(f"{target} cannot express {knob}: {allowed}")

@@ -17,6 +17,7 @@ from planner.export.common import (
     is_default_order,
     num_microbatches,
     refuse,
+    routing_note,
     zero_note,
 )
 from planner.schemas.job import JobSpec
@@ -233,11 +234,7 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         notes.append("the plan priced TP overlap, which Megatron-LM runs only with --sequence-parallel: it is left off")
     if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
         notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
-    if model.is_moe and job.moe_capacity_factor is None and job.moe_load_imbalance != 1.0:
-        notes.append(
-            f"priced with dropless natural routing: with ep > 1 the busiest expert-parallel rank gets "
-            f"{job.moe_dropless_imbalance:g}x the mean routed tokens (--moe-routing to change it)"
-        )
+    notes += routing_note(job, config, flags_written=True)
     arch = "--num-experts, --moe-router-topk, " if model.is_moe else ""
     notes.append(f"architecture flags (--hidden-size, --num-attention-heads, {arch}...) come from the model's recipe")
     return notes

@@ -30,6 +30,7 @@ from planner.export.common import (
     is_default_order,
     num_microbatches,
     refuse,
+    routing_note,
     zero_note,
 )
 from planner.schemas.job import JobSpec
@@ -231,6 +232,7 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
     chunks = config.pp * config.virtual_stages
     if config.pp > 1 and model.num_hidden_layers % chunks:
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")
+    notes += routing_note(job, config, flags_written=False)
     notes.append("model, optimizer, data and checkpoint sections come from your own job file")
     return notes
 
