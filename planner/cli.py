@@ -134,6 +134,14 @@ TpOverlapOpt = Annotated[
 CompileOpt = Annotated[
     Optional[bool], typer.Option("--compile/--no-compile", help="torch.compile; default: the stack's.")
 ]
+EpOverlapOpt = Annotated[
+    Optional[bool],
+    typer.Option(
+        "--ep-comm-overlap/--no-ep-comm-overlap",
+        help="Overlap expert-parallel dispatch/combine with another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm; interleaved pipeline or pp 1, no full recompute). Default off.",
+    ),
+]
 MoeRoutingOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -243,6 +251,7 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         stack=_stack_choice(p.get("stack")),
         tp_comm_overlap=p.get("tp_comm_overlap"),
         compile=p.get("compile"),
+        ep_comm_overlap=p.get("ep_comm_overlap"),
         **moe_routing_fields(p.get("moe_routing")),
         max_batch_growth=p.get("max_batch_growth", 0.0),
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
@@ -348,6 +357,7 @@ def plan_main(
     stack: StackOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
+    ep_comm_overlap: EpOverlapOpt = None,
     moe_routing: MoeRoutingOpt = None,
     top: TopOpt = 10,
     objective: ObjectiveOpt = "time",
@@ -431,6 +441,7 @@ def estimate_cmd(
     stack: StackOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
+    ep_comm_overlap: EpOverlapOpt = None,
     moe_routing: MoeRoutingOpt = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
@@ -479,6 +490,7 @@ def capacity_cmd(
     stack: StackOpt = None,
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
+    ep_comm_overlap: EpOverlapOpt = None,
     moe_routing: MoeRoutingOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

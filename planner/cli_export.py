@@ -68,6 +68,7 @@ def export_cmd(
     stack: _cli.StackOpt = None,
     tp_comm_overlap: _cli.TpOverlapOpt = None,
     compile: _cli.CompileOpt = None,
+    ep_comm_overlap: _cli.EpOverlapOpt = None,
     moe_routing: _cli.MoeRoutingOpt = None,
     objective: _cli.ObjectiveOpt = "time",
     tp: _cli.TpOpt = None,

@@ -15,7 +15,7 @@ import numpy as np
 from planner.cost.comm import TIER_INTER, group_link
 from planner.cost.pipeline import mesh_batch_size, round_up
 from planner.errors import PlannerError
-from planner.mesh import INTERLEAVED, MeshArrays
+from planner.mesh import INTERLEAVED, RECOMPUTE_FULL, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -142,6 +142,18 @@ RULES: tuple[Rule, ...] = (
         "expert_ffn_divisible_by_expert_tp",
         lambda m, c, j, x: m.expert_intermediate_size % x.expert_tp == 0,
         lambda m, c, j, p: f"expert width {m.expert_intermediate_size} is not divisible by expert_tp {p.expert_tp}",
+    ),
+    Rule(
+        "ep_overlap_schedule",
+        # Megatron-LM arguments.py: "moe a2a overlap is only supported with vpp or dualpipev" and
+        # "disable full recomputation when enabling overlap_moe_expert_parallel_comm".
+        lambda m, c, j, x: (
+            (not j.ep_comm_overlap) | ((x.pp == 1) | (x.schedule == INTERLEAVED)) & (x.recompute != RECOMPUTE_FULL)
+        ),
+        lambda m, c, j, p: (
+            "ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) needs an interleaved pipeline (or pp 1) "
+            f"and no full recompute; this mesh has pp {p.pp} {p.schedule}, recompute {p.recompute}"
+        ),
     ),
     Rule(
         "tp_within_fast_domain",

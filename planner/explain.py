@@ -47,7 +47,7 @@ def overlap_assumed(est: Estimate) -> str:
     hidden = est.hidden_comm_s
     parts = [
         f"{name.upper()} {seconds:.2f} s"
-        for name, seconds in (("tp", hidden.tp), ("dp", hidden.dp), ("cp", hidden.cp))
+        for name, seconds in (("tp", hidden.tp), ("dp", hidden.dp), ("cp", hidden.cp), ("ep", hidden.ep))
         if seconds > 0
     ]
     if not parts:

@@ -10,8 +10,8 @@ Each field is read as the file's ``field_conventions`` state (null: not stated):
             refused), vocab, seq_len, tied_embeddings, ffn_act; MPT's architecture from its
             arch_notes (GELU MLP, LayerNorm and biases, learned positions, tied embeddings)
   hardware  the GPU description picks a shipped profile (``GPU_PROFILES``), count the GPUs
-  software  the source repository picks the stack (``STACKS``); compile, async_tp and the FSDP
-            mixed-precision policy override its defaults where the row states them
+  software  the source repository picks the stack (``STACKS``); compile, async_tp, ep_comm_overlap
+            and the FSDP mixed-precision policy override its defaults where the row states them
   parallel  tp, pp, cp, ep, dp, vp (interleaved when > 1), micro_batch, grad_accum, global_batch,
             the FSDP/ZeRO description, sequence parallelism (on with TP, as Megatron-Core's
             recipes and torchtitan run it)
@@ -438,6 +438,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         overrides["compile"] = knobs["compile"]
     if isinstance(knobs.get("async_tp"), bool):
         overrides["tp_comm_overlap"] = knobs["async_tp"]
+    if isinstance(knobs.get("ep_comm_overlap"), bool):
+        overrides["ep_comm_overlap"] = knobs["ep_comm_overlap"]
     if model.is_moe:
         overrides.update(moe_routing_from(knobs))
     mixed = _text(knobs.get("fsdp_mixed_precision")) + precision

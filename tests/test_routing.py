@@ -128,3 +128,71 @@ def test_torchtitan_export_notes_the_routing_it_cannot_write() -> None:
     notes = torchtitan_notes(MODEL, _job(moe_capacity_factor=1.25), config)
     assert any("capacity factor 1.25: set it in the recipe's MoE settings" in n for n in notes)
     assert not any("priced with" in n for n in torchtitan_notes(MODEL, _job(), ParallelConfig(dp=8)))
+
+
+# ---- expert-parallel communication overlap (Megatron --overlap-moe-expert-parallel-comm) ----
+
+
+def test_ep_overlap_hides_the_stacks_share_within_the_compute_budget() -> None:
+    from planner.cost.comm import mesh_links
+    from planner.cost.traffic import ep_per_microbatch
+
+    cluster = load_cluster("dgx-h100", gpus=64)
+    mesh = MeshArrays.from_configs([ParallelConfig(ep=8, dp=64)])
+    links = mesh_links(cluster, mesh)
+    layers, moe = np.array([32.0]), np.array([32.0])
+    off = ep_per_microbatch(MODEL, _job(), mesh, links, layers, moe, 10.0)
+    on = ep_per_microbatch(MODEL, _job(ep_comm_overlap=True), mesh, links, layers, moe, 10.0)
+    assert off.hidden_s == pytest.approx(0.0) and off.time_s[0] > 0
+    assert on.hidden_s[0] == pytest.approx(0.8 * off.time_s[0])  # megatron-core's ep_overlap_hidden_fraction
+    assert on.time_s[0] == pytest.approx(0.2 * off.time_s[0])
+    tight = ep_per_microbatch(MODEL, _job(ep_comm_overlap=True), mesh, links, layers, moe, 1e-4)
+    assert tight.hidden_s[0] == pytest.approx(1e-4)  # never more than the compute beside it
+
+
+def test_ep_overlap_needs_a_stack_that_has_it_and_megatrons_schedule() -> None:
+    from planner.constraints import rule_masks
+
+    with pytest.raises(ValueError, match="stack torchtitan cannot overlap expert-parallel communication"):
+        JobSpec(global_batch_size=64, seq_len=4096, stack="torchtitan", ep_comm_overlap=True)
+    cluster = load_cluster("dgx-h100", gpus=64)
+    meshes = MeshArrays.from_configs(
+        [
+            ParallelConfig(ep=8, dp=32, pp=2, virtual_stages=2, schedule="interleaved-1f1b"),
+            ParallelConfig(ep=8, dp=32, pp=2),
+            ParallelConfig(ep=8, dp=64, recompute="full"),
+            ParallelConfig(ep=8, dp=64, recompute="selective"),
+        ]
+    )
+    on = rule_masks(MODEL, cluster, _job(ep_comm_overlap=True), meshes)["ep_overlap_schedule"]
+    assert on.tolist() == [True, False, False, True]
+    assert rule_masks(MODEL, cluster, _job(), meshes)["ep_overlap_schedule"].all()
+
+
+def test_ep_overlap_holds_one_more_chunk_and_megatron_gets_its_flag() -> None:
+    from planner.cost.memory import ep_overlap_extra_in_flight
+
+    meshes = MeshArrays.from_configs(
+        [
+            ParallelConfig(ep=8, dp=64),
+            ParallelConfig(ep=8, dp=32, pp=2, virtual_stages=4, schedule="interleaved-1f1b"),
+            ParallelConfig(ep=1, dp=64),
+        ]
+    )
+    assert ep_overlap_extra_in_flight(_job(ep_comm_overlap=True), meshes).tolist() == [1.0, 0.25, 0.0]
+    assert ep_overlap_extra_in_flight(_job(), meshes).tolist() == [0.0, 0.0, 0.0]
+    config = ParallelConfig(ep=8, dp=8)
+    assert "--overlap-moe-expert-parallel-comm" in megatron_args(MODEL, _job(ep_comm_overlap=True), config)
+    assert "--overlap-moe-expert-parallel-comm" not in megatron_args(MODEL, _job(), config)
+
+
+def test_ep_overlap_cli_flag(cli) -> None:  # type: ignore[no-untyped-def]
+    args = ["estimate", "--model", "mixtral-8x7b", "--cluster", "dgx-h100x8", "--ep", "8", "--dp", "64", "--json"]
+    import json
+
+    off = json.loads(cli(*args).out)
+    on = json.loads(cli(*args, "--ep-comm-overlap").out)
+    assert off["hidden_comm_s"]["ep"] == 0 and on["hidden_comm_s"]["ep"] > 0
+    assert on["step_time_s"] < off["step_time_s"]
+    refused = cli(*args, "--ep-comm-overlap", "--stack", "torchtitan")
+    assert refused.code == 2 and "cannot overlap expert-parallel communication" in refused.err

@@ -188,6 +188,16 @@ def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tup
     return weights, grads, optimizer
 
 
+def ep_overlap_extra_in_flight(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Stage-equivalents of activations EP overlap adds: Megatron's interleaved schedule warms up
+    one more micro-batch chunk (megatron/core/pipeline_parallel/schedules.py:
+    "if args.overlap_moe_expert_parallel_comm: num_warmup_microbatches = num_warmup_microbatches + 1"),
+    1/v of a stage; without a pipeline the next micro-batch's forward runs beside this one's
+    backward, one more micro-batch."""
+    on = job.ep_comm_overlap & (mesh.ep > 1)
+    return np.where(on, np.where(mesh.pp == 1, 1.0, 1.0 / mesh.virtual_stages), 0.0)
+
+
 def stage_memory(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, m: np.ndarray, first: bool
 ) -> StageMemory:
@@ -210,7 +220,7 @@ def stage_memory(
 
     kept_dense, kept_moe = kept(False), kept(True)
     per_microbatch = tokens * ((layers - moe_layers) * kept_dense + moe_layers * kept_moe)
-    in_flight = microbatches_in_flight(m, mesh, first=first)
+    in_flight = microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh)
     # Full recompute re-materialises one layer at a time during backward.
     one_layer = tokens * activation_bytes_per_token_layer(model, job, no_recompute, moe=model.is_moe)
     activations = per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, one_layer, 0.0)

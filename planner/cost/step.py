@@ -115,10 +115,10 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     overhead_mb = layer_overhead_s(job, mesh, layers, moe_layers)
 
     tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first)
-    ep = traffic.ep_per_microbatch(model, job, mesh, links, layers, moe_layers)
+    ep = traffic.ep_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first - tp.hidden_s)
     cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, core_fwd)
     slowdown = job.software.overlap_slowdown
-    slowdown_mb = slowdown * (tp.hidden_s + cp.hidden_s)
+    slowdown_mb = slowdown * (tp.hidden_s + cp.hidden_s + ep.hidden_s)
     slot = compute_mb + overhead_mb + slowdown_mb + tp.time_s + ep.time_s + cp.time_s
 
     pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size)
@@ -168,7 +168,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
             "cp": m * cp.bytes_sent,
             "ep": m * ep.bytes_sent,
         },
-        hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s, "tp": m * tp.hidden_s},
+        hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s, "tp": m * tp.hidden_s, "ep": m * ep.hidden_s},
         links=links,
         batch_size=batch,
         model_flops_per_step=model_flops,

@@ -184,13 +184,18 @@ def ep_per_microbatch(
     links: dict[str, comm.GroupLink],
     layers: np.ndarray,
     moe_layers: np.ndarray,
+    overlap_budget_s: np.ndarray | float = 0.0,
 ) -> Traffic:
-    """Dispatch and combine all-to-alls of one micro-batch through the stage's MoE layers."""
+    """Dispatch and combine all-to-alls of one micro-batch through the stage's MoE layers. With
+    the job's EP overlap (Megatron --overlap-moe-expert-parallel-comm) the stack's
+    ``ep_overlap_hidden_fraction`` of them runs beside another micro-batch's compute, at most
+    ``overlap_budget_s`` (the compute left to hide behind); the rest stays exposed."""
     message = routed_message_bytes(model, job, mesh)
     count = ep_all_to_alls_per_microbatch(mesh, layers, moe_layers)
-    return Traffic(
-        count * comm.all_to_all_s(message, links["ep"]), count * comm.all_gather_bytes_sent(message, mesh.ep)
-    )
+    time = count * comm.all_to_all_s(message, links["ep"])
+    fraction = job.software.ep_overlap_hidden_fraction if job.ep_comm_overlap else 0.0
+    hidden = np.minimum(time * fraction, np.maximum(overlap_budget_s, 0.0))
+    return Traffic(time - hidden, count * comm.all_gather_bytes_sent(message, mesh.ep), hidden)
 
 
 def cp_per_microbatch(

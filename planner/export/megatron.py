@@ -194,6 +194,8 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
     if model.is_moe:
         args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", str(config.expert_tp)]
         args += _moe_routing_args(job)
+        if job.ep_comm_overlap and config.ep > 1:
+            args.append("--overlap-moe-expert-parallel-comm")  # _add_moe_args
     if config.order == "tp-cp-pp-dp":
         args.append("--use-tp-pp-dp-mapping")
     # _add_network_size_args --num-layers; _add_data_args --seq-length.

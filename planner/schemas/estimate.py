@@ -62,6 +62,7 @@ class HiddenComm(Frozen):
     dp: NonNegativeFloat
     cp: NonNegativeFloat
     tp: NonNegativeFloat = 0.0
+    ep: NonNegativeFloat = 0.0
 
 
 Tier = Literal["intra_node", "inter_node", "none"]

@@ -60,6 +60,11 @@ class JobSpec(Frozen):
         "megatron-core", description="Software stack (`plan list stacks`), by name or as a loaded Stack"
     )
     tp_comm_overlap: bool | None = Field(None, description="Overlap TP collectives with GEMMs; None: the stack's")
+    ep_comm_overlap: bool = Field(
+        False,
+        description="Overlap expert-parallel dispatch/combine with another micro-batch's compute (Megatron "
+        "--overlap-moe-expert-parallel-comm: interleaved pipeline or pp 1, no full recompute)",
+    )
     moe_capacity_factor: float | None = Field(
         None,
         gt=0,
@@ -86,6 +91,15 @@ class JobSpec(Frozen):
             "(times pp for interleaved 1F1B); 0 keeps it exact"
         ),
     )
+
+    @model_validator(mode="after")
+    def _ep_overlap_needs_the_stack(self) -> JobSpec:
+        if self.ep_comm_overlap and self.software.ep_overlap_hidden_fraction == 0:
+            raise ValueError(
+                f"ep_comm_overlap: stack {self.software.name} cannot overlap expert-parallel communication "
+                "(its ep_overlap_hidden_fraction is 0); megatron-core can (--overlap-moe-expert-parallel-comm)"
+            )
+        return self
 
     @model_validator(mode="before")
     @classmethod

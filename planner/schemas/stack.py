@@ -41,6 +41,12 @@ class Stack(Frozen):
     tp_overlap_hidden_fraction: float = Field(
         ge=0, le=1, description="Share of the TP collective time hidden behind GEMMs when tp_comm_overlap is on"
     )
+    ep_overlap_hidden_fraction: float = Field(
+        ge=0,
+        le=1,
+        description="Share of the expert-parallel dispatch/combine time hidden behind another micro-batch's compute "
+        "when the job overlaps it (Megatron --overlap-moe-expert-parallel-comm); 0: the stack cannot",
+    )
     overlap_slowdown: NonNegativeFloat = Field(
         description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"
     )
