@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from planner.constraints import RULES, rule_masks
-from planner.cost.memory import stage_memory
+from planner.cost.memory import stage_activations, stage_memory
 from planner.cost.pipeline import layers_on_worst_stage, mesh_batch_size, num_microbatches
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
@@ -136,9 +136,10 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     cap = cluster.gpu.hbm_capacity_bytes
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
+    acts_all, acts_one = stage_activations(model, job, full), stage_activations(model, job, one)
     for first in (True, False):
-        at_all = stage_memory(model, cluster, job, full, m, first=first).total
-        at_one = stage_memory(model, cluster, job, one, m, first=first).total
+        at_all = stage_memory(model, cluster, job, full, m, first=first, acts=acts_all).total
+        at_one = stage_memory(model, cluster, job, one, m, first=first, acts=acts_one).total
         per_layer = (at_one - at_all) / np.maximum(per_chunk - 1, 1)  # what one recomputed layer saves
         spare = cap - at_all
         fits_all &= spare >= 0
@@ -172,12 +173,10 @@ def _equivalent_groups(ranked: np.ndarray, times: np.ndarray, memory: np.ndarray
 def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
     """Indices of meshes no other beats on both step time and memory, fastest first."""
     order = np.lexsort((memory, times))
-    front, best = [], np.inf
-    for i in order:
-        if memory[i] < best:
-            front.append(i)
-            best = memory[i]
-    return np.array(front, dtype=np.int64)
+    ranked = memory[order]
+    # a mesh is on the front when its memory is below every faster (or equally fast, leaner) one's
+    before = np.concatenate(([np.inf], np.minimum.accumulate(ranked)[:-1]))
+    return order[ranked < before].astype(np.int64)
 
 
 def search(

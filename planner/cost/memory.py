@@ -32,6 +32,7 @@ tokens by c.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -134,7 +135,7 @@ class StageMemory:
     logits: np.ndarray
     overhead: np.ndarray
 
-    @property
+    @cached_property
     def total(self) -> np.ndarray:
         return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
 
@@ -198,32 +199,58 @@ def ep_overlap_extra_in_flight(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     return np.where(on, np.where(mesh.pp == 1, 1.0, 1.0 / mesh.virtual_stages), 0.0)
 
 
-def stage_memory(
-    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, m: np.ndarray, first: bool
-) -> StageMemory:
-    """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
-    (LM head, logits, one micro-batch in flight unless GPipe). With p = 1 both are one rank."""
-    single = mesh.pp == 1
-    on_first, on_last = single | first, single | (not first)
-    weights, grads, optimizer = model_state_bytes(job, mesh, rank_params(model, mesh, on_first, on_last))
+@dataclass(frozen=True)
+class StageActivations:
+    """A stage's activation bytes for one micro-batch through its layers, and for one layer
+    re-materialised during backward under full recompute (columns; the same on every stage
+    holding the worst layer count, so the first and last stage share them)."""
+
+    per_microbatch: np.ndarray
+    one_layer: np.ndarray
+
+
+def stage_activations(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> StageActivations:
+    """``StageActivations`` of the worst stage's layers (``activation_bytes_per_token_layer``)."""
     tokens = mesh.tokens_per_rank(job.seq_len)
     layers = layers_on_worst_stage(model, mesh)
     moe_layers = moe_layers_on_worst_stage(model, layers)
     # Under full recompute of some layers (recompute_layers) the others keep everything.
     no_recompute = replace(mesh, recompute=np.zeros_like(mesh.recompute))
     share = mesh.recomputed_share(layers)
+    everything = {moe: activation_bytes_per_token_layer(model, job, no_recompute, moe) for moe in {False, model.is_moe}}
 
     def kept(moe: bool) -> np.ndarray:
         as_set = activation_bytes_per_token_layer(model, job, mesh, moe)  # full: the layer input
-        everything = activation_bytes_per_token_layer(model, job, no_recompute, moe)
-        return np.where(mesh.recompute == RECOMPUTE_FULL, share * as_set + (1.0 - share) * everything, as_set)
+        return np.where(mesh.recompute == RECOMPUTE_FULL, share * as_set + (1.0 - share) * everything[moe], as_set)
 
-    kept_dense, kept_moe = kept(False), kept(True)
-    per_microbatch = tokens * ((layers - moe_layers) * kept_dense + moe_layers * kept_moe)
+    kept_dense = kept(False)
+    kept_moe = kept(True) if model.is_moe else kept_dense
+    return StageActivations(
+        per_microbatch=tokens * ((layers - moe_layers) * kept_dense + moe_layers * kept_moe),
+        one_layer=tokens * everything[model.is_moe],
+    )
+
+
+def stage_memory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    m: np.ndarray,
+    first: bool,
+    acts: StageActivations | None = None,
+) -> StageMemory:
+    """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
+    (LM head, logits, one micro-batch in flight unless GPipe). With p = 1 both are one rank.
+    ``acts``: the stage's ``stage_activations`` when the caller already has them."""
+    single = mesh.pp == 1
+    on_first, on_last = single | first, single | (not first)
+    weights, grads, optimizer = model_state_bytes(job, mesh, rank_params(model, mesh, on_first, on_last))
+    tokens = mesh.tokens_per_rank(job.seq_len)
+    acts = stage_activations(model, job, mesh) if acts is None else acts
     in_flight = microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh)
     # Full recompute re-materialises one layer at a time during backward.
-    one_layer = tokens * activation_bytes_per_token_layer(model, job, no_recompute, moe=model.is_moe)
-    activations = per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, one_layer, 0.0)
+    activations = acts.per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, acts.one_layer, 0.0)
     logits = np.where(on_last, tokens * model.vocab_size / mesh.tp * LOGIT_BYTES_PER_ELEMENT, 0.0)
     return StageMemory(
         weights=weights,
@@ -237,8 +264,9 @@ def stage_memory(
 
 def peak_memory(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, m: np.ndarray) -> StageMemory:
     """The most loaded GPU: per mesh, whichever of the first and last stage needs more."""
-    first = stage_memory(model, cluster, job, mesh, m, first=True)
-    last = stage_memory(model, cluster, job, mesh, m, first=False)
+    acts = stage_activations(model, job, mesh)
+    first = stage_memory(model, cluster, job, mesh, m, first=True, acts=acts)
+    last = stage_memory(model, cluster, job, mesh, m, first=False, acts=acts)
     worse = last.total > first.total
     return StageMemory(
         **{k: np.where(worse, getattr(last, k), getattr(first, k)) for k in StageMemory.__dataclass_fields__}
