@@ -17,6 +17,7 @@ import yaml
 
 from planner.atomic import write_text_atomic
 from planner.catalog import catalog_dir
+from planner.error_bar import MOE_SUFFIX
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
         by: dict[str, list[float]] = {}
         for i in np.flatnonzero(rows):
             case = problem.cases[i]
-            key = case.stack if kind == "profile" else case.profile
+            key = (case.stack if kind == "profile" else case.profile) + (MOE_SUFFIX if case.model.is_moe else "")
             by.setdefault(key, []).append(round(100.0 * float(result.cv_error[i]), 2))
         block = {
             "command": command,

@@ -13,27 +13,47 @@ MIN_INTERVAL_ROWS = 5
 judgement call (fewer than five rows give no usable 10th/90th percentile)."""
 
 
+MOE_SUFFIX = "+moe"
+"""Calibration keys of MoE rows: ``<stack>+moe`` in a profile's ``cv_error_pct``, ``<profile>+moe``
+in a stack's. Dense and MoE predictions err differently (dispatch, expert GEMMs, routing), so a
+MoE estimate reads MoE rows first and a dense one dense rows."""
+
+
 def error_bar(
-    profile_calibration: RunCalibration | None, stack_calibration: RunCalibration | None, profile: str, stack: str
+    profile_calibration: RunCalibration | None,
+    stack_calibration: RunCalibration | None,
+    profile: str,
+    stack: str,
+    moe: bool = False,
 ) -> tuple[list[float], str]:
-    """Cross-validated errors (percent) that match an estimate on ``profile`` with ``stack``: the
-    profile's rows with that stack where there are enough; else the profile's rows with any
-    stack together with the stack's rows on any profile (a prediction that transfers a GPU's
-    calibration to another stack carries both uncertainties); else none. Returns (errors, what
-    they are)."""
+    """Cross-validated errors (percent) that match an estimate on ``profile`` with ``stack`` for a
+    dense or MoE model (``moe``): the profile's rows of that kind with that stack where there are
+    enough; else the profile's rows of that kind with any stack together with the stack's rows of
+    that kind on any profile (a prediction that transfers a GPU's calibration to another stack
+    carries both uncertainties); else the same two steps over rows of either kind; else none.
+    Returns (errors, what they are)."""
     prof = profile_calibration.cv_error_pct if profile_calibration else {}
     stk = stack_calibration.cv_error_pct if stack_calibration else {}
-    same = prof.get(stack, [])
-    if len(same) >= MIN_INTERVAL_ROWS:
-        return list(same), f"{len(same)} cross-validated runs on {profile} with {stack}"
-    mine = [e for errs in prof.values() for e in errs]
-    theirs = [e for name, errs in stk.items() if name != profile for e in errs]
-    both = mine + theirs
-    if len(both) >= MIN_INTERVAL_ROWS:
-        return both, (
-            f"{len(both)} cross-validated runs: {len(mine)} on {profile} (any stack), {len(theirs)} with {stack} "
-            "(other GPUs)"
-        )
+    kind = "MoE" if moe else "dense"
+
+    def of_kind(key: str) -> bool:
+        return key.endswith(MOE_SUFFIX) == moe
+
+    def base(key: str) -> str:
+        return key.removesuffix(MOE_SUFFIX)
+
+    for select, what in ((of_kind, f"{kind} "), (lambda key: True, "")):
+        same = [e for key, errs in prof.items() if select(key) and base(key) == stack for e in errs]
+        if len(same) >= MIN_INTERVAL_ROWS:
+            return same, f"{len(same)} cross-validated {what}runs on {profile} with {stack}"
+        mine = [e for key, errs in prof.items() if select(key) for e in errs]
+        theirs = [e for key, errs in stk.items() if select(key) and base(key) != profile for e in errs]
+        both = mine + theirs
+        if len(both) >= MIN_INTERVAL_ROWS:
+            return both, (
+                f"{len(both)} cross-validated {what}runs: {len(mine)} on {profile} (any stack), {len(theirs)} with "
+                f"{stack} (other GPUs)"
+            )
     return [], f"no cross-validated runs for {profile} or {stack}"
 
 

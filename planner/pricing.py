@@ -143,7 +143,7 @@ def row_estimate(
     stack = job.software
     profile = cluster.profile
     errors, basis = error_bar(
-        profile.calibration, stack.calibration, profile.calibrated_like or profile.name, stack.name
+        profile.calibration, stack.calibration, profile.calibrated_like or profile.name, stack.name, model.is_moe
     )
     if profile.calibrated_like:
         basis += f" ({profile.name} is calibrated like {profile.calibrated_like})"

@@ -322,6 +322,21 @@ def test_the_error_bar_prefers_the_matching_profile_and_stack() -> None:
     errors, basis = error_bar(profile, stack, "dgx-h100", "megatron-core")
     assert len(errors) == 9 and "other GPUs" in basis  # transferred: both sources of error
     assert error_bar(None, None, "x", "y")[0] == []
+    # dense and MoE rows are kept apart: a MoE estimate reads the MoE rows first
+    mixed = RunCalibration(
+        command="c",
+        runs_file="f",
+        rows=[],
+        cv_error_pct={"megatron-core": [1, 2, 3, 4, 5], "megatron-core+moe": [-20, -10, 10, 20, 30]},
+    )
+    dense, basis = error_bar(mixed, None, "gb200-nvl72", "megatron-core")
+    assert dense == [1, 2, 3, 4, 5] and "dense runs on gb200-nvl72" in basis
+    moe, basis = error_bar(mixed, None, "gb200-nvl72", "megatron-core", moe=True)
+    assert moe == [-20, -10, 10, 20, 30] and "MoE runs" in basis
+    # too few of its kind: both kinds
+    few = RunCalibration(command="c", runs_file="f", rows=[], cv_error_pct={"x": [1, 2, 3, 4], "x+moe": [9]})
+    errors, basis = error_bar(few, None, "p", "x", moe=True)
+    assert sorted(errors) == [1, 2, 3, 4, 9] and "MoE" not in basis
     low, high = interval(1000.0, [-10.0, 0.0, 10.0, 20.0])  # type: ignore[misc]
     # published = predicted / (1 + error): over-prediction lowers the bound
     assert low == pytest.approx(1000 / (1 + np.quantile([-0.1, 0, 0.1, 0.2], 0.9)))
