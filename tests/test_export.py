@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 
 from planner.catalog import load_model
+from planner.cost.layout import parse_layout
 from planner.cost.pipeline import chunk_layer_counts, stage_layer_counts
 from planner.errors import PlannerError
 from planner.export import FORMATS, deepspeed_config, export, megatron_args, render, torchtitan_config
@@ -81,12 +81,6 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, action="store_true")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_false", dest="gradient_accumulation_fusion")
     return p
-
-
-def parse_layout(layout: str) -> list[list[str]]:
-    """Megatron-LM's PipelineParallelLayerLayout.parse_str_to_list, for the forms the export writes."""
-    unrolled = re.sub(r"(.)\*(\d+)", lambda x: x.group(1) * int(x.group(2)), layout.replace(",", ""))
-    return [list(stage) for stage in unrolled.split("|")]
 
 
 def megatron_mesh(model: ModelSpec, ns: argparse.Namespace) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.cost.layout import check_layout, format_layout, parse_layout
 from planner.cost.pipeline import chunk_layer_counts
 from planner.export.common import (
     effective_zero_stage,
@@ -74,15 +75,17 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
 
 
 def pipeline_layout(model: ModelSpec, config: ParallelConfig) -> str:
-    """The plan's layer split as a ``--pipeline-model-parallel-layout`` string: one stage per model
-    chunk in model order, separated by '|', 'E' the embedding, 't' a transformer layer ('t*n' for n
-    of them), 'L' the loss (megatron/core/transformer/pipeline_parallel_layer_layout.py,
-    PipelineParallelLayerLayout.parse_str_to_list, stored at 00caa53a)."""
+    """The plan's layer split as a ``--pipeline-model-parallel-layout`` string (``cost.layout``):
+    one stage per model chunk in model order, the embedding 'E' on the first, the loss 'L' on the
+    last, the chunks' decoder layers as the cost engine splits them (``chunk_layer_counts``),
+    checked against Megatron's rules before it is written."""
     sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
-    stages = [f"t*{n}" if n > 1 else "t" * n for n in sizes]
-    stages[0] = "E" + stages[0]
-    stages[-1] = stages[-1] + "L"
-    return "|".join(stages)
+    stages = [["t"] * n for n in sizes]
+    stages[0] = ["E", *stages[0]]
+    stages[-1] = [*stages[-1], "L"]
+    text = format_layout(stages)
+    check_layout(parse_layout(text), model.num_hidden_layers, config.pp)
+    return text
 
 
 def _pipeline_args(model: ModelSpec, config: ParallelConfig) -> list[str]:

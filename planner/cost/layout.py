@@ -1,0 +1,103 @@
+"""Megatron-Core pipeline layouts: which layers each model chunk holds.
+
+A layout is a list of stages (p*v model chunks in model order; chunk c runs on pipeline rank
+c mod p), each a list of layer kinds: 'E' the embedding, 't' a transformer decoder layer, 'm' a
+multi-token-prediction layer, 'L' the loss (with the LM head). Megatron-LM writes it as a string,
+``--pipeline-model-parallel-layout`` (megatron/core/transformer/pipeline_parallel_layer_layout.py,
+PipelineParallelLayerLayout.parse_str_to_list and validate_layer_layout, stored at 00caa53a):
+stages separated by '|', ``x*n`` repeating a kind, ``(...)*n`` repeating a group of stages or
+kinds, commas purely cosmetic; e.g. DeepSeek-V3's ``Et*3|(tt|)*29,m|L`` (61 layers, one MTP
+layer, 32 chunks).
+
+``parse_layout`` and ``format_layout`` round-trip; ``check_layout`` applies Megatron's rules for
+a model and a pipeline size, each failure one line naming the rule.
+"""
+
+from __future__ import annotations
+
+import re
+
+from planner.errors import PlannerError
+
+LAYER_KINDS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
+"""Megatron's layer characters (parse_str_to_list's char2layer_type)."""
+
+_GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
+_REPEAT = re.compile(r"(.)\*(\d+)")
+
+
+def parse_layout(text: str) -> list[list[str]]:
+    """The stages of a layout string, as Megatron unrolls it: commas dropped, every ``(...)*n``
+    then every ``x*n`` expanded, split on '|'. Raises PlannerError on a character Megatron does
+    not know or on an unbalanced repetition."""
+    unrolled = text.replace(",", "").replace(" ", "")
+    while _GROUP.search(unrolled):
+        unrolled = _GROUP.sub(lambda m: m.group(1) * int(m.group(2)), unrolled)
+    unrolled = _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), unrolled)
+    unknown = sorted(set(unrolled) - set(LAYER_KINDS) - {"|"})
+    if unknown:
+        raise PlannerError(
+            f"pipeline_layout '{text}': unknown character(s) {' '.join(unknown)}; allowed E (embedding), "
+            "t (decoder layer), m (MTP layer), L (loss), '|' between stages, x*n and (...)*n repetitions"
+        )
+    return [list(stage) for stage in unrolled.split("|")]
+
+
+def _stage_text(stage: list[str]) -> str:
+    """One stage compactly: runs of a kind as ``x*n``."""
+    out, i = [], 0
+    while i < len(stage):
+        j = i
+        while j < len(stage) and stage[j] == stage[i]:
+            j += 1
+        out.append(stage[i] if j - i == 1 else f"{stage[i]}*{j - i}")
+        i = j
+    return "".join(out)
+
+
+def format_layout(stages: list[list[str]]) -> str:
+    """A layout string for ``stages`` that ``parse_layout`` reads back to the same stages: each
+    stage compactly, runs of two or more identical stages inside as ``(stage|)*n``."""
+    texts = [_stage_text(s) for s in stages]
+    parts: list[str] = []
+    i = 0
+    while i < len(texts):
+        j = i
+        while j < len(texts) and texts[j] == texts[i]:
+            j += 1
+        run = j - i
+        last = j == len(texts)
+        if run >= 2 and texts[i] and not last:
+            parts.append(f"({texts[i]}|)*{run}")
+        elif run >= 3 and texts[i] and last:
+            parts.append(f"({texts[i]}|)*{run - 1}{texts[i]}")
+        else:
+            parts.append("|".join(texts[i:j]) + ("" if last else "|"))
+        i = j
+    return "".join(parts)
+
+
+def check_layout(stages: list[list[str]], num_layers: int, pp: int, mtp_layers: int = 0) -> int:
+    """Megatron's rules for a layout of a model with ``num_layers`` decoder layers and
+    ``mtp_layers`` MTP layers on ``pp`` pipeline ranks (validate_layer_layout and the constructor);
+    returns the virtual stages per rank, len(stages) / pp. Raises PlannerError naming the rule."""
+    where = f"pipeline_layout of {len(stages)} stages"
+    if len(stages) % pp:
+        raise PlannerError(f"{where}: the stage count must be a multiple of pp {pp}")
+    flat = [kind for stage in stages for kind in stage]
+    if not flat or flat[0] != "E" or flat.count("E") != 1:
+        raise PlannerError(f"{where}: the embedding 'E' must come first, exactly once")
+    if flat[-1] != "L" or flat.count("L") != 1:
+        raise PlannerError(f"{where}: the loss 'L' must come last, exactly once")
+    if flat.count("t") != num_layers:
+        raise PlannerError(f"{where}: {flat.count('t')} decoder layers 't', the model has {num_layers}")
+    if flat.count("m") != mtp_layers:
+        raise PlannerError(f"{where}: {flat.count('m')} MTP layers 'm', the model has {mtp_layers}")
+    if "m" in flat and "t" in flat[flat.index("m") :]:
+        raise PlannerError(f"{where}: decoder layers must come before the MTP layers")
+    return len(stages) // pp
+
+
+def rank_layer_counts(stages: list[list[str]], pp: int, kind: str = "t") -> list[int]:
+    """Layers of ``kind`` on each pipeline rank: the sum over its chunks c = rank, rank + p, ..."""
+    return [sum(stages[c].count(kind) for c in range(rank, len(stages), pp)) for rank in range(pp)]
