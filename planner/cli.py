@@ -195,6 +195,15 @@ ScheduleOpt = Annotated[
     Optional[Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]],
     typer.Option("--schedule", help="Pipeline schedule."),
 ]
+LayoutOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--pipeline-layout",
+        metavar="LAYOUT",
+        help="Megatron-LM's --pipeline-model-parallel-layout for the mesh, e.g. 'Et*3|(t*4|)*14t*2L' (E embedding, "
+        "t decoder layer, L loss, '|' between model chunks); sets the virtual stages. Estimate and export only.",
+    ),
+]
 OverlapOpt = Annotated[
     Optional[bool],
     typer.Option(
@@ -435,6 +444,7 @@ def estimate_cmd(
     schedule: ScheduleOpt = None,
     order: OrderOpt = None,
     overlap_grad_reduce: OverlapOpt = None,
+    pipeline_layout: LayoutOpt = None,
     dtype: DtypeOpt = "bf16",
     flash_attention: FlashOpt = True,
     dropout: DropoutOpt = False,

@@ -86,6 +86,7 @@ def export_cmd(
     schedule: _cli.ScheduleOpt = None,
     order: _cli.OrderOpt = None,
     overlap_grad_reduce: _cli.OverlapOpt = None,
+    pipeline_layout: _cli.LayoutOpt = None,
     out: OutOpt = None,
 ) -> None:
     """Print the launch settings of the best mesh for MODEL on CLUSTER in a framework's terms.

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import TIER_INTER, group_link
+from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import mesh_batch_size, round_up
 from planner.errors import PlannerError
 from planner.mesh import INTERLEAVED, RECOMPUTE_FULL, MeshArrays
@@ -174,6 +175,11 @@ def rule_masks(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshA
 
 def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """Raise PlannerError on the first hard rule ``config`` breaks; return soft-rule messages."""
+    if config.pipeline_layout is not None:
+        try:
+            check_layout(parse_layout(config.pipeline_layout), model.num_hidden_layers, config.pp)
+        except PlannerError as err:
+            raise PlannerError(f"impossible mesh: {err}") from None
     mesh = MeshArrays.from_configs([config])
     soft: list[str] = []
     for rule in RULES:

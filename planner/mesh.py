@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from planner.cost.layout import parse_layout, rank_layer_counts
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
@@ -25,6 +26,13 @@ FORWARD_PASSES = {"none": 3.0, "selective": 3.0, "full": 4.0}
 al. 2020, section 2.1), plus a recomputed forward under full recompute (selective recompute adds
 only the attention core, priced separately). A stage that recomputes only some of its layers
 (``recompute_layers``) averages: ``MeshArrays.forward_passes``."""
+
+
+def _busiest_layout_rank(config: ParallelConfig) -> int:
+    """Decoder layers on the busiest pipeline rank of the config's explicit layout; 0 without one."""
+    if config.pipeline_layout is None:
+        return 0
+    return max(rank_layer_counts(parse_layout(config.pipeline_layout), config.pp))
 
 
 @dataclass(frozen=True)
@@ -45,11 +53,13 @@ class MeshArrays:
     schedule: np.ndarray
     overlap_grad_reduce: np.ndarray  # bool
     recompute_layers: np.ndarray | None = None  # per chunk under full recompute; 0 (or None): every layer
+    layout_layers: np.ndarray | None = None  # busiest rank's decoder layers of an explicit layout; 0: the even split
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        if self.recompute_layers is None:
-            object.__setattr__(self, "recompute_layers", np.zeros(len(self.tp), dtype=np.int64))
+        for name in ("recompute_layers", "layout_layers"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(len(self.tp), dtype=np.int64))
 
     @classmethod
     def from_configs(cls, configs: Sequence[ParallelConfig]) -> MeshArrays:
@@ -76,6 +86,7 @@ class MeshArrays:
             schedule=np.array([SCHEDULES.index(c.schedule) for c in configs], dtype=np.int64),
             overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in configs], dtype=bool),
             recompute_layers=np.array([c.recompute_layers or 0 for c in configs], dtype=np.int64),
+            layout_layers=np.array([_busiest_layout_rank(c) for c in configs], dtype=np.int64),
             order=orders.pop() if orders else DEFAULT_ORDER,
         )
 

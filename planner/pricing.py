@@ -7,6 +7,7 @@ import numpy as np
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import model_flops_per_token
+from planner.cost.layout import parse_layout, rank_layer_counts
 from planner.cost.pipeline import stage_layer_counts
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval
@@ -164,7 +165,11 @@ def row_estimate(
         hfu=float(cols.hfu[i]),
         bubble_fraction=float(cols.bubble_fraction[i]),
         num_microbatches=int(cols.num_microbatches[i]),
-        layers_per_stage=stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages),
+        layers_per_stage=(
+            rank_layer_counts(parse_layout(config.pipeline_layout), config.pp)
+            if config.pipeline_layout
+            else stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
+        ),
         memory_per_gpu_bytes=float(mem.total[i]),
         memory_usable_bytes=cluster.gpu.hbm_capacity_bytes,
         memory_breakdown_bytes=MemoryBreakdown(**{k: float(getattr(mem, k)[i]) for k in MemoryBreakdown.model_fields}),

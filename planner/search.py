@@ -208,6 +208,11 @@ def search_with_points(
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
         raise PlannerError(f"--objective cost needs a price: profile {cluster.profile.name} has none; give --price USD")
     pins = pins_from_config_fields(**(pins or {}))
+    if "pipeline_layout" in pins:
+        raise PlannerError(
+            "--pipeline-layout prices one mesh: give it with --tp, --pp and --dp to `plan estimate` or `plan export` "
+            "(the search splits layers as evenly as they go)"
+        )
     mesh = enumerate_meshes(model, cluster, pins)
     masks = rule_masks(model, cluster, job, mesh)
     alive = np.ones(len(mesh), dtype=bool)

@@ -66,3 +66,59 @@ def test_the_exported_layout_is_the_split_the_engine_prices(model_name: str, pp:
     assert check_layout(stages, model.num_hidden_layers, pp) == v
     assert [s.count("t") for s in stages] == chunk_layer_counts(model.num_hidden_layers, pp, v)
     assert rank_layer_counts(stages, pp) == stage_layer_counts(model.num_hidden_layers, pp, v)
+
+
+# ---- a mesh with an explicit layout ----------------------------------------------------------------
+LLAMA70_UNEVEN = "Et*9|(t*10|)*6t*11L"  # 80 layers, 8 chunks: the last rank holds 10 + 11 = 21
+
+
+def test_a_layout_sets_the_virtual_stages_and_is_checked_where_it_can_be() -> None:
+    config = ParallelConfig(pp=4, pipeline_layout=LLAMA70_UNEVEN)
+    assert (config.virtual_stages, config.schedule) == (2, "interleaved-1f1b")
+    with pytest.raises(ValueError, match="has 8 stages, pp x virtual_stages = 12"):
+        ParallelConfig(pp=4, virtual_stages=3, schedule="interleaved-1f1b", pipeline_layout=LLAMA70_UNEVEN)
+    with pytest.raises(ValueError, match="MTP layers"):
+        ParallelConfig(pp=16, pipeline_layout=DSV3_LAYOUT)
+    with pytest.raises(ValueError, match="loss 'L' must come last"):
+        ParallelConfig(pp=2, pipeline_layout="Et*2L|t*2")
+
+
+def test_the_engine_prices_the_layouts_busiest_rank_and_export_writes_it_back() -> None:
+    from planner.catalog import load_cluster
+    from planner.export.megatron import megatron_args
+    from planner.pricing import estimate_mesh
+    from planner.schemas import JobSpec
+    from planner.search import search
+
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100", gpus=64)
+    job = JobSpec(global_batch_size=128, seq_len=4096)
+    even = ParallelConfig(tp=4, pp=4, dp=4, virtual_stages=2, schedule="interleaved-1f1b", sequence_parallel=True)
+    uneven = even.model_copy(update={"pipeline_layout": LLAMA70_UNEVEN})
+    fast, slow = estimate_mesh(model, cluster, job, even), estimate_mesh(model, cluster, job, uneven)
+    assert slow.layers_per_stage == [19, 20, 20, 21] and fast.layers_per_stage == [20, 20, 20, 20]
+    assert slow.step_time_s > fast.step_time_s * 1.04  # the busiest rank holds 21 layers instead of 20
+    args = megatron_args(model, job, uneven)
+    written = args[args.index("--pipeline-model-parallel-layout") + 1]
+    assert parse_layout(written) == parse_layout(LLAMA70_UNEVEN)
+    wrong = even.model_copy(update={"pipeline_layout": "Et*9|(t*10|)*6t*10L"})
+    with pytest.raises(PlannerError, match=r"impossible mesh: .* 79 decoder layers 't', the model has 80"):
+        estimate_mesh(model, cluster, job, wrong)
+    with pytest.raises(PlannerError, match="--pipeline-layout prices one mesh"):
+        search(model, cluster, job, {"pipeline_layout": LLAMA70_UNEVEN})
+
+
+def test_pipeline_layout_flag(cli) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    args = ["--model", "llama3-70b", "--cluster", "dgx-h100x8", "--tp", "4", "--pp", "4", "--dp", "4"]
+    r = cli("estimate", *args, "--pipeline-layout", LLAMA70_UNEVEN, "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    assert data["config"]["parallel"]["pipeline_layout"] == LLAMA70_UNEVEN and data["layers_per_stage"] == [
+        19,
+        20,
+        20,
+        21,
+    ]
+    refused = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--pipeline-layout", LLAMA70_UNEVEN)
+    assert refused.code == 2 and "torchtitan cannot express --pipeline-layout" in refused.err

@@ -69,9 +69,11 @@ def layers_on_worst_stage(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
 
     When L does not divide evenly the extra layers go to some stages (Megatron-LM's
     --decoder-first/last-pipeline-num-layers give the user that choice); the worst rank holds
-    the rounded-up share, which is what sets the step time and peak memory.
+    the rounded-up share, which is what sets the step time and peak memory. A mesh with an
+    explicit layout (``ParallelConfig.pipeline_layout``) prices its busiest rank's layers.
     """
-    return layers_per_chunk(model.num_hidden_layers, mesh.pp * mesh.virtual_stages) * mesh.virtual_stages
+    even = layers_per_chunk(model.num_hidden_layers, mesh.pp * mesh.virtual_stages) * mesh.virtual_stages
+    return np.where(mesh.layout_layers > 0, mesh.layout_layers, even)
 
 
 def moe_layers_on_worst_stage(model: ModelSpec, layers: np.ndarray) -> np.ndarray:

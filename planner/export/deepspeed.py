@@ -38,6 +38,10 @@ PipelineModule by ``pipeline.activation_checkpoint_interval``."""
 
 def _check(job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what a DeepSpeed config cannot carry."""
+    if config.pipeline_layout is not None:
+        raise refuse(
+            TARGET, "--pipeline-layout", "a Megatron layout string; DeepSpeed's PipelineModule partitions in code"
+        )
     if config.tp > 1:
         raise refuse(
             TARGET,

@@ -92,9 +92,12 @@ def _pipeline_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
     """Virtual stages and uneven splits. An even split with v > 1 uses
     --num-layers-per-virtual-pipeline-stage L/(p*v) (accepted by old and new releases); a split the
     layers do not divide uses --pipeline-model-parallel-layout, which also sets v (arguments.py
-    validate_args allows at most one of the two, and --num-virtual-stages-per-pipeline-rank)."""
+    validate_args allows at most one of the two, and --num-virtual-stages-per-pipeline-rank). A plan
+    priced with an explicit layout writes that layout."""
     if config.pp == 1:
         return []
+    if config.pipeline_layout is not None:
+        return ["--pipeline-model-parallel-layout", format_layout(parse_layout(config.pipeline_layout))]
     chunks = config.pp * config.virtual_stages
     if model.num_hidden_layers % chunks:
         return ["--pipeline-model-parallel-layout", pipeline_layout(model, config)]
@@ -232,7 +235,7 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     elif config.tp > 1 or config.cp > 1:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM asserts it for tp or cp > 1 before Blackwell)")
     chunks = config.pp * config.virtual_stages
-    if config.pp > 1 and model.num_hidden_layers % chunks:
+    if config.pp > 1 and model.num_hidden_layers % chunks and config.pipeline_layout is None:
         sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} chunks: the layout gives {sizes}")
     if job.tp_overlap and config.tp > 1 and not config.sequence_parallel:

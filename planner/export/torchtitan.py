@@ -56,6 +56,12 @@ until backward (ZeRO-2-like). "default" would depend on pp (parallelize.py apply
 
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what torchtitan cannot run as planned."""
+    if config.pipeline_layout is not None:
+        raise refuse(
+            TARGET,
+            "--pipeline-layout",
+            "a Megatron layout string; torchtitan splits modules itself (module_fqns_per_model_part): drop the layout",
+        )
     if not is_default_order(config):
         # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
         raise refuse(TARGET, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")

@@ -12,10 +12,12 @@ Checks that need only the mesh live here; checks against a model, cluster and jo
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, PositiveInt, field_validator, model_validator
 
+from planner.cost.layout import check_layout, parse_layout
+from planner.errors import PlannerError
 from planner.schemas.base import Frozen
 
 AXES = ("tp", "cp", "dp", "pp")
@@ -63,6 +65,30 @@ class ParallelConfig(Frozen):
         True,
         description="Overlap DP gradient reduction (and ZeRO gathers) with compute (Megatron-LM --overlap-grad-reduce)",
     )
+    pipeline_layout: str | None = Field(
+        None,
+        description="Megatron-LM's --pipeline-model-parallel-layout, e.g. 'Et*3|(t*4|)*14t*2L': the layers of each "
+        "model chunk (E embedding, t decoder layer, L loss); it sets virtual_stages = stages / pp. None: layers "
+        "split as evenly as they go, extra layers in the middle chunks",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _virtual_stages_from_layout(cls, data: Any) -> Any:
+        """Megatron derives the virtual stages from a layout (stages / pp), and so does the plan."""
+        if not isinstance(data, dict) or not isinstance(data.get("pipeline_layout"), str):
+            return data
+        try:
+            stages = len(parse_layout(data["pipeline_layout"]))
+        except PlannerError as err:
+            raise ValueError(str(err).removeprefix("pipeline_layout ")) from None
+        pp = data.get("pp", 1)
+        if isinstance(pp, int) and pp > 0 and stages % pp == 0 and data.get("virtual_stages") is None:
+            v = stages // pp
+            data = {**data, "virtual_stages": v}
+            if v > 1 and data.get("schedule") is None:
+                data["schedule"] = "interleaved-1f1b"
+        return data
 
     @field_validator("order")
     @classmethod
@@ -83,6 +109,19 @@ class ParallelConfig(Frozen):
             raise ValueError(f"virtual_stages {self.virtual_stages} > 1 needs schedule interleaved-1f1b")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError(f"recompute_layers needs recompute 'full' (got '{self.recompute}')")
+        if self.pipeline_layout is not None:
+            stages = parse_layout(self.pipeline_layout)
+            if len(stages) != self.pp * self.virtual_stages:
+                raise ValueError(
+                    f"pipeline_layout has {len(stages)} stages, pp x virtual_stages = {self.pp * self.virtual_stages}"
+                )
+            flat = [kind for stage in stages for kind in stage]
+            if "m" in flat:
+                raise ValueError("pipeline_layout: MTP layers ('m') are not modelled; give the layout without them")
+            try:  # the rules that do not depend on the model (its layer count is checked against the model)
+                check_layout(stages, flat.count("t"), self.pp)
+            except PlannerError as err:
+                raise ValueError(str(err)) from None
         if self.sequence_parallel and self.tp == 1:
             raise ValueError("sequence_parallel needs tp > 1 (it shards what TP leaves replicated)")
         fold = self.tp * self.cp * self.dp
