@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.cost.layout import parse_layout, rank_layer_counts
+from planner.cost.layout import layout_rank_layers
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
@@ -32,7 +32,7 @@ def _busiest_layout_rank(config: ParallelConfig) -> int:
     """Decoder layers on the busiest pipeline rank of the config's explicit layout; 0 without one."""
     if config.pipeline_layout is None:
         return 0
-    return max(rank_layer_counts(parse_layout(config.pipeline_layout), config.pp))
+    return max(layout_rank_layers(config.pipeline_layout, config.pp))
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import numpy as np
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import model_flops_per_token
-from planner.cost.layout import parse_layout, rank_layer_counts
+from planner.cost.layout import layout_rank_layers
 from planner.cost.pipeline import stage_layer_counts
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval
@@ -166,7 +166,7 @@ def row_estimate(
         bubble_fraction=float(cols.bubble_fraction[i]),
         num_microbatches=int(cols.num_microbatches[i]),
         layers_per_stage=(
-            rank_layer_counts(parse_layout(config.pipeline_layout), config.pp)
+            layout_rank_layers(config.pipeline_layout, config.pp)
             if config.pipeline_layout
             else stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
         ),

@@ -246,6 +246,7 @@ class LayerForward:
     """One layer's forward on one rank for one micro-batch, by kind of work (seconds, columns)."""
 
     gemm_s: np.ndarray
+    residual_gemm_s: np.ndarray  # the part of gemm_s in ``RESIDUAL_OUTPUT_GEMMS``
     core_s: np.ndarray  # the attention core (flash: carrying 3.5/3 of its forward FLOP time)
     elementwise_s: np.ndarray
     casts_s: np.ndarray
@@ -268,7 +269,7 @@ def layer_forward_parts(
     kv = kv_heads_per_rank(model, t)
     tokens = mesh.tokens_per_rank(job.seq_len)
     g = gemm_on(cluster, job)
-    gemms = sum(gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe))
+    times = {gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe)}
     if moe:
         top_k = model.num_experts_per_tok or 0
         load = moe_load_factor(job, mesh)
@@ -282,7 +283,8 @@ def layer_forward_parts(
     activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
     rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
     return LayerForward(
-        gemm_s=np.asarray(gemms),
+        gemm_s=np.asarray(sum(times.values())),
+        residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in RESIDUAL_OUTPUT_GEMMS)),
         core_s=attention_core_forward_s(model, cluster, job, mesh),
         elementwise_s=tokens * (outside + activation_fn + rope + permute_bytes) / bw,
         casts_s=fp8_cast_forward_s(model, cluster, job, mesh, moe),
@@ -321,9 +323,7 @@ def selective_recompute_forward_s(
             model, cluster, job, mesh
         )
     parts = layer_forward_parts(model, cluster, job, mesh, moe)
-    g = gemm_on(cluster, job)
-    gemms = layer_gemms(model, job, mesh, moe)
-    needed = sum(x.count * g(x.m_rows, x.n, x.k) for x in gemms if x.name not in RESIDUAL_OUTPUT_GEMMS)
+    needed = parts.gemm_s - parts.residual_gemm_s
     share = needed / np.maximum(parts.gemm_s, 1e-30)
     return SAC_RECOMPUTED_MATMUL_SHARE * (needed + share * parts.casts_s) + parts.elementwise_s
 

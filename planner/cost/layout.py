@@ -101,3 +101,8 @@ def check_layout(stages: list[list[str]], num_layers: int, pp: int, mtp_layers: 
 def rank_layer_counts(stages: list[list[str]], pp: int, kind: str = "t") -> list[int]:
     """Layers of ``kind`` on each pipeline rank: the sum over its chunks c = rank, rank + p, ..."""
     return [sum(stages[c].count(kind) for c in range(rank, len(stages), pp)) for rank in range(pp)]
+
+
+def layout_rank_layers(text: str, pp: int) -> list[int]:
+    """Decoder layers on each pipeline rank of a layout string (``parse_layout``, ``rank_layer_counts``)."""
+    return rank_layer_counts(parse_layout(text), pp)

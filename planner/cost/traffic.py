@@ -51,6 +51,15 @@ class Traffic:
     bytes_sent: np.ndarray
     hidden_s: np.ndarray | float = 0.0
 
+    @classmethod
+    def overlapped(
+        cls, time_s: np.ndarray, bytes_sent: np.ndarray, fraction: np.ndarray | float, budget_s: np.ndarray | float
+    ) -> Traffic:
+        """Collectives of ``time_s`` of which ``fraction`` runs behind compute, never more than the
+        ``budget_s`` of compute there is to hide behind; the rest stays exposed."""
+        hidden = np.minimum(time_s * fraction, np.maximum(budget_s, 0.0))
+        return cls(time_s - hidden, bytes_sent, hidden)
+
 
 def tp_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """One TP collective's buffer: the rank's b*s/c tokens x h activations."""
@@ -173,8 +182,7 @@ def tp_per_microbatch(
         + again * comm.all_gather_s(gathered, tp)
     )
     fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
-    hidden = np.minimum(time * fraction, overlap_budget_s)
-    return Traffic(time - hidden, sent, hidden)
+    return Traffic.overlapped(time, sent, fraction, overlap_budget_s)
 
 
 def ep_per_microbatch(
@@ -194,8 +202,7 @@ def ep_per_microbatch(
     count = ep_all_to_alls_per_microbatch(mesh, layers, moe_layers)
     time = count * comm.all_to_all_s(message, links["ep"])
     fraction = job.software.ep_overlap_hidden_fraction if job.ep_comm_overlap else 0.0
-    hidden = np.minimum(time * fraction, np.maximum(overlap_budget_s, 0.0))
-    return Traffic(time - hidden, count * comm.all_gather_bytes_sent(message, mesh.ep), hidden)
+    return Traffic.overlapped(time, count * comm.all_gather_bytes_sent(message, mesh.ep), fraction, overlap_budget_s)
 
 
 def cp_per_microbatch(
