@@ -152,6 +152,16 @@ MoeRoutingOpt = Annotated[
         "capacity factor C), imbalance:R (dropless, busiest rank R x the mean).",
     ),
 ]
+MtpOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--mtp-layers",
+        min=0,
+        metavar="N",
+        help="Multi-token-prediction layers trained (Megatron --mtp-num-layers): priced on the last pipeline "
+        "stage with their LM head passes. Default: the model's num_nextn_predict_layers (DeepSeek-V3: 1); 0: none.",
+    ),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
 TpOpt = Annotated[Optional[int], typer.Option("--tp", min=1, metavar="N", help="Tensor-parallel degree.")]
 PpOpt = Annotated[Optional[int], typer.Option("--pp", min=1, metavar="N", help="Pipeline-parallel degree (stages).")]
@@ -262,6 +272,7 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         compile=p.get("compile"),
         ep_comm_overlap=p.get("ep_comm_overlap"),
         **moe_routing_fields(p.get("moe_routing")),
+        mtp_layers=p.get("mtp_layers"),
         max_batch_growth=p.get("max_batch_growth", 0.0),
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
     )
@@ -368,6 +379,7 @@ def plan_main(
     compile: CompileOpt = None,
     ep_comm_overlap: EpOverlapOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    mtp_layers: MtpOpt = None,
     top: TopOpt = 10,
     objective: ObjectiveOpt = "time",
     tp: TpOpt = None,
@@ -453,6 +465,7 @@ def estimate_cmd(
     compile: CompileOpt = None,
     ep_comm_overlap: EpOverlapOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    mtp_layers: MtpOpt = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
 ) -> None:
@@ -502,6 +515,7 @@ def capacity_cmd(
     compile: CompileOpt = None,
     ep_comm_overlap: EpOverlapOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    mtp_layers: MtpOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.

@@ -70,6 +70,7 @@ def export_cmd(
     compile: _cli.CompileOpt = None,
     ep_comm_overlap: _cli.EpOverlapOpt = None,
     moe_routing: _cli.MoeRoutingOpt = None,
+    mtp_layers: _cli.MtpOpt = None,
     objective: _cli.ObjectiveOpt = "time",
     tp: _cli.TpOpt = None,
     pp: _cli.PpOpt = None,

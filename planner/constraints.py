@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import TIER_INTER, group_link
+from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import mesh_batch_size, round_up
 from planner.errors import PlannerError
@@ -102,9 +103,15 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "layers_per_stage",
-        lambda m, c, j, x: m.num_hidden_layers >= x.pp * x.virtual_stages,
+        # a stack that takes layouts may give the embedding and the loss a chunk of their own
+        # (Megatron's account-for-embedding/loss splits, e.g. Qwen3-235B's 94 layers on 96 chunks)
+        lambda m, c, j, x: (
+            (m.num_hidden_layers + (2 if j.software.pipeline_layouts else 0) >= x.pp * x.virtual_stages)
+            | (x.layout_last >= 0)
+        ),
         lambda m, c, j, p: (
             f"{m.num_hidden_layers} layers cannot fill pp*virtual_stages = {p.pp * p.virtual_stages} stages"
+            + (" (the embedding and the loss filling one each)" if j.software.pipeline_layouts else "")
         ),
     ),
     Rule(
@@ -177,7 +184,9 @@ def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: P
     """Raise PlannerError on the first hard rule ``config`` breaks; return soft-rule messages."""
     if config.pipeline_layout is not None:
         try:
-            check_layout(parse_layout(config.pipeline_layout), model.num_hidden_layers, config.pp)
+            check_layout(
+                parse_layout(config.pipeline_layout), model.num_hidden_layers, config.pp, mtp_layers(model, job)
+            )
         except PlannerError as err:
             raise PlannerError(f"impossible mesh: {err}") from None
     mesh = MeshArrays.from_configs([config])

@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from planner.cost.layout import layout_rank_layers
+from planner.cost.layout import parse_layout, rank_layer_counts
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
@@ -28,11 +28,24 @@ only the attention core, priced separately). A stage that recomputes only some o
 (``recompute_layers``) averages: ``MeshArrays.forward_passes``."""
 
 
-def _busiest_layout_rank(config: ParallelConfig) -> int:
-    """Decoder layers on the busiest pipeline rank of the config's explicit layout; 0 without one."""
+LAYOUT_COLUMNS = ("layout_body", "layout_body_mtp", "layout_last", "layout_last_mtp")
+
+
+def _layout_ranks(config: ParallelConfig) -> tuple[int, int, int, int]:
+    """A config's explicit layout as (decoder, MTP) layers on its busiest rank other than the
+    last (by their sum), then on the last rank; -1 each without a layout."""
     if config.pipeline_layout is None:
-        return 0
-    return max(layout_rank_layers(config.pipeline_layout, config.pp))
+        return -1, -1, -1, -1
+    stages = parse_layout(config.pipeline_layout)
+    t, m = rank_layer_counts(stages, config.pp, "t"), rank_layer_counts(stages, config.pp, "m")
+    others = [(t[r] + m[r], t[r], m[r]) for r in range(config.pp - 1)] or [(0, 0, 0)]
+    _, body, body_mtp = max(others)
+    return body, body_mtp, t[-1], m[-1]
+
+
+def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
+    """``_layout_ranks`` of every config as four int64 columns (rows of ``LAYOUT_COLUMNS``)."""
+    return np.array([_layout_ranks(c) for c in configs], dtype=np.int64).reshape(-1, 4).T
 
 
 @dataclass(frozen=True)
@@ -53,13 +66,20 @@ class MeshArrays:
     schedule: np.ndarray
     overlap_grad_reduce: np.ndarray  # bool
     recompute_layers: np.ndarray | None = None  # per chunk under full recompute; 0 (or None): every layer
-    layout_layers: np.ndarray | None = None  # busiest rank's decoder layers of an explicit layout; 0: the even split
+    # an explicit layout's decoder and MTP layers on the busiest rank but the last, and on the
+    # last rank (``cost.pipeline.rank_layers``); -1: none, the plan's own split
+    layout_body: np.ndarray | None = None
+    layout_body_mtp: np.ndarray | None = None
+    layout_last: np.ndarray | None = None
+    layout_last_mtp: np.ndarray | None = None
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        for name in ("recompute_layers", "layout_layers"):
+        if self.recompute_layers is None:
+            object.__setattr__(self, "recompute_layers", np.zeros(len(self.tp), dtype=np.int64))
+        for name in LAYOUT_COLUMNS:
             if getattr(self, name) is None:
-                object.__setattr__(self, name, np.zeros(len(self.tp), dtype=np.int64))
+                object.__setattr__(self, name, np.full(len(self.tp), -1, dtype=np.int64))
 
     @classmethod
     def from_configs(cls, configs: Sequence[ParallelConfig]) -> MeshArrays:
@@ -86,7 +106,7 @@ class MeshArrays:
             schedule=np.array([SCHEDULES.index(c.schedule) for c in configs], dtype=np.int64),
             overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in configs], dtype=bool),
             recompute_layers=np.array([c.recompute_layers or 0 for c in configs], dtype=np.int64),
-            layout_layers=np.array([_busiest_layout_rank(c) for c in configs], dtype=np.int64),
+            **dict(zip(LAYOUT_COLUMNS, _layout_columns(configs), strict=True)),
             order=orders.pop() if orders else DEFAULT_ORDER,
         )
 

@@ -6,9 +6,9 @@ import numpy as np
 
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
-from planner.cost.flops import model_flops_per_token
+from planner.cost.flops import mtp_layers
 from planner.cost.layout import layout_rank_layers
-from planner.cost.pipeline import stage_layer_counts
+from planner.cost.pipeline import last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval
 from planner.mesh import MeshArrays
@@ -47,19 +47,17 @@ ZERO3_ADVICE_SHARE = 0.05
 failure modes: 'ZeRO-3 communication may cost more than expected; on small models it may not pay')."""
 
 
-def last_stage_imbalance(model: ModelSpec, seq_len: int, layers_per_stage: list[int]) -> tuple[float, float]:
-    """(share of each pipeline slot the other stages idle, LM head work in layers) when the last
-    stage also runs the LM head: training FLOPs per token of the head, 6*V*h, over those of an
-    average layer (``model_flops_per_token`` without the head, / L). The slot is set by the
-    busiest stage (DESIGN 4.6), so the idle share is 1 - mean(work) / max(work). The embedding
-    on the first stage is a gather, no FLOPs. A FLOP ratio, not a timing: the head's GEMM is
-    large and efficient, its fp32 softmax is memory-bound, so it is a slight underestimate."""
-    head = 6.0 * model.vocab_size * model.hidden_size
-    per_layer = (model_flops_per_token(model, seq_len) - head) / model.num_hidden_layers
-    head_layers = head / per_layer
+def last_stage_imbalance(model: ModelSpec, job: JobSpec, layers_per_stage: list[int]) -> tuple[float, float]:
+    """(share of each pipeline slot the other stages idle, what the last stage runs beside its
+    decoder layers, in layers: ``cost.pipeline.last_rank_extra_layers``, the LM head and the MTP
+    layers by forward FLOPs) for a split of ``layers_per_stage`` decoder layers. The slot is set
+    by the busiest stage (DESIGN 4.6), so the idle share is 1 - mean(work) / max(work). The
+    embedding on the first stage is a gather, no FLOPs. A FLOP ratio, not a timing: the head's
+    GEMM is large and efficient, its fp32 softmax is memory-bound."""
+    extra = last_rank_extra_layers(model, job)
     work = [float(n) for n in layers_per_stage]
-    work[-1] += head_layers
-    return 1.0 - sum(work) / len(work) / max(work), head_layers
+    work[-1] += extra
+    return 1.0 - sum(work) / len(work) / max(work), extra
 
 
 def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig, est: Estimate) -> list[str]:
@@ -86,13 +84,19 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"only {m} micro-batches for {p} pipeline stages: bubble {est.bubble_fraction:.0%}; "
             f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
         )
-    idle, head_layers = last_stage_imbalance(model, job.seq_len, est.layers_per_stage)
+    idle, head_layers = last_stage_imbalance(model, job, est.layers_per_stage)
     if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE:
+        mtp = mtp_layers(model, job)
         notes.append(
             f"pipeline stages are unbalanced: the last stage also runs the LM head ({model.vocab_size:,} x "
-            f"{model.hidden_size}, the work of {head_layers:.1f} layers), so the others idle {idle:.0%} of each "
-            "slot; give it fewer layers (Megatron-LM --decoder-last-pipeline-num-layers, "
-            "--account-for-loss-in-pipeline-split)"
+            f"{model.hidden_size}{f' and {mtp} MTP layer(s)' if mtp else ''}, the work of {head_layers:.1f} "
+            f"layers), so the others idle {idle:.0%} of each slot; "
+            + (
+                "no split of these layers over these stages does better"
+                if job.software.pipeline_layouts and config.pipeline_layout is None
+                else "give it fewer layers (Megatron-LM --pipeline-model-parallel-layout or "
+                "--decoder-last-pipeline-num-layers)"
+            )
         )
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
@@ -134,7 +138,13 @@ def time_to_train_s(job: JobSpec, tokens_per_s: float) -> float | None:
 def row_estimate(
     cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
 ) -> Estimate:
-    """Row ``i`` of evaluated columns as an Estimate (without advice)."""
+    """Row ``i`` of evaluated columns as an Estimate (without advice). A pipeline split the
+    framework must be told (``cost.pipeline.plan_layout``) is written into the config's
+    ``pipeline_layout``, so the export runs what was priced."""
+    if config.pipeline_layout is None:
+        layout = plan_layout(model, job, config.pp, config.virtual_stages)
+        if layout is not None:
+            config = config.model_copy(update={"pipeline_layout": layout})
     step = float(cols.step_time_s[i])
     batch = int(cols.batch_size[i])
     if batch != job.batch_size:

@@ -81,10 +81,11 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     summary.add_row("micro-batches", f"{est.num_microbatches}, bubble {est.bubble_fraction:.1%}")
     if cfg.pp > 1:
         layers = est.layers_per_stage
+        layout = f"; layout {cfg.pipeline_layout}" if cfg.pipeline_layout else ""
         summary.add_row(
             "layers per stage",
-            f"{' '.join(map(str, layers))} (first also embeds, last runs the LM head; "
-            f"priced at the busiest, {max(layers)})",
+            f"{' '.join(map(str, layers))} (first also embeds, last runs the LM head and any MTP layers; the "
+            f"slower of the last rank and the busiest other sets the pace{layout})",
         )
     if est.cost_per_step_usd is not None:
         summary.add_row(

@@ -238,6 +238,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
             n_shared_experts=_int(m, "shared_experts", "model") or None,
             first_k_dense_replace=_int(m, "dense_layers", "model") or None,
         )
+    spec["num_nextn_predict_layers"] = _int(m, "mtp_depth", "model") or 0
     try:
         return ModelSpec(**spec)
     except ValueError as err:
@@ -262,6 +263,14 @@ def moe_routing_from(knobs: dict[str, Any]) -> dict[str, float]:
     if "force-balanced" in routing or "force balanced" in routing or "force_load_balancing" in routing:
         return {"moe_load_imbalance": 1.0}
     return {}
+
+
+def mtp_from(knobs: dict[str, Any]) -> dict[str, int]:
+    """JobSpec fields for the row's MTP: 'w/o MTP' trains none (mtp_layers 0); any other mention
+    ('w/ MTP', 'MTP depth 1 trained', or unlabelled with the published FLOPs per token of the
+    'w/ MTP' row) trains the model's ``mtp_depth``, as does a row that does not say."""
+    said = _text(knobs.get("mtp")).strip()
+    return {"mtp_layers": 0} if said.startswith(("w/o", "without", "no mtp")) else {}
 
 
 def sliding_window_from(attention: str, stated: Any) -> tuple[int, bool] | None:
@@ -442,6 +451,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         overrides["ep_comm_overlap"] = knobs["ep_comm_overlap"]
     if model.is_moe:
         overrides.update(moe_routing_from(knobs))
+    overrides.update(mtp_from(knobs))
     mixed = _text(knobs.get("fsdp_mixed_precision")) + precision
     if "pure" in mixed:
         overrides["gradient_dtype"] = "bf16"  # Composer's PURE policy reduces in bf16

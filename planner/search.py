@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 
 from planner.constraints import RULES, rule_masks
-from planner.cost.memory import stage_activations, stage_memory
-from planner.cost.pipeline import layers_on_worst_stage, mesh_batch_size, num_microbatches
+from planner.cost.memory import layer_activations, stage_memory
+from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
@@ -130,16 +130,17 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     if rows.size == 0:
         return mesh.take(rows)
     full = mesh.take(rows)
-    per_chunk = layers_on_worst_stage(model, full) // full.virtual_stages
+    ranks = rank_layers(model, job, full)
+    per_chunk = ranks.busiest // full.virtual_stages
     one = full.with_recompute_layers(np.ones(len(full), dtype=np.int64))
     m = num_microbatches(mesh_batch_size(job.batch_size, full), full)
     cap = cluster.gpu.hbm_capacity_bytes
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
-    acts_all, acts_one = stage_activations(model, job, full), stage_activations(model, job, one)
+    acts_all, acts_one = layer_activations(model, job, full), layer_activations(model, job, one)
     for first in (True, False):
-        at_all = stage_memory(model, cluster, job, full, m, first=first, acts=acts_all).total
-        at_one = stage_memory(model, cluster, job, one, m, first=first, acts=acts_one).total
+        at_all = stage_memory(model, cluster, job, full, m, first=first, ranks=ranks, per_layer=acts_all).total
+        at_one = stage_memory(model, cluster, job, one, m, first=first, ranks=ranks, per_layer=acts_one).total
         per_layer = (at_one - at_all) / np.maximum(per_chunk - 1, 1)  # what one recomputed layer saves
         spare = cap - at_all
         fits_all &= spare >= 0

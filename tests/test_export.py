@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from planner.catalog import load_model
-from planner.cost.layout import parse_layout
-from planner.cost.pipeline import chunk_layer_counts, stage_layer_counts
+from planner.cost.layout import check_layout, parse_layout
+from planner.cost.pipeline import chunk_layer_counts, plan_layout, stage_layer_counts
 from planner.errors import PlannerError
 from planner.export import FORMATS, deepspeed_config, export, megatron_args, render, torchtitan_config
 from planner.export.megatron import pipeline_layout
@@ -29,6 +29,7 @@ LLAMA70B = load_model("llama3-70b")  # 80 layers, dense
 MIXTRAL = load_model("mixtral-8x7b")  # 32 layers, 8 experts
 DSV3 = load_model("deepseek-v3")  # 61 layers: uneven pipeline splits
 JOB = JobSpec(global_batch_size=1024, seq_len=4096)
+TITAN_JOB = JOB.model_copy(update={"mtp_layers": 0})  # torchtitan builds no MTP module
 
 
 def mesh(**kw: Any) -> ParallelConfig:
@@ -59,6 +60,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(flag, type=int)
     for flag in ("--pipeline-model-parallel-layout", "--recompute-method", "--ckpt-format", "--fp8-format"):
         p.add_argument(flag)
+    p.add_argument("--mtp-num-layers", type=int, default=None)  # arguments.py _add_mtp_args
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument(
         "--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]
@@ -128,6 +130,10 @@ def test_megatron_arguments_round_trip(model: ModelSpec, config: ParallelConfig)
     assert back == {k: getattr(config, k) for k in back}
     assert ns.global_batch_size == JOB.batch_size and ns.seq_length == JOB.seq_len
     assert ns.num_layers == model.num_hidden_layers
+    assert (ns.mtp_num_layers or 0) == model.num_nextn_predict_layers  # the job trains the model's MTP layers
+    if ns.pipeline_model_parallel_layout:  # Megatron's rules, the layout's MTP layers the job's
+        stages = parse_layout(ns.pipeline_model_parallel_layout)
+        check_layout(stages, model.num_hidden_layers, config.pp, ns.mtp_num_layers or 0)
     assert ns.bf16 and not ns.fp16
     assert ns.attention_dropout == ns.hidden_dropout == 0.0  # the job has no dropout; Megatron's default is 0.1
     assert ns.overlap_grad_reduce == (config.dp * config.cp > 1)
@@ -138,12 +144,18 @@ def test_megatron_arguments_round_trip(model: ModelSpec, config: ParallelConfig)
 
 
 def test_megatron_uneven_split_is_a_layout_matching_the_priced_split() -> None:
+    # DeepSeek-V3 (61 layers + 1 MTP) on pp 4 x v 2: the layout holds every layer once, the MTP
+    # layer and the loss on the last chunk, and its per-rank counts are the split the engine prices.
+    from planner.cost.pipeline import rank_layer_split
+
     config = mesh(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, sequence_parallel=True, zero_stage=1)
-    stages = parse_layout(pipeline_layout(DSV3, config))
-    assert len(stages) == 8 and stages[0][0] == "E" and stages[-1][-1] == "L"
+    text = pipeline_layout(DSV3, JOB, config)
+    assert text is not None
+    stages = parse_layout(text)
+    assert len(stages) == 8 and stages[0][0] == "E" and stages[-1][-2:] == ["m", "L"]
     assert sum(s.count("t") for s in stages) == 61
     per_rank = [sum(stages[c].count("t") for c in range(rank, 8, 4)) for rank in range(4)]
-    assert per_rank == stage_layer_counts(61, 4, 2)
+    assert (max(per_rank[:-1]), per_rank[-1]) == rank_layer_split(DSV3, JOB, 4, 2) == (16, 13)
 
 
 @pytest.mark.parametrize(("layers", "pp", "v"), [(61, 4, 2), (80, 3, 1), (30, 4, 1), (7, 2, 3), (96, 8, 4)])
@@ -223,11 +235,11 @@ TORCHTITAN_CASES = [
 
 @pytest.mark.parametrize(("model", "config"), TORCHTITAN_CASES)
 def test_torchtitan_toml_round_trip(model: ModelSpec, config: ParallelConfig) -> None:
-    text = export("torchtitan", model, JOB, config, header="my header")
+    text = export("torchtitan", model, TITAN_JOB, config, header="my header")
     assert text.startswith("# my header\n")
     doc = tomllib.loads(text)
-    assert doc == torchtitan_config(model, JOB, config)
-    back = torchtitan_mesh(model, JOB, doc)
+    assert doc == torchtitan_config(model, TITAN_JOB, config)
+    back = torchtitan_mesh(model, TITAN_JOB, doc)
     assert back == {k: getattr(config, k) for k in back}
     assert doc["training"]["seq_len"] == JOB.seq_len and doc["training"]["global_batch_size"] == JOB.batch_size
     assert doc["training"]["mixed_precision_param"] == "bfloat16"
@@ -242,11 +254,12 @@ def test_torchtitan_toml_round_trip(model: ModelSpec, config: ParallelConfig) ->
 
 
 def test_torchtitan_uneven_split_lists_every_module_once() -> None:
-    doc = tomllib.loads(export("torchtitan", DSV3, JOB, TORCHTITAN_CASES[-1][1]))
+    doc = tomllib.loads(export("torchtitan", DSV3, TITAN_JOB, TORCHTITAN_CASES[-1][1]))
     parts = doc["parallelism"]["module_fqns_per_model_part"]
     flat = [name for part in parts for name in part]
     assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(61)], "norm", "output"]
-    assert [sum(n.startswith("layers.") for n in part) for part in parts] == chunk_layer_counts(61, 4, 2)
+    layout = parse_layout(plan_layout(DSV3, TITAN_JOB, 4, 2) or "")
+    assert [sum(n.startswith("layers.") for n in part) for part in parts] == [s.count("t") for s in layout]
 
 
 def test_torchtitan_fp8_and_moot_zero() -> None:

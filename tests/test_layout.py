@@ -7,7 +7,6 @@ import pytest
 
 from planner.catalog import load_model
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
-from planner.cost.pipeline import chunk_layer_counts, stage_layer_counts
 from planner.errors import PlannerError
 from planner.export.megatron import pipeline_layout
 from planner.schemas import ParallelConfig
@@ -45,7 +44,7 @@ def test_each_megatron_rule_is_named() -> None:
         (parse_layout("t*2|Et*2L"), 4, 2, 0, "embedding 'E' must come first"),
         (parse_layout("Et*2L|t*2"), 4, 2, 0, "loss 'L' must come last"),
         (parse_layout("Et*2|t*3L"), 4, 2, 0, "5 decoder layers 't', the model has 4"),
-        (parse_layout("Et*2|t*2mL"), 4, 2, 0, "1 MTP layers 'm', the model has 0"),
+        (parse_layout("Et*2|t*2mL"), 4, 2, 0, "1 MTP layers 'm', the job trains 0"),
         (parse_layout("Et*2|mt*2L"), 4, 2, 1, "decoder layers must come before the MTP layers"),
     ]
     for stages, layers, pp, mtp, message in cases:
@@ -58,14 +57,20 @@ def test_each_megatron_rule_is_named() -> None:
 )
 def test_the_exported_layout_is_the_split_the_engine_prices(model_name: str, pp: int, v: int) -> None:
     # round trip: the plan's split -> Megatron's string -> Megatron's rules -> the same per-rank counts
+    from planner.cost.flops import mtp_layers
+    from planner.cost.pipeline import rank_layer_split
+    from planner.search import default_job
+
     model = load_model(model_name)
+    job = default_job(model)
     text = pipeline_layout(
-        model, ParallelConfig(pp=pp, virtual_stages=v, schedule="interleaved-1f1b" if v > 1 else "1f1b")
+        model, job, ParallelConfig(pp=pp, virtual_stages=v, schedule="interleaved-1f1b" if v > 1 else "1f1b")
     )
+    assert text is not None
     stages = parse_layout(text)
-    assert check_layout(stages, model.num_hidden_layers, pp) == v
-    assert [s.count("t") for s in stages] == chunk_layer_counts(model.num_hidden_layers, pp, v)
-    assert rank_layer_counts(stages, pp) == stage_layer_counts(model.num_hidden_layers, pp, v)
+    assert check_layout(stages, model.num_hidden_layers, pp, mtp_layers(model, job)) == v
+    counts = rank_layer_counts(stages, pp)
+    assert (max(counts[:-1]), counts[-1]) == rank_layer_split(model, job, pp, v)
 
 
 # ---- a mesh with an explicit layout ----------------------------------------------------------------
@@ -77,8 +82,7 @@ def test_a_layout_sets_the_virtual_stages_and_is_checked_where_it_can_be() -> No
     assert (config.virtual_stages, config.schedule) == (2, "interleaved-1f1b")
     with pytest.raises(ValueError, match="has 8 stages, pp x virtual_stages = 12"):
         ParallelConfig(pp=4, virtual_stages=3, schedule="interleaved-1f1b", pipeline_layout=LLAMA70_UNEVEN)
-    with pytest.raises(ValueError, match="MTP layers"):
-        ParallelConfig(pp=16, pipeline_layout=DSV3_LAYOUT)
+    assert ParallelConfig(pp=16, pipeline_layout=DSV3_LAYOUT).virtual_stages == 2  # MTP 'm' checked per job
     with pytest.raises(ValueError, match="loss 'L' must come last"):
         ParallelConfig(pp=2, pipeline_layout="Et*2L|t*2")
 
@@ -95,8 +99,11 @@ def test_the_engine_prices_the_layouts_busiest_rank_and_export_writes_it_back() 
     even = ParallelConfig(tp=4, pp=4, dp=4, virtual_stages=2, schedule="interleaved-1f1b", sequence_parallel=True)
     uneven = even.model_copy(update={"pipeline_layout": LLAMA70_UNEVEN})
     fast, slow = estimate_mesh(model, cluster, job, even), estimate_mesh(model, cluster, job, uneven)
-    assert slow.layers_per_stage == [19, 20, 20, 21] and fast.layers_per_stage == [20, 20, 20, 20]
-    assert slow.step_time_s > fast.step_time_s * 1.04  # the busiest rank holds 21 layers instead of 20
+    # the plan's own split gives the last rank 19 layers + the head (1.14 layers by FLOPs) against
+    # 21 on the others; the layout given puts 21 + the head on the last rank
+    assert slow.layers_per_stage == [19, 20, 20, 21] and fast.layers_per_stage == [20, 20, 21, 19]
+    assert fast.config.parallel.pipeline_layout == "Et*10|(t*10|)*5t*11|t*9L"
+    assert slow.step_time_s > fast.step_time_s * 1.04
     args = megatron_args(model, job, uneven)
     written = args[args.index("--pipeline-model-parallel-layout") + 1]
     assert parse_layout(written) == parse_layout(LLAMA70_UNEVEN)
@@ -120,5 +127,11 @@ def test_pipeline_layout_flag(cli) -> None:  # type: ignore[no-untyped-def]
         20,
         21,
     ]
-    refused = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--pipeline-layout", LLAMA70_UNEVEN)
-    assert refused.code == 2 and "torchtitan cannot express --pipeline-layout" in refused.err
+    # torchtitan takes the same split as module lists, chunk by chunk (9, 10, 10, 10, 10, 10, 10, 11 layers)
+    titan = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--pipeline-layout", LLAMA70_UNEVEN)
+    assert titan.code == 0, titan.err
+    assert '["tok_embeddings", "layers.0",' in titan.out and '"layers.79", "norm", "output"]' in titan.out
+    refused = cli(
+        "export", "--format", "deepspeed", *args, "--tp", "1", "--dp", "16", "--pipeline-layout", LLAMA70_UNEVEN
+    )
+    assert refused.code == 2 and "--pipeline-layout" in refused.err

@@ -27,10 +27,11 @@ ROOT = Path(__file__).resolve().parents[1]
 MODEL = load_model("llama3-70b")
 JOB = JobSpec(global_batch_size=64, seq_len=8192)
 BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "zero_stage": 1, "sequence_parallel": True}
+EVEN = "Et*20|(t*20|)*2t*20L"  # Megatron's even split, 20 layers per stage (the plan's own gives 21/21/20/19 + head)
 
 
 def _columns(**recompute: object):  # type: ignore[no-untyped-def]
-    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, **recompute)])
+    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, **recompute, pipeline_layout=EVEN)])
     return evaluate(MODEL, load_cluster("dgx-h100x8"), JOB, mesh)
 
 
@@ -55,8 +56,8 @@ def test_memory_and_time_lie_between_none_and_full_linearly_in_the_layers() -> N
     assert compute[20] == pytest.approx(float(every.time["compute"][0]))
     assert float(none.time["compute"][0]) < compute[5] < compute[10] < compute[20]
     assert compute[10] - compute[5] == pytest.approx(compute[20] - compute[15], rel=1e-9)
-    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, recompute="full", recompute_layers=5)])
-    assert float(mesh.forward_passes(layers_on_worst_stage(MODEL, mesh))[0]) == pytest.approx(3.25)
+    mesh = MeshArrays.from_configs([ParallelConfig(**BASE, recompute="full", recompute_layers=5, pipeline_layout=EVEN)])
+    assert float(mesh.forward_passes(layers_on_worst_stage(MODEL, JOB, mesh))[0]) == pytest.approx(3.25)
 
 
 def test_the_search_finds_the_fewest_layers_that_fit() -> None:
@@ -65,7 +66,7 @@ def test_the_search_finds_the_fewest_layers_that_fit() -> None:
     ranking = search(MODEL, cluster, JOB, pins, top=1)
     best = ranking.candidates[0].config.parallel
     assert best.recompute == "full" and best.recompute_layers is not None
-    per_chunk = 20 // best.virtual_stages  # 80 layers over pp 4
+    per_chunk = -(-80 // (4 * best.virtual_stages))  # 80 layers over pp 4
     assert f"first {best.recompute_layers} of each chunk's {per_chunk} layers" in ranking.explanation[0]
     fits = estimate_mesh(MODEL, cluster, JOB, best)
     assert fits.fits
@@ -109,13 +110,13 @@ def test_the_cli_takes_recompute_layers(cli) -> None:  # type: ignore[no-untyped
 
 
 def test_the_validator_replays_recomputed_and_kept_layers_apart() -> None:
-    plan = ParallelConfig(**BASE, recompute="full", recompute_layers=5)
-    split = recompute_split(MODEL, plan)
+    plan = ParallelConfig(**BASE, recompute="full", recompute_layers=5, pipeline_layout=EVEN)
+    split = recompute_split(MODEL, JOB, plan)
     assert [(s, p.recompute, p.recompute_layers, share) for s, p, share in split] == [
         (".recomputed", "full", None, 0.25),
         ("", "none", None, 0.75),
     ]
-    assert recompute_split(MODEL, ParallelConfig(**BASE))[0][2] == 1.0
+    assert recompute_split(MODEL, JOB, ParallelConfig(**BASE))[0][2] == 1.0
 
 
 def test_torchtitan_selective_layer_ac_recomputes_every_second_layer() -> None:

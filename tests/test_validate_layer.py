@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from planner.catalog import load_cluster, load_model
-from planner.cost.compute import layer_gemms, lm_head_forward_s, loss_s
+from planner.cost.compute import layer_gemms, lm_head_forward_s, loss_s, mtp_projection_forward_s
 from planner.cost.pipeline import num_microbatches
-from planner.cost.step import evaluate
+from planner.cost.step import evaluate, slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.model import ModelSpec
@@ -86,7 +86,8 @@ def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan
 )
 def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: ParallelConfig) -> None:
     # On the plan's own GPU (the replay an H200 run makes), the layer terms times their calls,
-    # plus the LM head's three passes and the loss, are exactly the step's compute term: one
+    # plus the LM heads' three passes and losses and the MTP projections where the step waits for
+    # the last rank (``slowest_rank``), are exactly the step's compute term: one
     # model, no copy. A replay runs at burst clocks, so the step is priced without the
     # sustained fraction a long run loses.
     model = load_model(model_name)
@@ -98,7 +99,11 @@ def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: Parallel
     terms = layer_terms(model, job, plan, cluster, on_gpu=True)
     assert all(t.dtype == "bf16" for t in terms)
     layers_total = sum(t.calls_per_step * t.predicted_s for t in terms)
-    head = m * float(3.0 * lm_head_forward_s(model, cluster, job, mesh)[0] + loss_s(model, cluster, job, mesh)[0])
+    _, mtp, heads = slowest_rank(model, cluster, job, plan)
+    head = (
+        m * heads * float(3.0 * lm_head_forward_s(model, cluster, job, mesh)[0] + loss_s(model, cluster, job, mesh)[0])
+    )
+    head += m * mtp * 3.0 * float(mtp_projection_forward_s(model, cluster, job, mesh)[0])
     compute = float(evaluate(model, cluster, job, mesh).time["compute"][0])
     assert layers_total + head == pytest.approx(compute, rel=1e-9)
 

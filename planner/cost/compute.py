@@ -24,7 +24,6 @@ import numpy as np
 
 from planner.cost.flops import attended_keys, attention_dims
 from planner.cost.memory import kv_heads_per_rank
-from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage
 from planner.cost.routing import moe_load_factor
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
@@ -378,17 +377,13 @@ def layer_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_lay
     )
 
 
-def stage_forward_s(
-    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays
-) -> tuple[np.ndarray, np.ndarray]:
-    """Forward time of one micro-batch through the layers of the worst stage, and of the LM head
-    (which only the last stage runs)."""
-    layers = layers_on_worst_stage(model, mesh)
-    moe_layers = moe_layers_on_worst_stage(model, layers)
-    body = (layers - moe_layers) * layer_forward_s(model, cluster, job, mesh, moe=False)
-    if model.is_moe:
-        body = body + moe_layers * layer_forward_s(model, cluster, job, mesh, moe=True)
-    return body, lm_head_forward_s(model, cluster, job, mesh)
+def mtp_projection_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Forward time of one MTP module's projection of [norm(embedding); norm(hidden)], tokens x 2h
+    to h, column-parallel over t (Megatron-Core MultiTokenPredictionLayer.eh_proj;
+    ``flops.mtp_projection_params``)."""
+    tokens = mesh.tokens_per_rank(job.seq_len)
+    h = float(model.hidden_size)
+    return gemm_on(cluster, job)(tokens, h / mesh.tp, np.asarray(2.0 * h))
 
 
 ADAM_BYTES_PER_PARAM_STEP = 24.0

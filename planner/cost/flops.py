@@ -19,6 +19,7 @@ rather than once; we count the one recomputed forward pass, which is what the ke
 from __future__ import annotations
 
 from planner.cost.params import attention_matmul_params, mlp_matmul_params
+from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
 
@@ -87,15 +88,44 @@ def residual_output_matmul_params(model: ModelSpec) -> int:
     return model.num_dense_layers * model.intermediate_size * h + int(moe)
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention.
+def mtp_layers(model: ModelSpec, job: JobSpec) -> int:
+    """MTP layers the job trains: its ``mtp_layers``, else the model's ``num_nextn_predict_layers``."""
+    return model.num_nextn_predict_layers if job.mtp_layers is None else job.mtp_layers
+
+
+def mtp_layer_is_moe(model: ModelSpec) -> bool:
+    """An MTP module's decoder layer has the kind of the model's last layer (Megatron-Core builds
+    it from the decoder's layer spec; DeepSeek-V3's MTP layer is a MoE layer)."""
+    return model.is_moe_layer(model.num_hidden_layers - 1)
+
+
+def mtp_projection_params(model: ModelSpec) -> int:
+    """The MTP module's own matmul weights besides its decoder layer: the 2h x h projection of
+    [norm(embedding); norm(hidden)] (DeepSeek-V3 report section 2.2, M_k; Megatron-LM's
+    num_floating_point_operations counts it as 2h^2 per token per MTP layer)."""
+    return 2 * model.hidden_size * model.hidden_size
+
+
+def mtp_matmul_params_active(model: ModelSpec) -> int:
+    """Matmul weights one token multiplies in one MTP module: its decoder layer, the projection
+    and its own LM head (the shared output weight, a second V x h product)."""
+    layer = moe_layer_active_matmul_params(model) if mtp_layer_is_moe(model) else dense_layer_matmul_params(model)
+    return layer + mtp_projection_params(model) + model.vocab_size * model.hidden_size
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float:
+    """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention,
+    plus ``mtp`` MTP modules (``mtp_matmul_params_active`` and one more layer's attention), as
+    Megatron-LM's num_floating_point_operations counts them (megatron/training/training.py:
+    the MTP layer among the layers, "3 * 2 * mtp_num_layers * (3h + 2h^2)" for its norms and
+    projection, logits "(mtp_num_layers + 1)" times).
 
     The LM head matmul runs even when its weights are tied to the embedding; the embedding
     lookup is a gather and costs no FLOPs.
     """
     head = model.vocab_size * model.hidden_size
-    attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
-    return 6.0 * (layers_matmul_params_active(model) + head) + 3.0 * attention
+    attention = (model.num_hidden_layers + mtp) * attention_score_flops_per_token_fwd(model, seq_len)
+    return 6.0 * (layers_matmul_params_active(model) + head + mtp * mtp_matmul_params_active(model)) + 3.0 * attention
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, selective: str = "attention") -> float:

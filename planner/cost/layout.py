@@ -92,7 +92,10 @@ def check_layout(stages: list[list[str]], num_layers: int, pp: int, mtp_layers: 
     if flat.count("t") != num_layers:
         raise PlannerError(f"{where}: {flat.count('t')} decoder layers 't', the model has {num_layers}")
     if flat.count("m") != mtp_layers:
-        raise PlannerError(f"{where}: {flat.count('m')} MTP layers 'm', the model has {mtp_layers}")
+        raise PlannerError(
+            f"{where}: {flat.count('m')} MTP layers 'm', the job trains {mtp_layers} (--mtp-layers, default the "
+            "model's num_nextn_predict_layers)"
+        )
     if "m" in flat and "t" in flat[flat.index("m") :]:
         raise PlannerError(f"{where}: decoder layers must come before the MTP layers")
     return len(stages) // pp

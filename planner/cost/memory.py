@@ -36,8 +36,8 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.cost.flops import attention_dims
-from planner.cost.pipeline import layers_on_worst_stage, microbatches_in_flight, moe_layers_on_worst_stage
+from planner.cost.flops import attention_dims, mtp_layers, mtp_projection_params
+from planner.cost.pipeline import RankLayers, microbatches_in_flight, moe_layers_of, rank_layers
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -149,14 +149,20 @@ class RankParams:
     largest_layer: np.ndarray  # ZeRO-3 gathers this much per layer in use
 
 
-def rank_params(model: ModelSpec, mesh: MeshArrays, embedding: np.ndarray, head: np.ndarray) -> RankParams:
-    """Parameters on one rank of a stage holding the worst layer count, with the embedding where
-    ``embedding`` (first stage) and the LM head where ``head`` (last stage); both vocab-parallel,
-    split t ways."""
+def rank_params(
+    model: ModelSpec,
+    mesh: MeshArrays,
+    layers: np.ndarray,
+    moe_layers: np.ndarray,
+    mtp: np.ndarray | int,
+    embedding: np.ndarray,
+    head: np.ndarray,
+) -> RankParams:
+    """Parameters on one rank holding ``layers`` layers (``moe_layers`` of them MoE, ``mtp`` of them
+    MTP layers, which add their 2h x h projection), with the embedding where ``embedding`` (first
+    stage) and the LM head where ``head`` (last stage); both vocab-parallel, split t ways."""
     c = model.parameter_counts
     t = mesh.tp.astype(float)
-    layers = layers_on_worst_stage(model, mesh)
-    moe_layers = moe_layers_on_worst_stage(model, layers)
     dense_layers = layers - moe_layers
     moe_non_expert = c.attention_per_layer + c.norms_per_layer + c.moe_shared_per_layer + c.moe_router_per_layer
     dense = (dense_layers * c.dense_layer + moe_layers * moe_non_expert) / t
@@ -164,10 +170,28 @@ def rank_params(model: ModelSpec, mesh: MeshArrays, embedding: np.ndarray, head:
     # the LM head (Megatron-LM's shared embedding, synchronised by an all-reduce).
     head_params = c.lm_head if c.lm_head else np.where(mesh.pp > 1, c.embedding, 0)
     dense = dense + np.where(embedding, c.embedding / t, 0.0) + np.where(head, head_params / t + c.final_norm, 0.0)
+    dense = dense + np.asarray(mtp) * mtp_projection_params(model) / t
     experts_on_rank = c.moe_experts_per_layer / (mesh.ep * mesh.expert_tp)
     expert = moe_layers * experts_on_rank
     largest = np.maximum(c.dense_layer / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0))
     return RankParams(dense=dense, expert=expert, largest_layer=largest)
+
+
+def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankParams:
+    """Per mesh and kind, the larger of the last rank's parameters (layers, MTP layers, LM head)
+    and the busiest other rank's (with the embedding): what the slowest gradient reduction and
+    optimizer step of the step's ranks handle."""
+    on_every = np.ones(len(mesh), dtype=bool)
+    last_layers, body_layers = ranks.last + ranks.last_mtp, ranks.body + ranks.body_mtp
+    last_moe = moe_layers_of(model, ranks.last, ranks.last_mtp)
+    body_moe = moe_layers_of(model, ranks.body, ranks.body_mtp)
+    a = rank_params(model, mesh, last_layers, last_moe, ranks.last_mtp, mesh.pp == 1, on_every)
+    b = rank_params(model, mesh, body_layers, body_moe, ranks.body_mtp, mesh.pp > 1, ~on_every)
+    return RankParams(
+        dense=np.maximum(a.dense, b.dense),
+        expert=np.maximum(a.expert, b.expert),
+        largest_layer=np.maximum(a.largest_layer, b.largest_layer),
+    )
 
 
 def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -202,32 +226,73 @@ def ep_overlap_extra_in_flight(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
 @dataclass(frozen=True)
 class StageActivations:
     """A stage's activation bytes for one micro-batch through its layers, and for one layer
-    re-materialised during backward under full recompute (columns; the same on every stage
-    holding the worst layer count, so the first and last stage share them)."""
+    re-materialised during backward under full recompute (columns)."""
 
     per_microbatch: np.ndarray
     one_layer: np.ndarray
 
 
-def stage_activations(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> StageActivations:
-    """``StageActivations`` of the worst stage's layers (``activation_bytes_per_token_layer``)."""
-    tokens = mesh.tokens_per_rank(job.seq_len)
-    layers = layers_on_worst_stage(model, mesh)
-    moe_layers = moe_layers_on_worst_stage(model, layers)
-    # Under full recompute of some layers (recompute_layers) the others keep everything.
+def stage_layers(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, first: bool, ranks: RankLayers | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(layers, MoE layers, MTP layers) of the first stage, priced as the busiest rank but the
+    last (it holds the most micro-batches in flight), or of the last stage; p = 1: the one rank."""
+    ranks = rank_layers(model, job, mesh) if ranks is None else ranks
+    on_last = (mesh.pp == 1) | (not first)
+    decoders = np.where(on_last, ranks.last, ranks.body)
+    mtp = np.where(on_last, ranks.last_mtp, ranks.body_mtp)
+    return decoders + mtp, moe_layers_of(model, decoders, mtp), mtp
+
+
+@dataclass(frozen=True)
+class LayerActivations:
+    """Activation bytes per token of one dense and one MoE layer, as the mesh's recompute keeps
+    them and as no recompute does (columns; ``activation_bytes_per_token_layer``), computed once
+    and summed per stage by ``stage_activations``."""
+
+    kept_dense: np.ndarray
+    kept_moe: np.ndarray
+    all_dense: np.ndarray
+    all_moe: np.ndarray
+
+
+def layer_activations(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> LayerActivations:
+    """``LayerActivations`` of the mesh."""
     no_recompute = replace(mesh, recompute=np.zeros_like(mesh.recompute))
+    kept_dense = activation_bytes_per_token_layer(model, job, mesh, False)  # full: the layer input
+    all_dense = activation_bytes_per_token_layer(model, job, no_recompute, False)
+    if not model.is_moe:
+        return LayerActivations(kept_dense, kept_dense, all_dense, all_dense)
+    return LayerActivations(
+        kept_dense,
+        activation_bytes_per_token_layer(model, job, mesh, True),
+        all_dense,
+        activation_bytes_per_token_layer(model, job, no_recompute, True),
+    )
+
+
+def stage_activations(
+    model: ModelSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    layers: np.ndarray,
+    moe_layers: np.ndarray,
+    per_layer: LayerActivations | None = None,
+) -> StageActivations:
+    """``StageActivations`` of a stage's ``layers`` (``moe_layers`` of them MoE). Under full
+    recompute of some layers (recompute_layers) the others keep everything."""
+    per_layer = layer_activations(model, job, mesh) if per_layer is None else per_layer
+    tokens = mesh.tokens_per_rank(job.seq_len)
     share = mesh.recomputed_share(layers)
-    everything = {moe: activation_bytes_per_token_layer(model, job, no_recompute, moe) for moe in {False, model.is_moe}}
+    full = mesh.recompute == RECOMPUTE_FULL
 
-    def kept(moe: bool) -> np.ndarray:
-        as_set = activation_bytes_per_token_layer(model, job, mesh, moe)  # full: the layer input
-        return np.where(mesh.recompute == RECOMPUTE_FULL, share * as_set + (1.0 - share) * everything[moe], as_set)
+    def kept(as_set: np.ndarray, everything: np.ndarray) -> np.ndarray:
+        return np.where(full, share * as_set + (1.0 - share) * everything, as_set)
 
-    kept_dense = kept(False)
-    kept_moe = kept(True) if model.is_moe else kept_dense
+    dense, moe = kept(per_layer.kept_dense, per_layer.all_dense), kept(per_layer.kept_moe, per_layer.all_moe)
     return StageActivations(
-        per_microbatch=tokens * ((layers - moe_layers) * kept_dense + moe_layers * kept_moe),
-        one_layer=tokens * everything[model.is_moe],
+        per_microbatch=tokens * ((layers - moe_layers) * dense + moe_layers * moe),
+        one_layer=tokens * (per_layer.all_moe if model.is_moe else per_layer.all_dense),
     )
 
 
@@ -238,20 +303,24 @@ def stage_memory(
     mesh: MeshArrays,
     m: np.ndarray,
     first: bool,
-    acts: StageActivations | None = None,
+    ranks: RankLayers | None = None,
+    per_layer: LayerActivations | None = None,
 ) -> StageMemory:
     """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
-    (LM head, logits, one micro-batch in flight unless GPipe). With p = 1 both are one rank.
-    ``acts``: the stage's ``stage_activations`` when the caller already has them."""
+    (LM head, logits once per head, one micro-batch in flight unless GPipe), each with its own
+    layers (``stage_layers``). With p = 1 both are one rank."""
     single = mesh.pp == 1
     on_first, on_last = single | first, single | (not first)
-    weights, grads, optimizer = model_state_bytes(job, mesh, rank_params(model, mesh, on_first, on_last))
+    layers, moe_layers, mtp = stage_layers(model, job, mesh, first, ranks)
+    params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
+    weights, grads, optimizer = model_state_bytes(job, mesh, params)
     tokens = mesh.tokens_per_rank(job.seq_len)
-    acts = stage_activations(model, job, mesh) if acts is None else acts
+    acts = stage_activations(model, job, mesh, layers, moe_layers, per_layer)
     in_flight = microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh)
     # Full recompute re-materialises one layer at a time during backward.
     activations = acts.per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, acts.one_layer, 0.0)
-    logits = np.where(on_last, tokens * model.vocab_size / mesh.tp * LOGIT_BYTES_PER_ELEMENT, 0.0)
+    heads = 1 + mtp_layers(model, job)
+    logits = np.where(on_last, heads * tokens * model.vocab_size / mesh.tp * LOGIT_BYTES_PER_ELEMENT, 0.0)
     return StageMemory(
         weights=weights,
         gradients=grads,
@@ -262,11 +331,19 @@ def stage_memory(
     )
 
 
-def peak_memory(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, m: np.ndarray) -> StageMemory:
+def peak_memory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    m: np.ndarray,
+    ranks: RankLayers | None = None,
+) -> StageMemory:
     """The most loaded GPU: per mesh, whichever of the first and last stage needs more."""
-    acts = stage_activations(model, job, mesh)
-    first = stage_memory(model, cluster, job, mesh, m, first=True, acts=acts)
-    last = stage_memory(model, cluster, job, mesh, m, first=False, acts=acts)
+    ranks = rank_layers(model, job, mesh) if ranks is None else ranks
+    per_layer = layer_activations(model, job, mesh)
+    first = stage_memory(model, cluster, job, mesh, m, first=True, ranks=ranks, per_layer=per_layer)
+    last = stage_memory(model, cluster, job, mesh, m, first=False, ranks=ranks, per_layer=per_layer)
     worse = last.total > first.total
     return StageMemory(
         **{k: np.where(worse, getattr(last, k), getattr(first, k)) for k in StageMemory.__dataclass_fields__}

@@ -12,11 +12,22 @@ Expressed as idle slots of one micro-batch's forward+backward: p-1, (p-1)/v and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from planner.cost.flops import (
+    attention_score_flops_per_token_fwd,
+    dense_layer_matmul_params,
+    moe_layer_active_matmul_params,
+    mtp_layer_is_moe,
+    mtp_layers,
+    mtp_projection_params,
+)
+from planner.cost.layout import format_layout
 from planner.mesh import GPIPE, INTERLEAVED, ZB_H1, MeshArrays
+from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
 
@@ -64,22 +75,149 @@ def layers_per_chunk(num_layers: int, chunks: Any) -> Any:
     return -(-num_layers // chunks)
 
 
-def layers_on_worst_stage(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
-    """Layers on the most loaded pipeline rank: ceil(L / (p*v)) per chunk, v chunks.
+@dataclass(frozen=True)
+class RankLayers:
+    """Decoder and MTP layers on the busiest pipeline rank other than the last ("body"; none when
+    p = 1) and on the last rank (which also runs the LM head and loss, once per MTP layer more),
+    columns over meshes. The step prices both ranks and waits for the slower."""
 
-    When L does not divide evenly the extra layers go to some stages (Megatron-LM's
-    --decoder-first/last-pipeline-num-layers give the user that choice); the worst rank holds
-    the rounded-up share, which is what sets the step time and peak memory. A mesh with an
-    explicit layout (``ParallelConfig.pipeline_layout``) prices its busiest rank's layers.
-    """
-    even = layers_per_chunk(model.num_hidden_layers, mesh.pp * mesh.virtual_stages) * mesh.virtual_stages
-    return np.where(mesh.layout_layers > 0, mesh.layout_layers, even)
+    body: np.ndarray
+    body_mtp: np.ndarray
+    last: np.ndarray
+    last_mtp: np.ndarray
+
+    @property
+    def busiest(self) -> np.ndarray:
+        """Layers (decoder and MTP) on the most loaded rank, head aside: what bounds per-rank
+        activation and weight memory."""
+        return np.maximum(self.body + self.body_mtp, self.last + self.last_mtp)
 
 
-def moe_layers_on_worst_stage(model: ModelSpec, layers: np.ndarray) -> np.ndarray:
-    """MoE layers on that rank, taking the worst case that all its layers are MoE when the
-    model has that many (dense-first layers such as DeepSeek's first 3 sit on stage 0)."""
-    return np.minimum(layers, model.num_moe_layers)
+def layer_weight_flops(model: ModelSpec, seq_len: int, moe: bool) -> float:
+    """Forward FLOPs per token of one decoder layer of a kind (matmuls and attention scores), the
+    unit ``last_rank_extra_layers`` counts in."""
+    params = moe_layer_active_matmul_params(model) if moe else dense_layer_matmul_params(model)
+    return 2.0 * params + attention_score_flops_per_token_fwd(model, seq_len)
+
+
+def last_rank_extra_layers(model: ModelSpec, job: JobSpec) -> float:
+    """What the last rank runs beside its decoder layers, in layers of the model's last kind, by
+    forward FLOPs: the LM head once and once more per MTP layer (Megatron-Core's GPTModel
+    post-process computes every MTP depth's logits on the loss stage), and the MTP layers (a
+    decoder layer and the 2h x h projection each). A FLOP count, as Megatron's
+    --account-for-loss-in-pipeline-split counts the loss as one layer by hand; the cross entropy
+    (memory-bound) is left out of the weight, and priced in the step."""
+    mtp = mtp_layers(model, job)
+    layer = layer_weight_flops(model, job.seq_len, mtp_layer_is_moe(model))
+    head = 2.0 * model.vocab_size * model.hidden_size
+    mtp_layer = layer_weight_flops(model, job.seq_len, mtp_layer_is_moe(model)) + 2.0 * mtp_projection_params(model)
+    return ((1 + mtp) * head + mtp * mtp_layer) / layer
+
+
+def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: float) -> int:
+    """Decoder layers for the last rank that minimise the slower of the last rank (its layers +
+    ``extra``) and the busiest other rank (the rest shared by p-1 ranks, ceil((L-n)/(p-1))), i.e.
+    what --decoder-last-pipeline-num-layers or a layout does by hand. Every chunk keeps a decoder
+    layer except the first (which may hold only the embedding) and the last (only the loss):
+    n >= v-1 and L-n >= (p-1)v-1. Ties go to the larger n (lighter first stage)."""
+    low = max(virtual_stages - 1, 0)
+    high = num_layers - (pp - 1) * virtual_stages + 1
+    best_n, best_cost = low, float("inf")
+    for n in range(low, high + 1):
+        cost = max(-(-(num_layers - n) // (pp - 1)), n + extra)
+        if cost <= best_cost:
+            best_n, best_cost = n, cost
+    return best_n
+
+
+def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> tuple[int, int]:
+    """(busiest other rank's decoder layers, last rank's decoder layers) of the split the plan
+    runs when the job names no layout: with p = 1 (0, L); a stack that takes any split
+    (``Stack.pipeline_layouts``) balances the last rank (``balanced_last_layers``); another runs the
+    even split (``stage_layer_counts``: extras in the middle chunks)."""
+    layers = model.num_hidden_layers
+    if pp == 1:
+        return 0, layers
+    if job.software.pipeline_layouts:
+        last = balanced_last_layers(layers, pp, virtual_stages, last_rank_extra_layers(model, job))
+        return -(-(layers - last) // (pp - 1)), last
+    counts = stage_layer_counts(layers, pp, virtual_stages)
+    return max(counts[:-1]), counts[-1]
+
+
+def _spread(count: int, parts: int, front: bool) -> list[int]:
+    """``count`` split into ``parts`` near-equal integers, the larger ones first (``front``) or last."""
+    base, extra = divmod(count, parts)
+    sizes = [base + (1 if i < extra else 0) for i in range(parts)]
+    return sizes if front else sizes[::-1]
+
+
+def split_stages(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> list[list[str]]:
+    """The plan's own split (``rank_layer_split``) as layout stages (``cost.layout``), p*v chunks in
+    model order, chunk c on rank c mod p: the other ranks share their layers evenly, the extra
+    ones on the ranks nearest the last (rank 0 holds the most micro-batches in flight); inside a
+    rank the chunks are even, the first chunk (embedding 'E') or the last (MTP 'm' and loss 'L')
+    the lighter; every MTP layer on the last chunk, as Megatron-Core places them by default."""
+    if pp == 1 or not job.software.pipeline_layouts:
+        sizes = chunk_layer_counts(model.num_hidden_layers, pp, virtual_stages)
+    else:
+        _, last = rank_layer_split(model, job, pp, virtual_stages)
+        per_rank = [*_spread(model.num_hidden_layers - last, pp - 1, front=False), last]
+        chunks = [_spread(n, virtual_stages, front=rank == pp - 1) for rank, n in enumerate(per_rank)]
+        sizes = [chunks[c % pp][c // pp] for c in range(pp * virtual_stages)]
+    stages = [["t"] * n for n in sizes]
+    stages[0].insert(0, "E")
+    stages[-1] += ["m"] * mtp_layers(model, job) + ["L"]
+    return stages
+
+
+def plan_layout(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> str | None:
+    """The layout string (``cost.layout``) of the plan's own split where the framework must be
+    told it: p > 1 and the chunks not all L/(p*v) layers (an even split with every MTP layer on
+    the last stage is Megatron-Core's default and needs no layout); None otherwise."""
+    if pp == 1:
+        return None
+    stages = split_stages(model, job, pp, virtual_stages)
+    chunks = pp * virtual_stages
+    even = model.num_hidden_layers % chunks == 0 and all(
+        stage.count("t") == model.num_hidden_layers // chunks for stage in stages
+    )
+    return None if even else format_layout(stages)
+
+
+def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
+    """``RankLayers`` of every mesh: its explicit layout's (``MeshArrays.layout_*`` columns), else
+    ``rank_layer_split`` with every MTP layer on the last rank (Megatron-Core's default place)."""
+    keys, inverse = np.unique(mesh.pp * 4096 + mesh.virtual_stages, return_inverse=True)  # v < 4096
+    splits = np.array([rank_layer_split(model, job, int(k) // 4096, int(k) % 4096) for k in keys], dtype=np.int64)
+    body, last = splits.reshape(-1, 2)[inverse.reshape(-1)].T
+    explicit = mesh.layout_last >= 0
+    mtp = mtp_layers(model, job)
+    return RankLayers(
+        body=np.where(explicit, mesh.layout_body, body),
+        body_mtp=np.where(explicit, mesh.layout_body_mtp, 0),
+        last=np.where(explicit, mesh.layout_last, last),
+        last_mtp=np.where(explicit, mesh.layout_last_mtp, mtp),
+    )
+
+
+def layers_on_worst_stage(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Decoder and MTP layers on the most loaded pipeline rank (``RankLayers.busiest``)."""
+    return rank_layers(model, job, mesh).busiest
+
+
+def moe_layers_on_worst_stage(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """MoE layers (MTP ones included) on the rank ``layers_on_worst_stage`` counts."""
+    r = rank_layers(model, job, mesh)
+    on_body = r.body + r.body_mtp > r.last + r.last_mtp
+    return np.where(on_body, moe_layers_of(model, r.body, r.body_mtp), moe_layers_of(model, r.last, r.last_mtp))
+
+
+def moe_layers_of(model: ModelSpec, layers: np.ndarray, mtp: np.ndarray | int = 0) -> np.ndarray:
+    """MoE layers among a rank's ``layers`` decoder layers, taking the worst case that all are
+    MoE when the model has that many (dense-first layers such as DeepSeek's first 3 sit on stage
+    0), plus its ``mtp`` MTP layers where those are MoE (``flops.mtp_layer_is_moe``)."""
+    return np.minimum(layers, model.num_moe_layers) + (np.asarray(mtp) if mtp_layer_is_moe(model) else 0)
 
 
 def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) -> np.ndarray:
@@ -125,7 +263,6 @@ def chunk_layer_counts(num_layers: int, pp: int, virtual_stages: int) -> list[in
 
 def stage_layer_counts(num_layers: int, pp: int, virtual_stages: int) -> list[int]:
     """Transformer layers on each pipeline rank: the sum of its chunks' ``chunk_layer_counts``.
-    The busiest rank never holds more than ceil(L/(p*v))*v layers, the count the cost engine
-    prices (``layers_on_worst_stage``)."""
+    The split of stacks that take no layout (``rank_layer_split``)."""
     sizes = chunk_layer_counts(num_layers, pp, virtual_stages)
     return [sum(sizes[c] for c in range(rank, len(sizes), pp)) for rank in range(pp)]

@@ -25,27 +25,31 @@ import numpy as np
 from planner.cost import comm, traffic
 from planner.cost.compute import (
     attention_core_forward_s,
+    layer_forward_s,
     layer_overhead_s,
+    lm_head_forward_s,
     loss_s,
+    mtp_projection_forward_s,
     optimizer_step_s,
     selective_recompute_forward_s,
-    stage_forward_s,
     unfused_softmax_forward_s,
 )
-from planner.cost.flops import model_flops_per_token, recompute_flops_per_token
-from planner.cost.memory import StageMemory, peak_memory, rank_params
+from planner.cost.flops import model_flops_per_token, mtp_layers, recompute_flops_per_token
+from planner.cost.memory import StageMemory, peak_memory, step_params
 from planner.cost.pipeline import (
+    RankLayers,
     bubble_fraction,
     bubble_slots,
-    layers_on_worst_stage,
     mesh_batch_size,
-    moe_layers_on_worst_stage,
+    moe_layers_of,
     num_microbatches,
+    rank_layers,
 )
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
 
 
 def training_s(
@@ -88,6 +92,122 @@ class Columns:
     mfu: np.ndarray
     hfu: np.ndarray
     fits: np.ndarray
+    ranks: RankLayers
+    last_is_slowest: np.ndarray  # bool: the step waits for the last rank (else the busiest other)
+
+
+@dataclass(frozen=True)
+class LayerCosts:
+    """What one micro-batch costs per layer of each kind and per LM head on one rank (seconds,
+    columns), computed once per mesh and summed per rank by ``rank_slot``."""
+
+    dense_fwd: np.ndarray
+    moe_fwd: np.ndarray
+    core_fwd: np.ndarray  # attention core as priced in the forward, unfused softmax included
+    recomputed_core: np.ndarray  # the core run once more
+    selective_dense: np.ndarray
+    selective_moe: np.ndarray
+    head_fwd: np.ndarray
+    loss: np.ndarray
+    mtp_projection_fwd: np.ndarray
+
+
+def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> LayerCosts:
+    """``LayerCosts`` from ``cost.compute``."""
+    softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
+    dense = layer_forward_s(model, cluster, job, mesh, moe=False)
+    moe = layer_forward_s(model, cluster, job, mesh, moe=True) if model.is_moe else dense
+    sel_dense = selective_recompute_forward_s(model, cluster, job, mesh, moe=False)
+    return LayerCosts(
+        dense_fwd=dense,
+        moe_fwd=moe,
+        core_fwd=attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd,
+        recomputed_core=attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd,
+        selective_dense=sel_dense,
+        selective_moe=selective_recompute_forward_s(model, cluster, job, mesh, moe=True) if model.is_moe else sel_dense,
+        head_fwd=lm_head_forward_s(model, cluster, job, mesh),
+        loss=loss_s(model, cluster, job, mesh),
+        mtp_projection_fwd=mtp_projection_forward_s(model, cluster, job, mesh),
+    )
+
+
+@dataclass(frozen=True)
+class RankSlot:
+    """One micro-batch's forward+backward on one pipeline rank and what it is made of (columns)."""
+
+    layers: np.ndarray
+    compute_first: np.ndarray  # the layers' compute, before the heads
+    compute: np.ndarray  # with the heads and losses
+    overhead: np.ndarray
+    tp: traffic.Traffic
+    ep: traffic.Traffic
+    cp: traffic.Traffic
+    slowdown: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.compute + self.overhead + self.slowdown + self.tp.time_s + self.ep.time_s + self.cp.time_s
+
+
+def rank_slot(
+    model: ModelSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    links: dict[str, comm.GroupLink],
+    costs: LayerCosts,
+    decoders: np.ndarray,
+    mtp: np.ndarray,
+    heads: np.ndarray | int,
+) -> RankSlot:
+    """The slot of a rank holding ``decoders`` decoder and ``mtp`` MTP layers and running ``heads``
+    LM heads with their losses: forward, backward (2x), a recomputed forward under full recompute
+    or what selective recompute runs again (the heads are never recomputed); the stack's
+    per-layer overhead; exposed TP, EP and CP traffic and the slowdown of compute beside the
+    hidden part. An MTP layer is a decoder layer of the model's last kind plus its 2h x h
+    projection."""
+    layers = decoders + mtp
+    moe_layers = moe_layers_of(model, decoders, mtp)
+    body_fwd = (layers - moe_layers) * costs.dense_fwd + moe_layers * costs.moe_fwd + mtp * costs.mtp_projection_fwd
+    selective = (layers - moe_layers) * costs.selective_dense + moe_layers * costs.selective_moe
+    compute_first = training_s(
+        body_fwd, layers * costs.core_fwd, layers * costs.recomputed_core, mesh, layers, selective
+    )
+    compute = compute_first + heads * (3.0 * costs.head_fwd + costs.loss)
+    tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first)
+    ep = traffic.ep_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first - tp.hidden_s)
+    cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, costs.core_fwd)
+    return RankSlot(
+        layers=layers,
+        compute_first=compute_first,
+        compute=compute,
+        overhead=layer_overhead_s(job, mesh, layers, moe_layers),
+        tp=tp,
+        ep=ep,
+        cp=cp,
+        slowdown=job.software.overlap_slowdown * (tp.hidden_s + cp.hidden_s + ep.hidden_s),
+    )
+
+
+def slower_rank(a: RankSlot, b: RankSlot) -> RankSlot:
+    """Per mesh, the rank whose slot is longer (the pipeline runs at its pace)."""
+    pick = a.total_s >= b.total_s
+
+    def w(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return np.where(pick, x, y)
+
+    def wt(x: traffic.Traffic, y: traffic.Traffic) -> traffic.Traffic:
+        return traffic.Traffic(w(x.time_s, y.time_s), w(x.bytes_sent, y.bytes_sent), w(x.hidden_s, y.hidden_s))
+
+    return RankSlot(
+        layers=w(a.layers, b.layers),
+        compute_first=w(a.compute_first, b.compute_first),
+        compute=w(a.compute, b.compute),
+        overhead=w(a.overhead, b.overhead),
+        tp=wt(a.tp, b.tp),
+        ep=wt(a.ep, b.ep),
+        cp=wt(a.cp, b.cp),
+        slowdown=w(a.slowdown, b.slowdown),
+    )
 
 
 def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> Columns:
@@ -95,46 +215,31 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     batch = mesh_batch_size(job.batch_size, mesh)
     m = num_microbatches(batch, mesh)
     links = comm.mesh_links(cluster, mesh)
-    layers = layers_on_worst_stage(model, mesh)
-    moe_layers = moe_layers_on_worst_stage(model, layers)
-
-    # Compute of one micro-batch on the slowest stage: forward, backward (2x), a recomputed
-    # forward under full recompute or the attention core under selective; the LM head (last
-    # stage only) is never recomputed.
-    body_fwd, head_fwd = stage_forward_s(model, cluster, job, mesh)
-    softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
-    core_fwd = attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd
-    recomputed_core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd
-    selective = (layers - moe_layers) * selective_recompute_forward_s(model, cluster, job, mesh, moe=False)
-    if model.is_moe:
-        selective = selective + moe_layers * selective_recompute_forward_s(model, cluster, job, mesh, moe=True)
-    compute_first = training_s(body_fwd, layers * core_fwd, layers * recomputed_core, mesh, layers, selective)
-    # the last stage is the slower (or the only) one: it adds the head and the loss
-    compute_mb = compute_first + 3.0 * head_fwd + loss_s(model, cluster, job, mesh)
-    fwd_mb = compute_mb / mesh.forward_passes(layers)
-    overhead_mb = layer_overhead_s(job, mesh, layers, moe_layers)
-
-    tp = traffic.tp_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first)
-    ep = traffic.ep_per_microbatch(model, job, mesh, links, layers, moe_layers, compute_first - tp.hidden_s)
-    cp = traffic.cp_per_microbatch(model, job, mesh, links, layers, core_fwd)
-    slowdown = job.software.overlap_slowdown
-    slowdown_mb = slowdown * (tp.hidden_s + cp.hidden_s + ep.hidden_s)
-    slot = compute_mb + overhead_mb + slowdown_mb + tp.time_s + ep.time_s + cp.time_s
+    ranks = rank_layers(model, job, mesh)
+    costs = layer_costs(model, cluster, job, mesh)
+    heads = 1 + mtp_layers(model, job)
+    last = rank_slot(model, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads)
+    body = rank_slot(model, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0)
+    worst = slower_rank(last, body)
+    slot = worst.total_s
+    layers = worst.layers
+    fwd_mb = worst.compute / mesh.forward_passes(layers)
 
     pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size)
-    params = rank_params(model, mesh, mesh.pp == 1, np.ones(len(mesh), dtype=bool))
-    dp = traffic.dp_per_step(job, mesh, links, params, m, fwd_mb, compute_mb - fwd_mb, layers)
+    params = step_params(model, mesh, ranks)
+    dp = traffic.dp_per_step(job, mesh, links, params, m, fwd_mb, worst.compute - fwd_mb, layers)
     optimizer_time = optimizer_step_s(
         cluster, job, mesh, params.dense, params.expert, links["dp"].size, links["edp"].size
     )
 
     bubble = bubble_slots(mesh) * slot
+    slowdown = job.software.overlap_slowdown
     slowdown_dp = slowdown * dp.hidden_s
     step = m * slot + bubble + pp.time_s + dp.time_s + slowdown_dp + optimizer_time
 
     s = job.seq_len
     tokens = batch * s
-    model_flops = model_flops_per_token(model, s) * tokens
+    model_flops = model_flops_per_token(model, s, mtp_layers(model, job)) * tokens
     policy = job.software.selective_recompute
     recompute_extra = np.array([recompute_flops_per_token(model, s, r, policy) for r in RECOMPUTES])[mesh.recompute]
     # full recompute of some of each chunk's layers runs that share of the forwards again
@@ -143,32 +248,37 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     )
     hardware_flops = model_flops + recompute_extra * tokens
     peak_total = step * cluster.num_gpus * cluster.gpu.peak_flops_per_s(job.dtype)
-    memory = peak_memory(model, cluster, job, mesh, m)
+    memory = peak_memory(model, cluster, job, mesh, m, ranks)
     return Columns(
         step_time_s=step,
         num_microbatches=m,
         bubble_fraction=bubble_fraction(m, mesh),
         memory=memory,
         time={
-            "compute": m * compute_mb,
-            "tp_comm": m * tp.time_s,
+            "compute": m * worst.compute,
+            "tp_comm": m * worst.tp.time_s,
             "pp_comm": pp.time_s,
             "dp_comm": dp.time_s,
-            "cp_comm": m * cp.time_s,
-            "ep_comm": m * ep.time_s,
+            "cp_comm": m * worst.cp.time_s,
+            "ep_comm": m * worst.ep.time_s,
             "bubble": bubble,
             "optimizer": optimizer_time,
-            "layer_overhead": m * overhead_mb,
-            "overlap_slowdown": m * slowdown_mb + slowdown_dp,
+            "layer_overhead": m * worst.overhead,
+            "overlap_slowdown": m * worst.slowdown + slowdown_dp,
         },
         comm_bytes={
-            "tp": m * tp.bytes_sent,
+            "tp": m * worst.tp.bytes_sent,
             "pp": pp.bytes_sent,
             "dp": dp.bytes_sent,
-            "cp": m * cp.bytes_sent,
-            "ep": m * ep.bytes_sent,
+            "cp": m * worst.cp.bytes_sent,
+            "ep": m * worst.ep.bytes_sent,
         },
-        hidden={"dp": np.asarray(dp.hidden_s), "cp": m * cp.hidden_s, "tp": m * tp.hidden_s, "ep": m * ep.hidden_s},
+        hidden={
+            "dp": np.asarray(dp.hidden_s),
+            "cp": m * worst.cp.hidden_s,
+            "tp": m * worst.tp.hidden_s,
+            "ep": m * worst.ep.hidden_s,
+        },
         links=links,
         batch_size=batch,
         model_flops_per_step=model_flops,
@@ -176,4 +286,16 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
         mfu=model_flops / peak_total,
         hfu=hardware_flops / peak_total,
         fits=memory.total <= cluster.gpu.hbm_capacity_bytes,
+        ranks=ranks,
+        last_is_slowest=last.total_s >= body.total_s,
     )
+
+
+def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> tuple[int, int, int]:
+    """(decoder layers, MTP layers, LM heads with their losses) of the rank whose slot sets the
+    step of one mesh: what the validator replays."""
+    cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
+    r = cols.ranks
+    if bool(cols.last_is_slowest[0]):
+        return int(r.last[0]), int(r.last_mtp[0]), 1 + mtp_layers(model, job)
+    return int(r.body[0]), int(r.body_mtp[0]), 0

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import shlex
 
-from planner.cost.layout import check_layout, format_layout, parse_layout
-from planner.cost.pipeline import chunk_layer_counts
+from planner.cost.flops import mtp_layers
+from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
+from planner.cost.pipeline import plan_layout
 from planner.export.common import (
     effective_zero_stage,
     is_default_order,
@@ -74,36 +75,38 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     num_microbatches(TARGET, job, config)
 
 
-def pipeline_layout(model: ModelSpec, config: ParallelConfig) -> str:
-    """The plan's layer split as a ``--pipeline-model-parallel-layout`` string (``cost.layout``):
-    one stage per model chunk in model order, the embedding 'E' on the first, the loss 'L' on the
-    last, the chunks' decoder layers as the cost engine splits them (``chunk_layer_counts``),
-    checked against Megatron's rules before it is written."""
-    sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
-    stages = [["t"] * n for n in sizes]
-    stages[0] = ["E", *stages[0]]
-    stages[-1] = [*stages[-1], "L"]
-    text = format_layout(stages)
-    check_layout(parse_layout(text), model.num_hidden_layers, config.pp)
+def pipeline_layout(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> str | None:
+    """The layout string Megatron must be given for the split the plan priced: the config's own
+    layout, else the plan's split where it is not the even one (``cost.pipeline.plan_layout``),
+    checked against Megatron's rules before it is written; None for the even split."""
+    if config.pipeline_layout is not None:
+        text = format_layout(parse_layout(config.pipeline_layout))
+    else:
+        text = plan_layout(model, job, config.pp, config.virtual_stages)
+    if text is not None:
+        check_layout(parse_layout(text), model.num_hidden_layers, config.pp, mtp_layers(model, job))
     return text
 
 
-def _pipeline_args(model: ModelSpec, config: ParallelConfig) -> list[str]:
+def _pipeline_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """Virtual stages and uneven splits. An even split with v > 1 uses
-    --num-layers-per-virtual-pipeline-stage L/(p*v) (accepted by old and new releases); a split the
-    layers do not divide uses --pipeline-model-parallel-layout, which also sets v (arguments.py
-    validate_args allows at most one of the two, and --num-virtual-stages-per-pipeline-rank). A plan
-    priced with an explicit layout writes that layout."""
+    --num-layers-per-virtual-pipeline-stage L/(p*v) (accepted by old and new releases); any other
+    split --pipeline-model-parallel-layout, which also sets v (arguments.py validate_args allows at
+    most one of the two, and --num-virtual-stages-per-pipeline-rank). MTP layers: --mtp-num-layers
+    (Megatron-Core places them on the last stage unless the layout says otherwise)."""
+    mtp = mtp_layers(model, job)
+    args = ["--mtp-num-layers", str(mtp)] if mtp else []
     if config.pp == 1:
-        return []
-    if config.pipeline_layout is not None:
-        return ["--pipeline-model-parallel-layout", format_layout(parse_layout(config.pipeline_layout))]
-    chunks = config.pp * config.virtual_stages
-    if model.num_hidden_layers % chunks:
-        return ["--pipeline-model-parallel-layout", pipeline_layout(model, config)]
+        return args
+    layout = pipeline_layout(model, job, config)
+    if layout is not None:
+        return [*args, "--pipeline-model-parallel-layout", layout]
     if config.virtual_stages > 1:
-        return ["--num-layers-per-virtual-pipeline-stage", str(model.num_hidden_layers // chunks)]
-    return []
+        args += [
+            "--num-layers-per-virtual-pipeline-stage",
+            str(model.num_hidden_layers // (config.pp * config.virtual_stages)),
+        ]
+    return args
 
 
 def _recompute_args(config: ParallelConfig) -> list[str]:
@@ -206,7 +209,7 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
         args.append("--use-tp-pp-dp-mapping")
     # _add_network_size_args --num-layers; _add_data_args --seq-length.
     args += ["--num-layers", str(model.num_hidden_layers), "--seq-length", str(job.seq_len)]
-    args += _pipeline_args(model, config)
+    args += _pipeline_args(model, job, config)
     if config.sequence_parallel:
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
@@ -234,10 +237,13 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         notes.append("Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (validate_args asserts it is not 1)")
     elif config.tp > 1 or config.cp > 1:
         notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM asserts it for tp or cp > 1 before Blackwell)")
-    chunks = config.pp * config.virtual_stages
-    if config.pp > 1 and model.num_hidden_layers % chunks and config.pipeline_layout is None:
-        sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
-        notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} chunks: the layout gives {sizes}")
+    layout = pipeline_layout(model, job, config) if config.pp > 1 and config.pipeline_layout is None else None
+    if layout is not None:
+        sizes = rank_layer_counts(parse_layout(layout), config.pp)
+        notes.append(
+            f"the layout splits the {model.num_hidden_layers} layers {sizes} over the pipeline ranks: the last rank "
+            "also runs the LM head and loss (and the MTP layers), balanced by forward FLOPs"
+        )
     if job.tp_overlap and config.tp > 1 and not config.sequence_parallel:
         notes.append("the plan priced TP overlap, which Megatron-LM runs only with --sequence-parallel: it is left off")
     if job.tp_overlap and config.tp > 1 and config.sequence_parallel:

@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 
-from planner.cost.pipeline import chunk_layer_counts
+from planner.cost.flops import mtp_layers
+from planner.cost.layout import parse_layout
+from planner.cost.pipeline import plan_layout
 from planner.export.common import (
     effective_zero_stage,
     is_default_order,
@@ -56,12 +58,9 @@ until backward (ZeRO-2-like). "default" would depend on pp (parallelize.py apply
 
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what torchtitan cannot run as planned."""
-    if config.pipeline_layout is not None:
-        raise refuse(
-            TARGET,
-            "--pipeline-layout",
-            "a Megatron layout string; torchtitan splits modules itself (module_fqns_per_model_part): drop the layout",
-        )
+    if mtp_layers(model, job):
+        # torchtitan's models (llama3, deepseek_v3, qwen3) build no multi-token-prediction module.
+        raise refuse(TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0")
     if not is_default_order(config):
         # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
         raise refuse(TARGET, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
@@ -124,26 +123,32 @@ def _check_ep(model: ModelSpec, config: ParallelConfig, shard: int) -> None:
         )
 
 
-def _stage_split(model: ModelSpec, config: ParallelConfig) -> dict[str, TomlValue]:
+def _stage_split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict[str, TomlValue]:
     """The plan's layer split. Even: ``pipeline_parallel_layers_per_stage`` = L/(p*v) with the
     first/last-stage weights at 0, so pipeline_llm makes ceil(L/lps) = p*v stages of equal size
-    (its default weights 1 count the embedding and the LM head as layers). Uneven: the chunks
-    spelt out as ``module_fqns_per_model_part`` (module names of torchtitan's decoder models:
-    tok_embeddings, layers.<i>, norm, output)."""
-    chunks = config.pp * config.virtual_stages
-    if model.num_hidden_layers % chunks == 0:
+    (its default weights 1 count the embedding and the LM head as layers). Any other split (a
+    layout given, or the plan's own: ``cost.pipeline.plan_layout``): the chunks spelt out as
+    ``module_fqns_per_model_part`` (module names of torchtitan's decoder models: tok_embeddings,
+    layers.<i>, norm, output)."""
+    text = config.pipeline_layout or plan_layout(model, job, config.pp, config.virtual_stages)
+    if text is None:
         return {
-            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // chunks,
+            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // (config.pp * config.virtual_stages),
             "pipeline_parallel_first_stage_less_layers": 0,
             "pipeline_parallel_last_stage_less_layers": 0,
         }
+    names = {"E": ["tok_embeddings"], "L": ["norm", "output"]}
     parts: list[list[str]] = []
-    start = 0
-    for size in chunk_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages):
-        parts.append([f"layers.{i}" for i in range(start, start + size)])
-        start += size
-    parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "output"]
+    index = 0
+    for stage in parse_layout(text):
+        part: list[str] = []
+        for kind in stage:
+            if kind == "t":
+                part.append(f"layers.{index}")
+                index += 1
+            else:
+                part += names[kind]
+        parts.append(part)
     return {"module_fqns_per_model_part": parts}
 
 
@@ -182,7 +187,7 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
     if config.pp > 1:
         parallelism["pipeline_parallel_schedule"] = SCHEDULES[config.schedule]
         parallelism["pipeline_parallel_microbatch_size"] = config.micro_batch_size
-        parallelism.update(_stage_split(model, config))
+        parallelism.update(_stage_split(model, job, config))
     if model.is_moe:
         parallelism["expert_parallel_degree"] = config.ep
         parallelism["expert_tensor_parallel_degree"] = config.expert_tp

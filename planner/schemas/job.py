@@ -78,6 +78,12 @@ class JobSpec(Frozen):
         description="Dropless routing: routed tokens on the busiest expert-parallel rank over the mean (it sets "
         "the MoE layer's time); 1: force-balanced, as benchmarks run; None: NATURAL_ROUTING_IMBALANCE",
     )
+    mtp_layers: int | None = Field(
+        None,
+        ge=0,
+        description="Multi-token-prediction layers trained (Megatron --mtp-num-layers); None: the model's "
+        "num_nextn_predict_layers, 0: none",
+    )
     compile: bool | None = Field(None, description="torch.compile; None: the stack's default")
     optimizer_state_bytes_per_param: float = Field(DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM, ge=0)
     training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")

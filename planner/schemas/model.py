@@ -85,6 +85,11 @@ class ModelSpec(Frozen):
     shared_expert_intermediate_size: PositiveInt | None = Field(None, description="Qwen2-MoE shared expert width")
     first_k_dense_replace: NonNegativeInt | None = Field(None, description="DeepSeek: the first k layers are dense")
     decoder_sparse_step: PositiveInt | None = Field(None, description="Qwen-MoE: layer i is MoE when (i+1) % step == 0")
+    num_nextn_predict_layers: NonNegativeInt = Field(
+        0,
+        description="Multi-token-prediction (MTP) modules the model was trained with (DeepSeek-V3: 1); each is a "
+        "decoder layer of the last layer's kind plus a 2h x h projection and its own LM head and loss",
+    )
 
     # Multi-head latent attention (DeepSeek-V2/V3).
     q_lora_rank: PositiveInt | None = None

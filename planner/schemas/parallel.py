@@ -116,10 +116,8 @@ class ParallelConfig(Frozen):
                     f"pipeline_layout has {len(stages)} stages, pp x virtual_stages = {self.pp * self.virtual_stages}"
                 )
             flat = [kind for stage in stages for kind in stage]
-            if "m" in flat:
-                raise ValueError("pipeline_layout: MTP layers ('m') are not modelled; give the layout without them")
-            try:  # the rules that do not depend on the model (its layer count is checked against the model)
-                check_layout(stages, flat.count("t"), self.pp)
+            try:  # the rules that do not depend on the model (its layer counts are checked against the job)
+                check_layout(stages, flat.count("t"), self.pp, flat.count("m"))
             except PlannerError as err:
                 raise ValueError(str(err)) from None
         if self.sequence_parallel and self.tp == 1:

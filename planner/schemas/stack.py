@@ -75,6 +75,11 @@ class Stack(Frozen):
         "SAC (every second matmul and every op outside its save list: norms, activations, TP all-gathers)"
     )
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
+    pipeline_layouts: bool = Field(
+        description="The framework runs any split of layers over pipeline chunks (a Megatron layout string, "
+        "torchtitan's module lists): the plan balances the last rank's layers against its LM head and MTP "
+        "layers; otherwise it runs the even split"
+    )
     default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
     layer_overhead_us: NonNegativeFloat | None = Field(
         None,

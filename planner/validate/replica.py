@@ -48,9 +48,12 @@ def fit_replica(config: ParallelConfig, world_size: int) -> tuple[ReplicaMesh, l
 
 
 def replica_config(config: ParallelConfig, mesh: ReplicaMesh) -> ParallelConfig:
-    """``config`` with the replica's degrees, valid again (SP needs tp > 1, interleaving pp > 1)."""
+    """``config`` with the replica's degrees, valid again (SP needs tp > 1, interleaving pp > 1, a
+    layout the plan's pipeline size: a replica with fewer stages drops it)."""
     fields = config.model_dump()
     fields.update(tp=mesh.tp, pp=mesh.pp, dp=mesh.dp, cp=mesh.cp, ep=mesh.ep, expert_tp=mesh.expert_tp)
+    if mesh.pp != config.pp:
+        fields["pipeline_layout"] = None
     if mesh.tp == 1:
         fields["sequence_parallel"] = False
     if mesh.pp == 1 and config.schedule == "interleaved-1f1b":

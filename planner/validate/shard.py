@@ -79,8 +79,8 @@ def layer_terms(
     m = float(num_microbatches(job.batch_size, MeshArrays.from_configs([plan]))[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []
-    for is_moe, count in stage_layer_kinds(model, plan):
-        for suffix, shard_plan, share in recompute_split(model, plan):
+    for is_moe, count in stage_layer_kinds(model, job, plan, replay_cluster):
+        for suffix, shard_plan, share in recompute_split(model, job, plan):
             shard = LayerShard(model=model, job=job, plan=shard_plan, moe=is_moe)
             predicted = predict_layer_s(shard, replay_cluster, dtype)
             name = f"layer.{'moe' if is_moe else 'dense'}{suffix}"
@@ -88,13 +88,13 @@ def layer_terms(
     return terms
 
 
-def recompute_split(model: ModelSpec, plan: ParallelConfig) -> list[tuple[str, ParallelConfig, float]]:
+def recompute_split(model: ModelSpec, job: JobSpec, plan: ParallelConfig) -> list[tuple[str, ParallelConfig, float]]:
     """A plan that fully recomputes only some layers (``recompute_layers``) replays two shards, one
     recomputed and one not, each for its share of the stage's layers; any other plan one shard."""
     if plan.recompute_layers is None:
         return [("", plan, 1.0)]
     pm = MeshArrays.from_configs([plan])
-    share = float(pm.recomputed_share(layers_on_worst_stage(model, pm))[0])
+    share = float(pm.recomputed_share(layers_on_worst_stage(model, job, pm))[0])
     recomputed = plan.model_copy(update={"recompute_layers": None})
     kept = plan.model_copy(update={"recompute": "none", "recompute_layers": None})
     return [(".recomputed", recomputed, share), ("", kept, 1.0 - share)]

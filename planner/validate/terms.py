@@ -21,8 +21,8 @@ from collections.abc import Callable
 import numpy as np
 
 from planner.cost import comm, traffic
-from planner.cost.memory import rank_params
-from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches
+from planner.cost.memory import step_params
+from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches, rank_layers
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -97,8 +97,8 @@ def comm_terms(
     pm = MeshArrays.from_configs([plan])
     links = comm.mesh_links(replay_cluster, MeshArrays.from_configs([replica]))
     m = num_microbatches(job.batch_size, pm)
-    layers = layers_on_worst_stage(model, pm)
-    moe = moe_layers_on_worst_stage(model, layers)
+    layers = layers_on_worst_stage(model, job, pm)
+    moe = moe_layers_on_worst_stage(model, job, pm)
     out: list[TermSpec | None] = []
 
     def add(name: str, op: str, group: str, plan_size: int, message: np.ndarray, calls: np.ndarray | float) -> None:
@@ -121,7 +121,7 @@ def comm_terms(
     pp_message = traffic.pp_message_bytes(job, pm, model.hidden_size)
     add("pp.send_recv", "send_recv", "pp", plan.pp, pp_message, traffic.pp_sends_per_step(pm, m))
 
-    params = rank_params(model, pm, pm.pp == 1, np.ones(1, dtype=bool))
+    params = step_params(model, pm, rank_layers(model, job, pm))
     (dense_grads, expert_grads), (dense_weights, expert_weights) = traffic.dp_buffers_bytes(job, params)
     z = plan.zero_stage
     for prefix, group, size, grads, weights in (
