@@ -110,7 +110,7 @@ def last_rank_extra_layers(model: ModelSpec, job: JobSpec) -> float:
     mtp = mtp_layers(model, job)
     layer = layer_weight_flops(model, job.seq_len, mtp_layer_is_moe(model))
     head = 2.0 * model.vocab_size * model.hidden_size
-    mtp_layer = layer_weight_flops(model, job.seq_len, mtp_layer_is_moe(model)) + 2.0 * mtp_projection_params(model)
+    mtp_layer = layer + 2.0 * mtp_projection_params(model)
     return ((1 + mtp) * head + mtp * mtp_layer) / layer
 
 
