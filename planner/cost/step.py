@@ -19,6 +19,7 @@ collectives are exposed unless the job overlaps them (the stack's default or
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -291,11 +292,24 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     )
 
 
-def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> tuple[int, int, int]:
-    """(decoder layers, MTP layers, LM heads with their losses) of the rank whose slot sets the
-    step of one mesh: what the validator replays."""
+class RankLoad(NamedTuple):
+    """What one pipeline rank runs per micro-batch: decoder layers, MTP layers, LM heads with
+    their losses."""
+
+    decoders: int
+    mtp: int
+    heads: int
+
+    @property
+    def layers(self) -> int:
+        return self.decoders + self.mtp
+
+
+def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> RankLoad:
+    """The ``RankLoad`` of the rank whose slot sets the step of one mesh: what the validator
+    replays."""
     cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
     r = cols.ranks
     if bool(cols.last_is_slowest[0]):
-        return int(r.last[0]), int(r.last_mtp[0]), 1 + mtp_layers(model, job)
-    return int(r.body[0]), int(r.body_mtp[0]), 0
+        return RankLoad(int(r.last[0]), int(r.last_mtp[0]), 1 + mtp_layers(model, job))
+    return RankLoad(int(r.body[0]), int(r.body_mtp[0]), 0)

@@ -21,7 +21,7 @@ import numpy as np
 
 from planner.cost.compute import Gemm, gemm_s, layer_gemms, lm_head_gemm
 from planner.cost.pipeline import moe_layers_of, num_microbatches
-from planner.cost.step import slowest_rank
+from planner.cost.step import RankLoad, slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
 from planner.schemas.job import JobSpec
@@ -44,15 +44,12 @@ def predict_gemm_s(m_rows: int, n: int, k: int, cluster: ClusterSpec, dtype: str
     return float(gemm_s(rows, cols, inner, gpu, gpu.peak_flops_per_s(dtype), BYTES_PER_ELEMENT[dtype]))
 
 
-def stage_layer_kinds(
-    model: ModelSpec, job: JobSpec, plan: ParallelConfig, cluster: ClusterSpec
-) -> list[tuple[bool, float]]:
-    """(is MoE, how many) of the layer kinds on the rank that sets the plan's step on ``cluster``
+def stage_layer_kinds(model: ModelSpec, rank: RankLoad) -> list[tuple[bool, float]]:
+    """(is MoE, how many) of the layer kinds on ``rank``, the rank that sets the plan's step
     (``cost.step.slowest_rank``; an MTP layer counts as a layer of its kind), kinds it has none
     of left out."""
-    decoders, mtp, _ = slowest_rank(model, cluster, job, plan)
-    moe = float(moe_layers_of(model, np.array([decoders]), mtp)[0])
-    layers = float(decoders + mtp)
+    moe = float(moe_layers_of(model, np.array([rank.decoders]), rank.mtp)[0])
+    layers = float(rank.layers)
     return [(is_moe, count) for is_moe, count in ((False, layers - moe), (True, moe)) if count > 0]
 
 
@@ -72,26 +69,25 @@ def self_term(name: str, op: str, dtype: str, calls_per_step: float, predicted_s
 
 
 def gemm_shapes(
-    model: ModelSpec, job: JobSpec, plan: ParallelConfig, cluster: ClusterSpec
+    model: ModelSpec, job: JobSpec, plan: ParallelConfig, rank: RankLoad
 ) -> list[tuple[str, tuple[int, int, int], float]]:
-    """(name, (M, N, K), forward calls per micro-batch on the rank that sets the step) of every
-    GEMM: ``planner.cost.compute.layer_gemms`` of its dense and MoE layers (a GEMM both kinds
+    """(name, (M, N, K), forward calls per micro-batch on ``rank``, the rank that sets the step)
+    of every GEMM: ``planner.cost.compute.layer_gemms`` of its dense and MoE layers (a GEMM both kinds
     run, attention's, once with their calls summed), its MTP projections, then the LM head
     (calls -n: n times per micro-batch on the last rank, never recomputed)."""
     pm = MeshArrays.from_configs([plan])
     calls: dict[tuple[str, tuple[int, int, int]], float] = {}
-    for is_moe, count in stage_layer_kinds(model, job, plan, cluster):
+    for is_moe, count in stage_layer_kinds(model, rank):
         for gemm in layer_gemms(model, job, pm, is_moe):
             key = (gemm.name, _rounded(gemm))
             calls[key] = calls.get(key, 0.0) + count * float(np.asarray(gemm.count).reshape(-1)[0])
-    _, mtp, heads = slowest_rank(model, cluster, job, plan)
     out = [(name, shape, c) for (name, shape), c in calls.items()]
-    if mtp:
+    if rank.mtp:
         h = model.hidden_size
         tokens = float(pm.tokens_per_rank(job.seq_len)[0])
-        out.append(("mtp.projection", (max(round(tokens), 1), max(round(h / plan.tp), 1), 2 * h), float(mtp)))
-    if heads:
-        out.append(("lm_head", _rounded(lm_head_gemm(model, job, pm)), -float(heads)))
+        out.append(("mtp.projection", (max(round(tokens), 1), max(round(h / plan.tp), 1), 2 * h), float(rank.mtp)))
+    if rank.heads:
+        out.append(("lm_head", _rounded(lm_head_gemm(model, job, pm)), -float(rank.heads)))
     return out
 
 
@@ -126,11 +122,11 @@ def gemm_terms(
     """One term per GEMM shape of ``plan``, priced on ``replay_cluster`` (module docstring)."""
     pm = MeshArrays.from_configs([plan])
     m = float(num_microbatches(job.batch_size, pm)[0])
-    decoders, mtp, _ = slowest_rank(model, replay_cluster, job, plan)
-    passes = float(pm.forward_passes(decoders + mtp)[0])
+    rank = slowest_rank(model, replay_cluster, job, plan)
+    passes = float(pm.forward_passes(rank.layers)[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []
-    for name, (rows, n, k), per_microbatch in gemm_shapes(model, job, plan, replay_cluster):
+    for name, (rows, n, k), per_microbatch in gemm_shapes(model, job, plan, rank):
         calls = m * (-3.0 * per_microbatch if per_microbatch < 0 else passes * per_microbatch)
         replay = capped_shape((rows, n, k), max_gemm_flops)
         terms.append(

@@ -24,7 +24,7 @@ from planner.cost.compute import (
     unfused_softmax_forward_s,
 )
 from planner.cost.pipeline import layers_on_worst_stage, num_microbatches
-from planner.cost.step import training_s
+from planner.cost.step import slowest_rank, training_s
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -79,7 +79,7 @@ def layer_terms(
     m = float(num_microbatches(job.batch_size, MeshArrays.from_configs([plan]))[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []
-    for is_moe, count in stage_layer_kinds(model, job, plan, replay_cluster):
+    for is_moe, count in stage_layer_kinds(model, slowest_rank(model, replay_cluster, job, plan)):
         for suffix, shard_plan, share in recompute_split(model, job, plan):
             shard = LayerShard(model=model, job=job, plan=shard_plan, moe=is_moe)
             predicted = predict_layer_s(shard, replay_cluster, dtype)
