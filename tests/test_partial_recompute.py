@@ -111,12 +111,12 @@ def test_the_cli_takes_recompute_layers(cli) -> None:  # type: ignore[no-untyped
 
 def test_the_validator_replays_recomputed_and_kept_layers_apart() -> None:
     plan = ParallelConfig(**BASE, recompute="full", recompute_layers=5, pipeline_layout=EVEN)
-    split = recompute_split(MODEL, JOB, plan)
+    split = recompute_split(plan, 20)
     assert [(s, p.recompute, p.recompute_layers, share) for s, p, share in split] == [
         (".recomputed", "full", None, 0.25),
         ("", "none", None, 0.75),
     ]
-    assert recompute_split(MODEL, JOB, ParallelConfig(**BASE))[0][2] == 1.0
+    assert recompute_split(ParallelConfig(**BASE), 20)[0][2] == 1.0
 
 
 def test_torchtitan_selective_layer_ac_recomputes_every_second_layer() -> None:

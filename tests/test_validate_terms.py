@@ -22,6 +22,7 @@ from planner.validate.schemas import TermResult
 from planner.validate.sweep import parse_ops, parse_size, sweep_terms
 from planner.validate.terms import comm_terms
 
+HEAVY_LAST = "Et*9|t*8|t*7|t*8L"
 CONFIGS = [
     ("llama3-8b", "dgx-h100x2", ParallelConfig(tp=4, pp=2, dp=2, zero_stage=1, sequence_parallel=True)),
     ("llama3-8b", "dgx-h100x2", ParallelConfig(tp=2, cp=2, dp=4, recompute="full")),
@@ -29,6 +30,12 @@ CONFIGS = [
     ("mixtral-8x7b", "dgx-h100x4", ParallelConfig(tp=2, pp=4, dp=4, ep=4, sequence_parallel=True, zero_stage=1)),
     ("mixtral-8x7b", "dgx-h100x4", ParallelConfig(tp=4, pp=2, dp=4, ep=2, expert_tp=2, sequence_parallel=True)),
     ("llama3-8b", "dgx-h100x2", ParallelConfig(pp=4, dp=4, schedule="interleaved-1f1b", virtual_stages=2)),
+    # the busiest rank by layers (9) is not the one the step waits for (the last: 8 + the LM head)
+    (
+        "llama3-8b",
+        "dgx-h100x2",
+        ParallelConfig(tp=2, pp=4, dp=2, sequence_parallel=True, pipeline_layout="Et*9|t*8|t*7|t*8L"),
+    ),
 ]
 
 

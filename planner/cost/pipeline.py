@@ -206,13 +206,6 @@ def layers_on_worst_stage(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> n
     return rank_layers(model, job, mesh).busiest
 
 
-def moe_layers_on_worst_stage(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """MoE layers (MTP ones included) on the rank ``layers_on_worst_stage`` counts."""
-    r = rank_layers(model, job, mesh)
-    on_body = r.body + r.body_mtp > r.last + r.last_mtp
-    return np.where(on_body, moe_layers_of(model, r.body, r.body_mtp), moe_layers_of(model, r.last, r.last_mtp))
-
-
 def moe_layers_of(model: ModelSpec, layers: np.ndarray, mtp: np.ndarray | int = 0) -> np.ndarray:
     """MoE layers among a rank's ``layers`` decoder layers, taking the worst case that all are
     MoE when the model has that many (dense-first layers such as DeepSeek's first 3 sit on stage

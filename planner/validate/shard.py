@@ -23,7 +23,7 @@ from planner.cost.compute import (
     selective_recompute_forward_s,
     unfused_softmax_forward_s,
 )
-from planner.cost.pipeline import layers_on_worst_stage, num_microbatches
+from planner.cost.pipeline import num_microbatches
 from planner.cost.step import slowest_rank, training_s
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -79,8 +79,10 @@ def layer_terms(
     m = float(num_microbatches(job.batch_size, MeshArrays.from_configs([plan]))[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []
-    for is_moe, count in stage_layer_kinds(model, slowest_rank(model, replay_cluster, job, plan)):
-        for suffix, shard_plan, share in recompute_split(model, job, plan):
+    rank = slowest_rank(model, replay_cluster, job, plan)
+    split = recompute_split(plan, rank.layers)
+    for is_moe, count in stage_layer_kinds(model, rank):
+        for suffix, shard_plan, share in split:
             shard = LayerShard(model=model, job=job, plan=shard_plan, moe=is_moe)
             predicted = predict_layer_s(shard, replay_cluster, dtype)
             name = f"layer.{'moe' if is_moe else 'dense'}{suffix}"
@@ -88,13 +90,14 @@ def layer_terms(
     return terms
 
 
-def recompute_split(model: ModelSpec, job: JobSpec, plan: ParallelConfig) -> list[tuple[str, ParallelConfig, float]]:
+def recompute_split(plan: ParallelConfig, layers: int) -> list[tuple[str, ParallelConfig, float]]:
     """A plan that fully recomputes only some layers (``recompute_layers``) replays two shards, one
-    recomputed and one not, each for its share of the stage's layers; any other plan one shard."""
+    recomputed and one not, each for its share of the ``layers`` of the rank the step waits for;
+    any other plan one shard."""
     if plan.recompute_layers is None:
         return [("", plan, 1.0)]
     pm = MeshArrays.from_configs([plan])
-    share = float(pm.recomputed_share(layers_on_worst_stage(model, job, pm))[0])
+    share = float(pm.recomputed_share(layers)[0])
     recomputed = plan.model_copy(update={"recompute_layers": None})
     kept = plan.model_copy(update={"recompute": "none", "recompute_layers": None})
     return [(".recomputed", recomputed, share), ("", kept, 1.0 - share)]

@@ -22,7 +22,8 @@ import numpy as np
 
 from planner.cost import comm, traffic
 from planner.cost.memory import step_params
-from planner.cost.pipeline import layers_on_worst_stage, moe_layers_on_worst_stage, num_microbatches, rank_layers
+from planner.cost.pipeline import moe_layers_of, num_microbatches, rank_layers
+from planner.cost.step import slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -97,8 +98,9 @@ def comm_terms(
     pm = MeshArrays.from_configs([plan])
     links = comm.mesh_links(replay_cluster, MeshArrays.from_configs([replica]))
     m = num_microbatches(job.batch_size, pm)
-    layers = layers_on_worst_stage(model, job, pm)
-    moe = moe_layers_on_worst_stage(model, job, pm)
+    rank = slowest_rank(model, replay_cluster, job, plan)  # the rank the step waits for, as the GEMM terms
+    layers = np.array([rank.layers])
+    moe = moe_layers_of(model, np.array([rank.decoders]), rank.mtp)
     out: list[TermSpec | None] = []
 
     def add(name: str, op: str, group: str, plan_size: int, message: np.ndarray, calls: np.ndarray | float) -> None:
