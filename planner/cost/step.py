@@ -189,9 +189,8 @@ def rank_slot(
     )
 
 
-def slower_rank(a: RankSlot, b: RankSlot) -> RankSlot:
-    """Per mesh, the rank whose slot is longer (the pipeline runs at its pace)."""
-    pick = a.total_s >= b.total_s
+def pick_rank(pick: np.ndarray, a: RankSlot, b: RankSlot) -> RankSlot:
+    """Per mesh, ``a`` where ``pick`` else ``b``."""
 
     def w(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         return np.where(pick, x, y)
@@ -221,7 +220,8 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     heads = 1 + mtp_layers(model, job)
     last = rank_slot(model, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads)
     body = rank_slot(model, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0)
-    worst = slower_rank(last, body)
+    last_is_slowest = last.total_s >= body.total_s  # the pipeline runs at the slower rank's pace
+    worst = pick_rank(last_is_slowest, last, body)
     slot = worst.total_s
     layers = worst.layers
     fwd_mb = worst.compute / mesh.forward_passes(layers)
@@ -288,7 +288,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
         hfu=hardware_flops / peak_total,
         fits=memory.total <= cluster.gpu.hbm_capacity_bytes,
         ranks=ranks,
-        last_is_slowest=last.total_s >= body.total_s,
+        last_is_slowest=last_is_slowest,
     )
 
 
