@@ -18,7 +18,12 @@ Parameters (``FIT_FIELDS``):
                    (launch gaps, the framework's per-layer hooks such as FSDP's), what makes
                    small models slower than their FLOPs say
   per stack        ``moe_layer_overhead_us``: extra fixed time per MoE layer and pass (router,
-                   token permutation, grouped-GEMM setup), fixed by the MoE rows alone
+                   token permutation), fixed by the MoE rows alone
+  per stack        ``expert_gemm_overhead_us``: extra fixed time per local expert, MoE layer and
+                   pass (a grouped linear that runs one GEMM per local expert: its launches,
+                   quantisation and tails), fixed by the MoE rows alone; the rows that tell it
+                   from the per-layer figure are the same models at EP 8 (16-32 local experts)
+                   and EP 64 (2-4)
   per stack        ``attention_efficiency_scale``: the stack's attention kernel inside a training
                    step relative to its published microbenchmark (FlashAttention-2/3 papers at
                    one shape); long-sequence rows, where attention dominates, fix it
@@ -63,6 +68,7 @@ FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("profile", "fp8_block_gemm_fraction"): (1.0, 0.3, 1.0),
     ("stack", "layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
+    ("stack", "expert_gemm_overhead_us"): (0.0, 0.0, 5_000.0),
     ("stack", "attention_efficiency_scale"): (1.0, 0.3, 1.0),
 }
 """(kind, field) -> (uncalibrated value, lower bound, upper bound). Bounds are physical: a GPU
@@ -115,7 +121,7 @@ class Problem:
 def applies(field: str, case: RunCase) -> bool:
     """Whether ``field`` moves a case's price at all: the MoE overhead only MoE models, the
     row-wise and block fp8 fractions only fp8 jobs of that scaling."""
-    if field == "moe_layer_overhead_us":
+    if field in ("moe_layer_overhead_us", "expert_gemm_overhead_us"):
         return case.model.is_moe
     if field == "fp8_rowwise_gemm_fraction":
         return case.job.dtype == "fp8" and case.job.fp8_scaling == "row"

@@ -176,6 +176,22 @@ def test_compile_shrinks_the_layer_overhead_by_the_kernel_count() -> None:
     assert a == pytest.approx(32 * 3 * stack.layer_overhead_us * 1e-6)  # 32 layers, forward + backward
 
 
+def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
+    """Qwen3-30B-A3B: 48 MoE layers of 128 experts; EP 8 holds 16 experts per rank, EP 2 holds 64.
+    With only the per-expert figure set, the overhead is layers x 3 passes x E/ep x the figure."""
+    stack = load_stack("megatron-core").model_copy(
+        update={"layer_overhead_us": 0.0, "moe_layer_overhead_us": 0.0, "expert_gemm_overhead_us": 50.0}
+    )
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
+    job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack)
+    meshes = MeshArrays.from_configs([ParallelConfig(dp=8, ep=ep, zero_stage=1) for ep in (8, 2)])
+    overhead = evaluate(model, cluster, job, meshes).time["layer_overhead"]
+    assert overhead[0] == pytest.approx(48 * 3 * 16 * 50e-6)
+    assert overhead[1] == pytest.approx(48 * 3 * 64 * 50e-6)
+    dense = evaluate(load_model("llama3-8b"), cluster, job, MeshArrays.from_configs([ParallelConfig(dp=8)]))
+    assert dense.time["layer_overhead"][0] == 0.0  # dense layers hold no experts
+
+
 def test_fp8_gemms_run_at_the_measured_fp8_efficiency() -> None:
     gpu = load_cluster("dgx-h100").gpu
     assert gpu.gemm_efficiency_for("fp8") == gpu.gemm_efficiency_fp8 < gpu.gemm_efficiency

@@ -173,8 +173,11 @@ def test_a_killed_or_hung_rank_fails_the_run_within_the_timeout(sig: int, expect
     hit: list[float] = []
 
     def on_event(event: Event) -> None:
-        # Hit as it enters the third term (the position is known then, not racing its next event).
-        if event.rank == 2 and event.kind == "enter" and event.position == (0, 2) and not hit:
+        # Hit as it enters the fourth term (the position is known then, not racing its next event).
+        # Rank 2 through term 2's all-reduce means rank 0 joined term 2, so rank 0 had sent terms
+        # 0 and 1; term 2's own result may still be lost with the fault (a ring all-reduce can
+        # finish on rank 2 before rank 0 receives its last chunk).
+        if event.rank == 2 and event.kind == "enter" and event.position == (0, 3) and not hit:
             hit.append(time.monotonic())
             os.kill(event.pid, sig)  # type: ignore[arg-type]
 
@@ -190,7 +193,7 @@ def test_a_killed_or_hung_rank_fails_the_run_within_the_timeout(sig: int, expect
     assert elapsed < job.timeout_s + SETTLE_S + DRAIN_S + 6.0, elapsed
     message = str(failed.value)
     assert message.startswith(expect) and "all_reduce.n4" in message, message
-    assert len(failed.value.partial) >= 2  # the terms finished before the fault are kept
+    assert len(failed.value.partial) >= 2  # terms 0 and 1, which rank 0 finished before the fault, are kept
 
 
 @SLOW

@@ -363,18 +363,32 @@ def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     return FP8_CAST_BYTES_PER_ELEMENT * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 
-def layer_overhead_s(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+def layer_overhead_s(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+) -> np.ndarray:
     """Fixed per-layer overhead of one micro-batch through the stage's layers: the stack's fitted
     ``layer_overhead_us`` per layer and forward pass (eager; compiled layers launch fewer kernels),
     the backward counting as two passes and full recompute as one more (``mesh.forward_passes``,
     for the share of layers it recomputes):
     launch gaps and framework hooks, which a large layer hides in its work and a small model's
     short layers do not. MoE layers add the stack's fitted ``moe_layer_overhead_us`` (routing,
-    token permutation, grouped-GEMM setup)."""
+    token permutation) and ``expert_gemm_overhead_us`` per local expert (E/ep): Transformer
+    Engine's grouped linear, which Megatron-Core's TEGroupedMLP runs, issues one cuBLAS GEMM per
+    local expert on up to four streams (``nvte_multi_stream_cublas_gemm``, ``num_streams = 4``
+    in transformer_engine/common/gemm/cublaslt_gemm.cu), each with its own launch, fp8
+    quantisation and partly filled last wave; 32 local experts of 1,024 tokens pay that 32
+    times where 4 experts of 8,192 tokens pay it 4 times for the same FLOPs. Fitted, not
+    measured: no public per-expert trace was found."""
     stack = job.software
     return mesh.forward_passes(layers) * (
-        layers * stack.layer_overhead_s(job.compiled) + moe_layers * stack.moe_layer_overhead_s
+        layers * stack.layer_overhead_s(job.compiled)
+        + moe_layers * (stack.moe_layer_overhead_s + local_experts(model, mesh) * stack.expert_gemm_overhead_s)
     )
+
+
+def local_experts(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
+    """Routed experts each expert-parallel rank holds: E / ep (0 for a dense model)."""
+    return model.num_experts_total / mesh.ep
 
 
 def mtp_projection_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:

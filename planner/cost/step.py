@@ -181,7 +181,7 @@ def rank_slot(
         layers=layers,
         compute_first=compute_first,
         compute=compute,
-        overhead=layer_overhead_s(job, mesh, layers, moe_layers),
+        overhead=layer_overhead_s(model, job, mesh, layers, moe_layers),
         tp=tp,
         ep=ep,
         cp=cp,

@@ -93,6 +93,12 @@ class Stack(Frozen):
         "the router's top-k and softmax, sorting and permuting tokens to experts and back, the grouped "
         "GEMM's per-expert setup; None: not calibrated, 0",
     )
+    expert_gemm_overhead_us: NonNegativeFloat | None = Field(
+        None,
+        description="Fitted: extra fixed time per local expert, MoE layer and forward pass: the stack's grouped "
+        "linear runs one GEMM (and, under fp8, one quantisation) per local expert, each with its own launch "
+        "and tail; None: not calibrated, 0",
+    )
     attention_efficiency_scale: PositiveFloat | None = Field(
         None,
         description="Fitted: the attention kernel's throughput inside this stack's training steps relative to the "
@@ -115,6 +121,10 @@ class Stack(Frozen):
     @property
     def moe_layer_overhead_s(self) -> float:
         return (self.moe_layer_overhead_us or 0.0) * 1e-6
+
+    @property
+    def expert_gemm_overhead_s(self) -> float:
+        return (self.expert_gemm_overhead_us or 0.0) * 1e-6
 
     def layer_overhead_s(self, compiled: bool) -> float:
         """Per-layer overhead of one forward pass: the fitted eager figure, scaled by the kernels a
