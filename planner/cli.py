@@ -142,6 +142,15 @@ EpOverlapOpt = Annotated[
         "--overlap-moe-expert-parallel-comm; interleaved pipeline or pp 1, no full recompute). Default off.",
     ),
 ]
+MoeDispatcherOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--moe-dispatcher",
+        metavar="alltoall|allgather|flex",
+        help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex is DeepEP/HybridEP): alltoall "
+        "(default), allgather, or flex, among those the stack runs.",
+    ),
+]
 MoeRoutingOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -271,6 +280,7 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         tp_comm_overlap=p.get("tp_comm_overlap"),
         compile=p.get("compile"),
         ep_comm_overlap=p.get("ep_comm_overlap"),
+        moe_dispatcher=p.get("moe_dispatcher"),
         **moe_routing_fields(p.get("moe_routing")),
         mtp_layers=p.get("mtp_layers"),
         max_batch_growth=p.get("max_batch_growth", 0.0),
@@ -378,6 +388,7 @@ def plan_main(
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
     ep_comm_overlap: EpOverlapOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
     mtp_layers: MtpOpt = None,
     top: TopOpt = 10,
@@ -464,6 +475,7 @@ def estimate_cmd(
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
     ep_comm_overlap: EpOverlapOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
     mtp_layers: MtpOpt = None,
     as_json: JsonOpt = False,
@@ -514,6 +526,7 @@ def capacity_cmd(
     tp_comm_overlap: TpOverlapOpt = None,
     compile: CompileOpt = None,
     ep_comm_overlap: EpOverlapOpt = None,
+    moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
     mtp_layers: MtpOpt = None,
     as_json: JsonOpt = False,

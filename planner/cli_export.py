@@ -69,6 +69,7 @@ def export_cmd(
     tp_comm_overlap: _cli.TpOverlapOpt = None,
     compile: _cli.CompileOpt = None,
     ep_comm_overlap: _cli.EpOverlapOpt = None,
+    moe_dispatcher: _cli.MoeDispatcherOpt = None,
     moe_routing: _cli.MoeRoutingOpt = None,
     mtp_layers: _cli.MtpOpt = None,
     objective: _cli.ObjectiveOpt = "time",

@@ -59,20 +59,28 @@ def overlap_assumed(est: Estimate) -> str:
     )
 
 
+DISPATCHER_WORDS = {
+    "alltoall": "all-to-all dispatcher",
+    "allgather": "all-gather dispatcher",
+    "flex": "DeepEP (flex) dispatcher",
+}
+
+
 def routing_assumed(est: Estimate) -> str:
-    """'; routes ...' for an expert-parallel mesh: the share of the routed tokens its busiest rank
-    was priced with (``cost.routing``)."""
+    """'; routes ...' for an expert-parallel mesh: the dispatcher and the share of the routed
+    tokens its busiest rank was priced with (``cost.traffic.ep_dispatch``, ``cost.routing``)."""
     if est.config.parallel.ep <= 1:
         return ""
     job = est.config.job
+    by = f" through the {DISPATCHER_WORDS[job.moe_dispatcher]}"
     if job.moe_capacity_factor is not None:
-        return f"; drops MoE tokens beyond capacity factor {job.moe_capacity_factor:g} (padded buffers)"
+        return f"; drops MoE tokens beyond capacity factor {job.moe_capacity_factor:g} (padded buffers){by}"
     if job.moe_dropless_imbalance == 1.0:
-        return "; routes MoE tokens force-balanced (every expert-parallel rank gets the mean)"
+        return f"; routes MoE tokens force-balanced (every expert-parallel rank gets the mean){by}"
     source = "natural routing" if job.moe_load_imbalance is None else "the given imbalance"
     return (
         f"; routes MoE tokens dropless, the busiest expert-parallel rank getting {job.moe_dropless_imbalance:g}x "
-        f"the mean ({source})"
+        f"the mean ({source}){by}"
     )
 
 

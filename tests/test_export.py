@@ -61,6 +61,9 @@ def megatron_parser() -> argparse.ArgumentParser:
     for flag in ("--pipeline-model-parallel-layout", "--recompute-method", "--ckpt-format", "--fp8-format"):
         p.add_argument(flag)
     p.add_argument("--mtp-num-layers", type=int, default=None)  # arguments.py _add_mtp_args
+    # arguments.py _add_moe_args
+    p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
+    p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep"], default="deepep")
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument(
         "--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]

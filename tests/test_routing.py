@@ -20,6 +20,7 @@ from planner.mesh import MeshArrays
 from planner.runs import case_from_row, load_runs
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.job import NATURAL_ROUTING_IMBALANCE
+from tests.conftest import assert_one_line_error
 from tests.test_fidelity import BRIDGE_MOE, ROWS, SAMPLE
 
 MODEL = load_model("mixtral-8x7b")
@@ -196,3 +197,76 @@ def test_ep_overlap_cli_flag(cli) -> None:  # type: ignore[no-untyped-def]
     assert on["step_time_s"] < off["step_time_s"]
     refused = cli(*args, "--ep-comm-overlap", "--stack", "torchtitan")
     assert refused.code == 2 and "cannot overlap expert-parallel communication" in refused.err
+
+
+# ---- token dispatchers -------------------------------------------------------------------------
+
+
+def test_ranks_reached_counts_distinct_expert_parallel_ranks() -> None:
+    from planner.cost.traffic import ranks_reached
+
+    dsv3 = load_model("deepseek-v3")  # 256 experts, top-8
+    reached = ranks_reached(dsv3, np.array([1, 8, 64, 256]))
+    assert reached[0] == pytest.approx(1.0)
+    assert reached[3] == pytest.approx(8.0)  # one expert per rank: every copy goes to its own rank
+    # 8 ranks of 32 experts: 8 * (1 - prod_{i<8} (224 - i) / (256 - i))
+    assert reached[1] == pytest.approx(8 * (1 - np.prod([(224 - i) / (256 - i) for i in range(8)])))
+    assert 5.2 < reached[1] < 5.4 and 7.6 < reached[2] < 7.8
+
+
+def test_dispatchers_move_what_megatrons_dispatchers_move() -> None:
+    from planner.cost.comm import all_gather_s, all_to_all_s, mesh_links
+    from planner.cost.traffic import ep_dispatch, ep_per_microbatch, ranks_reached
+
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100x16")
+    mesh = MeshArrays.from_configs([ParallelConfig(dp=128, ep=64)])
+    links = mesh_links(cluster, mesh)
+    jobs = {d: _job(moe_dispatcher=d, moe_load_imbalance=1.0) for d in ("alltoall", "allgather", "flex")}
+    routed = routed_message_bytes(model, jobs["alltoall"], mesh)
+    local = routed / 8  # force-balanced: top-8 copies of the rank's tokens x h
+    got = {d: ep_dispatch(model, job, mesh) for d, job in jobs.items()}
+    assert got["alltoall"].op == "all_to_all" and got["alltoall"].message_bytes == pytest.approx(routed)
+    assert got["allgather"].op == "all_gather" and got["allgather"].message_bytes == pytest.approx(64 * local)
+    assert got["flex"].op == "all_to_all"
+    assert got["flex"].message_bytes == pytest.approx(local * ranks_reached(model, np.array([64.0])))
+    # the step prices each with its own collective, 4 per MoE layer (dispatch + combine, fwd + bwd)
+    layers, moe = np.array([61.0]), np.array([58.0])
+    for d, job in jobs.items():
+        price = all_gather_s if got[d].op == "all_gather" else all_to_all_s
+        expected = 4 * 58 * price(got[d].message_bytes, links["ep"])
+        assert ep_per_microbatch(model, job, mesh, links, layers, moe).time_s == pytest.approx(expected)
+
+
+def test_a_dispatcher_the_stack_cannot_run_is_refused_in_one_line(cli) -> None:
+    with pytest.raises(ValueError, match="moe_dispatcher 'flex': stack torchtitan runs alltoall"):
+        JobSpec(global_batch_size=8, seq_len=4096, stack="torchtitan", moe_dispatcher="flex")
+    r = cli(
+        "estimate",
+        "--model",
+        "qwen3-30b-a3b",
+        "--cluster",
+        "dgx-h100",
+        "--dp",
+        "8",
+        "--ep",
+        "8",
+        "--moe-dispatcher",
+        "deepep",
+    )
+    assert_one_line_error(r, "moe_dispatcher", "'alltoall', 'allgather' or 'flex'")
+
+
+def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_others() -> None:
+    from planner.export.torchtitan import torchtitan_toml
+
+    config = ParallelConfig(dp=8, ep=8)
+    args = megatron_args(MODEL, _job(moe_dispatcher="flex"), config)
+    at = args.index("--moe-token-dispatcher-type")
+    assert args[at + 1 : at + 4] == ["flex", "--moe-flex-dispatcher-backend", "deepep"]
+    default = megatron_args(MODEL, _job(), config)
+    assert default[default.index("--moe-token-dispatcher-type") + 1] == "alltoall"  # Megatron's default is allgather
+    titan_job = _job(moe_dispatcher="allgather").model_copy(update={"stack": "torchtitan"})
+    with pytest.raises(
+        PlannerError, match="torchtitan cannot express --moe-dispatcher allgather: torchtitan runs alltoall"
+    ):
+        torchtitan_toml(MODEL, titan_job, config)

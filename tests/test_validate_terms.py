@@ -190,3 +190,18 @@ def test_calibrate_rejects_a_file_that_is_not_a_report(cli, tmp_path) -> None:
     assert_one_line_error(r, "field 'kind'", "'validation' or 'sweep'")
     r = cli("validate", "sweep", "--ops", "broadcast", "--local-ranks", "2")
     assert_one_line_error(r, "--ops", "broadcast")
+
+
+@pytest.mark.parametrize("dispatcher", ["allgather", "flex"])
+def test_ep_terms_replay_the_jobs_dispatcher(dispatcher: str) -> None:
+    # allgather replays its all-gather and the combine's reduce-scatter; flex an all-to-all of the
+    # deduplicated tokens; either way the terms add up to the step's EP time.
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-h100x2")
+    job = default_job(model).model_copy(update={"moe_dispatcher": dispatcher})
+    config = ParallelConfig(dp=16, ep=8, zero_stage=1)
+    cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
+    terms = [t for t in comm_terms(model, job, config, config, cluster) if t.name.startswith("ep.")]
+    names = {"allgather": ["ep.all_gather", "ep.reduce_scatter"], "flex": ["ep.all_to_all"]}[dispatcher]
+    assert [t.name for t in terms] == names
+    total = sum(t.predicted_s * t.calls_per_step for t in terms)
+    assert total == pytest.approx(cols.time["ep_comm"][0], rel=1e-9)

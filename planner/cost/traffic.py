@@ -6,8 +6,11 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        fp8 the all-gathers may move the quantised 1-byte tensor, ``tp_all_gather_bytes``); full
        recompute repeats the forward pair. MoE layers keep attention's pair; expert-TP adds one
        all-reduce pair over the routed tokens inside the expert-TP group.
-  EP   per MoE layer, dispatch and combine all-to-alls of the routed tokens (b*s/(c*t) * top_k
-       * h) forward, and again backward (DESIGN 4.4; Megatron-Core's alltoall dispatcher).
+  EP   per MoE layer, dispatch and combine forward, and again backward, by the job's dispatcher
+       (``ep_dispatch``): all-to-alls of the routed tokens (b*s/(c*t) * top_k * h; DESIGN 4.4,
+       Megatron-Core's alltoall dispatcher), an all-gather of the group's tokens and its
+       reduce-scatter (allgather), or all-to-alls carrying each token once per rank it reaches
+       (flex: DeepEP/HybridEP).
   CP   per layer, (c-1) ring steps of the rank's K and V blocks forward and 2(c-1) backward
        (Liu et al. 2023, 'Ring Attention'; Megatron-Core context parallelism), overlapped with
        the attention core: only the excess is exposed.
@@ -95,9 +98,57 @@ def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np
     return tp_message_bytes(model, job, mesh) / mesh.tp * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """How one MoE layer's tokens cross the expert-parallel group in one direction: the collective
+    (``comm`` prices ``op`` with ``message_bytes``; an all-gather's combine is the reduce-scatter of
+    the same buffer, priced alike) and the message it moves."""
+
+    op: str  # "all_to_all" or "all_gather"
+    message_bytes: np.ndarray
+
+
+def ranks_reached(model: ModelSpec, ep: np.ndarray) -> np.ndarray:
+    """Expected number of the ep ranks that hold at least one of a token's top-k experts, experts
+    split evenly (E/ep per rank) and chosen uniformly without replacement:
+    ep * (1 - prod_{i<k} (E - E/ep - i) / (E - i)). DeepSeek-V3 (E 256, k 8) reaches 5.3 of 8
+    ranks and 7.7 of 64; one rank when ep = 1. Force-balanced routing is uniform; natural routing
+    concentrates on fewer ranks, so this is an upper bound there."""
+    experts, k = float(model.num_experts_total), int(model.num_experts_per_tok or 0)
+    ep = np.asarray(ep, dtype=float)
+    missed = np.ones_like(ep)
+    for i in range(k):
+        missed = missed * np.maximum(experts - experts / ep - i, 0.0) / (experts - i)
+    return ep * (1.0 - missed)
+
+
+def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
+    """The job's dispatcher (``JobSpec.moe_dispatcher``) as one collective per direction and layer.
+
+    - alltoall (Megatron-Core MoEAlltoAllTokenDispatcher): every top-k copy of the rank's tokens,
+      x the job's MoE load factor (``routed_message_bytes``).
+    - allgather (MoEAllGatherTokenDispatcher, Megatron's default): each rank gathers the hidden
+      states of all ep ranks and keeps the tokens its experts take; the combine reduce-scatters
+      the outputs back: an all-gather of ep x the rank's tokens x h.
+    - flex (MoEFlexTokenDispatcher over DeepEP or HybridEP): a token goes once to each rank that
+      holds one of its experts (``ranks_reached``), x the load factor, priced as an all-to-all at
+      the links' bandwidth. DeepEP measures 153-158 GB/s intranode on H800 (NVLink ~160) and
+      43-58 GB/s RDMA at EP 16-64 (deepseek-ai/DeepEP README), within a few percent of the
+      links, so no separate efficiency is applied; its internode kernels send a token once per
+      node and forward it over NVLink, which this prices as once per rank (an upper bound on NIC
+      bytes). The SMs its kernels take matter only when the dispatch overlaps compute, where the
+      stack's ``overlap_slowdown`` prices them."""
+    local = tp_message_bytes(model, job, mesh) / mesh.tp
+    if job.moe_dispatcher == "allgather":
+        return Dispatch("all_gather", local * mesh.ep)
+    if job.moe_dispatcher == "flex":
+        return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh))
+    return Dispatch("all_to_all", routed_message_bytes(model, job, mesh))
+
+
 def ep_all_to_alls_per_microbatch(mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
-    """Dispatch and combine, forward and backward (and the recomputed forward's) per MoE layer of
-    a stage of ``layers``."""
+    """Dispatch and combine collectives (``ep_dispatch``), forward and backward (and the
+    recomputed forward's) per MoE layer of a stage of ``layers``."""
     return moe_layers * (4.0 + 2.0 * mesh.recomputed_share(layers))
 
 
@@ -198,11 +249,13 @@ def ep_per_microbatch(
     the job's EP overlap (Megatron --overlap-moe-expert-parallel-comm) the stack's
     ``ep_overlap_hidden_fraction`` of them runs beside another micro-batch's compute, at most
     ``overlap_budget_s`` (the compute left to hide behind); the rest stays exposed."""
-    message = routed_message_bytes(model, job, mesh)
+    dispatch = ep_dispatch(model, job, mesh)
     count = ep_all_to_alls_per_microbatch(mesh, layers, moe_layers)
-    time = count * comm.all_to_all_s(message, links["ep"])
+    price = comm.all_gather_s if dispatch.op == "all_gather" else comm.all_to_all_s
+    time = count * price(dispatch.message_bytes, links["ep"])
     fraction = job.software.ep_overlap_hidden_fraction if job.ep_comm_overlap else 0.0
-    return Traffic.overlapped(time, count * comm.all_gather_bytes_sent(message, mesh.ep), fraction, overlap_budget_s)
+    sent = count * comm.all_gather_bytes_sent(dispatch.message_bytes, mesh.ep)
+    return Traffic.overlapped(time, sent, fraction, overlap_budget_s)
 
 
 def cp_per_microbatch(

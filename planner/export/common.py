@@ -34,6 +34,17 @@ def routing_note(job: JobSpec, config: ParallelConfig, flags_written: bool) -> l
     return [] if flags_written else [f"priced with {said}: set it in the recipe's MoE settings"]
 
 
+def check_dispatcher(target: str, stack: str, job: JobSpec, config: ParallelConfig) -> None:
+    """Refuse an expert-parallel plan whose token dispatcher the target's stack does not run
+    (``Stack.moe_dispatchers``)."""
+    from planner.catalog import load_stack
+
+    runs = load_stack(stack).moe_dispatchers
+    if config.ep > 1 and job.moe_dispatcher not in runs:
+        allowed = ", ".join(runs) or "none"
+        raise refuse(target, f"--moe-dispatcher {job.moe_dispatcher}", f"{stack} runs {allowed}")
+
+
 def refuse(target: str, knob: str, allowed: str) -> PlannerError:
     """``<target> cannot express <knob>: <what the target allows>``, one line."""
     return PlannerError(f"{target} cannot express {knob}: {allowed}")

@@ -202,7 +202,7 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
     ]
     if model.is_moe:
         args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", str(config.expert_tp)]
-        args += _moe_routing_args(job)
+        args += _moe_routing_args(job) + _dispatcher_args(job)
         if job.ep_comm_overlap and config.ep > 1:
             args.append("--overlap-moe-expert-parallel-comm")  # _add_moe_args
     if config.order == "tp-cp-pp-dp":
@@ -227,6 +227,14 @@ def _moe_routing_args(job: JobSpec) -> list[str]:
     if job.moe_load_imbalance == 1.0:
         return ["--moe-router-force-load-balancing"]
     return []
+
+
+def _dispatcher_args(job: JobSpec) -> list[str]:
+    """_add_moe_args --moe-token-dispatcher-type, always written: Megatron's default is allgather,
+    and the plan priced the job's (alltoall unless --moe-dispatcher says otherwise); flex runs
+    DeepEP (--moe-flex-dispatcher-backend deepep, Megatron's default backend)."""
+    args = ["--moe-token-dispatcher-type", job.moe_dispatcher]
+    return args + (["--moe-flex-dispatcher-backend", "deepep"] if job.moe_dispatcher == "flex" else [])
 
 
 def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:

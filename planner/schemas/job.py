@@ -8,7 +8,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import BYTES_PER_ELEMENT
-from planner.schemas.stack import Stack
+from planner.schemas.stack import MoeDispatcher, Stack
 
 if TYPE_CHECKING:
     from planner.schemas.stack import AttentionKernel
@@ -65,6 +65,11 @@ class JobSpec(Frozen):
         description="Overlap expert-parallel dispatch/combine with another micro-batch's compute (Megatron "
         "--overlap-moe-expert-parallel-comm: interleaved pipeline or pp 1, no full recompute)",
     )
+    moe_dispatcher: MoeDispatcher = Field(
+        "alltoall",
+        description="MoE token dispatcher (Megatron --moe-token-dispatcher-type; 'flex' is DeepEP): alltoall, "
+        "allgather or flex, among those the stack runs",
+    )
     moe_capacity_factor: float | None = Field(
         None,
         gt=0,
@@ -104,6 +109,16 @@ class JobSpec(Frozen):
             raise ValueError(
                 f"ep_comm_overlap: stack {self.software.name} cannot overlap expert-parallel communication "
                 "(its ep_overlap_hidden_fraction is 0); megatron-core can (--overlap-moe-expert-parallel-comm)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _dispatcher_the_stack_runs(self) -> JobSpec:
+        allowed = self.software.moe_dispatchers
+        if self.moe_dispatcher != "alltoall" and self.moe_dispatcher not in allowed:
+            raise ValueError(
+                f"moe_dispatcher '{self.moe_dispatcher}': stack {self.software.name} runs "
+                f"{', '.join(allowed) or 'no MoE dispatcher'}; megatron-core runs alltoall, allgather and flex"
             )
         return self
 

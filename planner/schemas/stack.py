@@ -25,6 +25,13 @@ AttentionKernel = Literal["fa2", "fused", "sdpa"]
 scaled_dot_product_attention picks on the GPU (``GPU.sdpa_kernel``: FA2 on Hopper, cuDNN on
 Blackwell)."""
 
+MoeDispatcher = Literal["alltoall", "allgather", "flex"]
+"""How MoE tokens reach their experts across the expert-parallel group (Megatron-Core's
+--moe-token-dispatcher-type; priced in ``cost.traffic.ep_dispatch``): 'alltoall', one all-to-all
+per direction carrying every top-k copy of a token; 'allgather', every rank gathers all tokens of
+the group and the combine reduce-scatters them back (Megatron's default); 'flex', DeepEP's or
+HybridEP's kernels, which send a token once to each rank holding one of its experts."""
+
 ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
 
 
@@ -46,6 +53,10 @@ class Stack(Frozen):
         le=1,
         description="Share of the expert-parallel dispatch/combine time hidden behind another micro-batch's compute "
         "when the job overlaps it (Megatron --overlap-moe-expert-parallel-comm); 0: the stack cannot",
+    )
+    moe_dispatchers: tuple[MoeDispatcher, ...] = Field(
+        description="Token dispatchers the stack runs for expert parallelism (``JobSpec.moe_dispatcher``); "
+        "empty: it trains no MoE models"
     )
     overlap_slowdown: NonNegativeFloat = Field(
         description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"

@@ -115,9 +115,13 @@ def comm_terms(
         add(f"tp.{op}", op, "tp", plan.tp, tp_gathered if op == "all_gather" else tp_message, m * tp_calls)
     routed = traffic.routed_message_bytes(model, job, pm)
     add("etp.all_reduce", "all_reduce", "etp", plan.expert_tp, routed, m * etp_calls)
-    add(
-        "ep.all_to_all", "all_to_all", "ep", plan.ep, routed, m * traffic.ep_all_to_alls_per_microbatch(pm, layers, moe)
-    )
+    dispatch = traffic.ep_dispatch(model, job, pm)
+    ep_calls = m * traffic.ep_all_to_alls_per_microbatch(pm, layers, moe)
+    if dispatch.op == "all_gather":  # the combine is the reduce-scatter of the same buffer
+        add("ep.all_gather", "all_gather", "ep", plan.ep, dispatch.message_bytes, ep_calls / 2.0)
+        add("ep.reduce_scatter", "reduce_scatter", "ep", plan.ep, dispatch.message_bytes, ep_calls / 2.0)
+    else:
+        add("ep.all_to_all", "all_to_all", "ep", plan.ep, dispatch.message_bytes, ep_calls)
     cp_steps = traffic.cp_ring_steps_per_microbatch(pm, layers)
     add("cp.ring_exchange", "ring_exchange", "cp", plan.cp, traffic.cp_block_bytes(model, job, pm), m * cp_steps)
     pp_message = traffic.pp_message_bytes(job, pm, model.hidden_size)
