@@ -16,6 +16,7 @@ from rich.console import Console
 
 from planner import __version__
 from planner.errors import PlannerError
+from planner.schemas.parallel import Schedule
 
 app = typer.Typer(
     name="plan",
@@ -211,7 +212,7 @@ SpOpt = Annotated[
     typer.Option("--sequence-parallel/--no-sequence-parallel", help="Megatron sequence parallelism (needs tp > 1)."),
 ]
 ScheduleOpt = Annotated[
-    Optional[Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]],
+    Optional[Schedule],
     typer.Option("--schedule", help="Pipeline schedule."),
 ]
 LayoutOpt = Annotated[

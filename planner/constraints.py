@@ -15,9 +15,9 @@ import numpy as np
 from planner.cost.comm import TIER_INTER, group_link
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
-from planner.cost.pipeline import mesh_batch_size, round_up
+from planner.cost.pipeline import is_dual, mesh_batch_size, round_up
 from planner.errors import PlannerError
-from planner.mesh import INTERLEAVED, RECOMPUTE_FULL, MeshArrays
+from planner.mesh import DUALPIPE, DUALPIPE_V, INTERLEAVED, RECOMPUTE_FULL, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -52,6 +52,16 @@ def _growth_hint(job: JobSpec, unit: int) -> str:
     )
 
 
+def _dual_microbatches(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Micro-batches per step of each mesh's batch."""
+    return mesh_batch_size(job.batch_size, mesh, interleaved_rule=False) // (mesh.dp * mesh.micro_batch_size)
+
+
+def _dual_chunks(mesh: MeshArrays) -> np.ndarray:
+    """Model chunks DualPipe (p stages) and DualPipeV (2p half-stages) split the layers into."""
+    return np.where(mesh.schedule == DUALPIPE_V, 2 * mesh.pp, mesh.pp)
+
+
 def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
     """KV heads split over TP, or replicated when k_v < t (then t must be a multiple of k_v)."""
     k_v = model.num_kv_heads
@@ -75,6 +85,36 @@ RULES: tuple[Rule, ...] = (
         "interleaving_needs_pp",
         lambda m, c, j, x: (x.schedule != INTERLEAVED) | (x.pp >= 2),
         lambda m, c, j, p: "interleaved-1f1b needs pp >= 2",
+    ),
+    Rule(
+        "dualpipe_ranks",
+        # deepseek-ai/DualPipe dualpipe.py step(): "assert num_ranks % 2 == 0"; both need a pipeline
+        lambda m, c, j, x: ~is_dual(x) | ((x.pp >= 2) & ((x.schedule != DUALPIPE) | (x.pp % 2 == 0))),
+        lambda m, c, j, p: f"{p.schedule} needs pp >= 2" + (", even" if p.schedule == "dualpipe" else ""),
+    ),
+    Rule(
+        "dualpipe_microbatches",
+        # dualpipe.py: "num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2";
+        # dualpipev.py: "num_chunks > 0 and num_chunks >= num_ranks * 2"
+        lambda m, c, j, x: (
+            ~is_dual(x)
+            | (_dual_microbatches(j, x) >= 2 * x.pp) & ((x.schedule != DUALPIPE) | (_dual_microbatches(j, x) % 2 == 0))
+        ),
+        lambda m, c, j, p: (
+            f"{p.schedule} needs at least 2*pp = {2 * p.pp} micro-batches"
+            + (", an even number," if p.schedule == "dualpipe" else "")
+            + f" (this mesh runs {j.batch_size // (p.dp * p.micro_batch_size)})"
+        ),
+    ),
+    Rule(
+        "dualpipe_stages",
+        # DeepSeek's reference implementation takes one module per stage, a layer at least; the
+        # planner prices its busiest stage on every rank and takes no Megatron layout for it
+        lambda m, c, j, x: ~is_dual(x) | ((m.num_hidden_layers >= _dual_chunks(x)) & (x.layout_last < 0)),
+        lambda m, c, j, p: (
+            f"{p.schedule} runs {2 * p.pp if p.schedule == 'dualpipev' else p.pp} stages of at least one layer "
+            f"each ({m.num_hidden_layers} layers) and takes no --pipeline-layout"
+        ),
     ),
     Rule(
         "sequence_parallel_needs_tp",
@@ -155,12 +195,15 @@ RULES: tuple[Rule, ...] = (
         "ep_overlap_schedule",
         # Megatron-LM arguments.py: "moe a2a overlap is only supported with vpp or dualpipev" and
         # "disable full recomputation when enabling overlap_moe_expert_parallel_comm".
+        # DualPipe and DualPipeV pair one micro-batch's forward with another's backward by design
+        # (DeepSeek-V3 section 3.2.1), the pairing the overlap needs.
         lambda m, c, j, x: (
-            (not j.ep_comm_overlap) | ((x.pp == 1) | (x.schedule == INTERLEAVED)) & (x.recompute != RECOMPUTE_FULL)
+            (not j.ep_comm_overlap)
+            | ((x.pp == 1) | (x.schedule == INTERLEAVED) | is_dual(x)) & (x.recompute != RECOMPUTE_FULL)
         ),
         lambda m, c, j, p: (
-            "ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) needs an interleaved pipeline (or pp 1) "
-            f"and no full recompute; this mesh has pp {p.pp} {p.schedule}, recompute {p.recompute}"
+            "ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) needs an interleaved pipeline, DualPipe(V) "
+            f"(or pp 1) and no full recompute; this mesh has pp {p.pp} {p.schedule}, recompute {p.recompute}"
         ),
     ),
     Rule(

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import get_args
 
 import numpy as np
 
 from planner.cost.layout import parse_layout, rank_layer_counts
-from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
+from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig, Recompute, Schedule
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1")
-RECOMPUTES = ("none", "selective", "full")
-GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1 = range(4)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+RECOMPUTES: tuple[str, ...] = get_args(Recompute)
+GPIPE, ONE_F_ONE_B, INTERLEAVED, ZB_H1, DUALPIPE, DUALPIPE_V = range(6)
 RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL = range(3)
 
 FORWARD_PASSES = {"none": 3.0, "selective": 3.0, "full": 4.0}

@@ -12,7 +12,7 @@ import numpy as np
 
 from planner.atomic import atomic_path
 from planner.cost.pipeline import layers_per_chunk
-from planner.cost.simulate import simulate
+from planner.cost.simulate import SIMULATED_SCHEDULES, simulate
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
@@ -53,7 +53,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     shown = min(m, MAX_MICROBATCHES_DRAWN * p)
     if cfg.schedule == "interleaved-1f1b":
         shown = max(p, shown - shown % p)
-    schedule = "1f1b" if cfg.schedule == "zb-h1" else cfg.schedule
+    schedule = cfg.schedule if cfg.schedule in SIMULATED_SCHEDULES else "1f1b"
     t = est.time_breakdown_s
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
     # the busiest rank, as the engine prices it: ceil(L / (p v)) layers in each of its v chunks
@@ -74,7 +74,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     ax.set_yticklabels([f"stage {r}" for r in range(p)])
     ax.set_xlabel("time (s)")
     note = f"{shown} of {m} micro-batches" if shown < m else f"{m} micro-batches"
-    drawn = " (drawn as 1F1B; ZB-H1 fills part of it)" if cfg.schedule == "zb-h1" else ""
+    drawn = "" if cfg.schedule in SIMULATED_SCHEDULES else f" (drawn as 1F1B; {cfg.schedule} fills part of it)"
     ax.set_title(
         f"{cfg.schedule}{drawn}, p={p}, v={cfg.virtual_stages}: {note}, "
         f"bubble {timeline.bubble_fraction:.1%} (step: {est.bubble_fraction:.1%})\n"

@@ -8,7 +8,7 @@ from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import layout_rank_layers
-from planner.cost.pipeline import last_rank_extra_layers, plan_layout, stage_layer_counts
+from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval
 from planner.mesh import MeshArrays
@@ -85,7 +85,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
         )
     idle, head_layers = last_stage_imbalance(model, job, est.layers_per_stage)
-    if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE:
+    if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in ("dualpipe", "dualpipev"):
         mtp = mtp_layers(model, job)
         notes.append(
             f"pipeline stages are unbalanced: the last stage also runs the LM head ({model.vocab_size:,} x "
@@ -141,7 +141,7 @@ def row_estimate(
     """Row ``i`` of evaluated columns as an Estimate (without advice). A pipeline split the
     framework must be told (``cost.pipeline.plan_layout``) is written into the config's
     ``pipeline_layout``, so the export runs what was priced."""
-    if config.pipeline_layout is None:
+    if config.pipeline_layout is None and config.schedule not in ("dualpipe", "dualpipev"):
         layout = plan_layout(model, job, config.pp, config.virtual_stages)
         if layout is not None:
             config = config.model_copy(update={"pipeline_layout": layout})
@@ -178,7 +178,8 @@ def row_estimate(
         layers_per_stage=(
             layout_rank_layers(config.pipeline_layout, config.pp)
             if config.pipeline_layout
-            else stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
+            else dual_rank_layers(model.num_hidden_layers, config.pp, config.schedule)
+            or stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
         ),
         memory_per_gpu_bytes=float(mem.total[i]),
         memory_usable_bytes=cluster.gpu.hbm_capacity_bytes,

@@ -37,9 +37,9 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.flops import attention_dims, mtp_layers, mtp_projection_params
-from planner.cost.pipeline import RankLayers, microbatches_in_flight, moe_layers_of, rank_layers
+from planner.cost.pipeline import RankLayers, is_dual, microbatches_in_flight, moe_layers_of, rank_layers
 from planner.cost.routing import moe_load_factor
-from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
+from planner.mesh import DUALPIPE, RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -160,7 +160,10 @@ def rank_params(
 ) -> RankParams:
     """Parameters on one rank holding ``layers`` layers (``moe_layers`` of them MoE, ``mtp`` of them
     MTP layers, which add their 2h x h projection), with the embedding where ``embedding`` (first
-    stage) and the LM head where ``head`` (last stage); both vocab-parallel, split t ways."""
+    stage) and the LM head where ``head`` (last stage); both vocab-parallel, split t ways. DualPipe
+    ranks hold two stages' parameters, stage i and stage p-1-i (deepseek-ai/DualPipe README,
+    'Parameter per device 2x'): twice the weights, gradients, optimizer states and gradient
+    reduction."""
     c = model.parameter_counts
     t = mesh.tp.astype(float)
     dense_layers = layers - moe_layers
@@ -174,7 +177,8 @@ def rank_params(
     experts_on_rank = c.moe_experts_per_layer / (mesh.ep * mesh.expert_tp)
     expert = moe_layers * experts_on_rank
     largest = np.maximum(c.dense_layer / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0))
-    return RankParams(dense=dense, expert=expert, largest_layer=largest)
+    copies = np.where(mesh.schedule == DUALPIPE, 2.0, 1.0)
+    return RankParams(dense=dense * copies, expert=expert * copies, largest_layer=largest)
 
 
 def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankParams:
@@ -308,9 +312,10 @@ def stage_memory(
 ) -> StageMemory:
     """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
     (LM head, logits once per head, one micro-batch in flight unless GPipe), each with its own
-    layers (``stage_layers``). With p = 1 both are one rank."""
-    single = mesh.pp == 1
-    on_first, on_last = single | first, single | (not first)
+    layers (``stage_layers``). With p = 1 both are one rank; under DualPipe and DualPipeV rank 0
+    holds the first and the last stage, so both carry the embedding, the LM head and the logits."""
+    both_ends = (mesh.pp == 1) | is_dual(mesh)
+    on_first, on_last = both_ends | first, both_ends | (not first)
     layers, moe_layers, mtp = stage_layers(model, job, mesh, first, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
     weights, grads, optimizer = model_state_bytes(job, mesh, params)

@@ -7,7 +7,16 @@ Bubble fractions, p stages, m micro-batches, v virtual stages per rank:
                       section 3: with the backward split into input-gradient B and weight-gradient
                       W and T_F = T_B = T_W, ZB-H1's bubble is (p-1)(T_F+T_B-T_W) = a third of
                       1F1B's (p-1)(T_F+T_B+T_W), at 1F1B's activation memory.
-Expressed as idle slots of one micro-batch's forward+backward: p-1, (p-1)/v and (p-1)/3.
+  DualPipe:           (p-2)/(3m+p-2)         DeepSeek-V3 (arXiv:2412.19437) Table 2 gives the
+                      bubble as (p/2-1)(F&B+B-3W); counted on the reference implementation's
+                      own schedule (deepseek-ai/DualPipe dualpipe.py, its dualpipe.png: 8 ranks,
+                      20 micro-batches, 66 units of one stage-forward per rank of which 6 idle)
+                      it is p-2 stage-forwards with F = B = W, whatever m.
+  DualPipeV:          (p-1)/(3m+p-1)         the same count on dualpipev.py (p ranks of two
+                      half-stages, m >= 2p): p-1 stage-forwards, ZB-H1's bubble; what it adds is
+                      the forward/backward pairing that hides expert all-to-alls.
+Expressed as idle slots of one micro-batch's forward+backward: p-1, (p-1)/v, (p-1)/3, (p-2)/3 and
+(p-1)/3.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from planner.cost.flops import (
     mtp_projection_params,
 )
 from planner.cost.layout import format_layout
-from planner.mesh import GPIPE, INTERLEAVED, ZB_H1, MeshArrays
+from planner.mesh import DUALPIPE, DUALPIPE_V, GPIPE, INTERLEAVED, ZB_H1, MeshArrays
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -58,9 +67,9 @@ def num_microbatches(mesh_batch: np.ndarray, mesh: MeshArrays) -> np.ndarray:
 def bubble_slots(mesh: MeshArrays) -> np.ndarray:
     """Idle time of a step in units of one micro-batch's forward+backward on a stage."""
     p1 = (mesh.pp - 1).astype(float)
-    return np.where(
-        mesh.schedule == INTERLEAVED, p1 / mesh.virtual_stages, np.where(mesh.schedule == ZB_H1, p1 / 3.0, p1)
-    )
+    slots = np.where(mesh.schedule == INTERLEAVED, p1 / mesh.virtual_stages, p1)
+    slots = np.where((mesh.schedule == ZB_H1) | (mesh.schedule == DUALPIPE_V), p1 / 3.0, slots)
+    return np.where(mesh.schedule == DUALPIPE, np.maximum(p1 - 1.0, 0.0) / 3.0, slots)
 
 
 def bubble_fraction(m: np.ndarray, mesh: MeshArrays) -> np.ndarray:
@@ -145,6 +154,40 @@ def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: in
     return max(counts[:-1]), counts[-1]
 
 
+def dual_rank_split(num_layers: int, pp: int, v_shape: bool) -> tuple[int, int]:
+    """(busiest rank but the head's, the head's rank) decoder layers under DualPipe or DualPipeV,
+    the layers split evenly over their stages (``chunk_layer_counts``: extras in the middle).
+    DualPipe: p stages, rank r holding stage r and stage p-1-r (the other direction's); half
+    the micro-batches run through each, so a rank's layers per micro-batch are the mean of the
+    two, rounded up. DualPipeV: 2p half-stages in a V, rank r holding half-stages
+    r and 2p-1-r, so rank 0 holds the first and the last, with the embedding and the LM head
+    (deepseek-ai/DualPipe dualpipev.py; torch's ScheduleDualPipeV, 'V' stage placement)."""
+    per_rank = dual_rank_layers(num_layers, pp, "dualpipev" if v_shape else "dualpipe") or []
+    if v_shape:
+        return max(per_rank[1:], default=0), per_rank[0]
+    return max(per_rank[:-1], default=0), per_rank[-1]
+
+
+def dual_rank_layers(num_layers: int, pp: int, schedule: str) -> list[int] | None:
+    """Decoder layers each rank runs per micro-batch under DualPipe (stages r and p-1-r, half the
+    micro-batches each: their mean, rounded up) or DualPipeV (half-stages r and 2p-1-r, both for
+    every micro-batch), the layers split evenly (``chunk_layer_counts``); None for other schedules."""
+    if schedule == "dualpipev":
+        sizes = chunk_layer_counts(num_layers, pp, 2)
+        return [sizes[r] + sizes[2 * pp - 1 - r] for r in range(pp)]
+    if schedule == "dualpipe":
+        sizes = chunk_layer_counts(num_layers, pp, 1)
+        return [-(-(sizes[r] + sizes[pp - 1 - r]) // 2) for r in range(pp)]
+    return None
+
+
+def heads_on_last_rank(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """LM heads with their losses the head's rank runs per micro-batch: one and one per MTP layer;
+    under DualPipe half as many, its two end ranks each ending the pipeline for one direction's
+    micro-batches (its MTP layers are priced on every micro-batch, an upper bound)."""
+    return (1.0 + mtp_layers(model, job)) * np.where(mesh.schedule == DUALPIPE, 0.5, 1.0)
+
+
 def _spread(count: int, parts: int, front: bool) -> list[int]:
     """``count`` split into ``parts`` near-equal integers, the larger ones first (``front``) or last."""
     base, extra = divmod(count, parts)
@@ -187,10 +230,16 @@ def plan_layout(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) ->
 
 def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     """``RankLayers`` of every mesh: its explicit layout's (``MeshArrays.layout_*`` columns), else
-    ``rank_layer_split`` with every MTP layer on the last rank (Megatron-Core's default place)."""
+    ``rank_layer_split`` with every MTP layer on the last rank (Megatron-Core's default place).
+    DualPipe and DualPipeV run the even split (``dual_rank_split``)."""
     keys, inverse = np.unique(mesh.pp * 4096 + mesh.virtual_stages, return_inverse=True)  # v < 4096
     splits = np.array([rank_layer_split(model, job, int(k) // 4096, int(k) % 4096) for k in keys], dtype=np.int64)
     body, last = splits.reshape(-1, 2)[inverse.reshape(-1)].T
+    for code, v_shape in ((DUALPIPE, False), (DUALPIPE_V, True)):
+        on = mesh.schedule == code
+        for pp in np.unique(mesh.pp[on]).tolist():
+            rows = on & (mesh.pp == pp)
+            body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, v_shape)
     explicit = mesh.layout_last >= 0
     mtp = mtp_layers(model, job)
     return RankLayers(
@@ -199,6 +248,11 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         last=np.where(explicit, mesh.layout_last, last),
         last_mtp=np.where(explicit, mesh.layout_last_mtp, mtp),
     )
+
+
+def is_dual(mesh: MeshArrays) -> np.ndarray:
+    """Meshes running DualPipe or DualPipeV."""
+    return (mesh.schedule == DUALPIPE) | (mesh.schedule == DUALPIPE_V)
 
 
 def layers_on_worst_stage(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -220,6 +274,9 @@ def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) 
     interleaved 1F1B keeps p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 section 4.2.3).
     Last stage: GPipe m, 1F1B 1, interleaved ((v-1)*p + 1)/v: Megatron-LM's warm-up runs
     (v-1)*p + 1 model chunks of 1/v of the stage each before the first backward.
+    DualPipe holds p + 1 and DualPipeV p + 1/2 on every rank (both ends of the pipeline are busy
+    on every rank; deepseek-ai/DualPipe README, 'Activation per device': PP + 1 stages, a DualPipeV
+    stage being half a rank's layers).
     With p = 1 every schedule is plain gradient accumulation: one micro-batch at a time.
     """
     p = mesh.pp.astype(float)
@@ -233,6 +290,7 @@ def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) 
     held = np.where(
         mesh.schedule == GPIPE, m, np.where(mesh.schedule == INTERLEAVED, np.minimum(interleaved, m), plain)
     )
+    held = np.where(mesh.schedule == DUALPIPE, p + 1.0, np.where(mesh.schedule == DUALPIPE_V, p + 0.5, held))
     return np.where(mesh.pp == 1, 1.0, held)
 
 

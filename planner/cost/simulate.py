@@ -17,7 +17,8 @@ backward). Orders, per rank r of p, m micro-batches, v model chunks:
 
 With equal stages and no communication the simulated idle share equals (p-1)/(m+p-1) for GPipe
 and 1F1B and (p-1)/(v*m+p-1) for interleaved 1F1B when p divides m: tests/test_simulate.py.
-ZB-H1 splits the backward and is not simulated here; its closed form (pipeline.py) stands alone.
+ZB-H1, DualPipe and DualPipeV split the backward and are not simulated here; their closed forms
+(pipeline.py, counted on the reference implementations' own schedules) stand alone.
 """
 
 from __future__ import annotations

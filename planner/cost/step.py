@@ -41,6 +41,7 @@ from planner.cost.pipeline import (
     RankLayers,
     bubble_fraction,
     bubble_slots,
+    heads_on_last_rank,
     mesh_batch_size,
     moe_layers_of,
     num_microbatches,
@@ -158,7 +159,7 @@ def rank_slot(
     costs: LayerCosts,
     decoders: np.ndarray,
     mtp: np.ndarray,
-    heads: np.ndarray | int,
+    heads: np.ndarray | float,
 ) -> RankSlot:
     """The slot of a rank holding ``decoders`` decoder and ``mtp`` MTP layers and running ``heads``
     LM heads with their losses: forward, backward (2x), a recomputed forward under full recompute
@@ -217,7 +218,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     links = comm.mesh_links(cluster, mesh)
     ranks = rank_layers(model, job, mesh)
     costs = layer_costs(model, cluster, job, mesh)
-    heads = 1 + mtp_layers(model, job)
+    heads = heads_on_last_rank(model, job, mesh)
     last = rank_slot(model, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads)
     body = rank_slot(model, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0)
     last_is_slowest = last.total_s >= body.total_s  # the pipeline runs at the slower rank's pace
@@ -298,7 +299,7 @@ class RankLoad(NamedTuple):
 
     decoders: int
     mtp: int
-    heads: int
+    heads: float
 
     @property
     def layers(self) -> int:
@@ -311,5 +312,6 @@ def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: P
     cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
     r = cols.ranks
     if bool(cols.last_is_slowest[0]):
-        return RankLoad(int(r.last[0]), int(r.last_mtp[0]), 1 + mtp_layers(model, job))
+        heads = float(heads_on_last_rank(model, job, MeshArrays.from_configs([config]))[0])
+        return RankLoad(int(r.last[0]), int(r.last_mtp[0]), heads)
     return RankLoad(int(r.body[0]), int(r.body_mtp[0]), 0)

@@ -40,9 +40,11 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         # arguments.py has no schedule flag: pipeline runs are 1F1B, interleaved when a virtual
         # pipeline size is set (megatron/core/pipeline_parallel/schedules.py).
         raise refuse(TARGET, "--schedule gpipe", "Megatron-LM pipelines run 1F1B (interleaved with virtual stages)")
-    if config.pp > 1 and config.schedule == "zb-h1":
+    if config.pp > 1 and config.schedule in ("zb-h1", "dualpipe", "dualpipev"):
         raise refuse(
-            TARGET, "--schedule zb-h1", "Megatron-LM has no zero-bubble schedule flag; use 1f1b or interleaved-1f1b"
+            TARGET,
+            f"--schedule {config.schedule}",
+            "Megatron-LM has no zero-bubble or DualPipe schedule flag; use 1f1b or interleaved-1f1b",
         )
     if not is_default_order(config) and config.order != "tp-cp-pp-dp":
         # Megatron-LM's rank order is tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping

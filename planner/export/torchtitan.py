@@ -26,7 +26,7 @@ import json
 
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import parse_layout
-from planner.cost.pipeline import plan_layout
+from planner.cost.pipeline import chunk_layer_counts, plan_layout
 from planner.export.common import (
     check_dispatcher,
     effective_zero_stage,
@@ -45,10 +45,12 @@ TARGET = "torchtitan"
 TomlValue = bool | int | str | list[str] | list[list[str]]
 Sections = dict[str, dict[str, TomlValue]]
 
-SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "gpipe": "GPipe"}
+SCHEDULES = {"1f1b": "1F1B", "interleaved-1f1b": "Interleaved1F1B", "gpipe": "GPipe", "dualpipev": "DualPipeV"}
 """Planner schedule -> ``pipeline_parallel_schedule``, the names torch's
 ``torch.distributed.pipelining.schedules.get_schedule_class`` accepts (pytorch/pytorch; also
-LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, DualPipeV, which are multi-stage schedules)."""
+LoopedBFS, InterleavedZeroBubble, ZBVZeroBubble, which are multi-stage schedules). DualPipeV is a
+'V' schedule: torchtitan builds two stages per rank for it (pipeline_parallel.py, the schedule
+class's stage placement), so the split below has 2p parts."""
 
 RESHARD_AFTER_FORWARD = {2: "never", 3: "always"}
 """ZeRO stage -> ``fsdp_reshard_after_forward``. FSDP2 always shards optimizer states and
@@ -75,6 +77,10 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
             "--schedule zb-h1",
             "torch's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need several stages per rank; "
             "use 1f1b or interleaved-1f1b",
+        )
+    if config.pp > 1 and config.schedule == "dualpipe":
+        raise refuse(
+            TARGET, "--schedule dualpipe", "torch.distributed.pipelining runs DualPipeV (one copy of the weights)"
         )
     zero = effective_zero_stage(config)
     if zero == 1:
@@ -132,17 +138,25 @@ def _stage_split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict
     layout given, or the plan's own: ``cost.pipeline.plan_layout``): the chunks spelt out as
     ``module_fqns_per_model_part`` (module names of torchtitan's decoder models: tok_embeddings,
     layers.<i>, norm, output)."""
-    text = config.pipeline_layout or plan_layout(model, job, config.pp, config.virtual_stages)
-    if text is None:
+    chunks = config.pp * (2 if config.schedule == "dualpipev" else config.virtual_stages)
+    if config.schedule == "dualpipev":  # 2p half-stages, split evenly (cost.pipeline.dual_rank_split)
+        sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, 2)
+        stages = None if len(set(sizes)) == 1 else [["t"] * n for n in sizes]
+        if stages is not None:
+            stages[0], stages[-1] = ["E", *stages[0]], [*stages[-1], "L"]
+    else:
+        text = config.pipeline_layout or plan_layout(model, job, config.pp, config.virtual_stages)
+        stages = None if text is None else parse_layout(text)
+    if stages is None:
         return {
-            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // (config.pp * config.virtual_stages),
+            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // chunks,
             "pipeline_parallel_first_stage_less_layers": 0,
             "pipeline_parallel_last_stage_less_layers": 0,
         }
     names = {"E": ["tok_embeddings"], "L": ["norm", "output"]}
     parts: list[list[str]] = []
     index = 0
-    for stage in parse_layout(text):
+    for stage in stages:
         part: list[str] = []
         for kind in stage:
             if kind == "t":

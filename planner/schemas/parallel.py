@@ -26,10 +26,15 @@ AXES = ("tp", "cp", "dp", "pp")
 DEFAULT_ORDER = "tp-cp-dp-pp"
 """Innermost first, as Megatron-LM's default ``tp-cp-ep-dp-pp`` with EP folded into DP."""
 
-Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1"]
-"""Pipeline schedules. gpipe: Huang et al. 2019; 1f1b: PipeDream-Flush, Narayanan et al. 2021;
-interleaved-1f1b: Narayanan et al. 2021 section 2.2.2; zb-h1: Qi et al. 2024, 'Zero Bubble
-Pipeline Parallelism' (ICLR), the variant with 1F1B's activation memory."""
+Schedule = Literal["gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "dualpipe", "dualpipev"]
+"""Pipeline schedules, declared here once (``mesh.SCHEDULES``, the CLI and the exports read this).
+gpipe: Huang et al. 2019; 1f1b: PipeDream-Flush, Narayanan et al. 2021; interleaved-1f1b:
+Narayanan et al. 2021 section 2.2.2; zb-h1: Qi et al. 2024, 'Zero Bubble Pipeline Parallelism'
+(ICLR), the variant with 1F1B's activation memory; dualpipe: DeepSeek-V3 (arXiv:2412.19437,
+section 3.2.1), micro-batches fed from both ends of the pipeline, each rank holding two stages'
+parameters (deepseek-ai/DualPipe dualpipe/dualpipe.py); dualpipev: the same schedule folded into
+a V over p ranks of two stages each, one copy of the parameters (Sea AI Lab's 'cut-in-half',
+deepseek-ai/DualPipe dualpipe/dualpipev.py; torch.distributed.pipelining ScheduleDualPipeV)."""
 
 Recompute = Literal["none", "selective", "full"]
 """Activation recomputation (Korthikanti et al. 2022): selective recomputes the attention core."""
