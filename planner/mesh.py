@@ -164,6 +164,12 @@ class MeshArrays:
         share = np.where(r > 0, np.minimum(r, per_chunk) / per_chunk, 1.0)
         return np.where(self.recompute == RECOMPUTE_FULL, share, 0.0)
 
+    @property
+    def chunks_per_rank(self) -> np.ndarray:
+        """Model chunks each pipeline rank runs per micro-batch: v interleaved, DualPipeV's two
+        half-stages, else one."""
+        return np.where(self.schedule == INTERLEAVED, self.virtual_stages, np.where(self.schedule == DUALPIPE_V, 2, 1))
+
     def forward_passes(self, layers: np.ndarray | int) -> np.ndarray:
         """Forward passes per micro-batch of a stage's ``layers``, on average: forward 1 +
         backward 2 (``FORWARD_PASSES``), plus the share of them full recompute runs again."""

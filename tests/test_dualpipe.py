@@ -101,3 +101,11 @@ def test_exports_run_dualpipev_on_torchtitan_only() -> None:
         torchtitan_config(model, job, config.model_copy(update={"schedule": "dualpipe"}))
     with pytest.raises(PlannerError, match="megatron cannot express --schedule dualpipev"):
         megatron_args(model, job.model_copy(update={"stack": "megatron-core"}), config)
+
+
+def test_dualpipev_sends_twice_per_micro_batch() -> None:
+    from planner.cost.traffic import pp_sends_per_step
+
+    mesh = _meshes(4, "1f1b", "dualpipev")
+    m = np.array([16, 16])
+    assert pp_sends_per_step(mesh, m).tolist() == [2.0 * (16 + 3), 2.0 * (2 * 16 + 3)]  # two half-stages a rank

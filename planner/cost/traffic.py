@@ -40,7 +40,7 @@ from planner.cost import comm
 from planner.cost.flops import attention_dims
 from planner.cost.memory import RankParams, kv_heads_per_rank
 from planner.cost.routing import moe_load_factor
-from planner.mesh import INTERLEAVED, RECOMPUTE_SELECTIVE, MeshArrays
+from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -170,8 +170,9 @@ def pp_message_bytes(job: JobSpec, mesh: MeshArrays, hidden: int) -> np.ndarray:
 
 
 def pp_sends_per_step(mesh: MeshArrays, m: np.ndarray) -> np.ndarray:
-    """Sends on the critical path per step: 2 per slot (v*m + p - 1 slots interleaved, m + p - 1 otherwise)."""
-    return 2.0 * (np.where(mesh.schedule == INTERLEAVED, mesh.virtual_stages * m, m) + mesh.pp - 1)
+    """Sends on the critical path per step: 2 per slot (v*m + p - 1 slots interleaved, 2m + p - 1
+    for DualPipeV's two half-stages, m + p - 1 otherwise: ``MeshArrays.chunks_per_rank``)."""
+    return 2.0 * (mesh.chunks_per_rank * m + mesh.pp - 1)
 
 
 def dp_buffers_bytes(
@@ -283,7 +284,7 @@ def pp_per_step(
     message = pp_message_bytes(job, mesh, hidden)
     staged = mesh.pp > 1
     time = np.where(staged, pp_sends_per_step(mesh, m) * comm.send_recv_s(message, links["pp"]), 0.0)
-    return Traffic(time, np.where(staged, 2.0 * m * mesh.virtual_stages * message, 0.0))
+    return Traffic(time, np.where(staged, 2.0 * m * mesh.chunks_per_rank * message, 0.0))
 
 
 def dp_per_step(
