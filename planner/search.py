@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from planner.constraints import RULES, rule_masks
-from planner.cost.memory import layer_activations, stage_memory
+from planner.cost.memory import layer_activations, peak_memory, stage_memory
 from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
@@ -229,10 +229,17 @@ def search_with_points(
     candidates = mesh.take(alive)
     if "recompute" not in pins:  # a pinned 'full' means every layer, as Megatron's uniform method
         candidates = MeshArrays.concat(candidates, partial_recompute(model, cluster, job, candidates))
+    # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit,
+    # unless none does, when every mesh is priced for the diagnosis.
+    m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
+    fit = peak_memory(model, cluster, job, candidates, m).total <= cluster.gpu.hbm_capacity_bytes
+    if fit.any() and not fit.all():
+        pruned["memory"] = int((~fit).sum())
+        candidates = candidates.take(fit)
     cols = evaluate(model, cluster, job, candidates)
     fits = cols.fits
     if (~fits).any():
-        pruned["memory"] = int((~fits).sum())
+        pruned["memory"] = pruned.get("memory", 0) + int((~fits).sum())
     idx = np.flatnonzero(fits)
     if idx.size == 0:
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))

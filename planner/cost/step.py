@@ -114,8 +114,27 @@ class LayerCosts:
     mtp_projection_fwd: np.ndarray
 
 
+LAYER_COST_COLUMNS = ("tp", "cp", "ep", "expert_tp", "micro_batch_size", "sequence_parallel")
+"""The mesh columns a layer's cost reads (``cost.compute``): a search's thousands of meshes share a
+few hundred combinations of them, so ``layer_costs`` prices each combination once."""
+
+
 def layer_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> LayerCosts:
-    """``LayerCosts`` from ``cost.compute``."""
+    """``LayerCosts`` from ``cost.compute``, priced once per distinct ``LAYER_COST_COLUMNS`` row."""
+    key = np.zeros(len(mesh), dtype=np.int64)
+    for column in LAYER_COST_COLUMNS:  # mixed-radix code of the row's values (a few per column)
+        values, codes = np.unique(getattr(mesh, column), return_inverse=True)
+        key = key * len(values) + codes.reshape(-1)
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if len(first) == len(mesh):
+        return _layer_costs(model, cluster, job, mesh)
+    costs = _layer_costs(model, cluster, job, mesh.take(first))
+    rows = inverse.reshape(-1)
+    fields = LayerCosts.__dataclass_fields__
+    return LayerCosts(**{f: np.broadcast_to(getattr(costs, f), len(first))[rows] for f in fields})
+
+
+def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> LayerCosts:
     softmax_fwd = unfused_softmax_forward_s(model, cluster, job, mesh)
     dense = layer_forward_s(model, cluster, job, mesh, moe=False)
     moe = layer_forward_s(model, cluster, job, mesh, moe=True) if model.is_moe else dense
