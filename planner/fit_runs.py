@@ -17,6 +17,8 @@ Parameters (``FIT_FIELDS``):
   per stack        ``layer_overhead_us``: fixed time per layer and forward pass beyond its work
                    (launch gaps, the framework's per-layer hooks such as FSDP's), what makes
                    small models slower than their FLOPs say
+  per stack        ``tp_layer_overhead_us``: extra fixed time per tensor-parallel layer and pass
+                   (torchtitan's DTensor dispatch), fixed by the rows with tp > 1 alone
   per stack        ``moe_layer_overhead_us``: extra fixed time per MoE layer and pass (router,
                    token permutation), fixed by the MoE rows alone
   per stack        ``expert_gemm_overhead_us``: extra fixed time per local expert, MoE layer and
@@ -68,6 +70,7 @@ FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("profile", "fp8_block_gemm_fraction"): (1.0, 0.3, 1.0),
     ("stack", "layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
+    ("stack", "tp_layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "expert_gemm_overhead_us"): (0.0, 0.0, 5_000.0),
     ("stack", "attention_efficiency_scale"): (1.0, 0.3, 1.0),
 }
@@ -118,11 +121,13 @@ class Problem:
         return np.array([c.published_tokens_per_s_per_gpu for c in self.cases])
 
 
-def applies(field: str, case: RunCase) -> bool:
+def applies(field: str, case: RunCase, config: ParallelConfig) -> bool:
     """Whether ``field`` moves a case's price at all: the MoE overhead only MoE models, the
     row-wise and block fp8 fractions only fp8 jobs of that scaling."""
     if field in ("moe_layer_overhead_us", "expert_gemm_overhead_us"):
         return case.model.is_moe
+    if field == "tp_layer_overhead_us":
+        return config.tp > 1 and case.job.software.tp_dtensor
     if field == "fp8_rowwise_gemm_fraction":
         return case.job.dtype == "fp8" and case.job.fp8_scaling == "row"
     if field == "fp8_block_gemm_fraction":
@@ -159,7 +164,7 @@ def build_problem(cases: Sequence[RunCase]) -> Problem:
     uses = np.zeros((len(cases), len(params)), dtype=bool)
     for i, case in enumerate(cases):
         for j, p in enumerate(params):
-            uses[i, j] = target_of(p.kind, case) == p.target and applies(p.field, case)
+            uses[i, j] = target_of(p.kind, case) == p.target and applies(p.field, case, configs[i])
     keys = [(c.group, c.model.name) for c in cases]
     index = {key: k for k, key in enumerate(dict.fromkeys(keys))}
     return Problem(list(cases), configs, params, uses, np.array([index[k] for k in keys]))

@@ -176,6 +176,21 @@ def test_compile_shrinks_the_layer_overhead_by_the_kernel_count() -> None:
     assert a == pytest.approx(32 * 3 * stack.layer_overhead_us * 1e-6)  # 32 layers, forward + backward
 
 
+def test_tp_layer_overhead_is_paid_by_dtensor_stacks_only() -> None:
+    """torchtitan's TP layers are DTensor (tp_dtensor): 32 layers x 3 passes x the figure more at
+    tp 2, eager; Megatron-Core's are plain tensors and pay nothing for the same figure."""
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    meshes = MeshArrays.from_configs([ParallelConfig(dp=8, zero_stage=3), ParallelConfig(tp=2, dp=4, zero_stage=3)])
+    for name, paid in (("torchtitan", True), ("megatron-core", False)):
+        base = load_stack(name)
+        sources = {**base.sources, "tp_layer_overhead_us": "test value"}
+        stack = base.model_copy(update={"layer_overhead_us": 100.0, "tp_layer_overhead_us": 400.0, "sources": sources})
+        job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack, compile=False)
+        overhead = evaluate(model, cluster, job, meshes).time["layer_overhead"]
+        assert overhead[0] == pytest.approx(32 * 3 * 100e-6)
+        assert overhead[1] == pytest.approx(32 * 3 * (500e-6 if paid else 100e-6) * 2)  # 2 micro-batches at dp 4
+
+
 def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
     """Qwen3-30B-A3B: 48 MoE layers of 128 experts; EP 8 holds 16 experts per rank, EP 2 holds 64.
     With only the per-expert figure set, the overhead is layers x 3 passes x E/ep x the figure."""

@@ -371,7 +371,12 @@ def layer_overhead_s(
     the backward counting as two passes and full recompute as one more (``mesh.forward_passes``,
     for the share of layers it recomputes):
     launch gaps and framework hooks, which a large layer hides in its work and a small model's
-    short layers do not. MoE layers add the stack's fitted ``moe_layer_overhead_us`` (routing,
+    short layers do not; a tensor-parallel layer (tp > 1) adds the stack's fitted
+    ``tp_layer_overhead_us``: torchtitan's TP runs every sharded op through DTensor, whose
+    per-op dispatch makes small models CPU-bound (pytorch/pytorch#88838: Llama-3-8B on 8 H100,
+    FSDP 8 at 26.9% MFU against FSDP 2 x TP 4 at 22.4%; pytorch/torchtitan#1587, 'training
+    sometimes is CPU bounded, so we need to be more careful about DTensor overhead'). MoE layers
+    add the stack's fitted ``moe_layer_overhead_us`` (routing,
     token permutation) and ``expert_gemm_overhead_us`` per local expert (E/ep): Transformer
     Engine's grouped linear, which Megatron-Core's TEGroupedMLP runs, issues one cuBLAS GEMM per
     local expert on up to four streams (``nvte_multi_stream_cublas_gemm``, ``num_streams = 4``
@@ -380,8 +385,9 @@ def layer_overhead_s(
     times where 4 experts of 8,192 tokens pay it 4 times for the same FLOPs. Fitted, not
     measured: no public per-expert trace was found."""
     stack = job.software
+    per_layer = np.where(mesh.tp > 1, stack.layer_overhead_s(job.compiled, True), stack.layer_overhead_s(job.compiled))
     return mesh.forward_passes(layers) * (
-        layers * stack.layer_overhead_s(job.compiled)
+        layers * per_layer
         + moe_layers * (stack.moe_layer_overhead_s + local_experts(model, mesh) * stack.expert_gemm_overhead_s)
     )
 

@@ -104,6 +104,16 @@ class Stack(Frozen):
         "the router's top-k and softmax, sorting and permuting tokens to experts and back, the grouped "
         "GEMM's per-expert setup; None: not calibrated, 0",
     )
+    tp_dtensor: bool = Field(
+        description="Tensor-parallel layers run as DTensor (torch.distributed.tensor.parallel), whose per-op "
+        "dispatch costs CPU time (``tp_layer_overhead_us``); else plain tensors with explicit collectives"
+    )
+    tp_layer_overhead_us: NonNegativeFloat | None = Field(
+        None,
+        description="Fitted: extra fixed time per layer and forward pass when the layer is tensor-parallel "
+        "(tp > 1), beyond its GEMMs and collectives: the framework's per-op work for sharded tensors (torchtitan's "
+        "DTensor dispatch and redistribution); torch.compile scales it by its kernel count; None: not calibrated, 0",
+    )
     expert_gemm_overhead_us: NonNegativeFloat | None = Field(
         None,
         description="Fitted: extra fixed time per local expert, MoE layer and forward pass: the stack's grouped "
@@ -137,8 +147,10 @@ class Stack(Frozen):
     def expert_gemm_overhead_s(self) -> float:
         return (self.expert_gemm_overhead_us or 0.0) * 1e-6
 
-    def layer_overhead_s(self, compiled: bool) -> float:
-        """Per-layer overhead of one forward pass: the fitted eager figure, scaled by the kernels a
-        compiled layer launches relative to an eager one (gaps go with launches)."""
+    def layer_overhead_s(self, compiled: bool, tensor_parallel: bool = False) -> float:
+        """Per-layer overhead of one forward pass: the fitted eager figure (plus the tensor-parallel
+        one where the layer is sharded), scaled by the kernels a compiled layer launches relative
+        to an eager one (gaps go with launches)."""
         ratio = self.kernels_per_layer_compiled / self.kernels_per_layer_eager if compiled else 1.0
-        return (self.layer_overhead_us or 0.0) * 1e-6 * ratio
+        extra = (self.tp_layer_overhead_us or 0.0) if tensor_parallel and self.tp_dtensor else 0.0
+        return ((self.layer_overhead_us or 0.0) + extra) * 1e-6 * ratio
