@@ -102,3 +102,20 @@ def test_every_figure_is_finite_nonnegative_and_round_trips(
     ]
     assert all(np.isfinite(x) and x >= 0 for x in numbers)
     assert Estimate.model_validate_json(est.model_dump_json()) == est
+
+
+def test_layer_costs_priced_once_per_distinct_row_equal_the_direct_pricing() -> None:
+    # layer_costs prices each distinct LAYER_COST_COLUMNS row once and spreads it; if a layer's
+    # cost ever reads another mesh column, the shared price would go wrong: every search mesh of a
+    # MoE model, with its schedules, ZeRO stages and recomputes, must price as directly.
+    from planner.cost.step import _layer_costs, layer_costs
+    from planner.search import enumerate_meshes
+
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-h100x2")
+    job = JobSpec(global_batch_size=256, seq_len=4096)
+    mesh = enumerate_meshes(model, cluster, {})
+    shared, direct = layer_costs(model, cluster, job, mesh), _layer_costs(model, cluster, job, mesh)
+    for field in type(shared).__dataclass_fields__:
+        np.testing.assert_allclose(
+            getattr(shared, field), np.broadcast_to(getattr(direct, field), len(mesh)), rtol=1e-12
+        )
