@@ -109,3 +109,22 @@ def test_dualpipev_sends_twice_per_micro_batch() -> None:
     mesh = _meshes(4, "1f1b", "dualpipev")
     m = np.array([16, 16])
     assert pp_sends_per_step(mesh, m).tolist() == [2.0 * (16 + 3), 2.0 * (2 * 16 + 3)]  # two half-stages a rank
+
+
+@pytest.mark.parametrize(
+    ("schedule", "p", "m", "idle", "makespan"),
+    [
+        # critical paths of the reference step() orders (deepseek-ai/DualPipe dualpipe.py and
+        # dualpipev.py at 030ce43) with F = B = W = one unit per stage, as a public replay of that
+        # code counts them (it matches the repository's dualpipe.png: 8 rows of 66 units, 6 idle):
+        # DualPipe 8 ranks x 20 micro-batches, 6 idle of 66; DualPipeV (units of half a rank's
+        # layers) 4 x 10, 6 of 66, and 8 x 20, 14 of 134
+        ("dualpipe", 8, 20, 6, 66),
+        ("dualpipev", 4, 10, 6, 66),
+        ("dualpipev", 8, 20, 14, 134),
+    ],
+)
+def test_bubble_matches_the_reference_schedules_counts(schedule: str, p: int, m: int, idle: int, makespan: int) -> None:
+    from planner.cost.pipeline import bubble_fraction
+
+    assert float(bubble_fraction(np.array([m]), _meshes(p, schedule))[0]) == pytest.approx(idle / makespan)
