@@ -82,10 +82,16 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     if cfg.pp > 1:
         layers = est.layers_per_stage
         layout = f"; layout {cfg.pipeline_layout}" if cfg.pipeline_layout else ""
+        roles = {
+            "dualpipev": "rank 0 holds the first and last half-stages: it embeds and runs the LM head and any MTP "
+            "layers",
+            "dualpipe": "layers per micro-batch, each rank running stages r and p-1-r for one direction each; the "
+            "end ranks embed and run the LM head",
+        }.get(cfg.schedule, "first also embeds, last runs the LM head and any MTP layers")
         summary.add_row(
             "layers per stage",
-            f"{' '.join(map(str, layers))} (first also embeds, last runs the LM head and any MTP layers; the "
-            f"slower of the last rank and the busiest other sets the pace{layout})",
+            f"{' '.join(map(str, layers))} ({roles}; the slower of the head's rank and the busiest other sets the "
+            f"pace{layout})",
         )
     if est.cost_per_step_usd is not None:
         summary.add_row(
