@@ -152,6 +152,15 @@ MoeDispatcherOpt = Annotated[
         "(default), allgather, or flex, among those the stack runs.",
     ),
 ]
+AdamMomentsOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--adam-moments",
+        metavar="fp32|bf16",
+        help="Format of Adam's two moments: fp32 (12 bytes of state per parameter with the fp32 master weight; "
+        "default) or bf16 (8; Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).",
+    ),
+]
 MoeRoutingOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -283,11 +292,23 @@ def _model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
         ep_comm_overlap=p.get("ep_comm_overlap"),
         moe_dispatcher=p.get("moe_dispatcher"),
         **moe_routing_fields(p.get("moe_routing")),
+        **adam_fields(p.get("adam_moments")),
         mtp_layers=p.get("mtp_layers"),
         max_batch_growth=p.get("max_batch_growth", 0.0),
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
     )
     return model, cluster, job
+
+
+def adam_fields(text: str | None) -> dict[str, float]:
+    """``--adam-moments`` as the JobSpec field it sets (``ADAM_STATE_BYTES_PER_PARAM``)."""
+    from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM
+
+    if text is None:
+        return {}
+    if text not in ADAM_STATE_BYTES_PER_PARAM:
+        raise PlannerError(f"--adam-moments '{text}': allowed {', '.join(ADAM_STATE_BYTES_PER_PARAM)}")
+    return {"optimizer_state_bytes_per_param": ADAM_STATE_BYTES_PER_PARAM[text]}
 
 
 def moe_routing_fields(text: str | None) -> dict[str, float]:
@@ -391,6 +412,7 @@ def plan_main(
     ep_comm_overlap: EpOverlapOpt = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    adam_moments: AdamMomentsOpt = None,
     mtp_layers: MtpOpt = None,
     top: TopOpt = 10,
     objective: ObjectiveOpt = "time",
@@ -478,6 +500,7 @@ def estimate_cmd(
     ep_comm_overlap: EpOverlapOpt = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    adam_moments: AdamMomentsOpt = None,
     mtp_layers: MtpOpt = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
@@ -529,6 +552,7 @@ def capacity_cmd(
     ep_comm_overlap: EpOverlapOpt = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    adam_moments: AdamMomentsOpt = None,
     mtp_layers: MtpOpt = None,
     as_json: JsonOpt = False,
 ) -> None:

@@ -71,6 +71,7 @@ def export_cmd(
     ep_comm_overlap: _cli.EpOverlapOpt = None,
     moe_dispatcher: _cli.MoeDispatcherOpt = None,
     moe_routing: _cli.MoeRoutingOpt = None,
+    adam_moments: _cli.AdamMomentsOpt = None,
     mtp_layers: _cli.MtpOpt = None,
     objective: _cli.ObjectiveOpt = "time",
     tp: _cli.TpOpt = None,

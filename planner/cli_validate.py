@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 import typer
 
 from planner.cli import (
+    AdamMomentsOpt,
     BatchOpt,
     BatchTokensOpt,
     ClusterOpt,
@@ -260,6 +261,7 @@ def validate_main(
     ep_comm_overlap: EpOverlapOpt = None,
     moe_dispatcher: MoeDispatcherOpt = None,
     moe_routing: MoeRoutingOpt = None,
+    adam_moments: AdamMomentsOpt = None,
     mtp_layers: MtpOpt = None,
     top: TopOpt = 3,
     tp: TpOpt = None,

@@ -82,8 +82,12 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--fp16",
         "--tp-comm-overlap",
         "--grad-reduce-in-bf16",
+        "--use-precision-aware-optimizer",
     ):
         p.add_argument(flag, action="store_true")
+    # _add_training_args: the moments' formats under the precision-aware optimizer
+    for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
+        p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"], default="fp32")
     p.add_argument("--no-gradient-accumulation-fusion", action="store_false", dest="gradient_accumulation_fusion")
     return p
 
@@ -432,3 +436,27 @@ def test_cli_exports_the_batch_the_mesh_runs_when_it_may_grow(cli) -> None:
         ds["train_batch_size"] == 1008 == ds["train_micro_batch_size_per_gpu"] * ds["gradient_accumulation_steps"] * 16
     )
     assert "grown from 1000 to 1008" in r.err
+
+
+def test_bf16_adam_moments_price_and_export_as_megatrons_precision_aware_optimizer(cli) -> None:
+    from planner.catalog import load_cluster
+    from planner.pricing import estimate_mesh
+
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    fp32 = JobSpec(global_batch_size=64, seq_len=4096)
+    bf16 = fp32.model_copy(update={"optimizer_state_bytes_per_param": 8.0})
+    config = ParallelConfig(dp=8, zero_stage=1)
+    a, b = estimate_mesh(model, cluster, fp32, config), estimate_mesh(model, cluster, bf16, config)
+    assert b.memory_breakdown_bytes.optimizer == pytest.approx(a.memory_breakdown_bytes.optimizer * 8 / 12)
+    # Adam reads and writes its whole state, plus the gradient read and the bf16 weight write
+    assert b.time_breakdown_s.optimizer == pytest.approx(a.time_breakdown_s.optimizer * (16 + 4) / (24 + 4))
+    args = megatron_args(model, bf16, config)
+    at = args.index("--use-precision-aware-optimizer")
+    assert args[at + 1 : at + 5] == ["--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+    assert "--use-precision-aware-optimizer" not in megatron_args(model, fp32, config)
+    parsed = megatron_parser().parse_args(args)
+    assert parsed.use_precision_aware_optimizer and parsed.exp_avg_dtype == "bf16"
+    with pytest.raises(PlannerError, match=r"torchtitan cannot express 8 bytes of optimizer state per parameter"):
+        torchtitan_config(model, bf16.model_copy(update={"stack": "torchtitan"}), ParallelConfig(dp=8, zero_stage=3))
+    r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--adam-moments", "fp16")
+    assert_one_line_error(r, "--adam-moments 'fp16': allowed fp32, bf16")

@@ -406,9 +406,10 @@ def mtp_projection_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpe
     return gemm_on(cluster, job)(tokens, h / mesh.tp, np.asarray(2.0 * h))
 
 
-ADAM_BYTES_PER_PARAM_STEP = 24.0
-"""Adam reads and writes the fp32 master weight, m and v: 3 x 4 bytes x 2 (read + write); the
-gradient read and the 16-bit weight write are added from the job's dtypes."""
+ADAM_STATE_PASSES = 2.0
+"""Adam reads and writes its whole state (the fp32 master weight, m and v: the job's
+``optimizer_state_bytes_per_param``) once per step: 2 x 12 bytes with fp32 moments; the gradient
+read and the 16-bit weight write are added from the job's dtypes."""
 
 
 def optimizer_step_s(
@@ -424,5 +425,9 @@ def optimizer_step_s(
     bytes touched per parameter / HBM bandwidth (Adam is elementwise, no matmul)."""
     shard = mesh.zero_stage >= 1
     owned = dense_params / np.where(shard, dp_size, 1) + expert_params / np.where(shard, edp_size, 1)
-    per_param = ADAM_BYTES_PER_PARAM_STEP + job.gradient_bytes_per_param + job.weight_bytes_per_param
+    per_param = (
+        ADAM_STATE_PASSES * job.optimizer_state_bytes_per_param
+        + job.gradient_bytes_per_param
+        + job.weight_bytes_per_param
+    )
     return owned * per_param / cluster.gpu.achieved_hbm_bytes_per_s

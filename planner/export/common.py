@@ -45,6 +45,17 @@ def check_dispatcher(target: str, stack: str, job: JobSpec, config: ParallelConf
         raise refuse(target, f"--moe-dispatcher {job.moe_dispatcher}", f"{stack} runs {allowed}")
 
 
+def check_adam_state(target: str, job: JobSpec, bf16_moments: bool) -> None:
+    """Refuse optimizer state the target cannot run: Adam with fp32 moments (12 bytes per
+    parameter) everywhere, bf16 moments (8) where the target has them (``bf16_moments``)."""
+    from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM
+
+    allowed = {k: v for k, v in ADAM_STATE_BYTES_PER_PARAM.items() if bf16_moments or k == "fp32"}
+    if job.optimizer_state_bytes_per_param not in allowed.values():
+        said = " or ".join(f"{v:g} (--adam-moments {k})" for k, v in allowed.items())
+        raise refuse(target, f"{job.optimizer_state_bytes_per_param:g} bytes of optimizer state per parameter", said)
+
+
 def refuse(target: str, knob: str, allowed: str) -> PlannerError:
     """``<target> cannot express <knob>: <what the target allows>``, one line."""
     return PlannerError(f"{target} cannot express {knob}: {allowed}")

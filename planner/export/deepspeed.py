@@ -16,6 +16,7 @@ from typing import Any
 
 from planner.export.common import (
     axis_inside,
+    check_adam_state,
     check_dispatcher,
     effective_zero_stage,
     num_microbatches,
@@ -40,6 +41,7 @@ PipelineModule by ``pipeline.activation_checkpoint_interval``."""
 def _check(job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what a DeepSpeed config cannot carry."""
     check_dispatcher(TARGET, "deepspeed", job, config)
+    check_adam_state(TARGET, job, bf16_moments=False)
     if config.pipeline_layout is not None:
         raise refuse(
             TARGET, "--pipeline-layout", "a Megatron layout string; DeepSpeed's PipelineModule partitions in code"

@@ -15,6 +15,7 @@ from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
 from planner.cost.pipeline import plan_layout
 from planner.export.common import (
+    check_adam_state,
     effective_zero_stage,
     is_default_order,
     num_microbatches,
@@ -22,7 +23,7 @@ from planner.export.common import (
     routing_note,
     zero_note,
 )
-from planner.schemas.job import JobSpec
+from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
 
@@ -36,6 +37,7 @@ README, megatron/core/distributed/fsdp/src/README.md, equates them with ZeRO 0-3
 
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what Megatron-LM cannot run as planned."""
+    check_adam_state(TARGET, job, bf16_moments=True)
     if config.pp > 1 and config.schedule == "gpipe":
         # arguments.py has no schedule flag: pipeline runs are 1F1B, interleaved when a virtual
         # pipeline size is set (megatron/core/pipeline_parallel/schedules.py).
@@ -171,7 +173,8 @@ def _job_args(job: JobSpec, config: ParallelConfig) -> list[str]:
     the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
     the plan counted); TP communication overlap (_add_training_args --tp-comm-overlap, which
     validate_args allows only with --sequence-parallel); gradients reduced in bf16
-    (_add_distributed_args --grad-reduce-in-bf16; fp32 is the default)."""
+    (_add_distributed_args --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
+    (--use-precision-aware-optimizer)."""
     args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
@@ -181,6 +184,9 @@ def _job_args(job: JobSpec, config: ParallelConfig) -> list[str]:
         args.append("--tp-comm-overlap")
     if job.gradient_format == "bf16":
         args.append("--grad-reduce-in-bf16")
+    if job.optimizer_state_bytes_per_param == ADAM_STATE_BYTES_PER_PARAM["bf16"]:
+        # _add_training_args: TE FusedAdam keeping m and v in bf16, the master weight in fp32
+        args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
     return args
 
 

@@ -28,6 +28,7 @@ from planner.cost.flops import mtp_layers
 from planner.cost.layout import parse_layout
 from planner.cost.pipeline import chunk_layer_counts, plan_layout
 from planner.export.common import (
+    check_adam_state,
     check_dispatcher,
     effective_zero_stage,
     is_default_order,
@@ -65,6 +66,7 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         # torchtitan's models (llama3, deepseek_v3, qwen3) build no multi-token-prediction module.
         raise refuse(TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0")
     check_dispatcher(TARGET, "torchtitan", job, config)
+    check_adam_state(TARGET, job, bf16_moments=False)
     if not is_default_order(config):
         # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
         raise refuse(TARGET, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")

@@ -13,7 +13,13 @@ from planner.schemas.stack import MoeDispatcher, Stack
 if TYPE_CHECKING:
     from planner.schemas.stack import AttentionKernel
 
-DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM = 12.0
+ADAM_STATE_BYTES_PER_PARAM = {"fp32": 12.0, "bf16": 8.0}
+"""Adam's state per parameter by the format of its two moments: the fp32 master weight (4) and
+m and v at 4 bytes each, or at 2 with Megatron's precision-aware optimizer
+(--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Transformer
+Engine's FusedAdam; Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes run it)."""
+
+DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM = ADAM_STATE_BYTES_PER_PARAM["fp32"]
 """Mixed-precision Adam: fp32 master weight (4) + fp32 first moment (4) + fp32 second moment (4).
 Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models',
 section 3.1 (K = 12). The bf16 weight and gradient are counted separately."""
@@ -90,7 +96,12 @@ class JobSpec(Frozen):
         "num_nextn_predict_layers, 0: none",
     )
     compile: bool | None = Field(None, description="torch.compile; None: the stack's default")
-    optimizer_state_bytes_per_param: float = Field(DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM, ge=0)
+    optimizer_state_bytes_per_param: float = Field(
+        DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM,
+        ge=0,
+        description="Optimizer state per parameter: 12 for Adam with an fp32 master weight and fp32 moments, 8 with "
+        "bf16 moments (``ADAM_STATE_BYTES_PER_PARAM``; --adam-moments)",
+    )
     training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
     flash_attention: bool = Field(True, description="Fused attention that stores no s x s scores (Dao et al. 2022)")
     dropout: bool = Field(False, description="Dropout in attention and MLP (GPT-3 era); modern LLMs train without")
