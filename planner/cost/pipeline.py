@@ -7,11 +7,11 @@ Bubble fractions, p stages, m micro-batches, v virtual stages per rank:
                       section 3: with the backward split into input-gradient B and weight-gradient
                       W and T_F = T_B = T_W, ZB-H1's bubble is (p-1)(T_F+T_B-T_W) = a third of
                       1F1B's (p-1)(T_F+T_B+T_W), at 1F1B's activation memory.
-  DualPipe:           (p-2)/(3m+p-2)         DeepSeek-V3 (arXiv:2412.19437) Table 2 gives the
-                      bubble as (p/2-1)(F&B+B-3W); counted on the reference implementation's
-                      own schedule (deepseek-ai/DualPipe dualpipe.py, its dualpipe.png: 8 ranks,
-                      20 micro-batches, 66 units of one stage-forward per rank of which 6 idle)
-                      it is p-2 stage-forwards with F = B = W, whatever m.
+  DualPipe:           (p-2)/(3m+p-2)         DeepSeek-V3 (arXiv:2412.19437) Table 2 and the
+                      deepseek-ai/DualPipe README give (p/2-1)(F&B+B-3W), B the full backward and
+                      F&B a forward and a backward overlapped: with F = W, B = 2F and F&B = F + B
+                      that is (p/2-1) x 2F = p-2 stage-forwards, whatever m (the README's schedule
+                      figure, 8 ranks and 20 micro-batches, shows 66 units per rank, 6 idle).
   DualPipeV:          (p-1)/(3m+p-1)         the same count on dualpipev.py (p ranks of two
                       half-stages, m >= 2p): p-1 stage-forwards, ZB-H1's bubble; what it adds is
                       the forward/backward pairing that hides expert all-to-alls.
