@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 from typing import Annotated, Any, Literal, Optional
 
@@ -251,15 +252,41 @@ ObjectiveOpt = Annotated[
 ]
 
 
+class _Console(Console):
+    """Rich's console, except that a reader closing the pipe (``plan ... | head``) ends the run
+    the way ``main`` ends every closed pipe, quietly (rich's own handler exits with status 1)."""
+
+    def on_broken_pipe(self) -> None:
+        raise BrokenPipeError
+
+
 def _console() -> Console:
     """Rich console; when output is piped, 120 columns instead of rich's default 80 so the
     ranking table is not truncated."""
-    console = Console()
-    return console if console.is_terminal else Console(width=120)
+    console = _Console()
+    return console if console.is_terminal else _Console(width=120)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null after its reader went away, so the interpreter's final flush
+    does not fail again (Python docs, 'Note on SIGPIPE')."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _emit_json(payload: Any) -> None:
-    sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    write_stdout(json.dumps(payload, indent=2) + "\n")
+
+
+def write_stdout(text: str) -> None:
+    """Write and flush ``text`` to stdout. A closed pipe is re-raised as a bare BrokenPipeError:
+    click turns an OSError with errno EPIPE into exit status 1 on its own (Command.main), while
+    ``main`` ends every closed pipe quietly."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise BrokenPipeError from None
 
 
 def _require(value: str | None, flag: str) -> str:
@@ -721,10 +748,12 @@ def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning user errors into one line and exit code 2."""
     try:
         result = app(args=argv, standalone_mode=False, prog_name="plan")
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
     except PlannerError as err:
         sys.stderr.write(f"error: {err}\n")
         return 2
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader closed the pipe (plan ... | head): end quietly, as git does
+        _quiet_stdout()
         return 0
     except Exception as err:
         if _is_a(err, "UsageError"):

@@ -114,7 +114,7 @@ def export_cmd(
         for note in exported.notes:
             sys.stderr.write(f"note: {note}\n")
     if out is None:
-        sys.stdout.write(exported.text)
+        _cli.write_stdout(exported.text)
     else:
         write_atomically(out, exported.text)
         sys.stderr.write(f"wrote {out}\n")

@@ -278,3 +278,17 @@ def test_estimate_turns_sequence_parallelism_on_with_tp_as_the_search_does(cli) 
     assert off.code == 0 and " sp " not in off.out.split("mesh:")[1].splitlines()[0]
     one = cli("estimate", "-m", "llama3-8b", "-c", "dgx-h100x1", "--json")
     assert json.loads(one.out)["config"]["parallel"]["sequence_parallel"] is False
+
+
+@pytest.mark.parametrize("extra", [(), ("--json",)])
+def test_a_closed_pipe_ends_the_run_quietly(extra: tuple[str, ...]) -> None:
+    # `plan ... | head` without head: the reader is gone before the first write (closed at once,
+    # while the child still imports), so every write meets a closed pipe; rich's own handler
+    # would exit 1, the interpreter's last flush would print 'Exception ignored'
+    args = [sys.executable, "-m", "planner", "--model", "llama3-8b", "--cluster", "dgx-h100", *extra]
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=120) == 0, err
+    assert err == b""
