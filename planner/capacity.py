@@ -10,7 +10,7 @@ from pydantic import Field
 
 from planner.errors import PlannerError
 from planner.schemas.base import Frozen
-from planner.schemas.hardware import ClusterSpec
+from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.search import search
@@ -71,6 +71,11 @@ def capacity(
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
     if deadline_s <= 0:
         raise PlannerError(f"--days must be > 0, got {deadline_s / SECONDS_PER_DAY:g}")
+    if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
+        raise PlannerError(
+            f"--max-nodes {max_nodes}: {max_nodes} x {node.gpus_per_node} GPUs is more than the "
+            f"{MAX_CLUSTER_GPUS:,} GPUs planned at most"
+        )
     rows: list[CapacityRow] = []
     for nodes in node_counts(max_nodes):
         gpus = nodes * node.gpus_per_node

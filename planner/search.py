@@ -41,7 +41,16 @@ OBJECTIVES = ("time", "cost", "memory")
 
 
 def divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """The divisors of ``n`` in increasing order, by trial division up to sqrt(n)."""
+    small, large = [], []
+    k = 1
+    while k * k <= n:
+        if n % k == 0:
+            small.append(k)
+            if k * k != n:
+                large.append(n // k)
+        k += 1
+    return small + large[::-1]
 
 
 def _degree_tuples(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> list[tuple[int, ...]]:

@@ -162,3 +162,36 @@ def test_calibrate_from_runs_refusals(cli, tmp_path: Path) -> None:
     sample = str(Path(__file__).parent / "data" / "runs_sample.yaml")
     assert_one_line_error(cli("calibrate", "--from-runs", sample, "--group", "nope"), "--group 'nope'")
     assert_one_line_error(cli("calibrate", "--from-runs", sample, "--from", sample), "not both")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--model", "llama70b", "--cluster", "dgx-h100x1000000000"),
+        ("--model", "llama70b", "--cluster", "dgx-h100", "--nodes", "1000000000"),
+        (
+            "capacity",
+            "--model",
+            "llama3-8b",
+            "--cluster",
+            "dgx-h100",
+            "--training-tokens",
+            "1e9",
+            "--days",
+            "1",
+            "--max-nodes",
+            "100000000",
+        ),
+    ],
+)
+def test_a_cluster_beyond_any_built_is_refused_at_once(cli, args: tuple[str, ...]) -> None:
+    # before, the search walked every integer up to the GPU count for its divisors (a hang)
+    assert_one_line_error(cli(*args), "is more than the 1,048,576 GPUs planned at most")
+
+
+def test_divisors_by_trial_division_up_to_the_square_root() -> None:
+    from planner.search import divisors
+
+    for n in (1, 2, 12, 36, 97, 1024, 6720, 2**20):
+        assert divisors(n) == [k for k in range(1, n + 1) if n % k == 0]
+    assert divisors(2**40) == [2**k for k in range(41)]  # fast: 2^20 trial divisions

@@ -302,6 +302,13 @@ class HardwareProfile(Frozen):
         return self
 
 
+MAX_CLUSTER_GPUS = 2**20
+"""The largest cluster planned, 1,048,576 GPUs: several times the largest built (publicly
+reported training clusters hold about 100,000-200,000 GPUs in 2025), so no real plan is refused,
+while a mistyped node count fails at once instead of enumerating a billion meshes. A bound, not
+a measurement."""
+
+
 class ClusterSpec(Frozen):
     """The cluster a plan runs on: a node profile times a node count.
 
@@ -316,6 +323,11 @@ class ClusterSpec(Frozen):
 
     @model_validator(mode="after")
     def _gpus_fit_nodes(self) -> ClusterSpec:
+        if self.num_nodes * self.profile.gpus_per_node > MAX_CLUSTER_GPUS:
+            raise ValueError(
+                f"num_nodes {self.num_nodes} x {self.profile.gpus_per_node} GPUs is more than the "
+                f"{MAX_CLUSTER_GPUS:,} GPUs planned at most"
+            )
         capacity = self.num_nodes * self.profile.gpus_per_node
         if self.num_gpus > capacity:
             raise ValueError(
