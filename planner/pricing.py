@@ -25,7 +25,7 @@ from planner.schemas.estimate import (
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
-from planner.schemas.parallel import ParallelConfig
+from planner.schemas.parallel import DUAL_SCHEDULES, ParallelConfig
 
 MICROBATCHES_PER_STAGE_ADVICE = 4
 """Rule of thumb m >= 4p (shared/reference strategy notes; Narayanan et al. 2021 section 3.3):
@@ -85,7 +85,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
         )
     idle, head_layers = last_stage_imbalance(model, job, est.layers_per_stage)
-    if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in ("dualpipe", "dualpipev"):
+    if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in DUAL_SCHEDULES:
         mtp = mtp_layers(model, job)
         notes.append(
             f"pipeline stages are unbalanced: the last stage also runs the LM head ({model.vocab_size:,} x "
@@ -141,7 +141,7 @@ def row_estimate(
     """Row ``i`` of evaluated columns as an Estimate (without advice). A pipeline split the
     framework must be told (``cost.pipeline.plan_layout``) is written into the config's
     ``pipeline_layout``, so the export runs what was priced."""
-    if config.pipeline_layout is None and config.schedule not in ("dualpipe", "dualpipev"):
+    if config.pipeline_layout is None and config.schedule not in DUAL_SCHEDULES:
         layout = plan_layout(model, job, config.pp, config.virtual_stages)
         if layout is not None:
             config = config.model_copy(update={"pipeline_layout": layout})

@@ -52,7 +52,7 @@ def test_layers_per_rank_follow_the_v_and_the_two_directions() -> None:
     # holding the first and the last (embedding and LM head)
     v = dual_rank_layers(61, 16, "dualpipev")
     assert sum(v) == 61 and v[0] == 2 and max(v) == 4
-    assert dual_rank_split(61, 16, v_shape=True) == (4, 2)
+    assert dual_rank_split(61, 16, "dualpipev") == (4, 2)
     # DualPipe: 16 stages (13 of 4, 3 of 3); rank r runs stages r and 15-r on half the micro-batches each
     d = dual_rank_layers(61, 16, "dualpipe")
     assert d[0] == d[-1] == 3 and max(d) == 4

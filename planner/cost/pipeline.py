@@ -35,7 +35,7 @@ from planner.cost.flops import (
     mtp_projection_params,
 )
 from planner.cost.layout import format_layout
-from planner.mesh import DUALPIPE, DUALPIPE_V, GPIPE, INTERLEAVED, ZB_H1, MeshArrays
+from planner.mesh import DUALPIPE, DUALPIPE_V, GPIPE, INTERLEAVED, SCHEDULES, ZB_H1, MeshArrays
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -154,7 +154,7 @@ def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: in
     return max(counts[:-1]), counts[-1]
 
 
-def dual_rank_split(num_layers: int, pp: int, v_shape: bool) -> tuple[int, int]:
+def dual_rank_split(num_layers: int, pp: int, schedule: str) -> tuple[int, int]:
     """(busiest rank but the head's, the head's rank) decoder layers under DualPipe or DualPipeV,
     the layers split evenly over their stages (``chunk_layer_counts``: extras in the middle).
     DualPipe: p stages, rank r holding stage r and stage p-1-r (the other direction's); half
@@ -162,8 +162,8 @@ def dual_rank_split(num_layers: int, pp: int, v_shape: bool) -> tuple[int, int]:
     two, rounded up. DualPipeV: 2p half-stages in a V, rank r holding half-stages
     r and 2p-1-r, so rank 0 holds the first and the last, with the embedding and the LM head
     (deepseek-ai/DualPipe dualpipev.py; torch's ScheduleDualPipeV, 'V' stage placement)."""
-    per_rank = dual_rank_layers(num_layers, pp, "dualpipev" if v_shape else "dualpipe") or []
-    if v_shape:
+    per_rank = dual_rank_layers(num_layers, pp, schedule) or []
+    if schedule == "dualpipev":
         return max(per_rank[1:], default=0), per_rank[0]
     return max(per_rank[:-1], default=0), per_rank[-1]
 
@@ -235,11 +235,11 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     keys, inverse = np.unique(mesh.pp * 4096 + mesh.virtual_stages, return_inverse=True)  # v < 4096
     splits = np.array([rank_layer_split(model, job, int(k) // 4096, int(k) % 4096) for k in keys], dtype=np.int64)
     body, last = splits.reshape(-1, 2)[inverse.reshape(-1)].T
-    for code, v_shape in ((DUALPIPE, False), (DUALPIPE_V, True)):
+    for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
         for pp in np.unique(mesh.pp[on]).tolist():
             rows = on & (mesh.pp == pp)
-            body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, v_shape)
+            body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, SCHEDULES[code])
     explicit = mesh.layout_last >= 0
     mtp = mtp_layers(model, job)
     return RankLayers(

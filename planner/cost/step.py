@@ -328,9 +328,10 @@ class RankLoad(NamedTuple):
 def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> RankLoad:
     """The ``RankLoad`` of the rank whose slot sets the step of one mesh: what the validator
     replays."""
-    cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
+    mesh = MeshArrays.from_configs([config])
+    cols = evaluate(model, cluster, job, mesh)
     r = cols.ranks
     if bool(cols.last_is_slowest[0]):
-        heads = float(heads_on_last_rank(model, job, MeshArrays.from_configs([config]))[0])
+        heads = float(heads_on_last_rank(model, job, mesh)[0])
         return RankLoad(int(r.last[0]), int(r.last_mtp[0]), heads)
     return RankLoad(int(r.body[0]), int(r.body_mtp[0]), 0)

@@ -25,7 +25,7 @@ from planner.export.common import (
 )
 from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec
 from planner.schemas.model import ModelSpec
-from planner.schemas.parallel import ParallelConfig
+from planner.schemas.parallel import DUAL_SCHEDULES, ParallelConfig
 
 TARGET = "megatron"
 
@@ -42,7 +42,7 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         # arguments.py has no schedule flag: pipeline runs are 1F1B, interleaved when a virtual
         # pipeline size is set (megatron/core/pipeline_parallel/schedules.py).
         raise refuse(TARGET, "--schedule gpipe", "Megatron-LM pipelines run 1F1B (interleaved with virtual stages)")
-    if config.pp > 1 and config.schedule in ("zb-h1", "dualpipe", "dualpipev"):
+    if config.pp > 1 and config.schedule in ("zb-h1", *DUAL_SCHEDULES):
         raise refuse(
             TARGET,
             f"--schedule {config.schedule}",

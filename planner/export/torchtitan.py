@@ -140,7 +140,7 @@ def _stage_split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict
     layout given, or the plan's own: ``cost.pipeline.plan_layout``): the chunks spelt out as
     ``module_fqns_per_model_part`` (module names of torchtitan's decoder models: tok_embeddings,
     layers.<i>, norm, output)."""
-    chunks = config.pp * (2 if config.schedule == "dualpipev" else config.virtual_stages)
+    chunks = config.pp * config.chunks_per_rank
     if config.schedule == "dualpipev":  # 2p half-stages, split evenly (cost.pipeline.dual_rank_split)
         sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, 2)
         stages = None if len(set(sizes)) == 1 else [["t"] * n for n in sizes]

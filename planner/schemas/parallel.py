@@ -36,6 +36,10 @@ parameters (deepseek-ai/DualPipe dualpipe/dualpipe.py); dualpipev: the same sche
 a V over p ranks of two stages each, one copy of the parameters (Sea AI Lab's 'cut-in-half',
 deepseek-ai/DualPipe dualpipe/dualpipev.py; torch.distributed.pipelining ScheduleDualPipeV)."""
 
+DUAL_SCHEDULES = ("dualpipe", "dualpipev")
+"""The bidirectional schedules: the even split, rank 0 holding the embedding and the LM head, no
+Megatron layout (``cost.pipeline.dual_rank_layers``)."""
+
 Recompute = Literal["none", "selective", "full"]
 """Activation recomputation (Korthikanti et al. 2022): selective recomputes the attention core."""
 
@@ -144,6 +148,12 @@ class ParallelConfig(Frozen):
     def expert_dp(self) -> int:
         """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp)."""
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
+    def chunks_per_rank(self) -> int:
+        """Model chunks each pipeline rank runs per micro-batch: v interleaved, DualPipeV's two
+        half-stages, else one (``MeshArrays.chunks_per_rank`` for columns)."""
+        return 2 if self.schedule == "dualpipev" else self.virtual_stages
 
     @property
     def recompute_label(self) -> str:

@@ -101,8 +101,8 @@ class Stack(Frozen):
     moe_layer_overhead_us: NonNegativeFloat | None = Field(
         None,
         description="Fitted: extra fixed time per MoE layer and forward pass beyond its GEMMs and all-to-alls: "
-        "the router's top-k and softmax, sorting and permuting tokens to experts and back, the grouped "
-        "GEMM's per-expert setup; None: not calibrated, 0",
+        "the router's top-k and softmax, sorting and permuting tokens to experts and back (the per-expert "
+        "cost is ``expert_gemm_overhead_us``); None: not calibrated, 0",
     )
     tp_dtensor: bool = Field(
         description="Tensor-parallel layers run as DTensor (torch.distributed.tensor.parallel), whose per-op "
