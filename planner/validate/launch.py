@@ -2,7 +2,9 @@
 as one rank under torchrun.
 
 The local launcher is the run's watchdog. Ranks report when they have joined the process group
-and every term they enter and leave; the launcher polls their exit codes and the event queue, and
+and every term they enter and leave, each over its own pipe (a queue shared by the ranks has one
+write lock, and a rank stopped while holding it would silence them all); the launcher polls their
+exit codes and the pipes, and
 ends the run (killing every rank) when a rank dies, reports an error, or nothing happens for
 ``timeout_s`` plus a grace period (``STARTUP_S`` before every rank has joined). The
 error names the rank: a rank that died without a word (killed, crashed) first, then one that
@@ -12,11 +14,11 @@ term it was in. Measurements received so far travel with the error (``ReplayFail
 
 from __future__ import annotations
 
-import queue as queue_module
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from planner.errors import PlannerError
@@ -69,6 +71,36 @@ def _exit_text(code: int) -> str:
     return f"exit code {code}"
 
 
+class _Inbox:
+    """The parent's ends of the ranks' pipes. A rank writes its events synchronously to its own
+    pipe, so one rank's events arrive in the order it sent them and none waits on another rank; a
+    pipe whose rank has exited (EOF) is dropped."""
+
+    def __init__(self, readers: list[Connection]) -> None:
+        self._open = dict(enumerate(readers))
+        self._ready: list[tuple[int, Connection]] = []
+
+    def get(self, timeout_s: float) -> tuple[str, int, Any] | None:
+        """The next event (kind, rank, data), or None when none came within ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while self._ready:
+                rank, conn = self._ready.pop(0)
+                try:
+                    kind, data = conn.recv()
+                except (EOFError, OSError):
+                    self._open.pop(rank, None)
+                    continue
+                return kind, rank, data
+            left = deadline - time.monotonic()
+            if not self._open or left <= 0:
+                if not self._open:
+                    time.sleep(max(left, 0.0))
+                return None
+            ready = set(wait(list(self._open.values()), timeout=left))
+            self._ready = [(r, c) for r, c in self._open.items() if c in ready]
+
+
 def run_local(job: ReplayJob, world_size: int, on_event: Callable[[Event], None] | None = None) -> list[Measurement]:
     """Spawn ``world_size`` ranks on 127.0.0.1, run ``job``, and return rank 0's measurements."""
     require_torch()
@@ -77,27 +109,30 @@ def run_local(job: ReplayJob, world_size: int, on_event: Callable[[Event], None]
     from planner.validate.worker import spawned_entry
 
     ctx = mp.get_context("spawn")
-    events: Any = ctx.Queue()
+    pipes = [ctx.Pipe(duplex=False) for _ in range(world_size)]
     init_method = f"tcp://127.0.0.1:{free_port()}"
     payload = job.model_dump(mode="json")
     procs = [
-        ctx.Process(target=spawned_entry, args=(payload, rank, world_size, init_method, events), daemon=True)
+        ctx.Process(target=spawned_entry, args=(payload, rank, world_size, init_method, pipes[rank][1]), daemon=True)
         for rank in range(world_size)
     ]
-    for proc in procs:
+    for proc, (_, writer) in zip(procs, pipes, strict=True):
         proc.start()
+        writer.close()  # the rank holds the only write end: its exit is the pipe's EOF
     try:
-        return _watch(job, procs, events, on_event)
+        return _watch(job, procs, _Inbox([reader for reader, _ in pipes]), on_event)
     finally:
         for proc in procs:
             if proc.is_alive():
                 proc.kill()
         for proc in procs:
             proc.join(timeout=5)
+        for reader, _ in pipes:
+            reader.close()
 
 
 def _watch(
-    job: ReplayJob, procs: list[Any], events: Any, on_event: Callable[[Event], None] | None
+    job: ReplayJob, procs: list[Any], events: _Inbox, on_event: Callable[[Event], None] | None
 ) -> list[Measurement]:
     world = len(procs)
     results: list[Measurement] = []
@@ -108,11 +143,9 @@ def _watch(
     last_news = time.monotonic()
     failed_at: float | None = None
     while len(done) < world:
-        try:
-            kind, rank, data = events.get(timeout=POLL_S)
-        except queue_module.Empty:
-            pass
-        else:
+        event = events.get(POLL_S)
+        if event is not None:
+            kind, rank, data = event
             last_news = time.monotonic()
             if kind in ("enter", "leave"):
                 position[rank] = tuple(data) if kind == "enter" else position[rank]
@@ -157,29 +190,27 @@ def _watch(
 
 
 DRAIN_S = 5.0
-"""After a fault, how long at most to wait for rank 0's last measurements: long enough for a
-loaded machine's queue feeder threads, short enough that a hung rank 0 (which has sent all it
-measured long before) does not double the time to fail."""
+"""After a fault, how long at most to wait for rank 0's last measurements: a rank 0 still inside
+the collective that failed reports its result or its own error within a poll or two; a hung rank
+0 (which has sent all it measured long before) never does, and must not double the time to fail."""
 
 
-def _drain(events: Any, finished: bool, reporter: Any, errors: dict[int, str]) -> list[Measurement]:
+def _drain(events: _Inbox, finished: bool, reporter: Any, errors: dict[int, str]) -> list[Measurement]:
     """Measurements still on their way when the run is stopped: rank 0 (``reporter``, the one
-    rank that sends them) may have queued one just before the fault, and on a loaded machine its
-    queue's feeder thread can deliver it seconds later; they belong in
-    ``ReplayFailedError.partial``. One process's events arrive in the order it sent them, so once
-    rank 0's own 'error' or 'done' is in (``finished``), or it has exited, everything it measured
-    is: read until then and the queue stays empty for one poll, for at most ``DRAIN_S`` (a rank 0
-    that is itself the hung one never reports). Errors read on the way join ``errors``, so the
-    blame sees them."""
+    rank that sends them) may finish a term after another rank's fault is seen; they belong in
+    ``ReplayFailedError.partial``. A rank's events arrive in the order it sent them, so once rank
+    0's own 'error' or 'done' is in (``finished``), or it has exited, everything it measured is:
+    read until then and the pipes stay empty for one poll, for at most ``DRAIN_S``. Errors read on
+    the way join ``errors``, so the blame sees them."""
     out: list[Measurement] = []
     deadline = time.monotonic() + DRAIN_S
     while time.monotonic() < deadline:
-        try:
-            kind, rank, data = events.get(timeout=POLL_S)
-        except queue_module.Empty:
+        event = events.get(POLL_S)
+        if event is None:
             if finished or reporter.exitcode is not None:
                 return out
             continue
+        kind, rank, data = event
         if kind == "result":
             out.append(Measurement.model_validate(data))
         elif kind == "error":

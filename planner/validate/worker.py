@@ -18,6 +18,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from multiprocessing.connection import Connection
 from typing import Any
 
 import numpy as np
@@ -154,11 +155,12 @@ def init(job: ReplayJob, rank: int, world_size: int, local_rank: int, init_metho
     return device
 
 
-def spawned_entry(payload: dict, rank: int, world_size: int, init_method: str, queue: Any) -> None:
-    """Entry point of a locally spawned rank: events go to ``queue`` as (kind, rank, data)."""
+def spawned_entry(payload: dict, rank: int, world_size: int, init_method: str, pipe: Connection) -> None:
+    """Entry point of a locally spawned rank: events go as (kind, data) to ``pipe``, this rank's
+    own (sent synchronously: no feeder thread, no lock shared with other ranks)."""
 
     def emit(kind: str, data: Any) -> None:
-        queue.put((kind, rank, data.model_dump() if isinstance(data, Measurement) else data))
+        pipe.send((kind, data.model_dump() if isinstance(data, Measurement) else data))
 
     try:
         job = ReplayJob.model_validate(payload)
@@ -169,5 +171,8 @@ def spawned_entry(payload: dict, rank: int, world_size: int, init_method: str, q
         emit("done", None)
     except BaseException as err:  # report, then exit non-zero: the parent names this rank
         lines = traceback.format_exception_only(type(err), err)
-        emit("error", " ".join(lines[-1].split()) if lines else type(err).__name__)
+        try:
+            emit("error", " ".join(lines[-1].split()) if lines else type(err).__name__)
+        except OSError:  # the launcher is gone (its end of the pipe closed): nobody to tell
+            pass
         raise SystemExit(1) from None
