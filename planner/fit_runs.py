@@ -26,6 +26,12 @@ Parameters (``FIT_FIELDS``):
                    quantisation and tails), fixed by the MoE rows alone; the rows that tell it
                    from the per-layer figure are the same models at EP 8 (16-32 local experts)
                    and EP 64 (2-4)
+  per stack        ``dropless_host_expert_us``: host time per local expert of a MoE layer's
+                   forward, exposed past dropless routing's per-layer synchronisation where it
+                   exceeds the layer's GPU time (``cost.compute.dropless_sync_exposed_s``),
+                   fixed by the dropless MoE rows alone; the rows that tell it from the
+                   GPU-side per-expert figure are the same mesh dropless and with token drop
+                   (a per-layer host figure beside it fitted to 0 and was left out)
   per stack        ``attention_efficiency_scale``: the stack's attention kernel inside a training
                    step relative to its published microbenchmark (FlashAttention-2/3 papers at
                    one shape); long-sequence rows, where attention dominates, fix it
@@ -72,12 +78,20 @@ FIT_FIELDS: dict[tuple[str, str], tuple[float, float, float]] = {
     ("stack", "moe_layer_overhead_us"): (0.0, 0.0, 50_000.0),
     ("stack", "tp_layer_overhead_us"): (0.0, 0.0, 20_000.0),
     ("stack", "expert_gemm_overhead_us"): (0.0, 0.0, 5_000.0),
+    ("stack", "dropless_host_expert_us"): (0.0, 0.0, 5_000.0),
     ("stack", "attention_efficiency_scale"): (1.0, 0.3, 1.0),
 }
 """(kind, field) -> (uncalibrated value, lower bound, upper bound). Bounds are physical: a GPU
 cannot sustain more than its benchmarked rate; 20 ms per layer is an order of magnitude above
 any published per-layer framework overhead; an
 attention kernel inside a training step runs at most at its published (best-shape) figure."""
+
+FIT_START: dict[str, float] = {"dropless_host_expert_us": 200.0}
+"""Where a fit starts a parameter no shipped file holds yet, when that is not its uncalibrated
+value: the dropless host exposure is a softened max(host - device, 0), flat at 0 for every row
+whose GPU time exceeds its host time, so a start at 0 has no gradient to leave by. 200 us per
+local expert is a few launches' worth (TE's grouped linear launches a quantisation and a GEMM per
+expert, forward): a start, not a result."""
 
 MIN_FOLDS = 2
 """A parameter is fitted only where rows of at least this many folds (models of a source) move
@@ -126,6 +140,8 @@ def applies(field: str, case: RunCase, config: ParallelConfig) -> bool:
     row-wise and block fp8 fractions only fp8 jobs of that scaling."""
     if field in ("moe_layer_overhead_us", "expert_gemm_overhead_us"):
         return case.model.is_moe
+    if field == "dropless_host_expert_us":
+        return case.model.is_moe and case.job.moe_capacity_factor is None
     if field == "tp_layer_overhead_us":
         return config.tp > 1 and case.job.software.tp_dtensor
     if field == "fp8_rowwise_gemm_fraction":
@@ -176,7 +192,7 @@ def shipped_values(params: Sequence[Param]) -> np.ndarray:
     for p in params:
         obj = load_stack(p.target) if p.kind == "stack" else load_profile(profiles_of(p.kind, p.target)[0]).gpu
         value = getattr(obj, p.field)
-        out.append(p.prior if value is None else float(value))
+        out.append(FIT_START.get(p.field, p.prior) if value is None else float(value))
     return np.array(out)
 
 

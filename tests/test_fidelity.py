@@ -195,7 +195,12 @@ def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
     """Qwen3-30B-A3B: 48 MoE layers of 128 experts; EP 8 holds 16 experts per rank, EP 2 holds 64.
     With only the per-expert figure set, the overhead is layers x 3 passes x E/ep x the figure."""
     stack = load_stack("megatron-core").model_copy(
-        update={"layer_overhead_us": 0.0, "moe_layer_overhead_us": 0.0, "expert_gemm_overhead_us": 50.0}
+        update={
+            "layer_overhead_us": 0.0,
+            "moe_layer_overhead_us": 0.0,
+            "expert_gemm_overhead_us": 50.0,
+            "dropless_host_expert_us": 0.0,
+        }
     )
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
     job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack)
@@ -205,6 +210,38 @@ def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
     assert overhead[1] == pytest.approx(48 * 3 * 64 * 50e-6)
     dense = evaluate(load_model("llama3-8b"), cluster, job, MeshArrays.from_configs([ParallelConfig(dp=8)]))
     assert dense.time["layer_overhead"][0] == 0.0  # dense layers hold no experts
+
+
+def test_dropless_routing_exposes_the_host_time_its_sync_leaves_uncovered() -> None:
+    """Qwen3-30B-A3B at EP 8 (16 local experts, 48 MoE layers): with only the dropless host figure
+    set (1 ms per expert, 16 ms per layer, far above a layer's GPU time), each MoE layer forward
+    exposes the host time less the layer's forward compute; token drop never synchronises; a
+    micro-batch large enough that the GPU outlasts the host exposes (nearly) nothing; full
+    recompute runs every forward, and its synchronisation, twice."""
+    from planner.cost.compute import layer_forward_s
+
+    stack = load_stack("megatron-core").model_copy(
+        update={
+            "layer_overhead_us": 0.0,
+            "moe_layer_overhead_us": 0.0,
+            "expert_gemm_overhead_us": 0.0,
+            "dropless_host_expert_us": 1000.0,
+        }
+    )
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
+    job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack, moe_load_imbalance=1.0)
+    mesh = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, zero_stage=1)])
+    device_s = float(layer_forward_s(model, cluster, job, mesh, moe=True)[0])
+    assert 0.5e-3 < device_s < 8e-3  # a layer's forward at micro-batch 1, well under 16 ms
+    overhead = evaluate(model, cluster, job, mesh).time["layer_overhead"][0]
+    assert overhead == pytest.approx(48 * (16e-3 - device_s), rel=1e-6)
+    full = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, zero_stage=1, recompute="full")])
+    assert evaluate(model, cluster, job, full).time["layer_overhead"][0] == pytest.approx(2 * overhead, rel=1e-6)
+    dropped = job.model_copy(update={"moe_capacity_factor": 1.0, "moe_load_imbalance": None})
+    assert evaluate(model, cluster, dropped, mesh).time["layer_overhead"][0] == 0.0
+    light = stack.model_copy(update={"dropless_host_expert_us": 0.01})  # 0.16 ms per layer: the GPU outlasts it
+    lightly = job.model_copy(update={"stack": light})
+    assert evaluate(model, cluster, lightly, mesh).time["layer_overhead"][0] < 1e-9
 
 
 def test_fp8_gemms_run_at_the_measured_fp8_efficiency() -> None:

@@ -26,6 +26,7 @@ import numpy as np
 from planner.cost import comm, traffic
 from planner.cost.compute import (
     attention_core_forward_s,
+    dropless_sync_exposed_s,
     layer_forward_s,
     layer_overhead_s,
     lm_head_forward_s,
@@ -201,7 +202,8 @@ def rank_slot(
         layers=layers,
         compute_first=compute_first,
         compute=compute,
-        overhead=layer_overhead_s(model, job, mesh, layers, moe_layers),
+        overhead=layer_overhead_s(model, job, mesh, layers, moe_layers)
+        + dropless_sync_exposed_s(model, job, mesh, layers, moe_layers, costs.moe_fwd),
         tp=tp,
         ep=ep,
         cp=cp,

@@ -120,6 +120,13 @@ class Stack(Frozen):
         "linear runs one GEMM (and, under fp8, one quantisation) per local expert, each with its own launch "
         "and tail; None: not calibrated, 0",
     )
+    dropless_host_expert_us: NonNegativeFloat | None = Field(
+        None,
+        description="Fitted: host (CPU) time per local expert of one MoE layer's forward under dropless routing: "
+        "the Python and launch work of the grouped linear's per-expert GEMMs and quantisation. Dropless routing "
+        "waits on the GPU once per MoE layer for the tokens each expert received, so what of it exceeds the "
+        "layer's GPU time is exposed; None: not calibrated, 0",
+    )
     attention_efficiency_scale: PositiveFloat | None = Field(
         None,
         description="Fitted: the attention kernel's throughput inside this stack's training steps relative to the "
@@ -146,6 +153,10 @@ class Stack(Frozen):
     @property
     def expert_gemm_overhead_s(self) -> float:
         return (self.expert_gemm_overhead_us or 0.0) * 1e-6
+
+    @property
+    def dropless_host_expert_s(self) -> float:
+        return (self.dropless_host_expert_us or 0.0) * 1e-6
 
     def layer_overhead_s(self, compiled: bool, tensor_parallel: bool = False) -> float:
         """Per-layer overhead of one forward pass: the fitted eager figure (plus the tensor-parallel
