@@ -17,6 +17,7 @@ from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
+from planner.schemas.parallel import DUAL_SCHEDULES
 
 MAX_MICROBATCHES_DRAWN = 4
 """The timeline draws at most 4p micro-batches (whole groups of p): enough to show warm-up,
@@ -53,6 +54,8 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     shown = min(m, MAX_MICROBATCHES_DRAWN * p)
     if cfg.schedule == "interleaved-1f1b":
         shown = max(p, shown - shown % p)
+    if cfg.schedule in DUAL_SCHEDULES:  # the reference programs need m >= 2p, and DualPipe an even m
+        shown = min(m, max(2 * p, shown - shown % 2))
     schedule = cfg.schedule if cfg.schedule in SIMULATED_SCHEDULES else "1f1b"
     t = est.time_breakdown_s
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
@@ -60,7 +63,11 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     busiest = layers_per_chunk(sum(est.layers_per_stage), p * cfg.virtual_stages) * cfg.virtual_stages
     passes = float(MeshArrays.from_configs([cfg]).forward_passes(busiest)[0])
     timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
-    colors = {"F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"], "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"]}
+    colors = {
+        "F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"],
+        "B": ["#dd8452", "#c44e52", "#da8bc3", "#937860"],
+        "W": ["#8c8c8c", "#b0b0b0", "#6e6e6e", "#cccccc"],
+    }
     for op in timeline.ops:
         ax.broken_barh(
             [(op.start_s, op.end_s - op.start_s)],
@@ -78,7 +85,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     ax.set_title(
         f"{cfg.schedule}{drawn}, p={p}, v={cfg.virtual_stages}: {note}, "
         f"bubble {timeline.bubble_fraction:.1%} (step: {est.bubble_fraction:.1%})\n"
-        "blue: forward, orange: backward (shades: model chunks)",
+        "blue: forward, orange: backward, grey: deferred weight gradient (shades: model chunks or directions)",
         fontsize=9,
     )
 

@@ -38,3 +38,28 @@ def test_plot_errors_are_one_line(cli, tmp_path: Path, monkeypatch: pytest.Monke
     assert_one_line_error(cli(*args, "--plot", str(tmp_path / "x.txt")), "--plot", ".png")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the extra were not installed
     assert_one_line_error(cli(*args, "--plot", str(tmp_path / "x.png")), "--plot needs matplotlib", ".[plot]")
+
+
+def test_dual_schedules_are_drawn_from_their_own_programs() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from planner.catalog import load_cluster, load_model
+    from planner.plots import draw_timeline
+    from planner.pricing import estimate_mesh
+    from planner.schemas import JobSpec, ParallelConfig
+
+    job = JobSpec(global_batch_size=64, seq_len=4096, stack="torchtitan")
+    config = ParallelConfig(pp=4, dp=4, schedule="dualpipev", zero_stage=1)
+    est = estimate_mesh(load_model("llama3-8b"), load_cluster("dgx-h100x2"), job, config)
+    fig, ax = plt.subplots()
+    try:
+        draw_timeline(ax, est)
+        title = ax.get_title()
+        # 16 micro-batches, 4 x 4 ranks drawn; the V's own program, not a 1F1B stand-in
+        assert title.startswith("dualpipev, p=4") and "drawn as 1F1B" not in title and "16 micro-batches" in title
+        grey = [c for c in ax.collections if tuple(c.get_facecolor()[0][:3]) == matplotlib.colors.to_rgb("#8c8c8c")]
+        assert grey  # the deferred weight-gradient chunks of the zero-bubble steps
+    finally:
+        plt.close(fig)

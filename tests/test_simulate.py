@@ -70,8 +70,68 @@ def test_every_op_runs_once_in_dependency_order() -> None:
             assert op.start_s >= ends[("B", mb, stage + 1)].end_s
 
 
+@pytest.mark.parametrize(
+    ("schedule", "p", "m", "makespan"),
+    # the reference schedules' own pictures (deepseek-ai/DualPipe README, dualpipe.png and
+    # dualpipev.png), F = B = W = one unit per chunk: DualPipe 8 ranks x 20 micro-batches in 66
+    # units (6 idle), DualPipeV 4 x 10 in 66 and 8 x 20 in 134 (a V chunk is half a rank's layers)
+    [("dualpipe", 8, 20, 66.0), ("dualpipev", 4, 10, 66.0), ("dualpipev", 8, 20, 134.0)],
+)
+def test_dual_schedules_run_the_reference_programs(schedule: str, p: int, m: int, makespan: float) -> None:
+    per_rank = 1.0 if schedule == "dualpipe" else 2.0  # one DualPipe stage, or two V half-stages
+    t = simulate(schedule, p, m, per_rank, 2.0 * per_rank)
+    assert t.makespan_s == pytest.approx(makespan)
+    assert sum(op.kind == "W" for op in t.ops) > 0  # zero-bubble chunks split some backwards
+    busy = {r: sum(op.end_s - op.start_s for op in t.ops if op.rank == r) for r in range(p)}
+    assert all(b == pytest.approx(m * 3.0 * per_rank) for b in busy.values())  # every chunk runs once
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev"])
+@pytest.mark.parametrize(("p", "groups"), [(2, 2), (4, 2), (4, 3), (6, 2), (8, 3)])
+def test_dual_simulation_matches_bubble_and_in_flight_closed_forms(schedule: str, p: int, groups: int) -> None:
+    m = 2 * p * groups // 2 * 2  # even and at least 2p, as the reference asserts
+    timeline = simulate(schedule, p, m, 1.0, 2.0)
+    bubble, first, last = _closed_form(schedule, p, m, 1)
+    assert timeline.bubble_fraction == pytest.approx(bubble, rel=1e-9)
+    assert timeline.peak_in_flight(0) == pytest.approx(first, rel=1e-9)
+    assert timeline.peak_in_flight(p - 1) == pytest.approx(last, rel=1e-9)
+
+
+@pytest.mark.parametrize("schedule", ["dualpipe", "dualpipev"])
+def test_dual_chunks_wait_for_their_inputs(schedule: str) -> None:
+    p, m = 4, 12
+    t = simulate(schedule, p, m, 1.0, 2.0)
+    ops = {(op.kind, op.microbatch, op.chunk, op.rank): op for op in t.ops}
+    half = m // 2 if schedule == "dualpipe" else m
+
+    def step(phase: int) -> int:  # the next rank of a phase's activations
+        return 1 if phase == 0 else -1
+
+    for (kind, mb, phase, rank), op in ops.items():
+        nxt = rank + step(phase)
+        prev = rank - step(phase)
+        if kind == "F" and 0 <= prev < p:
+            assert op.start_s >= ops[("F", mb, phase, prev)].end_s
+        if kind == "B" and 0 <= nxt < p:
+            assert op.start_s >= ops[("B", mb, phase, nxt)].end_s
+        if kind == "W":
+            assert op.start_s >= ops[("B", mb, phase, rank)].end_s
+    passes = 1 if schedule == "dualpipe" else 2  # a V micro-batch crosses each rank twice
+    for kind in ("F", "B"):
+        assert sum(k == kind for k, _, _, _ in ops) == passes * m * p
+    assert {mb for _, mb, _, _ in ops} == set(range(m))
+    if schedule == "dualpipev":  # the turn at the last rank: phase 1 starts from phase 0's output
+        for mb in range(half):
+            assert ops[("F", mb, 1, p - 1)].start_s >= ops[("F", mb, 0, p - 1)].end_s
+            assert ops[("B", mb, 0, p - 1)].start_s >= ops[("B", mb, 1, p - 1)].end_s
+
+
 def test_unsimulated_or_impossible_schedules_are_refused() -> None:
     with pytest.raises(PlannerError, match="zb-h1"):
         simulate("zb-h1", 4, 8, 1.0, 2.0)
     with pytest.raises(PlannerError, match="divisible by pp 4"):
         simulate("interleaved-1f1b", 4, 6, 1.0, 2.0, 2)
+    with pytest.raises(PlannerError, match="micro-batches >= 2 x pp"):
+        simulate("dualpipev", 4, 6, 1.0, 2.0)
+    with pytest.raises(PlannerError, match="even pp"):
+        simulate("dualpipe", 3, 8, 1.0, 2.0)

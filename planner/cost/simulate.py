@@ -17,8 +17,9 @@ backward). Orders, per rank r of p, m micro-batches, v model chunks:
 
 With equal stages and no communication the simulated idle share equals (p-1)/(m+p-1) for GPipe
 and 1F1B and (p-1)/(v*m+p-1) for interleaved 1F1B when p divides m: tests/test_simulate.py.
-ZB-H1, DualPipe and DualPipeV split the backward and are not simulated here; their closed forms
-(pipeline.py, counted on the reference implementations' own schedules) stand alone.
+DualPipe and DualPipeV run the reference implementation's own program (``simulate_dual``), which
+splits some backwards into input and weight gradients (W ops). ZB-H1 is not simulated; its
+closed form (pipeline.py) stands alone.
 """
 
 from __future__ import annotations
@@ -27,14 +28,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from planner.errors import PlannerError
+from planner.schemas.parallel import DUAL_SCHEDULES
 
-Kind = Literal["F", "B"]
-SIMULATED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b")
+Kind = Literal["F", "B", "W"]
+SIMULATED_SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", *DUAL_SCHEDULES)
 
 
 @dataclass(frozen=True)
 class Op:
-    """One forward or backward of one micro-batch through one model chunk on one rank."""
+    """One forward, backward (the input gradient only where a W follows) or weight gradient (W)
+    of one micro-batch through one model chunk on one rank."""
 
     rank: int
     kind: Kind
@@ -53,10 +56,16 @@ class Timeline:
     bubble_fraction: float
     virtual_stages: int
 
+    @classmethod
+    def of(cls, ops: list[Op], busy_s: float, virtual_stages: int) -> Timeline:
+        """The timeline of ``ops``, whose ranks each worked ``busy_s``."""
+        makespan = max(op.end_s for op in ops)
+        return cls(ops=ops, makespan_s=makespan, bubble_fraction=1.0 - busy_s / makespan, virtual_stages=virtual_stages)
+
     def peak_in_flight(self, rank: int) -> float:
         """Most micro-batches' worth of activations rank ``rank`` holds at once: a chunk's
         forward stores 1/v of the stage's activations until its backward frees them."""
-        events = sorted((op.end_s, 1 if op.kind == "B" else 0) for op in self.ops if op.rank == rank)
+        events = sorted((op.end_s, op.kind == "B") for op in self.ops if op.rank == rank and op.kind != "W")
         held = peak = 0
         for _, is_backward in events:  # at equal times a backward frees before a forward stores
             held += -1 if is_backward else 1
@@ -94,6 +103,16 @@ def simulate(schedule: str, p: int, m: int, forward_s: float, backward_s: float,
     takes 1/v of them) and no communication time."""
     if schedule not in SIMULATED_SCHEDULES:
         raise PlannerError(f"schedule '{schedule}' is not simulated; simulated: {', '.join(SIMULATED_SCHEDULES)}")
+    if schedule in DUAL_SCHEDULES:
+        from planner.cost.simulate_dual import simulate_dual
+
+        if m < 2 * p or (schedule == "dualpipe" and (p % 2 or m % 2)):
+            raise PlannerError(
+                f"{schedule} needs micro-batches >= 2 x pp ({m} < {2 * p})"
+                if m < 2 * p
+                else f"dualpipe needs an even pp and an even number of micro-batches (pp {p}, {m} micro-batches)"
+            )
+        return simulate_dual(schedule, p, m, forward_s, backward_s)
     v = virtual_stages if schedule == "interleaved-1f1b" else 1
     if schedule == "interleaved-1f1b" and m % p:
         raise PlannerError(f"interleaved-1f1b needs micro-batches ({m}) divisible by pp {p}")
@@ -126,6 +145,4 @@ def simulate(schedule: str, p: int, m: int, forward_s: float, backward_s: float,
                 progressed = True
         if not progressed:
             raise RuntimeError(f"{schedule} order deadlocks for p={p}, m={m}, v={v}")  # a bug, not user input
-    makespan = max(op.end_s for op in ops)
-    busy = m * (forward_s + backward_s)
-    return Timeline(ops=ops, makespan_s=makespan, bubble_fraction=1.0 - busy / makespan, virtual_stages=v)
+    return Timeline.of(ops, m * (forward_s + backward_s), v)
