@@ -241,11 +241,12 @@ def search_with_points(
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit,
     # unless none does, when every mesh is priced for the diagnosis.
     m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
-    fit = peak_memory(model, cluster, job, candidates, m).total <= cluster.gpu.hbm_capacity_bytes
+    memory = peak_memory(model, cluster, job, candidates, m)
+    fit = memory.total <= cluster.gpu.hbm_capacity_bytes
     if fit.any() and not fit.all():
         pruned["memory"] = int((~fit).sum())
-        candidates = candidates.take(fit)
-    cols = evaluate(model, cluster, job, candidates)
+        candidates, memory = candidates.take(fit), memory.take(fit)
+    cols = evaluate(model, cluster, job, candidates, memory)
     fits = cols.fits
     if (~fits).any():
         pruned["memory"] = pruned.get("memory", 0) + int((~fits).sum())

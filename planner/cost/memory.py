@@ -139,6 +139,11 @@ class StageMemory:
     def total(self) -> np.ndarray:
         return self.weights + self.gradients + self.optimizer + self.activations + self.logits + self.overhead
 
+    def take(self, rows: np.ndarray) -> StageMemory:
+        """The meshes ``rows`` (indices or a boolean mask) of these columns."""
+        fields = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
+        return StageMemory(**{f: getattr(self, f)[rows] for f in fields})
+
 
 @dataclass(frozen=True)
 class RankParams:

@@ -232,8 +232,11 @@ def pick_rank(pick: np.ndarray, a: RankSlot, b: RankSlot) -> RankSlot:
     )
 
 
-def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> Columns:
-    """Price every mesh of ``mesh`` (assumed feasible by ``planner.constraints``)."""
+def evaluate(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, memory: StageMemory | None = None
+) -> Columns:
+    """Price every mesh of ``mesh`` (assumed feasible by ``planner.constraints``); ``memory`` is
+    their ``peak_memory`` where the caller has it already (the search prices memory first)."""
     batch = mesh_batch_size(job.batch_size, mesh)
     m = num_microbatches(batch, mesh)
     links = comm.mesh_links(cluster, mesh)
@@ -271,7 +274,7 @@ def evaluate(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArr
     )
     hardware_flops = model_flops + recompute_extra * tokens
     peak_total = step * cluster.num_gpus * cluster.gpu.peak_flops_per_s(job.dtype)
-    memory = peak_memory(model, cluster, job, mesh, m, ranks)
+    memory = peak_memory(model, cluster, job, mesh, m, ranks) if memory is None else memory
     return Columns(
         step_time_s=step,
         num_microbatches=m,
