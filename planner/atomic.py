@@ -35,6 +35,22 @@ def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+def make_parent(path: str | Path, flag: str = "--out") -> Path:
+    """Create ``path``'s folder (and its parents) for an output file; a folder that cannot be made
+    (a regular file in the way, no permission) is one ``PlannerError`` line naming the flag."""
+    target = Path(path)
+    blocking = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise PlannerError(f"{flag} {target}: cannot write: '{blocking}' is a file, not a folder")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
+    if not os.access(target.parent, os.W_OK | os.X_OK):
+        raise PlannerError(f"{flag} {target}: cannot write: no permission to write in '{target.parent}'")
+    return target
+
+
 def write_text_atomic(path: str | Path, text: str, flag: str = "--out") -> None:
     """Write ``text`` (UTF-8) to ``path`` through ``atomic_path``."""
     with atomic_path(path, flag) as tmp:

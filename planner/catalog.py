@@ -52,6 +52,11 @@ def read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise PlannerError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise PlannerError(
+            f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): give a YAML or JSON "
+            "file saved as UTF-8"
+        ) from None
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SafeLoader)
     except yaml.YAMLError as err:
@@ -116,10 +121,19 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
     """Load ``text`` as a file path (anything that looks like one, or names an existing file) or
     as a catalog name or alias from ``index``; one-line errors for both."""
     path = Path(text).expanduser()
-    if _looks_like_path(text) or path.is_file():
-        if not path.is_file():
-            raise PlannerError(f"{kind} file '{text}' does not exist")
+    shown = text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+    try:
+        is_file = path.is_file()
+    except OSError as err:  # a name too long for the file system, or unreadable: not a file
+        if _looks_like_path(text):
+            raise PlannerError(f"{kind} file '{shown}' cannot be opened: {err.strerror or err}") from None
+        is_file = False
+    if _looks_like_path(text) or is_file:
+        if not is_file:
+            raise PlannerError(f"{kind} file '{shown}' does not exist")
         return loader(path.resolve())
+    if len(text) > 200:
+        raise PlannerError(f"unknown {kind} '{shown}': names are short; {hint}")
     found = index.get(text.lower())
     if found is None:
         raise _unknown(kind, text, sorted(index), hint)

@@ -6,6 +6,7 @@ PlannerError, and click's usage errors (unknown option, bad value), which ``main
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -86,11 +87,22 @@ SeqOpt = Annotated[
     Optional[int],
     typer.Option("--seq-len", "-s", min=1, metavar="N", help="Sequence length (default: model card, else 4096)."),
 ]
+
+
+def finite(value: float | None) -> float | None:
+    """Option callback: a float option takes finite numbers only (click's float accepts 'inf' and
+    'nan'; no price, deadline or fraction of a plan is infinite, and JSON cannot print them)."""
+    if value is not None and not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number")
+    return value
+
+
 GrowthOpt = Annotated[
     float,
     typer.Option(
         "--max-batch-growth",
         min=0.0,
+        callback=finite,
         metavar="FRACTION",
         help="Let the global batch grow by up to this fraction (0.05 = 5%) to divide into dp*micro-batch.",
     ),
@@ -101,7 +113,13 @@ PlotOpt = Annotated[
 ]
 PriceOpt = Annotated[
     Optional[float],
-    typer.Option("--price", min=0.0, metavar="USD", help="Price per GPU-hour (default: the profile's list price)."),
+    typer.Option(
+        "--price",
+        min=0.0,
+        callback=finite,
+        metavar="USD",
+        help="Price per GPU-hour (default: the profile's list price).",
+    ),
 ]
 TokensOpt = Annotated[
     Optional[str],
@@ -267,6 +285,11 @@ def _console() -> Console:
     return console if console.is_terminal else _Console(width=120)
 
 
+OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
+"""Write failures of the output device itself (full disk, quota, file too large, I/O error): a
+run whose output cannot be written ends with one line, not a traceback."""
+
+
 def _quiet_stdout() -> None:
     """Point stdout at /dev/null after its reader went away, so the interpreter's final flush
     does not fail again (Python docs, 'Note on SIGPIPE')."""
@@ -380,8 +403,8 @@ def parse_count(text: str, flag: str) -> float:
         value = float(number) * scale
     except ValueError:
         raise PlannerError(f"{flag} '{text}' is not a count: give a number with an optional K, M, B or T") from None
-    if not value > 0:
-        raise PlannerError(f"{flag} must be > 0, got '{text}'")
+    if not math.isfinite(value) or not value > 0:
+        raise PlannerError(f"{flag} must be a finite number > 0, got '{text}'")
     return value
 
 
@@ -560,7 +583,8 @@ def capacity_cmd(
     cluster: ClusterOpt = None,
     training_tokens: TokensOpt = None,
     days: Annotated[
-        Optional[float], typer.Option("--days", metavar="D", help="Deadline in days of wall time (required).")
+        Optional[float],
+        typer.Option("--days", callback=finite, metavar="D", help="Deadline in days of wall time (required)."),
     ] = None,
     max_nodes: Annotated[
         int, typer.Option("--max-nodes", min=1, metavar="N", help="Largest node count to try.")
@@ -755,6 +779,14 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # the reader closed the pipe (plan ... | head): end quietly, as git does
         _quiet_stdout()
         return 0
+    except OSError as err:
+        if err.errno not in OUTPUT_ERRNOS:
+            raise
+        # stdout's device failed (plan ... > /dev/full): say so in one line; the interpreter's
+        # last flush must not fail again
+        _quiet_stdout()
+        sys.stderr.write(f"error: cannot write the output: {err.strerror or err}\n")
+        return 1
     except Exception as err:
         if _is_a(err, "UsageError"):
             ctx = getattr(err, "ctx", None)

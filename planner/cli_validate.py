@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 
+from planner.atomic import make_parent
 from planner.cli import (
     AdamMomentsOpt,
     BatchOpt,
@@ -52,6 +53,7 @@ from planner.cli import (
     _model_cluster_job,
     _pinned_config,
     app,
+    finite,
 )
 from planner.errors import PlannerError
 
@@ -91,7 +93,10 @@ WarmupOpt = Annotated[
     int | None, typer.Option("--warmup", min=0, metavar="N", help="Untimed calls per term (default 1 gloo, 5 nccl).")
 ]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", min=1.0, metavar="S", help="Process-group and per-collective timeout, seconds.")
+    float,
+    typer.Option(
+        "--timeout", min=1.0, callback=finite, metavar="S", help="Process-group and per-collective timeout, seconds."
+    ),
 ]
 MaxMessageOpt = Annotated[
     str | None,
@@ -307,6 +312,7 @@ def validate_main(
     from planner.validate.terms import comm_terms
 
     check_backend(backend)
+    make_parent(out)  # an output that cannot be written fails now, not after the replay
     world, lead = _world(local_ranks, backend)
     spec, clus, job_spec, candidates = _candidates(ctx, top)
     replay_cluster, profile_name, profile_path = _replay_cluster(profile, backend, clus, world)
@@ -424,10 +430,12 @@ def sweep_cmd(
     op_names = parse_ops(ops)
     size_list = parse_sizes(sizes, "--sizes")
     fixed = parse_size(size, "--size")
+    make_parent(out)  # outputs that cannot be written fail now, not after the sweep
     if plot is not None:
         from planner.validate.plot import require_pyplot
 
         require_pyplot()  # fail before the run, not after it
+        make_parent(plot, "--plot")
     check_backend(backend)
     world, lead = _world(local_ranks, backend)
     if backend == "nccl" and profile is None:

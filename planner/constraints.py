@@ -178,8 +178,11 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "ep_needs_experts",
-        lambda m, c, j, x: (x.ep == 1) | (m.num_experts_total > 0),
-        lambda m, c, j, p: f"ep {p.ep} > 1 but {m.name} is a dense model (no experts)",
+        lambda m, c, j, x: ((x.ep == 1) & (x.expert_tp == 1)) | (m.num_experts_total > 0),
+        lambda m, c, j, p: (
+            (f"ep {p.ep} > 1" if p.ep > 1 else f"expert_tp {p.expert_tp} > 1")
+            + f" but {m.name} is a dense model (no experts)"
+        ),
     ),
     Rule(
         "experts_divisible_by_ep",

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.atomic import atomic_path
+from planner.atomic import atomic_path, make_parent
 from planner.cost.pipeline import layers_per_chunk
 from planner.cost.simulate import SIMULATED_SCHEDULES, simulate
 from planner.errors import PlannerError
@@ -41,7 +41,7 @@ def _save(fig: Any, path: str | Path) -> None:
     target = Path(path)
     if target.suffix.lower() not in (".png", ".svg", ".pdf"):
         raise PlannerError(f"--plot '{path}': give a .png, .svg or .pdf file name")
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_parent(target, "--plot")
     with atomic_path(target, "--plot") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
 

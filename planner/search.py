@@ -28,7 +28,7 @@ from planner.errors import PlannerError
 from planner.explain import explain
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
-from planner.schemas.hardware import ClusterSpec
+from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
@@ -349,12 +349,25 @@ DEFAULT_SEQ_LEN = 4096
 DEFAULT_BATCH_TOKENS = 4 * 1024 * 1024
 
 
+MAX_MESH_DEGREE = MAX_CLUSTER_GPUS
+"""The largest parallel degree, micro-batch, chunk count or recomputed-layer count a pin may
+name: no mesh degree exceeds the largest cluster planned (``MAX_CLUSTER_GPUS``), and the other
+integer knobs are far below it in any real job; the bound keeps a mistyped value from
+overflowing the enumeration's arrays."""
+
+
 def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
     """Drop unset (None) knobs; validate the rest against ParallelConfig's field types."""
     pins = {k: v for k, v in fields.items() if v is not None}
     unknown = set(pins) - set(ParallelConfig.model_fields)
     if unknown:
         raise PlannerError(f"unknown mesh knob(s) {sorted(unknown)}; allowed: {sorted(ParallelConfig.model_fields)}")
+    for name, value in pins.items():
+        if name == "zero_stage" or not isinstance(value, int) or isinstance(value, bool):
+            continue  # the stage has its own range (0-3), checked by its option and schema
+        if not 1 <= value <= MAX_MESH_DEGREE:
+            flag = "--" + name.replace("_", "-")
+            raise PlannerError(f"{flag} {value}: expected a whole number from 1 to {MAX_MESH_DEGREE:,}")
     if "order" in pins:
         from planner.catalog import validate_as
 

@@ -22,7 +22,7 @@ def test_counts_parse_with_decimal_suffixes() -> None:
     assert parse_count("2.5e12", "--training-tokens") == 2.5e12
     with pytest.raises(PlannerError, match="--training-tokens '15X' is not a count"):
         parse_count("15X", "--training-tokens")
-    with pytest.raises(PlannerError, match="must be > 0"):
+    with pytest.raises(PlannerError, match="must be a finite number > 0"):
         parse_count("0", "--training-tokens")
 
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from planner.errors import PlannerError
 from tests.conftest import assert_one_line_error
 
 LLAMA_YAML = """\
@@ -195,3 +196,85 @@ def test_divisors_by_trial_division_up_to_the_square_root() -> None:
     for n in (1, 2, 12, 36, 97, 1024, 6720, 2**20):
         assert divisors(n) == [k for k in range(1, n + 1) if n % k == 0]
     assert divisors(2**40) == [2**k for k in range(41)]  # fast: 2^20 trial divisions
+
+
+def test_hostile_names_and_files_are_one_line_errors(cli, tmp_path: Path) -> None:
+    # a 5,000-character name and a 300-character file name raised OSError (name too long) from
+    # Path.is_file; a binary or UTF-16 YAML raised UnicodeDecodeError
+    assert_one_line_error(cli("-m", "a" * 5000, "-c", "dgx-h100x16"), "unknown model", "(5000 characters)")
+    assert_one_line_error(cli("-m", "b" * 300 + ".yaml", "-c", "dgx-h100x16"), "model file", "cannot be opened")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00\x01binary")
+    utf16 = tmp_path / "utf16.yaml"
+    utf16.write_text("name: x\nhidden_size: 10\n", encoding="utf-16")
+    for path in (binary, utf16):
+        assert_one_line_error(cli("-m", str(path), "-c", "dgx-h100x16"), str(path), "not UTF-8 text", "0xff")
+
+
+def test_sizes_beyond_any_model_or_job_are_refused(cli, tmp_path: Path) -> None:
+    # hidden_size 4e12 overflowed numpy's int64 in the cost terms; a 1e23 micro-batch overflowed
+    # the enumeration's arrays; an MTP depth of 1e11 reached the memory schema as a negative size
+    model = tmp_path / "huge.yaml"
+    text = (Path(__file__).parents[1] / "models" / "llama3-8b.yaml").read_text()
+    model.write_text(
+        "\n".join("hidden_size: 4096000000000" if ln.startswith("hidden_size:") else ln for ln in text.splitlines())
+        + "\n"
+    )
+    assert_one_line_error(cli("-m", str(model), "-c", "dgx-h100x16"), "hidden_size 4096000000000", "16,777,216")
+    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "-s", "100000000"), "seq_len")
+    assert_one_line_error(
+        cli("-m", "llama70b", "-c", "dgx-h100x16", "-b", "99999999999999999999999"),
+        "--micro-batch-size 99999999999999999999999: expected a whole number from 1 to 1,048,576",
+    )
+    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "--mtp-layers", "99999999999"), "mtp_layers")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--max-batch-growth", "inf"), "'--max-batch-growth': inf is not a finite number"),
+        (("--price", "inf", "--json"), "'--price': inf is not a finite number"),
+        (("--price", "nan"), "'--price'"),
+        (("capacity", "--training-tokens", "1e12", "--days", "nan"), "'--days': nan is not a finite number"),
+        (("capacity", "--training-tokens", "inf", "--days", "30"), "--training-tokens must be a finite number > 0"),
+        (("capacity", "--training-tokens", "1e400", "--days", "30"), "--training-tokens must be a finite number > 0"),
+    ],
+)
+def test_non_finite_numbers_are_refused(cli, args: tuple[str, ...], fragment: str) -> None:
+    # they were accepted, and --json then printed Infinity or NaN, which is not JSON
+    head, rest = (args[:1], args[1:]) if args[0] == "capacity" else ((), args)
+    assert_one_line_error(cli(*head, "-m", "llama70b", "-c", "dgx-h100", *rest), fragment)
+
+
+def test_a_profile_with_an_infinite_rate_is_refused(tmp_path: Path) -> None:
+    from planner.catalog import load_profile
+
+    text = (Path(__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    assert "{bf16: 989.4," in text
+    bad = tmp_path / "inf.yaml"
+    bad.write_text(text.replace("{bf16: 989.4,", "{bf16: .inf,", 1))
+    with pytest.raises(PlannerError, match="finite"):
+        load_profile(str(bad))
+
+
+def test_outputs_under_a_file_fail_before_any_work(cli, tmp_path: Path) -> None:
+    blocker = tmp_path / "afile"
+    blocker.write_text("a file, not a folder\n")
+    where = f"'{blocker}' is a file, not a folder"
+    r = cli("-m", "llama3-8b", "-c", "dgx-h100x2", "--plot", str(blocker / "x.png"))
+    assert_one_line_error(r, "--plot", where)
+
+
+def test_expert_tensor_parallelism_needs_experts(cli) -> None:
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100x1", "--expert-tp", "2"), "expert_tp 2 > 1", "dense")
+
+
+def test_a_full_output_device_is_one_line() -> None:
+    import subprocess
+    import sys
+
+    args = [sys.executable, "-m", "planner", "--model", "llama3-8b", "--cluster", "dgx-h100"]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr == "error: cannot write the output: No space left on device\n"

@@ -9,10 +9,12 @@ class Frozen(BaseModel):
     """Immutable pydantic model that rejects unknown keys (``extra="forbid"``).
 
     Catalog YAML and user input go through these models, so a misspelt key is an error with
-    the key's name, never silently ignored.
+    the key's name, never silently ignored; infinities and NaN are refused in every float field
+    (``allow_inf_nan=False``): no size, rate or price of a plan is infinite, and JSON cannot
+    carry them.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 GIB_BYTES = 1024**3

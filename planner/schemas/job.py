@@ -39,6 +39,19 @@ sampling argument, not a measurement); the one published per-rank figure is from
 ("for benchmarking purposes only", megatron/core/transformer/moe/README.md)."""
 
 
+MAX_SEQ_LEN = 2**24
+"""Longest sequence a job may train on, 16,777,216 tokens (the longest published contexts are
+about 10M); with ``MAX_BATCH_SEQUENCES`` a bound that keeps a mistyped size from overflowing the
+cost terms' integer arithmetic, not a measurement."""
+
+MAX_MTP_LAYERS = 64
+"""Most multi-token-prediction layers a job may train: DeepSeek-V3 trains one, and a depth of 64
+is far past any published; a bound, not a measurement."""
+
+MAX_BATCH_SEQUENCES = 2**24
+"""Most sequences in one global batch, 16,777,216 (published batches are 1K-64K sequences)."""
+
+
 class JobSpec(Frozen):
     """A training job: global batch, sequence length, precision, optimizer state, token budget.
 
@@ -47,9 +60,13 @@ class JobSpec(Frozen):
     keeps bf16 weights and activations between layers, as Transformer Engine does).
     """
 
-    global_batch_size: PositiveInt | None = Field(None, description="Sequences per optimizer step")
-    global_batch_tokens: PositiveInt | None = Field(None, description="Tokens per optimizer step")
-    seq_len: PositiveInt
+    global_batch_size: PositiveInt | None = Field(
+        None, le=MAX_BATCH_SEQUENCES, description="Sequences per optimizer step"
+    )
+    global_batch_tokens: PositiveInt | None = Field(
+        None, le=MAX_BATCH_SEQUENCES * MAX_SEQ_LEN, description="Tokens per optimizer step"
+    )
+    seq_len: PositiveInt = Field(le=MAX_SEQ_LEN)
     dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     fp8_scaling: Literal["tensor", "row", "block"] = Field(
         "tensor",
@@ -92,6 +109,7 @@ class JobSpec(Frozen):
     mtp_layers: int | None = Field(
         None,
         ge=0,
+        le=MAX_MTP_LAYERS,
         description="Multi-token-prediction layers trained (Megatron --mtp-num-layers); None: the model's "
         "num_nextn_predict_layers, 0: none",
     )

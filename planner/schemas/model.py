@@ -26,6 +26,14 @@ Transformer'). GPT-2/3 and BLOOM use plain ``gelu``/``gelu_new`` with a 2-matrix
 GELU model (Gemma) sets ``gated_mlp: true`` explicitly."""
 
 
+MAX_MODEL_DIMENSION = 2**24
+"""The largest layer count, width, head count, vocabulary or context a model may state,
+16,777,216: far above any model built (hidden sizes up to about 32K, vocabularies up to about
+260K, contexts up to 10M tokens), so no real model is refused, while a mistyped 4e12 fails at
+once instead of overflowing the integer arithmetic of the cost terms. A bound, not a
+measurement."""
+
+
 class ModelSpec(Frozen):
     """Architecture of a decoder-only transformer (dense or MoE).
 
@@ -97,6 +105,13 @@ class ModelSpec(Frozen):
     qk_nope_head_dim: PositiveInt | None = None
     qk_rope_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
+
+    @model_validator(mode="after")
+    def _dimensions_in_range(self) -> ModelSpec:
+        for name, value in self:
+            if isinstance(value, int) and not isinstance(value, bool) and value > MAX_MODEL_DIMENSION:
+                raise ValueError(f"{name} {value} is more than {MAX_MODEL_DIMENSION:,}, the largest dimension planned")
+        return self
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:

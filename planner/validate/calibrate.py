@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.atomic import write_text_atomic
+from planner.atomic import make_parent, write_text_atomic
 from planner.cost import comm
 from planner.cost.compute import gemm_s
 from planner.errors import PlannerError
@@ -259,8 +259,4 @@ def write_profile_yaml(path: Path, profile: HardwareProfile) -> None:
     import yaml
 
     text = yaml.safe_dump(profile.model_dump(mode="json", exclude_none=True), sort_keys=False, width=120)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PlannerError(f"--out {path}: cannot write: {err.strerror or err}") from None
-    write_text_atomic(path, text)
+    write_text_atomic(make_parent(path), text)

@@ -21,8 +21,7 @@ from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
-from planner.atomic import write_text_atomic
-from planner.errors import PlannerError
+from planner.atomic import make_parent, write_text_atomic
 from planner.validate.schemas import (
     CandidateReport,
     Measurement,
@@ -125,12 +124,7 @@ def by_block(measurements: list[Measurement]) -> dict[int, dict[int, Measurement
 def write_json_atomic(path: Path, report: BaseModel) -> None:
     """Write ``report`` as JSON beside ``path``, then rename it over ``path`` (``write_text_atomic``):
     a reader never sees half a file, and an interrupted run leaves the old one. Creates the folder."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PlannerError(f"--out {path}: cannot write: {err.strerror or err}") from None
-    write_text_atomic(path, report.model_dump_json(indent=2) + "\n")
+    write_text_atomic(make_parent(path), report.model_dump_json(indent=2) + "\n")
 
 
 def _ms(seconds: float | None) -> str:
