@@ -34,6 +34,8 @@ def _job(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> J
     from planner.catalog import validate_as
     from planner.search import default_job
 
+    if job is not None and not isinstance(job, JobSpec):
+        raise PlannerError(f"job: expected a JobSpec (or None for the model's default job), got {job!r}")
     if job is None:
         return default_job(model, **job_fields)
     if not job_fields:
@@ -60,6 +62,8 @@ def plan(
     also set job fields (seq_len=8192, global_batch_size=512)."""
     from planner.search import pins_from_config_fields, search
 
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise PlannerError(f"top: expected a whole number >= 1, got {top!r}")
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(pins)
     return search(
@@ -68,13 +72,15 @@ def plan(
 
 
 def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | None = None, **fields: Any) -> Estimate:
-    """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...) and job fields."""
-    from planner.catalog import validate_as
+    """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...) and job fields. As
+    `plan estimate` reads them: dp takes the GPUs tp*pp*cp leave, v > 1 implies interleaved 1F1B,
+    sequence parallelism is on with tp > 1 (``search.pinned_mesh``)."""
     from planner.pricing import estimate_mesh
+    from planner.search import pinned_mesh
 
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(fields)
-    config = validate_as(ParallelConfig, mesh, "mesh")
+    config = pinned_mesh(mesh, clus.num_gpus)
     return estimate_mesh(spec, clus, _job(spec, job, job_fields), config)
 
 

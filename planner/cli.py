@@ -417,21 +417,10 @@ def _mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
 
 
 def _pinned_config(pins: dict[str, Any], num_gpus: int) -> Any:
-    """The one mesh the pins name, as `plan estimate` reads them: unset degrees are 1 except dp,
-    which takes the GPUs tp*pp*cp leave; v > 1 implies interleaved 1F1B; sequence parallelism is
-    on with tp > 1 unless --no-sequence-parallel (as the search and Megatron-Core's recipes run
-    TP). Validated."""
-    from planner.catalog import validate_as
-    from planner.schemas.parallel import ParallelConfig
+    """The one mesh the pins name (``search.pinned_mesh``: dp takes the GPUs left)."""
+    from planner.search import pinned_mesh
 
-    fields = dict(pins)
-    if "dp" not in fields:
-        fields["dp"] = max(1, num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
-    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
-        fields["schedule"] = "interleaved-1f1b"
-    if "sequence_parallel" not in fields:
-        fields["sequence_parallel"] = fields.get("tp", 1) > 1
-    return validate_as(ParallelConfig, fields, "mesh")
+    return pinned_mesh(pins, num_gpus)
 
 
 def _version(value: bool) -> None:

@@ -16,7 +16,7 @@ does not price yet) are evaluated only when pinned.
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 
@@ -336,7 +336,9 @@ def default_job(
 ) -> JobSpec:
     """The job when the user gives none: the model card's sequence length and batch, else
     s = 4096 and a 4 Mi-token batch (Llama 3's initial batch, arXiv:2407.21783 section 3.4.1)."""
-    s = seq_len or model.default_seq_len or DEFAULT_SEQ_LEN
+    s = seq_len if seq_len is not None else model.default_seq_len or DEFAULT_SEQ_LEN  # 0 is refused, not defaulted
+    if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+        raise PlannerError(f"job: field 'seq_len': expected a whole number >= 1, got {s!r}")
     if global_batch_size is None and global_batch_tokens is None:
         global_batch_size = model.default_global_batch_size or max(1, DEFAULT_BATCH_TOKENS // s)
     data = {"seq_len": s, "global_batch_size": global_batch_size, "global_batch_tokens": global_batch_tokens, **extra}
@@ -356,12 +358,49 @@ integer knobs are far below it in any real job; the bound keeps a mistyped value
 overflowing the enumeration's arrays."""
 
 
+def _pin_value(name: str, value: Any) -> Any:
+    """One pin checked against its ParallelConfig field alone (type, range, choices), as the CLI's
+    options and ``ParallelConfig`` check it: the library's ``plan(tp='8')`` reads 8,
+    ``recompute='some'`` or ``zero_stage=5`` is a one-line error naming the field."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from planner.errors import describe_validation_error
+
+    field = ParallelConfig.model_fields[name]
+    if isinstance(value, bool) and field.annotation is not bool:
+        expected = getattr(field.annotation, "__name__", str(field.annotation))
+        raise PlannerError(f"mesh: field '{name}': expected {expected}, got {value!r}")
+    try:
+        kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+        return TypeAdapter(kind).validate_python(value)
+    except ValidationError as err:
+        raise PlannerError(describe_validation_error(err, f"mesh: field '{name}'")) from None
+
+
+def pinned_mesh(pins: dict[str, Any], num_gpus: int) -> ParallelConfig:
+    """The one mesh ``pins`` name, as `plan estimate` and ``planner.estimate`` read them: unset
+    degrees are 1 except dp, which takes the GPUs tp*pp*cp leave; v > 1 implies interleaved 1F1B;
+    sequence parallelism is on with tp > 1 unless pinned off (as the search and Megatron-Core's
+    recipes run TP). Validated (one-line ``PlannerError``)."""
+    from planner.catalog import validate_as
+
+    fields = pins_from_config_fields(**pins)
+    if "dp" not in fields:
+        fields["dp"] = max(1, num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
+    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
+        fields["schedule"] = "interleaved-1f1b"
+    if "sequence_parallel" not in fields:
+        fields["sequence_parallel"] = fields.get("tp", 1) > 1
+    return validate_as(ParallelConfig, fields, "mesh")
+
+
 def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
     """Drop unset (None) knobs; validate the rest against ParallelConfig's field types."""
     pins = {k: v for k, v in fields.items() if v is not None}
     unknown = set(pins) - set(ParallelConfig.model_fields)
     if unknown:
         raise PlannerError(f"unknown mesh knob(s) {sorted(unknown)}; allowed: {sorted(ParallelConfig.model_fields)}")
+    pins = {name: _pin_value(name, value) for name, value in pins.items()}
     for name, value in pins.items():
         if name == "zero_stage" or not isinstance(value, int) or isinstance(value, bool):
             continue  # the stage has its own range (0-3), checked by its option and schema

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 
@@ -48,3 +50,36 @@ def test_library_job_overrides_are_revalidated() -> None:
     assert est.config.job.global_batch_size == 128
     with pytest.raises(planner.PlannerError, match="seq_len"):
         planner.estimate("llama70b", "dgx-h100x16", job=job, seq_len=-5, tp=8, pp=2, dp=8)
+
+
+@pytest.mark.parametrize(
+    ("call", "kwargs", "message"),
+    [
+        # each raised ZeroDivisionError, AttributeError, raw pydantic text, or returned everything
+        ("plan", {"tp": 0}, "mesh: field 'tp': Input should be greater than 0"),
+        ("plan", {"recompute": "some"}, "mesh: field 'recompute': Input should be 'none', 'selective' or 'full'"),
+        ("plan", {"zero_stage": 5}, "mesh: field 'zero_stage': Input should be less than or equal to 3"),
+        ("plan", {"job": "notajob"}, "job: expected a JobSpec (or None for the model's default job), got 'notajob'"),
+        ("plan", {"top": -1}, "top: expected a whole number >= 1, got -1"),
+        ("plan", {"top": "3"}, "top: expected a whole number >= 1, got '3'"),
+        ("plan", {"top": 2.5}, "top: expected a whole number >= 1, got 2.5"),
+        ("plan", {"seq_len": 0}, "job: field 'seq_len': expected a whole number >= 1, got 0"),
+        ("estimate", {"tp": True}, "mesh: field 'tp': expected int, got True"),
+        ("estimate", {"tp": 8, "pp": 2, "dp": 3}, "impossible mesh"),
+    ],
+)
+def test_library_arguments_are_validated_as_the_cli_does(call: str, kwargs: dict, message: str) -> None:
+    import planner
+
+    with pytest.raises(planner.PlannerError) as err:
+        getattr(planner, call)("llama70b", "dgx-h100x16", **kwargs)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_library_estimate_resolves_dp_from_the_leftover_gpus() -> None:
+    import planner
+
+    # as `plan estimate` does: 128 GPUs / (tp 8 x pp 2) = dp 8, sequence parallel on with tp > 1
+    est = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2)
+    assert est.config.parallel.short() == "tp8 pp2 dp8 cp1 ep1 mbs1 v1 z0 none sp 1f1b"
+    assert planner.plan("llama70b", "dgx-h100x16", tp="8", top=1).candidates[0].config.parallel.tp == 8
