@@ -519,6 +519,7 @@ def calibrate_cmd(
         ErrorStats,
         base_attention_efficiency,
         calibrated_profile,
+        check_measured_on,
         fit,
         fits_attention,
         initial_params,
@@ -533,7 +534,15 @@ def calibrate_cmd(
     if out is None:
         raise PlannerError("--out is required: where to write the calibrated profile YAML")
     base = load_cluster(cluster).profile
-    results, context = samples_from_json(read_yaml(from_), str(from_))
+    samples = samples_from_json(read_yaml(from_), str(from_))
+    check_measured_on(samples.context, base, str(from_))
+    results, context = samples.results, samples.context
+    if samples.error is not None:
+        typer.echo(
+            f"warning: {from_} is a partial report (the run stopped: {samples.error}); fitting the "
+            f"{len(results)} terms measured before it stopped",
+            err=True,
+        )
     params, before, _ = fit(base, results)
     where = measured_where(context.host, context.created_at, context.device_name, context.torch_version)
     source = f"{where}: plan calibrate fit to {len(results)} terms of {from_.name}"
@@ -544,6 +553,7 @@ def calibrate_cmd(
     summary = {
         "profile": str(out),
         "samples": len(results),
+        "partial": samples.error is not None,
         "error_before": vars(before),
         "error_after": vars(after),
         "links": {t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw} for t, (lat, bw) in params.links.items()},

@@ -157,6 +157,35 @@ def test_calibration_on_part_of_a_sweep_predicts_the_rest_within_2x(sweep, cli, 
     assert load_cluster(str(out), gpus=4).num_nodes == 2
 
 
+def test_calibrate_refuses_reports_it_cannot_trust_and_flags_partial_ones(sweep, cli, tmp_path) -> None:
+    from tests.conftest import assert_one_line_error
+
+    _, path = sweep
+    out = tmp_path / "calibrated.yaml"
+
+    def variant(name: str, change: Any) -> str:
+        data = json.loads(path.read_text())
+        change(data)
+        target = tmp_path / name
+        target.write_text(json.dumps(data))  # json writes inf as Infinity, which it also reads back
+        return str(target)
+
+    # a CPU (gloo) sweep set an H100's NVLink to 0.19 GB/s without a word
+    r = cli("calibrate", "--from", str(path), "--cluster", "dgx-h100", "--out", str(out))
+    assert_one_line_error(r, "was measured with gloo", "--cluster dgx-h100", "a GPU profile", "(localhost-cpu)")
+    # an infinite time crashed scipy ("Residuals are not finite"); the report's schema refuses it
+    infinite = variant("inf.json", lambda d: d["points"][0]["result"].update(measured_s=float("inf")))
+    r = cli("calibrate", "--from", infinite, "--cluster", "localhost-cpu", "--out", str(out))
+    assert_one_line_error(r, "measured_s", "finite number")
+    assert not out.exists()
+    # a partial report is fitted, and says so
+    partial = variant("partial.json", lambda d: d.update(status="failed", error="rank 1 died"))
+    r = cli("calibrate", "--from", partial, "--cluster", "localhost-cpu", "--out", str(out), "--json")
+    assert r.code == 0, r.err
+    assert "warning:" in r.err and "partial report (the run stopped: rank 1 died)" in r.err
+    assert r.json()["partial"] is True and out.exists()
+
+
 def _ring_job(timeout_s: float) -> ReplayJob:
     terms, _ = sweep_terms(["all_reduce"], [2**16], 2**16, WORLD, load_cluster("localhost-cpu", gpus=WORLD))
     return ReplayJob(

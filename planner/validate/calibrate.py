@@ -51,8 +51,20 @@ COMPUTE_OPS = ("gemm", "layer")
 """Ops timed on one rank, priced by the GPU's rates rather than a link."""
 
 
-def samples_from_json(data: dict[str, Any], where: str) -> tuple[list[TermResult], ReplayContext]:
-    """Every measured term of a validation or sweep report, and where and when it was measured."""
+@dataclass(frozen=True)
+class Samples:
+    """A report's measured terms, where and how they were measured, and whether the run finished
+    (``error``: why a partial report stopped; None when complete)."""
+
+    results: list[TermResult]
+    context: ReplayContext
+    error: str | None
+
+
+def samples_from_json(data: dict[str, Any], where: str) -> Samples:
+    """Every measured term of a validation or sweep report, and where and when it was measured.
+    Non-finite times are refused by the report schema; a term measured at zero time, or a GEMM
+    with a zero dimension, carries nothing to fit and is refused by name."""
     from planner.catalog import validate_as
 
     kind = data.get("kind")
@@ -67,10 +79,28 @@ def samples_from_json(data: dict[str, Any], where: str) -> tuple[list[TermResult
         raise PlannerError(
             f"{where}: field 'kind': expected 'validation' or 'sweep' (a plan validate JSON), got {kind!r}"
         )
+    for r in results:
+        if r.spec.gemm_mnk is not None and min(r.spec.gemm_mnk) < 1:
+            raise PlannerError(f"{where}: term '{r.spec.name}': GEMM shape {r.spec.gemm_mnk} has a zero dimension")
     results = [r for r in results if r.measured_s > 0]
     if not results:
         raise PlannerError(f"{where}: no measured terms to fit")
-    return results, report.context
+    return Samples(results, report.context, None if report.status == "complete" else report.error or "failed")
+
+
+def check_measured_on(context: ReplayContext, profile: HardwareProfile, where: str) -> None:
+    """Measurements calibrate only hardware of their own kind: a gloo report (CPU worker processes)
+    cannot set a GPU profile's links and rates (a CPU sweep made an H100's NVLink 0.19 GB/s), nor
+    an NCCL report a CPU profile's."""
+    cpu_profile = "cpu" in (profile.gpu.architecture or "").lower()
+    if (context.backend == "gloo") != cpu_profile:
+        measured = f"with {context.backend} on {context.device_name or context.device}"
+        target = f"{profile.name} ({profile.gpu.name})"
+        raise PlannerError(
+            f"{where} was measured {measured}, but --cluster {target} is "
+            f"{'a CPU' if cpu_profile else 'a GPU'} profile: calibrate the profile the measurements ran on "
+            f"({context.replay_profile})"
+        )
 
 
 @dataclass(frozen=True)
