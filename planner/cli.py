@@ -783,9 +783,9 @@ def main(argv: list[str] | None = None) -> int:
             message = " ".join(err.format_message().split())  # type: ignore[attr-defined]
             sys.stderr.write(f"error: {message}{where}\n")
             return 2
-        if _is_a(err, "Abort"):
+        if _is_a(err, "Abort"):  # click's Ctrl-C: 130 = 128 + SIGINT, the shell's convention
             sys.stderr.write("aborted\n")
-            return 1
+            return 130
         raise
     return int(result) if isinstance(result, int) else 0
 

@@ -180,12 +180,13 @@ def _candidates(ctx: typer.Context, top: int) -> tuple[Any, Any, Any, list[tuple
     return spec, clus, job, [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]
 
 
-def _run_with_progress(job: Any, local_ranks: int | None, lead: bool) -> tuple[list[Any], str | None]:
-    """Run the replay with a progress bar on stderr; (measurements, error or None)."""
+def _run_with_progress(job: Any, local_ranks: int | None, lead: bool) -> tuple[list[Any], str | None, bool]:
+    """Run the replay with a progress bar on stderr; (measurements, error or None, whether the
+    user interrupted it)."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from planner.validate.launch import Event, ReplayFailedError, run_local, run_torchrun
+    from planner.validate.launch import Event, ReplayFailedError, ReplayInterruptedError, run_local, run_torchrun
 
     total = sum(len(b.terms) for b in job.blocks)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -201,10 +202,18 @@ def _run_with_progress(job: Any, local_ranks: int | None, lead: bool) -> tuple[l
 
         try:
             if local_ranks is not None:
-                return run_local(job, local_ranks, on_event), None
-            return run_torchrun(job, on_event), None
+                return run_local(job, local_ranks, on_event), None, False
+            return run_torchrun(job, on_event), None, False
         except ReplayFailedError as err:
-            return err.partial, str(err)
+            return err.partial, str(err), isinstance(err, ReplayInterruptedError)
+
+
+def _stop_if_interrupted(interrupted: bool, measured: int, total: int, out: Path) -> None:
+    """After a Ctrl-C the partial report is written: say so and end with status 130 (128 + SIGINT,
+    the shell's convention)."""
+    if interrupted:
+        typer.echo(f"interrupted: {measured} of {total} terms measured; partial report in {out}", err=True)
+        raise typer.Exit(130)
 
 
 def _context(
@@ -361,7 +370,7 @@ def validate_main(
             f"{len(capped)} terms capped (--max-message-bytes {cap_bytes}, --max-gemm-flops {cap_flops}); "
             "calls per step count the buckets"
         )
-    measurements, error = _run_with_progress(job, local_ranks, lead)
+    measurements, error, interrupted = _run_with_progress(job, local_ranks, lead)
     if not lead:
         return
     measured = by_block(measurements)
@@ -379,6 +388,7 @@ def validate_main(
         kendall_tau=kendall_tau(reports),
     )
     write_json_atomic(out, report)
+    _stop_if_interrupted(interrupted, len(measurements), sum(len(b.terms) for b in job.blocks), out)
     if error:
         raise PlannerError(f"{error} (results so far in {out})")
     if as_json:
@@ -450,7 +460,7 @@ def sweep_cmd(
         timeout_s=timeout,
         gemm_on_all_ranks=True,
     )
-    measurements, error = _run_with_progress(job, local_ranks, lead)
+    measurements, error, interrupted = _run_with_progress(job, local_ranks, lead)
     if not lead:
         return
     points = [SweepPoint(series=series[m.term], result=term_result(terms[m.term], m)) for m in measurements]  # type: ignore[arg-type]
@@ -462,6 +472,7 @@ def sweep_cmd(
         points=points,
     )
     write_json_atomic(out, report)
+    _stop_if_interrupted(interrupted, len(measurements), len(terms), out)
     if error:
         raise PlannerError(f"{error} (results so far in {out})")
     if plot is not None:

@@ -230,6 +230,80 @@ def test_a_killed_or_hung_rank_fails_the_run_within_the_timeout(sig: int, expect
     assert len(failed.value.partial) >= 2  # terms 0 and 1, which rank 0 finished before the fault, are kept
 
 
+def test_an_interrupted_replay_stops_its_ranks_and_keeps_what_they_measured() -> None:
+    from planner.validate.launch import INTERRUPTED, ReplayInterruptedError
+
+    job = _ring_job(timeout_s=30.0)
+    pids: set[int] = set()
+
+    def on_event(event: Event) -> None:
+        if event.pid is not None:
+            pids.add(event.pid)
+        if event.rank == 0 and event.kind == "enter" and event.position == (0, 3):
+            raise KeyboardInterrupt  # Ctrl-C arriving while the launcher waits on the ranks
+
+    with pytest.raises(ReplayInterruptedError, match="interrupted") as stopped:
+        run_local(job, WORLD, on_event)
+    assert str(stopped.value) == INTERRUPTED
+    assert len(stopped.value.partial) >= 3  # rank 0 finished terms 0-2 before entering term 3
+    assert len(pids) == WORLD
+    for pid in pids:  # every rank was stopped and reaped
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_ctrl_c_writes_the_partial_report_and_exits_130(cli, tmp_path, monkeypatch) -> None:
+    import planner.validate.launch as launch
+    from planner.validate.schemas import Measurement
+
+    def interrupted(job: ReplayJob, world: int, on_event: Any = None) -> list[Measurement]:
+        measured = [Measurement(block=0, term=0, median_s=1e-3, p10_s=1e-3, p90_s=1e-3, repeats=1)]
+        raise launch.ReplayInterruptedError(launch.INTERRUPTED, measured)
+
+    monkeypatch.setattr(launch, "run_local", interrupted)
+    out = tmp_path / "report.json"
+    args = ("validate", "--local-ranks", "2", "-m", "gpt2", "-c", "localhost-cpux1", "-B", "4", "--seq-len", "128")
+    r = cli(*args, "--top", "1", "--out", str(out))
+    assert r.code == 130, r.err
+    assert "interrupted: 1 of" in r.err and f"partial report in {out}" in r.err
+    report = json.loads(out.read_text())
+    assert report["status"] == "failed" and report["error"] == launch.INTERRUPTED
+    assert sum(t["measured_s"] is not None for c in report["candidates"] for t in c["terms"]) == 1
+
+
+def test_ranks_die_with_their_launcher(tmp_path) -> None:
+    # SIGKILL to `plan validate` ran no finally: the ranks kept running, orphaned
+    import subprocess
+    import sys
+
+    script = tmp_path / "launcher.py"
+    script.write_text(
+        "from planner.validate.launch import run_local\n"
+        "from tests.test_validate_dist import WORLD, _ring_job\n"
+        "def on_event(event):\n"
+        "    if event.kind == 'ready':\n"
+        "        print(event.pid, flush=True)\n"
+        "if __name__ == '__main__':  # spawned ranks import this module again\n"
+        "    run_local(_ring_job(timeout_s=600.0).model_copy(update={'repeats': 10**6}), WORLD, on_event)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=root)
+    assert proc.stdout is not None
+    pids = [int(proc.stdout.readline()) for _ in range(WORLD)]
+    proc.kill()
+    proc.wait(timeout=30)
+    deadline = time.monotonic() + 30.0
+    alive = set(pids)
+    while alive and time.monotonic() < deadline:
+        for pid in list(alive):
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                alive.discard(pid)
+        time.sleep(0.2)
+    assert not alive, f"ranks {sorted(alive)} outlived their launcher"
+
+
 @SLOW
 def test_the_issue_run_gpt2_top3_on_localhost(cli, tmp_path) -> None:
     out = tmp_path / "report.json"

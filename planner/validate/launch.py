@@ -14,6 +14,7 @@ term it was in. Measurements received so far travel with the error (``ReplayFail
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Callable
@@ -53,6 +54,14 @@ class ReplayFailedError(PlannerError):
     def __init__(self, message: str, partial: list[Measurement]) -> None:
         super().__init__(message)
         self.partial = partial
+
+
+class ReplayInterruptedError(ReplayFailedError):
+    """The user stopped the replay (Ctrl-C, SIGINT): the ranks are stopped, and what they measured
+    before travels in ``partial`` like a failure's."""
+
+
+INTERRUPTED = "interrupted (Ctrl-C) before every term was measured"
 
 
 def _term_name(job: ReplayJob, position: tuple[int, int] | None) -> str:
@@ -113,7 +122,11 @@ def run_local(job: ReplayJob, world_size: int, on_event: Callable[[Event], None]
     init_method = f"tcp://127.0.0.1:{free_port()}"
     payload = job.model_dump(mode="json")
     procs = [
-        ctx.Process(target=spawned_entry, args=(payload, rank, world_size, init_method, pipes[rank][1]), daemon=True)
+        ctx.Process(
+            target=spawned_entry,
+            args=(payload, rank, world_size, init_method, pipes[rank][1], os.getpid()),
+            daemon=True,
+        )
         for rank in range(world_size)
     ]
     for proc, (_, writer) in zip(procs, pipes, strict=True):
@@ -142,51 +155,55 @@ def _watch(
     errors: dict[int, str] = {}
     last_news = time.monotonic()
     failed_at: float | None = None
-    while len(done) < world:
-        event = events.get(POLL_S)
-        if event is not None:
-            kind, rank, data = event
-            last_news = time.monotonic()
-            if kind in ("enter", "leave"):
-                position[rank] = tuple(data) if kind == "enter" else position[rank]
-            elif kind == "result":
-                data = Measurement.model_validate(data)
-                results.append(data)
-            elif kind == "ready":
-                ready.add(rank)
-            elif kind == "done":
-                done.add(rank)
-            elif kind == "error":
-                errors[rank] = str(data)
-            if on_event is not None:
-                on_event(Event(kind, rank, procs[rank].pid, position[rank], data))
-        dead = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in done}
-        now = time.monotonic()
-        if (errors or dead) and failed_at is None:
-            failed_at = now
-        if failed_at is not None:
-            waited, reported = now - failed_at, len(errors) + len(dead)
-            # A dead rank is the culprit at once. Errors alone may be the others timing out on a
-            # hung rank: wait (up to one collective timeout) until all but one have reported, so
-            # that the silent one is named, not a slow reporter on a loaded machine.
-            settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
-            if settled or reported >= world:
-                finished = 0 in errors or 0 in done
-                results += _drain(events, finished, procs[0], errors)
-                raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
-        starting = len(ready) < world
-        allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
-        if failed_at is None and now - last_news > allowance:
-            stuck = [r for r in range(world) if r not in (ready if starting else done)]
-            ranks = f"rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))}"
-            if starting:
-                raise ReplayFailedError(f"{ranks} did not join the process group within {STARTUP_S:.0f} s", results)
-            raise ReplayFailedError(
-                f"{ranks} made no progress for {allowance:.0f} s in {_term_name(job, position[stuck[0]])} "
-                f"(timeout {job.timeout_s:.0f} s + {GRACE_S:.0f} s grace)",
-                results,
-            )
-    return results
+    try:
+        while len(done) < world:
+            event = events.get(POLL_S)
+            if event is not None:
+                kind, rank, data = event
+                last_news = time.monotonic()
+                if kind in ("enter", "leave"):
+                    position[rank] = tuple(data) if kind == "enter" else position[rank]
+                elif kind == "result":
+                    data = Measurement.model_validate(data)
+                    results.append(data)
+                elif kind == "ready":
+                    ready.add(rank)
+                elif kind == "done":
+                    done.add(rank)
+                elif kind == "error":
+                    errors[rank] = str(data)
+                if on_event is not None:
+                    on_event(Event(kind, rank, procs[rank].pid, position[rank], data))
+            dead = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0) and r not in done}
+            now = time.monotonic()
+            if (errors or dead) and failed_at is None:
+                failed_at = now
+            if failed_at is not None:
+                waited, reported = now - failed_at, len(errors) + len(dead)
+                # A dead rank is the culprit at once. Errors alone may be the others timing out on a
+                # hung rank: wait (up to one collective timeout) until all but one have reported, so
+                # that the silent one is named, not a slow reporter on a loaded machine.
+                settled = waited > SETTLE_S and (dead or reported >= world - 1 or waited > job.timeout_s + SETTLE_S)
+                if settled or reported >= world:
+                    finished = 0 in errors or 0 in done
+                    results += _drain(events, finished, procs[0], errors)
+                    raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
+            starting = len(ready) < world
+            allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
+            if failed_at is None and now - last_news > allowance:
+                stuck = [r for r in range(world) if r not in (ready if starting else done)]
+                ranks = f"rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))}"
+                if starting:
+                    raise ReplayFailedError(f"{ranks} did not join the process group within {STARTUP_S:.0f} s", results)
+                raise ReplayFailedError(
+                    f"{ranks} made no progress for {allowance:.0f} s in {_term_name(job, position[stuck[0]])} "
+                    f"(timeout {job.timeout_s:.0f} s + {GRACE_S:.0f} s grace)",
+                    results,
+                )
+        return results
+    except KeyboardInterrupt:
+        results += _drain(events, True, procs[0], errors)
+        raise ReplayInterruptedError(INTERRUPTED, results) from None
 
 
 DRAIN_S = 5.0
@@ -277,6 +294,8 @@ def run_torchrun(job: ReplayJob, on_event: Callable[[Event], None] | None = None
         device = init(job, rank, world_size, local_rank, "env://")
         run_job(job, device, emit)
         dist.destroy_process_group()
+    except KeyboardInterrupt:
+        raise ReplayInterruptedError(INTERRUPTED, results) from None
     except PlannerError:
         raise
     except Exception as err:

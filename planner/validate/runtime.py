@@ -3,8 +3,13 @@ cannot serve the requested backend."""
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import socket
+import sys
+import threading
+import time
 from types import ModuleType
 
 from planner.errors import PlannerError
@@ -14,6 +19,36 @@ STARTUP_S = 180.0
 rendezvous) before the per-term timeout applies: tens of seconds when 4 ranks share 2 busy cores.
 The world group's own timeout is at least this, so a slow starter does not fail the rendezvous;
 every collective still waits at most the replay's timeout (``work.wait(timeout)``)."""
+
+PR_SET_PDEATHSIG = 1
+"""linux/prctl.h: deliver a signal to this process when its parent exits (prctl(2))."""
+
+PARENT_POLL_S = 1.0
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make a locally spawned rank end when the launcher does, however the launcher ends (SIGKILL
+    included, when no ``finally`` runs): on Linux the kernel sends SIGKILL on the parent's exit
+    (prctl PR_SET_PDEATHSIG); elsewhere a daemon thread checks the parent pid every
+    ``PARENT_POLL_S``. A parent already gone before this runs (it died while the rank imported
+    torch) ends the rank at once."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            armed = ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    if not armed:
+
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(PARENT_POLL_S)
+            os._exit(1)
+
+        threading.Thread(target=watch, daemon=True).start()
+
 
 INSTALL_HINT = "pip install '.[validate]' (torch; see pyproject.toml for the CPU build)"
 

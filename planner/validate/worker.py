@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from planner.validate.bench import barrier, time_call
 from planner.validate.layer import layer_call
 from planner.validate.ops import collective_call, gemm_call
-from planner.validate.runtime import STARTUP_S
+from planner.validate.runtime import STARTUP_S, die_with_parent
 from planner.validate.schemas import Measurement, ReplayBlock, ReplayJob, ReplicaMesh
 
 Emit = Callable[[str, Any], None]
@@ -155,9 +155,13 @@ def init(job: ReplayJob, rank: int, world_size: int, local_rank: int, init_metho
     return device
 
 
-def spawned_entry(payload: dict, rank: int, world_size: int, init_method: str, pipe: Connection) -> None:
+def spawned_entry(
+    payload: dict, rank: int, world_size: int, init_method: str, pipe: Connection, parent_pid: int
+) -> None:
     """Entry point of a locally spawned rank: events go as (kind, data) to ``pipe``, this rank's
-    own (sent synchronously: no feeder thread, no lock shared with other ranks)."""
+    own (sent synchronously: no feeder thread, no lock shared with other ranks). The rank dies
+    with the launcher (``die_with_parent``): a killed ``plan validate`` leaves no orphaned ranks."""
+    die_with_parent(parent_pid)
 
     def emit(kind: str, data: Any) -> None:
         pipe.send((kind, data.model_dump() if isinstance(data, Measurement) else data))
