@@ -230,6 +230,23 @@ def test_a_killed_or_hung_rank_fails_the_run_within_the_timeout(sig: int, expect
     assert len(failed.value.partial) >= 2  # terms 0 and 1, which rank 0 finished before the fault, are kept
 
 
+def test_a_rank_stopped_during_start_up_is_named_within_the_timeout() -> None:
+    # it was found only after the 180 s start-up allowance, and every rank was blamed
+    job = _ring_job(timeout_s=4.0)
+    hit: list[float] = []
+
+    def on_event(event: Event) -> None:
+        if event.rank == 2 and event.kind == "joining" and not hit:
+            hit.append(time.monotonic())
+            os.kill(event.pid, signal.SIGSTOP)  # type: ignore[arg-type]
+
+    with pytest.raises(ReplayFailedError) as failed:
+        run_local(job, WORLD, on_event)
+    assert hit, "the rank was never hit"
+    assert time.monotonic() - hit[0] < job.timeout_s + 10.0  # the timeout, plus latency on a loaded machine
+    assert str(failed.value).startswith("rank 2 was stopped during start-up"), str(failed.value)
+
+
 def test_an_interrupted_replay_stops_its_ranks_and_keeps_what_they_measured() -> None:
     from planner.validate.launch import INTERRUPTED, ReplayInterruptedError
 

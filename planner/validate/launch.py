@@ -64,6 +64,20 @@ class ReplayInterruptedError(ReplayFailedError):
 INTERRUPTED = "interrupted (Ctrl-C) before every term was measured"
 
 
+def is_stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP: state T in /proc/<pid>/stat; Linux
+    only, else never): a stopped rank is named at once instead of waiting out the start-up
+    allowance."""
+    if pid is None:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as stat:
+            fields = stat.read().rsplit(")", 1)[-1].split()
+    except OSError:
+        return False
+    return bool(fields) and fields[0] in ("T", "t")
+
+
 def _term_name(job: ReplayJob, position: tuple[int, int] | None) -> str:
     if position is None:
         return "start-up (before the first term)"
@@ -152,6 +166,8 @@ def _watch(
     position: dict[int, tuple[int, int] | None] = dict.fromkeys(range(world))
     done: set[int] = set()
     ready: set[int] = set()
+    joining: set[int] = set()
+    stopped_since: dict[int, float] = {}
     errors: dict[int, str] = {}
     last_news = time.monotonic()
     failed_at: float | None = None
@@ -166,6 +182,8 @@ def _watch(
                 elif kind == "result":
                     data = Measurement.model_validate(data)
                     results.append(data)
+                elif kind == "joining":
+                    joining.add(rank)
                 elif kind == "ready":
                     ready.add(rank)
                 elif kind == "done":
@@ -189,9 +207,26 @@ def _watch(
                     results += _drain(events, finished, procs[0], errors)
                     raise ReplayFailedError(_blame(job, procs, position, errors, dead), results)
             starting = len(ready) < world
+            if starting and failed_at is None:
+                # a rank stopped while the others wait to join: named after the replay's timeout,
+                # not after the start-up allowance, which is for importing torch on a busy machine
+                for r in range(world):
+                    if r not in ready and is_stopped(procs[r].pid):
+                        stopped_since.setdefault(r, now)
+                    else:
+                        stopped_since.pop(r, None)
+                late = [r for r, since in stopped_since.items() if now - since > job.timeout_s]
+                if late:
+                    raise ReplayFailedError(
+                        f"rank {late[0]} was stopped during start-up (process state T for {job.timeout_s:.0f} s, "
+                        "the replay's timeout) while the others waited to join the process group",
+                        results,
+                    )
             allowance = STARTUP_S if starting else job.timeout_s + GRACE_S
             if failed_at is None and now - last_news > allowance:
                 stuck = [r for r in range(world) if r not in (ready if starting else done)]
+                if starting and joining:  # name the ranks that never reached the rendezvous, if some did
+                    stuck = [r for r in stuck if r not in joining] or stuck
                 ranks = f"rank{'s' if len(stuck) > 1 else ''} {', '.join(map(str, stuck))}"
                 if starting:
                     raise ReplayFailedError(f"{ranks} did not join the process group within {STARTUP_S:.0f} s", results)

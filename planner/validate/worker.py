@@ -8,7 +8,8 @@ re-split each stage's tp*cp*dp ranks, taken in rank order, as (expert-DP, EP, ex
 innermost (Megatron-Core's MoE parallel folding, DESIGN section 3). The sweep's groups are the
 first w ranks. Every group gets the replay's timeout.
 
-Events: ('ready',) once the rank has joined the world; per term ('enter', block, term) before
+Events: ('joining',) as the rank starts the rendezvous (torch imported), ('ready',) once it has
+joined the world; per term ('enter', block, term) before
 it, ('leave', block, term) after it, and on rank 0 ('result', Measurement) in between; ('done',)
 at the end; ('error', message) when anything raises (the rank then exits with code 1).
 """
@@ -168,6 +169,7 @@ def spawned_entry(
 
     try:
         job = ReplayJob.model_validate(payload)
+        emit("joining", None)  # torch imported: the rendezvous starts
         device = init(job, rank, world_size, rank, init_method)
         emit("ready", None)
         run_job(job, device, emit)
