@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, describe_validation_error
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
-from planner.schemas.model import ModelSpec
+from planner.schemas.model import MAX_MODEL_DIMENSION, ModelSpec
 from planner.schemas.stack import Stack
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -165,6 +165,32 @@ HF_KEY_ALIASES = {
 LEARNED_POSITION_MODELS = frozenset({"gpt2", "gpt_bigcode", "opt", "gpt_neo"})
 """HF model types with learned absolute position embeddings, LayerNorm and biases."""
 
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3_text"})
+"""HF model types whose config class defaults ``tie_word_embeddings`` to True where a config.json
+leaves it out (transformers GemmaConfig, Gemma2Config, Gemma3TextConfig: ``tie_word_embeddings=True``;
+LlamaConfig, MistralConfig, Qwen2Config and most others default to False, as ModelSpec does).
+Gemma-2-9B read as untied counted 10.16 B parameters instead of its 9.24 B."""
+
+ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
+"""HF model types whose ``sliding_window`` applies to every other layer, starting with layer 0,
+when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
+bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
+
+STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba", "nemotron_h"})
+"""HF model types built from state-space (Mamba) layers, alone or between attention layers."""
+
+UNMODELLED_COUNT_KEYS = {
+    "attn_layer_period": "Jamba's attention-every-k-layers layout (the rest are Mamba layers)",
+    "expert_layer_period": "Jamba's MoE-every-k-layers layout",
+    "interleave_moe_layer_step": "Llama-4's interleaved MoE layers with an always-on shared expert",
+    "moe_layer_freq": "a MoE-every-k-layers layout",
+    "mlp_only_layers": "dense layers listed between MoE layers",
+}
+"""HF config keys that change the parameter count or the layer kinds in ways ModelSpec does not
+express (it knows MoE on every layer, DeepSeek's first_k_dense_replace and Qwen-MoE's
+decoder_sparse_step): a config that sets them is refused by name rather than miscounted (Jamba
+was counted +78% with no warning)."""
+
 
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
@@ -173,6 +199,26 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     HF config carries (rope_theta, torch_dtype, architectures, ...) do not affect parallelism
     cost and are ignored. GPT-2-family types get LayerNorm, biases and learned positions.
     """
+    model_type = str(config.get("model_type", ""))
+    if model_type in STATE_SPACE_TYPES or "state_size" in config or any(k.startswith("mamba_") for k in config):
+        raise PlannerError(
+            f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "
+            "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
+        )
+    notes = ""
+    towers = [k for k in ("vision_config", "audio_config") if k in config]
+    if isinstance(config.get("text_config"), dict):  # Llava, Llama-4, Gemma-3: the language model is nested
+        text = config["text_config"]
+        config = {**{k: v for k, v in config.items() if k not in ("text_config", *towers)}, **text}
+        model_type = str(text.get("model_type", model_type))
+    if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
+        notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
+    for key, what in UNMODELLED_COUNT_KEYS.items():
+        if config.get(key) not in (None, 0, [], False):
+            raise PlannerError(
+                f"{where}: key '{key}' ({what}) changes the parameter count and is not modelled; supported MoE "
+                "layouts: every layer, first_k_dense_replace, decoder_sparse_step"
+            )
     data = {HF_KEY_ALIASES.get(k, k): v for k, v in config.items()}
     # A dense model may carry expert keys set to 0 (e.g. num_experts: 0): that means no experts.
     for key in ("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok"):
@@ -180,7 +226,14 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             data.pop(key)
     fields = ModelSpec.model_fields
     spec: dict[str, Any] = {k: v for k, v in data.items() if k in fields and k not in ("name", "source", "aliases")}
-    model_type = str(config.get("model_type", ""))
+    if model_type in TIED_BY_DEFAULT:
+        spec.setdefault("tie_word_embeddings", True)
+    if model_type in ALTERNATING_SLIDING_WINDOW and spec.get("sliding_window") and "layer_types" not in spec:
+        layers = spec.get("num_hidden_layers")
+        if isinstance(layers, int) and 0 < layers <= MAX_MODEL_DIMENSION:
+            spec["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if notes:
+        spec["notes"] = notes
     if model_type in LEARNED_POSITION_MODELS:
         spec.setdefault("position_embedding_type", "learned")
         spec.setdefault("norm_type", "layernorm")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -188,3 +189,118 @@ def test_hf_config_quirks(tmp_path: Path) -> None:
     }
     (tmp_path / "dense.json").write_text(json.dumps(dense))
     assert not load_model(str(tmp_path / "dense.json")).is_moe
+
+
+def _hf(tmp_path: Path, name: str, config: dict) -> Path:
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    return path
+
+
+def test_hf_families_follow_their_config_class_defaults(tmp_path: Path) -> None:
+    # google/gemma-2-9b's config.json leaves tie_word_embeddings out: Gemma2Config's default is
+    # True (read as untied it counted 10.16 B, +9.9%); its sliding window covers every other layer
+    gemma2 = {
+        "architectures": ["Gemma2ForCausalLM"],
+        "model_type": "gemma2",
+        "head_dim": 256,
+        "hidden_act": "gelu_pytorch_tanh",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 3584,
+        "intermediate_size": 14336,
+        "max_position_embeddings": 8192,
+        "num_attention_heads": 16,
+        "num_hidden_layers": 42,
+        "num_key_value_heads": 8,
+        "query_pre_attn_scalar": 256,
+        "rms_norm_eps": 1e-06,
+        "sliding_window": 4096,
+        "vocab_size": 256000,
+    }
+    m = load_model(str(_hf(tmp_path, "gemma-2-9b", gemma2)))
+    assert m.tie_word_embeddings and m.parameter_counts.total == pytest.approx(9.24e9, rel=0.005)  # model card
+    assert m.layer_types is not None and m.layer_types[:2] == ["sliding_attention", "full_attention"]
+    assert m.layer_types.count("sliding_attention") == 21
+    # Qwen2-VL keeps its language model at the top level beside vision_config: the language
+    # model is planned (Qwen2-7B's 7.62 B) and the vision encoder named as left out
+    qwen2_vl = {
+        "architectures": ["Qwen2VLForConditionalGeneration"],
+        "model_type": "qwen2_vl",
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "num_attention_heads": 28,
+        "num_hidden_layers": 28,
+        "num_key_value_heads": 4,
+        "vocab_size": 152064,
+        "max_position_embeddings": 32768,
+        "rms_norm_eps": 1e-06,
+        "tie_word_embeddings": False,
+        "attention_bias": True,
+        "vision_config": {"depth": 32, "embed_dim": 1280, "hidden_size": 3584},
+    }
+    vl = load_model(str(_hf(tmp_path, "Qwen2-VL-7B", qwen2_vl)))
+    assert vl.parameter_counts.total == pytest.approx(7.62e9, rel=0.005)
+    assert "vision_config" in vl.notes and "not counted" in vl.notes
+    # a nested text_config (Llava, Gemma-3, Llama-4) is read in place of the top level
+    nested = {"model_type": "llava", "text_config": {**qwen2_vl, "model_type": "qwen2"}, "vision_config": {}}
+    nested["text_config"].pop("vision_config")
+    inner = load_model(str(_hf(tmp_path, "llava-qwen2", nested)))
+    assert inner.parameter_counts.total == vl.parameter_counts.total and "vision_config" in inner.notes
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        (
+            {
+                "model_type": "jamba",
+                "hidden_size": 4096,
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "intermediate_size": 14336,
+                "vocab_size": 65536,
+                "max_position_embeddings": 262144,
+                "attn_layer_period": 8,
+                "expert_layer_period": 2,
+                "num_experts": 16,
+                "mamba_d_state": 16,
+            },
+            "model_type 'jamba' has state-space (Mamba) layers",
+        ),
+        (
+            {
+                "model_type": "mamba",
+                "hidden_size": 2560,
+                "num_hidden_layers": 64,
+                "vocab_size": 50280,
+                "state_size": 16,
+            },
+            "model_type 'mamba' has state-space (Mamba) layers",
+        ),
+        (
+            {
+                "model_type": "llama4",
+                "text_config": {
+                    "model_type": "llama4_text",
+                    "hidden_size": 5120,
+                    "num_hidden_layers": 48,
+                    "num_attention_heads": 40,
+                    "num_key_value_heads": 8,
+                    "head_dim": 128,
+                    "intermediate_size": 8192,
+                    "num_local_experts": 16,
+                    "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 1,
+                    "vocab_size": 202048,
+                    "max_position_embeddings": 10485760,
+                },
+            },
+            "key 'interleave_moe_layer_step'",
+        ),
+    ],
+)
+def test_hf_configs_the_planner_cannot_count_are_refused_by_name(tmp_path: Path, config: dict, fragment: str) -> None:
+    # Jamba was counted +78% with its Mamba layers as attention and expert_layer_period ignored
+    with pytest.raises(PlannerError, match=re.escape(fragment)):
+        load_model(str(_hf(tmp_path, str(config["model_type"]), config)))
