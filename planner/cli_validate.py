@@ -1,4 +1,4 @@
-"""``plan validate``, ``plan validate sweep`` and ``plan calibrate`` (DESIGN section 6).
+"""``plan validate``, ``plan validate sweep`` and ``plan calibrate`` (ARCHITECTURE section 7).
 
 Importing this module registers the commands on ``planner.cli.app`` (planner/cli.py imports it
 last, after the options it reuses are defined). torch is imported only inside the commands,

@@ -1,4 +1,4 @@
-"""Feasibility rules of a mesh for a model, cluster and job (DESIGN section 4.7).
+"""Feasibility rules of a mesh for a model, cluster and job (ARCHITECTURE 8.8).
 
 Each rule is a vectorised check over ``MeshArrays`` (True where the mesh passes) plus a
 one-line message for a single mesh. ``plan estimate`` refuses a mesh that breaks a hard rule;

@@ -181,7 +181,7 @@ class MeshArrays:
 
     @property
     def expert_dp(self) -> np.ndarray:
-        """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp) (DESIGN section 3)."""
+        """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp) (ARCHITECTURE 8.1)."""
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
     def axis_size(self, axis: str) -> np.ndarray:
@@ -191,7 +191,7 @@ class MeshArrays:
         """Rank distance between neighbours of ``axis``: product of the axes inside it in ``order``.
 
         With order tp-cp-dp-pp, TP neighbours are adjacent (stride 1), DP neighbours are tp*cp
-        apart, PP neighbours tp*cp*dp apart (DESIGN 4.5).
+        apart, PP neighbours tp*cp*dp apart (ARCHITECTURE 8.6).
         """
         stride = np.ones_like(self.tp)
         for inner in self.order.split("-"):

@@ -51,7 +51,7 @@ def last_stage_imbalance(model: ModelSpec, job: JobSpec, layers_per_stage: list[
     """(share of each pipeline slot the other stages idle, what the last stage runs beside its
     decoder layers, in layers: ``cost.pipeline.last_rank_extra_layers``, the LM head and the MTP
     layers by forward FLOPs) for a split of ``layers_per_stage`` decoder layers. The slot is set
-    by the busiest stage (DESIGN 4.6), so the idle share is 1 - mean(work) / max(work). The
+    by the busiest stage (ARCHITECTURE 8.7), so the idle share is 1 - mean(work) / max(work). The
     embedding on the first stage is a gather, no FLOPs. A FLOP ratio, not a timing: the head's
     GEMM is large and efficient, its fp32 softmax is memory-bound."""
     extra = last_rank_extra_layers(model, job)

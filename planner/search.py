@@ -1,5 +1,5 @@
 """Enumerate meshes for a cluster, prune by the feasibility rules, price them all as numpy
-columns, and rank (DESIGN section 5).
+columns, and rank (ARCHITECTURE 8.9).
 
 Searched: tp (divisors of N up to the fast domain), cp (powers of two while s divides by 2c),
 pp (divisors of the rest, at most L), dp = N/(tp*cp*pp), ep (divisors of the expert count that

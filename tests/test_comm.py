@@ -1,4 +1,4 @@
-"""Alpha-beta collectives and group placement (DESIGN 4.4, 4.5)."""
+"""Alpha-beta collectives and group placement (ARCHITECTURE 8.5, 8.6)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The pipeline event simulation against the closed forms it cross-checks (DESIGN 4.6)."""
+"""The pipeline event simulation against the closed forms it cross-checks (ARCHITECTURE 8.7)."""
 
 from __future__ import annotations
 

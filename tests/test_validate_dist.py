@@ -33,7 +33,7 @@ WORLD = 4
 SLOW = pytest.mark.skipif(os.environ.get("PLANNER_SLOW") != "1", reason="long run: set PLANNER_SLOW=1")
 
 # (mesh, expected groups per name), worked out by hand from the rank order (innermost axis
-# fastest; DESIGN 4.5) and Megatron-Core's expert folding (expert-TP, then EP, then expert-DP).
+# fastest; ARCHITECTURE 8.6) and Megatron-Core's expert folding (expert-TP, then EP, then expert-DP).
 MESHES: list[tuple[ReplicaMesh, dict[str, list[list[int]]]]] = [
     (ReplicaMesh(tp=2, dp=2), {"tp": [[0, 1], [2, 3]], "dp": [[0, 2], [1, 3]], "dp_cp": [[0, 2], [1, 3]]}),
     (ReplicaMesh(tp=2, pp=2), {"tp": [[0, 1], [2, 3]], "pp": [[0, 2], [1, 3]]}),

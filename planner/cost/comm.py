@@ -1,6 +1,6 @@
 """Collective communication: placement of each process group and the alpha-beta cost model.
 
-Collective times (DESIGN 4.4; Thakur, Rabenseifner and Gropp 2005, 'Optimization of Collective
+Collective times (ARCHITECTURE 8.5; Thakur, Rabenseifner and Gropp 2005, 'Optimization of Collective
 Communication Operations in MPICH', ring algorithms; the bus-bandwidth convention of
 nccl-tests' PERFORMANCE.md), for n ranks, M bytes, bus bandwidth BW and per-step latency alpha:
   all-reduce                      2(n-1)/n * M/BW + 2(n-1)*alpha
@@ -11,7 +11,7 @@ In-network reduction (NVLS, SHARP), where a profile has measured it, prices an a
 M / (link bandwidth * in_network_efficiency) + its fixed cost (each rank sends and receives M
 once; the switch adds), when that beats the ring.
 
-Placement (DESIGN 4.5). Ranks fill nodes (fast domains of D GPUs) in order. A group of n ranks
+Placement (ARCHITECTURE 8.6). Ranks fill nodes (fast domains of D GPUs) in order. A group of n ranks
 whose neighbours are ``stride`` apart occupies aligned blocks of span = n*stride consecutive
 ranks. The group stays in one domain when span <= D and D % span == 0; otherwise it crosses the
 slow tier (a span that does not divide D leaves some blocks straddling two domains, and the

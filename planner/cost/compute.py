@@ -1,4 +1,4 @@
-"""Compute time of one micro-batch on one pipeline stage (DESIGN 4.3).
+"""Compute time of one micro-batch on one pipeline stage (ARCHITECTURE 8.4).
 
 Each GEMM is priced with a roofline (Williams, Waterman and Patterson 2009, 'Roofline: An
 Insightful Visual Performance Model'): time = max(2*M*N*K / achievable rate, bytes moved /

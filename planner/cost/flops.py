@@ -1,4 +1,4 @@
-"""Training FLOPs per token (DESIGN 4.1), counted from the architecture.
+"""Training FLOPs per token (ARCHITECTURE 8.2), counted from the architecture.
 
 Forward FLOPs of a matmul are 2 x (weight parameters) per token; backward is twice forward, so
 training is 6 x matmul parameters per token (Kaplan et al. 2020, 'Scaling Laws for Neural

@@ -1,4 +1,4 @@
-"""Memory per GPU (DESIGN 4.2): model states with ZeRO, activations, logits, runtime overhead.
+"""Memory per GPU (ARCHITECTURE 8.3): model states with ZeRO, activations, logits, runtime overhead.
 
 Model states (Rajbhandari et al. 2020, 'ZeRO', section 5): per parameter held by a rank, weight
 bytes + gradient bytes + optimizer-state bytes (mixed-precision Adam 2 + 2 + 12). Dense weights
@@ -45,7 +45,7 @@ from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
 LOGIT_BYTES_PER_ELEMENT = 4
-"""The loss upcasts logits to fp32 (DESIGN 4.2); the bf16 head output is freed by Megatron-LM's
+"""The loss upcasts logits to fp32 (ARCHITECTURE 8.3); the bf16 head output is freed by Megatron-LM's
 fused vocab-parallel cross entropy and is not counted."""
 
 

@@ -1,4 +1,4 @@
-"""Parameter counts from the architecture (DESIGN 4.1).
+"""Parameter counts from the architecture (ARCHITECTURE 8.2).
 
 Per layer, following the HF modelling code of each family:
   attention (GQA):  Q h*a*d_h, K and V 2*h*k_v*d_h, O a*d_h*h (+ biases when attention_bias)

@@ -1,4 +1,4 @@
-"""Pipeline parallelism: layers per stage, micro-batches in flight, bubble (DESIGN 4.6).
+"""Pipeline parallelism: layers per stage, micro-batches in flight, bubble (ARCHITECTURE 8.7).
 
 Bubble fractions, p stages, m micro-batches, v virtual stages per rank:
   GPipe and 1F1B:     (p-1)/(m+p-1)          Huang et al. 2019; Narayanan et al. 2021 section 2.2.1
@@ -268,7 +268,7 @@ def moe_layers_of(model: ModelSpec, layers: np.ndarray, mtp: np.ndarray | int = 
 
 
 def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) -> np.ndarray:
-    """Micro-batches' worth of a stage's activations held at its peak (DESIGN 4.2).
+    """Micro-batches' worth of a stage's activations held at its peak (ARCHITECTURE 8.3).
 
     First stage: GPipe keeps all m; 1F1B and ZB-H1 keep min(p, m) (stage i keeps p - i);
     interleaved 1F1B keeps p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 section 4.2.3).

@@ -1,5 +1,5 @@
 """A small event simulation of pipeline schedules: the cross-check of the bubble closed forms
-(DESIGN 4.6) and the timeline that ``--plot`` draws.
+(ARCHITECTURE 8.7) and the timeline that ``--plot`` draws.
 
 Each pipeline rank runs its operations in the order its schedule fixes; an operation starts when
 its rank is free and its input is ready (the previous virtual stage's forward, or the next one's

@@ -1,4 +1,4 @@
-"""Step time and the Estimate (DESIGN 4.6): every term for many meshes at once.
+"""Step time and the Estimate (ARCHITECTURE 8.7): every term for many meshes at once.
 
   slot   = forward+backward of one micro-batch on the slowest stage (3x the forward; full
            recompute adds a forward), the loss, the stack's per-layer overhead, its exposed TP,

@@ -1,4 +1,4 @@
-"""What each parallel dimension sends, and how long it takes (DESIGN 4.4).
+"""What each parallel dimension sends, and how long it takes (ARCHITECTURE 8.5).
 
 Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.comm``:
   TP   per layer and micro-batch, 2 all-reduces of b*s/c*h forward and 2 backward (with SP the
@@ -7,7 +7,7 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        recompute repeats the forward pair. MoE layers keep attention's pair; expert-TP adds one
        all-reduce pair over the routed tokens inside the expert-TP group.
   EP   per MoE layer, dispatch and combine forward, and again backward, by the job's dispatcher
-       (``ep_dispatch``): all-to-alls of the routed tokens (b*s/(c*t) * top_k * h; DESIGN 4.4,
+       (``ep_dispatch``): all-to-alls of the routed tokens (b*s/(c*t) * top_k * h; ARCHITECTURE 8.5,
        Megatron-Core's alltoall dispatcher), an all-gather of the group's tokens and its
        reduce-scatter (allgather), or all-to-alls carrying each token once per rank it reaches
        (flex: DeepEP/HybridEP).

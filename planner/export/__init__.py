@@ -1,4 +1,4 @@
-"""Launch settings for a planned mesh in the training frameworks' own terms (DESIGN section 2).
+"""Launch settings for a planned mesh in the training frameworks' own terms (ARCHITECTURE section 1).
 
 One module per target, each a pure function of (model, job, mesh) that returns the target's
 settings, and refuses, with a one-line PlannerError naming the knob, what the target cannot

@@ -62,7 +62,7 @@ def refuse(target: str, knob: str, allowed: str) -> PlannerError:
 
 
 def num_microbatches(target: str, job: JobSpec, config: ParallelConfig) -> int:
-    """m = B / (dp * b), the micro-batches each pipeline runs per optimizer step (DESIGN 3).
+    """m = B / (dp * b), the micro-batches each pipeline runs per optimizer step (ARCHITECTURE 8.1).
 
     ``job`` is the job the mesh runs (with ``--max-batch-growth`` the estimate's grown batch)."""
     unit = config.dp * config.micro_batch_size

@@ -1,4 +1,4 @@
-"""Pydantic schemas: the vocabulary every other module speaks (DESIGN section 2)."""
+"""Pydantic schemas: the vocabulary every other module speaks (ARCHITECTURE section 1)."""
 
 from planner.schemas.estimate import CommBytes, Estimate, EstimateConfig, GroupLinks, MemoryBreakdown, TimeBreakdown
 from planner.schemas.hardware import GPU, ClusterSpec, HardwareProfile, Interconnect

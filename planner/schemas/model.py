@@ -37,7 +37,7 @@ measurement."""
 class ModelSpec(Frozen):
     """Architecture of a decoder-only transformer (dense or MoE).
 
-    Symbols as in DESIGN section 3: L = num_hidden_layers, h = hidden_size,
+    Symbols as in ARCHITECTURE 8.1: L = num_hidden_layers, h = hidden_size,
     a = num_attention_heads, k_v = num_key_value_heads, d_h = head_dim,
     f = intermediate_size, V = vocab_size.
     """

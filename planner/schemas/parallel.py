@@ -1,6 +1,6 @@
 """ParallelConfig: one mesh (how the job is split over GPUs) with its schedule and memory knobs.
 
-Axis vocabulary and rank order follow DESIGN sections 3 and 4.5: ``tp`` tensor, ``cp`` context,
+Axis vocabulary and rank order follow ARCHITECTURE 8.1 and 8.6: ``tp`` tensor, ``cp`` context,
 ``dp`` data (with ZeRO stage), ``pp`` pipeline; ``ep`` experts, folded into the ``tp*cp*dp`` ranks
 of a pipeline stage (Megatron-Core "MoE parallel folding": for expert layers those ranks are
 re-split as expert_tp x ep x expert_dp). ``order`` lists axes innermost first: with the default
@@ -141,7 +141,7 @@ class ParallelConfig(Frozen):
 
     @property
     def num_gpus(self) -> int:
-        """N = tp * pp * dp * cp (DESIGN section 3)."""
+        """N = tp * pp * dp * cp (ARCHITECTURE 8.1)."""
         return self.tp * self.pp * self.dp * self.cp
 
     @property

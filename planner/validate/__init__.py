@@ -1,4 +1,4 @@
-"""The validator (DESIGN section 6): replay a plan's collectives and GEMMs as torch.distributed
+"""The validator (ARCHITECTURE section 7): replay a plan's collectives and GEMMs as torch.distributed
 microbenchmarks, compare measured with predicted, and calibrate a hardware profile.
 
 Pure modules (no torch): ``schemas`` (the JSON reports), ``replica`` (fit a plan's mesh into the

@@ -3,7 +3,7 @@
 Axes are taken innermost first in the plan's rank order (tp before cp, dp, pp by default), so
 the groups that matter most for placement keep their size: each axis keeps its degree while the
 world has room and otherwise shrinks to its largest divisor that fits. EP and expert-TP are then
-refolded into the replica's tp*cp*dp ranks of a stage (DESIGN section 3). When the plan needs
+refolded into the replica's tp*cp*dp ranks of a stage (ARCHITECTURE 8.1). When the plan needs
 fewer ranks than the world, the world holds ``world // ranks`` replicas of it, side by side as
 the outermost axis (their groups communicate at the same time, as a larger job's would), and
 leftover ranks idle. Every change is said in a note.

@@ -5,7 +5,7 @@ Groups of a candidate come from ``torch.distributed.device_mesh``: the world's r
 the plan's rank order (innermost axis fastest), reshaped to (replica, pp, dp, cp, tp); dense
 gradients reduce over dp x cp (the flattened sub-mesh, as Megatron-LM does); expert groups
 re-split each stage's tp*cp*dp ranks, taken in rank order, as (expert-DP, EP, expert-TP), expert-TP
-innermost (Megatron-Core's MoE parallel folding, DESIGN section 3). The sweep's groups are the
+innermost (Megatron-Core's MoE parallel folding, ARCHITECTURE 8.1). The sweep's groups are the
 first w ranks. Every group gets the replay's timeout.
 
 Events: ('joining',) as the rank starts the rendezvous (torch imported), ('ready',) once it has
