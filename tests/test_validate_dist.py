@@ -304,7 +304,8 @@ def test_ranks_die_with_their_launcher(tmp_path) -> None:
         "    run_local(_ring_job(timeout_s=600.0).model_copy(update={'repeats': 10**6}), WORLD, on_event)\n"
     )
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=root)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, cwd=root, env=env)
     assert proc.stdout is not None
     pids = [int(proc.stdout.readline()) for _ in range(WORLD)]
     proc.kill()
