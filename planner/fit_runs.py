@@ -258,10 +258,11 @@ def _free(problem: Problem, rows: np.ndarray) -> np.ndarray:
 
 HUBER_DELTA = 0.10
 """Log residual beyond which a row's pull on the fit stops growing (Huber 1964): about a 10%
-error. A published table can carry a row that is off by 2x (Megatron-Bridge 25.11's Qwen3-30B on
-B200 at half its 25.09 throughput on the same mesh); with plain least squares such a row drags
-every parameter it shares with its neighbours. A judgement call: the scale of the model's
-typical in-sample error."""
+error. A published row can sit 2x from its neighbours for a cause the model has not learned yet
+(Megatron-Bridge 25.11's Qwen3-30B on B200 ran at half its 25.09 throughput on the same mesh, until
+the dropless host synchronisation, ``dropless_host_expert_us``, explained it); with plain least
+squares such a row drags every parameter it shares with its neighbours. A judgement call: the
+scale of the model's typical in-sample error."""
 
 IRLS_ROUNDS = 8
 """Iteratively reweighted least squares rounds for the Huber weights at most (each warm-starts
