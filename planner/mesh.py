@@ -15,6 +15,7 @@ from typing import get_args
 import numpy as np
 
 from planner.cost.layout import parse_layout, rank_layer_counts
+from planner.schedules import per_schedule
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig, Recompute, Schedule
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
@@ -167,8 +168,8 @@ class MeshArrays:
     @property
     def chunks_per_rank(self) -> np.ndarray:
         """Model chunks each pipeline rank runs per micro-batch: v interleaved, DualPipeV's two
-        half-stages, else one."""
-        return np.where(self.schedule == INTERLEAVED, self.virtual_stages, np.where(self.schedule == DUALPIPE_V, 2, 1))
+        half-stages, else one (``planner.schedules``)."""
+        return per_schedule(self.schedule, self.pp, self.virtual_stages, 0, lambda s: s.chunks_per_rank)
 
     def forward_passes(self, layers: np.ndarray | int) -> np.ndarray:
         """Forward passes per micro-batch of a stage's ``layers``, on average: forward 1 +

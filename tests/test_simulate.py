@@ -135,3 +135,12 @@ def test_unsimulated_or_impossible_schedules_are_refused() -> None:
         simulate("dualpipev", 4, 6, 1.0, 2.0)
     with pytest.raises(PlannerError, match="even pp"):
         simulate("dualpipe", 3, 8, 1.0, 2.0)
+
+
+def test_every_schedule_has_one_entry_in_the_table_in_declaration_order() -> None:
+    from planner.mesh import SCHEDULES
+    from planner.schedules import SCHEDULE_SHAPES
+
+    # the mesh codes index the table: a schedule added to the Schedule literal needs its entry here
+    assert list(SCHEDULE_SHAPES) == list(SCHEDULES)
+    assert all(shape.source for shape in SCHEDULE_SHAPES.values())

@@ -39,7 +39,8 @@ import numpy as np
 from planner.cost.flops import attention_dims, mtp_layers, mtp_projection_params
 from planner.cost.pipeline import RankLayers, is_dual, microbatches_in_flight, moe_layers_of, rank_layers
 from planner.cost.routing import moe_load_factor
-from planner.mesh import DUALPIPE, RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
+from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
+from planner.schedules import per_schedule_constant
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -182,7 +183,7 @@ def rank_params(
     experts_on_rank = c.moe_experts_per_layer / (mesh.ep * mesh.expert_tp)
     expert = moe_layers * experts_on_rank
     largest = np.maximum(c.dense_layer / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0))
-    copies = np.where(mesh.schedule == DUALPIPE, 2.0, 1.0)
+    copies = per_schedule_constant(mesh.schedule, lambda s: s.parameter_copies)  # DualPipe keeps two
     return RankParams(dense=dense * copies, expert=expert * copies, largest_layer=largest)
 
 

@@ -35,7 +35,8 @@ from planner.cost.flops import (
     mtp_projection_params,
 )
 from planner.cost.layout import format_layout
-from planner.mesh import DUALPIPE, DUALPIPE_V, GPIPE, INTERLEAVED, SCHEDULES, ZB_H1, MeshArrays
+from planner.mesh import DUALPIPE, DUALPIPE_V, SCHEDULES, MeshArrays
+from planner.schedules import per_schedule, per_schedule_constant
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -44,7 +45,8 @@ def batch_unit(mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
     """Sequences a global batch must be a multiple of: d * b, times p for interleaved 1F1B
     (Megatron-LM's interleaved schedule needs the micro-batch count divisible by p)."""
     unit = mesh.dp * mesh.micro_batch_size
-    return np.where(interleaved_rule & (mesh.schedule == INTERLEAVED), unit * mesh.pp, unit)
+    times_pp = per_schedule_constant(mesh.schedule, lambda s: s.batch_times_pp) > 0
+    return np.where(interleaved_rule & times_pp, unit * mesh.pp, unit)
 
 
 def mesh_batch_size(batch_size: int, mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
@@ -65,11 +67,10 @@ def num_microbatches(mesh_batch: np.ndarray, mesh: MeshArrays) -> np.ndarray:
 
 
 def bubble_slots(mesh: MeshArrays) -> np.ndarray:
-    """Idle time of a step in units of one micro-batch's forward+backward on a stage."""
-    p1 = (mesh.pp - 1).astype(float)
-    slots = np.where(mesh.schedule == INTERLEAVED, p1 / mesh.virtual_stages, p1)
-    slots = np.where((mesh.schedule == ZB_H1) | (mesh.schedule == DUALPIPE_V), p1 / 3.0, slots)
-    return np.where(mesh.schedule == DUALPIPE, np.maximum(p1 - 1.0, 0.0) / 3.0, slots)
+    """Idle time of a step in units of one micro-batch's forward+backward on a stage: the
+    schedule's entry in ``planner.schedules`` (1F1B and GPipe p-1, interleaved (p-1)/v, ZB-H1 and
+    DualPipeV (p-1)/3, DualPipe (p-2)/3)."""
+    return per_schedule(mesh.schedule, mesh.pp, mesh.virtual_stages, 0, lambda s: s.bubble_slots)
 
 
 def bubble_fraction(m: np.ndarray, mesh: MeshArrays) -> np.ndarray:
@@ -185,7 +186,7 @@ def heads_on_last_rank(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.n
     """LM heads with their losses the head's rank runs per micro-batch: one and one per MTP layer;
     under DualPipe half as many, its two end ranks each ending the pipeline for one direction's
     micro-batches (its MTP layers are priced on every micro-batch, an upper bound)."""
-    return (1.0 + mtp_layers(model, job)) * np.where(mesh.schedule == DUALPIPE, 0.5, 1.0)
+    return (1.0 + mtp_layers(model, job)) * per_schedule_constant(mesh.schedule, lambda s: s.head_share)
 
 
 def _spread(count: int, parts: int, front: bool) -> list[int]:
@@ -279,18 +280,8 @@ def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) 
     stage being half a rank's layers).
     With p = 1 every schedule is plain gradient accumulation: one micro-batch at a time.
     """
-    p = mesh.pp.astype(float)
-    v = mesh.virtual_stages
-    if first:
-        interleaved = p * (1.0 + (p - 1.0) / (p * v))
-        plain = np.minimum(p, m)
-    else:
-        interleaved = ((v - 1) * p + 1.0) / v
-        plain = np.ones_like(p)
-    held = np.where(
-        mesh.schedule == GPIPE, m, np.where(mesh.schedule == INTERLEAVED, np.minimum(interleaved, m), plain)
-    )
-    held = np.where(mesh.schedule == DUALPIPE, p + 1.0, np.where(mesh.schedule == DUALPIPE_V, p + 0.5, held))
+    pick = (lambda s: s.first_in_flight) if first else (lambda s: s.last_in_flight)
+    held = per_schedule(mesh.schedule, mesh.pp, mesh.virtual_stages, m, pick)
     return np.where(mesh.pp == 1, 1.0, held)
 
 
