@@ -21,7 +21,7 @@ the event simulation.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -48,6 +48,18 @@ def _stages_or_m(p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.minimum(p, m).astype(float)
 
 
+ONE_F_ONE_B = ScheduleShape(
+    bubble_slots=lambda p, v, m: p - 1.0,
+    first_in_flight=_stages_or_m,
+    last_in_flight=_one,
+    chunks_per_rank=_one,
+    parameter_copies=1.0,
+    head_share=1.0,
+    batch_times_pp=False,
+    source="Narayanan et al. 2021 section 2.2.1: (p-1)/(m+p-1) idle; stage i holds p-i micro-batches",
+)
+
+
 SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
     "gpipe": ScheduleShape(
         bubble_slots=lambda p, v, m: p - 1.0,
@@ -59,16 +71,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
         batch_times_pp=False,
         source="Huang et al. 2019 (GPipe), figure 2: every forward, then every backward",
     ),
-    "1f1b": ScheduleShape(
-        bubble_slots=lambda p, v, m: p - 1.0,
-        first_in_flight=_stages_or_m,
-        last_in_flight=_one,
-        chunks_per_rank=_one,
-        parameter_copies=1.0,
-        head_share=1.0,
-        batch_times_pp=False,
-        source="Narayanan et al. 2021 section 2.2.1: (p-1)/(m+p-1) idle; stage i holds p-i micro-batches",
-    ),
+    "1f1b": ONE_F_ONE_B,
     "interleaved-1f1b": ScheduleShape(
         bubble_slots=lambda p, v, m: (p - 1.0) / v,
         first_in_flight=lambda p, v, m: np.minimum(p * (1.0 + (p - 1.0) / (p * v)), m),
@@ -83,14 +86,9 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
             "(v-1)p + 1 chunks before the last stage's first backward; m divisible by p)"
         ),
     ),
-    "zb-h1": ScheduleShape(
+    "zb-h1": replace(
+        ONE_F_ONE_B,
         bubble_slots=lambda p, v, m: (p - 1.0) / 3.0,
-        first_in_flight=_stages_or_m,
-        last_in_flight=_one,
-        chunks_per_rank=_one,
-        parameter_copies=1.0,
-        head_share=1.0,
-        batch_times_pp=False,
         source="Qi et al. 2024 (Zero Bubble), ZB-H1: 1F1B's memory, a third of its bubble (F = B = W)",
     ),
     "dualpipe": ScheduleShape(
