@@ -97,6 +97,13 @@ def finite(value: float | None) -> float | None:
     return value
 
 
+def positive_finite(value: float | None) -> float | None:
+    """Option callback: a finite number > 0 (a price of 0 ranks every mesh at no cost)."""
+    if value is not None and not (math.isfinite(value) and value > 0):
+        raise typer.BadParameter(f"{value} is not a finite number > 0")
+    return value
+
+
 GrowthOpt = Annotated[
     float,
     typer.Option(
@@ -115,8 +122,7 @@ PriceOpt = Annotated[
     Optional[float],
     typer.Option(
         "--price",
-        min=0.0,
-        callback=finite,
+        callback=positive_finite,
         metavar="USD",
         help="Price per GPU-hour (default: the profile's list price).",
     ),

@@ -233,7 +233,8 @@ def test_sizes_beyond_any_model_or_job_are_refused(cli, tmp_path: Path) -> None:
     ("args", "fragment"),
     [
         (("--max-batch-growth", "inf"), "'--max-batch-growth': inf is not a finite number"),
-        (("--price", "inf", "--json"), "'--price': inf is not a finite number"),
+        (("--price", "inf", "--json"), "'--price': inf is not a finite number > 0"),
+        (("--price", "0"), "'--price': 0.0 is not a finite number > 0"),
         (("--price", "nan"), "'--price'"),
         (("capacity", "--training-tokens", "1e12", "--days", "nan"), "'--days': nan is not a finite number"),
         (("capacity", "--training-tokens", "inf", "--days", "30"), "--training-tokens must be a finite number > 0"),
