@@ -183,7 +183,7 @@ UNMODELLED_COUNT_KEYS = {
     "attn_layer_period": "Jamba's attention-every-k-layers layout (the rest are Mamba layers)",
     "expert_layer_period": "Jamba's MoE-every-k-layers layout",
     "interleave_moe_layer_step": "Llama-4's interleaved MoE layers with an always-on shared expert",
-    "moe_layer_freq": "a MoE-every-k-layers layout",
+    "moe_layer_freq": "a MoE-every-k-layers layout (1, every layer after the dense ones, as DeepSeek's, is modelled)",
     "mlp_only_layers": "dense layers listed between MoE layers",
 }
 """HF config keys that change the parameter count or the layer kinds in ways ModelSpec does not
@@ -214,7 +214,7 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
         notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
     for key, what in UNMODELLED_COUNT_KEYS.items():
-        if config.get(key) not in (None, 0, [], False):
+        if config.get(key) not in (None, 0, [], False) and not (key == "moe_layer_freq" and config[key] == 1):
             raise PlannerError(
                 f"{where}: key '{key}' ({what}) changes the parameter count and is not modelled; supported MoE "
                 "layouts: every layer, first_k_dense_replace, decoder_sparse_step"

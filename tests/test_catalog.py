@@ -304,3 +304,33 @@ def test_hf_configs_the_planner_cannot_count_are_refused_by_name(tmp_path: Path,
     # Jamba was counted +78% with its Mamba layers as attention and expert_layer_period ignored
     with pytest.raises(PlannerError, match=re.escape(fragment)):
         load_model(str(_hf(tmp_path, str(config["model_type"]), config)))
+
+
+def test_deepseek_style_moe_every_layer_is_not_refused(tmp_path: Path) -> None:
+    # deepseek-ai/DeepSeek-V3's config.json says moe_layer_freq: 1 (every layer after the first
+    # k dense ones), which ModelSpec expresses; only other frequencies are refused
+    config = {
+        "model_type": "deepseek_v3",
+        "hidden_size": 7168,
+        "num_hidden_layers": 61,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "intermediate_size": 18432,
+        "moe_intermediate_size": 2048,
+        "n_routed_experts": 256,
+        "n_shared_experts": 1,
+        "num_experts_per_tok": 8,
+        "first_k_dense_replace": 3,
+        "moe_layer_freq": 1,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "vocab_size": 129280,
+        "max_position_embeddings": 163840,
+    }
+    m = load_model(str(_hf(tmp_path, "DeepSeek-V3", config)))
+    assert m.parameter_counts.total == pytest.approx(671e9, rel=0.005)  # the paper's 671 B (without MTP)
+    with pytest.raises(PlannerError, match="key 'moe_layer_freq'"):
+        load_model(str(_hf(tmp_path, "every-other", {**config, "moe_layer_freq": 2})))
