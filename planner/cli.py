@@ -422,13 +422,6 @@ def _mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
     return pins_from_config_fields(**{k: v for k, v in ctx.params.items() if k in ParallelConfig.model_fields})
 
 
-def _pinned_config(pins: dict[str, Any], num_gpus: int) -> Any:
-    """The one mesh the pins name (``search.pinned_mesh``: dp takes the GPUs left)."""
-    from planner.search import pinned_mesh
-
-    return pinned_mesh(pins, num_gpus)
-
-
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"plan {__version__}")
@@ -555,9 +548,10 @@ def estimate_cmd(
     Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
     """
     from planner.pricing import estimate_mesh
+    from planner.search import pinned_mesh
 
     spec, clus, job = _model_cluster_job(ctx)
-    config = _pinned_config(_mesh_knobs(ctx), clus.num_gpus)
+    config = pinned_mesh(_mesh_knobs(ctx), clus.num_gpus)
     est = estimate_mesh(spec, clus, job, config)
     if plot is not None:
         from planner.plots import plot_estimate

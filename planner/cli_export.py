@@ -145,8 +145,9 @@ def _given_mesh(
     """The pinned mesh, checked and priced as `plan estimate` does."""
     from planner.export import render
     from planner.pricing import estimate_mesh
+    from planner.search import pinned_mesh
 
-    config = _cli._pinned_config(pins, cluster.num_gpus)  # tp, pp and dp are all given
+    config = pinned_mesh(pins, cluster.num_gpus)  # tp, pp and dp are all given
     est = estimate_mesh(model, cluster, job, config)
     return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est))
 

@@ -51,7 +51,6 @@ from planner.cli import (
     _emit_json,
     _mesh_knobs,
     _model_cluster_job,
-    _pinned_config,
     app,
     finite,
 )
@@ -169,12 +168,12 @@ def _candidates(ctx: typer.Context, top: int) -> tuple[Any, Any, Any, list[tuple
     """Model, cluster, job and (rank, ParallelConfig, plan step time) of the meshes to replay:
     the one mesh that the degree pins name (as ``plan estimate`` reads them), else the top K."""
     from planner.pricing import estimate_mesh
-    from planner.search import search
+    from planner.search import pinned_mesh, search
 
     spec, clus, job = _model_cluster_job(ctx)
     pins = _mesh_knobs(ctx)
     if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
-        config = _pinned_config(pins, clus.num_gpus)
+        config = pinned_mesh(pins, clus.num_gpus)
         return spec, clus, job, [(1, config, estimate_mesh(spec, clus, job, config).step_time_s)]
     ranking = search(spec, clus, job, pins, top=top)
     return spec, clus, job, [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]

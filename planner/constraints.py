@@ -15,9 +15,9 @@ import numpy as np
 from planner.cost.comm import TIER_INTER, group_link
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
-from planner.cost.pipeline import is_dual, mesh_batch_size, round_up
+from planner.cost.pipeline import is_dual, mesh_batch_size, num_microbatches, round_up
 from planner.errors import PlannerError
-from planner.mesh import DUALPIPE, DUALPIPE_V, INTERLEAVED, RECOMPUTE_FULL, MeshArrays
+from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -54,12 +54,7 @@ def _growth_hint(job: JobSpec, unit: int) -> str:
 
 def _dual_microbatches(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Micro-batches per step of each mesh's batch."""
-    return mesh_batch_size(job.batch_size, mesh, interleaved_rule=False) // (mesh.dp * mesh.micro_batch_size)
-
-
-def _dual_chunks(mesh: MeshArrays) -> np.ndarray:
-    """Model chunks DualPipe (p stages) and DualPipeV (2p half-stages) split the layers into."""
-    return np.where(mesh.schedule == DUALPIPE_V, 2 * mesh.pp, mesh.pp)
+    return num_microbatches(mesh_batch_size(job.batch_size, mesh, interleaved_rule=False), mesh)
 
 
 def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
@@ -110,9 +105,9 @@ RULES: tuple[Rule, ...] = (
         "dualpipe_stages",
         # DeepSeek's reference implementation takes one module per stage, a layer at least; the
         # planner prices its busiest stage on every rank and takes no Megatron layout for it
-        lambda m, c, j, x: ~is_dual(x) | ((m.num_hidden_layers >= _dual_chunks(x)) & (x.layout_last < 0)),
+        lambda m, c, j, x: ~is_dual(x) | ((m.num_hidden_layers >= x.pp * x.chunks_per_rank) & (x.layout_last < 0)),
         lambda m, c, j, p: (
-            f"{p.schedule} runs {2 * p.pp if p.schedule == 'dualpipev' else p.pp} stages of at least one layer "
+            f"{p.schedule} runs {p.pp * p.chunks_per_rank} stages of at least one layer "
             f"each ({m.num_hidden_layers} layers) and takes no --pipeline-layout"
         ),
     ),

@@ -8,6 +8,7 @@ import importlib.util
 import shutil
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -191,17 +192,16 @@ def test_tp_layer_overhead_is_paid_by_dtensor_stacks_only() -> None:
         assert overhead[1] == pytest.approx(32 * 3 * (500e-6 if paid else 100e-6) * 2)  # 2 micro-batches at dp 4
 
 
+def _megatron_with_only(**fitted: float) -> Any:
+    """megatron-core with every fitted per-layer and MoE overhead at 0 but ``fitted``."""
+    overheads = ("layer_overhead_us", "moe_layer_overhead_us", "expert_gemm_overhead_us", "dropless_host_expert_us")
+    return load_stack("megatron-core").model_copy(update={**dict.fromkeys(overheads, 0.0), **fitted})
+
+
 def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
     """Qwen3-30B-A3B: 48 MoE layers of 128 experts; EP 8 holds 16 experts per rank, EP 2 holds 64.
     With only the per-expert figure set, the overhead is layers x 3 passes x E/ep x the figure."""
-    stack = load_stack("megatron-core").model_copy(
-        update={
-            "layer_overhead_us": 0.0,
-            "moe_layer_overhead_us": 0.0,
-            "expert_gemm_overhead_us": 50.0,
-            "dropless_host_expert_us": 0.0,
-        }
-    )
+    stack = _megatron_with_only(expert_gemm_overhead_us=50.0)
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
     job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack)
     meshes = MeshArrays.from_configs([ParallelConfig(dp=8, ep=ep, zero_stage=1) for ep in (8, 2)])
@@ -215,19 +215,12 @@ def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
 def test_dropless_routing_exposes_the_host_time_its_sync_leaves_uncovered() -> None:
     """Qwen3-30B-A3B at EP 8 (16 local experts, 48 MoE layers): with only the dropless host figure
     set (1 ms per expert, 16 ms per layer, far above a layer's GPU time), each MoE layer forward
-    exposes the host time less the layer's forward compute; token drop never synchronises; a
-    micro-batch large enough that the GPU outlasts the host exposes (nearly) nothing; full
-    recompute runs every forward, and its synchronisation, twice."""
+    exposes the host time less the layer's forward compute; token drop never synchronises; a host
+    figure small enough that the GPU outlasts it exposes (nearly) nothing; full recompute runs
+    every forward, and its synchronisation, twice."""
     from planner.cost.compute import layer_forward_s
 
-    stack = load_stack("megatron-core").model_copy(
-        update={
-            "layer_overhead_us": 0.0,
-            "moe_layer_overhead_us": 0.0,
-            "expert_gemm_overhead_us": 0.0,
-            "dropless_host_expert_us": 1000.0,
-        }
-    )
+    stack = _megatron_with_only(dropless_host_expert_us=1000.0)
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100")
     job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack, moe_load_imbalance=1.0)
     mesh = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, zero_stage=1)])

@@ -31,7 +31,7 @@ tokens by c.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from functools import cached_property
 
 import numpy as np
@@ -142,8 +142,7 @@ class StageMemory:
 
     def take(self, rows: np.ndarray) -> StageMemory:
         """The meshes ``rows`` (indices or a boolean mask) of these columns."""
-        fields = ("weights", "gradients", "optimizer", "activations", "logits", "overhead")
-        return StageMemory(**{f: getattr(self, f)[rows] for f in fields})
+        return StageMemory(**{f.name: getattr(self, f.name)[rows] for f in fields(self)})
 
 
 @dataclass(frozen=True)

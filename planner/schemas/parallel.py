@@ -152,8 +152,10 @@ class ParallelConfig(Frozen):
     @property
     def chunks_per_rank(self) -> int:
         """Model chunks each pipeline rank runs per micro-batch: v interleaved, DualPipeV's two
-        half-stages, else one (``MeshArrays.chunks_per_rank`` for columns)."""
-        return 2 if self.schedule == "dualpipev" else self.virtual_stages
+        half-stages, else one: ``MeshArrays.chunks_per_rank``, which reads ``planner.schedules``."""
+        from planner.mesh import MeshArrays
+
+        return int(MeshArrays.from_configs([self]).chunks_per_rank[0])
 
     @property
     def recompute_label(self) -> str:
