@@ -72,8 +72,19 @@ STACKS: dict[str, str] = {
     "nvidia-nemo/megatron-bridge": "megatron-core",
     "nvidia/megatron-lm": "megatron-core",
     "microsoft/deepspeed": "deepspeed",
+    "nvidia/nemo": "megatron-core",
 }
-"""Source repository of a row -> stack. torchao's training benchmarks run torchtitan."""
+"""Source repository of a row -> stack. torchao's training benchmarks run torchtitan; the NeMo
+Framework's LLM pre-training recipes (NVIDIA/NeMo 1.x and 2.0, whose GPT/Llama models are
+Megatron-Core's GPTModel, and Megatron-Bridge after them) run Megatron-Core. A fork keeps its
+upstream's stack: a repository not listed is looked up by its name without the owner."""
+
+STACK_URLS: dict[str, str] = {
+    "/nemo-framework/user-guide/": "megatron-core",
+    "/nemo/megatron-bridge/": "megatron-core",
+}
+"""Documentation pages a row may cite instead of a repository -> stack (the NeMo Framework's
+and Megatron-Bridge's performance summaries, on docs.nvidia.com or a mirror of it)."""
 
 FP8_WORDS = ("fp8", "float8", "mxfp8")
 FP4_WORDS = ("nvfp4", "fp4")
@@ -169,37 +180,138 @@ def profile_for(gpu: str) -> str:
 
 
 def stack_for(row: dict[str, Any]) -> str:
+    """The software stack of a row, from the repository (or documentation page) its source cites."""
     source = row.get("source") or {}
     repo = _text(source.get("repo"))
-    if repo in STACKS:
-        return STACKS[repo]
+    by_name = {key.split("/")[-1]: stack for key, stack in STACKS.items()}
+    if repo in STACKS or repo.split("/")[-1] in by_name:
+        return STACKS.get(repo) or by_name[repo.split("/")[-1]]
+    url = _text(source.get("url"))
+    for prefix, stack in STACK_URLS.items():
+        if prefix in url:
+            return stack
     raise UnpriceableError(
         f"source '{source.get('repo') or source.get('paper')}' names no known software stack "
         f"({', '.join(sorted(set(STACKS.values())))})"
     )
 
 
+MODEL_KEYS = frozenset(
+    {
+        # the shape the planner prices
+        "layers",
+        "hidden",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "ffn",
+        "ffn_act",
+        "vocab",
+        "vocab_padded",
+        "tied_embeddings",
+        "seq_len",
+        "position_embedding",
+        "attention",
+        "attention_note",
+        "dense_layers",
+        "first_k_dense_replace",
+        "dense_ffn",
+        "moe_layers",
+        "moe_layer_freq",
+        "experts",
+        "top_k",
+        "expert_ffn",
+        "shared_experts",
+        "shared_expert_ffn",
+        "mtp_depth",
+        *MLA_KEYS,
+        # read for the refusals and the MPT/GELU rules
+        "arch_notes",
+        "ffn_note",
+        "architecture",
+        "mamba",
+        "shape_partial",
+        # provenance and cross-checks, which change no count
+        "name",
+        "hf_id",
+        "shape_note",
+        "total_params",
+        "active_params",
+        "num_params_reported",
+        "mtp_layers_in_config",
+    }
+)
+"""Keys of a row's ``model`` section the translator knows. Any other key is refused with its
+name: a key that changes the count must not be dropped silently (a stated ``ffn_act: gelu`` once
+priced GPT-3 as a gated MLP, 1.5x its MLP FLOPs)."""
+
+
+def activation_from(ffn_act: Any, notes: str, mpt: bool) -> dict[str, Any]:
+    """ModelSpec activation fields of a row: ``ffn_act`` as stated (swiglu/silu gated; geglu
+    gated GELU; gelu; squared-relu, Nemotron-4's 2-matrix MLP, HF ``relu2``), else the notes'
+    GELU rule (MPT and GPT-era rows say 'GELU MLP' there), else SwiGLU."""
+    text = _text(ffn_act)
+    if not text:
+        return {"hidden_act": "gelu" if mpt or ("gelu" in notes and "swiglu" not in notes) else "silu"}
+    if "swiglu" in text or "silu" in text:
+        return {"hidden_act": "silu"}
+    if "geglu" in text:
+        return {"hidden_act": "gelu", "gated_mlp": True}
+    if "relu" in text and ("squared" in text or "relu2" in text or "^2" in text):
+        return {"hidden_act": "relu2"}
+    if "gelu" in text:
+        return {"hidden_act": "gelu"}
+    raise UnpriceableError(f"model.ffn_act '{ffn_act}': allowed swiglu, silu, geglu, gelu or squared-relu")
+
+
+def position_embedding_from(stated: Any) -> str:
+    """``position_embedding`` as a ModelSpec type: rope (whatever share of the head it rotates:
+    no FLOP or parameter count depends on it) or learned absolute; none other is modelled."""
+    text = _text(stated)
+    if not text or text.startswith(("rope", "rotary")):
+        return "rope"
+    if "learned" in text:
+        return "learned"
+    raise UnpriceableError(f"model.position_embedding '{stated}': allowed rope or learned absolute")
+
+
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
-    """The row's architecture as a ModelSpec."""
+    """The row's architecture as a ModelSpec; raises ``UnpriceableError`` for a key it does not
+    know (``MODEL_KEYS``) or an architecture it does not model (state-space layers, attention
+    sinks, a partial shape)."""
     m = row.get("model") or {}
-    notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention"))
-    attention = _text(m.get("attention"))
+    unknown = sorted(set(m) - MODEL_KEYS)
+    if unknown:
+        raise UnpriceableError(
+            f"model: key(s) {', '.join(unknown)} not understood; allowed {', '.join(sorted(MODEL_KEYS))}"
+        )
+    architecture = " ".join(_text(m.get(k)) for k in ("architecture", "mamba", "arch_notes"))
+    if m.get("mamba") or "mamba" in architecture or "state-space" in architecture or "ssm" in architecture.split():
+        raise UnpriceableError(
+            f"model '{m.get('name')}': state-space (Mamba) layers are not modelled, only attention and MLP/MoE layers"
+        )
+    if m.get("shape_partial"):
+        raise UnpriceableError("model.shape_partial: the row's shape is incomplete")
+    notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention", "attention_note"))
+    attention = " ".join(_text(m.get(k)) for k in ("attention", "attention_note")).strip()
     if "sink" in attention:
         raise UnpriceableError(
-            f"attention '{m.get('attention')}': attention sinks are not modelled (a learnable softmax offset, "
-            "which Transformer Engine's flash backends do not run: DotProductAttention softmax_type, TE >= 2.8, "
-            "leaves cuDNN fused attention or the unfused path, neither priced for it)"
+            f"attention '{m.get('attention') or m.get('attention_note')}': attention sinks are not modelled (a "
+            "learnable softmax offset, which Transformer Engine's flash backends do not run: DotProductAttention "
+            "softmax_type, TE >= 2.8, leaves cuDNN fused attention or the unfused path, neither priced for it)"
         )
-    window = sliding_window_from(attention, m.get("attention"))
+    window = sliding_window_from(attention, m.get("attention") or m.get("attention_note"))
     layers, hidden, heads = (_int(m, k, "model") for k in ("layers", "hidden", "heads"))
     if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
         raise UnpriceableError("model: layers, hidden, heads, vocab and seq_len are required")
+    freq = m.get("moe_layer_freq")
+    if freq is not None and freq != 1:
+        raise UnpriceableError(f"model.moe_layer_freq {freq!r}: only 1 (every layer after the dense ones) is modelled")
     experts = _int(m, "experts", "model")
     ffn = _int(m, "ffn", "model") or _int(m, "dense_ffn", "model") or _int(m, "expert_ffn", "model")
     if ffn is None:
         raise UnpriceableError("model: no ffn, dense_ffn or expert_ffn width")
     mpt = "mpt" in notes or _text(m.get("name")).startswith("mpt")
-    gelu = mpt or ("gelu" in notes and "swiglu" not in notes)
     spec: dict[str, Any] = {
         "name": str(m.get("name") or row.get("name")),
         "source": f"runs file row {row.get('name')}",
@@ -209,10 +321,12 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         "num_key_value_heads": _int(m, "kv_heads", "model") or heads,
         "head_dim": _int(m, "head_dim", "model"),
         "intermediate_size": ffn,
-        "vocab_size": _int(m, "vocab", "model"),
+        # the table as run: Megatron pads the vocabulary (make_vocab_size_divisible_by)
+        "vocab_size": _int(m, "vocab_padded", "model") or _int(m, "vocab", "model"),
         "max_position_embeddings": _int(m, "seq_len", "model"),
         "tie_word_embeddings": bool(m.get("tied_embeddings")) or "tied" in notes,
-        "hidden_act": "gelu" if gelu else "silu",
+        "position_embedding_type": position_embedding_from(m.get("position_embedding")),
+        **activation_from(m.get("ffn_act"), notes, mpt),
     }
     if window is not None:
         size, alternating = window
@@ -223,26 +337,42 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")
     if _text(m.get("hf_id")).startswith("qwen/qwen3"):
         spec["qk_norm"] = True
-    if "mla" in attention:
-        found = {k: int(v) for k, v in re.findall(r"(\w+_rank|\w+_head_dim)\s+(\d+)", attention)}
-        missing = [k for k in MLA_KEYS[1:] if k not in found]
-        if missing:
-            raise UnpriceableError(f"model.attention: MLA without {', '.join(missing)}")
-        spec.update({k: found[k] for k in MLA_KEYS if k in found})
-        spec["head_dim"] = None
+    spec.update(mla_from(m, attention))
     if experts:
         spec.update(
             num_local_experts=experts,
             num_experts_per_tok=_int(m, "top_k", "model"),
             moe_intermediate_size=_int(m, "expert_ffn", "model"),
             n_shared_experts=_int(m, "shared_experts", "model") or None,
-            first_k_dense_replace=_int(m, "dense_layers", "model") or None,
+            shared_expert_intermediate_size=_int(m, "shared_expert_ffn", "model"),
+            first_k_dense_replace=_int(m, "dense_layers", "model") or _int(m, "first_k_dense_replace", "model") or None,
         )
     spec["num_nextn_predict_layers"] = _int(m, "mtp_depth", "model") or 0
     try:
-        return ModelSpec(**spec)
+        model = ModelSpec(**spec)
     except ValueError as err:
         raise UnpriceableError(f"model: {_pydantic_message(err)}") from None
+    moe_layers = _int(m, "moe_layers", "model")
+    if moe_layers is not None and moe_layers != model.num_moe_layers:
+        raise UnpriceableError(
+            f"model.moe_layers {moe_layers} disagrees with layers - dense layers = {model.num_moe_layers}"
+        )
+    return model
+
+
+def mla_from(m: dict[str, Any], attention: str) -> dict[str, Any]:
+    """DeepSeek's multi-head latent attention, from the model's own keys (q_lora_rank, ...) or the
+    ``attention`` text ('MLA (q_lora_rank 1536, kv_lora_rank 512, ...)'); {} without MLA. q_lora_rank
+    may be absent (DeepSeek-V2-Lite projects queries without a low-rank step)."""
+    found = {k: int(m[k]) for k in MLA_KEYS if isinstance(m.get(k), int) and not isinstance(m.get(k), bool)}
+    if "mla" in attention.split() or attention.startswith("mla"):
+        found.update({k: int(v) for k, v in re.findall(r"(\w+_rank|\w+_head_dim)\s+(\d+)", attention) if k in MLA_KEYS})
+    elif not found:
+        return {}
+    missing = [k for k in MLA_KEYS[1:] if k not in found]
+    if missing:
+        raise UnpriceableError(f"model: MLA without {', '.join(missing)}")
+    return {**found, "head_dim": None}
 
 
 TOKEN_DROP_CAPACITY_FACTOR = 1.0

@@ -100,6 +100,67 @@ def test_malformed_rows_name_the_field(edit, reason: str) -> None:  # type: igno
         case_from_row(row)
 
 
+@pytest.mark.parametrize(
+    ("edit", "reason"),
+    [
+        (lambda m: m.update(rope_theta=500000), "rope_theta not understood"),
+        (lambda m: m.update(architecture="hybrid: 23 Mamba-2 + 23 MoE + 6 GQA layers"), "Mamba"),
+        (lambda m: m.update(shape_partial=True), "shape_partial"),
+        (lambda m: m.update(ffn_act="maxout"), "ffn_act 'maxout'"),
+        (lambda m: m.update(position_embedding="alibi"), "position_embedding 'alibi'"),
+        (lambda m: m.update(attention_note="alternating sliding-window (128) and full; attention sinks"), "sinks"),
+    ],
+)
+def test_model_keys_are_read_or_refused_by_name(edit, reason: str) -> None:  # type: ignore[no-untyped-def]
+    row = copy.deepcopy(ROWS[TITAN_TP])
+    edit(row["model"])
+    with pytest.raises(UnpriceableError, match=reason):
+        case_from_row(row)
+
+
+def test_a_stated_activation_and_position_embedding_shape_the_model() -> None:
+    # GPT-3 175B as NeMo's performance tables run it: a 2-matrix GELU MLP, learned positions and a
+    # padded vocabulary; as a gated MLP its MLP FLOPs would be 1.5x
+    row = copy.deepcopy(ROWS[TITAN_TP])
+    row["model"] = {
+        "name": "GPT3-175B", "layers": 96, "hidden": 12288, "heads": 96, "kv_heads": 96, "head_dim": 128,
+        "ffn": 49152, "ffn_act": "gelu", "vocab": 50257, "vocab_padded": 50304, "tied_embeddings": True,
+        "position_embedding": "learned absolute", "seq_len": 2048,
+    }  # fmt: skip
+    m = case_from_row(row).model
+    assert not m.is_gated_mlp and m.position_embedding_type == "learned" and m.vocab_size == 50304
+    assert m.parameter_counts.total == pytest.approx(174.6e9, rel=0.005)  # Brown et al. 2020: 175.0 B
+    row["model"].update(ffn_act="squared-relu (not gated)")  # Nemotron-4
+    assert not case_from_row(row).model.is_gated_mlp
+
+
+def test_mla_is_read_from_the_models_own_keys_too() -> None:
+    row = copy.deepcopy(ROWS[BRIDGE_MOE])
+    model = row["model"]
+    model.pop("attention")
+    model.update(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+    model["first_k_dense_replace"] = model.pop("dense_layers")
+    a, b = case_from_row(row).model, case_from_row(ROWS[BRIDGE_MOE]).model
+    assert a.is_mla and a.parameter_counts.total == b.parameter_counts.total
+    model.pop("v_head_dim")
+    with pytest.raises(UnpriceableError, match="MLA without v_head_dim"):
+        case_from_row(row)
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        {"repo": "NVIDIA/NeMo", "path": "docs/source/performance/performance_summary.md"},
+        {"repo": "someone/Megatron-Bridge", "path": "docs/performance-summary-archive.md"},  # a fork
+        {"url": "https://docs.nvidia.com/nemo-framework/user-guide/24.09/performance/performance_summary.html"},
+    ],
+)
+def test_nemo_sources_run_megatron_core(source: dict[str, str]) -> None:
+    row = copy.deepcopy(ROWS[BRIDGE_MOE])
+    row["source"] = source
+    assert case_from_row(row).stack == "megatron-core"
+
+
 def test_rows_are_priced_from_their_fields_not_their_names() -> None:
     row = copy.deepcopy(ROWS[MPT7])
     renamed = dict(row, name="never-seen-before", group="held-out")

@@ -238,7 +238,9 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     body, last = splits.reshape(-1, 2)[inverse.reshape(-1)].T
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
-        for pp in np.unique(mesh.pp[on]).tolist():
+        # a set, not np.unique: without return_index/inverse, np.unique asks np.ma whether the
+        # array is masked, and importing numpy.ma costs every `plan` process ~50 ms
+        for pp in sorted(set(mesh.pp[on].tolist())):
             rows = on & (mesh.pp == pp)
             body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, SCHEDULES[code])
     explicit = mesh.layout_last >= 0
