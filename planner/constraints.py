@@ -16,8 +16,9 @@ from planner.cost.comm import TIER_INTER, group_link
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import is_dual, mesh_batch_size, num_microbatches, round_up
+from planner.cost.recompute import inapplicable
 from planner.errors import PlannerError
-from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, MeshArrays
+from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -202,6 +203,19 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: (
             "ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) needs an interleaved pipeline, DualPipe(V) "
             f"(or pp 1) and no full recompute; this mesh has pp {p.pp} {p.schedule}, recompute {p.recompute}"
+        ),
+    ),
+    Rule(
+        "recompute_modules_apply",
+        lambda m, c, j, x: not inapplicable(m, j),
+        lambda m, c, j, p: f"recompute_modules: {', '.join(inapplicable(m, j))}, which {m.name} has not",
+    ),
+    Rule(
+        "recompute_modules_need_selective",
+        lambda m, c, j, x: (j.recompute_modules is None) | (x.recompute == RECOMPUTE_SELECTIVE),
+        lambda m, c, j, p: (
+            f"recompute_modules {', '.join(j.recompute_modules or ())} are what selective recompute runs again "
+            f"(Megatron --recompute-granularity selective); this mesh has recompute {p.recompute}"
         ),
     ),
     Rule(

@@ -483,6 +483,32 @@ def recompute_from_recipe(hint: Any) -> str | None:
     return None
 
 
+def recompute_modules_from(stated: Any, hint: Any) -> tuple[str, ...] | None:
+    """Megatron's selective-recompute modules a row states (``knobs.recompute_modules``, a list or
+    its text) or its recipe hint gives (``recompute_modules=["mla_up_proj", ...]``); None when
+    neither says. A module the planner does not know is refused by name."""
+    from planner.cost.recompute import MODULE_NAMES
+
+    if isinstance(stated, (list, tuple)):
+        names = [str(x) for x in stated]
+    else:
+        text = _text(stated) or _text(hint)
+        found = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", text) if not stated else None
+        if stated:
+            names = re.findall(r"[a-z_]+", text)
+        elif found:
+            names = re.findall(r"[a-z_]+", found.group(1))
+        else:
+            return None
+    unknown = [n for n in names if n not in MODULE_NAMES]
+    if unknown or not names:
+        raise UnpriceableError(
+            f"recompute_modules {names}: allowed {', '.join(MODULE_NAMES)}"
+            + (f" (not {', '.join(unknown)})" if unknown else "")
+        )
+    return tuple(dict.fromkeys(names))
+
+
 def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
     """The FSDP/ZeRO description as a ZeRO stage: full sharding (FSDP FULL_SHARD, FSDP2,
     Megatron-FSDP) 3, SHARD_GRAD_OP 2, Megatron's distributed optimizer 1, plain DDP 0."""
@@ -562,6 +588,12 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     block_layers = recompute_layers_from_recipe(knobs.get("recipe_hint"))
     if recompute is None and block_layers:
         recompute = "full"
+    # Megatron recomputes its modules under selective granularity only (full ignores them)
+    modules = recompute_modules_from(knobs.get("recompute_modules"), knobs.get("recipe_hint"))
+    if modules is not None and recompute in (None, "selective"):
+        recompute = "selective"
+    else:
+        modules = None
     if recompute is None:
         assumed.append("recompute: not stated, the search's choice")
     else:
@@ -582,6 +614,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     if model.is_moe:
         overrides.update(moe_routing_from(knobs))
     overrides.update(mtp_from(knobs))
+    if modules is not None:
+        overrides["recompute_modules"] = modules
     mixed = _text(knobs.get("fsdp_mixed_precision")) + precision
     if "pure" in mixed:
         overrides["gradient_dtype"] = "bf16"  # Composer's PURE policy reduces in bf16

@@ -24,6 +24,7 @@ import numpy as np
 
 from planner.cost.flops import attended_keys, attention_dims
 from planner.cost.memory import kv_heads_per_rank
+from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
@@ -250,6 +251,8 @@ class LayerForward:
     elementwise_s: np.ndarray
     casts_s: np.ndarray
     softmax_s: np.ndarray  # unfused softmax/dropout traffic (zero with flash attention)
+    gemms: dict[str, np.ndarray]  # gemm_s by ``layer_gemms`` name
+    elementwise: dict[str, np.ndarray]  # elementwise_s by op: norms, residual, *_activation, rope, permute
 
     @property
     def total_s(self) -> np.ndarray:
@@ -269,25 +272,36 @@ def layer_forward_parts(
     tokens = mesh.tokens_per_rank(job.seq_len)
     g = gemm_on(cluster, job)
     times = {gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe)}
+    act = 6.0 if model.is_gated_mlp else 4.0  # bytes per element of width: gate, up and product (2 in, 1 out)
+    zero = np.zeros(len(mesh))
+    sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
+    bytes_per_token = {
+        "norms": 8.0 * h * sp,  # two norms, read + write
+        "residual": 12.0 * h * sp,  # two residual adds, two reads + one write
+        "dense_activation": zero,
+        "routed_activation": zero,
+        "shared_activation": zero,
+        "rope": zero + (4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0),
+        "permute": zero,
+    }
     if moe:
         top_k = model.num_experts_per_tok or 0
         load = moe_load_factor(job, mesh)
-        routed_width = top_k * load * model.expert_intermediate_size / mesh.expert_tp / t
-        mlp_width = routed_width + model.shared_expert_width / t
-        permute_bytes = 4.0 * top_k * load * 2.0 * h / t  # dispatch and combine copies, read + write
+        bytes_per_token["routed_activation"] = act * top_k * load * model.expert_intermediate_size / mesh.expert_tp / t
+        bytes_per_token["shared_activation"] = zero + act * model.shared_expert_width / t
+        bytes_per_token["permute"] = 4.0 * top_k * load * 2.0 * h / t  # dispatch and combine copies, read + write
     else:
-        mlp_width = model.intermediate_size / t
-        permute_bytes = 0.0
-    outside = np.where(mesh.sequence_parallel, 20.0 * h / t, 20.0 * h)  # 2 norms 8h + 2 residual adds 12h
-    activation_fn = (6.0 if model.is_gated_mlp else 4.0) * mlp_width
-    rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
+        bytes_per_token["dense_activation"] = zero + act * model.intermediate_size / t
+    elementwise = {op: tokens * b / bw for op, b in bytes_per_token.items()}
     return LayerForward(
         gemm_s=np.asarray(sum(times.values())),
         residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in RESIDUAL_OUTPUT_GEMMS)),
         core_s=attention_core_forward_s(model, cluster, job, mesh),
-        elementwise_s=tokens * (outside + activation_fn + rope + permute_bytes) / bw,
+        elementwise_s=sum(elementwise.values(), zero),
         casts_s=fp8_cast_forward_s(model, cluster, job, mesh, moe),
         softmax_s=unfused_softmax_forward_s(model, cluster, job, mesh),
+        gemms=times,
+        elementwise=elementwise,
     )
 
 
@@ -317,14 +331,29 @@ def selective_recompute_forward_s(
     ``RESIDUAL_OUTPUT_GEMMS``: for Llama 0.36 of the layer's matmul FLOPs), with their fp8 casts,
     and every element-wise op (its save list keeps none; the attention output is saved). Its TP
     all-gathers are ``traffic.tp_recomputed_all_gathers``."""
-    if job.software.selective_recompute == "attention":
-        return attention_core_forward_s(model, cluster, job, mesh, recompute=True) + unfused_softmax_forward_s(
-            model, cluster, job, mesh
-        )
     parts = layer_forward_parts(model, cluster, job, mesh, moe)
+    if job.software.selective_recompute == "attention":
+        return module_recompute_forward_s(model, cluster, job, mesh, parts)
     needed = parts.gemm_s - parts.residual_gemm_s
     share = needed / np.maximum(parts.gemm_s, 1e-30)
     return SAC_RECOMPUTED_MATMUL_SHARE * (needed + share * parts.casts_s) + parts.elementwise_s
+
+
+def module_recompute_forward_s(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, parts: LayerForward
+) -> np.ndarray:
+    """Forward work Megatron's selective recompute runs again for one layer whose forward is
+    ``parts``: each module's GEMMs (with their share of the fp8 casts), element-wise ops and the
+    attention core, as ``cost.recompute.MODULES`` lists them (the default, core_attn, runs the
+    core once: Korthikanti et al. 2022). The MoE dispatch a 'moe' module runs again is
+    ``traffic.ep_all_to_alls_per_microbatch``'s."""
+    gemms = sum((time for name, time in parts.gemms.items() if name in recomputed_gemms(job)), np.zeros(len(mesh)))
+    share = gemms / np.maximum(parts.gemm_s, 1e-30)
+    ops = sum((time for op, time in parts.elementwise.items() if op in recomputed_ops(job)), np.zeros(len(mesh)))
+    core = np.zeros(len(mesh))
+    if recomputes_core(job):
+        core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + parts.softmax_s
+    return gemms + share * parts.casts_s + ops + core
 
 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:

@@ -128,18 +128,50 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float
     return 6.0 * (layers_matmul_params_active(model) + head + mtp * mtp_matmul_params_active(model)) + 3.0 * attention
 
 
-def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str, selective: str = "attention") -> float:
-    """Extra forward FLOPs per token that recompute executes: 0, under selective the attention
-    core (``selective`` 'attention', Megatron) or half of the matmuls whose outputs backward needs
-    ('alternate_matmuls', torchtitan's per-op SAC: ``compute.selective_recompute_forward_s``), or
-    every layer's forward (full)."""
+def module_recompute_matmul_params(model: ModelSpec, modules: tuple[str, ...]) -> int:
+    """Matmul weights one token multiplies again across the layers under Megatron's selective
+    recompute of ``modules`` (``cost.recompute.MODULES``): MLA's up-projections (mla_up_proj), the
+    dense MLPs (mlp), the MoE layers' router, routed and shared experts (moe) or the shared experts
+    alone (shared_experts). core_attn, layernorm and moe_act run no matmul."""
+    h, a = model.hidden_size, model.num_attention_heads
+    total = 0
+    if "mla_up_proj" in modules and model.is_mla:
+        d_nope, d_rope, d_v = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0, model.v_head_dim or 0
+        r_q, r_kv = model.q_lora_rank or 0, model.kv_lora_rank or 0
+        total += model.num_hidden_layers * (r_q * a * (d_nope + d_rope) + r_kv * a * (d_nope + d_v))
+    if "mlp" in modules:
+        total += model.num_dense_layers * mlp_matmul_params(model, model.intermediate_size)
+    if model.is_moe:
+        moe_mlp = moe_layer_active_matmul_params(model) - attention_matmul_params(model)
+        routed = (model.num_experts_per_tok or 0) * mlp_matmul_params(model, model.expert_intermediate_size)
+        shared = moe_mlp - h * model.num_experts_total - routed
+        if "moe" in modules:
+            total += model.num_moe_layers * moe_mlp
+        elif "shared_experts" in modules:
+            total += model.num_moe_layers * shared
+    return total
+
+
+def recompute_flops_per_token(
+    model: ModelSpec,
+    seq_len: int,
+    recompute: str,
+    selective: str = "attention",
+    modules: tuple[str, ...] = ("core_attn",),
+) -> float:
+    """Extra forward FLOPs per token that recompute executes: 0; under selective, Megatron's
+    ``modules`` (``selective`` 'attention': the attention core for core_attn, Korthikanti et al.
+    2022, and the matmuls of ``module_recompute_matmul_params``) or half of the matmuls whose
+    outputs backward needs ('alternate_matmuls', torchtitan's per-op SAC:
+    ``compute.selective_recompute_forward_s``); every layer's forward under full recompute."""
     attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
     if recompute == "full":
         return 2.0 * layers_matmul_params_active(model) + attention
     if recompute == "selective":
         if selective == "alternate_matmuls":
             return float(layers_matmul_params_active(model) - residual_output_matmul_params(model))
-        return attention
+        core = attention if "core_attn" in modules else 0.0
+        return core + 2.0 * module_recompute_matmul_params(model, modules)
     return 0.0
 
 

@@ -22,7 +22,9 @@ Under fp8 with a stack whose linears keep their fp8 input for the weight gradien
 Engine: ``Stack.fp8_saves_quantized_inputs``), the inputs of the four linears (the two norm outputs
 2h + 2h, the output projection's input 2*a*d_v, the MLP's product 2f, and a routed expert's
 permuted input 2h) are kept at 1 byte per element instead of 2.
-Selective recompute drops the attention core; full recompute keeps each layer's input (2h,
+MLA keeps its up-projected Q, K, V as above plus the latents the up-projections read (the q and
+kv latents, the rope key). Selective recompute frees what its modules free (``cost.recompute``;
+the default, Megatron's core_attn, the attention core); full recompute keeps each layer's input (2h,
 split by t under SP) plus one layer's activations while it is recomputed; recomputing only the
 first r layers of each chunk (``recompute_layers``) keeps the inputs of those and everything of
 the others. KV heads fewer than t are replicated (k_v/t rounds up to 1 per rank). CP divides
@@ -38,8 +40,9 @@ import numpy as np
 
 from planner.cost.flops import attention_dims, mtp_layers, mtp_projection_params
 from planner.cost.pipeline import RankLayers, is_dual, microbatches_in_flight, moe_layers_of, rank_layers
+from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
-from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_NONE, MeshArrays
+from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schedules import per_schedule_constant
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -71,40 +74,82 @@ def linear_input_bytes_per_element(job: JobSpec) -> float:
     return 1.0 if job.dtype == "fp8" and job.software.fp8_saves_quantized_inputs else 2.0
 
 
-def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
-    """Bytes kept for backward per token of the micro-batch (before CP) for one layer on one rank.
+@dataclass(frozen=True)
+class ActivationParts:
+    """What one layer keeps for backward per token of the micro-batch (before CP) on one rank, by
+    part (columns over meshes); ``cost.recompute.MODULES`` names the parts each selective-recompute
+    module frees."""
 
-    See the module docstring. ``moe`` prices a MoE layer: its MLP part is top-k routed experts
-    (each keeping its permuted input 2h and MLP activations at width f_e/expert_tp) plus shared
-    experts, over the tokens of one TP rank (MoE with TP runs with sequence parallelism).
-    """
+    norm_inputs: np.ndarray  # the two norms' inputs, 4h (split by SP)
+    norm_outputs: np.ndarray  # the two norms' outputs, the QKV and MLP linears' inputs (split by SP)
+    dropout: np.ndarray  # dropout masks h + h (split by SP)
+    qkv: np.ndarray  # Q and K for the scores, V (MLA: the up-projected ones)
+    mla_latents: np.ndarray  # MLA's up-projection inputs: the q and kv latents, the rope key
+    attn_proj_input: np.ndarray  # the output projection's input
+    core: np.ndarray  # the attention core's state (flash: the log-sum-exp)
+    dense_mlp: np.ndarray  # a dense layer's MLP
+    routed_input: np.ndarray  # MoE: each routed token's permuted input at its experts
+    routed_activation: np.ndarray  # MoE: the inputs of the experts' activation (gate and up)
+    routed_product: np.ndarray  # MoE: the activation output, the second expert linear's input
+    shared: np.ndarray  # MoE: the shared experts' MLP
+
+    def total(self, freed: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
+        return sum((getattr(self, f.name) for f in fields(self) if f.name not in freed), np.zeros(()))
+
+
+def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> ActivationParts:
+    """Bytes kept for backward per token of the micro-batch (before CP) for one layer on one rank,
+    by part, with no recompute. See the module docstring. ``moe`` prices a MoE layer: its MLP part
+    is top-k routed experts (each keeping its permuted input 2h and MLP activations at width
+    f_e/expert_tp) plus shared experts, over the tokens of one TP rank (MoE with TP runs with
+    sequence parallelism)."""
     h, a, s = model.hidden_size, model.num_attention_heads, job.seq_len
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
-    dropout = 1.0 if job.dropout else 0.0
     lin = linear_input_bytes_per_element(job)
-    outside = 4.0 * h + 2.0 * lin * h + 2.0 * h * dropout
+    sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
     kv = kv_heads_per_rank(model, t)
-    attention = 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v + lin * a * d_v / t
-    core = np.where(job.flash_attention, 4.0 * a / t, (2.0 + 3.0 * dropout) * a * s / t)
-    core = np.where(mesh.recompute == RECOMPUTE_NONE, core, 0.0)
+    zero = np.zeros(len(mesh))
+    latents = 0.0
+    if model.is_mla:  # the normalised q and kv latents the up-projections keep, and the rope key
+        latents = lin * ((model.q_lora_rank or 0) + (model.kv_lora_rank or 0)) + 2.0 * (model.qk_rope_head_dim or 0)
+    parts = {
+        "norm_inputs": 4.0 * h * sp,
+        "norm_outputs": 2.0 * lin * h * sp,
+        "dropout": 2.0 * h * sp * (1.0 if job.dropout else 0.0),
+        "qkv": 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v,
+        "mla_latents": zero + latents,
+        "attn_proj_input": lin * a * d_v / t,
+        "core": np.where(job.flash_attention, 4.0 * a / t, (2.0 + 3.0 * (1.0 if job.dropout else 0.0)) * a * s / t),
+        "dense_mlp": zero,
+        "routed_input": zero,
+        "routed_activation": zero,
+        "routed_product": zero,
+        "shared": zero,
+    }
     if moe:
-        top_k = model.num_experts_per_tok or 0
         # Each routed token is processed by all expert_tp ranks of its expert: they each keep
         # the full permuted input (2h) and 1/expert_tp of the expert's MLP activations; the
         # busiest rank holds the job's MoE load factor x the even share.
-        routed = (
-            top_k
-            * moe_load_factor(job, mesh)
-            * mesh.expert_tp
-            * (lin * h + mlp_activation_bytes_per_token(model, model.expert_intermediate_size / mesh.expert_tp, lin))
-        )
-        mlp = (routed + mlp_activation_bytes_per_token(model, model.shared_expert_width, lin)) / t
+        routed = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh) * mesh.expert_tp / t
+        width = model.expert_intermediate_size / mesh.expert_tp
+        parts["routed_input"] = routed * lin * h
+        parts["routed_activation"] = routed * (4.0 if model.is_gated_mlp else 2.0) * width
+        parts["routed_product"] = routed * lin * width
+        parts["shared"] = mlp_activation_bytes_per_token(model, model.shared_expert_width, lin) / t + zero
     else:
-        mlp = mlp_activation_bytes_per_token(model, model.intermediate_size, lin) / t
-    outside_split = np.where(mesh.sequence_parallel, outside / t, outside)
-    kept = outside_split + attention + core + mlp
-    layer_input = np.where(mesh.sequence_parallel, 2.0 * h / t, 2.0 * h)
+        parts["dense_mlp"] = mlp_activation_bytes_per_token(model, model.intermediate_size, lin) / t
+    return ActivationParts(**{k: np.broadcast_to(np.asarray(v, dtype=float), (len(mesh),)) for k, v in parts.items()})
+
+
+def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """Bytes kept for backward per token of the micro-batch (before CP) for one layer on one rank,
+    as the mesh's recompute keeps them: everything without recompute; under selective recompute
+    all but the parts its modules free (``cost.recompute``; the default, Megatron's core_attn,
+    frees the attention core); under full recompute the layer's input (2h, split by t under SP)."""
+    parts = activation_parts(model, job, mesh, moe)
+    layer_input = np.where(mesh.sequence_parallel, 2.0 * model.hidden_size / mesh.tp, 2.0 * model.hidden_size)
+    kept = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, parts.total(freed_parts(job)), parts.total())
     return np.where(mesh.recompute == RECOMPUTE_FULL, layer_input, kept)
 
 

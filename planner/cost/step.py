@@ -48,6 +48,7 @@ from planner.cost.pipeline import (
     num_microbatches,
     rank_layers,
 )
+from planner.cost.recompute import selected
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -267,7 +268,10 @@ def evaluate(
     tokens = batch * s
     model_flops = model_flops_per_token(model, s, mtp_layers(model, job)) * tokens
     policy = job.software.selective_recompute
-    recompute_extra = np.array([recompute_flops_per_token(model, s, r, policy) for r in RECOMPUTES])[mesh.recompute]
+    modules = selected(job)
+    recompute_extra = np.array([recompute_flops_per_token(model, s, r, policy, modules) for r in RECOMPUTES])[
+        mesh.recompute
+    ]
     # full recompute of some of each chunk's layers runs that share of the forwards again
     recompute_extra = np.where(
         mesh.recompute == RECOMPUTE_FULL, recompute_extra * mesh.recomputed_share(layers), recompute_extra

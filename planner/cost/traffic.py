@@ -39,6 +39,7 @@ import numpy as np
 from planner.cost import comm
 from planner.cost.flops import attention_dims
 from planner.cost.memory import RankParams, kv_heads_per_rank
+from planner.cost.recompute import recomputes_dispatch
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.job import JobSpec
@@ -146,10 +147,14 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
     return Dispatch("all_to_all", routed_message_bytes(model, job, mesh))
 
 
-def ep_all_to_alls_per_microbatch(mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+def ep_all_to_alls_per_microbatch(
+    job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+) -> np.ndarray:
     """Dispatch and combine collectives (``ep_dispatch``), forward and backward (and the
-    recomputed forward's) per MoE layer of a stage of ``layers``."""
-    return moe_layers * (4.0 + 2.0 * mesh.recomputed_share(layers))
+    recomputed forward's: full recompute, or selective recompute of the 'moe' module,
+    ``cost.recompute``) per MoE layer of a stage of ``layers``."""
+    again = np.where((mesh.recompute == RECOMPUTE_SELECTIVE) & recomputes_dispatch(job), 1.0, 0.0)
+    return moe_layers * (4.0 + 2.0 * (mesh.recomputed_share(layers) + again))
 
 
 def cp_block_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -251,7 +256,7 @@ def ep_per_microbatch(
     ``ep_overlap_hidden_fraction`` of them runs beside another micro-batch's compute, at most
     ``overlap_budget_s`` (the compute left to hide behind); the rest stays exposed."""
     dispatch = ep_dispatch(model, job, mesh)
-    count = ep_all_to_alls_per_microbatch(mesh, layers, moe_layers)
+    count = ep_all_to_alls_per_microbatch(job, mesh, layers, moe_layers)
     price = comm.all_gather_s if dispatch.op == "all_gather" else comm.all_to_all_s
     time = count * price(dispatch.message_bytes, links["ep"])
     fraction = job.software.ep_overlap_hidden_fraction if job.ep_comm_overlap else 0.0

@@ -113,15 +113,17 @@ def _pipeline_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     return args
 
 
-def _recompute_args(config: ParallelConfig) -> list[str]:
+def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:
     """arguments.py _add_training_args: --recompute-granularity {full, selective} (selective
-    recomputes --recompute-modules, default core_attn: the attention core, as the planner prices);
+    recomputes --recompute-modules, default core_attn: the attention core; the job's
+    recompute_modules are written out, as the planner priced them);
     full with --recompute-method uniform --recompute-num-layers 1 recomputes every layer from its
     input; --recompute-method block --recompute-num-layers r recomputes the first r layers of each
     (virtual) pipeline stage and keeps the rest (selective takes no method: validate_args asserts
     recompute_method is None)."""
     if config.recompute == "selective":
-        return ["--recompute-granularity", "selective"]
+        modules = ["--recompute-modules", *job.recompute_modules] if job.recompute_modules else []
+        return ["--recompute-granularity", "selective", *modules]
     if config.recompute == "full" and config.recompute_layers is not None:
         return [
             "--recompute-granularity",
@@ -222,7 +224,7 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
-    return args + _recompute_args(config) + _data_parallel_args(config) + _job_args(job, config)
+    return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(job, config)
 
 
 def _moe_routing_args(job: JobSpec) -> list[str]:

@@ -39,6 +39,12 @@ sampling argument, not a measurement); the one published per-rank figure is from
 ("for benchmarking purposes only", megatron/core/transformer/moe/README.md)."""
 
 
+RecomputeModule = Literal["core_attn", "layernorm", "mla_up_proj", "moe_act", "mlp", "moe", "shared_experts"]
+"""Megatron-Core's selective-recompute modules (TransformerConfig.recompute_modules, megatron/core/
+transformer/transformer_config.py; --recompute-modules): what each frees and runs again is
+``cost.recompute.MODULES``."""
+
+
 MAX_SEQ_LEN = 2**24
 """Longest sequence a job may train on, 16,777,216 tokens (the longest published contexts are
 about 10M); with ``MAX_BATCH_SEQUENCES`` a bound that keeps a mistyped size from overflowing the
@@ -113,6 +119,14 @@ class JobSpec(Frozen):
         description="Multi-token-prediction layers trained (Megatron --mtp-num-layers); None: the model's "
         "num_nextn_predict_layers, 0: none",
     )
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        None,
+        description="What selective recompute runs again (Megatron --recompute-granularity selective "
+        "--recompute-modules): core_attn (the attention core), layernorm (the two norms' outputs), mla_up_proj "
+        "(MLA's up-projections and RoPE), moe_act (the experts' activation), mlp (the dense MLP), moe (the whole "
+        "MoE layer, dispatch included), shared_experts; a mesh that sets recompute 'selective' uses them. None: "
+        "the stack's own selective policy (Megatron's default core_attn)",
+    )
     compile: bool | None = Field(None, description="torch.compile; None: the stack's default")
     optimizer_state_bytes_per_param: float = Field(
         DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM,
@@ -138,6 +152,20 @@ class JobSpec(Frozen):
             raise ValueError(
                 f"ep_comm_overlap: stack {self.software.name} cannot overlap expert-parallel communication "
                 "(its ep_overlap_hidden_fraction is 0); megatron-core can (--overlap-moe-expert-parallel-comm)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _recompute_modules_the_stack_runs(self) -> JobSpec:
+        modules = self.recompute_modules
+        if modules is None:
+            return self
+        if not modules or len(set(modules)) != len(modules):
+            raise ValueError(f"recompute_modules {list(modules)}: give each module once, at least one")
+        if self.software.selective_recompute != "attention":
+            raise ValueError(
+                f"recompute_modules: stack {self.software.name} has no per-module selective recompute (its "
+                f"selective recompute is '{self.software.selective_recompute}'); megatron-core has"
             )
         return self
 

@@ -25,6 +25,7 @@ from planner.cost.compute import (
 )
 from planner.cost.pipeline import num_microbatches
 from planner.cost.step import slowest_rank, training_s
+from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -76,6 +77,11 @@ def layer_terms(
     model: ModelSpec, job: JobSpec, plan: ParallelConfig, replay_cluster: ClusterSpec, on_gpu: bool
 ) -> list[TermSpec]:
     """One term per layer kind on the plan's worst stage (module docstring)."""
+    if plan.recompute == "selective" and job.recompute_modules not in (None, ("core_attn",)):
+        raise PlannerError(
+            f"recompute_modules {', '.join(job.recompute_modules or ())}: the layer replay recomputes the attention "
+            "core only (core_attn); the others are priced, not replayed: validate without --recompute-modules"
+        )
     m = float(num_microbatches(job.batch_size, MeshArrays.from_configs([plan]))[0])
     dtype = replay_dtype(job, on_gpu)
     terms = []

@@ -116,7 +116,7 @@ def comm_terms(
     routed = traffic.routed_message_bytes(model, job, pm)
     add("etp.all_reduce", "all_reduce", "etp", plan.expert_tp, routed, m * etp_calls)
     dispatch = traffic.ep_dispatch(model, job, pm)
-    ep_calls = m * traffic.ep_all_to_alls_per_microbatch(pm, layers, moe)
+    ep_calls = m * traffic.ep_all_to_alls_per_microbatch(job, pm, layers, moe)
     if dispatch.op == "all_gather":  # the combine is the reduce-scatter of the same buffer
         add("ep.all_gather", "all_gather", "ep", plan.ep, dispatch.message_bytes, ep_calls / 2.0)
         add("ep.reduce_scatter", "reduce_scatter", "ep", plan.ep, dispatch.message_bytes, ep_calls / 2.0)

@@ -1,0 +1,117 @@
+"""Selective recompute by module, as Megatron-Core runs it (``--recompute-granularity selective
+--recompute-modules``), declared once: for each module, the activations it frees and the forward
+work it runs again in backward. Memory (``cost.memory``), time (``cost.compute``), hardware FLOPs
+(``cost.flops``) and the expert-parallel all-to-alls (``cost.traffic``) read this table.
+
+Source: Megatron-Core TransformerConfig.recompute_modules (megatron/core/transformer/
+transformer_config.py): "core_attn": recompute the core attention part of the transformer layer;
+"moe_act": the MoE MLP activation function; "layernorm": the input_layernorm and
+pre_mlp_layernorm; "mla_up_proj": the MLA up projection and RoPE applying parts; "mlp": the
+dense MLP submodule; "moe": the MoE layer; "shared_experts": the shared experts in the MoE layer.
+"moe_act", "layernorm" and "mla_up_proj" use output-discarding checkpointing (the output is freed
+once its consumer has run, and recomputed before that consumer's backward); the others checkpoint
+the whole submodule, keeping only its input. Default ["core_attn"].
+
+Activation parts (``memory.ActivationParts``) a module frees:
+  core_attn       the attention core's saved state (scores and masks without flash attention)
+  layernorm       the two norms' outputs (the inputs of the QKV and first MLP linears)
+  mla_up_proj     MLA's up-projected Q, K and V (the latents that produce them stay)
+  moe_act         the routed experts' activation output (the second expert linear's input)
+  mlp             a dense layer's MLP activations (its input, the norm output, stays)
+  moe             everything of the MoE layer but its input: routed inputs, activations, the shared experts
+  shared_experts  the shared experts' activations
+A module that does not apply to a layer (mla_up_proj without MLA, the MoE ones in a dense layer,
+mlp in a MoE layer) frees nothing there and runs nothing again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import get_args
+
+from planner.schemas.job import JobSpec, RecomputeModule
+from planner.schemas.model import ModelSpec
+
+MODULE_NAMES: tuple[str, ...] = get_args(RecomputeModule)
+
+DEFAULT_MODULES: tuple[str, ...] = ("core_attn",)
+"""Megatron-Core's default recompute_modules (TransformerConfig: default ["core_attn"]); the
+planner's 'selective' recompute before modules were a knob (Korthikanti et al. 2022)."""
+
+
+@dataclass(frozen=True)
+class Module:
+    """What one recompute module frees (``memory.ActivationParts`` fields) and runs again:
+    ``gemms`` by ``compute.layer_gemms`` name, the attention ``core``, element-wise ``ops`` by
+    ``compute.LayerForward.elementwise`` part, and the MoE ``dispatch`` (its all-to-alls)."""
+
+    frees: tuple[str, ...]
+    gemms: tuple[str, ...] = ()
+    core: bool = False
+    ops: tuple[str, ...] = ()
+    dispatch: bool = False
+    needs: str | None = None  # the model feature without which it has nothing to recompute
+
+
+MODULES: dict[str, Module] = {
+    "core_attn": Module(frees=("core",), core=True),
+    "layernorm": Module(frees=("norm_outputs",), ops=("norms",)),
+    "mla_up_proj": Module(frees=("qkv",), gemms=("attn.q_b", "attn.kv_b"), ops=("rope",), needs="mla"),
+    "moe_act": Module(frees=("routed_product",), ops=("routed_activation",), needs="moe"),
+    "mlp": Module(frees=("dense_mlp",), gemms=("mlp.in", "mlp.out"), ops=("dense_activation",), needs="dense"),
+    "moe": Module(
+        frees=("routed_input", "routed_activation", "routed_product", "shared"),
+        gemms=("moe.router", "moe.expert_in", "moe.expert_out", "moe.shared_in", "moe.shared_out"),
+        ops=("routed_activation", "shared_activation", "permute"),
+        dispatch=True,
+    ),
+    "shared_experts": Module(frees=("shared",), gemms=("moe.shared_in", "moe.shared_out"), ops=("shared_activation",)),
+}
+"""Declared once; ``MODULE_NAMES`` (the schema's Literal) and this table must list the same
+modules (tests check)."""
+
+
+def selected(job: JobSpec) -> tuple[str, ...]:
+    """The modules a selective-recompute mesh of ``job`` runs again: the job's, else the default."""
+    return job.recompute_modules or DEFAULT_MODULES
+
+
+def freed_parts(job: JobSpec) -> set[str]:
+    """Activation parts selective recompute frees under ``job``."""
+    return {part for name in selected(job) for part in MODULES[name].frees}
+
+
+def recomputed_gemms(job: JobSpec) -> set[str]:
+    return {g for name in selected(job) for g in MODULES[name].gemms}
+
+
+def recomputed_ops(job: JobSpec) -> set[str]:
+    return {op for name in selected(job) for op in MODULES[name].ops}
+
+
+def recomputes_core(job: JobSpec) -> bool:
+    return any(MODULES[name].core for name in selected(job))
+
+
+def recomputes_dispatch(job: JobSpec) -> bool:
+    return any(MODULES[name].dispatch for name in selected(job))
+
+
+def has(model: ModelSpec, feature: str) -> bool:
+    """Whether ``model`` has what a module recomputes: MLA, MoE layers, shared experts, dense MLPs."""
+    return {
+        "mla": model.is_mla,
+        "moe": model.is_moe,
+        "shared": model.is_moe and model.shared_expert_width > 0,
+        "dense": model.num_dense_layers > 0,
+    }[feature]
+
+
+def inapplicable(model: ModelSpec, job: JobSpec) -> list[str]:
+    """The job's recompute modules that find nothing to recompute in ``model``, each with why."""
+    what = {"mla": "MLA attention", "moe": "MoE layers", "shared": "shared experts", "dense": "dense MLP layers"}
+    return [
+        f"{name} (needs {what[MODULES[name].needs]})"  # type: ignore[index]
+        for name in job.recompute_modules or ()
+        if MODULES[name].needs is not None and not has(model, MODULES[name].needs)  # type: ignore[arg-type]
+    ]

@@ -1,0 +1,133 @@
+"""Megatron's selective recompute by module (--recompute-modules): what each frees and runs again
+(cost.recompute.MODULES), its refusals, its export and its reading from published rows."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import get_args
+
+import numpy as np
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.cost import traffic
+from planner.cost.compute import layer_forward_parts, module_recompute_forward_s
+from planner.cost.flops import recompute_flops_per_token
+from planner.cost.memory import activation_bytes_per_token_layer, activation_parts
+from planner.cost.recompute import MODULES
+from planner.errors import PlannerError
+from planner.export import megatron_args
+from planner.mesh import MeshArrays
+from planner.pricing import estimate_mesh
+from planner.runs import UnpriceableError, case_from_row, load_runs
+from planner.schemas import ParallelConfig
+from planner.schemas.job import RecomputeModule
+from planner.search import default_job
+
+ROOT = Path(__file__).resolve().parents[1]
+ROWS = {r["name"]: r for r in load_runs(ROOT / "tests" / "data" / "runs_sample.yaml")}
+DEEPSEEK = load_model("deepseek-v3")
+B200 = load_cluster("dgx-b200x32")
+# Megatron-Bridge's DeepSeek-V3 benchmark on 256 B200 (pp16, ep8, micro-batch 1), whose recipe
+# recomputes mla_up_proj (scripts/performance/configs/deepseek: recompute_modules = ["mla_up_proj"])
+PUBLISHED_B200 = ParallelConfig(tp=1, pp=16, dp=16, ep=8, micro_batch_size=1, recompute="selective")
+
+
+def _job(modules: tuple[str, ...] | None, model=DEEPSEEK):  # type: ignore[no-untyped-def]
+    return default_job(model, None, 2048, None, dtype="fp8", recompute_modules=modules, moe_load_imbalance=1.0)
+
+
+def test_the_table_declares_every_module_of_the_schema() -> None:
+    assert set(MODULES) == set(get_args(RecomputeModule))
+
+
+def test_the_default_is_megatrons_core_attn() -> None:
+    a = estimate_mesh(DEEPSEEK, B200, _job(None), PUBLISHED_B200)
+    b = estimate_mesh(DEEPSEEK, B200, _job(("core_attn",)), PUBLISHED_B200)
+    assert a.step_time_s == b.step_time_s and a.memory_per_gpu_bytes == b.memory_per_gpu_bytes
+
+
+def test_mla_up_proj_frees_q_k_and_v_and_runs_the_up_projections_again() -> None:
+    mesh = MeshArrays.from_configs([PUBLISHED_B200])
+    job = _job(("mla_up_proj",))
+    parts = activation_parts(DEEPSEEK, job, mesh, moe=True)
+    # DeepSeek-V3: 128 heads, q/k head dim 192, v 128, tp 1: 2*128*192 * 2 + 2*128*128 bytes per token
+    assert parts.qkv[0] == pytest.approx(2 * 128 * 192 * 2 + 2 * 128 * 128)
+    kept = activation_bytes_per_token_layer(DEEPSEEK, job, mesh, moe=True)[0]
+    assert kept == pytest.approx(parts.total()[0] - parts.qkv[0])
+    forward = layer_forward_parts(DEEPSEEK, B200, job, mesh, moe=True)
+    again = module_recompute_forward_s(DEEPSEEK, B200, job, mesh, forward)[0]
+    up = forward.gemms["attn.q_b"][0] + forward.gemms["attn.kv_b"][0]
+    assert up < again < up * (1 + forward.casts_s[0] / forward.gemm_s[0]) + forward.elementwise["rope"][0] + 1e-12
+    # FLOPs: q_b 1536 x 128*192 and kv_b 512 x 128*(128+128), forward, per token and layer
+    per_layer = 2 * (1536 * 128 * 192 + 512 * 128 * 256)
+    assert recompute_flops_per_token(DEEPSEEK, 4096, "selective", "attention", ("mla_up_proj",)) == 61 * per_layer
+
+
+def test_the_published_b200_layout_fits_only_with_its_recipes_modules() -> None:
+    default = estimate_mesh(DEEPSEEK, B200, _job(None), PUBLISHED_B200)
+    recipe = estimate_mesh(DEEPSEEK, B200, _job(("mla_up_proj",)), PUBLISHED_B200)
+    assert not default.fits and recipe.fits
+    assert recipe.memory_breakdown_bytes.activations < 0.7 * default.memory_breakdown_bytes.activations
+    # the up-projections cost less to run again than the attention core they replace
+    assert recipe.step_time_s < default.step_time_s
+
+
+def test_recomputing_the_moe_layer_runs_its_dispatch_again() -> None:
+    mesh = MeshArrays.from_configs([PUBLISHED_B200])
+    layers, moe_layers = np.array([4]), np.array([4])
+    plain = traffic.ep_all_to_alls_per_microbatch(_job(None), mesh, layers, moe_layers)[0]
+    again = traffic.ep_all_to_alls_per_microbatch(_job(("moe",)), mesh, layers, moe_layers)[0]
+    assert (plain, again) == (16.0, 24.0)  # dispatch + combine, forward and backward, + the forward again
+    a = estimate_mesh(DEEPSEEK, B200, _job(("core_attn",)), PUBLISHED_B200)
+    b = estimate_mesh(DEEPSEEK, B200, _job(("core_attn", "moe")), PUBLISHED_B200)
+    assert b.time_breakdown_s.ep_comm == pytest.approx(a.time_breakdown_s.ep_comm * 1.5)
+    assert b.memory_breakdown_bytes.activations < a.memory_breakdown_bytes.activations
+    assert b.hardware_flops_per_step > a.hardware_flops_per_step
+
+
+@pytest.mark.parametrize(
+    ("model", "modules", "pins", "message"),
+    [
+        ("llama3-70b", ("mla_up_proj",), {}, "mla_up_proj \\(needs MLA attention\\)"),
+        ("llama3-70b", ("moe_act",), {}, "moe_act \\(needs MoE layers\\)"),
+        ("deepseek-v3", ("mla_up_proj",), {"recompute": "none"}, "selective recompute"),
+    ],
+)
+def test_modules_that_cannot_apply_are_refused(model: str, modules: tuple[str, ...], pins, message: str) -> None:  # type: ignore[no-untyped-def]
+    spec = load_model(model)
+    config = PUBLISHED_B200.model_copy(update={"ep": 8 if spec.is_moe else 1, **pins})
+    with pytest.raises(PlannerError, match=message):
+        estimate_mesh(spec, B200, _job(modules, spec), config)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"recompute_modules": ("core_attn", "core_attn")}, "each module once"),
+        ({"recompute_modules": ("attention",)}, "recompute_modules"),
+        ({"recompute_modules": ("core_attn",), "stack": "torchtitan"}, "no per-module selective recompute"),
+    ],
+)
+def test_bad_module_lists_are_refused_at_the_schema(extra: dict, message: str) -> None:  # type: ignore[type-arg]
+    with pytest.raises(PlannerError, match=message):
+        default_job(DEEPSEEK, None, 2048, None, **extra)
+
+
+def test_the_megatron_export_writes_the_modules() -> None:
+    args = megatron_args(DEEPSEEK, _job(("mla_up_proj", "moe_act")), PUBLISHED_B200)
+    i = args.index("--recompute-modules")
+    expected = ["--recompute-granularity", "selective", "--recompute-modules", "mla_up_proj", "moe_act"]
+    assert args[i - 2 : i + 3] == expected
+    assert "--recompute-modules" not in megatron_args(DEEPSEEK, _job(None), PUBLISHED_B200)
+
+
+def test_a_rows_recipe_hint_gives_its_modules() -> None:
+    row = copy.deepcopy(ROWS["mbridge-25.11-dgx-gb200-deepseek-v3-womtp-bf16-main"])
+    row["knobs"]["recipe_hint"] = 'recipe sets recompute_modules = ["mla_up_proj", "layernorm"]'
+    case = case_from_row(row)
+    assert case.job.recompute_modules == ("mla_up_proj", "layernorm") and case.pins["recompute"] == "selective"
+    row["knobs"]["recompute_modules"] = ["core_attn", "attn_sink"]
+    with pytest.raises(UnpriceableError, match="not attn_sink"):
+        case_from_row(row)
