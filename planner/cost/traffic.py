@@ -65,6 +65,55 @@ class Traffic:
         return cls(time_s - hidden, bytes_sent, hidden)
 
 
+@dataclass(frozen=True)
+class Collective:
+    """One kind of collective the rank a step waits for runs (columns over meshes): ``calls`` of
+    ``op`` on ``message_bytes`` over ``group`` (a ``comm.mesh_links`` key), per micro-batch or per
+    step. Each group's list (``tp_collectives``, ``ep_collectives``, ``cp_collectives``,
+    ``pp_collectives``, ``dp_collectives``) is spelled once: the step prices it (``serial_s``)
+    and the validator replays it (``step_collectives``, validate/terms.py)."""
+
+    name: str
+    op: str  # all_reduce, reduce_scatter, all_gather, all_to_all, send_recv, ring_exchange
+    group: str
+    message_bytes: np.ndarray
+    calls: np.ndarray
+    per_microbatch: bool = True
+
+
+PRICE = {
+    "all_reduce": comm.all_reduce_s,
+    "reduce_scatter": comm.reduce_scatter_s,
+    "all_gather": comm.all_gather_s,
+    "all_to_all": comm.all_to_all_s,
+    "send_recv": comm.send_recv_s,
+    "ring_exchange": comm.send_recv_s,  # one step of the ring: each rank sends one block one hop
+}
+"""The cost of one call of each collective (``planner.cost.comm``)."""
+
+
+def call_s(collective: Collective, links: dict[str, comm.GroupLink]) -> np.ndarray:
+    """Seconds of one call (zero where nothing is sent: a dense model's expert-DP buffer)."""
+    message = collective.message_bytes
+    return np.where(message > 0, PRICE[collective.op](message, links[collective.group]), 0.0)
+
+
+def serial_s(collectives: list[Collective], links: dict[str, comm.GroupLink]) -> np.ndarray:
+    """Seconds of every call of ``collectives``, one after another (before any overlap)."""
+    return sum((c.calls * call_s(c, links) for c in collectives), np.zeros(()))
+
+
+def bytes_sent(collective: Collective, links: dict[str, comm.GroupLink]) -> np.ndarray:
+    """Bytes one rank sends in one call: a ring all-reduce 2(n-1)/n of the buffer, the other ring
+    collectives and an all-to-all (n-1)/n, a point-to-point send the message."""
+    if collective.op in ("send_recv", "ring_exchange"):
+        return np.asarray(collective.message_bytes, dtype=float)
+    n = links[collective.group].size
+    if collective.op == "all_reduce":
+        return comm.all_reduce_bytes_sent(collective.message_bytes, n)
+    return comm.all_gather_bytes_sent(collective.message_bytes, n)
+
+
 def tp_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """One TP collective's buffer: the rank's b*s/c tokens x h activations."""
     return mesh.tokens_per_rank(job.seq_len) * model.hidden_size * job.activation_bytes_per_element
@@ -200,6 +249,24 @@ def tp_recomputed_all_gathers(job: JobSpec, mesh: MeshArrays, layers: np.ndarray
     return np.where(again, 2.0 * (layers - moe_layers) + moe_layers, 0.0)
 
 
+def tp_collectives(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+) -> list[Collective]:
+    """TP and expert-TP collectives of one micro-batch through the stage's layers
+    (``tp_collectives_per_microbatch``): all-reduces, or with SP a reduce-scatter and an
+    all-gather each, plus the all-gathers a per-op SAC runs again (``tp_recomputed_all_gathers``)."""
+    message = tp_message_bytes(model, job, mesh)
+    count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
+    sp = mesh.sequence_parallel.astype(float)
+    again = tp_recomputed_all_gathers(job, mesh, layers, moe_layers)
+    return [
+        Collective("tp.all_reduce", "all_reduce", "tp", message, count * (1.0 - sp)),
+        Collective("tp.reduce_scatter", "reduce_scatter", "tp", message, count * sp),
+        Collective("tp.all_gather", "all_gather", "tp", tp_all_gather_bytes(model, job, mesh), count * sp + again),
+        Collective("etp.all_reduce", "all_reduce", "etp", routed_message_bytes(model, job, mesh), expert_count),
+    ]
+
+
 def tp_per_microbatch(
     model: ModelSpec,
     job: JobSpec,
@@ -218,28 +285,28 @@ def tp_per_microbatch(
     inside the NVLink domain overlaps: Transformer Engine's userbuffers and PyTorch's async TP
     (SymmetricMemory) exchange through peer GPU memory over NVLink, which a group spread over
     nodes does not have."""
-    message = tp_message_bytes(model, job, mesh)
-    gathered = tp_all_gather_bytes(model, job, mesh)
-    count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
-    routed = routed_message_bytes(model, job, mesh)
+    collectives = tp_collectives(model, job, mesh, layers, moe_layers)
+    time = serial_s(collectives, links)
+    sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
     tp = links["tp"]
-    split = comm.reduce_scatter_s(message, tp) + comm.all_gather_s(gathered, tp)
-    per_collective = np.where(mesh.sequence_parallel, split, comm.all_reduce_s(message, tp))
-    split_sent = comm.all_gather_bytes_sent(message, mesh.tp) + comm.all_gather_bytes_sent(gathered, mesh.tp)
-    per_sent = np.where(mesh.sequence_parallel, split_sent, comm.all_reduce_bytes_sent(message, mesh.tp))
-    again = tp_recomputed_all_gathers(job, mesh, layers, moe_layers)
-    sent = (
-        count * per_sent
-        + expert_count * comm.all_reduce_bytes_sent(routed, mesh.expert_tp)
-        + again * comm.all_gather_bytes_sent(gathered, mesh.tp)
-    )
-    time = (
-        count * per_collective
-        + expert_count * comm.all_reduce_s(routed, links["etp"])
-        + again * comm.all_gather_s(gathered, tp)
-    )
     fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
     return Traffic.overlapped(time, sent, fraction, overlap_budget_s)
+
+
+def ep_collectives(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+) -> list[Collective]:
+    """Dispatch and combine of one micro-batch through the stage's MoE layers
+    (``ep_all_to_alls_per_microbatch``), by the job's dispatcher (``ep_dispatch``): all-to-alls, or
+    an all-gather whose combine is the reduce-scatter of the same buffer."""
+    dispatch = ep_dispatch(model, job, mesh)
+    count = ep_all_to_alls_per_microbatch(job, mesh, layers, moe_layers)
+    if dispatch.op == "all_gather":
+        return [
+            Collective("ep.all_gather", "all_gather", "ep", dispatch.message_bytes, count / 2.0),
+            Collective("ep.reduce_scatter", "reduce_scatter", "ep", dispatch.message_bytes, count / 2.0),
+        ]
+    return [Collective("ep.all_to_all", "all_to_all", "ep", dispatch.message_bytes, count)]
 
 
 def ep_per_microbatch(
@@ -255,12 +322,10 @@ def ep_per_microbatch(
     the job's EP overlap (Megatron --overlap-moe-expert-parallel-comm) the stack's
     ``ep_overlap_hidden_fraction`` of them runs beside another micro-batch's compute, at most
     ``overlap_budget_s`` (the compute left to hide behind); the rest stays exposed."""
-    dispatch = ep_dispatch(model, job, mesh)
-    count = ep_all_to_alls_per_microbatch(job, mesh, layers, moe_layers)
-    price = comm.all_gather_s if dispatch.op == "all_gather" else comm.all_to_all_s
-    time = count * price(dispatch.message_bytes, links["ep"])
+    collectives = ep_collectives(model, job, mesh, layers, moe_layers)
+    time = serial_s(collectives, links)
     fraction = job.software.ep_overlap_hidden_fraction if job.ep_comm_overlap else 0.0
-    sent = count * comm.all_gather_bytes_sent(dispatch.message_bytes, mesh.ep)
+    sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
     return Traffic.overlapped(time, sent, fraction, overlap_budget_s)
 
 
@@ -274,11 +339,16 @@ def cp_per_microbatch(
 ) -> Traffic:
     """K/V ring of one micro-batch through the stage's layers; exposed beyond the attention core
     (forward, backward at twice the forward, and the recomputed forward under full recompute)."""
-    block = cp_block_bytes(model, job, mesh)
-    steps = cp_ring_steps_per_microbatch(mesh, layers)
-    total = steps * comm.send_recv_s(block, links["cp"])
+    (ring,) = cp_collectives(model, job, mesh, layers)
+    total = serial_s([ring], links)
     exposed = np.maximum(total - layers * mesh.forward_passes(layers) * attention_core_fwd_s, 0.0)
-    return Traffic(exposed, steps * block, total - exposed)
+    return Traffic(exposed, ring.calls * ring.message_bytes, total - exposed)
+
+
+def cp_collectives(model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray) -> list[Collective]:
+    """The K/V ring steps of one micro-batch through the stage's layers (``cp_ring_steps_per_microbatch``)."""
+    block = cp_block_bytes(model, job, mesh)
+    return [Collective("cp.ring_exchange", "ring_exchange", "cp", block, cp_ring_steps_per_microbatch(mesh, layers))]
 
 
 def pp_per_step(
@@ -286,10 +356,52 @@ def pp_per_step(
 ) -> Traffic:
     """Activation and gradient sends between stages: 2 per slot on the critical path (v*m + p - 1
     slots of 1/v stage when interleaved, m + p - 1 otherwise)."""
-    message = pp_message_bytes(job, mesh, hidden)
+    (sends,) = pp_collectives(job, mesh, m, hidden)
     staged = mesh.pp > 1
-    time = np.where(staged, pp_sends_per_step(mesh, m) * comm.send_recv_s(message, links["pp"]), 0.0)
-    return Traffic(time, np.where(staged, 2.0 * m * mesh.chunks_per_rank * message, 0.0))
+    time = np.where(staged, serial_s([sends], links), 0.0)
+    return Traffic(time, np.where(staged, 2.0 * m * mesh.chunks_per_rank * sends.message_bytes, 0.0))
+
+
+def pp_collectives(job: JobSpec, mesh: MeshArrays, m: np.ndarray, hidden: int) -> list[Collective]:
+    """The sends on the step's critical path (``pp_sends_per_step``); the rank sends 2 m v in all."""
+    message = pp_message_bytes(job, mesh, hidden)
+    return [Collective("pp.send_recv", "send_recv", "pp", message, pp_sends_per_step(mesh, m), per_microbatch=False)]
+
+
+def dp_collectives(
+    job: JobSpec, mesh: MeshArrays, params: RankParams, m: np.ndarray, layers: np.ndarray
+) -> list[Collective]:
+    """Gradient reduction and ZeRO gathers of one step, dense weights over dp*cp (group 'dp'),
+    expert weights over expert-DP ('edp'): an all-reduce of the gradients (ZeRO-0), or a
+    reduce-scatter of them and an all-gather of the updated weights (ZeRO-1/2); ZeRO-3/FSDP runs
+    them layer by layer (one FSDP unit per transformer block, as FSDP, torchtitan and llm-foundry
+    wrap), every micro-batch, the weights gathered for forward and again for backward."""
+    grads, weights = dp_buffers_bytes(job, params)
+    z = mesh.zero_stage
+    units = np.maximum(layers, 1)
+    sharded = np.where(z >= 1, 1.0, 0.0)
+    out: list[Collective] = []
+    for group, grad, weight in (("dp", grads[0], weights[0]), ("edp", grads[1], weights[1])):
+        out += [
+            Collective(f"{group}.all_reduce", "all_reduce", group, grad, np.where(z == 0, 1.0, 0.0), False),
+            Collective(
+                f"{group}.reduce_scatter",
+                "reduce_scatter",
+                group,
+                np.where(z >= 3, grad / units, grad),
+                np.where(z >= 3, m * units, sharded),
+                False,
+            ),
+            Collective(
+                f"{group}.all_gather",
+                "all_gather",
+                group,
+                np.where(z >= 3, weight / units, weight),
+                np.where(z >= 3, 2.0 * m * units, sharded),
+                False,
+            ),
+        ]
+    return out
 
 
 def dp_per_step(
@@ -302,40 +414,40 @@ def dp_per_step(
     bwd_mb_s: np.ndarray,
     layers: np.ndarray,
 ) -> Traffic:
-    """Gradient reduction and ZeRO gathers of one step, exposed per the module docstring.
-    Dense weights reduce over dp*cp, expert weights over expert-DP."""
-    dp, edp = links["dp"], links["edp"]
-    grads, weights = dp_buffers_bytes(job, params)
+    """Gradient reduction and ZeRO gathers of one step (``dp_collectives``), exposed per the
+    module docstring."""
+    collectives = dp_collectives(job, mesh, params, m, layers)
+    reduce_s = serial_s([c for c in collectives if c.op != "all_gather"], links)
+    gather_s = serial_s([c for c in collectives if c.op == "all_gather"], links)
     z = mesh.zero_stage
-
-    def both(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
-        # A dense model has no expert gradients: no expert-DP collective, not even its latency.
-        return fn(pair[0], dp) + np.where(pair[1] > 0, fn(pair[1], edp), 0.0)
-
-    def both_sent(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return fn(pair[0], dp.size) + fn(pair[1], edp.size)
-
-    reduce_s = np.where(z == 0, both(comm.all_reduce_s, grads), both(comm.reduce_scatter_s, grads))
-    gather_s = np.where(z >= 1, both(comm.all_gather_s, weights), 0.0)
     buckets = np.maximum(layers, 1)
     exposed_012 = np.maximum(reduce_s - bwd_mb_s, reduce_s / buckets) + np.maximum(
         gather_s - fwd_mb_s, gather_s / buckets
     )
-
-    # ZeRO-3/FSDP gathers and reduces layer by layer (one FSDP unit per transformer block in
-    # FSDP, torchtitan and llm-foundry): every layer's collective pays the ring's latency again.
-    def latency(fn, pair: tuple[np.ndarray, np.ndarray]) -> np.ndarray:  # type: ignore[no-untyped-def]
-        return both(lambda message, link: fn(0.0 * message, link), pair)  # the collective's cost at 0 bytes
-
-    per_layer_latency = 2.0 * latency(comm.all_gather_s, weights) + latency(comm.reduce_scatter_s, grads)
-    zero3 = m * (2.0 * gather_s + reduce_s + (buckets - 1) * per_layer_latency)
-    exposed_3 = np.maximum(zero3 - m * (fwd_mb_s + bwd_mb_s), zero3 / (m * buckets))
-    reduce_b = np.where(
-        z == 0, both_sent(comm.all_reduce_bytes_sent, grads), both_sent(comm.all_gather_bytes_sent, grads)
-    )
-    gather_b = both_sent(comm.all_gather_bytes_sent, weights)
-    sent = np.where(z >= 3, m * (2.0 * gather_b + reduce_b), reduce_b + np.where(z >= 1, gather_b, 0.0))
+    # ZeRO-3/FSDP's are layer by layer, each paying the ring's latency (``dp_collectives``)
+    serial = reduce_s + gather_s
+    exposed_3 = np.maximum(serial - m * (fwd_mb_s + bwd_mb_s), serial / (m * buckets))
+    sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
     overlapped = np.where(z >= 3, exposed_3, exposed_012)
-    serial = np.where(z >= 3, zero3, reduce_s + gather_s)
     exposed = np.where(mesh.overlap_grad_reduce, overlapped, serial)
     return Traffic(exposed, sent, serial - exposed)
+
+
+def step_collectives(
+    model: ModelSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    m: np.ndarray,
+    layers: np.ndarray,
+    moe_layers: np.ndarray,
+    params: RankParams,
+) -> list[Collective]:
+    """Every collective of one step on the rank with ``layers`` (``moe_layers`` of them MoE) and
+    ``params``: the lists the step prices, group by group, for the validator to replay."""
+    return [
+        *tp_collectives(model, job, mesh, layers, moe_layers),
+        *ep_collectives(model, job, mesh, layers, moe_layers),
+        *cp_collectives(model, job, mesh, layers),
+        *pp_collectives(job, mesh, m, model.hidden_size),
+        *dp_collectives(job, mesh, params, m, layers),
+    ]

@@ -37,10 +37,10 @@ import numpy as np
 from planner.atomic import make_parent, write_text_atomic
 from planner.cost import comm
 from planner.cost.compute import gemm_s
+from planner.cost.traffic import PRICE
 from planner.errors import PlannerError
 from planner.schemas.hardware import BYTES_PER_ELEMENT, HardwareProfile, Interconnect
 from planner.validate.schemas import ReplayContext, SweepReport, TermResult, TermSpec, ValidationReport
-from planner.validate.terms import PRICE
 
 PRIOR_WEIGHT = 0.01
 """Residual weight of log(parameter / starting value): 1% of one sample's log error."""
