@@ -378,20 +378,12 @@ def _pin_value(name: str, value: Any) -> Any:
 
 
 def pinned_mesh(pins: dict[str, Any], num_gpus: int) -> ParallelConfig:
-    """The one mesh ``pins`` name, as `plan estimate` and ``planner.estimate`` read them: unset
-    degrees are 1 except dp, which takes the GPUs tp*pp*cp leave; v > 1 implies interleaved 1F1B;
-    sequence parallelism is on with tp > 1 unless pinned off (as the search and Megatron-Core's
-    recipes run TP). Validated (one-line ``PlannerError``)."""
+    """The one mesh ``pins`` name, as `plan estimate` and ``planner.estimate`` read them
+    (``ParallelConfig.with_defaults``: dp from the GPUs left over, interleaving from v, SP with
+    tp). Validated (one-line ``PlannerError``)."""
     from planner.catalog import validate_as
 
-    fields = pins_from_config_fields(**pins)
-    if "dp" not in fields:
-        fields["dp"] = max(1, num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
-    if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
-        fields["schedule"] = "interleaved-1f1b"
-    if "sequence_parallel" not in fields:
-        fields["sequence_parallel"] = fields.get("tp", 1) > 1
-    return validate_as(ParallelConfig, fields, "mesh")
+    return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins_from_config_fields(**pins), num_gpus), "mesh")
 
 
 def pins_from_config_fields(**fields: Any) -> dict[str, Any]:

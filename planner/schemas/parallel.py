@@ -139,6 +139,22 @@ class ParallelConfig(Frozen):
             )
         return self
 
+    @staticmethod
+    def with_defaults(pins: dict[str, Any], num_gpus: int) -> dict[str, Any]:
+        """The fields of the one mesh ``pins`` name on ``num_gpus`` GPUs, as torchtitan's
+        ParallelDims resolves dp_shard = -1: unset degrees are 1 except dp, which takes the GPUs
+        tp*pp*cp leave; virtual_stages > 1 implies interleaved 1F1B; sequence parallelism is on
+        with tp > 1 unless pinned off (as Megatron-Core's recipes run TP). Validate the result
+        by constructing the config."""
+        fields = dict(pins)
+        if "dp" not in fields:
+            fields["dp"] = max(1, num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
+        if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
+            fields["schedule"] = "interleaved-1f1b"
+        if "sequence_parallel" not in fields:
+            fields["sequence_parallel"] = fields.get("tp", 1) > 1
+        return fields
+
     @property
     def num_gpus(self) -> int:
         """N = tp * pp * dp * cp (ARCHITECTURE 8.1)."""
