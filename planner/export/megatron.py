@@ -52,6 +52,16 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         # Megatron-LM's rank order is tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp with --use-tp-pp-dp-mapping
         # (arguments.py _add_distributed_args).
         raise refuse(TARGET, f"--order {config.order}", "Megatron-LM places ranks tp-cp-dp-pp or tp-cp-pp-dp")
+    if model.is_moe and config.order == "tp-cp-pp-dp" and config.ep * config.expert_tp != config.tp * config.cp:
+        # megatron/core/parallel_state.py initialize_model_parallel: "When not using pp-last rank
+        # ordering, the data parallel size of the attention and moe layers must be the same"
+        # (checked with Megatron-Core 0.16.1 itself, tests/test_frameworks.py)
+        raise refuse(
+            TARGET,
+            f"--order tp-cp-pp-dp with ep {config.ep} x expert_tp {config.expert_tp}",
+            f"Megatron-Core's pp-before-dp placement needs the expert layers' data-parallel size to equal the "
+            f"attention layers' (ep x expert_tp = tp x cp = {config.tp * config.cp}); use --order tp-cp-dp-pp",
+        )
     zero = effective_zero_stage(config)
     if zero >= 2 and config.pp > 1:
         # ZeRO-2/3 is Megatron-FSDP here; it does not run with pipeline parallelism

@@ -1,0 +1,149 @@
+"""Issue 14: exports checked by the frameworks' own code (the `frameworks` extra).
+
+Megatron: the sizes `plan export --format megatron` writes go through Megatron-Core's own
+``parallel_state.initialize_model_parallel`` (on torch's fake process-group backend, in a
+subprocess: tests/frameworks/megatron_groups.py), and every group a rank lands in (TP, PP, DP,
+CP, DP x CP, EP, expert-TP, expert-DP) must be the group the planner priced for it: the rank
+placement of ``planner.validate.worker`` (``mesh_rank_tensor``, ``expert_rank_groups``), which the
+cost model's link tiers assume. A mesh Megatron refuses must be refused by the export first.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("megatron.core", reason="the frameworks extra: pip install '.[frameworks]'")
+
+from planner.catalog import load_model
+from planner.errors import PlannerError
+from planner.export import megatron_args
+from planner.schemas import ParallelConfig
+from planner.search import default_job
+from planner.validate.schemas import ReplicaMesh
+from planner.validate.worker import expert_rank_groups, mesh_rank_tensor
+
+SCRIPT = Path(__file__).parent / "frameworks" / "megatron_groups.py"
+
+MESHES: list[tuple[str, dict[str, Any]]] = [
+    ("llama3-70b", dict(tp=4, pp=2, dp=4)),
+    ("llama3-70b", dict(tp=8, pp=4, dp=2, virtual_stages=5)),
+    ("llama3-70b", dict(tp=2, pp=2, dp=2, cp=2)),
+    ("llama3-70b", dict(tp=2, pp=4, dp=4, order="tp-cp-pp-dp")),
+    ("llama3-8b", dict(tp=1, pp=1, dp=8, cp=2)),
+    ("qwen3-30b-a3b", dict(tp=1, pp=2, dp=8, ep=8)),
+    ("qwen3-30b-a3b", dict(tp=2, pp=2, dp=4, ep=4, expert_tp=2)),
+    ("qwen3-30b-a3b", dict(tp=2, pp=2, dp=4, ep=8)),
+    ("qwen3-235b-a22b", dict(tp=2, pp=4, dp=4, cp=2, ep=8, virtual_stages=2)),
+    ("qwen3-235b-a22b", dict(tp=2, pp=2, dp=4, cp=2, ep=4, order="tp-cp-pp-dp")),
+    ("deepseek-v3", dict(tp=1, pp=8, dp=8, ep=8, virtual_stages=2)),
+]
+"""Dense, MoE with EP (folded into TP x CP x DP, with and without expert-TP), CP, interleaved
+pipelines, and both rank orders Megatron-LM has."""
+
+REFUSED = [("qwen3-30b-a3b", dict(tp=2, pp=2, dp=4, ep=4, order="tp-cp-pp-dp"))]
+"""MoE under --use-tp-pp-dp-mapping with ep x expert_tp != tp x cp: Megatron-Core asserts."""
+
+
+def _config(pins: dict[str, Any]) -> ParallelConfig:
+    schedule = {"schedule": "interleaved-1f1b"} if pins.get("virtual_stages", 1) > 1 else {}
+    return ParallelConfig(sequence_parallel=pins.get("tp", 1) > 1, **schedule, **pins)
+
+
+def _flag(args: list[str], flag: str, default: int) -> int:
+    return int(args[args.index(flag) + 1]) if flag in args else default
+
+
+def _megatron_case(model_name: str, config: ParallelConfig) -> dict[str, Any]:
+    """The sizes Megatron-LM reads from the exported argv (arguments.py defaults where the export
+    writes none: expert-TP = TP, EP = 1; virtual stages from --num-layers-per-virtual-pipeline-stage
+    or the layout), and the ranks to check: first, middle and last."""
+    model = load_model(model_name)
+    args = megatron_args(model, default_job(model, global_batch_size=config.dp * 64), config)
+    tp = _flag(args, "--tensor-model-parallel-size", 1)
+    world = config.num_gpus
+    return {
+        "world": world,
+        "tp": tp,
+        "pp": _flag(args, "--pipeline-model-parallel-size", 1),
+        "vp": config.virtual_stages,
+        "cp": _flag(args, "--context-parallel-size", 1),
+        "ep": _flag(args, "--expert-model-parallel-size", 1),
+        "expert_tp": _flag(args, "--expert-tensor-parallel-size", tp),
+        "tp_pp_dp_mapping": "--use-tp-pp-dp-mapping" in args,
+        "ranks": sorted({0, world // 2 + 1, world - 1}),
+    }
+
+
+def _planner_groups(config: ParallelConfig, rank: int) -> dict[str, list[int]]:
+    mesh = ReplicaMesh(
+        tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, ep=config.ep, expert_tp=config.expert_tp,
+        order=config.order,
+    )  # fmt: skip
+    ranks = mesh_rank_tensor(mesh)[0]  # (pp, dp, cp, tp)
+    ((p, d, c, t),) = np.argwhere(ranks == rank)
+    out = {
+        "tp": ranks[p, d, c, :],
+        "pp": ranks[:, d, c, t],
+        "dp": ranks[p, :, c, t],
+        "cp": ranks[p, d, :, t],
+        "dp_cp": ranks[p, :, :, t].reshape(-1),
+    }
+    groups = {k: sorted(int(r) for r in v) for k, v in out.items()}
+    for axis in ("ep", "etp", "edp"):
+        groups[axis] = sorted(next(g for g in expert_rank_groups(mesh, axis) if rank in g))
+    return groups
+
+
+def _run_megatron(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT)], input=json.dumps(cases), capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout)
+
+
+@pytest.fixture(scope="module")
+def megatron() -> list[dict[str, Any]]:
+    configs = [_config(pins) for _, pins in MESHES]
+    cases = [_megatron_case(name, config) for (name, _), config in zip(MESHES, configs, strict=True)]
+    refused = [dict(_megatron_case_unchecked(name, _config(pins))) for name, pins in REFUSED]
+    return _run_megatron(cases + refused)
+
+
+def _megatron_case_unchecked(model_name: str, config: ParallelConfig) -> dict[str, Any]:
+    """The sizes of a mesh the export refuses, as a user would type them into Megatron-LM."""
+    return {
+        "world": config.num_gpus, "tp": config.tp, "pp": config.pp, "vp": config.virtual_stages, "cp": config.cp,
+        "ep": config.ep, "expert_tp": config.expert_tp, "tp_pp_dp_mapping": config.order == "tp-cp-pp-dp",
+        "ranks": [0],
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("index", range(len(MESHES)), ids=[f"{m}-{p}" for m, p in MESHES])
+def test_megatron_places_every_rank_where_the_plan_priced_it(megatron, index: int) -> None:  # type: ignore[no-untyped-def]
+    name, pins = MESHES[index]
+    result = megatron[index]
+    assert "error" not in result, f"Megatron-Core refused {name} {pins}: {result.get('error')}"
+    config = _config(pins)
+    # a dense model has no expert layers: Megatron's expert groups (expert-TP defaults to TP) are unused
+    axes = ("tp", "pp", "dp", "cp", "dp_cp") + (("ep", "etp", "edp") if load_model(name).is_moe else ())
+    for rank, groups in result.items():
+        planned = _planner_groups(config, int(rank))
+        assert {a: groups[a] for a in axes} == {a: planned[a] for a in axes}, f"rank {rank} of {name} {pins}"
+
+
+@pytest.mark.parametrize("index", range(len(REFUSED)))
+def test_a_placement_megatron_refuses_is_refused_by_the_export(megatron, index: int) -> None:  # type: ignore[no-untyped-def]
+    name, pins = REFUSED[index]
+    assert "data parallel size of the attention and moe layers" in megatron[len(MESHES) + index]["error"]
+    model = load_model(name)
+    with pytest.raises(PlannerError, match="expert"):
+        megatron_args(model, default_job(model), _config(pins))
