@@ -21,6 +21,7 @@ from planner.export.megatron import pipeline_layout
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
+from planner.search import default_job
 from tests.conftest import assert_one_line_error
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
@@ -56,8 +57,28 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--micro-batch-size",
         "--global-batch-size",
         "--recompute-num-layers",
+        # _add_network_size_args, _add_moe_args, _add_mla_args: the architecture
+        "--hidden-size",
+        "--ffn-hidden-size",
+        "--num-attention-heads",
+        "--kv-channels",
+        "--num-query-groups",
+        "--max-position-embeddings",
+        "--num-experts",
+        "--moe-router-topk",
+        "--moe-ffn-hidden-size",
+        "--moe-shared-expert-intermediate-size",
+        "--q-lora-rank",
+        "--kv-lora-rank",
+        "--qk-head-dim",
+        "--qk-pos-emb-head-dim",
+        "--v-head-dim",
     ):
         p.add_argument(flag, type=int)
+    p.add_argument("--position-embedding-type", choices=["learned_absolute", "rope", "mrope", "relative", "none"])
+    p.add_argument("--normalization", choices=["LayerNorm", "RMSNorm"])
+    p.add_argument("--moe-layer-freq")
+    p.add_argument("--recompute-modules", nargs="*")
     for flag in ("--pipeline-model-parallel-layout", "--recompute-method", "--ckpt-format", "--fp8-format"):
         p.add_argument(flag)
     p.add_argument("--mtp-num-layers", type=int, default=None)  # arguments.py _add_mtp_args
@@ -83,6 +104,14 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--tp-comm-overlap",
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
+        "--group-query-attention",
+        "--swiglu",
+        "--squared-relu",
+        "--untie-embeddings-and-output-weights",
+        "--disable-bias-linear",
+        "--add-qkv-bias",
+        "--qk-layernorm",
+        "--multi-latent-attention",
     ):
         p.add_argument(flag, action="store_true")
     # _add_training_args: the moments' formats under the precision-aware optimizer
@@ -460,3 +489,31 @@ def test_bf16_adam_moments_price_and_export_as_megatrons_precision_aware_optimiz
         torchtitan_config(model, bf16.model_copy(update={"stack": "torchtitan"}), ParallelConfig(dp=8, zero_stage=3))
     r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--adam-moments", "fp16")
     assert_one_line_error(r, "--adam-moments 'fp16': allowed fp32, bf16")
+
+
+def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
+    """tests/test_frameworks.py builds these with Megatron-Core itself; here, the flags."""
+    p = megatron_parser()
+
+    def parsed(name: str):  # type: ignore[no-untyped-def]
+        model = load_model(name)
+        config = ParallelConfig(dp=8, ep=8 if model.is_moe else 1)
+        return p.parse_args(megatron_args(model, default_job(model, global_batch_size=8), config))
+
+    llama = parsed("llama3-70b")
+    assert (llama.hidden_size, llama.ffn_hidden_size, llama.num_attention_heads, llama.num_query_groups) == (
+        8192, 28672, 64, 8,
+    )  # fmt: skip
+    assert llama.group_query_attention and llama.swiglu and llama.untie_embeddings_and_output_weights
+    assert (llama.normalization, llama.position_embedding_type, llama.disable_bias_linear) == ("RMSNorm", "rope", True)
+    gpt3 = parsed("gpt3-175b")  # GELU, LayerNorm with biases, learned positions, tied embeddings
+    assert not (gpt3.swiglu or gpt3.group_query_attention or gpt3.untie_embeddings_and_output_weights)
+    assert (gpt3.normalization, gpt3.position_embedding_type, gpt3.disable_bias_linear) == (
+        "LayerNorm", "learned_absolute", False,
+    )  # fmt: skip
+    ds = parsed("deepseek-v3")
+    assert ds.multi_latent_attention and (ds.q_lora_rank, ds.kv_lora_rank, ds.qk_head_dim, ds.v_head_dim) == (
+        1536, 512, 128, 128,
+    )  # fmt: skip
+    assert (ds.num_experts, ds.moe_router_topk, ds.moe_layer_freq) == (256, 8, "([0]*3+[1]*58)")
+    assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # as arguments.py's moe_freq_type evaluates it

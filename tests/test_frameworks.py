@@ -31,6 +31,7 @@ from planner.validate.schemas import ReplicaMesh
 from planner.validate.worker import expert_rank_groups, mesh_rank_tensor
 
 SCRIPT = Path(__file__).parent / "frameworks" / "megatron_groups.py"
+MODEL_SCRIPT = Path(__file__).parent / "frameworks" / "megatron_model.py"
 
 MESHES: list[tuple[str, dict[str, Any]]] = [
     ("llama3-70b", dict(tp=4, pp=2, dp=4)),
@@ -102,9 +103,9 @@ def _planner_groups(config: ParallelConfig, rank: int) -> dict[str, list[int]]:
     return groups
 
 
-def _run_megatron(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _run_megatron(cases: list[dict[str, Any]], script: Path = SCRIPT) -> list[dict[str, Any]]:
     done = subprocess.run(
-        [sys.executable, str(SCRIPT)], input=json.dumps(cases), capture_output=True, text=True, timeout=600
+        [sys.executable, str(script)], input=json.dumps(cases), capture_output=True, text=True, timeout=600
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
@@ -147,3 +148,27 @@ def test_a_placement_megatron_refuses_is_refused_by_the_export(megatron, index: 
     model = load_model(name)
     with pytest.raises(PlannerError, match="expert"):
         megatron_args(model, default_job(model), _config(pins))
+
+
+ARCHITECTURES = ["llama3-8b", "llama3-70b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"]
+"""GQA + SwiGLU + RMSNorm + RoPE, untied; GPT-3's MHA, GELU, LayerNorm with biases, learned positions,
+tied; top-2 of 8 experts; Qwen3's 128 experts with q/k norms; DeepSeek-V3's MLA, shared expert,
+three dense layers first (a config check: see megatron_model.py)."""
+
+
+def test_the_exported_architecture_builds_the_model_the_plan_priced() -> None:
+    cases = []
+    for name in ARCHITECTURES:
+        model = load_model(name)
+        config = _config(dict(dp=8, ep=8 if model.is_moe else 1))
+        cases.append(
+            {"argv": megatron_args(model, default_job(model, global_batch_size=8), config), "vocab": model.vocab_size}
+        )
+    built = _run_megatron(cases, MODEL_SCRIPT)
+    for name, result in zip(ARCHITECTURES, built, strict=True):
+        model = load_model(name)
+        assert "error" not in result, f"Megatron-Core refused {name}'s architecture: {result['error']}"
+        if model.is_mla:
+            assert result == {"config": "checked"}
+        else:  # the same parameters, to the last one
+            assert result["params"] == model.parameter_counts.total, name

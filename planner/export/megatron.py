@@ -3,8 +3,9 @@
 Every flag below was checked against NVIDIA/Megatron-LM ``megatron/training/arguments.py`` as
 stored at commit 000c4ac24f61159c138b0975def722c65245983c (2025): the group that defines it is
 named next to each mapping. What the planner decides maps to flags; the model's architecture
-(hidden size, heads, experts, ...) stays in the user's own recipe, except ``--num-layers``,
-which the virtual-pipeline flags depend on.
+(hidden size, heads, GQA groups, RoPE, SwiGLU, norms, untied embeddings, experts, MLA) is written
+out too (``_model_args``), so the arguments build the model the plan priced; the vocabulary comes
+from the user's tokenizer.
 """
 
 from __future__ import annotations
@@ -229,12 +230,77 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
         args.append("--use-tp-pp-dp-mapping")
     # _add_network_size_args --num-layers; _add_data_args --seq-length.
     args += ["--num-layers", str(model.num_hidden_layers), "--seq-length", str(job.seq_len)]
+    args += _model_args(model)
     args += _pipeline_args(model, job, config)
     if config.sequence_parallel:
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
     return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(job, config)
+
+
+def _model_args(model: ModelSpec) -> list[str]:
+    """The architecture the plan priced, as arguments.py reads it: _add_network_size_args
+    (--hidden-size, --ffn-hidden-size, --num-attention-heads, --kv-channels, --group-query-attention
+    --num-query-groups, --max-position-embeddings, --position-embedding-type, --normalization,
+    --swiglu / --squared-relu, --untie-embeddings-and-output-weights, --qk-layernorm), the
+    linear-bias flags (--disable-bias-linear, --add-qkv-bias), _add_moe_args (--num-experts,
+    --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
+    --moe-layer-freq as a Python list expression) and _add_mla_args (--multi-latent-attention,
+    --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim).
+    Megatron's MLP activation is GELU unless --swiglu or --squared-relu; it has no gated GELU."""
+    if model.is_gated_mlp and model.hidden_act.lower() not in ("silu", "swish", "swiglu"):
+        raise refuse(TARGET, f"gated {model.hidden_act} MLP", "Megatron-LM gates only SiLU (--swiglu)")
+    h, a = model.hidden_size, model.num_attention_heads
+    args = ["--hidden-size", str(h), "--ffn-hidden-size", str(model.intermediate_size), "--num-attention-heads", str(a)]
+    if not model.is_mla:
+        if model.head_dim_resolved * a != h:
+            args += ["--kv-channels", str(model.head_dim_resolved)]
+        if model.num_kv_heads < a:
+            args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
+    learned = model.position_embedding_type == "learned"
+    args += ["--max-position-embeddings", str(model.max_position_embeddings)]
+    args += ["--position-embedding-type", "learned_absolute" if learned else "rope"]
+    args += ["--normalization", "LayerNorm" if model.norm_type == "layernorm" else "RMSNorm"]
+    if model.is_gated_mlp:
+        args.append("--swiglu")
+    elif model.hidden_act.lower() == "relu2":
+        args.append("--squared-relu")
+    if not model.tie_word_embeddings:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.mlp_bias:
+        args.append("--disable-bias-linear")
+        if model.attention_bias:
+            args.append("--add-qkv-bias")
+    if model.qk_norm:
+        args.append("--qk-layernorm")
+    if model.is_moe:
+        args += ["--num-experts", str(model.num_experts_total), "--moe-router-topk", str(model.num_experts_per_tok)]
+        args += ["--moe-ffn-hidden-size", str(model.expert_intermediate_size)]
+        if model.shared_expert_width:
+            args += ["--moe-shared-expert-intermediate-size", str(model.shared_expert_width)]
+        pattern = [int(model.is_moe_layer(i)) for i in range(model.num_hidden_layers)]
+        if not all(pattern):
+            args += ["--moe-layer-freq", _list_expression(pattern)]
+    if model.is_mla:
+        args.append("--multi-latent-attention")
+        if model.q_lora_rank:
+            args += ["--q-lora-rank", str(model.q_lora_rank)]
+        args += ["--kv-lora-rank", str(model.kv_lora_rank), "--qk-head-dim", str(model.qk_nope_head_dim)]
+        args += ["--qk-pos-emb-head-dim", str(model.qk_rope_head_dim), "--v-head-dim", str(model.v_head_dim)]
+    return args
+
+
+def _list_expression(values: list[int]) -> str:
+    """A 0/1 list as the run-length Python expression arguments.py's --moe-layer-freq evaluates,
+    e.g. '([0]*3+[1]*58)'."""
+    runs: list[tuple[int, int]] = []
+    for v in values:
+        if runs and runs[-1][0] == v:
+            runs[-1] = (v, runs[-1][1] + 1)
+        else:
+            runs.append((v, 1))
+    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
 
 
 def _moe_routing_args(job: JobSpec) -> list[str]:
@@ -277,8 +343,12 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
         notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
     notes += routing_note(job, config, flags_written=True)
-    arch = "--num-experts, --moe-router-topk, " if model.is_moe else ""
-    notes.append(f"architecture flags (--hidden-size, --num-attention-heads, {arch}...) come from the model's recipe")
+    notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
+    if model.sliding_window is not None:
+        notes.append(
+            f"the model's sliding-window layers (window {model.sliding_window}) are not written: add Megatron's "
+            "window flags for your release"
+        )
     return notes
 
 
