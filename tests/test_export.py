@@ -17,6 +17,7 @@ from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import chunk_layer_counts, plan_layout, stage_layer_counts
 from planner.errors import PlannerError
 from planner.export import FORMATS, deepspeed_config, export, megatron_args, render, torchtitan_config
+from planner.export.common import ExportRefusalError
 from planner.export.megatron import pipeline_layout
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -28,6 +29,7 @@ tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 
 LLAMA70B = load_model("llama3-70b")  # 80 layers, dense
 MIXTRAL = load_model("mixtral-8x7b")  # 32 layers, 8 experts
+QWEN3_MOE = load_model("qwen3-30b-a3b")  # 48 layers, 128 experts: a model torchtitan builds
 DSV3 = load_model("deepseek-v3")  # 61 layers: uneven pipeline splits
 JOB = JobSpec(global_batch_size=1024, seq_len=4096)
 TITAN_JOB = JOB.model_copy(update={"mtp_layers": 0})  # torchtitan builds no MTP module
@@ -263,8 +265,8 @@ TORCHTITAN_CASES = [
     (LLAMA70B, mesh(tp=8, pp=4, dp=4, virtual_stages=2, zero_stage=3, recompute="selective", sequence_parallel=True)),
     (LLAMA70B, mesh(tp=1, pp=1, dp=32, cp=4, micro_batch_size=2, zero_stage=2, recompute="full")),
     (LLAMA70B, mesh(dp=128, zero_stage=0, micro_batch_size=8)),
-    (MIXTRAL, mesh(tp=2, pp=2, dp=8, ep=8, expert_tp=2, zero_stage=3, sequence_parallel=True)),
-    (MIXTRAL, mesh(tp=2, pp=1, dp=16, ep=8, expert_tp=1, zero_stage=2, sequence_parallel=True)),
+    (QWEN3_MOE, mesh(tp=2, pp=2, dp=8, ep=8, expert_tp=2, zero_stage=3, sequence_parallel=True)),
+    (QWEN3_MOE, mesh(tp=2, pp=1, dp=16, ep=8, expert_tp=1, zero_stage=2, sequence_parallel=True)),
     (DSV3, mesh(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, zero_stage=3, recompute="full", sequence_parallel=True)),
 ]
 
@@ -303,7 +305,7 @@ def test_torchtitan_fp8_and_moot_zero() -> None:
     one_rank = mesh(tp=8, pp=1, dp=1, zero_stage=1, sequence_parallel=True)  # ZeRO-1 with nothing to shard
     out = render("torchtitan", LLAMA70B, fp8, one_rank)
     doc = tomllib.loads(out.text)
-    assert doc["model"] == {"converters": ["float8"]}
+    assert doc["model"] == {"name": "llama3", "flavor": "70B", "converters": ["float8"]}
     assert doc["parallelism"]["data_parallel_shard_degree"] == doc["parallelism"]["data_parallel_replicate_degree"] == 1
     assert any("moot" in note for note in out.notes)
 
@@ -357,8 +359,8 @@ REFUSALS = [
     ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, schedule="zb-h1"), "--schedule zb-h1"),
     ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, order="tp-dp-cp-pp"), "--order"),
     ("torchtitan", LLAMA70B, ODD_SEQ, mesh(tp=2, dp=64, zero_stage=3), "seq_len 4098"),
-    ("torchtitan", MIXTRAL, JOB, mesh(tp=4, dp=32, ep=4, expert_tp=2, zero_stage=3), "--expert-tp 2"),
-    ("torchtitan", MIXTRAL, JOB, mesh(dp=16, cp=8, ep=2, zero_stage=3), "--ep 2"),
+    ("torchtitan", QWEN3_MOE, JOB, mesh(tp=4, dp=32, ep=4, expert_tp=2, zero_stage=3), "--expert-tp 2"),
+    ("torchtitan", QWEN3_MOE, JOB, mesh(dp=16, cp=8, ep=2, zero_stage=3), "--ep 2"),
     ("deepspeed", LLAMA70B, JOB, mesh(tp=8, dp=16, zero_stage=3), "--tp 8"),
     ("deepspeed", LLAMA70B, JOB, mesh(cp=2, dp=64, zero_stage=3), "--cp 2"),
     ("deepspeed", MIXTRAL, JOB, mesh(dp=64, ep=8, zero_stage=1), "--ep 8"),
@@ -517,3 +519,11 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
     )  # fmt: skip
     assert (ds.num_experts, ds.moe_router_topk, ds.moe_layer_freq) == (256, 8, "([0]*3+[1]*58)")
     assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # as arguments.py's moe_freq_type evaluates it
+
+
+def test_torchtitan_builds_its_flavor_and_refuses_models_it_has_not() -> None:
+    doc = tomllib.loads(render("torchtitan", QWEN3_MOE, JOB, mesh(dp=8, ep=8, zero_stage=3)).text)
+    assert doc["model"] == {"name": "qwen3", "flavor": "30B-A3B"}
+    with pytest.raises(ExportRefusalError, match="no model of its shape") as err:
+        render("torchtitan", MIXTRAL, JOB, mesh(dp=8, ep=8, zero_stage=3))
+    assert not err.value.mesh_bound  # no other mesh of the job would export: the CLI says so at once

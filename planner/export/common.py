@@ -42,7 +42,7 @@ def check_dispatcher(target: str, stack: str, job: JobSpec, config: ParallelConf
     runs = load_stack(stack).moe_dispatchers
     if config.ep > 1 and job.moe_dispatcher not in runs:
         allowed = ", ".join(runs) or "none"
-        raise refuse(target, f"--moe-dispatcher {job.moe_dispatcher}", f"{stack} runs {allowed}")
+        raise refuse(target, f"--moe-dispatcher {job.moe_dispatcher}", f"{stack} runs {allowed}", mesh_bound=False)
 
 
 def check_adam_state(target: str, job: JobSpec, bf16_moments: bool) -> None:
@@ -53,12 +53,23 @@ def check_adam_state(target: str, job: JobSpec, bf16_moments: bool) -> None:
     allowed = {k: v for k, v in ADAM_STATE_BYTES_PER_PARAM.items() if bf16_moments or k == "fp32"}
     if job.optimizer_state_bytes_per_param not in allowed.values():
         said = " or ".join(f"{v:g} (--adam-moments {k})" for k, v in allowed.items())
-        raise refuse(target, f"{job.optimizer_state_bytes_per_param:g} bytes of optimizer state per parameter", said)
+        state = f"{job.optimizer_state_bytes_per_param:g} bytes of optimizer state per parameter"
+        raise refuse(target, state, said, mesh_bound=False)
 
 
-def refuse(target: str, knob: str, allowed: str) -> PlannerError:
+class ExportRefusalError(PlannerError):
+    """A target cannot express the plan. ``mesh_bound`` False: the model or the job is what the
+    target lacks (an architecture it does not build, a precision it does not train), so no other
+    mesh of the same job would export either, and pinning mesh knobs cannot help."""
+
+    def __init__(self, message: str, mesh_bound: bool = True) -> None:
+        super().__init__(message)
+        self.mesh_bound = mesh_bound
+
+
+def refuse(target: str, knob: str, allowed: str, mesh_bound: bool = True) -> ExportRefusalError:
     """``<target> cannot express <knob>: <what the target allows>``, one line."""
-    return PlannerError(f"{target} cannot express {knob}: {allowed}")
+    return ExportRefusalError(f"{target} cannot express {knob}: {allowed}", mesh_bound)
 
 
 def num_microbatches(target: str, job: JobSpec, config: ParallelConfig) -> int:

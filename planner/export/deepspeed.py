@@ -70,7 +70,10 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
         )
     if job.dtype == "fp8":
         raise refuse(
-            TARGET, "--dtype fp8", "the DeepSpeed config switches bf16 or fp16 (FP8 is Transformer Engine code)"
+            TARGET,
+            "--dtype fp8",
+            "the DeepSpeed config switches bf16 or fp16 (FP8 is Transformer Engine code)",
+            mesh_bound=False,
         )
     zero = effective_zero_stage(config)
     if config.pp > 1:

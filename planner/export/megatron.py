@@ -250,7 +250,9 @@ def _model_args(model: ModelSpec) -> list[str]:
     --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim).
     Megatron's MLP activation is GELU unless --swiglu or --squared-relu; it has no gated GELU."""
     if model.is_gated_mlp and model.hidden_act.lower() not in ("silu", "swish", "swiglu"):
-        raise refuse(TARGET, f"gated {model.hidden_act} MLP", "Megatron-LM gates only SiLU (--swiglu)")
+        raise refuse(
+            TARGET, f"gated {model.hidden_act} MLP", "Megatron-LM gates only SiLU (--swiglu)", mesh_bound=False
+        )
     h, a = model.hidden_size, model.num_attention_heads
     args = ["--hidden-size", str(h), "--ffn-hidden-size", str(model.intermediate_size), "--num-attention-heads", str(a)]
     if not model.is_mla:

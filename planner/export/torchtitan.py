@@ -23,6 +23,7 @@ micro-batches, ``torchtitan/train.py`` for gradient accumulation.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import parse_layout
@@ -60,11 +61,69 @@ until backward (ZeRO-2-like). "default" would depend on pp (parallelize.py apply
 ``reshard_after_forward = not pp_enabled``), so the stage is spelt out."""
 
 
+@dataclass(frozen=True)
+class Flavor:
+    """One model of torchtitan's registry (``[model] name`` and ``flavor``) by the shape it builds:
+    layers, width, heads, KV heads (0 for MLA), dense FFN width, and experts (count, top-k, width)."""
+
+    name: str
+    flavor: str
+    shape: tuple[int, ...]
+
+
+FLAVORS = (
+    # torchtitan/models/llama3/__init__.py llama3_configs: FFN from ffn_dim_multiplier and
+    # multiple_of (8B: 1.3, 1024 -> 14336; 70B: 1.3, 4096 -> 28672; 405B: 1.2, 4096 -> 53248)
+    Flavor("llama3", "8B", (32, 4096, 32, 8, 14336, 0, 0, 0)),
+    Flavor("llama3", "70B", (80, 8192, 64, 8, 28672, 0, 0, 0)),
+    Flavor("llama3", "405B", (126, 16384, 128, 8, 53248, 0, 0, 0)),
+    # torchtitan/models/qwen3/__init__.py qwen3_args (dim, n_layers, n_heads, n_kv_heads, hidden_dim,
+    # moe_inter_dim, MoEArgs num_experts / top_k)
+    Flavor("qwen3", "0.6B", (28, 1024, 16, 8, 3072, 0, 0, 0)),
+    Flavor("qwen3", "1.7B", (28, 2048, 16, 8, 6144, 0, 0, 0)),
+    Flavor("qwen3", "4B", (36, 2560, 32, 8, 9728, 0, 0, 0)),
+    Flavor("qwen3", "8B", (36, 4096, 32, 8, 12288, 0, 0, 0)),
+    Flavor("qwen3", "14B", (40, 5120, 40, 8, 17408, 0, 0, 0)),
+    Flavor("qwen3", "32B", (64, 5120, 64, 8, 25600, 0, 0, 0)),
+    Flavor("qwen3", "30B-A3B", (48, 2048, 32, 4, 6144, 128, 8, 768)),
+    Flavor("qwen3", "235B-A22B", (94, 4096, 64, 4, 12288, 128, 8, 1536)),
+    # torchtitan/models/deepseek_v3/__init__.py deepseekv3_configs "671B": dim 7168, 61 layers,
+    # 128 heads (MLA), inter_dim 18432, 256 experts top-8 of moe_inter_dim 2048
+    Flavor("deepseek_v3", "671B", (61, 7168, 128, 0, 18432, 256, 8, 2048)),
+)
+"""The models torchtitan builds (pytorch/torchtitan, 2025 releases). A plan's model is matched by
+shape, not by name; a model of no flavor here is refused (torchtitan would train another one)."""
+
+
+def flavor_of(model: ModelSpec) -> Flavor:
+    """torchtitan's flavor of ``model``'s shape, or a refusal naming those it has."""
+    shape = (
+        model.num_hidden_layers,
+        model.hidden_size,
+        model.num_attention_heads,
+        0 if model.is_mla else model.num_kv_heads,
+        model.intermediate_size,
+        model.num_experts_total,
+        model.num_experts_per_tok or 0,
+        model.expert_intermediate_size if model.is_moe else 0,
+    )
+    for flavor in FLAVORS:
+        if flavor.shape == shape:
+            return flavor
+    known = ", ".join(f"{f.name} {f.flavor}" for f in FLAVORS)
+    raise refuse(
+        TARGET, f"model {model.name}", f"torchtitan builds no model of its shape (it has {known})", mesh_bound=False
+    )
+
+
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what torchtitan cannot run as planned."""
+    flavor_of(model)
     if mtp_layers(model, job):
         # torchtitan's models (llama3, deepseek_v3, qwen3) build no multi-token-prediction module.
-        raise refuse(TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0")
+        raise refuse(
+            TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0", mesh_bound=False
+        )
     check_dispatcher(TARGET, "torchtitan", job, config)
     check_adam_state(TARGET, job, bf16_moments=False)
     if not is_default_order(config):
@@ -72,7 +131,12 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(TARGET, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
     if job.dtype == "fp16":
         # Training.mixed_precision_param: Literal["bfloat16", "float32"].
-        raise refuse(TARGET, "--dtype fp16", "torchtitan trains in bf16 (mixed_precision_param) or fp8 (float8)")
+        raise refuse(
+            TARGET,
+            "--dtype fp16",
+            "torchtitan trains in bf16 (mixed_precision_param) or fp8 (float8)",
+            mesh_bound=False,
+        )
     if config.pp > 1 and config.schedule == "zb-h1":
         raise refuse(
             TARGET,
@@ -215,10 +279,16 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
     elif config.recompute_layers is not None:
         # selective layer AC wraps every n-th block (activation_checkpoint.py, _count % ac_freq == 0)
         checkpoint = {"mode": "selective", "selective_ac_option": str(every_nth_layer(model, config))}
-    sections: Sections = {"training": training, "parallelism": parallelism, "activation_checkpoint": checkpoint}
+    flavor = flavor_of(model)
+    sections: Sections = {
+        "model": {"name": flavor.name, "flavor": flavor.flavor},
+        "training": training,
+        "parallelism": parallelism,
+        "activation_checkpoint": checkpoint,
+    }
     if job.dtype == "fp8":
         # Model.converters: "the `float8` converter swaps torch.nn.Linear with Float8Linear" (torchao).
-        sections["model"] = {"converters": ["float8"]}
+        sections["model"]["converters"] = ["float8"]
     return sections
 
 
@@ -262,7 +332,7 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
     if config.pp > 1 and model.num_hidden_layers % chunks:
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")
     notes += routing_note(job, config, flags_written=False)
-    notes.append("model, optimizer, data and checkpoint sections come from your own job file")
+    notes.append("optimizer, data, tokenizer and checkpoint sections come from your own job file")
     return notes
 
 
