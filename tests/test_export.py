@@ -305,7 +305,7 @@ def test_torchtitan_fp8_and_moot_zero() -> None:
     one_rank = mesh(tp=8, pp=1, dp=1, zero_stage=1, sequence_parallel=True)  # ZeRO-1 with nothing to shard
     out = render("torchtitan", LLAMA70B, fp8, one_rank)
     doc = tomllib.loads(out.text)
-    assert doc["model"] == {"name": "llama3", "flavor": "70B", "converters": ["float8"]}
+    assert doc["model"] == {"name": "llama3", "flavor": "70B", "converters": ["quantize.linear.float8"]}
     assert doc["parallelism"]["data_parallel_shard_degree"] == doc["parallelism"]["data_parallel_replicate_degree"] == 1
     assert any("moot" in note for note in out.notes)
 

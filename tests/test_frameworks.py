@@ -21,17 +21,19 @@ import pytest
 
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core", reason="the frameworks extra: pip install '.[frameworks]'")
+pytest.importorskip("tyro", reason="torchtitan's dependencies (the frameworks extra)")
 
 from planner.catalog import load_model
 from planner.errors import PlannerError
-from planner.export import megatron_args
-from planner.schemas import ParallelConfig
+from planner.export import megatron_args, render
+from planner.schemas import JobSpec, ParallelConfig
 from planner.search import default_job
 from planner.validate.schemas import ReplicaMesh
 from planner.validate.worker import expert_rank_groups, mesh_rank_tensor
 
 SCRIPT = Path(__file__).parent / "frameworks" / "megatron_groups.py"
 MODEL_SCRIPT = Path(__file__).parent / "frameworks" / "megatron_model.py"
+TORCHTITAN_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan_config.py"
 
 MESHES: list[tuple[str, dict[str, Any]]] = [
     ("llama3-70b", dict(tp=4, pp=2, dp=4)),
@@ -172,3 +174,45 @@ def test_the_exported_architecture_builds_the_model_the_plan_priced() -> None:
             assert result == {"config": "checked"}
         else:  # the same parameters, to the last one
             assert result["params"] == model.parameter_counts.total, name
+
+
+TORCHTITAN_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-70b", dict(tp=4, pp=2, dp=4, zero_stage=3), {}),
+    ("llama3-70b", dict(tp=8, pp=4, dp=4, virtual_stages=2, zero_stage=3, recompute="selective"), {"dtype": "fp8"}),
+    ("llama3-70b", dict(dp=32, cp=4, micro_batch_size=2, zero_stage=2, recompute="full"), {}),
+    ("llama3-8b", dict(dp=64, zero_stage=0, micro_batch_size=4), {"stack": "torchtitan"}),
+    ("llama3-405b", dict(tp=8, pp=8, dp=4, zero_stage=3, recompute="full", recompute_layers=4), {}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=8, ep=8, expert_tp=2, zero_stage=3), {"dtype": "fp8", "fp8_scaling": "row"}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=16, ep=8, zero_stage=2), {"dtype": "fp8", "fp8_scaling": "block"}),
+    ("deepseek-v3", dict(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
+]
+"""FSDP (ZeRO-2/3), DDP, TP, CP, interleaved and uneven pipelines, partial recompute, EP with and
+without expert-TP, and fp8 at tensor, row and block (MXFP8) scaling."""
+
+
+def test_torchtitan_reads_every_export_as_planned() -> None:
+    cases, plans = [], []
+    for name, pins, job_fields in TORCHTITAN_MESHES:
+        model = load_model(name)
+        config = _config(pins)
+        job = JobSpec(global_batch_size=config.dp * config.micro_batch_size * 8, seq_len=4096, **job_fields)
+        cases.append({"toml": render("torchtitan", model, job, config).text, "world": config.num_gpus})
+        plans.append((model, job, config))
+    for (name, pins, _), (model, job, config), read in zip(
+        TORCHTITAN_MESHES, plans, _run_megatron(cases, TORCHTITAN_SCRIPT), strict=True
+    ):
+        assert "error" not in read, f"torchtitan 0.2.2 refused the export of {name} {pins}: {read['error']}"
+        replicate, shard, cp, tp, pp, ep, etp = read["dims"]
+        assert (replicate * shard, cp, tp, pp, ep, etp) == (config.dp, config.cp, config.tp, config.pp, config.ep,
+                                                            config.expert_tp), name  # fmt: skip
+        assert read["training"][1:] == [job.batch_size, job.seq_len]
+        assert read["model"][:2] != ["llama3", "debugmodel"]  # the job file names the model it plans
+        parts = read["pipeline"][2]
+        if config.pp > 1 and parts is not None:
+            assert len(parts) == config.pp * config.virtual_stages
+            assert sum(p.startswith("layers.") for part in parts for p in part) == model.num_hidden_layers
+        if job.dtype == "fp8":
+            assert read["model"][2][0] == (
+                "quantize.linear.mx" if job.fp8_scaling == "block" else "quantize.linear.float8"
+            )
+        assert read["checkpoint"][0] == ("selective" if config.recompute_layers else config.recompute)

@@ -1,17 +1,18 @@
-"""torchtitan TOML job file sections ([training], [parallelism], [activation_checkpoint]) for a mesh.
+"""torchtitan TOML job file sections ([model], [training], [parallelism], [activation_checkpoint],
+[compile], fp8 converters) for a mesh.
 
-The stack's knobs go with it: ``training.compile`` (the job's or the stack's torch.compile) and
+The target is torchtitan 0.2.x, the last release that reads TOML job files (``--job.config_file``;
+tests/test_frameworks.py parses every export with its ConfigManager and checks its ParallelDims).
+The stack's knobs go with it: ``compile.enable`` (the job's or the stack's torch.compile) and
 ``parallelism.enable_async_tensor_parallel`` (TP overlap; "currently only effective when compile
 is enabled"); ``training.mixed_precision_reduce`` accepts only "float32" there.
 
-Key names are those of pytorch/torchtitan ``torchtitan/config/job_config.py``, the JobConfig a
-TOML job file (``--job.config_file``) fills, as stored at commit
-6404b932421f5ce382e7dac5ad381b2c17b1373c: ``Training``, ``Parallelism``, ``ActivationCheckpoint``,
-``Model`` dataclasses; ``expert_tensor_parallel_degree`` from a later stored version of the same
-file (late 2025). Since 2026 torchtitan configures a run with a Python function instead
-(``torchtitan/config/configuration.md``: ``--module``/``--config``); the ``--section.key`` flags
-remain, frozen, and some keys were renamed (``num_pp_microbatches``, ``enable_sequence_parallel``),
-so this export targets the TOML job file of the 2025 releases.
+Key names are those of torchtitan 0.2.2's ``torchtitan/config/job_config.py``, the JobConfig a
+TOML job file fills: ``Model`` (name, flavor, converters), ``Training``, ``Parallelism``,
+``ActivationCheckpoint``, ``Compile`` (``training.compile`` of earlier releases is refused there)
+and the ``quantize.*`` converter sections. torchtitan 0.3 configures a run with a Python function
+instead (``--module``/``--config``, with frozen ``--section.key`` flags and renamed keys), which
+this export does not write.
 
 Behaviour behind the mapping (same repository): ``torchtitan/distributed/parallel_dims.py``
 (ParallelDims._validate, stored at 0119de15) for the degrees, ``torchtitan/models/llama3/infra/
@@ -251,7 +252,6 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
         "global_batch_size": job.batch_size,
         "seq_len": job.seq_len,
         "mixed_precision_param": "bfloat16",
-        "compile": job.compiled,
     }
     # DDP replicates (ZeRO-0); FSDP2 shards (ZeRO-2/3); HSDP would set both.
     replicate, shard = (config.dp, 1) if zero == 0 else (1, config.dp)
@@ -285,10 +285,29 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
         "training": training,
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
+        # job_config.py Compile: enable, components (default model and loss)
+        "compile": {"enable": job.compiled},
     }
     if job.dtype == "fp8":
-        # Model.converters: "the `float8` converter swaps torch.nn.Linear with Float8Linear" (torchao).
-        sections["model"]["converters"] = ["float8"]
+        fp8 = _fp8_sections(model, job)
+        sections["model"].update(fp8.pop("model"))
+        sections.update(fp8)
+    return sections
+
+
+def _fp8_sections(model: ModelSpec, job: JobSpec) -> Sections:
+    """Model.converters by the job's fp8 scaling, as registered in torchtitan/components/
+    quantization (float8.py: 'quantize.linear.float8', 'quantize.grouped_mm.float8'; mx.py:
+    'quantize.linear.mx', 'quantize.grouped_mm.mx'): torchao's Float8Linear (tensor-wise by default,
+    ``recipe_name = "rowwise"`` for row scaling) or MXFP8 for block scaling, and the grouped-GEMM
+    converter for a MoE model's experts (``fqns``: the experts modules)."""
+    kind = "mx" if job.fp8_scaling == "block" else "float8"
+    converters = [f"quantize.linear.{kind}"] + ([f"quantize.grouped_mm.{kind}"] if model.is_moe else [])
+    sections: Sections = {"model": {"converters": converters}}
+    if job.fp8_scaling == "row":
+        sections["quantize.linear.float8"] = {"recipe_name": "rowwise"}
+    if model.is_moe:
+        sections[f"quantize.grouped_mm.{kind}"] = {"fqns": ["experts"]}
     return sections
 
 
@@ -321,9 +340,9 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
             "per chunk, so memory is at most and recompute time at least what the plan priced"
         )
     if job.dtype == "fp8":
-        notes.append('converters = ["float8"] needs torchao')
+        notes.append("the fp8 converters need torchao")
     if config.tp > 1 and job.tp_overlap and not job.compiled:
-        notes.append("async TP takes effect only with compile = true (job_config.py): the plan priced it on")
+        notes.append("async TP takes effect only with compile.enable = true (job_config.py): the plan priced it on")
     if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
         notes.append(
             f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"

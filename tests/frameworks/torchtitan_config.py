@@ -1,0 +1,77 @@
+"""Read torchtitan job files with torchtitan's own ConfigManager; check its ParallelDims.
+
+Reads JSON on stdin: a list of {"toml": text, "world": GPUs}. For each, writes the text to a
+temporary file, parses it as ``--job.config_file`` with torchtitan 0.2.2's
+``torchtitan.config.ConfigManager`` (which refuses any key its JobConfig does not have), builds
+``torchtitan.distributed.ParallelDims`` from the parsed degrees (its ``_validate`` runs on
+construction, with dp_shard -1 resolved as torchtitan does) and prints the fields the test
+compares, or the error. Run as a subprocess by tests/test_frameworks.py.
+
+torchtitan's package ``__init__`` imports its quantisation and MoE kernels, which import Triton
+(a GPU compiler of about 1 GB, absent from CPU torch); reading a config needs neither, so the
+package is entered as a bare namespace and only ``torchtitan.config`` and
+``torchtitan.distributed.parallel_dims`` are imported.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import tempfile
+import types
+import warnings
+from dataclasses import asdict
+
+warnings.filterwarnings("ignore")
+
+_spec = importlib.util.find_spec("torchtitan")
+assert _spec is not None and _spec.submodule_search_locations is not None, "torchtitan is not installed"
+_package = types.ModuleType("torchtitan")
+_package.__path__ = list(_spec.submodule_search_locations)
+sys.modules["torchtitan"] = _package
+
+from torchtitan.config import ConfigManager  # noqa: E402
+from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
+
+
+def read(text: str, world: int) -> dict:
+    with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
+        f.write(text)
+    job = ConfigManager().parse_args(["--job.config_file", f.name])
+    p = job.parallelism
+    dims = ParallelDims(
+        dp_replicate=p.data_parallel_replicate_degree,
+        dp_shard=p.data_parallel_shard_degree,
+        cp=p.context_parallel_degree,
+        tp=p.tensor_parallel_degree,
+        pp=p.pipeline_parallel_degree,
+        ep=p.expert_parallel_degree,
+        etp=p.expert_tensor_parallel_degree,
+        world_size=world,
+    )
+    return {
+        "model": [job.model.name, job.model.flavor, list(job.model.converters)],
+        "dims": [dims.dp_replicate, dims.dp_shard, dims.cp, dims.tp, dims.pp, dims.ep, dims.etp],
+        "training": [job.training.local_batch_size, job.training.global_batch_size, job.training.seq_len],
+        "pipeline": [p.pipeline_parallel_schedule, p.pipeline_parallel_microbatch_size, p.module_fqns_per_model_part,
+                     p.pipeline_parallel_layers_per_stage],
+        "checkpoint": [job.activation_checkpoint.mode, job.activation_checkpoint.selective_ac_option],
+        "compile": job.compile.enable,
+        "fsdp_reshard_after_forward": p.fsdp_reshard_after_forward,
+        "quantize": asdict(job.quantize),
+    }  # fmt: skip
+
+
+def main() -> None:
+    out = []
+    for case in json.load(sys.stdin):
+        try:
+            out.append(read(case["toml"], case["world"]))
+        except (AssertionError, ValueError, TypeError, KeyError) as err:
+            out.append({"error": f"{type(err).__name__}: {err}"})
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()
