@@ -32,6 +32,7 @@ MIXTRAL = load_model("mixtral-8x7b")  # 32 layers, 8 experts
 QWEN3_MOE = load_model("qwen3-30b-a3b")  # 48 layers, 128 experts: a model torchtitan builds
 DSV3 = load_model("deepseek-v3")  # 61 layers: uneven pipeline splits
 JOB = JobSpec(global_batch_size=1024, seq_len=4096)
+JOB_NO_MTP = JobSpec(global_batch_size=1024, seq_len=4096, mtp_layers=0)  # torchtitan trains no MTP
 TITAN_JOB = JOB.model_copy(update={"mtp_layers": 0})  # torchtitan builds no MTP module
 
 
@@ -265,7 +266,7 @@ TORCHTITAN_CASES = [
     (LLAMA70B, mesh(tp=8, pp=4, dp=4, virtual_stages=2, zero_stage=3, recompute="selective", sequence_parallel=True)),
     (LLAMA70B, mesh(tp=1, pp=1, dp=32, cp=4, micro_batch_size=2, zero_stage=2, recompute="full")),
     (LLAMA70B, mesh(dp=128, zero_stage=0, micro_batch_size=8)),
-    (QWEN3_MOE, mesh(tp=2, pp=2, dp=8, ep=8, expert_tp=2, zero_stage=3, sequence_parallel=True)),
+    (QWEN3_MOE, mesh(tp=2, pp=1, dp=16, ep=8, expert_tp=2, zero_stage=3, sequence_parallel=True)),
     (QWEN3_MOE, mesh(tp=2, pp=1, dp=16, ep=8, expert_tp=1, zero_stage=2, sequence_parallel=True)),
     (DSV3, mesh(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, zero_stage=3, recompute="full", sequence_parallel=True)),
 ]
@@ -360,6 +361,8 @@ REFUSALS = [
     ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, order="tp-dp-cp-pp"), "--order"),
     ("torchtitan", LLAMA70B, ODD_SEQ, mesh(tp=2, dp=64, zero_stage=3), "seq_len 4098"),
     ("torchtitan", QWEN3_MOE, JOB, mesh(tp=4, dp=32, ep=4, expert_tp=2, zero_stage=3), "--expert-tp 2"),
+    ("torchtitan", QWEN3_MOE, JOB, mesh(pp=2, dp=8, ep=8, zero_stage=1), "pp 2 for qwen3"),
+    ("torchtitan", DSV3, JOB_NO_MTP, mesh(dp=8, cp=2, ep=8, zero_stage=3), "cp 2 for deepseek_v3"),
     ("torchtitan", QWEN3_MOE, JOB, mesh(dp=16, cp=8, ep=2, zero_stage=3), "--ep 2"),
     ("deepspeed", LLAMA70B, JOB, mesh(tp=8, dp=16, zero_stage=3), "--tp 8"),
     ("deepspeed", LLAMA70B, JOB, mesh(cp=2, dp=64, zero_stage=3), "--cp 2"),

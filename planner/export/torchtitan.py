@@ -70,6 +70,8 @@ class Flavor:
     name: str
     flavor: str
     shape: tuple[int, ...]
+    pipeline: bool = True  # the model's TrainSpec has a pipelining_fn
+    flex_attention: bool = False  # attn_type "flex": no context parallelism
 
 
 FLAVORS = (
@@ -79,18 +81,18 @@ FLAVORS = (
     Flavor("llama3", "70B", (80, 8192, 64, 8, 28672, 0, 0, 0)),
     Flavor("llama3", "405B", (126, 16384, 128, 8, 53248, 0, 0, 0)),
     # torchtitan/models/qwen3/__init__.py qwen3_args (dim, n_layers, n_heads, n_kv_heads, hidden_dim,
-    # moe_inter_dim, MoEArgs num_experts / top_k)
-    Flavor("qwen3", "0.6B", (28, 1024, 16, 8, 3072, 0, 0, 0)),
-    Flavor("qwen3", "1.7B", (28, 2048, 16, 8, 6144, 0, 0, 0)),
-    Flavor("qwen3", "4B", (36, 2560, 32, 8, 9728, 0, 0, 0)),
-    Flavor("qwen3", "8B", (36, 4096, 32, 8, 12288, 0, 0, 0)),
-    Flavor("qwen3", "14B", (40, 5120, 40, 8, 17408, 0, 0, 0)),
-    Flavor("qwen3", "32B", (64, 5120, 64, 8, 25600, 0, 0, 0)),
-    Flavor("qwen3", "30B-A3B", (48, 2048, 32, 4, 6144, 128, 8, 768)),
-    Flavor("qwen3", "235B-A22B", (94, 4096, 64, 4, 12288, 128, 8, 1536)),
+    # moe_inter_dim, MoEArgs num_experts / top_k); its TrainSpec has pipelining_fn=None (0.2.2)
+    Flavor("qwen3", "0.6B", (28, 1024, 16, 8, 3072, 0, 0, 0), pipeline=False),
+    Flavor("qwen3", "1.7B", (28, 2048, 16, 8, 6144, 0, 0, 0), pipeline=False),
+    Flavor("qwen3", "4B", (36, 2560, 32, 8, 9728, 0, 0, 0), pipeline=False),
+    Flavor("qwen3", "8B", (36, 4096, 32, 8, 12288, 0, 0, 0), pipeline=False),
+    Flavor("qwen3", "14B", (40, 5120, 40, 8, 17408, 0, 0, 0), pipeline=False),
+    Flavor("qwen3", "32B", (64, 5120, 64, 8, 25600, 0, 0, 0), pipeline=False),
+    Flavor("qwen3", "30B-A3B", (48, 2048, 32, 4, 6144, 128, 8, 768), pipeline=False),
+    Flavor("qwen3", "235B-A22B", (94, 4096, 64, 4, 12288, 128, 8, 1536), pipeline=False),
     # torchtitan/models/deepseek_v3/__init__.py deepseekv3_configs "671B": dim 7168, 61 layers,
-    # 128 heads (MLA), inter_dim 18432, 256 experts top-8 of moe_inter_dim 2048
-    Flavor("deepseek_v3", "671B", (61, 7168, 128, 0, 18432, 256, 8, 2048)),
+    # 128 heads (MLA), inter_dim 18432, 256 experts top-8 of moe_inter_dim 2048, attn_type "flex"
+    Flavor("deepseek_v3", "671B", (61, 7168, 128, 0, 18432, 256, 8, 2048), flex_attention=True),
 )
 """The models torchtitan builds (pytorch/torchtitan, 2025 releases). A plan's model is matched by
 shape, not by name; a model of no flavor here is refused (torchtitan would train another one)."""
@@ -119,7 +121,12 @@ def flavor_of(model: ModelSpec) -> Flavor:
 
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what torchtitan cannot run as planned."""
-    flavor_of(model)
+    flavor = flavor_of(model)
+    if config.pp > 1 and not flavor.pipeline:
+        raise refuse(TARGET, f"pp {config.pp} for {flavor.name}", "its TrainSpec has no pipelining function: use pp 1")
+    if config.cp > 1 and flavor.flex_attention:
+        # models/deepseek_v3/infra/parallelize.py: "Context Parallel only supports SDPA attention"
+        raise refuse(TARGET, f"cp {config.cp} for {flavor.name} {flavor.flavor}", "its flex attention has no CP")
     if mtp_layers(model, job):
         # torchtitan's models (llama3, deepseek_v3, qwen3) build no multi-token-prediction module.
         raise refuse(
