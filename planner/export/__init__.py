@@ -48,7 +48,7 @@ def render(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, hea
         notes = torchtitan_notes(model, job, config)
         return Exported(fmt, torchtitan_toml(model, job, config, header), tuple(notes))
     if fmt == "deepspeed":
-        notes = deepspeed_notes(job, config)
+        notes = deepspeed_notes(model, job, config)
         return Exported(fmt, json.dumps(deepspeed_config(job, config), indent=2) + "\n", tuple(notes))
     raise PlannerError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner.cost.pipeline import chunk_layer_counts
 from planner.export.common import (
     axis_inside,
     check_adam_state,
@@ -24,6 +25,7 @@ from planner.export.common import (
     zero_note,
 )
 from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
 
 TARGET = "deepspeed"
@@ -127,14 +129,25 @@ def deepspeed_config(job: JobSpec, config: ParallelConfig) -> dict[str, Any]:
     return ds
 
 
-def deepspeed_notes(job: JobSpec, config: ParallelConfig) -> list[str]:
-    """What the JSON cannot say (JSON has no comments: the CLI prints these on stderr)."""
+def deepspeed_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """What the JSON cannot say (JSON has no comments: the CLI prints these on stderr).
+
+    Pipeline split: deepspeed/runtime/pipe/module.py ``PipelineModule._partition_layers`` balances
+    by ``partition_method``: "parameters" (the default) counts the embedding's and LM head's
+    weights, which moves decoder layers off the first and last stages (llama3-70b on 4 stages:
+    [19, 21, 21, 19]); "type:<regex>" balances the layers whose class name matches, the decoder
+    layers, which is the split the plan priced (``cost.pipeline.chunk_layer_counts``)."""
     _check(job, config)
     notes = zero_note(config)
     if config.pp > 1:
+        split = chunk_layer_counts(model.num_hidden_layers, config.pp, 1)
+        odd = "" if model.num_hidden_layers % config.pp == 0 else " up to where its balancer puts the odd layers"
         notes.append(
-            f"pipeline parallelism is set in code: PipelineModule(layers, num_stages={config.pp}); DeepSpeed then "
-            f"takes dp = world size / pp = {config.dp}"
+            f"pipeline parallelism is set in code: PipelineModule(layers, num_stages={config.pp}, "
+            f'partition_method="type:<your decoder layer class>") splits the decoder layers by count, {split} '
+            f"as planned{odd}"
+            '; the default "parameters" counts the embedding and LM head and moves layers off the end stages; '
+            f"DeepSpeed then takes dp = world size / pp = {config.dp}"
         )
     if config.recompute == "full" and config.pp == 1:
         notes.append(
