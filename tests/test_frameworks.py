@@ -22,6 +22,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core", reason="the frameworks extra: pip install '.[frameworks]'")
 pytest.importorskip("tyro", reason="torchtitan's dependencies (the frameworks extra)")
+pytest.importorskip("deepspeed", reason="the frameworks extra")
 
 from planner.catalog import load_model
 from planner.errors import PlannerError
@@ -34,6 +35,7 @@ from planner.validate.worker import expert_rank_groups, mesh_rank_tensor
 SCRIPT = Path(__file__).parent / "frameworks" / "megatron_groups.py"
 MODEL_SCRIPT = Path(__file__).parent / "frameworks" / "megatron_model.py"
 TORCHTITAN_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan_config.py"
+DEEPSPEED_SCRIPT = Path(__file__).parent / "frameworks" / "deepspeed_config.py"
 
 MESHES: list[tuple[str, dict[str, Any]]] = [
     ("llama3-70b", dict(tp=4, pp=2, dp=4)),
@@ -216,3 +218,32 @@ def test_torchtitan_reads_every_export_as_planned() -> None:
                 "quantize.linear.mx" if job.fp8_scaling == "block" else "quantize.linear.float8"
             )
         assert read["checkpoint"][0] == ("selective" if config.recompute_layers else config.recompute)
+
+
+DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-8b", dict(dp=64, zero_stage=1), {}),
+    ("llama3-8b", dict(dp=32, micro_batch_size=2, zero_stage=2), {"dtype": "fp16"}),
+    ("llama3-70b", dict(dp=64, zero_stage=3, recompute="full"), {}),
+    ("llama3-70b", dict(pp=4, dp=16, zero_stage=1, recompute="full"), {}),
+    ("llama3-70b", dict(pp=8, dp=4, micro_batch_size=2, zero_stage=0), {}),
+]
+"""ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp)."""
+
+
+def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
+    cases, plans = [], []
+    for name, pins, job_fields in DEEPSPEED_MESHES:
+        model = load_model(name)
+        config = _config(pins)
+        job = JobSpec(global_batch_size=config.dp * config.micro_batch_size * 8, seq_len=4096, **job_fields)
+        cases.append({"config": json.loads(render("deepspeed", model, job, config).text), "pp": config.pp,
+                      "dp": config.dp})  # fmt: skip
+        plans.append((job, config))
+    for (name, pins, _), (job, config), read in zip(
+        DEEPSPEED_MESHES, plans, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
+    ):
+        assert "error" not in read, f"DeepSpeed refused the export of {name} {pins}: {read['error']}"
+        accumulation = job.batch_size // (config.dp * config.micro_batch_size)
+        assert read["batch"] == [job.batch_size, config.micro_batch_size, accumulation], name
+        assert read["data_parallel"] == config.dp and read["zero_stage"] == config.zero_stage
+        assert (read["bf16"], read["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
