@@ -1,20 +1,20 @@
-"""``plan validate``, ``plan validate sweep`` and ``plan calibrate`` (ARCHITECTURE section 7).
-
-Importing this module registers the commands on ``planner.cli.app`` (planner/cli.py imports it
-last, after the options it reuses are defined). torch is imported only inside the commands,
-through ``planner.validate.runtime``, so ``plan`` itself stays torch-free.
-"""
+"""``plan validate`` and ``plan validate sweep`` (ARCHITECTURE section 7): replay the plan's
+meshes, or collectives alone, as torch.distributed microbenchmarks. torch is imported only inside
+the commands, through ``planner.validate.runtime``, so ``plan`` itself stays torch-free."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 
 from planner.atomic import make_parent
-from planner.cli import (
+from planner.cli.app import app, console, emit_json
+from planner.cli.inputs import mesh_knobs, model_cluster_job
+from planner.cli.options import (
     AdamMomentsOpt,
+    BackendOpt,
     BatchOpt,
     BatchTokensOpt,
     ClusterOpt,
@@ -28,7 +28,11 @@ from planner.cli import (
     FlashOpt,
     GpusOpt,
     JsonOpt,
+    LayerShardOpt,
     LayoutOpt,
+    LocalRanksOpt,
+    MaxGemmOpt,
+    MaxMessageOpt,
     MbsOpt,
     ModelOpt,
     MoeDispatcherOpt,
@@ -38,21 +42,19 @@ from planner.cli import (
     OrderOpt,
     OverlapOpt,
     PpOpt,
+    ProfileOpt,
     RecomputeLayersOpt,
     RecomputeOpt,
+    RepeatsOpt,
     ScheduleOpt,
     SeqOpt,
     SpOpt,
+    TimeoutOpt,
     TopOpt,
     TpOpt,
     VOpt,
+    WarmupOpt,
     ZeroOpt,
-    _console,
-    _emit_json,
-    _mesh_knobs,
-    _model_cluster_job,
-    app,
-    finite,
 )
 from planner.errors import PlannerError
 
@@ -65,64 +67,7 @@ validate_app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-
-# ---- options of the validator, declared once ---------------------------------------------------
-BackendOpt = Annotated[
-    Literal["gloo", "nccl"], typer.Option("--backend", help="gloo (CPU, laptops, CI) or nccl (GPUs, under torchrun).")
-]
-LocalRanksOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--local-ranks", min=1, metavar="N", help="Spawn N local ranks (gloo) instead of running under torchrun."
-    ),
-]
-ProfileOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--profile",
-        metavar="NAME|PATH",
-        help="Hardware profile of the machine the replay runs on, which prices every prediction "
-        "(default: localhost-cpu with gloo, the --cluster's own with nccl).",
-    ),
-]
-RepeatsOpt = Annotated[
-    int | None, typer.Option("--repeats", min=1, metavar="N", help="Timed repeats per term (default 5 gloo, 20 nccl).")
-]
-WarmupOpt = Annotated[
-    int | None, typer.Option("--warmup", min=0, metavar="N", help="Untimed calls per term (default 1 gloo, 5 nccl).")
-]
-TimeoutOpt = Annotated[
-    float,
-    typer.Option(
-        "--timeout", min=1.0, callback=finite, metavar="S", help="Process-group and per-collective timeout, seconds."
-    ),
-]
-MaxMessageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--max-message-bytes",
-        metavar="SIZE",
-        help="Replay larger messages at this size, counted as buckets (default 8MiB with gloo, none with nccl).",
-    ),
-]
-MaxGemmOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-gemm-flops",
-        min=1.0,
-        metavar="FLOP",
-        help="Replay larger GEMMs with fewer rows (default 2e9 with gloo, none with nccl).",
-    ),
-]
-
-LayerShardOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--layer-shard/--no-layer-shard",
-        help="Also replay one transformer layer shard forward+backward per layer kind "
-        "(default: on with nccl, off with gloo, where it runs in fp32 at CPU speed).",
-    ),
-]
+app.add_typer(validate_app, name="validate")
 
 GLOO_DEFAULTS = {"repeats": 5, "warmup": 1, "max_message_bytes": 8 * 2**20, "max_gemm_flops": 2e9}
 """CPU defaults: a 8 MiB gloo all-reduce takes ~10-20 ms and a 2 GFLOP fp32 GEMM ~30 ms on one
@@ -170,8 +115,8 @@ def _candidates(ctx: typer.Context, top: int) -> tuple[Any, Any, Any, list[tuple
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh, search
 
-    spec, clus, job = _model_cluster_job(ctx)
-    pins = _mesh_knobs(ctx)
+    spec, clus, job = model_cluster_job(ctx)
+    pins = mesh_knobs(ctx)
     if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
         config = pinned_mesh(pins, clus.num_gpus)
         return spec, clus, job, [(1, config, estimate_mesh(spec, clus, job, config).step_time_s)]
@@ -391,11 +336,11 @@ def validate_main(
     if error:
         raise PlannerError(f"{error} (results so far in {out})")
     if as_json:
-        _emit_json(report.model_dump(mode="json"))
+        emit_json(report.model_dump(mode="json"))
     else:
         from planner.validate.report import print_validation
 
-        print_validation(_console(), report)
+        print_validation(console(), report)
         typer.echo(f"report: {out}")
 
 
@@ -481,172 +426,7 @@ def sweep_cmd(
             points, plot, f"{backend} sweep on {report.context.host}, {world} ranks, predicted on {profile_name}"
         )
     if as_json:
-        _emit_json(report.model_dump(mode="json"))
+        emit_json(report.model_dump(mode="json"))
     else:
-        print_sweep(_console(), points)
+        print_sweep(console(), points)
         typer.echo(f"sweep: {out}" + (f", plot: {plot}" if plot else ""))
-
-
-def calibrate_cmd(
-    from_: Annotated[
-        Path | None, typer.Option("--from", metavar="JSON", help="A plan validate or plan validate sweep JSON.")
-    ] = None,
-    from_runs: Annotated[
-        Path | None,
-        typer.Option(
-            "--from-runs",
-            metavar="YAML",
-            help="A published-runs file (modern_runs.yaml's schema): fit sustained tensor throughput per GPU "
-            "profile and kernel overhead per stack, cross-validated.",
-        ),
-    ] = None,
-    group: Annotated[
-        list[str] | None, typer.Option("--group", metavar="G", help="With --from-runs: only these groups.")
-    ] = None,
-    write: Annotated[
-        bool, typer.Option("--write", help="With --from-runs: write the fit into the shipped profiles and stacks.")
-    ] = False,
-    cluster: ClusterOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", metavar="YAML", help="The calibrated hardware profile.")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the --out file's stem).")] = None,
-    as_json: JsonOpt = False,
-) -> None:
-    """Fit a profile to measurements: alpha and bandwidth per link tier, GEMM and attention
-    efficiency from `plan validate` (--from); or, from published runs (--from-runs), the
-    sustained tensor throughput of each GPU profile and the kernel overhead of each stack."""
-    import numpy as np
-
-    if from_runs is not None:
-        if from_ is not None:
-            raise PlannerError("give --from or --from-runs, not both")
-        _calibrate_from_runs(from_runs, group or [], write, as_json)
-        return
-    if from_ is None:
-        raise PlannerError("--from (a validate JSON) or --from-runs (a published-runs YAML) is required")
-
-    from planner.catalog import load_cluster, load_profile, read_yaml
-    from planner.validate.calibrate import (
-        ErrorStats,
-        base_attention_efficiency,
-        calibrated_profile,
-        check_measured_on,
-        fit,
-        fits_attention,
-        initial_params,
-        predict,
-        samples_from_json,
-        write_profile_yaml,
-    )
-    from planner.validate.report import measured_where
-
-    if cluster is None:
-        raise PlannerError("--cluster is required: the profile the measurements ran on (e.g. localhost-cpu)")
-    if out is None:
-        raise PlannerError("--out is required: where to write the calibrated profile YAML")
-    base = load_cluster(cluster).profile
-    samples = samples_from_json(read_yaml(from_), str(from_))
-    check_measured_on(samples.context, base, str(from_))
-    results, context = samples.results, samples.context
-    if samples.error is not None:
-        typer.echo(
-            f"warning: {from_} is a partial report (the run stopped: {samples.error}); fitting the "
-            f"{len(results)} terms measured before it stopped",
-            err=True,
-        )
-    params, before, _ = fit(base, results)
-    where = measured_where(context.host, context.created_at, context.device_name, context.torch_version)
-    source = f"{where}: plan calibrate fit to {len(results)} terms of {from_.name}"
-    profile = calibrated_profile(base, params, results, name or out.stem, source)
-    write_profile_yaml(out, profile)
-    written = load_profile(str(out.resolve()))  # what was written must load, and is what "after" prices
-    after = ErrorStats.of(predict(written, initial_params(written), results), np.array([r.measured_s for r in results]))
-    summary = {
-        "profile": str(out),
-        "samples": len(results),
-        "partial": samples.error is not None,
-        "error_before": vars(before),
-        "error_after": vars(after),
-        "links": {t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw} for t, (lat, bw) in params.links.items()},
-        "gemm_rate_scale": params.gemm_scale,
-        "attention_efficiency_scale": params.attention_scale,
-    }
-    if as_json:
-        _emit_json(summary)
-        return
-    typer.echo(f"fit to {len(results)} measured terms of {from_}")
-    typer.echo(f"before ({base.name}): {before}")
-    typer.echo(f"after  ({profile.name}): {after}")
-    for tier, (lat, bw) in params.links.items():
-        typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
-    for dtype, scale in params.gemm_scale.items():
-        typer.echo(f"  {dtype} GEMM rate x{scale:.3g} of the old profile's")
-    if fits_attention(results):
-        typer.echo(
-            f"  attention efficiency {base_attention_efficiency(base):.3g} -> {profile.gpu.attention_efficiency:.3g} "
-            "(fitted from the layer shards)"
-        )
-    typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
-
-
-def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bool) -> None:
-    """`plan calibrate --from-runs`: fit, cross-validate, report, and with --write record it."""
-    import shlex
-
-    import numpy as np
-
-    from planner.calibration_io import write_fit
-    from planner.fit_runs import fit_and_cross_validate
-    from planner.runs import cases_from_runs, check_groups, load_runs
-
-    runs = load_runs(path)
-    if groups:
-        check_groups(runs, groups, path)
-        runs = [r for r in runs if str(r.get("group")) in groups]
-    cases, skipped = cases_from_runs(runs)
-    if not cases:
-        raise PlannerError(f"{path}: no row can be priced")
-    result = fit_and_cross_validate(cases)
-    command = "plan calibrate --from-runs " + " ".join(
-        shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]
-    )
-    written = [str(p) for p in write_fit(result, command, path.name)] if write else []
-    moved = result.problem.uses.any(axis=0)
-    pairs = list(zip(result.problem.params, result.theta, result.free, moved, strict=True))
-    params = {p.label(): float(v) for p, v, free, _ in pairs if free}
-    unfitted = [p.label() for p, _, free, some in pairs if some and not free]
-    summary = {
-        "runs": len(runs),
-        "priced": len(cases),
-        "skipped": [{"name": s["name"], "reason": s["reason"]} for s in skipped],
-        "parameters": params,
-        "not_fitted": unfitted,
-        "mape_pct": float(100 * np.mean(np.abs(result.error))),
-        "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
-        "signed_pct": float(100 * np.mean(result.error)),
-        "written": written,
-    }
-    if as_json:
-        _emit_json(summary)
-        return
-    typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
-    for label, value in params.items():
-        typer.echo(f"  {label} = {value:.4g}")
-    if unfitted:
-        typer.echo(
-            "  not fitted (moved by rows of fewer than two models, or a kernel's by rows of one GPU "
-            f"architecture; left uncalibrated): {', '.join(unfitted)}"
-        )
-    typer.echo(
-        f"MAPE {summary['mape_pct']:.1f}% in sample, {summary['cv_mape_pct']:.1f}% cross-validated "
-        f"(leave one model of one source out); mean signed {summary['signed_pct']:+.1f}%"
-    )
-    typer.echo(f"wrote {', '.join(written)}" if written else "dry run: --write records the fit in the shipped files")
-
-
-def register(root: typer.Typer) -> None:
-    """Add ``validate`` (with ``sweep``) and ``calibrate`` to the ``plan`` app."""
-    root.add_typer(validate_app, name="validate")
-    root.command("calibrate")(calibrate_cmd)
-
-
-register(app)
