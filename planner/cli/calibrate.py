@@ -5,38 +5,32 @@ sustained throughput of each GPU profile and the overhead of each stack to publi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
 from planner.cli.app import app, emit_json
-from planner.cli.options import ClusterOpt, JsonOpt
+from planner.cli.options import (
+    ClusterOpt,
+    FromOpt,
+    FromRunsOpt,
+    GroupOpt,
+    JsonOpt,
+    NameOpt,
+    ProfileOutOpt,
+    WriteOpt,
+)
 from planner.errors import PlannerError
 
 
 @app.command("calibrate")
 def calibrate_cmd(
-    from_: Annotated[
-        Path | None, typer.Option("--from", metavar="JSON", help="A plan validate or plan validate sweep JSON.")
-    ] = None,
-    from_runs: Annotated[
-        Path | None,
-        typer.Option(
-            "--from-runs",
-            metavar="YAML",
-            help="A published-runs file (modern_runs.yaml's schema): fit sustained tensor throughput per GPU "
-            "profile and kernel overhead per stack, cross-validated.",
-        ),
-    ] = None,
-    group: Annotated[
-        list[str] | None, typer.Option("--group", metavar="G", help="With --from-runs: only these groups.")
-    ] = None,
-    write: Annotated[
-        bool, typer.Option("--write", help="With --from-runs: write the fit into the shipped profiles and stacks.")
-    ] = False,
+    from_: FromOpt = None,
+    from_runs: FromRunsOpt = None,
+    group: GroupOpt = None,
+    write: WriteOpt = False,
     cluster: ClusterOpt = None,
-    out: Annotated[Path | None, typer.Option("--out", metavar="YAML", help="The calibrated hardware profile.")] = None,
-    name: Annotated[str | None, typer.Option("--name", help="Profile name (default: the --out file's stem).")] = None,
+    out: ProfileOutOpt = None,
+    name: NameOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Fit a profile to measurements: alpha and bandwidth per link tier, GEMM and attention

@@ -3,56 +3,15 @@ target framework's own settings on stdout (or ``--out FILE``), ready to pipe."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import typer
-
 from planner.atomic import write_text_atomic
 from planner.cli.app import app, write_stdout
-from planner.cli.inputs import mesh_knobs, model_cluster_job
-from planner.cli.options import (
-    AdamMomentsOpt,
-    BatchOpt,
-    BatchTokensOpt,
-    ClusterOpt,
-    CompileOpt,
-    CpOpt,
-    DpOpt,
-    DropoutOpt,
-    DtypeOpt,
-    EpOpt,
-    EpOverlapOpt,
-    EtpOpt,
-    FlashOpt,
-    FormatOpt,
-    GpusOpt,
-    GrowthOpt,
-    LayoutOpt,
-    MbsOpt,
-    ModelOpt,
-    MoeDispatcherOpt,
-    MoeRoutingOpt,
-    MtpOpt,
-    NodesOpt,
-    ObjectiveOpt,
-    OrderOpt,
-    OutOpt,
-    OverlapOpt,
-    PpOpt,
-    PriceOpt,
-    RecomputeLayersOpt,
-    RecomputeOpt,
-    ScheduleOpt,
-    SeqOpt,
-    SpOpt,
-    StackOpt,
-    TpOpt,
-    TpOverlapOpt,
-    VOpt,
-    ZeroOpt,
-)
+from planner.cli.inputs import mesh_pins, model_cluster_job
+from planner.cli.options import FormatOpt, Job, Mesh, ObjectiveOpt, OutOpt, Target, command
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -69,46 +28,14 @@ torchtitan); the next one it can express is exported, and stderr says which was 
 
 
 @app.command("export")
+@command(without=["training_tokens"])
 def export_cmd(
-    ctx: typer.Context,
+    *,
     fmt: FormatOpt,
-    model: ModelOpt = None,
-    cluster: ClusterOpt = None,
-    nodes: NodesOpt = None,
-    gpus: GpusOpt = None,
-    global_batch_size: BatchOpt = None,
-    global_batch_tokens: BatchTokensOpt = None,
-    seq_len: SeqOpt = None,
-    max_batch_growth: GrowthOpt = 0.0,
-    price: PriceOpt = None,
-    dtype: DtypeOpt = "bf16",
-    flash_attention: FlashOpt = True,
-    dropout: DropoutOpt = False,
-    stack: StackOpt = None,
-    tp_comm_overlap: TpOverlapOpt = None,
-    compile: CompileOpt = None,
-    ep_comm_overlap: EpOverlapOpt = None,
-    moe_dispatcher: MoeDispatcherOpt = None,
-    moe_routing: MoeRoutingOpt = None,
-    adam_moments: AdamMomentsOpt = None,
-    mtp_layers: MtpOpt = None,
+    target: Target,
+    job: Job,
     objective: ObjectiveOpt = "time",
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    expert_tp: EtpOpt = None,
-    micro_batch_size: MbsOpt = None,
-    virtual_stages: VOpt = None,
-    zero_stage: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    recompute_layers: RecomputeLayersOpt = None,
-    sequence_parallel: SpOpt = None,
-    schedule: ScheduleOpt = None,
-    order: OrderOpt = None,
-    overlap_grad_reduce: OverlapOpt = None,
-    pipeline_layout: LayoutOpt = None,
+    mesh: Mesh,
     out: OutOpt = None,
 ) -> None:
     """Print the launch settings of the best mesh for MODEL on CLUSTER in a framework's terms.
@@ -117,14 +44,14 @@ def export_cmd(
     knobs at their defaults); otherwise the search runs with the given knobs pinned and the best
     mesh the target can express is exported. Targets refuse what they cannot run as planned.
     """
-    if ctx.params.get("stack") is None:
-        ctx.params["stack"] = _target_stack(fmt)
-    spec, clus, job = model_cluster_job(ctx)
-    pins = mesh_knobs(ctx)
+    if job.stack is None:
+        job = dataclasses.replace(job, stack=_target_stack(fmt))
+    spec, clus, work = model_cluster_job(target, job)
+    pins = mesh_pins(mesh)
     if all(axis in pins for axis in ("tp", "pp", "dp")):
-        est, exported = _given_mesh(fmt, spec, clus, job, pins)
+        est, exported = _given_mesh(fmt, spec, clus, work, pins)
     else:
-        est, exported = _best_mesh(fmt, spec, clus, job, pins, objective)
+        est, exported = _best_mesh(fmt, spec, clus, work, pins, objective)
     config = est.config.parallel
     sys.stderr.write(f"plan export: {config.short()} for {spec.name} on {clus.name} ({clus.num_gpus} GPUs)\n")
     for warning in est.warnings:

@@ -4,11 +4,15 @@ values given as text (token counts, MoE routing, Adam's moment format, the stack
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError
+
+if TYPE_CHECKING:
+    from planner.cli.options import Job, Mesh, Target
+    from planner.schemas.hardware import ClusterSpec
+    from planner.schemas.job import JobSpec
+    from planner.schemas.model import ModelSpec
 
 
 def require(value: str | None, flag: str) -> str:
@@ -17,36 +21,36 @@ def require(value: str | None, flag: str) -> str:
     return value
 
 
-def model_cluster_job(ctx: typer.Context) -> tuple[Any, Any, Any]:
-    """The model, cluster and job the command line names (shared by `plan` and `plan estimate`)."""
+def model_and_cluster(target: Target) -> tuple[ModelSpec, ClusterSpec]:
+    """The model and cluster (at --price, where given) that --model, --cluster, --nodes and --gpus name."""
     from planner.catalog import load_cluster, load_model
+
+    model = load_model(require(target.model, "--model"))
+    cluster = load_cluster(require(target.cluster, "--cluster"), nodes=target.nodes, gpus=target.gpus)
+    return model, cluster.with_price(target.price)
+
+
+def job_spec(job: Job, model: ModelSpec) -> JobSpec:
+    """The job the JOB options describe for ``model`` (unset sizes from its model card). Options named
+    as a JobSpec field pass as they are; the others are read here."""
     from planner.search import default_job
 
-    p = ctx.params
-    model = load_model(require(p["model"], "--model"))
-    cluster = load_cluster(require(p["cluster"], "--cluster"), nodes=p["nodes"], gpus=p["gpus"])
-    cluster = cluster.with_price(p.get("price"))
-    tokens = p.get("training_tokens")
-    job = default_job(
+    fields = job.values()
+    tokens = fields.pop("training_tokens")
+    return default_job(
         model,
-        p["seq_len"],
-        p["global_batch_size"],
-        p["global_batch_tokens"],
-        dtype=p["dtype"],
-        flash_attention=p["flash_attention"],
-        dropout=p["dropout"],
-        stack=stack_choice(p.get("stack")),
-        tp_comm_overlap=p.get("tp_comm_overlap"),
-        compile=p.get("compile"),
-        ep_comm_overlap=p.get("ep_comm_overlap"),
-        moe_dispatcher=p.get("moe_dispatcher"),
-        **moe_routing_fields(p.get("moe_routing")),
-        **adam_fields(p.get("adam_moments")),
-        mtp_layers=p.get("mtp_layers"),
-        max_batch_growth=p.get("max_batch_growth", 0.0),
+        stack=stack_choice(fields.pop("stack")),
+        **moe_routing_fields(fields.pop("moe_routing")),
+        **adam_fields(fields.pop("adam_moments")),
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
+        **fields,
     )
-    return model, cluster, job
+
+
+def model_cluster_job(target: Target, job: Job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+    """``model_and_cluster`` and ``job_spec``: what `plan`, `plan estimate` and the others plan."""
+    model, cluster = model_and_cluster(target)
+    return model, cluster, job_spec(job, model)
 
 
 def adam_fields(text: str | None) -> dict[str, float]:
@@ -107,9 +111,8 @@ def parse_count(text: str, flag: str) -> float:
     return value
 
 
-def mesh_knobs(ctx: typer.Context) -> dict[str, Any]:
-    """The ParallelConfig knobs the user set on the command line (--tp, --zero-stage, ...)."""
-    from planner.schemas.parallel import ParallelConfig
+def mesh_pins(mesh: Mesh) -> dict[str, Any]:
+    """The ParallelConfig knobs the user pinned (--tp, --zero-stage, ...), checked."""
     from planner.search import pins_from_config_fields
 
-    return pins_from_config_fields(**{k: v for k, v in ctx.params.items() if k in ParallelConfig.model_fields})
+    return pins_from_config_fields(**mesh.values())

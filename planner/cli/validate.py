@@ -5,56 +5,30 @@ the commands, through ``planner.validate.runtime``, so ``plan`` itself stays tor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
 from planner.atomic import make_parent
 from planner.cli.app import app, console, emit_json
-from planner.cli.inputs import mesh_knobs, model_cluster_job
+from planner.cli.inputs import mesh_pins, model_cluster_job
 from planner.cli.options import (
-    AdamMomentsOpt,
-    BackendOpt,
-    BatchOpt,
-    BatchTokensOpt,
-    ClusterOpt,
-    CpOpt,
-    DpOpt,
-    DropoutOpt,
-    DtypeOpt,
-    EpOpt,
-    EpOverlapOpt,
-    EtpOpt,
-    FlashOpt,
-    GpusOpt,
+    Job,
     JsonOpt,
     LayerShardOpt,
-    LayoutOpt,
-    LocalRanksOpt,
     MaxGemmOpt,
     MaxMessageOpt,
-    MbsOpt,
-    ModelOpt,
-    MoeDispatcherOpt,
-    MoeRoutingOpt,
-    MtpOpt,
-    NodesOpt,
-    OrderOpt,
-    OverlapOpt,
-    PpOpt,
-    ProfileOpt,
-    RecomputeLayersOpt,
-    RecomputeOpt,
-    RepeatsOpt,
-    ScheduleOpt,
-    SeqOpt,
-    SpOpt,
-    TimeoutOpt,
+    Mesh,
+    OpsOpt,
+    Replay,
+    ReportOpt,
+    SizeOpt,
+    SizesOpt,
+    SweepOutOpt,
+    SweepPlotOpt,
+    Target,
     TopOpt,
-    TpOpt,
-    VOpt,
-    WarmupOpt,
-    ZeroOpt,
+    command,
 )
 from planner.errors import PlannerError
 
@@ -109,19 +83,19 @@ def _replay_cluster(profile: str | None, backend: str, plan_cluster: Any, world:
     return load_cluster(node.name if path is None else path, gpus=world), node.name, path
 
 
-def _candidates(ctx: typer.Context, top: int) -> tuple[Any, Any, Any, list[tuple[int, Any, float]]]:
+def _candidates(target: Target, job: Job, mesh: Mesh, top: int) -> tuple[Any, Any, Any, list[tuple[int, Any, float]]]:
     """Model, cluster, job and (rank, ParallelConfig, plan step time) of the meshes to replay:
     the one mesh that the degree pins name (as ``plan estimate`` reads them), else the top K."""
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh, search
 
-    spec, clus, job = model_cluster_job(ctx)
-    pins = mesh_knobs(ctx)
+    spec, clus, work = model_cluster_job(target, job)
+    pins = mesh_pins(mesh)
     if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
         config = pinned_mesh(pins, clus.num_gpus)
-        return spec, clus, job, [(1, config, estimate_mesh(spec, clus, job, config).step_time_s)]
-    ranking = search(spec, clus, job, pins, top=top)
-    return spec, clus, job, [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]
+        return spec, clus, work, [(1, config, estimate_mesh(spec, clus, work, config).step_time_s)]
+    ranking = search(spec, clus, work, pins, top=top)
+    return spec, clus, work, [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]
 
 
 def _run_with_progress(job: Any, local_ranks: int | None, lead: bool) -> tuple[list[Any], str | None, bool]:
@@ -204,49 +178,16 @@ def _layer_terms(spec: Any, job: Any, config: Any, replay_cluster: Any, on_gpu: 
 
 
 @validate_app.callback(invoke_without_command=True)
+@command(without=["price", "training_tokens", "max_batch_growth", "stack", "tp_comm_overlap", "compile"])
 def validate_main(
+    *,
     ctx: typer.Context,
-    model: ModelOpt = None,
-    cluster: ClusterOpt = None,
-    nodes: NodesOpt = None,
-    gpus: GpusOpt = None,
-    global_batch_size: BatchOpt = None,
-    global_batch_tokens: BatchTokensOpt = None,
-    seq_len: SeqOpt = None,
-    dtype: DtypeOpt = "bf16",
-    flash_attention: FlashOpt = True,
-    dropout: DropoutOpt = False,
-    ep_comm_overlap: EpOverlapOpt = None,
-    moe_dispatcher: MoeDispatcherOpt = None,
-    moe_routing: MoeRoutingOpt = None,
-    adam_moments: AdamMomentsOpt = None,
-    mtp_layers: MtpOpt = None,
+    target: Target,
+    job: Job,
     top: TopOpt = 3,
-    tp: TpOpt = None,
-    pp: PpOpt = None,
-    dp: DpOpt = None,
-    cp: CpOpt = None,
-    ep: EpOpt = None,
-    expert_tp: EtpOpt = None,
-    micro_batch_size: MbsOpt = None,
-    virtual_stages: VOpt = None,
-    zero_stage: ZeroOpt = None,
-    recompute: RecomputeOpt = None,
-    recompute_layers: RecomputeLayersOpt = None,
-    sequence_parallel: SpOpt = None,
-    schedule: ScheduleOpt = None,
-    order: OrderOpt = None,
-    overlap_grad_reduce: OverlapOpt = None,
-    pipeline_layout: LayoutOpt = None,
-    backend: BackendOpt = "gloo",
-    local_ranks: LocalRanksOpt = None,
-    profile: ProfileOpt = None,
-    out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Report JSON (written atomically).")] = Path(
-        "validate-report.json"
-    ),
-    repeats: RepeatsOpt = None,
-    warmup: WarmupOpt = None,
-    timeout: TimeoutOpt = 60.0,
+    mesh: Mesh,
+    replay: Replay,
+    out: ReportOpt = Path("validate-report.json"),
     max_message_bytes: MaxMessageOpt = None,
     max_gemm_flops: MaxGemmOpt = None,
     layer_shard: LayerShardOpt = None,
@@ -264,39 +205,41 @@ def validate_main(
     from planner.validate.sweep import parse_size
     from planner.validate.terms import comm_terms
 
-    check_backend(backend)
+    check_backend(replay.backend)
     make_parent(out)  # an output that cannot be written fails now, not after the replay
-    world, lead = _world(local_ranks, backend)
-    spec, clus, job_spec, candidates = _candidates(ctx, top)
-    replay_cluster, profile_name, profile_path = _replay_cluster(profile, backend, clus, world)
-    cap_text = _setting(backend, "max_message_bytes", max_message_bytes)
+    world, lead = _world(replay.local_ranks, replay.backend)
+    spec, clus, job_spec, candidates = _candidates(target, job, mesh, top)
+    replay_cluster, profile_name, profile_path = _replay_cluster(replay.profile, replay.backend, clus, world)
+    cap_text = _setting(replay.backend, "max_message_bytes", max_message_bytes)
     cap_bytes = parse_size(cap_text, "--max-message-bytes") if isinstance(cap_text, str) else cap_text
-    cap_flops = _setting(backend, "max_gemm_flops", max_gemm_flops)
-    on_gpu = backend == "nccl"
+    cap_flops = _setting(replay.backend, "max_gemm_flops", max_gemm_flops)
+    on_gpu = replay.backend == "nccl"
     with_layers = on_gpu if layer_shard is None else layer_shard
     blocks, infos = [], []
     for rank, config, step_s in candidates:
-        mesh, notes = fit_replica(config, world)
-        replica = replica_config(config, mesh)
+        replica_mesh, notes = fit_replica(config, world)
+        replica = replica_config(config, replica_mesh)
         terms = comm_terms(spec, job_spec, config, replica, replay_cluster, cap_bytes)
         terms += gemm_terms(spec, job_spec, config, replay_cluster, on_gpu, cap_flops)
         if with_layers:
-            terms = counted_once(terms + _layer_terms(spec, job_spec, config, replay_cluster, on_gpu, timeout))
-        blocks.append(ReplayBlock(label=f"#{rank} {config.short()}", mesh=mesh, terms=terms))
-        infos.append(CandidateInfo(rank=rank, mesh=config.short(), plan_step_time_s=step_s, replica=mesh, notes=notes))
+            terms = counted_once(terms + _layer_terms(spec, job_spec, config, replay_cluster, on_gpu, replay.timeout))
+        blocks.append(ReplayBlock(label=f"#{rank} {config.short()}", mesh=replica_mesh, terms=terms))
+        infos.append(
+            CandidateInfo(rank=rank, mesh=config.short(), plan_step_time_s=step_s, replica=replica_mesh, notes=notes)
+        )
     import os
 
     cores = os.cpu_count() or 1
-    job = ReplayJob(
-        backend=backend,
+    replay_job = ReplayJob(
+        backend=replay.backend,
         blocks=blocks,
-        warmup=_setting(backend, "warmup", warmup),
-        repeats=_setting(backend, "repeats", repeats),
-        timeout_s=timeout,
+        warmup=_setting(replay.backend, "warmup", replay.warmup),
+        repeats=_setting(replay.backend, "repeats", replay.repeats),
+        timeout_s=replay.timeout,
         gemm_on_all_ranks=on_gpu or world <= cores,
     )
     notes = [f"every predicted_s is priced on {profile_name}, the replay's hardware; plan_step_time_s on {clus.name}"]
-    if not job.gemm_on_all_ranks:
+    if not replay_job.gemm_on_all_ranks:
         notes.append(f"{world} ranks share {cores} CPU cores: GEMMs are timed on rank 0 alone, the others waiting")
     if with_layers:
         notes.append(
@@ -314,7 +257,7 @@ def validate_main(
             f"{len(capped)} terms capped (--max-message-bytes {cap_bytes}, --max-gemm-flops {cap_flops}); "
             "calls per step count the buckets"
         )
-    measurements, error, interrupted = _run_with_progress(job, local_ranks, lead)
+    measurements, error, interrupted = _run_with_progress(replay_job, replay.local_ranks, lead)
     if not lead:
         return
     measured = by_block(measurements)
@@ -327,12 +270,12 @@ def validate_main(
         error=error,
         model=spec.name,
         plan_cluster=clus.name,
-        context=_context(backend, world, profile_name, profile_path, job, (cap_bytes, cap_flops), notes),
+        context=_context(replay.backend, world, profile_name, profile_path, replay_job, (cap_bytes, cap_flops), notes),
         candidates=reports,
         kendall_tau=kendall_tau(reports),
     )
     write_json_atomic(out, report)
-    _stop_if_interrupted(interrupted, len(measurements), sum(len(b.terms) for b in job.blocks), out)
+    _stop_if_interrupted(interrupted, len(measurements), sum(len(b.terms) for b in replay_job.blocks), out)
     if error:
         raise PlannerError(f"{error} (results so far in {out})")
     if as_json:
@@ -345,33 +288,15 @@ def validate_main(
 
 
 @validate_app.command("sweep")
+@command
 def sweep_cmd(
-    ops: Annotated[
-        str,
-        typer.Option(
-            "--ops",
-            metavar="LIST",
-            help="Collectives, comma-separated: all, all-reduce, reduce-scatter, all-gather, all-to-all, send-recv.",
-        ),
-    ] = "all",
-    sizes: Annotated[
-        str, typer.Option("--sizes", metavar="LIST", help="Message sizes at the full world, e.g. 64KiB,1MiB,8MiB.")
-    ] = "64KiB,256KiB,1MiB,4MiB",
-    size: Annotated[
-        str, typer.Option("--size", metavar="SIZE", help="Message size of the world-size series (groups of 2..N).")
-    ] = "1MiB",
-    backend: BackendOpt = "gloo",
-    local_ranks: LocalRanksOpt = None,
-    profile: ProfileOpt = None,
-    out: Annotated[Path, typer.Option("--out", metavar="PATH", help="Sweep JSON (written atomically).")] = Path(
-        "sweep.json"
-    ),
-    plot: Annotated[
-        Path | None, typer.Option("--plot", metavar="PNG", help="Also draw the sweep (needs matplotlib).")
-    ] = None,
-    repeats: RepeatsOpt = None,
-    warmup: WarmupOpt = None,
-    timeout: TimeoutOpt = 60.0,
+    *,
+    ops: OpsOpt = "all",
+    sizes: SizesOpt = "64KiB,256KiB,1MiB,4MiB",
+    size: SizeOpt = "1MiB",
+    replay: Replay,
+    out: SweepOutOpt = Path("sweep.json"),
+    plot: SweepPlotOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Each collective at a fixed message over 2..N ranks, and at N ranks over message sizes:
@@ -390,21 +315,21 @@ def sweep_cmd(
 
         require_pyplot()  # fail before the run, not after it
         make_parent(plot, "--plot")
-    check_backend(backend)
-    world, lead = _world(local_ranks, backend)
-    if backend == "nccl" and profile is None:
+    check_backend(replay.backend)
+    world, lead = _world(replay.local_ranks, replay.backend)
+    if replay.backend == "nccl" and replay.profile is None:
         raise PlannerError("--profile is required with --backend nccl (the profile of the GPUs the sweep runs on)")
-    replay_cluster, profile_name, profile_path = _replay_cluster(profile, backend, None, world)
+    replay_cluster, profile_name, profile_path = _replay_cluster(replay.profile, replay.backend, None, world)
     terms, series = sweep_terms(op_names, size_list, fixed, world, replay_cluster)
     job = ReplayJob(
-        backend=backend,
+        backend=replay.backend,
         blocks=[ReplayBlock(label="sweep", terms=terms)],
-        warmup=_setting(backend, "warmup", warmup),
-        repeats=_setting(backend, "repeats", repeats),
-        timeout_s=timeout,
+        warmup=_setting(replay.backend, "warmup", replay.warmup),
+        repeats=_setting(replay.backend, "repeats", replay.repeats),
+        timeout_s=replay.timeout,
         gemm_on_all_ranks=True,
     )
-    measurements, error, interrupted = _run_with_progress(job, local_ranks, lead)
+    measurements, error, interrupted = _run_with_progress(job, replay.local_ranks, lead)
     if not lead:
         return
     points = [SweepPoint(series=series[m.term], result=term_result(terms[m.term], m)) for m in measurements]  # type: ignore[arg-type]
@@ -412,7 +337,7 @@ def sweep_cmd(
     report = SweepReport(
         status="failed" if error else "complete",
         error=error,
-        context=_context(backend, world, profile_name, profile_path, job, (None, None), notes),
+        context=_context(replay.backend, world, profile_name, profile_path, job, (None, None), notes),
         points=points,
     )
     write_json_atomic(out, report)
@@ -423,7 +348,7 @@ def sweep_cmd(
         from planner.validate.plot import plot_sweep
 
         plot_sweep(
-            points, plot, f"{backend} sweep on {report.context.host}, {world} ranks, predicted on {profile_name}"
+            points, plot, f"{replay.backend} sweep on {report.context.host}, {world} ranks, predicted on {profile_name}"
         )
     if as_json:
         emit_json(report.model_dump(mode="json"))
