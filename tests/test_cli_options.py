@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from planner.cli.options import JOB, MESH, REPLAY, TARGET, Mesh, Target, command
+from planner.schemas.job import JobSpec
+from planner.schemas.parallel import ParallelConfig
 
 CLI = Path(__file__).resolve().parents[1] / "planner" / "cli"
 
@@ -76,3 +78,29 @@ def test_the_command_modules_import_only_the_shared_modules() -> None:
         }
         allowed = {"app", "options"} if path.stem in shared else shared
         assert imported <= allowed - {path.stem}, (path.name, imported)
+
+
+def test_the_mesh_options_are_the_parallel_config_fields_and_say_what_the_fields_say() -> None:
+    assert [opt.name for opt in MESH] == list(ParallelConfig.model_fields)
+    made = [*MESH, *(opt for opt in JOB if opt.name in JobSpec.model_fields and opt.name != "training_tokens")]
+    assert len(made) == 16 + 13
+    for opt in made:
+        field = {**ParallelConfig.model_fields, **JobSpec.model_fields}[opt.name]
+        assert field.description and opt.info.help == field.description + ".", opt.name
+
+
+def test_the_options_made_from_fields_keep_their_choices_and_ranges(cli) -> None:
+    # choices from the Literal types, ranges from ge/le and PositiveInt, checked before any work
+    text = " ".join(cli("estimate", "--help").out.split())
+    for shown in ("<gpipe|1f1b|interleaved-1f1b|zb-h1|dualpipe|dualpipev>", "<none|selective|full>", "[0<=x<=3]"):
+        assert shown in text
+    assert "<alltoall|allgather|flex>" in text and "[default: alltoall]" in text
+    for args, flag in [
+        (("--zero-stage", "4"), "--zero-stage"),
+        (("--schedule", "1f2b"), "--schedule"),
+        (("--recompute-layers", "0"), "--recompute-layers"),
+        (("--max-batch-growth", "-0.1"), "--max-batch-growth"),
+        (("--mtp-layers", "65"), "--mtp-layers"),
+    ]:
+        r = cli("estimate", "-m", "llama8b", "-c", "dgx-h100", *args)
+        assert r.code == 2 and r.err.startswith(f"error: Invalid value for '{flag}'"), r.err

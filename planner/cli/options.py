@@ -17,15 +17,20 @@ import dataclasses
 import functools
 import inspect
 import math
+import types
 import typing
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
+import annotated_types
 import typer
+from pydantic import BaseModel
+from pydantic_core import PydanticUndefined
 
 from planner import __version__
-from planner.schemas.parallel import Schedule
+from planner.schemas.job import JobSpec
+from planner.schemas.parallel import ParallelConfig
 
 
 def finite(value: float | None) -> float | None:
@@ -68,6 +73,62 @@ class Opt:
 def option(name: str, annotation: Any, default: Any, *flags: str, **settings: Any) -> Opt:
     """``Opt(name, annotation, default, typer.Option(*flags, **settings))``."""
     return Opt(name, annotation, default, typer.Option(*flags, **settings))
+
+
+_UNSET: Any = object()
+
+
+def field_option(schema: type[BaseModel], name: str, *short: str, default: Any = _UNSET, **settings: Any) -> Opt:
+    """The option that sets field ``name`` of the pydantic ``schema``, made from the field: the flag
+    ``--name-with-dashes`` (``--name/--no-name`` for a bool) and the ``short`` ones, the choices of
+    its Literal type, the range of its ge/gt/le/lt constraints (PositiveInt: >= 1), finite numbers
+    only for a float, and its description as the help. The default is the field's, or ``default``
+    (None: unset, the library decides). ``settings`` (a metavar, another annotation) go to
+    ``option``; a field whose type is not one option value must give ``annotation``."""
+    field = schema.model_fields[name]
+    kind, constraints = _value_type(field.annotation, field.metadata)
+    value_default = field.default if default is _UNSET else default
+    if value_default is PydanticUndefined:
+        value_default = None
+    annotation = settings.pop("annotation", kind if value_default is not None else kind | None)
+    flag = "--" + name.replace("_", "-")
+    if kind is bool:
+        flag = f"{flag}/--no-{flag[2:]}"
+    elif kind in (int, float):
+        settings.setdefault("metavar", "N" if kind is int else "X")
+        settings |= _range(kind, constraints)
+        if kind is float:
+            settings.setdefault("callback", finite)
+    description = field.description or ""
+    help_text = description if description.endswith(".") or not description else description + "."
+    return option(name, annotation, value_default, flag, *short, help=help_text, **settings)
+
+
+def _value_type(annotation: Any, metadata: Sequence[Any]) -> tuple[Any, list[Any]]:
+    """A field's type without None and the Annotated wrapper of a constrained type, and its
+    constraints (pydantic puts Field's in ``metadata``, PositiveInt's in ``Annotated``)."""
+    constraints = list(metadata)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [arg for arg in typing.get_args(annotation) if arg is not type(None)]
+        annotation = rest[0] if len(rest) == 1 else typing.Union[tuple(rest)]  # noqa: UP007
+    if typing.get_origin(annotation) is Annotated:
+        annotation, *more = typing.get_args(annotation)
+        constraints += more
+    return annotation, constraints
+
+
+def _range(kind: type, constraints: Sequence[Any]) -> dict[str, Any]:
+    """click's min and max for an int or float field's constraints (ints: gt 0 is min 1)."""
+    bounds: dict[str, Any] = {}
+    step = 1 if kind is int else 0
+    if kind is float and any(isinstance(c, annotated_types.Gt | annotated_types.Lt) for c in constraints):
+        raise TypeError("an open bound of a float (gt, lt) has no click range: declare the option with a callback")
+    for c in constraints:
+        if isinstance(c, annotated_types.Ge | annotated_types.Gt):
+            bounds["min"] = kind(c.ge if isinstance(c, annotated_types.Ge) else c.gt + step)
+        elif isinstance(c, annotated_types.Le | annotated_types.Lt):
+            bounds["max"] = kind(c.le if isinstance(c, annotated_types.Le) else c.lt - step)
+    return bounds
 
 
 class Group:
@@ -183,36 +244,10 @@ class Target(Group, options=TARGET):
 
 
 # ---- JOB: what is trained ------------------------------------------------------------------------
-SEQ_LEN = option(
-    "seq_len",
-    int | None,
-    None,
-    "--seq-len",
-    "-s",
-    min=1,
-    metavar="N",
-    help="Sequence length (default: model card, else 4096).",
-)
+SEQ_LEN = field_option(JobSpec, "seq_len", "-s")
 JOB = [
-    option(
-        "global_batch_size",
-        int | None,
-        None,
-        "--global-batch-size",
-        "-B",
-        min=1,
-        metavar="N",
-        help="Global batch in sequences (default: model card, else 4 Mi tokens).",
-    ),
-    option(
-        "global_batch_tokens",
-        int | None,
-        None,
-        "--global-batch-tokens",
-        min=1,
-        metavar="N",
-        help="Global batch in tokens (instead of sequences).",
-    ),
+    field_option(JobSpec, "global_batch_size", "-B"),
+    field_option(JobSpec, "global_batch_tokens"),
     SEQ_LEN,
     option(
         "training_tokens",
@@ -222,59 +257,15 @@ JOB = [
         metavar="N",
         help="Token budget for time-to-train and cost: 15T, 300B, 2.5e12.",
     ),
-    option(
-        "max_batch_growth",
-        float,
-        0.0,
-        "--max-batch-growth",
-        min=0.0,
-        callback=finite,
-        metavar="FRACTION",
-        help="Let the global batch grow by up to this fraction (0.05 = 5%) to divide into dp*micro-batch.",
-    ),
-    option("dtype", Literal["bf16", "fp16", "fp8"], "bf16", "--dtype", help="Matmul precision."),
-    option(
-        "flash_attention",
-        bool,
-        True,
-        "--flash-attention/--no-flash-attention",
-        help="Fused attention (no s x s scores in HBM).",
-    ),
-    option("dropout", bool, False, "--dropout/--no-dropout", help="Dropout layers (GPT-3-era training)."),
-    option(
-        "stack",
-        str | None,
-        None,
-        "--stack",
-        metavar="NAME",
-        help="Software stack (default megatron-core; see `plan list stacks`): kernels, overlap, gradient format.",
-    ),
-    option(
-        "tp_comm_overlap",
-        bool | None,
-        None,
-        "--tp-comm-overlap/--no-tp-comm-overlap",
-        help="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP); "
-        "default: the stack's.",
-    ),
-    option("compile", bool | None, None, "--compile/--no-compile", help="torch.compile; default: the stack's."),
-    option(
-        "ep_comm_overlap",
-        bool | None,
-        None,
-        "--ep-comm-overlap/--no-ep-comm-overlap",
-        help="Overlap expert-parallel dispatch/combine with another micro-batch's compute (Megatron "
-        "--overlap-moe-expert-parallel-comm; interleaved pipeline or pp 1, no full recompute). Default off.",
-    ),
-    option(
-        "moe_dispatcher",
-        str | None,
-        None,
-        "--moe-dispatcher",
-        metavar="alltoall|allgather|flex",
-        help="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex is DeepEP/HybridEP): alltoall "
-        "(default), allgather, or flex, among those the stack runs.",
-    ),
+    field_option(JobSpec, "max_batch_growth", metavar="FRACTION"),
+    field_option(JobSpec, "dtype"),
+    field_option(JobSpec, "flash_attention"),
+    field_option(JobSpec, "dropout"),
+    field_option(JobSpec, "stack", annotation=str | None, default=None, metavar="NAME"),
+    field_option(JobSpec, "tp_comm_overlap"),
+    field_option(JobSpec, "compile"),
+    field_option(JobSpec, "ep_comm_overlap"),
+    field_option(JobSpec, "moe_dispatcher"),
     option(
         "moe_routing",
         str | None,
@@ -294,119 +285,35 @@ JOB = [
         help="Format of Adam's two moments: fp32 (12 bytes of state per parameter with the fp32 master weight; "
         "default) or bf16 (8; Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).",
     ),
-    option(
-        "mtp_layers",
-        int | None,
-        None,
-        "--mtp-layers",
-        min=0,
-        metavar="N",
-        help="Multi-token-prediction layers trained (Megatron --mtp-num-layers): priced on the last pipeline "
-        "stage with their LM head passes. Default: the model's num_nextn_predict_layers (DeepSeek-V3: 1); 0: none.",
-    ),
+    field_option(JobSpec, "mtp_layers"),
 ]
+"""The JobSpec fields one option sets are made from the field; --training-tokens (a count with a
+suffix), --moe-routing (two fields) and --adam-moments (the state's bytes) are read by
+``planner.cli.inputs``."""
 
 
 class Job(Group, options=JOB):
     """--global-batch-size ... --mtp-layers: the job, less the mesh."""
 
 
-# ---- MESH: the ParallelConfig knobs a user pins --------------------------------------------------
-MESH = [
-    option("tp", int | None, None, "--tp", min=1, metavar="N", help="Tensor-parallel degree."),
-    option("pp", int | None, None, "--pp", min=1, metavar="N", help="Pipeline-parallel degree (stages)."),
-    option("dp", int | None, None, "--dp", min=1, metavar="N", help="Data-parallel degree."),
-    option("cp", int | None, None, "--cp", min=1, metavar="N", help="Context-parallel degree."),
-    option("ep", int | None, None, "--ep", min=1, metavar="N", help="Expert-parallel degree (folds into tp*cp*dp)."),
-    option(
-        "expert_tp",
-        int | None,
-        None,
-        "--expert-tp",
-        min=1,
-        metavar="N",
-        help="Tensor-parallel degree of expert layers.",
-    ),
-    option(
-        "micro_batch_size",
-        int | None,
-        None,
-        "--micro-batch-size",
-        "-b",
-        min=1,
-        metavar="N",
-        help="Micro-batch size (sequences).",
-    ),
-    option(
-        "virtual_stages",
-        int | None,
-        None,
-        "--virtual-stages",
-        "-v",
-        min=1,
-        metavar="N",
-        help="Model chunks per pipeline rank (interleaved 1F1B).",
-    ),
-    option(
-        "zero_stage",
-        int | None,
-        None,
-        "--zero-stage",
-        "-z",
-        min=0,
-        max=3,
-        metavar="N",
-        help="ZeRO stage 0-3 (3 = FSDP).",
-    ),
-    option(
-        "recompute",
-        Literal["none", "selective", "full"] | None,
-        None,
-        "--recompute",
-        help="Activation recomputation.",
-    ),
-    option(
-        "recompute_layers",
-        int | None,
-        None,
-        "--recompute-layers",
-        min=1,
-        metavar="N",
-        help="Full recompute of only the first N layers of each model chunk (Megatron --recompute-method block).",
-    ),
-    option(
-        "sequence_parallel",
-        bool | None,
-        None,
-        "--sequence-parallel/--no-sequence-parallel",
-        help="Megatron sequence parallelism (needs tp > 1).",
-    ),
-    option("schedule", Schedule | None, None, "--schedule", help="Pipeline schedule."),
-    option(
-        "order",
-        str | None,
-        None,
-        "--order",
-        metavar="AXES",
-        help="Rank placement, innermost axis first (default tp-cp-dp-pp).",
-    ),
-    option(
-        "overlap_grad_reduce",
-        bool | None,
-        None,
-        "--overlap-grad-reduce/--no-overlap-grad-reduce",
-        help="Overlap DP gradient reduction with backward (default on).",
-    ),
-    option(
-        "pipeline_layout",
-        str | None,
-        None,
-        "--pipeline-layout",
-        metavar="LAYOUT",
-        help="Megatron-LM's --pipeline-model-parallel-layout for the mesh, e.g. 'Et*3|(t*4|)*14t*2L' (E embedding, "
-        "t decoder layer, L loss, '|' between model chunks); sets the virtual stages. Estimate and export only.",
-    ),
-]
+# ---- MESH: the ParallelConfig knobs a user pins, one per field -----------------------------------
+MESH_FLAGS: dict[str, dict[str, Any]] = {
+    "micro_batch_size": {"short": ("-b",)},
+    "virtual_stages": {"short": ("-v",)},
+    "zero_stage": {"short": ("-z",)},
+    "order": {"metavar": "AXES"},
+    "pipeline_layout": {"metavar": "LAYOUT"},
+}
+"""What the fields do not say themselves: short flags and metavars."""
+
+
+def _mesh_option(name: str, short: Sequence[str] = (), **settings: Any) -> Opt:
+    return field_option(ParallelConfig, name, *short, default=None, **settings)
+
+
+MESH = [_mesh_option(name, **MESH_FLAGS.get(name, {})) for name in ParallelConfig.model_fields]
+"""Every ParallelConfig field, unset by default (the search chooses it; `plan estimate` takes the
+field's default, dp the GPUs left over)."""
 
 
 class Mesh(Group, options=MESH):
