@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from planner.cli.options import JOB, MESH, REPLAY, TARGET, Mesh, Target, command
+from planner.cli.options import CAPS, JOB, MESH, REPLAY, TARGET, Mesh, Target, command
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import ParallelConfig
+from planner.validate.run import ReplaySettings, ValidationSettings
 
 CLI = Path(__file__).resolve().parents[1] / "planner" / "cli"
 
@@ -45,10 +46,10 @@ def test_a_command_that_names_an_option_twice_or_leaves_out_an_unknown_one_fails
 
 
 def test_every_option_of_the_groups_is_declared_once() -> None:
-    names = [opt.name for group in (TARGET, JOB, MESH, REPLAY) for opt in group]
+    names = [opt.name for group in (TARGET, JOB, MESH, REPLAY, CAPS) for opt in group]
     assert len(names) == len(set(names))
-    flags = [flag for group in (TARGET, JOB, MESH, REPLAY) for opt in group for flag in opt.info.param_decls]
-    flags += [opt.info.default for group in (TARGET, JOB, MESH, REPLAY) for opt in group]  # the first flag
+    flags = [flag for group in (TARGET, JOB, MESH, REPLAY, CAPS) for opt in group for flag in opt.info.param_decls]
+    flags += [opt.info.default for group in (TARGET, JOB, MESH, REPLAY, CAPS) for opt in group]  # the first flag
     assert len(flags) == len(set(flags))
 
 
@@ -82,6 +83,8 @@ def test_the_command_modules_import_only_the_shared_modules() -> None:
 
 def test_the_mesh_options_are_the_parallel_config_fields_and_say_what_the_fields_say() -> None:
     assert [opt.name for opt in MESH] == list(ParallelConfig.model_fields)
+    assert [opt.name for opt in REPLAY + CAPS] == list(ValidationSettings.model_fields)
+    assert [opt.name for opt in REPLAY] == list(ReplaySettings.model_fields)
     made = [*MESH, *(opt for opt in JOB if opt.name in JobSpec.model_fields and opt.name != "training_tokens")]
     assert len(made) == 16 + 13
     for opt in made:

@@ -31,6 +31,7 @@ from pydantic_core import PydanticUndefined
 from planner import __version__
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import ParallelConfig
+from planner.validate.run import ReplaySettings, ValidationSettings
 
 
 def finite(value: float | None) -> float | None:
@@ -90,11 +91,12 @@ def field_option(schema: type[BaseModel], name: str, *short: str, default: Any =
     value_default = field.default if default is _UNSET else default
     if value_default is PydanticUndefined:
         value_default = None
-    annotation = settings.pop("annotation", kind if value_default is not None else kind | None)
+    given = settings.pop("annotation", None)  # the option takes other text than the field (a size, a path)
+    annotation = given or (kind if value_default is not None else kind | None)
     flag = "--" + name.replace("_", "-")
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
-    elif kind in (int, float):
+    elif kind in (int, float) and given is None:
         settings.setdefault("metavar", "N" if kind is int else "X")
         settings |= _range(kind, constraints)
         if kind is float:
@@ -320,66 +322,32 @@ class Mesh(Group, options=MESH):
     """--tp ... --pipeline-layout: the mesh knobs the user pins (None: not pinned)."""
 
 
-# ---- REPLAY: how `plan validate` and `plan validate sweep` run -----------------------------------
-REPLAY = [
-    option(
-        "backend",
-        Literal["gloo", "nccl"],
-        "gloo",
-        "--backend",
-        help="gloo (CPU, laptops, CI) or nccl (GPUs, under torchrun).",
-    ),
-    option(
-        "local_ranks",
-        int | None,
-        None,
-        "--local-ranks",
-        min=1,
-        metavar="N",
-        help="Spawn N local ranks (gloo) instead of running under torchrun.",
-    ),
-    option(
-        "profile",
-        str | None,
-        None,
-        "--profile",
-        metavar="NAME|PATH",
-        help="Hardware profile of the machine the replay runs on, which prices every prediction "
-        "(default: localhost-cpu with gloo, the --cluster's own with nccl).",
-    ),
-    option(
-        "repeats",
-        int | None,
-        None,
-        "--repeats",
-        min=1,
-        metavar="N",
-        help="Timed repeats per term (default 5 gloo, 20 nccl).",
-    ),
-    option(
-        "warmup",
-        int | None,
-        None,
-        "--warmup",
-        min=0,
-        metavar="N",
-        help="Untimed calls per term (default 1 gloo, 5 nccl).",
-    ),
-    option(
-        "timeout",
-        float,
-        60.0,
-        "--timeout",
-        min=1.0,
-        callback=finite,
-        metavar="S",
-        help="Process-group and per-collective timeout, seconds.",
-    ),
-]
+# ---- REPLAY and CAPS: how `plan validate` and `plan validate sweep` run -----------------------
+REPLAY_FLAGS: dict[str, dict[str, Any]] = {"profile": {"metavar": "NAME|PATH"}, "timeout": {"metavar": "S"}}
+
+REPLAY = [field_option(ReplaySettings, name, **REPLAY_FLAGS.get(name, {})) for name in ReplaySettings.model_fields]
+"""Every ReplaySettings field."""
 
 
 class Replay(Group, options=REPLAY):
     """--backend ... --timeout: where and how the microbenchmarks run."""
+
+
+CAPS_FLAGS: dict[str, dict[str, Any]] = {
+    "max_message_bytes": {"annotation": str | None, "metavar": "SIZE"},
+    "max_gemm_flops": {"metavar": "FLOP"},
+}
+CAPS = [
+    field_option(ValidationSettings, name, **CAPS_FLAGS.get(name, {}))
+    for name in ValidationSettings.model_fields
+    if name not in ReplaySettings.model_fields
+]
+"""The ValidationSettings fields a sweep has not: the caps that keep a CPU replay short, and the
+layer shards (--max-message-bytes is a size such as 8MiB)."""
+
+
+class Caps(Group, options=CAPS):
+    """--max-message-bytes, --max-gemm-flops, --layer-shard."""
 
 
 # ---- options of one or two commands -------------------------------------------------------------
@@ -428,31 +396,6 @@ OutOpt = Annotated[
 
 # plan validate
 ReportOpt = Annotated[Path, typer.Option("--out", metavar="PATH", help="Report JSON (written atomically).")]
-MaxMessageOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--max-message-bytes",
-        metavar="SIZE",
-        help="Replay larger messages at this size, counted as buckets (default 8MiB with gloo, none with nccl).",
-    ),
-]
-MaxGemmOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-gemm-flops",
-        min=1.0,
-        metavar="FLOP",
-        help="Replay larger GEMMs with fewer rows (default 2e9 with gloo, none with nccl).",
-    ),
-]
-LayerShardOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--layer-shard/--no-layer-shard",
-        help="Also replay one transformer layer shard forward+backward per layer kind "
-        "(default: on with nccl, off with gloo, where it runs in fp32 at CPU speed).",
-    ),
-]
 
 # plan validate sweep
 OpsOpt = Annotated[
