@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -10,32 +11,34 @@ from planner.cli.app import console, emit_json, list_app, show_app
 from planner.cli.options import GpusOpt, JsonOpt, NodesOpt, SeqOpt
 
 
+def _listing(items: list[Any], as_json: bool, to_json: Callable[[Any], Any], render: Callable[..., None]) -> None:
+    """A catalog as one JSON list, or as ``render(console, items)`` prints it."""
+    if as_json:
+        emit_json([to_json(item) for item in items])
+    else:
+        render(console(), items)
+
+
+def _dump(entry: Any) -> Any:
+    return entry.model_dump(mode="json")
+
+
 @list_app.command("models")
 def list_models_cmd(as_json: JsonOpt = False) -> None:
     """Bundled models with parameter counts."""
     from planner.catalog import list_models
-
-    models = list_models()
-    if as_json:
-        emit_json([_model_json(m) for m in models])
-        return
     from planner.render import print_models
 
-    print_models(console(), models)
+    _listing(list_models(), as_json, _model_json, print_models)
 
 
 @list_app.command("clusters")
 def list_clusters_cmd(as_json: JsonOpt = False) -> None:
     """Bundled hardware profiles; a cluster is <profile> or <profile>x<nodes>."""
     from planner.catalog import list_profiles
-
-    profiles = list_profiles()
-    if as_json:
-        emit_json([p.model_dump(mode="json") for p in profiles])
-        return
     from planner.render import print_profiles
 
-    print_profiles(console(), profiles)
+    _listing(list_profiles(), as_json, _dump, print_profiles)
 
 
 @list_app.command("stacks")
@@ -43,10 +46,10 @@ def list_stacks_cmd(as_json: JsonOpt = False) -> None:
     """Software stacks (--stack): attention kernel, TP overlap, gradient format, calibration."""
     from planner.catalog import list_stacks
 
-    stacks = list_stacks()
-    if as_json:
-        emit_json([s.model_dump(mode="json") for s in stacks])
-        return
+    _listing(list_stacks(), as_json, _dump, _print_stacks)
+
+
+def _print_stacks(_: Any, stacks: list[Any]) -> None:
     for s in stacks:
         fitted = f"{s.layer_overhead_us:.3g} us/layer" if s.layer_overhead_us is not None else "not calibrated"
         typer.echo(
