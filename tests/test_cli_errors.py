@@ -221,12 +221,14 @@ def test_sizes_beyond_any_model_or_job_are_refused(cli, tmp_path: Path) -> None:
         + "\n"
     )
     assert_one_line_error(cli("-m", str(model), "-c", "dgx-h100x16"), "hidden_size 4096000000000", "16,777,216")
-    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "-s", "100000000"), "seq_len")
+    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "-s", "100000000"), "--seq-len", "16777216")
     assert_one_line_error(
         cli("-m", "llama70b", "-c", "dgx-h100x16", "-b", "99999999999999999999999"),
         "--micro-batch-size 99999999999999999999999: expected a whole number from 1 to 1,048,576",
     )
-    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "--mtp-layers", "99999999999"), "mtp_layers")
+    assert_one_line_error(
+        cli("-m", "llama70b", "-c", "dgx-h100x16", "--mtp-layers", "99999999999"), "--mtp-layers", "64"
+    )
 
 
 @pytest.mark.parametrize(

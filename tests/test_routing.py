@@ -253,7 +253,9 @@ def test_a_dispatcher_the_stack_cannot_run_is_refused_in_one_line(cli) -> None:
         "--moe-dispatcher",
         "deepep",
     )
-    assert_one_line_error(r, "moe_dispatcher", "'alltoall', 'allgather' or 'flex'")
+    assert_one_line_error(r, "--moe-dispatcher", "'deepep'", "'alltoall', 'allgather', 'flex'")
+    r = cli("estimate", "-m", "qwen3-30b-a3b", "-c", "dgx-h100", "--stack", "torchtitan", "--moe-dispatcher", "flex")
+    assert_one_line_error(r, "moe_dispatcher 'flex': stack torchtitan runs alltoall")
 
 
 def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_others() -> None:

@@ -67,13 +67,19 @@ class JobSpec(Frozen):
     """
 
     global_batch_size: PositiveInt | None = Field(
-        None, le=MAX_BATCH_SEQUENCES, description="Sequences per optimizer step"
+        None,
+        le=MAX_BATCH_SEQUENCES,
+        description="Global batch in sequences per optimizer step (unset: the model card's, else 4 Mi tokens)",
     )
     global_batch_tokens: PositiveInt | None = Field(
-        None, le=MAX_BATCH_SEQUENCES * MAX_SEQ_LEN, description="Tokens per optimizer step"
+        None,
+        le=MAX_BATCH_SEQUENCES * MAX_SEQ_LEN,
+        description="Global batch in tokens (instead of sequences; a multiple of seq_len)",
     )
-    seq_len: PositiveInt = Field(le=MAX_SEQ_LEN)
-    dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    seq_len: PositiveInt = Field(le=MAX_SEQ_LEN, description="Sequence length (unset: the model card's, else 4096)")
+    dtype: Literal["bf16", "fp16", "fp8"] = Field(
+        "bf16", description="Matmul precision (fp8 keeps bf16 weights and activations between layers)"
+    )
     fp8_scaling: Literal["tensor", "row", "block"] = Field(
         "tensor",
         description="fp8 scaling granularity: per tensor (Transformer Engine current/delayed scaling, torchao "
@@ -86,18 +92,24 @@ class JobSpec(Frozen):
         "grad_reduce_dtype",
     )
     stack: str | Stack = Field(
-        "megatron-core", description="Software stack (`plan list stacks`), by name or as a loaded Stack"
+        "megatron-core",
+        description="Software stack (default megatron-core; see `plan list stacks`): kernels, overlap, gradient "
+        "format. A name, a YAML path or a loaded Stack",
     )
-    tp_comm_overlap: bool | None = Field(None, description="Overlap TP collectives with GEMMs; None: the stack's")
+    tp_comm_overlap: bool | None = Field(
+        None,
+        description="Overlap TP collectives with GEMMs (Megatron --tp-comm-overlap, torchtitan async TP); "
+        "unset: the stack's",
+    )
     ep_comm_overlap: bool = Field(
         False,
         description="Overlap expert-parallel dispatch/combine with another micro-batch's compute (Megatron "
-        "--overlap-moe-expert-parallel-comm: interleaved pipeline or pp 1, no full recompute)",
+        "--overlap-moe-expert-parallel-comm; interleaved pipeline or pp 1, no full recompute)",
     )
     moe_dispatcher: MoeDispatcher = Field(
         "alltoall",
-        description="MoE token dispatcher (Megatron --moe-token-dispatcher-type; 'flex' is DeepEP): alltoall, "
-        "allgather or flex, among those the stack runs",
+        description="MoE token dispatcher (Megatron --moe-token-dispatcher-type; flex is DeepEP/HybridEP), among "
+        "those the stack runs",
     )
     moe_capacity_factor: float | None = Field(
         None,
@@ -116,8 +128,9 @@ class JobSpec(Frozen):
         None,
         ge=0,
         le=MAX_MTP_LAYERS,
-        description="Multi-token-prediction layers trained (Megatron --mtp-num-layers); None: the model's "
-        "num_nextn_predict_layers, 0: none",
+        description="Multi-token-prediction layers trained (Megatron --mtp-num-layers), priced on the last "
+        "pipeline stage with their LM head passes; unset: the model's num_nextn_predict_layers "
+        "(DeepSeek-V3: 1), 0: none",
     )
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
         None,
@@ -127,7 +140,7 @@ class JobSpec(Frozen):
         "MoE layer, dispatch included), shared_experts; a mesh that sets recompute 'selective' uses them. None: "
         "the stack's own selective policy (Megatron's default core_attn)",
     )
-    compile: bool | None = Field(None, description="torch.compile; None: the stack's default")
+    compile: bool | None = Field(None, description="torch.compile; unset: the stack's")
     optimizer_state_bytes_per_param: float = Field(
         DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM,
         ge=0,
@@ -135,14 +148,16 @@ class JobSpec(Frozen):
         "bf16 moments (``ADAM_STATE_BYTES_PER_PARAM``; --adam-moments)",
     )
     training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
-    flash_attention: bool = Field(True, description="Fused attention that stores no s x s scores (Dao et al. 2022)")
+    flash_attention: bool = Field(
+        True, description="Fused attention that stores no s x s scores in HBM (Dao et al. 2022)"
+    )
     dropout: bool = Field(False, description="Dropout in attention and MLP (GPT-3 era); modern LLMs train without")
     max_batch_growth: float = Field(
         0.0,
         ge=0,
         description=(
-            "How far the global batch may grow, as a fraction, to become a multiple of dp*micro_batch_size "
-            "(times pp for interleaved 1F1B); 0 keeps it exact"
+            "How far the global batch may grow, as a fraction (0.05 = 5%), to become a multiple of "
+            "dp*micro_batch_size (times pp for interleaved 1F1B); 0 keeps it exact"
         ),
     )
 

@@ -51,34 +51,45 @@ class ParallelConfig(Frozen):
     only); ``expert_tp`` is the TP degree of expert layers (Megatron ``--expert-tensor-parallel-size``).
     """
 
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    dp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    expert_tp: PositiveInt = 1
-    micro_batch_size: PositiveInt = 1
-    virtual_stages: PositiveInt = 1
-    zero_stage: int = Field(0, ge=0, le=3, description="0 none, 1 optimizer, 2 +gradients, 3 +weights (FSDP)")
-    recompute: Recompute = "none"
+    tp: PositiveInt = Field(1, description="Tensor-parallel degree")
+    pp: PositiveInt = Field(1, description="Pipeline-parallel degree (stages)")
+    dp: PositiveInt = Field(1, description="Data-parallel degree")
+    cp: PositiveInt = Field(1, description="Context-parallel degree")
+    ep: PositiveInt = Field(1, description="Expert-parallel degree (folds into tp*cp*dp)")
+    expert_tp: PositiveInt = Field(
+        1, description="Tensor-parallel degree of expert layers (Megatron --expert-tensor-parallel-size)"
+    )
+    micro_batch_size: PositiveInt = Field(1, description="Micro-batch size (sequences)")
+    virtual_stages: PositiveInt = Field(1, description="Model chunks per pipeline rank (interleaved 1F1B)")
+    zero_stage: int = Field(
+        0, ge=0, le=3, description="ZeRO stage: 0 none, 1 optimizer state, 2 +gradients, 3 +weights (FSDP)"
+    )
+    recompute: Recompute = Field(
+        "none",
+        description="Activation recomputation (Korthikanti et al. 2022): selective recomputes the attention core, "
+        "full each layer's forward",
+    )
     recompute_layers: PositiveInt | None = Field(
         None,
-        description="With recompute 'full': the layers of each model chunk (each of a rank's virtual "
-        "stages) whose forward is recomputed, the first of the chunk (Megatron-LM --recompute-method block "
-        "--recompute-num-layers); the others keep all their activations. None: every layer",
+        description="Full recompute of only the first N layers of each model chunk (each of a rank's virtual "
+        "stages; Megatron-LM --recompute-method block --recompute-num-layers); the others keep all their "
+        "activations. Unset: every layer",
     )
-    sequence_parallel: bool = False
-    schedule: Schedule = "1f1b"
-    order: str = Field(DEFAULT_ORDER, description="Rank placement, innermost axis first, e.g. tp-cp-dp-pp")
+    sequence_parallel: bool = Field(
+        False, description="Megatron sequence parallelism: shards what TP leaves replicated (needs tp > 1)"
+    )
+    schedule: Schedule = Field("1f1b", description="Pipeline schedule")
+    order: str = Field(DEFAULT_ORDER, description=f"Rank placement, innermost axis first (default {DEFAULT_ORDER})")
     overlap_grad_reduce: bool = Field(
         True,
-        description="Overlap DP gradient reduction (and ZeRO gathers) with compute (Megatron-LM --overlap-grad-reduce)",
+        description="Overlap DP gradient reduction (and ZeRO gathers) with compute (Megatron-LM "
+        "--overlap-grad-reduce; default on)",
     )
     pipeline_layout: str | None = Field(
         None,
         description="Megatron-LM's --pipeline-model-parallel-layout, e.g. 'Et*3|(t*4|)*14t*2L': the layers of each "
-        "model chunk (E embedding, t decoder layer, L loss); it sets virtual_stages = stages / pp. None: layers "
-        "split as evenly as they go, extra layers in the middle chunks",
+        "model chunk (E embedding, t decoder layer, L loss, '|' between chunks); it sets the virtual stages "
+        "(stages / pp). Unset: layers split as evenly as they go, extra layers in the middle chunks",
     )
 
     @model_validator(mode="before")

@@ -1,22 +1,17 @@
 """``plan export --format megatron|torchtitan|deepspeed``: the best mesh, or a given one, as the
-target framework's own settings on stdout (or ``--out FILE``), ready to pipe.
-
-``planner.cli`` calls ``register(app)`` while it is itself being imported, so this module reaches
-back to it (for the option declarations and the shared helpers) through ``_cli``, bound at the end
-of the module: by then ``register`` exists whichever of the two modules Python imported first,
-and Typer resolves the ``_cli.*Opt`` annotations only when a command line is parsed.
-"""
+target framework's own settings on stdout (or ``--out FILE``), ready to pipe."""
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from planner.atomic import write_text_atomic
+from planner.cli.app import app, write_stdout
+from planner.cli.inputs import mesh_pins, model_cluster_job
+from planner.cli.options import FormatOpt, Job, Mesh, ObjectiveOpt, OutOpt, Target, command
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -26,70 +21,21 @@ if TYPE_CHECKING:
     from planner.schemas.job import JobSpec
     from planner.schemas.model import ModelSpec
 
-FormatOpt = Annotated[
-    Literal["megatron", "torchtitan", "deepspeed"],
-    typer.Option(
-        "--format",
-        "-f",
-        help="Target: Megatron-LM arguments, a torchtitan TOML job file, or a DeepSpeed JSON config.",
-    ),
-]
-OutOpt = Annotated[
-    Path | None,
-    typer.Option("--out", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout."),
-]
-
 CANDIDATES_TRIED = 25
 """How many of the search's best meshes to try, in rank order, before giving up on a target:
 the fastest mesh may use what the target lacks (ZeRO-3 with pp > 1 in Megatron-LM, ZeRO-1 in
 torchtitan); the next one it can express is exported, and stderr says which was skipped."""
 
 
-def register(app: typer.Typer) -> None:
-    """Add the ``export`` command to the ``plan`` app."""
-    app.command("export")(export_cmd)
-
-
+@app.command("export")
+@command(without=["training_tokens"])
 def export_cmd(
-    ctx: typer.Context,
+    *,
     fmt: FormatOpt,
-    model: _cli.ModelOpt = None,
-    cluster: _cli.ClusterOpt = None,
-    nodes: _cli.NodesOpt = None,
-    gpus: _cli.GpusOpt = None,
-    global_batch_size: _cli.BatchOpt = None,
-    global_batch_tokens: _cli.BatchTokensOpt = None,
-    seq_len: _cli.SeqOpt = None,
-    max_batch_growth: _cli.GrowthOpt = 0.0,
-    price: _cli.PriceOpt = None,
-    dtype: _cli.DtypeOpt = "bf16",
-    flash_attention: _cli.FlashOpt = True,
-    dropout: _cli.DropoutOpt = False,
-    stack: _cli.StackOpt = None,
-    tp_comm_overlap: _cli.TpOverlapOpt = None,
-    compile: _cli.CompileOpt = None,
-    ep_comm_overlap: _cli.EpOverlapOpt = None,
-    moe_dispatcher: _cli.MoeDispatcherOpt = None,
-    moe_routing: _cli.MoeRoutingOpt = None,
-    adam_moments: _cli.AdamMomentsOpt = None,
-    mtp_layers: _cli.MtpOpt = None,
-    objective: _cli.ObjectiveOpt = "time",
-    tp: _cli.TpOpt = None,
-    pp: _cli.PpOpt = None,
-    dp: _cli.DpOpt = None,
-    cp: _cli.CpOpt = None,
-    ep: _cli.EpOpt = None,
-    expert_tp: _cli.EtpOpt = None,
-    micro_batch_size: _cli.MbsOpt = None,
-    virtual_stages: _cli.VOpt = None,
-    zero_stage: _cli.ZeroOpt = None,
-    recompute: _cli.RecomputeOpt = None,
-    recompute_layers: _cli.RecomputeLayersOpt = None,
-    sequence_parallel: _cli.SpOpt = None,
-    schedule: _cli.ScheduleOpt = None,
-    order: _cli.OrderOpt = None,
-    overlap_grad_reduce: _cli.OverlapOpt = None,
-    pipeline_layout: _cli.LayoutOpt = None,
+    target: Target,
+    job: Job,
+    objective: ObjectiveOpt = "time",
+    mesh: Mesh,
     out: OutOpt = None,
 ) -> None:
     """Print the launch settings of the best mesh for MODEL on CLUSTER in a framework's terms.
@@ -98,14 +44,14 @@ def export_cmd(
     knobs at their defaults); otherwise the search runs with the given knobs pinned and the best
     mesh the target can express is exported. Targets refuse what they cannot run as planned.
     """
-    if ctx.params.get("stack") is None:
-        ctx.params["stack"] = _target_stack(fmt)
-    spec, clus, job = _cli._model_cluster_job(ctx)
-    pins = _cli._mesh_knobs(ctx)
+    if job.stack is None:
+        job = dataclasses.replace(job, stack=_target_stack(fmt))
+    spec, clus, work = model_cluster_job(target, job)
+    pins = mesh_pins(mesh)
     if all(axis in pins for axis in ("tp", "pp", "dp")):
-        est, exported = _given_mesh(fmt, spec, clus, job, pins)
+        est, exported = _given_mesh(fmt, spec, clus, work, pins)
     else:
-        est, exported = _best_mesh(fmt, spec, clus, job, pins, objective)
+        est, exported = _best_mesh(fmt, spec, clus, work, pins, objective)
     config = est.config.parallel
     sys.stderr.write(f"plan export: {config.short()} for {spec.name} on {clus.name} ({clus.num_gpus} GPUs)\n")
     for warning in est.warnings:
@@ -114,7 +60,7 @@ def export_cmd(
         for note in exported.notes:
             sys.stderr.write(f"note: {note}\n")
     if out is None:
-        _cli.write_stdout(exported.text)
+        write_stdout(exported.text)
     else:
         write_atomically(out, exported.text)
         sys.stderr.write(f"wrote {out}\n")
@@ -184,6 +130,3 @@ def write_atomically(path: Path, text: str) -> None:
     if not path.parent.is_dir():
         raise PlannerError(f"--out {path}: folder {path.parent} does not exist")
     write_text_atomic(path, text)
-
-
-_cli = importlib.import_module("planner.cli")

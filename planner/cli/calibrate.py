@@ -1,0 +1,165 @@
+"""``plan calibrate``: fit a hardware profile to `plan validate` measurements (--from), or the
+sustained throughput of each GPU profile and the overhead of each stack to published runs
+(--from-runs)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from planner.cli.app import app, emit_json
+from planner.cli.options import (
+    ClusterOpt,
+    FromOpt,
+    FromRunsOpt,
+    GroupOpt,
+    JsonOpt,
+    NameOpt,
+    ProfileOutOpt,
+    WriteOpt,
+)
+from planner.errors import PlannerError
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    from_: FromOpt = None,
+    from_runs: FromRunsOpt = None,
+    group: GroupOpt = None,
+    write: WriteOpt = False,
+    cluster: ClusterOpt = None,
+    out: ProfileOutOpt = None,
+    name: NameOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit a profile to measurements: alpha and bandwidth per link tier, GEMM and attention
+    efficiency from `plan validate` (--from); or, from published runs (--from-runs), the
+    sustained tensor throughput of each GPU profile and the kernel overhead of each stack."""
+    import numpy as np
+
+    if from_runs is not None:
+        if from_ is not None:
+            raise PlannerError("give --from or --from-runs, not both")
+        _calibrate_from_runs(from_runs, group or [], write, as_json)
+        return
+    if from_ is None:
+        raise PlannerError("--from (a validate JSON) or --from-runs (a published-runs YAML) is required")
+
+    from planner.catalog import load_cluster, load_profile, read_yaml
+    from planner.validate.calibrate import (
+        ErrorStats,
+        base_attention_efficiency,
+        calibrated_profile,
+        check_measured_on,
+        fit,
+        fits_attention,
+        initial_params,
+        predict,
+        samples_from_json,
+        write_profile_yaml,
+    )
+    from planner.validate.report import measured_where
+
+    if cluster is None:
+        raise PlannerError("--cluster is required: the profile the measurements ran on (e.g. localhost-cpu)")
+    if out is None:
+        raise PlannerError("--out is required: where to write the calibrated profile YAML")
+    base = load_cluster(cluster).profile
+    samples = samples_from_json(read_yaml(from_), str(from_))
+    check_measured_on(samples.context, base, str(from_))
+    results, context = samples.results, samples.context
+    if samples.error is not None:
+        typer.echo(
+            f"warning: {from_} is a partial report (the run stopped: {samples.error}); fitting the "
+            f"{len(results)} terms measured before it stopped",
+            err=True,
+        )
+    params, before, _ = fit(base, results)
+    where = measured_where(context.host, context.created_at, context.device_name, context.torch_version)
+    source = f"{where}: plan calibrate fit to {len(results)} terms of {from_.name}"
+    profile = calibrated_profile(base, params, results, name or out.stem, source)
+    write_profile_yaml(out, profile)
+    written = load_profile(str(out.resolve()))  # what was written must load, and is what "after" prices
+    after = ErrorStats.of(predict(written, initial_params(written), results), np.array([r.measured_s for r in results]))
+    summary = {
+        "profile": str(out),
+        "samples": len(results),
+        "partial": samples.error is not None,
+        "error_before": vars(before),
+        "error_after": vars(after),
+        "links": {t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw} for t, (lat, bw) in params.links.items()},
+        "gemm_rate_scale": params.gemm_scale,
+        "attention_efficiency_scale": params.attention_scale,
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    typer.echo(f"fit to {len(results)} measured terms of {from_}")
+    typer.echo(f"before ({base.name}): {before}")
+    typer.echo(f"after  ({profile.name}): {after}")
+    for tier, (lat, bw) in params.links.items():
+        typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
+    for dtype, scale in params.gemm_scale.items():
+        typer.echo(f"  {dtype} GEMM rate x{scale:.3g} of the old profile's")
+    if fits_attention(results):
+        typer.echo(
+            f"  attention efficiency {base_attention_efficiency(base):.3g} -> {profile.gpu.attention_efficiency:.3g} "
+            "(fitted from the layer shards)"
+        )
+    typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
+
+
+def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bool) -> None:
+    """`plan calibrate --from-runs`: fit, cross-validate, report, and with --write record it."""
+    import shlex
+
+    import numpy as np
+
+    from planner.calibration_io import write_fit
+    from planner.fit_runs import fit_and_cross_validate
+    from planner.runs import cases_from_runs, check_groups, load_runs
+
+    runs = load_runs(path)
+    if groups:
+        check_groups(runs, groups, path)
+        runs = [r for r in runs if str(r.get("group")) in groups]
+    cases, skipped = cases_from_runs(runs)
+    if not cases:
+        raise PlannerError(f"{path}: no row can be priced")
+    result = fit_and_cross_validate(cases)
+    command = "plan calibrate --from-runs " + " ".join(
+        shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]
+    )
+    written = [str(p) for p in write_fit(result, command, path.name)] if write else []
+    moved = result.problem.uses.any(axis=0)
+    pairs = list(zip(result.problem.params, result.theta, result.free, moved, strict=True))
+    params = {p.label(): float(v) for p, v, free, _ in pairs if free}
+    unfitted = [p.label() for p, _, free, some in pairs if some and not free]
+    summary = {
+        "runs": len(runs),
+        "priced": len(cases),
+        "skipped": [{"name": s["name"], "reason": s["reason"]} for s in skipped],
+        "parameters": params,
+        "not_fitted": unfitted,
+        "mape_pct": float(100 * np.mean(np.abs(result.error))),
+        "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
+        "signed_pct": float(100 * np.mean(result.error)),
+        "written": written,
+    }
+    if as_json:
+        emit_json(summary)
+        return
+    typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
+    for label, value in params.items():
+        typer.echo(f"  {label} = {value:.4g}")
+    if unfitted:
+        typer.echo(
+            "  not fitted (moved by rows of fewer than two models, or a kernel's by rows of one GPU "
+            f"architecture; left uncalibrated): {', '.join(unfitted)}"
+        )
+    typer.echo(
+        f"MAPE {summary['mape_pct']:.1f}% in sample, {summary['cv_mape_pct']:.1f}% cross-validated "
+        f"(leave one model of one source out); mean signed {summary['signed_pct']:+.1f}%"
+    )
+    typer.echo(f"wrote {', '.join(written)}" if written else "dry run: --write records the fit in the shipped files")

@@ -1,0 +1,118 @@
+"""What the options name, as library objects: the model, cluster and job, the mesh pins, and the
+values given as text (token counts, MoE routing, Adam's moment format, the stack)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from planner.errors import PlannerError
+
+if TYPE_CHECKING:
+    from planner.cli.options import Job, Mesh, Target
+    from planner.schemas.hardware import ClusterSpec
+    from planner.schemas.job import JobSpec
+    from planner.schemas.model import ModelSpec
+
+
+def require(value: str | None, flag: str) -> str:
+    if value is None:
+        raise PlannerError(f"{flag} is required (see `plan --help`)")
+    return value
+
+
+def model_and_cluster(target: Target) -> tuple[ModelSpec, ClusterSpec]:
+    """The model and cluster (at --price, where given) that --model, --cluster, --nodes and --gpus name."""
+    from planner.catalog import load_cluster, load_model
+
+    model = load_model(require(target.model, "--model"))
+    cluster = load_cluster(require(target.cluster, "--cluster"), nodes=target.nodes, gpus=target.gpus)
+    return model, cluster.with_price(target.price)
+
+
+def job_spec(job: Job, model: ModelSpec) -> JobSpec:
+    """The job the JOB options describe for ``model`` (unset sizes from its model card). Options named
+    as a JobSpec field pass as they are; the others are read here."""
+    from planner.search import default_job
+
+    fields = job.values()
+    tokens = fields.pop("training_tokens")
+    return default_job(
+        model,
+        stack=stack_choice(fields.pop("stack")),
+        **moe_routing_fields(fields.pop("moe_routing")),
+        **adam_fields(fields.pop("adam_moments")),
+        training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
+        **fields,
+    )
+
+
+def model_cluster_job(target: Target, job: Job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:
+    """``model_and_cluster`` and ``job_spec``: what `plan`, `plan estimate` and the others plan."""
+    model, cluster = model_and_cluster(target)
+    return model, cluster, job_spec(job, model)
+
+
+def adam_fields(text: str | None) -> dict[str, float]:
+    """``--adam-moments`` as the JobSpec field it sets (``ADAM_STATE_BYTES_PER_PARAM``)."""
+    from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM
+
+    if text is None:
+        return {}
+    if text not in ADAM_STATE_BYTES_PER_PARAM:
+        raise PlannerError(f"--adam-moments '{text}': allowed {', '.join(ADAM_STATE_BYTES_PER_PARAM)}")
+    return {"optimizer_state_bytes_per_param": ADAM_STATE_BYTES_PER_PARAM[text]}
+
+
+def moe_routing_fields(text: str | None) -> dict[str, float]:
+    """``--moe-routing`` as JobSpec fields: natural (none), balanced (imbalance 1), drop:C
+    (capacity factor C), imbalance:R."""
+    if text is None or text.strip().lower() == "natural":
+        return {}
+    kind, _, value = text.strip().lower().partition(":")
+    if kind == "balanced" and not value:
+        return {"moe_load_imbalance": 1.0}
+    fields = {"drop": "moe_capacity_factor", "imbalance": "moe_load_imbalance"}
+    try:
+        number = float(value)
+    except ValueError:
+        number = float("nan")
+    if kind not in fields or not math.isfinite(number) or number <= 0 or (kind == "imbalance" and number < 1):
+        raise PlannerError(
+            f"--moe-routing '{text}': allowed natural, balanced, drop:C (capacity factor C > 0) or imbalance:R (R >= 1)"
+        )
+    return {fields[kind]: number}
+
+
+def stack_choice(text: str | None) -> Any:
+    """``--stack``: a catalog name stays a name (short JSON); a YAML path becomes the loaded Stack.
+    Unknown names fail here, with the list."""
+    from planner.catalog import DEFAULT_STACK, load_stack, stack_names
+
+    name = text or DEFAULT_STACK
+    loaded = load_stack(name)
+    return name.lower() if name.lower() in stack_names() else loaded
+
+
+SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+
+
+def parse_count(text: str, flag: str) -> float:
+    """'15T' -> 1.5e13, '300B' -> 3e11, '2.5e12' -> 2.5e12 (decimal suffixes K, M, B/G, T)."""
+    raw = text.strip().upper()
+    scale = SUFFIXES.get(raw[-1:], 1.0)
+    number = raw[:-1] if raw[-1:] in SUFFIXES else raw
+    try:
+        value = float(number) * scale
+    except ValueError:
+        raise PlannerError(f"{flag} '{text}' is not a count: give a number with an optional K, M, B or T") from None
+    if not math.isfinite(value) or not value > 0:
+        raise PlannerError(f"{flag} must be a finite number > 0, got '{text}'")
+    return value
+
+
+def mesh_pins(mesh: Mesh) -> dict[str, Any]:
+    """The ParallelConfig knobs the user pinned (--tp, --zero-stage, ...), checked."""
+    from planner.search import pins_from_config_fields
+
+    return pins_from_config_fields(**mesh.values())

@@ -1,0 +1,110 @@
+"""``plan`` (rank every feasible mesh), ``plan estimate`` (price one) and ``plan capacity`` (how
+many nodes meet a deadline)."""
+
+from __future__ import annotations
+
+import typer
+
+from planner.cli.app import app, console, emit_json
+from planner.cli.inputs import mesh_pins, model_cluster_job, require
+from planner.cli.options import (
+    DaysOpt,
+    Job,
+    JsonOpt,
+    MaxNodesOpt,
+    Mesh,
+    ObjectiveOpt,
+    PlotOpt,
+    Target,
+    TopOpt,
+    VersionOpt,
+    command,
+)
+from planner.errors import PlannerError
+
+
+@app.callback(invoke_without_command=True)
+@command(without=["pipeline_layout"])
+def plan_main(
+    *,
+    ctx: typer.Context,
+    target: Target,
+    job: Job,
+    top: TopOpt = 10,
+    objective: ObjectiveOpt = "time",
+    mesh: Mesh,
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+    version: VersionOpt = False,
+) -> None:
+    """Rank every feasible mesh for MODEL on CLUSTER (pins like --tp 8 fix a knob)."""
+    if ctx.invoked_subcommand is not None:
+        return
+    if target.model is None and target.cluster is None:
+        typer.echo(ctx.get_help())
+        return
+    from planner.search import search_with_points
+
+    spec, clus, work = model_cluster_job(target, job)
+    ranking, times, memory = search_with_points(spec, clus, work, mesh_pins(mesh), top=top, objective=objective)
+    if plot is not None:
+        from planner.plots import plot_ranking
+
+        front = [(pt.step_time_s, pt.memory_per_gpu_bytes) for pt in ranking.pareto]
+        title = f"{ranking.model} on {ranking.cluster_description}"
+        plot_ranking(list(ranking.candidates[: min(top, 6)]), times, memory, front, title, plot)
+    if as_json:
+        emit_json(ranking.model_dump(mode="json"))
+    else:
+        from planner.render import print_ranking
+
+        print_ranking(console(), ranking)
+
+
+@app.command("estimate")
+@command
+def estimate_cmd(target: Target, mesh: Mesh, job: Job, as_json: JsonOpt = False, plot: PlotOpt = None) -> None:
+    """Price one mesh: step time, MFU, memory and communication, term by term.
+
+    Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
+    """
+    from planner.pricing import estimate_mesh
+    from planner.search import pinned_mesh
+
+    spec, clus, work = model_cluster_job(target, job)
+    config = pinned_mesh(mesh_pins(mesh), clus.num_gpus)
+    est = estimate_mesh(spec, clus, work, config)
+    if plot is not None:
+        from planner.plots import plot_estimate
+
+        plot_estimate(est, plot)
+    if as_json:
+        emit_json(est.model_dump(mode="json"))
+    else:
+        from planner.render import print_estimate
+
+        print_estimate(console(), est, clus)
+
+
+@app.command("capacity")
+@command(without=["nodes", "gpus"])
+def capacity_cmd(
+    target: Target, job: Job, days: DaysOpt = None, max_nodes: MaxNodesOpt = 1024, as_json: JsonOpt = False
+) -> None:
+    """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.
+
+    Tries 1, 2, 3, 4, 6, 8, 12, ... nodes up to --max-nodes, each with a full search."""
+    from planner.capacity import SECONDS_PER_DAY, capacity
+
+    require(job.training_tokens, "--training-tokens")
+    if days is None:
+        raise PlannerError("--days is required (the deadline in days)")
+    spec, node, work = model_cluster_job(target, job)
+    node = node.model_copy(update={"num_nodes": 1, "num_gpus": node.gpus_per_node})
+    report = capacity(spec, node, work, days * SECONDS_PER_DAY, max_nodes)
+    if as_json:
+        emit_json(report.model_dump(mode="json"))
+    else:
+        from planner.render import print_capacity
+
+        print_capacity(console(), report, work)

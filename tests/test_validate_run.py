@@ -1,0 +1,63 @@
+"""The validator's replays as library calls (planner/validate/run.py), without the command line:
+built from model, cluster, job and pins objects, run on local gloo ranks, returning the report."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from planner.catalog import load_cluster, load_model
+from planner.errors import PlannerError
+from planner.search import default_job
+from planner.validate.run import (
+    GLOO_DEFAULTS,
+    ReplaySettings,
+    ValidationSettings,
+    build_validation,
+    run_sweep,
+    run_validation,
+)
+
+torch = pytest.importorskip("torch")
+if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is needed", allow_module_level=True)
+
+
+def test_settings_take_the_backends_defaults_and_refuse_what_cannot_run() -> None:
+    gloo = ValidationSettings(local_ranks=2)
+    assert [gloo.setting(n) for n in GLOO_DEFAULTS] == list(GLOO_DEFAULTS.values())
+    assert ValidationSettings(backend="nccl", repeats=3).setting("repeats") == 3
+    assert ValidationSettings(backend="nccl").setting("max_message_bytes") is None
+    with pytest.raises(ValidationError, match="timeout"):
+        ReplaySettings(timeout=0.5)
+    with pytest.raises(ValidationError, match="warmup"):
+        ReplaySettings(warmup=-1)
+
+
+def test_a_pinned_mesh_is_built_into_one_block_priced_on_the_replay_profile(monkeypatch) -> None:
+    model, cluster = load_model("gpt2"), load_cluster("localhost-cpux2")
+    job = default_job(model, seq_len=256, global_batch_size=8)
+    replay = build_validation(model, cluster, job, {"tp": 2, "dp": 2}, ValidationSettings(local_ranks=4), top=3)
+    assert (replay.machine.world, replay.machine.lead, replay.machine.profile_name) == (4, True, "localhost-cpu")
+    (block,) = replay.job.blocks
+    assert block.label.startswith("#1 tp2 pp1 dp2") and replay.total == len(block.terms) > 0
+    assert replay.caps == (GLOO_DEFAULTS["max_message_bytes"], GLOO_DEFAULTS["max_gemm_flops"])
+    assert replay.job.repeats == GLOO_DEFAULTS["repeats"] and replay.candidates[0].rank == 1
+    for name in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(PlannerError, match="give --local-ranks N"):  # nor under torchrun
+        build_validation(model, cluster, job, {"tp": 2}, ValidationSettings())
+
+
+def test_run_validation_and_run_sweep_return_their_reports() -> None:
+    model, cluster = load_model("gpt2"), load_cluster("localhost-cpux1")
+    job = default_job(model, seq_len=128, global_batch_size=4)
+    settings = ValidationSettings(local_ranks=2, repeats=1, warmup=0, max_gemm_flops=1e7)
+    outcome = run_validation(model, cluster, job, {"tp": 2, "dp": 1}, settings)
+    report = outcome.report
+    assert report is not None and report.status == "complete" and not outcome.interrupted
+    assert outcome.measured == outcome.total == len(report.candidates[0].terms)
+    assert report.model == model.name and report.context.world_size == 2
+    sweep = run_sweep(["all_reduce"], [16384], 16384, ReplaySettings(local_ranks=2, repeats=2, warmup=0))
+    assert sweep.report is not None and sweep.report.status == "complete"
+    assert {(p.series, p.result.spec.group_size) for p in sweep.report.points} == {("world", 2), ("size", 2)}
