@@ -530,3 +530,22 @@ def test_torchtitan_builds_its_flavor_and_refuses_models_it_has_not() -> None:
     with pytest.raises(ExportRefusalError, match="no model of its shape") as err:
         render("torchtitan", MIXTRAL, JOB, mesh(dp=8, ep=8, zero_stage=3))
     assert not err.value.mesh_bound  # no other mesh of the job would export: the CLI says so at once
+
+
+def test_cli_export_refuses_what_would_not_run_and_finds_what_would(cli) -> None:  # type: ignore[no-untyped-def]
+    # DeepSpeed: the open search's best meshes use TP; the export finds one DeepSpeed runs
+    ds = cli("export", "-f", "deepspeed", "-m", "llama70b", "-c", "dgx-h100x16")
+    assert ds.code == 0 and json.loads(ds.out)["train_batch_size"] > 0, ds.err
+    # a model torchtitan does not build: refused at once, no advice to pin mesh knobs
+    mixtral = cli("export", "-f", "torchtitan", "-m", "mixtral-8x7b", "-c", "dgx-h100x4")
+    assert_one_line_error(mixtral, "torchtitan cannot express model mixtral-8x7b", "no model of its shape")
+    assert "pin" not in mixtral.err
+    # tp, pp and dp pinned without --zero-stage: the target stack's stage (torchtitan's FSDP), not 0
+    titan = cli("export", "-f", "torchtitan", *GIVEN)
+    assert titan.code == 0 and 'fsdp_reshard_after_forward = "always"' in titan.out, titan.err
+    # a mesh predicted not to fit is refused unless asked for
+    args = ("-f", "deepspeed", "-m", "llama70b", "-c", "dgx-h100x8", "--tp", "1", "--pp", "4", "--dp", "16", "-z", "1")
+    oom = cli("export", *args, "--recompute", "full")
+    assert_one_line_error(oom, "needs 99.1 GiB per GPU", "--ignore-memory")
+    forced = cli("export", *args, "--recompute", "full", "--ignore-memory")
+    assert forced.code == 0 and "warning: does not fit" in forced.err

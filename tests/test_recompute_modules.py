@@ -131,3 +131,14 @@ def test_a_rows_recipe_hint_gives_its_modules() -> None:
     row["knobs"]["recompute_modules"] = ["core_attn", "attn_sink"]
     with pytest.raises(UnpriceableError, match="not attn_sink"):
         case_from_row(row)
+
+
+def test_the_cli_takes_megatrons_module_list(cli) -> None:  # type: ignore[no-untyped-def]
+    pins = ["-m", "deepseek-v3", "-c", "dgx-b200x32", "--tp", "1", "--pp", "16", "--ep", "8", "-b", "1"]
+    pins += ["--recompute", "selective", "--dtype", "fp8", "--moe-routing", "balanced"]  # as Bridge benchmarks
+    r = cli("export", *pins, "--dp", "16", "--format", "megatron", "--recompute-modules", "mla_up_proj,layernorm")
+    assert r.code == 0 and "--recompute-modules mla_up_proj layernorm" in " ".join(r.out.split())
+    r = cli("estimate", *pins, "--recompute-modules", "mla_up_proj", "--json")
+    assert r.code == 0 and '"fits": true' in r.out
+    bad = cli("estimate", *pins, "--recompute-modules", "attention")
+    assert bad.code == 2 and "recompute_modules" in bad.err and "mla_up_proj" in bad.err

@@ -24,6 +24,7 @@ from tests.conftest import assert_one_line_error
 from tests.test_fidelity import BRIDGE_MOE, ROWS, SAMPLE
 
 MODEL = load_model("mixtral-8x7b")
+TITAN_MOE = load_model("qwen3-30b-a3b")  # a MoE model torchtitan builds (its registry has no Mixtral)
 MESHES = MeshArrays.from_configs([ParallelConfig(ep=1, dp=8), ParallelConfig(ep=8, dp=8)])
 
 
@@ -126,9 +127,9 @@ def test_torchtitan_export_notes_the_routing_it_cannot_write() -> None:
     from planner.export.torchtitan import torchtitan_notes
 
     config = ParallelConfig(ep=8, dp=8, zero_stage=3)  # torchtitan carves EP from FSDP's dp_shard
-    notes = torchtitan_notes(MODEL, _job(moe_capacity_factor=1.25), config)
+    notes = torchtitan_notes(TITAN_MOE, _job(moe_capacity_factor=1.25), config)
     assert any("capacity factor 1.25: set it in the recipe's MoE settings" in n for n in notes)
-    assert not any("priced with" in n for n in torchtitan_notes(MODEL, _job(), ParallelConfig(dp=8)))
+    assert not any("priced with" in n for n in torchtitan_notes(TITAN_MOE, _job(), ParallelConfig(dp=8)))
 
 
 # ---- expert-parallel communication overlap (Megatron --overlap-moe-expert-parallel-comm) ----
@@ -271,4 +272,4 @@ def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_othe
     with pytest.raises(
         PlannerError, match="torchtitan cannot express --moe-dispatcher allgather: torchtitan runs alltoall"
     ):
-        torchtitan_toml(MODEL, titan_job, config)
+        torchtitan_toml(TITAN_MOE, titan_job, config)

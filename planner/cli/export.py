@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from planner.atomic import write_text_atomic
 from planner.cli.app import app, write_stdout
 from planner.cli.inputs import mesh_pins, model_cluster_job
-from planner.cli.options import FormatOpt, Job, Mesh, ObjectiveOpt, OutOpt, Target, command
+from planner.cli.options import FormatOpt, IgnoreMemoryOpt, Job, Mesh, ObjectiveOpt, OutOpt, Target, command
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -22,9 +22,15 @@ if TYPE_CHECKING:
     from planner.schemas.model import ModelSpec
 
 CANDIDATES_TRIED = 25
-"""How many of the search's best meshes to try, in rank order, before giving up on a target:
-the fastest mesh may use what the target lacks (ZeRO-3 with pp > 1 in Megatron-LM, ZeRO-1 in
-torchtitan); the next one it can express is exported, and stderr says which was skipped."""
+"""How many of the search's best meshes to try, in rank order, before searching again within the
+target's own limits (``TARGET_PINS``): the fastest mesh may use what the target lacks (ZeRO-3
+with pp > 1 in Megatron-LM, ZeRO-1 in torchtitan); the next one it can express is exported, and
+stderr says which was skipped."""
+
+TARGET_PINS: dict[str, dict[str, int]] = {"deepspeed": {"tp": 1, "cp": 1, "ep": 1}}
+"""Degrees a target's config cannot set at all (planner/export/deepspeed.py refuses TP, CP and EP:
+a DeepSpeed config trains data and pipeline parallel only). When none of the best meshes of the
+open search exports, the search runs again with these pinned, where the user left them open."""
 
 
 @app.command("export")
@@ -37,12 +43,15 @@ def export_cmd(
     objective: ObjectiveOpt = "time",
     mesh: Mesh,
     out: OutOpt = None,
+    ignore_memory: IgnoreMemoryOpt = False,
 ) -> None:
     """Print the launch settings of the best mesh for MODEL on CLUSTER in a framework's terms.
 
     With --tp, --pp and --dp all given the mesh is exported as `plan estimate` prices it (other
-    knobs at their defaults); otherwise the search runs with the given knobs pinned and the best
-    mesh the target can express is exported. Targets refuse what they cannot run as planned.
+    knobs at their defaults, the ZeRO stage at the target stack's); otherwise the search runs with
+    the given knobs pinned and the best mesh the target can express is exported. Targets refuse
+    what they cannot run as planned, and a mesh predicted not to fit in memory is refused unless
+    --ignore-memory.
     """
     if job.stack is None:
         job = dataclasses.replace(job, stack=_target_stack(fmt))
@@ -53,6 +62,12 @@ def export_cmd(
     else:
         est, exported = _best_mesh(fmt, spec, clus, work, pins, objective)
     config = est.config.parallel
+    if not est.fits and not ignore_memory:
+        raise PlannerError(
+            f"{config.short()} needs {est.memory_per_gpu_bytes / 2**30:.1f} GiB per GPU, "
+            f"{est.memory_usable_bytes / 2**30:.1f} GiB usable on {clus.name}: it would run out of memory "
+            "(pin a leaner mesh, or --ignore-memory to export it anyway)"
+        )
     sys.stderr.write(f"plan export: {config.short()} for {spec.name} on {clus.name} ({clus.num_gpus} GPUs)\n")
     for warning in est.warnings:
         sys.stderr.write(f"warning: {warning}\n")
@@ -93,6 +108,8 @@ def _given_mesh(
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh
 
+    # the ZeRO stage the target's stack runs when none is given (torchtitan: FSDP), not 0
+    pins = {"zero_stage": job.software.default_zero_stage, **pins}
     config = pinned_mesh(pins, cluster.num_gpus)  # tp, pp and dp are all given
     est = estimate_mesh(model, cluster, job, config)
     return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est))
@@ -104,25 +121,27 @@ def _best_mesh(
     """The best-ranked mesh the target can express among the search's first candidates; if it
     can express none, the refusal of the best one."""
     from planner.export import render
+    from planner.export.common import ExportRefusalError
     from planner.search import search
 
-    ranking = search(model, cluster, job, pins, top=CANDIDATES_TRIED, objective=objective)
     first_refusal: PlannerError | None = None
-    for est in ranking.candidates:
-        try:
-            exported = render(fmt, model, est.config.job, est.config.parallel, _header(fmt, model, cluster, est))
-        except PlannerError as err:
-            first_refusal = first_refusal or err
-            continue
-        if first_refusal is not None:
-            sys.stderr.write(
-                f"note: rank 1 ({ranking.candidates[0].config.parallel.short()}) skipped: {first_refusal}; "
-                f"exporting rank {est.rank}\n"
-            )
-        return est, exported
+    limits = {k: v for k, v in TARGET_PINS.get(fmt, {}).items() if k not in pins}
+    for attempt in (pins, {**pins, **limits}) if limits else (pins,):
+        ranking = search(model, cluster, job, attempt, top=CANDIDATES_TRIED, objective=objective)
+        for est in ranking.candidates:
+            try:
+                exported = render(fmt, model, est.config.job, est.config.parallel, _header(fmt, model, cluster, est))
+            except ExportRefusalError as err:
+                if not err.mesh_bound:  # the model or the job is what the target lacks: no mesh would do
+                    raise
+                first_refusal = first_refusal or err
+                continue
+            if first_refusal is not None:
+                sys.stderr.write(f"note: the open search's best mesh was skipped: {first_refusal}; exporting "
+                                 f"{est.config.parallel.short()}\n")  # fmt: skip
+            return est, exported
     assert first_refusal is not None  # the search returns at least one candidate or raises
-    tried = len(ranking.candidates)
-    raise PlannerError(f"{first_refusal} (so do the other {tried - 1} best meshes; pin knobs {fmt} supports)")
+    raise PlannerError(f"{first_refusal} (so do the other best meshes; pin knobs {fmt} supports)")
 
 
 def write_atomically(path: Path, text: str) -> None:

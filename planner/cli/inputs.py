@@ -37,6 +37,9 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
 
     fields = job.values()
     tokens = fields.pop("training_tokens")
+    modules = fields.pop("recompute_modules")
+    if modules is not None:  # Megatron's --recompute-modules, comma-separated: mla_up_proj,layernorm
+        fields["recompute_modules"] = tuple(m.strip() for m in modules.split(","))
     return default_job(
         model,
         stack=stack_choice(fields.pop("stack")),

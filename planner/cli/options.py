@@ -288,10 +288,11 @@ JOB = [
         "default) or bf16 (8; Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).",
     ),
     field_option(JobSpec, "mtp_layers"),
+    field_option(JobSpec, "recompute_modules", annotation=str | None, default=None, metavar="MODULE,..."),
 ]
 """The JobSpec fields one option sets are made from the field; --training-tokens (a count with a
-suffix), --moe-routing (two fields) and --adam-moments (the state's bytes) are read by
-``planner.cli.inputs``."""
+suffix), --moe-routing (two fields), --adam-moments (the state's bytes) and --recompute-modules (a
+comma-separated list) are read by ``planner.cli.inputs``."""
 
 
 class Job(Group, options=JOB):
@@ -392,6 +393,14 @@ FormatOpt = Annotated[
 OutOpt = Annotated[
     Path | None,
     typer.Option("--out", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout."),
+]
+IgnoreMemoryOpt = Annotated[
+    bool,
+    typer.Option(
+        "--ignore-memory",
+        help="Export a mesh the plan predicts does not fit in GPU memory (refused otherwise: it would run out "
+        "of memory after the queue).",
+    ),
 ]
 
 # plan validate
