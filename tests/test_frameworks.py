@@ -192,14 +192,19 @@ TORCHTITAN_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 without expert-TP, and fp8 at tensor, row and block (MXFP8) scaling."""
 
 
-def test_torchtitan_reads_every_export_as_planned() -> None:
-    cases, plans = [], []
-    for name, pins, job_fields in TORCHTITAN_MESHES:
-        model = load_model(name)
+def _plans(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[tuple[Any, JobSpec, ParallelConfig]]:
+    """(model, job, mesh) of each (model name, mesh pins, job fields): 8 micro-batches per step."""
+    plans = []
+    for name, pins, job_fields in meshes:
         config = _config(pins)
         job = JobSpec(global_batch_size=config.dp * config.micro_batch_size * 8, seq_len=4096, **job_fields)
-        cases.append({"toml": render("torchtitan", model, job, config).text, "world": config.num_gpus})
-        plans.append((model, job, config))
+        plans.append((load_model(name), job, config))
+    return plans
+
+
+def test_torchtitan_reads_every_export_as_planned() -> None:
+    plans = _plans(TORCHTITAN_MESHES)
+    cases = [{"toml": render("torchtitan", *plan).text, "world": plan[2].num_gpus} for plan in plans]
     for (name, pins, _), (model, job, config), read in zip(
         TORCHTITAN_MESHES, plans, _run_megatron(cases, TORCHTITAN_SCRIPT), strict=True
     ):
@@ -231,15 +236,11 @@ DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 
 
 def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
-    cases, plans = [], []
-    for name, pins, job_fields in DEEPSPEED_MESHES:
-        model = load_model(name)
-        config = _config(pins)
-        job = JobSpec(global_batch_size=config.dp * config.micro_batch_size * 8, seq_len=4096, **job_fields)
-        cases.append({"config": json.loads(render("deepspeed", model, job, config).text), "pp": config.pp,
-                      "dp": config.dp})  # fmt: skip
-        plans.append((job, config))
-    for (name, pins, _), (job, config), read in zip(
+    plans = _plans(DEEPSPEED_MESHES)
+    cases = [
+        {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp} for plan in plans
+    ]
+    for (name, pins, _), (_, job, config), read in zip(
         DEEPSPEED_MESHES, plans, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
     ):
         assert "error" not in read, f"DeepSpeed refused the export of {name} {pins}: {read['error']}"
