@@ -128,7 +128,17 @@ def test_pipeline_layout_flag(cli) -> None:  # type: ignore[no-untyped-def]
         21,
     ]
     # torchtitan takes the same split as module lists, chunk by chunk (9, 10, 10, 10, 10, 10, 10, 11 layers)
-    titan = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--pipeline-layout", LLAMA70_UNEVEN)
+    titan = cli(
+        "export",
+        "--format",
+        "torchtitan",
+        *args,
+        "--zero-stage",
+        "3",
+        "--pipeline-layout",
+        LLAMA70_UNEVEN,
+        "--ignore-memory",
+    )  # 84 GiB without recompute: the split is what is checked here
     assert titan.code == 0, titan.err
     assert '["tok_embeddings", "layers.0",' in titan.out and '"layers.79", "norm", "output"]' in titan.out
     refused = cli(
