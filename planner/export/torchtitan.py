@@ -359,6 +359,10 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")
     notes += routing_note(job, config, flags_written=False)
     notes.append("optimizer, data, tokenizer and checkpoint sections come from your own job file")
+    notes.append(
+        "written for torchtitan 0.2.x (--job.config_file, checked with 0.2.2's ConfigManager); torchtitan 0.3 "
+        "configures a run in Python (--module/--config) and takes no job file"
+    )
     return notes
 
 
