@@ -176,6 +176,15 @@ ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
 when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
 bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
 
+FALCON_TYPES = frozenset({"falcon", "RefinedWebModel", "RefinedWeb"})
+"""Falcon, with the RW-format configs of its first release (model_type RefinedWebModel /
+RefinedWeb, keys n_layer, n_head, multi_query, parallel_attn, bias). transformers FalconConfig and
+modeling_falcon.py: a plain 4h GELU MLP (dense_h_to_4h, ffn_hidden_size defaulting to 4 x
+hidden_size, activation gelu), LayerNorm, biases only where ``bias`` is set (False in the released
+models), rotary positions unless ``alibi``, tied embeddings (PretrainedConfig's default), and the
+KV heads: one with ``multi_query`` (Falcon-7B), ``num_kv_heads`` with ``new_decoder_architecture``
+(Falcon-40B, 180B), else one per head."""
+
 STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba", "nemotron_h"})
 """HF model types built from state-space (Mamba) layers, alone or between attention layers."""
 
@@ -190,6 +199,28 @@ UNMODELLED_COUNT_KEYS = {
 express (it knows MoE on every layer, DeepSeek's first_k_dense_replace and Qwen-MoE's
 decoder_sparse_step): a config that sets them is refused by name rather than miscounted (Jamba
 was counted +78% with no warning)."""
+
+
+def _falcon_fields(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    """ModelSpec fields a Falcon config leaves to its class (``FALCON_TYPES``)."""
+    hidden = spec.get("hidden_size")
+    fields: dict[str, Any] = {
+        "hidden_act": config.get("activation", "gelu"),
+        "gated_mlp": False,
+        "norm_type": "layernorm",
+        "attention_bias": bool(config.get("bias", False)),
+        "mlp_bias": bool(config.get("bias", False)),
+        "tie_word_embeddings": config.get("tie_word_embeddings", True),
+        "position_embedding_type": "alibi" if config.get("alibi") else "rope",
+        "max_position_embeddings": config.get("max_position_embeddings", 2048),  # FalconConfig's default
+    }
+    if isinstance(hidden, int):
+        fields["intermediate_size"] = config.get("ffn_hidden_size") or 4 * hidden
+    if config.get("new_decoder_architecture"):
+        fields["num_key_value_heads"] = config.get("num_kv_heads", spec.get("num_attention_heads"))
+    elif config.get("multi_query", True):  # FalconConfig defaults multi_query to True
+        fields["num_key_value_heads"] = 1
+    return fields
 
 
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
@@ -244,6 +275,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             spec["intermediate_size"] = 4 * spec["hidden_size"]
     if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
         spec.setdefault("norm_type", "layernorm")
+    if model_type in FALCON_TYPES:
+        spec.update(_falcon_fields(config, spec))
     if model_type.startswith("qwen3"):
         spec.setdefault("qk_norm", True)
     if model_type.startswith("gemma"):

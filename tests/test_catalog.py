@@ -334,3 +334,23 @@ def test_deepseek_style_moe_every_layer_is_not_refused(tmp_path: Path) -> None:
     assert m.parameter_counts.total == pytest.approx(671e9, rel=0.005)  # the paper's 671 B (without MTP)
     with pytest.raises(PlannerError, match="key 'moe_layer_freq'"):
         load_model(str(_hf(tmp_path, "every-other", {**config, "moe_layer_freq": 2})))
+
+
+def test_falcon_configs_take_their_class_defaults() -> None:
+    """Falcon's RW-format config (tiiuae/falcon-7b's first release: model_type RefinedWebModel,
+    n_layer, n_head, multi_query) and the new-architecture one (Falcon-40B: num_kv_heads): a plain
+    4h GELU MLP, LayerNorm without biases, rotary positions, tied embeddings, one KV head under
+    multi_query (transformers FalconConfig / modeling_falcon.py)."""
+    from planner.catalog import model_from_hf_config
+
+    rw = {"model_type": "RefinedWebModel", "hidden_size": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
+          "parallel_attn": True, "bias": False, "vocab_size": 65024}  # fmt: skip
+    m = model_from_hf_config(rw, "falcon-7b", "test")
+    assert (m.num_kv_heads, m.intermediate_size, m.is_gated_mlp, m.norm_type) == (1, 4 * 4544, False, "layernorm")
+    assert m.tie_word_embeddings and not (m.attention_bias or m.mlp_bias) and m.position_embedding_type == "rope"
+    h, layers = 4544, 32
+    per_layer = h * (71 + 2) * 64 + h * h + 2 * h * 4 * h + 2 * 2 * h  # QKV (MQA), out, MLP, two LayerNorms
+    assert m.parameter_counts.total == 65024 * h + layers * per_layer + 2 * h  # the "7B" Falcon (6.92 B)
+    new = {"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
+           "num_kv_heads": 8, "new_decoder_architecture": True, "bias": False, "vocab_size": 65024}  # fmt: skip
+    assert model_from_hf_config(new, "falcon-40b", "test").num_kv_heads == 8
