@@ -78,6 +78,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"{cluster.gpu.hbm_capacity_gib:.1f} GiB on a {cluster.gpu.name}; try a higher --zero-stage, "
             "--recompute full, more tp/pp, or a smaller --micro-batch-size"
         )
+        notes += module_recompute_hint(model, cluster, job, config)
     m, p = est.num_microbatches, config.pp
     if p > 1 and m < MICROBATCHES_PER_STAGE_ADVICE * p:
         notes.append(
@@ -120,6 +121,32 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "try --zero-stage 1 if memory allows"
         )
     return notes
+
+
+def module_recompute_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """For a mesh that does not fit, on a stack with Megatron's per-module recompute: whether
+    selective recompute of the cheap modules the model has (``cost.recompute``: MLA's
+    up-projections, the experts' activation, the norms' outputs, with the attention core) makes it
+    fit, and at what step time. Megatron-Bridge's DeepSeek recipes recompute mla_up_proj so."""
+    if config.recompute == "full" or job.software.selective_recompute != "attention":
+        return []
+    cheap = (
+        "core_attn",
+        *(["mla_up_proj"] if model.is_mla else []),
+        *(["moe_act"] if model.is_moe else []),
+        "layernorm",
+    )
+    if job.recompute_modules is not None and set(cheap) <= set(job.recompute_modules):
+        return []
+    trial_job = job.model_copy(update={"recompute_modules": cheap})
+    trial = config.model_copy(update={"recompute": "selective"})
+    cols = evaluate(model, cluster, trial_job, MeshArrays.from_configs([trial]))
+    if not bool(cols.fits[0]):
+        return []
+    return [
+        f"fits with --recompute selective --recompute-modules {','.join(cheap)} (Megatron's per-module recompute): "
+        f"{float(cols.memory.total[0]) / GIB_BYTES:.1f} GiB per GPU, step {float(cols.step_time_s[0]):.3g} s"
+    ]
 
 
 def gpu_hours_usd(cluster: ClusterSpec, seconds: float) -> float | None:

@@ -142,3 +142,12 @@ def test_the_cli_takes_megatrons_module_list(cli) -> None:  # type: ignore[no-un
     assert r.code == 0 and '"fits": true' in r.out
     bad = cli("estimate", *pins, "--recompute-modules", "attention")
     assert bad.code == 2 and "recompute_modules" in bad.err and "mla_up_proj" in bad.err
+
+
+def test_a_mesh_that_fits_only_with_cheap_modules_says_so() -> None:
+    est = estimate_mesh(DEEPSEEK, B200, _job(None), PUBLISHED_B200.model_copy(update={"recompute": "none"}))
+    assert not est.fits
+    hint = [w for w in est.warnings if w.startswith("fits with --recompute selective --recompute-modules")]
+    assert hint and "core_attn,mla_up_proj,moe_act,layernorm" in hint[0]
+    pinned = estimate_mesh(DEEPSEEK, B200, _job(("core_attn", "mla_up_proj", "moe_act", "layernorm")), PUBLISHED_B200)
+    assert pinned.fits and f"{pinned.memory_per_gpu_bytes / 2**30:.1f} GiB" in hint[0]
