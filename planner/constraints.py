@@ -206,6 +206,16 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "zero_with_pipeline",
+        # Stack.zero_with_pipeline: Megatron-FSDP and DeepSpeed's pipeline engine run no ZeRO-2/3
+        # with pp > 1; a stage with nothing to shard over (dp*cp = 1) is moot
+        lambda m, c, j, x: (x.pp == 1) | (x.dp * x.cp == 1) | (x.zero_stage <= j.software.zero_with_pipeline),
+        lambda m, c, j, p: (
+            f"{j.software.name} runs at most ZeRO-{j.software.zero_with_pipeline} with pipeline parallelism; "
+            f"this mesh has zero_stage {p.zero_stage} with pp {p.pp}"
+        ),
+    ),
+    Rule(
         "recompute_modules_apply",
         lambda m, c, j, x: not inapplicable(m, j),
         lambda m, c, j, p: f"recompute_modules: {', '.join(inapplicable(m, j))}, which {m.name} has not",

@@ -25,7 +25,8 @@ def _memory(model_name: str, **mesh: object) -> float:
         else load_cluster("dgx-h100x1", gpus=config.num_gpus)
     )
     model = load_model(model_name)
-    job = JobSpec(global_batch_size=64 * config.dp * config.micro_batch_size, seq_len=4096)
+    # torchtitan: a stack that runs every ZeRO stage with pipeline parallelism (Stack.zero_with_pipeline)
+    job = JobSpec(global_batch_size=64 * config.dp * config.micro_batch_size, seq_len=4096, stack="torchtitan")
     return estimate_mesh(model, cluster, job, config).memory_per_gpu_bytes
 
 
@@ -88,7 +89,7 @@ def test_every_figure_is_finite_nonnegative_and_round_trips(
     cluster = load_cluster(profile, gpus=gpus)
     assume(cluster.num_gpus == gpus)
     config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp)  # type: ignore[arg-type]
-    job = JobSpec(global_batch_size=32, seq_len=4096)
+    job = JobSpec(global_batch_size=32, seq_len=4096, stack="torchtitan")  # every ZeRO stage with pp
     est = estimate_mesh(model, cluster, job, config)
     numbers = [
         est.step_time_s,

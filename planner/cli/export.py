@@ -108,8 +108,13 @@ def _given_mesh(
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh
 
-    # the ZeRO stage the target's stack runs when none is given (torchtitan: FSDP), not 0
-    pins = {"zero_stage": job.software.default_zero_stage, **pins}
+    # the ZeRO stage the target's stack runs when none is given (torchtitan: FSDP), not 0, and at
+    # most the one it runs with a pipeline (DeepSpeed's pipeline engine: below ZeRO-2)
+    stack = job.software
+    stage = (
+        stack.default_zero_stage if pins.get("pp", 1) == 1 else min(stack.default_zero_stage, stack.zero_with_pipeline)
+    )
+    pins = {"zero_stage": stage, **pins}
     config = pinned_mesh(pins, cluster.num_gpus)  # tp, pp and dp are all given
     est = estimate_mesh(model, cluster, job, config)
     return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est))

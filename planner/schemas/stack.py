@@ -92,6 +92,13 @@ class Stack(Frozen):
         "layers; otherwise it runs the even split"
     )
     default_zero_stage: int = Field(ge=0, le=3, description="Sharding the stack runs when none is asked for")
+    zero_with_pipeline: int = Field(
+        ge=0,
+        le=3,
+        description="Highest ZeRO stage the stack runs together with pipeline parallelism (pp > 1): Megatron's "
+        "distributed optimizer (1) but not Megatron-FSDP, DeepSpeed's pipeline engine below ZeRO-2, FSDP2 with "
+        "torch's pipelining up to 3",
+    )
     layer_overhead_us: NonNegativeFloat | None = Field(
         None,
         description="Fitted: GPU time per transformer layer and forward pass beyond its work, run eagerly: "
