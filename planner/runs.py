@@ -419,10 +419,15 @@ def sliding_window_from(attention: str, stated: Any) -> tuple[int, bool] | None:
 
 
 def fp8_scaling_from(precision: str) -> str:
-    """The fp8 scaling granularity a precision description names: 'rowwise' per row; MXFP8 and
-    FP8-MX (32-element blocks) and DeepSeek's 1x128/128x128 tiles per block; else per tensor."""
+    """The fp8 scaling granularity a precision description names: 'rowwise' per row; per tensor
+    where it says so (per-tensor, current scaling, tensorwise), even when it also names another
+    variant (Megatron-Bridge 25.09's 'primary number ... per-tensor/current-scaling FP8 vs. the
+    parenthesized block-scaled variant' is the per-tensor one); MXFP8 and FP8-MX (32-element
+    blocks) and DeepSeek's 1x128/128x128 tiles per block; else per tensor."""
     if "rowwise" in precision:
         return "row"
+    if any(word in precision for word in ("per-tensor", "current-scaling", "current scaling", "tensorwise")):
+        return "tensor"
     if "mx" in precision or "block" in precision or "tile" in precision:
         return "block"
     return "tensor"

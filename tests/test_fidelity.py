@@ -704,3 +704,24 @@ def test_runs_rows_with_sliding_windows_are_priced_and_sinks_refused() -> None:
     row["model"]["attention"] = "5:1 local sliding-window(1024) / full"
     with pytest.raises(UnpriceableError, match="other than alternating"):
         case_from_row(row)
+
+
+@pytest.mark.parametrize(
+    ("precision", "scaling"),
+    [
+        # Megatron-Bridge 25.09 rows: the primary number is per-tensor; its text names the other variant
+        (
+            "fp8 (inferred): primary number; footnote implies per-tensor/current-scaling fp8 vs. the block-scaled one",
+            "tensor",
+        ),
+        ("fp8 (inferred): block-scaled fp8 with 32x32 granularity per footnote (i.e. mxfp8-style)", "block"),
+        ("fp8-mx", "block"),
+        ("fp8-cs", "tensor"),
+        ("float8 rowwise (torchao)", "row"),
+        ("fp8 mixed precision (e4m3; 1x128 tile activations, 128x128 block weights)", "block"),
+    ],
+)
+def test_a_rows_fp8_scaling_is_the_one_it_states(precision: str, scaling: str) -> None:
+    from planner.runs import fp8_scaling_from
+
+    assert fp8_scaling_from(precision) == scaling
