@@ -9,14 +9,8 @@ from pydantic import ValidationError
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.search import default_job
-from planner.validate.run import (
-    GLOO_DEFAULTS,
-    ReplaySettings,
-    ValidationSettings,
-    build_validation,
-    run_sweep,
-    run_validation,
-)
+from planner.validate.run import build_validation, run_sweep, run_validation
+from planner.validate.settings import GLOO_DEFAULTS, ReplaySettings, ValidationSettings
 
 torch = pytest.importorskip("torch")
 if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():

@@ -31,7 +31,7 @@ from pydantic_core import PydanticUndefined
 from planner import __version__
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import ParallelConfig
-from planner.validate.run import ReplaySettings, ValidationSettings
+from planner.validate.settings import ReplaySettings, ValidationSettings
 
 
 def finite(value: float | None) -> float | None:

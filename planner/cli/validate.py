@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from planner.validate.launch import Event
-    from planner.validate.run import Outcome, ReplaySettings, SweepReplay, ValidationReplay, ValidationSettings
+    from planner.validate.run import Outcome, SweepReplay, ValidationReplay
+    from planner.validate.settings import ReplaySettings, ValidationSettings
 
 validate_app = typer.Typer(
     help=(
@@ -54,7 +55,7 @@ app.add_typer(validate_app, name="validate")
 def _replay_settings(replay: Replay) -> ReplaySettings:
     """The replay options as the library's settings."""
     from planner.catalog import validate_as
-    from planner.validate.run import ReplaySettings
+    from planner.validate.settings import ReplaySettings
 
     return validate_as(ReplaySettings, replay.values(), "replay")
 
@@ -63,7 +64,7 @@ def _validation_settings(replay: Replay, caps: Caps) -> ValidationSettings:
     """The replay options and the caps as the library's settings; --max-message-bytes is read as a
     size (8MiB)."""
     from planner.catalog import validate_as
-    from planner.validate.run import ValidationSettings
+    from planner.validate.settings import ValidationSettings
     from planner.validate.sweep import parse_size
 
     text = caps.max_message_bytes
