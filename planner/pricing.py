@@ -9,6 +9,7 @@ from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import layout_rank_layers
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
+from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval
 from planner.mesh import MeshArrays
@@ -130,12 +131,7 @@ def module_recompute_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     fit, and at what step time. Megatron-Bridge's DeepSeek recipes recompute mla_up_proj so."""
     if config.recompute == "full" or job.software.selective_recompute != "attention":
         return []
-    cheap = (
-        "core_attn",
-        *(["mla_up_proj"] if model.is_mla else []),
-        *(["moe_act"] if model.is_moe else []),
-        "layernorm",
-    )
+    cheap = applicable(model, CHEAP_MODULES)
     if job.recompute_modules is not None and set(cheap) <= set(job.recompute_modules):
         return []
     trial_job = job.model_copy(update={"recompute_modules": cheap})

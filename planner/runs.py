@@ -496,15 +496,13 @@ def recompute_modules_from(stated: Any, hint: Any) -> tuple[str, ...] | None:
 
     if isinstance(stated, (list, tuple)):
         names = [str(x) for x in stated]
+    elif stated:
+        names = re.findall(r"[a-z_]+", _text(stated))
     else:
-        text = _text(stated) or _text(hint)
-        found = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", text) if not stated else None
-        if stated:
-            names = re.findall(r"[a-z_]+", text)
-        elif found:
-            names = re.findall(r"[a-z_]+", found.group(1))
-        else:
+        found = re.search(r"recompute_modules\s*=\s*\[([^\]]*)\]", _text(hint))
+        if found is None:
             return None
+        names = re.findall(r"[a-z_]+", found.group(1))
     unknown = [n for n in names if n not in MODULE_NAMES]
     if unknown or not names:
         raise UnpriceableError(

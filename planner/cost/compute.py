@@ -347,9 +347,10 @@ def module_recompute_forward_s(
     attention core, as ``cost.recompute.MODULES`` lists them (the default, core_attn, runs the
     core once: Korthikanti et al. 2022). The MoE dispatch a 'moe' module runs again is
     ``traffic.ep_all_to_alls_per_microbatch``'s."""
-    gemms = sum((time for name, time in parts.gemms.items() if name in recomputed_gemms(job)), np.zeros(len(mesh)))
+    again_gemms, again_ops = recomputed_gemms(job), recomputed_ops(job)
+    gemms = sum((time for name, time in parts.gemms.items() if name in again_gemms), np.zeros(len(mesh)))
     share = gemms / np.maximum(parts.gemm_s, 1e-30)
-    ops = sum((time for op, time in parts.elementwise.items() if op in recomputed_ops(job)), np.zeros(len(mesh)))
+    ops = sum((time for op, time in parts.elementwise.items() if op in again_ops), np.zeros(len(mesh)))
     core = np.zeros(len(mesh))
     if recomputes_core(job):
         core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + parts.softmax_s

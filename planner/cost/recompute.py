@@ -71,6 +71,22 @@ MODULES: dict[str, Module] = {
 modules (tests check)."""
 
 
+CHEAP_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "moe_act", "layernorm")
+"""The attention core and the output-discarding modules (Megatron: moe_act, layernorm and
+mla_up_proj discard their outputs and run little again): what a mesh that does not fit is told
+to try first (``pricing.module_recompute_hint``), of those the model has."""
+
+
+def applicable(model: ModelSpec, names: tuple[str, ...]) -> tuple[str, ...]:
+    """``names`` less the modules that find nothing to recompute in ``model``."""
+    return tuple(n for n in names if MODULES[n].needs is None or has(model, MODULES[n].needs))
+
+
+def is_default(job: JobSpec) -> bool:
+    """Whether selective recompute under ``job`` runs Megatron's default modules."""
+    return selected(job) == DEFAULT_MODULES
+
+
 def selected(job: JobSpec) -> tuple[str, ...]:
     """The modules a selective-recompute mesh of ``job`` runs again: the job's, else the default."""
     return job.recompute_modules or DEFAULT_MODULES
@@ -110,8 +126,6 @@ def has(model: ModelSpec, feature: str) -> bool:
 def inapplicable(model: ModelSpec, job: JobSpec) -> list[str]:
     """The job's recompute modules that find nothing to recompute in ``model``, each with why."""
     what = {"mla": "MLA attention", "moe": "MoE layers", "shared": "shared experts", "dense": "dense MLP layers"}
-    return [
-        f"{name} (needs {what[MODULES[name].needs]})"  # type: ignore[index]
-        for name in job.recompute_modules or ()
-        if MODULES[name].needs is not None and not has(model, MODULES[name].needs)  # type: ignore[arg-type]
-    ]
+    names = job.recompute_modules or ()
+    kept = applicable(model, names)
+    return [f"{name} (needs {what[MODULES[name].needs]})" for name in names if name not in kept]  # type: ignore[index]

@@ -24,6 +24,7 @@ from planner.cost.compute import (
     unfused_softmax_forward_s,
 )
 from planner.cost.pipeline import num_microbatches
+from planner.cost.recompute import is_default
 from planner.cost.step import slowest_rank, training_s
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
@@ -77,7 +78,7 @@ def layer_terms(
     model: ModelSpec, job: JobSpec, plan: ParallelConfig, replay_cluster: ClusterSpec, on_gpu: bool
 ) -> list[TermSpec]:
     """One term per layer kind on the plan's worst stage (module docstring)."""
-    if plan.recompute == "selective" and job.recompute_modules not in (None, ("core_attn",)):
+    if plan.recompute == "selective" and not is_default(job):
         raise PlannerError(
             f"recompute_modules {', '.join(job.recompute_modules or ())}: the layer replay recomputes the attention "
             "core only (core_attn); the others are priced, not replayed: validate without --recompute-modules"
