@@ -12,11 +12,10 @@ global, and one process holds one default group at a time).
 
 from __future__ import annotations
 
-import json
-import sys
 import warnings
 
 import torch.distributed as dist
+from answer import answer
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 warnings.filterwarnings("ignore")  # "Transformer Engine and Apex are not installed"
@@ -56,13 +55,10 @@ def groups(case: dict, rank: int) -> dict:
 
 
 def main() -> None:
-    out = []
-    for case in json.load(sys.stdin):
-        try:
-            out.append({str(rank): groups(case, rank) for rank in case["ranks"]})
-        except (AssertionError, RuntimeError, ValueError) as err:
-            out.append({"error": str(err)})
-    json.dump(out, sys.stdout)
+    answer(
+        lambda case: {str(rank): groups(case, rank) for rank in case["ranks"]},
+        (AssertionError, RuntimeError, ValueError),
+    )
 
 
 if __name__ == "__main__":

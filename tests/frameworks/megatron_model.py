@@ -14,13 +14,12 @@ Engine). Run as a subprocess by tests/test_frameworks.py.
 
 from __future__ import annotations
 
-import json
-import sys
 import warnings
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F  # noqa: N812  (as Megatron-LM writes it)
+from answer import answer
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 warnings.filterwarnings("ignore")  # "Transformer Engine and Apex are not installed"
@@ -101,13 +100,7 @@ def build(argv: list[str], vocab: int) -> dict:
 def main() -> None:
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=1)
     ps.initialize_model_parallel(create_gloo_process_groups=False)
-    out = []
-    for case in json.load(sys.stdin):
-        try:
-            out.append(build(case["argv"], case["vocab"]))
-        except (AssertionError, RuntimeError, ValueError, TypeError) as err:
-            out.append({"error": f"{type(err).__name__}: {err}"})
-    json.dump(out, sys.stdout)
+    answer(lambda case: build(case["argv"], case["vocab"]), (AssertionError, RuntimeError, ValueError, TypeError))
 
 
 if __name__ == "__main__":

@@ -16,12 +16,13 @@ package is entered as a bare namespace and only ``torchtitan.config`` and
 from __future__ import annotations
 
 import importlib.util
-import json
 import sys
 import tempfile
 import types
 import warnings
 from dataclasses import asdict
+
+from answer import answer
 
 warnings.filterwarnings("ignore")
 
@@ -64,13 +65,7 @@ def read(text: str, world: int) -> dict:
 
 
 def main() -> None:
-    out = []
-    for case in json.load(sys.stdin):
-        try:
-            out.append(read(case["toml"], case["world"]))
-        except (AssertionError, ValueError, TypeError, KeyError) as err:
-            out.append({"error": f"{type(err).__name__}: {err}"})
-    json.dump(out, sys.stdout)
+    answer(lambda case: read(case["toml"], case["world"]), (AssertionError, ValueError, TypeError, KeyError))
 
 
 if __name__ == "__main__":
