@@ -31,8 +31,12 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
 
 
 def recompute_chosen(est: Estimate) -> str:
-    """'; recomputes ...' when the mesh recomputes only some layers: how many, and why."""
+    """'; recomputes ...' when the mesh recomputes only some layers (how many, and why) or names
+    the modules selective recompute runs again."""
     cfg = est.config.parallel
+    modules = est.config.job.recompute_modules
+    if cfg.recompute == "selective" and modules is not None:
+        return f"; recomputes {', '.join(modules)} (Megatron --recompute-modules), which frees what they keep"
     if cfg.recompute_layers is None:
         return ""
     per_chunk = layers_per_chunk(sum(est.layers_per_stage), cfg.pp * cfg.virtual_stages)
@@ -47,7 +51,13 @@ def overlap_assumed(est: Estimate) -> str:
     hidden = est.hidden_comm_s
     parts = [
         f"{name.upper()} {seconds:.2f} s"
-        for name, seconds in (("tp", hidden.tp), ("dp", hidden.dp), ("cp", hidden.cp), ("ep", hidden.ep))
+        for name, seconds in (
+            ("tp", hidden.tp),
+            ("dp", hidden.dp),
+            ("cp", hidden.cp),
+            ("ep", hidden.ep),
+            ("pp", hidden.pp),
+        )
         if seconds > 0
     ]
     if not parts:

@@ -129,7 +129,7 @@ def module_recompute_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     selective recompute of the cheap modules the model has (``cost.recompute``: MLA's
     up-projections, the experts' activation, the norms' outputs, with the attention core) makes it
     fit, and at what step time. Megatron-Bridge's DeepSeek recipes recompute mla_up_proj so."""
-    if config.recompute == "full" or job.software.selective_recompute != "attention":
+    if config.recompute == "full" or not job.software.per_module_recompute:
         return []
     cheap = applicable(model, CHEAP_MODULES)
     if job.recompute_modules is not None and set(cheap) <= set(job.recompute_modules):

@@ -12,7 +12,7 @@ from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
-from planner.schemas.ranking import Ranking
+from planner.schemas.ranking import RankedEstimate, Ranking
 
 
 def gib(n_bytes: float) -> str:
@@ -138,6 +138,17 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
         console.print(f"[yellow]warning:[/] {warning}")
 
 
+def recompute_cell(c: RankedEstimate) -> str:
+    """The ranking's recompute column: none, sele(ctive), sel+ (selective with a named module
+    list), full, or f:r (full recompute of the first r layers of each chunk)."""
+    p = c.config.parallel
+    if p.recompute_layers is not None:
+        return f"f:{p.recompute_layers}"
+    if p.recompute == "selective" and c.config.job.recompute_modules is not None:
+        return "sel+"
+    return p.recompute[:4]
+
+
 def print_ranking(console: Console, ranking: Ranking) -> None:
     """Top candidates as one compact table (about 100 columns), then the search's bookkeeping."""
     job = ranking.job
@@ -195,7 +206,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             str(p.micro_batch_size),
             str(p.virtual_stages),
             str(p.zero_stage),
-            p.recompute[:4] if p.recompute_layers is None else f"f:{p.recompute_layers}",
+            recompute_cell(c),
             "y" if p.sequence_parallel else "n",
             duration(c.step_time_s),
             f"{c.tokens_per_s_per_gpu:,.0f}",
@@ -207,6 +218,9 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             *extra,
         )
     console.print(table)
+    modules = sorted({c.config.job.recompute_modules for c in ranking.candidates if c.config.job.recompute_modules})
+    for names in modules:
+        console.print(f"sel+: selective recompute of {', '.join(names)} (Megatron --recompute-modules)")
     pruned = ", ".join(f"{k} {v}" for k, v in sorted(ranking.pruned.items(), key=lambda kv: -kv[1])) or "none"
     console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
     for line in ranking.explanation[:4]:

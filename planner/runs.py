@@ -686,7 +686,8 @@ def price_case(
 
 def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSpec | None = None) -> ParallelConfig:
     """The mesh a case runs: its pins, with the search filling what the row leaves open (the
-    fastest that fits; the fastest of all when none fits)."""
+    fastest that fits; the fastest of all when none fits) under the row's own job: recompute
+    modules the row does not state stay the stack's default."""
     from planner.search import search
 
     cluster, job = cluster or case.cluster, job or case.job
@@ -694,7 +695,7 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     if "recompute" in case.pins:
         return config
     try:
-        return search(case.model, cluster, job, case.pins, top=1).candidates[0].config.parallel
+        return search(case.model, cluster, job, case.pins, top=1, try_module_sets=False).candidates[0].config.parallel
     except PlannerError:
         return config
 

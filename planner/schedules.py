@@ -11,11 +11,12 @@ the mesh's virtual stages) and m (micro-batches per step):
   last_in_flight   the same on the last stage
   chunks_per_rank  model chunks a rank runs per micro-batch (PP sends scale with it)
 
-and as constants: ``parameter_copies`` (model states a rank keeps), ``head_share`` (the share of
-micro-batches whose LM head and loss the head's rank runs) and ``batch_times_pp`` (the global
-batch must also be a multiple of p: Megatron's interleaving needs p | m). Sources are in each
-entry's ``source``; ``tests/test_simulate.py`` checks the bubble and in-flight figures against
-the event simulation.
+and as constants: ``async_sends`` (the steady state's sends may run behind the next chunk's
+compute where the stack overlaps them, ``Stack.p2p_overlap``), ``parameter_copies`` (model
+states a rank keeps), ``head_share`` (the share of micro-batches whose LM head and loss the
+head's rank runs) and ``batch_times_pp`` (the global batch must also be a multiple of p:
+Megatron's interleaving needs p | m). Sources are in each entry's ``source``;
+``tests/test_simulate.py`` checks the bubble and in-flight figures against the event simulation.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class ScheduleShape:
     head_share: float
     batch_times_pp: bool
     source: str
+    async_sends: bool = False
 
 
 def _one(p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -83,8 +85,10 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
         source=(
             "Narayanan et al. 2021 section 2.2.2 (bubble / v); Korthikanti et al. 2022 section 4.2.3 (first "
             "stage p(1 + (p-1)/(pv))); Megatron-LM forward_backward_pipelining_with_interleaving (warm-up "
-            "(v-1)p + 1 chunks before the last stage's first backward; m divisible by p)"
+            "(v-1)p + 1 chunks before the last stage's first backward; m divisible by p); async sends: "
+            "Megatron-LM arguments.py keeps overlap_p2p_comm only for the interleaved schedule"
         ),
+        async_sends=True,
     ),
     "zb-h1": replace(
         ONE_F_ONE_B,

@@ -16,6 +16,7 @@ does not price yet) are evaluated only when pinned.
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import numpy as np
@@ -23,6 +24,7 @@ import numpy as np
 from planner.constraints import RULES, rule_masks
 from planner.cost.memory import layer_activations, peak_memory, stage_memory
 from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
+from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
@@ -196,9 +198,10 @@ def search(
     pins: dict[str, Any] | None = None,
     top: int = 10,
     objective: str = "time",
+    try_module_sets: bool = True,
 ) -> Ranking:
     """Rank every feasible mesh by ``objective`` (see ``search_with_points``)."""
-    return search_with_points(model, cluster, job, pins, top, objective)[0]
+    return search_with_points(model, cluster, job, pins, top, objective, try_module_sets)[0]
 
 
 def search_with_points(
@@ -208,11 +211,17 @@ def search_with_points(
     pins: dict[str, Any] | None = None,
     top: int = 10,
     objective: str = "time",
+    try_module_sets: bool = True,
 ) -> tuple[Ranking, np.ndarray, np.ndarray]:
     """Rank every feasible mesh by ``objective`` ('time': step time, per asked batch where the job
     lets the batch grow; 'cost': dollars per asked batch, which on one cluster orders as time;
     'memory': memory per GPU). Also returns every feasible mesh's time per asked batch and
-    memory per GPU, for the Pareto scatter."""
+    memory per GPU, for the Pareto scatter.
+
+    Where the stack takes a list of modules to recompute and the job names none
+    (``recompute.cheap_set_to_try``), selective meshes are also priced running the cheap modules
+    again (Megatron --recompute-modules), a candidate then carrying them in its job; callers
+    that replay or price one job (the runs fit, the validator) pass ``try_module_sets=False``."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
@@ -223,6 +232,81 @@ def search_with_points(
             "--pipeline-layout prices one mesh: give it with --tp, --pp and --dp to `plan estimate` or `plan export` "
             "(the search splits layers as evenly as they go)"
         )
+    passes = [_price_pass(model, cluster, job, pins)]
+    selective_allowed = pins.get("recompute", "selective") == "selective" and "recompute_layers" not in pins
+    variant = cheap_set_to_try(model, job) if try_module_sets and selective_allowed else None
+    if variant is not None:
+        # the same search over selective meshes only, running the cheap modules again as well:
+        # they free what the default keeps, so meshes that did not fit may now (recompute.py)
+        trial = job.model_copy(update={"recompute_modules": variant})
+        try:
+            passes.append(_price_pass(model, cluster, trial, {**pins, "recompute": "selective"}))
+        except PlannerError:
+            pass  # no selective mesh fits even so: the first pass stands alone
+    # every feasible mesh of every pass, as (pass, row); ranked together
+    owner = np.concatenate([np.full(p.idx.size, k) for k, p in enumerate(passes)])
+    rows = np.concatenate([p.idx for p in passes])
+    times = np.concatenate([p.time_per_batch[p.idx] for p in passes])
+    memory = np.concatenate([p.cols.memory.total[p.idx] for p in passes])
+    # On one cluster cost per asked batch is time per batch x GPUs x price: the same order.
+    key = memory if objective == "memory" else times
+    ranked = np.lexsort((memory, key))
+    out: list[RankedEstimate] = []
+    for group in _equivalent_groups(ranked, times, memory, top):
+        first = passes[owner[group[0]]]
+        row = int(rows[group[0]])
+        est = estimate_row(first.cols, row, model, cluster, first.job, first.candidates.row(row))
+        others = [passes[owner[i]].label(int(rows[i])) for i in group[1:]]
+        out.append(RankedEstimate(**dict(est), rank=len(out) + 1, equivalent_meshes=others))
+    front = pareto_front(times, memory)
+    base = passes[0]
+    ranking = Ranking(
+        model=model.name,
+        cluster=cluster.name,
+        cluster_description=cluster.describe(),
+        num_gpus=cluster.num_gpus,
+        job=job,
+        objective=objective,
+        evaluated=sum(len(p.mesh) for p in passes),
+        feasible=int(rows.size),
+        pruned=base.pruned,
+        candidates=out,
+        explanation=explain(list(out)),
+        pareto=[
+            ParetoPoint(
+                mesh=passes[owner[i]].label(int(rows[i])),
+                step_time_s=float(passes[owner[i]].cols.step_time_s[rows[i]]),
+                memory_per_gpu_bytes=float(memory[i]),
+            )
+            for i in front
+        ],
+    )
+    return ranking, times, memory
+
+
+@dataclass(frozen=True)
+class _Pass:
+    """One job's search: the meshes enumerated, those priced (``candidates``, ``cols``), the
+    indices of those that fit (``idx``) and each priced mesh's time per asked batch."""
+
+    job: JobSpec
+    mesh: MeshArrays
+    candidates: MeshArrays
+    cols: Any
+    idx: np.ndarray
+    time_per_batch: np.ndarray
+    pruned: dict[str, int]
+
+    def label(self, row: int) -> str:
+        """The mesh in short, with the modules it recomputes where the job names them."""
+        short = self.candidates.row(row).short()
+        modules = self.job.recompute_modules
+        return short if modules is None else f"{short} modules={','.join(modules)}"
+
+
+def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> _Pass:
+    """Enumerate, prune by the hard rules, add partial recompute, price memory then time; raise
+    with the diagnosis where nothing fits."""
     mesh = enumerate_meshes(model, cluster, pins)
     masks = rule_masks(model, cluster, job, mesh)
     alive = np.ones(len(mesh), dtype=bool)
@@ -255,38 +339,7 @@ def search_with_points(
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
-    # On one cluster cost per asked batch is time per batch x GPUs x price: the same order.
-    key = cols.memory.total[idx] if objective == "memory" else time_per_batch[idx]
-    ranked = idx[np.lexsort((cols.memory.total[idx], key))]
-    out: list[RankedEstimate] = []
-    for group in _equivalent_groups(ranked, time_per_batch, cols.memory.total, top):
-        first = int(group[0])
-        est = estimate_row(cols, first, model, cluster, job, candidates.row(first))
-        others = [candidates.row(int(i)).short() for i in group[1:]]
-        out.append(RankedEstimate(**dict(est), rank=len(out) + 1, equivalent_meshes=others))
-    front = idx[pareto_front(time_per_batch[idx], cols.memory.total[idx])]
-    ranking = Ranking(
-        model=model.name,
-        cluster=cluster.name,
-        cluster_description=cluster.describe(),
-        num_gpus=cluster.num_gpus,
-        job=job,
-        objective=objective,
-        evaluated=len(mesh),
-        feasible=int(idx.size),
-        pruned=pruned,
-        candidates=out,
-        explanation=explain(list(out)),
-        pareto=[
-            ParetoPoint(
-                mesh=candidates.row(int(i)).short(),
-                step_time_s=float(cols.step_time_s[i]),
-                memory_per_gpu_bytes=float(cols.memory.total[i]),
-            )
-            for i in front
-        ],
-    )
-    return ranking, time_per_batch[idx], cols.memory.total[idx]
+    return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned)
 
 
 def _nothing_fits(

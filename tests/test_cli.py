@@ -115,7 +115,7 @@ def test_estimate_json_has_the_contract_keys_and_round_trips(cli) -> None:
         "layer_overhead",
         "overlap_slowdown",
     }
-    assert set(data["hidden_comm_s"]) == {"tp", "dp", "cp", "ep"}
+    assert set(data["hidden_comm_s"]) == {"tp", "dp", "cp", "ep", "pp"}
     assert set(data["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}
     # the error bar: megatron-core has no H100 runs, so the H100 runs of other stacks and the
     # megatron-core runs of other GPUs make it; the prediction lies inside it

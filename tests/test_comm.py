@@ -97,3 +97,36 @@ def test_mesh_links_follow_rank_order() -> None:
     moe = links(tp=1, pp=2, dp=64, ep=8)
     assert int(moe["ep"].tier[0]) == TIER_INTRA and int(moe["edp"].tier[0]) == TIER_INTER
     assert int(moe["edp"].size[0]) == 8
+
+
+def test_interleaved_sends_hide_behind_chunks_where_the_stack_overlaps_them() -> None:
+    # Megatron-Core's --overlap-p2p-communication (on by default, interleaved schedule only): the
+    # 2 v m steady-state sends hide behind a chunk each, the 2 (p - 1) of warm-up and cool-down
+    # wait; torchtitan's stack and the plain 1F1B schedule wait for every send.
+    from planner.catalog import load_model
+    from planner.cost import traffic
+    from planner.cost.step import evaluate
+    from planner.search import default_job
+
+    model = load_model("llama3-70b")
+    interleaved = ParallelConfig(
+        tp=4, pp=4, dp=8, sequence_parallel=True, schedule="interleaved-1f1b", virtual_stages=5
+    )
+    plain = interleaved.model_copy(update={"schedule": "1f1b", "virtual_stages": 1})
+
+    def pp_terms(config: ParallelConfig, stack: str) -> tuple[float, float, float, float]:
+        job = default_job(model, stack=stack)
+        mesh = MeshArrays.from_configs([config])
+        cols = evaluate(model, H100X16, job, mesh)
+        (sends,) = traffic.pp_collectives(job, mesh, np.array([cols.num_microbatches[0]]), model.hidden_size)
+        send_s = float(traffic.call_s(sends, mesh_links(H100X16, mesh))[0])
+        return cols.time["pp_comm"][0], cols.hidden["pp"][0], send_s, float(cols.num_microbatches[0])
+
+    exposed, hidden, send_s, m = pp_terms(interleaved, "megatron-core")
+    assert send_s > 1e-4  # a cross-node send of 8192 x 8192 / 4 bf16 activations: 0.7 ms
+    assert exposed == pytest.approx(2 * 3 * send_s)
+    assert hidden == pytest.approx(2 * 5 * m * send_s)
+    exposed, hidden, send_s, m = pp_terms(interleaved, "torchtitan")
+    assert (exposed, hidden) == (pytest.approx(2 * (5 * m + 3) * send_s), 0.0)
+    exposed, hidden, send_s, m = pp_terms(plain, "megatron-core")
+    assert (exposed, hidden) == (pytest.approx(2 * (m + 3) * send_s), 0.0)

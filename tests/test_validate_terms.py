@@ -54,7 +54,7 @@ def test_terms_add_up_to_the_cost_engine(model_name: str, cluster_name: str, con
     expected = {
         ("tp", "etp"): cols.time["tp_comm"][0] + cols.hidden["tp"][0],
         ("ep",): cols.time["ep_comm"][0],
-        ("pp",): cols.time["pp_comm"][0],
+        ("pp",): cols.time["pp_comm"][0] + cols.hidden["pp"][0],
         ("cp",): cols.time["cp_comm"][0] + cols.hidden["cp"][0],
         ("dp", "edp"): cols.time["dp_comm"][0] + cols.hidden["dp"][0],
     }

@@ -82,6 +82,17 @@ def applicable(model: ModelSpec, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if MODULES[n].needs is None or has(model, MODULES[n].needs))
 
 
+def cheap_set_to_try(model: ModelSpec, job: JobSpec) -> tuple[str, ...] | None:
+    """The cheap modules the model has (``CHEAP_MODULES``), where the job names no modules, its
+    stack takes a list (``Stack.per_module_recompute``) and they differ from the default: what the
+    search tries beside the default for selective meshes and what a mesh that does not fit is told
+    to try; None where there is nothing to try."""
+    if job.recompute_modules is not None or not job.software.per_module_recompute:
+        return None
+    cheap = applicable(model, CHEAP_MODULES)
+    return None if cheap == DEFAULT_MODULES else cheap
+
+
 def is_default(job: JobSpec) -> bool:
     """Whether selective recompute under ``job`` runs Megatron's default modules."""
     return selected(job) == DEFAULT_MODULES

@@ -252,7 +252,7 @@ def evaluate(
     layers = worst.layers
     fwd_mb = worst.compute / mesh.forward_passes(layers)
 
-    pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size)
+    pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size, slot)
     params = step_params(model, mesh, ranks)
     dp = traffic.dp_per_step(job, mesh, links, params, m, fwd_mb, worst.compute - fwd_mb, layers)
     optimizer_time = optimizer_step_s(
@@ -261,8 +261,8 @@ def evaluate(
 
     bubble = bubble_slots(mesh) * slot
     slowdown = job.software.overlap_slowdown
-    slowdown_dp = slowdown * dp.hidden_s
-    step = m * slot + bubble + pp.time_s + dp.time_s + slowdown_dp + optimizer_time
+    slowdown_step = slowdown * (dp.hidden_s + pp.hidden_s)
+    step = m * slot + bubble + pp.time_s + dp.time_s + slowdown_step + optimizer_time
 
     s = job.seq_len
     tokens = batch * s
@@ -294,7 +294,7 @@ def evaluate(
             "bubble": bubble,
             "optimizer": optimizer_time,
             "layer_overhead": m * worst.overhead,
-            "overlap_slowdown": m * worst.slowdown + slowdown_dp,
+            "overlap_slowdown": m * worst.slowdown + slowdown_step,
         },
         comm_bytes={
             "tp": m * worst.tp.bytes_sent,
@@ -305,6 +305,7 @@ def evaluate(
         },
         hidden={
             "dp": np.asarray(dp.hidden_s),
+            "pp": np.asarray(pp.hidden_s) * np.ones(len(mesh)),
             "cp": m * worst.cp.hidden_s,
             "tp": m * worst.tp.hidden_s,
             "ep": m * worst.ep.hidden_s,

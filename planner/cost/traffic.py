@@ -42,6 +42,7 @@ from planner.cost.memory import RankParams, kv_heads_per_rank
 from planner.cost.recompute import recomputes_dispatch
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
+from planner.schedules import per_schedule_constant
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -352,14 +353,42 @@ def cp_collectives(model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.
 
 
 def pp_per_step(
-    job: JobSpec, mesh: MeshArrays, links: dict[str, comm.GroupLink], m: np.ndarray, hidden: int
+    job: JobSpec,
+    mesh: MeshArrays,
+    links: dict[str, comm.GroupLink],
+    m: np.ndarray,
+    hidden: int,
+    slot_s: np.ndarray,
 ) -> Traffic:
     """Activation and gradient sends between stages: 2 per slot on the critical path (v*m + p - 1
-    slots of 1/v stage when interleaved, m + p - 1 otherwise)."""
+    slots of 1/v stage when interleaved, m + p - 1 otherwise), each waited for.
+
+    Where the schedule allows it (``ScheduleShape.async_sends``: interleaved 1F1B) and the stack
+    overlaps them (``Stack.p2p_overlap``: Megatron's --overlap-p2p-communication), the 2 v m sends
+    of the steady state are posted before a chunk's compute and waited for after it
+    (Megatron-Core forward_backward_pipelining_with_interleaving), so each hides behind one chunk
+    of one micro-batch (``slot_s`` / v, ``slot_s`` being the rank's time per micro-batch) and only
+    what exceeds it stays exposed; the 2 (p - 1) sends of the warm-up and cool-down, where no other
+    chunk runs, stay on the critical path (Megatron's ``overlap_p2p_comm_warmup_flush``, off by
+    default)."""
     (sends,) = pp_collectives(job, mesh, m, hidden)
     staged = mesh.pp > 1
-    time = np.where(staged, serial_s([sends], links), 0.0)
-    return Traffic(time, np.where(staged, 2.0 * m * mesh.chunks_per_rank * sends.message_bytes, 0.0))
+    bytes_sent = np.where(staged, 2.0 * m * mesh.chunks_per_rank * sends.message_bytes, 0.0)
+    waited = serial_s([sends], links)
+    send_s = call_s(sends, links)
+    asynchronous = per_schedule_constant(mesh.schedule, lambda s: float(s.async_sends)) > 0
+    if not (job.software.p2p_overlap and np.any(asynchronous & staged)):
+        return Traffic(np.where(staged, waited, 0.0), bytes_sent)
+    steady = 2.0 * mesh.chunks_per_rank * m
+    chunk_s = slot_s / mesh.chunks_per_rank
+    overlapped_time = 2.0 * (mesh.pp - 1) * send_s + steady * np.maximum(send_s - chunk_s, 0.0)
+    overlapped_hidden = steady * np.minimum(send_s, chunk_s)
+    on = asynchronous & staged
+    return Traffic(
+        np.where(on, overlapped_time, np.where(staged, waited, 0.0)),
+        bytes_sent,
+        np.where(on, overlapped_hidden, 0.0),
+    )
 
 
 def pp_collectives(job: JobSpec, mesh: MeshArrays, m: np.ndarray, hidden: int) -> list[Collective]:

@@ -63,6 +63,7 @@ class HiddenComm(Frozen):
     cp: NonNegativeFloat
     tp: NonNegativeFloat = 0.0
     ep: NonNegativeFloat = 0.0
+    pp: NonNegativeFloat = 0.0
 
 
 Tier = Literal["intra_node", "inter_node", "none"]

@@ -177,10 +177,10 @@ class JobSpec(Frozen):
             return self
         if not modules or len(set(modules)) != len(modules):
             raise ValueError(f"recompute_modules {list(modules)}: give each module once, at least one")
-        if self.software.selective_recompute != "attention":
+        if not self.software.per_module_recompute:
             raise ValueError(
-                f"recompute_modules: stack {self.software.name} has no per-module selective recompute (its "
-                f"selective recompute is '{self.software.selective_recompute}'); megatron-core has"
+                f"recompute_modules: stack {self.software.name} takes no list of modules to recompute (its "
+                f"selective recompute is its own policy); megatron-core does (--recompute-modules)"
             )
         return self
 

@@ -86,6 +86,17 @@ class Stack(Frozen):
         "SAC (every second matmul and every op outside its save list: norms, activations, TP all-gathers)"
     )
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
+    per_module_recompute: bool = Field(
+        description="Selective recompute takes a list of modules to run again (Megatron --recompute-modules: "
+        "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts); else only the stack's own "
+        "selective policy"
+    )
+    p2p_overlap: bool = Field(
+        description="Pipeline sends and receives of the steady state run asynchronously behind the next "
+        "chunk's compute in the schedules that allow it (``ScheduleShape.async_sends``: Megatron's "
+        "--overlap-p2p-communication, on by default and forced off without interleaving); else every send "
+        "on the critical path waits"
+    )
     pipeline_layouts: bool = Field(
         description="The framework runs any split of layers over pipeline chunks (a Megatron layout string, "
         "torchtitan's module lists): the plan balances the last rank's layers against its LM head and MTP "
