@@ -11,6 +11,15 @@ torchtitan's package ``__init__`` imports its quantisation and MoE kernels, whic
 (a GPU compiler of about 1 GB, absent from CPU torch); reading a config needs neither, so the
 package is entered as a bare namespace and only ``torchtitan.config`` and
 ``torchtitan.distributed.parallel_dims`` are imported.
+
+It also builds the model the job file names, from torchtitan's own registry
+(``torchtitan.protocols.train_spec.get_train_spec(name).model_args[flavor]``, ``model_cls``), on
+the meta device, and reports its parameter count. The model modules import one Triton kernel
+(``torchtitan.models.moe.kernels.generate_permute_indices``, the GPU index permutation of
+grouped-GEMM MoE); building on meta never calls it, so that module alone is replaced by one that
+refuses to run. torchtitan 0.2.2's deepseek_v3 flavors do not build in that release
+(``DeepSeekV3ModelArgs`` has no ``moe_impl``, which its TransformerBlock reads): their count is
+reported as missing with the error.
 """
 
 from __future__ import annotations
@@ -32,8 +41,30 @@ _package = types.ModuleType("torchtitan")
 _package.__path__ = list(_spec.submodule_search_locations)
 sys.modules["torchtitan"] = _package
 
+
+def _no_triton(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("torchtitan's Triton permutation kernel does not run here (no GPU compiler)")
+
+
+_kernels = types.ModuleType("torchtitan.models.moe.kernels")
+_kernels.generate_permute_indices = _no_triton  # type: ignore[attr-defined]
+sys.modules["torchtitan.models.moe.kernels"] = _kernels
+
+import torch  # noqa: E402
 from torchtitan.config import ConfigManager  # noqa: E402
 from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
+from torchtitan.protocols.train_spec import get_train_spec  # noqa: E402
+
+
+def built_parameters(name: str, flavor: str) -> dict:
+    """The parameter count of torchtitan's model ``name`` at ``flavor``, built on the meta device."""
+    spec = get_train_spec(name)
+    try:
+        with torch.device("meta"):
+            model = spec.model_cls(spec.model_args[flavor])
+    except AttributeError as err:  # torchtitan 0.2.2's deepseek_v3 (see the module docstring)
+        return {"params": None, "build_error": str(err)}
+    return {"params": sum(p.numel() for p in model.parameters())}
 
 
 def read(text: str, world: int) -> dict:
@@ -61,6 +92,7 @@ def read(text: str, world: int) -> dict:
         "compile": job.compile.enable,
         "fsdp_reshard_after_forward": p.fsdp_reshard_after_forward,
         "quantize": asdict(job.quantize),
+        **built_parameters(job.model.name, job.model.flavor),
     }  # fmt: skip
 
 
