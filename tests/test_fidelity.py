@@ -298,6 +298,23 @@ def test_dropless_routing_exposes_the_host_time_its_sync_leaves_uncovered() -> N
     assert evaluate(model, cluster, lightly, mesh).time["layer_overhead"][0] < 1e-9
 
 
+def test_fp8_over_bf16_is_the_speedup_nvidia_states_for_megatron() -> None:
+    # Megatron-Bridge Performance Tuning Guide (Low Precision Training): the default FP8 recipe
+    # "typically achiev[es] a speedup of 1.2-1.5X" over BF16. On NeMo's Llama3-70B H100 mesh
+    # (64 GPUs, TP4 PP4 CP2 VP5, the held-out FP8 rows: 1,524-1,633 tokens/s/GPU) the shipped
+    # calibration must keep BF16 inside that range: the bound on the main command's BF16 MFU.
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100x8")
+    mesh = ParallelConfig(tp=4, pp=4, cp=2, dp=2, virtual_stages=5, schedule="interleaved-1f1b", sequence_parallel=True)
+    speed = {
+        dtype: estimate_mesh(
+            model, cluster, JobSpec(global_batch_size=128, seq_len=8192, dtype=dtype), mesh
+        ).tokens_per_s_per_gpu
+        for dtype in ("bf16", "fp8")
+    }
+    assert 1524 * 0.95 < speed["fp8"] < 1633 * 1.05
+    assert 1.2 < speed["fp8"] / speed["bf16"] < 1.5
+
+
 def test_fp8_gemms_run_at_the_measured_fp8_efficiency() -> None:
     gpu = load_cluster("dgx-h100").gpu
     assert gpu.gemm_efficiency_for("fp8") == gpu.gemm_efficiency_fp8 < gpu.gemm_efficiency
