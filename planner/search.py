@@ -25,7 +25,7 @@ from planner.constraints import RULES, rule_masks
 from planner.cost.memory import layer_activations, peak_memory, stage_memory
 from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
 from planner.cost.recompute import cheap_set_to_try
-from planner.cost.step import evaluate
+from planner.cost.step import Columns, evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
@@ -292,7 +292,7 @@ class _Pass:
     job: JobSpec
     mesh: MeshArrays
     candidates: MeshArrays
-    cols: Any
+    cols: Columns
     idx: np.ndarray
     time_per_batch: np.ndarray
     pruned: dict[str, int]
