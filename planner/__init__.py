@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner import serve  # callable package: planner.serve(model, cluster, input_len=..., ...)
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
 from planner.schemas.ranking import Ranking
-from planner import serve  # callable package: planner.serve(model, cluster, input_len=..., ...)
 
 __version__ = "0.1.0"
 

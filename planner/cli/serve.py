@@ -37,7 +37,9 @@ def _workload(path: Path) -> dict[str, Any]:
 def serve_cmd(
     model: Annotated[str, typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json.")],
     cluster: Annotated[str, typer.Option("--cluster", "-c", help="<profile> or <profile>x<nodes>.")],
-    input_len: Annotated[int | None, typer.Option("--input-len", min=1, metavar="N", help="Prompt tokens [2048].")] = None,
+    input_len: Annotated[
+        int | None, typer.Option("--input-len", min=1, metavar="N", help="Prompt tokens [2048].")
+    ] = None,
     output_len: Annotated[
         int | None, typer.Option("--output-len", min=1, metavar="N", help="Generated tokens [512].")
     ] = None,

@@ -21,7 +21,9 @@ class Layouts:
     replicas: np.ndarray
 
     @classmethod
-    def of(cls, tp: object, pp: object = 1, ep: object = 1, attention_dp: object = False, replicas: object = 1) -> Layouts:
+    def of(
+        cls, tp: object, pp: object = 1, ep: object = 1, attention_dp: object = False, replicas: object = 1
+    ) -> Layouts:
         cols = np.broadcast_arrays(
             np.asarray(tp, dtype=float),
             np.asarray(pp, dtype=float),

@@ -45,20 +45,20 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     for col in (
         "#",
         "layout",
-        "batch/replica",
+        "batch",
         "TTFT ms",
         "TPOT ms",
         "tok/s/GPU",
         "tok/s/user",
-        "max conc.",
-        "GiB/GPU (W+KV+act+rt)",
+        "max conc",
+        "GiB/GPU W+KV+act+rt",
     ):
-        table.add_column(col, justify="left" if col == "layout" else "right")
+        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=col != "layout")
     for i, c in enumerate(ranking.candidates, 1):
         m = c.memory_breakdown_bytes
         mem = (
-            f"{c.memory_per_gpu_bytes / GIB_BYTES:.1f} ({m.weights / GIB_BYTES:.1f}+{m.kv_cache / GIB_BYTES:.1f}"
-            f"+{m.activations / GIB_BYTES:.1f}+{m.runtime / GIB_BYTES:.1f})"
+            f"{c.memory_per_gpu_bytes / GIB_BYTES:.0f}={m.weights / GIB_BYTES:.0f}+{m.kv_cache / GIB_BYTES:.0f}"
+            f"+{m.activations / GIB_BYTES:.1f}+{m.runtime / GIB_BYTES:.1f}"
         )
         table.add_row(
             str(i),

@@ -94,7 +94,9 @@ def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
     return "no layout satisfies the pins; loosen --tp/--pp/--ep"
 
 
-def setting_for(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest, engine: EngineProfile | None = None) -> Setting:
+def setting_for(
+    model: ModelSpec, cluster: ClusterSpec, req: ServeRequest, engine: EngineProfile | None = None
+) -> Setting:
     engine = engine or load_engine(req.engine)
     return Setting(model, cluster, engine, req.weights_dtype, req.kv_dtype, engine.parameters(cluster.gpu.architecture))
 
@@ -124,7 +126,9 @@ def prefill_chunk(engine: EngineProfile, input_len: int) -> int:
 def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeRequest) -> Priced:
     """TTFT and TPOT of each layout at ``batch`` running sequences per replica."""
     isl, osl = float(req.input_len), float(req.output_len)
-    mem = plan_memory(s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, reserved_context(s.engine, isl, osl))
+    mem = plan_memory(
+        s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, reserved_context(s.engine, isl, osl)
+    )
     context = np.full(len(lay), isl + osl / 2.0)
     prefill = batch * isl / osl
     terms = round_terms(s, lay, batch, context, prefill, isl)
@@ -241,10 +245,16 @@ def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
 
 def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) -> str:
     c = best.config
-    parts = [f"tp{c['tp']} pp{c['pp']}" + (f" ep{c['ep']}" if c["ep"] != 1 else "") + (" attention-DP" if c["attention_dp"] else "")]
+    parts = [
+        f"tp{c['tp']} pp{c['pp']}"
+        + (f" ep{c['ep']}" if c["ep"] != 1 else "")
+        + (" attention-DP" if c["attention_dp"] else "")
+    ]
     terms = best.tpot_breakdown_s
     top = max(terms, key=lambda k: terms[k])
-    parts.append(f"TPOT {best.tpot_s * 1e3:.1f} ms is {terms[top] / best.tpot_s:.0%} {top.removesuffix('_s').replace('_', ' ')}")
+    parts.append(
+        f"TPOT {best.tpot_s * 1e3:.1f} ms is {terms[top] / best.tpot_s:.0%} {top.removesuffix('_s').replace('_', ' ')}"
+    )
     parts.append(f"batch {best.batch_per_replica:.0f} per replica (KV room for {best.max_concurrency})")
     if others:
         nxt = others[0]
@@ -286,12 +296,25 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
 
 
 def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
-    mem = plan_memory(s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, reserved_context(s.engine, req.input_len, req.output_len))
+    mem = plan_memory(
+        s.model,
+        s.cluster,
+        s.engine,
+        lay,
+        s.weights_dtype,
+        s.kv_dtype,
+        reserved_context(s.engine, req.input_len, req.output_len),
+    )
     if not mem.fits.any():
         need = float(mem.weights_bytes.min()) / 2**30
-        return [], len(lay), (
-            f"no layout fits: the smallest weight shard is {need:.1f} GiB per GPU and no layout leaves room for one "
-            f"sequence of {req.input_len + req.output_len} tokens; use more GPUs, --weights-dtype fp8 or a shorter context"
+        return (
+            [],
+            len(lay),
+            (
+                f"no layout fits: the smallest weight shard is {need:.1f} GiB per GPU and no layout leaves room "
+                f"for one sequence of {req.input_len + req.output_len} tokens; use more GPUs, --weights-dtype fp8 "
+                "or a shorter context"
+            ),
         )
     glay, batch = _grid(lay, mem)
     p = price_colocated(s, glay, batch, req)
@@ -306,9 +329,13 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     if not cands:
         best_tpot = float(p.tpot_s.min()) * 1e3
         best_ttft = float(p.ttft_s.min()) * 1e3
-        return [], len(p.batch), (
-            f"no layout meets the targets: the lowest TPOT any layout reaches is {best_tpot:.1f} ms and the lowest "
-            f"TTFT {best_ttft:.0f} ms (asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)})"
+        return (
+            [],
+            len(p.batch),
+            (
+                f"no layout meets the targets: the lowest TPOT any layout reaches is {best_tpot:.1f} ms and the lowest "
+                f"TTFT {best_ttft:.0f} ms (asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)})"
+            ),
         )
     return cands, len(p.batch), ""
 

@@ -143,7 +143,9 @@ def gemm_s(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray
     w = weight_params(m)
     non_expert_bytes, expert_bytes = block_weight_bytes_per_gpu(m, lay, s.weights_dtype)
     non_expert_bytes, expert_bytes = non_expert_bytes * lay.pp, expert_bytes * lay.pp
-    head_bytes = head_weight_bytes_per_gpu(m, lay) * np.where(lay.pp > 1, 1.0, w.lm_head / max(w.lm_head + w.embedding, 1))
+    head_bytes = head_weight_bytes_per_gpu(m, lay) * np.where(
+        lay.pp > 1, 1.0, w.lm_head / max(w.lm_head + w.embedding, 1)
+    )
     c = m.parameter_counts
     k = float(m.num_experts_per_tok or 0)
     active_expert_params = m.num_moe_layers * k * c.moe_expert_each
@@ -213,7 +215,9 @@ def round_terms(
     micro-batches)."""
     m = s.model
     pp = lay.pp
-    dec = np.asarray(decode_sequences, dtype=float) / pp
+    # a micro-batch holds B / pp sequences, and at least one while any runs
+    decode_sequences = np.asarray(decode_sequences, dtype=float)
+    dec = np.maximum(decode_sequences / pp, np.minimum(decode_sequences, 1.0))
     pf = np.asarray(prefill_tokens, dtype=float) / pp
     tokens = dec + pf
     head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
