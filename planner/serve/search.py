@@ -181,7 +181,7 @@ def _config(lay: Layouts, i: int, split: dict[str, int] | None = None) -> dict[s
 def _warnings(s: Setting, req: ServeRequest) -> list[str]:
     out = []
     gpu = s.cluster.gpu
-    if req.weights_dtype == "fp4" and gpu.architecture != "blackwell":
+    if req.weights_dtype == "fp4" and not (gpu.architecture or "").startswith("blackwell"):
         out.append(f"fp4 weights on {gpu.name}: no FP4 tensor cores, priced as weight-only at the FP8/BF16 rate")
     if req.weights_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
         out.append(f"fp8 weights on {gpu.name}: no FP8 tensor cores, priced as weight-only at the BF16 rate")

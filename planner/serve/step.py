@@ -65,26 +65,26 @@ class Setting:
 
     @property
     def gemm_flops_per_s(self) -> float:
-        """Large-GEMM rate in the weight format's compute dtype x the fitted compute fraction."""
+        """Large-GEMM rate in the weight format's compute dtype (before the fitted compute fraction)."""
         gpu = self.cluster.gpu
         if self.weights_dtype == "fp4":
             rate = gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8")
-            if gpu.architecture == "blackwell":
+            if (gpu.architecture or "").startswith("blackwell"):
                 rate *= FP4_OVER_FP8
         else:
             rate = gpu.peak_flops_per_s(self.weights_dtype) * gpu.gemm_efficiency_for(self.weights_dtype)
-        return rate * self.params.compute_fraction
+        return rate
 
     @property
     def attention_flops_per_s(self) -> float:
-        """Fused attention at the profile's best-kernel efficiency (bf16) x the compute fraction."""
+        """Fused attention at the profile's best-kernel efficiency (bf16), before the compute fraction."""
         gpu = self.cluster.gpu
-        return gpu.peak_flops_per_s("bf16") * gpu.attention_efficiency_for("fused") * self.params.compute_fraction
+        return gpu.peak_flops_per_s("bf16") * gpu.attention_efficiency_for("fused")
 
     @property
     def hbm_bytes_per_s(self) -> float:
-        """Decode's achieved HBM bandwidth: STREAM rate x the fitted decode fraction."""
-        return self.cluster.gpu.achieved_hbm_bytes_per_s * self.params.decode_hbm_fraction
+        """HBM bandwidth at the profile's STREAM rate, before the fitted decode fraction."""
+        return self.cluster.gpu.achieved_hbm_bytes_per_s
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,59 @@ class RoundTerms:
 
     def as_dict(self, i: int) -> dict[str, float]:
         return {k: float(getattr(self, k)[i]) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """A round's time as a function of the fitted parameters (c compute fraction, h decode HBM
+    fraction, o overhead per stage): sum over roofline pairs of max(compute / c, memory / h), plus
+    compute-only time / c (prefill attention), plus communication, plus overhead_count x o. The
+    pairs are computed at c = h = 1 once, so a fit re-prices a row with arithmetic only."""
+
+    pair_compute_s: np.ndarray  # (pairs, n): GEMM groups and decode attention
+    pair_memory_s: np.ndarray
+    compute_only_s: np.ndarray
+    tp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    overhead_count: np.ndarray
+    gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention
+
+    def terms(self, params: FittedParameters) -> RoundTerms:
+        c, h = params.compute_fraction, params.decode_hbm_fraction
+        pair = np.maximum(self.pair_compute_s / c, self.pair_memory_s / h)
+        return RoundTerms(
+            gemm_s=pair[: self.gemm_pairs].sum(axis=0),
+            attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s / c,
+            tp_comm_s=self.tp_comm_s,
+            ep_comm_s=self.ep_comm_s,
+            pp_comm_s=self.pp_comm_s,
+            overhead_s=self.overhead_count * params.step_overhead_us * 1e-6,
+        )
+
+    def total_s(self, params: FittedParameters) -> np.ndarray:
+        return self.terms(params).total_s
+
+    def plus(self, other: RoundCost, weight: float | np.ndarray = 1.0) -> RoundCost:
+        """This cost plus ``weight`` x ``other`` (max(w x, w y) = w max(x, y) for w >= 0, so the
+        pairs of both stay pairs): a static batch is one prefill plus osl decode rounds."""
+        w = np.asarray(weight, dtype=float)
+
+        def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.concatenate(
+                [a[: self.gemm_pairs], w * b[: other.gemm_pairs], a[self.gemm_pairs :], w * b[other.gemm_pairs :]]
+            )
+
+        return RoundCost(
+            pair_compute_s=cat(self.pair_compute_s, other.pair_compute_s),
+            pair_memory_s=cat(self.pair_memory_s, other.pair_memory_s),
+            compute_only_s=self.compute_only_s + w * other.compute_only_s,
+            tp_comm_s=self.tp_comm_s + w * other.tp_comm_s,
+            ep_comm_s=self.ep_comm_s + w * other.ep_comm_s,
+            pp_comm_s=self.pp_comm_s + w * other.pp_comm_s,
+            overhead_count=self.overhead_count + w * other.overhead_count,
+            gemm_pairs=self.gemm_pairs + other.gemm_pairs,
+        )
 
 
 def _link(cluster: ClusterSpec, size: np.ndarray, stride: object) -> GroupLink:
@@ -136,8 +189,9 @@ def experts_touched_fraction(model: ModelSpec, tokens: np.ndarray) -> np.ndarray
     return 1.0 - np.power(1.0 - k / E, np.maximum(tokens, 0.0))
 
 
-def gemm_s(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> np.ndarray:
-    """Weight GEMMs of a round on one GPU, summed over the stages (see the module docstring).
+def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
+    for the non-expert weights, the routed experts and the LM head (see the module docstring).
     ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits."""
     m = s.model
     w = weight_params(m)
@@ -154,19 +208,19 @@ def gemm_s(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray
     flops_head = 2.0 * w.lm_head * head_tokens / lay.tp
     touched = experts_touched_fraction(m, tokens)
     rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
-    return (
-        np.maximum(flops_non_expert / rate, non_expert_bytes / bw)
-        + np.maximum(flops_experts / rate, expert_bytes * touched / bw)
-        + np.maximum(flops_head / rate, head_bytes / bw)
-    )
+    compute = np.stack([flops_non_expert / rate, flops_experts / rate, flops_head / rate])
+    memory = np.stack([non_expert_bytes / bw, expert_bytes * touched / bw, head_bytes / bw])
+    return compute, np.broadcast_to(memory, compute.shape)
 
 
 def _heads_per_rank(m: ModelSpec, lay: Layouts) -> np.ndarray:
     return np.where(lay.attention_dp, float(m.num_attention_heads), np.ceil(m.num_attention_heads / lay.tp))
 
 
-def decode_attention_s(s: Setting, lay: Layouts, sequences: np.ndarray, context: np.ndarray) -> np.ndarray:
-    """Decode attention of a round: every sequence's KV read once (roofline with score FLOPs)."""
+def decode_attention_pair(
+    s: Setting, lay: Layouts, sequences: np.ndarray, context: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP time, byte time) of a round's decode attention: every sequence's KV read once."""
     m = s.model
     per_rank = sequences / np.where(lay.attention_dp, lay.tp, 1.0)
     kv_bytes = per_rank * sequence_kv_bytes_per_gpu(m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp)
@@ -178,7 +232,7 @@ def decode_attention_s(s: Setting, lay: Layouts, sequences: np.ndarray, context:
         per_key = 2.0 * (d_qk + d_v)
     keys = _layer_keys_decode(m, context)
     flops = per_rank * _heads_per_rank(m, lay) * per_key * keys
-    return np.maximum(flops / s.attention_flops_per_s, kv_bytes / s.hbm_bytes_per_s)
+    return flops / s.attention_flops_per_s, kv_bytes / s.hbm_bytes_per_s
 
 
 def _layer_keys_decode(m: ModelSpec, context: np.ndarray) -> np.ndarray:
@@ -210,7 +264,19 @@ def round_terms(
     prefill_tokens: np.ndarray,
     prompt_len: float,
 ) -> RoundTerms:
-    """Terms of one round of a replica: ``decode_sequences`` running sequences at mean context
+    """Terms of one round at the setting's fitted parameters (``round_cost``)."""
+    return round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len).terms(s.params)
+
+
+def round_cost(
+    s: Setting,
+    lay: Layouts,
+    decode_sequences: np.ndarray,
+    decode_context: np.ndarray,
+    prefill_tokens: np.ndarray,
+    prompt_len: float,
+) -> RoundCost:
+    """One round of a replica: ``decode_sequences`` running sequences at mean context
     ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica, split over pp
     micro-batches)."""
     m = s.model
@@ -221,10 +287,8 @@ def round_terms(
     pf = np.asarray(prefill_tokens, dtype=float) / pp
     tokens = dec + pf
     head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
-    gemm = gemm_s(s, lay, tokens, head_tokens)
-    attention = decode_attention_s(s, lay, dec, np.asarray(decode_context, dtype=float)) + prefill_attention_s(
-        s, lay, pf, prompt_len
-    )
+    g_compute, g_memory = gemm_pairs(s, lay, tokens, head_tokens)
+    a_compute, a_memory = decode_attention_pair(s, lay, dec, np.asarray(decode_context, dtype=float))
     message = tokens * m.hidden_size * ACTIVATION_BYTES
     L = float(m.num_hidden_layers)
     moe_layers = float(m.num_moe_layers)
@@ -239,5 +303,14 @@ def round_terms(
     ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * a2a, 0.0)
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
-    overhead = pp * s.params.step_overhead_us * 1e-6
-    return RoundTerms(gemm, attention, tp_comm, ep_comm, pp_comm, np.broadcast_to(overhead, gemm.shape).copy())
+    n = g_compute.shape[1]
+    return RoundCost(
+        pair_compute_s=np.concatenate([g_compute, a_compute[None, :]]),
+        pair_memory_s=np.concatenate([g_memory, a_memory[None, :]]),
+        compute_only_s=prefill_attention_s(s, lay, pf, prompt_len),
+        tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
+        ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
+        pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
+        overhead_count=np.broadcast_to(pp, (n,)).astype(float),
+        gemm_pairs=3,
+    )
