@@ -7,8 +7,9 @@
                quantise the linear layers of the blocks only)
   activations  the peak of one iteration at the engine's token budget (guess, see
                ``activation_bytes``)
-  runtime      the profile's reserved memory (CUDA context, NCCL, fragmentation) + the engine's
-               runtime reserve (CUDA graphs)
+  runtime      the engine's runtime reserve (CUDA context, cuBLAS workspaces, CUDA graphs) plus
+               NCCL's buffers when the replica spans GPUs (not the profile's training reserve,
+               whose allocator-fragmentation share does not apply to a KV cache allocated once)
   KV cache     what the engine's memory fraction leaves (engines/*.yaml memory_fraction_of)
 max concurrency = floor(KV per GPU / one sequence's KV per GPU) (x tp under attention DP), capped
 by the engine's max batch size per attention rank.
@@ -85,7 +86,11 @@ def head_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts) -> np.ndarray:
     return np.where(lay.pp > 1, one, both) * EMBEDDING_BYTES
 
 
-ACTIVATION_WIDTH_FACTOR = 4.0
+NCCL_BUFFERS_GIB = 0.5
+"""Guess: NCCL channel buffers of a serving replica's one or two communicators (TP, PP), far less
+than training's several communicators with NVLS buffers."""
+
+ACTIVATION_WIDTH_FACTOR = 2.0
 """Guess: live activation values per token in an iteration's peak, in units of (h + 2 f_local):
 input, residual, the attention output and the MLP's gate/up outputs; vLLM measures this peak
 with a dummy forward at max_num_batched_tokens (gpu_worker.determine_available_memory)."""
@@ -142,7 +147,7 @@ def plan_memory(
     non_expert, experts = block_weight_bytes_per_gpu(model, lay, weights_dtype)
     weights = non_expert + experts + head_weight_bytes_per_gpu(model, lay)
     acts = activation_bytes(model, engine, lay)
-    runtime = np.full(len(lay), cluster.gpu.reserved_memory_bytes + engine.runtime_reserve_gib * GIB_BYTES)
+    runtime = (engine.runtime_reserve_gib + np.where(lay.gpus_per_replica > 1, NCCL_BUFFERS_GIB, 0.0)) * GIB_BYTES
     capacity = cluster.gpu.hbm_capacity_bytes
     used = weights + acts + runtime
     if engine.memory_fraction_of == "free":
