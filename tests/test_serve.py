@@ -102,7 +102,7 @@ def test_tp8_cuts_decode_by_less_than_8x_because_of_all_reduces() -> None:
     assert 5.0 < tpot[0] / tpot[3] < 8.0  # ... but less than linearly
     assert t.tp_comm_s[0] == 0 and t.tp_comm_s[3] > 0.1 * tpot[3]
     # 2 x 80 one-shot all-reduces of 8192 x 2 bytes: vLLM's 8 us latency dominates
-    assert t.tp_comm_s[3] == pytest.approx(160 * (8e-6 + 7 / 8 * 8192 * 2 / (450e9 * 0.82)), rel=0.01)
+    assert t.tp_comm_s[3] == pytest.approx(160 * (8e-6 + 7 * 8192 * 2 / (450e9 * 0.82)), rel=0.01)
 
 
 def test_larger_batch_raises_throughput_and_tpot() -> None:

@@ -23,10 +23,19 @@ class FittedParameters(Frozen):
     (``planner.serve.calibrate``); defaults are what an uncalibrated engine assumes (1, 1, 0)."""
 
     decode_hbm_fraction: float = Field(
-        1.0, gt=0, le=1.5, description="HBM bandwidth decode kernels reach, as a fraction of the profile's STREAM rate"
+        1.0, gt=0, le=1.5, description="HBM bandwidth decode GEMMs reach reading weights, vs the profile's STREAM rate"
+    )
+    kv_read_fraction: float = Field(
+        1.0, gt=0, le=1.5, description="HBM bandwidth decode attention reaches reading the paged KV cache, vs STREAM"
     )
     compute_fraction: float = Field(
         1.0, gt=0, le=1.5, description="GEMM/attention throughput in serving, as a fraction of the profile's figures"
+    )
+    expert_gemm_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1.5,
+        description="Routed-expert grouped GEMMs (many small GEMMs, one per expert) vs dense GEMMs of the same FLOPs",
     )
     step_overhead_us: NonNegativeFloat = Field(
         0.0, description="Fixed time per engine iteration and pipeline stage (scheduler, sampling, launch gaps)"
@@ -88,6 +97,8 @@ class EngineProfile(Frozen):
         return FittedParameters(
             decode_hbm_fraction=sum(v.decode_hbm_fraction for v in vals) / n,
             compute_fraction=sum(v.compute_fraction for v in vals) / n,
+            kv_read_fraction=sum(v.kv_read_fraction for v in vals) / n,
+            expert_gemm_fraction=sum(v.expert_gemm_fraction for v in vals) / n,
             step_overhead_us=sum(v.step_overhead_us for v in vals) / n,
         )
 

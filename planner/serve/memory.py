@@ -6,7 +6,7 @@
                format's bytes (embedding and LM head stay 16-bit: ModelOpt's FP8/NVFP4 recipes
                quantise the linear layers of the blocks only)
   activations  the peak of one iteration at the engine's token budget (guess, see
-               ``activation_bytes``)
+               ``activation_bytes``) and the sampler's fp32 logits of the running batch
   runtime      the engine's runtime reserve (CUDA context, cuBLAS workspaces, CUDA graphs) plus
                NCCL's buffers when the replica spans GPUs (not the profile's training reserve,
                whose allocator-fragmentation share does not apply to a KV cache allocated once)
@@ -98,12 +98,16 @@ with a dummy forward at max_num_batched_tokens (gpu_worker.determine_available_m
 
 def activation_bytes(model: ModelSpec, engine: EngineProfile, lay: Layouts) -> np.ndarray:
     """Peak activation memory of one iteration at the engine's token budget (guess, see
-    ACTIVATION_WIDTH_FACTOR) plus fp32 logits for the largest batch (vocabulary over tp)."""
+    ACTIVATION_WIDTH_FACTOR)."""
     f = max(model.intermediate_size, (model.num_experts_per_tok or 1) * model.expert_intermediate_size)
     width = model.hidden_size + 2.0 * f / lay.tp
     tokens = engine.max_num_batched_tokens
-    logits = engine.max_batch_size * model.vocab_size / lay.tp * 4.0
-    return ACTIVATION_WIDTH_FACTOR * tokens * width * 2.0 / lay.pp + logits
+    return ACTIVATION_WIDTH_FACTOR * tokens * width * 2.0 / lay.pp
+
+
+def logits_bytes(model: ModelSpec, lay: Layouts, batch: np.ndarray) -> np.ndarray:
+    """fp32 logits of one token per running sequence (the sampler's buffer), vocabulary over tp."""
+    return batch * model.vocab_size / lay.tp * 4.0
 
 
 @dataclass(frozen=True)
@@ -146,18 +150,24 @@ def plan_memory(
     """Memory per GPU and max concurrency per replica for sequences holding ``context_tokens``."""
     non_expert, experts = block_weight_bytes_per_gpu(model, lay, weights_dtype)
     weights = non_expert + experts + head_weight_bytes_per_gpu(model, lay)
-    acts = activation_bytes(model, engine, lay)
     runtime = (engine.runtime_reserve_gib + np.where(lay.gpus_per_replica > 1, NCCL_BUFFERS_GIB, 0.0)) * GIB_BYTES
     capacity = cluster.gpu.hbm_capacity_bytes
-    used = weights + acts + runtime
-    if engine.memory_fraction_of == "free":
-        kv = engine.gpu_memory_fraction * (capacity - used)
-    else:
-        kv = engine.gpu_memory_fraction * capacity - used
     seq = sequence_kv_bytes_per_gpu(
         model, kv_dtype, np.full(len(lay), context_tokens), engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp
     )
-    per_rank = np.floor(np.maximum(kv, 0.0) / seq)
-    per_rank = np.minimum(per_rank, engine.max_batch_size)
+
+    def kv_room(acts: np.ndarray) -> np.ndarray:
+        used = weights + acts + runtime
+        if engine.memory_fraction_of == "free":
+            return engine.gpu_memory_fraction * (capacity - used)
+        return engine.gpu_memory_fraction * capacity - used
+
+    # the logits buffer holds the batch the KV cache allows (capped by the engine): one pass of
+    # the fixed point, sized from the room left without it
+    acts = activation_bytes(model, engine, lay)
+    first = np.minimum(np.floor(np.maximum(kv_room(acts), 0.0) / seq), engine.max_batch_size)
+    acts = acts + logits_bytes(model, lay, first)
+    kv = kv_room(acts)
+    per_rank = np.minimum(np.floor(np.maximum(kv, 0.0) / seq), engine.max_batch_size)
     concurrency = per_rank * np.where(lay.attention_dp, lay.tp, 1.0)
     return MemoryPlan(weights, acts, runtime, kv, seq, concurrency)

@@ -58,6 +58,14 @@ PLAIN_MLP_FAMILIES = ("gpt-j", "falcon")
 width): GPT-J (modeling_gptj.py GPTJMLP fc_in/fc_out, activation gelu_new) and Falcon
 (modeling_falcon.py FalconMLP dense_h_to_4h/dense_4h_to_h, GELU)."""
 
+TRTLLM_BENCH_MAX_BATCH = 4096
+"""trtllm-bench caps the batch it builds for at 4096 requests over the pipeline stages
+(tensorrt_llm/bench/build/tuning.py finetune_setting: raw_bs = min(kv_cache_max_requests, 4096) /
+pp_size), above TensorRT-LLM's serving default of 2048 (engines/trtllm.yaml)."""
+
+KV_FRACTION = re.compile(r"kv_cache_free_gpu_mem_fraction\s*(0?\.\d+)")
+"""A KV memory fraction the row states (trtllm-bench's extra options)."""
+
 UNBOUNDED_LOAD = ("infinite", "max-load", "offline", "engine max batch", "request_rate -1", "no delay")
 
 
@@ -197,7 +205,7 @@ def layout_from_row(row: dict[str, Any], model: ModelSpec, cluster: ClusterSpec)
         ep = 1  # the engines' default: experts tensor-parallel over tp (TensorRT-LLM moe_ep_size 1, vLLM without EP)
     else:
         ep = _int(ep_raw, "parallel.ep")
-    adp = bool(par.get("attention_dp"))
+    adp = par.get("attention_dp") is True  # 'not stated (...)' is the engine's default: off
     dp_attention = par.get("dp_attention")
     replicas = par.get("dp_replicas") or 1
     replicas = _int(replicas, "parallel.dp_replicas")
@@ -285,6 +293,12 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     model = model_from_row(row)
     cluster = cluster_from_row(row)
     engine = engine_from_row(row)
+    tool = str((row.get("engine") or {}).get("tool", ""))
+    if "trtllm-bench" in tool:
+        engine = engine.model_copy(update={"max_batch_size": TRTLLM_BENCH_MAX_BATCH})
+    stated = KV_FRACTION.search(str((row.get("workload") or {}).get("batch_size", "")))
+    if stated:
+        engine = engine.model_copy(update={"gpu_memory_fraction": float(stated.group(1))})
     weights, kv = dtypes_from_row(row)
     lay = layout_from_row(row, model, cluster)
     wl = row.get("workload") or {}
@@ -308,7 +322,11 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
                 f"on {cluster.gpu.name}"
             )
         plan.batch = batch
-    if mode in ("max_throughput", "concurrency"):
+    requests = (row.get("workload") or {}).get("num_requests")
+    if mode == "max_throughput" and isinstance(requests, int) and not isinstance(requests, bool) and requests > 0:
+        plan.cost, plan.tokens = _waves(s, lay, plan.batch / lay.replicas[0], requests / lay.replicas[0], isl, osl)
+        plan.notes.append(f"{requests} requests in waves of {plan.batch:.0f}")
+    elif mode in ("max_throughput", "concurrency"):
         b = np.array([plan.batch / lay.replicas[0]])
         ctx = np.array([isl + osl / 2.0])
         plan.cost = round_cost(s, lay, b, ctx, b * isl / osl, isl)
@@ -322,6 +340,26 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     if "total_tokens_per_s_per_gpu" in published and plan.cost is not None:
         plan.tokens *= (isl + osl) / osl
     return plan
+
+
+def _waves(s: Setting, lay: Layouts, batch: float, requests: float, isl: int, osl: int) -> tuple[RoundCost, float]:
+    """An offline benchmark of ``requests`` fixed-length requests all queued at the start, at most
+    ``batch`` in flight: they run in waves (requests of equal length admitted together finish
+    together), each a prefill of its prompts and osl decode rounds; the last wave is partial.
+    (trtllm-bench's synthetic datasets have stdev 0; its ramp-up, max_num_tokens prompt tokens
+    per iteration, is short against osl decode rounds.) Returns (cost, output tokens)."""
+    full, rest = divmod(requests, batch)
+    sizes = [(batch, full)] + ([(rest, 1.0)] if rest >= 1 else [])
+    total: RoundCost | None = None
+    for b, count in sizes:
+        if count <= 0:
+            continue
+        arr = np.array([b])
+        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), arr * isl * lay.pp, isl)
+        wave = prefill.plus(round_cost(s, lay, arr, np.array([isl + osl / 2.0]), np.zeros(1), isl), float(osl))
+        total = wave.scaled(count) if total is None else total.plus(wave, count)
+    assert total is not None
+    return total, requests * osl
 
 
 def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, float]:

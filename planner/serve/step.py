@@ -108,8 +108,9 @@ class RoundTerms:
 
 @dataclass(frozen=True)
 class RoundCost:
-    """A round's time as a function of the fitted parameters (c compute fraction, h decode HBM
-    fraction, o overhead per stage): sum over roofline pairs of max(compute / c, memory / h), plus
+    """A round's time as a function of the fitted parameters (c compute fraction, e expert GEMM
+    fraction, h decode HBM fraction, o overhead per stage): sum over roofline pairs of
+    max(compute / c (/ e for routed experts), memory / h), plus
     compute-only time / c (prefill attention), plus communication, plus overhead_count x o. The
     pairs are computed at c = h = 1 once, so a fit re-prices a row with arithmetic only."""
 
@@ -121,10 +122,15 @@ class RoundCost:
     pp_comm_s: np.ndarray
     overhead_count: np.ndarray
     gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention
+    expert_rows: np.ndarray  # bool per pair: routed-expert GEMMs (scaled by expert_gemm_fraction)
 
     def terms(self, params: FittedParameters) -> RoundTerms:
         c, h = params.compute_fraction, params.decode_hbm_fraction
-        pair = np.maximum(self.pair_compute_s / c, self.pair_memory_s / h)
+        compute = self.pair_compute_s / c
+        compute[self.expert_rows] /= params.expert_gemm_fraction
+        memory = self.pair_memory_s / h
+        memory[self.gemm_pairs :] *= h / params.kv_read_fraction  # decode attention reads the paged KV cache
+        pair = np.maximum(compute, memory)
         return RoundTerms(
             gemm_s=pair[: self.gemm_pairs].sum(axis=0),
             attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s / c,
@@ -136,6 +142,21 @@ class RoundCost:
 
     def total_s(self, params: FittedParameters) -> np.ndarray:
         return self.terms(params).total_s
+
+    def scaled(self, weight: float) -> RoundCost:
+        """``weight`` x this cost (``weight`` >= 0)."""
+        zero = RoundCost(
+            self.pair_compute_s[:0],
+            self.pair_memory_s[:0],
+            np.zeros_like(self.compute_only_s),
+            np.zeros_like(self.tp_comm_s),
+            np.zeros_like(self.ep_comm_s),
+            np.zeros_like(self.pp_comm_s),
+            np.zeros_like(self.overhead_count),
+            0,
+            self.expert_rows[:0],
+        )
+        return zero.plus(self, weight)
 
     def plus(self, other: RoundCost, weight: float | np.ndarray = 1.0) -> RoundCost:
         """This cost plus ``weight`` x ``other`` (max(w x, w y) = w max(x, y) for w >= 0, so the
@@ -156,6 +177,14 @@ class RoundCost:
             pp_comm_s=self.pp_comm_s + w * other.pp_comm_s,
             overhead_count=self.overhead_count + w * other.overhead_count,
             gemm_pairs=self.gemm_pairs + other.gemm_pairs,
+            expert_rows=np.concatenate(
+                [
+                    self.expert_rows[: self.gemm_pairs],
+                    other.expert_rows[: other.gemm_pairs],
+                    self.expert_rows[self.gemm_pairs :],
+                    other.expert_rows[other.gemm_pairs :],
+                ]
+            ),
         )
 
 
@@ -167,13 +196,14 @@ def _link(cluster: ClusterSpec, size: np.ndarray, stride: object) -> GroupLink:
 
 def tp_all_reduce_s(s: Setting, lay: Layouts, message_bytes: np.ndarray) -> np.ndarray:
     """One TP all-reduce: the ring/NVLS price of ``cost.comm.all_reduce_s``, or the engine's
-    one-shot kernel inside one node (latency + (t-1)/t x M over the link: each rank reads every
-    peer's buffer once), whichever is faster, as the engines pick by message size."""
+    one-shot kernel inside one node (latency + (t-1) x M over the link: each rank reads every
+    peer's whole buffer), whichever is faster, as the engines pick by message size (one-shot for
+    decode's KiB messages, ring/NVLS for prefill's MiB ones)."""
     link = _link(s.cluster, lay.tp, 1)
     ring = all_reduce_s(message_bytes, link)
     if not s.engine.custom_all_reduce or s.engine.custom_all_reduce_latency_us is None:
         return ring
-    one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) / lay.tp * message_bytes / (
+    one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) * message_bytes / (
         s.cluster.intra_node.bus_bandwidth_bytes_per_s
     )
     inside = lay.tp <= s.cluster.fast_domain_gpus
@@ -313,4 +343,5 @@ def round_cost(
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         overhead_count=np.broadcast_to(pp, (n,)).astype(float),
         gemm_pairs=3,
+        expert_rows=np.array([False, True, False, False]),
     )
