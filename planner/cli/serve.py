@@ -100,3 +100,34 @@ def serve_cmd(
         emit_json(ranking_json(ranking))
     else:
         print_serve_ranking(console(), ranking)
+
+
+@app.command("serve-calibrate")
+def serve_calibrate_cmd(
+    runs: Annotated[Path, typer.Option("--runs", metavar="FILE", help="Runs file (inference_runs.yaml schema).")],
+    write: Annotated[bool, typer.Option("--write", help="Write the fit into engines/*.yaml.")] = False,
+    cross_validate: Annotated[bool, typer.Option("--cv/--no-cv", help="Leave-one-group-out cross-validation.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the serving engines' per-architecture parameters to published rows (planner/serve/calibrate.py)."""
+    from planner.serve.calibrate import evaluate, write_engine_fits
+    from planner.serve.runs import load_rows
+
+    ev = evaluate(load_rows(str(runs)), cross_validate=cross_validate)
+    written: list[str] = []
+    if write:
+        written = write_engine_fits(ev, runs.name, f"plan serve-calibrate --runs {runs.name} --write")
+    if as_json:
+        emit_json(ev.as_json() | {"written": written})
+        return
+    out = console()
+    for key, params in ev.fitted.items():
+        rows = len(ev.rows_used.get(key, []))
+        out.print(f"{key:28} {rows:4d} rows  " + "  ".join(f"{k} {v:.3g}" for k, v in params.model_dump().items()))
+    o = ev.overall
+    out.print(
+        f"coverage {o['coverage']:.1%} ({o['priced']}/{o['rows']}); throughput per GPU MAPE {o['mape_pct']:.1f}%, "
+        f"cross-validated {o['cv_mape_pct']:.1f}%, signed {o['signed_pct']:+.1f}%"
+    )
+    for path in written:
+        out.print(f"wrote {path}")

@@ -38,7 +38,10 @@ class FittedParameters(Frozen):
         description="Routed-expert grouped GEMMs (many small GEMMs, one per expert) vs dense GEMMs of the same FLOPs",
     )
     step_overhead_us: NonNegativeFloat = Field(
-        0.0, description="Fixed time per engine iteration and pipeline stage (scheduler, sampling, launch gaps)"
+        0.0, description="Fixed time per engine iteration and pipeline stage (launch gaps, synchronisation)"
+    )
+    sequence_overhead_us: NonNegativeFloat = Field(
+        0.0, description="Host time per running sequence per iteration (scheduling, sampling, detokenisation)"
     )
 
 
@@ -100,6 +103,7 @@ class EngineProfile(Frozen):
             kv_read_fraction=sum(v.kv_read_fraction for v in vals) / n,
             expert_gemm_fraction=sum(v.expert_gemm_fraction for v in vals) / n,
             step_overhead_us=sum(v.step_overhead_us for v in vals) / n,
+            sequence_overhead_us=sum(v.sequence_overhead_us for v in vals) / n,
         )
 
 

@@ -25,7 +25,9 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
   EP           under attention DP, 2 all-to-alls per MoE layer (dispatch in the activation format,
                combine in bf16) of the rank's tokens x top-k x h (``cost.comm.all_to_all_s``).
   PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``).
-  overhead     the engine's fitted per-iteration time per stage (scheduler, sampling, launch gaps).
+  overhead     the engine's fitted per-iteration time per stage (launch gaps, synchronisation) and
+               per running sequence (host-side scheduling, sampling and detokenisation of each
+               request every iteration).
 """
 
 from __future__ import annotations
@@ -121,6 +123,7 @@ class RoundCost:
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     overhead_count: np.ndarray
+    sequence_count: np.ndarray  # running sequences x rounds: the per-sequence host work
     gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention
     expert_rows: np.ndarray  # bool per pair: routed-expert GEMMs (scaled by expert_gemm_fraction)
 
@@ -137,7 +140,10 @@ class RoundCost:
             tp_comm_s=self.tp_comm_s,
             ep_comm_s=self.ep_comm_s,
             pp_comm_s=self.pp_comm_s,
-            overhead_s=self.overhead_count * params.step_overhead_us * 1e-6,
+            overhead_s=(
+                self.overhead_count * params.step_overhead_us + self.sequence_count * params.sequence_overhead_us
+            )
+            * 1e-6,
         )
 
     def total_s(self, params: FittedParameters) -> np.ndarray:
@@ -153,6 +159,7 @@ class RoundCost:
             np.zeros_like(self.ep_comm_s),
             np.zeros_like(self.pp_comm_s),
             np.zeros_like(self.overhead_count),
+            np.zeros_like(self.sequence_count),
             0,
             self.expert_rows[:0],
         )
@@ -176,6 +183,7 @@ class RoundCost:
             ep_comm_s=self.ep_comm_s + w * other.ep_comm_s,
             pp_comm_s=self.pp_comm_s + w * other.pp_comm_s,
             overhead_count=self.overhead_count + w * other.overhead_count,
+            sequence_count=self.sequence_count + w * other.sequence_count,
             gemm_pairs=self.gemm_pairs + other.gemm_pairs,
             expert_rows=np.concatenate(
                 [
@@ -342,6 +350,7 @@ def round_cost(
         ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         overhead_count=np.broadcast_to(pp, (n,)).astype(float),
+        sequence_count=np.broadcast_to(decode_sequences, (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False]),
     )
