@@ -239,13 +239,11 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
         text = path.read_text(encoding="utf-8").split(FIT_MARKER)[0].rstrip() + "\n"
         cv: dict[str, float] = {}
         for g, entry in ev.groups.items():
-            rows = [r for r in ev.runs if r["group"] == g and r["metric"] in THROUGHPUT]
-            if (
-                rows
-                and any(k.split("/")[0] == name for k in _keys_of_group(ev, g))
-                and entry.get("cv_mape_pct") is not None
-            ):
-                cv[g] = round(float(entry["cv_mape_pct"]), 2)
+            value = entry.get("cv_mape_pct")
+            if value is None or not np.isfinite(value):
+                continue
+            if any(k.split("/")[0] == name for k in _keys_of_group(ev, g)):
+                cv[g] = round(float(value), 2)
         block = {
             "fitted": {
                 k.split("/")[1]: {f: round(float(x), 4) for f, x in v.model_dump().items()} for k, v in keys.items()

@@ -75,6 +75,11 @@ class EngineProfile(Frozen):
     runtime_reserve_gib: NonNegativeFloat = Field(description="CUDA graphs and runtime buffers beyond the profile's")
     custom_all_reduce: bool = Field(description="Has a one-shot NVLink all-reduce for small messages")
     custom_all_reduce_latency_us: PositiveFloat | None = None
+    calibrated_like: str | None = Field(
+        None,
+        description="An engine whose fit stands in for this one where it has too few rows of its own; "
+        "the source says why",
+    )
     fitted: dict[str, FittedParameters] = Field(
         default_factory=dict, description="Per GPU architecture (hopper, blackwell, ...): fitted parameters"
     )
@@ -83,16 +88,24 @@ class EngineProfile(Frozen):
 
     @model_validator(mode="after")
     def _sourced(self) -> EngineProfile:
-        check_sources(self, self.sources, skip={"sources", "name", "description", "fitted", "calibration"})
+        check_sources(
+            self,
+            self.sources,
+            skip={"sources", "name", "description", "fitted", "calibration"},
+            required={"calibrated_like"},
+        )
         if self.fitted and self.calibration is None:
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")
         return self
 
     def parameters(self, architecture: str | None) -> FittedParameters:
         """Fitted parameters for the architecture; the mean of the fitted ones elsewhere (an
-        architecture without rows borrows the others', and says so in warnings), else defaults."""
+        architecture without rows borrows the others', and says so in warnings); an engine with no
+        fit of its own uses its ``calibrated_like`` engine's; else defaults."""
         if architecture in self.fitted:
             return self.fitted[architecture]  # type: ignore[index]
+        if not self.fitted and self.calibrated_like:
+            return load_engine(self.calibrated_like).parameters(architecture)
         if not self.fitted:
             return FittedParameters()
         vals = list(self.fitted.values())

@@ -185,9 +185,14 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
         out.append(f"fp4 weights on {gpu.name}: no FP4 tensor cores, priced as weight-only at the FP8/BF16 rate")
     if req.weights_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
         out.append(f"fp8 weights on {gpu.name}: no FP8 tensor cores, priced as weight-only at the BF16 rate")
-    if gpu.architecture not in s.engine.fitted:
-        what = "uncalibrated defaults" if not s.engine.fitted else "the mean of its other architectures' fits"
-        out.append(f"{s.engine.name} has no fitted parameters for {gpu.architecture}: {what}")
+    if s.engine.calibrated_like and not s.engine.fitted:
+        out.append(f"{s.engine.name} has no fit of its own: {s.engine.calibrated_like}'s fitted parameters stand in")
+        fitted = load_engine(s.engine.calibrated_like).fitted
+    else:
+        fitted = s.engine.fitted
+    if gpu.architecture not in fitted:
+        what = "uncalibrated defaults" if not fitted else "the mean of its other architectures' fits"
+        out.append(f"no fitted parameters for {gpu.architecture}: {what}")
     if req.input_len > s.engine.max_num_batched_tokens and not s.engine.chunked_prefill:
         out.append(f"prompts of {req.input_len} tokens exceed {s.engine.name}'s token budget: enable chunked prefill")
     return out
