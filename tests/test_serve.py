@@ -257,3 +257,41 @@ def test_engine_profiles_are_sourced() -> None:
         assert e.kv_block_tokens >= 1 and 0 < e.gpu_memory_fraction <= 1
     assert load_engine("vllm").gpu_memory_fraction == 0.9 and load_engine("vllm").kv_block_tokens == 16
     json.dumps(load_engine("trtllm").model_dump(mode="json"))
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ("vllm", ("vllm serve llama3-70b", "--tensor-parallel-size 4", "--max-num-seqs")),
+        ("sglang", ("sglang.launch_server", "--tp-size 4", "--max-running-requests")),
+        ("trtllm", ("trtllm-serve llama3-70b", "--tp_size 4", "--max_batch_size")),
+    ],
+)
+def test_export_launch_flags(cli, engine: str, flags: tuple[str, ...]) -> None:
+    r = cli(*SEED, "--tpot-ms", "30", "--tp", "4", "--export", engine)
+    assert r.code == 0, r.err
+    for flag in flags:
+        assert flag in r.out
+
+
+def test_export_disaggregated_and_attention_dp(cli) -> None:
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--disaggregate", "--export", "sglang")
+    assert r.code == 0 and "--disaggregation-mode prefill" in r.out and "--disaggregation-mode decode" in r.out
+    r = cli(
+        "serve",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "dgx-h200x1",
+        "--weights-dtype",
+        "fp8",
+        "--engine",
+        "trtllm",
+        "--attention-dp",
+        "--export",
+        "trtllm",
+    )
+    assert r.code == 0, r.err
+    assert "enable_attention_dp: true" in r.out
+    assert_one_line_error(cli(*SEED, "--export", "tgi"), "export", "vllm")
+    assert_one_line_error(cli(*SEED, "--tpot-ms", "0.5", "--export", "vllm"), "nothing to export")

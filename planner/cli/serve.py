@@ -66,7 +66,13 @@ def serve_cmd(
     tp: Annotated[int | None, typer.Option("--tp", min=1, metavar="N", help="Pin tensor parallelism.")] = None,
     pp: Annotated[int | None, typer.Option("--pp", min=1, metavar="N", help="Pin pipeline parallelism.")] = None,
     ep: Annotated[int | None, typer.Option("--ep", min=1, metavar="N", help="Pin expert parallelism.")] = None,
+    attention_dp: Annotated[
+        bool | None, typer.Option("--attention-dp/--no-attention-dp", help="Pin attention data parallelism.")
+    ] = None,
     top: Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")] = 10,
+    export: Annotated[
+        str | None, typer.Option("--export", metavar="ENGINE", help="Print launch flags of #1: vllm, sglang, trtllm.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Rank serving layouts (TP, PP, EP, attention DP, replicas, prefill/decode split) by output
@@ -91,11 +97,18 @@ def serve_cmd(
         "tp": tp,
         "pp": pp,
         "ep": ep,
+        "attention_dp": attention_dp,
         "top": top,
     }
     fields |= {k: v for k, v in given.items() if v is not None}
     req = validate_as(ServeRequest, fields, "serve")
     ranking = serve_search(load_model(model), load_cluster(cluster), req)
+    if export is not None:
+        from planner.cli.app import write_stdout
+        from planner.serve.export import export_commands
+
+        write_stdout(export_commands(ranking, export))
+        return
     if as_json:
         emit_json(ranking_json(ranking))
     else:
