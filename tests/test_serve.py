@@ -151,6 +151,10 @@ def test_concurrency_and_rate_set_the_batch() -> None:
     low = planner.serve("llama3-8b", "dgx-h100x1", request_rate=1.0, tp=1).candidates[0]
     high = planner.serve("llama3-8b", "dgx-h100x1", request_rate=50.0, tp=1).candidates[0]
     assert low.batch_per_replica < high.batch_per_replica
+    # at a request rate the served throughput is the offered load: 50 req/s x 512 tokens over 8 GPUs
+    assert high.output_tokens_per_s_per_gpu == pytest.approx(50.0 * 512 / 8)
+    # Little's law: the batch covers rate x (TTFT + osl x TPOT) per replica
+    assert high.batch_per_replica >= 50.0 / 8 * (high.ttft_s + 512 * high.tpot_s)
 
 
 def test_attention_dp_wins_for_mla() -> None:

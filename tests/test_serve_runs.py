@@ -85,3 +85,18 @@ def test_fit_and_cross_validation_on_a100_rows() -> None:
     for g in ev.groups.values():
         assert g["rows"] >= g["priced"] >= 1
     assert ev.overall["cv_mape_pct"] >= ev.overall["mape_pct"] - 1.0  # held-out groups do not fit better
+
+
+def test_shipped_fit_names_its_rows() -> None:
+    from planner.serve.engine import load_engine
+
+    trt = load_engine("trtllm")
+    assert {"hopper", "blackwell", "ampere"} <= set(trt.fitted)
+    assert trt.calibration is not None and trt.calibration.runs_file == "inference_runs.yaml"
+    names = {r["name"] for r in _rows()}
+    for arch, rows in trt.calibration.rows.items():
+        assert rows and set(rows) <= names, arch
+    for p in trt.fitted.values():  # fractions never above the profiles' measured ceilings
+        assert 0 < p.compute_fraction <= 1 and 0 < p.decode_hbm_fraction <= 1 and 0 < p.kv_read_fraction <= 1
+    assert load_engine("vllm").calibrated_like == "trtllm"
+    assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]

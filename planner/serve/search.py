@@ -140,13 +140,17 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     return Priced(lay, batch, mem, terms, ttft, tpot)
 
 
-def _grid(lay: Layouts, mem: MemoryPlan) -> tuple[Layouts, np.ndarray]:
-    """Each layout once per batch of the grid below its max concurrency, and at it."""
+def _grid(lay: Layouts, mem: MemoryPlan, concurrency: int | None = None) -> tuple[Layouts, np.ndarray]:
+    """Each layout once per batch of the grid below its max concurrency, at it, and at the asked
+    concurrency per replica where one is asked and fits."""
     idx, batch = [], []
     for i, cap in enumerate(mem.max_concurrency):
         if cap < 1:
             continue
-        sizes = sorted({b for b in BATCH_GRID if b < cap} | {int(cap)})
+        sizes = {b for b in BATCH_GRID if b < cap} | {int(cap)}
+        if concurrency is not None:
+            sizes.add(int(min(cap, math.ceil(concurrency / lay.replicas[i]))))
+        sizes = sorted(sizes)
         idx += [i] * len(sizes)
         batch += sizes
     index = np.asarray(idx, dtype=int)
@@ -200,12 +204,15 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
 
 def _candidate(p: Priced, i: int, s: Setting, req: ServeRequest, meets: bool, why: str) -> ServeCandidate:
     m = p.memory
+    rate = float(p.tokens_per_s_per_gpu[i])
+    if req.request_rate is not None:  # the offered load, served: rate x osl over the cluster's GPUs
+        rate = req.request_rate * req.output_len / float(p.lay.num_gpus[i])
     return ServeCandidate(
         config=_config(p.lay, i),
         batch_per_replica=float(p.batch[i]),
         ttft_s=float(p.ttft_s[i]),
         tpot_s=float(p.tpot_s[i]),
-        output_tokens_per_s_per_gpu=float(p.tokens_per_s_per_gpu[i]),
+        output_tokens_per_s_per_gpu=rate,
         output_tokens_per_s_per_user=float(1.0 / p.tpot_s[i]),
         max_concurrency=int(m.max_concurrency[i] * p.lay.replicas[i]),
         memory_per_gpu_bytes=float(m.total_bytes[i]),
@@ -261,7 +268,9 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
         f"TPOT {best.tpot_s * 1e3:.1f} ms is {terms[top] / best.tpot_s:.0%} {top.removesuffix('_s').replace('_', ' ')}"
     )
     parts.append(f"batch {best.batch_per_replica:.0f} per replica (KV room for {best.max_concurrency})")
-    if others:
+    if others and req.request_rate is not None:
+        parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins")
+    elif others:
         nxt = others[0]
         parts.append(f"{best.output_tokens_per_s_per_gpu / max(nxt.output_tokens_per_s_per_gpu, 1e-9):.2f}x the next")
     return "; ".join(parts)
@@ -280,7 +289,8 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     else:
         cands, considered, reason = _colocated_candidates(s, lay, req)
     ok = [c for c in cands if c.meets_targets]
-    ok.sort(key=lambda c: -c.output_tokens_per_s_per_gpu)
+    # at a fixed request rate every layout serves the same tokens: the faster one per user wins
+    ok.sort(key=lambda c: (-round(c.output_tokens_per_s_per_gpu, 6), c.tpot_s))
     ranked = ok[: req.top]
     if ranked:
         ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
@@ -321,7 +331,7 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
                 "or a shorter context"
             ),
         )
-    glay, batch = _grid(lay, mem)
+    glay, batch = _grid(lay, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     chosen = _select_batch(p, req)
     cands = []
