@@ -177,7 +177,9 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True) -> Evaluat
             if cv_err is not None:
                 per_group[p.group][kind + "_cv"].append(cv_err)
     all_rows = len(rows)
-    for g, kinds in sorted(per_group.items()):
+    every_group = sorted({str(r.get("group")) for r in rows})
+    for g in every_group:
+        kinds = per_group.get(g, {})
         entry: dict[str, Any] = {
             "rows": sum(1 for p in plans if p.group == g) + sum(1 for u in unpriced if u["group"] == g)
         }
