@@ -66,6 +66,12 @@ pp_size), above TensorRT-LLM's serving default of 2048 (engines/trtllm.yaml)."""
 KV_FRACTION = re.compile(r"kv_cache_free_gpu_mem_fraction\s*(0?\.\d+)")
 """A KV memory fraction the row states (trtllm-bench's extra options)."""
 
+NATIVE_WEIGHT_FORMATS = {"openai/gpt-oss": "fp4"}
+"""Checkpoints whose published ('model default') weights are not 16-bit: gpt-oss ships its MoE
+weights in MXFP4 (OpenAI gpt-oss model card and config.json quantization_config
+{'quant_method': 'mxfp4'}); used only where a row says the weights are the model's default or
+not stated."""
+
 UNBOUNDED_LOAD = ("infinite", "max-load", "offline", "engine max batch", "request_rate -1", "no delay")
 
 
@@ -182,6 +188,9 @@ def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     prec = row.get("precision") or {}
     w = str(prec.get("weights", "")).lower()
     weights = "fp4" if "fp4" in w else "fp8" if "fp8" in w else "bf16"
+    hf_id = str((row.get("model") or {}).get("hf_id", "")).lower()
+    if "default" in w or "not stated" in w:
+        weights = next((f for family, f in NATIVE_WEIGHT_FORMATS.items() if hf_id.startswith(family)), weights)
     kv_text = str(prec.get("kv_cache", "")).lower()
     if "fp8" in kv_text:
         kv = "fp8"
