@@ -5,6 +5,7 @@ Library use::
     import planner
     ranking = planner.plan("llama70b", "dgx-h100x16")
     est = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2, dp=8, sequence_parallel=True)
+    best = planner.serve("llama70b", "dgx-h100x1", input_len=2048, output_len=512, tpot_s=0.03)
 
 torch is never imported here; only the validator (an optional extra) needs it.
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from planner import serve  # callable package: planner.serve(model, cluster, input_len=..., ...)
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
@@ -97,4 +99,5 @@ __all__ = [
     "load_cluster",
     "load_model",
     "plan",
+    "serve",
 ]

@@ -6,7 +6,7 @@ modules are the commands, which register themselves on ``app`` when imported her
 
 # The commands register themselves when imported; this order is the order `plan --help` lists them.
 # isort: off
-from planner.cli import export, plan, catalog, validate, calibrate  # noqa: F401
+from planner.cli import export, plan, catalog, validate, calibrate, serve  # noqa: F401
 
 # isort: on
 from planner.cli.app import OUTPUT_ERRNOS, app, entry, main, write_stdout

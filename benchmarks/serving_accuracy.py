@@ -1,0 +1,89 @@
+"""Serving accuracy: predicted vs published serving throughput per GPU (and TTFT/TPOT where
+published) of every row of a runs file in the schema of shared/groundtruth/inference_runs.yaml.
+
+Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/OSL, load) by
+planner/serve/runs.py, never by its name; a row the translator cannot express is listed with the
+reason. The engines' per-architecture parameters are fitted on the file's throughput rows
+(planner/serve/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships) and each row's
+cross-validated error comes from a fit that left the row's whole group out.
+
+Run: python benchmarks/serving_accuracy.py --runs ../shared/groundtruth/inference_runs.yaml [--json] [--no-cv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from planner.serve.calibrate import evaluate  # noqa: E402
+from planner.serve.runs import load_rows  # noqa: E402
+
+
+def _finite(obj: object) -> object:
+    """NaN (no rows to average) as null: JSON has no NaN."""
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
+
+
+def _pct(x: float | None) -> str:
+    return "   -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+6.1f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", required=True, help="runs file (inference_runs.yaml schema)")
+    ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--no-cv", action="store_true", help="skip leave-one-group-out cross-validation")
+    args = ap.parse_args(argv)
+    ev = evaluate(load_rows(args.runs), cross_validate=not args.no_cv)
+    if args.json:
+        out = ev.as_json()
+        out["runs"] = [{k: v for k, v in r.items() if k != "key"} for r in out["runs"]]
+        print(json.dumps(_finite(out), indent=1, allow_nan=False))
+        return 0
+    print(f"{'row':72} {'metric':28} {'published':>10} {'predicted':>10} {'err %':>7} {'cv %':>7}")
+    for r in ev.runs:
+        print(
+            f"{r['name'][:72]:72} {r['metric']:28} {r['published']:10.4g} {r['predicted']:10.4g} "
+            f"{_pct(r['error_pct']):>7} {_pct(r['cv_error_pct']):>7}"
+        )
+    print("\nunpriced rows:")
+    for u in ev.unpriced:
+        print(f"  {u['name']}: {u['reason']}")
+    print(f"\n{'group':40} {'rows':>5} {'priced':>6} {'MAPE':>6} {'CV':>6} {'signed':>7}  TTFT MAPE/CV  TPOT MAPE/CV")
+    for g, e in ev.groups.items():
+        print(
+            f"{g:40} {e['rows']:5d} {e['priced']:6d} {_pct(e.get('mape_pct')):>6} {_pct(e.get('cv_mape_pct')):>6} "
+            f"{_pct(e.get('signed_pct')):>7}  {_pct(e.get('ttft_mape_pct'))}/{_pct(e.get('ttft_cv_mape_pct'))}"
+            f"  {_pct(e.get('tpot_mape_pct'))}/{_pct(e.get('tpot_cv_mape_pct'))}"
+        )
+    o = ev.overall
+    print(
+        f"\noverall: {o['priced']}/{o['rows']} rows priced (coverage {o['coverage']:.1%}); throughput per GPU over "
+        f"{o['throughput_rows']} rows: MAPE {o['mape_pct']:.1f}%, cross-validated MAPE {o['cv_mape_pct']:.1f}%, "
+        f"signed {o['signed_pct']:+.1f}%"
+    )
+    for m in ("ttft", "tpot"):
+        if f"{m}_rows" in o:
+            print(
+                f"{m.upper()} over {o[f'{m}_rows']} rows: MAPE {o[f'{m}_mape_pct']:.1f}%, "
+                f"CV {o[f'{m}_cv_mape_pct']:.1f}%, signed {o[f'{m}_signed_pct']:+.1f}%"
+            )
+    for key, p in ev.fitted.items():
+        print(f"fitted {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in p.model_dump().items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""``plan serve``: rank serving layouts (planner/serve). Options in ms and tokens; the library
+takes seconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from planner.cli.app import app, console, emit_json
+from planner.cli.options import JsonOpt, positive_finite
+
+
+def _workload(path: Path) -> dict[str, Any]:
+    """input_len/output_len (and optionally ttft_ms, tpot_ms, request_rate, concurrency) from a
+    YAML or JSON file."""
+    from planner.catalog import read_yaml
+    from planner.errors import PlannerError
+
+    data = read_yaml(path)
+    allowed = {"input_len", "output_len", "ttft_ms", "tpot_ms", "request_rate", "concurrency"}
+    unknown = sorted(set(data) - allowed)
+    if unknown:
+        raise PlannerError(f"{path}: field '{unknown[0]}': unknown key (allowed: {', '.join(sorted(allowed))})")
+    out = {k: v for k, v in data.items() if k in {"input_len", "output_len", "request_rate", "concurrency"}}
+    for key in ("ttft_ms", "tpot_ms"):
+        if key in data:
+            value = data[key]
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise PlannerError(f"{path}: field '{key}': expected a number of milliseconds, got {value!r}")
+            out[key.replace("_ms", "_s")] = value / 1e3
+    return out
+
+
+@app.command("serve")
+def serve_cmd(
+    model: Annotated[str, typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json.")],
+    cluster: Annotated[str, typer.Option("--cluster", "-c", help="<profile> or <profile>x<nodes>.")],
+    input_len: Annotated[
+        int | None, typer.Option("--input-len", min=1, metavar="N", help="Prompt tokens [2048].")
+    ] = None,
+    output_len: Annotated[
+        int | None, typer.Option("--output-len", min=1, metavar="N", help="Generated tokens [512].")
+    ] = None,
+    workload: Annotated[
+        Path | None, typer.Option("--workload", metavar="FILE", help="YAML/JSON with input_len, output_len, ...")
+    ] = None,
+    ttft_ms: Annotated[
+        float | None, typer.Option("--ttft-ms", metavar="X", callback=positive_finite, help="TTFT target, ms.")
+    ] = None,
+    tpot_ms: Annotated[
+        float | None, typer.Option("--tpot-ms", metavar="X", callback=positive_finite, help="TPOT target, ms.")
+    ] = None,
+    request_rate: Annotated[
+        float | None,
+        typer.Option("--request-rate", metavar="X", callback=positive_finite, help="Offered load, requests/s."),
+    ] = None,
+    concurrency: Annotated[
+        int | None, typer.Option("--concurrency", min=1, metavar="N", help="Requests in flight over the cluster.")
+    ] = None,
+    weights_dtype: Annotated[str, typer.Option("--weights-dtype", help="bf16, fp8 or fp4.")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 or fp8.")] = "bf16",
+    engine: Annotated[str, typer.Option("--engine", help="vllm, sglang or trtllm.")] = "vllm",
+    disaggregate: Annotated[bool, typer.Option("--disaggregate", help="Separate prefill and decode pools.")] = False,
+    tp: Annotated[int | None, typer.Option("--tp", min=1, metavar="N", help="Pin tensor parallelism.")] = None,
+    pp: Annotated[int | None, typer.Option("--pp", min=1, metavar="N", help="Pin pipeline parallelism.")] = None,
+    ep: Annotated[int | None, typer.Option("--ep", min=1, metavar="N", help="Pin expert parallelism.")] = None,
+    attention_dp: Annotated[
+        bool | None, typer.Option("--attention-dp/--no-attention-dp", help="Pin attention data parallelism.")
+    ] = None,
+    top: Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")] = 10,
+    export: Annotated[
+        str | None, typer.Option("--export", metavar="ENGINE", help="Print launch flags of #1: vllm, sglang, trtllm.")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Rank serving layouts (TP, PP, EP, attention DP, replicas, prefill/decode split) by output
+    tokens/s per GPU among those that meet the TTFT/TPOT targets."""
+    from planner.catalog import load_cluster, load_model, validate_as
+    from planner.serve.render import print_serve_ranking, ranking_json
+    from planner.serve.schemas import ServeRequest
+    from planner.serve.search import serve_search
+
+    fields: dict[str, Any] = _workload(workload) if workload is not None else {}
+    given = {
+        "input_len": input_len,
+        "output_len": output_len,
+        "ttft_s": None if ttft_ms is None else ttft_ms / 1e3,
+        "tpot_s": None if tpot_ms is None else tpot_ms / 1e3,
+        "request_rate": request_rate,
+        "concurrency": concurrency,
+        "weights_dtype": weights_dtype,
+        "kv_dtype": kv_dtype,
+        "engine": engine,
+        "disaggregate": disaggregate,
+        "tp": tp,
+        "pp": pp,
+        "ep": ep,
+        "attention_dp": attention_dp,
+        "top": top,
+    }
+    fields |= {k: v for k, v in given.items() if v is not None}
+    req = validate_as(ServeRequest, fields, "serve")
+    ranking = serve_search(load_model(model), load_cluster(cluster), req)
+    if export is not None:
+        from planner.cli.app import write_stdout
+        from planner.serve.export import export_commands
+
+        write_stdout(export_commands(ranking, export))
+        return
+    if as_json:
+        emit_json(ranking_json(ranking))
+    else:
+        print_serve_ranking(console(), ranking)
+
+
+@app.command("serve-calibrate")
+def serve_calibrate_cmd(
+    runs: Annotated[Path, typer.Option("--runs", metavar="FILE", help="Runs file (inference_runs.yaml schema).")],
+    write: Annotated[bool, typer.Option("--write", help="Write the fit into engines/*.yaml.")] = False,
+    cross_validate: Annotated[bool, typer.Option("--cv/--no-cv", help="Leave-one-group-out cross-validation.")] = True,
+    as_json: JsonOpt = False,
+) -> None:
+    """Fit the serving engines' per-architecture parameters to published rows (planner/serve/calibrate.py)."""
+    from planner.serve.calibrate import evaluate, write_engine_fits
+    from planner.serve.runs import load_rows
+
+    ev = evaluate(load_rows(str(runs)), cross_validate=cross_validate)
+    written: list[str] = []
+    if write:
+        written = write_engine_fits(ev, runs.name, f"plan serve-calibrate --runs {runs.name} --write")
+    if as_json:
+        emit_json(ev.as_json() | {"written": written})
+        return
+    out = console()
+    for key, params in ev.fitted.items():
+        rows = len(ev.rows_used.get(key, []))
+        out.print(f"{key:28} {rows:4d} rows  " + "  ".join(f"{k} {v:.3g}" for k, v in params.model_dump().items()))
+    o = ev.overall
+    out.print(
+        f"coverage {o['coverage']:.1%} ({o['priced']}/{o['rows']}); throughput per GPU MAPE {o['mape_pct']:.1f}%, "
+        f"cross-validated {o['cv_mape_pct']:.1f}%, signed {o['signed_pct']:+.1f}%"
+    )
+    for path in written:
+        out.print(f"wrote {path}")

@@ -1,0 +1,270 @@
+"""Fit the serving engines' per-architecture parameters to published rows and cross-validate
+(ARCHITECTURE 9.8).
+
+Three physically named parameters per (engine, GPU architecture), ``engine.FittedParameters``:
+  decode_hbm_fraction  HBM bandwidth decode kernels reach, vs the profile's STREAM rate
+  compute_fraction     GEMM/attention throughput in serving, vs the profile's GEMM/attention figures
+  step_overhead_us     fixed time per engine iteration and pipeline stage
+fitted by bounded least squares on log(predicted / published output tokens/s per GPU) with a
+soft-L1 (Huber-like) loss, over the throughput rows only (TTFT/TPOT rows are reported with the
+fitted values, never fitted). A key is fitted only where its rows cover at least two models
+(else its parameters would be one model's factor); other keys use the mean of the fitted ones
+(``EngineProfile.parameters``). Cross-validation leaves one group out at a time (the runs
+file's ``group``: one GPU x engine x benchmark kind), refits without it and prices it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from planner.serve.engine import FittedParameters
+from planner.serve.runs import RowPlan, UnpriceableError, plan_row, predict
+
+THROUGHPUT = ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu")
+BOUNDS = ((0.1, 0.1, 0.05, 0.05, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0, 5000.0, 100.0))
+"""(compute_fraction, decode_hbm_fraction, expert_gemm_fraction, kv_read_fraction,
+step_overhead_us, sequence_overhead_us) bounds: fractions at most 1 (the profile's figures are
+measured ceilings: MAMF GEMMs, BabelStream copies), overheads up to 5 ms per iteration and
+100 us per running sequence."""
+X0 = np.array([0.7, 0.8, 0.5, 0.6, 200.0, 2.0])
+X_SCALE = np.array([0.1, 0.1, 0.1, 0.1, 100.0, 1.0])
+MIN_ROWS = 10
+"""A key needs at least this many throughput rows (twice its parameters, rounded) to be fitted."""
+MIN_MODELS = 2
+
+
+def _params(x: np.ndarray) -> FittedParameters:
+    return FittedParameters(
+        compute_fraction=float(x[0]),
+        decode_hbm_fraction=float(x[1]),
+        expert_gemm_fraction=float(x[2]),
+        kv_read_fraction=float(x[3]),
+        step_overhead_us=float(x[4]),
+        sequence_overhead_us=float(x[5]),
+    )
+
+
+def _throughput_rows(plans: list[RowPlan]) -> list[RowPlan]:
+    return [p for p in plans if p.cost is not None and any(k in p.published for k in THROUGHPUT)]
+
+
+def _log_errors(x: np.ndarray, plans: list[RowPlan]) -> np.ndarray:
+    params = _params(x)
+    out = []
+    for p in plans:
+        t = float(p.cost.total_s(params)[0])  # type: ignore[union-attr]
+        pred = p.tokens / t / float(p.layout.gpus_per_replica[0])
+        pub = next(p.published[k] for k in THROUGHPUT if k in p.published)
+        out.append(np.log(pred / pub))
+    return np.asarray(out)
+
+
+def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
+    """Parameters per engine/architecture key from the throughput rows among ``plans``."""
+    by_key: dict[str, list[RowPlan]] = defaultdict(list)
+    for p in _throughput_rows(plans):
+        by_key[p.key].append(p)
+    fitted: dict[str, FittedParameters] = {}
+    for key, rows in sorted(by_key.items()):
+        models = {p.setting.model.name for p in rows}
+        if len(models) < MIN_MODELS or len(rows) < MIN_ROWS:
+            continue
+        res = least_squares(
+            _log_errors, x0=X0, bounds=BOUNDS, args=(rows,), loss="soft_l1", f_scale=0.1, x_scale=X_SCALE
+        )
+        x = res.x.copy()
+        if not any(p.setting.model.is_moe for p in rows):  # no row moves it: not fitted
+            x[2] = 1.0
+        fitted[key] = _params(x)
+    return fitted
+
+
+def params_for(key: str, fitted: dict[str, FittedParameters]) -> FittedParameters:
+    """The key's fit, else the mean of the same engine's fitted keys, else of all, else defaults."""
+    if key in fitted:
+        return fitted[key]
+    engine = key.split("/")[0]
+    same = [v for k, v in fitted.items() if k.startswith(engine + "/")] or list(fitted.values())
+    if not same:
+        return FittedParameters()
+    return FittedParameters(
+        compute_fraction=float(np.mean([v.compute_fraction for v in same])),
+        decode_hbm_fraction=float(np.mean([v.decode_hbm_fraction for v in same])),
+        expert_gemm_fraction=float(np.mean([v.expert_gemm_fraction for v in same])),
+        kv_read_fraction=float(np.mean([v.kv_read_fraction for v in same])),
+        step_overhead_us=float(np.mean([v.step_overhead_us for v in same])),
+        sequence_overhead_us=float(np.mean([v.sequence_overhead_us for v in same])),
+    )
+
+
+@dataclass
+class Evaluation:
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    unpriced: list[dict[str, str]] = field(default_factory=list)
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overall: dict[str, Any] = field(default_factory=dict)
+    fitted: dict[str, FittedParameters] = field(default_factory=dict)
+    rows_used: dict[str, list[str]] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "runs": self.runs,
+            "unpriced": self.unpriced,
+            "groups": self.groups,
+            "overall": self.overall,
+            "fitted": {k: v.model_dump() for k, v in self.fitted.items()},
+        }
+
+
+def translate(rows: list[dict[str, Any]]) -> tuple[list[RowPlan], list[dict[str, str]]]:
+    plans, unpriced = [], []
+    for row in rows:
+        try:
+            plans.append(plan_row(row))
+        except UnpriceableError as err:
+            unpriced.append({"name": str(row.get("name")), "group": str(row.get("group")), "reason": str(err)})
+    return plans, unpriced
+
+
+def _summary(errs: list[float]) -> tuple[float, float]:
+    a = np.asarray(errs)
+    return (float(np.mean(np.abs(a))), float(np.mean(a))) if len(a) else (float("nan"), float("nan"))
+
+
+def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True) -> Evaluation:
+    """Fit on every priced throughput row, then (optionally) leave each group out and refit;
+    per row, group and overall errors (percent, predicted vs published)."""
+    plans, unpriced = translate(rows)
+    fitted = fit(plans)
+    ev = Evaluation(unpriced=unpriced, fitted=fitted)
+    for p in _throughput_rows(plans):
+        if p.key in fitted:
+            ev.rows_used.setdefault(p.key, []).append(p.name)
+    groups = sorted({p.group for p in plans})
+    cv_params: dict[str, dict[str, FittedParameters]] = {}
+    if cross_validate:
+        for g in groups:
+            rest = [p for p in plans if p.group != g]
+            cv_params[g] = fit(rest)
+    per_group: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for p in plans:
+        pred = predict(p, params_for(p.key, fitted))
+        cv = predict(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}
+        for metric, published in p.published.items():
+            if metric not in pred:
+                continue
+            err = 100.0 * (pred[metric] / published - 1.0)
+            cv_err = 100.0 * (cv[metric] / published - 1.0) if metric in cv else None
+            ev.runs.append(
+                {
+                    "name": p.name,
+                    "group": p.group,
+                    "key": p.key,
+                    "metric": metric,
+                    "published": published,
+                    "predicted": pred[metric],
+                    "error_pct": err,
+                    "cv_error_pct": cv_err,
+                }
+            )
+            kind = "throughput" if metric in THROUGHPUT else metric
+            per_group[p.group][kind].append(err)
+            if cv_err is not None:
+                per_group[p.group][kind + "_cv"].append(cv_err)
+    all_rows = len(rows)
+    every_group = sorted({str(r.get("group")) for r in rows})
+    for g in every_group:
+        kinds = per_group.get(g, {})
+        entry: dict[str, Any] = {
+            "rows": sum(1 for p in plans if p.group == g) + sum(1 for u in unpriced if u["group"] == g)
+        }
+        entry["priced"] = sum(1 for p in plans if p.group == g)
+        for kind in ("throughput", "ttft_s", "tpot_s"):
+            if kind in kinds:
+                mape, signed = _summary(kinds[kind])
+                cv_mape, _ = _summary(kinds.get(kind + "_cv", []))
+                prefix = "" if kind == "throughput" else kind.removesuffix("_s") + "_"
+                entry[prefix + "mape_pct"] = mape
+                entry[prefix + "cv_mape_pct"] = cv_mape
+                entry[prefix + "signed_pct"] = signed
+        ev.groups[g] = entry
+    tp = [r for r in ev.runs if r["metric"] in THROUGHPUT]
+    lat = {m: [r for r in ev.runs if r["metric"] == m] for m in ("ttft_s", "tpot_s")}
+    mape, signed = _summary([r["error_pct"] for r in tp])
+    cv_mape, cv_signed = _summary([r["cv_error_pct"] for r in tp if r["cv_error_pct"] is not None])
+    ev.overall = {
+        "rows": all_rows,
+        "priced": len(plans),
+        "coverage": len(plans) / all_rows if all_rows else 0.0,
+        "throughput_rows": len(tp),
+        "mape_pct": mape,
+        "cv_mape_pct": cv_mape,
+        "signed_pct": signed,
+        "cv_signed_pct": cv_signed,
+    }
+    for m, rs in lat.items():
+        if rs:
+            a, sgn = _summary([r["error_pct"] for r in rs])
+            c, _ = _summary([r["cv_error_pct"] for r in rs if r["cv_error_pct"] is not None])
+            name = m.removesuffix("_s")
+            ev.overall |= {
+                f"{name}_rows": len(rs),
+                f"{name}_mape_pct": a,
+                f"{name}_cv_mape_pct": c,
+                f"{name}_signed_pct": sgn,
+            }
+    return ev
+
+
+FIT_MARKER = "# ---- fitted by `plan serve-calibrate` (do not edit by hand; rerun it) ----"
+
+
+def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]:
+    """Write each engine's fitted parameters, the rows used per architecture and the
+    leave-one-group-out CV MAPE of its groups into engines/<engine>.yaml, replacing what a
+    previous run wrote below FIT_MARKER. Returns the files written."""
+    import yaml
+
+    from planner.serve.engine import ENGINES, engines_dir, load_engine
+
+    written = []
+    for name in ENGINES:
+        keys = {k: v for k, v in ev.fitted.items() if k.split("/")[0] == name}
+        if not keys:
+            continue
+        path = engines_dir() / f"{name}.yaml"
+        text = path.read_text(encoding="utf-8").split(FIT_MARKER)[0].rstrip() + "\n"
+        cv: dict[str, float] = {}
+        for g, entry in ev.groups.items():
+            value = entry.get("cv_mape_pct")
+            if value is None or not np.isfinite(value):
+                continue
+            if any(k.split("/")[0] == name for k in _keys_of_group(ev, g)):
+                cv[g] = round(float(value), 2)
+        block = {
+            "fitted": {
+                k.split("/")[1]: {f: round(float(x), 4) for f, x in v.model_dump().items()} for k, v in keys.items()
+            },
+            "calibration": {
+                "command": command,
+                "runs_file": runs_file,
+                "rows": {k.split("/")[1]: ev.rows_used.get(k, []) for k in keys},
+                "cv_mape_pct": cv,
+            },
+        }
+        path.write_text(
+            text + "\n" + FIT_MARKER + "\n" + yaml.safe_dump(block, sort_keys=False, width=200), encoding="utf-8"
+        )
+        load_engine.cache_clear()
+        load_engine(name)  # the written file must load
+        written.append(str(path))
+    return written
+
+
+def _keys_of_group(ev: Evaluation, group: str) -> set[str]:
+    return {r.get("key", "") for r in ev.runs if r["group"] == group}

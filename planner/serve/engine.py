@@ -1,0 +1,138 @@
+"""Serving-engine profiles (engines/<name>.yaml): what vLLM, SGLang and TensorRT-LLM decide that
+the layout does not (memory fraction, KV block size, token budget, attention-DP support, the
+small all-reduce they run), each value with its source, and the parameters fitted per GPU
+architecture by ``plan serve-calibrate`` with the rows used (mirrors ``schemas/stack.py``)."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
+
+from planner.errors import PlannerError
+from planner.schemas.base import Frozen
+from planner.schemas.hardware import check_sources
+
+ENGINES = ("vllm", "sglang", "trtllm")
+
+
+class FittedParameters(Frozen):
+    """Parameters of one engine on one GPU architecture, fitted to published rows
+    (``planner.serve.calibrate``); defaults are what an uncalibrated engine assumes (1, 1, 0)."""
+
+    decode_hbm_fraction: float = Field(
+        1.0, gt=0, le=1.5, description="HBM bandwidth decode GEMMs reach reading weights, vs the profile's STREAM rate"
+    )
+    kv_read_fraction: float = Field(
+        1.0, gt=0, le=1.5, description="HBM bandwidth decode attention reaches reading the paged KV cache, vs STREAM"
+    )
+    compute_fraction: float = Field(
+        1.0, gt=0, le=1.5, description="GEMM/attention throughput in serving, as a fraction of the profile's figures"
+    )
+    expert_gemm_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1.5,
+        description="Routed-expert grouped GEMMs (many small GEMMs, one per expert) vs dense GEMMs of the same FLOPs",
+    )
+    step_overhead_us: NonNegativeFloat = Field(
+        0.0, description="Fixed time per engine iteration and pipeline stage (launch gaps, synchronisation)"
+    )
+    sequence_overhead_us: NonNegativeFloat = Field(
+        0.0, description="Host time per running sequence per iteration (scheduling, sampling, detokenisation)"
+    )
+
+
+class EngineCalibration(Frozen):
+    """What the fit wrote: command, runs file, rows used per architecture, and each held-out
+    group's cross-validated MAPE."""
+
+    command: str
+    runs_file: str
+    rows: dict[str, list[str]] = Field(default_factory=dict)
+    cv_mape_pct: dict[str, float] = Field(default_factory=dict)
+
+
+class EngineProfile(Frozen):
+    """One serving engine and the defaults it runs with."""
+
+    name: str
+    description: str
+    attention_dp: bool = Field(description="Runs attention data-parallel across the TP ranks (MoE models)")
+    chunked_prefill: bool = Field(description="Splits prompts into chunks mixed with decode by default")
+    max_num_batched_tokens: PositiveInt = Field(description="Token budget of one iteration (prefill chunk)")
+    max_batch_size: PositiveInt = Field(description="Most sequences one engine instance runs at once by default")
+    kv_block_tokens: PositiveInt = Field(description="Tokens per KV cache page: a sequence's KV is rounded up to it")
+    kv_reservation: Literal["full", "on_demand"] = Field(
+        description="'full': a request holds KV for prompt + all output from admission; 'on_demand': as generated"
+    )
+    gpu_memory_fraction: float = Field(gt=0, le=1)
+    memory_fraction_of: Literal["total", "free"] = Field(
+        description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"
+    )
+    runtime_reserve_gib: NonNegativeFloat = Field(description="CUDA graphs and runtime buffers beyond the profile's")
+    custom_all_reduce: bool = Field(description="Has a one-shot NVLink all-reduce for small messages")
+    custom_all_reduce_latency_us: PositiveFloat | None = None
+    calibrated_like: str | None = Field(
+        None,
+        description="An engine whose fit stands in for this one where it has too few rows of its own; "
+        "the source says why",
+    )
+    fitted: dict[str, FittedParameters] = Field(
+        default_factory=dict, description="Per GPU architecture (hopper, blackwell, ...): fitted parameters"
+    )
+    calibration: EngineCalibration | None = None
+    sources: dict[str, str]
+
+    @model_validator(mode="after")
+    def _sourced(self) -> EngineProfile:
+        check_sources(
+            self,
+            self.sources,
+            skip={"sources", "name", "description", "fitted", "calibration"},
+            required={"calibrated_like"},
+        )
+        if self.fitted and self.calibration is None:
+            raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")
+        return self
+
+    def parameters(self, architecture: str | None) -> FittedParameters:
+        """Fitted parameters for the architecture; the mean of the fitted ones elsewhere (an
+        architecture without rows borrows the others', and says so in warnings); an engine with no
+        fit of its own uses its ``calibrated_like`` engine's; else defaults."""
+        if architecture in self.fitted:
+            return self.fitted[architecture]  # type: ignore[index]
+        if not self.fitted and self.calibrated_like:
+            return load_engine(self.calibrated_like).parameters(architecture)
+        if not self.fitted:
+            return FittedParameters()
+        vals = list(self.fitted.values())
+        n = len(vals)
+        return FittedParameters(
+            decode_hbm_fraction=sum(v.decode_hbm_fraction for v in vals) / n,
+            compute_fraction=sum(v.compute_fraction for v in vals) / n,
+            kv_read_fraction=sum(v.kv_read_fraction for v in vals) / n,
+            expert_gemm_fraction=sum(v.expert_gemm_fraction for v in vals) / n,
+            step_overhead_us=sum(v.step_overhead_us for v in vals) / n,
+            sequence_overhead_us=sum(v.sequence_overhead_us for v in vals) / n,
+        )
+
+
+def engines_dir() -> Path:
+    from planner.catalog import catalog_dir
+
+    return catalog_dir("engines")
+
+
+@cache
+def load_engine(name: str) -> EngineProfile:
+    """An engine profile by name (vllm, sglang, trtllm)."""
+    from planner.catalog import read_yaml, validate_as
+
+    key = str(name).lower()
+    if key not in ENGINES:
+        raise PlannerError(f"engine: unknown engine '{name}'; allowed: {', '.join(ENGINES)}")
+    path = engines_dir() / f"{key}.yaml"
+    return validate_as(EngineProfile, read_yaml(path), str(path))

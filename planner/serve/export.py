@@ -1,0 +1,120 @@
+"""Launch commands for the top serving candidate (``plan serve --export vllm|sglang|trtllm``).
+
+Flags as the engines' command lines spell them (recalled from their docs, not checked against a
+release here): vLLM ``vllm serve`` (--tensor-parallel-size, --pipeline-parallel-size,
+--data-parallel-size with --enable-expert-parallel for attention DP + EP, --max-num-seqs,
+--max-num-batched-tokens, --gpu-memory-utilization, --kv-cache-dtype, --quantization; P/D
+disaggregation through --kv-transfer-config with the NIXL connector); SGLang
+``python -m sglang.launch_server`` (--tp-size, --pp-size, --dp-size with --enable-dp-attention,
+--ep-size, --max-running-requests, --chunked-prefill-size, --mem-fraction-static,
+--kv-cache-dtype fp8_e4m3, --disaggregation-mode prefill|decode); TensorRT-LLM ``trtllm-serve``
+(--tp_size, --pp_size, --ep_size, --max_batch_size, --max_num_tokens,
+--kv_cache_free_gpu_memory_fraction, and enable_attention_dp / kv_cache_config in the
+--extra_llm_api_options YAML). One command per replica kind; replicas go behind a router.
+"""
+
+from __future__ import annotations
+
+import math
+
+from planner.errors import PlannerError
+from planner.serve.engine import load_engine
+from planner.serve.schemas import ServeCandidate, ServeRanking
+
+EXPORTS = ("vllm", "sglang", "trtllm")
+
+
+def _pool(engine: str, model: str, tp: int, pp: int, ep: int, adp: bool, batch: int, req: object, role: str) -> str:
+    e = load_engine(engine)
+    weights, kv = req.weights_dtype, req.kv_dtype  # type: ignore[attr-defined]
+    if engine == "vllm":
+        args = [f"vllm serve {model}"]
+        if adp:
+            args += ["--tensor-parallel-size 1", f"--data-parallel-size {tp}", "--enable-expert-parallel"]
+        else:
+            args.append(f"--tensor-parallel-size {tp}")
+            if ep > 1:
+                args.append("--enable-expert-parallel")
+        args += [f"--pipeline-parallel-size {pp}", f"--max-num-seqs {batch}"]
+        args += [
+            f"--max-num-batched-tokens {e.max_num_batched_tokens}",
+            f"--gpu-memory-utilization {e.gpu_memory_fraction}",
+        ]
+        if kv == "fp8":
+            args.append("--kv-cache-dtype fp8")
+        if weights in ("fp8", "fp4"):
+            args.append(f"# weights {weights}: serve a pre-quantised checkpoint (ModelOpt/compressed-tensors)")
+        if role != "both":
+            args.append(f"""--kv-transfer-config '{{"kv_connector":"NixlConnector","kv_role":"kv_both"}}'  # {role}""")
+        return " \\\n    ".join(args)
+    if engine == "sglang":
+        args = [f"python -m sglang.launch_server --model-path {model}", f"--tp-size {tp}", f"--pp-size {pp}"]
+        if adp:
+            args += ["--enable-dp-attention", f"--dp-size {tp}"]
+        if ep > 1:
+            args.append(f"--ep-size {ep}")
+        args += [f"--max-running-requests {batch}", f"--chunked-prefill-size {e.max_num_batched_tokens}"]
+        args.append(f"--mem-fraction-static {e.gpu_memory_fraction}")
+        if kv == "fp8":
+            args.append("--kv-cache-dtype fp8_e4m3")
+        if weights == "fp8":
+            args.append("--quantization fp8")
+        if role != "both":
+            args.append(f"--disaggregation-mode {role}")
+        return " \\\n    ".join(args)
+    if engine == "trtllm":
+        extra = []
+        if adp:
+            extra.append("enable_attention_dp: true")
+        if kv == "fp8":
+            extra.append("kv_cache_config: {dtype: fp8}")
+        args = [f"trtllm-serve {model}", f"--tp_size {tp}", f"--pp_size {pp}"]
+        if ep > 1:
+            args.append(f"--ep_size {ep}")
+        args += [f"--max_batch_size {batch}", f"--max_num_tokens {e.max_num_batched_tokens}"]
+        args.append(f"--kv_cache_free_gpu_memory_fraction {e.gpu_memory_fraction}")
+        if extra:
+            args.append("--extra_llm_api_options extra.yaml  # extra.yaml: " + "; ".join(extra))
+        if role != "both":
+            args.append(f"# {role} pool: run under trtllm-serve disaggregated (context/generation servers)")
+        return " \\\n    ".join(args)
+    raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
+
+
+def export_commands(ranking: ServeRanking, engine: str) -> str:
+    """Launch commands for the ranking's top candidate on ``engine``."""
+    if engine not in EXPORTS:
+        raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
+    if not ranking.candidates:
+        raise PlannerError(f"export: nothing to export: {ranking.reason}")
+    c: ServeCandidate = ranking.candidates[0]
+    cfg = c.config
+    tp, pp, ep, adp = int(cfg["tp"]), int(cfg["pp"]), int(cfg["ep"]), bool(cfg["attention_dp"])  # type: ignore[arg-type]
+    batch = max(1, math.ceil(c.batch_per_replica))
+    split = cfg.get("prefill_decode_split")
+    model = ranking.model
+    lines = [
+        f"# {model} on {ranking.cluster}: top candidate, {c.output_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU"
+    ]
+    if isinstance(split, dict):
+        per = split["prefill_gpus"] // split["prefill_replicas"]
+        lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
+        lines.append(
+            _pool(
+                engine,
+                model,
+                split["prefill_tp"],
+                split["prefill_pp"],
+                split["prefill_ep"],
+                bool(split["prefill_attention_dp"]),
+                batch,
+                ranking.request,
+                "prefill",
+            )
+        )
+        lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode"))
+    else:
+        lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both"))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,173 @@
+"""Memory per GPU of a serving layout and the concurrency its KV cache allows (ARCHITECTURE 9.3).
+
+  weights      the rank's shard: attention, dense MLP and shared experts over tp (whole under
+               attention DP), routed experts over tp (= ep x moe_tp), layers over pp, the
+               embedding and LM head over tp (vocabulary-parallel) on their stages, at the weight
+               format's bytes (embedding and LM head stay 16-bit: ModelOpt's FP8/NVFP4 recipes
+               quantise the linear layers of the blocks only)
+  activations  the peak of one iteration at the engine's token budget (guess, see
+               ``activation_bytes``) and the sampler's fp32 logits of the running batch
+  runtime      the engine's runtime reserve (CUDA context, cuBLAS workspaces, CUDA graphs) plus
+               NCCL's buffers when the replica spans GPUs (not the profile's training reserve,
+               whose allocator-fragmentation share does not apply to a KV cache allocated once)
+  KV cache     what the engine's memory fraction leaves (engines/*.yaml memory_fraction_of)
+max concurrency = floor(KV per GPU / one sequence's KV per GPU) (x tp under attention DP), capped
+by the engine's max batch size per attention rank.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.schemas.base import GIB_BYTES
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.model import ModelSpec
+from planner.serve.engine import EngineProfile
+from planner.serve.kv import sequence_kv_bytes_per_gpu
+from planner.serve.layout import Layouts
+
+WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+"""Bytes per stored weight: bf16 2, fp8 1 (per-tensor or per-channel scales negligible), fp4
+0.5 + one fp8 scale per 16 values = 0.5625 (NVFP4, NVIDIA 'Introducing NVFP4', 2025: 16-element
+micro-blocks with an E4M3 scale; MXFP4's 32-element E8M0 blocks give 0.53)."""
+
+EMBEDDING_BYTES = 2.0
+"""Embedding and LM head stay bf16 under ModelOpt FP8/NVFP4 (its default quantisation config
+skips ``*lm_head*`` and the embedding is not a linear layer)."""
+
+
+@dataclass(frozen=True)
+class WeightParams:
+    """Parameter counts by how they are sharded (whole model)."""
+
+    attention: float
+    dense: float  # dense MLPs, shared experts, routers, norms
+    experts: float
+    embedding: float
+    lm_head: float
+
+
+def weight_params(model: ModelSpec) -> WeightParams:
+    """The model's parameters grouped by sharding (from ``cost.params.count_parameters``)."""
+    c = model.parameter_counts
+    n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
+    L = model.num_hidden_layers
+    return WeightParams(
+        attention=float(L * c.attention_per_layer),
+        dense=float(
+            n_dense * c.dense_mlp_per_layer
+            + n_moe * (c.moe_shared_per_layer + c.moe_router_per_layer)
+            + L * c.norms_per_layer
+            + c.final_norm
+        ),
+        experts=float(n_moe * c.moe_experts_per_layer),
+        embedding=float(c.embedding),
+        lm_head=float(c.lm_head),
+    )
+
+
+def block_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts, weights_dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, routed-expert) weight bytes of the transformer blocks one GPU of a stage holds."""
+    w = weight_params(model)
+    b = WEIGHT_BYTES[weights_dtype]
+    replicated = np.where(lay.attention_dp, 1.0, 1.0 / lay.tp)
+    non_expert = (w.attention + w.dense) * replicated * b / lay.pp
+    experts = w.experts / lay.tp * b / lay.pp
+    return non_expert, experts
+
+
+def head_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts) -> np.ndarray:
+    """Embedding + LM head bytes on the busiest stage: both when pp = 1, the larger otherwise."""
+    w = weight_params(model)
+    both = (w.embedding + w.lm_head) / lay.tp
+    one = max(w.embedding, w.lm_head) / lay.tp
+    return np.where(lay.pp > 1, one, both) * EMBEDDING_BYTES
+
+
+NCCL_BUFFERS_GIB = 0.5
+"""Guess: NCCL channel buffers of a serving replica's one or two communicators (TP, PP), far less
+than training's several communicators with NVLS buffers."""
+
+ACTIVATION_WIDTH_FACTOR = 2.0
+"""Guess: live activation values per token in an iteration's peak, in units of (h + 2 f_local):
+input, residual, the attention output and the MLP's gate/up outputs; vLLM measures this peak
+with a dummy forward at max_num_batched_tokens (gpu_worker.determine_available_memory)."""
+
+
+def activation_bytes(model: ModelSpec, engine: EngineProfile, lay: Layouts) -> np.ndarray:
+    """Peak activation memory of one iteration at the engine's token budget (guess, see
+    ACTIVATION_WIDTH_FACTOR)."""
+    f = max(model.intermediate_size, (model.num_experts_per_tok or 1) * model.expert_intermediate_size)
+    width = model.hidden_size + 2.0 * f / lay.tp
+    tokens = engine.max_num_batched_tokens
+    return ACTIVATION_WIDTH_FACTOR * tokens * width * 2.0 / lay.pp
+
+
+def logits_bytes(model: ModelSpec, lay: Layouts, batch: np.ndarray) -> np.ndarray:
+    """fp32 logits of one token per running sequence (the sampler's buffer), vocabulary over tp."""
+    return batch * model.vocab_size / lay.tp * 4.0
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory (bytes, columns) and the concurrency the KV cache allows per replica."""
+
+    weights_bytes: np.ndarray
+    activations_bytes: np.ndarray
+    runtime_bytes: np.ndarray
+    kv_cache_bytes: np.ndarray
+    sequence_kv_bytes: np.ndarray  # one sequence's KV per GPU at the reserved context
+    max_concurrency: np.ndarray  # sequences per replica
+
+    @property
+    def total_bytes(self) -> np.ndarray:
+        return self.weights_bytes + self.activations_bytes + self.runtime_bytes + np.maximum(self.kv_cache_bytes, 0)
+
+    @property
+    def fits(self) -> np.ndarray:
+        return self.max_concurrency >= 1
+
+
+def reserved_context(engine: EngineProfile, input_len: float, output_len: float) -> float:
+    """Tokens a running sequence holds KV for, on average over the running set: prompt + all
+    output when the engine reserves at admission ('full'); prompt + half the output when it
+    allocates as tokens are generated ('on_demand': sequences are spread evenly over their
+    decode, Little's law)."""
+    return input_len + (output_len if engine.kv_reservation == "full" else output_len / 2.0)
+
+
+def plan_memory(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    engine: EngineProfile,
+    lay: Layouts,
+    weights_dtype: str,
+    kv_dtype: str,
+    context_tokens: float,
+) -> MemoryPlan:
+    """Memory per GPU and max concurrency per replica for sequences holding ``context_tokens``."""
+    non_expert, experts = block_weight_bytes_per_gpu(model, lay, weights_dtype)
+    weights = non_expert + experts + head_weight_bytes_per_gpu(model, lay)
+    runtime = (engine.runtime_reserve_gib + np.where(lay.gpus_per_replica > 1, NCCL_BUFFERS_GIB, 0.0)) * GIB_BYTES
+    capacity = cluster.gpu.hbm_capacity_bytes
+    seq = sequence_kv_bytes_per_gpu(
+        model, kv_dtype, np.full(len(lay), context_tokens), engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp
+    )
+
+    def kv_room(acts: np.ndarray) -> np.ndarray:
+        used = weights + acts + runtime
+        if engine.memory_fraction_of == "free":
+            return engine.gpu_memory_fraction * (capacity - used)
+        return engine.gpu_memory_fraction * capacity - used
+
+    # the logits buffer holds the batch the KV cache allows (capped by the engine): one pass of
+    # the fixed point, sized from the room left without it
+    acts = activation_bytes(model, engine, lay)
+    first = np.minimum(np.floor(np.maximum(kv_room(acts), 0.0) / seq), engine.max_batch_size)
+    acts = acts + logits_bytes(model, lay, first)
+    kv = kv_room(acts)
+    per_rank = np.minimum(np.floor(np.maximum(kv, 0.0) / seq), engine.max_batch_size)
+    concurrency = per_rank * np.where(lay.attention_dp, lay.tp, 1.0)
+    return MemoryPlan(weights, acts, runtime, kv, seq, concurrency)

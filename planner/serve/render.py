@@ -1,0 +1,84 @@
+"""The serving ranking as a table (ms, GiB and tokens/s at the edge) or as JSON (SI units)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from planner.schemas.base import GIB_BYTES
+from planner.serve.schemas import ServeCandidate, ServeRanking
+
+
+def layout_label(c: ServeCandidate) -> str:
+    cfg = c.config
+    split = cfg.get("prefill_decode_split")
+    if isinstance(split, dict):
+        return (
+            f"P: {split['prefill_replicas']}x tp{split['prefill_tp']} pp{split['prefill_pp']}"
+            f" | D: {split['decode_replicas']}x tp{cfg['tp']} pp{cfg['pp']}"
+            + (f" ep{cfg['ep']}" if cfg["ep"] != 1 else "")
+            + (" adp" if cfg["attention_dp"] else "")
+        )
+    text = f"{cfg['replicas']}x tp{cfg['tp']} pp{cfg['pp']}"
+    if cfg["ep"] != 1:
+        text += f" ep{cfg['ep']}"
+    if cfg["attention_dp"]:
+        text += " adp"
+    return text
+
+
+def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
+    req = ranking.request
+    head = (
+        f"{ranking.model} on {ranking.cluster} ({ranking.num_gpus} GPUs), {ranking.engine}, "
+        f"ISL {req.input_len} / OSL {req.output_len}, weights {req.weights_dtype}, KV {req.kv_dtype}"
+    )
+    console.print(head)
+    for w in ranking.warnings:
+        console.print(f"warning: {w}")
+    if not ranking.candidates:
+        console.print(f"no candidate: {ranking.reason}")
+        return
+    table = Table(show_lines=False)
+    for col in (
+        "#",
+        "layout",
+        "batch",
+        "TTFT ms",
+        "TPOT ms",
+        "tok/s/GPU",
+        "tok/s/user",
+        "max conc",
+        "GiB/GPU W+KV+act+rt",
+    ):
+        table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=col != "layout")
+    for i, c in enumerate(ranking.candidates, 1):
+        m = c.memory_breakdown_bytes
+        mem = (
+            f"{c.memory_per_gpu_bytes / GIB_BYTES:.0f}={m.weights / GIB_BYTES:.0f}+{m.kv_cache / GIB_BYTES:.0f}"
+            f"+{m.activations / GIB_BYTES:.1f}+{m.runtime / GIB_BYTES:.1f}"
+        )
+        table.add_row(
+            str(i),
+            layout_label(c),
+            f"{c.batch_per_replica:.0f}",
+            f"{c.ttft_s * 1e3:.0f}",
+            f"{c.tpot_s * 1e3:.1f}",
+            f"{c.output_tokens_per_s_per_gpu:,.0f}",
+            f"{c.output_tokens_per_s_per_user:.1f}",
+            f"{c.max_concurrency:,}",
+            mem,
+        )
+    console.print(table)
+    console.print(f"why #1 wins: {ranking.candidates[0].why}")
+    kv = ranking.candidates[0].kv_cache_bytes_per_token
+    console.print(
+        f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} layouts meet the targets "
+        f"({ranking.considered} layout x batch points priced)"
+    )
+
+
+def ranking_json(ranking: ServeRanking) -> dict[str, Any]:
+    return ranking.model_dump(mode="json")

@@ -1,0 +1,454 @@
+"""Published serving rows (shared/groundtruth/inference_runs.yaml) priced from their own fields
+(ARCHITECTURE 9.8): the model from ``model.shape`` (and the HF id's family where the shape
+cannot say the MLP kind), the cluster from ``hardware``, the layout from ``parallel``, the
+formats from ``precision``, the load from ``workload``; never from the row's name. A row the
+translator cannot express raises ``UnpriceableError`` with the reason.
+
+Modes, from the row's workload and tool:
+  max_throughput  offline runs at an unbounded request rate (trtllm-bench throughput,
+                  gptManagerBenchmark with request_rate -1): the engine runs as many sequences as
+                  its KV cache and max batch allow (``memory.plan_memory``); tokens/s per GPU =
+                  B / TPOT / GPUs at the mixed round of ``search.price_colocated``.
+  static          gptSessionBenchmark's static batch: one prefill of B prompts, then osl decode
+                  rounds of B sequences.
+  ttft            batch-1 time to first token: one prefill round of the prompt.
+  concurrency     a fixed number of requests in flight (vllm bench serve --max-concurrency).
+  rate            a fixed request rate (Triton online rows): TTFT and TPOT at the batch Little's
+                  law gives; their throughput is the offered rate, so it is not scored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from planner.catalog import load_cluster, validate_as
+from planner.errors import PlannerError
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.model import ModelSpec
+from planner.serve.engine import EngineProfile, FittedParameters, load_engine
+from planner.serve.layout import Layouts
+from planner.serve.memory import plan_memory, reserved_context
+from planner.serve.step import RoundCost, Setting, round_cost
+
+
+class UnpriceableError(PlannerError):
+    """A row the translator cannot express; the message is the reason."""
+
+
+GPU_PROFILES: tuple[tuple[str, str], ...] = (
+    ("GB300", "gb300-nvl72"),
+    ("GB200", "gb200-nvl72"),
+    ("GH200", "gh200"),
+    ("B200", "dgx-b200"),
+    ("H200", "dgx-h200"),
+    ("H100 SXM", "dgx-h100"),
+    ("A100-SXM4-80GB", "dgx-a100-80g"),
+    ("L40S", "l40s"),
+    ("RTX PRO 6000", "rtx-pro-6000"),
+)
+"""The row's ``hardware.gpu`` text (first match) -> the bundled profile of that GPU."""
+
+PLAIN_MLP_FAMILIES = ("gpt-j", "falcon")
+"""HF ids whose MLP is a plain two-matrix GELU MLP rather than gated (the shape gives only its
+width): GPT-J (modeling_gptj.py GPTJMLP fc_in/fc_out, activation gelu_new) and Falcon
+(modeling_falcon.py FalconMLP dense_h_to_4h/dense_4h_to_h, GELU)."""
+
+TRTLLM_BENCH_MAX_BATCH = 4096
+"""trtllm-bench caps the batch it builds for at 4096 requests over the pipeline stages
+(tensorrt_llm/bench/build/tuning.py finetune_setting: raw_bs = min(kv_cache_max_requests, 4096) /
+pp_size), above TensorRT-LLM's serving default of 2048 (engines/trtllm.yaml)."""
+
+KV_FRACTION = re.compile(r"kv_cache_free_gpu_mem_fraction\s*(0?\.\d+)")
+"""A KV memory fraction the row states (trtllm-bench's extra options)."""
+
+NATIVE_WEIGHT_FORMATS = {"openai/gpt-oss": "fp4"}
+"""Checkpoints whose published ('model default') weights are not 16-bit: gpt-oss ships its MoE
+weights in MXFP4 (OpenAI gpt-oss model card and config.json quantization_config
+{'quant_method': 'mxfp4'}); used only where a row says the weights are the model's default or
+not stated."""
+
+UNBOUNDED_LOAD = ("infinite", "max-load", "offline", "engine max batch", "request_rate -1", "no delay")
+
+
+def parse_tokens(value: Any, what: str) -> int:
+    """A token count: 2048, '2K' / '2k' (x 1024), '~20k (+-15%)', '1K (derived ...)'."""
+    if isinstance(value, bool):
+        raise UnpriceableError(f"{what} is not a token count: {value!r}")
+    if isinstance(value, int | float):
+        return int(value)
+    m = re.match(r"\s*~?\s*(\d+(?:\.\d+)?)\s*([kK])?", str(value))
+    if not m:
+        raise UnpriceableError(f"{what} not stated ({str(value)[:60]})")
+    n = float(m.group(1)) * (1024 if m.group(2) else 1)
+    return int(n)
+
+
+def _int(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UnpriceableError(f"{what} not a number ({str(value)[:60]})")
+    return value
+
+
+def model_from_row(row: dict[str, Any]) -> ModelSpec:
+    """A ModelSpec from the row's ``model.shape`` (HF key names)."""
+    model = row.get("model") or {}
+    shape = model.get("shape") or {}
+    hf_id = str(model.get("hf_id", ""))
+    if "full_attn_heads" in shape or "hybrid" in str(model.get("arch", "")):
+        raise UnpriceableError("hybrid linear-attention (Gated DeltaNet) layers are not modelled")
+    if "sparse" in str(model.get("arch", "")) or "DSA" in str(model.get("arch", "")):
+        raise UnpriceableError("sparse attention (DeepSeek DSA indexer) is not modelled")
+    spec: dict[str, Any] = {
+        "name": str(model.get("key", "row-model")),
+        "source": f"inference_runs row shape ({hf_id})",
+        "max_position_embeddings": 1 << 20,
+    }
+    try:
+        spec |= {
+            "num_hidden_layers": shape["layers"],
+            "hidden_size": shape["hidden"],
+            "num_attention_heads": shape["heads"],
+            "vocab_size": shape["vocab"],
+        }
+    except KeyError as err:
+        raise UnpriceableError(f"model shape lacks {err.args[0]}") from None
+    if "kv_heads" in shape:
+        spec["num_key_value_heads"] = shape["kv_heads"]
+    if "head_dim" in shape:
+        spec["head_dim"] = shape["head_dim"]
+    if shape.get("attention") == "MLA":
+        for key in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            if key not in shape and key != "q_lora_rank":
+                raise UnpriceableError(f"MLA shape lacks {key}")
+            if key in shape:
+                spec[key] = shape[key]
+    experts = shape.get("experts")
+    spec["intermediate_size"] = shape.get("ffn") or shape.get("ffn_dense") or shape.get("ffn_expert")
+    if spec["intermediate_size"] is None:
+        raise UnpriceableError("model shape lacks the FFN width (ffn / ffn_dense / ffn_expert)")
+    if experts:
+        spec |= {
+            "num_local_experts": experts,
+            "num_experts_per_tok": shape.get("top_k"),
+            "moe_intermediate_size": shape.get("ffn_expert"),
+            "n_shared_experts": shape.get("shared_experts") or 0,
+        }
+        if shape.get("dense_layers"):
+            spec["first_k_dense_replace"] = shape["dense_layers"]
+        if shape.get("moe_every_n_layers"):
+            spec["decoder_sparse_step"] = shape["moe_every_n_layers"]
+    if any(f in hf_id.lower() for f in PLAIN_MLP_FAMILIES):
+        spec["gated_mlp"] = False
+        spec["hidden_act"] = "gelu"
+    window = shape.get("sliding_window")
+    if window is not None:
+        m = re.match(r"\s*(\d+)", str(window))
+        if not m:
+            raise UnpriceableError(f"sliding_window not a number ({window})")
+        spec["sliding_window"] = int(m.group(1))
+        if "alternating" in str(window):
+            spec["layer_types"] = [
+                "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(shape["layers"])
+            ]
+    return validate_as(ModelSpec, spec, f"row {row.get('name')}: model")
+
+
+def cluster_from_row(row: dict[str, Any]) -> ClusterSpec:
+    hw = row.get("hardware") or {}
+    gpu = str(hw.get("gpu", ""))
+    profile = next((p for key, p in GPU_PROFILES if key in gpu), None)
+    if profile is None:
+        raise UnpriceableError(f"no hardware profile for GPU '{gpu}'")
+    count = _int(hw.get("count"), "hardware.count")
+    return load_cluster(profile, gpus=count)
+
+
+def engine_from_row(row: dict[str, Any]) -> EngineProfile:
+    name = str((row.get("engine") or {}).get("name", ""))
+    if name.startswith("TensorRT-LLM"):
+        return load_engine("trtllm")
+    if name.startswith("vLLM"):
+        return load_engine("vllm")
+    if name.lower().startswith("sglang"):
+        return load_engine("sglang")
+    raise UnpriceableError(f"no engine profile for '{name}'")
+
+
+def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
+    """(weights, kv) formats. Weights: fp4 where the text names FP4 (NVFP4, MXFP4), fp8 where FP8,
+    else bf16 (fp16 and bf16 cost the same). KV: fp8 where stated (or TensorRT-LLM's 'FP8
+    quantization sets the KV cache to FP8'); where not stated, fp8 for fp8/fp4 checkpoints (ModelOpt's
+    hf_ptq quantises the KV cache to FP8 by default) and bf16 otherwise; 'auto' follows the checkpoint's
+    KV format, which the row does not state: bf16."""
+    prec = row.get("precision") or {}
+    w = str(prec.get("weights", "")).lower()
+    weights = "fp4" if "fp4" in w else "fp8" if "fp8" in w else "bf16"
+    hf_id = str((row.get("model") or {}).get("hf_id", "")).lower()
+    if "default" in w or "not stated" in w:
+        weights = next((f for family, f in NATIVE_WEIGHT_FORMATS.items() if hf_id.startswith(family)), weights)
+    kv_text = str(prec.get("kv_cache", "")).lower()
+    if "fp8" in kv_text:
+        kv = "fp8"
+    elif "not stated" in kv_text and "presumably" not in kv_text and weights in ("fp8", "fp4"):
+        kv = "fp8"
+    else:
+        kv = "bf16"
+    return weights, kv
+
+
+def layout_from_row(row: dict[str, Any], model: ModelSpec, cluster: ClusterSpec) -> Layouts:
+    par = row.get("parallel") or {}
+    if par.get("disaggregated"):
+        raise UnpriceableError("disaggregated deployment whose pool sizes and batches the row does not state")
+    if par.get("speculative"):
+        raise UnpriceableError(f"speculative decoding ({par['speculative']}) is not modelled")
+    tp = _int(par.get("tp", 1), "parallel.tp")
+    pp = _int(par.get("pp") or 1, "parallel.pp")
+    ep_raw = par.get("ep")
+    if ep_raw is None or (isinstance(ep_raw, str) and ep_raw.startswith("not stated")):
+        ep = 1  # the engines' default: experts tensor-parallel over tp (TensorRT-LLM moe_ep_size 1, vLLM without EP)
+    else:
+        ep = _int(ep_raw, "parallel.ep")
+    adp = par.get("attention_dp") is True  # 'not stated (...)' is the engine's default: off
+    dp_attention = par.get("dp_attention")
+    replicas = par.get("dp_replicas") or 1
+    replicas = _int(replicas, "parallel.dp_replicas")
+    if adp and isinstance(dp_attention, int) and tp * dp_attention * pp * replicas == cluster.num_gpus:
+        tp = tp * dp_attention  # vLLM's DP attention (tp 1, dp n): the data-parallel ranks form the attention group
+    if tp * pp * replicas != cluster.num_gpus:
+        raise UnpriceableError(
+            f"layout tp {tp} x pp {pp} x replicas {replicas} does not use the {cluster.num_gpus} GPUs"
+        )
+    if model.is_moe and (ep < 1 or tp % ep or model.num_experts_total % ep):
+        raise UnpriceableError(f"ep {ep} does not divide tp {tp} and the {model.num_experts_total} experts")
+    if not adp and model.num_attention_heads % tp:
+        raise UnpriceableError(f"tp {tp} does not divide the {model.num_attention_heads} heads")
+    return Layouts.of(tp, pp, ep, adp, replicas)
+
+
+@dataclass
+class RowPlan:
+    """A translated row: what to price and the published metrics (SI)."""
+
+    name: str
+    group: str
+    setting: Setting
+    layout: Layouts
+    mode: str
+    input_len: int
+    output_len: int
+    batch: float
+    published: dict[str, float]
+    cost: RoundCost | None = None  # throughput rows: the cost of the unit the tokens count over
+    tokens: float = 0.0  # tokens (of the scored kind) produced per ``cost`` per replica
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def architecture(self) -> str:
+        return str(self.setting.cluster.gpu.architecture)
+
+    @property
+    def key(self) -> str:
+        """The (engine, architecture) whose fitted parameters price this row."""
+        return f"{self.setting.engine.name}/{self.architecture}"
+
+
+def _mode(row: dict[str, Any]) -> tuple[str, float]:
+    wl = row.get("workload") or {}
+    tool = str((row.get("engine") or {}).get("tool", ""))
+    conc = wl.get("concurrency")
+    text = f"{conc} {tool} {wl.get('batch_size', '')}".lower()
+    if "request_rate_qps" in wl:
+        return "rate", float(wl["request_rate_qps"])
+    if "static batch" in str(conc).lower():
+        return "static", float(_int(wl.get("batch_size"), "workload.batch_size"))
+    if isinstance(conc, int) and conc == 1 and wl.get("osl") == 1:
+        return "ttft", 1.0
+    if isinstance(conc, int):
+        return "concurrency", float(conc)
+    if any(k in text for k in UNBOUNDED_LOAD):
+        return "max_throughput", 0.0
+    raise UnpriceableError(f"load not stated (concurrency: {str(conc)[:60]})")
+
+
+def _published(row: dict[str, Any], count: int, mode: str) -> dict[str, float]:
+    m = row.get("measured") or {}
+    out: dict[str, float] = {}
+    if mode in ("max_throughput", "static", "concurrency"):
+        if isinstance(m.get("output_tokens_per_s_per_gpu"), int | float):
+            out["output_tokens_per_s_per_gpu"] = float(m["output_tokens_per_s_per_gpu"])
+        elif isinstance(m.get("output_tokens_per_s_total"), int | float):
+            out["output_tokens_per_s_per_gpu"] = float(m["output_tokens_per_s_total"]) / count
+        elif isinstance(m.get("total_tokens_per_s_per_gpu"), int | float):
+            out["total_tokens_per_s_per_gpu"] = float(m["total_tokens_per_s_per_gpu"])
+    for key, name in (("ttft_ms", "ttft_s"), ("ttft_ms_mean", "ttft_s"), ("ttft_ms_p50", "ttft_s")):
+        if isinstance(m.get(key), int | float):
+            out[name] = float(m[key]) / 1e3
+    for key in ("itl_ms_mean", "itl_ms_p50"):
+        if isinstance(m.get(key), int | float):
+            out["tpot_s"] = float(m[key]) / 1e3
+    if not out:
+        raise UnpriceableError(f"no metric the translator scores ({', '.join(sorted(k for k in m if k != 'derived'))})")
+    return out
+
+
+def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = None) -> RowPlan:
+    """Translate one row (see the module docstring); raises UnpriceableError with the reason."""
+    model = model_from_row(row)
+    cluster = cluster_from_row(row)
+    engine = engine_from_row(row)
+    tool = str((row.get("engine") or {}).get("tool", ""))
+    if "trtllm-bench" in tool:
+        engine = engine.model_copy(update={"max_batch_size": TRTLLM_BENCH_MAX_BATCH})
+    stated = KV_FRACTION.search(str((row.get("workload") or {}).get("batch_size", "")))
+    if stated:
+        engine = engine.model_copy(update={"gpu_memory_fraction": float(stated.group(1))})
+    weights, kv = dtypes_from_row(row)
+    lay = layout_from_row(row, model, cluster)
+    wl = row.get("workload") or {}
+    isl = parse_tokens(wl.get("isl"), "workload.isl")
+    osl = parse_tokens(wl.get("osl"), "workload.osl")
+    if isl < 1 or osl < 1:
+        raise UnpriceableError("isl and osl must be at least 1")
+    mode, load = _mode(row)
+    arch = cluster.gpu.architecture
+    key = f"{engine.name}/{arch}"
+    params = (fitted or {}).get(key) or engine.parameters(arch)
+    s = Setting(model, cluster, engine, weights, kv, params)
+    published = _published(row, cluster.num_gpus, mode)
+    plan = RowPlan(str(row.get("name")), str(row.get("group")), s, lay, mode, isl, osl, load, published)
+    if mode == "max_throughput":
+        mem = plan_memory(model, cluster, engine, lay, weights, kv, reserved_context(engine, isl, osl))
+        batch = float(mem.max_concurrency[0])
+        if batch < 1:
+            raise UnpriceableError(
+                f"does not fit: {mem.weights_bytes[0] / 2**30:.0f} GiB of weights per GPU leave no KV room "
+                f"on {cluster.gpu.name}"
+            )
+        plan.batch = batch
+    requests = (row.get("workload") or {}).get("num_requests")
+    if mode == "max_throughput" and isinstance(requests, int) and not isinstance(requests, bool) and requests > 0:
+        plan.cost, plan.tokens = _waves(s, lay, plan.batch / lay.replicas[0], requests / lay.replicas[0], isl, osl)
+        plan.notes.append(f"{requests} requests in waves of {plan.batch:.0f}")
+    elif mode in ("max_throughput", "concurrency"):
+        b = np.array([plan.batch / lay.replicas[0]])
+        ctx = np.array([isl + osl / 2.0])
+        plan.cost = round_cost(s, lay, b, ctx, b * isl / osl, isl)
+        plan.tokens = float(b[0])
+    elif mode == "static":
+        b = np.array([plan.batch])
+        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), b * isl * lay.pp, isl)
+        decode = round_cost(s, lay, b, np.array([isl + osl / 2.0]), np.zeros(1), isl)
+        plan.cost = prefill.plus(decode, float(osl))
+        plan.tokens = float(b[0] * osl)
+    if "total_tokens_per_s_per_gpu" in published and plan.cost is not None:
+        plan.tokens *= (isl + osl) / osl
+    return plan
+
+
+def _waves(s: Setting, lay: Layouts, batch: float, requests: float, isl: int, osl: int) -> tuple[RoundCost, float]:
+    """An offline benchmark of ``requests`` fixed-length requests all queued at the start, at most
+    ``batch`` in flight: they run in waves (requests of equal length admitted together finish
+    together), each a prefill of its prompts and osl decode rounds; the last wave is partial.
+    (trtllm-bench's synthetic datasets have stdev 0; its ramp-up, max_num_tokens prompt tokens
+    per iteration, is short against osl decode rounds.) Returns (cost, output tokens)."""
+    full, rest = divmod(requests, batch)
+    sizes = [(batch, full)] + ([(rest, 1.0)] if rest >= 1 else [])
+    total: RoundCost | None = None
+    for b, count in sizes:
+        if count <= 0:
+            continue
+        arr = np.array([b])
+        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), arr * isl * lay.pp, isl)
+        wave = prefill.plus(round_cost(s, lay, arr, np.array([isl + osl / 2.0]), np.zeros(1), isl), float(osl))
+        total = wave.scaled(count) if total is None else total.plus(wave, count)
+    assert total is not None
+    return total, requests * osl
+
+
+def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, float]:
+    """The row's metrics as the model predicts them at ``params`` (default: the plan's)."""
+    s = plan.setting
+    p = params or s.params
+    lay = plan.layout
+    out: dict[str, float] = {}
+    isl, osl = plan.input_len, plan.output_len
+    gpus = float(lay.gpus_per_replica[0])
+    if plan.cost is not None:
+        t = float(plan.cost.total_s(p)[0])
+        rate = plan.tokens / t / gpus
+        for key in ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu"):
+            if key in plan.published:
+                out[key] = rate
+    want_latency = {"ttft_s", "tpot_s"} & set(plan.published)
+    if not want_latency:
+        return out
+    s_p = Setting(s.model, s.cluster, s.engine, s.weights_dtype, s.kv_dtype, p)
+    if plan.mode == "ttft":
+        c = round_cost(s_p, lay, np.zeros(1), np.zeros(1), np.array([float(isl)]) * lay.pp, isl)
+        out["ttft_s"] = float(c.total_s(p)[0])
+        return out
+    batch = _batch_at_load(s_p, plan)
+    ttft, tpot = _latencies(s_p, lay, batch, isl, osl)
+    if "ttft_s" in plan.published:
+        out["ttft_s"] = ttft
+    if "tpot_s" in plan.published:
+        out["tpot_s"] = tpot
+    return out
+
+
+def _latencies(s: Setting, lay: Layouts, batch: float, isl: int, osl: int) -> tuple[float, float]:
+    from planner.serve.search import prefill_chunk
+
+    b = np.array([batch])
+    ctx = np.array([isl + osl / 2.0])
+    tpot = float(round_cost(s, lay, b, ctx, b * isl / osl, isl).total_s(s.params)[0])
+    chunk = float(prefill_chunk(s.engine, isl))
+    first = round_cost(s, lay, np.maximum(b - 1, 0), ctx, np.array([chunk]) * lay.pp, isl).total_s(s.params)[0]
+    ttft = math.ceil(isl / chunk) * float(first) + (0.5 * tpot if batch > 1 else 0.0)
+    return ttft, tpot
+
+
+def _batch_at_load(s: Setting, plan: RowPlan) -> float:
+    """Sequences in flight per replica: the stated concurrency, or for a request rate the fixed
+    point of Little's law B = rate x (TTFT + osl x TPOT(B))."""
+    reps = float(plan.layout.replicas[0])
+    if plan.mode in ("concurrency", "static"):
+        return plan.batch / reps if plan.mode == "concurrency" else plan.batch
+    rate = plan.batch / reps
+    mem = plan_memory(
+        s.model,
+        s.cluster,
+        s.engine,
+        plan.layout,
+        s.weights_dtype,
+        s.kv_dtype,
+        reserved_context(s.engine, plan.input_len, plan.output_len),
+    )
+    cap = max(1.0, float(mem.max_concurrency[0]))
+    b = 1.0
+    for _ in range(30):
+        ttft, tpot = _latencies(s, plan.layout, b, plan.input_len, plan.output_len)
+        nb = min(cap, max(1.0, rate * (ttft + plan.output_len * tpot)))
+        if abs(nb - b) < 1e-3 * b:
+            break
+        b = nb
+    return b
+
+
+def load_rows(path: str) -> list[dict[str, Any]]:
+    import yaml
+
+    from planner.catalog import read_yaml
+
+    del yaml
+    data = read_yaml(__import__("pathlib").Path(path))
+    rows = data.get("runs")
+    if not isinstance(rows, list):
+        raise PlannerError(f"{path}: expected a 'runs' list")
+    return rows

@@ -1,0 +1,82 @@
+"""What ``plan serve`` takes (``ServeRequest``) and answers (``ServeRanking`` of
+``ServeCandidate``). Lengths in tokens, latencies in seconds, memory in bytes, throughput in
+tokens/s; the CLI converts ms and GiB at the edge."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from planner.schemas.base import Frozen
+
+WeightsDtype = Literal["bf16", "fp8", "fp4"]
+KvDtype = Literal["bf16", "fp8"]
+EngineName = Literal["vllm", "sglang", "trtllm"]
+
+
+class ServeRequest(Frozen):
+    """A serving question: the workload, the latency targets, the load and the formats."""
+
+    input_len: PositiveInt = Field(2048, description="Prompt tokens per request")
+    output_len: PositiveInt = Field(512, description="Generated tokens per request")
+    ttft_s: PositiveFloat | None = Field(None, description="Target time to first token")
+    tpot_s: PositiveFloat | None = Field(None, description="Target time per output token")
+    request_rate: PositiveFloat | None = Field(None, description="Offered load, requests/s over the cluster")
+    concurrency: PositiveInt | None = Field(None, description="Requests in flight over the cluster")
+    weights_dtype: WeightsDtype = "bf16"
+    kv_dtype: KvDtype = "bf16"
+    engine: EngineName = "vllm"
+    disaggregate: bool = False
+    tp: PositiveInt | None = Field(None, description="Pin tensor parallelism")
+    pp: PositiveInt | None = Field(None, description="Pin pipeline parallelism")
+    ep: PositiveInt | None = Field(None, description="Pin expert parallelism")
+    attention_dp: bool | None = Field(None, description="Pin attention data parallelism")
+    top: PositiveInt = 10
+
+    @model_validator(mode="after")
+    def _one_load(self) -> ServeRequest:
+        if self.request_rate is not None and self.concurrency is not None:
+            raise ValueError("give request_rate or concurrency, not both")
+        if self.input_len > 2**24 or self.output_len > 2**24:
+            raise ValueError("input_len and output_len must be at most 16,777,216 tokens")
+        return self
+
+
+class MemoryBreakdown(Frozen):
+    weights: float
+    kv_cache: float
+    activations: float
+    runtime: float
+
+
+class ServeCandidate(Frozen):
+    """One ranked layout at the batch it runs."""
+
+    config: dict[str, int | bool | dict[str, int] | None]
+    batch_per_replica: float
+    ttft_s: float
+    tpot_s: float
+    output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_user: float
+    max_concurrency: int
+    memory_per_gpu_bytes: float
+    memory_breakdown_bytes: MemoryBreakdown
+    kv_cache_bytes_per_token: float
+    tpot_breakdown_s: dict[str, float]
+    meets_targets: bool
+    why: str = ""
+    warnings: list[str] = Field(default_factory=list)
+
+
+class ServeRanking(Frozen):
+    model: str
+    cluster: str
+    engine: str
+    num_gpus: int
+    request: ServeRequest
+    candidates: list[ServeCandidate]
+    considered: int
+    feasible: int
+    reason: str = Field("", description="Why the ranking is empty, when it is")
+    warnings: list[str] = Field(default_factory=list)

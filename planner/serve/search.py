@@ -1,0 +1,370 @@
+"""Layout search for serving (ARCHITECTURE 9.6): every (tp, pp, ep, attention DP) the cluster and
+the pins allow, times a grid of batch sizes, priced as numpy columns; ranked by output tokens/s
+per GPU among those that meet the latency targets.
+
+Load (``ServeRequest``): a concurrency N puts ceil(N / replicas) sequences on each replica; a
+request rate R is served at the smallest batch B whose rate B / (TTFT + osl x TPOT) reaches
+R / replicas (Little's law, L = lambda W); with neither, each layout runs the largest batch that
+meets the targets and its memory allows (maximum throughput). Under continuous batching with
+chunked prefill each round carries B decode tokens plus B x isl / osl prompt tokens on average
+(every finished request is replaced by one whose prompt must be prefilled), so prefill slows
+TPOT as it does in the engines; TTFT is the prompt's chunks at that mixed round plus half a round
+of waiting to be admitted.
+
+Disaggregation (``disaggregate``, DistServe, Zhong et al. OSDI 2024; Splitwise, Patel et al.
+ISCA 2024): prefill replicas run prompts only, decode replicas decode only, the KV cache moves
+between them over the links (NVLink inside one fast domain, else the NICs of the prefill replica's
+GPUs); replica counts are the integer split of the cluster that maximises min(prefill rate,
+decode rate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.errors import PlannerError
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.model import ModelSpec
+from planner.serve.engine import EngineProfile, load_engine
+from planner.serve.kv import kv_bytes_per_token
+from planner.serve.layout import Layouts
+from planner.serve.memory import MemoryPlan, plan_memory, reserved_context
+from planner.serve.schemas import MemoryBreakdown, ServeCandidate, ServeRanking, ServeRequest
+from planner.serve.step import RoundTerms, Setting, round_terms
+
+BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
+"""Batch sizes tried per replica (1, 2, 3, 4, 6, 8, 12, ... 8192), plus each layout's max
+concurrency."""
+
+
+def _powers_of_two_up_to(n: int) -> list[int]:
+    return [2**i for i in range(int(math.log2(max(n, 1))) + 1)]
+
+
+def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, engine: EngineProfile, req: ServeRequest) -> Layouts:
+    """Every layout the cluster and pins allow: tp a power of two (or the pin) within the fast
+    domain dividing the attention heads unless attention DP, pp up to the layers, ep a divisor of
+    tp and of the experts (MoE only), attention DP where the engine has it (MoE models, ep = tp)."""
+    n = cluster.num_gpus
+    rows: list[tuple[int, int, int, bool, int]] = []
+    tps = [req.tp] if req.tp else _powers_of_two_up_to(min(n, cluster.fast_domain_gpus))
+    pps = [req.pp] if req.pp else _powers_of_two_up_to(min(n, model.num_hidden_layers))
+    for tp in tps:
+        for pp in pps:
+            if tp * pp > n:
+                continue
+            eps = [1]
+            if model.is_moe:
+                eps = [e for e in range(1, tp + 1) if tp % e == 0 and model.num_experts_total % e == 0]
+            if req.ep:
+                eps = [req.ep] if req.ep in eps else []
+            for ep in eps:
+                adps = [False]
+                if engine.attention_dp and model.is_moe and ep == tp and tp > 1:
+                    adps.append(True)
+                if req.attention_dp is not None:
+                    adps = [a for a in adps if a == req.attention_dp]
+                for adp in adps:
+                    if not adp and model.num_attention_heads % tp:
+                        continue
+                    rows.append((tp, pp, ep, adp, n // (tp * pp)))
+    if not rows:
+        raise PlannerError(_no_layout_reason(model, cluster, engine, req))
+    tp_, pp_, ep_, adp_, rep_ = zip(*rows, strict=True)
+    return Layouts.of(list(tp_), list(pp_), list(ep_), list(adp_), list(rep_))
+
+
+def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProfile, req: ServeRequest) -> str:
+    n = cluster.num_gpus
+    if req.tp and req.tp > min(n, cluster.fast_domain_gpus):
+        return f"tp: pinned {req.tp} exceeds the {min(n, cluster.fast_domain_gpus)} GPUs of one fast domain"
+    if (req.tp or 1) * (req.pp or 1) > n:
+        return f"tp x pp: pinned {(req.tp or 1) * (req.pp or 1)} GPUs, the cluster has {n}"
+    if req.ep and not model.is_moe:
+        return f"ep: {model.name} has no experts; leave ep unset"
+    if req.ep:
+        return f"ep: {req.ep} must divide tp and the {model.num_experts_total} experts"
+    if req.attention_dp and not (engine.attention_dp and model.is_moe):
+        return f"attention_dp: {engine.name} runs attention DP only for MoE models with ep = tp > 1"
+    if req.tp and model.num_attention_heads % req.tp:
+        return f"tp: {req.tp} does not divide the {model.num_attention_heads} attention heads"
+    return "no layout satisfies the pins; loosen --tp/--pp/--ep"
+
+
+def setting_for(
+    model: ModelSpec, cluster: ClusterSpec, req: ServeRequest, engine: EngineProfile | None = None
+) -> Setting:
+    engine = engine or load_engine(req.engine)
+    return Setting(model, cluster, engine, req.weights_dtype, req.kv_dtype, engine.parameters(cluster.gpu.architecture))
+
+
+@dataclass(frozen=True)
+class Priced:
+    """Layouts x batches, flattened: the layout columns, the batch, memory and the round terms."""
+
+    lay: Layouts
+    batch: np.ndarray
+    memory: MemoryPlan
+    terms: RoundTerms
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+
+    @property
+    def tokens_per_s_per_gpu(self) -> np.ndarray:
+        return self.batch / self.tpot_s / self.lay.gpus_per_replica
+
+
+def prefill_chunk(engine: EngineProfile, input_len: int) -> int:
+    """Prompt tokens one iteration takes: the engine's token budget (TensorRT-LLM without chunked
+    prefill runs a prompt whole; longer prompts than its budget need chunking, priced the same)."""
+    return min(input_len, engine.max_num_batched_tokens)
+
+
+def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeRequest) -> Priced:
+    """TTFT and TPOT of each layout at ``batch`` running sequences per replica."""
+    isl, osl = float(req.input_len), float(req.output_len)
+    mem = plan_memory(
+        s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, reserved_context(s.engine, isl, osl)
+    )
+    context = np.full(len(lay), isl + osl / 2.0)
+    prefill = batch * isl / osl
+    terms = round_terms(s, lay, batch, context, prefill, isl)
+    tpot = terms.total_s
+    chunk = float(prefill_chunk(s.engine, req.input_len))
+    chunks = math.ceil(isl / chunk)
+    first = round_terms(s, lay, np.maximum(batch - 1, 0), context, np.full(len(lay), chunk) * lay.pp, isl).total_s
+    ttft = chunks * first + 0.5 * tpot * (batch > 1)
+    return Priced(lay, batch, mem, terms, ttft, tpot)
+
+
+def _grid(lay: Layouts, mem: MemoryPlan, concurrency: int | None = None) -> tuple[Layouts, np.ndarray]:
+    """Each layout once per batch of the grid below its max concurrency, at it, and at the asked
+    concurrency per replica where one is asked and fits."""
+    idx, batch = [], []
+    for i, cap in enumerate(mem.max_concurrency):
+        if cap < 1:
+            continue
+        sizes = {b for b in BATCH_GRID if b < cap} | {int(cap)}
+        if concurrency is not None:
+            sizes.add(int(min(cap, math.ceil(concurrency / lay.replicas[i]))))
+        sizes = sorted(sizes)
+        idx += [i] * len(sizes)
+        batch += sizes
+    index = np.asarray(idx, dtype=int)
+    return lay.take(index), np.asarray(batch, dtype=float)
+
+
+def _meets(req: ServeRequest, ttft: np.ndarray, tpot: np.ndarray) -> np.ndarray:
+    ok = np.ones(len(ttft), dtype=bool)
+    if req.ttft_s is not None:
+        ok &= ttft <= req.ttft_s
+    if req.tpot_s is not None:
+        ok &= tpot <= req.tpot_s
+    return ok
+
+
+def _kv_per_token(s: Setting, req: ServeRequest) -> float:
+    return kv_bytes_per_token(s.model, s.kv_dtype, float(req.input_len + req.output_len))
+
+
+def _config(lay: Layouts, i: int, split: dict[str, int] | None = None) -> dict[str, int | bool | dict[str, int] | None]:
+    return {
+        "tp": int(lay.tp[i]),
+        "pp": int(lay.pp[i]),
+        "ep": int(lay.ep[i]),
+        "attention_dp": bool(lay.attention_dp[i]),
+        "replicas": int(lay.replicas[i]),
+        "gpus_per_replica": int(lay.gpus_per_replica[i]),
+        "prefill_decode_split": split,
+    }
+
+
+def _warnings(s: Setting, req: ServeRequest) -> list[str]:
+    out = []
+    gpu = s.cluster.gpu
+    if req.weights_dtype == "fp4" and not (gpu.architecture or "").startswith("blackwell"):
+        out.append(f"fp4 weights on {gpu.name}: no FP4 tensor cores, priced as weight-only at the FP8/BF16 rate")
+    if req.weights_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
+        out.append(f"fp8 weights on {gpu.name}: no FP8 tensor cores, priced as weight-only at the BF16 rate")
+    if s.engine.calibrated_like and not s.engine.fitted:
+        out.append(f"{s.engine.name} has no fit of its own: {s.engine.calibrated_like}'s fitted parameters stand in")
+        fitted = load_engine(s.engine.calibrated_like).fitted
+    else:
+        fitted = s.engine.fitted
+    if gpu.architecture not in fitted:
+        what = "uncalibrated defaults" if not fitted else "the mean of its other architectures' fits"
+        out.append(f"no fitted parameters for {gpu.architecture}: {what}")
+    if req.input_len > s.engine.max_num_batched_tokens and not s.engine.chunked_prefill:
+        out.append(f"prompts of {req.input_len} tokens exceed {s.engine.name}'s token budget: enable chunked prefill")
+    return out
+
+
+def _candidate(p: Priced, i: int, s: Setting, req: ServeRequest, meets: bool, why: str) -> ServeCandidate:
+    m = p.memory
+    rate = float(p.tokens_per_s_per_gpu[i])
+    if req.request_rate is not None:  # the offered load, served: rate x osl over the cluster's GPUs
+        rate = req.request_rate * req.output_len / float(p.lay.num_gpus[i])
+    return ServeCandidate(
+        config=_config(p.lay, i),
+        batch_per_replica=float(p.batch[i]),
+        ttft_s=float(p.ttft_s[i]),
+        tpot_s=float(p.tpot_s[i]),
+        output_tokens_per_s_per_gpu=rate,
+        output_tokens_per_s_per_user=float(1.0 / p.tpot_s[i]),
+        max_concurrency=int(m.max_concurrency[i] * p.lay.replicas[i]),
+        memory_per_gpu_bytes=float(m.total_bytes[i]),
+        memory_breakdown_bytes=MemoryBreakdown(
+            weights=float(m.weights_bytes[i]),
+            kv_cache=float(max(m.kv_cache_bytes[i], 0.0)),
+            activations=float(m.activations_bytes[i]),
+            runtime=float(m.runtime_bytes[i]),
+        ),
+        kv_cache_bytes_per_token=_kv_per_token(s, req),
+        tpot_breakdown_s=p.terms.as_dict(i),
+        meets_targets=meets,
+        why=why,
+    )
+
+
+def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
+    """Per layout (one row each), the index into ``p`` of the batch it runs at (-1: none)."""
+    layout_key = np.stack([p.lay.tp, p.lay.pp, p.lay.ep, p.lay.attention_dp.astype(float)], axis=1)
+    _, group = np.unique(layout_key, axis=0, return_inverse=True)
+    group = group.ravel()
+    chosen = np.full(group.max() + 1, -1)
+    meets = _meets(req, p.ttft_s, p.tpot_s)
+    if req.concurrency is not None:
+        want = np.ceil(req.concurrency / p.lay.replicas)
+        score = -np.abs(p.batch - want)  # the grid point nearest the asked batch, at or below capacity
+        ok = p.batch <= want
+        ok |= p.batch == p.memory.max_concurrency  # capacity below the asked batch: run full
+    elif req.request_rate is not None:
+        rate = p.batch / (p.ttft_s + req.output_len * p.tpot_s)
+        ok = rate * p.lay.replicas >= req.request_rate
+        score = -p.batch  # the smallest batch that keeps up
+    else:
+        ok = meets
+        score = p.tokens_per_s_per_gpu
+    for g in range(group.max() + 1):
+        rows = np.flatnonzero((group == g) & ok)
+        if len(rows):
+            chosen[g] = rows[np.argmax(score[rows])]
+    return chosen
+
+
+def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) -> str:
+    c = best.config
+    parts = [
+        f"tp{c['tp']} pp{c['pp']}"
+        + (f" ep{c['ep']}" if c["ep"] != 1 else "")
+        + (" attention-DP" if c["attention_dp"] else "")
+    ]
+    terms = best.tpot_breakdown_s
+    top = max(terms, key=lambda k: terms[k])
+    parts.append(
+        f"TPOT {best.tpot_s * 1e3:.1f} ms is {terms[top] / best.tpot_s:.0%} {top.removesuffix('_s').replace('_', ' ')}"
+    )
+    parts.append(f"batch {best.batch_per_replica:.0f} per replica (KV room for {best.max_concurrency})")
+    if others and req.request_rate is not None:
+        parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins")
+    elif others:
+        nxt = others[0]
+        parts.append(f"{best.output_tokens_per_s_per_gpu / max(nxt.output_tokens_per_s_per_gpu, 1e-9):.2f}x the next")
+    return "; ".join(parts)
+
+
+def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeRanking:
+    """Rank the feasible layouts (see the module docstring)."""
+    engine = load_engine(req.engine)
+    s = setting_for(model, cluster, req, engine)
+    warnings = _warnings(s, req)
+    lay = enumerate_layouts(model, cluster, engine, req)
+    if req.disaggregate:
+        from planner.serve.disagg import disaggregated_candidates
+
+        cands, considered, reason = disaggregated_candidates(s, lay, req)
+    else:
+        cands, considered, reason = _colocated_candidates(s, lay, req)
+    ok = [c for c in cands if c.meets_targets]
+    # at a fixed request rate every layout serves the same tokens: the faster one per user wins
+    ok.sort(key=lambda c: (-round(c.output_tokens_per_s_per_gpu, 6), c.tpot_s))
+    ranked = ok[: req.top]
+    if ranked:
+        ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
+    elif not reason:
+        reason = _empty_reason(cands, req)
+    return ServeRanking(
+        model=model.name,
+        cluster=cluster.name,
+        engine=engine.name,
+        num_gpus=cluster.num_gpus,
+        request=req,
+        candidates=ranked,
+        considered=considered,
+        feasible=len(ok),
+        reason=reason,
+        warnings=warnings,
+    )
+
+
+def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
+    mem = plan_memory(
+        s.model,
+        s.cluster,
+        s.engine,
+        lay,
+        s.weights_dtype,
+        s.kv_dtype,
+        reserved_context(s.engine, req.input_len, req.output_len),
+    )
+    if not mem.fits.any():
+        need = float(mem.weights_bytes.min()) / 2**30
+        return (
+            [],
+            len(lay),
+            (
+                f"no layout fits: the smallest weight shard is {need:.1f} GiB per GPU and no layout leaves room "
+                f"for one sequence of {req.input_len + req.output_len} tokens; use more GPUs, --weights-dtype fp8 "
+                "or a shorter context"
+            ),
+        )
+    glay, batch = _grid(lay, mem, req.concurrency)
+    p = price_colocated(s, glay, batch, req)
+    chosen = _select_batch(p, req)
+    cands = []
+    meets = _meets(req, p.ttft_s, p.tpot_s)
+    for i in chosen:
+        if i >= 0:
+            cands.append(_candidate(p, int(i), s, req, bool(meets[i]), ""))
+    if not cands and req.request_rate is not None:
+        return [], len(p.batch), f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
+    if not cands:
+        best_tpot = float(p.tpot_s.min()) * 1e3
+        best_ttft = float(p.ttft_s.min()) * 1e3
+        return (
+            [],
+            len(p.batch),
+            (
+                f"no layout meets the targets: the lowest TPOT any layout reaches is {best_tpot:.1f} ms and the lowest "
+                f"TTFT {best_ttft:.0f} ms (asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)})"
+            ),
+        )
+    return cands, len(p.batch), ""
+
+
+def _ms(x: float | None) -> str:
+    return "any" if x is None else f"{x * 1e3:g} ms"
+
+
+def _empty_reason(cands: list[ServeCandidate], req: ServeRequest) -> str:
+    if not cands:
+        return "no layout fits"
+    tpot = min(c.tpot_s for c in cands) * 1e3
+    ttft = min(c.ttft_s for c in cands) * 1e3
+    return (
+        f"no layout meets the targets at this load: the lowest TPOT is {tpot:.1f} ms and the lowest TTFT "
+        f"{ttft:.0f} ms (asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)})"
+    )

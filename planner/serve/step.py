@@ -1,0 +1,356 @@
+"""One engine iteration of a serving replica (ARCHITECTURE 9.4): prefill and decode terms.
+
+A replica of tp x pp GPUs runs continuous batching: each iteration carries the decode tokens of
+the running sequences and, with chunked prefill (or TensorRT-LLM's in-flight batching), prompt
+tokens of newly admitted ones. With pp stages the batch is split into pp micro-batches that chase
+each other through the stages (vLLM's and TensorRT-LLM's pipeline-parallel scheduling), so one
+*round*, in which every sequence advances one token, is the sum of the stages' times on a
+micro-batch: TPOT = round time. At batch 1 PP therefore does not shorten TPOT (every stage's
+weights are still read once per token); it only adds memory.
+
+Per round, per GPU, over all layers (the terms of ``round_terms``):
+  GEMMs        roofline per group of weights: max(FLOPs / (peak x GEMM efficiency x fitted compute
+               fraction), weight bytes / (HBM bandwidth x STREAM fraction x fitted decode HBM
+               fraction)) (Williams et al. 2009, 'Roofline'); at decode batch sizes M is small and
+               the byte term wins: TPOT ~ weight bytes / achieved bandwidth. Routed experts read
+               only the experts some token picked: E x (1 - (1 - k/E)^T) of them (uniform routing).
+  attention    decode: the KV cache of every sequence in the micro-batch read from HBM (roofline
+               with the score FLOPs: MLA's absorbed attention is 2a(2r + d_rope) FLOPs per key,
+               DeepSeek-V2 appendix 'weight absorption'); prefill: the causal score FLOPs at the
+               profile's fused-attention efficiency, keys per query from ``flops.attended_keys``
+               (sliding windows included).
+  TP           2 all-reduces per layer of T x h x 2 bytes (Megatron's TP, Shoeybi et al. 2019);
+               decode messages are KiB, so the engine's one-shot all-reduce latency or the ring's
+               2(t-1) alpha (``cost.comm.all_reduce_s``) dominates: TP=8 cuts TPOT by < 8x.
+  EP           under attention DP, 2 all-to-alls per MoE layer (dispatch in the activation format,
+               combine in bf16) of the rank's tokens x top-k x h (``cost.comm.all_to_all_s``).
+  PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``).
+  overhead     the engine's fitted per-iteration time per stage (launch gaps, synchronisation) and
+               per running sequence (host-side scheduling, sampling and detokenisation of each
+               request every iteration).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.cost.comm import GroupLink, all_reduce_s, all_to_all_s, group_link, send_recv_s
+from planner.cost.flops import attended_keys, attention_dims
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.model import ModelSpec
+from planner.serve.engine import EngineProfile, FittedParameters
+from planner.serve.kv import sequence_kv_bytes_per_gpu
+from planner.serve.layout import Layouts
+from planner.serve.memory import block_weight_bytes_per_gpu, head_weight_bytes_per_gpu, weight_params
+
+ACTIVATION_BYTES = 2.0
+"""Activations and collectives move bf16 (2 bytes), as vLLM and TensorRT-LLM do outside GEMMs."""
+
+FP4_OVER_FP8 = 2.0
+"""Blackwell's dense FP4 tensor throughput is twice its FP8 (NVIDIA DGX B200 datasheet: 72 PF FP8
+and 144 PF FP4 per 8 GPUs); Hopper and Ampere have no FP4 tensor cores and run FP4 weights as
+weight-only (dequantised to FP8/BF16 GEMMs), at their FP8 (else BF16) rate."""
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What is served and how: model, cluster, engine, formats and fitted parameters."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    engine: EngineProfile
+    weights_dtype: str
+    kv_dtype: str
+    params: FittedParameters
+
+    @property
+    def gemm_flops_per_s(self) -> float:
+        """Large-GEMM rate in the weight format's compute dtype (before the fitted compute fraction)."""
+        gpu = self.cluster.gpu
+        if self.weights_dtype == "fp4":
+            rate = gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8")
+            if (gpu.architecture or "").startswith("blackwell"):
+                rate *= FP4_OVER_FP8
+        else:
+            rate = gpu.peak_flops_per_s(self.weights_dtype) * gpu.gemm_efficiency_for(self.weights_dtype)
+        return rate
+
+    @property
+    def attention_flops_per_s(self) -> float:
+        """Fused attention at the profile's best-kernel efficiency (bf16), before the compute fraction."""
+        gpu = self.cluster.gpu
+        return gpu.peak_flops_per_s("bf16") * gpu.attention_efficiency_for("fused")
+
+    @property
+    def hbm_bytes_per_s(self) -> float:
+        """HBM bandwidth at the profile's STREAM rate, before the fitted decode fraction."""
+        return self.cluster.gpu.achieved_hbm_bytes_per_s
+
+
+@dataclass(frozen=True)
+class RoundTerms:
+    """Seconds per round (columns), by term."""
+
+    gemm_s: np.ndarray
+    attention_s: np.ndarray
+    tp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    overhead_s: np.ndarray
+
+    @property
+    def total_s(self) -> np.ndarray:
+        return self.gemm_s + self.attention_s + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s + self.overhead_s
+
+    def as_dict(self, i: int) -> dict[str, float]:
+        return {k: float(getattr(self, k)[i]) for k in self.__dataclass_fields__}
+
+
+@dataclass(frozen=True)
+class RoundCost:
+    """A round's time as a function of the fitted parameters (c compute fraction, e expert GEMM
+    fraction, h decode HBM fraction, o overhead per stage): sum over roofline pairs of
+    max(compute / c (/ e for routed experts), memory / h), plus
+    compute-only time / c (prefill attention), plus communication, plus overhead_count x o. The
+    pairs are computed at c = h = 1 once, so a fit re-prices a row with arithmetic only."""
+
+    pair_compute_s: np.ndarray  # (pairs, n): GEMM groups and decode attention
+    pair_memory_s: np.ndarray
+    compute_only_s: np.ndarray
+    tp_comm_s: np.ndarray
+    ep_comm_s: np.ndarray
+    pp_comm_s: np.ndarray
+    overhead_count: np.ndarray
+    sequence_count: np.ndarray  # running sequences x rounds: the per-sequence host work
+    gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention
+    expert_rows: np.ndarray  # bool per pair: routed-expert GEMMs (scaled by expert_gemm_fraction)
+
+    def terms(self, params: FittedParameters) -> RoundTerms:
+        c, h = params.compute_fraction, params.decode_hbm_fraction
+        compute = self.pair_compute_s / c
+        compute[self.expert_rows] /= params.expert_gemm_fraction
+        memory = self.pair_memory_s / h
+        memory[self.gemm_pairs :] *= h / params.kv_read_fraction  # decode attention reads the paged KV cache
+        pair = np.maximum(compute, memory)
+        return RoundTerms(
+            gemm_s=pair[: self.gemm_pairs].sum(axis=0),
+            attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s / c,
+            tp_comm_s=self.tp_comm_s,
+            ep_comm_s=self.ep_comm_s,
+            pp_comm_s=self.pp_comm_s,
+            overhead_s=(
+                self.overhead_count * params.step_overhead_us + self.sequence_count * params.sequence_overhead_us
+            )
+            * 1e-6,
+        )
+
+    def total_s(self, params: FittedParameters) -> np.ndarray:
+        return self.terms(params).total_s
+
+    def scaled(self, weight: float) -> RoundCost:
+        """``weight`` x this cost (``weight`` >= 0)."""
+        zero = RoundCost(
+            self.pair_compute_s[:0],
+            self.pair_memory_s[:0],
+            np.zeros_like(self.compute_only_s),
+            np.zeros_like(self.tp_comm_s),
+            np.zeros_like(self.ep_comm_s),
+            np.zeros_like(self.pp_comm_s),
+            np.zeros_like(self.overhead_count),
+            np.zeros_like(self.sequence_count),
+            0,
+            self.expert_rows[:0],
+        )
+        return zero.plus(self, weight)
+
+    def plus(self, other: RoundCost, weight: float | np.ndarray = 1.0) -> RoundCost:
+        """This cost plus ``weight`` x ``other`` (max(w x, w y) = w max(x, y) for w >= 0, so the
+        pairs of both stay pairs): a static batch is one prefill plus osl decode rounds."""
+        w = np.asarray(weight, dtype=float)
+
+        def cat(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+            return np.concatenate(
+                [a[: self.gemm_pairs], w * b[: other.gemm_pairs], a[self.gemm_pairs :], w * b[other.gemm_pairs :]]
+            )
+
+        return RoundCost(
+            pair_compute_s=cat(self.pair_compute_s, other.pair_compute_s),
+            pair_memory_s=cat(self.pair_memory_s, other.pair_memory_s),
+            compute_only_s=self.compute_only_s + w * other.compute_only_s,
+            tp_comm_s=self.tp_comm_s + w * other.tp_comm_s,
+            ep_comm_s=self.ep_comm_s + w * other.ep_comm_s,
+            pp_comm_s=self.pp_comm_s + w * other.pp_comm_s,
+            overhead_count=self.overhead_count + w * other.overhead_count,
+            sequence_count=self.sequence_count + w * other.sequence_count,
+            gemm_pairs=self.gemm_pairs + other.gemm_pairs,
+            expert_rows=np.concatenate(
+                [
+                    self.expert_rows[: self.gemm_pairs],
+                    other.expert_rows[: other.gemm_pairs],
+                    self.expert_rows[self.gemm_pairs :],
+                    other.expert_rows[other.gemm_pairs :],
+                ]
+            ),
+        )
+
+
+def _link(cluster: ClusterSpec, size: np.ndarray, stride: object) -> GroupLink:
+    """``cost.comm.group_link`` of integer group sizes (the layout columns are floats)."""
+    size_i = np.asarray(size).astype(np.int64)
+    return group_link(cluster, size_i, np.broadcast_to(np.asarray(stride).astype(np.int64), size_i.shape))
+
+
+def tp_all_reduce_s(s: Setting, lay: Layouts, message_bytes: np.ndarray) -> np.ndarray:
+    """One TP all-reduce: the ring/NVLS price of ``cost.comm.all_reduce_s``, or the engine's
+    one-shot kernel inside one node (latency + (t-1) x M over the link: each rank reads every
+    peer's whole buffer), whichever is faster, as the engines pick by message size (one-shot for
+    decode's KiB messages, ring/NVLS for prefill's MiB ones)."""
+    link = _link(s.cluster, lay.tp, 1)
+    ring = all_reduce_s(message_bytes, link)
+    if not s.engine.custom_all_reduce or s.engine.custom_all_reduce_latency_us is None:
+        return ring
+    one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) * message_bytes / (
+        s.cluster.intra_node.bus_bandwidth_bytes_per_s
+    )
+    inside = lay.tp <= s.cluster.fast_domain_gpus
+    return np.where((lay.tp > 1) & inside, np.minimum(ring, one_shot), ring)
+
+
+def experts_touched_fraction(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
+    """Share of a MoE layer's experts at least one of ``tokens`` routes to: 1 - (1 - k/E)^T, for
+    uniform independent routing (an estimate; real routing is skewed, which touches fewer)."""
+    if not model.is_moe:
+        return np.zeros_like(tokens)
+    k, E = float(model.num_experts_per_tok or 1), float(model.num_experts_total)
+    return 1.0 - np.power(1.0 - k / E, np.maximum(tokens, 0.0))
+
+
+def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
+    for the non-expert weights, the routed experts and the LM head (see the module docstring).
+    ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits."""
+    m = s.model
+    w = weight_params(m)
+    non_expert_bytes, expert_bytes = block_weight_bytes_per_gpu(m, lay, s.weights_dtype)
+    non_expert_bytes, expert_bytes = non_expert_bytes * lay.pp, expert_bytes * lay.pp
+    head_bytes = head_weight_bytes_per_gpu(m, lay) * np.where(
+        lay.pp > 1, 1.0, w.lm_head / max(w.lm_head + w.embedding, 1)
+    )
+    c = m.parameter_counts
+    k = float(m.num_experts_per_tok or 0)
+    active_expert_params = m.num_moe_layers * k * c.moe_expert_each
+    flops_non_expert = 2.0 * (w.attention + w.dense) * tokens / lay.tp
+    flops_experts = 2.0 * active_expert_params * tokens / lay.tp
+    flops_head = 2.0 * w.lm_head * head_tokens / lay.tp
+    touched = experts_touched_fraction(m, tokens)
+    rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
+    compute = np.stack([flops_non_expert / rate, flops_experts / rate, flops_head / rate])
+    memory = np.stack([non_expert_bytes / bw, expert_bytes * touched / bw, head_bytes / bw])
+    return compute, np.broadcast_to(memory, compute.shape)
+
+
+def _heads_per_rank(m: ModelSpec, lay: Layouts) -> np.ndarray:
+    return np.where(lay.attention_dp, float(m.num_attention_heads), np.ceil(m.num_attention_heads / lay.tp))
+
+
+def decode_attention_pair(
+    s: Setting, lay: Layouts, sequences: np.ndarray, context: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP time, byte time) of a round's decode attention: every sequence's KV read once."""
+    m = s.model
+    per_rank = sequences / np.where(lay.attention_dp, lay.tp, 1.0)
+    kv_bytes = per_rank * sequence_kv_bytes_per_gpu(m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp)
+    kv_bytes = kv_bytes * lay.pp
+    if m.is_mla:
+        per_key = 2.0 * (2.0 * m.kv_lora_rank + m.qk_rope_head_dim)  # type: ignore[operator]
+    else:
+        d_qk, d_v = attention_dims(m)
+        per_key = 2.0 * (d_qk + d_v)
+    keys = _layer_keys_decode(m, context)
+    flops = per_rank * _heads_per_rank(m, lay) * per_key * keys
+    return flops / s.attention_flops_per_s, kv_bytes / s.hbm_bytes_per_s
+
+
+def _layer_keys_decode(m: ModelSpec, context: np.ndarray) -> np.ndarray:
+    """Keys one decode query attends summed over the layers: the context, or the window."""
+    sliding = m.num_sliding_layers
+    window = np.minimum(context, float(m.sliding_window or 0)) if sliding else 0.0
+    return (m.num_hidden_layers - sliding) * context + sliding * window
+
+
+def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len: float) -> np.ndarray:
+    """Prefill attention of ``tokens`` prompt tokens per micro-batch from prompts of ``prompt_len``:
+    causal score FLOPs 2 a (d_qk + d_v) x keys per query per layer (``flops.attended_keys``)."""
+    m = s.model
+    d_qk, d_v = attention_dims(m)
+    sliding = m.num_sliding_layers
+    keys = (m.num_hidden_layers - sliding) * attended_keys(int(prompt_len), None)
+    if sliding:
+        keys += sliding * attended_keys(int(prompt_len), m.sliding_window)
+    per_rank = tokens / np.where(lay.attention_dp, lay.tp, 1.0)
+    flops = per_rank * _heads_per_rank(m, lay) * 2.0 * (d_qk + d_v) * keys
+    return flops / s.attention_flops_per_s
+
+
+def round_terms(
+    s: Setting,
+    lay: Layouts,
+    decode_sequences: np.ndarray,
+    decode_context: np.ndarray,
+    prefill_tokens: np.ndarray,
+    prompt_len: float,
+) -> RoundTerms:
+    """Terms of one round at the setting's fitted parameters (``round_cost``)."""
+    return round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len).terms(s.params)
+
+
+def round_cost(
+    s: Setting,
+    lay: Layouts,
+    decode_sequences: np.ndarray,
+    decode_context: np.ndarray,
+    prefill_tokens: np.ndarray,
+    prompt_len: float,
+) -> RoundCost:
+    """One round of a replica: ``decode_sequences`` running sequences at mean context
+    ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica, split over pp
+    micro-batches)."""
+    m = s.model
+    pp = lay.pp
+    # a micro-batch holds B / pp sequences, and at least one while any runs
+    decode_sequences = np.asarray(decode_sequences, dtype=float)
+    dec = np.maximum(decode_sequences / pp, np.minimum(decode_sequences, 1.0))
+    pf = np.asarray(prefill_tokens, dtype=float) / pp
+    tokens = dec + pf
+    head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
+    g_compute, g_memory = gemm_pairs(s, lay, tokens, head_tokens)
+    a_compute, a_memory = decode_attention_pair(s, lay, dec, np.asarray(decode_context, dtype=float))
+    message = tokens * m.hidden_size * ACTIVATION_BYTES
+    L = float(m.num_hidden_layers)
+    moe_layers = float(m.num_moe_layers)
+    tp_comm = np.where(lay.attention_dp, 0.0, 2.0 * L * tp_all_reduce_s(s, lay, message))
+    ep_link = _link(s.cluster, lay.ep, 1)
+    k = float(m.num_experts_per_tok or 0)
+    rank_tokens = tokens / lay.tp
+    dispatch_bytes = 1.0 if s.weights_dtype in ("fp8", "fp4") else ACTIVATION_BYTES
+    a2a = all_to_all_s(rank_tokens * k * m.hidden_size * dispatch_bytes, ep_link) + all_to_all_s(
+        rank_tokens * k * m.hidden_size * ACTIVATION_BYTES, ep_link
+    )
+    ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * a2a, 0.0)
+    pp_link = _link(s.cluster, pp, lay.tp)
+    pp_comm = (pp - 1) * send_recv_s(message, pp_link)
+    n = g_compute.shape[1]
+    return RoundCost(
+        pair_compute_s=np.concatenate([g_compute, a_compute[None, :]]),
+        pair_memory_s=np.concatenate([g_memory, a_memory[None, :]]),
+        compute_only_s=prefill_attention_s(s, lay, pf, prompt_len),
+        tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
+        ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
+        pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
+        overhead_count=np.broadcast_to(pp, (n,)).astype(float),
+        sequence_count=np.broadcast_to(decode_sequences, (n,)).astype(float),
+        gemm_pairs=3,
+        expert_rows=np.array([False, True, False, False]),
+    )

@@ -1,0 +1,301 @@
+"""plan serve: KV cache, memory, decode/prefill step terms, search, CLI (planner/serve)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+import planner
+from planner.catalog import load_cluster, load_model
+from planner.errors import PlannerError
+from planner.schemas.base import GIB_BYTES
+from planner.serve.engine import FittedParameters, load_engine
+from planner.serve.kv import kv_bytes_per_token, sequence_kv_bytes_per_gpu
+from planner.serve.layout import Layouts
+from planner.serve.memory import plan_memory, reserved_context
+from planner.serve.step import Setting, round_terms
+from tests.conftest import assert_one_line_error
+
+SEED = ["serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--input-len", "2048", "--output-len", "512"]
+
+
+def _setting(model: str = "llama3-70b", cluster: str = "dgx-h100x1", weights: str = "bf16") -> Setting:
+    return Setting(load_model(model), load_cluster(cluster), load_engine("vllm"), weights, "bf16", FittedParameters())
+
+
+# ---- KV cache -----------------------------------------------------------------------------------
+def test_kv_llama3_70b_8k_is_2_5_gib_per_sequence() -> None:
+    # 80 layers x 2 x 8 KV heads x 128 x 2 bytes x 8192 tokens
+    m = load_model("llama3-70b")
+    assert kv_bytes_per_token(m, "bf16") * 8192 == 80 * 2 * 8 * 128 * 2 * 8192 == 2.5 * GIB_BYTES
+    assert kv_bytes_per_token(m, "fp8") == kv_bytes_per_token(m, "bf16") / 2
+
+
+def test_kv_mla_caches_the_latent_and_rope_key() -> None:
+    m = load_model("deepseek-v3")
+    assert kv_bytes_per_token(m, "bf16") == 61 * (512 + 64) * 2
+    # every TP rank holds the whole latent (not split by heads); attention DP splits sequences instead
+    one = sequence_kv_bytes_per_gpu(
+        m, "bf16", np.array([1000.0]), 1, np.array([8.0]), np.array([1.0]), np.array([False])
+    )
+    assert one[0] == 61 * 576 * 2 * 1000
+
+
+def test_kv_sliding_window_layers_stop_at_the_window() -> None:
+    m = load_model("mistral-7b")  # every layer slides over 4096 tokens
+    assert m.sliding_window == 4096 and m.num_sliding_layers == m.num_hidden_layers
+    seq = lambda n: sequence_kv_bytes_per_gpu(
+        m, "bf16", np.array([float(n)]), 16, np.array([1.0]), np.array([1.0]), np.array([False])
+    )[0]
+    assert seq(16384) == seq(4096) == 32 * 2 * 8 * 128 * 2 * 4096
+    assert kv_bytes_per_token(m, "bf16", 8192.0) == kv_bytes_per_token(m, "bf16") / 2
+
+
+def test_kv_gqa_split_and_paged_rounding() -> None:
+    m = load_model("llama3-70b")
+    seq = lambda n, tp: sequence_kv_bytes_per_gpu(
+        m, "bf16", np.array([float(n)]), 16, np.array([float(tp)]), np.array([1.0]), np.array([False])
+    )[0]
+    per_token = 80 * 2 * 8 * 128 * 2
+    assert seq(17, 1) == 32 * per_token  # 17 tokens take two 16-token blocks
+    assert seq(1024, 8) == 1024 * per_token / 8
+    assert seq(1024, 16) == 1024 * per_token / 8  # 8 KV heads over 16 ranks: each rank keeps one, replicated
+
+
+# ---- memory ---------------------------------------------------------------------------------------
+def test_max_concurrency_is_kv_room_over_one_sequence() -> None:
+    m, c, e = load_model("llama3-70b"), load_cluster("dgx-h100x1"), load_engine("vllm")
+    lay = Layouts.of(8)
+    mem = plan_memory(m, c, e, lay, "bf16", "bf16", 2048 + 256)
+    kv_room = 0.9 * c.gpu.hbm_capacity_bytes - mem.weights_bytes[0] - mem.activations_bytes[0] - mem.runtime_bytes[0]
+    assert mem.kv_cache_bytes[0] == pytest.approx(kv_room)
+    per_seq = math.ceil(2304 / 16) * 16 * 80 * 2 * 1 * 128 * 2  # one KV head per rank at tp 8
+    assert mem.max_concurrency[0] == math.floor(kv_room / per_seq)
+    assert 16 * GIB_BYTES < mem.weights_bytes[0] < 17 * GIB_BYTES  # 70.6e9 x 2 bytes / 8
+    # bf16 70B does not fit one 80 GB GPU; it does at fp8 on two
+    one = plan_memory(m, c, e, Layouts.of(1), "bf16", "bf16", 2304)
+    assert one.max_concurrency[0] == 0
+    assert plan_memory(m, c, e, Layouts.of(2), "fp8", "bf16", 2304).max_concurrency[0] > 0
+    assert reserved_context(load_engine("trtllm"), 2048, 512) == 2560
+    assert reserved_context(e, 2048, 512) == 2304
+
+
+# ---- decode and prefill --------------------------------------------------------------------------
+def test_decode_batch1_70b_is_bound_by_reading_the_weights() -> None:
+    s = _setting()
+    terms = round_terms(s, Layouts.of(1), np.array([1.0]), np.array([2048.0]), np.array([0.0]), 2048)
+    counts = s.model.parameter_counts
+    weight_bytes = (counts.total - counts.embedding) * 2  # the embedding is a lookup: one row per token
+    bound = weight_bytes / s.cluster.gpu.achieved_hbm_bytes_per_s
+    assert terms.gemm_s[0] == pytest.approx(bound, rel=0.01)
+    assert terms.total_s[0] == pytest.approx(bound, rel=0.02)  # KV of one sequence: 0.6 GiB vs 131 GiB
+
+
+def test_tp8_cuts_decode_by_less_than_8x_because_of_all_reduces() -> None:
+    s = _setting()
+    t = round_terms(s, Layouts.of([1, 2, 4, 8]), np.ones(4), np.full(4, 2048.0), np.zeros(4), 2048)
+    tpot = t.total_s
+    assert np.all(np.diff(tpot) < 0)  # more TP, lower TPOT
+    assert 5.0 < tpot[0] / tpot[3] < 8.0  # ... but less than linearly
+    assert t.tp_comm_s[0] == 0 and t.tp_comm_s[3] > 0.1 * tpot[3]
+    # 2 x 80 one-shot all-reduces of 8192 x 2 bytes: vLLM's 8 us latency dominates
+    assert t.tp_comm_s[3] == pytest.approx(160 * (8e-6 + 7 * 8192 * 2 / (450e9 * 0.82)), rel=0.01)
+
+
+def test_larger_batch_raises_throughput_and_tpot() -> None:
+    s = _setting(weights="fp8")
+    batch = np.array([1.0, 8.0, 64.0, 256.0])
+    lay = Layouts.of(np.full(4, 8.0))
+    tpot = round_terms(s, lay, batch, np.full(4, 2304.0), batch * 4, 2048).total_s
+    assert np.all(np.diff(tpot) > 0)
+    assert np.all(np.diff(batch / tpot) > 0)
+
+
+def test_prefill_is_compute_bound() -> None:
+    s = _setting()
+    t = round_terms(s, Layouts.of(8), np.array([0.0]), np.array([0.0]), np.array([8192.0]), 8192)
+    flops = 2 * s.model.parameter_counts.total * 8192 / 8
+    assert t.gemm_s[0] == pytest.approx(flops / s.gemm_flops_per_s, rel=0.05)
+    assert t.attention_s[0] > 0
+
+
+def test_pp_does_not_cut_batch1_tpot() -> None:
+    s = _setting(weights="fp8")
+    t = round_terms(s, Layouts.of(4, [1, 2]), np.ones(2), np.full(2, 2048.0), np.zeros(2), 2048).total_s
+    assert t[1] >= t[0]
+
+
+def test_moe_decode_reads_only_touched_experts() -> None:
+    s = _setting("mixtral-8x7b", weights="bf16")
+    t = round_terms(s, Layouts.of(np.full(3, 2.0)), np.array([1.0, 2.0, 64.0]), np.full(3, 1024.0), np.zeros(3), 1024)
+    assert t.gemm_s[0] < t.gemm_s[1] < t.gemm_s[2]
+
+
+# ---- search, library, CLI -----------------------------------------------------------------------
+def test_library_ranks_by_tokens_per_gpu_meeting_targets() -> None:
+    r = planner.serve("llama70b", "dgx-h100x1", input_len=2048, output_len=512, tpot_s=0.03)
+    assert r.candidates
+    rates = [c.output_tokens_per_s_per_gpu for c in r.candidates]
+    assert rates == sorted(rates, reverse=True)
+    assert all(c.tpot_s <= 0.03 and c.meets_targets for c in r.candidates)
+    assert all(c.config["tp"] * c.config["pp"] * c.config["replicas"] <= 8 for c in r.candidates)
+
+
+def test_concurrency_and_rate_set_the_batch() -> None:
+    r = planner.serve("llama3-8b", "dgx-h100x1", concurrency=64, tp=1)
+    c = r.candidates[0]
+    assert c.config["replicas"] == 8 and c.batch_per_replica == 8
+    low = planner.serve("llama3-8b", "dgx-h100x1", request_rate=1.0, tp=1).candidates[0]
+    high = planner.serve("llama3-8b", "dgx-h100x1", request_rate=50.0, tp=1).candidates[0]
+    assert low.batch_per_replica < high.batch_per_replica
+    # at a request rate the served throughput is the offered load: 50 req/s x 512 tokens over 8 GPUs
+    assert high.output_tokens_per_s_per_gpu == pytest.approx(50.0 * 512 / 8)
+    # Little's law: the batch covers rate x (TTFT + osl x TPOT) per replica
+    assert high.batch_per_replica >= 50.0 / 8 * (high.ttft_s + 512 * high.tpot_s)
+
+
+def test_attention_dp_wins_for_mla() -> None:
+    r = planner.serve("deepseek-v3", "dgx-h200x1", weights_dtype="fp8", engine="trtllm", tpot_s=0.1)
+    best = r.candidates[0]
+    assert best.config["attention_dp"] and best.config["ep"] == 8
+
+
+def test_disaggregation_balances_the_pools() -> None:
+    r = planner.serve("llama3-8b", "dgx-h100x2", input_len=4096, output_len=256, disaggregate=True, tpot_s=0.02)
+    best = r.candidates[0]
+    split = best.config["prefill_decode_split"]
+    assert split["prefill_gpus"] + split["decode_gpus"] <= 16
+    assert split["prefill_replicas"] >= 1 and split["decode_replicas"] >= 1
+    # long prompts, short answers: prefill needs a good share of the GPUs
+    assert split["prefill_gpus"] >= 4
+    short = planner.serve("llama3-8b", "dgx-h100x2", input_len=256, output_len=2048, disaggregate=True, tpot_s=0.02)
+    s2 = short.candidates[0].config["prefill_decode_split"]
+    assert s2["prefill_gpus"] / 16 < split["prefill_gpus"] / 16
+
+
+def test_seed_command_ranks_in_a_table(cli) -> None:
+    r = cli(*SEED, "--tpot-ms", "30")
+    assert r.code == 0, r.err
+    assert "TPOT ms" in r.out and "tok/s/GPU" in r.out and "why #1 wins" in r.out
+
+
+def test_json_keys(cli) -> None:
+    r = cli(*SEED, "--tpot-ms", "30", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    c = data["candidates"][0]
+    for key in (
+        "config",
+        "ttft_s",
+        "tpot_s",
+        "output_tokens_per_s_per_gpu",
+        "output_tokens_per_s_per_user",
+        "max_concurrency",
+        "memory_per_gpu_bytes",
+        "memory_breakdown_bytes",
+        "kv_cache_bytes_per_token",
+        "meets_targets",
+        "warnings",
+    ):
+        assert key in c
+    for key in ("tp", "pp", "ep", "attention_dp", "replicas", "gpus_per_replica", "prefill_decode_split"):
+        assert key in c["config"]
+    assert set(c["memory_breakdown_bytes"]) == {"weights", "kv_cache", "activations", "runtime"}
+    assert c["kv_cache_bytes_per_token"] == 327680
+
+
+def test_workload_file(cli, tmp_path) -> None:
+    f = tmp_path / "w.yaml"
+    f.write_text("input_len: 1024\noutput_len: 128\ntpot_ms: 40\n")
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(f), "--json")
+    assert r.code == 0, r.err
+    assert r.json()["request"]["input_len"] == 1024 and r.json()["request"]["tpot_s"] == 0.04
+    f.write_text("input_len: 1024\nfoo: 1\n")
+    assert_one_line_error(cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(f)), "foo")
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--model", "llama3-7b", "--cluster", "dgx-h100x1"], ("unknown model",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--tp", "16"], ("tp", "16")),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--tp", "3"], ("tp", "heads")),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--ep", "2"], ("ep", "experts")),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--input-len", "-5"], ("input-len",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--output-len", "0"], ("output-len",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--tpot-ms", "nan"], ("tpot-ms",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--ttft-ms", "-1"], ("ttft-ms",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--weights-dtype", "int3"], ("weights_dtype",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--engine", "tgi"], ("engine",)),
+        (["--model", "llama70b", "--cluster", "dgx-h100x1", "--concurrency", "4", "--request-rate", "2"], ("both",)),
+    ],
+)
+def test_cli_errors_exit_2(cli, args: list[str], words: tuple[str, ...]) -> None:
+    assert_one_line_error(cli("serve", *args), *words)
+
+
+def test_infeasible_targets_give_an_empty_ranking_with_reason(cli) -> None:
+    r = cli(*SEED, "--tpot-ms", "0.5", "--json")
+    assert r.code == 0
+    data = r.json()
+    assert data["candidates"] == [] and "lowest TPOT" in data["reason"]
+    r = cli(*SEED, "--tpot-ms", "0.5")
+    assert "no candidate" in r.out
+    too_big = planner.serve("llama3-405b", "dgx-h100x1", input_len=2048, output_len=512)
+    assert too_big.candidates == [] and "fits" in too_big.reason
+
+
+def test_library_errors_are_planner_errors() -> None:
+    with pytest.raises(PlannerError, match="input_len"):
+        planner.serve("llama70b", "dgx-h100x1", input_len=-1)
+    with pytest.raises(PlannerError, match="unknown model"):
+        planner.serve("nope-70b", "dgx-h100x1")
+
+
+def test_engine_profiles_are_sourced() -> None:
+    for name in ("vllm", "sglang", "trtllm"):
+        e = load_engine(name)
+        assert e.kv_block_tokens >= 1 and 0 < e.gpu_memory_fraction <= 1
+    assert load_engine("vllm").gpu_memory_fraction == 0.9 and load_engine("vllm").kv_block_tokens == 16
+    json.dumps(load_engine("trtllm").model_dump(mode="json"))
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ("vllm", ("vllm serve llama3-70b", "--tensor-parallel-size 4", "--max-num-seqs")),
+        ("sglang", ("sglang.launch_server", "--tp-size 4", "--max-running-requests")),
+        ("trtllm", ("trtllm-serve llama3-70b", "--tp_size 4", "--max_batch_size")),
+    ],
+)
+def test_export_launch_flags(cli, engine: str, flags: tuple[str, ...]) -> None:
+    r = cli(*SEED, "--tpot-ms", "30", "--tp", "4", "--export", engine)
+    assert r.code == 0, r.err
+    for flag in flags:
+        assert flag in r.out
+
+
+def test_export_disaggregated_and_attention_dp(cli) -> None:
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--disaggregate", "--export", "sglang")
+    assert r.code == 0 and "--disaggregation-mode prefill" in r.out and "--disaggregation-mode decode" in r.out
+    r = cli(
+        "serve",
+        "--model",
+        "deepseek-v3",
+        "--cluster",
+        "dgx-h200x1",
+        "--weights-dtype",
+        "fp8",
+        "--engine",
+        "trtllm",
+        "--attention-dp",
+        "--export",
+        "trtllm",
+    )
+    assert r.code == 0, r.err
+    assert "enable_attention_dp: true" in r.out
+    assert_one_line_error(cli(*SEED, "--export", "tgi"), "export", "vllm")
+    assert_one_line_error(cli(*SEED, "--tpot-ms", "0.5", "--export", "vllm"), "nothing to export")

@@ -1,0 +1,102 @@
+"""Serving ground truth: the runs translator, the fit and its cross-validation (planner/serve/runs.py,
+calibrate.py) on rows of shared/groundtruth/inference_runs.yaml."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.serve.calibrate import evaluate
+from planner.serve.runs import UnpriceableError, dtypes_from_row, model_from_row, parse_tokens, plan_row, predict
+
+RUNS = Path(__file__).resolve().parents[2] / "shared" / "groundtruth" / "inference_runs.yaml"
+pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason="shared/groundtruth/inference_runs.yaml not present")
+
+
+@cache
+def _rows() -> tuple[dict[str, Any], ...]:
+    from planner.serve.runs import load_rows
+
+    return tuple(load_rows(str(RUNS)))
+
+
+def _row(prefix: str) -> dict[str, Any]:
+    return copy.deepcopy(next(r for r in _rows() if r["name"].startswith(prefix)))
+
+
+def test_parse_tokens() -> None:
+    assert parse_tokens(2048, "isl") == 2048
+    assert parse_tokens("2K", "isl") == 2048
+    assert parse_tokens("~20k (+-15%)", "isl") == 20480
+    with pytest.raises(UnpriceableError, match="not stated"):
+        parse_tokens("not stated in this blog", "isl")
+
+
+def test_models_from_their_shape() -> None:
+    ds = model_from_row(_row("trtllm-latest/deepseek-r1/"))
+    assert ds.is_mla and ds.kv_lora_rank == 512 and ds.num_dense_layers == 3 and ds.num_experts_total == 256
+    oss = model_from_row(_row("trtllm-latest/gpt-oss-20b/"))
+    assert oss.sliding_window == 128 and oss.num_sliding_layers == 12  # alternating layers
+    gptj = model_from_row(_row("trtllm-v0.9/gptj-6b/"))
+    assert not gptj.is_gated_mlp  # GPT-J's MLP is fc_in/fc_out with GELU
+
+
+def test_formats_from_precision_text() -> None:
+    assert dtypes_from_row(_row("trtllm-latest/deepseek-r1/b200x4/dep4/fp4")) == ("fp4", "fp8")
+    assert dtypes_from_row(_row("trtllm-v0.9/gptj-6b/a100x1/tp1/fp16")) == ("bf16", "bf16")
+
+
+def test_unpriceable_rows_say_why() -> None:
+    row = _row("trtllm-v1.0/llama3.1-8b/")
+    row["parallel"]["speculative"] = "MTP 3"
+    with pytest.raises(UnpriceableError, match="speculative"):
+        plan_row(row)
+    row = _row("trtllm-v1.0/llama3.1-8b/")
+    row["hardware"]["gpu"] = "TPU v5p"
+    with pytest.raises(UnpriceableError, match="no hardware profile"):
+        plan_row(row)
+    row = _row("trtllm-v1.0/llama3.1-8b/")
+    row["parallel"]["tp"] = 4  # 4 x 1 x 1 on a 1-GPU row
+    with pytest.raises(UnpriceableError, match="does not use"):
+        plan_row(row)
+
+
+def test_modes_from_the_workload() -> None:
+    assert plan_row(_row("trtllm-v0.9/gptj-6b/h100x1/tp1/fp8/bs1/isl128-ttft")).mode == "ttft"
+    assert plan_row(_row("trtllm-v0.9/gptj-6b/h100x1/tp1/fp8/bs1024")).mode == "static"
+    assert plan_row(_row("trtllm-v0.14-online/llama3.1-70b/h100x4")).mode == "rate"
+    p = plan_row(_row("trtllm-v1.0/llama3.1-8b/h100x1"))
+    assert p.mode == "max_throughput" and 1 <= p.batch <= 4096
+    assert set(predict(p)) == {"output_tokens_per_s_per_gpu"}
+
+
+def test_fit_and_cross_validation_on_a100_rows() -> None:
+    rows = [r for r in _rows() if r["group"].startswith(("a100-trtllm", "l40s-trtllm"))]
+    ev = evaluate(rows, cross_validate=True)
+    assert ev.overall["coverage"] == 1.0
+    assert {"trtllm/ampere", "trtllm/ada"} <= set(ev.fitted)
+    assert ev.overall["mape_pct"] < 25 and ev.overall["cv_mape_pct"] < 40
+    for r in ev.runs:
+        assert set(r) >= {"name", "group", "metric", "published", "predicted", "error_pct", "cv_error_pct"}
+    for g in ev.groups.values():
+        assert g["rows"] >= g["priced"] >= 1
+    assert ev.overall["cv_mape_pct"] >= ev.overall["mape_pct"] - 1.0  # held-out groups do not fit better
+
+
+def test_shipped_fit_names_its_rows() -> None:
+    from planner.serve.engine import load_engine
+
+    trt = load_engine("trtllm")
+    assert {"hopper", "blackwell", "ampere"} <= set(trt.fitted)
+    assert trt.calibration is not None and trt.calibration.runs_file == "inference_runs.yaml"
+    names = {r["name"] for r in _rows()}
+    for arch, rows in trt.calibration.rows.items():
+        assert rows and set(rows) <= names, arch
+    for p in trt.fitted.values():  # fractions never above the profiles' measured ceilings
+        assert 0 < p.compute_fraction <= 1 and 0 < p.decode_hbm_fraction <= 1 and 0 < p.kv_read_fraction <= 1
+    assert load_engine("vllm").calibrated_like == "trtllm"
+    assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]
