@@ -2,9 +2,9 @@
 published) of every row of a runs file in the schema of shared/groundtruth/inference_runs.yaml.
 
 Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/OSL, load) by
-planner/serve/runs.py, never by its name; a row the translator cannot express is listed with the
+planner/serving/runs.py, never by its name; a row the translator cannot express is listed with the
 reason. The engines' per-architecture parameters are fitted on the file's throughput rows
-(planner/serve/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships) and each row's
+(planner/serving/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships) and each row's
 cross-validated error comes from a fit that left the row's whole group out.
 
 Run: python benchmarks/serving_accuracy.py --runs ../shared/groundtruth/inference_runs.yaml [--json] [--no-cv]
@@ -21,8 +21,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from planner.serve.calibrate import evaluate  # noqa: E402
-from planner.serve.runs import load_rows  # noqa: E402
+from planner.serving.calibrate import evaluate  # noqa: E402
+from planner.serving.runs import load_rows  # noqa: E402
 
 
 def _finite(obj: object) -> object:

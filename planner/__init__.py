@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from planner import serve  # callable package: planner.serve(model, cluster, input_len=..., ...)
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
@@ -84,6 +83,15 @@ def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | 
     job_fields, mesh = _split(fields)
     config = pinned_mesh(mesh, clus.num_gpus)
     return estimate_mesh(spec, clus, _job(spec, job, job_fields), config)
+
+
+def serve(model: str | ModelSpec, cluster: str | ClusterSpec, **request: Any) -> Any:
+    """Rank serving layouts (``plan serve``): ``planner.serve("llama70b", "dgx-h100x1",
+    input_len=2048, output_len=512, tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields
+    (planner.serving.schemas). Returns a ``ServeRanking``."""
+    from planner.serving import serve as serve_ranking
+
+    return serve_ranking(model, cluster, **request)
 
 
 __all__ = [

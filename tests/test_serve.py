@@ -12,11 +12,11 @@ import planner
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas.base import GIB_BYTES
-from planner.serve.engine import FittedParameters, load_engine
-from planner.serve.kv import kv_bytes_per_token, sequence_kv_bytes_per_gpu
-from planner.serve.layout import Layouts
-from planner.serve.memory import plan_memory, reserved_context
-from planner.serve.step import Setting, round_terms
+from planner.serving.engine import FittedParameters, load_engine
+from planner.serving.kv import kv_bytes_per_token, sequence_kv_bytes_per_gpu
+from planner.serving.layout import Layouts
+from planner.serving.memory import plan_memory, reserved_context
+from planner.serving.step import Setting, round_terms
 from tests.conftest import assert_one_line_error
 
 SEED = ["serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--input-len", "2048", "--output-len", "512"]

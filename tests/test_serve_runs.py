@@ -1,4 +1,4 @@
-"""Serving ground truth: the runs translator, the fit and its cross-validation (planner/serve/runs.py,
+"""Serving ground truth: the runs translator, the fit and its cross-validation (planner/serving/runs.py,
 calibrate.py) on rows of shared/groundtruth/inference_runs.yaml."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from planner.serve.calibrate import evaluate
-from planner.serve.runs import UnpriceableError, dtypes_from_row, model_from_row, parse_tokens, plan_row, predict
+from planner.serving.calibrate import evaluate
+from planner.serving.runs import UnpriceableError, dtypes_from_row, model_from_row, parse_tokens, plan_row, predict
 
 RUNS = Path(__file__).resolve().parents[2] / "shared" / "groundtruth" / "inference_runs.yaml"
 pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason="shared/groundtruth/inference_runs.yaml not present")
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason="shared/groundtruth/i
 
 @cache
 def _rows() -> tuple[dict[str, Any], ...]:
-    from planner.serve.runs import load_rows
+    from planner.serving.runs import load_rows
 
     return tuple(load_rows(str(RUNS)))
 
@@ -88,7 +88,7 @@ def test_fit_and_cross_validation_on_a100_rows() -> None:
 
 
 def test_shipped_fit_names_its_rows() -> None:
-    from planner.serve.engine import load_engine
+    from planner.serving.engine import load_engine
 
     trt = load_engine("trtllm")
     assert {"hopper", "blackwell", "ampere"} <= set(trt.fitted)

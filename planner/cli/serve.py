@@ -78,9 +78,9 @@ def serve_cmd(
     """Rank serving layouts (TP, PP, EP, attention DP, replicas, prefill/decode split) by output
     tokens/s per GPU among those that meet the TTFT/TPOT targets."""
     from planner.catalog import load_cluster, load_model, validate_as
-    from planner.serve.render import print_serve_ranking, ranking_json
-    from planner.serve.schemas import ServeRequest
-    from planner.serve.search import serve_search
+    from planner.serving.render import print_serve_ranking, ranking_json
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import serve_search
 
     fields: dict[str, Any] = _workload(workload) if workload is not None else {}
     given = {
@@ -105,7 +105,7 @@ def serve_cmd(
     ranking = serve_search(load_model(model), load_cluster(cluster), req)
     if export is not None:
         from planner.cli.app import write_stdout
-        from planner.serve.export import export_commands
+        from planner.serving.export import export_commands
 
         write_stdout(export_commands(ranking, export))
         return
@@ -122,9 +122,9 @@ def serve_calibrate_cmd(
     cross_validate: Annotated[bool, typer.Option("--cv/--no-cv", help="Leave-one-group-out cross-validation.")] = True,
     as_json: JsonOpt = False,
 ) -> None:
-    """Fit the serving engines' per-architecture parameters to published rows (planner/serve/calibrate.py)."""
-    from planner.serve.calibrate import evaluate, write_engine_fits
-    from planner.serve.runs import load_rows
+    """Fit the serving engines' per-architecture parameters to published rows (planner/serving/calibrate.py)."""
+    from planner.serving.calibrate import evaluate, write_engine_fits
+    from planner.serving.runs import load_rows
 
     ev = evaluate(load_rows(str(runs)), cross_validate=cross_validate)
     written: list[str] = []

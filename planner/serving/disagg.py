@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.serve.kv import kv_bytes_per_token
-from planner.serve.layout import Layouts
-from planner.serve.memory import plan_memory, reserved_context
-from planner.serve.schemas import MemoryBreakdown, ServeCandidate, ServeRequest
-from planner.serve.step import Setting, round_terms
+from planner.serving.kv import kv_bytes_per_token
+from planner.serving.layout import Layouts
+from planner.serving.memory import plan_memory, reserved_context
+from planner.serving.schemas import MemoryBreakdown, ServeCandidate, ServeRequest
+from planner.serving.step import Setting, round_terms
 
 
 def kv_transfer_s(s: Setting, prefill: Layouts, input_len: int) -> np.ndarray:
@@ -50,7 +50,7 @@ def prefill_pool(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarra
 
 def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
     """One candidate per decode layout: its best prefill layout, split and batch."""
-    from planner.serve.search import BATCH_GRID, _kv_per_token, _meets
+    from planner.serving.search import BATCH_GRID, _kv_per_token, _meets
 
     N = s.cluster.num_gpus
     if N < 2:

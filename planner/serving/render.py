@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.schemas.base import GIB_BYTES
-from planner.serve.schemas import ServeCandidate, ServeRanking
+from planner.serving.schemas import ServeCandidate, ServeRanking
 
 
 def layout_label(c: ServeCandidate) -> str:

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from planner.serve.engine import FittedParameters
-from planner.serve.runs import RowPlan, UnpriceableError, plan_row, predict
+from planner.serving.engine import FittedParameters
+from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict
 
 THROUGHPUT = ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu")
 BOUNDS = ((0.1, 0.1, 0.05, 0.05, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0, 5000.0, 100.0))
@@ -230,7 +230,7 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
     previous run wrote below FIT_MARKER. Returns the files written."""
     import yaml
 
-    from planner.serve.engine import ENGINES, engines_dir, load_engine
+    from planner.serving.engine import ENGINES, engines_dir, load_engine
 
     written = []
     for name in ENGINES:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import math
 
 from planner.errors import PlannerError
-from planner.serve.engine import load_engine
-from planner.serve.schemas import ServeCandidate, ServeRanking
+from planner.serving.engine import load_engine
+from planner.serving.schemas import ServeCandidate, ServeRanking
 
 EXPORTS = ("vllm", "sglang", "trtllm")
 

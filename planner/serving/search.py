@@ -28,12 +28,12 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
-from planner.serve.engine import EngineProfile, load_engine
-from planner.serve.kv import kv_bytes_per_token
-from planner.serve.layout import Layouts
-from planner.serve.memory import MemoryPlan, plan_memory, reserved_context
-from planner.serve.schemas import MemoryBreakdown, ServeCandidate, ServeRanking, ServeRequest
-from planner.serve.step import RoundTerms, Setting, round_terms
+from planner.serving.engine import EngineProfile, load_engine
+from planner.serving.kv import kv_bytes_per_token
+from planner.serving.layout import Layouts
+from planner.serving.memory import MemoryPlan, plan_memory, reserved_context
+from planner.serving.schemas import MemoryBreakdown, ServeCandidate, ServeRanking, ServeRequest
+from planner.serving.step import RoundTerms, Setting, round_terms
 
 BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
 """Batch sizes tried per replica (1, 2, 3, 4, 6, 8, 12, ... 8192), plus each layout's max
@@ -283,7 +283,7 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     warnings = _warnings(s, req)
     lay = enumerate_layouts(model, cluster, engine, req)
     if req.disaggregate:
-        from planner.serve.disagg import disaggregated_candidates
+        from planner.serving.disagg import disaggregated_candidates
 
         cands, considered, reason = disaggregated_candidates(s, lay, req)
     else:

@@ -30,10 +30,10 @@ from planner.catalog import load_cluster, validate_as
 from planner.errors import PlannerError
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
-from planner.serve.engine import EngineProfile, FittedParameters, load_engine
-from planner.serve.layout import Layouts
-from planner.serve.memory import plan_memory, reserved_context
-from planner.serve.step import RoundCost, Setting, round_cost
+from planner.serving.engine import EngineProfile, FittedParameters, load_engine
+from planner.serving.layout import Layouts
+from planner.serving.memory import plan_memory, reserved_context
+from planner.serving.step import RoundCost, Setting, round_cost
 
 
 class UnpriceableError(PlannerError):
@@ -403,7 +403,7 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
 
 
 def _latencies(s: Setting, lay: Layouts, batch: float, isl: int, osl: int) -> tuple[float, float]:
-    from planner.serve.search import prefill_chunk
+    from planner.serving.search import prefill_chunk
 
     b = np.array([batch])
     ctx = np.array([isl + osl / 2.0])

@@ -24,9 +24,9 @@ import numpy as np
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
-from planner.serve.engine import EngineProfile
-from planner.serve.kv import sequence_kv_bytes_per_gpu
-from planner.serve.layout import Layouts
+from planner.serving.engine import EngineProfile
+from planner.serving.kv import sequence_kv_bytes_per_gpu
+from planner.serving.layout import Layouts
 
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 """Bytes per stored weight: bf16 2, fp8 1 (per-tensor or per-channel scales negligible), fp4

@@ -40,10 +40,10 @@ from planner.cost.comm import GroupLink, all_reduce_s, all_to_all_s, group_link,
 from planner.cost.flops import attended_keys, attention_dims
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
-from planner.serve.engine import EngineProfile, FittedParameters
-from planner.serve.kv import sequence_kv_bytes_per_gpu
-from planner.serve.layout import Layouts
-from planner.serve.memory import block_weight_bytes_per_gpu, head_weight_bytes_per_gpu, weight_params
+from planner.serving.engine import EngineProfile, FittedParameters
+from planner.serving.kv import sequence_kv_bytes_per_gpu
+from planner.serving.layout import Layouts
+from planner.serving.memory import block_weight_bytes_per_gpu, head_weight_bytes_per_gpu, weight_params
 
 ACTIVATION_BYTES = 2.0
 """Activations and collectives move bf16 (2 bytes), as vLLM and TensorRT-LLM do outside GEMMs."""

@@ -20,7 +20,7 @@ ENGINES = ("vllm", "sglang", "trtllm")
 
 class FittedParameters(Frozen):
     """Parameters of one engine on one GPU architecture, fitted to published rows
-    (``planner.serve.calibrate``); defaults are what an uncalibrated engine assumes (1, 1, 0)."""
+    (``planner.serving.calibrate``); defaults are what an uncalibrated engine assumes (1, 1, 0)."""
 
     decode_hbm_fraction: float = Field(
         1.0, gt=0, le=1.5, description="HBM bandwidth decode GEMMs reach reading weights, vs the profile's STREAM rate"
