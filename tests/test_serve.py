@@ -266,9 +266,12 @@ def test_engine_profiles_are_sourced() -> None:
 @pytest.mark.parametrize(
     ("engine", "flags"),
     [
-        ("vllm", ("vllm serve llama3-70b", "--tensor-parallel-size 4", "--max-num-seqs")),
-        ("sglang", ("sglang.launch_server", "--tp-size 4", "--max-running-requests")),
-        ("trtllm", ("trtllm-serve llama3-70b", "--tp_size 4", "--max_batch_size")),
+        ("vllm", ("vllm serve meta-llama/Meta-Llama-3-70B", "--tensor-parallel-size 4", "--max-num-seqs")),
+        (
+            "sglang",
+            ("sglang.launch_server --model-path meta-llama/Meta-Llama-3-70B", "--tp-size 4", "--max-running-requests"),
+        ),
+        ("trtllm", ("trtllm-serve meta-llama/Meta-Llama-3-70B", "--tp_size 4", "--max_batch_size")),
     ],
 )
 def test_export_launch_flags(cli, engine: str, flags: tuple[str, ...]) -> None:
@@ -296,6 +299,13 @@ def test_export_disaggregated_and_attention_dp(cli) -> None:
         "trtllm",
     )
     assert r.code == 0, r.err
-    assert "enable_attention_dp: true" in r.out
+    assert "enable_attention_dp: true" in r.out and "trtllm-serve deepseek-ai/DeepSeek-V3" in r.out
+    # SGLang 0.5.23 spells attention DP --attn-dp-size (--enable-dp-attention is deprecated)
+    r = cli(
+        "serve", "--model", "deepseek-v3", "--cluster", "dgx-h200x1", "--weights-dtype", "fp8", "--attention-dp",
+        "--tp", "8", "--export", "sglang",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert "--attn-dp-size 8" in r.out and "--enable-dp-attention" not in r.out
     assert_one_line_error(cli(*SEED, "--export", "tgi"), "export", "vllm")
     assert_one_line_error(cli(*SEED, "--tpot-ms", "0.5", "--export", "vllm"), "nothing to export")

@@ -1,21 +1,32 @@
 """Launch commands for the top serving candidate (``plan serve --export vllm|sglang|trtllm``).
 
-Flags as the engines' command lines spell them (recalled from their docs, not checked against a
-release here): vLLM ``vllm serve`` (--tensor-parallel-size, --pipeline-parallel-size,
---data-parallel-size with --enable-expert-parallel for attention DP + EP, --max-num-seqs,
---max-num-batched-tokens, --gpu-memory-utilization, --kv-cache-dtype, --quantization; P/D
-disaggregation through --kv-transfer-config with the NIXL connector); SGLang
-``python -m sglang.launch_server`` (--tp-size, --pp-size, --dp-size with --enable-dp-attention,
---ep-size, --max-running-requests, --chunked-prefill-size, --mem-fraction-static,
---kv-cache-dtype fp8_e4m3, --disaggregation-mode prefill|decode); TensorRT-LLM ``trtllm-serve``
-(--tp_size, --pp_size, --ep_size, --max_batch_size, --max_num_tokens,
---kv_cache_free_gpu_memory_fraction, and enable_attention_dp / kv_cache_config in the
---extra_llm_api_options YAML). One command per replica kind; replicas go behind a router.
+Every flag was checked against the engine's own code at the release named (a reading of the
+argument definitions; the engines do not import on a CPU-only machine without their GPU stacks,
+so the test suite checks the spelling, not the parser):
+  vLLM 0.33.0 ``vllm serve``: vllm/engine/arg_utils.py EngineArgs fields tensor_parallel_size,
+    pipeline_parallel_size, data_parallel_size, enable_expert_parallel, max_num_seqs,
+    max_num_batched_tokens, gpu_memory_utilization, kv_cache_dtype (vllm/config/cache.py
+    CacheDType includes "fp8"), kv_transfer_config (P/D with the NIXL connector).
+  SGLang 0.5.23 ``python -m sglang.launch_server``: sglang/srt/arg_groups/fields (parallel.py
+    tp_size, pp_size, ep_size, attn_dp_size: "the number of data-parallel attention groups inside
+    the TP group", the current spelling of the deprecated ``--dp-size N --enable-dp-attention``,
+    which parallel.py marks for removal after 2026-12-31; model.py kv_cache_dtype "fp8_e4m3";
+    choices.py QUANTIZATION_CHOICES "fp8"), max_running_requests, chunked_prefill_size,
+    mem_fraction_static, disaggregation_mode prefill|decode.
+  TensorRT-LLM ``trtllm-serve`` (tensorrt_llm/commands/serve.py, NVIDIA/TensorRT-LLM main,
+    2026): --tp_size, --pp_size, --ep_size (aliases of --tensor_parallel_size,
+    --pipeline_parallel_size, --moe_expert_parallel_size), --max_batch_size, --max_num_tokens,
+    --kv_cache_free_gpu_memory_fraction (alias of --free_gpu_memory_fraction), and
+    --extra_llm_api_options (alias of --config) for a YAML of LLM-API fields
+    (enable_attention_dp, kv_cache_config.dtype).
+The model is named by its Hugging Face repository where the catalog's source gives one. One
+command per replica kind; replicas go behind a router.
 """
 
 from __future__ import annotations
 
 import math
+import re
 
 from planner.errors import PlannerError
 from planner.serving.engine import load_engine
@@ -50,7 +61,7 @@ def _pool(engine: str, model: str, tp: int, pp: int, ep: int, adp: bool, batch: 
     if engine == "sglang":
         args = [f"python -m sglang.launch_server --model-path {model}", f"--tp-size {tp}", f"--pp-size {pp}"]
         if adp:
-            args += ["--enable-dp-attention", f"--dp-size {tp}"]
+            args.append(f"--attn-dp-size {tp}")
         if ep > 1:
             args.append(f"--ep-size {ep}")
         args += [f"--max-running-requests {batch}", f"--chunked-prefill-size {e.max_num_batched_tokens}"]
@@ -81,6 +92,23 @@ def _pool(engine: str, model: str, tp: int, pp: int, ep: int, adp: bool, batch: 
     raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
 
 
+HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
+"""A Hugging Face repository in a catalog model's ``source`` (models/*.yaml cite the config.json
+they were read from)."""
+
+
+def checkpoint_name(model_name: str) -> str:
+    """The repository an engine loads for a catalog model (its source's Hugging Face repository),
+    else the name as given (a local path or repository the user named)."""
+    from planner.catalog import load_model
+
+    try:
+        found = HF_REPO.search(load_model(model_name).source or "")
+    except PlannerError:
+        return model_name
+    return found.group(1) if found else model_name
+
+
 def export_commands(ranking: ServeRanking, engine: str) -> str:
     """Launch commands for the ranking's top candidate on ``engine``."""
     if engine not in EXPORTS:
@@ -92,7 +120,7 @@ def export_commands(ranking: ServeRanking, engine: str) -> str:
     tp, pp, ep, adp = int(cfg["tp"]), int(cfg["pp"]), int(cfg["ep"]), bool(cfg["attention_dp"])  # type: ignore[arg-type]
     batch = max(1, math.ceil(c.batch_per_replica))
     split = cfg.get("prefill_decode_split")
-    model = ranking.model
+    model = checkpoint_name(ranking.model)
     lines = [
         f"# {model} on {ranking.cluster}: top candidate, {c.output_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU"
     ]
