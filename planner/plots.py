@@ -176,3 +176,38 @@ def plot_ranking(
     fig.tight_layout(rect=(0, 0, 1, 0.96))
     _save(fig, path)
     plt.close(fig)
+
+
+MAX_SERVING_CURVES = 8
+"""The serving plot draws the 8 layouts that reach the most tokens/s per GPU (readable; the rest
+are in the table and JSON)."""
+
+
+def plot_serving(
+    curves: list[Any], winner_label: str | None, tpot_target_s: float | None, title: str, path: str | Path
+) -> None:
+    """``plan serve --plot``: each layout's trade-off over the batch grid, output tokens/s per
+    user (1 / TPOT) against output tokens/s per GPU, as the serving benchmarks draw it (InferenceMAX,
+    TensorRT-LLM's throughput-latency curves); batches that meet the targets solid, the others
+    hollow, the TPOT target as a vertical line and the winner's layout in bold."""
+    plt = require_pyplot()
+    fig, ax = plt.subplots(figsize=(9, 6))
+    best = sorted(curves, key=lambda c: -float(np.max(c.tokens_per_s_per_gpu)))[:MAX_SERVING_CURVES]
+    for curve in best:
+        order = np.argsort(curve.tokens_per_s_per_user)
+        x, y, ok = curve.tokens_per_s_per_user[order], curve.tokens_per_s_per_gpu[order], curve.meets[order]
+        bold = curve.label == winner_label
+        (line,) = ax.plot(x, y, lw=2.5 if bold else 1.0, label=curve.label + (" (#1)" if bold else ""))
+        ax.scatter(x[ok], y[ok], color=line.get_color(), s=18)
+        ax.scatter(x[~ok], y[~ok], facecolors="none", edgecolors=line.get_color(), s=18)
+    if tpot_target_s is not None:
+        ax.axvline(1.0 / tpot_target_s, color="k", ls="--", lw=1, label=f"TPOT target {tpot_target_s * 1e3:g} ms")
+    ax.set_xlabel("output tokens/s per user (1 / TPOT)")
+    ax.set_ylabel("output tokens/s per GPU")
+    ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    _save(fig, path)
+    plt.close(fig)

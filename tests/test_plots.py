@@ -63,3 +63,12 @@ def test_dual_schedules_are_drawn_from_their_own_programs() -> None:
         assert grey  # the deferred weight-gradient chunks of the zero-bubble steps
     finally:
         plt.close(fig)
+
+
+def test_plan_serve_draws_the_throughput_interactivity_curves(cli, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "serve.png"
+    r = cli("serve", "-m", "llama70b", "-c", "dgx-h100x1", "--tpot-ms", "30", "--plot", str(png))
+    assert r.code == 0, r.err
+    assert len(_png(png)) > 30_000  # one curve per layout over the batch grid
+    assert_one_line_error(cli("serve", "-m", "llama70b", "-c", "dgx-h100x1", "--plot", str(tmp_path / "x.txt")), ".png")

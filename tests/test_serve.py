@@ -309,3 +309,18 @@ def test_export_disaggregated_and_attention_dp(cli) -> None:
     assert "--attn-dp-size 8" in r.out and "--enable-dp-attention" not in r.out
     assert_one_line_error(cli(*SEED, "--export", "tgi"), "export", "vllm")
     assert_one_line_error(cli(*SEED, "--tpot-ms", "0.5", "--export", "vllm"), "nothing to export")
+
+
+def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> None:
+    # $/Mtok = price per GPU-hour / (3600 x output tokens/s per GPU) x 1e6: on one cluster the
+    # ranking by throughput per GPU is the ranking by cost
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import layout_curves
+
+    r = planner.serve("llama70b", load_cluster("dgx-h100x1").with_price(2.5), tpot_s=0.03)
+    costs = [c.cost_per_million_output_tokens_usd for c in r.candidates]
+    assert costs[0] == pytest.approx(2.5 / 3600 / r.candidates[0].output_tokens_per_s_per_gpu * 1e6)
+    assert costs == sorted(costs)
+    curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
+    best = max(float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any())
+    assert best == pytest.approx(r.candidates[0].output_tokens_per_s_per_gpu)  # the plot shows what the table ranks

@@ -9,7 +9,8 @@ from typing import Annotated, Any
 import typer
 
 from planner.cli.app import app, console, emit_json
-from planner.cli.options import JsonOpt, positive_finite
+from planner.cli.inputs import model_and_cluster
+from planner.cli.options import JsonOpt, PlotOpt, Target, TopOpt, command, positive_finite
 
 
 def _workload(path: Path) -> dict[str, Any]:
@@ -34,9 +35,10 @@ def _workload(path: Path) -> dict[str, Any]:
 
 
 @app.command("serve")
+@command
 def serve_cmd(
-    model: Annotated[str, typer.Option("--model", "-m", help="Catalog model, model YAML or HF config.json.")],
-    cluster: Annotated[str, typer.Option("--cluster", "-c", help="<profile> or <profile>x<nodes>.")],
+    *,
+    target: Target,
     input_len: Annotated[
         int | None, typer.Option("--input-len", min=1, metavar="N", help="Prompt tokens [2048].")
     ] = None,
@@ -69,15 +71,17 @@ def serve_cmd(
     attention_dp: Annotated[
         bool | None, typer.Option("--attention-dp/--no-attention-dp", help="Pin attention data parallelism.")
     ] = None,
-    top: Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")] = 10,
+    top: TopOpt = 10,
     export: Annotated[
         str | None, typer.Option("--export", metavar="ENGINE", help="Print launch flags of #1: vllm, sglang, trtllm.")
     ] = None,
     as_json: JsonOpt = False,
+    plot: PlotOpt = None,
 ) -> None:
     """Rank serving layouts (TP, PP, EP, attention DP, replicas, prefill/decode split) by output
-    tokens/s per GPU among those that meet the TTFT/TPOT targets."""
-    from planner.catalog import load_cluster, load_model, validate_as
+    tokens/s per GPU (at a price, the same order as cost per million tokens) among those that meet
+    the TTFT/TPOT targets."""
+    from planner.catalog import validate_as
     from planner.serving.render import print_serve_ranking, ranking_json
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import serve_search
@@ -102,7 +106,16 @@ def serve_cmd(
     }
     fields |= {k: v for k, v in given.items() if v is not None}
     req = validate_as(ServeRequest, fields, "serve")
-    ranking = serve_search(load_model(model), load_cluster(cluster), req)
+    spec, clus = model_and_cluster(target)
+    ranking = serve_search(spec, clus, req)
+    if plot is not None:
+        from planner.plots import plot_serving
+        from planner.serving.render import layout_label
+        from planner.serving.search import layout_curves
+
+        winner = layout_label(ranking.candidates[0]) if ranking.candidates else None
+        title = f"{ranking.model} on {ranking.cluster}, {ranking.engine}, ISL {req.input_len} / OSL {req.output_len}"
+        plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot)
     if export is not None:
         from planner.cli.app import write_stdout
         from planner.serving.export import export_commands

@@ -41,6 +41,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     if not ranking.candidates:
         console.print(f"no candidate: {ranking.reason}")
         return
+    priced = ranking.candidates[0].cost_per_million_output_tokens_usd is not None
     table = Table(show_lines=False)
     for col in (
         "#",
@@ -52,6 +53,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         "tok/s/user",
         "max conc",
         "GiB/GPU W+KV+act+rt",
+        *(["$/Mtok"] if priced else []),
     ):
         table.add_column(col, justify="left" if col == "layout" else "right", no_wrap=col != "layout")
     for i, c in enumerate(ranking.candidates, 1):
@@ -70,6 +72,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             f"{c.output_tokens_per_s_per_user:.1f}",
             f"{c.max_concurrency:,}",
             mem,
+            *([f"{c.cost_per_million_output_tokens_usd:.2f}"] if priced else []),
         )
     console.print(table)
     console.print(f"why #1 wins: {ranking.candidates[0].why}")

@@ -64,6 +64,9 @@ class ServeCandidate(Frozen):
     memory_breakdown_bytes: MemoryBreakdown
     kv_cache_bytes_per_token: float
     tpot_breakdown_s: dict[str, float]
+    cost_per_million_output_tokens_usd: float | None = Field(
+        None, description="GPU-hours per million output tokens at the cluster's price (None without a price)"
+    )
     meets_targets: bool
     why: str = ""
     warnings: list[str] = Field(default_factory=list)

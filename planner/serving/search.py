@@ -288,6 +288,9 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
         cands, considered, reason = disaggregated_candidates(s, lay, req)
     else:
         cands, considered, reason = _colocated_candidates(s, lay, req)
+    price = cluster.profile.price_per_gpu_hour_usd
+    if price is not None:
+        cands = [c.model_copy(update={"cost_per_million_output_tokens_usd": cost_per_million(c, price)}) for c in cands]
     ok = [c for c in cands if c.meets_targets]
     # at a fixed request rate every layout serves the same tokens: the faster one per user wins
     ok.sort(key=lambda c: (-round(c.output_tokens_per_s_per_gpu, 6), c.tpot_s))
@@ -308,6 +311,45 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
         reason=reason,
         warnings=warnings,
     )
+
+
+def cost_per_million(c: ServeCandidate, price_per_gpu_hour_usd: float) -> float:
+    """Dollars per million output tokens: a GPU-hour's price over the output tokens one GPU
+    generates in an hour. On one cluster it orders as 1 / tokens per GPU, so the ranking by
+    throughput per GPU is also the ranking by cost."""
+    return price_per_gpu_hour_usd / 3600.0 / c.output_tokens_per_s_per_gpu * 1e6
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One co-located layout over the batch grid: the serving trade-off it offers (output
+    tokens/s per user against per GPU), and which batches meet the targets."""
+
+    label: str
+    tokens_per_s_per_user: np.ndarray
+    tokens_per_s_per_gpu: np.ndarray
+    meets: np.ndarray
+
+
+def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> list[Curve]:
+    """Every co-located layout that fits, priced over the batch grid as the ranking prices it
+    (``price_colocated``): the curves ``plan serve --plot`` draws."""
+    engine = load_engine(req.engine)
+    s = setting_for(model, cluster, req, engine)
+    lay = enumerate_layouts(model, cluster, engine, req)
+    context = reserved_context(engine, req.input_len, req.output_len)
+    mem = plan_memory(model, cluster, engine, lay, s.weights_dtype, s.kv_dtype, context)
+    glay, batch = _grid(lay, mem, req.concurrency)
+    p = price_colocated(s, glay, batch, req)
+    meets = _meets(req, p.ttft_s, p.tpot_s)
+    keys = np.stack([glay.tp, glay.pp, glay.ep, glay.attention_dp.astype(float), glay.replicas], axis=1)
+    curves = []
+    for key in np.unique(keys, axis=0):
+        on = np.all(keys == key, axis=1)
+        tp, pp, ep, adp, replicas = (int(v) for v in key)
+        label = f"{replicas}x tp{tp} pp{pp}" + (f" ep{ep}" if ep != 1 else "") + (" adp" if adp else "")
+        curves.append(Curve(label, 1.0 / p.tpot_s[on], p.tokens_per_s_per_gpu[on], meets[on]))
+    return curves
 
 
 def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
