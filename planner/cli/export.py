@@ -1,4 +1,4 @@
-"""``plan export --format megatron|torchtitan|deepspeed``: the best mesh, or a given one, as the
+"""``plan export --format megatron|torchtitan|torchtitan-0.2|deepspeed``: the best mesh, or a given one, as the
 target framework's own settings on stdout (or ``--out FILE``), ready to pipe."""
 
 from __future__ import annotations
@@ -85,8 +85,9 @@ def _target_stack(fmt: str) -> str:
     """The shipped stack a target launches (its ``export_format``): without --stack, an export is
     priced with the software it will run under."""
     from planner.catalog import DEFAULT_STACK, list_stacks
+    from planner.export.common import FRAMEWORKS
 
-    return next((s.name for s in list_stacks() if s.export_format == fmt), DEFAULT_STACK)
+    return next((s.name for s in list_stacks() if s.export_format == FRAMEWORKS[fmt]), DEFAULT_STACK)
 
 
 def _header(fmt: str, model: ModelSpec, cluster: ClusterSpec, est: Estimate) -> str:

@@ -383,11 +383,12 @@ MaxNodesOpt = Annotated[int, typer.Option("--max-nodes", min=1, metavar="N", hel
 
 # plan export
 FormatOpt = Annotated[
-    Literal["megatron", "torchtitan", "deepspeed"],
+    Literal["megatron", "torchtitan", "torchtitan-0.2", "deepspeed"],
     typer.Option(
         "--format",
         "-f",
-        help="Target: Megatron-LM arguments, a torchtitan TOML job file, or a DeepSpeed JSON config.",
+        help="Target: Megatron-LM arguments, torchtitan 0.3 --module/--config overrides, a torchtitan 0.2 TOML "
+        "job file, or a DeepSpeed JSON config.",
     ),
 ]
 OutOpt = Annotated[
