@@ -642,3 +642,79 @@ def test_cli_export_refuses_what_would_not_run_and_finds_what_would(cli) -> None
     assert_one_line_error(oom, "needs 99.1 GiB per GPU", "--ignore-memory")
     forced = cli("export", *args, "--recompute", "full", "--ignore-memory")
     assert forced.code == 0 and "warning: does not fit" in forced.err
+
+
+# ---- launch commands ---------------------------------------------------------------------------
+
+
+def _launch(out: str) -> tuple[list[str], Any]:
+    """The lines before the torchrun command, and the command parsed by torch's own torchrun parser."""
+    from torch.distributed.run import get_args_parser
+
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.removeprefix("srun ").startswith("torchrun"))
+    words = shlex.split(" ".join(line.removesuffix(" \\") for line in lines[start:]))
+    return lines[:start], get_args_parser().parse_args(words[words.index("torchrun") + 1 :])
+
+
+LAUNCHES = [
+    ("megatron", (), "pretrain_gpt.py", False),
+    ("torchtitan", (), "torchtitan.train", True),
+    ("torchtitan-0.2", ("--out", "job.toml"), "torchtitan.train", True),
+    ("deepspeed", ("--out", "ds.json"), "$TRAIN_SCRIPT", False),
+]
+
+
+@pytest.mark.parametrize(("fmt", "extra", "entry", "module"), LAUNCHES)
+def test_cli_launcher_starts_the_plan_on_its_nodes(cli, tmp_path, fmt: str, extra: tuple[str, ...], entry: str,
+                                                   module: bool) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    pytest.importorskip("torch.distributed.run")
+    extra = tuple(str(tmp_path / e) if e.endswith((".toml", ".json")) else e for e in extra)
+    mesh_args = (
+        ("--tp", "1", "--pp", "1", "--dp", "16") if fmt == "deepspeed" else ("--tp", "8", "--pp", "2", "--dp", "1")
+    )
+    r = cli("export", "-f", fmt, "-m", "llama3-8b", "-c", "dgx-h100x2", "-B", "64", *mesh_args, *extra,
+            "--launcher", "torchrun")  # fmt: skip
+    assert r.code == 0, r.err
+    before, run = _launch(r.out)
+    assert (run.nnodes, run.nproc_per_node, run.rdzv_backend, run.rdzv_endpoint) == ("2", "8", "c10d",
+                                                                                     "$MASTER_ADDR:29500")  # fmt: skip
+    assert (run.training_script, run.module) == (entry, module)
+    args = run.training_script_args
+    if fmt == "megatron":  # tp 8: Megatron's environment, and the exported arguments as Megatron reads them
+        assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in before
+        ns = megatron_parser().parse_args(args)
+        assert (ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size) == (8, 2)
+    else:
+        assert not any(line.startswith("export ") for line in before)
+    if fmt == "torchtitan":
+        assert args[:4] == ["--module", "llama3", "--config", "llama3_8b"] and args[-1].startswith("activation_")
+    if extra:  # the file the settings were written to
+        assert args[-1] == extra[-1] and (tmp_path / extra[-1]).exists()
+
+
+def test_cli_slurm_asks_for_the_nodes_and_gpus_and_srun_s_torchrun(cli) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch.distributed.run")
+    r = cli("export", "-f", "torchtitan", "-m", "llama70b", "-c", "dgx-h100x16", *GIVEN[4:], "--launcher", "slurm")
+    assert r.code == 0, r.err
+    before, run = _launch(r.out[r.out.index("#!/bin/bash") :])
+    assert before[:4] == [
+        "#!/bin/bash",
+        "#SBATCH --nodes=16",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+    ]
+    assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in before)
+    assert (run.nnodes, run.nproc_per_node, run.module, run.training_script) == ("16", "8", True, "torchtitan.train")
+
+
+def test_launcher_refusals_are_one_line(cli) -> None:  # type: ignore[no-untyped-def]
+    from planner.export.launch import node_split
+
+    r = cli("export", "-f", "deepspeed", "-m", "llama3-8b", "-c", "dgx-h100x2", "--launcher", "torchrun")
+    assert_one_line_error(r, "--launcher with --format deepspeed needs --out FILE")
+    assert "plan export:" not in r.err  # refused before the search
+    assert node_split(4, 8) == (1, 4) and node_split(32, 8) == (4, 8)
+    with pytest.raises(PlannerError, match="12 GPUs do not fill nodes of 8"):
+        node_split(12, 8)
+    assert_one_line_error(cli("export", "-f", "megatron", *GIVEN, "--launcher", "mpirun"), "--launcher")

@@ -395,6 +395,14 @@ OutOpt = Annotated[
     Path | None,
     typer.Option("--out", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout."),
 ]
+LauncherOpt = Annotated[
+    Literal["torchrun", "slurm"] | None,
+    typer.Option(
+        "--launcher",
+        help="After the settings, print the command that starts the job on the plan's nodes: a torchrun line "
+        "(run on every node) or a Slurm sbatch script.",
+    ),
+]
 IgnoreMemoryOpt = Annotated[
     bool,
     typer.Option(
