@@ -25,6 +25,7 @@ pytest.importorskip("tyro", reason="torchtitan's dependencies (the frameworks ex
 pytest.importorskip("deepspeed", reason="the frameworks extra")
 
 from planner.catalog import load_model
+from planner.cost.pipeline import chunk_layer_counts
 from planner.errors import PlannerError
 from planner.export import megatron_args, render
 from planner.schemas import JobSpec, ParallelConfig
@@ -239,16 +240,20 @@ DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-70b", dict(dp=64, zero_stage=3, recompute="full"), {}),
     ("llama3-70b", dict(pp=4, dp=16, zero_stage=1, recompute="full"), {}),
     ("llama3-70b", dict(pp=8, dp=4, micro_batch_size=2, zero_stage=0), {}),
+    ("deepseek-v3", dict(pp=4, dp=16, zero_stage=1), {"mtp_layers": 0}),
 ]
-"""ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp)."""
+"""ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp), and
+PipelineModule's partition of 80 and 61 layers (even and odd splits)."""
 
 
 def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
     plans = _plans(DEEPSPEED_MESHES)
     cases = [
-        {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp} for plan in plans
-    ]
-    for (name, pins, _), (_, job, config), read in zip(
+        {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp,
+         "layers": plan[0].num_hidden_layers}
+        for plan in plans
+    ]  # fmt: skip
+    for (name, pins, _), (model, job, config), read in zip(
         DEEPSPEED_MESHES, plans, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
     ):
         assert "error" not in read, f"DeepSpeed refused the export of {name} {pins}: {read['error']}"
@@ -256,6 +261,11 @@ def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
         assert read["batch"] == [job.batch_size, config.micro_batch_size, accumulation], name
         assert read["data_parallel"] == config.dp and read["zero_stage"] == config.zero_stage
         assert (read["bf16"], read["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
+        if config.pp > 1:  # the note's partition, by DeepSpeed's PipelineModule: the plan's split of the layers
+            planned = chunk_layer_counts(model.num_hidden_layers, config.pp, 1)
+            assert sorted(read["stage_layers"]) == sorted(planned), name
+            if model.num_hidden_layers % config.pp == 0:
+                assert read["stage_layers"] == planned, name
 
 
 TORCHTITAN03_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_config.py"
