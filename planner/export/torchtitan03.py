@@ -92,7 +92,7 @@ shape (``planner.export.torchtitan.FLAVORS``, the same model_registry flavors in
 
 def precision_of(job: JobSpec) -> str:
     """The job's precision in ``ConfigFunction.precision`` terms."""
-    return "bf16" if job.dtype != "fp8" else f"fp8-{job.fp8_scaling}"
+    return job.dtype if job.dtype != "fp8" else f"fp8-{job.fp8_scaling}"
 
 
 def config_function(model: ModelSpec, job: JobSpec) -> ConfigFunction:
@@ -108,8 +108,8 @@ def config_function(model: ModelSpec, job: JobSpec) -> ConfigFunction:
     raise refuse(
         TARGET,
         f"{flavor.name} {flavor.flavor} in {precision}",
-        f"torchtitan {VERSION} sets converters only in its config functions (model_spec is not an override) "
-        f"and has {has} for it",
+        f"torchtitan {VERSION}'s config_registry has {has} for it (the model and its fp8 converters come only "
+        "from a config function: model_spec is no override)",
         mesh_bound=False,
     )
 
