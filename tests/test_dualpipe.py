@@ -12,6 +12,7 @@ from planner.cost.pipeline import bubble_slots, dual_rank_layers, dual_rank_spli
 from planner.errors import PlannerError
 from planner.export.megatron import megatron_args
 from planner.export.torchtitan import torchtitan_config
+from planner.export.torchtitan03 import torchtitan_args
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
 from planner.schemas import JobSpec, ParallelConfig
@@ -97,8 +98,15 @@ def test_exports_run_dualpipev_on_torchtitan_only() -> None:
     sections = torchtitan_config(model, job, config)
     assert sections["parallelism"]["pipeline_parallel_schedule"] == "DualPipeV"
     assert sections["parallelism"]["pipeline_parallel_layers_per_stage"] == 4  # 32 layers over 2p = 8 stages
-    with pytest.raises(PlannerError, match=r"torchtitan cannot express --schedule dualpipe: torch\.distributed"):
+    with pytest.raises(PlannerError, match=r"torchtitan-0\.2 cannot express --schedule dualpipe: torch\.distributed"):
         torchtitan_config(model, job, config.model_copy(update={"schedule": "dualpipe"}))
+    argv = torchtitan_args(model, job, config)  # torchtitan 0.3: the same schedule and split as overrides
+    at = argv.index("--parallelism.pipeline_parallel_schedule")
+    assert (
+        argv[at + 1] == "DualPipeV" and argv[argv.index("--parallelism.pipeline_parallel_layers_per_stage") + 1] == "4"
+    )
+    with pytest.raises(PlannerError, match=r"torchtitan cannot express --schedule dualpipe: torch\.distributed"):
+        torchtitan_args(model, job, config.model_copy(update={"schedule": "dualpipe"}))
     with pytest.raises(PlannerError, match="megatron cannot express --schedule dualpipev"):
         megatron_args(model, job.model_copy(update={"stack": "megatron-core"}), config)
 

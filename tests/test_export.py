@@ -16,7 +16,15 @@ from planner.catalog import load_model
 from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import chunk_layer_counts, plan_layout, stage_layer_counts
 from planner.errors import PlannerError
-from planner.export import FORMATS, deepspeed_config, export, megatron_args, render, torchtitan_config
+from planner.export import (
+    FORMATS,
+    deepspeed_config,
+    export,
+    megatron_args,
+    render,
+    torchtitan_args,
+    torchtitan_config,
+)
 from planner.export.common import ExportRefusalError
 from planner.export.megatron import pipeline_layout
 from planner.schemas.job import JobSpec
@@ -31,6 +39,8 @@ LLAMA70B = load_model("llama3-70b")  # 80 layers, dense
 MIXTRAL = load_model("mixtral-8x7b")  # 32 layers, 8 experts
 QWEN3_MOE = load_model("qwen3-30b-a3b")  # 48 layers, 128 experts: a model torchtitan builds
 DSV3 = load_model("deepseek-v3")  # 61 layers: uneven pipeline splits
+LLAMA405B = load_model("llama3-405b")  # torchtitan 0.3 has only an fp8 config function for it
+QWEN3_235B = load_model("qwen3-235b-a22b")  # no torchtitan 0.3 pre-training config function
 JOB = JobSpec(global_batch_size=1024, seq_len=4096)
 JOB_NO_MTP = JobSpec(global_batch_size=1024, seq_len=4096, mtp_layers=0)  # torchtitan trains no MTP
 TITAN_JOB = JOB.model_copy(update={"mtp_layers": 0})  # torchtitan builds no MTP module
@@ -274,7 +284,7 @@ TORCHTITAN_CASES = [
 
 @pytest.mark.parametrize(("model", "config"), TORCHTITAN_CASES)
 def test_torchtitan_toml_round_trip(model: ModelSpec, config: ParallelConfig) -> None:
-    text = export("torchtitan", model, TITAN_JOB, config, header="my header")
+    text = export("torchtitan-0.2", model, TITAN_JOB, config, header="my header")
     assert text.startswith("# my header\n")
     doc = tomllib.loads(text)
     assert doc == torchtitan_config(model, TITAN_JOB, config)
@@ -293,7 +303,7 @@ def test_torchtitan_toml_round_trip(model: ModelSpec, config: ParallelConfig) ->
 
 
 def test_torchtitan_uneven_split_lists_every_module_once() -> None:
-    doc = tomllib.loads(export("torchtitan", DSV3, TITAN_JOB, TORCHTITAN_CASES[-1][1]))
+    doc = tomllib.loads(export("torchtitan-0.2", DSV3, TITAN_JOB, TORCHTITAN_CASES[-1][1]))
     parts = doc["parallelism"]["module_fqns_per_model_part"]
     flat = [name for part in parts for name in part]
     assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(61)], "norm", "output"]
@@ -304,11 +314,64 @@ def test_torchtitan_uneven_split_lists_every_module_once() -> None:
 def test_torchtitan_fp8_and_moot_zero() -> None:
     fp8 = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8")
     one_rank = mesh(tp=8, pp=1, dp=1, zero_stage=1, sequence_parallel=True)  # ZeRO-1 with nothing to shard
-    out = render("torchtitan", LLAMA70B, fp8, one_rank)
+    out = render("torchtitan-0.2", LLAMA70B, fp8, one_rank)
     doc = tomllib.loads(out.text)
     assert doc["model"] == {"name": "llama3", "flavor": "70B", "converters": ["quantize.linear.float8"]}
     assert doc["parallelism"]["data_parallel_shard_degree"] == doc["parallelism"]["data_parallel_replicate_degree"] == 1
     assert any("moot" in note for note in out.notes)
+
+
+def _flags(argv: list[str]) -> dict[str, list[str]]:
+    """torchtitan 0.3 overrides as flag -> values (a boolean flag has none); the subcommand last."""
+    flags: dict[str, list[str]] = {}
+    for token in argv[:-1]:
+        if token.startswith("--"):
+            flags[token] = []
+            last = token
+        else:
+            flags[last].append(token)
+    return flags
+
+
+def test_torchtitan_03_overrides_say_every_degree_and_the_split() -> None:
+    argv = torchtitan_args(DSV3, TITAN_JOB, TORCHTITAN_CASES[-1][1])  # tp 8, pp 4 x 2, ep 8, ZeRO-3
+    assert argv[-1] == "activation_checkpoint:full" and argv[:4] == ["--module", "deepseek_v3", "--config",
+                                                                      "deepseek_v3_671b"]  # fmt: skip
+    flags = _flags(argv)
+    p = "--parallelism."
+    degrees = [flags[p + k][0] for k in ("data_parallel_shard_degree", "tensor_parallel_degree",
+                                         "pipeline_parallel_degree", "context_parallel_degree",
+                                         "expert_parallel_degree")]  # fmt: skip
+    assert degrees == ["4", "8", "4", "1", "8"] and flags[p + "data_parallel_replicate_degree"] == ["1"]
+    parts = [v.split(",") for v in flags[p + "module_fqns_per_model_part"]]
+    assert [n for part in parts for n in part] == ["tok_embeddings", *[f"layers.{i}" for i in range(61)], "norm",
+                                                   "lm_head"]  # fmt: skip
+    assert flags[p + "pipeline_parallel_schedule"] == ["Interleaved1F1B"]
+    assert "--training.disable_cuda_graphs" in flags and "--compile.no_enable" in flags
+    # even split (DualPipeV: 2 x 2 halves of 20): layers per stage, no embedding/head weight; TP without SP;
+    # CP on the partial_dtensor backend
+    config = mesh(tp=2, pp=2, dp=4, cp=2, zero_stage=3, schedule="dualpipev")
+    even = _flags(torchtitan_args(LLAMA70B, TITAN_JOB, config))
+    assert even[p + "pipeline_parallel_layers_per_stage"] == ["20"] and even[p + "pipeline_parallel_schedule"] == [
+        "DualPipeV"
+    ]
+    assert even[p + "pipeline_parallel_first_stage_less_layers"] == even[p + "pipeline_parallel_last_stage_less_layers"]
+    assert p + "no_enable_sequence_parallel" in even and even[p + "spmd_backend"] == ["partial_dtensor"]
+    replicas = _flags(torchtitan_args(LLAMA70B, TITAN_JOB, mesh(dp=64, zero_stage=0)))
+    assert replicas[p + "data_parallel_replicate_degree"] == ["64"] and replicas[p + "data_parallel_shard_degree"] == [
+        "1"
+    ]
+    assert "--training.disable_cuda_graphs" not in replicas
+
+
+def test_torchtitan_03_fp8_picks_the_config_function_that_builds_its_converters() -> None:
+    row = FP8.model_copy(update={"fp8_scaling": "row", "mtp_layers": 0})
+    block = FP8.model_copy(update={"fp8_scaling": "block"})
+    assert torchtitan_args(LLAMA405B, row, mesh(tp=8, pp=8, dp=4, zero_stage=3))[3] == "llama3_405b"
+    assert torchtitan_args(DSV3, row, mesh(pp=8, dp=8, ep=8, zero_stage=3))[3] == "deepseek_v3_671b_float8"
+    assert torchtitan_args(load_model("llama3-8b"), block, mesh(dp=64, zero_stage=3))[3] == "llama3_8b_mxfp8"
+    out = render("torchtitan", load_model("llama3-8b"), block, mesh(dp=64, zero_stage=3), header="h")
+    assert out.text.startswith("# h\n") and any("torchao" in n for n in out.notes)
 
 
 # ---- DeepSpeed ---------------------------------------------------------------------------------
@@ -353,17 +416,33 @@ REFUSALS = [
     ("megatron", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, order="dp-tp-cp-pp"), "--order dp-tp-cp-pp"),
     ("megatron", MIXTRAL, FP16, mesh(tp=2, pp=2, dp=8, ep=8, sequence_parallel=True), "--ep > 1 with --dtype fp16"),
     ("megatron", MIXTRAL, JOB, mesh(tp=2, pp=2, dp=8, ep=8), "no sequence parallelism"),
-    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=1), "--zero-stage 1"),
-    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=0), "--zero-stage 0 with tp, pp or cp"),
-    ("torchtitan", LLAMA70B, JOB, mesh(dp=32, cp=4, zero_stage=0), "--zero-stage 0 with cp"),
-    ("torchtitan", LLAMA70B, FP16, mesh(dp=128, zero_stage=3), "--dtype fp16"),
-    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, schedule="zb-h1"), "--schedule zb-h1"),
-    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, order="tp-dp-cp-pp"), "--order"),
-    ("torchtitan", LLAMA70B, ODD_SEQ, mesh(tp=2, dp=64, zero_stage=3), "seq_len 4098"),
-    ("torchtitan", QWEN3_MOE, JOB, mesh(tp=4, dp=32, ep=4, expert_tp=2, zero_stage=3), "--expert-tp 2"),
-    ("torchtitan", QWEN3_MOE, JOB, mesh(pp=2, dp=8, ep=8, zero_stage=1), "pp 2 for qwen3"),
-    ("torchtitan", DSV3, JOB_NO_MTP, mesh(dp=8, cp=2, ep=8, zero_stage=3), "cp 2 for deepseek_v3"),
-    ("torchtitan", QWEN3_MOE, JOB, mesh(dp=16, cp=8, ep=2, zero_stage=3), "--ep 2"),
+    ("torchtitan-0.2", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=1), "--zero-stage 1"),
+    ("torchtitan-0.2", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=0), "--zero-stage 0 with tp, pp or cp"),
+    ("torchtitan-0.2", LLAMA70B, JOB, mesh(dp=32, cp=4, zero_stage=0), "--zero-stage 0 with cp"),
+    ("torchtitan-0.2", LLAMA70B, FP16, mesh(dp=128, zero_stage=3), "--dtype fp16"),
+    ("torchtitan-0.2", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, schedule="zb-h1"), "--schedule zb-h1"),
+    ("torchtitan-0.2", LLAMA70B, JOB, mesh(tp=8, pp=2, dp=8, zero_stage=3, order="tp-dp-cp-pp"), "--order"),
+    ("torchtitan-0.2", LLAMA70B, ODD_SEQ, mesh(tp=2, dp=64, zero_stage=3), "seq_len 4098"),
+    ("torchtitan-0.2", QWEN3_MOE, JOB, mesh(tp=4, dp=32, ep=4, expert_tp=2, zero_stage=3), "--expert-tp 2"),
+    ("torchtitan-0.2", QWEN3_MOE, JOB, mesh(pp=2, dp=8, ep=8, zero_stage=1), "pp 2 for qwen3"),
+    ("torchtitan-0.2", DSV3, JOB_NO_MTP, mesh(dp=8, cp=2, ep=8, zero_stage=3), "cp 2 for deepseek_v3"),
+    ("torchtitan-0.2", QWEN3_MOE, JOB, mesh(dp=16, cp=8, ep=2, zero_stage=3), "--ep 2"),
+    ("torchtitan", QWEN3_MOE, JOB, mesh(tp=2, dp=16, ep=8, expert_tp=2, zero_stage=3), "--expert-tp 2"),
+    ("torchtitan", QWEN3_MOE, JOB, mesh(tp=2, dp=8, ep=4, zero_stage=0, sequence_parallel=True), "--ep 4"),
+    (
+        "torchtitan",
+        LLAMA70B,
+        JOB,
+        mesh(tp=8, pp=4, dp=4, zero_stage=3, recompute="full", recompute_layers=4),
+        "--recompute-layers 4",
+    ),
+    ("torchtitan", LLAMA405B, JOB, mesh(tp=8, pp=8, dp=4, zero_stage=3), "llama3 405B in bf16"),
+    ("torchtitan", QWEN3_235B, JOB, mesh(dp=64, ep=16, zero_stage=3), "qwen3 235B-A22B in bf16"),
+    ("torchtitan", LLAMA70B, FP8, mesh(tp=8, dp=16, zero_stage=3), "llama3 70B in fp8-tensor"),
+    ("torchtitan", LLAMA70B, ODD_SEQ, mesh(tp=4, dp=32, zero_stage=3, sequence_parallel=True), "seq_len 4098"),
+    ("torchtitan", LLAMA70B, JOB, mesh(tp=8, dp=16, zero_stage=1), "--zero-stage 1"),
+    ("torchtitan", DSV3, JOB, mesh(pp=8, dp=8, ep=8, zero_stage=3), "MTP layer"),
+    ("torchtitan", MIXTRAL, JOB, mesh(dp=8, ep=8, zero_stage=3), "model mixtral-8x7b"),
     ("deepspeed", LLAMA70B, JOB, mesh(tp=8, dp=16, zero_stage=3), "--tp 8"),
     ("deepspeed", LLAMA70B, JOB, mesh(cp=2, dp=64, zero_stage=3), "--cp 2"),
     ("deepspeed", MIXTRAL, JOB, mesh(dp=64, ep=8, zero_stage=1), "--ep 8"),
@@ -387,9 +466,9 @@ def test_refusals_name_the_knob_in_one_line(
 
 
 def test_unknown_format_is_refused() -> None:
-    with pytest.raises(PlannerError, match="not one of megatron, torchtitan, deepspeed"):
+    with pytest.raises(PlannerError, match=r"not one of megatron, torchtitan, torchtitan-0\.2, deepspeed"):
         export("nemo", LLAMA70B, JOB, mesh(dp=128))
-    assert FORMATS == ("megatron", "torchtitan", "deepspeed")
+    assert FORMATS == ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed")
 
 
 # ---- CLI ---------------------------------------------------------------------------------------
@@ -432,7 +511,19 @@ def test_cli_search_exports_the_best_mesh_the_target_can_express(cli) -> None:
 def test_cli_out_writes_the_file_and_nothing_to_stdout(cli, tmp_path) -> None:
     target = tmp_path / "job.toml"
     r = cli(
-        "export", "-f", "torchtitan", "-m", "llama8b", "-c", "dgx-h100x2", "-B", "64", "-z", "3", "--out", str(target)
+        "export",
+        "-f",
+        "torchtitan-0.2",
+        "-m",
+        "llama8b",
+        "-c",
+        "dgx-h100x2",
+        "-B",
+        "64",
+        "-z",
+        "3",
+        "--out",
+        str(target),
     )
     assert r.code == 0, r.err
     assert r.out == "" and f"wrote {target}" in r.err
@@ -490,7 +581,7 @@ def test_bf16_adam_moments_price_and_export_as_megatrons_precision_aware_optimiz
     assert "--use-precision-aware-optimizer" not in megatron_args(model, fp32, config)
     parsed = megatron_parser().parse_args(args)
     assert parsed.use_precision_aware_optimizer and parsed.exp_avg_dtype == "bf16"
-    with pytest.raises(PlannerError, match=r"torchtitan cannot express 8 bytes of optimizer state per parameter"):
+    with pytest.raises(PlannerError, match=r"torchtitan-0.2 cannot express 8 bytes of optimizer state per parameter"):
         torchtitan_config(model, bf16.model_copy(update={"stack": "torchtitan"}), ParallelConfig(dp=8, zero_stage=3))
     r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--adam-moments", "fp16")
     assert_one_line_error(r, "--adam-moments 'fp16': allowed fp32, bf16")
@@ -525,10 +616,10 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
 
 
 def test_torchtitan_builds_its_flavor_and_refuses_models_it_has_not() -> None:
-    doc = tomllib.loads(render("torchtitan", QWEN3_MOE, JOB, mesh(dp=8, ep=8, zero_stage=3)).text)
+    doc = tomllib.loads(render("torchtitan-0.2", QWEN3_MOE, JOB, mesh(dp=8, ep=8, zero_stage=3)).text)
     assert doc["model"] == {"name": "qwen3", "flavor": "30B-A3B"}
     with pytest.raises(ExportRefusalError, match="no model of its shape") as err:
-        render("torchtitan", MIXTRAL, JOB, mesh(dp=8, ep=8, zero_stage=3))
+        render("torchtitan-0.2", MIXTRAL, JOB, mesh(dp=8, ep=8, zero_stage=3))
     assert not err.value.mesh_bound  # no other mesh of the job would export: the CLI says so at once
 
 
@@ -541,11 +632,89 @@ def test_cli_export_refuses_what_would_not_run_and_finds_what_would(cli) -> None
     assert_one_line_error(mixtral, "torchtitan cannot express model mixtral-8x7b", "no model of its shape")
     assert "pin" not in mixtral.err
     # tp, pp and dp pinned without --zero-stage: the target stack's stage (torchtitan's FSDP), not 0
-    titan = cli("export", "-f", "torchtitan", *GIVEN)
+    titan = cli("export", "-f", "torchtitan-0.2", *GIVEN)
     assert titan.code == 0 and 'fsdp_reshard_after_forward = "always"' in titan.out, titan.err
+    titan03 = cli("export", "-f", "torchtitan", *GIVEN)
+    assert titan03.code == 0 and "--parallelism.fsdp_reshard_after_forward always" in titan03.out, titan03.err
     # a mesh predicted not to fit is refused unless asked for
     args = ("-f", "deepspeed", "-m", "llama70b", "-c", "dgx-h100x8", "--tp", "1", "--pp", "4", "--dp", "16", "-z", "1")
     oom = cli("export", *args, "--recompute", "full")
     assert_one_line_error(oom, "needs 99.1 GiB per GPU", "--ignore-memory")
     forced = cli("export", *args, "--recompute", "full", "--ignore-memory")
     assert forced.code == 0 and "warning: does not fit" in forced.err
+
+
+# ---- launch commands ---------------------------------------------------------------------------
+
+
+def _launch(out: str) -> tuple[list[str], Any]:
+    """The lines before the torchrun command, and the command parsed by torch's own torchrun parser."""
+    from torch.distributed.run import get_args_parser
+
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.removeprefix("srun ").startswith("torchrun"))
+    words = shlex.split(" ".join(line.removesuffix(" \\") for line in lines[start:]))
+    return lines[:start], get_args_parser().parse_args(words[words.index("torchrun") + 1 :])
+
+
+LAUNCHES = [
+    ("megatron", (), "pretrain_gpt.py", False),
+    ("torchtitan", (), "torchtitan.train", True),
+    ("torchtitan-0.2", ("--out", "job.toml"), "torchtitan.train", True),
+    ("deepspeed", ("--out", "ds.json"), "$TRAIN_SCRIPT", False),
+]
+
+
+@pytest.mark.parametrize(("fmt", "extra", "entry", "module"), LAUNCHES)
+def test_cli_launcher_starts_the_plan_on_its_nodes(cli, tmp_path, fmt: str, extra: tuple[str, ...], entry: str,
+                                                   module: bool) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
+    pytest.importorskip("torch.distributed.run")
+    extra = tuple(str(tmp_path / e) if e.endswith((".toml", ".json")) else e for e in extra)
+    mesh_args = (
+        ("--tp", "1", "--pp", "1", "--dp", "16") if fmt == "deepspeed" else ("--tp", "8", "--pp", "2", "--dp", "1")
+    )
+    r = cli("export", "-f", fmt, "-m", "llama3-8b", "-c", "dgx-h100x2", "-B", "64", *mesh_args, *extra,
+            "--launcher", "torchrun")  # fmt: skip
+    assert r.code == 0, r.err
+    before, run = _launch(r.out)
+    assert (run.nnodes, run.nproc_per_node, run.rdzv_backend, run.rdzv_endpoint) == ("2", "8", "c10d",
+                                                                                     "$MASTER_ADDR:29500")  # fmt: skip
+    assert (run.training_script, run.module) == (entry, module)
+    args = run.training_script_args
+    if fmt == "megatron":  # tp 8: Megatron's environment, and the exported arguments as Megatron reads them
+        assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in before
+        ns = megatron_parser().parse_args(args)
+        assert (ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size) == (8, 2)
+    else:
+        assert not any(line.startswith("export ") for line in before)
+    if fmt == "torchtitan":
+        assert args[:4] == ["--module", "llama3", "--config", "llama3_8b"] and args[-1].startswith("activation_")
+    if extra:  # the file the settings were written to
+        assert args[-1] == extra[-1] and (tmp_path / extra[-1]).exists()
+
+
+def test_cli_slurm_asks_for_the_nodes_and_gpus_and_srun_s_torchrun(cli) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch.distributed.run")
+    r = cli("export", "-f", "torchtitan", "-m", "llama70b", "-c", "dgx-h100x16", *GIVEN[4:], "--launcher", "slurm")
+    assert r.code == 0, r.err
+    before, run = _launch(r.out[r.out.index("#!/bin/bash") :])
+    assert before[:4] == [
+        "#!/bin/bash",
+        "#SBATCH --nodes=16",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --gpus-per-node=8",
+    ]
+    assert any(line.startswith("export MASTER_ADDR=$(scontrol show hostnames") for line in before)
+    assert (run.nnodes, run.nproc_per_node, run.module, run.training_script) == ("16", "8", True, "torchtitan.train")
+
+
+def test_launcher_refusals_are_one_line(cli) -> None:  # type: ignore[no-untyped-def]
+    from planner.export.launch import node_split
+
+    r = cli("export", "-f", "deepspeed", "-m", "llama3-8b", "-c", "dgx-h100x2", "--launcher", "torchrun")
+    assert_one_line_error(r, "--launcher with --format deepspeed needs --out FILE")
+    assert "plan export:" not in r.err  # refused before the search
+    assert node_split(4, 8) == (1, 4) and node_split(32, 8) == (4, 8)
+    with pytest.raises(PlannerError, match="12 GPUs do not fill nodes of 8"):
+        node_split(12, 8)
+    assert_one_line_error(cli("export", "-f", "megatron", *GIVEN, "--launcher", "mpirun"), "--launcher")

@@ -551,12 +551,17 @@ def test_exports_carry_the_stack(cli) -> None:  # type: ignore[no-untyped-def]
     for flag in ("--attention-backend fused", "--tp-comm-overlap", "--grad-reduce-in-bf16"):
         assert flag in megatron.out
     assert "stack megatron-core" in megatron.out
-    titan = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3")
+    titan = cli("export", "--format", "torchtitan-0.2", *args, "--zero-stage", "3")
     assert titan.code == 0, titan.err
     assert "stack torchtitan" in titan.out and "[compile]\nenable = true" in titan.out
     assert "enable_async_tensor_parallel" not in titan.out  # torchtitan's async TP is opt-in
-    overlapped = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--tp-comm-overlap")
+    overlapped = cli("export", "--format", "torchtitan-0.2", *args, "--zero-stage", "3", "--tp-comm-overlap")
     assert "enable_async_tensor_parallel = true" in overlapped.out
+    titan03 = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3")  # 0.3: always said, on or off
+    assert "stack torchtitan" in titan03.out and "--compile.enable \\\n" in titan03.out
+    assert "--compile.no_enable_async_tensor_parallel" in titan03.out
+    overlapped03 = cli("export", "--format", "torchtitan", *args, "--zero-stage", "3", "--tp-comm-overlap")
+    assert "--compile.enable_async_tensor_parallel" in overlapped03.out
     eager = cli("export", "--format", "megatron", *args, "--stack", "megatron-lm-2021", "--ignore-memory")
     assert "--tp-comm-overlap" not in eager.out and "stack megatron-lm-2021" in eager.out
 

@@ -25,6 +25,7 @@ pytest.importorskip("tyro", reason="torchtitan's dependencies (the frameworks ex
 pytest.importorskip("deepspeed", reason="the frameworks extra")
 
 from planner.catalog import load_model
+from planner.cost.pipeline import chunk_layer_counts
 from planner.errors import PlannerError
 from planner.export import megatron_args, render
 from planner.schemas import JobSpec, ParallelConfig
@@ -59,7 +60,7 @@ REFUSED = [("qwen3-30b-a3b", dict(tp=2, pp=2, dp=4, ep=4, order="tp-cp-pp-dp"))]
 
 def _config(pins: dict[str, Any]) -> ParallelConfig:
     schedule = {"schedule": "interleaved-1f1b"} if pins.get("virtual_stages", 1) > 1 else {}
-    return ParallelConfig(sequence_parallel=pins.get("tp", 1) > 1, **schedule, **pins)
+    return ParallelConfig(**{"sequence_parallel": pins.get("tp", 1) > 1, **schedule, **pins})
 
 
 def _flag(args: list[str], flag: str, default: int) -> int:
@@ -207,7 +208,7 @@ def _plans(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[tup
 
 def test_torchtitan_reads_every_export_as_planned() -> None:
     plans = _plans(TORCHTITAN_MESHES)
-    cases = [{"toml": render("torchtitan", *plan).text, "world": plan[2].num_gpus} for plan in plans]
+    cases = [{"toml": render("torchtitan-0.2", *plan).text, "world": plan[2].num_gpus} for plan in plans]
     for (name, pins, _), (model, job, config), read in zip(
         TORCHTITAN_MESHES, plans, _run_megatron(cases, TORCHTITAN_SCRIPT), strict=True
     ):
@@ -239,16 +240,20 @@ DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-70b", dict(dp=64, zero_stage=3, recompute="full"), {}),
     ("llama3-70b", dict(pp=4, dp=16, zero_stage=1, recompute="full"), {}),
     ("llama3-70b", dict(pp=8, dp=4, micro_batch_size=2, zero_stage=0), {}),
+    ("deepseek-v3", dict(pp=4, dp=16, zero_stage=1), {"mtp_layers": 0}),
 ]
-"""ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp)."""
+"""ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp), and
+PipelineModule's partition of 80 and 61 layers (even and odd splits)."""
 
 
 def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
     plans = _plans(DEEPSPEED_MESHES)
     cases = [
-        {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp} for plan in plans
-    ]
-    for (name, pins, _), (_, job, config), read in zip(
+        {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp,
+         "layers": plan[0].num_hidden_layers}
+        for plan in plans
+    ]  # fmt: skip
+    for (name, pins, _), (model, job, config), read in zip(
         DEEPSPEED_MESHES, plans, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
     ):
         assert "error" not in read, f"DeepSpeed refused the export of {name} {pins}: {read['error']}"
@@ -256,3 +261,87 @@ def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
         assert read["batch"] == [job.batch_size, config.micro_batch_size, accumulation], name
         assert read["data_parallel"] == config.dp and read["zero_stage"] == config.zero_stage
         assert (read["bf16"], read["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
+        if config.pp > 1:  # the note's partition, by DeepSpeed's PipelineModule: the plan's split of the layers
+            planned = chunk_layer_counts(model.num_hidden_layers, config.pp, 1)
+            assert sorted(read["stage_layers"]) == sorted(planned), name
+            if model.num_hidden_layers % config.pp == 0:
+                assert read["stage_layers"] == planned, name
+
+
+TORCHTITAN03_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_config.py"
+TORCHTITAN03_PACKAGES = ("torchtitan==0.3.0", "spmd_types==0.2.3", "torch_checkpointing==0.1.1")
+"""torchtitan 0.3.0 and the two pure-Python packages its config path imports that 0.2.2 does not
+(its METADATA: spmd_types==0.2.3, torch_checkpointing>=0.1.0), installed beside the `frameworks`
+extra's 0.2.2 in a folder of their own."""
+
+
+@pytest.fixture(scope="session")
+def torchtitan03(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding torchtitan 0.3.0 (``pip install --no-deps --target``), or a skip saying
+    why pip could not install it."""
+    folder = tmp_path_factory.mktemp("torchtitan03")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(folder),
+         *TORCHTITAN03_PACKAGES],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    if done.returncode != 0:
+        pytest.skip(f"pip could not install {', '.join(TORCHTITAN03_PACKAGES)}: {done.stderr.strip()[-300:]}")
+    return folder
+
+
+TORCHTITAN03_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-70b", dict(tp=4, pp=2, dp=4, zero_stage=3), {}),
+    ("llama3-70b", dict(tp=8, pp=4, dp=4, virtual_stages=2, zero_stage=3, recompute="selective"), {}),
+    ("llama3-70b", dict(dp=32, cp=4, micro_batch_size=2, zero_stage=2, recompute="full"), {}),
+    ("llama3-8b", dict(dp=64, zero_stage=0, micro_batch_size=4), {"stack": "torchtitan"}),
+    ("llama3-8b", dict(tp=2, pp=2, dp=4, zero_stage=0, sequence_parallel=False), {"stack": "torchtitan"}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=8, ep=8, zero_stage=3), {}),
+    ("qwen3-30b-a3b", dict(pp=2, dp=8, ep=4, zero_stage=2, schedule="dualpipev"), {}),
+    ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
+    ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3), {"mtp_layers": 0, "dtype": "fp8", "fp8_scaling": "row"}),
+    ("llama3-405b", dict(tp=8, pp=8, dp=4, zero_stage=3, recompute="full"), {"dtype": "fp8", "fp8_scaling": "row"}),
+    ("llama3-8b", dict(dp=64, zero_stage=3), {"dtype": "fp8", "fp8_scaling": "block"}),
+]
+"""FSDP (ZeRO-2/3), replicas (ZeRO-0), TP with and without sequence parallelism, CP (on the
+partial_dtensor backend), even, uneven, interleaved and DualPipeV pipelines, EP, compile, and the
+fp8 config functions (row-scaled Float8 for 405B and 671B, MXFP8 for 8B)."""
+
+
+def test_torchtitan_03_reads_every_export_as_planned(torchtitan03: Path) -> None:
+    from planner.export import torchtitan_args
+
+    plans = _plans(TORCHTITAN03_MESHES)
+    cases = [{"argv": torchtitan_args(*plan), "world": plan[2].num_gpus} for plan in plans]
+    done = subprocess.run(
+        [sys.executable, str(TORCHTITAN03_SCRIPT), str(torchtitan03)],
+        input=json.dumps(cases), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    for (name, pins, _), (model, job, config), read in zip(TORCHTITAN03_MESHES, plans, json.loads(done.stdout),
+                                                           strict=True):  # fmt: skip
+        if job.dtype == "fp8":  # the config function's converter is built, and refuses this machine
+            converter = "mxfp8" if job.fp8_scaling == "block" else "float8"
+            assert converter in read.get("error", "").lower(), f"{name} {pins}: {read}"
+            continue
+        assert "error" not in read, f"torchtitan 0.3.0 refused the export of {name} {pins}: {read['error']}"
+        replicate, shard, cp, tp, pp, ep = read["dims"]
+        assert (replicate * shard, cp, tp, pp, ep) == (config.dp, config.cp, config.tp, config.pp, config.ep), name
+        assert replicate == (config.dp if config.zero_stage == 0 else 1)
+        assert read["training"][1:] == [job.batch_size, job.seq_len]
+        local = read["training"][0]
+        micro = read["pipeline"][1] if config.pp > 1 else local
+        assert job.batch_size // (local * config.dp) * (local // micro) == job.batch_size // (config.dp * micro)
+        assert micro == config.micro_batch_size
+        assert read["sequence_parallel"] == (config.sequence_parallel or config.tp == 1)
+        assert read["spmd_backend"] == ("partial_dtensor" if config.cp > 1 else "spmd_types")
+        assert read["checkpoint"] == config.recompute
+        assert read["compile"][0] == job.compiled
+        parts = read["pipeline"][2]
+        if config.pp > 1 and parts is not None:
+            chunks = 2 if config.schedule == "dualpipev" else config.virtual_stages
+            assert len(parts) == config.pp * chunks
+            assert sum(p.startswith("layers.") for part in parts for p in part) == model.num_hidden_layers
+            assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
+        # the model the config function builds, on the meta device: the parameters the plan priced
+        assert read["params"] == model.parameter_counts.total, name

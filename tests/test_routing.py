@@ -261,6 +261,7 @@ def test_a_dispatcher_the_stack_cannot_run_is_refused_in_one_line(cli) -> None:
 
 def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_others() -> None:
     from planner.export.torchtitan import torchtitan_toml
+    from planner.export.torchtitan03 import torchtitan_args
 
     config = ParallelConfig(dp=8, ep=8)
     args = megatron_args(MODEL, _job(moe_dispatcher="flex"), config)
@@ -270,6 +271,10 @@ def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_othe
     assert default[default.index("--moe-token-dispatcher-type") + 1] == "alltoall"  # Megatron's default is allgather
     titan_job = _job(moe_dispatcher="allgather").model_copy(update={"stack": "torchtitan"})
     with pytest.raises(
-        PlannerError, match="torchtitan cannot express --moe-dispatcher allgather: torchtitan runs alltoall"
+        PlannerError, match=r"torchtitan-0\.2 cannot express --moe-dispatcher allgather: torchtitan runs alltoall"
     ):
         torchtitan_toml(TITAN_MOE, titan_job, config)
+    with pytest.raises(
+        PlannerError, match="torchtitan cannot express --moe-dispatcher allgather: torchtitan runs alltoall"
+    ):
+        torchtitan_args(TITAN_MOE, titan_job, config)

@@ -1,4 +1,4 @@
-"""``plan export --format megatron|torchtitan|deepspeed``: the best mesh, or a given one, as the
+"""``plan export --format megatron|torchtitan|torchtitan-0.2|deepspeed``: the best mesh, or a given one, as the
 target framework's own settings on stdout (or ``--out FILE``), ready to pipe."""
 
 from __future__ import annotations
@@ -11,7 +11,17 @@ from typing import TYPE_CHECKING, Any
 from planner.atomic import write_text_atomic
 from planner.cli.app import app, write_stdout
 from planner.cli.inputs import mesh_pins, model_cluster_job
-from planner.cli.options import FormatOpt, IgnoreMemoryOpt, Job, Mesh, ObjectiveOpt, OutOpt, Target, command
+from planner.cli.options import (
+    FormatOpt,
+    IgnoreMemoryOpt,
+    Job,
+    LauncherOpt,
+    Mesh,
+    ObjectiveOpt,
+    OutOpt,
+    Target,
+    command,
+)
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -44,6 +54,7 @@ def export_cmd(
     mesh: Mesh,
     out: OutOpt = None,
     ignore_memory: IgnoreMemoryOpt = False,
+    launcher: LauncherOpt = None,
 ) -> None:
     """Print the launch settings of the best mesh for MODEL on CLUSTER in a framework's terms.
 
@@ -51,8 +62,11 @@ def export_cmd(
     knobs at their defaults, the ZeRO stage at the target stack's); otherwise the search runs with
     the given knobs pinned and the best mesh the target can express is exported. Targets refuse
     what they cannot run as planned, and a mesh predicted not to fit in memory is refused unless
-    --ignore-memory.
+    --ignore-memory. With --launcher, the command that starts the job follows the settings on stdout.
     """
+    from planner.export.launch import check_launch
+
+    check_launch(fmt, launcher, out)
     if job.stack is None:
         job = dataclasses.replace(job, stack=_target_stack(fmt))
     spec, clus, work = model_cluster_job(target, job)
@@ -74,19 +88,30 @@ def export_cmd(
     if fmt == "deepspeed":  # JSON carries no comments: its caveats go to stderr
         for note in exported.notes:
             sys.stderr.write(f"note: {note}\n")
+    launch = None if launcher is None else _launch(fmt, launcher, spec, clus, est, out)
     if out is None:
-        write_stdout(exported.text)
+        write_stdout(exported.text if launch is None else f"{exported.text}\n{launch}")
     else:
         write_atomically(out, exported.text)
         sys.stderr.write(f"wrote {out}\n")
+        if launch is not None:
+            write_stdout(launch)
+
+
+def _launch(fmt: str, launcher: str, model: ModelSpec, cluster: ClusterSpec, est: Estimate, out: Path | None) -> str:
+    """The launch command for the exported mesh on the cluster's nodes (planner/export/launch.py)."""
+    from planner.export.launch import launch_text
+
+    return launch_text(fmt, launcher, model, est.config.job, est.config.parallel, cluster.gpus_per_node, out)
 
 
 def _target_stack(fmt: str) -> str:
     """The shipped stack a target launches (its ``export_format``): without --stack, an export is
     priced with the software it will run under."""
     from planner.catalog import DEFAULT_STACK, list_stacks
+    from planner.export.common import FRAMEWORKS
 
-    return next((s.name for s in list_stacks() if s.export_format == fmt), DEFAULT_STACK)
+    return next((s.name for s in list_stacks() if s.export_format == FRAMEWORKS[fmt]), DEFAULT_STACK)
 
 
 def _header(fmt: str, model: ModelSpec, cluster: ClusterSpec, est: Estimate) -> str:

@@ -383,16 +383,25 @@ MaxNodesOpt = Annotated[int, typer.Option("--max-nodes", min=1, metavar="N", hel
 
 # plan export
 FormatOpt = Annotated[
-    Literal["megatron", "torchtitan", "deepspeed"],
+    Literal["megatron", "torchtitan", "torchtitan-0.2", "deepspeed"],
     typer.Option(
         "--format",
         "-f",
-        help="Target: Megatron-LM arguments, a torchtitan TOML job file, or a DeepSpeed JSON config.",
+        help="Target: Megatron-LM arguments, torchtitan 0.3 --module/--config overrides, a torchtitan 0.2 TOML "
+        "job file, or a DeepSpeed JSON config.",
     ),
 ]
 OutOpt = Annotated[
     Path | None,
     typer.Option("--out", "-o", metavar="FILE", help="Write to FILE (atomically) instead of stdout."),
+]
+LauncherOpt = Annotated[
+    Literal["torchrun", "slurm"] | None,
+    typer.Option(
+        "--launcher",
+        help="After the settings, print the command that starts the job on the plan's nodes: a torchrun line "
+        "(run on every node) or a Slurm sbatch script.",
+    ),
 ]
 IgnoreMemoryOpt = Annotated[
     bool,

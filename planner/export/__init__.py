@@ -5,8 +5,10 @@ settings, and refuses, with a one-line PlannerError naming the knob, what the ta
 express instead of exporting something that would train differently from the plan:
 
 - ``megatron``: Megatron-LM command-line arguments (``megatron_args`` -> argv list);
-- ``torchtitan``: a TOML job file's [training], [parallelism], [activation_checkpoint] sections
-  (``torchtitan_config`` -> dict, ``torchtitan_toml`` -> text);
+- ``torchtitan``: torchtitan 0.3's ``--module``/``--config`` and ``--section.key`` overrides
+  (``torchtitan_args`` -> argv list);
+- ``torchtitan-0.2``: a TOML job file's [training], [parallelism], [activation_checkpoint]
+  sections for torchtitan 0.2.x (``torchtitan_config`` -> dict, ``torchtitan_toml`` -> text);
 - ``deepspeed``: a DeepSpeed JSON config (``deepspeed_config`` -> dict).
 
 ``render`` returns the text with the target's caveats; ``export`` just the text. The job passed
@@ -23,6 +25,7 @@ from planner.export.common import FORMATS
 from planner.export.deepspeed import deepspeed_config, deepspeed_notes
 from planner.export.megatron import megatron_args, megatron_notes, megatron_text
 from planner.export.torchtitan import torchtitan_config, torchtitan_notes, torchtitan_toml
+from planner.export.torchtitan03 import torchtitan_args, torchtitan_args_notes, torchtitan_args_text
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
@@ -45,6 +48,9 @@ def render(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, hea
         notes = megatron_notes(model, job, config)
         return Exported(fmt, megatron_text(model, job, config, header), tuple(notes))
     if fmt == "torchtitan":
+        notes = torchtitan_args_notes(model, job, config)
+        return Exported(fmt, torchtitan_args_text(model, job, config, header), tuple(notes))
+    if fmt == "torchtitan-0.2":
         notes = torchtitan_notes(model, job, config)
         return Exported(fmt, torchtitan_toml(model, job, config, header), tuple(notes))
     if fmt == "deepspeed":
@@ -65,6 +71,7 @@ __all__ = [
     "export",
     "megatron_args",
     "render",
+    "torchtitan_args",
     "torchtitan_config",
     "torchtitan_toml",
 ]

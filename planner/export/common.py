@@ -11,8 +11,17 @@ from planner.errors import PlannerError
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 
-FORMATS = ("megatron", "torchtitan", "deepspeed")
-"""Export targets, as ``plan export --format`` names them."""
+FRAMEWORKS = {
+    "megatron": "megatron",
+    "torchtitan": "torchtitan",
+    "torchtitan-0.2": "torchtitan",
+    "deepspeed": "deepspeed",
+}
+"""Export targets, as ``plan export --format`` names them, and the framework each launches (the
+``export_format`` of its stack): ``torchtitan`` writes the current release's (0.3) command-line
+overrides, ``torchtitan-0.2`` the TOML job file of 0.2.x, the last release that reads one."""
+
+FORMATS = tuple(FRAMEWORKS)
 
 
 def routing_note(job: JobSpec, config: ParallelConfig, flags_written: bool) -> list[str]:

@@ -325,14 +325,26 @@ def _dispatcher_args(job: JobSpec) -> list[str]:
     return args + (["--moe-flex-dispatcher-backend", "deepep"] if job.moe_dispatcher == "flex" else [])
 
 
+def megatron_environment(config: ParallelConfig) -> dict[str, str]:
+    """The environment Megatron asks for: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tp or cp > 1,
+    so that a TP/SP collective is scheduled before the GEMM it overlaps with (megatron/core/
+    tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication: "Use of this
+    module requires that the environment variable CUDA_DEVICE_MAX_CONNECTIONS=1"; Megatron-LM's
+    validate_args raises without it for tp or cp > 1 before Blackwell), except under
+    Megatron-FSDP (ZeRO-2/3), where validate_args asserts it is not 1."""
+    if effective_zero_stage(config) < 2 and (config.tp > 1 or config.cp > 1):
+        return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
+    return {}
+
+
 def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """What the arguments cannot say: environment, the recipe's own flags, the layer split."""
     _check(model, job, config)
     notes = zero_note(config)
     if effective_zero_stage(config) >= 2:
         notes.append("Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (validate_args asserts it is not 1)")
-    elif config.tp > 1 or config.cp > 1:
-        notes.append("export CUDA_DEVICE_MAX_CONNECTIONS=1 (Megatron-LM asserts it for tp or cp > 1 before Blackwell)")
+    notes += [f"export {k}={v} (Megatron-LM asserts it for tp or cp > 1 before Blackwell)"
+              for k, v in megatron_environment(config).items()]  # fmt: skip
     layout = pipeline_layout(model, job, config) if config.pp > 1 and config.pipeline_layout is None else None
     if layout is not None:
         sizes = rank_layer_counts(parse_layout(layout), config.pp)

@@ -11,8 +11,8 @@ Key names are those of torchtitan 0.2.2's ``torchtitan/config/job_config.py``, t
 TOML job file fills: ``Model`` (name, flavor, converters), ``Training``, ``Parallelism``,
 ``ActivationCheckpoint``, ``Compile`` (``training.compile`` of earlier releases is refused there)
 and the ``quantize.*`` converter sections. torchtitan 0.3 configures a run with a Python function
-instead (``--module``/``--config``, with frozen ``--section.key`` flags and renamed keys), which
-this export does not write.
+instead (``--module``/``--config``, with frozen ``--section.key`` flags and renamed keys): that is
+``planner/export/torchtitan03.py``, ``--format torchtitan``; this one is ``--format torchtitan-0.2``.
 
 Behaviour behind the mapping (same repository): ``torchtitan/distributed/parallel_dims.py``
 (ParallelDims._validate, stored at 0119de15) for the degrees, ``torchtitan/models/llama3/infra/
@@ -43,7 +43,8 @@ from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
 
-TARGET = "torchtitan"
+TARGET = "torchtitan-0.2"
+"""The format name (``plan export --format torchtitan-0.2``), which refusals start with."""
 
 TomlValue = bool | int | str | list[str] | list[list[str]]
 Sections = dict[str, dict[str, TomlValue]]
@@ -98,8 +99,8 @@ FLAVORS = (
 shape, not by name; a model of no flavor here is refused (torchtitan would train another one)."""
 
 
-def flavor_of(model: ModelSpec) -> Flavor:
-    """torchtitan's flavor of ``model``'s shape, or a refusal naming those it has."""
+def flavor_of(model: ModelSpec, target: str = TARGET) -> Flavor:
+    """torchtitan's flavor of ``model``'s shape, or a refusal (by ``target``) naming those it has."""
     shape = (
         model.num_hidden_layers,
         model.hidden_size,
@@ -115,7 +116,7 @@ def flavor_of(model: ModelSpec) -> Flavor:
             return flavor
     known = ", ".join(f"{f.name} {f.flavor}" for f in FLAVORS)
     raise refuse(
-        TARGET, f"model {model.name}", f"torchtitan builds no model of its shape (it has {known})", mesh_bound=False
+        target, f"model {model.name}", f"torchtitan builds no model of its shape (it has {known})", mesh_bound=False
     )
 
 
@@ -132,42 +133,8 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(
             TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0", mesh_bound=False
         )
-    check_dispatcher(TARGET, "torchtitan", job, config)
-    check_adam_state(TARGET, job, bf16_moments=False)
-    if not is_default_order(config):
-        # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
-        raise refuse(TARGET, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
-    if job.dtype == "fp16":
-        # Training.mixed_precision_param: Literal["bfloat16", "float32"].
-        raise refuse(
-            TARGET,
-            "--dtype fp16",
-            "torchtitan trains in bf16 (mixed_precision_param) or fp8 (float8)",
-            mesh_bound=False,
-        )
-    if config.pp > 1 and config.schedule == "zb-h1":
-        raise refuse(
-            TARGET,
-            "--schedule zb-h1",
-            "torch's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need several stages per rank; "
-            "use 1f1b or interleaved-1f1b",
-        )
-    if config.pp > 1 and config.schedule == "dualpipe":
-        raise refuse(
-            TARGET, "--schedule dualpipe", "torch.distributed.pipelining runs DualPipeV (one copy of the weights)"
-        )
+    check_shared(TARGET, job, config)
     zero = effective_zero_stage(config)
-    if zero == 1:
-        raise refuse(
-            TARGET,
-            "--zero-stage 1",
-            "torchtitan's FSDP2 shards gradients too (no ZeRO-1); use --zero-stage 2 or 3 (FSDP), or 0 (DDP)",
-        )
-    if zero == 0 and config.cp > 1:
-        # ParallelDims.fsdp_enabled = dp_shard > 1 or cp > 1: weights are FSDP-sharded over dp_shard*cp.
-        raise refuse(
-            TARGET, "--zero-stage 0 with cp > 1", "torchtitan shards weights over the cp ranks; use --zero-stage 2 or 3"
-        )
     if zero == 0 and config.dp > 1 and config.num_gpus != config.dp:
         # parallelize.py: DDP (data_parallel_replicate_degree) raises "DDP has not supported > 1D
         # parallelism" unless it spans every rank.
@@ -185,6 +152,49 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     if model.num_hidden_layers < config.pp * config.virtual_stages:
         raise refuse(TARGET, f"pp*virtual_stages = {config.pp * config.virtual_stages}", "at most one per layer")
     num_microbatches(TARGET, job, config)
+
+
+def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
+    """What both torchtitan releases refuse alike (0.2.2's job_config.py and 0.3.0's
+    config/configs.py agree on each): the MoE dispatcher and Adam state the stack runs, the rank
+    order ParallelDims builds, bf16 or fp8 training, the pipeline schedules torch runs, and FSDP2's
+    sharding (no ZeRO-1; weights always sharded over cp)."""
+    check_dispatcher(target, "torchtitan", job, config)
+    check_adam_state(target, job, bf16_moments=False)
+    if not is_default_order(config):
+        # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
+        raise refuse(target, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
+    if job.dtype == "fp16":
+        # Training.mixed_precision_param: Literal["bfloat16", "float32"].
+        raise refuse(
+            target,
+            "--dtype fp16",
+            "torchtitan trains in bf16 (mixed_precision_param) or fp8 (float8)",
+            mesh_bound=False,
+        )
+    if config.pp > 1 and config.schedule == "zb-h1":
+        raise refuse(
+            target,
+            "--schedule zb-h1",
+            "torch's zero-bubble schedules (InterleavedZeroBubble, ZBVZeroBubble) need several stages per rank; "
+            "use 1f1b or interleaved-1f1b",
+        )
+    if config.pp > 1 and config.schedule == "dualpipe":
+        raise refuse(
+            target, "--schedule dualpipe", "torch.distributed.pipelining runs DualPipeV (one copy of the weights)"
+        )
+    zero = effective_zero_stage(config)
+    if zero == 1:
+        raise refuse(
+            target,
+            "--zero-stage 1",
+            "torchtitan's FSDP2 shards gradients too (no ZeRO-1); use --zero-stage 2 or 3 (FSDP), or 0 (DDP)",
+        )
+    if zero == 0 and config.cp > 1:
+        # ParallelDims.fsdp_enabled = dp_shard > 1 or cp > 1: weights are FSDP-sharded over dp_shard*cp.
+        raise refuse(
+            target, "--zero-stage 0 with cp > 1", "torchtitan shards weights over the cp ranks; use --zero-stage 2 or 3"
+        )
 
 
 def _check_ep(model: ModelSpec, config: ParallelConfig, shard: int) -> None:
@@ -210,10 +220,24 @@ def _stage_split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict
     first/last-stage weights at 0, so pipeline_llm makes ceil(L/lps) = p*v stages of equal size
     (its default weights 1 count the embedding and the LM head as layers). Any other split (a
     layout given, or the plan's own: ``cost.pipeline.plan_layout``): the chunks spelt out as
-    ``module_fqns_per_model_part`` (module names of torchtitan's decoder models: tok_embeddings,
-    layers.<i>, norm, output)."""
-    chunks = config.pp * config.chunks_per_rank
-    if config.schedule == "dualpipev":  # 2p half-stages, split evenly (cost.pipeline.dual_rank_split)
+    ``module_fqns_per_model_part`` (module names of torchtitan 0.2's decoder models:
+    tok_embeddings, layers.<i>, norm, output)."""
+    parts = model_parts(model, job, config, head=["norm", "output"])
+    if parts is None:
+        return {
+            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // (config.pp * config.chunks_per_rank),
+            "pipeline_parallel_first_stage_less_layers": 0,
+            "pipeline_parallel_last_stage_less_layers": 0,
+        }
+    return {"module_fqns_per_model_part": parts}
+
+
+def model_parts(model: ModelSpec, job: JobSpec, config: ParallelConfig, head: list[str]) -> list[list[str]] | None:
+    """The plan's pipeline chunks as torchtitan module names (``tok_embeddings``, ``layers.<i>``
+    and the ``head`` modules after the last layer), or None when the split is the even one.
+    DualPipeV runs 2p half-stages split evenly (``cost.pipeline.chunk_layer_counts``); any other
+    schedule the layout given or the plan's own (``cost.pipeline.plan_layout``)."""
+    if config.schedule == "dualpipev":
         sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, 2)
         stages = None if len(set(sizes)) == 1 else [["t"] * n for n in sizes]
         if stages is not None:
@@ -222,12 +246,8 @@ def _stage_split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict
         text = config.pipeline_layout or plan_layout(model, job, config.pp, config.virtual_stages)
         stages = None if text is None else parse_layout(text)
     if stages is None:
-        return {
-            "pipeline_parallel_layers_per_stage": model.num_hidden_layers // chunks,
-            "pipeline_parallel_first_stage_less_layers": 0,
-            "pipeline_parallel_last_stage_less_layers": 0,
-        }
-    names = {"E": ["tok_embeddings"], "L": ["norm", "output"]}
+        return None
+    names = {"E": ["tok_embeddings"], "L": head}
     parts: list[list[str]] = []
     index = 0
     for stage in stages:
@@ -239,7 +259,7 @@ def _stage_split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict
             else:
                 part += names[kind]
         parts.append(part)
-    return {"module_fqns_per_model_part": parts}
+    return parts
 
 
 def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> Sections:
@@ -361,7 +381,7 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
     notes.append("optimizer, data, tokenizer and checkpoint sections come from your own job file")
     notes.append(
         "written for torchtitan 0.2.x (--job.config_file, checked with 0.2.2's ConfigManager); torchtitan 0.3 "
-        "configures a run in Python (--module/--config) and takes no job file"
+        "takes no job file: --format torchtitan writes its --module/--config overrides"
     )
     return notes
 

@@ -7,17 +7,51 @@ degree}. torch's fake process-group backend stands in for pp*dp ranks (rank 0 of
 give the data-parallel group, and ``DeepSpeedConfig(config, mpu=grid)`` runs DeepSpeed's batch
 and ZeRO checks (``_configure_train_batch_size``). Prints the resolved values or the error. Run
 as a subprocess by tests/test_frameworks.py.
+
+With pp > 1 it also builds DeepSpeed's ``deepspeed.pipe.PipelineModule`` as the export's note
+says to (``partition_method="type:DecoderLayer"``) over the case's ``layers`` decoder layers
+between an embedding and a head (one-weight stand-ins: the type partition counts layers, not
+weights), on the same grid, and reports the decoder layers each stage got from its partition
+(``PipelineModule.parts``, computed for every stage on rank 0). DeepSpeed reads LOCAL_RANK from
+the environment when it builds the module; the fake group is rank 0 of one node.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
 import warnings
 
+import torch
 import torch.distributed as torch_dist
 from answer import answer
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 warnings.filterwarnings("ignore")
+
+
+class Embedding(torch.nn.Linear):
+    """The first stage's extra module."""
+
+
+class DecoderLayer(torch.nn.Linear):
+    """A decoder layer: the class the partition method names."""
+
+
+class Head(torch.nn.Linear):
+    """The last stage's extra module."""
+
+
+def stage_layers(layers: int, topology: object) -> list[int]:
+    """Decoder layers per stage of DeepSpeed's own type partition."""
+    from deepspeed.pipe import LayerSpec, PipelineModule
+
+    os.environ.setdefault("LOCAL_RANK", "0")
+    specs = [LayerSpec(Embedding, 1, 1), *(LayerSpec(DecoderLayer, 1, 1) for _ in range(layers)), LayerSpec(Head, 1, 1)]
+    module = PipelineModule(layers=specs, topology=topology, partition_method="type:DecoderLayer")
+    bounds = [int(b) for b in module.parts]
+    kinds = [spec.typename.__name__ for spec in specs]
+    return [kinds[a:b].count("DecoderLayer") for a, b in itertools.pairwise(bounds)]
 
 
 def read(case: dict) -> dict:
@@ -30,14 +64,17 @@ def read(case: dict) -> dict:
     world = case["pp"] * case["dp"]
     torch_dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     dist.init_distributed(dist_backend="fake", auto_mpi_discovery=False)
-    grid = PipelineParallelGrid(topology=PipeDataParallelTopology(num_pp=case["pp"], num_dp=case["dp"]))
+    topology = PipeDataParallelTopology(num_pp=case["pp"], num_dp=case["dp"])
+    grid = PipelineParallelGrid(topology=topology)
     config = DeepSpeedConfig(case["config"], mpu=grid)
+    stages = stage_layers(case["layers"], topology) if case["pp"] > 1 else None
     return {
         "batch": [config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps],
         "data_parallel": grid.get_data_parallel_world_size(),
         "zero_stage": config.zero_optimization_stage,
         "bf16": config.bfloat16_config.enabled,
         "fp16": config.float16_config.enabled,
+        "stage_layers": stages,
     }
 
 
