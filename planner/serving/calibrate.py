@@ -184,6 +184,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True) -> Evaluat
             "rows": sum(1 for p in plans if p.group == g) + sum(1 for u in unpriced if u["group"] == g)
         }
         entry["priced"] = sum(1 for p in plans if p.group == g)
+        entry["coverage"] = entry["priced"] / entry["rows"] if entry["rows"] else 0.0
         for kind in ("throughput", "ttft_s", "tpot_s"):
             if kind in kinds:
                 mape, signed = _summary(kinds[kind])
