@@ -7,6 +7,8 @@ one line names the knob and what the target allows (the CLI prints it as ``error
 
 from __future__ import annotations
 
+import shlex
+
 from planner.errors import PlannerError
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
@@ -116,3 +118,19 @@ def axis_inside(config: ParallelConfig, inner: str, outer: str) -> bool:
 
 def is_default_order(config: ParallelConfig) -> bool:
     return config.order == DEFAULT_ORDER
+
+
+def render_flags(args: list[str], comments: list[str], subcommands: bool = False) -> str:
+    """``# comment`` lines, then one flag per line with its values, joined by backslash
+    continuations, values shell-quoted (a Megatron layout string holds '|'); with
+    ``subcommands`` a ``name:choice`` token (tyro's subcommand, torchtitan 0.3) starts its own
+    line too."""
+    lines: list[list[str]] = []
+    for token in args:
+        if token.startswith("--") or (subcommands and ":" in token) or not lines:
+            lines.append([token])
+        else:
+            lines[-1].append(token)
+    body = [" ".join(shlex.quote(t) for t in line) for line in lines]
+    text = [f"# {c}" for c in comments] + [line + " \\" for line in body[:-1]] + body[-1:]
+    return "\n".join(text) + "\n"

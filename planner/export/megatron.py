@@ -10,8 +10,6 @@ from the user's tokenizer.
 
 from __future__ import annotations
 
-import shlex
-
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
 from planner.cost.pipeline import plan_layout
@@ -21,6 +19,7 @@ from planner.export.common import (
     is_default_order,
     num_microbatches,
     refuse,
+    render_flags,
     routing_note,
     zero_note,
 )
@@ -366,21 +365,7 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     return notes
 
 
-def render_args(args: list[str], comments: list[str]) -> str:
-    """``# comment`` lines, then one flag per line with its values, joined by backslash
-    continuations, values shell-quoted (a layout string holds '|')."""
-    lines: list[list[str]] = []
-    for token in args:
-        if token.startswith("--") or not lines:
-            lines.append([token])
-        else:
-            lines[-1].append(token)
-    body = [" ".join(shlex.quote(t) for t in line) for line in lines]
-    text = [f"# {c}" for c in comments] + [line + " \\" for line in body[:-1]] + body[-1:]
-    return "\n".join(text) + "\n"
-
-
 def megatron_text(model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
     """The arguments as text: a header comment, the notes, then the flags."""
     comments = ([header] if header else []) + [f"note: {n}" for n in megatron_notes(model, job, config)]
-    return render_args(megatron_args(model, job, config), comments)
+    return render_flags(megatron_args(model, job, config), comments)

@@ -29,11 +29,17 @@ tests/test_frameworks.py parses every export with torchtitan 0.3.0's own ConfigM
 
 from __future__ import annotations
 
-import shlex
 from dataclasses import dataclass
 
 from planner.cost.flops import mtp_layers
-from planner.export.common import effective_zero_stage, num_microbatches, refuse, routing_note, zero_note
+from planner.export.common import (
+    effective_zero_stage,
+    num_microbatches,
+    refuse,
+    render_flags,
+    routing_note,
+    zero_note,
+)
 from planner.export.torchtitan import (
     RESHARD_AFTER_FORWARD,
     SCHEDULES,
@@ -297,21 +303,7 @@ def torchtitan_args_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig
     return notes
 
 
-def render_overrides(args: list[str], comments: list[str]) -> str:
-    """``# comment`` lines, then one flag per line with its values and the subcommand on its own
-    line, joined by backslash continuations, values shell-quoted."""
-    lines: list[list[str]] = []
-    for token in args:
-        if token.startswith("--") or ":" in token or not lines:
-            lines.append([token])
-        else:
-            lines[-1].append(token)
-    body = [" ".join(shlex.quote(t) for t in line) for line in lines]
-    text = [f"# {c}" for c in comments] + [line + " \\" for line in body[:-1]] + body[-1:]
-    return "\n".join(text) + "\n"
-
-
 def torchtitan_args_text(model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
     """The overrides as text: a header comment, the notes, then the flags."""
     comments = ([header] if header else []) + [f"note: {n}" for n in torchtitan_args_notes(model, job, config)]
-    return render_overrides(torchtitan_args(model, job, config), comments)
+    return render_flags(torchtitan_args(model, job, config), comments, subcommands=True)

@@ -21,7 +21,7 @@ import numpy as np
 from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts
 from planner.serving.memory import plan_memory, reserved_context
-from planner.serving.schemas import MemoryBreakdown, ServeCandidate, ServeRequest
+from planner.serving.schemas import ServeCandidate, ServeRequest
 from planner.serving.step import Setting, round_terms
 
 
@@ -130,12 +130,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 output_tokens_per_s_per_user=float(1.0 / tpot[k]),
                 max_concurrency=int(cap * n_d),
                 memory_per_gpu_bytes=float(mem.total_bytes[j]),
-                memory_breakdown_bytes=MemoryBreakdown(
-                    weights=float(mem.weights_bytes[j]),
-                    kv_cache=float(max(mem.kv_cache_bytes[j], 0.0)),
-                    activations=float(mem.activations_bytes[j]),
-                    runtime=float(mem.runtime_bytes[j]),
-                ),
+                memory_breakdown_bytes=mem.breakdown(j),
                 kv_cache_bytes_per_token=_kv_per_token(s, req),
                 tpot_breakdown_s=terms.as_dict(k),
                 meets_targets=True,

@@ -27,6 +27,7 @@ from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile
 from planner.serving.kv import sequence_kv_bytes_per_gpu
 from planner.serving.layout import Layouts
+from planner.serving.schemas import MemoryBreakdown
 
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 """Bytes per stored weight: bf16 2, fp8 1 (per-tensor or per-channel scales negligible), fp4
@@ -128,6 +129,15 @@ class MemoryPlan:
     @property
     def fits(self) -> np.ndarray:
         return self.max_concurrency >= 1
+
+    def breakdown(self, i: int) -> MemoryBreakdown:
+        """Layout ``i``'s memory per GPU by kind, as a candidate reports it."""
+        return MemoryBreakdown(
+            weights=float(self.weights_bytes[i]),
+            kv_cache=float(max(self.kv_cache_bytes[i], 0.0)),
+            activations=float(self.activations_bytes[i]),
+            runtime=float(self.runtime_bytes[i]),
+        )
 
 
 def reserved_context(engine: EngineProfile, input_len: float, output_len: float) -> float:

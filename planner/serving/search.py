@@ -32,7 +32,7 @@ from planner.serving.engine import EngineProfile, load_engine
 from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts
 from planner.serving.memory import MemoryPlan, plan_memory, reserved_context
-from planner.serving.schemas import MemoryBreakdown, ServeCandidate, ServeRanking, ServeRequest
+from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
 from planner.serving.step import RoundTerms, Setting, round_terms
 
 BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
@@ -216,12 +216,7 @@ def _candidate(p: Priced, i: int, s: Setting, req: ServeRequest, meets: bool, wh
         output_tokens_per_s_per_user=float(1.0 / p.tpot_s[i]),
         max_concurrency=int(m.max_concurrency[i] * p.lay.replicas[i]),
         memory_per_gpu_bytes=float(m.total_bytes[i]),
-        memory_breakdown_bytes=MemoryBreakdown(
-            weights=float(m.weights_bytes[i]),
-            kv_cache=float(max(m.kv_cache_bytes[i], 0.0)),
-            activations=float(m.activations_bytes[i]),
-            runtime=float(m.runtime_bytes[i]),
-        ),
+        memory_breakdown_bytes=m.breakdown(i),
         kv_cache_bytes_per_token=_kv_per_token(s, req),
         tpot_breakdown_s=p.terms.as_dict(i),
         meets_targets=meets,
