@@ -324,3 +324,12 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     best = max(float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any())
     assert best == pytest.approx(r.candidates[0].output_tokens_per_s_per_gpu)  # the plot shows what the table ranks
+
+
+def test_layouts_priced_alike_are_shown_once() -> None:
+    # DeepSeek-V3 without attention DP: EP over the TP ranks is priced as expert TP (the model
+    # tells them apart only under attention DP), so tp8 with ep 1, 2, 4 and 8 tie and show once
+    r = planner.serve("deepseek-v3", "dgx-b200x1", weights_dtype="fp4", engine="trtllm", tp=8, attention_dp=False)
+    assert len(r.candidates) == 1
+    assert r.candidates[0].config["ep"] == 1
+    assert r.candidates[0].equivalent_layouts == ["1x tp8 pp1 ep2", "1x tp8 pp1 ep4", "1x tp8 pp1 ep8"]

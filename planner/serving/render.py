@@ -75,6 +75,9 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             *([f"{c.cost_per_million_output_tokens_usd:.2f}"] if priced else []),
         )
     console.print(table)
+    for i, c in enumerate(ranking.candidates, 1):
+        if c.equivalent_layouts:
+            console.print(f"#{i} is priced the same as {', '.join(c.equivalent_layouts)}")
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
     kv = ranking.candidates[0].kv_cache_bytes_per_token
     console.print(

@@ -68,6 +68,11 @@ class ServeCandidate(Frozen):
         None, description="GPU-hours per million output tokens at the cluster's price (None without a price)"
     )
     meets_targets: bool
+    equivalent_layouts: list[str] = Field(
+        default_factory=list,
+        description="Other layouts priced exactly the same (e.g. EP without attention DP, which the model does not "
+        "tell from expert TP): shown once, these listed",
+    )
     why: str = ""
     warnings: list[str] = Field(default_factory=list)
 

@@ -271,6 +271,33 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
     return "; ".join(parts)
 
 
+def _priced_alike(a: ServeCandidate, b: ServeCandidate) -> bool:
+    """Same throughput, latencies, batch and memory to 1e-9: layouts the model prices identically."""
+    pairs = (
+        (a.output_tokens_per_s_per_gpu, b.output_tokens_per_s_per_gpu),
+        (a.tpot_s, b.tpot_s),
+        (a.ttft_s, b.ttft_s),
+        (a.batch_per_replica, b.batch_per_replica),
+        (a.memory_per_gpu_bytes, b.memory_per_gpu_bytes),
+    )
+    return all(abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1e-30) for x, y in pairs)
+
+
+def merge_equivalents(ranked: list[ServeCandidate]) -> list[ServeCandidate]:
+    """Consecutive candidates priced alike, shown once: the first keeps its place and lists the
+    others' layouts (as ``plan`` lists equivalent meshes)."""
+    from planner.serving.render import layout_label
+
+    out: list[ServeCandidate] = []
+    for c in ranked:
+        if out and _priced_alike(out[-1], c):
+            head = out[-1]
+            out[-1] = head.model_copy(update={"equivalent_layouts": [*head.equivalent_layouts, layout_label(c)]})
+        else:
+            out.append(c)
+    return out
+
+
 def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeRanking:
     """Rank the feasible layouts (see the module docstring)."""
     engine = load_engine(req.engine)
@@ -289,7 +316,7 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     ok = [c for c in cands if c.meets_targets]
     # at a fixed request rate every layout serves the same tokens: the faster one per user wins
     ok.sort(key=lambda c: (-round(c.output_tokens_per_s_per_gpu, 6), c.tpot_s))
-    ranked = ok[: req.top]
+    ranked = merge_equivalents(ok)[: req.top]
     if ranked:
         ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
     elif not reason:
