@@ -6,7 +6,7 @@ simulation (``planner.cost.simulate``) at the estimate's per-micro-batch times."
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.parallel import DUAL_SCHEDULES
+
+if TYPE_CHECKING:
+    from planner.serving.search import Curve
 
 MAX_MICROBATCHES_DRAWN = 4
 """The timeline draws at most 4p micro-batches (whole groups of p): enough to show warm-up,
@@ -184,7 +187,7 @@ are in the table and JSON)."""
 
 
 def plot_serving(
-    curves: list[Any], winner_label: str | None, tpot_target_s: float | None, title: str, path: str | Path
+    curves: list[Curve], winner_label: str | None, tpot_target_s: float | None, title: str, path: str | Path
 ) -> None:
     """``plan serve --plot``: each layout's trade-off over the batch grid, output tokens/s per
     user (1 / TPOT) against output tokens/s per GPU, as the serving benchmarks draw it (InferenceMAX,

@@ -305,7 +305,7 @@ def evaluate(
         },
         hidden={
             "dp": np.asarray(dp.hidden_s),
-            "pp": np.asarray(pp.hidden_s) * np.ones(len(mesh)),
+            "pp": np.asarray(pp.hidden_s),
             "cp": m * worst.cp.hidden_s,
             "tp": m * worst.tp.hidden_s,
             "ep": m * worst.ep.hidden_s,

@@ -374,20 +374,17 @@ def pp_per_step(
     (sends,) = pp_collectives(job, mesh, m, hidden)
     staged = mesh.pp > 1
     bytes_sent = np.where(staged, 2.0 * m * mesh.chunks_per_rank * sends.message_bytes, 0.0)
-    waited = serial_s([sends], links)
     send_s = call_s(sends, links)
     asynchronous = per_schedule_constant(mesh.schedule, lambda s: float(s.async_sends)) > 0
-    if not (job.software.p2p_overlap and np.any(asynchronous & staged)):
-        return Traffic(np.where(staged, waited, 0.0), bytes_sent)
+    on = staged & asynchronous & job.software.p2p_overlap
     steady = 2.0 * mesh.chunks_per_rank * m
     chunk_s = slot_s / mesh.chunks_per_rank
-    overlapped_time = 2.0 * (mesh.pp - 1) * send_s + steady * np.maximum(send_s - chunk_s, 0.0)
-    overlapped_hidden = steady * np.minimum(send_s, chunk_s)
-    on = asynchronous & staged
+    overlapped_s = 2.0 * (mesh.pp - 1) * send_s + steady * np.maximum(send_s - chunk_s, 0.0)
+    waited_s = np.where(staged, sends.calls * send_s, 0.0)
     return Traffic(
-        np.where(on, overlapped_time, np.where(staged, waited, 0.0)),
+        np.where(on, overlapped_s, waited_s),
         bytes_sent,
-        np.where(on, overlapped_hidden, 0.0),
+        np.where(on, steady * np.minimum(send_s, chunk_s), 0.0),
     )
 
 

@@ -47,3 +47,8 @@ class Layouts:
 
     def take(self, index: np.ndarray) -> Layouts:
         return Layouts(self.tp[index], self.pp[index], self.ep[index], self.attention_dp[index], self.replicas[index])
+
+
+def layout_text(replicas: int, tp: int, pp: int, ep: int = 1, attention_dp: bool = False) -> str:
+    """A layout as the table, the plot and the equivalents name it: '2x tp4 pp1 ep4 adp'."""
+    return f"{replicas}x tp{tp} pp{pp}" + (f" ep{ep}" if ep != 1 else "") + (" adp" if attention_dp else "")

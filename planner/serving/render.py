@@ -8,25 +8,24 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.schemas.base import GIB_BYTES
+from planner.serving.layout import layout_text
 from planner.serving.schemas import ServeCandidate, ServeRanking
 
 
 def layout_label(c: ServeCandidate) -> str:
     cfg = c.config
     split = cfg.get("prefill_decode_split")
+    decode = layout_text(
+        int(cfg["replicas"] if not isinstance(split, dict) else split["decode_replicas"]),  # type: ignore[arg-type]
+        int(cfg["tp"]),  # type: ignore[arg-type]
+        int(cfg["pp"]),  # type: ignore[arg-type]
+        int(cfg["ep"]),  # type: ignore[arg-type]
+        bool(cfg["attention_dp"]),
+    )
     if isinstance(split, dict):
-        return (
-            f"P: {split['prefill_replicas']}x tp{split['prefill_tp']} pp{split['prefill_pp']}"
-            f" | D: {split['decode_replicas']}x tp{cfg['tp']} pp{cfg['pp']}"
-            + (f" ep{cfg['ep']}" if cfg["ep"] != 1 else "")
-            + (" adp" if cfg["attention_dp"] else "")
-        )
-    text = f"{cfg['replicas']}x tp{cfg['tp']} pp{cfg['pp']}"
-    if cfg["ep"] != 1:
-        text += f" ep{cfg['ep']}"
-    if cfg["attention_dp"]:
-        text += " adp"
-    return text
+        prefill = layout_text(split["prefill_replicas"], split["prefill_tp"], split["prefill_pp"])
+        return f"P: {prefill} | D: {decode}"
+    return decode
 
 
 def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:

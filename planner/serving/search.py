@@ -30,7 +30,7 @@ from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, load_engine
 from planner.serving.kv import kv_bytes_per_token
-from planner.serving.layout import Layouts
+from planner.serving.layout import Layouts, layout_text
 from planner.serving.memory import MemoryPlan, plan_memory, reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
 from planner.serving.step import RoundTerms, Setting, round_terms
@@ -369,7 +369,7 @@ def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
     for key in np.unique(keys, axis=0):
         on = np.all(keys == key, axis=1)
         tp, pp, ep, adp, replicas = (int(v) for v in key)
-        label = f"{replicas}x tp{tp} pp{pp}" + (f" ep{ep}" if ep != 1 else "") + (" adp" if adp else "")
+        label = layout_text(replicas, tp, pp, ep, bool(adp))
         curves.append(Curve(label, 1.0 / p.tpot_s[on], p.tokens_per_s_per_gpu[on], meets[on]))
     return curves
 
