@@ -179,13 +179,24 @@ def profile_for(gpu: str) -> str:
     raise UnpriceableError(f"no shipped hardware profile for GPU '{gpu}'")
 
 
+CONTAINER_STACKS: dict[tuple[str, str], str] = {("megatron-core", "nemo 25.09"): "megatron-core-25.09"}
+"""(stack, stated container) -> the stack of that release, where one has its own profile: NeMo
+25.09's Megatron-Bridge recipes ran MoE before 25.11 reworked it (HybridEP dispatch, CUDA graphs
+over the router and token preprocessing; Megatron-Bridge scripts/performance/configs/qwen/
+qwen3_workload_base_configs.py), and the same meshes ran at other speeds: DeepSeek-V3 on 256
+GB200, 3,454 tokens/s with token drop in 25.09 and 4,018 dropless in 25.11 (docs/
+performance-summary.md). A container with no profile of its own takes the stack's."""
+
+
 def stack_for(row: dict[str, Any]) -> str:
     """The software stack of a row, from the repository (or documentation page) its source cites."""
     source = row.get("source") or {}
     repo = _text(source.get("repo"))
     by_name = {key.split("/")[-1]: stack for key, stack in STACKS.items()}
     if repo in STACKS or repo.split("/")[-1] in by_name:
-        return STACKS.get(repo) or by_name[repo.split("/")[-1]]
+        stack = STACKS.get(repo) or by_name[repo.split("/")[-1]]
+        container = _text((row.get("knobs") or {}).get("container"))
+        return CONTAINER_STACKS.get((stack, container), stack)
     url = _text(source.get("url"))
     for prefix, stack in STACK_URLS.items():
         if prefix in url:

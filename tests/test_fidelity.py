@@ -747,3 +747,21 @@ def test_a_rows_fp8_scaling_is_the_one_it_states(precision: str, scaling: str) -
     from planner.runs import fp8_scaling_from
 
     assert fp8_scaling_from(precision) == scaling
+
+
+def test_a_rows_stated_container_picks_the_release_stack() -> None:
+    # NeMo 25.09's Megatron-Bridge runs have their own stack (runs.CONTAINER_STACKS): the same
+    # features as megatron-core, the 25.09 release's own fitted overheads; any other container,
+    # or none, keeps the repository's stack.
+    from planner.runs import stack_for
+
+    row = {"source": {"repo": "NVIDIA-NeMo/Megatron-Bridge"}, "knobs": {"container": "NeMo 25.09"}}
+    assert stack_for(row) == "megatron-core-25.09"
+    assert stack_for({**row, "knobs": {"container": "NeMo 25.11"}}) == "megatron-core"
+    assert stack_for({"source": row["source"]}) == "megatron-core"
+    old, new = load_stack("megatron-core-25.09"), load_stack("megatron-core")
+    features = set(type(new).model_fields) - {"name", "description", "sources", "calibration"}
+    fitted = {"layer_overhead_us", "moe_layer_overhead_us", "expert_gemm_overhead_us", "dropless_host_expert_us"}
+    assert {f for f in features if getattr(old, f) != getattr(new, f)} <= fitted
+    # fitted apart: 25.11's grouped expert GEMM pays no per-expert launch, 25.09's does
+    assert (new.expert_gemm_overhead_us or 0.0) < 1.0 < (old.expert_gemm_overhead_us or 0.0)
