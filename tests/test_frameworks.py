@@ -345,3 +345,106 @@ def test_torchtitan_03_reads_every_export_as_planned(torchtitan03: Path) -> None
             assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
         # the model the config function builds, on the meta device: the parameters the plan priced
         assert read["params"] == model.parameter_counts.total, name
+
+
+TORCHTITAN_PARALLELIZE_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan_parallelize.py"
+
+TORCHTITAN_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-8b", dict(dp=8, zero_stage=3, recompute="full"), {}),
+    ("llama3-8b", dict(dp=8, zero_stage=0), {}),
+    ("llama3-70b", dict(tp=4, dp=4, zero_stage=2, recompute="selective"), {}),
+    ("llama3-8b", dict(tp=2, pp=4, dp=2, zero_stage=3), {}),
+    ("llama3-70b", dict(tp=2, pp=3, dp=2, virtual_stages=2, zero_stage=3, recompute="full"), {}),
+    ("llama3-405b", dict(tp=2, pp=8, dp=2, zero_stage=3, recompute="full", recompute_layers=4), {}),
+    ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=4, expert_tp=2, zero_stage=3), {}),
+    ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
+]
+"""FSDP alone, DDP, FSDP + TP, pipelines (1F1B, even and uneven; interleaved and uneven), partial
+layer recompute, CP, and qwen3's MoE with EP, with and without expert-TP."""
+
+
+def _parallelize_cases(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]], render_case: Any) -> list[Any]:
+    """(plan, case) of each mesh: the export, its world and the ranks to check (first, middle, last)."""
+    out = []
+    for plan in _plans(meshes):
+        world = plan[2].num_gpus
+        out.append((plan, {**render_case(plan), "world": world, "ranks": sorted({0, world // 2 + 1, world - 1})}))
+    return out
+
+
+def _planned_meshes(config: ParallelConfig, rank: int, dp_names: tuple[str, str]) -> dict[str, list[int]]:
+    """The one-dimensional meshes torchtitan builds for ``rank``, with the ranks the plan priced
+    in each (``_planner_groups``): pp, tp and cp alike; FSDP shards over dp x cp (``fsdp``; under
+    0.3 ``dp_shard`` and ``cp`` apart) and DDP replicates over dp (``dp_replicate``); the experts'
+    EP and expert-TP groups and their FSDP over the expert-DP group (kept whenever ep > 1)."""
+    planned = _planner_groups(config, rank)
+    zero = 0 if config.zero_stage == 0 else 3
+    out: dict[str, list[int]] = {}
+    for axis in ("pp", "tp", "cp"):
+        if getattr(config, axis) > 1:
+            out[axis] = planned[axis]
+    if zero == 0 and config.dp > 1:
+        out["dp_replicate"] = planned["dp"]
+    if zero and dp_names[0] == "fsdp" and config.dp * config.cp > 1:
+        out["fsdp"] = planned["dp_cp"]
+    if zero and dp_names[0] == "dp_shard" and config.dp > 1:
+        out["dp_shard"] = planned["dp"]
+    if config.ep > 1:
+        out.update(ep=planned["ep"], efsdp=planned["edp"])
+        if config.expert_tp > 1:
+            out["etp"] = planned["etp"]
+    return out
+
+
+def _planned_stages(model: Any, job: JobSpec, config: ParallelConfig, rank: int) -> list[tuple[int, list[int]]]:
+    """(stage index, decoder layers) of each model chunk ``rank`` runs, by the plan's split
+    (``cost.pipeline.split_stages``): looped schedules put chunk c on pipeline rank c mod p."""
+    from planner.cost.pipeline import split_stages
+
+    counts = [stage.count("t") for stage in split_stages(model, job, config.pp, config.virtual_stages)]
+    starts = np.cumsum([0, *counts])
+    p = int(np.argwhere(mesh_rank_tensor(_replica_mesh(config))[0] == rank)[0][0])
+    return [(c, list(range(int(starts[c]), int(starts[c + 1])))) for c in range(p, len(counts), config.pp)]
+
+
+def _replica_mesh(config: ParallelConfig) -> ReplicaMesh:
+    return ReplicaMesh(
+        tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, ep=config.ep, expert_tp=config.expert_tp,
+        order=config.order,
+    )  # fmt: skip
+
+
+def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelConfig, ranks: dict[str, Any],
+                        dp_names: tuple[str, str]) -> None:  # fmt: skip
+    """Every checked rank of torchtitan's parallelized model against the plan: its meshes, the
+    stages and layers it holds, which blocks are wrapped for recompute, where the embedding and
+    head are, and how TP and EP shard the weights."""
+    for rank, got in ranks.items():
+        where = f"{name} rank {rank}"
+        assert "error" not in got, f"torchtitan refused {where}: {got['error']}"
+        assert got["meshes"] == _planned_meshes(config, int(rank), dp_names), where
+        stages = _planned_stages(model, job, config, int(rank))
+        assert [(part["stage"], part["layers"]) for part in got["parts"]] == stages, where
+        last = config.pp * config.virtual_stages - 1
+        for part in got["parts"]:
+            assert (part["embedding"], part["head"]) == (part["stage"] == 0, part["stage"] == last), where
+            wrapped = part["checkpointed"]
+            if config.recompute_layers is not None:  # every n-th block: at least the plan's r per chunk
+                assert len(wrapped) >= config.recompute_layers and set(wrapped) <= set(part["layers"]), where
+            else:
+                assert wrapped == (part["layers"] if config.recompute != "none" else []), where
+            if config.tp > 1:
+                assert "tp:S(0)" in part["wq"], where  # column-parallel query projection
+            if config.ep > 1:
+                assert "ep:S(0)" in part["experts"], where  # experts split over EP
+                assert ("etp:S(1)" in part["experts"]) == (config.expert_tp > 1), where
+
+
+def test_torchtitan_parallelizes_every_export_as_planned() -> None:
+    """torchtitan 0.2.2's ParallelDims, parallelize and pipeline functions on the meta device
+    (tests/frameworks/torchtitan_parallelize.py), for first, middle and last ranks."""
+    cases = _parallelize_cases(TORCHTITAN_PARALLEL_MESHES, lambda plan: {"toml": render("torchtitan-0.2", *plan).text})
+    results = _run_megatron([case for _, case in cases], TORCHTITAN_PARALLELIZE_SCRIPT)
+    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN_PARALLEL_MESHES, cases, results, strict=True):
+        _check_parallelized(name, model, job, config, ranks, ("fsdp", "dp_replicate"))
