@@ -28,6 +28,7 @@ from planner.catalog import load_model
 from planner.cost.pipeline import chunk_layer_counts
 from planner.errors import PlannerError
 from planner.export import megatron_args, render
+from planner.export.common import effective_zero_stage
 from planner.schemas import JobSpec, ParallelConfig
 from planner.search import default_job
 from planner.validate.schemas import ReplicaMesh
@@ -373,23 +374,21 @@ def _parallelize_cases(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]],
     return out
 
 
-def _planned_meshes(config: ParallelConfig, rank: int, dp_names: tuple[str, str]) -> dict[str, list[int]]:
-    """The one-dimensional meshes torchtitan builds for ``rank``, with the ranks the plan priced
-    in each (``_planner_groups``): pp, tp and cp alike; FSDP shards over dp x cp (``fsdp``; under
-    0.3 ``dp_shard`` and ``cp`` apart) and DDP replicates over dp (``dp_replicate``); the experts'
-    EP and expert-TP groups and their FSDP over the expert-DP group (kept whenever ep > 1)."""
+def _planned_meshes(config: ParallelConfig, rank: int) -> dict[str, list[int]]:
+    """The one-dimensional meshes of more than one rank torchtitan builds for ``rank``, with the
+    ranks the plan priced in each (``_planner_groups``): pp, tp and cp alike; FSDP shards over
+    dp x cp (``fsdp``) and DDP replicates over dp (``dp_replicate``); the experts' EP and
+    expert-TP groups, and their FSDP over the expert-DP group (``efsdp``, kept whenever ep > 1)."""
     planned = _planner_groups(config, rank)
-    zero = 0 if config.zero_stage == 0 else 3
+    zero = effective_zero_stage(config)
     out: dict[str, list[int]] = {}
     for axis in ("pp", "tp", "cp"):
         if getattr(config, axis) > 1:
             out[axis] = planned[axis]
     if zero == 0 and config.dp > 1:
         out["dp_replicate"] = planned["dp"]
-    if zero and dp_names[0] == "fsdp" and config.dp * config.cp > 1:
+    if zero and config.dp * config.cp > 1:
         out["fsdp"] = planned["dp_cp"]
-    if zero and dp_names[0] == "dp_shard" and config.dp > 1:
-        out["dp_shard"] = planned["dp"]
     if config.ep > 1:
         out.update(ep=planned["ep"], efsdp=planned["edp"])
         if config.expert_tp > 1:
@@ -415,15 +414,14 @@ def _replica_mesh(config: ParallelConfig) -> ReplicaMesh:
     )  # fmt: skip
 
 
-def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelConfig, ranks: dict[str, Any],
-                        dp_names: tuple[str, str]) -> None:  # fmt: skip
+def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelConfig, ranks: dict[str, Any]) -> None:
     """Every checked rank of torchtitan's parallelized model against the plan: its meshes, the
     stages and layers it holds, which blocks are wrapped for recompute, where the embedding and
     head are, and how TP and EP shard the weights."""
     for rank, got in ranks.items():
         where = f"{name} rank {rank}"
         assert "error" not in got, f"torchtitan refused {where}: {got['error']}"
-        assert got["meshes"] == _planned_meshes(config, int(rank), dp_names), where
+        assert got["meshes"] == _planned_meshes(config, int(rank)), where
         stages = _planned_stages(model, job, config, int(rank))
         assert [(part["stage"], part["layers"]) for part in got["parts"]] == stages, where
         last = config.pp * config.virtual_stages - 1
@@ -447,4 +445,67 @@ def test_torchtitan_parallelizes_every_export_as_planned() -> None:
     cases = _parallelize_cases(TORCHTITAN_PARALLEL_MESHES, lambda plan: {"toml": render("torchtitan-0.2", *plan).text})
     results = _run_megatron([case for _, case in cases], TORCHTITAN_PARALLELIZE_SCRIPT)
     for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN_PARALLEL_MESHES, cases, results, strict=True):
-        _check_parallelized(name, model, job, config, ranks, ("fsdp", "dp_replicate"))
+        _check_parallelized(name, model, job, config, ranks)
+
+
+TORCHTITAN03_PARALLELIZE_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_parallelize.py"
+
+TORCHTITAN03_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-8b", dict(dp=8, zero_stage=3, recompute="full"), {}),
+    ("llama3-8b", dict(dp=8, zero_stage=0), {}),
+    ("llama3-70b", dict(tp=4, dp=4, zero_stage=2, recompute="selective"), {}),
+    ("llama3-8b", dict(tp=2, pp=4, dp=2, zero_stage=3), {}),
+    ("llama3-70b", dict(tp=2, pp=3, dp=2, virtual_stages=2, zero_stage=3, recompute="full"), {}),
+    ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=8, zero_stage=3), {}),
+    ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
+]
+"""The 0.2.2 spread in 0.3.0's terms: no every-n-th-layer recompute and no expert-TP there (the
+export refuses both), so EP over tp x dp instead."""
+
+
+def test_torchtitan_03_parallelizes_every_export_as_planned(torchtitan03: Path) -> None:
+    """torchtitan 0.3.0's ParallelDims, parallelize and pipeline functions on the meta device
+    (tests/frameworks/torchtitan03_parallelize.py), for first, middle and last ranks.
+
+    0.3.0's default SPMD backend, ``spmd_types`` (what the export leaves in place without CP),
+    keeps parameters as plain tensors carrying spmd_types annotations and hands FSDP their data-
+    parallel mesh dims (``full_dtensor.resolve_fsdp_mesh``); the ``fully_shard`` of the torch
+    installed here (2.13) takes mesh dims only with DTensor parameters and refuses, for every
+    mesh and rank alike. So each export runs twice: as exported, where that refusal is the answer
+    whenever the backend is spmd_types (CP meshes run on ``partial_dtensor`` as exported), and
+    with ``--parallelism.spmd_backend partial_dtensor`` added, which this torch runs: there every
+    rank is checked against the plan."""
+    from planner.export import torchtitan_args
+
+    def run(backend: str | None) -> tuple[list[Any], list[dict[str, Any]]]:
+        cases = _parallelize_cases(
+            TORCHTITAN03_PARALLEL_MESHES, lambda plan: {"argv": torchtitan_args(*plan), "spmd_backend": backend}
+        )
+        done = subprocess.run(
+            [sys.executable, str(TORCHTITAN03_PARALLELIZE_SCRIPT), str(torchtitan03)],
+            input=json.dumps([case for _, case in cases]), capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return cases, json.loads(done.stdout)
+
+    cases, exported = run(None)
+    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, exported,
+                                                              strict=True):  # fmt: skip
+        if config.cp > 1:  # exported on partial_dtensor: runs as is
+            _check_parallelized(name, model, job, config, ranks)
+            continue
+        for rank, got in ranks.items():
+            assert got == {"error": SPMD_TYPES_REFUSAL}, f"{name} rank {rank}: {got}"
+    cases, partial = run("partial_dtensor")
+    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, partial,
+                                                              strict=True):  # fmt: skip
+        _check_parallelized(name, model, job, config, ranks)
+
+
+SPMD_TYPES_REFUSAL = (
+    "ValueError: When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh (e.g. via "
+    "distribute_module). Got plain tensor for parameter 'weight'."
+)
+"""torch 2.13's fully_shard (torch/distributed/fsdp/_fully_shard/_fsdp_param.py) on the first
+parameter torchtitan 0.3.0's spmd_types backend gives it."""
