@@ -242,31 +242,94 @@ DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-70b", dict(pp=4, dp=16, zero_stage=1, recompute="full"), {}),
     ("llama3-70b", dict(pp=8, dp=4, micro_batch_size=2, zero_stage=0), {}),
     ("deepseek-v3", dict(pp=4, dp=16, zero_stage=1), {"mtp_layers": 0}),
+    ("deepseek-v3", dict(pp=8, dp=8, zero_stage=1), {"mtp_layers": 0}),
+    ("llama3-405b", dict(pp=8, dp=8, zero_stage=1), {}),
 ]
 """ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp), and
-PipelineModule's partition of 80 and 61 layers (even and odd splits)."""
+PipelineModule's partition of 80, 61 and 126 layers (even and odd splits), on the deepspeed stack
+(what ``plan export --format deepspeed`` plans with)."""
+
+DEEPSPEED_CLASSES = {
+    "<embedding class>": "Embedding", "<decoder layer class>": "DecoderLayer", "<LM head class>": "Head",
+}  # fmt: skip
+"""The export's partition_method placeholders -> the stand-in classes of deepspeed_config.py."""
+
+
+def _deepspeed_method(method: str) -> str:
+    for placeholder, name in DEEPSPEED_CLASSES.items():
+        method = method.replace(placeholder, name)
+    return method
+
+
+Plan = tuple[Any, JobSpec, ParallelConfig]
+
+
+def _deepspeed_plans(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[Plan]:
+    return _plans([(name, pins, {**fields, "stack": "deepspeed"}) for name, pins, fields in meshes])
 
 
 def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
-    plans = _plans(DEEPSPEED_MESHES)
+    """DeepSpeedConfig on DeepSpeed's pipeline grid; with pp > 1, PipelineModule with the note's
+    partition_method gives every stage the plan's decoder layers, in order."""
+    from planner.export.deepspeed import pipeline_partition
+
+    plans = _deepspeed_plans(DEEPSPEED_MESHES)
+    methods = [_deepspeed_method(pipeline_partition(*plan)) if plan[2].pp > 1 else None for plan in plans]
     cases = [
         {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp,
-         "layers": plan[0].num_hidden_layers}
-        for plan in plans
+         "layers": plan[0].num_hidden_layers, "partitions": [method] if method else []}
+        for plan, method in zip(plans, methods, strict=True)
     ]  # fmt: skip
-    for (name, pins, _), (model, job, config), read in zip(
-        DEEPSPEED_MESHES, plans, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
+    for (name, pins, _), (model, job, config), method, read in zip(
+        DEEPSPEED_MESHES, plans, methods, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
     ):
         assert "error" not in read, f"DeepSpeed refused the export of {name} {pins}: {read['error']}"
         accumulation = job.batch_size // (config.dp * config.micro_batch_size)
         assert read["batch"] == [job.batch_size, config.micro_batch_size, accumulation], name
         assert read["data_parallel"] == config.dp and read["zero_stage"] == config.zero_stage
         assert (read["bf16"], read["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
-        if config.pp > 1:  # the note's partition, by DeepSpeed's PipelineModule: the plan's split of the layers
-            planned = chunk_layer_counts(model.num_hidden_layers, config.pp, 1)
-            assert sorted(read["stage_layers"]) == sorted(planned), name
-            if model.num_hidden_layers % config.pp == 0:
-                assert read["stage_layers"] == planned, name
+        if method is not None:  # DeepSpeed's own partition: the plan's split, stage by stage
+            from planner.cost.pipeline import split_stages
+
+            planned = [stage.count("t") for stage in split_stages(model, job, config.pp, 1)]
+            assert read["stage_layers"] == {method: planned}, f"{name} {pins}"
+
+
+def test_deepspeed_61_layers_on_4_stages_need_the_embedding_counted() -> None:
+    """deepseek-v3 without MTP on 4 stages: the plan splits 61 layers [15, 16, 15, 15] (odd layer
+    in the middle); DeepSpeed's type partition over the decoder layers alone gives [16, 15, 15,
+    15], counting the embedding too gives the plan's split, which the note names."""
+    ((model, job, config),) = _deepspeed_plans([DEEPSPEED_MESHES[5]])
+    assert chunk_layer_counts(61, 4, 1) == [15, 16, 15, 15]
+    case = {"config": json.loads(render("deepspeed", model, job, config).text), "pp": 4, "dp": 16, "layers": 61,
+            "partitions": ["type:DecoderLayer", "type:Embedding|DecoderLayer"]}  # fmt: skip
+    (read,) = _run_megatron([case], DEEPSPEED_SCRIPT)
+    assert read["stage_layers"] == {
+        "type:DecoderLayer": [16, 15, 15, 15], "type:Embedding|DecoderLayer": [15, 16, 15, 15],
+    }  # fmt: skip
+    assert 'partition_method="type:<embedding class>|<decoder layer class>"' in " ".join(
+        render("deepspeed", model, job, config).notes
+    )
+
+
+def test_a_split_no_deepspeed_partition_reproduces_is_refused() -> None:
+    """deepseek-v3 on 5 stages: the plan splits 61 layers [12, 12, 13, 12, 12]; every type
+    partition DeepSpeed has puts the odd layer elsewhere (DeepSpeed's own PipelineModule, each
+    method), so the export refuses, naming both."""
+    from planner.export.deepspeed import PARTITIONS
+
+    ((model, job, config),) = _deepspeed_plans([("deepseek-v3", dict(pp=5, dp=4, zero_stage=1), {"mtp_layers": 0})])
+    planned = chunk_layer_counts(61, 5, 1)
+    assert planned == [12, 12, 13, 12, 12]
+    refusal = r"deepspeed cannot express pp 5 over 61 layers: the plan splits the decoder layers \[12, 12, 13, 12, 12\]"
+    with pytest.raises(PlannerError, match=refusal):
+        render("deepspeed", model, job, config)
+    config_only = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8}
+    methods = [_deepspeed_method(method) for method, _, _ in PARTITIONS]
+    (read,) = _run_megatron([{"config": config_only, "pp": 5, "dp": 4, "layers": 61, "partitions": methods}],
+                            DEEPSPEED_SCRIPT)  # fmt: skip
+    assert all(split != planned for split in read["stage_layers"].values()), read["stage_layers"]
+    assert sorted(read["stage_layers"]) == sorted(methods)
 
 
 TORCHTITAN03_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_config.py"
