@@ -572,3 +572,95 @@ SPMD_TYPES_REFUSAL = (
 )
 """torch 2.13's fully_shard (torch/distributed/fsdp/_fully_shard/_fsdp_param.py) on the first
 parameter torchtitan 0.3.0's spmd_types backend gives it."""
+
+
+MEGATRON_LM_SCRIPT = Path(__file__).parent / "frameworks" / "megatron_arguments.py"
+MEGATRON_LM_WHEEL = "megatron-core==0.17.0"
+"""The first megatron-core release on the registry whose wheel ships Megatron-LM's
+``megatron/training`` (arguments.py: parse_args, validate_args); 0.16.1 and earlier wheels and
+sdists ship ``megatron/core`` alone, and no ``megatron-lm`` distribution is published. Its wheels
+are tagged cp312 (Requires-Python >= 3.12); arguments.py and the megatron.core it imports are
+Python that this interpreter runs, so the wheel is downloaded for 3.12 and unpacked, not
+installed."""
+
+
+@pytest.fixture(scope="session")
+def megatron_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the unpacked ``MEGATRON_LM_WHEEL``, or a skip saying why pip could not
+    fetch it."""
+    import zipfile
+
+    wheels = tmp_path_factory.mktemp("megatron_lm_wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+         "--python-version", "3.12", "--dest", str(wheels), MEGATRON_LM_WHEEL],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    found = sorted(wheels.glob("megatron_core-*.whl"))
+    if done.returncode != 0 or not found:
+        pytest.skip(f"pip could not download {MEGATRON_LM_WHEEL}: {done.stderr.strip()[-300:]}")
+    folder = tmp_path_factory.mktemp("megatron_lm")
+    with zipfile.ZipFile(found[0]) as wheel:
+        wheel.extractall(folder)
+    return folder
+
+
+MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-70b", dict(tp=8, pp=4, dp=2, recompute="full", recompute_layers=2), {}),
+    ("llama3-70b", dict(tp=4, pp=2, dp=4, recompute="selective"), {"dtype": "fp8"}),
+    ("llama3-405b", dict(tp=8, pp=8, dp=4, virtual_stages=2), {}),
+    ("deepseek-v3", dict(tp=1, pp=8, dp=8, ep=8), {}),
+]
+"""Megatron exports beyond MESHES and ARCHITECTURES: partial full recompute, selective recompute
+with fp8, an uneven interleaved split (126 layers), and DeepSeek-V3 with its MTP layer."""
+
+
+def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> None:
+    """Every Megatron export of this file (MESHES, ARCHITECTURES, MEGATRON_FEATURES) through
+    Megatron-LM's own parse_args + validate_args (tests/frameworks/megatron_arguments.py), with
+    the environment the export's launcher sets: accepted, with the plan's sizes, batch and shape."""
+    from planner.export.launch import environment
+
+    plans: list[tuple[str, Any, JobSpec, ParallelConfig]] = []
+    for name, pins in MESHES:
+        model = load_model(name)
+        config = _config(pins)
+        plans.append((name, model, default_job(model, global_batch_size=config.dp * 64), config))
+    for name in ARCHITECTURES:
+        model = load_model(name)
+        config = _config(dict(dp=8, ep=8 if model.is_moe else 1))
+        plans.append((name, model, default_job(model, global_batch_size=8), config))
+    for (name, _, _), (model, job, config) in zip(MEGATRON_FEATURES, _plans(MEGATRON_FEATURES), strict=True):
+        plans.append((name, model, job, config))
+    cases = [
+        {"argv": megatron_args(model, job, config), "env": environment("megatron", config), "world": config.num_gpus}
+        for _, model, job, config in plans
+    ]
+    # the parser is Megatron-LM's own: an unknown flag, or TP without the launcher's environment, is refused
+    refused = [{**cases[0], "argv": [*cases[0]["argv"], "--no-such-flag"]}, {**cases[0], "env": {}}]
+    done = subprocess.run(
+        [sys.executable, str(MEGATRON_LM_SCRIPT), str(megatron_lm)],
+        input=json.dumps(cases + refused), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)
+    assert "unrecognized arguments: --no-such-flag" in results[-2]["error"]
+    assert results[-1]["error"].endswith("require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1")
+    for (name, model, job, config), case, read in zip(plans, cases, results[: len(cases)], strict=True):
+        where = f"{name} {config.short()}"
+        assert "error" not in read, f"Megatron-LM refused {where}: {read['error']}\n{' '.join(case['argv'])}"
+        expert_tp = config.expert_tp if model.is_moe else config.tp
+        vp = config.virtual_stages if config.virtual_stages > 1 else None
+        assert read["sizes"] == [config.tp, config.pp, config.dp, config.cp, config.ep, expert_tp, vp], where
+        assert read["batch"] == [job.batch_size, config.micro_batch_size, job.seq_len], where
+        heads = model.num_attention_heads
+        groups = heads if model.is_mla else model.num_kv_heads
+        assert read["shape"][:5] == [model.num_hidden_layers, model.hidden_size, model.intermediate_size, heads,
+                                     groups], where  # fmt: skip
+        assert read["shape"][5] == (model.num_experts_total if model.is_moe else None), where
+        assert read["sequence_parallel"] == (config.sequence_parallel and config.tp > 1), where
+        argv = case["argv"]
+        assert read["fp8"] == (argv[argv.index("--fp8-format") + 1] if job.dtype == "fp8" else None), where
+        assert read["bf16"] == (job.dtype != "fp16"), where
+        granularity = None if config.recompute == "none" else config.recompute
+        assert read["recompute"][0] == granularity and read["recompute"][2] == config.recompute_layers, where
