@@ -480,7 +480,8 @@ def _replica_mesh(config: ParallelConfig) -> ReplicaMesh:
 def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelConfig, ranks: dict[str, Any]) -> None:
     """Every checked rank of torchtitan's parallelized model against the plan: its meshes, the
     stages and layers it holds, which blocks are wrapped for recompute, where the embedding and
-    head are, and how TP and EP shard the weights."""
+    head are, how TP and EP shard the weights, and the parameters each stage keeps after them
+    (``_tp_drift``)."""
     for rank, got in ranks.items():
         where = f"{name} rank {rank}"
         assert "error" not in got, f"torchtitan refused {where}: {got['error']}"
@@ -490,6 +491,7 @@ def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelCon
         last = config.pp * config.virtual_stages - 1
         for part in got["parts"]:
             assert (part["embedding"], part["head"]) == (part["stage"] == 0, part["stage"] == last), where
+            assert _tp_drift(model, config, part) == pytest.approx(0, abs=TP_DRIFT if model.is_moe else 0), where
             wrapped = part["checkpointed"]
             if config.recompute_layers is not None:  # every n-th block: at least the plan's r per chunk
                 assert len(wrapped) >= config.recompute_layers and set(wrapped) <= set(part["layers"]), where
@@ -500,6 +502,28 @@ def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelCon
             if config.ep > 1:
                 assert "ep:S(0)" in part["experts"], where  # experts split over EP
                 assert ("etp:S(1)" in part["experts"]) == (config.expert_tp > 1), where
+
+
+TP_DRIFT = 2e-3
+"""How far (relative) a MoE rank's parameters after TP and EP may sit from the plan's beyond the
+norms: torchtitan also replicates each layer's router gate and q/k norms over TP, which the
+plan's ``rank_params`` divides by t (qwen3-30b-a3b at tp 2: 1.5e-3)."""
+
+
+def _tp_drift(model: Any, config: ParallelConfig, part: dict[str, Any]) -> float:
+    """(the part's parameters on its rank before data-parallel sharding, as torchtitan shards
+    them over TP and EP) / (the plan's: ``cost.memory.rank_params`` for its layers, embedding and
+    head, plus the RMSNorm weights TP replicates, which the plan divides by t) - 1."""
+    from planner.cost.memory import rank_params
+    from planner.mesh import MeshArrays
+
+    layers = len(part["layers"])
+    moe = layers if model.is_moe else 0
+    flag = np.array([part["embedding"]]), np.array([part["head"]])
+    params = rank_params(model, MeshArrays.from_configs([config]), np.array([layers]), np.array([moe]), 0, *flag)
+    replicated = layers * model.parameter_counts.norms_per_layer * (1 - 1 / config.tp)
+    planned = float(params.dense[0] + params.expert[0]) + replicated
+    return part["model_parallel_elements"] / planned - 1
 
 
 def test_torchtitan_parallelizes_every_export_as_planned() -> None:
