@@ -518,7 +518,8 @@ def _tp_drift(model: Any, config: ParallelConfig, part: dict[str, Any]) -> float
     from planner.mesh import MeshArrays
 
     layers = len(part["layers"])
-    moe = layers if model.is_moe else 0
+    first_moe = model.num_hidden_layers - model.num_moe_layers  # dense layers come first (DeepSeek-V3: 3)
+    moe = sum(index >= first_moe for index in part["layers"])
     flag = np.array([part["embedding"]]), np.array([part["head"]])
     params = rank_params(model, MeshArrays.from_configs([config]), np.array([layers]), np.array([moe]), 0, *flag)
     replicated = layers * model.parameter_counts.norms_per_layer * (1 - 1 / config.tp)
@@ -546,9 +547,11 @@ TORCHTITAN03_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] =
     ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
     ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=8, zero_stage=3), {}),
     ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
+    ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
 ]
 """The 0.2.2 spread in 0.3.0's terms: no every-n-th-layer recompute and no expert-TP there (the
-export refuses both), so EP over tp x dp instead."""
+export refuses both), so EP over tp x dp instead; and DeepSeek-V3 (MLA, a shared expert, three
+dense layers first; 61 layers on 8 stages), which 0.3.0 builds and 0.2.2 does not."""
 
 
 def test_torchtitan_03_parallelizes_every_export_as_planned(torchtitan03: Path) -> None:
