@@ -497,6 +497,10 @@ def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelCon
                 assert len(wrapped) >= config.recompute_layers and set(wrapped) <= set(part["layers"]), where
             else:
                 assert wrapped == (part["layers"] if config.recompute != "none" else []), where
+            zero = effective_zero_stage(config)
+            if zero >= 2:  # FSDP wraps every block; ZeRO-3 frees the gathered weights after forward, ZeRO-2 not
+                assert part["sharded"] == part["layers"], where
+                assert part["resharded"] == (part["layers"] if zero == 3 else []), where
             if config.tp > 1:
                 assert "tp:S(0)" in part["wq"], where  # column-parallel query projection
             if config.ep > 1:

@@ -31,6 +31,7 @@ parse = torchtitan03_config.parse
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper  # noqa: E402
+from torch.distributed.fsdp import FSDPModule  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 from torchtitan.distributed import parallel_dims  # noqa: E402
@@ -83,12 +84,24 @@ def _placements(module: torch.nn.Module, suffixes: tuple[str, ...]) -> list[str]
     return None
 
 
+def _reshards(block: torch.nn.Module) -> bool:
+    """Whether FSDP frees the block's gathered weights after its forward (ZeRO-3) rather than
+    keeping them for backward (ZeRO-2): each of its parameter groups (a MoE block's experts are
+    a group of their own, on the expert mesh) has a post-forward mesh."""
+    if not isinstance(block, FSDPModule):
+        return False
+    groups = block._get_fsdp_state()._fsdp_param_groups
+    return bool(groups) and all(group.post_forward_mesh_info is not None for group in groups)
+
+
 def _part(stage: int, part: torch.nn.Module) -> dict[str, Any]:
     layers = part.get_submodule("layers")
     return {
         "stage": stage,
         "layers": [int(i) for i, _ in layers.named_children()],
         "checkpointed": [int(i) for i, block in layers.named_children() if isinstance(block, CheckpointWrapper)],
+        "sharded": [int(i) for i, block in layers.named_children() if isinstance(block, FSDPModule)],
+        "resharded": [int(i) for i, block in layers.named_children() if _reshards(block)],
         "embedding": getattr(part, "tok_embeddings", None) is not None,
         "head": getattr(part, "lm_head", None) is not None,
         "model_parallel_elements": _model_parallel_elements(part),

@@ -10,7 +10,8 @@ spec's ``pipelining_fn`` (pp > 1: ``pipeline_llm``, which splits the model into 
 and calls ``parallelize_fn`` on each) or ``parallelize_fn`` (TP, CP, activation checkpointing,
 FSDP/DDP, EP) runs on it. Reports, for each rank: the ranks of each of its one-dimensional
 meshes, and for each model part it holds: its pipeline stage index, its decoder layers, which of
-them are wrapped for activation checkpointing (``CheckpointWrapper``), whether it holds the
+them are wrapped for activation checkpointing (``CheckpointWrapper``) and for FSDP
+(``FSDPModule``) and which of those free their gathered weights after forward, whether it holds the
 embedding and the output head, its parameters' elements on this rank (local shards of TP's and
 FSDP's DTensors) and the DTensor placements of one attention weight. Run as a subprocess by
 tests/test_frameworks.py.
@@ -58,6 +59,7 @@ sys.modules["torchtitan.models.moe.kernels"] = _kernels
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper  # noqa: E402
+from torch.distributed.fsdp import FSDPModule  # noqa: E402
 from torch.distributed.tensor import DTensor  # noqa: E402
 from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
 from torchtitan.config import ConfigManager  # noqa: E402
@@ -104,12 +106,24 @@ def _placements(module: torch.nn.Module, suffix: str) -> list[str] | None:
     return None
 
 
+def _reshards(block: torch.nn.Module) -> bool:
+    """Whether FSDP frees the block's gathered weights after its forward (ZeRO-3) rather than
+    keeping them for backward (ZeRO-2): each of its parameter groups (a MoE block's experts are
+    a group of their own, on the expert mesh) has a post-forward mesh."""
+    if not isinstance(block, FSDPModule):
+        return False
+    groups = block._get_fsdp_state()._fsdp_param_groups
+    return bool(groups) and all(group.post_forward_mesh_info is not None for group in groups)
+
+
 def _part(stage: int, part: torch.nn.Module) -> dict[str, Any]:
     layers = part.get_submodule("layers")
     return {
         "stage": stage,
         "layers": [int(i) for i, _ in layers.named_children()],
         "checkpointed": [int(i) for i, block in layers.named_children() if isinstance(block, CheckpointWrapper)],
+        "sharded": [int(i) for i, block in layers.named_children() if isinstance(block, FSDPModule)],
+        "resharded": [int(i) for i, block in layers.named_children() if _reshards(block)],
         "embedding": getattr(part, "tok_embeddings", None) is not None,
         "head": getattr(part, "output", None) is not None,
         "local_elements": _local_elements(part),
