@@ -44,6 +44,7 @@ QWEN3_235B = load_model("qwen3-235b-a22b")  # no torchtitan 0.3 pre-training con
 JOB = JobSpec(global_batch_size=1024, seq_len=4096)
 JOB_NO_MTP = JobSpec(global_batch_size=1024, seq_len=4096, mtp_layers=0)  # torchtitan trains no MTP
 TITAN_JOB = JOB.model_copy(update={"mtp_layers": 0})  # torchtitan builds no MTP module
+DS_JOB = JOB.model_copy(update={"stack": "deepspeed"})  # the split DeepSpeed's PipelineModule can make
 
 
 def mesh(**kw: Any) -> ParallelConfig:
@@ -387,9 +388,9 @@ def test_torchtitan_03_fp8_picks_the_config_function_that_builds_its_converters(
     ],
 )
 def test_deepspeed_json_round_trip(config: ParallelConfig) -> None:
-    out = render("deepspeed", LLAMA70B, JOB, config, header="ignored: JSON has no comments")
+    out = render("deepspeed", LLAMA70B, DS_JOB, config, header="ignored: JSON has no comments")
     ds = json.loads(out.text)
-    assert ds == deepspeed_config(JOB, config)
+    assert ds == deepspeed_config(DS_JOB, config)
     b, gas = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
     assert b == config.micro_batch_size and ds["train_batch_size"] == JOB.batch_size
     assert ds["train_batch_size"] == b * gas * config.dp  # config-json.md: batch = micro * accumulation * dp
@@ -401,6 +402,15 @@ def test_deepspeed_json_round_trip(config: ParallelConfig) -> None:
     if config.pp > 1:
         assert any(f"num_stages={config.pp}" in note for note in out.notes)
         assert ds.get("pipeline") == ({"activation_checkpoint_interval": 1} if config.recompute == "full" else None)
+
+
+def test_deepspeed_refuses_a_split_its_partition_methods_cannot_make() -> None:
+    """Priced on megatron-core, whose split balances the last stage (80 layers on 4 stages:
+    [20, 20, 21, 19]), the mesh cannot be partitioned so by PipelineModule: refused, naming both."""
+    config = mesh(pp=4, dp=16, micro_batch_size=4, zero_stage=1)
+    with pytest.raises(PlannerError, match=r"the plan splits the decoder layers \[20, 20, 21, 19\], which no"):
+        render("deepspeed", LLAMA70B, JOB, config)
+    assert render("deepspeed", LLAMA70B, DS_JOB, config).text  # the deepspeed stack plans [20, 20, 20, 20]
 
 
 # ---- refusals ----------------------------------------------------------------------------------

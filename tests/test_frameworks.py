@@ -28,6 +28,7 @@ from planner.catalog import load_model
 from planner.cost.pipeline import chunk_layer_counts
 from planner.errors import PlannerError
 from planner.export import megatron_args, render
+from planner.export.common import effective_zero_stage
 from planner.schemas import JobSpec, ParallelConfig
 from planner.search import default_job
 from planner.validate.schemas import ReplicaMesh
@@ -241,31 +242,94 @@ DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-70b", dict(pp=4, dp=16, zero_stage=1, recompute="full"), {}),
     ("llama3-70b", dict(pp=8, dp=4, micro_batch_size=2, zero_stage=0), {}),
     ("deepseek-v3", dict(pp=4, dp=16, zero_stage=1), {"mtp_layers": 0}),
+    ("deepseek-v3", dict(pp=8, dp=8, zero_stage=1), {"mtp_layers": 0}),
+    ("llama3-405b", dict(pp=8, dp=8, zero_stage=1), {}),
 ]
 """ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp), and
-PipelineModule's partition of 80 and 61 layers (even and odd splits)."""
+PipelineModule's partition of 80, 61 and 126 layers (even and odd splits), on the deepspeed stack
+(what ``plan export --format deepspeed`` plans with)."""
+
+DEEPSPEED_CLASSES = {
+    "<embedding class>": "Embedding", "<decoder layer class>": "DecoderLayer", "<LM head class>": "Head",
+}  # fmt: skip
+"""The export's partition_method placeholders -> the stand-in classes of deepspeed_config.py."""
+
+
+def _deepspeed_method(method: str) -> str:
+    for placeholder, name in DEEPSPEED_CLASSES.items():
+        method = method.replace(placeholder, name)
+    return method
+
+
+Plan = tuple[Any, JobSpec, ParallelConfig]
+
+
+def _deepspeed_plans(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[Plan]:
+    return _plans([(name, pins, {**fields, "stack": "deepspeed"}) for name, pins, fields in meshes])
 
 
 def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
-    plans = _plans(DEEPSPEED_MESHES)
+    """DeepSpeedConfig on DeepSpeed's pipeline grid; with pp > 1, PipelineModule with the note's
+    partition_method gives every stage the plan's decoder layers, in order."""
+    from planner.export.deepspeed import pipeline_partition
+
+    plans = _deepspeed_plans(DEEPSPEED_MESHES)
+    methods = [_deepspeed_method(pipeline_partition(*plan)) if plan[2].pp > 1 else None for plan in plans]
     cases = [
         {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp,
-         "layers": plan[0].num_hidden_layers}
-        for plan in plans
+         "layers": plan[0].num_hidden_layers, "partitions": [method] if method else []}
+        for plan, method in zip(plans, methods, strict=True)
     ]  # fmt: skip
-    for (name, pins, _), (model, job, config), read in zip(
-        DEEPSPEED_MESHES, plans, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
+    for (name, pins, _), (model, job, config), method, read in zip(
+        DEEPSPEED_MESHES, plans, methods, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
     ):
         assert "error" not in read, f"DeepSpeed refused the export of {name} {pins}: {read['error']}"
         accumulation = job.batch_size // (config.dp * config.micro_batch_size)
         assert read["batch"] == [job.batch_size, config.micro_batch_size, accumulation], name
         assert read["data_parallel"] == config.dp and read["zero_stage"] == config.zero_stage
         assert (read["bf16"], read["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
-        if config.pp > 1:  # the note's partition, by DeepSpeed's PipelineModule: the plan's split of the layers
-            planned = chunk_layer_counts(model.num_hidden_layers, config.pp, 1)
-            assert sorted(read["stage_layers"]) == sorted(planned), name
-            if model.num_hidden_layers % config.pp == 0:
-                assert read["stage_layers"] == planned, name
+        if method is not None:  # DeepSpeed's own partition: the plan's split, stage by stage
+            from planner.cost.pipeline import split_stages
+
+            planned = [stage.count("t") for stage in split_stages(model, job, config.pp, 1)]
+            assert read["stage_layers"] == {method: planned}, f"{name} {pins}"
+
+
+def test_deepspeed_61_layers_on_4_stages_need_the_embedding_counted() -> None:
+    """deepseek-v3 without MTP on 4 stages: the plan splits 61 layers [15, 16, 15, 15] (odd layer
+    in the middle); DeepSpeed's type partition over the decoder layers alone gives [16, 15, 15,
+    15], counting the embedding too gives the plan's split, which the note names."""
+    ((model, job, config),) = _deepspeed_plans([DEEPSPEED_MESHES[5]])
+    assert chunk_layer_counts(61, 4, 1) == [15, 16, 15, 15]
+    case = {"config": json.loads(render("deepspeed", model, job, config).text), "pp": 4, "dp": 16, "layers": 61,
+            "partitions": ["type:DecoderLayer", "type:Embedding|DecoderLayer"]}  # fmt: skip
+    (read,) = _run_megatron([case], DEEPSPEED_SCRIPT)
+    assert read["stage_layers"] == {
+        "type:DecoderLayer": [16, 15, 15, 15], "type:Embedding|DecoderLayer": [15, 16, 15, 15],
+    }  # fmt: skip
+    assert 'partition_method="type:<embedding class>|<decoder layer class>"' in " ".join(
+        render("deepspeed", model, job, config).notes
+    )
+
+
+def test_a_split_no_deepspeed_partition_reproduces_is_refused() -> None:
+    """deepseek-v3 on 5 stages: the plan splits 61 layers [12, 12, 13, 12, 12]; every type
+    partition DeepSpeed has puts the odd layer elsewhere (DeepSpeed's own PipelineModule, each
+    method), so the export refuses, naming both."""
+    from planner.export.deepspeed import PARTITIONS
+
+    ((model, job, config),) = _deepspeed_plans([("deepseek-v3", dict(pp=5, dp=4, zero_stage=1), {"mtp_layers": 0})])
+    planned = chunk_layer_counts(61, 5, 1)
+    assert planned == [12, 12, 13, 12, 12]
+    refusal = r"deepspeed cannot express pp 5 over 61 layers: the plan splits the decoder layers \[12, 12, 13, 12, 12\]"
+    with pytest.raises(PlannerError, match=refusal):
+        render("deepspeed", model, job, config)
+    config_only = {"train_batch_size": 32, "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 8}
+    methods = [_deepspeed_method(method) for method, _, _ in PARTITIONS]
+    (read,) = _run_megatron([{"config": config_only, "pp": 5, "dp": 4, "layers": 61, "partitions": methods}],
+                            DEEPSPEED_SCRIPT)  # fmt: skip
+    assert all(split != planned for split in read["stage_layers"].values()), read["stage_layers"]
+    assert sorted(read["stage_layers"]) == sorted(methods)
 
 
 TORCHTITAN03_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_config.py"
@@ -345,3 +409,291 @@ def test_torchtitan_03_reads_every_export_as_planned(torchtitan03: Path) -> None
             assert parts[0][0] == "tok_embeddings" and parts[-1][-2:] == ["norm", "lm_head"]
         # the model the config function builds, on the meta device: the parameters the plan priced
         assert read["params"] == model.parameter_counts.total, name
+
+
+TORCHTITAN_PARALLELIZE_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan_parallelize.py"
+
+TORCHTITAN_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-8b", dict(dp=8, zero_stage=3, recompute="full"), {}),
+    ("llama3-8b", dict(dp=8, zero_stage=0), {}),
+    ("llama3-70b", dict(tp=4, dp=4, zero_stage=2, recompute="selective"), {}),
+    ("llama3-8b", dict(tp=2, pp=4, dp=2, zero_stage=3), {}),
+    ("llama3-70b", dict(tp=2, pp=3, dp=2, virtual_stages=2, zero_stage=3, recompute="full"), {}),
+    ("llama3-405b", dict(tp=2, pp=8, dp=2, zero_stage=3, recompute="full", recompute_layers=4), {}),
+    ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=4, expert_tp=2, zero_stage=3), {}),
+    ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
+]
+"""FSDP alone, DDP, FSDP + TP, pipelines (1F1B, even and uneven; interleaved and uneven), partial
+layer recompute, CP, and qwen3's MoE with EP, with and without expert-TP."""
+
+
+def _parallelize_cases(meshes: list[tuple[str, dict[str, Any], dict[str, Any]]], render_case: Any) -> list[Any]:
+    """(plan, case) of each mesh: the export, its world and the ranks to check (first, middle, last)."""
+    out = []
+    for plan in _plans(meshes):
+        world = plan[2].num_gpus
+        out.append((plan, {**render_case(plan), "world": world, "ranks": sorted({0, world // 2 + 1, world - 1})}))
+    return out
+
+
+def _planned_meshes(config: ParallelConfig, rank: int) -> dict[str, list[int]]:
+    """The one-dimensional meshes of more than one rank torchtitan builds for ``rank``, with the
+    ranks the plan priced in each (``_planner_groups``): pp, tp and cp alike; FSDP shards over
+    dp x cp (``fsdp``) and DDP replicates over dp (``dp_replicate``); the experts' EP and
+    expert-TP groups, and their FSDP over the expert-DP group (``efsdp``, kept whenever ep > 1)."""
+    planned = _planner_groups(config, rank)
+    zero = effective_zero_stage(config)
+    out: dict[str, list[int]] = {}
+    for axis in ("pp", "tp", "cp"):
+        if getattr(config, axis) > 1:
+            out[axis] = planned[axis]
+    if zero == 0 and config.dp > 1:
+        out["dp_replicate"] = planned["dp"]
+    if zero and config.dp * config.cp > 1:
+        out["fsdp"] = planned["dp_cp"]
+    if config.ep > 1:
+        out.update(ep=planned["ep"], efsdp=planned["edp"])
+        if config.expert_tp > 1:
+            out["etp"] = planned["etp"]
+    return out
+
+
+def _planned_stages(model: Any, job: JobSpec, config: ParallelConfig, rank: int) -> list[tuple[int, list[int]]]:
+    """(stage index, decoder layers) of each model chunk ``rank`` runs, by the plan's split
+    (``cost.pipeline.split_stages``): looped schedules put chunk c on pipeline rank c mod p."""
+    from planner.cost.pipeline import split_stages
+
+    counts = [stage.count("t") for stage in split_stages(model, job, config.pp, config.virtual_stages)]
+    starts = np.cumsum([0, *counts])
+    p = int(np.argwhere(mesh_rank_tensor(_replica_mesh(config))[0] == rank)[0][0])
+    return [(c, list(range(int(starts[c]), int(starts[c + 1])))) for c in range(p, len(counts), config.pp)]
+
+
+def _replica_mesh(config: ParallelConfig) -> ReplicaMesh:
+    return ReplicaMesh(
+        tp=config.tp, pp=config.pp, dp=config.dp, cp=config.cp, ep=config.ep, expert_tp=config.expert_tp,
+        order=config.order,
+    )  # fmt: skip
+
+
+def _check_parallelized(name: str, model: Any, job: JobSpec, config: ParallelConfig, ranks: dict[str, Any]) -> None:
+    """Every checked rank of torchtitan's parallelized model against the plan: its meshes, the
+    stages and layers it holds, which blocks are wrapped for recompute, where the embedding and
+    head are, how TP and EP shard the weights, and the parameters each stage keeps after them
+    (``_tp_drift``)."""
+    for rank, got in ranks.items():
+        where = f"{name} rank {rank}"
+        assert "error" not in got, f"torchtitan refused {where}: {got['error']}"
+        assert got["meshes"] == _planned_meshes(config, int(rank)), where
+        stages = _planned_stages(model, job, config, int(rank))
+        assert [(part["stage"], part["layers"]) for part in got["parts"]] == stages, where
+        last = config.pp * config.virtual_stages - 1
+        for part in got["parts"]:
+            assert (part["embedding"], part["head"]) == (part["stage"] == 0, part["stage"] == last), where
+            assert _tp_drift(model, config, part) == pytest.approx(0, abs=TP_DRIFT if model.is_moe else 0), where
+            wrapped = part["checkpointed"]
+            if config.recompute_layers is not None:  # every n-th block: at least the plan's r per chunk
+                assert len(wrapped) >= config.recompute_layers and set(wrapped) <= set(part["layers"]), where
+            else:
+                assert wrapped == (part["layers"] if config.recompute != "none" else []), where
+            zero = effective_zero_stage(config)
+            if zero >= 2:  # FSDP wraps every block; ZeRO-3 frees the gathered weights after forward, ZeRO-2 not
+                assert part["sharded"] == part["layers"], where
+                assert part["resharded"] == (part["layers"] if zero == 3 else []), where
+            if config.tp > 1:
+                assert "tp:S(0)" in part["wq"], where  # column-parallel query projection
+            if config.ep > 1:
+                assert "ep:S(0)" in part["experts"], where  # experts split over EP
+                assert ("etp:S(1)" in part["experts"]) == (config.expert_tp > 1), where
+
+
+TP_DRIFT = 2e-3
+"""How far (relative) a MoE rank's parameters after TP and EP may sit from the plan's beyond the
+norms: torchtitan also replicates each layer's router gate and q/k norms over TP, which the
+plan's ``rank_params`` divides by t (qwen3-30b-a3b at tp 2: 1.5e-3)."""
+
+
+def _tp_drift(model: Any, config: ParallelConfig, part: dict[str, Any]) -> float:
+    """(the part's parameters on its rank before data-parallel sharding, as torchtitan shards
+    them over TP and EP) / (the plan's: ``cost.memory.rank_params`` for its layers, embedding and
+    head, plus the RMSNorm weights TP replicates, which the plan divides by t) - 1."""
+    from planner.cost.memory import rank_params
+    from planner.mesh import MeshArrays
+
+    layers = len(part["layers"])
+    first_moe = model.num_hidden_layers - model.num_moe_layers  # dense layers come first (DeepSeek-V3: 3)
+    moe = sum(index >= first_moe for index in part["layers"])
+    flag = np.array([part["embedding"]]), np.array([part["head"]])
+    params = rank_params(model, MeshArrays.from_configs([config]), np.array([layers]), np.array([moe]), 0, *flag)
+    replicated = layers * model.parameter_counts.norms_per_layer * (1 - 1 / config.tp)
+    planned = float(params.dense[0] + params.expert[0]) + replicated
+    return part["model_parallel_elements"] / planned - 1
+
+
+def test_torchtitan_parallelizes_every_export_as_planned() -> None:
+    """torchtitan 0.2.2's ParallelDims, parallelize and pipeline functions on the meta device
+    (tests/frameworks/torchtitan_parallelize.py), for first, middle and last ranks."""
+    cases = _parallelize_cases(TORCHTITAN_PARALLEL_MESHES, lambda plan: {"toml": render("torchtitan-0.2", *plan).text})
+    results = _run_megatron([case for _, case in cases], TORCHTITAN_PARALLELIZE_SCRIPT)
+    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN_PARALLEL_MESHES, cases, results, strict=True):
+        _check_parallelized(name, model, job, config, ranks)
+
+
+TORCHTITAN03_PARALLELIZE_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_parallelize.py"
+
+TORCHTITAN03_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-8b", dict(dp=8, zero_stage=3, recompute="full"), {}),
+    ("llama3-8b", dict(dp=8, zero_stage=0), {}),
+    ("llama3-70b", dict(tp=4, dp=4, zero_stage=2, recompute="selective"), {}),
+    ("llama3-8b", dict(tp=2, pp=4, dp=2, zero_stage=3), {}),
+    ("llama3-70b", dict(tp=2, pp=3, dp=2, virtual_stages=2, zero_stage=3, recompute="full"), {}),
+    ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
+    ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=8, zero_stage=3), {}),
+    ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
+    ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
+]
+"""The 0.2.2 spread in 0.3.0's terms: no every-n-th-layer recompute and no expert-TP there (the
+export refuses both), so EP over tp x dp instead; and DeepSeek-V3 (MLA, a shared expert, three
+dense layers first; 61 layers on 8 stages), which 0.3.0 builds and 0.2.2 does not."""
+
+
+def test_torchtitan_03_parallelizes_every_export_as_planned(torchtitan03: Path) -> None:
+    """torchtitan 0.3.0's ParallelDims, parallelize and pipeline functions on the meta device
+    (tests/frameworks/torchtitan03_parallelize.py), for first, middle and last ranks.
+
+    0.3.0's default SPMD backend, ``spmd_types`` (what the export leaves in place without CP),
+    keeps parameters as plain tensors carrying spmd_types annotations and hands FSDP their data-
+    parallel mesh dims (``full_dtensor.resolve_fsdp_mesh``); the ``fully_shard`` of the torch
+    installed here (2.13) takes mesh dims only with DTensor parameters and refuses, for every
+    mesh and rank alike. So each export runs twice: as exported on its first rank, where that
+    refusal is the answer whenever the backend is spmd_types (CP meshes run on ``partial_dtensor``
+    as exported), and with ``--parallelism.spmd_backend partial_dtensor`` added, which this torch
+    runs: there every checked rank is compared with the plan."""
+    from planner.export import torchtitan_args
+
+    def run(backend: str | None) -> tuple[list[Any], list[dict[str, Any]]]:
+        cases = _parallelize_cases(
+            TORCHTITAN03_PARALLEL_MESHES, lambda plan: {"argv": torchtitan_args(*plan), "spmd_backend": backend}
+        )
+        if backend is None:  # as exported: rank 0 (the refusal is every rank's; CP is the second run's backend)
+            cases = [(plan, {**case, "ranks": [0]}) for plan, case in cases]
+        done = subprocess.run(
+            [sys.executable, str(TORCHTITAN03_PARALLELIZE_SCRIPT), str(torchtitan03)],
+            input=json.dumps([case for _, case in cases]), capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-2000:]
+        return cases, json.loads(done.stdout)
+
+    cases, exported = run(None)
+    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, exported,
+                                                              strict=True):  # fmt: skip
+        if config.cp > 1:  # exported on partial_dtensor: runs as is
+            _check_parallelized(name, model, job, config, ranks)
+            continue
+        for rank, got in ranks.items():
+            assert got == {"error": SPMD_TYPES_REFUSAL}, f"{name} rank {rank}: {got}"
+    cases, partial = run("partial_dtensor")
+    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, partial,
+                                                              strict=True):  # fmt: skip
+        _check_parallelized(name, model, job, config, ranks)
+
+
+SPMD_TYPES_REFUSAL = (
+    "ValueError: When dp_mesh_dims is provided, all parameters must be DTensors on the full SPMD mesh (e.g. via "
+    "distribute_module). Got plain tensor for parameter 'weight'."
+)
+"""torch 2.13's fully_shard (torch/distributed/fsdp/_fully_shard/_fsdp_param.py) on the first
+parameter torchtitan 0.3.0's spmd_types backend gives it."""
+
+
+MEGATRON_LM_SCRIPT = Path(__file__).parent / "frameworks" / "megatron_arguments.py"
+MEGATRON_LM_WHEEL = "megatron-core==0.17.0"
+"""The first megatron-core release on the registry whose wheel ships Megatron-LM's
+``megatron/training`` (arguments.py: parse_args, validate_args); 0.16.1 and earlier wheels and
+sdists ship ``megatron/core`` alone, and no ``megatron-lm`` distribution is published. Its wheels
+are tagged cp312 (Requires-Python >= 3.12); arguments.py and the megatron.core it imports are
+Python that this interpreter runs, so the wheel is downloaded for 3.12 and unpacked, not
+installed."""
+
+
+@pytest.fixture(scope="session")
+def megatron_lm(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the unpacked ``MEGATRON_LM_WHEEL``, or a skip saying why pip could not
+    fetch it."""
+    import zipfile
+
+    wheels = tmp_path_factory.mktemp("megatron_lm_wheel")
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+         "--python-version", "3.12", "--dest", str(wheels), MEGATRON_LM_WHEEL],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    found = sorted(wheels.glob("megatron_core-*.whl"))
+    if done.returncode != 0 or not found:
+        pytest.skip(f"pip could not download {MEGATRON_LM_WHEEL}: {done.stderr.strip()[-300:]}")
+    folder = tmp_path_factory.mktemp("megatron_lm")
+    with zipfile.ZipFile(found[0]) as wheel:
+        wheel.extractall(folder)
+    return folder
+
+
+MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("llama3-70b", dict(tp=8, pp=4, dp=2, recompute="full", recompute_layers=2), {}),
+    ("llama3-70b", dict(tp=4, pp=2, dp=4, recompute="selective"), {"dtype": "fp8"}),
+    ("llama3-405b", dict(tp=8, pp=8, dp=4, virtual_stages=2), {}),
+    ("deepseek-v3", dict(tp=1, pp=8, dp=8, ep=8), {}),
+]
+"""Megatron exports beyond MESHES and ARCHITECTURES: partial full recompute, selective recompute
+with fp8, an uneven interleaved split (126 layers), and DeepSeek-V3 with its MTP layer."""
+
+
+def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> None:
+    """Every Megatron export of this file (MESHES, ARCHITECTURES, MEGATRON_FEATURES) through
+    Megatron-LM's own parse_args + validate_args (tests/frameworks/megatron_arguments.py), with
+    the environment the export's launcher sets: accepted, with the plan's sizes, batch and shape."""
+    from planner.export.launch import environment
+
+    plans: list[tuple[str, Any, JobSpec, ParallelConfig]] = []
+    for name, pins in MESHES:
+        model = load_model(name)
+        config = _config(pins)
+        plans.append((name, model, default_job(model, global_batch_size=config.dp * 64), config))
+    for name in ARCHITECTURES:
+        model = load_model(name)
+        config = _config(dict(dp=8, ep=8 if model.is_moe else 1))
+        plans.append((name, model, default_job(model, global_batch_size=8), config))
+    for (name, _, _), (model, job, config) in zip(MEGATRON_FEATURES, _plans(MEGATRON_FEATURES), strict=True):
+        plans.append((name, model, job, config))
+    cases = [
+        {"argv": megatron_args(model, job, config), "env": environment("megatron", config), "world": config.num_gpus}
+        for _, model, job, config in plans
+    ]
+    # the parser is Megatron-LM's own: an unknown flag, or TP without the launcher's environment, is refused
+    refused = [{**cases[0], "argv": [*cases[0]["argv"], "--no-such-flag"]}, {**cases[0], "env": {}}]
+    done = subprocess.run(
+        [sys.executable, str(MEGATRON_LM_SCRIPT), str(megatron_lm)],
+        input=json.dumps(cases + refused), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)
+    assert "unrecognized arguments: --no-such-flag" in results[-2]["error"]
+    assert results[-1]["error"].endswith("require setting the environment variable CUDA_DEVICE_MAX_CONNECTIONS to 1")
+    for (name, model, job, config), case, read in zip(plans, cases, results[: len(cases)], strict=True):
+        where = f"{name} {config.short()}"
+        assert "error" not in read, f"Megatron-LM refused {where}: {read['error']}\n{' '.join(case['argv'])}"
+        expert_tp = config.expert_tp if model.is_moe else config.tp
+        vp = config.virtual_stages if config.virtual_stages > 1 else None
+        assert read["sizes"] == [config.tp, config.pp, config.dp, config.cp, config.ep, expert_tp, vp], where
+        assert read["batch"] == [job.batch_size, config.micro_batch_size, job.seq_len], where
+        heads = model.num_attention_heads
+        groups = heads if model.is_mla else model.num_kv_heads
+        assert read["shape"][:5] == [model.num_hidden_layers, model.hidden_size, model.intermediate_size, heads,
+                                     groups], where  # fmt: skip
+        assert read["shape"][5] == (model.num_experts_total if model.is_moe else None), where
+        assert read["sequence_parallel"] == (config.sequence_parallel and config.tp > 1), where
+        argv = case["argv"]
+        assert read["fp8"] == (argv[argv.index("--fp8-format") + 1] if job.dtype == "fp8" else None), where
+        assert read["bf16"] == (job.dtype != "fp16"), where
+        granularity = None if config.recompute == "none" else config.recompute
+        assert read["recompute"][0] == granularity and read["recompute"][2] == config.recompute_layers, where

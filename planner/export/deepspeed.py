@@ -12,9 +12,10 @@ refused rather than half-exported.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
-from planner.cost.pipeline import chunk_layer_counts
+from planner.cost.pipeline import split_stages
 from planner.export.common import (
     axis_inside,
     check_adam_state,
@@ -38,6 +39,72 @@ ACTIVATION_CHECKPOINTING = {
 """config-json.md "Activation Checkpointing": these keys configure deepspeed.checkpointing (the
 documented defaults, written out); the recomputation itself is switched on in code, or for a
 PipelineModule by ``pipeline.activation_checkpoint_interval``."""
+
+
+PARTITIONS = (
+    ("type:<decoder layer class>", False, False),
+    ("type:<embedding class>|<decoder layer class>", True, False),
+    ("type:<decoder layer class>|<LM head class>", False, True),
+    ("type:<embedding class>|<decoder layer class>|<LM head class>", True, True),
+)
+"""PipelineModule ``partition_method`` values that count decoder layers (module.py
+``_partition_layers``: "type:<regex>" gives weight 1 to each layer spec whose class name the
+regex matches, 0 to the others, and balances the weights), with whether the embedding and the
+LM head count as a layer. "uniform" and "parameters" also weigh whatever else the user's layer
+list holds (norms, lambdas; the weights' sizes), which the plan cannot see."""
+
+
+def partition_balanced(weights: list[int], num_parts: int) -> list[int]:
+    """deepspeed/runtime/utils.py ``partition_balanced`` (DeepSpeed 0.18; ties broken as there):
+    the bounds of ``num_parts`` contiguous parts of ``weights`` minimising the heaviest part
+    less the lightest, by dynamic programming; with no more items than parts,
+    ``partition_uniform`` (one item each, then empty parts)."""
+    n, m = len(weights), num_parts
+    if n <= m:
+        return [min(p, n) for p in range(m + 1)]
+    inf = float("inf")
+    prefix = [0.0] * (n + 1)
+    for i, w in enumerate(weights):
+        prefix[i + 1] = prefix[i] + w
+    top = [[inf] * (m + 1) for _ in range(n + 1)]
+    bottom = [[inf] * (m + 1) for _ in range(n + 1)]
+    cost = [[inf] * (m + 1) for _ in range(n + 1)]
+    position = [[0] * (m + 1) for _ in range(n + 1)]
+    top[0][0] = 0.0
+    cost[0][0] = 0.0
+    for i in range(1, n + 1):
+        for j in range(1, min(i, m) + 1):
+            for k in range(i):
+                part = prefix[i] - prefix[k]
+                high, low = max(top[k][j - 1], part), min(bottom[k][j - 1], part)
+                if cost[i][j] >= high - low:
+                    cost[i][j], top[i][j], bottom[i][j], position[i][j] = high - low, high, low, k
+    bounds = [n]
+    for j in reversed(range(1, m + 1)):
+        bounds.append(position[bounds[-1]][j])
+    return bounds[::-1]
+
+
+def pipeline_partition(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> str:
+    """The first ``PARTITIONS`` method whose partition of [embedding, decoder layers..., LM head]
+    into pp stages gives each stage the decoder layers of the plan's split
+    (``cost.pipeline.split_stages``), or a refusal naming both splits."""
+    layers = model.num_hidden_layers
+    planned = [stage.count("t") for stage in split_stages(model, job, config.pp, 1)]
+    got = {}
+    for method, embedding, head in PARTITIONS:
+        bounds = partition_balanced([int(embedding), *[1] * layers, int(head)], config.pp)
+        counts = [max(min(b, layers + 1) - max(a, 1), 0) for a, b in itertools.pairwise(bounds)]
+        if counts == planned:
+            return method
+        got[method] = counts
+    tried = "; ".join(f'"{method}" {counts}' for method, counts in got.items())
+    raise refuse(
+        TARGET,
+        f"pp {config.pp} over {layers} layers",
+        f"the plan splits the decoder layers {planned}, which no PipelineModule partition_method reproduces "
+        f"({tried}); pin another --pp",
+    )
 
 
 def _check(job: JobSpec, config: ParallelConfig) -> None:
@@ -135,19 +202,21 @@ def deepspeed_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> l
     Pipeline split: deepspeed/runtime/pipe/module.py ``PipelineModule._partition_layers`` balances
     by ``partition_method``: "parameters" (the default) counts the embedding's and LM head's
     weights, which moves decoder layers off the first and last stages (llama3-70b on 4 stages:
-    [19, 21, 21, 19]); "type:<regex>" balances the layers whose class name matches, the decoder
-    layers, which is the split the plan priced (``cost.pipeline.chunk_layer_counts``)."""
+    [19, 21, 21, 19]); "type:<regex>" balances the layers whose class name matches. Which classes
+    to match for the plan's split (``pipeline_partition``): the decoder layers alone put an odd
+    layer first (61 on 4 stages: [16, 15, 15, 15]), the embedding with them reproduces the plan's
+    [15, 16, 15, 15]."""
     _check(job, config)
     notes = zero_note(config)
     if config.pp > 1:
-        split = chunk_layer_counts(model.num_hidden_layers, config.pp, 1)
-        odd = "" if model.num_hidden_layers % config.pp == 0 else " up to where its balancer puts the odd layers"
+        split = [stage.count("t") for stage in split_stages(model, job, config.pp, 1)]
+        method = pipeline_partition(model, job, config)
         notes.append(
-            f"pipeline parallelism is set in code: PipelineModule(layers, num_stages={config.pp}, "
-            f'partition_method="type:<your decoder layer class>") splits the decoder layers by count, {split} '
-            f"as planned{odd}"
-            '; the default "parameters" counts the embedding and LM head and moves layers off the end stages; '
-            f"DeepSpeed then takes dp = world size / pp = {config.dp}"
+            f"pipeline parallelism is set in code: PipelineModule(layers=[<embedding>, *<decoder layers>, <LM head>], "
+            f'num_stages={config.pp}, partition_method="{method}") splits the decoder layers {split} as planned '
+            '(the regex names your classes; other specs in the list weigh nothing); the default "parameters" '
+            f"counts the embedding and LM head and moves layers off the end stages; DeepSpeed then takes dp = "
+            f"world size / pp = {config.dp}"
         )
     if config.recompute == "full" and config.pp == 1:
         notes.append(

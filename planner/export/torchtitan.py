@@ -4,8 +4,8 @@
 The target is torchtitan 0.2.x, the last release that reads TOML job files (``--job.config_file``;
 tests/test_frameworks.py parses every export with its ConfigManager and checks its ParallelDims).
 The stack's knobs go with it: ``compile.enable`` (the job's or the stack's torch.compile) and
-``parallelism.enable_async_tensor_parallel`` (TP overlap; "currently only effective when compile
-is enabled"); ``training.mixed_precision_reduce`` accepts only "float32" there.
+``parallelism.enable_async_tensor_parallel`` (TP overlap, written only with compile: torchtitan
+raises without it); ``training.mixed_precision_reduce`` accepts only "float32" there.
 
 Key names are those of torchtitan 0.2.2's ``torchtitan/config/job_config.py``, the JobConfig a
 TOML job file fills: ``Model`` (name, flavor, converters), ``Training``, ``Parallelism``,
@@ -289,7 +289,9 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
     if zero >= 2:
         parallelism["fsdp_reshard_after_forward"] = RESHARD_AFTER_FORWARD[zero]
     parallelism["tensor_parallel_degree"] = config.tp
-    if config.tp > 1 and job.tp_overlap:
+    if config.tp > 1 and job.tp_overlap and job.compiled:
+        # tensor_parallel.py maybe_enable_async_tp raises "Async TP requires 'model' in
+        # --compile.components and --compile.enable" without compile: off then (a note says so)
         parallelism["enable_async_tensor_parallel"] = True
     parallelism["context_parallel_degree"] = config.cp
     parallelism["pipeline_parallel_degree"] = config.pp
@@ -305,7 +307,7 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
         checkpoint["selective_ac_option"] = "op"  # per-op SAC; an integer n would checkpoint every n-th layer
     elif config.recompute_layers is not None:
         # selective layer AC wraps every n-th block (activation_checkpoint.py, _count % ac_freq == 0)
-        checkpoint = {"mode": "selective", "selective_ac_option": str(every_nth_layer(model, config))}
+        checkpoint = {"mode": "selective", "selective_ac_option": str(every_nth_layer(model, job, config))}
     flavor = flavor_of(model)
     sections: Sections = {
         "model": {"name": flavor.name, "flavor": flavor.flavor},
@@ -338,12 +340,25 @@ def _fp8_sections(model: ModelSpec, job: JobSpec) -> Sections:
     return sections
 
 
-def every_nth_layer(model: ModelSpec, config: ParallelConfig) -> int:
-    """torchtitan's selective layer AC checkpoints every n-th block of a rank: the largest n that
-    still recomputes at least the plan's r layers of each of the rank's chunks."""
-    rank_layers = -(-model.num_hidden_layers // config.pp)
-    recomputed = (config.recompute_layers or 1) * config.virtual_stages
-    return max(rank_layers // recomputed, 1)
+def chunk_sizes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[int]:
+    """Decoder layers of each of the p*v model chunks the job file gives torchtitan, in model
+    order (``model_parts``, or the even split where it writes none)."""
+    parts = model_parts(model, job, config, head=[])
+    if parts is None:
+        chunks = config.pp * config.chunks_per_rank
+        return [model.num_hidden_layers // chunks] * chunks
+    return [sum(name.startswith("layers.") for name in part) for part in parts]
+
+
+def every_nth_layer(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> int:
+    """torchtitan's selective layer AC checkpoints every n-th block a rank builds, counting on
+    across the rank's chunks (activation_checkpoint.py: one module-global ``_layer_sac_count``):
+    a chunk of c blocks then gets at least floor(c/n) of them wrapped wherever the count stands.
+    So n is the largest with floor(c/n) >= r for the smallest chunk c of every rank: at least the
+    plan's r recomputed layers in each chunk (a rank of 15 layers under n = 16 // 4 = 4 would
+    recompute 3)."""
+    smallest = min(chunk_sizes(model, job, config))
+    return max(smallest // (config.recompute_layers or 1), 1)
 
 
 def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
@@ -361,7 +376,7 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
             "recomputing the attention core, so memory and recompute time differ"
         )
     if config.recompute_layers is not None:
-        n = every_nth_layer(model, config)
+        n = every_nth_layer(model, job, config)
         notes.append(
             f"selective_ac_option {n} recomputes every {n}-th layer: at least the plan's {config.recompute_layers} "
             "per chunk, so memory is at most and recompute time at least what the plan priced"
@@ -369,7 +384,10 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
     if job.dtype == "fp8":
         notes.append("the fp8 converters need torchao")
     if config.tp > 1 and job.tp_overlap and not job.compiled:
-        notes.append("async TP takes effect only with compile.enable = true (job_config.py): the plan priced it on")
+        notes.append(
+            "async TP runs only with compile (parallelize_llama: 'Async TP requires 'model' in --compile.components "
+            "and --compile.enable'): the plan priced it on, the job file leaves it off"
+        )
     if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
         notes.append(
             f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"

@@ -9,10 +9,11 @@ and ZeRO checks (``_configure_train_batch_size``). Prints the resolved values or
 as a subprocess by tests/test_frameworks.py.
 
 With pp > 1 it also builds DeepSpeed's ``deepspeed.pipe.PipelineModule`` as the export's note
-says to (``partition_method="type:DecoderLayer"``) over the case's ``layers`` decoder layers
-between an embedding and a head (one-weight stand-ins: the type partition counts layers, not
-weights), on the same grid, and reports the decoder layers each stage got from its partition
-(``PipelineModule.parts``, computed for every stage on rank 0). DeepSpeed reads LOCAL_RANK from
+says to, over the case's ``layers`` decoder layers between an embedding and a head (one-weight
+stand-ins of classes Embedding, DecoderLayer and Head: a type partition counts layers, not
+weights), on the same grid, once for each ``partition_method`` in the case's ``partitions``, and
+reports the decoder layers each stage got from that partition (``PipelineModule.parts``,
+computed for every stage on rank 0). DeepSpeed reads LOCAL_RANK from
 the environment when it builds the module; the fake group is rank 0 of one node.
 """
 
@@ -42,13 +43,13 @@ class Head(torch.nn.Linear):
     """The last stage's extra module."""
 
 
-def stage_layers(layers: int, topology: object) -> list[int]:
-    """Decoder layers per stage of DeepSpeed's own type partition."""
+def stage_layers(layers: int, topology: object, method: str) -> list[int]:
+    """Decoder layers per stage of DeepSpeed's own partition by ``method``."""
     from deepspeed.pipe import LayerSpec, PipelineModule
 
     os.environ.setdefault("LOCAL_RANK", "0")
     specs = [LayerSpec(Embedding, 1, 1), *(LayerSpec(DecoderLayer, 1, 1) for _ in range(layers)), LayerSpec(Head, 1, 1)]
-    module = PipelineModule(layers=specs, topology=topology, partition_method="type:DecoderLayer")
+    module = PipelineModule(layers=specs, topology=topology, partition_method=method)
     bounds = [int(b) for b in module.parts]
     kinds = [spec.typename.__name__ for spec in specs]
     return [kinds[a:b].count("DecoderLayer") for a, b in itertools.pairwise(bounds)]
@@ -67,7 +68,7 @@ def read(case: dict) -> dict:
     topology = PipeDataParallelTopology(num_pp=case["pp"], num_dp=case["dp"])
     grid = PipelineParallelGrid(topology=topology)
     config = DeepSpeedConfig(case["config"], mpu=grid)
-    stages = stage_layers(case["layers"], topology) if case["pp"] > 1 else None
+    stages = {method: stage_layers(case["layers"], topology, method) for method in case.get("partitions", [])}
     return {
         "batch": [config.train_batch_size, config.train_micro_batch_size_per_gpu, config.gradient_accumulation_steps],
         "data_parallel": grid.get_data_parallel_world_size(),
