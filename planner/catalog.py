@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Callable
 from functools import cache, lru_cache
@@ -145,7 +146,12 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     hint = "see `plan list models`, or give a YAML or config.json path"
-    return _resolve(str(name_or_path), "model", _model_files(), _load_model_file, hint)
+    text = str(name_or_path)
+    # A catalog name is its file's stem, and no alias is a name (test_catalog), so a name needs
+    # no index of the aliases, which reads every model file.
+    stems = _files_by_stem("models")
+    index = stems if text.lower() in stems else _model_files()
+    return _resolve(text, "model", index, _load_model_file, hint)
 
 
 HF_KEY_ALIASES = {
@@ -438,7 +444,17 @@ def load_stack(name_or_path: str | Path | Stack) -> Stack:
     """A software stack from a catalog name (``plan list stacks``) or a YAML path."""
     if isinstance(name_or_path, Stack):
         return name_or_path
-    return _resolve(str(name_or_path), "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
+    text = str(name_or_path)
+    if _looks_like_path(text):
+        return _resolve(text, "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
+    # A name resolves against the working directory first (a file of that name), so its stack is
+    # kept per directory: the search asks for the job's stack some 300 times (JobSpec.software).
+    return _stack_named(text, os.getcwd())
+
+
+@lru_cache(maxsize=64)
+def _stack_named(text: str, cwd: str) -> Stack:
+    return _resolve(text, "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
 
 
 def list_stacks() -> list[Stack]:

@@ -3,16 +3,20 @@ computes a figure the engine did not produce."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.console import Console
 from rich.table import Table
 
-from planner.capacity import CapacityReport
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.ranking import RankedEstimate, Ranking
+
+if TYPE_CHECKING:
+    from planner.capacity import CapacityReport
 
 
 def gib(n_bytes: float) -> str:
