@@ -120,4 +120,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    """The ``plan`` script and ``python -m planner``. Before its first validator pydantic reads the
+    entry points of every installed distribution, looking for plugins (15-30 ms); ``plan`` uses
+    none, so it skips that unless the caller set pydantic's switch ``PYDANTIC_DISABLE_PLUGINS``."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     sys.exit(main())
