@@ -113,9 +113,10 @@ class _Console(Console):
 
 def console() -> Console:
     """Rich console; when output is piped, 120 columns instead of rich's default 80 so the
-    ranking table is not truncated."""
+    ranking table is not truncated, and no highlighting of numbers and such in printed text, which
+    would only colour it (a piped console writes no colours)."""
     out = _Console()
-    return out if out.is_terminal else _Console(width=120)
+    return out if out.is_terminal else _Console(width=120, highlight=False)
 
 
 OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
