@@ -7,6 +7,9 @@
 Run: python benchmarks/search_speed.py [--repeat 3]. Times the search after import and catalog
 load, and the whole `plan --model M --cluster C` process of every case (``python -m planner``,
 without a launcher shim such as pyenv's, which adds its own ~0.15 s), the best of --repeat runs.
+The process times assume compiled bytecode, as an installed package has: a checkout run under
+PYTHONDONTWRITEBYTECODE=1 compiles the package again in every process (~0.1-0.2 s more), unless
+``python -m compileall planner`` wrote it once.
 """
 
 from __future__ import annotations

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from collections.abc import Callable
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from planner.errors import PlannerError, describe_validation_error
@@ -26,7 +26,7 @@ from planner.schemas.model import MAX_MODEL_DIMENSION, ModelSpec
 from planner.schemas.stack import Stack
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
-_SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+CATALOG_KINDS = ("models", "hardware_profiles", "stacks")
 T = TypeVar("T", bound=BaseModel)
 
 CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>\d+)$")
@@ -47,7 +47,8 @@ def catalog_dir(kind: str) -> Path:
 
 
 def read_yaml(path: Path) -> dict[str, Any]:
-    """Parse a YAML (or JSON) file with safe_load; the top level must be a mapping."""
+    """Parse a YAML (or JSON) file with safe_load; the top level must be a mapping. A shipped
+    catalog file is parsed once: later runs read its parsed form from the cache (``_cached``)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -57,8 +58,15 @@ def read_yaml(path: Path) -> dict[str, Any]:
             f"{path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}): give a YAML or JSON "
             "file saved as UTF-8"
         ) from None
+    cache = _cache_file(path)
+    cached = _cached(cache, text) if cache is not None else None
+    if cached is not None:
+        return cached
+    import yaml  # ~20 ms, which a run whose catalog files are all cached does without
+
     try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_SafeLoader)
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=loader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -68,7 +76,59 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise PlannerError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
     if not isinstance(data, dict):
         raise PlannerError(f"{path}: expected a mapping of keys to values at the top level, got {type(data).__name__}")
+    if cache is not None:
+        _store(cache, text, data)
     return data
+
+
+# ---- the cache of parsed catalog files -----------------------------------------------------------
+# A shipped catalog YAML (models/, hardware_profiles/, stacks/) is kept parsed, as JSON, under the
+# user's cache folder ($XDG_CACHE_HOME/planner, else ~/.cache/planner), with the text it was parsed
+# from: an entry is used only while the file still holds exactly that text, so an edited file is
+# parsed again, never read stale. A cache that cannot be read or written is left alone.
+
+
+def _cache_file(path: Path) -> Path | None:
+    """Where the parsed form of ``path`` is kept, if it is a shipped catalog YAML; else None."""
+    kind = path.parent.name
+    if path.suffix != ".yaml" or kind not in CATALOG_KINDS:
+        return None
+    try:
+        if path.parent.resolve() != catalog_dir(kind).resolve():
+            return None
+    except (OSError, PlannerError):
+        return None
+    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(root) / "planner" / "catalog" / kind / f"{path.stem}.json"
+
+
+def _cached(cache: Path, text: str) -> dict[str, Any] | None:
+    """The parsed form of ``text`` kept in ``cache``, or None (no entry, another text, unreadable)."""
+    try:
+        entry = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(entry, dict) or entry.get("text") != text or not isinstance(entry.get("data"), dict):
+        return None
+    return entry["data"]
+
+
+def _store(cache: Path, text: str, data: dict[str, Any]) -> None:
+    """Keep ``data``, parsed from ``text``, in ``cache``; only what JSON gives back unchanged
+    (not dates, NaN or non-string keys), and without a word when the folder is not writable."""
+    try:
+        encoded = json.dumps({"text": text, "data": data})
+        if json.loads(encoded)["data"] != data:
+            return
+        cache.parent.mkdir(parents=True, exist_ok=True)
+    except (OSError, TypeError, ValueError):
+        return
+    tmp = cache.with_name(f".{cache.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(encoded, encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:
@@ -145,7 +205,12 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     hint = "see `plan list models`, or give a YAML or config.json path"
-    return _resolve(str(name_or_path), "model", _model_files(), _load_model_file, hint)
+    text = str(name_or_path)
+    # A catalog name is its file's stem, and no alias is a name (test_catalog), so a name needs
+    # no index of the aliases, which reads every model file.
+    stems = _files_by_stem("models")
+    index = stems if text.lower() in stems else _model_files()
+    return _resolve(text, "model", index, _load_model_file, hint)
 
 
 HF_KEY_ALIASES = {
@@ -438,7 +503,17 @@ def load_stack(name_or_path: str | Path | Stack) -> Stack:
     """A software stack from a catalog name (``plan list stacks``) or a YAML path."""
     if isinstance(name_or_path, Stack):
         return name_or_path
-    return _resolve(str(name_or_path), "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
+    text = str(name_or_path)
+    if _looks_like_path(text):
+        return _resolve(text, "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
+    # A name resolves against the working directory first (a file of that name), so its stack is
+    # kept per directory: the search asks for the job's stack some 300 times (JobSpec.software).
+    return _stack_named(text, os.getcwd())
+
+
+@lru_cache(maxsize=64)
+def _stack_named(text: str, cwd: str) -> Stack:
+    return _resolve(text, "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
 
 
 def list_stacks() -> list[Stack]:

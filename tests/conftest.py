@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,15 @@ class Result:
 
     def json(self) -> Any:
         return json.loads(self.out)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _catalog_cache_of_the_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The parsed catalog files (planner.catalog's cache) go to a folder of the test session, not
+    the user's cache folder; the CLI's subprocesses inherit it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture

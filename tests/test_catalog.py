@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from pathlib import Path
@@ -354,3 +355,86 @@ def test_falcon_configs_take_their_class_defaults() -> None:
     new = {"model_type": "falcon", "hidden_size": 8192, "num_attention_heads": 128, "num_hidden_layers": 60,
            "num_kv_heads": 8, "new_decoder_architecture": True, "bias": False, "vocab_size": 65024}  # fmt: skip
     assert model_from_hf_config(new, "falcon-40b", "test").num_kv_heads == 8
+
+
+# ---- the cache of parsed catalog files ------------------------------------------------------------
+@pytest.fixture
+def shipped_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A catalog 'models' folder of our own (shipped as far as read_yaml can tell), and a cache
+    folder under tmp_path."""
+    folder = tmp_path / "models"
+    folder.mkdir()
+    monkeypatch.setattr("planner.catalog.catalog_dir", lambda kind: folder if kind == "models" else tmp_path / kind)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return folder
+
+
+def test_catalog_cache_is_parsed_again_when_the_yaml_changes(shipped_models: Path) -> None:
+    from planner.catalog import read_yaml
+
+    path = shipped_models / "m.yaml"
+    path.write_text("name: m\nhidden_size: 1024\n")
+    assert read_yaml(path) == {"name": "m", "hidden_size": 1024}
+    cache = shipped_models.parent / "cache" / "planner" / "catalog" / "models" / "m.json"
+    assert json.loads(cache.read_text())["data"] == {"name": "m", "hidden_size": 1024}
+    path.write_text("name: m\nhidden_size: 2048\n")  # same size, maybe the same mtime: the text decides
+    assert read_yaml(path) == {"name": "m", "hidden_size": 2048}
+    assert json.loads(cache.read_text())["data"] == {"name": "m", "hidden_size": 2048}
+
+
+def test_catalog_cache_is_read_without_parsing(shipped_models: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner.catalog import read_yaml
+
+    path = shipped_models / "m.yaml"
+    path.write_text("name: m\n")
+    first = read_yaml(path)
+
+    def no_parsing(*args: object, **kwargs: object) -> None:
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(yaml, "load", no_parsing)
+    again = read_yaml(path)
+    assert again == first and again is not first
+
+
+def test_catalog_cache_keeps_only_what_json_gives_back(shipped_models: Path) -> None:
+    from planner.catalog import read_yaml
+
+    path = shipped_models / "d.yaml"
+    path.write_text("released: 2024-07-23\n1: one\n")
+    assert read_yaml(path) == {"released": datetime.date(2024, 7, 23), 1: "one"}
+    assert not (shipped_models.parent / "cache" / "planner" / "catalog" / "models" / "d.json").exists()
+    assert read_yaml(path)["released"] == datetime.date(2024, 7, 23)
+
+
+def test_catalog_cache_unwritable_or_corrupt(
+    shipped_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from planner.catalog import read_yaml
+
+    path = shipped_models / "m.yaml"
+    path.write_text("name: m\n")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocker))  # the cache folder cannot be made
+    assert read_yaml(path) == {"name": "m"}
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    cache = tmp_path / "cache" / "planner" / "catalog" / "models" / "m.json"
+    cache.parent.mkdir(parents=True)
+    cache.write_text("{not json")
+    assert read_yaml(path) == {"name": "m"}
+    assert json.loads(cache.read_text())["data"] == {"name": "m"}
+
+
+def test_only_shipped_catalog_files_are_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from planner.catalog import read_yaml
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    mine = tmp_path / "models" / "mine.yaml"  # a folder named like a catalog's, not the shipped one
+    mine.parent.mkdir()
+    mine.write_text("name: mine\n")
+    assert read_yaml(mine) == {"name": "mine"}
+    assert not (tmp_path / "cache").exists()
+    shipped = catalog_dir("stacks") / "megatron-core.yaml"
+    assert read_yaml(shipped) == yaml.safe_load(shipped.read_text())
+    assert (tmp_path / "cache" / "planner" / "catalog" / "stacks" / "megatron-core.json").is_file()

@@ -292,3 +292,22 @@ def test_a_closed_pipe_ends_the_run_quietly(extra: tuple[str, ...]) -> None:
     err = proc.stderr.read()
     assert proc.wait(timeout=120) == 0, err
     assert err == b""
+
+
+def test_subcommands_are_made_on_first_use_as_typer_makes_them() -> None:
+    """``click_app`` (what ``main`` runs) lists typer's subcommands in typer's order and makes each
+    one, on first lookup, as typer would have up front; a run of ``plan`` makes none."""
+    import typer
+
+    from planner.cli.app import app, click_app
+
+    lazy, eager = click_app(), typer.main.get_command(app)
+    assert list(lazy.commands) == list(eager.commands)
+    assert [p.name for p in lazy.params] == [p.name for p in eager.params]
+    assert lazy.commands.get("no-such-command") is None
+    assert not lazy.commands._made
+    for name, made in eager.commands.items():
+        again = lazy.commands[name]
+        assert type(again) is type(made) and again.name == made.name and again.help == made.help
+        assert [(p.name, p.opts, p.default) for p in again.params] == [(p.name, p.opts, p.default) for p in made.params]
+        assert list(getattr(again, "commands", {})) == list(getattr(made, "commands", {}))

@@ -8,10 +8,12 @@ The commands live in the other modules of this package and register themselves o
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import os
 import sys
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import typer
@@ -38,6 +40,69 @@ app.add_typer(list_app, name="list")
 app.add_typer(show_app, name="show")
 
 
+class _LazyCommands(MutableMapping[str, Any]):
+    """The subcommands of ``plan``'s click group by name, each made from its typer declaration when
+    first looked up: ``plan --model M --cluster C`` makes none, ``plan estimate`` one (typer makes
+    all of them up front, ~30 ms). Listing them (``plan --help``) makes them all, in their order."""
+
+    def __init__(self, typer_app: typer.Typer, names: list[str]) -> None:
+        self._app = typer_app
+        self._names = names
+        self._made: dict[str, Any] = {}
+
+    def _make(self, name: str) -> Any:
+        """The click command typer makes for ``name`` as a subcommand of the app: the app with only
+        that command (or group) and no callback, made into a group, holds it."""
+        part = copy.copy(self._app)
+        part.registered_callback = None
+        part.registered_commands = [info for info in self._app.registered_commands if _command_name(info) == name]
+        part.registered_groups = [info for info in self._app.registered_groups if info.name == name]
+        return typer.main.get_group(part).commands[name]
+
+    def __getitem__(self, name: str) -> Any:
+        if name not in self._made:
+            if name not in self._names:
+                raise KeyError(name)
+            self._made[name] = self._make(name)
+        return self._made[name]
+
+    def __setitem__(self, name: str, command: Any) -> None:
+        if name not in self._names:
+            self._names.append(name)
+        self._made[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        self._names.remove(name)
+        self._made.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._names))
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _command_name(info: Any) -> str | None:
+    """A command's name as typer gives it: its own, else its function's with dashes."""
+    if isinstance(info.name, str):
+        return info.name
+    return typer.main.get_command_name(info.callback.__name__) if info.callback is not None else None
+
+
+def click_app() -> Any:
+    """``app`` as the click group typer makes of it, with its subcommands made on first use."""
+    names = [_command_name(info) for info in app.registered_commands]
+    names += [info.name if isinstance(info.name, str) else None for info in app.registered_groups]
+    if any(name is None for name in names) or len(set(names)) != len(names):
+        return typer.main.get_command(app)  # a name typer decides: let it make every command
+    top = copy.copy(app)
+    top.registered_commands = []
+    top.registered_groups = []
+    group = typer.main.get_command(top)
+    group.commands = _LazyCommands(app, [name for name in names if name is not None])
+    return group
+
+
 class _Console(Console):
     """Rich's console, except that a reader closing the pipe (``plan ... | head``) ends the run
     the way ``main`` ends every closed pipe, quietly (rich's own handler exits with status 1)."""
@@ -48,9 +113,10 @@ class _Console(Console):
 
 def console() -> Console:
     """Rich console; when output is piped, 120 columns instead of rich's default 80 so the
-    ranking table is not truncated."""
+    ranking table is not truncated, and no highlighting of numbers and such in printed text, which
+    would only colour it (a piped console writes no colours)."""
     out = _Console()
-    return out if out.is_terminal else _Console(width=120)
+    return out if out.is_terminal else _Console(width=120, highlight=False)
 
 
 OUTPUT_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO)
@@ -89,7 +155,7 @@ def _is_a(err: BaseException, class_name: str) -> bool:
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: run the app, turning user errors into one line and exit code 2."""
     try:
-        result = app(args=argv, standalone_mode=False, prog_name="plan")
+        result = click_app()(args=argv, standalone_mode=False, prog_name="plan")
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
     except PlannerError as err:
         sys.stderr.write(f"error: {err}\n")
@@ -120,4 +186,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    """The ``plan`` script and ``python -m planner``. Before its first validator pydantic reads the
+    entry points of every installed distribution, looking for plugins (15-30 ms); ``plan`` uses
+    none, so it skips that unless the caller set pydantic's switch ``PYDANTIC_DISABLE_PLUGINS``."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     sys.exit(main())

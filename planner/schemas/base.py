@@ -14,7 +14,7 @@ class Frozen(BaseModel):
     carry them.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
 
 
 GIB_BYTES = 1024**3

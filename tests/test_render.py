@@ -1,0 +1,83 @@
+"""render.print_table writes the text rich would, with or without rich's layout."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable, Sequence
+
+import pytest
+from rich.console import Console
+from rich.table import Table
+
+from planner.catalog import load_cluster, load_model
+from planner.render import plain_table_lines, print_ranking, print_table
+from planner.search import default_job, search
+
+
+def _table(rows: Sequence[Sequence[str]], headers: Sequence[str], justify: Sequence[str]) -> Table:
+    table = Table(box=None, padding=(0, 1), header_style="bold")
+    for header, how in zip(headers, justify, strict=True):
+        table.add_column(header, justify=how)  # type: ignore[arg-type]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def _printed(width: int, show: Table | Callable[[Console], None]) -> str:
+    """What ``show`` (a table, or a function that prints) writes to a plain 'width'-column console."""
+    out = io.StringIO()
+    console = Console(width=width, file=out)
+    if isinstance(show, Table):
+        console.print(show)
+    else:
+        show(console)
+    return out.getvalue()
+
+
+TABLES = [
+    ([["1", "none", "1.690 s"], ["10", "f:3", "12.5 ms"]], ["#", "recomp", "step"], ["right", "left", "right"]),
+    ([["9%", "±"], ["100%", "—"]], ["±", "x"], ["right", "left"]),
+    ([["漢字", "a"]], ["wide", "b"], ["left", "right"]),
+    ([], ["only", "headers"], ["right", "right"]),
+]
+
+
+@pytest.mark.parametrize(("rows", "headers", "justify"), TABLES)
+def test_plain_table_is_what_rich_prints(rows: list[list[str]], headers: list[str], justify: list[str]) -> None:
+    lines = plain_table_lines(Console(width=120, file=io.StringIO()), _table(rows, headers, justify))
+    assert lines is not None
+    assert "\n".join(lines) + "\n" == _printed(120, _table(rows, headers, justify))
+    assert _printed(120, lambda c: print_table(c, _table(rows, headers, justify))) == _printed(
+        120, _table(rows, headers, justify)
+    )
+
+
+@pytest.mark.parametrize(
+    ("rows", "width"),
+    [
+        ([["[bold]x[/]", "1"]], 120),  # markup: rich styles it
+        ([[":smile:", "1"]], 120),  # an emoji code
+        ([["two\nlines", "1"]], 120),
+        ([["x" * 70, "y" * 70]], 120),  # wider than the console: rich wraps
+    ],
+)
+def test_rich_lays_out_other_tables(rows: list[list[str]], width: int) -> None:
+    table = _table(rows, ["a", "b"], ["left", "right"])
+    assert plain_table_lines(Console(width=width, file=io.StringIO()), table) is None
+    assert _printed(width, lambda c: print_table(c, _table(rows, ["a", "b"], ["left", "right"]))) == _printed(
+        width, table
+    )
+
+
+def test_no_plain_text_on_a_colour_console() -> None:
+    console = Console(width=120, file=io.StringIO(), force_terminal=True, color_system="standard")
+    assert plain_table_lines(console, _table([["1"]], ["#"], ["right"])) is None
+
+
+@pytest.mark.parametrize(("model", "cluster"), [("llama3-70b", "dgx-h100x16"), ("deepseek-v3", "dgx-h100x32")])
+def test_ranking_table_unchanged(model: str, cluster: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    spec = load_model(model)
+    ranking = search(spec, load_cluster(cluster), default_job(spec), top=10)
+    fast = _printed(120, lambda c: print_ranking(c, ranking))
+    monkeypatch.setattr("planner.render.plain_table_lines", lambda console, table: None)
+    assert fast == _printed(120, lambda c: print_ranking(c, ranking))
