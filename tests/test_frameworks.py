@@ -398,7 +398,7 @@ def test_torchtitan_03_reads_every_export_as_planned(torchtitan03: Path) -> None
         assert job.batch_size // (local * config.dp) * (local // micro) == job.batch_size // (config.dp * micro)
         assert micro == config.micro_batch_size
         assert read["sequence_parallel"] == (config.sequence_parallel or config.tp == 1)
-        assert read["spmd_backend"] == ("partial_dtensor" if config.cp > 1 else "spmd_types")
+        assert read["spmd_backend"] == "partial_dtensor"
         assert read["checkpoint"] == config.recompute
         assert read["compile"][0] == job.compiled
         parts = read["pipeline"][2]
@@ -552,31 +552,32 @@ TORCHTITAN03_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] =
     ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=8, zero_stage=3), {}),
     ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
     ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
+    ("deepseek-v3", dict(pp=8, dp=4, cp=2, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
 ]
 """The 0.2.2 spread in 0.3.0's terms: no every-n-th-layer recompute and no expert-TP there (the
 export refuses both), so EP over tp x dp instead; and DeepSeek-V3 (MLA, a shared expert, three
-dense layers first; 61 layers on 8 stages), which 0.3.0 builds and 0.2.2 does not."""
+dense layers first; 61 layers on 8 stages, with and without CP on its flex attention), which 0.3.0
+builds and 0.2.2 does not."""
 
 
 def test_torchtitan_03_parallelizes_every_export_as_planned(torchtitan03: Path) -> None:
     """torchtitan 0.3.0's ParallelDims, parallelize and pipeline functions on the meta device
     (tests/frameworks/torchtitan03_parallelize.py), for first, middle and last ranks.
 
-    0.3.0's default SPMD backend, ``spmd_types`` (what the export leaves in place without CP),
+    The export runs torchtitan on its ``partial_dtensor`` SPMD backend: every checked rank of
+    every mesh is compared with the plan as exported. 0.3.0's default backend, ``spmd_types``,
     keeps parameters as plain tensors carrying spmd_types annotations and hands FSDP their data-
     parallel mesh dims (``full_dtensor.resolve_fsdp_mesh``); the ``fully_shard`` of the torch
     installed here (2.13) takes mesh dims only with DTensor parameters and refuses, for every
-    mesh and rank alike. So each export runs twice: as exported on its first rank, where that
-    refusal is the answer whenever the backend is spmd_types (CP meshes run on ``partial_dtensor``
-    as exported), and with ``--parallelism.spmd_backend partial_dtensor`` added, which this torch
-    runs: there every checked rank is compared with the plan."""
+    mesh and rank alike: the same exports with the backend switched back to it are refused on
+    their first rank, which is why the export does not leave the default in place."""
     from planner.export import torchtitan_args
 
     def run(backend: str | None) -> tuple[list[Any], list[dict[str, Any]]]:
         cases = _parallelize_cases(
             TORCHTITAN03_PARALLEL_MESHES, lambda plan: {"argv": torchtitan_args(*plan), "spmd_backend": backend}
         )
-        if backend is None:  # as exported: rank 0 (the refusal is every rank's; CP is the second run's backend)
+        if backend is not None:  # the default backend: rank 0 (its refusal is every rank's)
             cases = [(plan, {**case, "ranks": [0]}) for plan, case in cases]
         done = subprocess.run(
             [sys.executable, str(TORCHTITAN03_PARALLELIZE_SCRIPT), str(torchtitan03)],
@@ -588,15 +589,11 @@ def test_torchtitan_03_parallelizes_every_export_as_planned(torchtitan03: Path) 
     cases, exported = run(None)
     for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, exported,
                                                               strict=True):  # fmt: skip
-        if config.cp > 1:  # exported on partial_dtensor: runs as is
-            _check_parallelized(name, model, job, config, ranks)
-            continue
-        for rank, got in ranks.items():
-            assert got == {"error": SPMD_TYPES_REFUSAL}, f"{name} rank {rank}: {got}"
-    cases, partial = run("partial_dtensor")
-    for (name, _, _), ((model, job, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, partial,
-                                                              strict=True):  # fmt: skip
         _check_parallelized(name, model, job, config, ranks)
+    cases, default = run("spmd_types")
+    for (name, _, _), ((_, _, config), _), ranks in zip(TORCHTITAN03_PARALLEL_MESHES, cases, default, strict=True):
+        for rank, got in ranks.items():
+            assert "error" in got and (config.cp > 1 or got["error"] == SPMD_TYPES_REFUSAL), f"{name} {rank}: {got}"
 
 
 SPMD_TYPES_REFUSAL = (

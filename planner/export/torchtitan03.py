@@ -69,7 +69,6 @@ class ConfigFunction:
     function: str
     flavor: str
     precision: str
-    flex_attention: bool = False
 
 
 CONFIG_FUNCTIONS = (
@@ -89,8 +88,8 @@ CONFIG_FUNCTIONS = (
     ConfigFunction("qwen3", "qwen3_30b_a3b", "30B-A3B", "bf16"),
     # torchtitan/models/deepseek_v3/config_registry.py: deepseek_v3_671b (attn_backend "flex"),
     # deepseek_v3_671b_float8 (Float8LinearConverter and Float8GroupedExpertsConverter)
-    ConfigFunction("deepseek_v3", "deepseek_v3_671b", "671B", "bf16", flex_attention=True),
-    ConfigFunction("deepseek_v3", "deepseek_v3_671b_float8", "671B", "fp8-row", flex_attention=True),
+    ConfigFunction("deepseek_v3", "deepseek_v3_671b", "671B", "bf16"),
+    ConfigFunction("deepseek_v3", "deepseek_v3_671b_float8", "671B", "fp8-row"),
 )
 """The pre-training config functions of torchtitan 0.3.0 for the flavors the planner matches by
 shape (``planner.export.torchtitan.FLAVORS``, the same model_registry flavors in 0.3)."""
@@ -195,13 +194,18 @@ def _training(job: JobSpec, config: ParallelConfig) -> list[str]:
     return args
 
 
-def _parallelism(model: ModelSpec, job: JobSpec, config: ParallelConfig, function: ConfigFunction) -> list[str]:
+def _parallelism(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """ParallelismConfig: replicate/shard degrees (ZeRO-0: dp replicas over FSDP's shard degree 1,
     HSDP's replicate axis; ZeRO-2/3: dp shards, resharded after forward or not), tp with sequence
-    parallelism on or off (``enable_sequence_parallel``), cp (under the default ``spmd_types``
-    backend torchtitan/distributed/full_dtensor.py validate_config refuses CP with SDPA, so an SDPA
-    model runs CP on the ``partial_dtensor`` backend, whose parallelize_llama applies CP to the
-    attention), pp with its schedule, micro-batch and split, and ep."""
+    parallelism on or off (``enable_sequence_parallel``), cp, pp with its schedule, micro-batch
+    and split, and ep, on the ``partial_dtensor`` SPMD backend. 0.3.0's default, ``spmd_types``,
+    keeps parameters as plain tensors and hands FSDP its data-parallel mesh dims
+    (torchtitan/distributed/full_dtensor.py resolve_fsdp_mesh), which torch 2.13's fully_shard
+    refuses for every mesh ("When dp_mesh_dims is provided, all parameters must be DTensors on the
+    full SPMD mesh", torch/distributed/fsdp/_fully_shard/_fsdp_param.py; tests/test_frameworks.py
+    runs both), and its validate_config refuses CP with SDPA; ``partial_dtensor`` runs every mesh
+    of the tests' spread on that torch, CP on SDPA included (parallelize_llama applies CP to the
+    attention)."""
     zero = effective_zero_stage(config)
     p = "--parallelism."
     args = [
@@ -213,9 +217,7 @@ def _parallelism(model: ModelSpec, job: JobSpec, config: ParallelConfig, functio
     args += [f"{p}tensor_parallel_degree", str(config.tp)]
     if config.tp > 1:
         args.append(f"{p}{'' if config.sequence_parallel else 'no_'}enable_sequence_parallel")
-    args += [f"{p}context_parallel_degree", str(config.cp)]
-    if config.cp > 1 and not function.flex_attention:
-        args += [f"{p}spmd_backend", "partial_dtensor"]
+    args += [f"{p}context_parallel_degree", str(config.cp), f"{p}spmd_backend", "partial_dtensor"]
     args += [f"{p}pipeline_parallel_degree", str(config.pp)]
     if config.pp > 1:
         args += [
@@ -266,7 +268,7 @@ def torchtitan_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> l
         "--module", function.module,
         "--config", function.function,
         *_training(job, config),
-        *_parallelism(model, job, config, function),
+        *_parallelism(model, job, config),
         *_compile(job, config),
         f"activation_checkpoint:{CHECKPOINT_SUBCOMMANDS[config.recompute]}",
     ]  # fmt: skip

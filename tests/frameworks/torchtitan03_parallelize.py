@@ -140,12 +140,11 @@ def run_rank(argv: list[str], world: int, rank: int) -> dict[str, Any]:
 
 
 def with_backend(argv: list[str], backend: str | None) -> list[str]:
-    """``argv`` with ``--parallelism.spmd_backend <backend>`` added before the activation
-    checkpointing subcommand (tyro gives the arguments after a subcommand to it)."""
+    """``argv`` with its ``--parallelism.spmd_backend`` value replaced by ``backend``."""
     if backend is None:
         return argv
-    at = next(i for i, arg in enumerate(argv) if arg.startswith("activation_checkpoint:"))
-    return [*argv[:at], "--parallelism.spmd_backend", backend, *argv[at:]]
+    at = argv.index("--parallelism.spmd_backend") + 1
+    return [*argv[:at], backend, *argv[at + 1 :]]
 
 
 def read(case: dict[str, Any]) -> dict[str, Any]:
