@@ -238,6 +238,21 @@ def test_compile_shrinks_the_layer_overhead_by_the_kernel_count() -> None:
     assert a == pytest.approx(32 * 3 * stack.layer_overhead_us * 1e-6)  # 32 layers, forward + backward
 
 
+def test_selective_recompute_relaunches_its_share_of_a_layers_kernels() -> None:
+    """The per-layer overhead is paid per kernel launched: torchtitan's per-op SAC replays 31 of a
+    layer's 40 eager kernels in backward, Megatron's core-attention recompute 1 of 16; 32 layers,
+    forward + backward = 3 passes without recompute."""
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    meshes = MeshArrays.from_configs([ParallelConfig(dp=8, zero_stage=3, recompute=r) for r in ("none", "selective")])
+    for name, relaunched in (("torchtitan", 31 / 40), ("megatron-core", 1 / 16)):
+        stack = load_stack(name).model_copy(update={"layer_overhead_us": 100.0})
+        assert stack.selective_recompute_kernels / stack.kernels_per_layer_eager == pytest.approx(relaunched)
+        job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack, compile=False)
+        none, selective = evaluate(model, cluster, job, meshes).time["layer_overhead"]
+        assert none == pytest.approx(32 * 3 * 100e-6)
+        assert selective == pytest.approx(32 * (3 + relaunched) * 100e-6)
+
+
 def test_tp_layer_overhead_is_paid_by_dtensor_stacks_only() -> None:
     """torchtitan's TP layers are DTensor (tp_dtensor): 32 layers x 3 passes x the figure more at
     tp 2, eager; Megatron-Core's are plain tensors and pay nothing for the same figure."""

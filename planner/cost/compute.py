@@ -26,7 +26,7 @@ from planner.cost.flops import attended_keys, attention_dims
 from planner.cost.memory import kv_heads_per_rank
 from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
-from planner.mesh import MeshArrays
+from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -399,7 +399,9 @@ def layer_overhead_s(
     """Fixed per-layer overhead of one micro-batch through the stage's layers: the stack's fitted
     ``layer_overhead_us`` per layer and forward pass (eager; compiled layers launch fewer kernels),
     the backward counting as two passes and full recompute as one more (``mesh.forward_passes``,
-    for the share of layers it recomputes):
+    for the share of layers it recomputes), selective recompute as the share of a forward's kernels
+    it launches again (``selective_recompute_kernels`` of ``kernels_per_layer_eager``: torchtitan's
+    per-op SAC 31 of 40, Megatron's core attention 1 of 16):
     launch gaps and framework hooks, which a large layer hides in its work and a small model's
     short layers do not; a tensor-parallel layer (tp > 1) adds the stack's fitted
     ``tp_layer_overhead_us``: torchtitan's TP runs every sharded op through DTensor, whose
@@ -416,10 +418,11 @@ def layer_overhead_s(
     measured: no public per-expert trace was found."""
     stack = job.software
     per_layer = np.where(mesh.tp > 1, stack.layer_overhead_s(job.compiled, True), stack.layer_overhead_s(job.compiled))
-    return mesh.forward_passes(layers) * (
-        layers * per_layer
-        + moe_layers * (stack.moe_layer_overhead_s + local_experts(model, mesh) * stack.expert_gemm_overhead_s)
-    )
+    selective = stack.selective_recompute_kernels / stack.kernels_per_layer_eager
+    relaunched = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, selective, 0.0)
+    passes = mesh.forward_passes(layers)
+    moe = stack.moe_layer_overhead_s + local_experts(model, mesh) * stack.expert_gemm_overhead_s
+    return (passes + relaunched) * layers * per_layer + passes * moe_layers * moe
 
 
 HOST_SYNC_SOFTENING_S = 20e-6

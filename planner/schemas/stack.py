@@ -71,6 +71,11 @@ class Stack(Frozen):
     kernels_per_layer_compiled: PositiveFloat = Field(
         description="Kernels one transformer layer's forward launches under torch.compile"
     )
+    selective_recompute_kernels: NonNegativeFloat = Field(
+        description="Kernels of one layer's eager forward that the stack's selective recompute launches again in "
+        "backward (the attention core's for 'attention'; every op but the saved ones for 'alternate_matmuls'): "
+        "each pays the per-kernel gap the fitted layer overhead prices"
+    )
     compile: bool = Field(description="torch.compile on by default")
     fp8_all_gather_scalings: tuple[Literal["tensor", "row", "block"], ...] = Field(
         description="fp8 scalings under which TP all-gathers (input forward, output gradient backward, "
