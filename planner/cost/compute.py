@@ -372,25 +372,31 @@ def loss_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArray
     return head.m_rows * head.n * job.software.cross_entropy_bytes_per_logit / cluster.gpu.achieved_hbm_bytes_per_s
 
 
-FP8_CAST_BYTES_PER_ELEMENT = 7.0
+FP8_CAST_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 7.0, "row": 7.0, "block": 4.0 + 2.0 / 32.0}
 """HBM bytes per element of a GEMM's input and output-gradient tensors for fp8 training, forward
-and backward together: current scaling reads the 16-bit tensor once for its amax and again to
-cast it (2 + 2 + write 1 = 5; Transformer Engine, 'Using FP8 with Transformer Engine',
-Float8CurrentScaling; torchao float8 dynamic scaling likewise), and the backward GEMMs need the
-fp8 copy transposed (read 1 + write 1 = 2; Hopper's fp8 tensor cores take only the TN layout,
-TE docs 'FP8 on Hopper'). Weights are cast once per step and cached across micro-batches (TE's
-``is_first_microbatch``; torchao casts before the FSDP all-gather), so they are not counted. A
-count of the tensors touched, not a measurement."""
+and backward together, by scaling. Tensor- and row-scaled (current scaling): the 16-bit tensor is
+read once for its amax and again to cast it (2 + 2 + write 1 = 5; Transformer Engine, 'Using FP8
+with Transformer Engine', Float8CurrentScaling; torchao float8 dynamic scaling likewise), and the
+backward GEMMs need the fp8 copy transposed (read 1 + write 1 = 2; Hopper's fp8 tensor cores take
+only the TN layout, TE docs 'FP8 on Hopper'): 7. Block-scaled (MXFP8): the scale of each 32-element
+block is computed where the block is quantised, with no amax pass over the tensor, and one kernel
+writes both the row-wise copy the forward takes and the column-wise one the backward takes
+(Transformer Engine common/util/cast_kernels.cuh, cast_mxfp8_2D_kernel: rowwise and colwise
+scaling from one read): read 2 + write 1 + 1, plus one E8M0 scale byte per 32 elements each way.
+Weights are cast once per step and cached across micro-batches (TE's ``is_first_microbatch``;
+torchao casts before the FSDP all-gather), so they are not counted. A count of the tensors
+touched, not a measurement."""
 
 
 def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
-    """fp8 cast and transpose traffic of one layer's GEMMs (``FP8_CAST_BYTES_PER_ELEMENT`` on
+    """fp8 cast and transpose traffic of one layer's GEMMs (``FP8_CAST_BYTES_PER_ELEMENT`` of its scaling on
     each input M x K and output-gradient M x N), expressed per forward pass like every layer term
     (the step multiplies forwards by 3); zero unless the job trains in fp8."""
     if job.dtype != "fp8":
         return np.zeros(len(mesh))
     elements = sum(g.count * g.m_rows * (g.k + g.n) for g in layer_gemms(model, job, mesh, moe))
-    return FP8_CAST_BYTES_PER_ELEMENT * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
+    cast_bytes = FP8_CAST_BYTES_PER_ELEMENT[job.fp8_scaling]
+    return cast_bytes * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 
 def layer_overhead_s(
