@@ -50,10 +50,11 @@ def list_stacks_cmd(as_json: JsonOpt = False) -> None:
 
 
 def _print_stacks(_: Any, stacks: list[Any]) -> None:
+    width = max((len(s.name) for s in stacks), default=0)
     for s in stacks:
         fitted = f"{s.layer_overhead_us:.3g} us/layer" if s.layer_overhead_us is not None else "not calibrated"
         typer.echo(
-            f"{s.name:18} {s.attention_kernel:5} attention, TP overlap {'on' if s.tp_comm_overlap else 'off'}, "
+            f"{s.name:{width}} {s.attention_kernel:5} attention, TP overlap {'on' if s.tp_comm_overlap else 'off'}, "
             f"grads {s.grad_reduce_dtype}, ZeRO {s.default_zero_stage}, {fitted}: {s.description}"
         )
 
