@@ -29,11 +29,7 @@ from answer import answer
 parse = torchtitan03_config.parse
 
 import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import CheckpointWrapper  # noqa: E402
-from torch.distributed.fsdp import FSDPModule  # noqa: E402
-from torch.distributed.tensor import DTensor  # noqa: E402
-from torch.testing._internal.distributed.fake_pg import FakeStore  # noqa: E402
+from parallelized import fake_rank, part_report, per_rank, stage_indices  # noqa: E402
 from torchtitan.distributed import parallel_dims  # noqa: E402
 from torchtitan.distributed import utils as dist_utils  # noqa: E402
 from torchtitan.distributed.parallel_dims import ParallelDims  # noqa: E402
@@ -58,62 +54,13 @@ def _meshes(dims: ParallelDims) -> dict[str, list[int]]:
     return out
 
 
-def _model_parallel_elements(module: torch.nn.Module) -> int:
-    """The parameters' elements on this rank before data-parallel sharding."""
-    total = 0
-    for param in module.parameters():
-        if not isinstance(param, DTensor):
-            total += param.numel()
-            continue
-        names = param.device_mesh.mesh_dim_names or ()
-        ways = 1
-        for i, (dim, placement) in enumerate(zip(names, param.placements, strict=True)):
-            if placement.is_shard() and dim not in DATA_PARALLEL:
-                ways *= param.device_mesh.size(i)
-        total += param.numel() // ways
-    return total
-
-
-def _placements(module: torch.nn.Module, suffixes: tuple[str, ...]) -> list[str] | None:
-    for name, param in module.named_parameters():
-        if name.endswith(suffixes):
-            if isinstance(param, DTensor):
-                names = param.device_mesh.mesh_dim_names or ()
-                return [f"{d}:{p}" for d, p in zip(names, param.placements, strict=True)]
-            return []
-    return None
-
-
-def _reshards(block: torch.nn.Module) -> bool:
-    """Whether FSDP frees the block's gathered weights after its forward (ZeRO-3) rather than
-    keeping them for backward (ZeRO-2): each of its parameter groups (a MoE block's experts are
-    a group of their own, on the expert mesh) has a post-forward mesh."""
-    if not isinstance(block, FSDPModule):
-        return False
-    groups = block._get_fsdp_state()._fsdp_param_groups
-    return bool(groups) and all(group.post_forward_mesh_info is not None for group in groups)
-
-
 def _part(stage: int, part: torch.nn.Module) -> dict[str, Any]:
-    layers = part.get_submodule("layers")
-    return {
-        "stage": stage,
-        "layers": [int(i) for i, _ in layers.named_children()],
-        "checkpointed": [int(i) for i, block in layers.named_children() if isinstance(block, CheckpointWrapper)],
-        "sharded": [int(i) for i, block in layers.named_children() if isinstance(block, FSDPModule)],
-        "resharded": [int(i) for i, block in layers.named_children() if _reshards(block)],
-        "embedding": getattr(part, "tok_embeddings", None) is not None,
-        "head": getattr(part, "lm_head", None) is not None,
-        "model_parallel_elements": _model_parallel_elements(part),
-        "wq": _placements(part, ("attention.wq.weight", "attention.qkv_linear.wqkv.weight")),
-        "experts": _placements(part, ("experts.w1", "inner_experts.w1_EFD")),
-    }
+    wq = ("attention.wq.weight", "attention.qkv_linear.wqkv.weight")
+    return part_report(stage, part, "lm_head", wq, ("experts.w1", "inner_experts.w1_EFD"), DATA_PARALLEL)
 
 
 def run_rank(argv: list[str], world: int, rank: int) -> dict[str, Any]:
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
+    fake_rank(rank, world)
     job = parse(argv)
     dims = ParallelDims.from_config(job.parallelism, world)
     dims.build_mesh()
@@ -133,7 +80,7 @@ def run_rank(argv: list[str], world: int, rank: int) -> dict[str, Any]:
             model, **common, device=torch.device("meta"), model_config=config, parallelize_fn=spec.parallelize_fn,
             loss_fn=lambda out, target: out.sum(),
         )  # fmt: skip
-        stages = [stage.stage_index for stage in list(getattr(schedule, "_stages", None) or [schedule._stage])]
+        stages = stage_indices(schedule)
     else:
         parts, stages = [spec.parallelize_fn(model, **common)], [0]
     return {"meshes": _meshes(dims), "parts": [_part(s, m) for s, m in zip(stages, parts, strict=True)]}
@@ -148,14 +95,8 @@ def with_backend(argv: list[str], backend: str | None) -> list[str]:
 
 
 def read(case: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
     argv = with_backend(case["argv"], case.get("spmd_backend"))
-    for rank in case["ranks"]:
-        try:
-            out[str(rank)] = run_rank(argv, case["world"], rank)
-        except (AssertionError, ValueError, TypeError, KeyError, RuntimeError, NotImplementedError) as err:
-            out[str(rank)] = {"error": f"{type(err).__name__}: {err}"}
-    return out
+    return per_rank(case["ranks"], lambda rank: run_rank(argv, case["world"], rank))
 
 
 def main() -> None:

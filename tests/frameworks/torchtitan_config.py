@@ -30,6 +30,7 @@ import tempfile
 import types
 import warnings
 from dataclasses import asdict
+from typing import Any
 
 from answer import answer
 
@@ -67,12 +68,17 @@ def built_parameters(name: str, flavor: str) -> dict:
     return {"params": sum(p.numel() for p in model.parameters())}
 
 
-def read(text: str, world: int) -> dict:
+def parse(text: str) -> Any:
+    """The job file ``text`` as torchtitan's ConfigManager reads it (``--job.config_file``)."""
     with tempfile.NamedTemporaryFile("w", suffix=".toml", delete=False) as f:
         f.write(text)
-    job = ConfigManager().parse_args(["--job.config_file", f.name])
+    return ConfigManager().parse_args(["--job.config_file", f.name])
+
+
+def parallel_dims(job: Any, world: int) -> ParallelDims:
+    """torchtitan's ParallelDims of a parsed job on ``world`` ranks, as its trainer builds them."""
     p = job.parallelism
-    dims = ParallelDims(
+    return ParallelDims(
         dp_replicate=p.data_parallel_replicate_degree,
         dp_shard=p.data_parallel_shard_degree,
         cp=p.context_parallel_degree,
@@ -82,6 +88,12 @@ def read(text: str, world: int) -> dict:
         etp=p.expert_tensor_parallel_degree,
         world_size=world,
     )
+
+
+def read(text: str, world: int) -> dict:
+    job = parse(text)
+    p = job.parallelism
+    dims = parallel_dims(job, world)
     return {
         "model": [job.model.name, job.model.flavor, list(job.model.converters)],
         "dims": [dims.dp_replicate, dims.dp_shard, dims.cp, dims.tp, dims.pp, dims.ep, dims.etp],
