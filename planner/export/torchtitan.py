@@ -154,6 +154,21 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     num_microbatches(TARGET, job, config)
 
 
+def shared_notes(job: JobSpec, config: ParallelConfig, async_tp_refusal: str, left_off: str) -> list[str]:
+    """What both torchtitan releases do differently from the plan, alike: async TP only with
+    compile (``async_tp_refusal``: the release's own words, from the code that raises them), so
+    the export leaves it off (``left_off`` says where); and gradients reduced in float32, the
+    only ``mixed_precision_reduce`` either accepts."""
+    notes: list[str] = []
+    if config.tp > 1 and job.tp_overlap and not job.compiled:
+        notes.append(f"async TP runs only with compile ({async_tp_refusal}): the plan priced it on, {left_off}")
+    if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
+        notes.append(
+            f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
+        )
+    return notes
+
+
 def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
     """What both torchtitan releases refuse alike (0.2.2's job_config.py and 0.3.0's
     config/configs.py agree on each): the MoE dispatcher and Adam state the stack runs, the rank
@@ -383,15 +398,10 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
         )
     if job.dtype == "fp8":
         notes.append("the fp8 converters need torchao")
-    if config.tp > 1 and job.tp_overlap and not job.compiled:
-        notes.append(
-            "async TP runs only with compile (parallelize_llama: 'Async TP requires 'model' in --compile.components "
-            "and --compile.enable'): the plan priced it on, the job file leaves it off"
-        )
-    if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
-        notes.append(
-            f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
-        )
+    notes += shared_notes(
+        job, config, "parallelize_llama: 'Async TP requires 'model' in --compile.components and --compile.enable'",
+        "the job file leaves it off",
+    )  # fmt: skip
     chunks = config.pp * config.virtual_stages
     if config.pp > 1 and model.num_hidden_layers % chunks:
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")

@@ -47,6 +47,7 @@ from planner.export.torchtitan import (
     check_shared,
     flavor_of,
     model_parts,
+    shared_notes,
 )
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -286,15 +287,10 @@ def torchtitan_args_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig
         )
     if function.precision != "bf16":
         notes.append(f"{function.function} builds its {function.precision} converters: they need torchao")
-    if config.tp > 1 and job.tp_overlap and not job.compiled:
-        notes.append(
-            "async TP runs only with compile (CompileConfig: 'Async TP requires model in --compile.components and "
-            "--compile.enable'): the plan priced it on, the overrides leave it off"
-        )
-    if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
-        notes.append(
-            f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
-        )
+    notes += shared_notes(
+        job, config, "CompileConfig: 'Async TP requires model in --compile.components and --compile.enable'",
+        "the overrides leave it off",
+    )  # fmt: skip
     if config.pp > 1 or config.ep > 1:
         notes.append("CUDA graphs are off (--training.disable_cuda_graphs): torchtitan refuses them with pp or ep > 1")
     notes += routing_note(job, config, flags_written=False)
