@@ -13,6 +13,11 @@ class PlannerError(ValueError):
     """Bad input: an unknown name, a malformed file, an impossible mesh."""
 
 
+class UnpriceableError(PlannerError):
+    """A published row (training, ``planner.runs``, or serving, ``planner.serving.runs``) the
+    planner cannot express; the message says why."""
+
+
 def describe_validation_error(err: ValidationError, where: str) -> str:
     """Render the first pydantic error as one line: ``where: field 'a.b': message``.
 

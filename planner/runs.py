@@ -27,13 +27,14 @@ express raises ``UnpriceableError`` with the reason.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from planner.catalog import load_cluster, load_stack, read_yaml
 from planner.cost.pipeline import layers_per_chunk
-from planner.errors import PlannerError
+from planner.errors import PlannerError, UnpriceableError
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
@@ -41,9 +42,7 @@ from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
 from planner.schemas.stack import Stack
 
-
-class UnpriceableError(PlannerError):
-    """A row the planner cannot express; the message says why."""
+T = TypeVar("T")
 
 
 GPU_PROFILES: tuple[tuple[tuple[str, ...], str], ...] = (
@@ -143,16 +142,25 @@ def check_groups(runs: list[dict[str, Any]], groups: list[str], path: str | Path
         raise PlannerError(f"--group '{unknown[0]}': no row of {path} has that group")
 
 
+def translate_rows(
+    rows: list[dict[str, Any]], build: Callable[[dict[str, Any]], T], refusal: type[PlannerError] = PlannerError
+) -> tuple[list[T], list[dict[str, str]]]:
+    """``build`` of every row it can express, and the others (name, group, and the ``refusal``
+    it raised as the reason): the training runs' cases here, the serving runs' plans in
+    ``planner.serving.calibrate``."""
+    built: list[T] = []
+    unpriced: list[dict[str, str]] = []
+    for row in rows:
+        try:
+            built.append(build(row))
+        except refusal as err:
+            unpriced.append({"name": str(row.get("name")), "group": str(row.get("group")), "reason": str(err)})
+    return built, unpriced
+
+
 def cases_from_runs(runs: list[dict[str, Any]]) -> tuple[list[RunCase], list[dict[str, str]]]:
     """Every row the planner can express as a case, and the others (name, group, reason)."""
-    cases: list[RunCase] = []
-    unpriced: list[dict[str, str]] = []
-    for run in runs:
-        try:
-            cases.append(case_from_row(run))
-        except PlannerError as err:
-            unpriced.append({"name": str(run.get("name")), "group": str(run.get("group")), "reason": str(err)})
-    return cases, unpriced
+    return translate_rows(runs, case_from_row)
 
 
 def _text(value: Any) -> str:

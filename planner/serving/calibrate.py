@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from planner.runs import translate_rows
 from planner.serving.engine import FittedParameters
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict
 
@@ -122,13 +123,8 @@ class Evaluation:
 
 
 def translate(rows: list[dict[str, Any]]) -> tuple[list[RowPlan], list[dict[str, str]]]:
-    plans, unpriced = [], []
-    for row in rows:
-        try:
-            plans.append(plan_row(row))
-        except UnpriceableError as err:
-            unpriced.append({"name": str(row.get("name")), "group": str(row.get("group")), "reason": str(err)})
-    return plans, unpriced
+    """Every serving row the translator can express, and the others (name, group, reason)."""
+    return translate_rows(rows, plan_row, UnpriceableError)
 
 
 def _summary(errs: list[float]) -> tuple[float, float]:

@@ -27,18 +27,13 @@ from typing import Any
 import numpy as np
 
 from planner.catalog import load_cluster, validate_as
-from planner.errors import PlannerError
+from planner.errors import PlannerError, UnpriceableError
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
 from planner.serving.memory import plan_memory, reserved_context
 from planner.serving.step import RoundCost, Setting, round_cost
-
-
-class UnpriceableError(PlannerError):
-    """A row the translator cannot express; the message is the reason."""
-
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
     ("GB300", "gb300-nvl72"),
