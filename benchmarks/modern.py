@@ -9,6 +9,12 @@ Kendall tau: over pairs of rows on the same model, hardware profile and stack th
 exactly one stated knob (GPU count, sequence length, micro-batch, mesh, recompute, sharding,
 precision, compile, TP overlap), the share of pairs whose predicted order agrees with the
 published one minus the share that disagrees.
+
+MoE order (issue 12): over pairs of MoE rows of the same model on the same hardware profile in the
+same precision, those on different meshes (tp, pp, cp, ep, virtual stages or micro-batch differ:
+e.g. Megatron-Bridge's 25.09 and 25.11 layouts of one model) and, separately, every such pair (the
+same mesh under two releases or fp8 recipes too): how many the planner orders as published, each
+listed with both figures.
 """
 
 from __future__ import annotations
@@ -56,6 +62,33 @@ def rank_tau(rows: list[dict[str, Any]]) -> tuple[float | None, int]:
             discordant += 1
     pairs = concordant + discordant
     return ((concordant - discordant) / pairs if pairs else None), pairs
+
+
+def moe_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Issue 12's ordering check over the priced MoE rows (module docstring): pairs of one model,
+    profile and precision, with ``different_mesh`` marking those whose meshes differ."""
+    pairs = []
+    for a, b in itertools.combinations([r for r in rows if r["_moe"]], 2):
+        if a["_system"] != b["_system"] or a["published_tokens_per_s_per_gpu"] == b["published_tokens_per_s_per_gpu"]:
+            continue
+        published = a["published_tokens_per_s_per_gpu"] > b["published_tokens_per_s_per_gpu"]
+        predicted = a["predicted_tokens_per_s_per_gpu"] > b["predicted_tokens_per_s_per_gpu"]
+        pairs.append(
+            {
+                "faster": a["name"] if published else b["name"],
+                "slower": b["name"] if published else a["name"],
+                "different_mesh": a["_mesh"] != b["_mesh"],
+                "agrees": published == predicted,
+            }
+        )
+    meshes = [p for p in pairs if p["different_mesh"]]
+    return {
+        "pairs": pairs,
+        "mesh_pairs": len(meshes),
+        "mesh_pairs_agreeing": sum(p["agrees"] for p in meshes),
+        "all_pairs": len(pairs),
+        "all_pairs_agreeing": sum(p["agrees"] for p in pairs),
+    }
 
 
 def calibrated_rows() -> set[str]:
@@ -111,6 +144,9 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
                 "config": case.summary(),
                 "_key": (case.model.name, case.profile, case.stack),
                 "_knobs": knob_values(case, mesh),
+                "_moe": case.model.is_moe,
+                "_system": (case.model.name, case.profile, case.job.dtype),
+                "_mesh": (mesh.tp, mesh.pp, mesh.cp, mesh.ep, mesh.virtual_stages, mesh.micro_batch_size),
             }
         )
     fitted = calibrated_rows()
@@ -131,9 +167,10 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     overall = _summary(rows, len(runs))
     overall["coverage"] = len(rows) / len(runs) if runs else 0.0
     tau, pairs = rank_tau(rows)
+    order = moe_order(rows)
     for r in rows:
-        r.pop("_key")
-        r.pop("_knobs")
+        for key in [k for k in r if k.startswith("_")]:
+            r.pop(key)
     return {
         "runs_file": path,
         "runs": rows,
@@ -142,6 +179,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         "overall": overall,
         "rank_tau": tau,
         "rank_pairs": pairs,
+        "moe_order": order,
     }
 
 
@@ -172,3 +210,14 @@ def print_report(rep: dict[str, Any]) -> None:
         )
     tau = "-" if rep["rank_tau"] is None else f"{rep['rank_tau']:.2f}"
     print(f"\ncoverage {rep['overall']['coverage']:.1%}; Kendall tau over {rep['rank_pairs']} one-knob pairs: {tau}")
+    order = rep["moe_order"]
+    if order["all_pairs"]:
+        print(
+            f"MoE order (one model, system and precision): {order['mesh_pairs_agreeing']} of {order['mesh_pairs']} "
+            f"pairs on different meshes as published, {order['all_pairs_agreeing']} of {order['all_pairs']} with "
+            "same-mesh pairs (releases, fp8 recipes)"
+        )
+        for p in order["pairs"]:
+            if not p["agrees"]:
+                kind = "mesh" if p["different_mesh"] else "same mesh"
+                print(f"  reversed ({kind}): {p['faster']} > {p['slower']}")

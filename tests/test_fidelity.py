@@ -522,7 +522,7 @@ def _modern():  # type: ignore[no-untyped-def]
 
 def test_the_benchmark_json_has_the_issues_keys() -> None:
     rep = _modern().report(str(SAMPLE))
-    assert {"runs", "unpriced", "groups", "overall", "rank_tau"} <= set(rep)
+    assert {"runs", "unpriced", "groups", "overall", "rank_tau", "moe_order"} <= set(rep)
     run = rep["runs"][0]
     assert {"name", "group", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error_pct"} <= set(
         run
@@ -555,6 +555,33 @@ def test_rank_tau_counts_one_knob_pairs() -> None:
     c = dict(row, _knobs=dict(knobs, seq_len=2), published_tokens_per_s_per_gpu=2.0, predicted_tokens_per_s_per_gpu=0.5)
     tau, pairs = modern.rank_tau([a, b, c])
     assert pairs == 2 and tau == 0.0  # a-b agree, a-c disagree; b-c differ in two knobs
+
+
+def test_moe_order_pairs_one_model_system_and_precision() -> None:
+    modern = _modern()
+
+    def row(name: str, system: str, mesh: int, published: float, predicted: float, moe: bool = True) -> dict:
+        return {
+            "name": name,
+            "_moe": moe,
+            "_system": (system, "gb200", "fp8"),
+            "_mesh": (1, mesh, 1, 8, 1, 1),
+            "published_tokens_per_s_per_gpu": published,
+            "predicted_tokens_per_s_per_gpu": predicted,
+        }
+
+    rows = [
+        row("a", "m", 4, 100.0, 90.0),
+        row("b", "m", 8, 120.0, 95.0),  # other mesh, same order as published
+        row("c", "m", 4, 110.0, 80.0),  # same mesh as a, reversed
+        row("d", "other", 8, 50.0, 60.0),  # another model: no pair
+        row("e", "m", 2, 10.0, 10.0, moe=False),  # dense: no pair
+    ]
+    order = modern.moe_order(rows)
+    assert (order["mesh_pairs"], order["mesh_pairs_agreeing"]) == (2, 2)  # a-b, b-c
+    assert (order["all_pairs"], order["all_pairs_agreeing"]) == (3, 2)
+    reversed_ = [p for p in order["pairs"] if not p["agrees"]]
+    assert reversed_ == [{"faster": "c", "slower": "a", "different_mesh": False, "agrees": False}]
 
 
 # ---- exports carry the stack ---------------------------------------------------------------------
