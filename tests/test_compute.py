@@ -5,8 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.catalog import load_cluster, load_model
-from planner.cost.compute import attention_core_forward_s, gemm_on, unfused_softmax_forward_s, wave_utilization
+from planner.catalog import load_cluster, load_model, load_stack
+from planner.cost.compute import (
+    attention_core_forward_s,
+    gemm_on,
+    layer_forward_parts,
+    unfused_softmax_forward_s,
+    wave_utilization,
+)
 from planner.mesh import MeshArrays
 from planner.schemas import JobSpec, ModelSpec, ParallelConfig
 
@@ -43,6 +49,29 @@ def test_skinny_gemm_against_its_measurement() -> None:
     assert tflops < 0.75 * 256.5
     # Wave quantization: 2048 x 4608 output = 288 tiles on 108 SMs = 3 waves, 89% filled.
     assert float(wave_utilization(np.array([2048.0]), np.array([4608.0]), 108)[0]) == pytest.approx(288 / 324)
+
+
+def test_concurrent_expert_gemms_fill_the_waves_together() -> None:
+    # One 256 x 1536 output is 12 tiles of 256 x 128 on a B200's 148 SMs (8% of a wave); four on
+    # Transformer Engine's four compute streams are 48 tiles of one wave (32%).
+    one = float(wave_utilization(np.array([256.0]), np.array([1536.0]), 148)[0])
+    four = float(wave_utilization(np.array([256.0]), np.array([1536.0]), 148, 4.0)[0])
+    assert one == pytest.approx(12 / 148) and four == pytest.approx(48 / 148)
+    # Qwen3-30B-A3B at ep 8, micro-batch 1, force-balanced: each of the 16 local experts gets
+    # 4096 x 8 x 8 / 128 = 2048 rows, fc1 2048 x 1536 = 96 tiles (65% of a wave alone); four at once are 384 tiles in 3
+    # waves (86%): Megatron-Core prices the experts' GEMMs 0.65/0.86 as long as a one-stream stack.
+    model = load_model("qwen3-30b-a3b")
+    b200 = load_cluster("dgx-b200")
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=1, pp=1, dp=8, ep=8, micro_batch_size=1)])
+    core = load_stack("megatron-core")
+    assert core.grouped_gemm_streams == 4
+
+    def expert_in_s(streams: int) -> float:
+        stack = core.model_copy(update={"grouped_gemm_streams": streams})
+        job = JobSpec(global_batch_size=64, seq_len=4096, stack=stack, moe_load_imbalance=1.0)
+        return float(layer_forward_parts(model, b200, job, mesh, True).gemms["moe.expert_in"][0])
+
+    assert expert_in_s(4) / expert_in_s(1) == pytest.approx((96 / 148) / (384 / 444), rel=1e-6)
 
 
 def test_unfused_attention_matches_the_measured_standard_attention() -> None:

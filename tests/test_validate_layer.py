@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.catalog import load_cluster, load_model
+from planner.catalog import load_cluster, load_model, load_stack
 from planner.cost.compute import layer_gemms, lm_head_forward_s, loss_s, mtp_projection_forward_s
 from planner.cost.pipeline import num_microbatches
 from planner.cost.step import evaluate, slowest_rank
@@ -89,11 +89,13 @@ def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: Parallel
     # plus the LM heads' three passes and losses and the MTP projections where the step waits for
     # the last rank (``slowest_rank``), are exactly the step's compute term: one
     # model, no copy. A replay runs at burst clocks, so the step is priced without the
-    # sustained fraction a long run loses.
+    # sustained fraction a long run loses, and it runs the local experts one after another, so
+    # the step is priced on a stack whose grouped linear does the same.
     model = load_model(model_name)
     cluster = pricing_cluster(load_cluster("dgx-h200", gpus=plan.tp * plan.pp * plan.dp * plan.cp), "bf16")
     assert cluster.gpu.sustained_tensor_fraction is None
-    job = JobSpec(global_batch_size=1024, seq_len=4096)
+    serial = load_stack("megatron-core").model_copy(update={"grouped_gemm_streams": 1})
+    job = JobSpec(global_batch_size=1024, seq_len=4096, stack=serial)
     mesh = MeshArrays.from_configs([plan])
     m = float(num_microbatches(job.batch_size, mesh)[0])
     terms = layer_terms(model, job, plan, cluster, on_gpu=True)

@@ -65,16 +65,22 @@ DU-09799-001, section 2.3). cuBLAS picks smaller tiles for small outputs, so the
 below is an upper bound on the waste there; hipBLASLt on MI300X is priced the same way."""
 
 
-def wave_utilization(m_rows: np.ndarray, n: np.ndarray, compute_units: int | None) -> np.ndarray:
+def wave_utilization(
+    m_rows: np.ndarray, n: np.ndarray, compute_units: int | None, concurrent: np.ndarray | float = 1.0
+) -> np.ndarray:
     """Share of the SMs' tile slots a GEMM's output fills (ibid., section 3: tile and wave
     quantization): M*N / (waves * units * tile area), waves = ceil(ceil(M/256)*ceil(N/128) / units).
-    A 2048 x 4608 output on A100's 108 SMs is 288 tiles, 3 waves of 108: 89% utilized."""
+    A 2048 x 4608 output on A100's 108 SMs is 288 tiles, 3 waves of 108: 89% utilized.
+    ``concurrent`` equal GEMMs running at once on separate streams fill the waves together (their
+    tiles counted jointly): a MoE layer's local experts under Transformer Engine's grouped linear
+    (``Stack.grouped_gemm_streams``). 4 experts of 256 x 1536 on a B200's 148 SMs are 48 tiles in
+    one wave (32%), where one alone fills 12 of them (8%)."""
     if compute_units is None:
         return np.ones_like(np.asarray(m_rows, dtype=float))
     rows, cols = GEMM_TILE
-    tiles = np.ceil(m_rows / rows) * np.ceil(n / cols)
+    tiles = concurrent * np.ceil(m_rows / rows) * np.ceil(n / cols)
     waves = np.maximum(np.ceil(tiles / compute_units), 1.0)
-    return (m_rows * n) / (waves * compute_units * rows * cols)
+    return (concurrent * m_rows * n) / (waves * compute_units * rows * cols)
 
 
 def gemm_s(
@@ -85,15 +91,17 @@ def gemm_s(
     peak_flops_per_s: float,
     bytes_per_element: float,
     efficiency_scale: float = 1.0,
+    concurrent: np.ndarray | float = 1.0,
 ) -> np.ndarray:
     """Roofline time of an (M x K) @ (K x N) GEMM: the larger of its FLOPs at the achievable rate
     (the GPU's size-dependent efficiency times ``efficiency_scale``, for the format and sustained
-    clocks, times this shape's wave utilization) and its operand traffic at the achieved HBM
-    bandwidth."""
+    clocks, times this shape's wave utilization with ``concurrent`` such GEMMs sharing the SMs)
+    and its operand traffic at the achieved HBM bandwidth; the time is each GEMM's share of the
+    concurrent group's."""
     flops = 2.0 * m_rows * n * k
     traffic = (m_rows * k + k * n + m_rows * n) * bytes_per_element
     efficiency = gpu.gemm_efficiency_at(flops) * efficiency_scale
-    rate = peak_flops_per_s * efficiency * wave_utilization(m_rows, n, gpu.compute_units)
+    rate = peak_flops_per_s * efficiency * wave_utilization(m_rows, n, gpu.compute_units, concurrent)
     return np.maximum(flops / rate, traffic / gpu.achieved_hbm_bytes_per_s)
 
 
@@ -104,8 +112,10 @@ def gemm_on(cluster: ClusterSpec, job: JobSpec) -> Callable[..., np.ndarray]:
     peak, elem = gpu.peak_flops_per_s(job.dtype), BYTES_PER_ELEMENT[job.dtype]
     scale = gpu.gemm_efficiency_ratio(job.dtype, job.fp8_scaling) * gpu.sustained
 
-    def g(m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
-        return gemm_s(np.asarray(m_rows), np.asarray(n), np.asarray(k), gpu, peak, elem, scale)
+    def g(
+        m_rows: np.ndarray, n: np.ndarray | float, k: np.ndarray | float, concurrent: np.ndarray | float = 1.0
+    ) -> np.ndarray:
+        return gemm_s(np.asarray(m_rows), np.asarray(n), np.asarray(k), gpu, peak, elem, scale, concurrent)
 
     return g
 
@@ -183,6 +193,7 @@ class Gemm:
     n: np.ndarray
     k: np.ndarray
     count: np.ndarray | float = 1.0
+    concurrent: np.ndarray | float = 1.0  # of the ``count``, how many run at once (sharing the SMs)
 
 
 def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> list[Gemm]:
@@ -190,7 +201,9 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     column/row-parallel split (Shoeybi et al. 2019, section 3): QKV (or MLA's low-rank
     projections), attention output, and the MLP; MoE layers run the router, E/e local experts
     (each on its share of the routed tokens on the busiest expert-parallel rank,
-    ``routing.moe_load_factor`` x the even share) and the shared experts."""
+    ``routing.moe_load_factor`` x the even share; ``concurrent``: as many at once as the stack's
+    grouped linear runs, ``Stack.grouped_gemm_streams``, all of them for one grouped kernel) and
+    the shared experts."""
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
@@ -226,8 +239,10 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     width = model.expert_intermediate_size / mesh.expert_tp
     local_experts = experts / mesh.ep
     out.append(Gemm("moe.router", tokens / t, np.asarray(float(experts)), np.asarray(float(h))))
-    out.append(Gemm("moe.expert_in", routed_rows, mats_in * width, np.asarray(float(h)), local_experts))
-    out.append(Gemm("moe.expert_out", routed_rows, np.asarray(float(h)), width, local_experts))
+    streams = job.software.grouped_gemm_streams
+    together = local_experts if streams is None else np.minimum(local_experts, float(streams))
+    out.append(Gemm("moe.expert_in", routed_rows, mats_in * width, np.asarray(float(h)), local_experts, together))
+    out.append(Gemm("moe.expert_out", routed_rows, np.asarray(float(h)), width, local_experts, together))
     shared = model.shared_expert_width
     if shared:
         out.append(Gemm("moe.shared_in", tokens, mats_in * shared / t, np.asarray(float(h))))
@@ -271,7 +286,10 @@ def layer_forward_parts(
     kv = kv_heads_per_rank(model, t)
     tokens = mesh.tokens_per_rank(job.seq_len)
     g = gemm_on(cluster, job)
-    times = {gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k) for gemm in layer_gemms(model, job, mesh, moe)}
+    times = {
+        gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k, gemm.concurrent)
+        for gemm in layer_gemms(model, job, mesh, moe)
+    }
     act = 6.0 if model.is_gated_mlp else 4.0  # bytes per element of width: gate, up and product (2 in, 1 out)
     zero = np.zeros(len(mesh))
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
@@ -417,8 +435,8 @@ def layer_overhead_s(
     add the stack's fitted ``moe_layer_overhead_us`` (routing,
     token permutation) and ``expert_gemm_overhead_us`` per local expert (E/ep): Transformer
     Engine's grouped linear, which Megatron-Core's TEGroupedMLP runs, issues one cuBLAS GEMM per
-    local expert on up to four streams (``nvte_multi_stream_cublas_gemm``, ``num_streams = 4``
-    in transformer_engine/common/gemm/cublaslt_gemm.cu), each with its own launch, fp8
+    local expert on its four compute streams (``nvte_multi_stream_cublas_gemm``;
+    ``Stack.grouped_gemm_streams``, whose tiles ``wave_utilization`` counts together), each with its own launch, fp8
     quantisation and partly filled last wave; 32 local experts of 1,024 tokens pay that 32
     times where 4 experts of 8,192 tokens pay it 4 times for the same FLOPs. Fitted, not
     measured: no public per-expert trace was found."""

@@ -127,6 +127,12 @@ class Stack(Frozen):
         "the router's top-k and softmax, sorting and permuting tokens to experts and back (the per-expert "
         "cost is ``expert_gemm_overhead_us``); None: not calibrated, 0",
     )
+    grouped_gemm_streams: int | None = Field(
+        ge=1,
+        description="How many local experts' GEMMs of a MoE layer run at once, sharing the SMs (Transformer "
+        "Engine's grouped linear: one cuBLAS GEMM per expert on its compute streams); None: one grouped kernel "
+        "over all local experts",
+    )
     tp_dtensor: bool = Field(
         description="Tensor-parallel layers run as DTensor (torch.distributed.tensor.parallel), whose per-op "
         "dispatch costs CPU time (``tp_layer_overhead_us``); else plain tensors with explicit collectives"

@@ -7,9 +7,10 @@ pre-norm, QKV (or MLA's low-rank projections), RoPE, causal attention through
 GPU when the job uses flash attention, and an error rather than a silent fallback to the unfused
 one; the unfused math kernel when it does not), the output projection and residual add, the second
 norm and the MLP (SwiGLU when gated, GELU otherwise), or for a MoE layer the router, the local
-experts on even shares of the routed tokens, one after another as the model prices them, and the
-shared experts. Backward is ``torch.autograd.grad`` of the output against a fixed random output
-gradient, for the input and every weight. Full recompute runs the forward once more without
+experts on even shares of the routed tokens, one after another (``shard.predict_layer_s`` prices
+them so, not on the stack's concurrent streams), and the shared experts. Backward is
+``torch.autograd.grad`` of the output against a fixed random output gradient, for the input and
+every weight. Full recompute runs the forward once more without
 autograd first; selective recompute follows the stack's policy (``Stack.selective_recompute``):
 Megatron's checkpoints the attention core, so backward runs it again; torchtitan's per-op SAC
 wraps the layer in ``create_selective_checkpoint_contexts`` with torchtitan's policy (save the

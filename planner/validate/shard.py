@@ -65,7 +65,10 @@ def predict_layer_s(shard: LayerShard, cluster: ClusterSpec, dtype: str) -> floa
     in ``dtype`` (module docstring)."""
     mesh = MeshArrays.from_configs([shard.plan])
     priced = pricing_cluster(cluster, dtype)
-    job = shard.job.model_copy(update={"dtype": dtype if dtype in GPU_FORMATS else "bf16"})
+    # the replay runs the local experts' GEMMs one after another (planner.validate.layer), not on
+    # the stack's concurrent streams: priced the same way
+    serial = shard.job.software.model_copy(update={"grouped_gemm_streams": 1})
+    job = shard.job.model_copy(update={"dtype": dtype if dtype in GPU_FORMATS else "bf16", "stack": serial})
     forward = layer_forward_s(shard.model, priced, job, mesh, shard.moe)
     softmax = unfused_softmax_forward_s(shard.model, priced, job, mesh)
     core = attention_core_forward_s(shard.model, priced, job, mesh) + softmax
