@@ -110,7 +110,8 @@ def test_explanation_names_the_dominant_terms_and_the_losses() -> None:
     ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 8, "pp": 2}, top=5)
     lines = ranking.explanation
     assert len(lines) == len(ranking.candidates) == 5
-    assert lines[0].startswith("#1 tp8 pp2") and "compute" in lines[0] and "tp_comm" in lines[0]
+    assert lines[0].startswith("#1 tp8 pp2") and "step is compute" in lines[0]
+    assert "assumes TP " in lines[0]  # the TP traffic it hides behind compute
     # TP across nodes loses on TP communication, and says so.
     job = default_job(LLAMA70)
     winner = estimate_mesh(LLAMA70, H100X16, job, ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True))

@@ -348,7 +348,7 @@ def selective_recompute_forward_s(
     torchtitan's per-op SAC: half of the GEMMs whose outputs backward needs (all but
     ``RESIDUAL_OUTPUT_GEMMS``: for Llama 0.36 of the layer's matmul FLOPs), with their fp8 casts,
     and every element-wise op (its save list keeps none; the attention output is saved). Its TP
-    all-gathers are ``traffic.tp_recomputed_all_gathers``."""
+    all-gathers are in ``traffic.tp_input_regathers``."""
     parts = layer_forward_parts(model, cluster, job, mesh, moe)
     if job.software.selective_recompute == "attention":
         return module_recompute_forward_s(model, cluster, job, mesh, parts)

@@ -3,9 +3,11 @@
 Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.comm``:
   TP   per layer and micro-batch, 2 all-reduces of b*s/c*h forward and 2 backward (with SP the
        same volume as reduce-scatter + all-gather; Korthikanti et al. 2022 section 4.2.2; under
-       fp8 the all-gathers may move the quantised 1-byte tensor, ``tp_all_gather_bytes``); full
-       recompute repeats the forward pair. MoE layers keep attention's pair; expert-TP adds one
-       all-reduce pair over the routed tokens inside the expert-TP group.
+       fp8 the all-gathers may move quantised tensors, ``tp_all_gather_bytes``), and with SP the
+       inputs' all-gathers again backward where the stack keeps only their shards
+       (``tp_input_regathers``, hidden behind the input-gradient GEMM); full recompute repeats the
+       forward pair. MoE layers keep attention's pair; expert-TP adds one all-reduce pair over the
+       routed tokens inside the expert-TP group.
   EP   per MoE layer, dispatch and combine forward, and again backward, by the job's dispatcher
        (``ep_dispatch``): all-to-alls of the routed tokens (b*s/(c*t) * top_k * h; ARCHITECTURE 8.5,
        Megatron-Core's alltoall dispatcher), an all-gather of the group's tokens and its
@@ -120,26 +122,49 @@ def tp_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.nda
     return mesh.tokens_per_rank(job.seq_len) * model.hidden_size * job.activation_bytes_per_element
 
 
-def tp_all_gather_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """One TP all-gather under SP: the linear input it gathers, at 1 byte per element where the
-    job trains in fp8 with a scaling its stack gathers quantised (``Stack.fp8_all_gather_scalings``:
-    Transformer Engine quantises before gathering the input forward and the output gradient
-    backward; torchao's Float8 TP styles do it for tensor-wise scaling), else the 16-bit buffer.
-    The reduce-scatters stay 16-bit (their inputs are GEMM outputs)."""
+FP8_TP_GATHER_BYTES_PER_ELEMENT: dict[tuple[str, str], float] = {
+    ("tensor", "input"): 1.0,
+    ("tensor", "grad_output"): 1.0,
+    ("block", "input"): 1.0 + 1.0 / 32.0,
+    ("block", "grad_output"): 2.0 * (1.0 + 1.0 / 32.0),
+}
+"""Bytes per element of a quantised SP all-gather, by scaling and what it gathers (a linear's
+input, forward or again for its weight gradient; a row-parallel linear's output gradient,
+backward), as Transformer Engine 2.6-2.10 sends them (transformer_engine/pytorch/distributed.py
+``_all_gather_fp8`` / ``_all_gather_mxfp8``; module/linear.py and base.py
+``grad_output_preprocess``): per-tensor scaling gathers the row-wise fp8 data alone (1 byte; the
+scale is shared, its amax reduced over the TP group, and a transpose is made locally where the
+GEMM needs one); MXFP8 cannot transpose a row-scaled tensor, so it gathers each copy a GEMM needs
+with its E8M0 scale per 32 elements: the input's row-wise copy forward and its column-wise copy for
+wgrad (1 + 1/32 each), and the output gradient's row-wise and column-wise copies together in one
+coalesced call (2 x (1 + 1/32), no smaller than 16 bits). torchao's Float8 TP styles gather
+tensor-wise float8 (1 byte) both ways."""
+
+
+def tp_all_gather_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays, gathers: str = "input") -> np.ndarray:
+    """One TP all-gather under SP of ``gathers`` ('input': a column-parallel linear's input,
+    forward or again for its weight gradient; 'grad_output': a row-parallel linear's output
+    gradient, backward): quantised where the job trains in fp8 with a scaling its stack gathers so
+    (``Stack.fp8_all_gather_scalings``), at ``FP8_TP_GATHER_BYTES_PER_ELEMENT``, else the 16-bit
+    buffer. The reduce-scatters stay 16-bit (their inputs are GEMM outputs)."""
     message = tp_message_bytes(model, job, mesh)
-    quantised = job.dtype == "fp8" and job.fp8_scaling in job.software.fp8_all_gather_scalings
-    return message / job.activation_bytes_per_element if quantised else message
+    if job.dtype == "fp8" and job.fp8_scaling in job.software.fp8_all_gather_scalings:
+        per_element = FP8_TP_GATHER_BYTES_PER_ELEMENT[(job.fp8_scaling, gathers)]
+        return message / job.activation_bytes_per_element * per_element
+    return message
 
 
 def tp_collectives_per_microbatch(
     mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(TP collectives, expert-TP all-reduces) of one micro-batch through the stage's layers: 4 per
-    dense layer (2 forward, 2 backward), attention's 2 in a MoE layer, and the expert-TP pair; full
-    recompute repeats the forward ones (for the share of layers it recomputes)."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(forward TP collectives, backward TP collectives, expert-TP all-reduces) of one micro-batch
+    through the stage's layers: 2 forward and 2 backward per dense layer (attention's and the
+    MLP's), attention's 1 and 1 in a MoE layer, and the expert-TP pair; full recompute repeats the
+    forward ones (for the share of layers it recomputes)."""
     share = mesh.recomputed_share(layers)
-    attention_count = 2.0 + share
-    return (layers - moe_layers) * (4.0 + 2.0 * share) + moe_layers * attention_count, (moe_layers * attention_count)
+    dense = layers - moe_layers
+    forward = (dense * 2.0 + moe_layers) * (1.0 + share)
+    return forward, dense * 2.0 + moe_layers, moe_layers * (2.0 + share)
 
 
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -240,14 +265,18 @@ def dp_buffers_bytes(
     return grads, weights
 
 
-def tp_recomputed_all_gathers(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
-    """SP all-gathers that torchtitan's per-op selective AC runs again in backward (its save list
-    keeps matmul, attention and reduce-scatter outputs, not all-gathers: stacks/torchtitan.yaml):
-    the attention input's and the MLP input's per dense layer, the attention input's per MoE
-    layer; zero for other policies, without SP, or without selective recompute."""
+def tp_input_regathers(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+    """SP all-gathers of the column-parallel linears' inputs run again in backward, for their weight
+    gradients: the attention input's and the MLP input's per dense layer, the attention input's per
+    MoE layer. Always where the stack keeps only the rank's shard of the input
+    (``Stack.sp_regathers_input``: Megatron's and Transformer Engine's linears gather it again in
+    backward, overlapped with the input-gradient GEMM); under torchtitan's per-op selective AC,
+    whose save list keeps matmul, attention and reduce-scatter outputs but not all-gathers
+    (stacks/torchtitan.yaml); zero otherwise and without SP."""
     op_sac = job.software.selective_recompute == "alternate_matmuls"
-    again = (mesh.recompute == RECOMPUTE_SELECTIVE) & mesh.sequence_parallel & (mesh.tp > 1) & op_sac
-    return np.where(again, 2.0 * (layers - moe_layers) + moe_layers, 0.0)
+    again = job.software.sp_regathers_input | ((mesh.recompute == RECOMPUTE_SELECTIVE) & op_sac)
+    on = again & mesh.sequence_parallel & (mesh.tp > 1)
+    return np.where(on, 2.0 * (layers - moe_layers) + moe_layers, 0.0)
 
 
 def tp_collectives(
@@ -255,17 +284,31 @@ def tp_collectives(
 ) -> list[Collective]:
     """TP and expert-TP collectives of one micro-batch through the stage's layers
     (``tp_collectives_per_microbatch``): all-reduces, or with SP a reduce-scatter and an
-    all-gather each, plus the all-gathers a per-op SAC runs again (``tp_recomputed_all_gathers``)."""
+    all-gather each (forward the linear inputs', backward the output gradients'), plus the inputs'
+    all-gathers backward runs again (``tp_input_regathers``)."""
     message = tp_message_bytes(model, job, mesh)
-    count, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
+    forward, backward, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
     sp = mesh.sequence_parallel.astype(float)
-    again = tp_recomputed_all_gathers(job, mesh, layers, moe_layers)
+    again = tp_input_regathers(job, mesh, layers, moe_layers)
+    regathered = again if job.software.sp_regathers_input else np.zeros_like(again)
+    inputs = tp_all_gather_bytes(model, job, mesh, "input")
+    grads = tp_all_gather_bytes(model, job, mesh, "grad_output")
     return [
-        Collective("tp.all_reduce", "all_reduce", "tp", message, count * (1.0 - sp)),
-        Collective("tp.reduce_scatter", "reduce_scatter", "tp", message, count * sp),
-        Collective("tp.all_gather", "all_gather", "tp", tp_all_gather_bytes(model, job, mesh), count * sp + again),
+        Collective("tp.all_reduce", "all_reduce", "tp", message, (forward + backward) * (1.0 - sp)),
+        Collective("tp.reduce_scatter", "reduce_scatter", "tp", message, (forward + backward) * sp),
+        Collective("tp.all_gather", "all_gather", "tp", inputs, forward * sp + again - regathered),
+        Collective("tp.all_gather_grad", "all_gather", "tp", grads, backward * sp),
+        Collective(WGRAD_INPUT_GATHER, "all_gather", "tp", inputs, regathered),
         Collective("etp.all_reduce", "all_reduce", "etp", routed_message_bytes(model, job, mesh), expert_count),
     ]
+
+
+WGRAD_INPUT_GATHER = "tp.all_gather_wgrad_input"
+"""The backward all-gathers of SP inputs a stack keeping only their shards issues for the weight
+gradient (``tp_input_regathers``): asynchronous, beside the input-gradient GEMM that needs none of
+them (Megatron-Core layers.py: "we rely on CUDA_DEVICE_MAX_CONNECTIONS=1 to ensure that the gather
+is scheduled before the input gradient computation"; Transformer Engine's async_op=True gather, or
+its userbuffers bulk overlap with dgrad), so they hide behind compute with or without TP overlap."""
 
 
 def tp_per_microbatch(
@@ -285,13 +328,18 @@ def tp_per_microbatch(
     the GEMM it is pipelined with cannot hide behind it); the rest stays exposed. Only a TP group
     inside the NVLink domain overlaps: Transformer Engine's userbuffers and PyTorch's async TP
     (SymmetricMemory) exchange through peer GPU memory over NVLink, which a group spread over
-    nodes does not have."""
+    nodes does not have. The weight-gradient input gathers (``WGRAD_INPUT_GATHER``) hide whole,
+    within the same budget."""
     collectives = tp_collectives(model, job, mesh, layers, moe_layers)
-    time = serial_s(collectives, links)
+    regathers = [c for c in collectives if c.name == WGRAD_INPUT_GATHER]
+    time = serial_s([c for c in collectives if c.name != WGRAD_INPUT_GATHER], links)
+    behind_dgrad = serial_s(regathers, links)
     sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
     tp = links["tp"]
     fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
-    return Traffic.overlapped(time, sent, fraction, overlap_budget_s)
+    total = time + behind_dgrad
+    hideable = time * fraction + behind_dgrad  # the weight-gradient gathers: WGRAD_INPUT_GATHER
+    return Traffic.overlapped(total, sent, hideable / np.maximum(total, 1e-30), overlap_budget_s)
 
 
 def ep_collectives(

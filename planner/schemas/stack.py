@@ -133,6 +133,10 @@ class Stack(Frozen):
         "Engine's grouped linear: one cuBLAS GEMM per expert on its compute streams); None: one grouped kernel "
         "over all local experts",
     )
+    sp_regathers_input: bool = Field(
+        description="Under sequence parallelism the column-parallel linears keep only the rank's shard of "
+        "their input and all-gather it again in backward for the weight gradient"
+    )
     tp_dtensor: bool = Field(
         description="Tensor-parallel layers run as DTensor (torch.distributed.tensor.parallel), whose per-op "
         "dispatch costs CPU time (``tp_layer_overhead_us``); else plain tensors with explicit collectives"
