@@ -30,6 +30,21 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
     return f"{behind:.3g} s slower, most of it {term} (+{extra:.3g} s){trade}"
 
 
+def versus_best(best: Estimate, est: Estimate) -> str:
+    """How a given mesh (``plan estimate --compare-best``) compares with the search's best for the
+    same job: what it loses on (``where_it_loses``) or, faster but not fitting, what it would need."""
+    rate = f"{best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+    head = f"the search's best for this job is {best.config.parallel.short()} ({rate})"
+    if not est.fits:
+        need = est.memory_per_gpu_bytes / GIB_BYTES
+        usable = est.memory_usable_bytes / GIB_BYTES
+        verdict = f"this mesh needs {need:.1f} of {usable:.1f} GiB per GPU and does not run"
+        if est.step_time_s < best.step_time_s:
+            return f"{head}; {verdict} (it would be {best.step_time_s - est.step_time_s:.3g} s faster)"
+        return f"{head}; {verdict}, and would be {where_it_loses(best, est)}"
+    return f"{head}; this mesh: {where_it_loses(best, est)}"
+
+
 def recompute_chosen(est: Estimate) -> str:
     """'; recomputes ...' when the mesh recomputes only some layers (how many, and why) or names
     the modules selective recompute runs again."""

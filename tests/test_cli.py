@@ -138,6 +138,37 @@ def test_estimate_human_output(cli) -> None:
         assert text in r.out
 
 
+def test_estimate_compares_a_given_layout_with_the_searchs_best(cli) -> None:  # type: ignore[no-untyped-def]
+    # Issue 12: the published DeepSeek-V3 layout on 256 B200 (Megatron-Bridge: tp1 pp16 ep8, mbs 1,
+    # selective recompute of mla_up_proj, fp8, 2048 sequences) against the planner's best for the
+    # same job: the best is faster by the planner's own model, and the comparison says why.
+    from planner.catalog import load_cluster, load_model
+    from planner.explain import where_it_loses
+    from planner.pricing import estimate_mesh
+    from planner.schemas import JobSpec, ParallelConfig
+    from planner.search import search
+
+    args = ["--model", "deepseek-v3", "--cluster", "dgx-b200x32", "--tp", "1", "--pp", "16", "--ep", "8", "-b", "1"]
+    args += ["-B", "2048", "--dtype", "fp8", "--recompute", "selective", "--recompute-modules", "mla_up_proj"]
+    r = cli("estimate", *args, "--compare-best", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    versus = data["compared_with_best"]
+    assert versus["best"]["step_time_s"] < data["step_time_s"]
+    assert "the search's best for this job is tp1 pp32" in versus["explanation"]
+    assert "slower, most of it" in versus["explanation"]
+    # the text is explain.where_it_loses of the two estimates, and the table prints it
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-b200x32")
+    job = JobSpec(global_batch_size=2048, seq_len=4096, dtype="fp8", recompute_modules=("mla_up_proj",))
+    est = estimate_mesh(
+        model, cluster, job, ParallelConfig(tp=1, pp=16, dp=16, ep=8, micro_batch_size=1, recompute="selective")
+    )
+    best = search(model, cluster, job, {}, top=1).candidates[0]
+    assert where_it_loses(best, est) in versus["explanation"]
+    table = cli("estimate", *args, "--compare-best")
+    assert versus["explanation"].split(";")[0] in " ".join(table.out.split())
+
+
 def test_cross_node_tp_is_warned(cli) -> None:
     r = cli(
         "estimate", "--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "16", "--sequence-parallel", "--json"

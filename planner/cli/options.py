@@ -360,6 +360,14 @@ def _version(value: bool) -> None:
 
 VersionOpt = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
+CompareBestOpt = Annotated[
+    bool,
+    typer.Option(
+        "--compare-best",
+        help="Also run the search for the same job and say where this mesh loses to its best (e.g. a published "
+        "layout against the planner's pick).",
+    ),
+]
 PlotOpt = Annotated[
     str | None,
     typer.Option("--plot", metavar="FILE.png", help="Also draw the plan (needs the plot extra: matplotlib)."),

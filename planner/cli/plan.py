@@ -8,6 +8,7 @@ import typer
 from planner.cli.app import app, console, emit_json
 from planner.cli.inputs import mesh_pins, model_cluster_job, require
 from planner.cli.options import (
+    CompareBestOpt,
     DaysOpt,
     Job,
     JsonOpt,
@@ -63,7 +64,14 @@ def plan_main(
 
 @app.command("estimate")
 @command
-def estimate_cmd(target: Target, mesh: Mesh, job: Job, as_json: JsonOpt = False, plot: PlotOpt = None) -> None:
+def estimate_cmd(
+    target: Target,
+    mesh: Mesh,
+    job: Job,
+    as_json: JsonOpt = False,
+    plot: PlotOpt = None,
+    compare_best: CompareBestOpt = False,
+) -> None:
     """Price one mesh: step time, MFU, memory and communication, term by term.
 
     Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
@@ -74,16 +82,28 @@ def estimate_cmd(target: Target, mesh: Mesh, job: Job, as_json: JsonOpt = False,
     spec, clus, work = model_cluster_job(target, job)
     config = pinned_mesh(mesh_pins(mesh), clus.num_gpus)
     est = estimate_mesh(spec, clus, work, config)
+    versus = None
+    if compare_best:
+        from planner.explain import versus_best
+        from planner.search import search
+
+        best = search(spec, clus, work, {}, top=1).candidates[0]
+        versus = (best, versus_best(best, est))
     if plot is not None:
         from planner.plots import plot_estimate
 
         plot_estimate(est, plot)
     if as_json:
-        emit_json(est.model_dump(mode="json"))
+        out = est.model_dump(mode="json")
+        if versus is not None:
+            out["compared_with_best"] = {"best": versus[0].model_dump(mode="json"), "explanation": versus[1]}
+        emit_json(out)
     else:
         from planner.render import print_estimate
 
         print_estimate(console(), est, clus)
+        if versus is not None:
+            console().print(versus[1])
 
 
 @app.command("capacity")
