@@ -669,17 +669,20 @@ def test_block_scaled_fp8_runs_at_the_fitted_fraction() -> None:
         # MXFP8: E8M0 scales per 32 elements; the output gradient's row- and column-wise copies both
         ("megatron-core", "block", 1.0 + 1 / 32, 2.0 + 2 / 32),
         ("torchtitan", "tensor", 1.0, 1.0),
+        ("torchtitan-gathering-rows", "row", 1.0, 1.0),  # a stack that says it gathers row-wise fp8
         ("torchtitan", "row", 2.0, 2.0),
         ("deepspeed", "tensor", 2.0, 2.0),
     ],
 )
 def test_fp8_tp_all_gathers_move_what_the_stack_quantises(
-    stack: str, scaling: str, input_bytes: float, grad_bytes: float
+    stack: Any, scaling: str, input_bytes: float, grad_bytes: float
 ) -> None:
     from planner.cost.traffic import tp_all_gather_bytes, tp_message_bytes
 
     m = load_model("llama3-70b")
     mesh = MeshArrays.from_configs([ParallelConfig(tp=8, dp=2, sequence_parallel=True)])
+    if stack == "torchtitan-gathering-rows":
+        stack = load_stack("torchtitan").model_copy(update={"fp8_all_gather_scalings": ("tensor", "row")})
     job = JobSpec(global_batch_size=2, seq_len=8192, dtype="fp8", fp8_scaling=scaling, stack=stack)
     elements = 8192 * 8192  # one sequence's tokens x h
     assert float(tp_message_bytes(m, job, mesh)[0]) == elements * 2

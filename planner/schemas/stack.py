@@ -79,7 +79,8 @@ class Stack(Frozen):
     compile: bool = Field(description="torch.compile on by default")
     fp8_all_gather_scalings: tuple[Literal["tensor", "row", "block"], ...] = Field(
         description="fp8 scalings under which TP all-gathers (input forward, output gradient backward, "
-        "with sequence parallelism) move the quantised 1-byte tensor instead of the 16-bit one"
+        "with sequence parallelism) move the quantised tensor instead of the 16-bit one "
+        "(traffic.FP8_TP_GATHER_BYTES_PER_ELEMENT)"
     )
     fp8_saves_quantized_inputs: bool = Field(
         description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
