@@ -413,14 +413,20 @@ def test_torchtitan_03_reads_every_export_as_planned(torchtitan03: Path) -> None
 
 TORCHTITAN_PARALLELIZE_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan_parallelize.py"
 
-TORCHTITAN_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+TORCHTITAN_DENSE_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-8b", dict(dp=8, zero_stage=3, recompute="full"), {}),
     ("llama3-8b", dict(dp=8, zero_stage=0), {}),
     ("llama3-70b", dict(tp=4, dp=4, zero_stage=2, recompute="selective"), {}),
     ("llama3-8b", dict(tp=2, pp=4, dp=2, zero_stage=3), {}),
     ("llama3-70b", dict(tp=2, pp=3, dp=2, virtual_stages=2, zero_stage=3, recompute="full"), {}),
-    ("llama3-405b", dict(tp=2, pp=8, dp=2, zero_stage=3, recompute="full", recompute_layers=4), {}),
     ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
+]
+"""The dense meshes both torchtitan releases' parallelize checks run: FSDP alone, DDP, FSDP + TP,
+1F1B and interleaved uneven pipelines, CP."""
+
+TORCHTITAN_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    *TORCHTITAN_DENSE_MESHES,
+    ("llama3-405b", dict(tp=2, pp=8, dp=2, zero_stage=3, recompute="full", recompute_layers=4), {}),
     ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=4, expert_tp=2, zero_stage=3), {}),
     ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
 ]
@@ -543,12 +549,7 @@ def test_torchtitan_parallelizes_every_export_as_planned() -> None:
 TORCHTITAN03_PARALLELIZE_SCRIPT = Path(__file__).parent / "frameworks" / "torchtitan03_parallelize.py"
 
 TORCHTITAN03_PARALLEL_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    ("llama3-8b", dict(dp=8, zero_stage=3, recompute="full"), {}),
-    ("llama3-8b", dict(dp=8, zero_stage=0), {}),
-    ("llama3-70b", dict(tp=4, dp=4, zero_stage=2, recompute="selective"), {}),
-    ("llama3-8b", dict(tp=2, pp=4, dp=2, zero_stage=3), {}),
-    ("llama3-70b", dict(tp=2, pp=3, dp=2, virtual_stages=2, zero_stage=3, recompute="full"), {}),
-    ("llama3-8b", dict(dp=4, cp=2, zero_stage=2, recompute="full"), {}),
+    *TORCHTITAN_DENSE_MESHES,
     ("qwen3-30b-a3b", dict(tp=2, dp=4, ep=8, zero_stage=3), {}),
     ("qwen3-30b-a3b", dict(dp=8, ep=8, zero_stage=3, recompute="full"), {}),
     ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
