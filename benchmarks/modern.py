@@ -14,7 +14,9 @@ MoE order (issue 12): over pairs of MoE rows of the same model on the same hardw
 same precision, those on different meshes (tp, pp, cp, ep, virtual stages or micro-batch differ:
 e.g. Megatron-Bridge's 25.09 and 25.11 layouts of one model) and, separately, every such pair (the
 same mesh under two releases or fp8 recipes too): how many the planner orders as published, each
-listed with both figures.
+listed with both figures. A pair the planner prices alike (the same mesh and knobs under two
+releases the rows cannot tell apart) is a tie: it orders nothing, so it counts as not agreeing and
+is listed as tied, not reversed.
 """
 
 from __future__ import annotations
@@ -73,12 +75,14 @@ def moe_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
             continue
         published = a["published_tokens_per_s_per_gpu"] > b["published_tokens_per_s_per_gpu"]
         predicted = a["predicted_tokens_per_s_per_gpu"] > b["predicted_tokens_per_s_per_gpu"]
+        tied = bool(np.isclose(a["predicted_tokens_per_s_per_gpu"], b["predicted_tokens_per_s_per_gpu"], rtol=1e-9))
         pairs.append(
             {
                 "faster": a["name"] if published else b["name"],
                 "slower": b["name"] if published else a["name"],
                 "different_mesh": a["_mesh"] != b["_mesh"],
-                "agrees": published == predicted,
+                "agrees": published == predicted and not tied,
+                "tied": tied,
             }
         )
     meshes = [p for p in pairs if p["different_mesh"]]
@@ -220,4 +224,4 @@ def print_report(rep: dict[str, Any]) -> None:
         for p in order["pairs"]:
             if not p["agrees"]:
                 kind = "mesh" if p["different_mesh"] else "same mesh"
-                print(f"  reversed ({kind}): {p['faster']} > {p['slower']}")
+                print(f"  {'tied' if p['tied'] else 'reversed'} ({kind}): {p['faster']} > {p['slower']}")

@@ -241,6 +241,12 @@ ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
 when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
 bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
 
+SINK_ATTENTION_TYPES = frozenset({"gpt_oss"})
+"""HF model types whose attention has a learned sink logit per head (transformers
+modeling_gpt_oss.py: ``GptOssAttention.sinks`` of shape [num_attention_heads], concatenated to
+every query's scores before the softmax) and biases on the expert MLPs (``GptOssExperts``
+gate_up_proj_bias, down_proj_bias), neither of which the config states as a key."""
+
 FALCON_TYPES = frozenset({"falcon", "RefinedWebModel", "RefinedWeb"})
 """Falcon, with the RW-format configs of its first release (model_type RefinedWebModel /
 RefinedWeb, keys n_layer, n_head, multi_query, parallel_attn, bias). transformers FalconConfig and
@@ -344,6 +350,9 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.update(_falcon_fields(config, spec))
     if model_type.startswith("qwen3"):
         spec.setdefault("qk_norm", True)
+    if model_type in SINK_ATTENTION_TYPES:
+        spec.setdefault("attention_sinks", True)
+        spec.setdefault("mlp_bias", True)
     if model_type.startswith("gemma"):
         # Gemma: GeGLU (gated GELU) MLP, activation under the key hidden_activation.
         spec.setdefault("gated_mlp", True)

@@ -113,6 +113,26 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "attention_sinks_run",
+        # Stack.sink_attention: flash kernels take no sink logit (Transformer Engine 2.9
+        # get_attention_backend disables FlashAttention for softmax_type 'learnable')
+        lambda m, c, j, x: np.full(len(x), (not m.attention_sinks) or j.software.sink_attention is not None),
+        lambda m, c, j, p: (
+            f"{m.name} has attention sinks, which stack {j.software.name} does not run (its attention takes no "
+            "sink logit); megatron-core runs them (Transformer Engine >= 2.8)"
+        ),
+    ),
+    Rule(
+        "attention_sinks_without_cp",
+        # Transformer Engine 2.9 get_attention_backend: with context parallelism and a non-vanilla
+        # softmax only FusedAttention with cp_comm_type 'a2a' remains; the planner prices ring CP
+        lambda m, c, j, x: (not m.attention_sinks) | (x.cp == 1),
+        lambda m, c, j, p: (
+            f"cp {p.cp} with {m.name}'s attention sinks: Transformer Engine runs sinks under context parallelism "
+            "only with cp_comm_type a2a, which the planner does not price; use cp 1"
+        ),
+    ),
+    Rule(
         "sequence_parallel_needs_tp",
         lambda m, c, j, x: ~x.sequence_parallel | (x.tp > 1),
         lambda m, c, j, p: "sequence_parallel needs tp > 1",

@@ -6,9 +6,10 @@ Each field is read as the file's ``field_conventions`` state (null: not stated):
 
   model     layers, hidden, heads, kv_heads, head_dim, ffn (dense), experts, top_k, expert_ffn,
             shared_experts, dense_layers, an MLA or sliding-window 'attention' description (a window
-            on every layer, or alternating with full layers as GPT-OSS's; attention sinks are
-            refused), vocab, seq_len, tied_embeddings, ffn_act; MPT's architecture from its
-            arch_notes (GELU MLP, LayerNorm and biases, learned positions, tied embeddings)
+            on every layer, or alternating with full layers as GPT-OSS's; 'sinks' in it sets
+            attention_sinks), vocab, seq_len, tied_embeddings, ffn_act; MPT's architecture from
+            its arch_notes (GELU MLP, LayerNorm and biases, learned positions, tied embeddings);
+            the biases of GPT-OSS (hf_id openai/gpt-oss-*) and Qwen3's q/k norms from the hf_id
   hardware  the GPU description picks a shipped profile (``GPU_PROFILES``), count the GPUs
   software  the source repository picks the stack (``STACKS``); compile, async_tp, ep_comm_overlap
             and the FSDP mixed-precision policy override its defaults where the row states them
@@ -296,8 +297,8 @@ def position_embedding_from(stated: Any) -> str:
 
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
     """The row's architecture as a ModelSpec; raises ``UnpriceableError`` for a key it does not
-    know (``MODEL_KEYS``) or an architecture it does not model (state-space layers, attention
-    sinks, a partial shape)."""
+    know (``MODEL_KEYS``) or an architecture it does not model (state-space layers, a partial
+    shape)."""
     m = row.get("model") or {}
     unknown = sorted(set(m) - MODEL_KEYS)
     if unknown:
@@ -313,12 +314,6 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         raise UnpriceableError("model.shape_partial: the row's shape is incomplete")
     notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention", "attention_note"))
     attention = " ".join(_text(m.get(k)) for k in ("attention", "attention_note")).strip()
-    if "sink" in attention:
-        raise UnpriceableError(
-            f"attention '{m.get('attention') or m.get('attention_note')}': attention sinks are not modelled (a "
-            "learnable softmax offset, which Transformer Engine's flash backends do not run: DotProductAttention "
-            "softmax_type, TE >= 2.8, leaves cuDNN fused attention or the unfused path, neither priced for it)"
-        )
     window = sliding_window_from(attention, m.get("attention") or m.get("attention_note"))
     layers, hidden, heads = (_int(m, k, "model") for k in ("layers", "hidden", "heads"))
     if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
@@ -356,6 +351,10 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")
     if _text(m.get("hf_id")).startswith("qwen/qwen3"):
         spec["qk_norm"] = True
+    if _text(m.get("hf_id")).startswith("openai/gpt-oss"):  # GptOssConfig attention_bias true; expert biases
+        spec.update(attention_bias=True, mlp_bias=True)
+    if "sink" in attention:
+        spec["attention_sinks"] = True
     spec.update(mla_from(m, attention))
     if experts:
         spec.update(

@@ -26,6 +26,8 @@ REQUIRED_MODELS = {
     "qwen3-30b-a3b",
     "qwen3-235b-a22b",
     "deepseek-v3",
+    "gpt-oss-120b",
+    "gpt-oss-20b",
     "gpt2-124m",
     "gpt-1.7b",
     "gpt-3.6b",
@@ -223,6 +225,31 @@ def test_hf_families_follow_their_config_class_defaults(tmp_path: Path) -> None:
     assert m.tie_word_embeddings and m.parameter_counts.total == pytest.approx(9.24e9, rel=0.005)  # model card
     assert m.layer_types is not None and m.layer_types[:2] == ["sliding_attention", "full_attention"]
     assert m.layer_types.count("sliding_attention") == 21
+    # gpt-oss: the config names neither its sink logits nor its expert biases (GptOssAttention.sinks,
+    # GptOssExperts' biases): the model type does; 116.83 B as the model card, the catalog's count
+    gpt_oss = {
+        "architectures": ["GptOssForCausalLM"],
+        "model_type": "gpt_oss",
+        "attention_bias": True,
+        "head_dim": 64,
+        "hidden_act": "silu",
+        "hidden_size": 2880,
+        "intermediate_size": 2880,
+        "layer_types": ["sliding_attention", "full_attention"] * 18,
+        "max_position_embeddings": 131072,
+        "num_attention_heads": 64,
+        "num_experts_per_tok": 4,
+        "num_hidden_layers": 36,
+        "num_key_value_heads": 8,
+        "num_local_experts": 128,
+        "sliding_window": 128,
+        "swiglu_limit": 7.0,
+        "tie_word_embeddings": False,
+        "vocab_size": 201088,
+    }
+    oss = load_model(str(_hf(tmp_path, "gpt-oss-120b", gpt_oss)))
+    assert oss.attention_sinks and oss.mlp_bias and oss.num_sliding_layers == 18
+    assert oss.parameter_counts.total == load_model("gpt-oss-120b").parameter_counts.total
     # Qwen2-VL keeps its language model at the top level beside vision_config: the language
     # model is planned (Qwen2-7B's 7.62 B) and the vision encoder named as left out
     qwen2_vl = {

@@ -281,3 +281,14 @@ def test_a_full_output_device_is_one_line() -> None:
         proc = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert proc.returncode == 1, proc.stderr
     assert proc.stderr == "error: cannot write the output: No space left on device\n"
+
+
+def test_attention_sinks_on_a_stack_that_does_not_run_them(cli) -> None:
+    # gpt-oss's sink logits: torchtitan trains it on FlexAttention, whose rate the planner has no
+    # measurement of; Transformer Engine runs sinks under context parallelism only with a2a CP
+    titan = cli("estimate", "-m", "gpt-oss-120b", "-c", "dgx-b200", "--stack", "torchtitan", "--ep", "8")
+    assert_one_line_error(titan, "gpt-oss-120b has attention sinks", "stack torchtitan does not run", "megatron-core")
+    search = cli("-m", "gpt-oss-20b", "-c", "dgx-b200", "--stack", "torchtitan")
+    assert_one_line_error(search, "attention sinks")
+    cp = cli("estimate", "-m", "gpt-oss-120b", "-c", "dgx-b200", "--cp", "2", "--ep", "4")
+    assert_one_line_error(cp, "cp 2 with gpt-oss-120b's attention sinks", "cp_comm_type a2a")

@@ -153,6 +153,39 @@ def test_sliding_window_attention_is_priced_on_its_window() -> None:
     assert attention_core_forward_s(narrow, cluster, job, mesh)[0] == pytest.approx(float(expected))
 
 
+def test_attention_sinks_run_where_the_stack_runs_them() -> None:
+    # gpt-oss-120b: Megatron-Core on NeMo 25.11+ runs its sinks in cuDNN fused attention (the
+    # stack's own kernel): priced as without sinks. On 25.09 (TE 2.7) Megatron's local attention
+    # takes the scores through HBM: the unfused square plus the sink column's 5 bytes per score.
+    from planner.cost.compute import SINK_COLUMN_BYTES_PER_SCORE
+    from planner.cost.memory import activation_parts
+
+    cluster = load_cluster("dgx-b200", gpus=8)
+    mesh = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8)])
+    oss = load_model("gpt-oss-120b")
+    plain = oss.model_copy(update={"attention_sinks": False})
+    fused = JobSpec(global_batch_size=8, seq_len=4096)
+    assert (
+        attention_core_forward_s(oss, cluster, fused, mesh)[0]
+        == attention_core_forward_s(plain, cluster, fused, mesh)[0]
+    )
+    assert unfused_softmax_forward_s(oss, cluster, fused, mesh)[0] == 0.0
+    old = JobSpec(global_batch_size=8, seq_len=4096, stack="megatron-core-25.09")
+    scores = 4096 * 64 * 4096  # tokens x heads x keys: the full square, sliding layers too
+    assert SINK_COLUMN_BYTES_PER_SCORE == 5.0
+    assert unfused_softmax_forward_s(oss, cluster, old, mesh)[0] == pytest.approx(
+        scores * (4.0 + 5.0) / cluster.gpu.achieved_hbm_bytes_per_s
+    )
+    unfused = attention_core_forward_s(oss, cluster, old, mesh)[0]
+    assert (
+        unfused == attention_core_forward_s(plain, cluster, old.model_copy(update={"flash_attention": False}), mesh)[0]
+    )
+    assert unfused > 5 * attention_core_forward_s(oss, cluster, fused, mesh)[0]  # the full square, at the GEMM rate
+    # the unfused path keeps the probabilities for backward: 2 bytes per score and head
+    assert activation_parts(oss, old, mesh, True).core[0] == 2.0 * 64 * 4096
+    assert activation_parts(oss, fused, mesh, True).core[0] == 4.0 * 64
+
+
 def test_block_scaled_fp8_casts_in_one_pass_without_an_amax_read() -> None:
     """MXFP8 (Transformer Engine's cast_mxfp8_2D_kernel) reads the 16-bit tensor once and writes
     the row-wise and column-wise fp8 copies with a scale byte per 32 elements each way: 4 + 2/32

@@ -104,6 +104,12 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]
     )
     p.add_argument("--attention-backend", choices=["flash", "fused", "unfused", "local", "auto"])
+    # _add_network_size_args: windows, sinks and GPT-OSS's activation
+    p.add_argument("--softmax-type", choices=["learnable", "vanilla", "off-by-one"], default="vanilla")
+    p.add_argument("--window-size", type=lambda x: tuple(int(i) for i in x.strip("()").split(",")))  # tuple_type
+    p.add_argument("--window-attn-skip-freq")  # moe_freq_type: an int or a list expression
+    p.add_argument("--glu-linear-offset", type=float, default=0.0)
+    p.add_argument("--activation-func-clamp-value", type=float)
     p.add_argument("--attention-dropout", type=float, default=0.1)
     p.add_argument("--hidden-dropout", type=float, default=0.1)
     for flag in (
@@ -120,6 +126,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--use-precision-aware-optimizer",
         "--group-query-attention",
         "--swiglu",
+        "--quick-geglu",
         "--squared-relu",
         "--untie-embeddings-and-output-weights",
         "--disable-bias-linear",
@@ -623,6 +630,17 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
     )  # fmt: skip
     assert (ds.num_experts, ds.moe_router_topk, ds.moe_layer_freq) == (256, 8, "([0]*3+[1]*58)")
     assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # as arguments.py's moe_freq_type evaluates it
+    assert ds.window_size is None and ds.softmax_type == "vanilla"
+    # GPT-OSS as Megatron-Bridge's GPTOSSProvider builds it: a 128-token window on every second
+    # layer (window_attn_skip_freq 2: one full layer after each sliding one), learnable sinks,
+    # biases, quick-GEGLU with offset 1 and clamp 7
+    oss = parsed("gpt-oss-120b")
+    assert (oss.window_size, oss.window_attn_skip_freq, oss.softmax_type) == ((128, 0), "2", "learnable")
+    assert oss.quick_geglu and not oss.swiglu and (oss.glu_linear_offset, oss.activation_func_clamp_value) == (1.0, 7.0)
+    assert not oss.disable_bias_linear and (oss.num_experts, oss.moe_router_topk, oss.kv_channels) == (128, 4, 64)
+    assert oss.attention_backend == "fused"  # cuDNN fused attention takes the sink (Stack.sink_attention)
+    mistral = parsed("mistral-7b")  # every layer slides: no skip pattern
+    assert (mistral.window_size, mistral.window_attn_skip_freq, mistral.softmax_type) == ((4096, 0), None, "vanilla")
 
 
 def test_torchtitan_builds_its_flavor_and_refuses_models_it_has_not() -> None:

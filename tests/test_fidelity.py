@@ -7,6 +7,7 @@ import copy
 import importlib.util
 import shutil
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ ROWS = {r["name"]: r for r in load_runs(SAMPLE)}
 MPT7 = "llmfoundry-h10080gb-amp_bf16-mpt7b-s2048-g8-mb6"
 TITAN_TP = "torchtitan-2412-llama31-70b-h100x256-fsdp32-tp8"
 BRIDGE_MOE = "mbridge-25.11-dgx-gb200-deepseek-v3-womtp-bf16-main"
+GPT_OSS = "mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main"
 
 
 # ---- rows to planner inputs -------------------------------------------------------------------
@@ -72,7 +74,6 @@ def test_a_bridge_moe_row_reads_mla_and_experts() -> None:
 @pytest.mark.parametrize(
     ("name", "reason"),
     [
-        ("mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main", "sliding-window"),
         ("deepseek-v3-pretrain-h800x2048", "campaign average"),
     ],
 )
@@ -108,7 +109,6 @@ def test_malformed_rows_name_the_field(edit, reason: str) -> None:  # type: igno
         (lambda m: m.update(shape_partial=True), "shape_partial"),
         (lambda m: m.update(ffn_act="maxout"), "ffn_act 'maxout'"),
         (lambda m: m.update(position_embedding="alibi"), "position_embedding 'alibi'"),
-        (lambda m: m.update(attention_note="alternating sliding-window (128) and full; attention sinks"), "sinks"),
     ],
 )
 def test_model_keys_are_read_or_refused_by_name(edit, reason: str) -> None:  # type: ignore[no-untyped-def]
@@ -533,14 +533,11 @@ def test_the_benchmark_json_has_the_issues_keys() -> None:
         run
     )
     assert {"cv_error_pct", "config"} <= set(run)
-    assert {u["name"] for u in rep["unpriced"]} == {
-        "mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main",
-        "deepseek-v3-pretrain-h800x2048",
-    }
+    assert {u["name"] for u in rep["unpriced"]} == {"deepseek-v3-pretrain-h800x2048"}
     assert all(u["reason"] for u in rep["unpriced"])
     for group in rep["groups"].values():
         assert {"rows", "priced", "mape_pct", "cv_mape_pct", "signed_pct"} <= set(group)
-    assert rep["overall"]["coverage"] == pytest.approx(8 / 10)
+    assert rep["overall"]["coverage"] == pytest.approx(9 / 10)
     # the shipped calibration used these rows, so each has a cross-validated error
     assert all(r["cv_error_pct"] is not None for r in rep["runs"])
     by = {r["name"]: r for r in rep["runs"]}
@@ -586,7 +583,11 @@ def test_moe_order_pairs_one_model_system_and_precision() -> None:
     assert (order["mesh_pairs"], order["mesh_pairs_agreeing"]) == (2, 2)  # a-b, b-c
     assert (order["all_pairs"], order["all_pairs_agreeing"]) == (3, 2)
     reversed_ = [p for p in order["pairs"] if not p["agrees"]]
-    assert reversed_ == [{"faster": "c", "slower": "a", "different_mesh": False, "agrees": False}]
+    assert reversed_ == [{"faster": "c", "slower": "a", "different_mesh": False, "agrees": False, "tied": False}]
+    # priced alike (two releases of one mesh): a tie agrees with neither order, whichever row comes first
+    for first, second in ((100.0, 110.0), (110.0, 100.0)):
+        tie = modern.moe_order([row("a", "m", 4, first, 90.0), row("c", "m", 4, second, 90.0)])
+        assert tie["all_pairs_agreeing"] == 0 and tie["pairs"][0]["tied"]
 
 
 # ---- exports carry the stack ---------------------------------------------------------------------
@@ -770,7 +771,7 @@ def test_torchtitans_selective_recompute_is_its_per_op_sac_not_megatrons() -> No
     assert bare_bytes["megatron-core"] / bare_bytes["torchtitan"] == pytest.approx(10.0 / 8.0, rel=1e-3)
 
 
-def test_runs_rows_with_sliding_windows_are_priced_and_sinks_refused() -> None:
+def test_runs_rows_with_sliding_windows_and_sinks_are_priced() -> None:
     row = copy.deepcopy(ROWS[TITAN_TP])
     row["model"]["attention"] = "alternating full / sliding-window(128) attention"
     case = case_from_row(row)
@@ -780,8 +781,14 @@ def test_runs_rows_with_sliding_windows_are_priced_and_sinks_refused() -> None:
     row["model"]["attention"] = "sliding-window(4096) on every layer"
     assert case_from_row(row).model.num_sliding_layers == case.model.num_hidden_layers
     row["model"]["attention"] = "alternating full / sliding-window(128) attention with sinks"
-    with pytest.raises(UnpriceableError, match="attention sinks are not modelled"):
+    # a torchtitan row (its FlexAttention has no measured rate): refused by name, listed unpriced
+    with pytest.raises(PlannerError, match="attention sinks, which stack torchtitan does not run"):
         case_from_row(row)
+    # Megatron-Core runs them in cuDNN fused attention: the price of the same model without sinks
+    bridge = case_from_row(ROWS[GPT_OSS])
+    assert bridge.model.attention_sinks and bridge.model.attention_bias and bridge.model.mlp_bias
+    plain = replace(bridge, model=bridge.model.model_copy(update={"attention_sinks": False}))
+    assert price_case(bridge)[0] == pytest.approx(price_case(plain)[0], rel=1e-6)  # but 64 sink logits a layer
     row["model"]["attention"] = "5:1 local sliding-window(1024) / full"
     with pytest.raises(UnpriceableError, match="other than alternating"):
         case_from_row(row)
@@ -810,8 +817,9 @@ def test_a_rows_fp8_scaling_is_the_one_it_states(precision: str, scaling: str) -
 
 def test_a_rows_stated_container_picks_the_release_stack() -> None:
     # NeMo 25.09's Megatron-Bridge runs have their own stack (runs.CONTAINER_STACKS): the same
-    # features as megatron-core, the 25.09 release's own fitted overheads; any other container,
-    # or none, keeps the repository's stack.
+    # features as megatron-core but the sink attention of its Transformer Engine 2.7 (Megatron's
+    # unfused local path), the 25.09 release's own fitted overheads; any other container, or
+    # none, keeps the repository's stack.
     from planner.runs import stack_for
 
     row = {"source": {"repo": "NVIDIA-NeMo/Megatron-Bridge"}, "knobs": {"container": "NeMo 25.09"}}
@@ -821,6 +829,7 @@ def test_a_rows_stated_container_picks_the_release_stack() -> None:
     old, new = load_stack("megatron-core-25.09"), load_stack("megatron-core")
     features = set(type(new).model_fields) - {"name", "description", "sources", "calibration"}
     fitted = {"layer_overhead_us", "moe_layer_overhead_us", "expert_gemm_overhead_us", "dropless_host_expert_us"}
-    assert {f for f in features if getattr(old, f) != getattr(new, f)} <= fitted
+    assert {f for f in features if getattr(old, f) != getattr(new, f)} <= fitted | {"sink_attention"}
+    assert (old.sink_attention, new.sink_attention) == ("unfused", "fused")
     # fitted apart: 25.11's grouped expert GEMM pays no per-expert launch, 25.09's does
     assert (new.expert_gemm_overhead_us or 0.0) < 1.0 < (old.expert_gemm_overhead_us or 0.0)

@@ -31,6 +31,17 @@ def test_published_parameter_counts(name: str, total: float, active: float | Non
         assert counts.active_per_token == pytest.approx(active, rel=0.02), source
 
 
+@pytest.mark.parametrize(
+    ("name", "total", "active"), [("gpt-oss-120b", 116.83e9, 5.13e9), ("gpt-oss-20b", 20.91e9, 3.61e9)]
+)
+def test_gpt_oss_counts_match_its_model_card(name: str, total: float, active: float) -> None:
+    # OpenAI's gpt-oss model card (August 2025) counts active parameters without the embedding;
+    # biases on attention and experts and one sink logit per head are in both counts
+    counts = load_model(name).parameter_counts
+    assert counts.total == pytest.approx(total, rel=5e-4)
+    assert counts.active_per_token - counts.embedding == pytest.approx(active, rel=5e-3)
+
+
 def test_exact_counts_for_configs_with_published_integers() -> None:
     # Exact parameter counts of the released checkpoints (HF safetensors metadata).
     assert load_model("llama2-7b").parameter_counts.total == 6_738_415_616

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.flops import attended_keys, attention_dims
+from planner.cost.flops import attended_keys, attention_dims, attention_kernel_for, flash_attention_runs
 from planner.cost.memory import kv_heads_per_rank
 from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
@@ -141,7 +141,7 @@ def attention_core_forward_s(
     keys = job.seq_len
     heads = model.num_attention_heads / mesh.tp
     flops = 2.0 * queries * keys * heads * (d_qk + d_v)
-    if job.flash_attention:
+    if flash_attention_runs(model, job):
         # Flash kernels are benchmarked as forward + backward = 3.5x the forward FLOPs (backward
         # 2.5x: it recomputes the scores) at the efficiency of the stack's kernel (FlashAttention-2
         # or the GPU's best fused kernel) as the stack runs it (its fitted attention scale), at
@@ -150,7 +150,11 @@ def attention_core_forward_s(
         # A sliding-window layer (``model.sliding_window``) attends ``attended_keys`` per query
         # instead of the causal half, at the rate of a call as long as its window (each query
         # tile meets a window's worth of keys); the layer's time is the average over its kinds.
-        efficiency = gpu.attention_efficiency_for(job.attention_kernel) * gpu.sustained * job.software.attention_scale
+        efficiency = (
+            gpu.attention_efficiency_for(attention_kernel_for(model, job))
+            * gpu.sustained
+            * job.software.attention_scale
+        )
         rate = gpu.peak_flops_per_s("bf16") * efficiency
         share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
         full = flops * CAUSAL_ATTENTION_FRACTION / (rate * flash_length_factor(job.seq_len / mesh.cp))
@@ -170,15 +174,26 @@ def attention_core_forward_s(
     return np.maximum(flops / rate, 2.0 * elements / gpu.achieved_hbm_bytes_per_s)
 
 
+SINK_COLUMN_BYTES_PER_SCORE = 5.0
+"""HBM bytes per score that attention sinks add on the unfused path, forward: Transformer Engine
+2.9's UnfusedDotProductAttention (attention/dot_product_attention/backends.py) concatenates the
+sink column to the scores (``torch.cat``: read 2 + write 2 bytes per score) and masks them with
+an explicit boolean mask padded by one column (``F.pad(attention_mask, (0, 1))``, attn_mask_type
+'arbitrary': 1 byte read per score) before the softmax, then drops the column as a view. A count
+of the tensors touched, not a measurement; backward is priced as twice the forward, as for every
+layer term."""
+
+
 def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Without a fused attention kernel the (a/t) score matrices of s keys per token go through
     HBM between the two GEMMs: softmax reads and writes them (2 + 2 bytes), dropout writes a mask
     (1) and reads and writes the probabilities again (2 + 2): 9 bytes per score with dropout, 4
-    without (Megatron-LM's fused scale-mask-softmax is one read and one write). Zero with flash
-    attention. Selective recompute runs this again with the attention core."""
-    if job.flash_attention:
+    without (Megatron-LM's fused scale-mask-softmax is one read and one write). Attention sinks
+    add ``SINK_COLUMN_BYTES_PER_SCORE``. Zero with flash attention. Selective recompute runs this
+    again with the attention core."""
+    if flash_attention_runs(model, job):
         return np.zeros(len(mesh))
-    per_score = 9.0 if job.dropout else 4.0
+    per_score = (9.0 if job.dropout else 4.0) + (SINK_COLUMN_BYTES_PER_SCORE if model.attention_sinks else 0.0)
     scores = mesh.tokens_per_rank(job.seq_len) * (model.num_attention_heads / mesh.tp) * job.seq_len
     return scores * per_score / cluster.gpu.achieved_hbm_bytes_per_s
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 from planner.cost.params import attention_matmul_params, mlp_matmul_params
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
+from planner.schemas.stack import AttentionKernel
 
 
 def attention_dims(model: ModelSpec) -> tuple[int, int]:
@@ -70,6 +71,22 @@ def attended_keys(seq_len: int, window: int | None) -> float:
         return (s + 1.0) / 2.0
     w = float(window)
     return w - w * (w - 1.0) / (2.0 * s)
+
+
+def flash_attention_runs(model: ModelSpec, job: JobSpec) -> bool:
+    """Whether the attention core runs a flash (fused) kernel that keeps the scores on chip: the
+    job's ``flash_attention``, unless the model's sinks send the stack to its unfused path
+    (``Stack.sink_attention`` 'unfused': Transformer Engine's UnfusedDotProductAttention)."""
+    return job.flash_attention and not (model.attention_sinks and job.software.sink_attention == "unfused")
+
+
+def attention_kernel_for(model: ModelSpec, job: JobSpec) -> AttentionKernel:
+    """The fused kernel the attention core runs: the stack's, except that sinks take the GPU's own
+    fused kernel where the stack runs them fused (Transformer Engine 2.9 get_attention_backend
+    disables FlashAttention for any softmax_type but 'vanilla' and keeps cuDNN's FusedAttention)."""
+    if model.attention_sinks and job.software.sink_attention == "fused":
+        return "fused"
+    return job.attention_kernel
 
 
 def layers_matmul_params_active(model: ModelSpec) -> int:

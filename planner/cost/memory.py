@@ -38,7 +38,7 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.cost.flops import attention_dims, mtp_layers, mtp_projection_params
+from planner.cost.flops import attention_dims, flash_attention_runs, mtp_layers, mtp_projection_params
 from planner.cost.pipeline import RankLayers, is_dual, microbatches_in_flight, moe_layers_of, rank_layers
 from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
@@ -120,7 +120,9 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         "qkv": 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v,
         "mla_latents": zero + latents,
         "attn_proj_input": lin * a * d_v / t,
-        "core": np.where(job.flash_attention, 4.0 * a / t, (2.0 + 3.0 * (1.0 if job.dropout else 0.0)) * a * s / t),
+        "core": np.where(
+            flash_attention_runs(model, job), 4.0 * a / t, (2.0 + 3.0 * (1.0 if job.dropout else 0.0)) * a * s / t
+        ),
         "dense_mlp": zero,
         "routed_input": zero,
         "routed_activation": zero,

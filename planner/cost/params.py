@@ -1,7 +1,8 @@
 """Parameter counts from the architecture (ARCHITECTURE 8.2).
 
 Per layer, following the HF modelling code of each family:
-  attention (GQA):  Q h*a*d_h, K and V 2*h*k_v*d_h, O a*d_h*h (+ biases when attention_bias)
+  attention (GQA):  Q h*a*d_h, K and V 2*h*k_v*d_h, O a*d_h*h (+ biases when attention_bias,
+                    + one sink logit per head with attention_sinks: GptOssAttention.sinks, shape [a])
   attention (MLA, DeepSeek-V2/V3 modeling_deepseek.py): q_a h*r_q, q_b r_q*a*(d_nope+d_rope),
                     kv_a h*(r_kv+d_rope), kv_b r_kv*a*(d_nope+d_v), O a*d_v*h, two LoRA norms
   MLP:              gated 3*h*f, plain 2*h*f (+ biases when mlp_bias)
@@ -77,7 +78,8 @@ def attention_params(model: ModelSpec) -> int:
     weights = attention_matmul_params(model)
     biases = (a * d_h + 2 * k_v * d_h + h) if model.attention_bias else 0
     qk_norm = 2 * d_h if model.qk_norm else 0
-    return weights + biases + qk_norm
+    sinks = a if model.attention_sinks else 0
+    return weights + biases + qk_norm + sinks
 
 
 def mlp_params(model: ModelSpec, width: int) -> int:

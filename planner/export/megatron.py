@@ -10,7 +10,7 @@ from the user's tokenizer.
 
 from __future__ import annotations
 
-from planner.cost.flops import mtp_layers
+from planner.cost.flops import attention_kernel_for, flash_attention_runs, mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
 from planner.cost.pipeline import plan_layout
 from planner.export.common import (
@@ -177,20 +177,21 @@ ATTENTION_BACKENDS = {"fused": "fused", "fa2": "flash", "sdpa": "auto"}
 local, auto): 'fused' is Transformer Engine's cuDNN fused attention, 'flash' FlashAttention."""
 
 
-def _job_args(job: JobSpec, config: ParallelConfig) -> list[str]:
+def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """Precision (_add_mixed_precision_args --bf16/--fp16; _add_transformer_engine_args
     --fp8-format {e4m3, hybrid}: hybrid is E4M3 forward, E5M2 backward, on bf16 weights), and the
     assumptions the plan priced: Megatron-LM defaults --attention-dropout and --hidden-dropout to
     0.1 (_add_regularization_args), so a job without dropout sets them to 0; the attention kernel
-    the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
-    the plan counted); TP communication overlap (_add_training_args --tp-comm-overlap, which
-    validate_args allows only with --sequence-parallel); gradients reduced in bf16
+    the stack runs (--attention-backend; unfused without flash attention, or for sinks the stack
+    runs unfused, keeps the s x s scores the plan counted); TP communication overlap
+    (_add_training_args --tp-comm-overlap, which validate_args allows only with
+    --sequence-parallel); gradients reduced in bf16
     (_add_distributed_args --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
     (--use-precision-aware-optimizer)."""
     args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
-    backend = ATTENTION_BACKENDS[job.attention_kernel] if job.flash_attention else "unfused"
+    backend = ATTENTION_BACKENDS[attention_kernel_for(model, job)] if flash_attention_runs(model, job) else "unfused"
     args = [*args, "--attention-backend", backend]
     if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
         args.append("--tp-comm-overlap")
@@ -235,17 +236,18 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
-    return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(job, config)
+    return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(model, job, config)
 
 
 def _model_args(model: ModelSpec) -> list[str]:
     """The architecture the plan priced, as arguments.py reads it: _add_network_size_args
     (--hidden-size, --ffn-hidden-size, --num-attention-heads, --kv-channels, --group-query-attention
     --num-query-groups, --max-position-embeddings, --position-embedding-type, --normalization,
-    --swiglu / --squared-relu, --untie-embeddings-and-output-weights, --qk-layernorm), the
-    linear-bias flags (--disable-bias-linear, --add-qkv-bias), _add_moe_args (--num-experts,
+    --swiglu / --squared-relu, GPT-OSS's --quick-geglu, --untie-embeddings-and-output-weights,
+    --qk-layernorm), the linear-bias flags (--disable-bias-linear, --add-qkv-bias), _add_moe_args (--num-experts,
     --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
-    --moe-layer-freq as a Python list expression) and _add_mla_args (--multi-latent-attention,
+    --moe-layer-freq as a Python list expression), sliding windows and sinks (--window-size,
+    --window-attn-skip-freq, --softmax-type learnable) and _add_mla_args (--multi-latent-attention,
     --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim).
     Megatron's MLP activation is GELU unless --swiglu or --squared-relu; it has no gated GELU."""
     if model.is_gated_mlp and model.hidden_act.lower() not in ("silu", "swish", "swiglu"):
@@ -263,7 +265,12 @@ def _model_args(model: ModelSpec) -> list[str]:
     args += ["--max-position-embeddings", str(model.max_position_embeddings)]
     args += ["--position-embedding-type", "learned_absolute" if learned else "rope"]
     args += ["--normalization", "LayerNorm" if model.norm_type == "layernorm" else "RMSNorm"]
-    if model.is_gated_mlp:
+    if model.model_type == "gpt_oss":
+        # its clamped SwiGLU, x*sigmoid(1.702x) of the gate times (up + 1), both clamped at 7: Megatron's
+        # quick-GEGLU with a linear offset (Megatron-Bridge GPTOSSProvider: activation_func quick_gelu,
+        # glu_linear_offset 1.0, activation_func_clamp_value 7.0), priced as SwiGLU
+        args += ["--quick-geglu", "--glu-linear-offset", "1.0", "--activation-func-clamp-value", "7.0"]
+    elif model.is_gated_mlp:
         args.append("--swiglu")
     elif model.hidden_act.lower() == "relu2":
         args.append("--squared-relu")
@@ -283,6 +290,15 @@ def _model_args(model: ModelSpec) -> list[str]:
         pattern = [int(model.is_moe_layer(i)) for i in range(model.num_hidden_layers)]
         if not all(pattern):
             args += ["--moe-layer-freq", _list_expression(pattern)]
+    if model.sliding_window is not None:
+        # Megatron-Core's (left, right) window as Megatron-Bridge maps HF's sliding_window onto it
+        # (GPTOSSProvider: window_size (128, 0) for sliding_window 128); --window-attn-skip-freq as
+        # a list, 1 a sliding layer and 0 a full one, when only some layers slide
+        args += ["--window-size", f"{model.sliding_window},0"]
+        if model.num_sliding_layers < model.num_hidden_layers:
+            args += ["--window-attn-skip-freq", _window_pattern(model)]
+    if model.attention_sinks:
+        args += ["--softmax-type", "learnable"]
     if model.is_mla:
         args.append("--multi-latent-attention")
         if model.q_lora_rank:
@@ -290,6 +306,16 @@ def _model_args(model: ModelSpec) -> list[str]:
         args += ["--kv-lora-rank", str(model.kv_lora_rank), "--qk-head-dim", str(model.qk_nope_head_dim)]
         args += ["--qk-pos-emb-head-dim", str(model.qk_rope_head_dim), "--v-head-dim", str(model.v_head_dim)]
     return args
+
+
+def _window_pattern(model: ModelSpec) -> str:
+    """--window-attn-skip-freq (arguments.py moe_freq_type): N where every N-th layer is a full one
+    after N-1 sliding ones (GPT-OSS: 2), else the list expression, 1 a sliding layer."""
+    pattern = [int(kind == "sliding_attention") for kind in model.layer_types or ()]
+    for period in range(2, len(pattern) + 1):
+        if len(pattern) % period == 0 and pattern == ([1] * (period - 1) + [0]) * (len(pattern) // period):
+            return str(period)
+    return _list_expression(pattern)
 
 
 def _list_expression(values: list[int]) -> str:
@@ -357,10 +383,10 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
     notes += routing_note(job, config, flags_written=True)
     notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
-    if model.sliding_window is not None:
+    if model.attention_sinks:
         notes.append(
-            f"the model's sliding-window layers (window {model.sliding_window}) are not written: add Megatron's "
-            "window flags for your release"
+            "attention sinks (--softmax-type learnable) need Transformer Engine >= 2.8; cuDNN fused attention runs "
+            "them from cuDNN 9.13.1, older cuDNN leaves Transformer Engine's unfused attention"
         )
     return notes
 

@@ -80,6 +80,12 @@ class ModelSpec(Frozen):
         None,
         description="Attention kind per layer (HF's layer_types); None with sliding_window set: every layer slides",
     )
+    attention_sinks: bool = Field(
+        False,
+        description="Non-HF. A learned logit per head that joins every query's softmax and takes no value "
+        "(GPT-OSS: transformers GptOssAttention.sinks; Megatron-Core softmax_type 'learnable'): the attention "
+        "kernel must run it (``Stack.sink_attention``)",
+    )
 
     # Mixture of experts (HF keys, each spelling accepted).
     num_local_experts: PositiveInt | None = Field(None, description="Mixtral's name for routed experts")

@@ -25,6 +25,14 @@ AttentionKernel = Literal["fa2", "fused", "sdpa"]
 scaled_dot_product_attention picks on the GPU (``GPU.sdpa_kernel``: FA2 on Hopper, cuDNN on
 Blackwell)."""
 
+SinkAttention = Literal["fused", "unfused"]
+"""How a stack's attention takes a learned sink logit per head (``Stack.sink_attention``):
+'fused', inside the GPU's fused kernel (cuDNN fused attention from 9.13.1, which Transformer
+Engine's FusedAttention calls with softmax_type 'learnable'); 'unfused', with the scores through
+HBM (Transformer Engine's UnfusedDotProductAttention: concatenate the sink column, softmax over
+s + 1 keys, drop it), priced by ``cost.compute.unfused_softmax_forward_s``. Flash kernels
+(FlashAttention-2/3 as the frameworks call them) take no sink."""
+
 MoeDispatcher = Literal["alltoall", "allgather", "flex"]
 """How MoE tokens reach their experts across the expert-parallel group (Megatron-Core's
 --moe-token-dispatcher-type; priced in ``cost.traffic.ep_dispatch``): 'alltoall', one all-to-all
@@ -44,6 +52,11 @@ class Stack(Frozen):
         None, description="The `plan export` target that launches this stack (None: none does)"
     )
     attention_kernel: AttentionKernel
+    sink_attention: SinkAttention | None = Field(
+        description="How the stack runs attention with sinks (``ModelSpec.attention_sinks``, GPT-OSS): 'fused', "
+        "the GPU's fused kernel takes the sink logit; 'unfused', the scores go through HBM with the sink column "
+        "concatenated; None: the stack trains no model with sinks"
+    )
     tp_comm_overlap: bool = Field(description="TP collectives overlap the GEMMs around them by default")
     tp_overlap_hidden_fraction: float = Field(
         ge=0, le=1, description="Share of the TP collective time hidden behind GEMMs when tp_comm_overlap is on"
