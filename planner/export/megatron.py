@@ -292,8 +292,8 @@ def _model_args(model: ModelSpec) -> list[str]:
             args += ["--moe-layer-freq", _list_expression(pattern)]
     if model.sliding_window is not None:
         # Megatron-Core's (left, right) window as Megatron-Bridge maps HF's sliding_window onto it
-        # (GPTOSSProvider: window_size (128, 0) for sliding_window 128); --window-attn-skip-freq as
-        # a list, 1 a sliding layer and 0 a full one, when only some layers slide
+        # (GPTOSSProvider: window_size (128, 0) for sliding_window 128); --window-attn-skip-freq
+        # when only some layers slide (``_window_pattern``)
         args += ["--window-size", f"{model.sliding_window},0"]
         if model.num_sliding_layers < model.num_hidden_layers:
             args += ["--window-attn-skip-freq", _window_pattern(model)]

@@ -37,6 +37,7 @@ import numpy as np
 from planner.atomic import make_parent, write_text_atomic
 from planner.cost import comm
 from planner.cost.compute import gemm_s
+from planner.cost.flops import flash_attention_runs
 from planner.cost.traffic import PRICE
 from planner.errors import PlannerError
 from planner.schemas.hardware import BYTES_PER_ELEMENT, HardwareProfile, Interconnect
@@ -120,7 +121,10 @@ def initial_params(profile: HardwareProfile) -> Params:
 
 def fits_attention(results: list[TermResult]) -> bool:
     """Whether the samples determine the attention efficiency: layer shards with flash attention."""
-    return any(r.spec.op == "layer" and r.spec.layer is not None and r.spec.layer.job.flash_attention for r in results)
+    return any(
+        r.spec.op == "layer" and r.spec.layer is not None and flash_attention_runs(r.spec.layer.model, r.spec.layer.job)
+        for r in results
+    )
 
 
 def base_attention_efficiency(profile: HardwareProfile) -> float:

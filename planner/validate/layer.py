@@ -42,7 +42,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
 from planner.cost.compute import Gemm, layer_gemms
-from planner.cost.flops import attention_dims
+from planner.cost.flops import attention_dims, flash_attention_runs
 from planner.cost.memory import kv_heads_per_rank
 from planner.mesh import MeshArrays
 from planner.validate.ops import GEMM_DTYPES
@@ -87,7 +87,7 @@ class Shard:
         mesh = MeshArrays.from_configs([plan])
         self.gemms: dict[str, Gemm] = {g.name: g for g in layer_gemms(model, job, mesh, shard.moe)}
         self.generator = torch.Generator(device=device).manual_seed(seed)
-        self.kernels = attention_kernels(job.flash_attention, device)
+        self.kernels = attention_kernels(flash_attention_runs(model, job), device)
         self.t = plan.tp
         self.b = plan.micro_batch_size
         self.s = job.seq_len // plan.cp
