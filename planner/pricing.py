@@ -6,7 +6,7 @@ import numpy as np
 
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
-from planner.cost.flops import mtp_layers
+from planner.cost.flops import flash_attention_runs, mtp_layers
 from planner.cost.layout import layout_rank_layers
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
@@ -99,6 +99,12 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
                 else "give it fewer layers (Megatron-LM --pipeline-model-parallel-layout or "
                 "--decoder-last-pipeline-num-layers)"
             )
+        )
+    if model.attention_sinks and not flash_attention_runs(model, job):
+        notes.append(
+            f"{model.name}'s attention sinks run on {job.software.name}'s unfused attention (every s x s score "
+            "through HBM; its flash kernels take no sink): Transformer Engine >= 2.8 with cuDNN >= 9.13.1 runs them "
+            "fused (--stack megatron-core)"
         )
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")

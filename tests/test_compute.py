@@ -184,6 +184,13 @@ def test_attention_sinks_run_where_the_stack_runs_them() -> None:
     # the unfused path keeps the probabilities for backward: 2 bytes per score and head
     assert activation_parts(oss, old, mesh, True).core[0] == 2.0 * 64 * 4096
     assert activation_parts(oss, fused, mesh, True).core[0] == 4.0 * 64
+    # and the plan says so
+    from planner.pricing import estimate_mesh
+
+    said = "attention sinks run on megatron-core-25.09's unfused attention"
+    on_8 = ParallelConfig(dp=8, ep=8, zero_stage=1, recompute="full")
+    assert any(said in w for w in estimate_mesh(oss, cluster, old, on_8).warnings)
+    assert not any("attention sinks" in w for w in estimate_mesh(oss, cluster, fused, on_8).warnings)
 
 
 def test_block_scaled_fp8_casts_in_one_pass_without_an_amax_read() -> None:
