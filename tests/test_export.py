@@ -639,6 +639,10 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
     assert oss.quick_geglu and not oss.swiglu and (oss.glu_linear_offset, oss.activation_func_clamp_value) == (1.0, 7.0)
     assert not oss.disable_bias_linear and (oss.num_experts, oss.moe_router_topk, oss.kv_channels) == (128, 4, 64)
     assert oss.attention_backend == "fused"  # cuDNN fused attention takes the sink (Stack.sink_attention)
+    # NeMo 25.09's TE 2.7 predates sinks: Megatron's own attention runs them (what Bridge falls back to)
+    model = load_model("gpt-oss-120b")
+    old = default_job(model, global_batch_size=8, stack="megatron-core-25.09")
+    assert p.parse_args(megatron_args(model, old, ParallelConfig(dp=8, ep=8))).attention_backend == "local"
     mistral = parsed("mistral-7b")  # every layer slides: no skip pattern
     assert (mistral.window_size, mistral.window_attn_skip_freq, mistral.softmax_type) == ((4096, 0), None, "vanilla")
 

@@ -182,16 +182,20 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     --fp8-format {e4m3, hybrid}: hybrid is E4M3 forward, E5M2 backward, on bf16 weights), and the
     assumptions the plan priced: Megatron-LM defaults --attention-dropout and --hidden-dropout to
     0.1 (_add_regularization_args), so a job without dropout sets them to 0; the attention kernel
-    the stack runs (--attention-backend; unfused without flash attention, or for sinks the stack
-    runs unfused, keeps the s x s scores the plan counted); TP communication overlap
-    (_add_training_args --tp-comm-overlap, which validate_args allows only with
-    --sequence-parallel); gradients reduced in bf16
-    (_add_distributed_args --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
+    the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
+    the plan counted, and sinks a stack runs unfused go to Megatron's local attention); TP
+    communication overlap (_add_training_args --tp-comm-overlap, which validate_args allows only
+    with --sequence-parallel); gradients reduced in bf16 (_add_distributed_args
+    --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
     (--use-precision-aware-optimizer)."""
     args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     backend = ATTENTION_BACKENDS[attention_kernel_for(model, job)] if flash_attention_runs(model, job) else "unfused"
+    if model.attention_sinks and job.software.sink_attention == "unfused":
+        # a release whose Transformer Engine predates sinks (< 2.8: TEDotProductAttention asserts it)
+        # runs them in Megatron's own attention, as Megatron-Bridge's GPTOSSProvider falls back to
+        backend = "local"
     args = [*args, "--attention-backend", backend]
     if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
         args.append("--tp-comm-overlap")
