@@ -156,8 +156,8 @@ def test_sliding_window_attention_is_priced_on_its_window() -> None:
 def test_attention_sinks_run_where_the_stack_runs_them() -> None:
     # gpt-oss-120b: Megatron-Core on NeMo 25.11+ runs its sinks in cuDNN fused attention (the
     # stack's own kernel): priced as without sinks. On 25.09 (TE 2.7) Megatron's local attention
-    # takes the scores through HBM: the unfused square plus the sink column's 5 bytes per score.
-    from planner.cost.compute import SINK_COLUMN_BYTES_PER_SCORE
+    # takes the scores through HBM: the unfused square, its softmax in fp32 with the sink column.
+    from planner.cost.compute import SINK_BYTES_PER_SCORE
     from planner.cost.memory import activation_parts
 
     cluster = load_cluster("dgx-b200", gpus=8)
@@ -172,8 +172,14 @@ def test_attention_sinks_run_where_the_stack_runs_them() -> None:
     assert unfused_softmax_forward_s(oss, cluster, fused, mesh)[0] == 0.0
     old = JobSpec(global_batch_size=8, seq_len=4096, stack="megatron-core-25.09")
     scores = 4096 * 64 * 4096  # tokens x heads x keys: the full square, sliding layers too
-    assert SINK_COLUMN_BYTES_PER_SCORE == 5.0
+    assert SINK_BYTES_PER_SCORE == {"unfused": 5.0, "local": 33.0}  # TE's unfused path; Megatron's own
     assert unfused_softmax_forward_s(oss, cluster, old, mesh)[0] == pytest.approx(
+        scores * (4.0 + 33.0) / cluster.gpu.achieved_hbm_bytes_per_s
+    )
+    te_unfused = old.model_copy(
+        update={"stack": load_stack("megatron-core-25.09").model_copy(update={"sink_attention": "unfused"})}
+    )
+    assert unfused_softmax_forward_s(oss, cluster, te_unfused, mesh)[0] == pytest.approx(
         scores * (4.0 + 5.0) / cluster.gpu.achieved_hbm_bytes_per_s
     )
     unfused = attention_core_forward_s(oss, cluster, old, mesh)[0]

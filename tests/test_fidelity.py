@@ -818,7 +818,7 @@ def test_a_rows_fp8_scaling_is_the_one_it_states(precision: str, scaling: str) -
 def test_a_rows_stated_container_picks_the_release_stack() -> None:
     # NeMo 25.09's Megatron-Bridge runs have their own stack (runs.CONTAINER_STACKS): the same
     # features as megatron-core but the sink attention of its Transformer Engine 2.7 (Megatron's
-    # unfused local path), the 25.09 release's own fitted overheads; any other container, or
+    # own unfused attention), the 25.09 release's own fitted overheads; any other container, or
     # none, keeps the repository's stack.
     from planner.runs import stack_for
 
@@ -830,6 +830,6 @@ def test_a_rows_stated_container_picks_the_release_stack() -> None:
     features = set(type(new).model_fields) - {"name", "description", "sources", "calibration"}
     fitted = {"layer_overhead_us", "moe_layer_overhead_us", "expert_gemm_overhead_us", "dropless_host_expert_us"}
     assert {f for f in features if getattr(old, f) != getattr(new, f)} <= fitted | {"sink_attention"}
-    assert (old.sink_attention, new.sink_attention) == ("unfused", "fused")
+    assert (old.sink_attention, new.sink_attention) == ("local", "fused")
     # fitted apart: 25.11's grouped expert GEMM pays no per-expert launch, 25.09's does
     assert (new.expert_gemm_overhead_us or 0.0) < 1.0 < (old.expert_gemm_overhead_us or 0.0)

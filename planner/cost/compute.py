@@ -174,14 +174,20 @@ def attention_core_forward_s(
     return np.maximum(flops / rate, 2.0 * elements / gpu.achieved_hbm_bytes_per_s)
 
 
-SINK_COLUMN_BYTES_PER_SCORE = 5.0
-"""HBM bytes per score that attention sinks add on the unfused path, forward: Transformer Engine
-2.9's UnfusedDotProductAttention (attention/dot_product_attention/backends.py) concatenates the
-sink column to the scores (``torch.cat``: read 2 + write 2 bytes per score) and masks them with
-an explicit boolean mask padded by one column (``F.pad(attention_mask, (0, 1))``, attn_mask_type
-'arbitrary': 1 byte read per score) before the softmax, then drops the column as a view. A count
-of the tensors touched, not a measurement; backward is priced as twice the forward, as for every
-layer term."""
+SINK_BYTES_PER_SCORE = {"unfused": 5.0, "local": 33.0}
+"""HBM bytes per score that attention sinks add to the unfused softmax's 4, forward, by the
+stack's ``sink_attention``. 'unfused', Transformer Engine 2.9's UnfusedDotProductAttention
+(attention/dot_product_attention/backends.py): it concatenates the sink column to the bf16 scores
+(``torch.cat``: read 2 + write 2) and masks them with an explicit boolean mask padded by one
+column (``F.pad(attention_mask, (0, 1))``, attn_mask_type 'arbitrary': read 1) before its softmax,
+then drops the column as a view: 5. 'local', Megatron-Core 0.15's own DotProductAttention: its
+FusedScaleMaskSoftmax takes the fused kernel only without an offset, so with sinks it runs
+``forward_torch_softmax`` (core/fusions/fused_softmax.py) in fp32: cast up (read 2, write 4),
+the causal mask (``attention_mask_func``'s in-place masked_fill: 4 + 1 + 4; no scaling pass, the
+scale is in the score GEMM unless query-key layer scaling is on), ``SoftmaxOne``'s concatenation
+(4 + 4) and softmax (4 + 4), cast down (4 + 2): 37 in all, 33 beyond the fused softmax's 4.
+Counts of the tensors touched, not measurements; backward is priced as twice the forward, as for
+every layer term."""
 
 
 def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -189,11 +195,12 @@ def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSp
     HBM between the two GEMMs: softmax reads and writes them (2 + 2 bytes), dropout writes a mask
     (1) and reads and writes the probabilities again (2 + 2): 9 bytes per score with dropout, 4
     without (Megatron-LM's fused scale-mask-softmax is one read and one write). Attention sinks
-    add ``SINK_COLUMN_BYTES_PER_SCORE``. Zero with flash attention. Selective recompute runs this
-    again with the attention core."""
+    add ``SINK_BYTES_PER_SCORE`` of the stack's path. Zero with flash attention. Selective
+    recompute runs this again with the attention core."""
     if flash_attention_runs(model, job):
         return np.zeros(len(mesh))
-    per_score = (9.0 if job.dropout else 4.0) + (SINK_COLUMN_BYTES_PER_SCORE if model.attention_sinks else 0.0)
+    sinks = SINK_BYTES_PER_SCORE.get(job.software.sink_attention or "", 0.0) if model.attention_sinks else 0.0
+    per_score = (9.0 if job.dropout else 4.0) + sinks
     scores = mesh.tokens_per_rank(job.seq_len) * (model.num_attention_heads / mesh.tp) * job.seq_len
     return scores * per_score / cluster.gpu.achieved_hbm_bytes_per_s
 

@@ -76,8 +76,9 @@ def attended_keys(seq_len: int, window: int | None) -> float:
 def flash_attention_runs(model: ModelSpec, job: JobSpec) -> bool:
     """Whether the attention core runs a flash (fused) kernel that keeps the scores on chip: the
     job's ``flash_attention``, unless the model's sinks send the stack to its unfused path
-    (``Stack.sink_attention`` 'unfused': Transformer Engine's UnfusedDotProductAttention)."""
-    return job.flash_attention and not (model.attention_sinks and job.software.sink_attention == "unfused")
+    (``Stack.sink_attention`` 'unfused', Transformer Engine's UnfusedDotProductAttention, or 'local',
+    Megatron-Core's own attention)."""
+    return job.flash_attention and not (model.attention_sinks and job.software.sink_attention in ("unfused", "local"))
 
 
 def attention_kernel_for(model: ModelSpec, job: JobSpec) -> AttentionKernel:

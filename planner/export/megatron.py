@@ -183,7 +183,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     assumptions the plan priced: Megatron-LM defaults --attention-dropout and --hidden-dropout to
     0.1 (_add_regularization_args), so a job without dropout sets them to 0; the attention kernel
     the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
-    the plan counted, and sinks a stack runs unfused go to Megatron's local attention); TP
+    the plan counted, and sinks a stack runs in Megatron's own attention go to 'local'); TP
     communication overlap (_add_training_args --tp-comm-overlap, which validate_args allows only
     with --sequence-parallel); gradients reduced in bf16 (_add_distributed_args
     --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
@@ -192,7 +192,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     backend = ATTENTION_BACKENDS[attention_kernel_for(model, job)] if flash_attention_runs(model, job) else "unfused"
-    if model.attention_sinks and job.software.sink_attention == "unfused":
+    if model.attention_sinks and job.software.sink_attention == "local":
         # a release whose Transformer Engine predates sinks (< 2.8: TEDotProductAttention asserts it)
         # runs them in Megatron's own attention, as Megatron-Bridge's GPTOSSProvider falls back to
         backend = "local"

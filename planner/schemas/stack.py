@@ -25,12 +25,14 @@ AttentionKernel = Literal["fa2", "fused", "sdpa"]
 scaled_dot_product_attention picks on the GPU (``GPU.sdpa_kernel``: FA2 on Hopper, cuDNN on
 Blackwell)."""
 
-SinkAttention = Literal["fused", "unfused"]
+SinkAttention = Literal["fused", "unfused", "local"]
 """How a stack's attention takes a learned sink logit per head (``Stack.sink_attention``):
 'fused', inside the GPU's fused kernel (cuDNN fused attention from 9.13.1, which Transformer
 Engine's FusedAttention calls with softmax_type 'learnable'); 'unfused', with the scores through
-HBM (Transformer Engine's UnfusedDotProductAttention: concatenate the sink column, softmax over
-s + 1 keys, drop it), priced by ``cost.compute.unfused_softmax_forward_s``. Flash kernels
+HBM in Transformer Engine's UnfusedDotProductAttention (concatenate the sink column, softmax over
+s + 1 keys, drop it); 'local', Megatron-Core's own DotProductAttention, whose softmax with an
+offset leaves the fused kernel for an fp32 PyTorch path. Both unfused kinds are priced by
+``cost.compute.unfused_softmax_forward_s`` (``SINK_BYTES_PER_SCORE``). Flash kernels
 (FlashAttention-2/3 as the frameworks call them) take no sink."""
 
 MoeDispatcher = Literal["alltoall", "allgather", "flex"]
