@@ -156,10 +156,13 @@ def test_a_placement_megatron_refuses_is_refused_by_the_export(megatron, index: 
         megatron_args(model, default_job(model), _config(pins))
 
 
-ARCHITECTURES = ["llama3-8b", "llama3-70b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3"]
+ARCHITECTURES = [
+    "llama3-8b", "llama3-70b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b",
+]  # fmt: skip
 """GQA + SwiGLU + RMSNorm + RoPE, untied; GPT-3's MHA, GELU, LayerNorm with biases, learned positions,
 tied; top-2 of 8 experts; Qwen3's 128 experts with q/k norms; DeepSeek-V3's MLA, shared expert,
-three dense layers first (a config check: see megatron_model.py)."""
+three dense layers first (a config check: see megatron_model.py); GPT-OSS's biases everywhere (the
+router's too), learnable sinks, a 128-token window on every second layer and its quick-GEGLU."""
 
 
 def test_the_exported_architecture_builds_the_model_the_plan_priced() -> None:

@@ -6,7 +6,7 @@ Per layer, following the HF modelling code of each family:
   attention (MLA, DeepSeek-V2/V3 modeling_deepseek.py): q_a h*r_q, q_b r_q*a*(d_nope+d_rope),
                     kv_a h*(r_kv+d_rope), kv_b r_kv*a*(d_nope+d_v), O a*d_v*h, two LoRA norms
   MLP:              gated 3*h*f, plain 2*h*f (+ biases when mlp_bias)
-  MoE MLP:          E routed experts of width f_e, router h*E, shared experts
+  MoE MLP:          E routed experts of width f_e, router h*E (+ E with mlp_bias), shared experts
   norms:            2 per layer, h each (RMSNorm) or 2h (LayerNorm has a bias)
 Plus the embedding V*h (and learned positions), the final norm, and the LM head V*h unless tied.
 Checked in tests against published totals (Llama-3 70B 70.6e9, Mixtral 8x7B 46.7e9, ...).
@@ -104,7 +104,9 @@ def count_parameters(model: ModelSpec) -> ParameterCounts:
     if model.is_moe:
         expert_each = mlp_params(model, model.expert_intermediate_size)
         experts = model.num_experts_total * expert_each
-        router = h * model.num_experts_total
+        # the router's bias comes with the biased linears (GptOssTopKRouter.bias; Megatron-Core
+        # TopKRouter.bias under add_bias_linear)
+        router = (h + (1 if model.mlp_bias else 0)) * model.num_experts_total
         shared = (model.n_shared_experts or 0) * expert_each
         if model.shared_expert_intermediate_size:
             # Qwen2-MoE: one shared expert of its own width, plus a sigmoid gate of h parameters.

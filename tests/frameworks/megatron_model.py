@@ -5,7 +5,9 @@ the vocabulary size. For each, it fills Megatron-Core's ``TransformerConfig`` (o
 ``MLATransformerConfig``) from the architecture flags the way Megatron-LM's
 ``core_transformer_config_from_args`` does for them (--swiglu: gated SiLU; --squared-relu;
 --disable-bias-linear; --group-query-attention; --num-experts; --moe-layer-freq evaluated as a
-list; MLA's ranks and head dims), lets its ``__post_init__`` check them, builds ``GPTModel`` with
+list; MLA's ranks and head dims; --quick-geglu: gated quick-GELU, with --glu-linear-offset and
+--activation-func-clamp-value; --window-size, --window-attn-skip-freq and --softmax-type), lets its
+``__post_init__`` check them, builds ``GPTModel`` with
 the local (Transformer-Engine-free) layer spec on the meta device at TP = PP = 1 (torch's fake
 process-group backend, world 1) and prints the parameter count, or Megatron's error. An MLA model
 is checked as a config only: the local spec's attention has no MLA (building it needs Transformer
@@ -26,6 +28,7 @@ warnings.filterwarnings("ignore")  # "Transformer Engine and Apex are not instal
 
 from megatron.core import parallel_state as ps  # noqa: E402
 from megatron.core.activations import squared_relu  # noqa: E402
+from megatron.core.fusions.fused_bias_geglu import quick_gelu  # noqa: E402
 from megatron.core.models.gpt import GPTModel  # noqa: E402
 from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec  # noqa: E402
 from megatron.core.transformer.transformer_config import MLATransformerConfig, TransformerConfig  # noqa: E402
@@ -48,6 +51,11 @@ FLAGS_WITH_VALUES = {
     "--qk-head-dim": ("qk_head_dim", int),
     "--qk-pos-emb-head-dim": ("qk_pos_emb_head_dim", int),
     "--v-head-dim": ("v_head_dim", int),
+    "--softmax-type": ("softmax_type", str),
+    "--window-size": ("window_size", lambda x: tuple(int(i) for i in x.strip("()").split(","))),  # tuple_type
+    "--window-attn-skip-freq": ("window_attn_skip_freq", lambda x: eval(x) if "[" in x else int(x)),  # moe_freq_type
+    "--glu-linear-offset": ("glu_linear_offset", float),
+    "--activation-func-clamp-value": ("activation_func_clamp_value", float),
 }
 
 
@@ -61,6 +69,8 @@ def build(argv: list[str], vocab: int) -> dict:
             config[field] = kind(argv[argv.index(flag) + 1])
     if "--swiglu" in argv:
         config.update(gated_linear_unit=True, activation_func=F.silu)
+    if "--quick-geglu" in argv:
+        config.update(gated_linear_unit=True, activation_func=quick_gelu)
     if "--squared-relu" in argv:
         config["activation_func"] = squared_relu
     if "--disable-bias-linear" in argv:
@@ -85,6 +95,10 @@ def build(argv: list[str], vocab: int) -> dict:
         normalization=config.get("normalization", "LayerNorm"),
     )
     position = argv[argv.index("--position-embedding-type") + 1]
+    # Megatron-Core's DotProductAttention puts learnable sink logits on torch.cuda.current_device()
+    # explicitly (dot_product_attention.py, softmax_type 'learnable'): on this CPU-only harness that
+    # device is the meta device the rest of the model is built on
+    torch.cuda.current_device = lambda: "meta"  # type: ignore[assignment]
     with torch.device("meta"):
         model = GPTModel(
             config=transformer,
