@@ -182,6 +182,11 @@ def test_attention_sinks_run_where_the_stack_runs_them() -> None:
     assert unfused_softmax_forward_s(oss, cluster, te_unfused, mesh)[0] == pytest.approx(
         scores * (4.0 + 5.0) / cluster.gpu.achieved_hbm_bytes_per_s
     )
+    # a fused-sink stack with flash attention turned off runs Transformer Engine's unfused path too
+    no_flash = fused.model_copy(update={"flash_attention": False})
+    assert unfused_softmax_forward_s(oss, cluster, no_flash, mesh)[0] == pytest.approx(
+        scores * (4.0 + 5.0) / cluster.gpu.achieved_hbm_bytes_per_s
+    )
     unfused = attention_core_forward_s(oss, cluster, old, mesh)[0]
     assert (
         unfused == attention_core_forward_s(plain, cluster, old.model_copy(update={"flash_attention": False}), mesh)[0]

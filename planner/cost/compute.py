@@ -175,8 +175,10 @@ def attention_core_forward_s(
 
 
 SINK_BYTES_PER_SCORE = {"unfused": 5.0, "local": 33.0}
-"""HBM bytes per score that attention sinks add to the unfused softmax's 4, forward, by the
-stack's ``sink_attention``. 'unfused', Transformer Engine 2.9's UnfusedDotProductAttention
+"""HBM bytes per score that attention sinks add to the unfused softmax's 4, forward, by the path
+that runs them: 'local' where the stack's ``sink_attention`` says so, else 'unfused' (a stack that
+runs sinks fused falls back to it when the job turns flash attention off). 'unfused', Transformer
+Engine 2.9's UnfusedDotProductAttention
 (attention/dot_product_attention/backends.py): it concatenates the sink column to the bf16 scores
 (``torch.cat``: read 2 + write 2) and masks them with an explicit boolean mask padded by one
 column (``F.pad(attention_mask, (0, 1))``, attn_mask_type 'arbitrary': read 1) before its softmax,
@@ -199,7 +201,10 @@ def unfused_softmax_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSp
     recompute runs this again with the attention core."""
     if flash_attention_runs(model, job):
         return np.zeros(len(mesh))
-    sinks = SINK_BYTES_PER_SCORE.get(job.software.sink_attention or "", 0.0) if model.attention_sinks else 0.0
+    # Megatron's own attention where the stack runs sinks there; else Transformer Engine's unfused
+    # path, which also serves a stack that runs them fused when the job turns flash attention off
+    path = "local" if job.software.sink_attention == "local" else "unfused"
+    sinks = SINK_BYTES_PER_SCORE[path] if model.attention_sinks else 0.0
     per_score = (9.0 if job.dropout else 4.0) + sinks
     scores = mesh.tokens_per_rank(job.seq_len) * (model.num_attention_heads / mesh.tp) * job.seq_len
     return scores * per_score / cluster.gpu.achieved_hbm_bytes_per_s
