@@ -191,7 +191,8 @@ def test_attention_sinks_run_where_the_stack_runs_them() -> None:
     assert (
         unfused == attention_core_forward_s(plain, cluster, old.model_copy(update={"flash_attention": False}), mesh)[0]
     )
-    assert unfused > 5 * attention_core_forward_s(oss, cluster, fused, mesh)[0]  # the full square, at the GEMM rate
+    # the full square at the GEMM rate, against the causal half at the fused kernel's head-dim-64 rate
+    assert unfused > 4 * attention_core_forward_s(oss, cluster, fused, mesh)[0]
     # the unfused path keeps the probabilities for backward: 2 bytes per score and head
     assert activation_parts(oss, old, mesh, True).core[0] == 2.0 * 64 * 4096
     assert activation_parts(oss, fused, mesh, True).core[0] == 4.0 * 64

@@ -352,6 +352,31 @@ def test_sdpa_is_flash_attention_2_on_hopper_and_cudnn_on_blackwell() -> None:
     assert b200.attention_efficiency_for("sdpa") == b200.attention_efficiency_for("fused")
 
 
+def test_attention_at_other_head_dims_pays_the_exponentials() -> None:
+    h100, b200, gb300 = (load_cluster(n).gpu for n in ("dgx-h100", "dgx-b200", "gb300-nvl72"))
+    assert (h100.tensor_flops_per_exp, b200.tensor_flops_per_exp, gb300.tensor_flops_per_exp) == (256, 512, 256)
+    # the profile's figure is the head-dim-128 one
+    assert h100.attention_efficiency_at("fused", 128, 128) == h100.attention_efficiency == 0.56
+    # forward + backward: 2 exponentials per score against 3.5 x 2(d_qk + d_v) FLOPs
+    assert h100.attention_efficiency_at("fused", 64, 64) == pytest.approx(1 / (1 / 0.56 + 512 / 896 - 512 / 1792))
+    # the measured forward ratios it reproduces: FA3 on H100 (648 TFLOPS at head dim 128, 473 at 64)
+    # and FA4 on B200 (1062 and 708 at 4k)
+    fa3 = h100.model_copy(update={"attention_efficiency": 648 / 989.4})
+    assert fa3.attention_efficiency_at("fused", 64, 64, forward_only=True) * 989.4 == pytest.approx(488, abs=1)
+    fa4 = b200.model_copy(update={"attention_efficiency": 1062 / 2250})
+    assert fa4.attention_efficiency_at("fused", 64, 64, forward_only=True) * 2250 == pytest.approx(721, abs=1)
+    # MLA's 192 + 128 heads run faster per FLOP; Blackwell Ultra's doubled SFUs lose less at 64
+    assert b200.attention_efficiency_at("fused", 192, 128) > b200.attention_efficiency
+    assert (
+        gb300.attention_efficiency_at("fused", 64, 64) / gb300.attention_efficiency
+        > b200.attention_efficiency_at("fused", 64, 64) / b200.attention_efficiency
+    )
+    # no SFU rate, no adjustment
+    mi300x = load_cluster("mi300x").gpu
+    assert mi300x.tensor_flops_per_exp is None
+    assert mi300x.attention_efficiency_at("fused", 64, 64) == mi300x.attention_efficiency
+
+
 def test_flash_kernels_ramp_with_the_sequence() -> None:
     assert float(flash_length_factor(np.array(float(FLASH_REFERENCE_TOKENS)))) == pytest.approx(1.0)
     short, long = flash_length_factor(np.array([512.0, 65536.0]))
@@ -583,11 +608,63 @@ def test_moe_order_pairs_one_model_system_and_precision() -> None:
     assert (order["mesh_pairs"], order["mesh_pairs_agreeing"]) == (2, 2)  # a-b, b-c
     assert (order["all_pairs"], order["all_pairs_agreeing"]) == (3, 2)
     reversed_ = [p for p in order["pairs"] if not p["agrees"]]
-    assert reversed_ == [{"faster": "c", "slower": "a", "different_mesh": False, "agrees": False, "tied": False}]
+    assert reversed_ == [
+        {
+            "faster": "c",
+            "slower": "a",
+            "published_gap_pct": pytest.approx(10.0),
+            "different_mesh": False,
+            "published_tie": False,
+            "agrees": False,
+            "tied": False,
+        }
+    ]
     # priced alike (two releases of one mesh): a tie agrees with neither order, whichever row comes first
     for first, second in ((100.0, 110.0), (110.0, 100.0)):
         tie = modern.moe_order([row("a", "m", 4, first, 90.0), row("c", "m", 4, second, 90.0)])
         assert tie["all_pairs_agreeing"] == 0 and tie["pairs"][0]["tied"]
+    # published 0.8% apart, within a re-measurement's spread: the source orders nothing, so the
+    # pair counts neither way and is listed
+    close = modern.moe_order([row("a", "m", 4, 15876.0, 90.0), row("b", "m", 8, 15754.0, 95.0)])
+    assert (close["mesh_pairs"], close["all_pairs"], close["published_ties"]) == (0, 0, 1)
+    assert close["pairs"][0]["published_tie"] and close["pairs"][0]["published_gap_pct"] == pytest.approx(
+        0.774, abs=1e-3
+    )
+
+
+def test_published_resolution_is_a_remeasurements_median_spread() -> None:
+    modern = _modern()
+    spreads = modern.remeasurement_spreads(load_runs(ROOT / "benchmarks" / "data" / "heldout_h100_megatron.yaml"))
+    assert len(spreads) == 44
+    assert round(float(np.median(spreads)), 3) == modern.PUBLISHED_RESOLUTION == 0.013
+    assert max(spreads) == pytest.approx(0.0639, abs=1e-4)
+    # a release is not part of the configuration; compile (or async TP, fp8, ...) is
+    base = {
+        "model": {"name": "m", "seq_len": 4096},
+        "hardware": {"gpu": "H100", "count": 8},
+        "parallel": {"tp": 1, "dp_note": "derived"},
+        "knobs": {"compile": False, "container": "25.09"},
+        "measured": {"tokens_per_s_per_gpu": 100.0},
+    }
+    again = copy.deepcopy(base)
+    again["knobs"]["container"], again["parallel"]["dp_note"] = "25.11", "stated"
+    again["measured"]["tokens_per_s_per_gpu"] = 102.0
+    compiled = copy.deepcopy(base)
+    compiled["knobs"]["compile"] = True
+    assert modern.remeasurement_spreads([base, again]) == [pytest.approx(0.02)]
+    assert modern.remeasurement_spreads([base, compiled]) == []
+
+
+def test_rank_tau_skips_pairs_the_source_does_not_order() -> None:
+    modern = _modern()
+    knobs = dict.fromkeys(modern.KNOBS, 0)
+    a = {"_key": 1, "_knobs": knobs, "published_tokens_per_s_per_gpu": 100.0, "predicted_tokens_per_s_per_gpu": 1.0}
+    b = dict(
+        a, _knobs=dict(knobs, micro_batch=2), published_tokens_per_s_per_gpu=101.0, predicted_tokens_per_s_per_gpu=2.0
+    )
+    assert modern.rank_tau([a, b]) == (None, 0)
+    c = dict(b, published_tokens_per_s_per_gpu=102.0)
+    assert modern.rank_tau([a, c]) == (1.0, 1)
 
 
 # ---- exports carry the stack ---------------------------------------------------------------------

@@ -150,8 +150,10 @@ def attention_core_forward_s(
         # A sliding-window layer (``model.sliding_window``) attends ``attended_keys`` per query
         # instead of the causal half, at the rate of a call as long as its window (each query
         # tile meets a window's worth of keys); the layer's time is the average over its kinds.
+        # The figure is read at head dim 128; the exponentials make smaller heads slower per FLOP
+        # and larger ones (MLA's 192) faster (``GPU.attention_efficiency_at``).
         efficiency = (
-            gpu.attention_efficiency_for(attention_kernel_for(model, job))
+            gpu.attention_efficiency_at(attention_kernel_for(model, job), d_qk, d_v, forward_only=recompute)
             * gpu.sustained
             * job.software.attention_scale
         )

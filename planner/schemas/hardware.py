@@ -21,6 +21,32 @@ BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, 
 """Storage size of one element of each format (tf32 is stored as fp32)."""
 
 
+ATTENTION_REFERENCE_HEAD_DIM = 128
+"""Head dim at which every profile's attention efficiency is read: the FlashAttention-2 (Dao
+2023, Fig. 4(d)), FlashAttention-3 (Shah et al. 2024, Figs. 5-6) and FlashAttention-4 / Colfax
+figures the profiles cite are all head dim 128."""
+
+
+def exp_time_per_flop(tensor_flops_per_exp: float, d_qk: float, d_v: float, forward_only: bool = False) -> float:
+    """Time of a flash kernel's exponentials over the time of its counted FLOPs, both at the GPU's
+    full rates: one exponential per score forward (softmax) and one backward (the scores are
+    recomputed, P = exp(S - L)), against the FLOPs per score the planner counts: 2(d_qk + d_v)
+    forward, 3.5x that forward + backward (FlashAttention's convention, ``FLASH_FWD_BWD_FLOPS``).
+    FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608, section 3.1): "the H100 SXM5 GPU has 989
+    TFLOPS of FP16 matmul but only 3.9 TFLOPS of special functions", so at head dim 128 the
+    exponentials take half the matmuls' time forward. Priced as serial with the rest of the kernel
+    (``GPU.attention_efficiency_at``), it reproduces the measured head-dim ratios of the FA3 paper
+    (H100 forward at 16k, head dim 64 against 128: 473 / 648 TFLOPS = 0.73 measured; from 648 at
+    128 it gives 488 at 64, 0.75) and of FlashAttention-4 on B200 (forward at 4k: 708 / 1062 = 0.67
+    measured, Dao-AILab/flash-attention#2605; 721 / 1062 = 0.68 so), and NVIDIA's Blackwell Ultra
+    forward gain from SFUs of twice the rate (1.35x measured on GB300 against GB200, 'Making
+    Softmax More Efficient with NVIDIA Blackwell Ultra'; 1.3x so from a forward efficiency near
+    0.5)."""
+    per_score = 2.0 * (d_qk + d_v) * (1.0 if forward_only else 3.5)
+    exps = 1.0 if forward_only else 2.0
+    return tensor_flops_per_exp * exps / per_score
+
+
 def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required: set[str] = frozenset()) -> None:
     """Every numeric field set on ``obj``, and every ``required`` field set whatever its type,
     must name its source; every source must name a field."""
@@ -99,6 +125,13 @@ class GPU(Frozen):
         description="FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend) forward+backward as a fraction "
         "of 16-bit peak, where it differs from the GPU's best fused kernel; None: attention_efficiency",
     )
+    tensor_flops_per_exp: PositiveFloat | None = Field(
+        None,
+        description="16-bit dense tensor-core FLOPs per exponential the special function units compute in the "
+        "same time (per SM and clock): softmax's exponentials run on the SFUs (MUFU.EX2), far slower than the "
+        "tensor cores, so attention at a small head dim, with fewer FLOPs per score, runs below the profile's "
+        "head-dim-128 figure (``attention_efficiency_at``); None: no head-dim adjustment",
+    )
     sdpa_kernel: Literal["fa2", "fused"] = Field(
         "fa2",
         description="What PyTorch's scaled_dot_product_attention runs here for torchtitan-style callers: "
@@ -168,6 +201,21 @@ class GPU(Frozen):
         if kernel == "fa2" and self.attention_efficiency_fa2 is not None:
             return self.attention_efficiency_fa2
         return best
+
+    def attention_efficiency_at(self, kernel: str, d_qk: float, d_v: float, forward_only: bool = False) -> float:
+        """``attention_efficiency_for(kernel)`` at query/key head dim ``d_qk`` and value head dim
+        ``d_v`` instead of the figure's ``ATTENTION_REFERENCE_HEAD_DIM`` (forward alone, or forward
+        + backward): the exponentials' time is added to, or taken from, the kernel's time per FLOP,
+        1/eff(d) = 1/eff(128) + x(d) - x(128), x = ``exp_time_per_flop`` (``tensor_flops_per_exp``).
+        Unchanged where the profile gives no SFU rate."""
+        efficiency = self.attention_efficiency_for(kernel)
+        if self.tensor_flops_per_exp is None:
+            return efficiency
+        ref = ATTENTION_REFERENCE_HEAD_DIM
+        delta = exp_time_per_flop(self.tensor_flops_per_exp, d_qk, d_v, forward_only) - exp_time_per_flop(
+            self.tensor_flops_per_exp, ref, ref, forward_only
+        )
+        return 1.0 / (1.0 / efficiency + delta)
 
     def gemm_efficiency_at(self, flops: np.ndarray) -> np.ndarray:
         """Achievable fraction of peak for GEMMs of ``flops`` FLOPs: the measured curve when the

@@ -77,11 +77,12 @@ class Setting:
             rate = gpu.peak_flops_per_s(self.weights_dtype) * gpu.gemm_efficiency_for(self.weights_dtype)
         return rate
 
-    @property
-    def attention_flops_per_s(self) -> float:
-        """Fused attention at the profile's best-kernel efficiency (bf16), before the compute fraction."""
+    def attention_flops_per_s(self, d_qk: float, d_v: float) -> float:
+        """Fused attention forward at the profile's best-kernel efficiency (bf16) for heads of
+        ``d_qk`` and ``d_v`` (``GPU.attention_efficiency_at``: the exponentials per score weigh
+        more at small heads), before the compute fraction."""
         gpu = self.cluster.gpu
-        return gpu.peak_flops_per_s("bf16") * gpu.attention_efficiency_for("fused")
+        return gpu.peak_flops_per_s("bf16") * gpu.attention_efficiency_at("fused", d_qk, d_v, forward_only=True)
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -264,13 +265,14 @@ def decode_attention_pair(
     kv_bytes = per_rank * sequence_kv_bytes_per_gpu(m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp)
     kv_bytes = kv_bytes * lay.pp
     if m.is_mla:
-        per_key = 2.0 * (2.0 * m.kv_lora_rank + m.qk_rope_head_dim)  # type: ignore[operator]
+        # absorbed: scores over [latent; rope] keys, values the latent itself
+        d_qk, d_v = float(m.kv_lora_rank + m.qk_rope_head_dim), float(m.kv_lora_rank)  # type: ignore[operator]
     else:
         d_qk, d_v = attention_dims(m)
-        per_key = 2.0 * (d_qk + d_v)
+    per_key = 2.0 * (d_qk + d_v)
     keys = _layer_keys_decode(m, context)
     flops = per_rank * _heads_per_rank(m, lay) * per_key * keys
-    return flops / s.attention_flops_per_s, kv_bytes / s.hbm_bytes_per_s
+    return flops / s.attention_flops_per_s(d_qk, d_v), kv_bytes / s.hbm_bytes_per_s
 
 
 def _layer_keys_decode(m: ModelSpec, context: np.ndarray) -> np.ndarray:
@@ -291,7 +293,7 @@ def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len
         keys += sliding * attended_keys(int(prompt_len), m.sliding_window)
     per_rank = tokens / np.where(lay.attention_dp, lay.tp, 1.0)
     flops = per_rank * _heads_per_rank(m, lay) * 2.0 * (d_qk + d_v) * keys
-    return flops / s.attention_flops_per_s
+    return flops / s.attention_flops_per_s(d_qk, d_v)
 
 
 def round_terms(
