@@ -371,6 +371,8 @@ def test_attention_at_other_head_dims_pays_the_exponentials() -> None:
         gb300.attention_efficiency_at("fused", 64, 64) / gb300.attention_efficiency
         > b200.attention_efficiency_at("fused", 64, 64) / b200.attention_efficiency
     )
+    # larger heads gain, but never past a lone GEMM (absorbed MLA decode: 576 + 512)
+    assert b200.attention_efficiency_at("fused", 576, 512, forward_only=True) == b200.gemm_efficiency
     # no SFU rate, no adjustment
     mi300x = load_cluster("mi300x").gpu
     assert mi300x.tensor_flops_per_exp is None

@@ -206,8 +206,10 @@ class GPU(Frozen):
         """``attention_efficiency_for(kernel)`` at query/key head dim ``d_qk`` and value head dim
         ``d_v`` instead of the figure's ``ATTENTION_REFERENCE_HEAD_DIM`` (forward alone, or forward
         + backward): the exponentials' time is added to, or taken from, the kernel's time per FLOP,
-        1/eff(d) = 1/eff(128) + x(d) - x(128), x = ``exp_time_per_flop`` (``tensor_flops_per_exp``).
-        Unchanged where the profile gives no SFU rate."""
+        1/eff(d) = 1/eff(128) + x(d) - x(128), x = ``exp_time_per_flop`` (``tensor_flops_per_exp``),
+        never above the larger of the figure and ``gemm_efficiency`` (a kernel of two GEMMs and a
+        softmax does not outrun a lone GEMM: absorbed MLA decode, 576 + 512, would otherwise pass 1
+        on B200). Unchanged where the profile gives no SFU rate."""
         efficiency = self.attention_efficiency_for(kernel)
         if self.tensor_flops_per_exp is None:
             return efficiency
@@ -215,7 +217,7 @@ class GPU(Frozen):
         delta = exp_time_per_flop(self.tensor_flops_per_exp, d_qk, d_v, forward_only) - exp_time_per_flop(
             self.tensor_flops_per_exp, ref, ref, forward_only
         )
-        return 1.0 / (1.0 / efficiency + delta)
+        return min(1.0 / (1.0 / efficiency + delta), max(efficiency, self.gemm_efficiency))
 
     def gemm_efficiency_at(self, flops: np.ndarray) -> np.ndarray:
         """Achievable fraction of peak for GEMMs of ``flops`` FLOPs: the measured curve when the
