@@ -106,6 +106,13 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "through HBM; its flash kernels take no sink): Transformer Engine >= 2.8 with cuDNN >= 9.13.1 runs them "
             "fused (--stack megatron-core)"
         )
+    if model.attention_sinks and job.software.export_format == "megatron":
+        notes.append(
+            f"known miss: Megatron-Bridge's published runs of a model like {model.name} (GPT-OSS-120B: attention "
+            "sinks, biased experts) measured 22-26% below the planner on H100 (NeMo 25.11-26.04) and 31-49% below "
+            "on B200/GB200/GB300 (25.11), while NeMo AutoModel reached the planner's H100 figure: on Megatron-Core "
+            "expect down to about half this throughput (ARCHITECTURE.md section 4)"
+        )
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
     if est.mfu > cluster.gpu.gemm_efficiency:

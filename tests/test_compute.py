@@ -202,7 +202,11 @@ def test_attention_sinks_run_where_the_stack_runs_them() -> None:
     said = "attention sinks run on megatron-core-25.09's unfused attention"
     on_8 = ParallelConfig(dp=8, ep=8, zero_stage=1, recompute="full")
     assert any(said in w for w in estimate_mesh(oss, cluster, old, on_8).warnings)
-    assert not any("attention sinks" in w for w in estimate_mesh(oss, cluster, fused, on_8).warnings)
+    assert not any("attention sinks run on" in w for w in estimate_mesh(oss, cluster, fused, on_8).warnings)
+    # Megatron-Bridge's GPT-OSS runs are the planner's largest known miss, and the plan says so
+    missed = [w for w in estimate_mesh(oss, cluster, fused, on_8).warnings if w.startswith("known miss")]
+    assert len(missed) == 1 and "31-49% below on B200/GB200/GB300" in missed[0]
+    assert not any(w.startswith("known miss") for w in estimate_mesh(plain, cluster, fused, on_8).warnings)
 
 
 def test_block_scaled_fp8_casts_in_one_pass_without_an_amax_read() -> None:
