@@ -80,13 +80,18 @@ def remeasurement_spreads(runs: list[dict[str, Any]]) -> list[float]:
     return [max(a, b) / min(a, b) - 1.0 for v in same.values() for a, b in itertools.combinations(v, 2)]
 
 
+def published_gap(a: dict[str, Any], b: dict[str, Any]) -> float:
+    """Relative gap between two rows' published throughputs, the faster over the slower minus 1."""
+    x, y = a["published_tokens_per_s_per_gpu"], b["published_tokens_per_s_per_gpu"]
+    return max(x, y) / min(x, y) - 1.0
+
+
 def published_order(a: dict[str, Any], b: dict[str, Any]) -> int:
     """+1 where ``a`` was published faster than ``b``, -1 slower, 0 where the two are closer than
     ``PUBLISHED_RESOLUTION``."""
-    x, y = a["published_tokens_per_s_per_gpu"], b["published_tokens_per_s_per_gpu"]
-    if max(x, y) / min(x, y) - 1.0 < PUBLISHED_RESOLUTION:
+    if published_gap(a, b) < PUBLISHED_RESOLUTION:
         return 0
-    return 1 if x > y else -1
+    return 1 if a["published_tokens_per_s_per_gpu"] > b["published_tokens_per_s_per_gpu"] else -1
 
 
 def rank_tau(rows: list[dict[str, Any]]) -> tuple[float | None, int]:
@@ -114,17 +119,17 @@ def moe_order(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for a, b in itertools.combinations([r for r in rows if r["_moe"]], 2):
         if a["_system"] != b["_system"] or a["published_tokens_per_s_per_gpu"] == b["published_tokens_per_s_per_gpu"]:
             continue
-        x, y = a["published_tokens_per_s_per_gpu"], b["published_tokens_per_s_per_gpu"]
-        published = x > y
+        published = a["published_tokens_per_s_per_gpu"] > b["published_tokens_per_s_per_gpu"]
+        gap = published_gap(a, b)
         predicted = a["predicted_tokens_per_s_per_gpu"] > b["predicted_tokens_per_s_per_gpu"]
         tied = bool(np.isclose(a["predicted_tokens_per_s_per_gpu"], b["predicted_tokens_per_s_per_gpu"], rtol=1e-9))
         pairs.append(
             {
                 "faster": a["name"] if published else b["name"],
                 "slower": b["name"] if published else a["name"],
-                "published_gap_pct": 100.0 * (max(x, y) / min(x, y) - 1.0),
+                "published_gap_pct": 100.0 * gap,
                 "different_mesh": a["_mesh"] != b["_mesh"],
-                "published_tie": published_order(a, b) == 0,
+                "published_tie": gap < PUBLISHED_RESOLUTION,
                 "agrees": published == predicted and not tied,
                 "tied": tied,
             }

@@ -106,7 +106,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "through HBM; its flash kernels take no sink): Transformer Engine >= 2.8 with cuDNN >= 9.13.1 runs them "
             "fused (--stack megatron-core)"
         )
-    if model.attention_sinks and job.software.export_format == "megatron" and flash_attention_runs(model, job):
+    elif model.attention_sinks and job.software.export_format == "megatron":
         notes.append(
             f"known miss: Megatron-Bridge's published runs of a model like {model.name} (GPT-OSS-120B: attention "
             "sinks, biased experts) measured 22-26% below the planner on H100 (NeMo 25.11-26.04) and 31-49% below "

@@ -27,13 +27,9 @@ from planner.cost.memory import kv_heads_per_rank
 from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
-from planner.schemas.hardware import BYTES_PER_ELEMENT, GPU, ClusterSpec
+from planner.schemas.hardware import BYTES_PER_ELEMENT, FLASH_FWD_BWD_FLOPS, GPU, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
-
-FLASH_FWD_BWD_FLOPS = 3.5
-"""FlashAttention's accounting: backward = 2.5x forward FLOPs, so forward + backward = 3.5x
-(Dao 2023, 'FlashAttention-2', section 4.1; FlashAttention-3 section 4.1 likewise)."""
 
 CAUSAL_ATTENTION_FRACTION = 0.5
 """Causal flash attention computes the lower triangle of the s x s score matrix: half the square."""

@@ -21,6 +21,11 @@ BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, 
 """Storage size of one element of each format (tf32 is stored as fp32)."""
 
 
+FLASH_FWD_BWD_FLOPS = 3.5
+"""FlashAttention's accounting: backward = 2.5x forward FLOPs, so forward + backward = 3.5x
+(Dao 2023, 'FlashAttention-2', section 4.1; FlashAttention-3 section 4.1 likewise). Declared with
+the profiles' attention figures, which are read in it; ``cost.compute`` prices with it."""
+
 ATTENTION_REFERENCE_HEAD_DIM = 128
 """Head dim at which every profile's attention efficiency is read: the FlashAttention-2 (Dao
 2023, Fig. 4(d)), FlashAttention-3 (Shah et al. 2024, Figs. 5-6) and FlashAttention-4 / Colfax
@@ -31,7 +36,7 @@ def exp_time_per_flop(tensor_flops_per_exp: float, d_qk: float, d_v: float, forw
     """Time of a flash kernel's exponentials over the time of its counted FLOPs, both at the GPU's
     full rates: one exponential per score forward (softmax) and one backward (the scores are
     recomputed, P = exp(S - L)), against the FLOPs per score the planner counts: 2(d_qk + d_v)
-    forward, 3.5x that forward + backward (FlashAttention's convention, ``FLASH_FWD_BWD_FLOPS``).
+    forward, ``FLASH_FWD_BWD_FLOPS`` times that forward + backward.
     FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608, section 3.1): "the H100 SXM5 GPU has 989
     TFLOPS of FP16 matmul but only 3.9 TFLOPS of special functions", so at head dim 128 the
     exponentials take half the matmuls' time forward. Priced as serial with the rest of the kernel
@@ -42,7 +47,7 @@ def exp_time_per_flop(tensor_flops_per_exp: float, d_qk: float, d_v: float, forw
     forward gain from SFUs of twice the rate (1.35x measured on GB300 against GB200, 'Making
     Softmax More Efficient with NVIDIA Blackwell Ultra'; 1.3x so from a forward efficiency near
     0.5)."""
-    per_score = 2.0 * (d_qk + d_v) * (1.0 if forward_only else 3.5)
+    per_score = 2.0 * (d_qk + d_v) * (1.0 if forward_only else FLASH_FWD_BWD_FLOPS)
     exps = 1.0 if forward_only else 2.0
     return tensor_flops_per_exp * exps / per_score
 

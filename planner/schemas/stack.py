@@ -57,7 +57,8 @@ class Stack(Frozen):
     sink_attention: SinkAttention | None = Field(
         description="How the stack runs attention with sinks (``ModelSpec.attention_sinks``, GPT-OSS): 'fused', "
         "the GPU's fused kernel takes the sink logit; 'unfused', the scores go through HBM with the sink column "
-        "concatenated; None: the stack trains no model with sinks"
+        "concatenated; 'local', Megatron-Core's own attention with an fp32 softmax; None: the stack trains no "
+        "model with sinks"
     )
     tp_comm_overlap: bool = Field(description="TP collectives overlap the GEMMs around them by default")
     tp_overlap_hidden_fraction: float = Field(
