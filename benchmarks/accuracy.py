@@ -34,7 +34,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -279,25 +281,41 @@ def print_planner_vs_published() -> None:
         )
 
 
+def _run_modern(compute: Callable[[], Any], show: Callable[[Any], None], as_json: bool) -> None:
+    """A --runs mode: its result as JSON or as text; a bad input is one 'error:' line, exit 2."""
+    try:
+        result = compute()
+    except PlannerError as err:
+        sys.stderr.write(f"error: {err}\n")
+        raise SystemExit(2) from None
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        show(result)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--runs", metavar="FILE", help="a runs file of modern_runs.yaml's schema")
     parser.add_argument("--group", metavar="G", help="only the rows of this group (with --runs)")
     parser.add_argument("--exact-cv", action="store_true", help="refit every fold exactly (slow; with --runs)")
+    parser.add_argument(
+        "--explain",
+        metavar="PATTERN",
+        help="with --runs: why the rows whose name contains PATTERN are off (priced mesh, step by term, "
+        "the step the published figure implies)",
+    )
     args = parser.parse_args()
+    if args.explain is not None and not args.runs:
+        parser.error("--explain needs --runs")
     if args.runs:
-        from modern import print_report, report
+        import modern
 
-        try:
-            rep = report(args.runs, args.group, args.exact_cv)
-        except PlannerError as err:
-            sys.stderr.write(f"error: {err}\n")
-            raise SystemExit(2) from None
-        if args.json:
-            print(json.dumps(rep, indent=2))
+        if args.explain is not None:
+            _run_modern(lambda: modern.explain(args.runs, args.explain), modern.print_explain, args.json)
         else:
-            print_report(rep)
+            _run_modern(lambda: modern.report(args.runs, args.group, args.exact_cv), modern.print_report, args.json)
         return
     if args.group or args.exact_cv:
         parser.error("--group and --exact-cv need --runs")
@@ -343,4 +361,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except BrokenPipeError:  # the reader (`| head`) closed the pipe: stop quietly, as a filter does
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise SystemExit(1) from None

@@ -238,6 +238,96 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     }
 
 
+GIB = 2**30
+
+
+def explain(path: str, pattern: str) -> list[dict[str, Any]]:
+    """Why a row is off: for each row whose name contains ``pattern``, the mesh the planner priced
+    (the row's pins, the search's choice for the knobs it leaves open), the predicted step by term,
+    the communication counted as hidden, memory, and the step the published throughput implies.
+    The difference is also given as GPU time per token and layer, the scale at which to look for a
+    missing cost (on an H100 one read and write of a token's hidden state takes about a hundredth
+    of a microsecond at h = 8,192; one layer's forward and backward GEMMs of a 70B model about
+    seven). Priced in sample, as shipped: no refit, so no cross-validated error."""
+    runs = load_runs(path)
+    translated, unpriced = cases_from_runs(runs)
+    chosen = [c for c in translated if pattern in c.name]
+    refused = [u for u in unpriced if pattern in u["name"]]
+    if not chosen and not refused:
+        raise PlannerError(f"--explain '{pattern}': no row of {path} has a name containing it")
+    out: list[dict[str, Any]] = [dict(u, priced=False) for u in refused]
+    for case in chosen:
+        try:
+            predicted, est = price_case(case)
+        except PlannerError as err:
+            out.append({"name": case.name, "group": case.group, "reason": str(err), "priced": False})
+            continue
+        published = case.published_tokens_per_s_per_gpu
+        implied_s = est.step_time_s * predicted / published
+        token_layers = case.job.tokens_per_step * case.model.num_hidden_layers
+        unexplained_s = implied_s - est.step_time_s
+        out.append(
+            {
+                "name": case.name,
+                "group": case.group,
+                "priced": True,
+                "published_tokens_per_s_per_gpu": published,
+                "predicted_tokens_per_s_per_gpu": predicted,
+                "error_pct": 100.0 * (predicted / published - 1.0),
+                "mesh": est.config.parallel.short(),
+                "config": case.summary(),
+                "step_time_s": est.step_time_s,
+                "published_step_time_s": implied_s,
+                "unexplained_s": unexplained_s,
+                "unexplained_us_per_token_layer": 1e6 * unexplained_s * case.cluster.num_gpus / token_layers,
+                "time_breakdown_s": est.time_breakdown_s.model_dump(),
+                "hidden_comm_s": est.hidden_comm_s.model_dump(),
+                "mfu": est.mfu,
+                "memory_per_gpu_gib": est.memory_per_gpu_bytes / GIB,
+                "memory_usable_gib": est.memory_usable_bytes / GIB,
+                "warnings": list(est.warnings),
+            }
+        )
+    return out
+
+
+def print_explain(rows: list[dict[str, Any]]) -> None:
+    for r in rows:
+        print(r["name"])
+        if not r["priced"]:
+            print(f"  not priced: {r['reason']}\n")
+            continue
+        cfg = r["config"]
+        print(
+            f"  {r['group']}: {cfg['gpus']} GPUs on {cfg['profile']} with {cfg['stack']}, {cfg['dtype']}, "
+            f"sequence {cfg['seq_len']}, global batch {cfg['global_batch']}"
+        )
+        pins = " ".join(f"{k}={v}" for k, v in cfg["pins"].items())
+        print(f"  priced mesh {r['mesh']}  (the row pins {pins or 'nothing'}; the search chose the rest)")
+        for note in cfg["assumed"]:
+            print(f"  assumed: {note}")
+        print(
+            f"  published {r['published_tokens_per_s_per_gpu']:,.0f} tokens/s/GPU, predicted "
+            f"{r['predicted_tokens_per_s_per_gpu']:,.0f} ({r['error_pct']:+.1f}%); MFU {r['mfu']:.1%}; "
+            f"{r['memory_per_gpu_gib']:.1f} of {r['memory_usable_gib']:.1f} GiB"
+        )
+        step = r["step_time_s"]
+        print(
+            f"  step {step:.3f} s predicted, {r['published_step_time_s']:.3f} s published: "
+            f"{r['unexplained_s']:+.3f} s unexplained, {r['unexplained_us_per_token_layer']:+.3f} us of GPU time "
+            "per token and layer"
+        )
+        for term, seconds in r["time_breakdown_s"].items():
+            if seconds >= 5e-4 * step:
+                print(f"    {term:18} {seconds:9.3f} s {seconds / step:6.1%}")
+        hidden = ", ".join(f"{k} {v:.3f} s" for k, v in r["hidden_comm_s"].items() if v)
+        if hidden:
+            print(f"    hidden behind compute: {hidden}")
+        for warning in r["warnings"]:
+            print(f"  warning: {warning}")
+        print()
+
+
 def _pct(value: float | None) -> str:
     return "   -  " if value is None else f"{value:+6.1f}%"
 

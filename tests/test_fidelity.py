@@ -552,6 +552,35 @@ def _modern():  # type: ignore[no-untyped-def]
     return module
 
 
+def test_explain_gives_the_priced_mesh_and_the_step_the_published_figure_implies() -> None:
+    modern = _modern()
+    rows = modern.explain(str(SAMPLE), "mpt7b")
+    assert [r["name"] for r in rows] == [MPT7]
+    r = rows[0]
+    published, predicted = r["published_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
+    # the published figure's step: the predicted step scaled by predicted / published throughput
+    assert r["published_step_time_s"] == pytest.approx(r["step_time_s"] * predicted / published)
+    assert r["unexplained_s"] == pytest.approx(r["published_step_time_s"] - r["step_time_s"])
+    # per token and layer of GPU time: 8 GPUs, 32 layers of MPT-7B, the row's tokens per step
+    tokens = r["config"]["global_batch"] * r["config"]["seq_len"]
+    assert r["unexplained_us_per_token_layer"] == pytest.approx(1e6 * r["unexplained_s"] * 8 / (tokens * 32))
+    assert sum(r["time_breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-6)
+    assert r["error_pct"] == pytest.approx(100 * (predicted / published - 1))
+    assert r["mesh"].startswith("tp1 pp1 dp8")
+    refused = modern.explain(str(SAMPLE), "h800")
+    assert refused == [
+        {
+            "name": "deepseek-v3-pretrain-h800x2048",
+            "group": refused[0]["group"],
+            "reason": refused[0]["reason"],
+            "priced": False,
+        }
+    ]
+    assert "campaign average" in refused[0]["reason"]
+    with pytest.raises(PlannerError, match=r"--explain 'no-such-row': no row of .* has a name containing it"):
+        modern.explain(str(SAMPLE), "no-such-row")
+
+
 def test_the_benchmark_json_has_the_issues_keys() -> None:
     rep = _modern().report(str(SAMPLE))
     assert {"runs", "unpriced", "groups", "overall", "rank_tau", "moe_order"} <= set(rep)
