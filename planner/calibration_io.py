@@ -85,6 +85,20 @@ def source_text(command: str, runs_file: str, rows: int) -> str:
     )
 
 
+def transfer_text(result: FitResult, j: int, command: str, runs_file: str) -> str:
+    """The source of a transferred parameter: why it is not fitted and the values it is the median of."""
+    param = result.problem.params[j]
+    peers = [
+        f"{p.target} {v:.3g}"
+        for p, v, free in zip(result.problem.params, result.theta, result.free, strict=True)
+        if free and p.kind == param.kind and p.field == param.field
+    ]
+    return (
+        f"not fitted: this GPU's rows in {runs_file} come from fewer than two models; the median of the "
+        f"values `{command}` fitted on {', '.join(peers)} (planner/fit_runs.py TRANSFERRED_FIELDS)"
+    )
+
+
 def _drop_field(lines: list[str], key: str, indent: str, start: int) -> None:
     """Remove ``indent + key:`` and its ``sources`` entry (one line each) after ``start``."""
     for prefix in (f"{indent}{key}:", f"{indent}  {key}:"):
@@ -121,6 +135,10 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
             rows_of[path] = (kind, np.array([target_of(kind, c) == name for c in problem.cases]))
             indent, head = ("  ", re.compile(r"^  sources:")) if gpu else ("", re.compile(r"^sources:"))
             start = next(i for i, ln in enumerate(lines) if ln.startswith("gpu:")) if gpu else 0
+            if result.transferred[j]:
+                _set_line(lines, param.field, f"{result.theta[j]:.4g}", indent, head, start)
+                _set_source(lines, param.field, transfer_text(result, j, command, runs_file), indent, start)
+                continue
             if not result.free[j]:
                 _drop_field(lines, param.field, indent, start)
                 continue

@@ -35,7 +35,10 @@ Parameters (``FIT_FIELDS``):
   per stack        ``attention_efficiency_scale``: the stack's attention kernel inside a training
                    step relative to its published microbenchmark (FlashAttention-2/3 papers at
                    one shape); long-sequence rows, where attention dominates, fix it
-Nothing is fitted per run, per model or per group of rows. The residual is log(predicted /
+A GPU profile whose rows come from fewer than two models (MI300X: torchao's Llama-3-8B alone)
+cannot have its sustained fraction fitted; it takes the median of the fractions fitted on the
+other profiles (``transfer_unfitted``) instead of the benchmark rate, 1, which no measured GPU
+sustains in training. Nothing is fitted per run, per model or per group of rows. The residual is log(predicted /
 published tokens/s per GPU), so over- and under-prediction weigh alike; scipy's bounded
 least_squares fits it with a Jacobian sparsity pattern (a profile's parameter moves only its
 rows, a stack's only its rows), each row priced by the planner itself (``step.evaluate``), under
@@ -256,6 +259,41 @@ def _free(problem: Problem, rows: np.ndarray) -> np.ndarray:
     return np.array(out)
 
 
+TRANSFERRED_FIELDS = ("sustained_tensor_fraction",)
+"""Per-profile parameters that a profile whose rows cannot fix takes from the profiles whose rows
+do (their median) rather than from its uncalibrated value. The sustained fraction is the clock a
+GPU holds at its power cap for hours against the short benchmark its efficiencies come from: every
+profile fitted so far sustains 74-94% (dgx-b200 0.74 to dgx-a100-80g 0.94), so 1 is the one value
+known to be wrong. Kernel fractions (fp8 row- and block-scaled GEMMs) are not transferred: a kernel
+is written per architecture, and one architecture's says nothing of another's."""
+
+
+def transferred(problem: Problem, free: np.ndarray) -> np.ndarray:
+    """Parameters that take the median of the fitted ones (``TRANSFERRED_FIELDS``): per profile,
+    not fitted, with at least one profile's value of the same field fitted."""
+    out = np.zeros(len(problem.params), dtype=bool)
+    for field in TRANSFERRED_FIELDS:
+        idx = [j for j, p in enumerate(problem.params) if p.kind == "profile" and p.field == field]
+        if any(free[j] for j in idx):
+            for j in idx:
+                out[j] = not free[j]
+    return out
+
+
+def transfer_unfitted(problem: Problem, theta: np.ndarray, free: np.ndarray) -> np.ndarray:
+    """``theta`` with every ``transferred`` parameter set to the median of the fitted values of its
+    field."""
+    out = theta.copy()
+    moved = transferred(problem, free)
+    for field in TRANSFERRED_FIELDS:
+        idx = [j for j, p in enumerate(problem.params) if p.kind == "profile" and p.field == field]
+        fitted = [theta[j] for j in idx if free[j]]
+        for j in idx:
+            if moved[j]:
+                out[j] = float(np.median(fitted))
+    return out
+
+
 HUBER_DELTA = 0.10
 """Log residual beyond which a row's pull on the fit stops growing (Huber 1964): about a 10%
 error. A published row can sit 2x from its neighbours for a cause the model has not learned yet
@@ -280,13 +318,15 @@ def fit(
     problem: Problem, rows: np.ndarray, start: np.ndarray, weights: np.ndarray | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Least squares on sqrt(weight) x log(predicted / published) over ``rows`` (bool mask);
-    parameters the rows do not determine keep their uncalibrated value. Returns (theta,
+    parameters the rows do not determine keep their uncalibrated value, or take the fitted ones'
+    median (``transfer_unfitted``). Returns (theta,
     Jacobian of all rows' weighted residuals at theta, over the free parameters; zero columns
     elsewhere)."""
     free = _free(problem, rows)
     root_w = np.sqrt(np.ones(len(problem.cases)) if weights is None else weights)
     theta = np.array([p.prior for p in problem.params])
     theta[free] = np.clip(start[free], *np.array([problem.params[j].bounds for j in np.flatnonzero(free)]).T)
+    theta = transfer_unfitted(problem, theta, free)
     log_published = np.log(problem.published)
     idx = np.flatnonzero(rows)
 
@@ -305,6 +345,7 @@ def fit(
         residuals, theta[free], bounds=(lower, upper), jac_sparsity=sparsity, x_scale=scale, xtol=1e-4, ftol=1e-6
     )
     theta[free] = result.x
+    theta = transfer_unfitted(problem, theta, free)
     dense = result.jac.toarray() if hasattr(result.jac, "toarray") else np.asarray(result.jac)
     jac[np.ix_(idx, np.flatnonzero(free))] = dense
     return theta, jac
@@ -322,7 +363,12 @@ class FitResult:
     predicted: np.ndarray  # in-sample, at theta
     cv_predicted: np.ndarray  # each row from the fit without its fold
     cv_theta: list[np.ndarray]
-    free: np.ndarray  # params the rows determine (the others keep their uncalibrated value)
+    free: np.ndarray  # params the rows determine (the others keep their uncalibrated value or are transferred)
+
+    @property
+    def transferred(self) -> np.ndarray:
+        """Parameters set to the median of the fitted values of their field (``transfer_unfitted``)."""
+        return transferred(self.problem, self.free)
 
     @property
     def error(self) -> np.ndarray:
@@ -369,7 +415,8 @@ def _one_step(
 ) -> np.ndarray:
     """One Gauss-Newton step from the full fit on the ``rest`` rows: minimise
     ||r_rest + J_rest d||^2 over the parameters the rest determines (bounded by clipping); the
-    others fall back to their uncalibrated value."""
+    others fall back to their uncalibrated value, or to the median of the refitted values of their
+    field (``transfer_unfitted``)."""
     free = _free(problem, rest) & (np.abs(jac[rest]).sum(axis=0) > 0)
     out = np.array([p.prior for p in problem.params])
     # a parameter the full fit left at a bound stays there: the linear step knows no bounds
@@ -382,4 +429,4 @@ def _one_step(
         step, *_ = np.linalg.lstsq(j, -residual[rest], rcond=None)
         lower, upper = np.array([problem.params[k].bounds for k in np.flatnonzero(free)]).T
         out[free] = np.clip(theta[free] + step, lower, upper)
-    return out
+    return transfer_unfitted(problem, out, free | pinned)

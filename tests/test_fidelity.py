@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from planner.catalog import list_stacks, load_cluster, load_model, load_stack, stack_names
+from planner.catalog import list_stacks, load_cluster, load_model, load_profile, load_stack, profile_names, stack_names
 from planner.cost.compute import FLASH_REFERENCE_TOKENS, flash_length_factor
 from planner.cost.step import evaluate
 from planner.error_bar import error_bar, interval
@@ -433,6 +433,48 @@ def test_the_fit_recovers_known_parameters_and_cross_validates() -> None:
     spread = build_problem(moved)
     free = _free(spread, np.ones(len(moved), dtype=bool))
     assert free[[p.label() for p in spread.params].index("llm-foundry.attention_efficiency_scale")]
+
+
+def test_a_gpu_whose_rows_cannot_fix_its_sustained_fraction_takes_the_fitted_median() -> None:
+    from planner.fit_runs import fit_and_cross_validate
+
+    cases = [c for c in _sample_cases() if c.stack == "llm-foundry"]
+    a100 = load_cluster("dgx-a100-80g")
+    # one model's rows on A100s: one model cannot fit that profile's fraction
+    moved = [
+        type(c)(
+            **{
+                **c.__dict__,
+                "cluster": a100.model_copy(update={"num_nodes": c.cluster.num_nodes}),
+                "profile": "dgx-a100-80g",
+            }
+        )
+        if c.model.name == cases[0].model.name
+        else c
+        for c in cases
+    ]
+    result = fit_and_cross_validate(moved)
+    labels = [p.label() for p in result.problem.params]
+    h100 = labels.index("dgx-h100.sustained_tensor_fraction")
+    a100_at = labels.index("dgx-a100-80g.sustained_tensor_fraction")
+    assert result.free[h100] and not result.free[a100_at] and result.transferred[a100_at]
+    # the median of one fitted value is that value: not the uncalibrated 1
+    assert result.theta[a100_at] == pytest.approx(result.theta[h100]) and result.theta[a100_at] < 1.0
+    # each fold transfers its own refit, so the A100 rows' cross-validated price never sees them
+    for theta in result.cv_theta:
+        assert theta[a100_at] == pytest.approx(theta[h100])
+
+
+def test_the_shipped_mi300x_fraction_is_the_median_of_the_shipped_fitted_ones() -> None:
+    fitted = [
+        p.gpu.sustained_tensor_fraction
+        for p in (load_profile(n) for n in profile_names())
+        if p.gpu.sources.get("sustained_tensor_fraction", "").startswith("fitted by")
+    ]
+    mi300x = load_profile("mi300x").gpu
+    assert len(fitted) >= 5
+    assert mi300x.sustained_tensor_fraction == pytest.approx(float(np.median(fitted)), abs=1e-4)
+    assert mi300x.sources["sustained_tensor_fraction"].startswith("not fitted: this GPU's rows")
 
 
 def test_one_wrong_published_row_barely_moves_the_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]

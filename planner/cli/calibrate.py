@@ -135,12 +135,15 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     moved = result.problem.uses.any(axis=0)
     pairs = list(zip(result.problem.params, result.theta, result.free, moved, strict=True))
     params = {p.label(): float(v) for p, v, free, _ in pairs if free}
-    unfitted = [p.label() for p, _, free, some in pairs if some and not free]
+    transfer = zip(result.problem.params, result.theta, result.transferred, strict=True)
+    moved_in = {p.label(): float(v) for p, v, t in transfer if t}
+    unfitted = [p.label() for p, _, free, some in pairs if some and not free and p.label() not in moved_in]
     summary = {
         "runs": len(runs),
         "priced": len(cases),
         "skipped": [{"name": s["name"], "reason": s["reason"]} for s in skipped],
         "parameters": params,
+        "transferred": moved_in,
         "not_fitted": unfitted,
         "mape_pct": float(100 * np.mean(np.abs(result.error))),
         "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
@@ -153,6 +156,8 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
     for label, value in params.items():
         typer.echo(f"  {label} = {value:.4g}")
+    for label, value in moved_in.items():
+        typer.echo(f"  {label} = {value:.4g} (not fitted: the median of the fitted values of its field)")
     if unfitted:
         typer.echo(
             "  not fitted (moved by rows of fewer than two models, or a kernel's by rows of one GPU "
