@@ -13,6 +13,7 @@ import difflib
 import json
 import os
 import re
+import statistics
 from collections.abc import Callable
 from functools import cache, lru_cache
 from pathlib import Path
@@ -391,11 +392,47 @@ FITTED_GPU_FIELDS = ("sustained_tensor_fraction", "fp8_rowwise_gemm_fraction", "
 ``calibrated_like`` another takes from it."""
 
 
+@cache
+def _fitted_sustained() -> tuple[tuple[str, float], ...]:
+    """(profile, sustained fraction) of every shipped profile whose fraction ``plan calibrate
+    --from-runs`` fitted (its source says so), read from the files without validating them."""
+    out = []
+    for name, path in sorted(_profile_files().items()):
+        gpu = read_yaml(path).get("gpu") or {}
+        value = gpu.get("sustained_tensor_fraction")
+        if value is not None and str((gpu.get("sources") or {}).get("sustained_tensor_fraction", "")).startswith(
+            "fitted by"
+        ):
+            out.append((name, float(value)))
+    return tuple(out)
+
+
+def with_sustained_default(profile: HardwareProfile) -> HardwareProfile:
+    """A GPU with no sustained fraction of its own (nor a ``calibrated_like`` donor's) takes the
+    median of the shipped fitted ones, as the fit does for a GPU its rows cannot fix
+    (``fit_runs.TRANSFERRED_FIELDS``: every GPU measured sustains 74-94% of its benchmark rate in
+    training, so 1 is the one value known to be wrong). A profile whose rates are measured as
+    sustained states 1 itself (localhost-cpu)."""
+    fitted = _fitted_sustained()
+    if profile.gpu.sustained_tensor_fraction is not None or not fitted:
+        return profile
+    median = statistics.median(v for _, v in fitted)
+    source = (
+        "not measured on this GPU: the median of the fractions `plan calibrate --from-runs` fitted on "
+        + ", ".join(f"{n} {v:.3g}" for n, v in fitted)
+        + " (planner/catalog.py with_sustained_default)"
+    )
+    sources = {**profile.gpu.sources, "sustained_tensor_fraction": source}
+    gpu = profile.gpu.model_copy(update={"sustained_tensor_fraction": round(median, 4), "sources": sources})
+    return profile.model_copy(update={"gpu": gpu})
+
+
 def with_calibration_of(profile: HardwareProfile, where: str) -> HardwareProfile:
     """``profile`` with the fitted GPU values and the calibration of the profile it is
-    ``calibrated_like`` (values it sets itself win)."""
+    ``calibrated_like`` (values it sets itself win); without a donor, the sustained fraction a GPU
+    does not state is the fitted profiles' median (``with_sustained_default``)."""
     if profile.calibrated_like is None:
-        return profile
+        return with_sustained_default(profile)
     if profile.calibrated_like.lower() not in _profile_files():
         raise PlannerError(f"{where}: field 'calibrated_like': unknown hardware profile '{profile.calibrated_like}'")
     donor = load_profile(profile.calibrated_like)

@@ -475,6 +475,12 @@ def test_the_shipped_mi300x_fraction_is_the_median_of_the_shipped_fitted_ones() 
     assert len(fitted) >= 5
     assert mi300x.sustained_tensor_fraction == pytest.approx(float(np.median(fitted)), abs=1e-4)
     assert mi300x.sources["sustained_tensor_fraction"].startswith("not fitted: this GPU's rows")
+    # a GPU with no training rows at all (L40S) takes the same median when loaded; the CPU profile,
+    # whose rates are its own measured ones, states 1
+    l40s = load_profile("l40s").gpu
+    assert l40s.sustained_tensor_fraction == pytest.approx(float(np.median(fitted)), abs=1e-4)
+    assert l40s.sources["sustained_tensor_fraction"].startswith("not measured on this GPU")
+    assert load_profile("localhost-cpu").gpu.sustained == 1.0
 
 
 def test_one_wrong_published_row_barely_moves_the_fit(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -156,7 +156,9 @@ class GPU(Frozen):
         le=1,
         description="Tensor-core throughput a training run sustains, as a fraction of what a short benchmark "
         "(MAMF, the FlashAttention figures) reaches: clocks drop with every GPU of the node at its power cap for "
-        "hours. Fitted by `plan calibrate --from-runs` (see the profile's calibration); None: 1",
+        "hours. Fitted by `plan calibrate --from-runs` (see the profile's calibration); None: a profile loaded "
+        "from a file takes its calibrated_like donor's, else the median of the shipped fitted ones "
+        "(catalog.with_sustained_default); 1 for a GPU built in code",
     )
     sources: dict[str, str]
 
