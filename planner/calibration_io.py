@@ -16,7 +16,7 @@ import numpy as np
 import yaml
 
 from planner.atomic import write_text_atomic
-from planner.catalog import catalog_dir
+from planner.catalog import FITTED_SOURCE_PREFIX, catalog_dir
 from planner.error_bar import MOE_SUFFIX
 from planner.errors import PlannerError
 
@@ -80,7 +80,7 @@ def _replace_calibration(text: str, block: dict[str, object]) -> str:
 
 def source_text(command: str, runs_file: str, rows: int) -> str:
     return (
-        f"fitted by `{command}` over {rows} rows of {runs_file} (listed in calibration.rows); "
+        f"{FITTED_SOURCE_PREFIX} `{command}` over {rows} rows of {runs_file} (listed in calibration.rows); "
         "Huber-weighted least squares on log(predicted/published tokens/s per GPU), planner/fit_runs.py"
     )
 

@@ -392,6 +392,11 @@ FITTED_GPU_FIELDS = ("sustained_tensor_fraction", "fp8_rowwise_gemm_fraction", "
 ``calibrated_like`` another takes from it."""
 
 
+FITTED_SOURCE_PREFIX = "fitted by"
+"""How the source of a value ``plan calibrate --from-runs --write`` fitted begins
+(``calibration_io.source_text``)."""
+
+
 @cache
 def _fitted_sustained() -> tuple[tuple[str, float], ...]:
     """(profile, sustained fraction) of every shipped profile whose fraction ``plan calibrate
@@ -400,9 +405,8 @@ def _fitted_sustained() -> tuple[tuple[str, float], ...]:
     for name, path in sorted(_profile_files().items()):
         gpu = read_yaml(path).get("gpu") or {}
         value = gpu.get("sustained_tensor_fraction")
-        if value is not None and str((gpu.get("sources") or {}).get("sustained_tensor_fraction", "")).startswith(
-            "fitted by"
-        ):
+        source = str((gpu.get("sources") or {}).get("sustained_tensor_fraction", ""))
+        if value is not None and source.startswith(FITTED_SOURCE_PREFIX):
             out.append((name, float(value)))
     return tuple(out)
 
