@@ -160,6 +160,7 @@ def calibrated_rows() -> set[str]:
 def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
     err = np.array([r["error_pct"] for r in rows]) if rows else np.zeros(0)
     cv = np.array([r["cv_error_pct"] for r in rows if r["cv_error_pct"] is not None])
+    inside = [r["inside_interval"] for r in rows if r["interval"]]
     return {
         "rows": total,
         "priced": len(rows),
@@ -167,6 +168,7 @@ def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
         "cv_mape_pct": float(np.mean(np.abs(cv))) if cv.size else None,
         "signed_pct": float(np.mean(err)) if rows else None,
         "cv_signed_pct": float(np.mean(cv)) if cv.size else None,
+        "interval_coverage": float(np.mean(inside)) if inside else None,
     }
 
 
@@ -195,6 +197,13 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
                 "error_pct": 100.0 * (predicted / case.published_tokens_per_s_per_gpu - 1.0),
                 "cv_error_pct": None,
                 "mfu": est.mfu,
+                "interval": list(est.tokens_per_s_per_gpu_interval or []),
+                "inside_interval": bool(
+                    est.tokens_per_s_per_gpu_interval
+                    and est.tokens_per_s_per_gpu_interval[0]
+                    <= case.published_tokens_per_s_per_gpu
+                    <= est.tokens_per_s_per_gpu_interval[1]
+                ),
                 "mesh": mesh.short(),
                 "config": case.summary(),
                 "_key": (case.model.name, case.profile, case.stack),
@@ -347,12 +356,20 @@ def print_report(rep: dict[str, Any]) -> None:
         print(f"\nNot priced ({len(rep['unpriced'])}):")
         for u in rep["unpriced"]:
             print(f"  {u['name']}: {u['reason']}")
-    print(f"\n{'group':28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9}")
+    print(
+        f"\n{'group':28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9} "
+        f"{'in ±':>6}"
+    )
     for name, g in [*rep["groups"].items(), ("overall", rep["overall"])]:
+        cover = "     -" if g["interval_coverage"] is None else f"{g['interval_coverage']:6.0%}"
         print(
             f"{name:28} {g['rows']:5d} {g['priced']:6d} {_abs_pct(g['mape_pct'])} {_abs_pct(g['cv_mape_pct']):>8} "
-            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9}"
+            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9} {cover}"
         )
+    print(
+        "in ±: the share of priced rows whose published figure lies inside the planner's interval (its central "
+        "80%); a calibrated row's own cross-validated error is among those its interval is read from"
+    )
     tau = "-" if rep["rank_tau"] is None else f"{rep['rank_tau']:.2f}"
     print(f"\ncoverage {rep['overall']['coverage']:.1%}; Kendall tau over {rep['rank_pairs']} one-knob pairs: {tau}")
     order = rep["moe_order"]

@@ -554,7 +554,15 @@ def test_the_error_bar_prefers_the_matching_profile_and_stack() -> None:
     errors, basis = error_bar(profile, stack, "dgx-h100", "torchtitan")
     assert errors == [-10, -5, 0, 5, 10, 20] and "with torchtitan" in basis
     errors, basis = error_bar(profile, stack, "dgx-h100", "megatron-core")
-    assert len(errors) == 9 and "other GPUs" in basis  # transferred: both sources of error
+    # transferred: both sources of error, the GPU's six compounded with the stack's three about their median
+    assert len(errors) == 18 and "other GPUs" in basis and "spread by" in basis
+    assert errors[:3] == pytest.approx([(0.9 * 0.9 - 1) * 100, -10.0, (0.9 * 1.1 - 1) * 100])
+    assert min(errors) == pytest.approx((0.9 * 0.9 - 1) * 100) and max(errors) == pytest.approx((1.2 * 1.1 - 1) * 100)
+    # one source alone is used as it is
+    alone = RunCalibration(
+        command="c", runs_file="f", rows=[], cv_error_pct={"torchtitan": [1, 2], "deepspeed": [3, 4, 5]}
+    )
+    assert error_bar(alone, None, "dgx-h100", "megatron-core")[0] == [1, 2, 3, 4, 5]
     assert error_bar(None, None, "x", "y")[0] == []
     # dense and MoE rows are kept apart: a MoE estimate reads the MoE rows first
     mixed = RunCalibration(
@@ -640,7 +648,12 @@ def test_the_benchmark_json_has_the_issues_keys() -> None:
     assert {u["name"] for u in rep["unpriced"]} == {"deepseek-v3-pretrain-h800x2048"}
     assert all(u["reason"] for u in rep["unpriced"])
     for group in rep["groups"].values():
-        assert {"rows", "priced", "mape_pct", "cv_mape_pct", "signed_pct"} <= set(group)
+        assert {"rows", "priced", "mape_pct", "cv_mape_pct", "signed_pct", "interval_coverage"} <= set(group)
+    # the error bar's coverage: the share of rows whose published figure lies inside their interval
+    for r in rep["runs"]:
+        low, high = r["interval"]
+        assert r["inside_interval"] == (low <= r["published_tokens_per_s_per_gpu"] <= high)
+    assert rep["overall"]["interval_coverage"] == pytest.approx(np.mean([r["inside_interval"] for r in rep["runs"]]))
     assert rep["overall"]["coverage"] == pytest.approx(9 / 10)
     # the shipped calibration used these rows, so each has a cross-validated error
     assert all(r["cv_error_pct"] is not None for r in rep["runs"])
