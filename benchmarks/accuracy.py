@@ -304,7 +304,7 @@ def main() -> None:
         "--explain",
         metavar="PATTERN",
         help="with --runs: why the rows whose name contains PATTERN are off (priced mesh, step by term, "
-        "the step the published figure implies)",
+        "the step the published figure implies); a pattern that starts with '-' goes as --explain=PATTERN",
     )
     args = parser.parse_args()
     if args.explain is not None and not args.runs:
