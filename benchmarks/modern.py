@@ -33,6 +33,7 @@ import numpy as np
 from planner.errors import PlannerError
 from planner.fit_runs import fit_and_cross_validate
 from planner.runs import RunCase, cases_from_runs, check_groups, load_runs, price_case
+from planner.schemas.base import GIB_BYTES
 
 PUBLISHED_RESOLUTION = 0.013
 """Smallest relative gap between two published throughputs that orders them: the median spread of
@@ -157,6 +158,26 @@ def calibrated_rows() -> set[str]:
     return names
 
 
+def priced_row(case: RunCase, predicted: float, est: Any) -> dict[str, Any]:
+    """The fields every priced row reports, in the report and in ``explain``: the row, its published
+    and predicted throughput, the error, the interval and whether the published figure lies in it,
+    the mesh priced and the configuration."""
+    published = case.published_tokens_per_s_per_gpu
+    interval = est.tokens_per_s_per_gpu_interval
+    return {
+        "name": case.name,
+        "group": case.group,
+        "published_tokens_per_s_per_gpu": published,
+        "predicted_tokens_per_s_per_gpu": predicted,
+        "error_pct": 100.0 * (predicted / published - 1.0),
+        "mfu": est.mfu,
+        "interval": list(interval or []),
+        "inside_interval": interval is not None and interval[0] <= published <= interval[1],
+        "mesh": est.config.parallel.short(),
+        "config": case.summary(),
+    }
+
+
 def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
     err = np.array([r["error_pct"] for r in rows]) if rows else np.zeros(0)
     cv = np.array([r["cv_error_pct"] for r in rows if r["cv_error_pct"] is not None])
@@ -190,22 +211,8 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         mesh = est.config.parallel
         rows.append(
             {
-                "name": case.name,
-                "group": case.group,
-                "published_tokens_per_s_per_gpu": case.published_tokens_per_s_per_gpu,
-                "predicted_tokens_per_s_per_gpu": predicted,
-                "error_pct": 100.0 * (predicted / case.published_tokens_per_s_per_gpu - 1.0),
+                **priced_row(case, predicted, est),
                 "cv_error_pct": None,
-                "mfu": est.mfu,
-                "interval": list(est.tokens_per_s_per_gpu_interval or []),
-                "inside_interval": bool(
-                    est.tokens_per_s_per_gpu_interval
-                    and est.tokens_per_s_per_gpu_interval[0]
-                    <= case.published_tokens_per_s_per_gpu
-                    <= est.tokens_per_s_per_gpu_interval[1]
-                ),
-                "mesh": mesh.short(),
-                "config": case.summary(),
                 "_key": (case.model.name, case.profile, case.stack),
                 "_knobs": knob_values(case, mesh),
                 "_moe": case.model.is_moe,
@@ -247,9 +254,6 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     }
 
 
-GIB = 2**30
-
-
 def explain(path: str, pattern: str) -> list[dict[str, Any]]:
     """Why a row is off: for each row whose name contains ``pattern``, the mesh the planner priced
     (the row's pins, the search's choice for the knobs it leaves open), the predicted step by term,
@@ -271,29 +275,21 @@ def explain(path: str, pattern: str) -> list[dict[str, Any]]:
         except PlannerError as err:
             out.append({"name": case.name, "group": case.group, "reason": str(err), "priced": False})
             continue
-        published = case.published_tokens_per_s_per_gpu
-        implied_s = est.step_time_s * predicted / published
+        implied_s = est.step_time_s * predicted / case.published_tokens_per_s_per_gpu
         token_layers = case.job.tokens_per_step * case.model.num_hidden_layers
         unexplained_s = implied_s - est.step_time_s
         out.append(
             {
-                "name": case.name,
-                "group": case.group,
+                **priced_row(case, predicted, est),
                 "priced": True,
-                "published_tokens_per_s_per_gpu": published,
-                "predicted_tokens_per_s_per_gpu": predicted,
-                "error_pct": 100.0 * (predicted / published - 1.0),
-                "mesh": est.config.parallel.short(),
-                "config": case.summary(),
                 "step_time_s": est.step_time_s,
                 "published_step_time_s": implied_s,
                 "unexplained_s": unexplained_s,
                 "unexplained_us_per_token_layer": 1e6 * unexplained_s * case.cluster.num_gpus / token_layers,
                 "time_breakdown_s": est.time_breakdown_s.model_dump(),
                 "hidden_comm_s": est.hidden_comm_s.model_dump(),
-                "mfu": est.mfu,
-                "memory_per_gpu_gib": est.memory_per_gpu_bytes / GIB,
-                "memory_usable_gib": est.memory_usable_bytes / GIB,
+                "memory_per_gpu_gib": est.memory_per_gpu_bytes / GIB_BYTES,
+                "memory_usable_gib": est.memory_usable_bytes / GIB_BYTES,
                 "warnings": list(est.warnings),
             }
         )

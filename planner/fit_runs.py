@@ -268,15 +268,19 @@ known to be wrong. Kernel fractions (fp8 row- and block-scaled GEMMs) are not tr
 is written per architecture, and one architecture's says nothing of another's."""
 
 
+def _profile_params(problem: Problem, field: str) -> np.ndarray:
+    """Indices of the per-profile parameters of ``field``."""
+    return np.array([j for j, p in enumerate(problem.params) if p.kind == "profile" and p.field == field], dtype=int)
+
+
 def transferred(problem: Problem, free: np.ndarray) -> np.ndarray:
     """Parameters that take the median of the fitted ones (``TRANSFERRED_FIELDS``): per profile,
     not fitted, with at least one profile's value of the same field fitted."""
     out = np.zeros(len(problem.params), dtype=bool)
     for field in TRANSFERRED_FIELDS:
-        idx = [j for j, p in enumerate(problem.params) if p.kind == "profile" and p.field == field]
-        if any(free[j] for j in idx):
-            for j in idx:
-                out[j] = not free[j]
+        idx = _profile_params(problem, field)
+        if free[idx].any():
+            out[idx] = ~free[idx]
     return out
 
 
@@ -286,11 +290,9 @@ def transfer_unfitted(problem: Problem, theta: np.ndarray, free: np.ndarray) -> 
     out = theta.copy()
     moved = transferred(problem, free)
     for field in TRANSFERRED_FIELDS:
-        idx = [j for j, p in enumerate(problem.params) if p.kind == "profile" and p.field == field]
-        fitted = [theta[j] for j in idx if free[j]]
-        for j in idx:
-            if moved[j]:
-                out[j] = float(np.median(fitted))
+        idx = _profile_params(problem, field)
+        if moved[idx].any():
+            out[idx[moved[idx]]] = float(np.median(theta[idx[free[idx]]]))
     return out
 
 

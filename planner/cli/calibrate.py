@@ -133,11 +133,10 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     )
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
     moved = result.problem.uses.any(axis=0)
-    pairs = list(zip(result.problem.params, result.theta, result.free, moved, strict=True))
-    params = {p.label(): float(v) for p, v, free, _ in pairs if free}
-    transfer = zip(result.problem.params, result.theta, result.transferred, strict=True)
-    moved_in = {p.label(): float(v) for p, v, t in transfer if t}
-    unfitted = [p.label() for p, _, free, some in pairs if some and not free and p.label() not in moved_in]
+    pairs = list(zip(result.problem.params, result.theta, result.free, moved, result.transferred, strict=True))
+    params = {p.label(): float(v) for p, v, free, _, _ in pairs if free}
+    moved_in = {p.label(): float(v) for p, v, _, _, transfer in pairs if transfer}
+    unfitted = [p.label() for p, _, free, some, transfer in pairs if some and not free and not transfer]
     summary = {
         "runs": len(runs),
         "priced": len(cases),
