@@ -164,6 +164,7 @@ def priced_row(case: RunCase, predicted: float, est: Any) -> dict[str, Any]:
     the mesh priced and the configuration."""
     published = case.published_tokens_per_s_per_gpu
     interval = est.tokens_per_s_per_gpu_interval
+    measured = case.published_peak_memory_bytes
     return {
         "name": case.name,
         "group": case.group,
@@ -175,6 +176,30 @@ def priced_row(case: RunCase, predicted: float, est: Any) -> dict[str, Any]:
         "inside_interval": interval is not None and interval[0] <= published <= interval[1],
         "mesh": est.config.parallel.short(),
         "config": case.summary(),
+        "predicted_memory_gib": est.memory_per_gpu_bytes / GIB_BYTES,
+        "published_peak_memory_gib": None if measured is None else measured / GIB_BYTES,
+        "memory_error_pct": None if measured is None else 100.0 * (est.memory_per_gpu_bytes / measured - 1.0),
+    }
+
+
+def memory_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Predicted against measured peak memory per GPU over the priced rows that state one: rows,
+    MAPE, mean signed error, the largest under-prediction (an under-predicted run is one the
+    planner would send out to run out of memory) and each row's figures. Measured is what the row's
+    framework logs (torchtitan: the caching allocator's max_reserved, fragmentation included,
+    the CUDA context and NCCL's own buffers not); predicted is the planner's need per GPU, which
+    counts the profile's runtime reserve for those too."""
+    mine = [r for r in rows if r["memory_error_pct"] is not None]
+    err = np.array([r["memory_error_pct"] for r in mine])
+    return {
+        "rows": len(mine),
+        "mape_pct": float(np.mean(np.abs(err))) if mine else None,
+        "signed_pct": float(np.mean(err)) if mine else None,
+        "most_under_pct": float(np.min(err)) if mine else None,
+        "runs": [
+            {k: r[k] for k in ("name", "predicted_memory_gib", "published_peak_memory_gib", "memory_error_pct")}
+            for r in mine
+        ],
     }
 
 
@@ -251,6 +276,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         "rank_tau": tau,
         "rank_pairs": pairs,
         "moe_order": order,
+        "memory": memory_summary(rows),
     }
 
 
@@ -368,6 +394,21 @@ def print_report(rep: dict[str, Any]) -> None:
     )
     tau = "-" if rep["rank_tau"] is None else f"{rep['rank_tau']:.2f}"
     print(f"\ncoverage {rep['overall']['coverage']:.1%}; Kendall tau over {rep['rank_pairs']} one-knob pairs: {tau}")
+    memory = rep["memory"]
+    if memory["rows"]:
+        print(
+            f"\nPeak memory per GPU, {memory['rows']} rows that state one (measured: the framework's log, "
+            "torchtitan's allocator max_reserved; predicted: the planner's need with its runtime reserve)"
+        )
+        for m in memory["runs"]:
+            print(
+                f"  {m['name'][:64]:64} {m['published_peak_memory_gib']:6.1f} GiB measured "
+                f"{m['predicted_memory_gib']:6.1f} predicted {_pct(m['memory_error_pct'])}"
+            )
+        print(
+            f"  MAPE {memory['mape_pct']:.1f}%, signed {memory['signed_pct']:+.1f}%, "
+            f"most under-predicted {memory['most_under_pct']:+.1f}%"
+        )
     order = rep["moe_order"]
     if order["all_pairs"]:
         print(

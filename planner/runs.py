@@ -27,6 +27,7 @@ express raises ``UnpriceableError`` with the reason.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -105,6 +106,7 @@ class RunCase:
     profile: str
     stack: str
     assumed: list[str] = field(default_factory=list)
+    published_peak_memory_bytes: float | None = None
 
     def under(self, profile: HardwareProfile | None, stack: Stack | None) -> tuple[ClusterSpec, JobSpec]:
         """The case's cluster and job with ``profile`` and ``stack`` in place of the shipped ones
@@ -546,6 +548,30 @@ def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
     return stack.default_zero_stage
 
 
+COMPILED_LOSS_SINCE = (2025, 4, 1)
+"""torchtitan compiles its loss with the model from pytorch/torchtitan PR #1033 (merged 2025-04-01:
+build_loss_fn compiles it when training.compile is set); before, train.py kept it eager ("TODO:
+compiling loss function causes CUDA errors, turning off for now"). A row with compile on whose
+stated software is dated before this ran the blocks compiled and the loss eager."""
+
+MONTHS = {
+    m: i + 1 for i, m in enumerate(("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"))
+}
+
+
+def software_dated_before(software: object, since: tuple[int, int, int]) -> bool:
+    """Whether a row's ``knobs.software`` text dates its software before ``since`` (year, month,
+    day): every date it states (2024-12-26, 'Apr 2024' as the month's last day, a nightly's
+    dev20250811) lies before it. Text with no date (commit hashes, versions) says nothing: False."""
+    text = _text(software)
+    dates = [(int(y), int(m), int(d)) for y, m, d in re.findall(r"(20\d\d)-(\d\d)-(\d\d)", text)]
+    dates += [(int(y), int(m), int(d)) for y, m, d in re.findall(r"dev(20\d\d)(\d\d)(\d\d)", text)]
+    dates += [
+        (int(y), MONTHS[m[:3]], 31) for m, y in re.findall(r"\b([a-z]{3})[a-z]* (20\d\d)\b", text) if m[:3] in MONTHS
+    ]
+    return bool(dates) and max(dates) < since
+
+
 def case_from_row(row: dict[str, Any]) -> RunCase:
     """Translate one runs-file row; raises ``UnpriceableError`` with the reason where it cannot."""
     name, group = str(row.get("name")), str(row.get("group"))
@@ -628,6 +654,12 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     overrides: dict[str, Any] = {}
     if isinstance(knobs.get("compile"), bool):
         overrides["compile"] = knobs["compile"]
+        if (
+            knobs["compile"]
+            and stack.compiles_loss
+            and software_dated_before(knobs.get("software"), COMPILED_LOSS_SINCE)
+        ):
+            overrides["compile_loss"] = False
     if isinstance(knobs.get("async_tp"), bool):
         overrides["tp_comm_overlap"] = knobs["async_tp"]
     if isinstance(knobs.get("ep_comm_overlap"), bool):
@@ -654,10 +686,30 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
-    case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed)
+    memory = published_peak_memory_bytes(measured)
+    case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed, memory)
     if recompute is not None:
         check_memory(case)
     return case
+
+
+PEAK_MEMORY_UNITS = {"peak_memory_gib": 2.0**30, "peak_memory_gb": 1e9}
+"""Fields of ``measured`` that give a run's peak memory per GPU, by unit: torchtitan's tables
+print the allocator's max_reserved in GiB (train.py's ``memory/max_reserved(GiB)``); torchao's
+tables head theirs 'GB' and are read as written."""
+
+
+def published_peak_memory_bytes(measured: dict[str, Any]) -> float | None:
+    """The row's measured peak memory per GPU in bytes (``PEAK_MEMORY_UNITS``), None where it
+    states none; a value that is not a positive finite number makes the row unpriceable."""
+    for key, unit in PEAK_MEMORY_UNITS.items():
+        value = measured.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise UnpriceableError(f"measured.{key}: {value!r} is not a positive number")
+        return float(value) * unit
+    return None
 
 
 IMPOSSIBLE_MEMORY_RATIO = 2.0

@@ -266,6 +266,7 @@ JOB = [
     field_option(JobSpec, "stack", annotation=str | None, default=None, metavar="NAME"),
     field_option(JobSpec, "tp_comm_overlap"),
     field_option(JobSpec, "compile"),
+    field_option(JobSpec, "compile_loss"),
     field_option(JobSpec, "ep_comm_overlap"),
     field_option(JobSpec, "moe_dispatcher"),
     option(

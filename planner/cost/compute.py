@@ -356,8 +356,11 @@ def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: 
 SAC_RECOMPUTED_MATMUL_SHARE = 0.5
 """torchtitan's per-op selective AC saves every second matmul's output and recomputes the others
 (torchtitan llama3 parallelize.py, _custom_policy: "Saves output of all compute ops, except every
-second mm"; stacks/torchtitan.yaml cites it). Its counter runs on across layers and micro-batches,
-so on average half of the matmuls whose outputs backward needs run again."""
+second mm"; stacks/torchtitan.yaml cites it). Its counter starts afresh at every forward of a
+block (``selective_checkpointing_context_fn`` makes a new ``meta``), so the Llama block runs wk,
+wo and w3 again (the 2nd, 4th and 6th of wq, wk, wv, wo, w1, w3, w2): half of the matmul FLOPs
+whose outputs backward needs, since wq and wo, wk and wv, w1 and w3 pair up in size (the memory
+side is ``memory.op_sac_kept_bytes_per_token``)."""
 
 RESIDUAL_OUTPUT_GEMMS = ("mlp.out", "moe.expert_out", "moe.shared_out")
 """GEMMs whose output only the residual add uses: backward needs no value of theirs (a matmul's
@@ -408,11 +411,16 @@ def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
 
 def loss_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Cross entropy over the rank's (b*s/c) x (V/t) logits, forward and backward of one
-    micro-batch: memory-bound, the stack's ``cross_entropy_bytes_per_logit`` (counted from its
+    micro-batch: memory-bound, the stack's ``cross_entropy_bytes_per_logit``, eager or compiled (counted from its
     loss code: Megatron's vocab-parallel cross entropy makes several fp32 passes, a fused loss
     one read and one write) at the achieved HBM bandwidth."""
     head = lm_head_gemm(model, job, mesh)
-    return head.m_rows * head.n * job.software.cross_entropy_bytes_per_logit / cluster.gpu.achieved_hbm_bytes_per_s
+    return (
+        head.m_rows
+        * head.n
+        * job.software.cross_entropy_bytes(job.loss_compiled)
+        / cluster.gpu.achieved_hbm_bytes_per_s
+    )
 
 
 FP8_CAST_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 7.0, "row": 7.0, "block": 4.0 + 2.0 / 32.0}

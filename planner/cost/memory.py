@@ -18,6 +18,9 @@ Activations: bytes that backward keeps, per token and layer, following Korthikan
   attention core, without flash attention: softmax 2as, plus dropout mask and output 3as;
       flash attention keeps only the fp32 log-sum-exp, 4a.                  GPT: 5as
 For the GPT block this is s*b*h*(34 + 5as/h) and its TP, SP and selective variants (tests).
+Under SP, a stack whose column-parallel linears keep the all-gathered input for the weight gradient
+instead of gathering it again (torchtitan's DTensor: ``Stack.sp_regathers_input`` false) keeps the
+two norm outputs whole: 4h instead of 4h/t.
 Under fp8 with a stack whose linears keep their fp8 input for the weight gradient (Transformer
 Engine: ``Stack.fp8_saves_quantized_inputs``), the inputs of the four linears (the two norm outputs
 2h + 2h, the output projection's input 2*a*d_v, the MLP's product 2f, and a routed expert's
@@ -48,10 +51,6 @@ from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
-LOGIT_BYTES_PER_ELEMENT = 4
-"""The loss upcasts logits to fp32 (ARCHITECTURE 8.3); the bf16 head output is freed by Megatron-LM's
-fused vocab-parallel cross entropy and is not counted."""
-
 
 def kv_heads_per_rank(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     """k_v / t, or 1 when KV heads are replicated because k_v < t."""
@@ -81,7 +80,8 @@ class ActivationParts:
     module frees."""
 
     norm_inputs: np.ndarray  # the two norms' inputs, 4h (split by SP)
-    norm_outputs: np.ndarray  # the two norms' outputs, the QKV and MLP linears' inputs (split by SP)
+    norm_outputs: np.ndarray  # the two norms' outputs, the QKV and MLP linears' inputs (split by SP
+    # where the stack gathers them again in backward, Stack.sp_regathers_input)
     dropout: np.ndarray  # dropout masks h + h (split by SP)
     qkv: np.ndarray  # Q and K for the scores, V (MLA: the up-projected ones)
     mla_latents: np.ndarray  # MLA's up-projection inputs: the q and kv latents, the rope key
@@ -108,6 +108,9 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
     d_qk, d_v = attention_dims(model)
     lin = linear_input_bytes_per_element(job)
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
+    # the QKV and first MLP linears' inputs: the rank's SP shard where the stack gathers it again in
+    # backward (Megatron, TE), else the all-gathered input autograd saved (torchtitan's DTensor)
+    linear_inputs = sp if job.software.sp_regathers_input else 1.0
     kv = kv_heads_per_rank(model, t)
     zero = np.zeros(len(mesh))
     latents = 0.0
@@ -115,7 +118,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         latents = lin * ((model.q_lora_rank or 0) + (model.kv_lora_rank or 0)) + 2.0 * (model.qk_rope_head_dim or 0)
     parts = {
         "norm_inputs": 4.0 * h * sp,
-        "norm_outputs": 2.0 * lin * h * sp,
+        "norm_outputs": 2.0 * lin * h * linear_inputs,
         "dropout": 2.0 * h * sp * (1.0 if job.dropout else 0.0),
         "qkv": 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v,
         "mla_latents": zero + latents,
@@ -148,11 +151,57 @@ def activation_bytes_per_token_layer(model: ModelSpec, job: JobSpec, mesh: MeshA
     """Bytes kept for backward per token of the micro-batch (before CP) for one layer on one rank,
     as the mesh's recompute keeps them: everything without recompute; under selective recompute
     all but the parts its modules free (``cost.recompute``; the default, Megatron's core_attn,
-    frees the attention core); under full recompute the layer's input (2h, split by t under SP)."""
+    frees the attention core), or under torchtitan's per-op SAC what its policy saves
+    (``op_sac_kept_bytes_per_token``); under full recompute the layer's input (2h, split by t
+    under SP)."""
     parts = activation_parts(model, job, mesh, moe)
     layer_input = np.where(mesh.sequence_parallel, 2.0 * model.hidden_size / mesh.tp, 2.0 * model.hidden_size)
-    kept = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, parts.total(freed_parts(job)), parts.total())
+    selective = parts.total(freed_parts(job))
+    if op_sac_applies(model, job, moe):
+        selective = op_sac_kept_bytes_per_token(model, mesh, parts, layer_input)
+    kept = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, selective, parts.total())
     return np.where(mesh.recompute == RECOMPUTE_FULL, layer_input, kept)
+
+
+def op_sac_applies(model: ModelSpec, job: JobSpec, moe: bool) -> bool:
+    """Whether ``op_sac_kept_bytes_per_token`` prices this layer's selective recompute: the stack
+    runs torchtitan's per-op SAC and the layer is a dense one with standard attention. Its MoE
+    layers (the router's matmul shifts the count; grouped_mm is not on the save list) and MLA
+    (five projections) keep ``activation_parts``' full count: an upper bound, not a reading."""
+    return job.software.selective_recompute == "alternate_matmuls" and not moe and not model.is_mla
+
+
+def op_sac_kept_bytes_per_token(
+    model: ModelSpec, mesh: MeshArrays, parts: ActivationParts, layer_input: np.ndarray
+) -> np.ndarray:
+    """Bytes per token one dense layer keeps for backward under torchtitan's per-op selective
+    activation checkpointing (``--activation_checkpoint.mode selective``, option 'op').
+
+    Its policy (torchtitan llama3 parallelize.py ``_apply_ac_to_transformer_block``,
+    ``_custom_policy``; stacks/torchtitan.yaml) saves the outputs of the ops on its save list
+    (mm, the SDPA kernels, reduce_scatter, max) "except every second mm", counting matmuls in a
+    ``meta`` dict that ``selective_checkpointing_context_fn`` creates afresh for every forward of
+    the block, and recomputes everything else from the checkpoint's input. torchtitan's Llama
+    block calls its matmuls in the order wq, wk, wv, wo, w1, w3, w2 (model.py: ``self.wq(x),
+    self.wk(x), self.wv(x)``; ``self.w2(F.silu(self.w1(x)) * self.w3(x))``), so the 1st, 3rd, 5th
+    and 7th are kept: Q (2 a d/t), V (2 k_v d), the gate (2f/t) and the down projection's output
+    (2h: a row-parallel matmul's local output is full width); a plain MLP (fc1, fc2 at the 5th and
+    6th) keeps fc1's. Also kept: the block input (2h, split by t under SP), the SDPA output and
+    its log-sum-exp (``parts.attn_proj_input``, ``parts.core``), and under SP the two
+    reduce-scatter outputs (2h/t each). Llama-2-70B at t = 1: 8h + 2 k_v d + 2f + 4a = 125 kB per
+    token against 275 kB without recompute. torchao's Float8Linear rows keep the same (torchtitan's
+    Dec 2024 H100 table: 76.8 GiB with float8 against 77.0 without)."""
+    h = float(model.hidden_size)
+    t = mesh.tp.astype(float)
+    d_qk, d_v = attention_dims(model)
+    kv = kv_heads_per_rank(model, t)
+    width = model.intermediate_size / t
+    first_mlp = 2.0 * width  # w1 (gate) or fc1: the 5th matmul either way
+    down = 2.0 * h if model.is_gated_mlp else 0.0  # w2 is the 7th matmul only in the gated MLP
+    scattered = np.where(mesh.sequence_parallel & (mesh.tp > 1), 2.0 * 2.0 * h / t, 0.0)
+    q = 2.0 * model.num_attention_heads * d_qk / t
+    v = 2.0 * kv * d_v
+    return layer_input + q + v + first_mlp + down + parts.attn_proj_input + parts.core + scattered
 
 
 def korthikanti_bytes_per_layer(
@@ -363,7 +412,8 @@ def stage_memory(
     per_layer: LayerActivations | None = None,
 ) -> StageMemory:
     """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
-    (LM head, logits once per head, one micro-batch in flight unless GPipe), each with its own
+    (LM head, the loss's peak once per head: the stack's ``loss_bytes_per_logit``, counted from its
+    loss code, eager or compiled; one micro-batch in flight unless GPipe), each with its own
     layers (``stage_layers``). With p = 1 both are one rank; under DualPipe and DualPipeV rank 0
     holds the first and the last stage, so both carry the embedding, the LM head and the logits."""
     both_ends = (mesh.pp == 1) | is_dual(mesh)
@@ -377,7 +427,9 @@ def stage_memory(
     # Full recompute re-materialises one layer at a time during backward.
     activations = acts.per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, acts.one_layer, 0.0)
     heads = 1 + mtp_layers(model, job)
-    logits = np.where(on_last, heads * tokens * model.vocab_size / mesh.tp * LOGIT_BYTES_PER_ELEMENT, 0.0)
+    logits = np.where(
+        on_last, heads * tokens * model.vocab_size / mesh.tp * job.software.loss_bytes(job.loss_compiled), 0.0
+    )
     return StageMemory(
         weights=weights,
         gradients=grads,

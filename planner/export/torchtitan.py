@@ -329,8 +329,12 @@ def torchtitan_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) ->
         "training": training,
         "parallelism": parallelism,
         "activation_checkpoint": checkpoint,
-        # job_config.py Compile: enable, components (default model and loss)
-        "compile": {"enable": job.compiled},
+        # job_config.py Compile: enable, components (default model and loss; the model alone where
+        # the job keeps the loss eager)
+        "compile": {
+            "enable": job.compiled,
+            **({} if job.loss_compiled or not job.compiled else {"components": ["model"]}),
+        },
     }
     if job.dtype == "fp8":
         fp8 = _fp8_sections(model, job)

@@ -247,14 +247,16 @@ def _split(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
 
 
 def _compile(job: JobSpec, config: ParallelConfig) -> list[str]:
-    """CompileConfig: ``enable`` (the model and the loss: the default components, written since
-    deepseek_v3_671b compiles only the loss) and ``enable_async_tensor_parallel`` (TP overlap;
-    CompileConfig.__post_init__ raises unless the model is compiled), both always written."""
+    """CompileConfig: ``enable`` (the model, and the loss unless the job keeps it eager,
+    ``JobSpec.loss_compiled``: the components, written since deepseek_v3_671b compiles only the
+    loss) and ``enable_async_tensor_parallel`` (TP overlap; CompileConfig.__post_init__ raises
+    unless the model is compiled), both always written."""
     if not job.compiled:
         return ["--compile.no_enable", "--compile.no_enable_async_tensor_parallel"]
     overlap = config.tp > 1 and job.tp_overlap
     asynchronous = "--compile.enable_async_tensor_parallel" if overlap else "--compile.no_enable_async_tensor_parallel"
-    return ["--compile.enable", "--compile.components", "model,loss", asynchronous]
+    components = "model,loss" if job.loss_compiled else "model"
+    return ["--compile.enable", "--compile.components", components, asynchronous]
 
 
 CHECKPOINT_SUBCOMMANDS = {"none": "none", "full": "full", "selective": "selective"}

@@ -141,6 +141,11 @@ class JobSpec(Frozen):
         "the stack's own selective policy (Megatron's default core_attn)",
     )
     compile: bool | None = Field(None, description="torch.compile; unset: the stack's")
+    compile_loss: bool | None = Field(
+        None,
+        description="torch.compile covers the loss too (torchtitan's compile.components 'loss', its default since "
+        "April 2025); unset: with compile, where the stack compiles its loss",
+    )
     optimizer_state_bytes_per_param: float = Field(
         DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM,
         ge=0,
@@ -160,6 +165,16 @@ class JobSpec(Frozen):
             "dp*micro_batch_size (times pp for interleaved 1F1B); 0 keeps it exact"
         ),
     )
+
+    @model_validator(mode="after")
+    def _compiled_loss_needs_compile(self) -> JobSpec:
+        if self.compile_loss and not (self.compiled and self.software.compiles_loss):
+            raise ValueError(
+                f"compile_loss: stack '{self.software.name}' "
+                + ("compiles no loss" if not self.software.compiles_loss else "compiles the loss only with compile")
+                + "; leave it unset or false"
+            )
+        return self
 
     @model_validator(mode="after")
     def _ep_overlap_needs_the_stack(self) -> JobSpec:
@@ -276,6 +291,14 @@ class JobSpec(Frozen):
     @property
     def compiled(self) -> bool:
         return self.software.compile if self.compile is None else self.compile
+
+    @property
+    def loss_compiled(self) -> bool:
+        """torch.compile covers the loss: ``compile_loss`` where set, else with compile where the stack
+        compiles its loss."""
+        if self.compile_loss is not None:
+            return self.compile_loss
+        return self.compiled and self.software.compiles_loss
 
     @property
     def attention_kernel(self) -> AttentionKernel:

@@ -81,6 +81,17 @@ class Stack(Frozen):
     cross_entropy_bytes_per_logit: PositiveFloat = Field(
         description="HBM bytes the loss moves per logit element, forward and backward together"
     )
+    loss_bytes_per_logit: PositiveFloat = Field(
+        description="Bytes per logit element (of the last stage's tokens x V/t) the loss holds at its peak: the "
+        "head's output and every copy and gradient of it alive at the same time (``cost.memory.stage_memory``)"
+    )
+    compiled_cross_entropy_bytes_per_logit: PositiveFloat | None = Field(
+        description="cross_entropy_bytes_per_logit where torch.compile covers the loss (``JobSpec.loss_compiled``); "
+        "None: the stack never compiles its loss"
+    )
+    compiled_loss_bytes_per_logit: PositiveFloat | None = Field(
+        description="loss_bytes_per_logit where torch.compile covers the loss; None: the stack never compiles it"
+    )
     kernels_per_layer_eager: PositiveFloat = Field(
         description="Kernels one transformer layer's forward launches without torch.compile"
     )
@@ -195,6 +206,32 @@ class Stack(Frozen):
     @property
     def attention_scale(self) -> float:
         return self.attention_efficiency_scale or 1.0
+
+    @model_validator(mode="after")
+    def _compiled_loss_pairs(self) -> Stack:
+        if (self.compiled_cross_entropy_bytes_per_logit is None) != (self.compiled_loss_bytes_per_logit is None):
+            raise ValueError(
+                "compiled_cross_entropy_bytes_per_logit and compiled_loss_bytes_per_logit: set both (the stack "
+                "compiles its loss) or neither"
+            )
+        return self
+
+    @property
+    def compiles_loss(self) -> bool:
+        """torch.compile can cover this stack's loss (its compiled figures are set)."""
+        return self.compiled_loss_bytes_per_logit is not None
+
+    def cross_entropy_bytes(self, compiled: bool) -> float:
+        """HBM bytes per logit the loss moves, compiled or eager."""
+        if compiled and self.compiled_cross_entropy_bytes_per_logit is not None:
+            return self.compiled_cross_entropy_bytes_per_logit
+        return self.cross_entropy_bytes_per_logit
+
+    def loss_bytes(self, compiled: bool) -> float:
+        """Bytes per logit the loss holds at its peak, compiled or eager."""
+        if compiled and self.compiled_loss_bytes_per_logit is not None:
+            return self.compiled_loss_bytes_per_logit
+        return self.loss_bytes_per_logit
 
     @property
     def moe_layer_overhead_s(self) -> float:
