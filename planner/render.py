@@ -46,9 +46,14 @@ def describe_stack(job: JobSpec) -> str:
     """The software the prices assume, in one line."""
     stack = job.software
     overlap = f"on, {stack.tp_overlap_hidden_fraction:.0%} hidden" if job.tp_overlap else "off"
+    compiled = "eager"
+    if job.compiled:
+        compiled = (
+            "compiled" if not stack.compiles_loss else f"compiled, loss {'too' if job.loss_compiled else 'eager'}"
+        )
     return (
         f"{stack.name} ({stack.attention_kernel} attention, TP overlap {overlap}, gradients reduced in "
-        f"{job.gradient_format}, {'compiled' if job.compiled else 'eager'}; compute slows "
+        f"{job.gradient_format}, {compiled}; compute slows "
         f"{stack.overlap_slowdown:.0%} under overlapped communication)"
     )
 

@@ -85,6 +85,16 @@ def test_compile_loss_is_refused_where_the_stack_cannot_compile_its_loss() -> No
     assert eager.compiled and not eager.loss_compiled
 
 
+def test_the_stack_line_says_whether_the_loss_is_compiled() -> None:
+    from planner.render import describe_stack
+
+    job = JobSpec(global_batch_size=8, seq_len=4096, stack="torchtitan")
+    assert "compiled, loss too;" in describe_stack(job)
+    assert "compiled, loss eager;" in describe_stack(job.model_copy(update={"compile_loss": False}))
+    assert ", eager;" in describe_stack(job.model_copy(update={"compile": False}))
+    assert ", eager;" in describe_stack(JobSpec(global_batch_size=8, seq_len=4096, stack="megatron-core"))
+
+
 def test_the_torchtitan_exports_keep_an_eager_loss_out_of_compile() -> None:
     model = load_model("llama3-8b")
     mesh = ParallelConfig(dp=8, zero_stage=3)
