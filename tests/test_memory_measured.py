@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from planner.catalog import load_cluster, load_model
-from planner.cost.memory import activation_bytes_per_token_layer, stage_memory
+from planner.cost.memory import activation_bytes_per_token_layer, model_state_bytes, rank_params, stage_memory
 from planner.errors import PlannerError
 from planner.export import torchtitan_args, torchtitan_config
 from planner.mesh import MeshArrays
@@ -74,6 +74,21 @@ def test_the_loss_peak_is_the_stacks_bytes_per_logit(stack: str, compile_on: boo
 
 def _cluster():  # type: ignore[no-untyped-def]
     return load_cluster("dgx-h100x8")
+
+
+@pytest.mark.parametrize(("stack", "shard_kept"), [("torchtitan", False), ("llm-foundry", False), ("deepspeed", True)])
+def test_fsdp_keeps_no_16_bit_copy_of_its_shard(stack: str, shard_kept: bool) -> None:
+    # ZeRO-3 over 8 ranks: FSDP's fp32 shard is the optimizer's master copy; the 16-bit
+    # parameters exist only for the two gathered layers. DeepSpeed keeps a 16-bit partition too.
+    m = load_model("llama3-8b")
+    mesh = _mesh(dp=8, zero_stage=3)
+    params = rank_params(m, mesh, np.array([32]), np.array([0]), 0, np.array([True]), np.array([True]))
+    job = JobSpec(global_batch_size=8, seq_len=4096, stack=stack)
+    weights, _, optimizer = model_state_bytes(job, mesh, params)
+    gathered = 2 * 2.0 * params.largest_layer[0]
+    shard = 2.0 * params.dense[0] / 8 if shard_kept else 0.0
+    assert weights[0] == pytest.approx(gathered + shard)
+    assert optimizer[0] == pytest.approx(12.0 * params.dense[0] / 8)  # master copy and Adam's moments
 
 
 def test_compile_loss_is_refused_where_the_stack_cannot_compile_its_loss() -> None:

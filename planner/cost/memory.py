@@ -300,7 +300,10 @@ def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankPa
 
 
 def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(weights, gradients, optimizer) bytes per GPU under the mesh's ZeRO stage."""
+    """(weights, gradients, optimizer) bytes per GPU under the mesh's ZeRO stage. The optimizer's
+    bytes hold the full-precision master copy; the weights are the 16-bit copy the model computes
+    with, which FSDP stacks keep only for the gathered layers under ZeRO-3
+    (``Stack.sharded_weights_are_master``)."""
     dpc = (mesh.dp * mesh.cp).astype(float)
     edp = mesh.expert_dp.astype(float)
     z = mesh.zero_stage
@@ -312,7 +315,11 @@ def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tup
     g_d, g_e = shard(2)
     o_d, o_e = shard(1)
     gathered = np.where(z >= 3, 2.0 * params.largest_layer, 0.0)
-    weights = (params.dense / w_d + params.expert / w_e + gathered) * job.weight_bytes_per_param
+    own = params.dense / w_d + params.expert / w_e
+    # FSDP's shard is the optimizer's master copy (Stack.sharded_weights_are_master): only the
+    # gathered working set is 16-bit
+    own = np.where((z >= 3) & job.software.sharded_weights_are_master, 0.0, own)
+    weights = (own + gathered) * job.weight_bytes_per_param
     grads = (params.dense / g_d + params.expert / g_e) * job.gradient_bytes_per_param
     optimizer = (params.dense / o_d + params.expert / o_e) * job.optimizer_state_bytes_per_param
     return weights, grads, optimizer

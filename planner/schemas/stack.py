@@ -78,6 +78,11 @@ class Stack(Frozen):
         description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"
     )
     grad_reduce_dtype: Literal["fp32", "bf16"] = Field(description="Format gradients are reduced (and kept) in")
+    sharded_weights_are_master: bool = Field(
+        description="Under ZeRO-3 a rank's shard of the parameters is the optimizer's full-precision master copy "
+        "(FSDP keeps parameters in their own dtype and casts them to the compute dtype only when gathered), so no "
+        "16-bit copy of the shard is kept beside it; else the 16-bit shard and the master copy both are"
+    )
     cross_entropy_bytes_per_logit: PositiveFloat = Field(
         description="HBM bytes the loss moves per logit element, forward and backward together"
     )
