@@ -18,7 +18,7 @@ from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import is_dual, mesh_batch_size, num_microbatches, round_up
 from planner.cost.recompute import inapplicable
 from planner.errors import PlannerError
-from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays
+from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -62,6 +62,21 @@ def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
     """KV heads split over TP, or replicated when k_v < t (then t must be a multiple of k_v)."""
     k_v = model.num_kv_heads
     return np.where(mesh.tp <= k_v, k_v % mesh.tp == 0, mesh.tp % k_v == 0)
+
+
+def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: ParallelConfig) -> str:
+    """Why a mesh cannot offload activations (Megatron-Core transformer_config.py's rules, and what
+    the plan needs to price it)."""
+    if not job.software.activation_offloading:
+        return f"offload_layers: stack {job.software.name} offloads no activations (Megatron-Core stacks do)"
+    if cluster.gpu.host_link_bytes_per_s is None:
+        return f"offload_layers: profile {cluster.name} states no host_link_gb_per_s to price the transfers at"
+    if p.pp > 1 or p.recompute != "none":
+        return f"offload_layers needs pp 1 and recompute 'none' (got pp {p.pp}, recompute '{p.recompute}')"
+    return (
+        f"offload_layers {p.offload_layers}: Megatron-Core offloads fewer than the model's "
+        f"{model.num_hidden_layers} layers"
+    )
 
 
 RULES: tuple[Rule, ...] = (
@@ -247,6 +262,20 @@ RULES: tuple[Rule, ...] = (
             f"recompute_modules {', '.join(j.recompute_modules or ())} are what selective recompute runs again "
             f"(Megatron --recompute-granularity selective); this mesh has recompute {p.recompute}"
         ),
+    ),
+    Rule(
+        "activation_offloading",
+        lambda m, c, j, x: (
+            (x.offload_layers == 0)
+            | (
+                j.software.activation_offloading
+                & (c.gpu.host_link_bytes_per_s is not None)
+                & (x.pp == 1)
+                & (x.recompute == RECOMPUTE_NONE)
+                & (x.offload_layers < m.num_hidden_layers)
+            )
+        ),
+        lambda m, c, j, p: _offload_message(m, c, j, p),
     ),
     Rule(
         "tp_within_fast_domain",

@@ -52,6 +52,11 @@ def recompute_chosen(est: Estimate) -> str:
     modules = est.config.job.recompute_modules
     if cfg.recompute == "selective" and modules is not None:
         return f"; recomputes {', '.join(modules)} (Megatron --recompute-modules), which frees what they keep"
+    if cfg.offload_layers is not None:
+        return (
+            f"; offloads the activations of {cfg.offload_layers} of its {sum(est.layers_per_stage)} layers to host "
+            "memory instead of recomputing (Megatron --cpu-offloading), the fewest that fit"
+        )
     if cfg.recompute_layers is None:
         return ""
     per_chunk = layers_per_chunk(sum(est.layers_per_stage), cfg.pp * cfg.virtual_stages)

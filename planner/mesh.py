@@ -68,6 +68,7 @@ class MeshArrays:
     schedule: np.ndarray
     overlap_grad_reduce: np.ndarray  # bool
     recompute_layers: np.ndarray | None = None  # per chunk under full recompute; 0 (or None): every layer
+    offload_layers: np.ndarray | None = None  # layers whose activations go to host memory; 0 (or None): none
     # an explicit layout's decoder and MTP layers on the busiest rank but the last, and on the
     # last rank (``cost.pipeline.rank_layers``); -1: none, the plan's own split
     layout_body: np.ndarray | None = None
@@ -77,8 +78,9 @@ class MeshArrays:
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        if self.recompute_layers is None:
-            object.__setattr__(self, "recompute_layers", np.zeros(len(self.tp), dtype=np.int64))
+        for name in ("recompute_layers", "offload_layers"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, np.zeros(len(self.tp), dtype=np.int64))
         for name in LAYOUT_COLUMNS:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, np.full(len(self.tp), -1, dtype=np.int64))
@@ -108,6 +110,7 @@ class MeshArrays:
             schedule=np.array([SCHEDULES.index(c.schedule) for c in configs], dtype=np.int64),
             overlap_grad_reduce=np.array([c.overlap_grad_reduce for c in configs], dtype=bool),
             recompute_layers=np.array([c.recompute_layers or 0 for c in configs], dtype=np.int64),
+            offload_layers=np.array([c.offload_layers or 0 for c in configs], dtype=np.int64),
             **dict(zip(LAYOUT_COLUMNS, _layout_columns(configs), strict=True)),
             order=orders.pop() if orders else DEFAULT_ORDER,
         )
@@ -134,6 +137,7 @@ class MeshArrays:
             schedule=SCHEDULES[int(self.schedule[i])],  # type: ignore[arg-type]
             overlap_grad_reduce=bool(self.overlap_grad_reduce[i]),
             recompute_layers=int(self.recompute_layers[i]) or None,  # type: ignore[index]
+            offload_layers=int(self.offload_layers[i]) or None,  # type: ignore[index]
             order=self.order,
         )
 
@@ -147,6 +151,10 @@ class MeshArrays:
         """The rows of ``a`` then those of ``b`` (one rank order)."""
         fields = {k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in a.__dataclass_fields__ if k != "order"}
         return cls(**fields, order=a.order)
+
+    def with_offload_layers(self, layers: np.ndarray) -> MeshArrays:
+        """The same meshes moving the activations of ``layers`` layers to host memory."""
+        return replace(self, offload_layers=np.asarray(layers, dtype=np.int64))
 
     def with_recompute_layers(self, layers: np.ndarray) -> MeshArrays:
         """The same meshes recomputing the first ``layers`` of each chunk (full recompute)."""

@@ -208,8 +208,11 @@ def print_table(console: Console, table: Table) -> None:
 
 def recompute_cell(c: RankedEstimate) -> str:
     """The ranking's recompute column: none, sele(ctive), sel+ (selective with a named module
-    list), full, or f:r (full recompute of the first r layers of each chunk)."""
+    list), full, f:r (full recompute of the first r layers of each chunk), or o:n (the
+    activations of n layers offloaded to host memory instead)."""
     p = c.config.parallel
+    if p.offload_layers is not None:
+        return f"o:{p.offload_layers}"
     if p.recompute_layers is not None:
         return f"f:{p.recompute_layers}"
     if p.recompute == "selective" and c.config.job.recompute_modules is not None:

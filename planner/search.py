@@ -16,13 +16,13 @@ does not price yet) are evaluated only when pinned.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import numpy as np
 
 from planner.constraints import RULES, rule_masks
-from planner.cost.memory import layer_activations, peak_memory, stage_memory
+from planner.cost.memory import OFFLOAD_RESIDENT_LAYERS, layer_activations, peak_memory, stage_memory
 from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
 from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
@@ -99,6 +99,8 @@ def _knob_rows(pins: dict[str, Any]) -> dict[str, np.ndarray]:
     zero = [pins["zero_stage"]] if "zero_stage" in pins else [0, 1, 2, 3]
     if "recompute_layers" in pins:
         rec = [RECOMPUTE_FULL]
+    elif "offload_layers" in pins:
+        rec = [RECOMPUTES.index("none")]  # Megatron-Core offloads only without recompute
     else:
         rec = [RECOMPUTES.index(pins["recompute"])] if "recompute" in pins else [0, 1, 2]
     combos = np.array(
@@ -123,6 +125,7 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
     )
     cols["overlap_grad_reduce"] = np.full(n_deg * n_knob, bool(pins.get("overlap_grad_reduce", True)))
     cols["recompute_layers"] = np.full(n_deg * n_knob, int(pins.get("recompute_layers") or 0), dtype=np.int64)
+    cols["offload_layers"] = np.full(n_deg * n_knob, int(pins.get("offload_layers") or 0), dtype=np.int64)
     mesh = MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
     if "schedule" not in pins and "virtual_stages" not in pins:
         # With one stage interleaving is meaningless: drop those rows rather than count them.
@@ -160,6 +163,30 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     r = need.astype(np.int64)
     keep = fits_all & (r >= 1) & (r < per_chunk)  # r < 1: the mesh fits without recompute
     return full.with_recompute_layers(r).take(keep)
+
+
+def activation_offload(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> MeshArrays:
+    """For each mesh that recomputes every layer with pp 1, where the stack offloads activations and
+    the profile prices the host link, the same mesh without recompute moving the activations of
+    the first n layers to host memory instead (``ParallelConfig.offload_layers``), n the fewest
+    whose memory fits the GPU (none where no n below the model's layers fits, or where the mesh
+    fits without either). Memory is linear in n above ``memory.OFFLOAD_RESIDENT_LAYERS``, so the
+    mesh without offloading and with every layer but one offloaded fix it."""
+    if not job.software.activation_offloading or cluster.gpu.host_link_bytes_per_s is None:
+        return mesh.take(np.zeros(len(mesh), dtype=bool))
+    rows = np.flatnonzero((mesh.recompute == RECOMPUTE_FULL) & (mesh.recompute_layers == 0) & (mesh.pp == 1))
+    layers = model.num_hidden_layers
+    none = replace(mesh.take(rows), recompute=np.zeros(len(rows), dtype=np.int64))
+    most = none.with_offload_layers(np.full(len(none), layers - 1, dtype=np.int64))
+    m = num_microbatches(mesh_batch_size(job.batch_size, none), none)
+    at_none = peak_memory(model, cluster, job, none, m).total
+    at_most = peak_memory(model, cluster, job, most, m).total
+    per_layer = (at_none - at_most) / max(layers - 1 - OFFLOAD_RESIDENT_LAYERS, 1)  # what one more saves
+    spare = cluster.gpu.hbm_capacity_bytes - at_none
+    need = np.ceil(np.where(per_layer > 0, -spare / np.where(per_layer > 0, per_layer, 1.0), layers))
+    n = np.maximum(need.astype(np.int64) + OFFLOAD_RESIDENT_LAYERS, OFFLOAD_RESIDENT_LAYERS + 1)
+    keep = (spare < 0) & (at_most <= cluster.gpu.hbm_capacity_bytes) & (n < layers)
+    return none.with_offload_layers(np.minimum(n, layers - 1)).take(keep)
 
 
 def _equivalent_groups(ranked: np.ndarray, times: np.ndarray, memory: np.ndarray, top: int) -> list[list[int]]:
@@ -322,6 +349,8 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     candidates = mesh.take(alive)
     if "recompute" not in pins:  # a pinned 'full' means every layer, as Megatron's uniform method
         candidates = MeshArrays.concat(candidates, partial_recompute(model, cluster, job, candidates))
+        if "offload_layers" not in pins:
+            candidates = MeshArrays.concat(candidates, activation_offload(model, cluster, job, candidates))
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit,
     # unless none does, when every mesh is priced for the diagnosis.
     m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
@@ -462,4 +491,9 @@ def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
             raise PlannerError(f"--recompute-layers {layers!r}: expected a whole number >= 1")
         if pins.setdefault("recompute", "full") != "full":
             raise PlannerError(f"--recompute-layers needs --recompute full (got '{pins['recompute']}')")
+    if "offload_layers" in pins:
+        if pins.setdefault("recompute", "none") != "none":
+            raise PlannerError(f"--offload-layers needs --recompute none (got '{pins['recompute']}')")
+        if pins.setdefault("pp", 1) != 1:
+            raise PlannerError(f"--offload-layers needs --pp 1 (got {pins['pp']}): Megatron-Core offloads without PP")
     return pins

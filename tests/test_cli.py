@@ -114,6 +114,7 @@ def test_estimate_json_has_the_contract_keys_and_round_trips(cli) -> None:
         "optimizer",
         "layer_overhead",
         "overlap_slowdown",
+        "offload",
     }
     assert set(data["hidden_comm_s"]) == {"tp", "dp", "cp", "ep", "pp"}
     assert set(data["comm_bytes_per_gpu"]) == {"tp", "pp", "dp", "cp", "ep"}

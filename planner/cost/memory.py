@@ -403,9 +403,24 @@ def stage_activations(
 
     dense, moe = kept(per_layer.kept_dense, per_layer.all_dense), kept(per_layer.kept_moe, per_layer.all_moe)
     return StageActivations(
-        per_microbatch=tokens * ((layers - moe_layers) * dense + moe_layers * moe),
+        per_microbatch=tokens * ((layers - moe_layers) * dense + moe_layers * moe) * offload_kept_share(mesh, layers),
         one_layer=tokens * (per_layer.all_moe if model.is_moe else per_layer.all_dense),
     )
+
+
+OFFLOAD_RESIDENT_LAYERS = 2
+"""Offloaded layers whose activations are on the GPU at once: Transformer Engine's offload handler
+(``get_cpu_offload_context``, Megatron-Core's cpu_offloading with its default double buffering)
+reloads the next group into a second buffer while backward runs the current one."""
+
+
+def offload_kept_share(mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
+    """Share of a stage's activations that stays on the GPU when ``mesh.offload_layers`` of its
+    ``layers`` go to host memory (``ParallelConfig.offload_layers``, pp 1): the others, plus
+    ``OFFLOAD_RESIDENT_LAYERS`` of the offloaded in the reload buffers; 1 without offloading."""
+    offloaded = np.minimum(mesh.offload_layers, layers)
+    resident = np.minimum(offloaded, OFFLOAD_RESIDENT_LAYERS)
+    return np.where(offloaded > 0, (layers - offloaded + resident) / np.maximum(layers, 1), 1.0)
 
 
 def stage_memory(

@@ -37,7 +37,7 @@ from planner.cost.compute import (
     unfused_softmax_forward_s,
 )
 from planner.cost.flops import model_flops_per_token, mtp_layers, recompute_flops_per_token
-from planner.cost.memory import StageMemory, peak_memory, step_params
+from planner.cost.memory import StageMemory, layer_activations, peak_memory, step_params
 from planner.cost.pipeline import (
     RankLayers,
     bubble_fraction,
@@ -166,14 +166,24 @@ class RankSlot:
     ep: traffic.Traffic
     cp: traffic.Traffic
     slowdown: np.ndarray
+    offload: np.ndarray
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.compute + self.overhead + self.slowdown + self.tp.time_s + self.ep.time_s + self.cp.time_s
+        return (
+            self.compute
+            + self.overhead
+            + self.slowdown
+            + self.offload
+            + self.tp.time_s
+            + self.ep.time_s
+            + self.cp.time_s
+        )
 
 
 def rank_slot(
     model: ModelSpec,
+    cluster: ClusterSpec,
     job: JobSpec,
     mesh: MeshArrays,
     links: dict[str, comm.GroupLink],
@@ -209,7 +219,39 @@ def rank_slot(
         ep=ep,
         cp=cp,
         slowdown=job.software.overlap_slowdown * (tp.hidden_s + cp.hidden_s + ep.hidden_s),
+        offload=offload_exposed_s(model, cluster, job, mesh, layers, moe_layers, compute_first),
     )
+
+
+def offload_exposed_s(
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    job: JobSpec,
+    mesh: MeshArrays,
+    layers: np.ndarray,
+    moe_layers: np.ndarray,
+    compute_first: np.ndarray,
+) -> np.ndarray:
+    """Host transfers of activation offloading left exposed per micro-batch
+    (``ParallelConfig.offload_layers``). Transformer Engine's offload handler copies a layer's
+    activations to host memory on a side stream while forward runs the next layer, and reloads
+    them while backward runs the layer after (Megatron-Core cpu_offloading, double buffered), so
+    each offloaded layer exposes what its copy takes beyond one layer's forward on the way out and
+    one layer's backward (twice the forward) on the way back. The copy moves the layer's saved
+    activations (``memory.layer_activations`` without recompute) at the profile's
+    ``host_link_gb_per_s``; a layer's forward is the rank's compute per forward pass over its
+    layers. Zero without offloading."""
+    offloaded = np.minimum(mesh.offload_layers, layers)
+    link = cluster.gpu.host_link_bytes_per_s
+    if link is None or not np.any(offloaded > 0):
+        return np.zeros(len(mesh))
+    per_layer = layer_activations(model, job, mesh)
+    tokens = mesh.tokens_per_rank(job.seq_len)
+    saved = (layers - moe_layers) * per_layer.all_dense + moe_layers * per_layer.all_moe
+    copy_s = tokens * saved / np.maximum(layers, 1) / link
+    forward_s = compute_first / mesh.forward_passes(layers) / np.maximum(layers, 1)
+    exposed = np.maximum(copy_s - forward_s, 0.0) + np.maximum(copy_s - 2.0 * forward_s, 0.0)
+    return np.where(offloaded > 0, offloaded * exposed, 0.0)
 
 
 def pick_rank(pick: np.ndarray, a: RankSlot, b: RankSlot) -> RankSlot:
@@ -230,6 +272,7 @@ def pick_rank(pick: np.ndarray, a: RankSlot, b: RankSlot) -> RankSlot:
         ep=wt(a.ep, b.ep),
         cp=wt(a.cp, b.cp),
         slowdown=w(a.slowdown, b.slowdown),
+        offload=w(a.offload, b.offload),
     )
 
 
@@ -244,8 +287,8 @@ def evaluate(
     ranks = rank_layers(model, job, mesh)
     costs = layer_costs(model, cluster, job, mesh)
     heads = heads_on_last_rank(model, job, mesh)
-    last = rank_slot(model, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads)
-    body = rank_slot(model, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0)
+    last = rank_slot(model, cluster, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads)
+    body = rank_slot(model, cluster, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0)
     last_is_slowest = last.total_s >= body.total_s  # the pipeline runs at the slower rank's pace
     worst = pick_rank(last_is_slowest, last, body)
     slot = worst.total_s
@@ -295,6 +338,7 @@ def evaluate(
             "optimizer": optimizer_time,
             "layer_overhead": m * worst.overhead,
             "overlap_slowdown": m * worst.slowdown + slowdown_step,
+            "offload": m * worst.offload,
         },
         comm_bytes={
             "tp": m * worst.tp.bytes_sent,

@@ -131,6 +131,12 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
         )
     if config.recompute == "selective":
         raise refuse(TARGET, "--recompute selective", "DeepSpeed recomputes whole layers; use --recompute full or none")
+    if config.offload_layers is not None:
+        raise refuse(
+            TARGET,
+            f"--offload-layers {config.offload_layers}",
+            "DeepSpeed offloads no activations by layer count; use recompute",
+        )
     if config.recompute_layers is not None:
         raise refuse(
             TARGET,

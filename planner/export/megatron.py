@@ -130,7 +130,8 @@ def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:
     full with --recompute-method uniform --recompute-num-layers 1 recomputes every layer from its
     input; --recompute-method block --recompute-num-layers r recomputes the first r layers of each
     (virtual) pipeline stage and keeps the rest (selective takes no method: validate_args asserts
-    recompute_method is None)."""
+    recompute_method is None). A plan that offloads activations instead writes --cpu-offloading
+    --cpu-offloading-num-layers N (Megatron-Core's TransformerConfig fields; pp 1, no recompute)."""
     if config.recompute == "selective":
         modules = ["--recompute-modules", *job.recompute_modules] if job.recompute_modules else []
         return ["--recompute-granularity", "selective", *modules]
@@ -145,6 +146,9 @@ def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:
         ]
     if config.recompute == "full":
         return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
+    if config.offload_layers is not None:
+        # TransformerConfig cpu_offloading / cpu_offloading_num_layers (activations by default)
+        return ["--cpu-offloading", "--cpu-offloading-num-layers", str(config.offload_layers)]
     return []
 
 

@@ -174,6 +174,8 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
     config/configs.py agree on each): the MoE dispatcher and Adam state the stack runs, the rank
     order ParallelDims builds, bf16 or fp8 training, the pipeline schedules torch runs, and FSDP2's
     sharding (no ZeRO-1; weights always sharded over cp)."""
+    if config.offload_layers is not None:
+        raise refuse(target, f"--offload-layers {config.offload_layers}", "torchtitan offloads no activations by layer")
     check_dispatcher(target, "torchtitan", job, config)
     check_adam_state(target, job, bf16_moments=False)
     if not is_default_order(config):

@@ -43,6 +43,11 @@ class TimeBreakdown(Frozen):
     overlap_slowdown: NonNegativeFloat = Field(
         0.0, description="Compute slowed while hidden communication runs beside it (the stack's overlap_slowdown)"
     )
+    offload: NonNegativeFloat = Field(
+        0.0,
+        description="Activation offloading's host transfers not hidden behind the layers' compute "
+        "(``ParallelConfig.offload_layers``)",
+    )
 
 
 class CommBytes(Frozen):

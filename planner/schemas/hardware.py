@@ -150,6 +150,11 @@ class GPU(Frozen):
     compute_units: PositiveInt | None = Field(
         None, description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization"
     )
+    host_link_gb_per_s: PositiveFloat | None = Field(
+        None,
+        description="GB/s one GPU moves to or from host memory in one direction while every GPU of the node does "
+        "(activation offloading, ``ParallelConfig.offload_layers``); None: not priced, no offloading planned",
+    )
     sustained_tensor_fraction: float | None = Field(
         None,
         gt=0,
@@ -245,6 +250,10 @@ class GPU(Frozen):
     @property
     def hbm_bandwidth_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_tb_per_s * TB_BYTES
+
+    @property
+    def host_link_bytes_per_s(self) -> float | None:
+        return None if self.host_link_gb_per_s is None else self.host_link_gb_per_s * GB_BYTES
 
     @property
     def achieved_hbm_bytes_per_s(self) -> float:

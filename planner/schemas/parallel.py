@@ -75,6 +75,12 @@ class ParallelConfig(Frozen):
         "stages; Megatron-LM --recompute-method block --recompute-num-layers); the others keep all their "
         "activations. Unset: every layer",
     )
+    offload_layers: PositiveInt | None = Field(
+        None,
+        description="Move the activations of the first N layers to host memory during forward and back for "
+        "backward (Megatron-Core --cpu-offloading --cpu-offloading-num-layers; pp 1, no recompute, fewer than "
+        "the model's layers). Unset: none",
+    )
     sequence_parallel: bool = Field(
         False, description="Megatron sequence parallelism: shards what TP leaves replicated (needs tp > 1)"
     )
@@ -129,6 +135,13 @@ class ParallelConfig(Frozen):
             raise ValueError(f"virtual_stages {self.virtual_stages} > 1 needs schedule interleaved-1f1b")
         if self.recompute_layers is not None and self.recompute != "full":
             raise ValueError(f"recompute_layers needs recompute 'full' (got '{self.recompute}')")
+        if self.offload_layers is not None and (self.pp > 1 or self.recompute != "none"):
+            # Megatron-Core transformer_config.py: "Currently there is no support for Pipeline
+            # parallelism with CPU offloading"; "CPU offloading does not work when activation
+            # recomputation is enabled"
+            raise ValueError(
+                f"offload_layers needs pp 1 and recompute 'none' (got pp {self.pp}, recompute '{self.recompute}')"
+            )
         if self.pipeline_layout is not None:
             stages = parse_layout(self.pipeline_layout)
             if len(stages) != self.pp * self.virtual_stages:
@@ -186,7 +199,10 @@ class ParallelConfig(Frozen):
 
     @property
     def recompute_label(self) -> str:
-        """'none', 'selective', 'full', or 'full:N' when N layers of each chunk are recomputed."""
+        """'none', 'selective', 'full', 'full:N' when N layers of each chunk are recomputed, or
+        'offload:N' when N layers' activations go to host memory instead."""
+        if self.offload_layers is not None:
+            return f"offload:{self.offload_layers}"
         return self.recompute if self.recompute_layers is None else f"full:{self.recompute_layers}"
 
     def short(self) -> str:

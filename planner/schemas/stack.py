@@ -124,6 +124,10 @@ class Stack(Frozen):
         "SAC (every second matmul and every op outside its save list: norms, activations, TP all-gathers)"
     )
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
+    activation_offloading: bool = Field(
+        description="The stack can move the activations of some layers to host memory during forward and back "
+        "for backward (Megatron-Core --cpu-offloading --cpu-offloading-num-layers: ``ParallelConfig.offload_layers``)"
+    )
     per_module_recompute: bool = Field(
         description="Selective recompute takes a list of modules to run again (Megatron --recompute-modules: "
         "core_attn, layernorm, mla_up_proj, moe_act, mlp, moe, shared_experts); else only the stack's own "
