@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 from planner.catalog import load_cluster, load_stack, read_yaml
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
+from planner.schemas.base import GB_BYTES, GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
@@ -693,7 +694,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     return case
 
 
-PEAK_MEMORY_UNITS = {"peak_memory_gib": 2.0**30, "peak_memory_gb": 1e9}
+PEAK_MEMORY_UNITS = {"peak_memory_gib": GIB_BYTES, "peak_memory_gb": GB_BYTES}
 """Fields of ``measured`` that give a run's peak memory per GPU, by unit: torchtitan's tables
 print the allocator's max_reserved in GiB (train.py's ``memory/max_reserved(GiB)``); torchao's
 tables head theirs 'GB' and are read as written."""

@@ -37,7 +37,7 @@ from planner.cost.compute import (
     unfused_softmax_forward_s,
 )
 from planner.cost.flops import model_flops_per_token, mtp_layers, recompute_flops_per_token
-from planner.cost.memory import StageMemory, layer_activations, peak_memory, step_params
+from planner.cost.memory import LayerActivations, StageMemory, layer_activations, peak_memory, step_params
 from planner.cost.pipeline import (
     RankLayers,
     bubble_fraction,
@@ -191,6 +191,7 @@ def rank_slot(
     decoders: np.ndarray,
     mtp: np.ndarray,
     heads: np.ndarray | float,
+    activations: LayerActivations | None = None,
 ) -> RankSlot:
     """The slot of a rank holding ``decoders`` decoder and ``mtp`` MTP layers and running ``heads``
     LM heads with their losses: forward, backward (2x), a recomputed forward under full recompute
@@ -219,18 +220,18 @@ def rank_slot(
         ep=ep,
         cp=cp,
         slowdown=job.software.overlap_slowdown * (tp.hidden_s + cp.hidden_s + ep.hidden_s),
-        offload=offload_exposed_s(model, cluster, job, mesh, layers, moe_layers, compute_first),
+        offload=offload_exposed_s(cluster, job, mesh, layers, moe_layers, compute_first, activations),
     )
 
 
 def offload_exposed_s(
-    model: ModelSpec,
     cluster: ClusterSpec,
     job: JobSpec,
     mesh: MeshArrays,
     layers: np.ndarray,
     moe_layers: np.ndarray,
     compute_first: np.ndarray,
+    activations: LayerActivations | None,
 ) -> np.ndarray:
     """Host transfers of activation offloading left exposed per micro-batch
     (``ParallelConfig.offload_layers``). Transformer Engine's offload handler copies a layer's
@@ -240,18 +241,24 @@ def offload_exposed_s(
     one layer's backward (twice the forward) on the way back. The copy moves the layer's saved
     activations (``memory.layer_activations`` without recompute) at the profile's
     ``host_link_gb_per_s``; a layer's forward is the rank's compute per forward pass over its
-    layers. Zero without offloading."""
+    layers; ``activations`` are the mesh's ``memory.layer_activations``, computed once per step
+    (``offload_activations``). Zero without offloading."""
     offloaded = np.minimum(mesh.offload_layers, layers)
     link = cluster.gpu.host_link_bytes_per_s
-    if link is None or not np.any(offloaded > 0):
+    if link is None or activations is None or not np.any(offloaded > 0):
         return np.zeros(len(mesh))
-    per_layer = layer_activations(model, job, mesh)
+    per_layer = activations
     tokens = mesh.tokens_per_rank(job.seq_len)
     saved = (layers - moe_layers) * per_layer.all_dense + moe_layers * per_layer.all_moe
     copy_s = tokens * saved / np.maximum(layers, 1) / link
     forward_s = compute_first / mesh.forward_passes(layers) / np.maximum(layers, 1)
     exposed = np.maximum(copy_s - forward_s, 0.0) + np.maximum(copy_s - 2.0 * forward_s, 0.0)
     return np.where(offloaded > 0, offloaded * exposed, 0.0)
+
+
+def offload_activations(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> LayerActivations | None:
+    """The per-layer activations ``offload_exposed_s`` copies, where some mesh offloads; else None."""
+    return layer_activations(model, job, mesh) if np.any(mesh.offload_layers > 0) else None
 
 
 def pick_rank(pick: np.ndarray, a: RankSlot, b: RankSlot) -> RankSlot:
@@ -287,8 +294,9 @@ def evaluate(
     ranks = rank_layers(model, job, mesh)
     costs = layer_costs(model, cluster, job, mesh)
     heads = heads_on_last_rank(model, job, mesh)
-    last = rank_slot(model, cluster, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads)
-    body = rank_slot(model, cluster, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0)
+    offloaded = offload_activations(model, job, mesh)
+    last = rank_slot(model, cluster, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads, offloaded)
+    body = rank_slot(model, cluster, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0, offloaded)
     last_is_slowest = last.total_s >= body.total_s  # the pipeline runs at the slower rank's pace
     worst = pick_rank(last_is_slowest, last, body)
     slot = worst.total_s
