@@ -8,6 +8,7 @@ from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import flash_attention_runs, mtp_layers
 from planner.cost.layout import layout_rank_layers
+from planner.cost.memory import MEMORY_UNDERCOUNT, usable_memory_bytes
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
@@ -74,12 +75,21 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"{job.batch_size}"
         )
     if not est.fits:
+        kept = f" with {job.memory_headroom:.0%} kept free (--memory-headroom)" if job.memory_headroom else ""
         notes.append(
             f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
-            f"{cluster.gpu.hbm_capacity_gib:.1f} GiB on a {cluster.gpu.name}; try a higher --zero-stage, "
-            "--recompute full, more tp/pp, or a smaller --micro-batch-size"
+            f"{est.memory_usable_bytes / GIB_BYTES:.1f} GiB usable on a {cluster.gpu.name}{kept}; try a higher "
+            "--zero-stage, --recompute full, more tp/pp, or a smaller --micro-batch-size"
         )
         notes += module_recompute_hint(model, cluster, job, config)
+    elif est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT) > cluster.gpu.hbm_capacity_bytes:
+        notes.append(
+            f"tight memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
+            f"GiB per GPU; measured peaks have run up to {MEMORY_UNDERCOUNT:.1%} above the planner's count "
+            f"(cost.memory.MEMORY_UNDERCOUNT), which would need "
+            f"{est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT) / GIB_BYTES:.1f} GiB: it may run out of memory; "
+            f"--memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
+        )
     m, p = est.num_microbatches, config.pp
     if p > 1 and m < MICROBATCHES_PER_STAGE_ADVICE * p:
         notes.append(
@@ -218,7 +228,7 @@ def row_estimate(
             or stage_layer_counts(model.num_hidden_layers, config.pp, config.virtual_stages)
         ),
         memory_per_gpu_bytes=float(mem.total[i]),
-        memory_usable_bytes=cluster.gpu.hbm_capacity_bytes,
+        memory_usable_bytes=usable_memory_bytes(cluster, job),
         memory_breakdown_bytes=MemoryBreakdown(**{k: float(getattr(mem, k)[i]) for k in MemoryBreakdown.model_fields}),
         time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
         hidden_comm_s=HiddenComm(**{k: float(np.asarray(v)[i]) for k, v in cols.hidden.items()}),

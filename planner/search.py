@@ -22,7 +22,13 @@ from typing import Annotated, Any
 import numpy as np
 
 from planner.constraints import RULES, rule_masks
-from planner.cost.memory import OFFLOAD_RESIDENT_LAYERS, layer_activations, peak_memory, stage_memory
+from planner.cost.memory import (
+    OFFLOAD_RESIDENT_LAYERS,
+    layer_activations,
+    peak_memory,
+    stage_memory,
+    usable_memory_bytes,
+)
 from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
 from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
@@ -30,6 +36,7 @@ from planner.errors import PlannerError
 from planner.explain import explain
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
+from planner.schemas.base import GIB_BYTES
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -148,7 +155,7 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     per_chunk = ranks.busiest // full.virtual_stages
     one = full.with_recompute_layers(np.ones(len(full), dtype=np.int64))
     m = num_microbatches(mesh_batch_size(job.batch_size, full), full)
-    cap = cluster.gpu.hbm_capacity_bytes
+    cap = usable_memory_bytes(cluster, job)
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
     acts_all, acts_one = layer_activations(model, job, full), layer_activations(model, job, one)
@@ -182,10 +189,11 @@ def activation_offload(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     at_none = peak_memory(model, cluster, job, none, m).total
     at_most = peak_memory(model, cluster, job, most, m).total
     per_layer = (at_none - at_most) / max(layers - 1 - OFFLOAD_RESIDENT_LAYERS, 1)  # what one more saves
-    spare = cluster.gpu.hbm_capacity_bytes - at_none
+    cap = usable_memory_bytes(cluster, job)
+    spare = cap - at_none
     need = np.ceil(np.where(per_layer > 0, -spare / np.where(per_layer > 0, per_layer, 1.0), layers))
     n = np.maximum(need.astype(np.int64) + OFFLOAD_RESIDENT_LAYERS, OFFLOAD_RESIDENT_LAYERS + 1)
-    keep = (spare < 0) & (at_most <= cluster.gpu.hbm_capacity_bytes) & (n < layers)
+    keep = (spare < 0) & (at_most <= cap) & (n < layers)
     return none.with_offload_layers(np.minimum(n, layers - 1)).take(keep)
 
 
@@ -355,7 +363,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     # unless none does, when every mesh is priced for the diagnosis.
     m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
     memory = peak_memory(model, cluster, job, candidates, m)
-    fit = memory.total <= cluster.gpu.hbm_capacity_bytes
+    fit = memory.total <= usable_memory_bytes(cluster, job)
     if fit.any() and not fit.all():
         pruned["memory"] = int((~fit).sum())
         candidates, memory = candidates.take(fit), memory.take(fit)
@@ -400,10 +408,11 @@ def _nothing_fits(
         return f"every candidate mesh breaks '{blockers[0].name}': {blockers[0].message(model, cluster, job, example)}"
     if len(cols.fits):
         best = float(np.min(cols.memory.total))
-        cap = cluster.gpu.hbm_capacity_gib
+        cap = usable_memory_bytes(cluster, job) / GIB_BYTES
+        kept = f" ({job.memory_headroom:.0%} kept free by --memory-headroom)" if job.memory_headroom else ""
         return (
-            f"no mesh fits in memory: the leanest needs {best / 2**30:.1f} GiB per GPU, {cap:.1f} GiB available; "
-            "try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"
+            f"no mesh fits in memory: the leanest needs {best / GIB_BYTES:.1f} GiB per GPU, {cap:.1f} GiB "
+            f"available{kept}; try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"
         )
     worst = max(pruned, key=pruned.__getitem__)
     return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"

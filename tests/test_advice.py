@@ -6,7 +6,10 @@ from __future__ import annotations
 import pytest
 
 from planner.catalog import load_cluster, load_model
+from planner.cost.memory import MEMORY_UNDERCOUNT, usable_memory_bytes
+from planner.errors import PlannerError
 from planner.pricing import estimate_mesh, last_stage_imbalance
+from planner.schemas.job import JobSpec
 from planner.schemas.parallel import ParallelConfig
 from planner.search import default_job, search
 from tests.conftest import assert_one_line_error
@@ -86,3 +89,41 @@ def test_interleaved_growth_rounds_to_a_multiple_of_dp_mbs_pp() -> None:
     est = estimate_mesh(LLAMA70, H100X16, job, cfg)
     assert est.config.job.batch_size == 512  # multiple of dp*b*pp = 16
     assert est.num_microbatches == 128
+
+
+def test_memory_headroom_keeps_its_share_free_and_the_tight_winner_is_warned() -> None:
+    cap = H100X16.gpu.hbm_capacity_bytes
+    job = default_job(LLAMA70)
+    tight = search(LLAMA70, H100X16, job, top=1).candidates[0]
+    # The fastest mesh at no headroom fills 79.2 of 79.7 GiB: the worst measured under-count
+    # (12.5%) would need 79.2 / 0.875 = 90.5 GiB, so it is warned.
+    assert tight.memory_per_gpu_bytes > (1 - MEMORY_UNDERCOUNT) * cap
+    assert tight.memory_usable_bytes == cap
+    warning = next(w for w in tight.warnings if w.startswith("tight memory"))
+    need = tight.memory_per_gpu_bytes / (1 - MEMORY_UNDERCOUNT) / 2**30
+    assert f"would need {need:.1f} GiB" in warning and "--memory-headroom 0.125" in warning
+    safe_job = JobSpec.model_validate({**job.model_dump(), "memory_headroom": MEMORY_UNDERCOUNT})
+    safe = search(LLAMA70, H100X16, safe_job, top=5)
+    for c in safe.candidates:
+        assert c.memory_usable_bytes == pytest.approx((1 - MEMORY_UNDERCOUNT) * cap, rel=1e-12)
+        assert c.memory_per_gpu_bytes <= c.memory_usable_bytes
+        assert not any(w.startswith("tight memory") for w in c.warnings)
+    best = safe.candidates[0]
+    assert best.config.parallel != tight.config.parallel
+    # the margin costs little here: 1,194 against 1,214 tokens/s per GPU
+    assert 0.95 < best.tokens_per_s_per_gpu / tight.tokens_per_s_per_gpu < 1.0
+    assert usable_memory_bytes(H100X16, safe_job) == best.memory_usable_bytes
+
+
+def test_memory_headroom_out_of_range_is_a_one_line_error(cli) -> None:
+    for bad in ("0.7", "-0.1", "nan"):
+        result = cli("-m", "llama3-70b", "-c", "dgx-h100x16", "--memory-headroom", bad)
+        assert_one_line_error(result, "--memory-headroom")
+    with pytest.raises(ValueError, match="memory_headroom"):
+        JobSpec(global_batch_size=8, seq_len=4096, memory_headroom=0.6)
+
+
+def test_nothing_fits_says_what_the_headroom_kept() -> None:
+    job = JobSpec.model_validate({**default_job(LLAMA70).model_dump(), "memory_headroom": 0.5})
+    with pytest.raises(PlannerError, match=r"GiB available \(50% kept free by --memory-headroom\)"):
+        search(LLAMA70, load_cluster("dgx-h100"), job)

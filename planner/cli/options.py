@@ -260,6 +260,7 @@ JOB = [
         help="Token budget for time-to-train and cost: 15T, 300B, 2.5e12.",
     ),
     field_option(JobSpec, "max_batch_growth", metavar="FRACTION"),
+    field_option(JobSpec, "memory_headroom", metavar="FRACTION"),
     field_option(JobSpec, "dtype"),
     field_option(JobSpec, "flash_attention"),
     field_option(JobSpec, "dropout"),

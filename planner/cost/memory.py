@@ -51,6 +51,24 @@ from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
+MEMORY_UNDERCOUNT = 0.125
+"""The largest share by which a measured peak exceeded the planner's count: torchtitan's Llama-3.1
+70B on 256 H100 (FSDP 32 x TP 8, full AC), 71.9 GiB published against 62.9 GiB counted (-12.5%),
+the worst of the 19 published runs with a measured peak in modern_runs.yaml (torchtitan's
+performance tables and torchao's float8 tables: torchtitan/FSDP2 on H100 and MI300X), from
+``python benchmarks/accuracy.py --runs modern_runs.yaml`` (its ``memory`` section, most_under_pct;
+tests/test_memory_measured.py holds this figure to it). No Megatron-Core or DeepSpeed run
+publishes its peak, so for those stacks it is the other stacks' figure, not a measurement of
+their own. A measured peak is then up to predicted / (1 - MEMORY_UNDERCOUNT) (x1.14):
+``pricing.advice`` warns when that exceeds the GPU's memory, and a job's ``memory_headroom`` of
+this share asks the search for exactly that margin."""
+
+
+def usable_memory_bytes(cluster: ClusterSpec, job: JobSpec) -> float:
+    """Memory a mesh may fill on each GPU: its capacity (the profile's, less nothing: the runtime
+    reserve is counted in the peak as ``overhead``) less the job's ``memory_headroom`` share."""
+    return cluster.gpu.hbm_capacity_bytes * (1.0 - job.memory_headroom)
+
 
 def kv_heads_per_rank(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     """k_v / t, or 1 when KV heads are replicated because k_v < t."""

@@ -37,7 +37,14 @@ from planner.cost.compute import (
     unfused_softmax_forward_s,
 )
 from planner.cost.flops import model_flops_per_token, mtp_layers, recompute_flops_per_token
-from planner.cost.memory import LayerActivations, StageMemory, layer_activations, peak_memory, step_params
+from planner.cost.memory import (
+    LayerActivations,
+    StageMemory,
+    layer_activations,
+    peak_memory,
+    step_params,
+    usable_memory_bytes,
+)
 from planner.cost.pipeline import (
     RankLayers,
     bubble_fraction,
@@ -368,7 +375,7 @@ def evaluate(
         hardware_flops_per_step=hardware_flops,
         mfu=model_flops / peak_total,
         hfu=hardware_flops / peak_total,
-        fits=memory.total <= cluster.gpu.hbm_capacity_bytes,
+        fits=memory.total <= usable_memory_bytes(cluster, job),
         ranks=ranks,
         last_is_slowest=last_is_slowest,
     )

@@ -157,6 +157,17 @@ class JobSpec(Frozen):
         True, description="Fused attention that stores no s x s scores in HBM (Dao et al. 2022)"
     )
     dropout: bool = Field(False, description="Dropout in attention and MLP (GPT-3 era); modern LLMs train without")
+    memory_headroom: float = Field(
+        0.0,
+        ge=0,
+        le=0.5,
+        description=(
+            "Share (at most half) of each GPU's memory kept free beyond the profile's reserve: a mesh fits only "
+            "if its predicted peak is at most (1 - headroom) x the GPU's memory "
+            "(``cost.memory.usable_memory_bytes``); cost.memory.MEMORY_UNDERCOUNT is the largest under-count "
+            "measured against published peaks"
+        ),
+    )
     max_batch_growth: float = Field(
         0.0,
         ge=0,
