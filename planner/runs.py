@@ -573,6 +573,17 @@ def software_dated_before(software: object, since: tuple[int, int, int]) -> bool
     return bool(dates) and max(dates) < since
 
 
+def reads_alternative(row: dict[str, Any]) -> bool:
+    """Whether a row reads the value in parentheses of a table row that holds two variants
+    (``source.variant``, Megatron-Bridge's 'FP8-CS (FP8-MX)' pairs): such a row's columns without
+    parentheses belong to the other variant too, so where its stated micro-batch, accumulation
+    steps and batch disagree, the micro-batch is the column to distrust. A row that reads its own
+    values keeps its stated micro-batch (Megatron-Bridge 25.11's Qwen3-235B BF16 on GB300 states MBS 2,
+    GA 32 and GBS 8192 at dp 64: 64 micro-batches of 2, as the preset's micro_batch_size=2 in
+    scripts/performance/configs/qwen/qwen3_workload_base_configs.py runs it)."""
+    return "in parentheses" in _text((row.get("source") or {}).get("variant"))
+
+
 def case_from_row(row: dict[str, Any]) -> RunCase:
     """Translate one runs-file row; raises ``UnpriceableError`` with the reason where it cannot."""
     name, group = str(row.get("name")), str(row.get("group"))
@@ -613,12 +624,17 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         and isinstance(batch, int)
         and stated_accum > 0
         and mbs * stated_accum * dp != batch
-        and batch % (dp * stated_accum) == 0
     ):
-        # the batch and its accumulation steps fix the micro-batch (a table's MBS column can
-        # belong to another variant of the row, as Megatron-Bridge's parenthesised pairs do)
-        assumed.append(f"micro_batch: {batch} / (dp {dp} x grad_accum {stated_accum}), not the stated {mbs}")
-        mbs = batch // (dp * stated_accum)
+        if reads_alternative(row) and batch % (dp * stated_accum) == 0:
+            # the batch and its accumulation steps fix the micro-batch: the row is the variant in
+            # parentheses, whose table shares the MBS column with the other variant
+            assumed.append(f"micro_batch: {batch} / (dp {dp} x grad_accum {stated_accum}), not the stated {mbs}")
+            mbs = batch // (dp * stated_accum)
+        else:
+            assumed.append(
+                f"grad_accum: the stated {stated_accum} does not make the batch {batch} with micro-batch {mbs} "
+                f"and dp {dp}; the row's own micro-batch and batch are kept"
+            )
     if not isinstance(batch, int) or isinstance(batch, bool):
         raise UnpriceableError(f"parallel.global_batch is not a number ({batch!r})")
     vp = _int(par, "vp", "parallel") or 1

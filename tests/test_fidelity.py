@@ -867,10 +867,17 @@ def test_the_batch_and_its_accumulation_fix_a_contradicted_micro_batch() -> None
     par = row["parallel"]
     assert par["pp"] > 1 and par["micro_batch"] * par["grad_accum"] * par["dp"] == par["global_batch"]
     assert case_from_row(row).pins["micro_batch_size"] == par["micro_batch"]
-    par["micro_batch"] *= 2  # a table column that belongs to the row's other variant
+    par["micro_batch"] *= 2
+    # the row reads its own values: its micro-batch stands, its accumulation steps are the odd column
+    own = case_from_row(row)
+    assert own.pins["micro_batch_size"] == par["micro_batch"]
+    assert any(a.startswith(f"grad_accum: the stated {par['grad_accum']} does not make") for a in own.assumed)
+    # the row reads the value in parentheses of a two-variant table row: the MBS column without
+    # parentheses belongs to the other variant, so the batch and the accumulation fix the micro-batch
+    row["source"]["variant"] = "value in parentheses"
     case = case_from_row(row)
     assert case.pins["micro_batch_size"] == par["micro_batch"] // 2
-    assert any("grad_accum" in a for a in case.assumed)
+    assert any(a.startswith("micro_batch: ") for a in case.assumed)
 
 
 def test_a_stated_configuration_that_cannot_fit_is_refused() -> None:
