@@ -75,7 +75,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"{job.batch_size}"
         )
     if not est.fits:
-        kept = f" with {job.memory_headroom:.0%} kept free (--memory-headroom)" if job.memory_headroom else ""
+        kept = f" with {100 * job.memory_headroom:g}% kept free (--memory-headroom)" if job.memory_headroom else ""
         notes.append(
             f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
             f"{est.memory_usable_bytes / GIB_BYTES:.1f} GiB usable on a {cluster.gpu.name}{kept}; try a higher "

@@ -409,7 +409,7 @@ def _nothing_fits(
     if len(cols.fits):
         best = float(np.min(cols.memory.total))
         cap = usable_memory_bytes(cluster, job) / GIB_BYTES
-        kept = f" ({job.memory_headroom:.0%} kept free by --memory-headroom)" if job.memory_headroom else ""
+        kept = f" ({100 * job.memory_headroom:g}% kept free by --memory-headroom)" if job.memory_headroom else ""
         return (
             f"no mesh fits in memory: the leanest needs {best / GIB_BYTES:.1f} GiB per GPU, {cap:.1f} GiB "
             f"available{kept}; try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"

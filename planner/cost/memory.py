@@ -65,8 +65,8 @@ this share asks the search for exactly that margin."""
 
 
 def usable_memory_bytes(cluster: ClusterSpec, job: JobSpec) -> float:
-    """Memory a mesh may fill on each GPU: its capacity (the profile's, less nothing: the runtime
-    reserve is counted in the peak as ``overhead``) less the job's ``memory_headroom`` share."""
+    """Memory a mesh's predicted peak may reach on each GPU: the profile's capacity less the job's
+    ``memory_headroom`` share (the runtime reserve is part of the peak, its ``overhead``)."""
     return cluster.gpu.hbm_capacity_bytes * (1.0 - job.memory_headroom)
 
 
