@@ -8,7 +8,7 @@ from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import flash_attention_runs, mtp_layers
 from planner.cost.layout import layout_rank_layers
-from planner.cost.memory import MEMORY_UNDERCOUNT, usable_memory_bytes
+from planner.cost.memory import MEMORY_UNDERCOUNT, headroom_clause, usable_memory_bytes
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
@@ -75,20 +75,18 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"{job.batch_size}"
         )
     if not est.fits:
-        kept = f" with {100 * job.memory_headroom:g}% kept free (--memory-headroom)" if job.memory_headroom else ""
         notes.append(
             f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
-            f"{est.memory_usable_bytes / GIB_BYTES:.1f} GiB usable on a {cluster.gpu.name}{kept}; try a higher "
-            "--zero-stage, --recompute full, more tp/pp, or a smaller --micro-batch-size"
+            f"{est.memory_usable_bytes / GIB_BYTES:.1f} GiB usable on a {cluster.gpu.name}{headroom_clause(job)}; "
+            "try a higher --zero-stage, --recompute full, more tp/pp, or a smaller --micro-batch-size"
         )
         notes += module_recompute_hint(model, cluster, job, config)
-    elif est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT) > cluster.gpu.hbm_capacity_bytes:
+    elif (worst_peak := est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)) > cluster.gpu.hbm_capacity_bytes:
         notes.append(
             f"tight memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
             f"GiB per GPU; measured peaks have run up to {MEMORY_UNDERCOUNT:.1%} above the planner's count "
-            f"(cost.memory.MEMORY_UNDERCOUNT), which would need "
-            f"{est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT) / GIB_BYTES:.1f} GiB: it may run out of memory; "
-            f"--memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
+            f"(cost.memory.MEMORY_UNDERCOUNT), which would need {worst_peak / GIB_BYTES:.1f} GiB: it may run out of "
+            f"memory; --memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
         )
     m, p = est.num_microbatches, config.pp
     if p > 1 and m < MICROBATCHES_PER_STAGE_ADVICE * p:

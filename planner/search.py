@@ -24,6 +24,7 @@ import numpy as np
 from planner.constraints import RULES, rule_masks
 from planner.cost.memory import (
     OFFLOAD_RESIDENT_LAYERS,
+    headroom_clause,
     layer_activations,
     peak_memory,
     stage_memory,
@@ -409,10 +410,9 @@ def _nothing_fits(
     if len(cols.fits):
         best = float(np.min(cols.memory.total))
         cap = usable_memory_bytes(cluster, job) / GIB_BYTES
-        kept = f" ({100 * job.memory_headroom:g}% kept free by --memory-headroom)" if job.memory_headroom else ""
         return (
             f"no mesh fits in memory: the leanest needs {best / GIB_BYTES:.1f} GiB per GPU, {cap:.1f} GiB "
-            f"available{kept}; try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"
+            f"available{headroom_clause(job)}; try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"
         )
     worst = max(pruned, key=pruned.__getitem__)
     return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"

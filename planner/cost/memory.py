@@ -70,6 +70,11 @@ def usable_memory_bytes(cluster: ClusterSpec, job: JobSpec) -> float:
     return cluster.gpu.hbm_capacity_bytes * (1.0 - job.memory_headroom)
 
 
+def headroom_clause(job: JobSpec) -> str:
+    """' (12.5% kept free by --memory-headroom)' after a usable-memory figure, '' without headroom."""
+    return f" ({100 * job.memory_headroom:g}% kept free by --memory-headroom)" if job.memory_headroom else ""
+
+
 def kv_heads_per_rank(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
     """k_v / t, or 1 when KV heads are replicated because k_v < t."""
     return np.maximum(model.num_kv_heads / tp, 1.0)
