@@ -9,7 +9,8 @@ Each field is read as the file's ``field_conventions`` state (null: not stated):
             on every layer, or alternating with full layers as GPT-OSS's; 'sinks' in it sets
             attention_sinks), vocab, seq_len, tied_embeddings, ffn_act; MPT's architecture from
             its arch_notes (GELU MLP, LayerNorm and biases, learned positions, tied embeddings);
-            the biases of GPT-OSS (hf_id openai/gpt-oss-*) and Qwen3's q/k norms from the hf_id
+            the biases and SwiGLU clamp of GPT-OSS (hf_id openai/gpt-oss-*) and Qwen3's q/k norms from
+            the hf_id
   hardware  the GPU description picks a shipped profile (``GPU_PROFILES``), count the GPUs
   software  the source repository picks the stack (``STACKS``); compile, async_tp, ep_comm_overlap
             and the FSDP mixed-precision policy override its defaults where the row states them
@@ -354,8 +355,8 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")
     if _text(m.get("hf_id")).startswith("qwen/qwen3"):
         spec["qk_norm"] = True
-    if _text(m.get("hf_id")).startswith("openai/gpt-oss"):  # GptOssConfig attention_bias true; expert biases
-        spec.update(attention_bias=True, mlp_bias=True)
+    if _text(m.get("hf_id")).startswith("openai/gpt-oss"):  # GptOssConfig: attention_bias true, expert biases,
+        spec.update(attention_bias=True, mlp_bias=True, swiglu_limit=7.0)  # swiglu_limit 7.0
     if "sink" in attention:
         spec["attention_sinks"] = True
     spec.update(mla_from(m, attention))

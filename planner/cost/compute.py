@@ -299,6 +299,19 @@ class LayerForward:
         return self.gemm_s + self.core_s + self.elementwise_s + self.casts_s + self.softmax_s
 
 
+def expert_epilogue_bytes(model: ModelSpec, job: JobSpec) -> dict[str, float]:
+    """HBM bytes per routed token copy and element, per forward pass (the step runs each layer term
+    three times: forward and a backward of twice its work), of the expert work the stack runs
+    outside its fused kernels: 'clamp', per element of the expert width, the gated MLP's clamp
+    (``ModelSpec.swiglu_limit``, ``Stack.glu_clamp_bytes_per_element``); 'bias', per hidden element,
+    the experts' output bias (``ModelSpec.mlp_bias``, ``Stack.expert_bias_bytes_per_element``).
+    Both stack figures count forward and backward together, hence the third."""
+    stack = job.software
+    clamp = (stack.glu_clamp_bytes_per_element or 0.0) if model.swiglu_limit is not None else 0.0
+    bias = (stack.expert_bias_bytes_per_element or 0.0) if model.mlp_bias else 0.0
+    return {"clamp": clamp / 3.0, "bias": bias / 3.0}
+
+
 def layer_forward_parts(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool
 ) -> LayerForward:
@@ -326,13 +339,18 @@ def layer_forward_parts(
         "shared_activation": zero,
         "rope": zero + (4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0),
         "permute": zero,
+        "expert_bias": zero,
     }
     if moe:
         top_k = model.num_experts_per_tok or 0
         load = moe_load_factor(job, mesh)
-        bytes_per_token["routed_activation"] = act * top_k * load * model.expert_intermediate_size / mesh.expert_tp / t
+        copies = top_k * load  # routed copies of a token
+        epilogue = expert_epilogue_bytes(model, job)
+        routed_act = act + epilogue["clamp"]
+        bytes_per_token["routed_activation"] = routed_act * copies * model.expert_intermediate_size / mesh.expert_tp / t
         bytes_per_token["shared_activation"] = zero + act * model.shared_expert_width / t
-        bytes_per_token["permute"] = 4.0 * top_k * load * 2.0 * h / t  # dispatch and combine copies, read + write
+        bytes_per_token["permute"] = 4.0 * copies * 2.0 * h / t  # dispatch and combine copies, read + write
+        bytes_per_token["expert_bias"] = epilogue["bias"] * copies * h / t
     else:
         bytes_per_token["dense_activation"] = zero + act * model.intermediate_size / t
     elementwise = {op: tokens * b / bw for op, b in bytes_per_token.items()}

@@ -62,7 +62,7 @@ MODULES: dict[str, Module] = {
     "moe": Module(
         frees=("routed_input", "routed_activation", "routed_product", "shared"),
         gemms=("moe.router", "moe.expert_in", "moe.expert_out", "moe.shared_in", "moe.shared_out"),
-        ops=("routed_activation", "shared_activation", "permute"),
+        ops=("routed_activation", "shared_activation", "permute", "expert_bias"),
         dispatch=True,
     ),
     "shared_experts": Module(frees=("shared",), gemms=("moe.shared_in", "moe.shared_out"), ops=("shared_activation",)),

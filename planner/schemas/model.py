@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
 from planner.schemas.base import Frozen
 
@@ -65,6 +65,11 @@ class ModelSpec(Frozen):
     hidden_act: str = "silu"
     attention_bias: bool = False
     mlp_bias: bool = False
+    swiglu_limit: PositiveFloat | None = Field(
+        None,
+        description="The gated MLP clamps its gate to at most this and its up projection to +-this before the "
+        "activation (HF GptOssConfig swiglu_limit, 7.0 for gpt-oss); None: no clamp",
+    )
     gated_mlp: bool | None = Field(None, description="Non-HF. None: derived from hidden_act")
     norm_type: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Non-HF. layernorm has a bias")
     qk_norm: bool = Field(False, description="Non-HF. Per-head RMSNorm on q and k (Qwen3)")

@@ -97,6 +97,18 @@ class Stack(Frozen):
     compiled_loss_bytes_per_logit: PositiveFloat | None = Field(
         description="loss_bytes_per_logit where torch.compile covers the loss; None: the stack never compiles it"
     )
+    expert_bias_bytes_per_element: NonNegativeFloat | None = Field(
+        None,
+        description="HBM bytes per routed token copy and hidden element that adding the experts' output bias "
+        "(``ModelSpec.mlp_bias``) costs outside the grouped GEMM, forward and backward together; 0: fused in "
+        "the GEMM; None: not counted, 0",
+    )
+    glu_clamp_bytes_per_element: NonNegativeFloat | None = Field(
+        None,
+        description="HBM bytes per routed token copy and expert-intermediate element that clamping the gated "
+        "MLP's gate and up halves (``ModelSpec.swiglu_limit``) costs outside the fused activation, forward and "
+        "backward together; 0: inside it; None: not counted, 0",
+    )
     kernels_per_layer_eager: PositiveFloat = Field(
         description="Kernels one transformer layer's forward launches without torch.compile"
     )
