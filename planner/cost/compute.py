@@ -292,11 +292,25 @@ class LayerForward:
     casts_s: np.ndarray
     softmax_s: np.ndarray  # unfused softmax/dropout traffic (zero with flash attention)
     gemms: dict[str, np.ndarray]  # gemm_s by ``layer_gemms`` name
-    elementwise: dict[str, np.ndarray]  # elementwise_s by op: norms, residual, *_activation, rope, permute
+    elementwise: dict[str, np.ndarray]  # elementwise_s by op: norms, residual, *_activation, rope, permute, expert_bias
 
     @property
     def total_s(self) -> np.ndarray:
         return self.gemm_s + self.core_s + self.elementwise_s + self.casts_s + self.softmax_s
+
+
+def token_reorders(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
+    """Copies of the routed tokens each direction of a MoE layer makes: dispatch permutes them by
+    destination and combine restores the order (1 each); where an expert-parallel rank holds more
+    than one expert, the tokens an all-to-all brings arrive ordered by source rank and are sorted
+    into expert order after it, and back before the combine's (2 each). Megatron-Core
+    MoEAlltoAllTokenDispatcher (token_dispatcher.py, 0.15): "if self.num_local_experts > 1: ...
+    sort_chunks_by_idxs(global_input_tokens, self.num_global_tokens_per_local_expert.ravel(),
+    self.sort_input_by_local_experts, ...)" after the dispatch all-to-all and with
+    restore_output_by_local_experts before the combine's (fused or not, a read and a write of the
+    routed tokens); torchtitan's ExpertParallel likewise permutes the received tokens by local
+    expert (expert_parallel.py ``_permute`` after its all-to-all, ``_unpermute`` before)."""
+    return np.where((mesh.ep > 1) & (local_experts(model, mesh) > 1), 2.0, 1.0)
 
 
 def expert_epilogue_bytes(model: ModelSpec, job: JobSpec) -> dict[str, float]:
@@ -349,7 +363,7 @@ def layer_forward_parts(
         routed_act = act + epilogue["clamp"]
         bytes_per_token["routed_activation"] = routed_act * copies * model.expert_intermediate_size / mesh.expert_tp / t
         bytes_per_token["shared_activation"] = zero + act * model.shared_expert_width / t
-        bytes_per_token["permute"] = 4.0 * copies * 2.0 * h / t  # dispatch and combine copies, read + write
+        bytes_per_token["permute"] = 4.0 * copies * 2.0 * token_reorders(model, mesh) * h / t  # read + write
         bytes_per_token["expert_bias"] = epilogue["bias"] * copies * h / t
     else:
         bytes_per_token["dense_activation"] = zero + act * model.intermediate_size / t
