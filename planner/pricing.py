@@ -117,7 +117,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     elif model.attention_sinks and job.software.export_format == "megatron":
         notes.append(
             f"known miss: Megatron-Bridge's published runs of a model like {model.name} (GPT-OSS-120B: attention "
-            "sinks, biased experts) measured 15-21% below the planner on H100 (NeMo 25.11-26.04) and 23-48% below "
+            "sinks, biased experts) measured 13-21% below the planner on H100 (NeMo 25.11-26.04) and 23-46% below "
             "on B200/GB200/GB300 (25.11), while NeMo AutoModel reached the planner's H100 figure: on Megatron-Core "
             "expect down to about half this throughput (ARCHITECTURE.md section 4)"
         )

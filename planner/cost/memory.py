@@ -114,6 +114,7 @@ class ActivationParts:
     routed_input: np.ndarray  # MoE: each routed token's permuted input at its experts
     routed_activation: np.ndarray  # MoE: the inputs of the experts' activation (gate and up)
     routed_product: np.ndarray  # MoE: the activation output, the second expert linear's input
+    routed_clamped: np.ndarray  # MoE: the clamped gate and up a clamp outside the fused activation adds
     shared: np.ndarray  # MoE: the shared experts' MLP
 
     def total(self, freed: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
@@ -153,6 +154,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         "routed_input": zero,
         "routed_activation": zero,
         "routed_product": zero,
+        "routed_clamped": zero,
         "shared": zero,
     }
     if moe:
@@ -164,6 +166,11 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         parts["routed_input"] = routed * lin * h
         parts["routed_activation"] = routed * (4.0 if model.is_gated_mlp else 2.0) * width
         parts["routed_product"] = routed * lin * width
+        # A SwiGLU clamp run outside the fused activation (``compute.expert_epilogue_bytes``) feeds
+        # it a clamped copy of gate and up, which the activation keeps beside the unclamped
+        # ones the clamps keep for their masks; recomputing moe_act discards it with the output.
+        if model.swiglu_limit is not None and job.software.glu_clamp_bytes_per_element:
+            parts["routed_clamped"] = routed * 4.0 * width
         parts["shared"] = mlp_activation_bytes_per_token(model, model.shared_expert_width, lin) / t + zero
     else:
         parts["dense_mlp"] = mlp_activation_bytes_per_token(model, model.intermediate_size, lin) / t

@@ -16,7 +16,8 @@ Activation parts (``memory.ActivationParts``) a module frees:
   core_attn       the attention core's saved state (scores and masks without flash attention)
   layernorm       the two norms' outputs (the inputs of the QKV and first MLP linears)
   mla_up_proj     MLA's up-projected Q, K and V (the latents that produce them stay)
-  moe_act         the routed experts' activation output (the second expert linear's input)
+  moe_act         the routed experts' activation output (the second expert linear's input), and the
+                  clamped copy of its input a clamp outside the fused activation makes
   mlp             a dense layer's MLP activations (its input, the norm output, stays)
   moe             everything of the MoE layer but its input: routed inputs, activations, the shared experts
   shared_experts  the shared experts' activations
@@ -57,10 +58,10 @@ MODULES: dict[str, Module] = {
     "core_attn": Module(frees=("core",), core=True),
     "layernorm": Module(frees=("norm_outputs",), ops=("norms",)),
     "mla_up_proj": Module(frees=("qkv",), gemms=("attn.q_b", "attn.kv_b"), ops=("rope",), needs="mla"),
-    "moe_act": Module(frees=("routed_product",), ops=("routed_activation",), needs="moe"),
+    "moe_act": Module(frees=("routed_product", "routed_clamped"), ops=("routed_activation",), needs="moe"),
     "mlp": Module(frees=("dense_mlp",), gemms=("mlp.in", "mlp.out"), ops=("dense_activation",), needs="dense"),
     "moe": Module(
-        frees=("routed_input", "routed_activation", "routed_product", "shared"),
+        frees=("routed_input", "routed_activation", "routed_product", "routed_clamped", "shared"),
         gemms=("moe.router", "moe.expert_in", "moe.expert_out", "moe.shared_in", "moe.shared_out"),
         ops=("routed_activation", "shared_activation", "permute", "expert_bias"),
         dispatch=True,
