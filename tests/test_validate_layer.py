@@ -76,6 +76,56 @@ def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan
         assert shard.x.shape[0] == (seq_len // plan.cp // plan.tp if plan.sequence_parallel else seq_len // plan.cp)
 
 
+def test_shard_replays_the_sort_the_clamp_and_the_expert_bias_it_prices() -> None:
+    # A gpt-oss-shaped layer at toy width on Megatron-Core with 4 local experts per rank: the
+    # replay sorts the routed rows into expert order and back, clamps gate and up outside the
+    # activation and adds each expert's output bias after its second GEMM, as the price counts
+    # (compute.token_reorders, expert_epilogue_bytes); none of it is a matmul, so the shard's
+    # matmul FLOPs stay the priced ones, and every weight, the per-expert biases too, gets a gradient.
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from planner.validate.layer import Shard
+
+    torch.set_num_threads(1)
+    model = _small(
+        "gpt-oss-120b",
+        hidden_size=128,
+        intermediate_size=128,
+        moe_intermediate_size=128,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        num_local_experts=16,
+        sliding_window=None,
+        layer_types=None,
+        attention_sinks=False,
+    )
+    plan = ParallelConfig(ep=4, dp=4)
+    job = JobSpec(global_batch_size=64, seq_len=64)
+    (term,) = layer_terms(model, job, plan, CPU, on_gpu=False)
+    assert term.layer is not None
+    shard = Shard(term.layer, torch.device("cpu"), torch.float32)
+    assert shard.expert_order is not None and shard.clamp == 7.0
+    assert sorted(n for n in shard.weights if n.endswith("bias_after")) == [
+        f"moe.expert_out.{e}.bias_after" for e in range(4)
+    ]
+    with FlopCounterMode(display=False) as counter:
+        shard.step()
+    counted = counter.get_flop_counts()["Global"]
+    matmul = sum(v for op, v in counted.items() if str(op) in ("aten.mm", "aten.addmm"))
+    mesh = MeshArrays.from_configs([plan])
+    priced = sum(
+        float(np.asarray(g.count * 2.0 * np.round(g.m_rows) * g.n * g.k).reshape(-1)[0])
+        for g in layer_gemms(model, job, mesh, True)
+    )
+    assert matmul == pytest.approx(3.0 * priced, rel=1e-9)
+    # at one expert per rank there is nothing to sort
+    (single,) = layer_terms(model, job, ParallelConfig(ep=16, dp=16), CPU, on_gpu=False)
+    assert single.layer is not None
+    assert Shard(single.layer, torch.device("cpu"), torch.float32).expert_order is None
+
+
 @pytest.mark.parametrize(
     ("model_name", "plan"),
     [

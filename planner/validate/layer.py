@@ -27,7 +27,10 @@ parallelism a rank's s/c queries meet its share of the causal keys, s/2 on avera
 load-balanced chunks (Megatron-Core's CP), replayed as a non-causal product against s/2 keys (the
 local K and V repeated: what the ring would bring). A MoE layer's dispatch is a repeat of the
 local tokens (top-k x expert-TP copies) and its combine a sum, standing for the permutation and
-the all-to-alls.
+the all-to-alls; where an expert-parallel rank holds several experts the routed rows go through a
+fixed permutation and back (the sort into expert order, ``compute.token_reorders``), and where
+the stack runs them outside its fused kernels the SwiGLU clamp and the experts' output bias
+(``compute.expert_epilogue_bytes``) run as Megatron-Core writes them.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ import torch.nn.functional as F  # noqa: N812 (the usual spelling)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
-from planner.cost.compute import Gemm, layer_gemms
+from planner.cost.compute import Gemm, expert_epilogue_bytes, layer_gemms, token_reorders
 from planner.cost.flops import attention_dims, flash_attention_runs
 from planner.cost.memory import kv_heads_per_rank
 from planner.mesh import MeshArrays
@@ -110,6 +113,21 @@ class Shard:
                     self.weights[f"{name}.{e}"] = self._matrix(self.gemms[name])
             self.local_experts = local
             self.routed_rows = _whole(self.gemms["moe.expert_in"].m_rows)
+            rows = local * self.routed_rows
+            # the tokens an all-to-all brings, sorted into expert order and back (priced by
+            # compute.token_reorders): a fixed permutation of the routed rows and its inverse
+            self.expert_order: Tensor | None = None
+            if token_reorders(model, mesh)[0] > 1:
+                self.expert_order = torch.randperm(rows, generator=self.generator, device=device)
+                self.expert_restore = torch.argsort(self.expert_order)
+            # what the stack runs outside its fused kernels (compute.expert_epilogue_bytes): the
+            # SwiGLU clamp before the activation, the experts' output bias after the second GEMM
+            epilogue = expert_epilogue_bytes(model, job)
+            self.clamp = model.swiglu_limit if epilogue["clamp"] else None
+            if epilogue["bias"]:
+                for e in range(local):
+                    self.weights[f"moe.expert_out.{e}.bias_after"] = self._vector(h, 0.0)
+                self.routed_probs = self._random((rows, 1), 1.0).abs()
         norm_bias = model.norm_type == "layernorm"
         for name in ("norm1", "norm2"):
             self.weights[f"{name}.weight"] = self._vector(h, 1.0)
@@ -244,11 +262,15 @@ class Shard:
         out = self._linear(core.transpose(1, 2).reshape(self.tokens, self.heads * self.d_v), "attn.out")
         return self._dropout(self._scattered(out))
 
-    def _mlp(self, y: Tensor, up: str, down: str) -> Tensor:
-        """SwiGLU (gated: the up-projection holds gate and up halves) or GELU between two GEMMs."""
+    def _mlp(self, y: Tensor, up: str, down: str, clamp: float | None = None) -> Tensor:
+        """SwiGLU (gated: the up-projection holds gate and up halves) or GELU between two GEMMs;
+        ``clamp`` clamps gate and up first, outside the activation, as Megatron-Core does."""
         z = self._linear(y, up)
         if self.spec.model.is_gated_mlp:
             gate, value = z.chunk(2, dim=-1)
+            if clamp is not None:
+                z = torch.cat((gate.clamp(max=clamp), value.clamp(min=-clamp, max=clamp)), dim=-1)
+                gate, value = z.chunk(2, dim=-1)
             z = F.silu(gate) * value
         else:
             z = F.gelu(z, approximate="tanh")
@@ -264,14 +286,23 @@ class Shard:
         rows = self.local_experts * self.routed_rows
         copies = -(-rows // local_tokens.shape[0])
         routed = local_tokens.repeat(copies, 1)[:rows]
+        if self.expert_order is not None:
+            routed = routed.index_select(0, self.expert_order)
+        spans = [slice(e * self.routed_rows, (e + 1) * self.routed_rows) for e in range(self.local_experts)]
         outputs = [
-            self._mlp(
-                routed[e * self.routed_rows : (e + 1) * self.routed_rows], f"moe.expert_in.{e}", f"moe.expert_out.{e}"
-            )
-            for e in range(self.local_experts)
+            self._mlp(routed[span], f"moe.expert_in.{e}", f"moe.expert_out.{e}", self.clamp)
+            for e, span in enumerate(spans)
         ]
+        if "moe.expert_out.0.bias_after" in self.weights:  # TEGroupedMLP._apply_bias: per expert, t + b * p
+            outputs = [
+                out + self.weights[f"moe.expert_out.{e}.bias_after"] * self.routed_probs[span]
+                for e, (out, span) in enumerate(zip(outputs, spans, strict=True))
+            ]
+        merged = torch.cat(outputs)
+        if self.expert_order is not None:
+            merged = merged.index_select(0, self.expert_restore)
         home = torch.arange(rows, device=self.device) % local_tokens.shape[0]
-        out = torch.zeros_like(local_tokens).index_add(0, home, torch.cat(outputs)) * weights.sum(-1, keepdim=True)
+        out = torch.zeros_like(local_tokens).index_add(0, home, merged) * weights.sum(-1, keepdim=True)
         out = out.repeat(self.tokens // out.shape[0], 1) if out.shape[0] != self.tokens else out
         if "moe.shared_in" in self.weights:
             out = out + self._mlp(y, "moe.shared_in", "moe.shared_out")
