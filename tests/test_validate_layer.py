@@ -36,6 +36,40 @@ SMALL_MLA = _small(
     kv_lora_rank=32,
 )
 
+SMALL_OSS = _small(
+    "gpt-oss-120b",
+    hidden_size=128,
+    intermediate_size=128,
+    moe_intermediate_size=128,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=32,
+    num_local_experts=16,
+    sliding_window=None,
+    layer_types=None,
+    attention_sinks=False,
+)
+
+
+def _matmul_flops_run_and_priced(
+    shard: object, model: ModelSpec, job: JobSpec, plan: ParallelConfig
+) -> tuple[float, float]:
+    """Matmul FLOPs one training pass of ``shard`` executes (torch's FLOP counter) and those the
+    step prices for one forward of its layer (``layer_gemms``)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        shard.step()  # type: ignore[attr-defined]
+    counted = counter.get_flop_counts()["Global"]
+    matmul = sum(v for op, v in counted.items() if str(op) in ("aten.mm", "aten.addmm"))
+    mesh = MeshArrays.from_configs([plan])
+    priced = sum(
+        float(np.asarray(g.count * 2.0 * np.round(g.m_rows) * g.n * g.k).reshape(-1)[0])
+        for g in layer_gemms(model, job, mesh, shard.spec.moe)  # type: ignore[attr-defined]
+    )
+    return float(matmul), priced
+
+
 CASES = [
     (load_model("gpt2-124m"), ParallelConfig(tp=2, sequence_parallel=True, recompute="full"), 128),
     (load_model("llama3-8b"), ParallelConfig(tp=4, cp=2, recompute="selective"), 128),
@@ -49,8 +83,6 @@ def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan
     # torch's FLOP counter over one training pass of the shard: every matmul FLOP it executes is
     # one the step prices (layer_gemms x forward passes: 3, or 4 under full recompute), no more.
     torch = pytest.importorskip("torch")
-    from torch.utils.flop_counter import FlopCounterMode
-
     from planner.validate.layer import Shard
 
     torch.set_num_threads(1)
@@ -60,18 +92,10 @@ def test_shard_runs_the_priced_gemms_forward_and_backward(model: ModelSpec, plan
         {"layer.moe"} | ({"layer.dense"} if model.num_dense_layers else set()) if model.is_moe else {"layer.dense"}
     )
     passes = 4.0 if plan.recompute == "full" else 3.0
-    mesh = MeshArrays.from_configs([plan])
     for term in terms:
         assert term.layer is not None
         shard = Shard(term.layer, torch.device("cpu"), torch.float32)
-        with FlopCounterMode(display=False) as counter:
-            shard.step()
-        counted = counter.get_flop_counts()["Global"]
-        matmul = sum(v for op, v in counted.items() if str(op) in ("aten.mm", "aten.addmm"))
-        priced = sum(
-            float(np.asarray(g.count * 2.0 * np.round(g.m_rows) * g.n * g.k).reshape(-1)[0])
-            for g in layer_gemms(model, job, mesh, term.layer.moe)
-        )
+        matmul, priced = _matmul_flops_run_and_priced(shard, model, job, plan)
         assert matmul == pytest.approx(passes * priced, rel=1e-9)
         assert shard.x.shape[0] == (seq_len // plan.cp // plan.tp if plan.sequence_parallel else seq_len // plan.cp)
 
@@ -83,24 +107,10 @@ def test_shard_replays_the_sort_the_clamp_and_the_expert_bias_it_prices() -> Non
     # (compute.token_reorders, expert_epilogue_bytes); none of it is a matmul, so the shard's
     # matmul FLOPs stay the priced ones, and every weight, the per-expert biases too, gets a gradient.
     torch = pytest.importorskip("torch")
-    from torch.utils.flop_counter import FlopCounterMode
-
     from planner.validate.layer import Shard
 
     torch.set_num_threads(1)
-    model = _small(
-        "gpt-oss-120b",
-        hidden_size=128,
-        intermediate_size=128,
-        moe_intermediate_size=128,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=32,
-        num_local_experts=16,
-        sliding_window=None,
-        layer_types=None,
-        attention_sinks=False,
-    )
+    model = SMALL_OSS
     plan = ParallelConfig(ep=4, dp=4)
     job = JobSpec(global_batch_size=64, seq_len=64)
     (term,) = layer_terms(model, job, plan, CPU, on_gpu=False)
@@ -110,15 +120,7 @@ def test_shard_replays_the_sort_the_clamp_and_the_expert_bias_it_prices() -> Non
     assert sorted(n for n in shard.weights if n.endswith("bias_after")) == [
         f"moe.expert_out.{e}.bias_after" for e in range(4)
     ]
-    with FlopCounterMode(display=False) as counter:
-        shard.step()
-    counted = counter.get_flop_counts()["Global"]
-    matmul = sum(v for op, v in counted.items() if str(op) in ("aten.mm", "aten.addmm"))
-    mesh = MeshArrays.from_configs([plan])
-    priced = sum(
-        float(np.asarray(g.count * 2.0 * np.round(g.m_rows) * g.n * g.k).reshape(-1)[0])
-        for g in layer_gemms(model, job, mesh, True)
-    )
+    matmul, priced = _matmul_flops_run_and_priced(shard, model, job, plan)
     assert matmul == pytest.approx(3.0 * priced, rel=1e-9)
     # at one expert per rank there is nothing to sort
     (single,) = layer_terms(model, job, ParallelConfig(ep=16, dp=16), CPU, on_gpu=False)
