@@ -124,6 +124,7 @@ class Shard:
             # SwiGLU clamp before the activation, the experts' output bias after the second GEMM
             epilogue = expert_epilogue_bytes(model, job)
             self.clamp = model.swiglu_limit if epilogue["clamp"] else None
+            self.routed_probs: Tensor | None = None
             if epilogue["bias"]:
                 for e in range(local):
                     self.weights[f"moe.expert_out.{e}.bias_after"] = self._vector(h, 0.0)
@@ -293,9 +294,9 @@ class Shard:
             self._mlp(routed[span], f"moe.expert_in.{e}", f"moe.expert_out.{e}", self.clamp)
             for e, span in enumerate(spans)
         ]
-        if "moe.expert_out.0.bias_after" in self.weights:  # TEGroupedMLP._apply_bias: per expert, t + b * p
+        if (probs := self.routed_probs) is not None:  # TEGroupedMLP._apply_bias: per expert, t + b * p
             outputs = [
-                out + self.weights[f"moe.expert_out.{e}.bias_after"] * self.routed_probs[span]
+                out + self.weights[f"moe.expert_out.{e}.bias_after"] * probs[span]
                 for e, (out, span) in enumerate(zip(outputs, spans, strict=True))
             ]
         merged = torch.cat(outputs)
