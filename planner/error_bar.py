@@ -81,6 +81,13 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
+def relative_band(tokens_per_s_per_gpu: float, band: tuple[float, float]) -> tuple[float, float]:
+    """An interval's ends as percentages of the prediction it belongs to (-38.0, -12.0 for a
+    band of 5,756 .. 8,146 around 9,291): negative where published runs came in below it."""
+    low, high = band
+    return (low / tokens_per_s_per_gpu - 1.0) * 100.0, (high / tokens_per_s_per_gpu - 1.0) * 100.0
+
+
 def interval(tokens_per_s_per_gpu: float, errors_pct: list[float]) -> tuple[float, float] | None:
     """The central 80% of what the published runs would have measured for this prediction:
     published = predicted / (1 + error), at the 10th and 90th percentile errors."""

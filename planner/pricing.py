@@ -12,7 +12,7 @@ from planner.cost.memory import MEMORY_UNDERCOUNT, headroom_clause, usable_memor
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
-from planner.error_bar import error_bar, interval
+from planner.error_bar import error_bar, interval, relative_band
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
@@ -121,6 +121,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "on B200/GB200/GB300 (25.11), while NeMo AutoModel reached the planner's H100 figure: on Megatron-Core "
             "expect down to about half this throughput (ARCHITECTURE.md section 4)"
         )
+    notes += biased_band_note(est)
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
     if est.mfu > cluster.gpu.gemm_efficiency:
@@ -177,6 +178,24 @@ def time_to_train_s(job: JobSpec, tokens_per_s: float) -> float | None:
     """Wall time to train on ``job.training_tokens`` at a steady ``tokens_per_s`` (no restarts,
     evaluation or checkpoint stalls: a lower bound). None without a token budget."""
     return None if job.training_tokens is None else job.training_tokens / tokens_per_s
+
+
+def biased_band_note(est: Estimate) -> list[str]:
+    """A warning where the error bar lies wholly below (or above) the prediction: the published runs
+    priced like this one all measured slower (faster) than the planner said, so the band, not the
+    point figure, is what to plan with."""
+    band = est.tokens_per_s_per_gpu_interval
+    if band is None or est.tokens_per_s_per_gpu <= 0:
+        return []
+    low, high = relative_band(est.tokens_per_s_per_gpu, band)
+    if low < 0.0 < high:
+        return []
+    side, near, far = ("below", -high, -low) if high <= 0.0 else ("above", low, high)
+    return [
+        f"biased prediction: the published runs it is read from ({est.interval_basis}) measured {near:.0f}-{far:.0f}% "
+        f"{side} what the planner predicted for them; plan with {band[0]:,.0f} .. {band[1]:,.0f} tokens/s per GPU, "
+        f"not {est.tokens_per_s_per_gpu:,.0f}"
+    ]
 
 
 def row_estimate(

@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from planner.error_bar import relative_band
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -58,12 +59,23 @@ def describe_stack(job: JobSpec) -> str:
     )
 
 
-def plus_minus(est: Estimate) -> str:
-    """Half the width of the error bar, as a percentage of the prediction ('-' without one)."""
+SYMMETRIC_BAND_POINTS = 2.0
+"""A band whose ends sit within this many percentage points of mirror images around the
+prediction is shown as ``±half-width``; any other as its two signed ends, so that a band lying
+wholly below the prediction (runs priced like it came in slower) never reads as centred on it. A
+display choice, not a statistic."""
+
+
+def band_cell(est: Estimate) -> str:
+    """The error bar relative to the prediction: '±14%' where it is about symmetric, else its signed
+    ends ('-38..-12%'); '-' without one."""
     band = est.tokens_per_s_per_gpu_interval
     if band is None or est.tokens_per_s_per_gpu <= 0:
         return "-"
-    return f"{(band[1] - band[0]) / 2 / est.tokens_per_s_per_gpu:.0%}"
+    low, high = relative_band(est.tokens_per_s_per_gpu, band)
+    if abs(low + high) <= SYMMETRIC_BAND_POINTS:
+        return f"±{(high - low) / 2:.0f}%"
+    return f"{low:+.0f}..{high:+.0f}%"
 
 
 def error_bar_text(est: Estimate) -> str:
@@ -244,7 +256,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         "SP",
         "step",
         "tok/s/GPU",
-        "±",
+        "band",
         "MFU",
         "GiB",
         "free",
@@ -281,7 +293,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             "y" if p.sequence_parallel else "n",
             duration(c.step_time_s),
             f"{c.tokens_per_s_per_gpu:,.0f}",
-            plus_minus(c),
+            band_cell(c),
             f"{c.mfu:.1%}",
             gib(c.memory_per_gpu_bytes),
             gib(c.memory_usable_bytes - c.memory_per_gpu_bytes),
@@ -298,7 +310,8 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         console.print(line)
     if ranking.candidates:
         console.print(
-            f"± is the central 80% of published runs priced like this: {ranking.candidates[0].interval_basis}"
+            "band: where published runs priced like this landed, relative to the prediction (their central 80%): "
+            f"{ranking.candidates[0].interval_basis}"
         )
     if ranking.pareto:
         fastest, leanest = ranking.pareto[0], ranking.pareto[-1]

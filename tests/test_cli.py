@@ -274,7 +274,7 @@ def test_stacks_listed_shown_and_chosen(cli) -> None:
     assert shown.code == 0 and "attention_kernel = sdpa" in shown.out and "calibrated by" in shown.out
     plan = cli("--model", "llama3-8b", "--cluster", "dgx-h100", "--stack", "torchtitan", "--top", "2")
     assert plan.code == 0, plan.err
-    assert "stack: torchtitan" in plan.out and "±" in plan.out and "assumes" in plan.out
+    assert "stack: torchtitan" in plan.out and "band: where published runs" in plan.out and "assumes" in plan.out
     pinned = cli(
         "estimate",
         "--model",

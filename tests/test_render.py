@@ -10,7 +10,9 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.catalog import load_cluster, load_model
-from planner.render import plain_table_lines, print_ranking, print_table
+from planner.error_bar import relative_band
+from planner.render import band_cell, plain_table_lines, print_ranking, print_table
+from planner.schemas.estimate import Estimate
 from planner.search import default_job, search
 
 
@@ -81,3 +83,42 @@ def test_ranking_table_unchanged(model: str, cluster: str, monkeypatch: pytest.M
     fast = _printed(120, lambda c: print_ranking(c, ranking))
     monkeypatch.setattr("planner.render.plain_table_lines", lambda console, table: None)
     assert fast == _printed(120, lambda c: print_ranking(c, ranking))
+
+
+def _with_band(band: tuple[float, float] | None) -> Estimate:
+    """The main plan's winner with its error bar replaced by ``band`` (its prediction unchanged)."""
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100x16")
+    est = search(model, cluster, default_job(model), top=1).candidates[0]
+    return est.model_copy(
+        update={"tokens_per_s_per_gpu": 1000.0, "tokens_per_s_per_gpu_interval": band, "warnings": []}
+    )
+
+
+@pytest.mark.parametrize(
+    ("band", "cell"),
+    [
+        ((900.0, 1100.0), "±10%"),  # mirror images: the half-width
+        ((861.0, 1121.0), "±13%"),  # -13.9/+12.1: within 2 points of symmetric
+        ((830.0, 1120.0), "-17..+12%"),  # -17/+12: the ends, signed
+        ((620.0, 880.0), "-38..-12%"),  # wholly below the prediction: never a ±
+        ((1050.0, 1300.0), "+5..+30%"),
+        (None, "-"),
+    ],
+)
+def test_band_cell_shows_an_off_centre_band_by_its_ends(band: tuple[float, float] | None, cell: str) -> None:
+    assert band_cell(_with_band(band)) == cell
+
+
+def test_ranking_table_heads_the_band_and_says_what_it_is() -> None:
+    model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
+    ranking = search(model, cluster, default_job(model), top=2)
+    text = _printed(160, lambda c: print_ranking(c, ranking))
+    header = next(line for line in text.splitlines() if line.lstrip().startswith("#  tp"))
+    assert header.split()[12:14] == ["tok/s/GPU", "band"]
+    assert "band: where published runs priced like this landed, relative to the prediction" in text
+    best = ranking.candidates[0]
+    assert best.tokens_per_s_per_gpu_interval is not None
+    low, high = relative_band(best.tokens_per_s_per_gpu, best.tokens_per_s_per_gpu_interval)
+    assert low < 0.0 < high
+    assert band_cell(best) in (f"{low:+.0f}..{high:+.0f}%", f"±{(high - low) / 2:.0f}%")
+    assert f" {band_cell(best)} " in text
