@@ -60,7 +60,8 @@ def plan(
     **pins: Any,
 ) -> Ranking:
     """Rank feasible meshes; ``pins`` fix ParallelConfig knobs (tp=8, zero_stage=1, ...) and may
-    also set job fields (seq_len=8192, global_batch_size=512)."""
+    also set job fields (seq_len=8192, global_batch_size=512). Where fewer of the cluster's GPUs
+    train faster, the ranking's ``fewer_gpus`` says so (``planner.fewer_gpus``)."""
     from planner.search import pins_from_config_fields, search
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
@@ -68,7 +69,13 @@ def plan(
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(pins)
     return search(
-        spec, clus, _job(spec, job, job_fields), pins_from_config_fields(**mesh), top=top, objective=objective
+        spec,
+        clus,
+        _job(spec, job, job_fields),
+        pins_from_config_fields(**mesh),
+        top=top,
+        objective=objective,
+        try_fewer_gpus=True,
     )
 
 

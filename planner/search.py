@@ -35,6 +35,7 @@ from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
+from planner.fewer_gpus import fewer_gpus
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
 from planner.schemas.base import GIB_BYTES
@@ -235,9 +236,10 @@ def search(
     top: int = 10,
     objective: str = "time",
     try_module_sets: bool = True,
+    try_fewer_gpus: bool = False,
 ) -> Ranking:
     """Rank every feasible mesh by ``objective`` (see ``search_with_points``)."""
-    return search_with_points(model, cluster, job, pins, top, objective, try_module_sets)[0]
+    return search_with_points(model, cluster, job, pins, top, objective, try_module_sets, try_fewer_gpus)[0]
 
 
 def search_with_points(
@@ -248,6 +250,7 @@ def search_with_points(
     top: int = 10,
     objective: str = "time",
     try_module_sets: bool = True,
+    try_fewer_gpus: bool = False,
 ) -> tuple[Ranking, np.ndarray, np.ndarray]:
     """Rank every feasible mesh by ``objective`` ('time': step time, per asked batch where the job
     lets the batch grow; 'cost': dollars per asked batch, which on one cluster orders as time;
@@ -257,7 +260,10 @@ def search_with_points(
     Where the stack takes a list of modules to recompute and the job names none
     (``recompute.cheap_set_to_try``), selective meshes are also priced running the cheap modules
     again (Megatron --recompute-modules), a candidate then carrying them in its job; callers
-    that replay or price one job (the runs fit, the validator) pass ``try_module_sets=False``."""
+    that replay or price one job (the runs fit, the validator) pass ``try_module_sets=False``.
+    With ``try_fewer_gpus`` (``plan`` and ``planner.plan``), a time or cost ranking also searches
+    the largest power of two below the GPU count and reports it where it trains faster
+    (``fewer_gpus.fewer_gpus``)."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
@@ -317,6 +323,9 @@ def search_with_points(
             for i in front
         ],
     )
+    if try_fewer_gpus and objective != "memory" and out:
+        found = fewer_gpus(model, cluster, job, pins, out[0])
+        ranking = ranking.model_copy(update={"fewer_gpus": found})
     return ranking, times, memory
 
 

@@ -47,7 +47,9 @@ def plan_main(
     from planner.search import search_with_points
 
     spec, clus, work = model_cluster_job(target, job)
-    ranking, times, memory = search_with_points(spec, clus, work, mesh_pins(mesh), top=top, objective=objective)
+    ranking, times, memory = search_with_points(
+        spec, clus, work, mesh_pins(mesh), top=top, objective=objective, try_fewer_gpus=True
+    )
     if plot is not None:
         from planner.plots import plot_ranking
 

@@ -25,10 +25,32 @@ class ParetoPoint(Frozen):
     memory_per_gpu_bytes: float
 
 
+class FewerGpus(Frozen):
+    """The best mesh on ``gpus`` of the cluster's GPUs, where it trains faster than any mesh on all
+    of them: ``saving`` is the share of the time per asked batch it saves."""
+
+    gpus: int
+    mesh: str
+    step_time_s: float
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    saving: float
+
+    def describe(self, num_gpus: int, batch: int) -> str:
+        why = f" ({batch} sequences per step split evenly over {self.gpus} GPUs, not over {num_gpus})"
+        return (
+            f"fewer GPUs: on {self.gpus} of these {num_gpus} GPUs the best mesh, {self.mesh}, trains "
+            f"{self.tokens_per_s:,.0f} tokens/s, {self.saving:.0%} less time per step than any mesh on all "
+            f"{num_gpus}{why if batch % num_gpus and not batch % self.gpus else ''}: --gpus {self.gpus}"
+        )
+
+
 class Ranking(Frozen):
     """Ranked candidates: ``evaluated`` meshes enumerated, ``pruned`` per failed rule (the first
     rule each mesh breaks, including ``memory`` for meshes that do not fit), ``feasible`` the rest.
-    ``explanation``: what dominates the winner's step, and where each runner-up loses."""
+    ``explanation``: what dominates the winner's step, and where each runner-up loses;
+    ``fewer_gpus``: a smaller share of the cluster that trains faster (``planner.fewer_gpus``), where
+    the search looked for one and found it."""
 
     model: str
     cluster: str
@@ -42,3 +64,4 @@ class Ranking(Frozen):
     candidates: list[RankedEstimate]
     pareto: list[ParetoPoint]
     explanation: list[str]
+    fewer_gpus: FewerGpus | None = None

@@ -1,0 +1,66 @@
+"""Fewer GPUs that train faster: when a cluster's GPU count does not split the job evenly.
+
+A mesh's degrees multiply to the GPU count, and data parallelism must divide the global batch
+(in micro-batches), so a count with an odd factor leaves the search only meshes that fold that
+factor into pipeline or tensor parallelism. A GB200/GB300 NVL72 rack is the common case: 72 = 8 x 9
+GPUs, a 512-sequence batch splits over no 72 data-parallel ranks, and the best 72-GPU mesh of
+Llama-3-8B runs pipeline-parallel over 9 stages with an 11% bubble, slower per step than 64 of the
+same GPUs in plain data parallelism. Megatron-Bridge's published GB200/GB300 runs use 64, 128 and
+256 GPUs of their racks for this reason (its performance summary's GPU counts). ``plan`` therefore
+also searches the largest power of two below the GPU count (global batches, hidden sizes and
+head counts are mostly powers of two: a heuristic, not the only count that can win) and reports it
+where it is faster.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from planner.catalog import load_cluster
+from planner.errors import PlannerError
+from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import JobSpec
+from planner.schemas.model import ModelSpec
+from planner.schemas.ranking import FewerGpus
+
+if TYPE_CHECKING:
+    from planner.schemas.estimate import Estimate
+
+MIN_SAVING = 0.02
+"""Report fewer GPUs only where they finish the asked batch at least 2% sooner: a judgement call
+(below it the difference is inside what the planner resolves between two meshes of one job)."""
+
+
+def fewer_count(num_gpus: int) -> int | None:
+    """The largest power of two below ``num_gpus``; None where ``num_gpus`` is one already."""
+    if num_gpus < 2 or num_gpus & (num_gpus - 1) == 0:
+        return None
+    return 1 << (num_gpus.bit_length() - 1)
+
+
+def fewer_gpus(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any], best: Estimate
+) -> FewerGpus | None:
+    """The best mesh on ``fewer_count`` of the cluster's GPUs for the same job and pins, where it
+    finishes the asked batch ``MIN_SAVING`` sooner than ``best`` (the winner on all of them);
+    None where the count is a power of two already, nothing fits on fewer, or it is not faster."""
+    from planner.search import search
+
+    count = fewer_count(cluster.num_gpus)
+    if count is None:
+        return None
+    try:
+        alt = search(model, load_cluster(cluster, gpus=count), job, pins, top=1).candidates[0]
+    except PlannerError:
+        return None
+    saving = 1.0 - best.tokens_per_s / alt.tokens_per_s
+    if saving < MIN_SAVING:
+        return None
+    return FewerGpus(
+        gpus=count,
+        mesh=alt.config.parallel.short(),
+        step_time_s=alt.step_time_s,
+        tokens_per_s=alt.tokens_per_s,
+        tokens_per_s_per_gpu=alt.tokens_per_s_per_gpu,
+        saving=saving,
+    )

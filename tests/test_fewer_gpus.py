@@ -1,0 +1,62 @@
+"""Fewer GPUs that train faster (planner.fewer_gpus): a 72-GPU NVL72 rack splits a 512-sequence
+batch only by pipelining over 9 stages, and 64 of its GPUs in plain data parallelism beat that."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import planner
+from planner.catalog import load_cluster, load_model
+from planner.fewer_gpus import MIN_SAVING, fewer_count
+from planner.search import default_job, search
+
+LLAMA8 = load_model("llama3-8b")
+
+
+@pytest.mark.parametrize(
+    ("gpus", "fewer"), [(72, 64), (144, 128), (288, 256), (24, 16), (3, 2), (128, None), (1, None)]
+)
+def test_fewer_count_is_the_largest_power_of_two_below(gpus: int, fewer: int | None) -> None:
+    assert fewer_count(gpus) == fewer
+
+
+def test_a_full_nvl72_rack_is_slower_than_64_of_its_gpus_for_llama3_8b() -> None:
+    rack = load_cluster("gb200-nvl72")
+    ranking = planner.plan("llama3-8b", rack, top=1)
+    best, fewer = ranking.candidates[0], ranking.fewer_gpus
+    assert fewer is not None and fewer.gpus == 64
+    # the 72-GPU winner pipelines over 9 stages (dp 8 of the 512 sequences), the 64-GPU one does not
+    assert (best.config.parallel.pp, best.config.parallel.dp) == (9, 8)
+    assert fewer.mesh.startswith("tp1 pp1 dp64 ")
+    # the same figures as searching 64 GPUs directly
+    direct = search(LLAMA8, load_cluster(rack, gpus=64), default_job(LLAMA8), top=1).candidates[0]
+    assert fewer.tokens_per_s == pytest.approx(direct.tokens_per_s, rel=1e-12)
+    assert fewer.step_time_s == pytest.approx(direct.step_time_s, rel=1e-12)
+    assert fewer.saving == pytest.approx(1.0 - best.tokens_per_s / direct.tokens_per_s, rel=1e-12)
+    assert fewer.saving == pytest.approx(0.115, abs=0.01)  # 3.345 s against 2.961 s per step
+    assert fewer.describe(72, 512).endswith(
+        "(512 sequences per step split evenly over 64 GPUs, not over 72): --gpus 64"
+    )
+
+
+def test_no_fewer_gpus_where_the_count_is_a_power_of_two_or_pins_forbid() -> None:
+    assert planner.plan("llama3-70b", "dgx-h100x16", top=1).fewer_gpus is None  # 128 GPUs
+    # pinned to a 72-GPU mesh, 64 GPUs hold no mesh with those pins: nothing to report
+    assert planner.plan("llama3-8b", "gb200-nvl72", top=1, pp=9, dp=8).fewer_gpus is None
+    # the fit and the validator search without it
+    rack = load_cluster("gb200-nvl72")
+    assert search(LLAMA8, rack, default_job(LLAMA8), top=1).fewer_gpus is None
+    assert 0.0 < MIN_SAVING < 0.05
+
+
+def test_cli_says_so_in_text_and_json(cli) -> None:
+    text = cli("--model", "llama3-8b", "--cluster", "gb200-nvl72", "--top", "1")
+    assert text.code == 0, text.err
+    assert "fewer GPUs: on 64 of these 72 GPUs the best mesh, tp1 pp1 dp64" in text.out.replace("\n", " ")
+    out = cli("--model", "llama3-8b", "--cluster", "gb200-nvl72", "--top", "1", "--json")
+    data = json.loads(out.out)
+    assert data["fewer_gpus"]["gpus"] == 64 and data["fewer_gpus"]["saving"] > MIN_SAVING
+    main = json.loads(cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--top", "1", "--json").out)
+    assert main["fewer_gpus"] is None
