@@ -5,8 +5,8 @@ A mesh's degrees multiply to the GPU count, and data parallelism must divide the
 factor into pipeline or tensor parallelism. A GB200/GB300 NVL72 rack is the common case: 72 = 8 x 9
 GPUs, a 512-sequence batch splits over no 72 data-parallel ranks, and the best 72-GPU mesh of
 Llama-3-8B runs pipeline-parallel over 9 stages with an 11% bubble, slower per step than 64 of the
-same GPUs in plain data parallelism. Megatron-Bridge's published GB200/GB300 runs use 64, 128 and
-256 GPUs of their racks for this reason (its performance summary's GPU counts). ``plan`` therefore
+same GPUs in plain data parallelism. Megatron-Bridge's published GB200/GB300 runs likewise use 64,
+128 and 256 GPUs of their racks (docs/performance-summary.md, the GPU counts). ``plan`` therefore
 also searches the largest power of two below the GPU count (global batches, hidden sizes and
 head counts are mostly powers of two: a heuristic, not the only count that can win) and reports it
 where it is faster.

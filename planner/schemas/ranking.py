@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
 from planner.schemas.base import Frozen
 from planner.schemas.estimate import Estimate
@@ -29,12 +29,12 @@ class FewerGpus(Frozen):
     """The best mesh on ``gpus`` of the cluster's GPUs, where it trains faster than any mesh on all
     of them: ``saving`` is the share of the time per asked batch it saves."""
 
-    gpus: int
+    gpus: PositiveInt
     mesh: str
-    step_time_s: float
-    tokens_per_s: float
-    tokens_per_s_per_gpu: float
-    saving: float
+    step_time_s: PositiveFloat
+    tokens_per_s: PositiveFloat
+    tokens_per_s_per_gpu: PositiveFloat
+    saving: PositiveFloat
 
     def describe(self, num_gpus: int, batch: int) -> str:
         why = f" ({batch} sequences per step split evenly over {self.gpus} GPUs, not over {num_gpus})"
