@@ -7,9 +7,10 @@ GPUs, a 512-sequence batch splits over no 72 data-parallel ranks, and the best 7
 Llama-3-8B runs pipeline-parallel over 9 stages with an 11% bubble, slower per step than 64 of the
 same GPUs in plain data parallelism. Megatron-Bridge's published GB200/GB300 runs likewise use 64,
 128 and 256 GPUs of their racks (docs/performance-summary.md, the GPU counts). ``plan`` therefore
-also searches the largest power of two below the GPU count (global batches, hidden sizes and
-head counts are mostly powers of two: a heuristic, not the only count that can win) and reports it
-where it is faster.
+also searches a smaller count (``fewer_count``: the 64-GPU segment of each 72-GPU rack that a
+scheduler gives a large job, else the largest power of two below the count, since global batches,
+hidden sizes and head counts are mostly powers of two: a heuristic, not the only count that can
+win) and reports it where it is faster.
 """
 
 from __future__ import annotations
@@ -31,11 +32,25 @@ MIN_SAVING = 0.02
 (below it the difference is inside what the planner resolves between two meshes of one job)."""
 
 
-def fewer_count(num_gpus: int) -> int | None:
-    """The largest power of two below ``num_gpus``; None where ``num_gpus`` is one already."""
-    if num_gpus < 2 or num_gpus & (num_gpus - 1) == 0:
+def largest_power_of_two_below(n: int) -> int | None:
+    """The largest power of two below ``n``; None where ``n`` is one already (or below 2)."""
+    if n < 2 or n & (n - 1) == 0:
         return None
-    return 1 << (num_gpus.bit_length() - 1)
+    return 1 << (n.bit_length() - 1)
+
+
+def fewer_count(cluster: ClusterSpec) -> int | None:
+    """The GPU count to try beside the cluster's: on whole fast domains that a large job gets only a
+    segment of (``Interconnect.job_segment_gpus``: 64 of each 72-GPU NVL72 rack under Slurm block
+    scheduling, the segments Megatron-Bridge's GB200/GB300 runs fill), the segments alone (3 racks ->
+    192, not 216); else the largest power of two below the count; None where the count is a power of
+    two already."""
+    intra = cluster.intra_node
+    domain = intra.domain_size_gpus or cluster.gpus_per_node
+    segment = intra.job_segment_gpus
+    if segment is not None and segment < domain and cluster.num_gpus % domain == 0:
+        return cluster.num_gpus // domain * segment
+    return largest_power_of_two_below(cluster.num_gpus)
 
 
 def fewer_gpus(
@@ -46,7 +61,7 @@ def fewer_gpus(
     None where the count is a power of two already, nothing fits on fewer, or it is not faster."""
     from planner.search import search
 
-    count = fewer_count(cluster.num_gpus)
+    count = fewer_count(cluster)
     if count is None:
         return None
     try:

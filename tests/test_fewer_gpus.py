@@ -9,17 +9,27 @@ import pytest
 
 import planner
 from planner.catalog import load_cluster, load_model
-from planner.fewer_gpus import MIN_SAVING, fewer_count
+from planner.fewer_gpus import MIN_SAVING, fewer_count, largest_power_of_two_below
 from planner.search import default_job, search
 
 LLAMA8 = load_model("llama3-8b")
 
 
 @pytest.mark.parametrize(
-    ("gpus", "fewer"), [(72, 64), (144, 128), (288, 256), (24, 16), (3, 2), (128, None), (1, None)]
+    ("cluster", "fewer"),
+    [
+        ("gb200-nvl72", 64),  # a rack: its 64-GPU segment
+        ("gb300-nvl72x2", 128),
+        ("gb200-nvl72x3", 192),  # 3 segments, not the power of two below 216
+        ("dgx-h100x3", 16),  # 24 GPUs on 8-GPU nodes: the power of two below
+        ("dgx-h100x16", None),  # 128 GPUs: a power of two already
+        ("dgx-h100", None),
+    ],
 )
-def test_fewer_count_is_the_largest_power_of_two_below(gpus: int, fewer: int | None) -> None:
-    assert fewer_count(gpus) == fewer
+def test_fewer_count_takes_the_racks_segments_else_a_power_of_two(cluster: str, fewer: int | None) -> None:
+    assert fewer_count(load_cluster(cluster)) == fewer
+    assert largest_power_of_two_below(72) == 64 and largest_power_of_two_below(3) == 2
+    assert largest_power_of_two_below(64) is None and largest_power_of_two_below(1) is None
 
 
 def test_a_full_nvl72_rack_is_slower_than_64_of_its_gpus_for_llama3_8b() -> None:
