@@ -262,8 +262,8 @@ def search_with_points(
     again (Megatron --recompute-modules), a candidate then carrying them in its job; callers
     that replay or price one job (the runs fit, the validator) pass ``try_module_sets=False``.
     With ``try_fewer_gpus`` (``plan`` and ``planner.plan``), a time or cost ranking also searches
-    the largest power of two below the GPU count and reports it where it trains faster
-    (``fewer_gpus.fewer_gpus``)."""
+    a smaller GPU count (``fewer_gpus.fewer_count``: an NVL72 rack's job segments, else the largest
+    power of two below) and reports it where it trains faster (``fewer_gpus.fewer_gpus``)."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:

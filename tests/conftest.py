@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from planner.cli import main
+from planner.schemas.estimate import Estimate
 
 
 @dataclass
@@ -52,3 +53,22 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
     assert "Traceback" not in result.err
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+
+
+def main_winner_with_band(band: tuple[float, float] | None) -> Estimate:
+    """The README main plan's winner (llama3-70b on dgx-h100x16) at 1,000 tokens/s per GPU with its
+    error bar replaced by ``band``, read from '6 runs', without warnings: the fixture the band's
+    rendering and its warning are checked on."""
+    from planner.catalog import load_cluster, load_model
+    from planner.search import default_job, search
+
+    model = load_model("llama3-70b")
+    est = search(model, load_cluster("dgx-h100x16"), default_job(model), top=1).candidates[0]
+    return est.model_copy(
+        update={
+            "tokens_per_s_per_gpu": 1000.0,
+            "tokens_per_s_per_gpu_interval": band,
+            "interval_basis": "6 runs",
+            "warnings": [],
+        }
+    )

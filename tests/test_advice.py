@@ -9,11 +9,10 @@ from planner.catalog import load_cluster, load_model
 from planner.cost.memory import MEMORY_UNDERCOUNT, usable_memory_bytes
 from planner.errors import PlannerError
 from planner.pricing import biased_band_note, estimate_mesh, last_stage_imbalance
-from planner.schemas.estimate import Estimate
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import ParallelConfig
 from planner.search import default_job, search
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, main_winner_with_band
 
 LLAMA70 = load_model("llama3-70b")
 H100X16 = load_cluster("dgx-h100x16")
@@ -130,23 +129,16 @@ def test_nothing_fits_says_what_the_headroom_kept() -> None:
         search(LLAMA70, load_cluster("dgx-h100"), job)
 
 
-def _main_winner(band: tuple[float, float] | None) -> Estimate:
-    est = search(LLAMA70, H100X16, default_job(LLAMA70), top=1).candidates[0]
-    return est.model_copy(
-        update={"tokens_per_s_per_gpu": 1000.0, "tokens_per_s_per_gpu_interval": band, "interval_basis": "6 runs"}
-    )
-
-
 def test_a_band_wholly_below_the_prediction_is_warned_with_the_band_to_plan_with() -> None:
-    (note,) = biased_band_note(_main_winner((620.0, 880.0)))
+    (note,) = biased_band_note(main_winner_with_band((620.0, 880.0)))
     assert note == (
         "biased prediction: the published runs it is read from (6 runs) measured 12-38% below what the planner "
         "predicted for them; plan with 620 .. 880 tokens/s per GPU, not 1,000"
     )
-    (above,) = biased_band_note(_main_winner((1050.0, 1300.0)))
+    (above,) = biased_band_note(main_winner_with_band((1050.0, 1300.0)))
     assert "measured 5-30% above" in above
-    assert biased_band_note(_main_winner((830.0, 1120.0))) == []  # straddles the prediction
-    assert biased_band_note(_main_winner(None)) == []
+    assert biased_band_note(main_winner_with_band((830.0, 1120.0))) == []  # straddles the prediction
+    assert biased_band_note(main_winner_with_band(None)) == []
 
 
 def test_mi300x_plans_carry_the_bias_of_its_published_runs() -> None:

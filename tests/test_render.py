@@ -12,8 +12,8 @@ from rich.table import Table
 from planner.catalog import load_cluster, load_model
 from planner.error_bar import relative_band
 from planner.render import band_cell, plain_table_lines, print_ranking, print_table
-from planner.schemas.estimate import Estimate
 from planner.search import default_job, search
+from tests.conftest import main_winner_with_band
 
 
 def _table(rows: Sequence[Sequence[str]], headers: Sequence[str], justify: Sequence[str]) -> Table:
@@ -85,15 +85,6 @@ def test_ranking_table_unchanged(model: str, cluster: str, monkeypatch: pytest.M
     assert fast == _printed(120, lambda c: print_ranking(c, ranking))
 
 
-def _with_band(band: tuple[float, float] | None) -> Estimate:
-    """The main plan's winner with its error bar replaced by ``band`` (its prediction unchanged)."""
-    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100x16")
-    est = search(model, cluster, default_job(model), top=1).candidates[0]
-    return est.model_copy(
-        update={"tokens_per_s_per_gpu": 1000.0, "tokens_per_s_per_gpu_interval": band, "warnings": []}
-    )
-
-
 @pytest.mark.parametrize(
     ("band", "cell"),
     [
@@ -106,7 +97,7 @@ def _with_band(band: tuple[float, float] | None) -> Estimate:
     ],
 )
 def test_band_cell_shows_an_off_centre_band_by_its_ends(band: tuple[float, float] | None, cell: str) -> None:
-    assert band_cell(_with_band(band)) == cell
+    assert band_cell(main_winner_with_band(band)) == cell
 
 
 def test_ranking_table_heads_the_band_and_says_what_it_is() -> None:
