@@ -1,19 +1,29 @@
 """Capacity planning: how many nodes train a model on a token budget within a deadline, and what
 it costs. Each node count is searched in full (``planner.search``); the answer is the smallest
-count whose best mesh meets the deadline, with the table of all counts tried."""
+count whose best mesh meets the deadline, with the table of all counts tried.
+
+On racks whose fast domain a large job is given a segment of (GB200/GB300 NVL72: 64 of each
+72 GPUs, ``fewer_gpus.segment_count``), each count is also searched on the segments alone, and
+the row keeps whichever trains faster: 72 GPUs per rack leave a 512-sequence batch no even data
+parallelism, so the best mesh on all of them folds the factor 9 into the pipeline."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
+from planner.catalog import load_cluster
 from planner.errors import PlannerError
+from planner.fewer_gpus import segment_count
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.search import search
+
+if TYPE_CHECKING:
+    from planner.schemas.estimate import Estimate
 
 SECONDS_PER_DAY = 86400.0
 
@@ -35,7 +45,13 @@ class CapacityRow(Frozen):
     """The best mesh at one node count."""
 
     nodes: int
-    gpus: int
+    gpus: int = Field(description="GPUs the best mesh uses: the nodes' GPUs, or their segments where faster")
+    node_gpus: int = Field(description="GPUs the nodes hold")
+    all_gpus_step_time_s: float | None = Field(
+        None,
+        description="Where the row uses fewer GPUs than the nodes hold: the best step time on all of them "
+        "(None where nothing fits there)",
+    )
     mesh: str | None = Field(description="Best mesh (None when nothing fits)")
     step_time_s: float | None
     tokens_per_s: float | None
@@ -80,39 +96,7 @@ def capacity(
     for nodes in node_counts(max_nodes):
         gpus = nodes * node.gpus_per_node
         cluster = node.model_copy(update={"name": f"{node.profile.name}x{nodes}", "num_nodes": nodes, "num_gpus": gpus})
-        try:
-            best = search(model, cluster, job, pins, top=1).candidates[0]
-        except PlannerError as err:
-            rows.append(
-                CapacityRow(
-                    nodes=nodes,
-                    gpus=gpus,
-                    mesh=None,
-                    step_time_s=None,
-                    tokens_per_s=None,
-                    mfu=None,
-                    time_to_train_s=None,
-                    cost_to_train_usd=None,
-                    meets_deadline=False,
-                    why_not=str(err),
-                )
-            )
-            continue
-        days = best.time_to_train_s
-        assert days is not None  # the job has a token budget
-        rows.append(
-            CapacityRow(
-                nodes=nodes,
-                gpus=gpus,
-                mesh=best.config.parallel.short(),
-                step_time_s=best.step_time_s,
-                tokens_per_s=best.tokens_per_s,
-                mfu=best.mfu,
-                time_to_train_s=days,
-                cost_to_train_usd=best.cost_to_train_usd,
-                meets_deadline=days <= deadline_s,
-            )
-        )
+        rows.append(_row(model, cluster, job, pins, deadline_s))
     meeting = [r for r in rows if r.meets_deadline]
     costed = [r for r in meeting if r.cost_to_train_usd is not None]
     return CapacityReport(
@@ -124,4 +108,55 @@ def capacity(
         rows=rows,
         answer=meeting[0] if meeting else None,
         cheapest=min(costed, key=lambda r: r.cost_to_train_usd or 0.0) if costed else None,
+    )
+
+
+def _best(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any] | None) -> Estimate | str:
+    """The best mesh on ``cluster``, or why nothing fits."""
+    try:
+        return search(model, cluster, job, pins, top=1).candidates[0]
+    except PlannerError as err:
+        return str(err)
+
+
+def _row(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any] | None, deadline_s: float
+) -> CapacityRow:
+    """One node count: the best mesh on all its GPUs or, where that is faster, on their segments."""
+    best = _best(model, cluster, job, pins)
+    used, all_gpus_step_s = cluster.num_gpus, None
+    segment = segment_count(cluster)
+    if segment is not None:
+        alt = _best(model, load_cluster(cluster, gpus=segment), job, pins)
+        if not isinstance(alt, str) and (isinstance(best, str) or alt.step_time_s <= best.step_time_s):
+            all_gpus_step_s = None if isinstance(best, str) else best.step_time_s
+            best, used = alt, segment
+    if isinstance(best, str):
+        return CapacityRow(
+            nodes=cluster.num_nodes,
+            gpus=cluster.num_gpus,
+            node_gpus=cluster.num_gpus,
+            mesh=None,
+            step_time_s=None,
+            tokens_per_s=None,
+            mfu=None,
+            time_to_train_s=None,
+            cost_to_train_usd=None,
+            meets_deadline=False,
+            why_not=best,
+        )
+    train_s = best.time_to_train_s
+    assert train_s is not None  # the job has a token budget
+    return CapacityRow(
+        nodes=cluster.num_nodes,
+        gpus=used,
+        node_gpus=cluster.num_gpus,
+        all_gpus_step_time_s=all_gpus_step_s,
+        mesh=best.config.parallel.short(),
+        step_time_s=best.step_time_s,
+        tokens_per_s=best.tokens_per_s,
+        mfu=best.mfu,
+        time_to_train_s=train_s,
+        cost_to_train_usd=best.cost_to_train_usd,
+        meets_deadline=train_s <= deadline_s,
     )

@@ -39,18 +39,22 @@ def largest_power_of_two_below(n: int) -> int | None:
     return 1 << (n.bit_length() - 1)
 
 
-def fewer_count(cluster: ClusterSpec) -> int | None:
-    """The GPU count to try beside the cluster's: on whole fast domains that a large job gets only a
-    segment of (``Interconnect.job_segment_gpus``: 64 of each 72-GPU NVL72 rack under Slurm block
-    scheduling, the segments Megatron-Bridge's GB200/GB300 runs fill), the segments alone (3 racks ->
-    192, not 216); else the largest power of two below the count; None where the count is a power of
-    two already."""
+def segment_count(cluster: ClusterSpec) -> int | None:
+    """On whole fast domains that a large job gets only a segment of (``Interconnect.job_segment_gpus``:
+    64 of each 72-GPU NVL72 rack under Slurm block scheduling, the segments Megatron-Bridge's
+    GB200/GB300 runs fill), the segments alone (3 racks -> 192, not 216); else None."""
     intra = cluster.intra_node
     domain = intra.domain_size_gpus or cluster.gpus_per_node
     segment = intra.job_segment_gpus
     if segment is not None and segment < domain and cluster.num_gpus % domain == 0:
         return cluster.num_gpus // domain * segment
-    return largest_power_of_two_below(cluster.num_gpus)
+    return None
+
+
+def fewer_count(cluster: ClusterSpec) -> int | None:
+    """The GPU count to try beside the cluster's: the domains' segments (``segment_count``), else the
+    largest power of two below the count; None where the count is a power of two already."""
+    return segment_count(cluster) or largest_power_of_two_below(cluster.num_gpus)
 
 
 def fewer_gpus(

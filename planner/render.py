@@ -387,6 +387,14 @@ def print_cluster(console: Console, cluster: ClusterSpec) -> None:
             f"(busbw {tier.bus_bandwidth_bytes_per_s / 1e9:.0f} GB/s), {tier.latency_us:g} us{domain}, "
             f"in-network reduction: {tier.in_network_reduction}",
         )
+    domain = cluster.intra_node.domain_size_gpus
+    if domain and cluster.intra_node.job_segment_gpus is not None and cluster.num_gpus > domain:
+        held = (
+            f"{cluster.fast_domain_gpus}-GPU segment of each {domain}-GPU domain (aligned: block scheduling)"
+            if cluster.fast_domain_gpus < domain
+            else f"whole {domain}-GPU domains (ranks 0-{domain - 1} share the first)"
+        )
+        table.add_row("this job's NVLink groups", held)
     if cluster.price_per_gpu_hour_usd:
         table.add_row("price", f"${cluster.price_per_gpu_hour_usd:.2f} per GPU-hour")
     console.print(table)
@@ -445,7 +453,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             continue
         table.add_row(
             str(r.nodes),
-            str(r.gpus),
+            str(r.gpus) if r.gpus == r.node_gpus else f"{r.gpus} of {r.node_gpus}",
             r.mesh,
             duration(r.step_time_s or 0.0),
             f"{r.mfu or 0.0:.1%}",
@@ -454,13 +462,18 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             "yes" if r.meets_deadline else "no",
         )
     console.print(table)
+    segment_note = capacity_segment_note(report)
+    if segment_note:
+        console.print(segment_note)
     if report.answer is None:
         console.print(f"no node count up to {report.rows[-1].nodes} meets the deadline; raise --max-nodes or --days")
         return
     a = report.answer
     cost = "" if a.cost_to_train_usd is None else f" for ${a.cost_to_train_usd / 1e6:,.2f} M"
+    used = a.gpus if a.gpus == a.node_gpus else f"{a.gpus} of their {a.node_gpus}"
     console.print(
-        f"answer: {a.nodes} nodes ({a.gpus} GPUs) with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
+        f"answer: {a.nodes} node{'' if a.nodes == 1 else 's'} ({used} GPUs) "
+        f"with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
     )
     if report.cheapest is not None and report.cheapest.nodes != a.nodes:
         c = report.cheapest
@@ -468,3 +481,22 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             f"cheapest within the deadline: {c.nodes} nodes, {days(c.time_to_train_s or 0.0)}, "
             f"${(c.cost_to_train_usd or 0.0) / 1e6:,.2f} M"
         )
+
+
+def capacity_segment_note(report: CapacityReport) -> str | None:
+    """The footnote of the capacity table's 'N of M' GPUs, where a row uses its racks' segments."""
+    fewer = [r for r in report.rows if r.gpus < r.node_gpus]
+    if not fewer:
+        return None
+    savings = [1.0 - (r.step_time_s or 0.0) / r.all_gpus_step_time_s for r in fewer if r.all_gpus_step_time_s]
+    by = ""
+    if savings:
+        low, high = min(savings), max(savings)
+        span = f"{high:.0%}" if round(low * 100) == round(high * 100) else f"{low * 100:.0f}-{high:.0%}"
+        by = f", {span} less time per step than on all of them"
+    r = fewer[0]
+    return (
+        f"GPUs 'N of M': the {r.gpus // r.nodes}-GPU segment of each {r.node_gpus // r.nodes}-GPU rack that block "
+        f"scheduling gives a large job trains faster{by} (the batch splits evenly over N, not over M); "
+        "time and $ count the N GPUs used, the rest of each rack is free for other jobs"
+    )

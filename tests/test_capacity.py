@@ -85,3 +85,32 @@ def test_capacity_cli(cli) -> None:
     assert human.code == 0 and "answer:" in human.out
     assert_one_line_error(cli(*args), "--days is required")
     assert_one_line_error(cli(*args[:-4], "--days", "7"), "--training-tokens is required")
+
+
+def test_capacity_on_nvl72_racks_keeps_their_64_gpu_segments_where_faster(cli) -> None:
+    """72 GPUs per rack leave a 512-sequence batch no even data parallelism: on one and on two
+    GB200 NVL72 racks the 64-GPU segments (Slurm block scheduling) train Llama-3-8B faster, and
+    each row equals a plain search on that many GPUs; a DGX profile has no segments."""
+    llama8 = load_model("llama3-8b")
+    job = default_job(llama8, training_tokens=1e12)
+    report = capacity(llama8, load_cluster("gb200-nvl72"), job, deadline_s=10 * SECONDS_PER_DAY, max_nodes=2)
+    for row in report.rows:
+        racks = load_cluster("gb200-nvl72", nodes=row.nodes)
+        assert (row.gpus, row.node_gpus) == (64 * row.nodes, 72 * row.nodes)
+        seg = search(llama8, load_cluster(racks, gpus=row.gpus), job, top=1).candidates[0]
+        whole = search(llama8, racks, job, top=1).candidates[0]
+        assert row.mesh == seg.config.parallel.short() and row.step_time_s == seg.step_time_s
+        assert row.all_gpus_step_time_s == whole.step_time_s
+        assert row.cost_to_train_usd == pytest.approx(row.time_to_train_s * row.gpus * 16.0 / 3600, rel=1e-12)  # type: ignore[operator]
+    one, two = report.rows
+    assert one.step_time_s == pytest.approx(2.961, abs=0.005)
+    assert one.all_gpus_step_time_s == pytest.approx(3.345, abs=0.005)
+    assert two.step_time_s < 0.8 * two.all_gpus_step_time_s  # type: ignore[operator]
+    args = ("-m", "llama3-8b", "-c", "gb200-nvl72", "--training-tokens", "1T", "--days", "10", "--max-nodes", "2")
+    human = cli("capacity", *args)
+    assert human.code == 0, human.err
+    assert "64 of 72" in human.out and "128 of 144" in human.out
+    assert "the 64-GPU segment of each 72-GPU rack" in " ".join(human.out.split())
+    assert "answer: 1 node (64 of their 72 GPUs)" in human.out
+    dgx = capacity(llama8, load_cluster("dgx-h100"), job, deadline_s=10 * SECONDS_PER_DAY, max_nodes=3)
+    assert all(r.gpus == r.node_gpus == 8 * r.nodes and r.all_gpus_step_time_s is None for r in dgx.rows)

@@ -69,7 +69,13 @@ def test_show_cluster(cli) -> None:
     assert data["num_gpus"] == 128 and data["num_nodes"] == 16
     assert data["description"].startswith("dgx-h100x16: 16 nodes x 8 ")
     human = cli("show", "cluster", "dgx-h100x16")
-    assert human.code == 0 and "128 GPUs" in human.out
+    assert human.code == 0 and "128 GPUs" in human.out and "NVLink groups" not in human.out
+    # NVL72 racks: all 144 GPUs of two hold each rack whole; 128 of them a 64-GPU segment of each.
+    assert cli("show", "cluster", "gb200-nvl72x2", "--json").json()["fast_domain_gpus"] == 72
+    whole = " ".join(cli("show", "cluster", "gb200-nvl72x2").out.split())
+    assert "this job's NVLink groups │ whole 72-GPU domains (ranks 0-71 share the first)" in whole
+    segments = " ".join(cli("show", "cluster", "gb200-nvl72x2", "--gpus", "128").out.split())
+    assert "64-GPU segment of each 72-GPU domain" in segments
 
 
 def test_estimate_json_has_the_contract_keys_and_round_trips(cli) -> None:

@@ -57,15 +57,22 @@ def test_placement_tiers() -> None:
     assert int(_link(H100X16, 4, 2).tier[0]) == TIER_INTRA
     # dgx-h100x3, dp 3 with stride 2: blocks of 6 ranks, the second straddles nodes 0 and 1.
     assert int(_link(load_cluster("dgx-h100x3"), 3, 2).tier[0]) == TIER_INTER
-    # NVL72: a job larger than a rack gets 64-GPU segments of each (Slurm block scheduling), so
+    # NVL72: a 128-GPU job on two racks gets a 64-GPU segment of each (Slurm block scheduling), so
     # TP 16 blocks tile a segment and stay on NVLink; TP 48 does not divide 64: ranks 48-95
     # straddle two segments, with 16 members in the one it has fewest in.
-    nvl2 = load_cluster("gb200-nvl72x2")
-    assert nvl2.fast_domain_gpus == 64
-    assert int(_link(nvl2, 16, 1).tier[0]) == TIER_INTRA
-    nvl = _link(nvl2, 48, 1)
+    seg2 = load_cluster("gb200-nvl72x2", gpus=128)
+    assert seg2.fast_domain_gpus == 64
+    assert int(_link(seg2, 16, 1).tier[0]) == TIER_INTRA
+    nvl = _link(seg2, 48, 1)
     assert int(nvl.tier[0]) == TIER_INTER and int(nvl.per_domain[0]) == 16
     assert int(_link(load_cluster("gb200-nvl72"), 16, 1).tier[0]) == TIER_INTRA
+    # All 144 GPUs of the two racks: ranks 0-71 on the first, so TP 8 blocks stay inside a rack
+    # (72 = 9 x 8) while the TP 16 block of ranks 64-79 straddles the two, 8 members on each.
+    whole2 = load_cluster("gb200-nvl72x2")
+    assert whole2.fast_domain_gpus == 72
+    assert int(_link(whole2, 8, 1).tier[0]) == TIER_INTRA
+    tp16 = _link(whole2, 16, 1)
+    assert int(tp16.tier[0]) == TIER_INTER and int(tp16.per_domain[0]) == 8
 
 
 def test_cross_node_bandwidth_by_pattern() -> None:

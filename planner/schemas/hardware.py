@@ -428,11 +428,14 @@ class ClusterSpec(Frozen):
 
     @property
     def fast_domain_gpus(self) -> int:
-        """GPUs of one job reachable over the intra-node tier: one node, or an NVL72 rack; a job
-        larger than the domain gets the profile's ``job_segment_gpus`` of each (aligned segments)."""
+        """GPUs of one job reachable over the intra-node tier: one node, or an NVL72 rack. A job of
+        whole domains holds each whole (2 racks = 144 GPUs: ranks 0-71 on one rack, so a group of 16
+        ranks 64-79 straddles two); a job larger than one domain but not a whole number of them gets
+        the profile's ``job_segment_gpus`` of each (aligned segments: Slurm block scheduling gives a
+        256-GPU job 64 GPUs of each of 4 racks)."""
         intra = self.profile.intra_node
         domain = intra.domain_size_gpus or self.profile.gpus_per_node
-        if intra.job_segment_gpus is not None and self.num_gpus > domain:
+        if intra.job_segment_gpus is not None and self.num_gpus > domain and self.num_gpus % domain != 0:
             return min(intra.job_segment_gpus, domain)
         return domain
 
