@@ -6,18 +6,22 @@ Library use::
     ranking = planner.plan("llama70b", "dgx-h100x16")
     est = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2, dp=8, sequence_parallel=True)
     best = planner.serve("llama70b", "dgx-h100x1", input_len=2048, output_len=512, tpot_s=0.03)
+    report = planner.plan_capacity("llama70b", "dgx-h100", training_tokens=15e12, days=30)
 
 torch is never imported here; only the validator (an optional extra) needs it.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
 from planner.schemas.ranking import Ranking
+
+if TYPE_CHECKING:
+    from planner.capacity import CapacityReport
 
 __version__ = "0.1.0"
 
@@ -92,6 +96,33 @@ def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | 
     return estimate_mesh(spec, clus, _job(spec, job, job_fields), config)
 
 
+def plan_capacity(
+    model: str | ModelSpec,
+    cluster: str | ClusterSpec,
+    training_tokens: float,
+    days: float,
+    max_nodes: int = 1024,
+    job: JobSpec | None = None,
+    **pins: Any,
+) -> CapacityReport:
+    """How many nodes of ``cluster``'s profile train ``model`` on ``training_tokens`` within ``days``
+    and what it costs (`plan capacity`): ``planner.plan_capacity("llama70b", "dgx-h100", 15e12, 30)``.
+    ``pins`` as in ``plan``; each node count up to ``max_nodes`` is searched in full (on NVL72
+    racks also on their 64-GPU segments, ``planner.capacity.capacity``). Not named ``capacity``:
+    that is the module, which its first import would bind over a function of the same name."""
+    from planner.capacity import SECONDS_PER_DAY
+    from planner.capacity import capacity as capacity_report
+    from planner.search import pins_from_config_fields
+
+    if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
+        raise PlannerError(f"max_nodes: expected a whole number >= 1, got {max_nodes!r}")
+    spec, clus = load_model(model), load_cluster(cluster)
+    node = clus.model_copy(update={"num_nodes": 1, "num_gpus": clus.gpus_per_node})
+    job_fields, mesh = _split(pins)
+    work = _job(spec, job, {**job_fields, "training_tokens": training_tokens})
+    return capacity_report(spec, node, work, days * SECONDS_PER_DAY, max_nodes, pins_from_config_fields(**mesh))
+
+
 def serve(model: str | ModelSpec, cluster: str | ClusterSpec, **request: Any) -> Any:
     """Rank serving layouts (``plan serve``): ``planner.serve("llama70b", "dgx-h100x1",
     input_len=2048, output_len=512, tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields
@@ -114,5 +145,6 @@ __all__ = [
     "load_cluster",
     "load_model",
     "plan",
+    "plan_capacity",
     "serve",
 ]

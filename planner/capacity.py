@@ -9,6 +9,7 @@ parallelism, so the best mesh on all of them folds the factor 9 into the pipelin
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
@@ -85,8 +86,8 @@ def capacity(
     ``training_tokens``) on clusters of ``node``'s profile."""
     if job.training_tokens is None:
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
-    if deadline_s <= 0:
-        raise PlannerError(f"--days must be > 0, got {deadline_s / SECONDS_PER_DAY:g}")
+    if not math.isfinite(deadline_s) or deadline_s <= 0:
+        raise PlannerError(f"--days must be a finite number > 0, got {deadline_s / SECONDS_PER_DAY:g}")
     if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
         raise PlannerError(
             f"--max-nodes {max_nodes}: {max_nodes} x {node.gpus_per_node} GPUs is more than the "

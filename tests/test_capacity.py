@@ -114,3 +114,14 @@ def test_capacity_on_nvl72_racks_keeps_their_64_gpu_segments_where_faster(cli) -
     assert "answer: 1 node (64 of their 72 GPUs)" in human.out
     dgx = capacity(llama8, load_cluster("dgx-h100"), job, deadline_s=10 * SECONDS_PER_DAY, max_nodes=3)
     assert all(r.gpus == r.node_gpus == 8 * r.nodes and r.all_gpus_step_time_s is None for r in dgx.rows)
+
+
+def test_library_plan_capacity_is_the_capacity_search_with_pins() -> None:
+    import planner
+
+    llama8 = load_model("llama3-8b")
+    job = default_job(llama8, training_tokens=1e12)
+    direct = capacity(llama8, load_cluster("gb200-nvl72"), job, deadline_s=10 * SECONDS_PER_DAY, max_nodes=2)
+    assert planner.plan_capacity("llama3-8b", "gb200-nvl72x4", 1e12, 10, max_nodes=2) == direct  # the profile's racks
+    pinned = planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 10, max_nodes=2, tp=2)
+    assert [r.mesh.split()[0] for r in pinned.rows if r.mesh] == ["tp2", "tp2"]

@@ -30,10 +30,11 @@ def test_readme_commands_match_ci() -> None:
 def test_package_api_names_are_functions_after_submodule_imports() -> None:
     # A submodule named like an API function would replace it on first import.
     import planner
+    import planner.capacity
     import planner.pricing
     import planner.search
 
-    assert callable(planner.plan) and callable(planner.estimate)
+    assert callable(planner.plan) and callable(planner.estimate) and callable(planner.plan_capacity)
     assert not hasattr(planner.estimate, "__path__") and type(planner.estimate).__name__ == "function"
 
 
@@ -66,6 +67,9 @@ def test_library_job_overrides_are_revalidated() -> None:
         ("plan", {"seq_len": 0}, "job: field 'seq_len': expected a whole number >= 1, got 0"),
         ("estimate", {"tp": True}, "mesh: field 'tp': expected int, got True"),
         ("estimate", {"tp": 8, "pp": 2, "dp": 3}, "impossible mesh"),
+        ("plan_capacity", {"training_tokens": 1e12, "days": float("nan")}, "--days must be a finite number > 0"),
+        ("plan_capacity", {"training_tokens": 1e12, "days": 9, "max_nodes": 0}, "max_nodes: expected a whole number"),
+        ("plan_capacity", {"training_tokens": 0, "days": 9}, "job: field 'training_tokens': Input should be greater"),
     ],
 )
 def test_library_arguments_are_validated_as_the_cli_does(call: str, kwargs: dict, message: str) -> None:
