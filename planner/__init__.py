@@ -116,6 +116,8 @@ def plan_capacity(
 
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
         raise PlannerError(f"max_nodes: expected a whole number >= 1, got {max_nodes!r}")
+    if isinstance(days, bool) or not isinstance(days, int | float):
+        raise PlannerError(f"days: expected a finite number > 0, got {days!r}")
     spec, clus = load_model(model), load_cluster(cluster)
     node = clus.model_copy(update={"num_nodes": 1, "num_gpus": clus.gpus_per_node})
     job_fields, mesh = _split(pins)

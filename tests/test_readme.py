@@ -70,6 +70,7 @@ def test_library_job_overrides_are_revalidated() -> None:
         ("plan_capacity", {"training_tokens": 1e12, "days": float("nan")}, "--days must be a finite number > 0"),
         ("plan_capacity", {"training_tokens": 1e12, "days": 9, "max_nodes": 0}, "max_nodes: expected a whole number"),
         ("plan_capacity", {"training_tokens": 0, "days": 9}, "job: field 'training_tokens': Input should be greater"),
+        ("plan_capacity", {"training_tokens": 1e12, "days": "9"}, "days: expected a finite number > 0, got '9'"),
     ],
 )
 def test_library_arguments_are_validated_as_the_cli_does(call: str, kwargs: dict, message: str) -> None:
