@@ -10,21 +10,17 @@ parallelism, so the best mesh on all of them folds the factor 9 into the pipelin
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import Field
 
 from planner.catalog import load_cluster
 from planner.errors import PlannerError
-from planner.fewer_gpus import segment_count
+from planner.fewer_gpus import best_or_reason, segment_count
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
-from planner.search import search
-
-if TYPE_CHECKING:
-    from planner.schemas.estimate import Estimate
 
 SECONDS_PER_DAY = 86400.0
 
@@ -112,23 +108,15 @@ def capacity(
     )
 
 
-def _best(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any] | None) -> Estimate | str:
-    """The best mesh on ``cluster``, or why nothing fits."""
-    try:
-        return search(model, cluster, job, pins, top=1).candidates[0]
-    except PlannerError as err:
-        return str(err)
-
-
 def _row(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any] | None, deadline_s: float
 ) -> CapacityRow:
     """One node count: the best mesh on all its GPUs or, where that is faster, on their segments."""
-    best = _best(model, cluster, job, pins)
+    best = best_or_reason(model, cluster, job, pins)
     used, all_gpus_step_s = cluster.num_gpus, None
     segment = segment_count(cluster)
     if segment is not None:
-        alt = _best(model, load_cluster(cluster, gpus=segment), job, pins)
+        alt = best_or_reason(model, load_cluster(cluster, gpus=segment), job, pins)
         if not isinstance(alt, str) and (isinstance(best, str) or alt.step_time_s <= best.step_time_s):
             all_gpus_step_s = None if isinstance(best, str) else best.step_time_s
             best, used = alt, segment

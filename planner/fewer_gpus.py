@@ -57,20 +57,28 @@ def fewer_count(cluster: ClusterSpec) -> int | None:
     return segment_count(cluster) or largest_power_of_two_below(cluster.num_gpus)
 
 
+def best_or_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any] | None) -> Estimate | str:
+    """The best mesh on ``cluster`` for the job and pins, or why nothing fits there (the search's
+    error); ``fewer_gpus`` and ``capacity`` price other GPU counts with it."""
+    from planner.search import search
+
+    try:
+        return search(model, cluster, job, pins, top=1).candidates[0]
+    except PlannerError as err:
+        return str(err)
+
+
 def fewer_gpus(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any], best: Estimate
 ) -> FewerGpus | None:
     """The best mesh on ``fewer_count`` of the cluster's GPUs for the same job and pins, where it
     finishes the asked batch ``MIN_SAVING`` sooner than ``best`` (the winner on all of them);
     None where the count is a power of two already, nothing fits on fewer, or it is not faster."""
-    from planner.search import search
-
     count = fewer_count(cluster)
     if count is None:
         return None
-    try:
-        alt = search(model, load_cluster(cluster, gpus=count), job, pins, top=1).candidates[0]
-    except PlannerError:
+    alt = best_or_reason(model, load_cluster(cluster, gpus=count), job, pins)
+    if isinstance(alt, str):
         return None
     saving = 1.0 - best.tokens_per_s / alt.tokens_per_s
     if saving < MIN_SAVING:
