@@ -8,7 +8,7 @@ from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import flash_attention_runs, mtp_layers
 from planner.cost.layout import layout_rank_layers
-from planner.cost.memory import MEMORY_UNDERCOUNT, headroom_clause, usable_memory_bytes
+from planner.cost.memory import MEMORY_UNDERCOUNT, headroom_clause, undercount_safe_bytes, usable_memory_bytes
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
@@ -81,7 +81,8 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "try a higher --zero-stage, --recompute full, more tp/pp, or a smaller --micro-batch-size"
         )
         notes += module_recompute_hint(model, cluster, job, config)
-    elif (worst_peak := est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)) > cluster.gpu.hbm_capacity_bytes:
+    elif est.memory_per_gpu_bytes > undercount_safe_bytes(cluster):
+        worst_peak = est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)
         notes.append(
             f"tight memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
             f"GiB per GPU; measured peaks have run up to {MEMORY_UNDERCOUNT:.1%} above the planner's count "

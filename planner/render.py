@@ -308,6 +308,8 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     console.print(f"{ranking.evaluated:,} meshes enumerated, {ranking.feasible:,} feasible; pruned: {pruned}")
     for line in ranking.explanation[:4]:
         console.print(line)
+    if ranking.margin_pick is not None:
+        console.print(ranking.margin_pick.describe())
     if ranking.fewer_gpus is not None:
         console.print(ranking.fewer_gpus.describe(ranking.num_gpus, ranking.job.batch_size))
     if ranking.candidates:

@@ -23,11 +23,13 @@ import numpy as np
 
 from planner.constraints import RULES, rule_masks
 from planner.cost.memory import (
+    MEMORY_UNDERCOUNT,
     OFFLOAD_RESIDENT_LAYERS,
     headroom_clause,
     layer_activations,
     peak_memory,
     stage_memory,
+    undercount_safe_bytes,
     usable_memory_bytes,
 )
 from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
@@ -43,7 +45,7 @@ from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
-from planner.schemas.ranking import ParetoPoint, RankedEstimate, Ranking
+from planner.schemas.ranking import MarginPick, ParetoPoint, RankedEstimate, Ranking
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
 VIRTUAL_STAGES = (2, 3, 4, 5, 6, 8)
@@ -228,6 +230,42 @@ def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
     return order[ranked < before].astype(np.int64)
 
 
+def margin_pick(
+    cluster: ClusterSpec,
+    times: np.ndarray,
+    memory: np.ndarray,
+    winner: int,
+    front: np.ndarray,
+    pareto: list[ParetoPoint],
+) -> MarginPick | None:
+    """The fastest mesh whose predicted peak keeps the MEMORY_UNDERCOUNT margin
+    (``cost.memory.undercount_safe_bytes``), where the winner (index ``winner`` into the per-mesh
+    ``times`` per asked batch and ``memory``) does not; None where it does. ``front``: the Pareto
+    front's indices, fastest first (the fastest safe mesh is on it: a mesh that beat it on both
+    would be safe and faster), ``pareto`` its points."""
+    safe = undercount_safe_bytes(cluster)
+    if memory[winner] <= safe:
+        return None
+    keeps = [k for k, i in enumerate(front) if memory[i] <= safe]
+    common = {
+        "margin": MEMORY_UNDERCOUNT,
+        "capacity_bytes": cluster.gpu.hbm_capacity_bytes,
+        "winner_memory_bytes": float(memory[winner]),
+        "leanest_bytes": float(memory[front[-1]]),
+    }
+    if not keeps:
+        return MarginPick(**common, mesh=None, step_time_s=None, memory_per_gpu_bytes=None, slower=None)
+    k = keeps[0]
+    i = front[k]
+    return MarginPick(
+        **common,
+        mesh=pareto[k].mesh,
+        step_time_s=pareto[k].step_time_s,
+        memory_per_gpu_bytes=float(memory[i]),
+        slower=float(times[i] / times[winner] - 1.0),
+    )
+
+
 def search(
     model: ModelSpec,
     cluster: ClusterSpec,
@@ -301,6 +339,14 @@ def search_with_points(
         others = [passes[owner[i]].label(int(rows[i])) for i in group[1:]]
         out.append(RankedEstimate(**dict(est), rank=len(out) + 1, equivalent_meshes=others))
     front = pareto_front(times, memory)
+    pareto = [
+        ParetoPoint(
+            mesh=passes[owner[i]].label(int(rows[i])),
+            step_time_s=float(passes[owner[i]].cols.step_time_s[rows[i]]),
+            memory_per_gpu_bytes=float(memory[i]),
+        )
+        for i in front
+    ]
     base = passes[0]
     ranking = Ranking(
         model=model.name,
@@ -314,14 +360,8 @@ def search_with_points(
         pruned=base.pruned,
         candidates=out,
         explanation=explain(list(out)),
-        pareto=[
-            ParetoPoint(
-                mesh=passes[owner[i]].label(int(rows[i])),
-                step_time_s=float(passes[owner[i]].cols.step_time_s[rows[i]]),
-                memory_per_gpu_bytes=float(memory[i]),
-            )
-            for i in front
-        ],
+        margin_pick=margin_pick(cluster, times, memory, int(ranked[0]), front, pareto) if out else None,
+        pareto=pareto,
     )
     if try_fewer_gpus and objective != "memory" and out:
         found = fewer_gpus(model, cluster, job, pins, out[0])

@@ -115,6 +115,31 @@ def test_memory_headroom_keeps_its_share_free_and_the_tight_winner_is_warned() -
     assert usable_memory_bytes(H100X16, safe_job) == best.memory_usable_bytes
 
 
+def test_the_ranking_names_the_fastest_mesh_that_keeps_the_memory_margin(cli) -> None:
+    job = default_job(LLAMA70)
+    tight = search(LLAMA70, H100X16, job, top=1)
+    safe_job = JobSpec.model_validate({**job.model_dump(), "memory_headroom": MEMORY_UNDERCOUNT})
+    safe = search(LLAMA70, H100X16, safe_job, top=1)
+    pick, best = tight.margin_pick, safe.candidates[0]
+    assert pick is not None and safe.margin_pick is None  # the margin asked for: nothing to point at
+    # the pick is what --memory-headroom 0.125 ranks first: tp4 pp1 dp16 cp2 z2, 67.9 GiB, 1.9% slower
+    assert pick.mesh == best.config.parallel.short()
+    assert pick.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
+    assert pick.memory_per_gpu_bytes == pytest.approx(best.memory_per_gpu_bytes, rel=1e-12)
+    assert pick.slower == pytest.approx(best.step_time_s / tight.candidates[0].step_time_s - 1, rel=1e-9)
+    assert pick.slower == pytest.approx(0.019, abs=0.002)
+    assert pick.winner_memory_bytes == tight.candidates[0].memory_per_gpu_bytes
+    text = " ".join(cli("-m", "llama3-70b", "-c", "dgx-h100x16").out.split())
+    assert f"the fastest mesh that keeps that margin is {best.config.parallel.short()}" in text
+    assert "1.9% slower per batch: --memory-headroom 0.125 ranks only such meshes" in text
+    # 70B on 16 H100: the leanest mesh of every recompute and ZeRO choice needs 73.7 GiB > 0.875 x 79.7
+    two = search(LLAMA70, load_cluster("dgx-h100x2"), job, top=1)
+    assert two.margin_pick is not None and two.margin_pick.mesh is None
+    assert two.margin_pick.leanest_bytes == pytest.approx(two.pareto[-1].memory_per_gpu_bytes)
+    assert two.margin_pick.leanest_bytes > (1 - MEMORY_UNDERCOUNT) * H100X16.gpu.hbm_capacity_bytes
+    assert "no feasible mesh keeps that margin (the leanest needs 73.7 GiB" in two.margin_pick.describe()
+
+
 def test_memory_headroom_out_of_range_is_a_one_line_error(cli) -> None:
     for bad in ("0.7", "-0.1", "nan"):
         result = cli("-m", "llama3-70b", "-c", "dgx-h100x16", "--memory-headroom", bad)

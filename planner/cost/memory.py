@@ -64,6 +64,13 @@ their own. A measured peak is then up to predicted / (1 - MEMORY_UNDERCOUNT) (x1
 this share asks the search for exactly that margin."""
 
 
+def undercount_safe_bytes(cluster: ClusterSpec) -> float:
+    """The largest predicted peak that still fits the GPU if the measured peak runs
+    ``MEMORY_UNDERCOUNT`` above the planner's count: capacity x (1 - MEMORY_UNDERCOUNT). A mesh above
+    it may run out of memory (``pricing.advice``'s tight-memory warning, ``search``'s margin pick)."""
+    return cluster.gpu.hbm_capacity_bytes * (1.0 - MEMORY_UNDERCOUNT)
+
+
 def usable_memory_bytes(cluster: ClusterSpec, job: JobSpec) -> float:
     """Memory a mesh's predicted peak may reach on each GPU: the profile's capacity less the job's
     ``memory_headroom`` share (the runtime reserve is part of the peak, its ``overhead``)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt
 
-from planner.schemas.base import Frozen
+from planner.schemas.base import GIB_BYTES, Frozen
 from planner.schemas.estimate import Estimate
 from planner.schemas.job import JobSpec
 
@@ -23,6 +23,42 @@ class ParetoPoint(Frozen):
     mesh: str
     step_time_s: float
     memory_per_gpu_bytes: float
+
+
+class MarginPick(Frozen):
+    """Set where the winner's predicted peak leaves less of the GPU's memory free than measured
+    peaks have run above the planner's count (``margin``, cost.memory.MEMORY_UNDERCOUNT): the
+    fastest feasible mesh that leaves it, read off the memory/step-time Pareto front (the fastest
+    such mesh is on it), and how much longer it takes per asked batch (``slower``, a share); ``mesh``
+    is None where no feasible mesh leaves the margin, and ``leanest_bytes`` then says how close the
+    leanest comes."""
+
+    margin: PositiveFloat
+    capacity_bytes: PositiveFloat
+    winner_memory_bytes: PositiveFloat
+    mesh: str | None
+    step_time_s: PositiveFloat | None
+    memory_per_gpu_bytes: PositiveFloat | None
+    slower: float | None
+    leanest_bytes: PositiveFloat
+
+    def describe(self) -> str:
+        need, capacity = self.winner_memory_bytes / GIB_BYTES, self.capacity_bytes / GIB_BYTES
+        head = (
+            f"memory margin: #1 needs {need:.1f} of {capacity:.1f} GiB; "
+            f"measured peaks have run up to {self.margin:.1%} above the planner's count"
+        )
+        if self.mesh is None:
+            return (
+                f"{head}, and no feasible mesh keeps that margin (the leanest needs "
+                f"{self.leanest_bytes / GIB_BYTES:.1f} GiB, every recompute and ZeRO choice tried): "
+                "it needs more GPUs"
+            )
+        return (
+            f"{head}; the fastest mesh that keeps that margin is {self.mesh} ({self.step_time_s:.3f} s, "
+            f"{(self.memory_per_gpu_bytes or 0.0) / GIB_BYTES:.1f} GiB), {self.slower:.1%} slower per batch: "
+            f"--memory-headroom {self.margin:g} ranks only such meshes"
+        )
 
 
 class FewerGpus(Frozen):
@@ -49,7 +85,8 @@ class Ranking(Frozen):
     """Ranked candidates: ``evaluated`` meshes enumerated, ``pruned`` per failed rule (the first
     rule each mesh breaks, including ``memory`` for meshes that do not fit), ``feasible`` the rest.
     ``explanation``: what dominates the winner's step, and where each runner-up loses;
-    ``fewer_gpus``: a smaller share of the cluster that trains faster (``planner.fewer_gpus``), where
+    ``margin_pick``: where the winner may run out of memory, the fastest mesh that may not (see
+    MarginPick); ``fewer_gpus``: a smaller share of the cluster that trains faster (``planner.fewer_gpus``), where
     the search looked for one and found it."""
 
     model: str
@@ -64,4 +101,5 @@ class Ranking(Frozen):
     candidates: list[RankedEstimate]
     pareto: list[ParetoPoint]
     explanation: list[str]
+    margin_pick: MarginPick | None = None
     fewer_gpus: FewerGpus | None = None
