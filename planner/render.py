@@ -381,6 +381,12 @@ def print_cluster(console: Console, cluster: ClusterSpec) -> None:
     )
     table.add_row("peak dense TFLOP/s", ", ".join(f"{k} {v:g}" for k, v in gpu.peak_tflops.items()))
     table.add_row("cluster peak", si(cluster.num_gpus * gpu.peak_flops_per_s("bf16"), "FLOP/s") + " bf16")
+    if cluster.gpus_per_host != cluster.gpus_per_node:
+        table.add_row(
+            "hosts",
+            f"{cluster.gpus_per_node // cluster.gpus_per_host} per node of {cluster.gpus_per_host} GPUs each "
+            "(one torchrun per host: plan export --launcher)",
+        )
     for label, tier in (("intra-node", cluster.intra_node), ("inter-node", cluster.inter_node)):
         domain = f", domain {tier.domain_size_gpus} GPUs" if tier.domain_size_gpus else ""
         table.add_row(

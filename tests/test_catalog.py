@@ -75,6 +75,16 @@ def test_every_profile_number_has_a_source() -> None:
             assert all(len(text.strip()) > 10 for text in obj.sources.values()), (profile.name, obj.sources)
 
 
+def test_a_host_count_must_divide_the_node(tmp_path: Path) -> None:
+    text = (catalog_dir("hardware_profiles") / "gb200-nvl72.yaml").read_text()
+    assert "gpus_per_host: 4\n" in text
+    bad = tmp_path / "rack.yaml"
+    bad.write_text(text.replace("gpus_per_host: 4\n", "gpus_per_host: 5\n", 1))
+    with pytest.raises(PlannerError, match="gpus_per_host 5 does not divide gpus_per_node 72"):
+        load_cluster(str(bad))
+    assert load_cluster("gb200-nvl72x2").gpus_per_host == 4 and load_cluster("dgx-b200").gpus_per_host == 8
+
+
 def test_cluster_name_grammar() -> None:
     c = load_cluster("dgx-h100x16")
     assert (c.num_nodes, c.gpus_per_node, c.num_gpus) == (16, 8, 128)

@@ -76,6 +76,10 @@ def test_show_cluster(cli) -> None:
     assert "this job's NVLink groups │ whole 72-GPU domains (ranks 0-71 share the first)" in whole
     segments = " ".join(cli("show", "cluster", "gb200-nvl72x2", "--gpus", "128").out.split())
     assert "64-GPU segment of each 72-GPU domain" in segments
+    # a rack is 18 hosts (compute trays) of 4 GPUs: what plan export --launcher starts torchrun on
+    assert "hosts │ 18 per node of 4 GPUs each" in segments and "hosts" not in human.out
+    assert cli("show", "cluster", "gb200-nvl72x2", "--json").json()["gpus_per_host"] == 4
+    assert data["gpus_per_host"] == 8
 
 
 def test_estimate_json_has_the_contract_keys_and_round_trips(cli) -> None:

@@ -740,6 +740,97 @@ def test_cli_slurm_asks_for_the_nodes_and_gpus_and_srun_s_torchrun(cli) -> None:
     assert (run.nnodes, run.nproc_per_node, run.module, run.training_script) == ("16", "8", True, "torchtitan.train")
 
 
+FAKE_SLURM = {
+    "scontrol": 'for i in $(seq 0 $((SLURM_NNODES - 1))); do echo "tray$i"; done\n',
+    # srun: the command once per node, as Slurm starts it there (its own $SLURM_NODEID)
+    "srun": 'for i in $(seq 0 $((SLURM_NNODES - 1))); do SLURM_NODEID=$i "$@" || exit 1; done\n',
+    # torchrun: what it was started with on this node, NUL-separated
+    "torchrun": 'printf "%s\\0" "$@" > "$RUN_DIR/node$SLURM_NODEID"\n',
+}
+
+
+def _run_sbatch(script: str, nodes: int, tmp_path) -> list[list[str]]:  # type: ignore[no-untyped-def]
+    """Run an exported sbatch script under bash with stand-ins for srun, scontrol and torchrun;
+    each node's torchrun arguments as the shell passed them."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, body in FAKE_SLURM.items():
+        (bin_dir / name).write_text("#!/bin/bash\n" + body)
+        (bin_dir / name).chmod(0o755)
+    (tmp_path / "job.sh").write_text(script)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "SLURM_NNODES": str(nodes),
+           "SLURM_JOB_NODELIST": f"tray[0-{nodes - 1}]", "RUN_DIR": str(tmp_path)}  # fmt: skip
+    done = subprocess.run(["bash", str(tmp_path / "job.sh")], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [(tmp_path / f"node{i}").read_text().split("\0")[:-1] for i in range(nodes)]
+
+
+def test_nvl72_launch_runs_torchrun_per_tray_in_the_plan_s_host_order(cli, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch.distributed.run")
+    from torch.distributed.run import get_args_parser
+
+    mesh = ("--tp", "4", "--pp", "1", "--dp", "32")
+    r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "gb200-nvl72x2", "--gpus", "128", *mesh,
+            "--launcher", "slurm")  # fmt: skip
+    assert r.code == 0, r.err
+    script = r.out[r.out.index("#!/bin/bash") :]
+    head = script.splitlines()[:5]
+    # 128 GPUs of two racks: 32 trays of 4, 16 trays (64 GPUs) of each rack (ClusterSpec.fast_domain_gpus)
+    assert head[1:] == ["#SBATCH --nodes=32", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
+                        "#SBATCH --segment=16"]  # fmt: skip
+    runs = _run_sbatch(script, 32, tmp_path)
+    exported = megatron_parser()
+    for node, argv in enumerate(runs):
+        run = get_args_parser().parse_args(argv)
+        # the static rendezvous: node i is the i-th tray in Slurm's order, ranks 4i..4i+3
+        assert (run.nnodes, run.nproc_per_node, run.node_rank) == ("32", "4", node)
+        assert (run.master_addr, run.master_port, run.rdzv_backend) == ("tray0", 29500, "static")
+        assert run.training_script == "pretrain_gpt.py"
+        ns = exported.parse_args(run.training_script_args)
+        assert (ns.tensor_model_parallel_size, ns.micro_batch_size) == (4, 1)
+        assert run.training_script_args == runs[0][runs[0].index("pretrain_gpt.py") + 1 :]
+
+    # without Slurm: the same flags with the host's place in $NODE_RANK, said in the header
+    r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "gb200-nvl72x2", "--gpus", "128", *mesh,
+            "--launcher", "torchrun")  # fmt: skip
+    before, run = _launch(r.out.replace('"$NODE_RANK"', "7"))  # as the shell expands it on host 7
+    assert (run.nnodes, run.nproc_per_node, run.node_rank, run.master_addr) == ("32", "4", 7, "$MASTER_ADDR")
+    assert '--node-rank "$NODE_RANK"' in r.out
+    assert any("NODE_RANK its place, 0-31, hosts 16 at a time from one rack" in line for line in before)
+
+
+@pytest.mark.parametrize(("gpus", "segment"), [("144", "18"), ("64", "16"), ("100", None)])
+def test_nvl72_segments_follow_the_plan_s_placement(cli, gpus: str, segment: str | None) -> None:  # type: ignore[no-untyped-def]
+    # whole racks keep each rack whole (18 trays); one rack's 64 GPUs are 16 trays of it; 100 GPUs
+    # (25 trays) are no whole number of 16-tray segments, so Slurm is not asked for any
+    r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "gb200-nvl72x2", "--gpus", gpus, "--tp", "1",
+            "--pp", "1", "--dp", gpus, "-B", gpus, "--launcher", "slurm")  # fmt: skip
+    assert r.code == 0, r.err
+    lines = r.out[r.out.index("#!/bin/bash") :].splitlines()
+    assert f"#SBATCH --nodes={int(gpus) // 4}" in lines
+    assert [line for line in lines if line.startswith("#SBATCH --segment")] == (
+        [f"#SBATCH --segment={segment}"] if segment else []
+    )
+    if segment is None:
+        assert any("25 hosts are no whole number of such segments" in line for line in lines)
+
+
+def test_a_dgx_launch_keeps_c10d_and_no_segment(cli) -> None:  # type: ignore[no-untyped-def]
+    from planner.catalog import load_cluster
+    from planner.export.launch import segment_hosts
+
+    assert segment_hosts(load_cluster("dgx-h100x16"), 128) is None  # a host is the whole NVLink domain
+    assert segment_hosts(load_cluster("gb200-nvl72x2"), 144) == 18
+    r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "8", "--pp", "1", "--dp", "2",
+            "--launcher", "slurm")  # fmt: skip
+    assert "--segment" not in r.out and "--rdzv-backend c10d" in r.out and "bash -c" not in r.out
+    bad = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "gb200-nvl72x2", "--gpus", "130", "--tp", "1",
+              "--pp", "1", "--dp", "130", "-B", "130", "--launcher", "torchrun")  # fmt: skip
+    assert_one_line_error(bad, "--launcher: 130 GPUs do not fill nodes of 4")
+
+
 def test_launcher_refusals_are_one_line(cli) -> None:  # type: ignore[no-untyped-def]
     from planner.export.launch import node_split
 

@@ -135,6 +135,7 @@ def show_cluster_cmd(
                 "num_nodes": cluster.num_nodes,
                 "num_gpus": cluster.num_gpus,
                 "gpus_per_node": cluster.gpus_per_node,
+                "gpus_per_host": cluster.gpus_per_host,
                 "fast_domain_gpus": cluster.fast_domain_gpus,
                 "peak_bf16_flops_per_s": cluster.num_gpus * cluster.gpu.peak_flops_per_s("bf16"),
                 "hbm_capacity_bytes_per_gpu": cluster.gpu.hbm_capacity_bytes,

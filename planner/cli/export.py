@@ -64,12 +64,14 @@ def export_cmd(
     what they cannot run as planned, and a mesh predicted not to fit in memory is refused unless
     --ignore-memory. With --launcher, the command that starts the job follows the settings on stdout.
     """
-    from planner.export.launch import check_launch
+    from planner.export.launch import check_launch, node_split
 
     check_launch(fmt, launcher, out)
     if job.stack is None:
         job = dataclasses.replace(job, stack=_target_stack(fmt))
     spec, clus, work = model_cluster_job(target, job)
+    if launcher is not None:  # torchrun starts as many processes on every host: refuse before the search
+        node_split(clus.num_gpus, clus.gpus_per_host)
     pins = mesh_pins(mesh)
     if all(axis in pins for axis in ("tp", "pp", "dp")):
         est, exported = _given_mesh(fmt, spec, clus, work, pins)
@@ -102,7 +104,7 @@ def _launch(fmt: str, launcher: str, model: ModelSpec, cluster: ClusterSpec, est
     """The launch command for the exported mesh on the cluster's nodes (planner/export/launch.py)."""
     from planner.export.launch import launch_text
 
-    return launch_text(fmt, launcher, model, est.config.job, est.config.parallel, cluster.gpus_per_node, out)
+    return launch_text(fmt, launcher, model, est.config.job, est.config.parallel, cluster, out)
 
 
 def _target_stack(fmt: str) -> str:

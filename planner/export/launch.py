@@ -14,6 +14,19 @@ no trainer) with ``--deepspeed --deepspeed_config <file>``, the flags
 ``deepspeed.add_config_arguments`` declares (deepspeed/__init__.py _add_core_arguments).
 The environment is only what a framework asks for: Megatron's ``CUDA_DEVICE_MAX_CONNECTIONS=1``
 (``planner.export.megatron.megatron_environment``).
+
+Where one NVLink domain spans several hosts (an NVL72 rack of 18 four-GPU compute trays), torchrun
+runs on every host (``ClusterSpec.gpus_per_host``), and the order of the hosts matters: the plan
+puts consecutive ranks in one domain or 64-GPU segment (``ClusterSpec.fast_domain_gpus``), so a TP
+or EP group of 64 ranks must not straddle racks. c10d's rendezvous numbers hosts in the order they
+join, so there torchrun runs the static rendezvous with ``--node-rank`` (the host's place: Slurm's
+``$SLURM_NODEID``, expanded on each host by ``bash -c``), ``--master-addr`` and ``--master-port``,
+and the sbatch script asks the block topology for segments of that many hosts (``#SBATCH
+--segment``; Slurm's topology/block plugin, one block per NVL72 rack: CoreWeave's Slurm docs,
+https://docs.coreweave.com/docs/products/sunk/block-scheduling-in-slurm, and NVIDIA's 'Achieving
+Peak System and Workload Efficiency on NVIDIA GB200 NVL72 with Slurm Block Scheduling', segment 16
+for large jobs). Within the allocation Slurm numbers nodes in its node order, which keeps a
+segment's hosts together where node names number the trays rack by rack (the script says so).
 """
 
 from __future__ import annotations
@@ -24,6 +37,7 @@ from pathlib import Path
 from planner.errors import PlannerError
 from planner.export.megatron import megatron_args, megatron_environment
 from planner.export.torchtitan03 import torchtitan_args
+from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
@@ -49,6 +63,16 @@ def node_split(num_gpus: int, gpus_per_node: int) -> tuple[int, int]:
             "on every node"
         )
     return num_gpus // gpus_per_node, gpus_per_node
+
+
+def segment_hosts(cluster: ClusterSpec, num_gpus: int) -> int | None:
+    """Hosts of one NVLink domain (or the job's segment of one) whose ranks the plan keeps
+    together, where that domain spans several hosts; None where a host is the whole domain (a DGX:
+    any host order prices the same)."""
+    host, domain = cluster.gpus_per_host, cluster.fast_domain_gpus
+    if domain <= host:
+        return None
+    return min(domain, num_gpus) // host
 
 
 def check_launch(fmt: str, launcher: str | None, out: Path | None) -> None:
@@ -96,15 +120,26 @@ def _lines(tokens: list[str]) -> list[list[str]]:
     return lines
 
 
-def command_lines(nodes: int, per_node: int, entry: list[str], args: list[str]) -> list[str]:
-    """``torchrun`` with the rendezvous on ``$MASTER_ADDR``, then the entry point and its
-    arguments, one flag per line, backslash-continued."""
-    torchrun = [
-        "--nnodes", str(nodes), "--nproc-per-node", str(per_node),
-        "--rdzv-backend", "c10d", "--rdzv-endpoint", f"$MASTER_ADDR:{RENDEZVOUS_PORT}",
-    ]  # fmt: skip
-    groups = [["torchrun"], *_lines(torchrun), entry, *_lines(args)]
-    body = [" ".join(_quote(t) for t in group) for group in groups]
+def torchrun_flags(nodes: int, per_node: int, node_rank: str | None) -> list[str]:
+    """torchrun's own flags: c10d's rendezvous on ``$MASTER_ADDR`` where host order does not
+    matter, else the static rendezvous with the host's place ``node_rank`` (a shell variable)."""
+    size = ["--nnodes", str(nodes), "--nproc-per-node", str(per_node)]
+    if node_rank is None:
+        return [*size, "--rdzv-backend", "c10d", "--rdzv-endpoint", f"$MASTER_ADDR:{RENDEZVOUS_PORT}"]
+    return [*size, "--node-rank", node_rank, "--master-addr", "$MASTER_ADDR", "--master-port", str(RENDEZVOUS_PORT)]
+
+
+def command_lines(torchrun: list[str], entry: list[str], args: list[str], per_host_shell: bool = False) -> list[str]:
+    """``torchrun`` and its flags, then the entry point and its arguments, one flag per line,
+    backslash-continued. ``per_host_shell``: torchrun inside ``bash -c '...' torchrun``, so that
+    the shell variables of its flags expand on each host (srun starts it there), the entry point
+    and its arguments passed through as ``"$@"``."""
+    if per_host_shell:
+        inner = " ".join(["exec torchrun", *(_quote(t) for t in torchrun), '"$@"'])
+        head = [f"bash -c {shlex.quote(inner)} torchrun"]
+    else:
+        head = [" ".join(_quote(t) for t in group) for group in [["torchrun"], *_lines(torchrun)]]
+    body = head + [" ".join(_quote(t) for t in group) for group in [entry, *_lines(args)]]
     return [line + " \\" for line in body[:-1]] + body[-1:]
 
 
@@ -114,29 +149,61 @@ def launch_text(
     model: ModelSpec,
     job: JobSpec,
     config: ParallelConfig,
-    gpus_per_node: int,
+    cluster: ClusterSpec,
     out: Path | None,
 ) -> str:
-    """The launch command (torchrun) or sbatch script (slurm) for the exported settings."""
+    """The launch command (torchrun) or sbatch script (slurm) for the exported settings on the
+    cluster's hosts (``ClusterSpec.gpus_per_host``), in the plan's host order where it matters
+    (``segment_hosts``)."""
     if launcher not in LAUNCHERS:
         raise PlannerError(f"--launcher '{launcher}' is not one of {', '.join(LAUNCHERS)}")
-    nodes, per_node = node_split(config.num_gpus, gpus_per_node)
-    command = command_lines(nodes, per_node, *entry_point(fmt, model, job, config, out))
+    nodes, per_node = node_split(config.num_gpus, cluster.gpus_per_host)
+    segment = segment_hosts(cluster, config.num_gpus) if nodes > 1 else None
+    entry, args = entry_point(fmt, model, job, config, out)
     exports = [f"export {k}={v}" for k, v in environment(fmt, config).items()]
+    ordered = segment is not None
+    if segment is not None:
+        order = (
+            f"# host order matters: the plan keeps ranks {segment * per_node} at a time in one NVLink domain "
+            f"({segment} hosts of {per_node} GPUs)"
+        )
     if launcher == "torchrun":
-        head = [f"# run on each of the {nodes} node(s), MASTER_ADDR set to the first node's address"]
+        if ordered:
+            head = [
+                order,
+                f"# run on each of the {nodes} hosts with NODE_RANK its place, 0-{nodes - 1}, hosts {segment} at a "
+                "time from one rack; MASTER_ADDR the address of NODE_RANK 0",
+            ]
+        else:
+            head = [f"# run on each of the {nodes} node(s), MASTER_ADDR set to the first node's address"]
         if fmt == "deepspeed":
             head.append("# TRAIN_SCRIPT: your training script, which passes its args to deepspeed.initialize")
-        return "\n".join([*head, *exports, *command]) + "\n"
+        flags = torchrun_flags(nodes, per_node, "$NODE_RANK" if ordered else None)
+        return "\n".join([*head, *exports, *command_lines(flags, entry, args)]) + "\n"
     script = [
         "#!/bin/bash",
         f"#SBATCH --nodes={nodes}",
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={per_node}",
-        'export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        *exports,
     ]
+    if segment is not None:
+        if nodes % segment == 0:
+            script.append(f"#SBATCH --segment={segment}")
+        script += [
+            order
+            + (
+                f"; --segment asks Slurm's block topology plugin for {segment} of them per rack (drop it where the "
+                "cluster has no block topology)"
+                if nodes % segment == 0
+                else f"; {nodes} hosts are no whole number of such segments, so Slurm is not asked for them"
+            ),
+            "# torchrun numbers the hosts by $SLURM_NODEID, Slurm's node order: a segment's hosts are consecutive "
+            "in it where node names number the trays rack by rack",
+        ]
+    script += ['export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)', *exports]
     if fmt == "deepspeed":
         script.append('export TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"')
+    flags = torchrun_flags(nodes, per_node, "$SLURM_NODEID" if ordered else None)
+    command = command_lines(flags, entry, args, per_host_shell=ordered)
     command[0] = "srun " + command[0]
     return "\n".join([*script, *command]) + "\n"

@@ -349,6 +349,11 @@ class HardwareProfile(Frozen):
     name: str
     description: str
     gpus_per_node: PositiveInt
+    gpus_per_host: PositiveInt | None = Field(
+        None,
+        description="GPUs one host (one operating system, one torchrun) drives where a node of the profile spans "
+        "several: an NVL72 rack's compute trays hold 4; None: the node is one host",
+    )
     gpu: GPU
     intra_node: Interconnect
     inter_node: Interconnect
@@ -365,6 +370,11 @@ class HardwareProfile(Frozen):
     def _sources(self) -> HardwareProfile:
         skip = {"sources", "name", "description", "gpu", "intra_node", "inter_node", "calibration"}
         check_sources(self, self.sources, skip=skip, required={"calibrated_like"})
+        if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
+            raise ValueError(
+                f"gpus_per_host {self.gpus_per_host} does not divide gpus_per_node {self.gpus_per_node}: "
+                "a node is whole hosts"
+            )
         return self
 
 
@@ -417,6 +427,12 @@ class ClusterSpec(Frozen):
     @property
     def gpus_per_node(self) -> int:
         return self.profile.gpus_per_node
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs one host drives (one torchrun per host): the profile's ``gpus_per_host`` where its
+        node spans several hosts (an NVL72 rack's 4-GPU trays), else the node's."""
+        return self.profile.gpus_per_host or self.profile.gpus_per_node
 
     @property
     def intra_node(self) -> Interconnect:
