@@ -47,6 +47,26 @@ def catalog_dir(kind: str) -> Path:
     raise PlannerError(f"catalog folder '{kind}' not found next to {_PACKAGE_DIR}; reinstall the package")
 
 
+MAX_NESTING = 200
+"""The deepest nesting of brackets a YAML or JSON file may have: the catalog's files nest a few
+levels, and libyaml's C parser overflows its stack (a segmentation fault, not an exception) on
+tens of thousands. A bound, not a measurement."""
+
+_BRACKETS = re.compile(r"[^\[\]{}]+")
+
+
+def _check_nesting(path: Path, text: str) -> None:
+    """Refuse a text whose brackets nest deeper than MAX_NESTING (brackets inside quoted strings
+    count too: a file would need hundreds of them in a row)."""
+    depth = 0
+    for ch in _BRACKETS.sub("", text):
+        depth = depth + 1 if ch in "[{" else max(depth - 1, 0)
+        if depth > MAX_NESTING:
+            raise PlannerError(
+                f"{path}: nested too deeply to read (more than {MAX_NESTING} lists or mappings inside each other)"
+            )
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML (or JSON) file with safe_load; the top level must be a mapping. A shipped
     catalog file is parsed once: later runs read its parsed form from the cache (``_cached``)."""
@@ -63,6 +83,7 @@ def read_yaml(path: Path) -> dict[str, Any]:
     cached = _cached(cache, text) if cache is not None else None
     if cached is not None:
         return cached
+    _check_nesting(path, text)
     import yaml  # ~20 ms, which a run whose catalog files are all cached does without
 
     try:
@@ -75,6 +96,8 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise PlannerError(f"{path}: malformed YAML{where}: {problem}") from None
     except json.JSONDecodeError as err:
         raise PlannerError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
+    except RecursionError:
+        raise PlannerError(f"{path}: nested too deeply to read (lists or mappings inside each other)") from None
     if not isinstance(data, dict):
         raise PlannerError(f"{path}: expected a mapping of keys to values at the top level, got {type(data).__name__}")
     if cache is not None:

@@ -39,11 +39,22 @@ def require_pyplot() -> Any:
     return plt
 
 
+PLOT_SUFFIXES = (".png", ".svg", ".pdf")
+"""The picture formats --plot writes (matplotlib's Agg backend writes each)."""
+
+
+def check_plot_path(path: str | Path) -> Path:
+    """``path`` as a Path if its suffix is a format --plot writes, else a one-line PlannerError:
+    the options' callback checks it before any work, ``_save`` again before writing."""
+    target = Path(path)
+    if target.suffix.lower() not in PLOT_SUFFIXES:
+        raise PlannerError(f"--plot '{path}': give a .png, .svg or .pdf file name")
+    return target
+
+
 def _save(fig: Any, path: str | Path) -> None:
     """Write the figure atomically (``atomic_path``), in the format of the path's suffix."""
-    target = Path(path)
-    if target.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise PlannerError(f"--plot '{path}': give a .png, .svg or .pdf file name")
+    target = check_plot_path(path)
     make_parent(target, "--plot")
     with atomic_path(target, "--plot") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from pydantic import ValidationError
 
 from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
@@ -13,6 +14,7 @@ from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval, relative_band
+from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
@@ -85,7 +87,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
         worst_peak = est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)
         notes.append(
             f"tight memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
-            f"GiB per GPU; measured peaks have run up to {MEMORY_UNDERCOUNT:.1%} above the planner's count "
+            f"GiB per GPU; the planner's count has fallen up to {MEMORY_UNDERCOUNT:.1%} short of measured peaks "
             f"(cost.memory.MEMORY_UNDERCOUNT), which would need {worst_peak / GIB_BYTES:.1f} GiB: it may run out of "
             f"memory; --memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
         )
@@ -199,6 +201,18 @@ def biased_band_note(est: Estimate) -> list[str]:
     ]
 
 
+def out_of_range(err: ValidationError) -> str:
+    """One line for an estimate whose numbers came out unrepresentable (infinite or NaN): which
+    quantity, and the inputs that can drive it there (a price, or a profile's memory, peak or
+    bandwidth far outside any real GPU's)."""
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    return (
+        f"the estimate's {where} came out {first.get('input')!r}: an input is out of range (--price, or a hardware "
+        "profile's memory, peak TFLOP/s or bandwidth)"
+    )
+
+
 def row_estimate(
     cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
 ) -> Estimate:
@@ -226,7 +240,7 @@ def row_estimate(
     price = cluster.profile.price_per_gpu_hour_usd
     days = time_to_train_s(job, tokens_per_s)
     mem = cols.memory
-    return Estimate(
+    fields = dict(
         step_time_s=step,
         tokens_per_s=tokens_per_s,
         tokens_per_s_per_gpu=per_gpu,
@@ -262,6 +276,10 @@ def row_estimate(
             model=model.name, cluster=cluster.name, num_gpus=cluster.num_gpus, job=job, parallel=config
         ),
     )
+    try:
+        return Estimate(**fields)
+    except ValidationError as err:
+        raise PlannerError(out_of_range(err)) from None
 
 
 def estimate_row(

@@ -231,38 +231,45 @@ def pareto_front(times: np.ndarray, memory: np.ndarray) -> np.ndarray:
 
 
 def margin_pick(
+    model: ModelSpec,
     cluster: ClusterSpec,
-    times: np.ndarray,
-    memory: np.ndarray,
-    winner: int,
-    front: np.ndarray,
-    pareto: list[ParetoPoint],
+    job: JobSpec,
+    pins: dict[str, Any],
+    objective: str,
+    try_module_sets: bool,
+    winner: RankedEstimate,
+    leanest_bytes: float,
 ) -> MarginPick | None:
-    """The fastest mesh whose predicted peak keeps the MEMORY_UNDERCOUNT margin
-    (``cost.memory.undercount_safe_bytes``), where the winner (index ``winner`` into the per-mesh
-    ``times`` per asked batch and ``memory``) does not; None where it does. ``front``: the Pareto
-    front's indices, fastest first (the fastest safe mesh is on it: a mesh that beat it on both
-    would be safe and faster), ``pareto`` its points."""
-    safe = undercount_safe_bytes(cluster)
-    if memory[winner] <= safe:
+    """Where the winner's count does not keep the MEMORY_UNDERCOUNT margin
+    (``cost.memory.undercount_safe_bytes``), the mesh the same search ranks first with that share
+    of memory kept free (``memory_headroom``): the fastest that keeps it, partial recompute re-tuned
+    to the smaller memory (the fewest layers that fit it, which the first search's meshes, tuned to
+    the whole memory, do not show); its ``mesh`` None where no mesh keeps it (``leanest_bytes``: the
+    first search's leanest). None where the winner keeps it, and for a ranking by memory (its
+    winner is the leanest)."""
+    if objective == "memory" or winner.memory_per_gpu_bytes <= undercount_safe_bytes(cluster):
         return None
-    keeps = [k for k, i in enumerate(front) if memory[i] <= safe]
     common = {
         "margin": MEMORY_UNDERCOUNT,
         "capacity_bytes": cluster.gpu.hbm_capacity_bytes,
-        "winner_memory_bytes": float(memory[winner]),
-        "leanest_bytes": float(memory[front[-1]]),
+        "winner_memory_bytes": winner.memory_per_gpu_bytes,
+        "leanest_bytes": leanest_bytes,
     }
-    if not keeps:
+    kept = job.model_copy(update={"memory_headroom": MEMORY_UNDERCOUNT})
+    try:
+        best = search(model, cluster, kept, pins, 1, objective, try_module_sets).candidates[0]
+    except PlannerError:  # nothing fits in (1 - MEMORY_UNDERCOUNT) of the memory
         return MarginPick(**common, mesh=None, step_time_s=None, memory_per_gpu_bytes=None, slower=None)
-    k = keeps[0]
-    i = front[k]
+
+    def per_asked_batch(est: RankedEstimate) -> float:
+        return est.step_time_s / est.config.job.batch_size
+
     return MarginPick(
         **common,
-        mesh=pareto[k].mesh,
-        step_time_s=pareto[k].step_time_s,
-        memory_per_gpu_bytes=float(memory[i]),
-        slower=float(times[i] / times[winner] - 1.0),
+        mesh=best.config.parallel.short(),
+        step_time_s=best.step_time_s,
+        memory_per_gpu_bytes=best.memory_per_gpu_bytes,
+        slower=per_asked_batch(best) / per_asked_batch(winner) - 1.0,
     )
 
 
@@ -360,9 +367,13 @@ def search_with_points(
         pruned=base.pruned,
         candidates=out,
         explanation=explain(list(out)),
-        margin_pick=margin_pick(cluster, times, memory, int(ranked[0]), front, pareto) if out else None,
         pareto=pareto,
     )
+    if out:
+        pick = margin_pick(
+            model, cluster, job, pins, objective, try_module_sets, out[0], pareto[-1].memory_per_gpu_bytes
+        )
+        ranking = ranking.model_copy(update={"margin_pick": pick})
     if try_fewer_gpus and objective != "memory" and out:
         found = fewer_gpus(model, cluster, job, pins, out[0])
         ranking = ranking.model_copy(update={"fewer_gpus": found})

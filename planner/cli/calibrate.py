@@ -45,6 +45,11 @@ def calibrate_cmd(
         return
     if from_ is None:
         raise PlannerError("--from (a validate JSON) or --from-runs (a published-runs YAML) is required")
+    if write or group:
+        raise PlannerError(
+            f"{'--write' if write else '--group'} goes with --from-runs; with --from the fitted profile is "
+            "written to --out"
+        )
 
     from planner.catalog import load_cluster, load_profile, read_yaml
     from planner.validate.calibrate import (

@@ -370,9 +370,23 @@ CompareBestOpt = Annotated[
         "layout against the planner's pick).",
     ),
 ]
+
+
+def plot_file(value: Any) -> Any:
+    """Option callback: a --plot file name whose suffix is a format the plot writes, checked before
+    any work (``plots.check_plot_path``); unset stays None."""
+    if value is not None:
+        from planner.plots import check_plot_path
+
+        check_plot_path(value)
+    return value
+
+
 PlotOpt = Annotated[
     str | None,
-    typer.Option("--plot", metavar="FILE.png", help="Also draw the plan (needs the plot extra: matplotlib)."),
+    typer.Option(
+        "--plot", metavar="FILE.png", callback=plot_file, help="Also draw the plan (needs the plot extra: matplotlib)."
+    ),
 ]
 TopOpt = Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")]
 ObjectiveOpt = Annotated[
@@ -442,7 +456,8 @@ SizeOpt = Annotated[
 ]
 SweepOutOpt = Annotated[Path, typer.Option("--out", metavar="PATH", help="Sweep JSON (written atomically).")]
 SweepPlotOpt = Annotated[
-    Path | None, typer.Option("--plot", metavar="PNG", help="Also draw the sweep (needs matplotlib).")
+    Path | None,
+    typer.Option("--plot", metavar="FILE.png", callback=plot_file, help="Also draw the sweep (needs matplotlib)."),
 ]
 
 # plan calibrate

@@ -11,13 +11,13 @@ import typer
 from planner.cli.app import app, console, emit_json
 from planner.cli.inputs import model_and_cluster
 from planner.cli.options import JsonOpt, PlotOpt, Target, TopOpt, command, positive_finite
+from planner.errors import PlannerError
 
 
 def _workload(path: Path) -> dict[str, Any]:
     """input_len/output_len (and optionally ttft_ms, tpot_ms, request_rate, concurrency) from a
     YAML or JSON file."""
     from planner.catalog import read_yaml
-    from planner.errors import PlannerError
 
     data = read_yaml(path)
     allowed = {"input_len", "output_len", "ttft_ms", "tpot_ms", "request_rate", "concurrency"}
@@ -86,6 +86,8 @@ def serve_cmd(
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import serve_search
 
+    if export is not None and as_json:
+        raise PlannerError("--export prints launch commands, not JSON: give --export or --json, not both")
     fields: dict[str, Any] = _workload(workload) if workload is not None else {}
     given = {
         "input_len": input_len,

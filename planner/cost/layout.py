@@ -25,6 +25,22 @@ LAYER_KINDS = {"E": "embedding", "t": "decoder", "m": "mtp", "L": "loss"}
 _GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
 _REPEAT = re.compile(r"(.)\*(\d+)")
 
+MAX_LAYOUT_LAYERS = 100_000
+"""The most characters (layers and stage breaks) a layout may unroll to: hundreds of times the
+deepest model and pipeline (a few hundred layers, pp x vp in the hundreds), so no real layout is
+refused while a mistyped repeat count fails at once instead of filling memory. A bound, not a
+measurement."""
+
+
+def _repeat(text: str, layout: str, times: str) -> str:
+    """``text`` repeated ``times`` times, refused past MAX_LAYOUT_LAYERS."""
+    if len(times) > 9 or len(text) * int(times) > MAX_LAYOUT_LAYERS:
+        raise PlannerError(
+            f"pipeline_layout '{layout}': a repetition unrolls to more than {MAX_LAYOUT_LAYERS:,} layers and stage "
+            "breaks; repeat counts are layers or stages"
+        )
+    return text * int(times)
+
 
 def parse_layout(text: str) -> list[list[str]]:
     """The stages of a layout string, as Megatron unrolls it: commas dropped, every ``(...)*n``
@@ -32,8 +48,10 @@ def parse_layout(text: str) -> list[list[str]]:
     not know or on an unbalanced repetition."""
     unrolled = text.replace(",", "").replace(" ", "")
     while _GROUP.search(unrolled):
-        unrolled = _GROUP.sub(lambda m: m.group(1) * int(m.group(2)), unrolled)
-    unrolled = _REPEAT.sub(lambda m: m.group(1) * int(m.group(2)), unrolled)
+        unrolled = _GROUP.sub(lambda m: _repeat(m.group(1), text, m.group(2)), unrolled)
+        _repeat(unrolled, text, "1")
+    unrolled = _REPEAT.sub(lambda m: _repeat(m.group(1), text, m.group(2)), unrolled)
+    _repeat(unrolled, text, "1")
     unknown = sorted(set(unrolled) - set(LAYER_KINDS) - {"|"})
     if unknown:
         raise PlannerError(

@@ -65,8 +65,8 @@ this share asks the search for exactly that margin."""
 
 
 def undercount_safe_bytes(cluster: ClusterSpec) -> float:
-    """The largest predicted peak that still fits the GPU if the measured peak runs
-    ``MEMORY_UNDERCOUNT`` above the planner's count: capacity x (1 - MEMORY_UNDERCOUNT). A mesh above
+    """The largest predicted peak that still fits the GPU if the count falls ``MEMORY_UNDERCOUNT``
+    of the measured peak short (a peak 1.14x the count): capacity x (1 - MEMORY_UNDERCOUNT). A mesh above
     it may run out of memory (``pricing.advice``'s tight-memory warning, ``search``'s margin pick)."""
     return cluster.gpu.hbm_capacity_bytes * (1.0 - MEMORY_UNDERCOUNT)
 

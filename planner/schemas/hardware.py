@@ -12,6 +12,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from planner.errors import PlannerError
 from planner.schemas.base import GB_BYTES, GIB_BYTES, TB_BYTES, TERA, Frozen
 
 Dtype = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
@@ -340,6 +341,12 @@ class RunCalibration(Frozen):
     cv_error_pct: dict[str, list[float]] = Field(default_factory=dict)
 
 
+MAX_PRICE_PER_GPU_HOUR_USD = 1e6
+"""The highest price per GPU-hour planned: a million dollars, tens of thousands of times any list
+price (a few dollars to tens of dollars), so no real price is refused while a mistyped one fails
+at once instead of overflowing a cost to infinity. A bound, not a measurement."""
+
+
 class HardwareProfile(Frozen):
     """A node type: its GPUs, how many per node, the links inside and between nodes.
 
@@ -357,7 +364,7 @@ class HardwareProfile(Frozen):
     gpu: GPU
     intra_node: Interconnect
     inter_node: Interconnect
-    price_per_gpu_hour_usd: PositiveFloat | None = None
+    price_per_gpu_hour_usd: PositiveFloat | None = Field(None, le=MAX_PRICE_PER_GPU_HOUR_USD)
     calibration: RunCalibration | None = None
     calibrated_like: str | None = Field(
         None,
@@ -421,6 +428,11 @@ class ClusterSpec(Frozen):
         """This cluster at another price per GPU-hour (``--price``); None keeps the profile's."""
         if price_per_gpu_hour_usd is None:
             return self
+        if not 0 < price_per_gpu_hour_usd <= MAX_PRICE_PER_GPU_HOUR_USD:
+            raise PlannerError(
+                f"--price must be a finite number > 0 and at most {MAX_PRICE_PER_GPU_HOUR_USD:g} USD per GPU-hour, "
+                f"got {price_per_gpu_hour_usd:g}"
+            )
         profile = self.profile.model_copy(update={"price_per_gpu_hour_usd": price_per_gpu_hour_usd})
         return self.model_copy(update={"profile": profile})
 

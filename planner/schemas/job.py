@@ -58,6 +58,14 @@ MAX_BATCH_SEQUENCES = 2**24
 """Most sequences in one global batch, 16,777,216 (published batches are 1K-64K sequences)."""
 
 
+MAX_MOE_ROUTING_RATIO = 1024.0
+"""The largest capacity factor or load imbalance a job may state: a capacity factor means nothing
+past experts / top-k (every token on one expert) and an imbalance nothing past the expert-parallel
+size (every routed token on one rank), both at most the experts of the largest MoE models (a few
+hundred). A bound that keeps a mistyped ratio from overflowing the memory and time counts, not a
+measurement."""
+
+
 class JobSpec(Frozen):
     """A training job: global batch, sequence length, precision, optimizer state, token budget.
 
@@ -114,6 +122,7 @@ class JobSpec(Frozen):
     moe_capacity_factor: float | None = Field(
         None,
         gt=0,
+        le=MAX_MOE_ROUTING_RATIO,
         description="Token drop with padding to capacity (Megatron --moe-expert-capacity-factor c "
         "--moe-pad-expert-input-to-capacity): every expert runs c x its even share of the routed tokens, the "
         "overflow is dropped; None: dropless",
@@ -121,6 +130,7 @@ class JobSpec(Frozen):
     moe_load_imbalance: float | None = Field(
         None,
         ge=1,
+        le=MAX_MOE_ROUTING_RATIO,
         description="Dropless routing: routed tokens on the busiest expert-parallel rank over the mean (it sets "
         "the MoE layer's time); 1: force-balanced, as benchmarks run; None: NATURAL_ROUTING_IMBALANCE",
     )

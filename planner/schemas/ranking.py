@@ -26,12 +26,11 @@ class ParetoPoint(Frozen):
 
 
 class MarginPick(Frozen):
-    """Set where the winner's predicted peak leaves less of the GPU's memory free than measured
-    peaks have run above the planner's count (``margin``, cost.memory.MEMORY_UNDERCOUNT): the
-    fastest feasible mesh that leaves it, read off the memory/step-time Pareto front (the fastest
-    such mesh is on it), and how much longer it takes per asked batch (``slower``, a share); ``mesh``
-    is None where no feasible mesh leaves the margin, and ``leanest_bytes`` then says how close the
-    leanest comes."""
+    """Set where the winner's predicted peak leaves less of the GPU's memory free than the planner's
+    count has fallen short of measured peaks (``margin``, cost.memory.MEMORY_UNDERCOUNT, a share of
+    the peak): the mesh the search ranks first with that share kept free (``search.margin_pick``),
+    and how much longer it takes per asked batch (``slower``, a share); ``mesh`` is None where no
+    mesh keeps the margin, and ``leanest_bytes`` then says how close the leanest comes."""
 
     margin: PositiveFloat
     capacity_bytes: PositiveFloat
@@ -46,7 +45,7 @@ class MarginPick(Frozen):
         need, capacity = self.winner_memory_bytes / GIB_BYTES, self.capacity_bytes / GIB_BYTES
         head = (
             f"memory margin: #1 needs {need:.1f} of {capacity:.1f} GiB; "
-            f"measured peaks have run up to {self.margin:.1%} above the planner's count"
+            f"the planner's count has fallen up to {self.margin:.1%} short of measured peaks"
         )
         if self.mesh is None:
             return (

@@ -7,12 +7,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from planner.atomic import atomic_path
-from planner.plots import require_pyplot
+from planner.plots import check_plot_path, require_pyplot
 from planner.validate.schemas import SweepPoint
 
 
 def plot_sweep(points: list[SweepPoint], path: Path, title: str) -> None:
-    """Write the sweep figure to ``path`` (PNG, or any format matplotlib infers from the suffix)."""
+    """Write the sweep figure to ``path`` (.png, .svg or .pdf: ``plots.check_plot_path``)."""
+    check_plot_path(path)
     plt = require_pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     ops = sorted({p.result.spec.op for p in points})

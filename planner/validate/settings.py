@@ -23,6 +23,13 @@ core (hardware_profiles/localhost-cpu.yaml), so a candidate replays in seconds."
 NCCL_DEFAULTS: dict[str, Any] = {"repeats": 20, "warmup": 5, "max_message_bytes": None, "max_gemm_flops": None}
 
 
+MAX_LOCAL_RANKS = 128
+"""The most processes ``--local-ranks`` spawns on one machine: each holds several descriptors
+(pipes to the parent, gloo's sockets to every peer), and past a few hundred processes the usual
+limit of 1,024 open files per process is reached; a CPU replay of a larger world says nothing a
+smaller one does not. A bound, not a measurement."""
+
+
 class ReplaySettings(Frozen):
     """Where and how a replay runs (`plan validate` and `plan validate sweep` take one option per
     field). Unset (None) counts take the backend's defaults (``GLOO_DEFAULTS``, ``NCCL_DEFAULTS``)."""
@@ -31,7 +38,9 @@ class ReplaySettings(Frozen):
         "gloo", description="gloo (CPU, laptops, CI) or nccl (GPUs, under torchrun)"
     )
     local_ranks: PositiveInt | None = Field(
-        None, description="Spawn N local ranks (gloo) instead of running under torchrun"
+        None,
+        le=MAX_LOCAL_RANKS,
+        description="Spawn N local ranks (gloo) instead of running under torchrun",
     )
     profile: str | None = Field(
         None,
