@@ -292,3 +292,35 @@ def test_attention_sinks_on_a_stack_that_does_not_run_them(cli) -> None:
     assert_one_line_error(search, "attention sinks")
     cp = cli("estimate", "-m", "gpt-oss-120b", "-c", "dgx-b200", "--cp", "2", "--ep", "4")
     assert_one_line_error(cp, "cp 2 with gpt-oss-120b's attention sinks", "cp_comm_type a2a")
+
+
+def test_out_of_range_inputs_from_review_are_one_line_errors(cli, tmp_path: Path) -> None:
+    import planner
+
+    deep_json, deep_yaml = tmp_path / "deep.json", tmp_path / "deep.yaml"
+    deep_json.write_text("[" * 100_000 + "]" * 100_000)
+    deep_yaml.write_text("a: " + "[" * 100_000 + "]" * 100_000)  # libyaml's C parser crashed on it
+    for path in (deep_json, deep_yaml):
+        assert_one_line_error(cli("estimate", "-m", str(path), "-c", "dgx-h100"), str(path), "nested too deeply")
+    mesh = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "1", "--pp", "2", "--dp", "8")
+    for layout in ("Et*99999999999999999999|t*40L", "(t*4|)*99999999", "((t*40|)*300|)*300"):
+        assert_one_line_error(cli(*mesh, "--pipeline-layout", layout), "unrolls to more than 100,000")
+    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "--price", "1e300"), "--price", "at most 1e+06")
+    # a profile number far outside any GPU's overflows a cost: named, not a traceback
+    profile = tmp_path / "pricey.yaml"
+    text = (Path(planner.__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    profile.write_text(text.replace("hbm_capacity_gib: 79.65", "hbm_capacity_gib: 1.0e300"))
+    assert "hbm_capacity_gib: 1.0e300" in profile.read_text()
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", str(profile)), "came out inf", "out of range")
+    moe = ("estimate", "-m", "mixtral-8x7b", "-c", "dgx-h100x4", "--tp", "2", "--ep", "4")
+    assert_one_line_error(cli(*moe, "--moe-routing", "imbalance:1e300"), "moe_load_imbalance", "1024")
+    with pytest.raises(PlannerError, match="moe_capacity_factor"):
+        planner.estimate("mixtral-8x7b", "dgx-h100x4", tp=2, ep=4, moe_capacity_factor=1e300)
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", "--plot", str(tmp_path / "x.txt")), "--plot")
+    sweep = cli("validate", "sweep", "--local-ranks", "2", "--plot", str(tmp_path / "x.txt"))
+    assert_one_line_error(sweep, "--plot", ".png, .svg or .pdf")  # before the sweep runs
+    assert not (tmp_path / "sweep.json").exists()
+    assert_one_line_error(cli("validate", "--local-ranks", "100000", "-m", "gpt2", "-c", "localhost-cpu"), "128")
+    assert_one_line_error(cli("calibrate", "--from", str(deep_json), "--write"), "--write goes with --from-runs")
+    served = cli("serve", "-m", "llama70b", "-c", "dgx-h100x1", "--export", "vllm", "--json")
+    assert_one_line_error(served, "--export", "--json")
