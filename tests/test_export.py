@@ -87,6 +87,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--qk-head-dim",
         "--qk-pos-emb-head-dim",
         "--v-head-dim",
+        "--cpu-offloading-num-layers",
     ):
         p.add_argument(flag, type=int)
     p.add_argument("--position-embedding-type", choices=["learned_absolute", "rope", "mrope", "relative", "none"])
@@ -100,6 +101,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
     p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep"], default="deepep")
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
+    p.add_argument("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"], default="delayed")
     p.add_argument(
         "--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]
     )
@@ -133,6 +135,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--add-qkv-bias",
         "--qk-layernorm",
         "--multi-latent-attention",
+        "--moe-grouped-gemm",
     ):
         p.add_argument(flag, action="store_true")
     # _add_training_args: the moments' formats under the precision-aware optimizer
@@ -841,3 +844,33 @@ def test_launcher_refusals_are_one_line(cli) -> None:  # type: ignore[no-untyped
     with pytest.raises(PlannerError, match="12 GPUs do not fill nodes of 8"):
         node_split(12, 8)
     assert_one_line_error(cli("export", "-f", "megatron", *GIVEN, "--launcher", "mpirun"), "--launcher")
+
+
+def test_megatron_exports_what_its_startup_checks_ask_for_or_refuses(cli) -> None:  # type: ignore[no-untyped-def]
+    """The export review's cases, each a Megatron-LM startup failure before: the fp8 recipe (delayed
+    scaling, the default, refuses layernorm and moe_act recompute), grouped GEMMs for every MoE
+    (moe_act recompute needs them; without them SequentialMLP loops over experts), the distributed
+    optimizer under bf16 moments; and what Megatron cannot run at all, refused."""
+    llama8, oss = load_model("llama3-8b"), load_model("gpt-oss-120b")
+    one = ParallelConfig(tp=1, pp=1, dp=8)
+    for scaling, recipe in (("tensor", "tensorwise"), ("block", "mxfp8")):
+        job = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling=scaling)
+        ns = megatron_parser().parse_args(megatron_args(llama8, job, one))
+        assert (ns.fp8_recipe, ns.fp8_format) == (recipe, "hybrid")
+    row = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling="row")
+    with pytest.raises(PlannerError, match="fp8 scaling 'row'"):
+        megatron_args(llama8, row, one)
+    job = JobSpec(global_batch_size=64, seq_len=4096)
+    assert megatron_parser().parse_args(megatron_args(oss, job, ParallelConfig(dp=8, ep=8))).moe_grouped_gemm
+    assert "--moe-grouped-gemm" not in megatron_args(llama8, job, one)
+    bf16_moments = JobSpec(global_batch_size=64, seq_len=4096, optimizer_state_bytes_per_param=8.0)
+    with pytest.raises(PlannerError, match="Adam moments in bf16 with --zero-stage 0"):
+        megatron_args(llama8, bf16_moments, one)
+    ns = megatron_parser().parse_args(megatron_args(llama8, bf16_moments, ParallelConfig(tp=8, pp=1, dp=1)))
+    assert ns.use_precision_aware_optimizer and ns.use_distributed_optimizer  # one rank: ZeRO-0 as priced
+    with pytest.raises(ValueError, match="flex dispatcher does not pad"):  # the schema, as every JobSpec rule
+        JobSpec(global_batch_size=64, seq_len=4096, moe_dispatcher="flex", moe_capacity_factor=1.0)
+    assert_one_line_error(cli("export", "-f", "megatron", "-m", "bloom-176b", "-c", "dgx-a100-80gx48"), "ALiBi")
+    pins = ("--tp", "1", "--pp", "1", "--dp", "8", "--cp", "2", "--zero-stage", "3")
+    fp8_moe = cli("export", "-f", "torchtitan-0.2", "--dtype", "fp8", "-m", "qwen3-30b-a3b", "-c", "dgx-h100x2", *pins)
+    assert_one_line_error(fp8_moe, "float8 experts with pp 1, cp 2")

@@ -644,9 +644,16 @@ MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-70b", dict(tp=4, pp=2, dp=4, recompute="selective"), {"dtype": "fp8"}),
     ("llama3-405b", dict(tp=8, pp=8, dp=4, virtual_stages=2), {}),
     ("deepseek-v3", dict(tp=1, pp=8, dp=8, ep=8), {}),
+    ("llama3-70b", dict(tp=4, pp=1, dp=2, offload_layers=20), {}),
+    ("gpt-oss-120b", dict(tp=1, pp=1, dp=8, ep=8, recompute="selective"), {"recompute_modules": ("moe_act",)}),
+    ("llama3-8b", dict(tp=1, pp=1, dp=8, recompute="selective"), {"dtype": "fp8", "recompute_modules": ("layernorm",)}),
+    ("llama3-8b", dict(tp=8, pp=1, dp=1), {"optimizer_state_bytes_per_param": 8.0}),
 ]
 """Megatron exports beyond MESHES and ARCHITECTURES: partial full recompute, selective recompute
-with fp8, an uneven interleaved split (126 layers), and DeepSeek-V3 with its MTP layer."""
+with fp8, an uneven interleaved split (126 layers), DeepSeek-V3 with its MTP layer, activation
+offloading (--cpu-offloading-num-layers), GPT-OSS recomputing moe_act (needs --moe-grouped-gemm),
+fp8 recomputing layernorm (needs a current-scaling --fp8-recipe), and Adam's moments in bf16 at
+dp 1 (the precision-aware optimizer needs the distributed one)."""
 
 
 def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> None:
@@ -683,6 +690,7 @@ def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> Non
     for (name, model, job, config), case, read in zip(plans, cases, results[: len(cases)], strict=True):
         where = f"{name} {config.short()}"
         assert "error" not in read, f"Megatron-LM refused {where}: {read['error']}\n{' '.join(case['argv'])}"
+        assert read["config"] in ("TransformerConfig", "MLATransformerConfig"), where
         expert_tp = config.expert_tp if model.is_moe else config.tp
         vp = config.virtual_stages if config.virtual_stages > 1 else None
         assert read["sizes"] == [config.tp, config.pp, config.dp, config.cp, config.ep, expert_tp, vp], where

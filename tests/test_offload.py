@@ -1,4 +1,4 @@
-"""Activation offloading (Megatron-Core --cpu-offloading --cpu-offloading-num-layers): its rules,
+"""Activation offloading (Megatron-Core --cpu-offloading-num-layers): its rules,
 the memory it frees, the transfers it leaves exposed, the search's choice and the export."""
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ def test_the_search_offloads_where_megatron_does_instead_of_recomputing() -> Non
 def test_the_export_writes_megatrons_offload_flags_and_torchtitan_refuses(cli) -> None:  # type: ignore[no-untyped-def]
     config = ParallelConfig(**MESH, offload_layers=38)  # type: ignore[arg-type]
     args = megatron_args(LLAMA70B, JOB, config)
-    i = args.index("--cpu-offloading")
-    assert args[i + 1 : i + 3] == ["--cpu-offloading-num-layers", "38"]
+    i = args.index("--cpu-offloading-num-layers")  # Megatron-LM has no --cpu-offloading flag: N > 0 turns it on
+    assert args[i + 1] == "38" and "--cpu-offloading" not in args
     assert "--recompute-granularity" not in args
     pins = ["-m", "llama3-70b", "-c", "gb200-nvl72", "--gpus", "64", "--dp", "64", "-z", "3", "-b", "2"]
     refused = cli("export", "-f", "torchtitan", *pins, "--offload-layers", "38", "--ignore-memory")

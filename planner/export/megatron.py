@@ -75,6 +75,18 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     if config.cp > 1 and job.seq_len % (2 * config.cp):
         # arguments.py validate_args: "seq-length should be a multiple of 2 * context-parallel-size".
         raise refuse(TARGET, f"seq_len {job.seq_len} with cp {config.cp}", "Megatron-LM needs seq_len % (2*cp) == 0")
+    if job.dtype == "fp8" and job.fp8_scaling not in FP8_RECIPES:
+        raise refuse(TARGET, f"fp8 scaling '{job.fp8_scaling}'", "Megatron-LM's fp8 recipes scale per tensor or "
+                     "per MXFP8 block", mesh_bound=False)  # fmt: skip
+    if (
+        effective_zero_stage(config) == 0
+        and config.dp * config.cp > 1
+        and (job.optimizer_state_bytes_per_param == ADAM_STATE_BYTES_PER_PARAM["bf16"])
+    ):
+        # megatron/core/optimizer/optimizer_config.py: "--use-precision-aware-optimizer only
+        # supported with distributed optimizer"
+        raise refuse(TARGET, "Adam moments in bf16 with --zero-stage 0", "Megatron-LM keeps them in bf16 only in "
+                     "its distributed optimizer: --zero-stage 1")  # fmt: skip
     if config.ep > 1 and not model.is_moe:
         raise refuse(TARGET, f"--ep {config.ep}", f"{model.name} has no experts")
     if config.ep > 1 and job.dtype == "fp16":
@@ -130,8 +142,9 @@ def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:
     full with --recompute-method uniform --recompute-num-layers 1 recomputes every layer from its
     input; --recompute-method block --recompute-num-layers r recomputes the first r layers of each
     (virtual) pipeline stage and keeps the rest (selective takes no method: validate_args asserts
-    recompute_method is None). A plan that offloads activations instead writes --cpu-offloading
-    --cpu-offloading-num-layers N (Megatron-Core's TransformerConfig fields; pp 1, no recompute)."""
+    recompute_method is None). A plan that offloads activations instead writes
+    --cpu-offloading-num-layers N (the TransformerConfig field; arguments.py has no --cpu-offloading
+    flag and turns offloading on where N > 0; pp 1, no recompute)."""
     if config.recompute == "selective":
         modules = ["--recompute-modules", *job.recompute_modules] if job.recompute_modules else []
         return ["--recompute-granularity", "selective", *modules]
@@ -147,8 +160,9 @@ def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:
     if config.recompute == "full":
         return ["--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1"]
     if config.offload_layers is not None:
-        # TransformerConfig cpu_offloading / cpu_offloading_num_layers (activations by default)
-        return ["--cpu-offloading", "--cpu-offloading-num-layers", str(config.offload_layers)]
+        # TransformerConfig cpu_offloading_num_layers (activations by default); validate_args sets
+        # cpu_offloading from it
+        return ["--cpu-offloading-num-layers", str(config.offload_layers)]
     return []
 
 
@@ -176,6 +190,12 @@ def _data_parallel_args(config: ParallelConfig) -> list[str]:
     return args
 
 
+FP8_RECIPES = {"tensor": "tensorwise", "block": "mxfp8"}
+"""The job's fp8 scaling -> ``--fp8-recipe`` (arguments.py: delayed, tensorwise, mxfp8, blockwise):
+per-tensor current scaling (Megatron-Bridge's FP8-CS) and MXFP8 blocks (FP8-MX). Left unset,
+Megatron runs delayed scaling, which refuses the layernorm and moe_act recompute the plan may
+choose (transformer_config.py); torchao's row-wise scaling has no Megatron recipe."""
+
 ATTENTION_BACKENDS = {"fused": "fused", "fa2": "flash", "sdpa": "auto"}
 """The stack's attention kernel -> ``--attention-backend`` (AttnBackend: flash, fused, unfused,
 local, auto): 'fused' is Transformer Engine's cuDNN fused attention, 'flash' FlashAttention."""
@@ -193,6 +213,8 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
     (--use-precision-aware-optimizer)."""
     args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
+    if job.dtype == "fp8":
+        args += ["--fp8-recipe", FP8_RECIPES[job.fp8_scaling]]
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     backend = ATTENTION_BACKENDS[attention_kernel_for(model, job)] if flash_attention_runs(model, job) else "unfused"
@@ -208,6 +230,10 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     if job.optimizer_state_bytes_per_param == ADAM_STATE_BYTES_PER_PARAM["bf16"]:
         # _add_training_args: TE FusedAdam keeping m and v in bf16, the master weight in fp32
         args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
+        if effective_zero_stage(config) == 0:
+            # optimizer_config.py: the precision-aware optimizer runs only in the distributed
+            # optimizer; with dp*cp = 1 it shards over one rank, which is ZeRO-0 as priced
+            args.append("--use-distributed-optimizer")
     return args
 
 
@@ -258,6 +284,11 @@ def _model_args(model: ModelSpec) -> list[str]:
     --window-attn-skip-freq, --softmax-type learnable) and _add_mla_args (--multi-latent-attention,
     --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim).
     Megatron's MLP activation is GELU unless --swiglu or --squared-relu; it has no gated GELU."""
+    if model.position_embedding_type == "alibi":
+        # arguments.py --position-embedding-type: learned_absolute, rope, mrope, relative, none
+        raise refuse(
+            TARGET, "ALiBi positions", "Megatron-LM has learned, RoPE and relative positions", mesh_bound=False
+        )
     if model.is_gated_mlp and model.hidden_act.lower() not in ("silu", "swish", "swiglu"):
         raise refuse(
             TARGET, f"gated {model.hidden_act} MLP", "Megatron-LM gates only SiLU (--swiglu)", mesh_bound=False
@@ -292,6 +323,9 @@ def _model_args(model: ModelSpec) -> list[str]:
         args.append("--qk-layernorm")
     if model.is_moe:
         args += ["--num-experts", str(model.num_experts_total), "--moe-router-topk", str(model.num_experts_per_tok)]
+        # TEGroupedMLP, the grouped GEMMs the stack prices (without it, SequentialMLP loops over the
+        # experts, and transformer_config.py refuses moe_act recompute)
+        args.append("--moe-grouped-gemm")
         args += ["--moe-ffn-hidden-size", str(model.expert_intermediate_size)]
         if model.shared_expert_width:
             args += ["--moe-shared-expert-intermediate-size", str(model.shared_expert_width)]

@@ -134,6 +134,11 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
             TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0", mesh_bound=False
         )
     check_shared(TARGET, job, config)
+    if job.dtype == "fp8" and job.fp8_scaling != "block" and model.is_moe and (config.pp > 1 or config.cp > 1):
+        # torchtitan 0.2.2 components/quantization/float8.py Float8GroupedMMConverter asserts pp and
+        # cp degree 1 for the experts' float8 grouped GEMMs
+        raise refuse(TARGET, f"float8 experts with pp {config.pp}, cp {config.cp}", "its float8 grouped-GEMM "
+                     "converter runs with pp 1 and cp 1")  # fmt: skip
     zero = effective_zero_stage(config)
     if zero == 0 and config.dp > 1 and config.num_gpus != config.dp:
         # parallelize.py: DDP (data_parallel_replicate_degree) raises "DDP has not supported > 1D

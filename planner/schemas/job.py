@@ -228,6 +228,13 @@ class JobSpec(Frozen):
                 f"moe_dispatcher '{self.moe_dispatcher}': stack {self.software.name} runs "
                 f"{', '.join(allowed) or 'no MoE dispatcher'}; megatron-core runs alltoall, allgather and flex"
             )
+        if self.moe_dispatcher == "flex" and self.moe_capacity_factor is not None:
+            # megatron/core/transformer/transformer_config.py __post_init__: "Flex token dispatcher with
+            # deepep backend does not support moe_pad_expert_input_to_capacity"
+            raise ValueError(
+                "moe_dispatcher 'flex' with token drop (moe_capacity_factor): Megatron's flex dispatcher does not pad "
+                "experts to capacity; drop tokens with alltoall or allgather, or route dropless"
+            )
         return self
 
     @model_validator(mode="before")

@@ -12,7 +12,11 @@ derives the data-parallel size from it), ``RANK`` 0 and the case's environment, 
 ``sys.argv`` after a script name, and calls ``megatron.training.arguments.parse_args()`` and
 ``validate_args(args, {})`` as ``megatron.training.initialize.initialize_megatron`` does. Prints
 the resolved sizes the test compares, or Megatron's error (its refusals are assertions and
-argparse exits).
+argparse exits). Then builds the TransformerConfig from the arguments as ``pretrain_gpt.py``
+does (``core_transformer_config_from_args``), whose ``__post_init__`` holds Megatron-Core's own
+refusals (moe_act recompute without grouped GEMMs, delayed fp8 scaling with layernorm recompute,
+flex dispatch with capacity padding); Transformer Engine is absent, so its version checks
+(``is_te_min_version``) answer yes and RoPE fusion, a TE kernel, is off.
 
 validate_args asks the GPU twice (``get_device_arch_version`` for the CUDA_DEVICE_MAX_CONNECTIONS
 rule, which changes with Blackwell, and ``torch.cuda.get_device_capability`` for grouped GEMM);
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import sys
 import warnings
@@ -31,12 +36,16 @@ from typing import Any
 from answer import answer
 
 warnings.filterwarnings("ignore")
+logging.disable(logging.WARNING)  # Megatron-Core logs its layout parse on stdout, which carries the answers
 sys.path.insert(0, sys.argv[1])
 
 import torch  # noqa: E402
 from megatron.training import arguments  # noqa: E402
 
 assert arguments.__file__.startswith(sys.argv[1]), f"megatron.training read from {arguments.__file__}"
+from megatron.core.transformer import transformer_config  # noqa: E402
+
+transformer_config.is_te_min_version = lambda *args, **kwargs: True  # type: ignore[attr-defined]
 
 HOPPER = (9, 0)
 arguments.get_device_arch_version = lambda: HOPPER[0]  # type: ignore[attr-defined]
@@ -49,14 +58,17 @@ def read(case: dict[str, Any]) -> dict[str, Any]:
     sys.argv = ["pretrain_gpt.py", *case["argv"]]
     said = io.StringIO()
     try:
-        with contextlib.redirect_stderr(said):
+        with contextlib.redirect_stderr(said), contextlib.redirect_stdout(said):
             args = arguments.validate_args(arguments.parse_args(), {})
+            args.apply_rope_fusion = False  # a Transformer Engine kernel, absent here
+            config = arguments.core_transformer_config_from_args(args)
     except SystemExit as exit:  # argparse: an unknown flag or a bad value
         raise ValueError(" ".join(said.getvalue().split())[-600:]) from exit
     finally:
         os.environ.clear()
         os.environ.update(saved)
     return {
+        "config": type(config).__name__,
         "sizes": [args.tensor_model_parallel_size, args.pipeline_model_parallel_size, args.data_parallel_size,
                   args.context_parallel_size, args.expert_model_parallel_size, args.expert_tensor_parallel_size,
                   args.virtual_pipeline_model_parallel_size],
