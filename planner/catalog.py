@@ -214,7 +214,8 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
         is_file = False
     if _looks_like_path(text) or is_file:
         if not is_file:
-            raise PlannerError(f"{kind} file '{shown}' does not exist")
+            what = "is a directory, not a YAML or JSON file" if path.is_dir() else "does not exist"
+            raise PlannerError(f"{kind} file '{shown}' {what}")
         return loader(path.resolve())
     if len(text) > 200:
         raise PlannerError(f"unknown {kind} '{shown}': names are short; {hint}")
@@ -515,7 +516,8 @@ def load_cluster(
     path = Path(text).expanduser()
     if _looks_like_path(text):
         if not path.is_file():
-            raise PlannerError(f"cluster file '{text}' does not exist")
+            what = "is a directory, not a YAML file" if path.is_dir() else "does not exist"
+            raise PlannerError(f"cluster file '{text}' {what}")
         data = read_yaml(path)
         if "profile" not in data:
             profile = with_calibration_of(validate_as(HardwareProfile, data, str(path)), str(path))

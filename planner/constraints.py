@@ -15,7 +15,7 @@ import numpy as np
 from planner.cost.comm import TIER_INTER, group_link
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
-from planner.cost.pipeline import is_dual, mesh_batch_size, num_microbatches, round_up
+from planner.cost.pipeline import is_dual, layers_per_chunk, mesh_batch_size, num_microbatches, round_up
 from planner.cost.recompute import inapplicable
 from planner.errors import PlannerError
 from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, MeshArrays
@@ -261,6 +261,20 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: (
             f"recompute_modules {', '.join(j.recompute_modules or ())} are what selective recompute runs again "
             f"(Megatron --recompute-granularity selective); this mesh has recompute {p.recompute}"
+        ),
+    ),
+    Rule(
+        "recompute_layers_within_chunk",
+        # Megatron's block method recomputes the first r layers of each model chunk
+        # (--recompute-num-layers r): more than a chunk holds is the whole chunk, i.e. plain full
+        lambda m, c, j, x: (
+            (x.recompute_layers == 0)
+            | (x.recompute_layers <= layers_per_chunk(m.num_hidden_layers, x.pp * x.virtual_stages))
+        ),
+        lambda m, c, j, p: (
+            f"recompute_layers {p.recompute_layers}: each of the {p.pp * p.virtual_stages} model chunks holds at "
+            f"most {layers_per_chunk(m.num_hidden_layers, p.pp * p.virtual_stages)} layers (recompute full without "
+            "recompute_layers recomputes them all)"
         ),
     ),
     Rule(

@@ -434,7 +434,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         pruned["memory"] = pruned.get("memory", 0) + int((~fits).sum())
     idx = np.flatnonzero(fits)
     if idx.size == 0:
-        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols))
+        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols, candidates))
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
     return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned)
@@ -450,9 +450,11 @@ def _nothing_fits(
     hard: set[str],
     pruned: dict[str, int],
     cols: Any,
+    candidates: MeshArrays,
 ) -> str:
     """Why the search came back empty: no mesh to enumerate, a rule every mesh breaks, or the
-    memory shortfall of the leanest mesh."""
+    memory shortfall of the leanest mesh (``candidates``' rows are ``cols``'), with the knobs that
+    mesh does not already use."""
     if len(mesh) == 0:
         pinned = {a: pins[a] for a in ("tp", "pp", "dp", "cp") if a in pins}
         product = int(np.prod(list(pinned.values()))) if pinned else 1
@@ -468,11 +470,19 @@ def _nothing_fits(
         example = mesh.row(0, validate=False)
         return f"every candidate mesh breaks '{blockers[0].name}': {blockers[0].message(model, cluster, job, example)}"
     if len(cols.fits):
-        best = float(np.min(cols.memory.total))
+        lean = int(np.argmin(cols.memory.total))
+        best = float(cols.memory.total[lean])
         cap = usable_memory_bytes(cluster, job) / GIB_BYTES
+        leanest = candidates.row(lean, validate=False)
+        tries = ["more GPUs"]
+        if leanest.zero_stage < 3 and "zero_stage" in pins:
+            tries.append("--zero-stage 3")
+        if leanest.recompute != "full" and "recompute" in pins:
+            tries.append("--recompute full")
+        tries.append("a shorter --seq-len")
         return (
-            f"no mesh fits in memory: the leanest needs {best / GIB_BYTES:.1f} GiB per GPU, {cap:.1f} GiB "
-            f"available{headroom_clause(job)}; try more GPUs, --zero-stage 3, --recompute full, or a shorter --seq-len"
+            f"no mesh fits in memory: the leanest, {leanest.short()}, needs {best / GIB_BYTES:.1f} GiB per GPU, "
+            f"{cap:.1f} GiB available{headroom_clause(job)}; try {', '.join(tries[:-1])} or {tries[-1]}"
         )
     worst = max(pruned, key=pruned.__getitem__)
     return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"

@@ -324,3 +324,35 @@ def test_out_of_range_inputs_from_review_are_one_line_errors(cli, tmp_path: Path
     assert_one_line_error(cli("calibrate", "--from", str(deep_json), "--write"), "--write goes with --from-runs")
     served = cli("serve", "-m", "llama70b", "-c", "dgx-h100x1", "--export", "vllm", "--json")
     assert_one_line_error(served, "--export", "--json")
+
+
+def test_inputs_the_review_found_accepted_are_refused(cli, tmp_path: Path) -> None:
+    import planner
+
+    pins = ("estimate", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2", "--dp", "8")
+    r = cli(*pins, "--recompute", "full", "--recompute-layers", "1000")
+    assert_one_line_error(r, "recompute_layers 1000", "at most 40 layers")
+    for key, value, said in (
+        ("hidden_act", "nope", "hidden_act 'nope' is not one of"),
+        ("name", '""', "name"),
+        ("num_experts_per_tok", "2", "num_experts_per_tok without experts"),
+    ):
+        bad = tmp_path / f"{key}.yaml"
+        text = LLAMA_YAML.replace("name: tiny\n", "") + ("" if key == "name" else "name: tiny\n")
+        bad.write_text(text + f"{key}: {value}\n")
+        assert_one_line_error(cli("show", "model", str(bad)), said)
+    profile = tmp_path / "d3.yaml"
+    text = (Path(planner.__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    profile.write_text(text.replace("  domain_size_gpus: 8\n", "  domain_size_gpus: 3\n"))
+    assert_one_line_error(cli("show", "cluster", str(profile)), "domain_size_gpus 3 is not a multiple of")
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", "--stack", ""), "unknown stack ''")
+    capacity = ("capacity", "-m", "llama70b", "--training-tokens", "15T", "--days", "30")
+    assert_one_line_error(cli(*capacity, "-c", "gb200-nvl72x4"), "chooses the node count itself", "(gb200-nvl72)")
+    assert_one_line_error(cli("-m", str(tmp_path), "-c", "dgx-h100"), "is a directory")
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", str(tmp_path)), "is a directory")
+    for nan in ("--max-batch-growth", "--memory-headroom"):
+        assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", nan, "nan"), nan, "nan is not a finite number")
+    # the leanest mesh already shards everything and recomputes all: only more GPUs or less sequence help
+    assert_one_line_error(
+        cli("-m", "llama3-405b", "-c", "dgx-h100x4"), "the leanest, tp8", "z3 full", "try more GPUs or a shorter"
+    )

@@ -92,7 +92,7 @@ def stack_choice(text: str | None) -> Any:
     Unknown names fail here, with the list."""
     from planner.catalog import DEFAULT_STACK, load_stack, stack_names
 
-    name = text or DEFAULT_STACK
+    name = DEFAULT_STACK if text is None else text
     loaded = load_stack(name)
     return name.lower() if name.lower() in stack_names() else loaded
 

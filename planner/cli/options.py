@@ -42,6 +42,24 @@ def finite(value: float | None) -> float | None:
     return value
 
 
+def range_text(lo: float | None, hi: float | None) -> str:
+    """'>= 0 and <= 0.5' for the bounds given."""
+    return " and ".join(f"{op} {b:g}" for op, b in ((">=", lo), ("<=", hi)) if b is not None)
+
+
+def finite_in(lo: float | None = None, hi: float | None = None) -> Any:
+    """Option callback: a finite number within [lo, hi], checked in that order, so that 'nan' is
+    called not finite rather than out of a range (click's FloatRange compares it first)."""
+
+    def check(value: float | None) -> float | None:
+        finite(value)
+        if value is not None and ((lo is not None and value < lo) or (hi is not None and value > hi)):
+            raise typer.BadParameter(f"{value:g} is not a number {range_text(lo, hi)}")
+        return value
+
+    return check
+
+
 def positive_finite(value: float | None) -> float | None:
     """Option callback: a finite number > 0 (a price of 0 ranks every mesh at no cost)."""
     if value is not None and not (math.isfinite(value) and value > 0):
@@ -94,14 +112,18 @@ def field_option(schema: type[BaseModel], name: str, *short: str, default: Any =
     given = settings.pop("annotation", None)  # the option takes other text than the field (a size, a path)
     annotation = given or (kind if value_default is not None else kind | None)
     flag = "--" + name.replace("_", "-")
+    description = field.description or ""
     if kind is bool:
         flag = f"{flag}/--no-{flag[2:]}"
-    elif kind in (int, float) and given is None:
-        settings.setdefault("metavar", "N" if kind is int else "X")
+    elif kind is int and given is None:
+        settings.setdefault("metavar", "N")
         settings |= _range(kind, constraints)
-        if kind is float:
-            settings.setdefault("callback", finite)
-    description = field.description or ""
+    elif kind is float and given is None:
+        settings.setdefault("metavar", "X")
+        bounds = _range(kind, constraints)
+        settings.setdefault("callback", finite_in(bounds.get("min"), bounds.get("max")))
+        if bounds:
+            description = f"{description.rstrip('.')}. A number {range_text(bounds.get('min'), bounds.get('max'))}"
     help_text = description if description.endswith(".") or not description else description + "."
     return option(name, annotation, value_default, flag, *short, help=help_text, **settings)
 

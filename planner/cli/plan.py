@@ -122,7 +122,11 @@ def capacity_cmd(
     if days is None:
         raise PlannerError("--days is required (the deadline in days)")
     spec, node, work = model_cluster_job(target, job)
-    node = node.model_copy(update={"num_nodes": 1, "num_gpus": node.gpus_per_node})
+    if node.num_nodes > 1 or node.num_gpus != node.gpus_per_node:
+        raise PlannerError(
+            f"--cluster {target.cluster}: plan capacity chooses the node count itself; give one node of the profile "
+            f"({node.profile.name}), without a node count, --nodes or --gpus"
+        )
     report = capacity(spec, node, work, days * SECONDS_PER_DAY, max_nodes)
     if as_json:
         emit_json(report.model_dump(mode="json"))

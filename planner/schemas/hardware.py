@@ -377,6 +377,12 @@ class HardwareProfile(Frozen):
     def _sources(self) -> HardwareProfile:
         skip = {"sources", "name", "description", "gpu", "intra_node", "inter_node", "calibration"}
         check_sources(self, self.sources, skip=skip, required={"calibrated_like"})
+        domain = self.intra_node.domain_size_gpus
+        if domain is not None and domain % self.gpus_per_node:
+            raise ValueError(
+                f"intra_node.domain_size_gpus {domain} is not a multiple of gpus_per_node {self.gpus_per_node}: the "
+                "intra-node links reach every GPU of a node, so their domain holds whole nodes"
+            )
         if self.gpus_per_host is not None and self.gpus_per_node % self.gpus_per_host:
             raise ValueError(
                 f"gpus_per_host {self.gpus_per_host} does not divide gpus_per_node {self.gpus_per_node}: "

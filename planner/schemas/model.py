@@ -21,6 +21,13 @@ if TYPE_CHECKING:
     from planner.cost.params import ParameterCounts
 
 GATED_ACTIVATIONS = frozenset({"silu", "swish", "swiglu", "geglu", "reglu"})
+
+ACTIVATIONS = GATED_ACTIVATIONS | frozenset(
+    {"gelu", "gelu_new", "gelu_fast", "gelu_pytorch_tanh", "gelu_python", "quick_gelu", "relu", "relu2", "relu6"}
+)
+"""Activation names the planner prices (Hugging Face transformers' ACT2FN keys): the gated ones
+above, whose MLP has a third matrix, and plain ones (two matrices) unless ``gated_mlp`` says
+otherwise; another name is a typo or an MLP the planner has not priced."""
 """Activations HF models use with a gated MLP (SwiGLU: Shazeer 2020, 'GLU Variants Improve
 Transformer'). GPT-2/3 and BLOOM use plain ``gelu``/``gelu_new`` with a 2-matrix MLP; a gated
 GELU model (Gemma) sets ``gated_mlp: true`` explicitly."""
@@ -43,7 +50,7 @@ class ModelSpec(Frozen):
     """
 
     # Catalog metadata (not HF keys).
-    name: str = Field(description="Catalog name, e.g. llama3-70b")
+    name: str = Field(min_length=1, description="Catalog name, e.g. llama3-70b")
     description: str = ""
     source: str = Field(description="Where the numbers come from (config.json URL, paper table)")
     notes: str = Field("", description="Caveats: approximations the cost model makes for this model")
@@ -147,6 +154,12 @@ class ModelSpec(Frozen):
         }
         if len(set(spellings.values())) > 1:
             raise ValueError(f"expert counts disagree: {spellings}")
+        if self.hidden_act.lower() not in ACTIVATIONS:
+            raise ValueError(f"hidden_act '{self.hidden_act}' is not one of {', '.join(sorted(ACTIVATIONS))}")
+        if not spellings and self.num_experts_per_tok is not None:
+            raise ValueError(
+                "num_experts_per_tok without experts: give num_local_experts (or n_routed_experts, num_experts)"
+            )
         if spellings and self.num_experts_per_tok is None:
             raise ValueError("num_experts_per_tok is required when the model has experts")
         if spellings and self.num_experts_per_tok > self.num_experts_total:  # type: ignore[operator]
