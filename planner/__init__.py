@@ -86,14 +86,14 @@ def plan(
 def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | None = None, **fields: Any) -> Estimate:
     """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...) and job fields. As
     `plan estimate` reads them: dp takes the GPUs tp*pp*cp leave, v > 1 implies interleaved 1F1B,
-    sequence parallelism is on with tp > 1 (``search.pinned_mesh``)."""
+    sequence parallelism is on with tp > 1, an unset zero_stage is the stack's (``search.pinned_mesh``)."""
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh
 
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(fields)
-    config = pinned_mesh(mesh, clus.num_gpus)
-    return estimate_mesh(spec, clus, _job(spec, job, job_fields), config)
+    work = _job(spec, job, job_fields)
+    return estimate_mesh(spec, clus, work, pinned_mesh(mesh, clus.num_gpus, work))
 
 
 def plan_capacity(

@@ -36,9 +36,15 @@ def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
 
 
 def make_parent(path: str | Path, flag: str = "--out") -> Path:
-    """Create ``path``'s folder (and its parents) for an output file; a folder that cannot be made
-    (a regular file in the way, no permission) is one ``PlannerError`` line naming the flag."""
+    """Create ``path``'s folder (and its parents) for an output file; no file name, a folder in its
+    place, or a folder that cannot be made (a regular file in the way, no permission) is one
+    ``PlannerError`` line naming the flag. Commands call it before their work, so that an output
+    that cannot be written fails at once."""
     target = Path(path)
+    if target.name in ("", ".", ".."):
+        raise PlannerError(f"{flag} '{path}': give a file name")
+    if target.is_dir():
+        raise PlannerError(f"{flag} {target}: is a folder; give a file name")
     blocking = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise PlannerError(f"{flag} {target}: cannot write: '{blocking}' is a file, not a folder")

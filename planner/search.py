@@ -538,13 +538,21 @@ def _pin_value(name: str, value: Any) -> Any:
         raise PlannerError(describe_validation_error(err, f"mesh: field '{name}'")) from None
 
 
-def pinned_mesh(pins: dict[str, Any], num_gpus: int) -> ParallelConfig:
-    """The one mesh ``pins`` name, as `plan estimate` and ``planner.estimate`` read them
-    (``ParallelConfig.with_defaults``: dp from the GPUs left over, interleaving from v, SP with
-    tp). Validated (one-line ``PlannerError``)."""
+def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelConfig:
+    """The one mesh ``pins`` name, as `plan estimate`, ``planner.estimate`` and `plan export` with
+    tp, pp and dp read them (``ParallelConfig.with_defaults``: dp from the GPUs left over,
+    interleaving from v, SP with tp), the ZeRO stage where unpinned the one ``job``'s stack runs
+    when none is asked for (``Stack.default_zero_stage``: Megatron-Core's distributed optimizer,
+    torchtitan's FSDP), at most the one it runs with a pipeline (``zero_with_pipeline``: DeepSpeed's
+    pipeline engine stays below ZeRO-2). Validated (one-line ``PlannerError``)."""
     from planner.catalog import validate_as
 
-    return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins_from_config_fields(**pins), num_gpus), "mesh")
+    pins = pins_from_config_fields(**pins)
+    if "zero_stage" not in pins:
+        stack = job.software
+        stage = stack.default_zero_stage
+        pins["zero_stage"] = stage if pins.get("pp", 1) == 1 else min(stage, stack.zero_with_pipeline)
+    return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins, num_gpus), "mesh")
 
 
 def pins_from_config_fields(**fields: Any) -> dict[str, Any]:

@@ -172,7 +172,11 @@ def test_estimate_compares_a_given_layout_with_the_searchs_best(cli) -> None:  #
     model, cluster = load_model("deepseek-v3"), load_cluster("dgx-b200x32")
     job = JobSpec(global_batch_size=2048, seq_len=4096, dtype="fp8", recompute_modules=("mla_up_proj",))
     est = estimate_mesh(
-        model, cluster, job, ParallelConfig(tp=1, pp=16, dp=16, ep=8, micro_batch_size=1, recompute="selective")
+        # the CLI's unset --zero-stage is the stack's: megatron-core's distributed optimizer
+        model,
+        cluster,
+        job,
+        ParallelConfig(tp=1, pp=16, dp=16, ep=8, micro_batch_size=1, recompute="selective", zero_stage=1),
     )
     best = search(model, cluster, job, {}, top=1).candidates[0]
     assert where_it_loses(best, est) in versus["explanation"]

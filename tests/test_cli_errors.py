@@ -356,3 +356,24 @@ def test_inputs_the_review_found_accepted_are_refused(cli, tmp_path: Path) -> No
     assert_one_line_error(
         cli("-m", "llama3-405b", "-c", "dgx-h100x4"), "the leanest, tp8", "z3 full", "try more GPUs or a shorter"
     )
+
+
+def test_an_output_that_cannot_be_written_fails_before_the_work(cli, tmp_path: Path) -> None:
+    for out, said in (("", "give a file name"), (str(tmp_path), "is a folder")):
+        r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "dgx-h100", "--out", out)
+        assert_one_line_error(r, "--out", said)  # one line: the search never ran
+    r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "dgx-h100", "--out", str(tmp_path / "new" / "a.txt"))
+    assert r.code == 0 and (tmp_path / "new" / "a.txt").exists()  # a missing folder is made, as for --plot
+
+
+def test_estimate_and_export_price_the_stack_s_zero_stage_when_none_is_pinned(cli) -> None:
+    import planner
+
+    pins = ("-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2", "--dp", "8")
+    est = cli("estimate", *pins, "--json").json()
+    assert est["config"]["parallel"]["zero_stage"] == 1  # megatron-core's distributed optimizer
+    assert planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2, dp=8).config.parallel.zero_stage == 1
+    titan = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=1, dp=16, stack="torchtitan")
+    assert titan.config.parallel.zero_stage == 3  # FSDP
+    r = cli("export", "-f", "megatron", *pins)
+    assert r.code == 0 and "z1" in r.err.splitlines()[0]

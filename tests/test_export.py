@@ -783,6 +783,8 @@ def test_nvl72_launch_runs_torchrun_per_tray_in_the_plan_s_host_order(cli, tmp_p
     # 128 GPUs of two racks: 32 trays of 4, 16 trays (64 GPUs) of each rack (ClusterSpec.fast_domain_gpus)
     assert head[1:] == ["#SBATCH --nodes=32", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
                         "#SBATCH --segment=16"]  # fmt: skip
+    # Blackwell: Megatron-LM no longer asks for one CUDA connection with tp > 1 (validate_args)
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in script
     runs = _run_sbatch(script, 32, tmp_path)
     exported = megatron_parser()
     for node, argv in enumerate(runs):

@@ -70,6 +70,9 @@ def calibrate_cmd(
         raise PlannerError("--cluster is required: the profile the measurements ran on (e.g. localhost-cpu)")
     if out is None:
         raise PlannerError("--out is required: where to write the calibrated profile YAML")
+    from planner.atomic import make_parent
+
+    make_parent(out)  # an output that cannot be written fails now, not after the fit
     base = load_cluster(cluster).profile
     samples = samples_from_json(read_yaml(from_), str(from_))
     check_measured_on(samples.context, base, str(from_))

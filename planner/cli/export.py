@@ -64,9 +64,12 @@ def export_cmd(
     what they cannot run as planned, and a mesh predicted not to fit in memory is refused unless
     --ignore-memory. With --launcher, the command that starts the job follows the settings on stdout.
     """
+    from planner.atomic import make_parent
     from planner.export.launch import check_launch, node_split
 
     check_launch(fmt, launcher, out)
+    if out is not None:
+        make_parent(out)  # an output that cannot be written fails now, not after the search
     if job.stack is None:
         job = dataclasses.replace(job, stack=_target_stack(fmt))
     spec, clus, work = model_cluster_job(target, job)
@@ -135,14 +138,7 @@ def _given_mesh(
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh
 
-    # the ZeRO stage the target's stack runs when none is given (torchtitan: FSDP), not 0, and at
-    # most the one it runs with a pipeline (DeepSpeed's pipeline engine: below ZeRO-2)
-    stack = job.software
-    stage = (
-        stack.default_zero_stage if pins.get("pp", 1) == 1 else min(stack.default_zero_stage, stack.zero_with_pipeline)
-    )
-    pins = {"zero_stage": stage, **pins}
-    config = pinned_mesh(pins, cluster.num_gpus)  # tp, pp and dp are all given
+    config = pinned_mesh(pins, cluster.num_gpus, job)  # tp, pp and dp are all given; ZeRO the stack's
     est = estimate_mesh(model, cluster, job, config)
     return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est))
 

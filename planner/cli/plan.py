@@ -76,13 +76,14 @@ def estimate_cmd(
 ) -> None:
     """Price one mesh: step time, MFU, memory and communication, term by term.
 
-    Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp.
+    Unset degrees default to 1, except --dp, which defaults to the GPUs left over by tp*pp*cp;
+    an unset --zero-stage is the stack's (`plan show stack`), as `plan export` writes it.
     """
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh
 
     spec, clus, work = model_cluster_job(target, job)
-    config = pinned_mesh(mesh_pins(mesh), clus.num_gpus)
+    config = pinned_mesh(mesh_pins(mesh), clus.num_gpus, work)
     est = estimate_mesh(spec, clus, work, config)
     versus = None
     if compare_best:

@@ -97,9 +97,9 @@ def entry_point(
     raise PlannerError(f"--format '{fmt}' has no launch command")
 
 
-def environment(fmt: str, config: ParallelConfig) -> dict[str, str]:
-    """The variables the framework asks for on every rank."""
-    return megatron_environment(config) if fmt == "megatron" else {}
+def environment(fmt: str, config: ParallelConfig, architecture: str | None = None) -> dict[str, str]:
+    """The variables the framework asks for on every rank of GPUs of ``architecture``."""
+    return megatron_environment(config, architecture) if fmt == "megatron" else {}
 
 
 def _quote(token: str) -> str:
@@ -160,7 +160,7 @@ def launch_text(
     nodes, per_node = node_split(config.num_gpus, cluster.gpus_per_host)
     segment = segment_hosts(cluster, config.num_gpus) if nodes > 1 else None
     entry, args = entry_point(fmt, model, job, config, out)
-    exports = [f"export {k}={v}" for k, v in environment(fmt, config).items()]
+    exports = [f"export {k}={v}" for k, v in environment(fmt, config, cluster.gpu.architecture).items()]
     ordered = segment is not None
     if segment is not None:
         order = (

@@ -392,14 +392,18 @@ def _dispatcher_args(job: JobSpec) -> list[str]:
     return args + (["--moe-flex-dispatcher-backend", "deepep"] if job.moe_dispatcher == "flex" else [])
 
 
-def megatron_environment(config: ParallelConfig) -> dict[str, str]:
+def megatron_environment(config: ParallelConfig, architecture: str | None = None) -> dict[str, str]:
     """The environment Megatron asks for: ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with tp or cp > 1,
     so that a TP/SP collective is scheduled before the GEMM it overlaps with (megatron/core/
     tensor_parallel/layers.py LinearWithGradAccumulationAndAsyncCommunication: "Use of this
     module requires that the environment variable CUDA_DEVICE_MAX_CONNECTIONS=1"; Megatron-LM's
     validate_args raises without it for tp or cp > 1 before Blackwell), except under
-    Megatron-FSDP (ZeRO-2/3), where validate_args asserts it is not 1."""
-    if effective_zero_stage(config) < 2 and (config.tp > 1 or config.cp > 1):
+    Megatron-FSDP (ZeRO-2/3), where validate_args asserts it is not 1, and on Blackwell GPUs
+    (``architecture`` blackwell*, compute capability 10+: validate_args, "CUDA_DEVICE_MAX_CONNECTIONS
+    requirement no longer exists since the Blackwell architecture"), where one connection would
+    only serialise the streams; None: a GPU before Blackwell."""
+    blackwell = architecture is not None and architecture.startswith("blackwell")
+    if not blackwell and effective_zero_stage(config) < 2 and (config.tp > 1 or config.cp > 1):
         return {"CUDA_DEVICE_MAX_CONNECTIONS": "1"}
     return {}
 

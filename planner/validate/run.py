@@ -93,7 +93,7 @@ def replay_candidates(
     from planner.search import pinned_mesh, search
 
     if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
-        config = pinned_mesh(pins, cluster.num_gpus)
+        config = pinned_mesh(pins, cluster.num_gpus, job)
         return [(1, config, estimate_mesh(model, cluster, job, config).step_time_s)]
     ranking = search(model, cluster, job, pins, top=top, try_module_sets=False)  # the replay runs one job
     return [(c.rank, c.config.parallel, c.step_time_s) for c in ranking.candidates]
