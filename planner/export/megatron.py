@@ -429,6 +429,11 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
     notes += routing_note(job, config, flags_written=True)
     notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
+    if model.position_embedding_type == "rope":
+        notes.append(
+            "RoPE's base and scaling are the checkpoint's (Hugging Face rope_theta, rope_scaling), which the plan does "
+            "not price: set --rotary-base (Megatron's default is 10000) and, for Llama 3.1-style scaling, --use-rope-scaling --rope-scaling-factor to match"
+        )
     if model.attention_sinks:
         notes.append(
             "attention sinks (--softmax-type learnable) need Transformer Engine >= 2.8; cuDNN fused attention runs "
