@@ -432,7 +432,8 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     if model.position_embedding_type == "rope":
         notes.append(
             "RoPE's base and scaling are the checkpoint's (Hugging Face rope_theta, rope_scaling), which the plan does "
-            "not price: set --rotary-base (Megatron's default is 10000) and, for Llama 3.1-style scaling, --use-rope-scaling --rope-scaling-factor to match"
+            "not price: set --rotary-base (Megatron's default is 10000) and, for Llama 3.1-style scaling, "
+            "--use-rope-scaling --rope-scaling-factor to match"
         )
     if model.attention_sinks:
         notes.append(
