@@ -322,6 +322,8 @@ def test_out_of_range_inputs_from_review_are_one_line_errors(cli, tmp_path: Path
     assert not (tmp_path / "sweep.json").exists()
     assert_one_line_error(cli("validate", "--local-ranks", "100000", "-m", "gpt2", "-c", "localhost-cpu"), "128")
     assert_one_line_error(cli("calibrate", "--from", str(deep_json), "--write"), "--write goes with --from-runs")
+    assert_one_line_error(cli("validate", "sweep", "--local-ranks", "2", "--sizes", ""), "--sizes", "at least one")
+    assert_one_line_error(cli("validate", "sweep", "--local-ranks", "2", "--ops", " , "), "--ops", "at least one")
     served = cli("serve", "-m", "llama70b", "-c", "dgx-h100x1", "--export", "vllm", "--json")
     assert_one_line_error(served, "--export", "--json")
 

@@ -34,7 +34,11 @@ def parse_size(text: str, flag: str) -> int:
 
 
 def parse_sizes(text: str, flag: str) -> list[int]:
-    return [parse_size(part, flag) for part in text.split(",") if part.strip()]
+    """'64KiB,1MiB' -> bytes each; an empty list is a one-line error naming ``flag``."""
+    sizes = [parse_size(part, flag) for part in text.split(",") if part.strip()]
+    if not sizes:
+        raise PlannerError(f"{flag}: give at least one message size, e.g. 64KiB,1MiB")
+    return sizes
 
 
 def parse_ops(text: str) -> list[str]:
@@ -43,6 +47,8 @@ def parse_ops(text: str) -> list[str]:
     if text.strip() == "all":
         return list(COLLECTIVE_OPS)
     ops = [part.strip() for part in text.split(",") if part.strip()]
+    if not ops:
+        raise PlannerError(f"--ops: give at least one collective; allowed: all, {', '.join(allowed)}")
     for op in ops:
         if op not in allowed:
             raise PlannerError(f"--ops: unknown collective '{op}'; allowed: all, {', '.join(allowed)}")
