@@ -84,7 +84,8 @@ def test_library_arguments_are_validated_as_the_cli_does(call: str, kwargs: dict
 def test_library_estimate_resolves_dp_from_the_leftover_gpus() -> None:
     import planner
 
-    # as `plan estimate` does: 128 GPUs / (tp 8 x pp 2) = dp 8, sequence parallel on with tp > 1
+    # as `plan estimate` does: 128 GPUs / (tp 8 x pp 2) = dp 8, sequence parallel on with tp > 1, ZeRO the
+    # stack's (megatron-core: the distributed optimizer, ZeRO-1)
     est = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2)
-    assert est.config.parallel.short() == "tp8 pp2 dp8 cp1 ep1 mbs1 v1 z0 none sp 1f1b"
+    assert est.config.parallel.short() == "tp8 pp2 dp8 cp1 ep1 mbs1 v1 z1 none sp 1f1b"
     assert planner.plan("llama70b", "dgx-h100x16", tp="8", top=1).candidates[0].config.parallel.tp == 8
