@@ -9,7 +9,13 @@ from planner.constraints import check_config
 from planner.cost.comm import TIER_NAMES
 from planner.cost.flops import flash_attention_runs, mtp_layers
 from planner.cost.layout import layout_rank_layers
-from planner.cost.memory import MEMORY_UNDERCOUNT, headroom_clause, undercount_safe_bytes, usable_memory_bytes
+from planner.cost.memory import (
+    MEMORY_UNDERCOUNT,
+    headroom_clause,
+    host_offload_capacity_bytes,
+    undercount_safe_bytes,
+    usable_memory_bytes,
+)
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
@@ -76,7 +82,15 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "the optimisation (learning rate, critical batch size): re-tune it, or pin a mesh that divides "
             f"{job.batch_size}"
         )
-    if not est.fits:
+    host_cap = host_offload_capacity_bytes(cluster)
+    if config.offload_layers is not None and est.host_offload_bytes_per_gpu > host_cap:
+        notes.append(
+            f"does not fit in host memory: {config.offload_layers} offloaded layers' activations fill "
+            f"{est.host_offload_bytes_per_gpu / GIB_BYTES:.1f} GiB per GPU, {host_cap / GIB_BYTES:.1f} GiB usable of "
+            f"the {cluster.gpu.host_memory_gib or 0:g} GiB per GPU (cost.memory.HOST_MEMORY_RESERVE kept for the "
+            "rest); offload fewer layers or recompute"
+        )
+    elif not est.fits:
         notes.append(
             f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
             f"{est.memory_usable_bytes / GIB_BYTES:.1f} GiB usable on a {cluster.gpu.name}{headroom_clause(job)}; "
@@ -261,6 +275,7 @@ def row_estimate(
         ),
         memory_per_gpu_bytes=float(mem.total[i]),
         memory_usable_bytes=usable_memory_bytes(cluster, job),
+        host_offload_bytes_per_gpu=float(cols.host_offload_bytes[i]),
         memory_breakdown_bytes=MemoryBreakdown(**{k: float(getattr(mem, k)[i]) for k in MemoryBreakdown.model_fields}),
         time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
         hidden_comm_s=HiddenComm(**{k: float(np.asarray(v)[i]) for k, v in cols.hidden.items()}),

@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from planner.cost.memory import host_offload_capacity_bytes
 from planner.error_bar import relative_band
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -126,10 +127,18 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
             "time to train",
             f"{days(est.time_to_train_s)} for {job.training_tokens:.3g} tokens{cost} (steady state, no restarts)",
         )
-    verdict = "[green]fits[/]" if est.fits else "[red]does NOT fit[/]"
+    gpu_fits = est.memory_per_gpu_bytes <= est.memory_usable_bytes
+    verdict = "[green]fits[/]" if gpu_fits else "[red]does NOT fit[/]"
     summary.add_row(
         "memory per GPU", f"{gib(est.memory_per_gpu_bytes)} of {gib(est.memory_usable_bytes)} GiB, {verdict}"
     )
+    if est.host_offload_bytes_per_gpu:
+        host_cap = host_offload_capacity_bytes(cluster)
+        verdict = "[green]fits[/]" if est.host_offload_bytes_per_gpu <= host_cap else "[red]does NOT fit[/]"
+        summary.add_row(
+            "host memory per GPU",
+            f"{gib(est.host_offload_bytes_per_gpu)} of {gib(host_cap)} GiB of offloaded activations, {verdict}",
+        )
     console.print(summary)
 
     times = Table(title="step time by term")

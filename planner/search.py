@@ -26,7 +26,9 @@ from planner.cost.memory import (
     MEMORY_UNDERCOUNT,
     OFFLOAD_RESIDENT_LAYERS,
     headroom_clause,
+    host_offload_capacity_bytes,
     layer_activations,
+    offloaded_host_bytes,
     peak_memory,
     stage_memory,
     undercount_safe_bytes,
@@ -197,8 +199,10 @@ def activation_offload(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     spare = cap - at_none
     need = np.ceil(np.where(per_layer > 0, -spare / np.where(per_layer > 0, per_layer, 1.0), layers))
     n = np.maximum(need.astype(np.int64) + OFFLOAD_RESIDENT_LAYERS, OFFLOAD_RESIDENT_LAYERS + 1)
-    keep = (spare < 0) & (at_most <= cap) & (n < layers)
-    return none.with_offload_layers(np.minimum(n, layers - 1)).take(keep)
+    chosen = none.with_offload_layers(np.minimum(n, layers - 1))
+    host = offloaded_host_bytes(model, job, chosen, layer_activations(model, job, chosen))
+    keep = (spare < 0) & (at_most <= cap) & (n < layers) & (host <= host_offload_capacity_bytes(cluster))
+    return chosen.take(keep)
 
 
 def _equivalent_groups(ranked: np.ndarray, times: np.ndarray, memory: np.ndarray, top: int) -> list[list[int]]:

@@ -83,6 +83,10 @@ def test_a_host_count_must_divide_the_node(tmp_path: Path) -> None:
     with pytest.raises(PlannerError, match="gpus_per_host 5 does not divide gpus_per_node 72"):
         load_cluster(str(bad))
     assert load_cluster("gb200-nvl72x2").gpus_per_host == 4 and load_cluster("dgx-b200").gpus_per_host == 8
+    # a host link to offload over needs the host memory the offloaded activations fill
+    bad.write_text(text.replace("  host_memory_gib: 223.5\n", "", 1))
+    with pytest.raises(PlannerError, match="host_link_gb_per_s needs host_memory_gib"):
+        load_cluster(str(bad))
 
 
 def test_cluster_name_grammar() -> None:

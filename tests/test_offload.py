@@ -97,3 +97,31 @@ def test_the_export_writes_megatrons_offload_flags_and_torchtitan_refuses(cli) -
     pins = ["-m", "llama3-70b", "-c", "gb200-nvl72", "--gpus", "64", "--dp", "64", "-z", "3", "-b", "2"]
     refused = cli("export", "-f", "torchtitan", *pins, "--offload-layers", "38", "--ignore-memory")
     assert_one_line_error(refused, "offload")
+
+
+def test_offloaded_activations_must_fit_host_memory() -> None:
+    from planner.cost.memory import HOST_MEMORY_RESERVE, host_offload_capacity_bytes, offloaded_host_bytes
+
+    # a Grace CPU's 480 GB serve two GPUs: 223.5 GiB each, a quarter kept for the rest
+    cap = host_offload_capacity_bytes(GB200)
+    assert cap == pytest.approx(223.5 * 2**30 * (1 - HOST_MEMORY_RESERVE))
+    assert host_offload_capacity_bytes(load_cluster("dgx-h100")) == 0.0  # no host figure: nothing offloads
+    # one micro-batch of the offloaded layers' saved activations, as the transfer term copies them
+    mesh = _mesh(offload_layers=40)
+    per_layer = layer_activations(LLAMA70B, JOB, mesh)
+    one = float(offloaded_host_bytes(LLAMA70B, JOB, _mesh(offload_layers=1), per_layer)[0])
+    assert one == pytest.approx(2 * 8192 * float(per_layer.all_dense[0]))  # mbs 2 x seq x bytes per token
+    assert float(offloaded_host_bytes(LLAMA70B, JOB, mesh, per_layer)[0]) == pytest.approx(40 * one)
+    # Llama-3-70B at micro-batch 4 offloading 79 layers fills about 660 GiB per GPU: refused with the reason
+    job = JobSpec(global_batch_size=512, seq_len=8192)
+    est = estimate_mesh(LLAMA70B, load_cluster("gb200-nvl72x2", gpus=128), job,
+                        ParallelConfig(dp=128, micro_batch_size=4, zero_stage=2, offload_layers=79))  # fmt: skip
+    assert est.memory_per_gpu_bytes <= est.memory_usable_bytes and not est.fits
+    assert est.host_offload_bytes_per_gpu > 600 * 2**30
+    assert any(w.startswith("does not fit in host memory: 79 offloaded layers") for w in est.warnings)
+    # the search offloads only what host memory holds (llama3-405b on 128 GB200 chose 122 layers, ~1.9 TiB)
+    big = load_model("llama3-405b")
+    ranking = search(big, load_cluster("gb200-nvl72x2", gpus=128), job, top=20)
+    offloading = [c for c in ranking.candidates if c.config.parallel.offload_layers]
+    assert all(c.host_offload_bytes_per_gpu <= cap for c in ranking.candidates)
+    assert all(c.host_offload_bytes_per_gpu > 0 for c in offloading)

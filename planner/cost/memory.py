@@ -451,6 +451,31 @@ OFFLOAD_RESIDENT_LAYERS = 2
 reloads the next group into a second buffer while backward runs the current one."""
 
 
+HOST_MEMORY_RESERVE = 0.25
+"""Share of a GPU's host memory offloaded activations may not fill: the operating system, the data
+loader's workers and pinned buffers, and checkpoint staging (Megatron's asynchronous save copies
+the model and optimizer state to host memory) live there too. A judgement call, not a
+measurement."""
+
+
+def host_offload_capacity_bytes(cluster: ClusterSpec) -> float:
+    """Host memory one GPU's offloaded activations may fill: the profile's ``host_memory_gib`` less
+    HOST_MEMORY_RESERVE; 0 where the profile states none (no offloading planned there)."""
+    host = cluster.gpu.host_memory_bytes
+    return 0.0 if host is None else host * (1.0 - HOST_MEMORY_RESERVE)
+
+
+def offloaded_host_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays, per_layer: LayerActivations) -> np.ndarray:
+    """Host memory each mesh's offloaded activations fill per GPU: ``mesh.offload_layers`` layers
+    of one micro-batch's saved activations (offloading runs with pp 1 and no recompute, so one
+    micro-batch is in flight: its forward, then its backward), each layer the model's mean of its
+    dense and MoE layers (``per_layer``: ``layer_activations`` of the mesh); 0 without offloading."""
+    layers, moe = model.num_hidden_layers, model.num_moe_layers
+    mean = ((layers - moe) * per_layer.all_dense + moe * per_layer.all_moe) / layers
+    offloaded = np.minimum(mesh.offload_layers, layers)
+    return np.where(offloaded > 0, mesh.tokens_per_rank(job.seq_len) * mean * offloaded, 0.0)
+
+
 def offload_kept_share(mesh: MeshArrays, layers: np.ndarray) -> np.ndarray:
     """Share of a stage's activations that stays on the GPU when ``mesh.offload_layers`` of its
     ``layers`` go to host memory (``ParallelConfig.offload_layers``, pp 1): the others, plus

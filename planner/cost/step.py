@@ -40,7 +40,9 @@ from planner.cost.flops import model_flops_per_token, mtp_layers, recompute_flop
 from planner.cost.memory import (
     LayerActivations,
     StageMemory,
+    host_offload_capacity_bytes,
     layer_activations,
+    offloaded_host_bytes,
     peak_memory,
     step_params,
     usable_memory_bytes,
@@ -93,6 +95,7 @@ class Columns:
     num_microbatches: np.ndarray
     bubble_fraction: np.ndarray
     memory: StageMemory
+    host_offload_bytes: np.ndarray  # per GPU, in host memory (memory.offloaded_host_bytes)
     time: dict[str, np.ndarray]
     comm_bytes: dict[str, np.ndarray]
     hidden: dict[str, np.ndarray]
@@ -337,11 +340,13 @@ def evaluate(
     hardware_flops = model_flops + recompute_extra * tokens
     peak_total = step * cluster.num_gpus * cluster.gpu.peak_flops_per_s(job.dtype)
     memory = peak_memory(model, cluster, job, mesh, m, ranks) if memory is None else memory
+    host_bytes = np.zeros(len(mesh)) if offloaded is None else offloaded_host_bytes(model, job, mesh, offloaded)
     return Columns(
         step_time_s=step,
         num_microbatches=m,
         bubble_fraction=bubble_fraction(m, mesh),
         memory=memory,
+        host_offload_bytes=host_bytes,
         time={
             "compute": m * worst.compute,
             "tp_comm": m * worst.tp.time_s,
@@ -375,7 +380,7 @@ def evaluate(
         hardware_flops_per_step=hardware_flops,
         mfu=model_flops / peak_total,
         hfu=hardware_flops / peak_total,
-        fits=memory.total <= usable_memory_bytes(cluster, job),
+        fits=(memory.total <= usable_memory_bytes(cluster, job)) & (host_bytes <= host_offload_capacity_bytes(cluster)),
         ranks=ranks,
         last_is_slowest=last_is_slowest,
     )

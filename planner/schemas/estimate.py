@@ -123,6 +123,9 @@ class Estimate(Frozen):
     )
     memory_per_gpu_bytes: NonNegativeFloat
     memory_usable_bytes: NonNegativeFloat
+    host_offload_bytes_per_gpu: NonNegativeFloat = Field(
+        0.0, description="Host memory the offloaded activations fill per GPU (ParallelConfig.offload_layers)"
+    )
     memory_breakdown_bytes: MemoryBreakdown
     time_breakdown_s: TimeBreakdown
     comm_bytes_per_gpu: CommBytes

@@ -156,6 +156,11 @@ class GPU(Frozen):
         description="GB/s one GPU moves to or from host memory in one direction while every GPU of the node does "
         "(activation offloading, ``ParallelConfig.offload_layers``); None: not priced, no offloading planned",
     )
+    host_memory_gib: PositiveFloat | None = Field(
+        None,
+        description="Host memory per GPU (its CPU's memory over the GPUs sharing it) that offloaded activations "
+        "may fill, less ``memory.HOST_MEMORY_RESERVE``; needed with host_link_gb_per_s",
+    )
     sustained_tensor_fraction: float | None = Field(
         None,
         gt=0,
@@ -174,6 +179,8 @@ class GPU(Frozen):
             raise ValueError("peak_tflops must list bf16 (or fp32 for CPU profiles)")
         if self.reserved_memory_gib >= self.hbm_capacity_gib:
             raise ValueError("reserved_memory_gib must be below hbm_capacity_gib")
+        if self.host_link_gb_per_s is not None and self.host_memory_gib is None:
+            raise ValueError("host_link_gb_per_s needs host_memory_gib: offloaded activations must fit host memory")
         curve = self.gemm_efficiency_curve or []
         if any(not 0 < eff <= 1 for _, eff in curve):
             raise ValueError("gemm_efficiency_curve efficiencies must lie in (0, 1]")
@@ -251,6 +258,10 @@ class GPU(Frozen):
     @property
     def hbm_bandwidth_bytes_per_s(self) -> float:
         return self.hbm_bandwidth_tb_per_s * TB_BYTES
+
+    @property
+    def host_memory_bytes(self) -> float | None:
+        return None if self.host_memory_gib is None else self.host_memory_gib * GIB_BYTES
 
     @property
     def host_link_bytes_per_s(self) -> float | None:
