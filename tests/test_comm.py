@@ -137,3 +137,16 @@ def test_interleaved_sends_hide_behind_chunks_where_the_stack_overlaps_them() ->
     assert (exposed, hidden) == (pytest.approx(2 * (5 * m + 3) * send_s), 0.0)
     exposed, hidden, send_s, m = pp_terms(plain, "megatron-core")
     assert (exposed, hidden) == (pytest.approx(2 * (m + 3) * send_s), 0.0)
+
+
+def test_an_expert_group_of_a_whole_stage_keeps_the_stage_s_span() -> None:
+    """With pp outermost (Megatron's tp-cp-dp-pp), a stage is 32 consecutive ranks; its EP group of
+    32 spans those 32, not the pp-fold extent (which made groups straddling two NVL72 racks look as if
+    each sat inside one, and gave groups inside one 64-GPU segment the InfiniBand latency)."""
+    racks = load_cluster("gb200-nvl72x8")  # whole racks: ranks 64-95 straddle racks 0 and 1
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=1, pp=18, dp=32, ep=32, zero_stage=1)])
+    ep = mesh_links(racks, mesh)["ep"]
+    assert int(ep.tier[0]) == TIER_INTER and int(ep.per_domain[0]) == 8  # 8 + 24: 24 of 32 off the rack
+    segments = load_cluster("gb200-nvl72x4", gpus=256)  # 64-GPU segments: a 32-rank stage is inside one
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=1, pp=8, dp=32, ep=32, zero_stage=1)])
+    assert int(mesh_links(segments, mesh)["ep"].tier[0]) == TIER_INTRA

@@ -94,13 +94,19 @@ def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span:
     )
 
 
-def _fold_to_global(mesh: MeshArrays, fold_distance: np.ndarray) -> np.ndarray:
-    """Global rank distance of a distance within the tp*cp*dp ranks of one pipeline stage.
+def _fold_to_global(mesh: MeshArrays, fold_distance: np.ndarray, span: bool = False) -> np.ndarray:
+    """Global rank distance of a distance within the tp*cp*dp ranks of one pipeline stage, or
+    (``span``) the global extent of a span of them.
 
     Those ranks are contiguous when pp is the outermost axis. Otherwise pp sits inside some of
-    them: distances up to the axes inside pp are unchanged, larger ones are stretched pp-fold."""
+    them: distances below the block of axes inside pp are unchanged, larger ones are stretched
+    pp-fold. A span as long as that block covers the block alone, so it is unchanged too: with pp
+    outermost, a group spanning a whole stage (32 ranks) lies in those 32 consecutive ranks, not
+    across the pp-fold extent (which made an EP group of a stage straddling two NVL72 racks look
+    as if it sat inside one)."""
     inside_pp = mesh.stride("pp")
-    return np.where(fold_distance < inside_pp, fold_distance, fold_distance * mesh.pp)
+    within = fold_distance <= inside_pp if span else fold_distance < inside_pp
+    return np.where(within, fold_distance, fold_distance * mesh.pp)
 
 
 def mesh_links(cluster: ClusterSpec, mesh: MeshArrays) -> dict[str, GroupLink]:
@@ -119,9 +125,11 @@ def mesh_links(cluster: ClusterSpec, mesh: MeshArrays) -> dict[str, GroupLink]:
         "cp": group_link(cluster, mesh.cp, s_cp),
         "pp": group_link(cluster, mesh.pp, mesh.stride("pp")),
         "dp": group_link(cluster, dp_group, dp_stride, dp_span),
-        "ep": group_link(cluster, ep, _fold_to_global(mesh, etp), _fold_to_global(mesh, ep * etp)),
-        "etp": group_link(cluster, etp, np.ones_like(etp), _fold_to_global(mesh, etp)),
-        "edp": group_link(cluster, mesh.expert_dp, _fold_to_global(mesh, ep * etp), _fold_to_global(mesh, fold)),
+        "ep": group_link(cluster, ep, _fold_to_global(mesh, etp), _fold_to_global(mesh, ep * etp, span=True)),
+        "etp": group_link(cluster, etp, np.ones_like(etp), _fold_to_global(mesh, etp, span=True)),
+        "edp": group_link(
+            cluster, mesh.expert_dp, _fold_to_global(mesh, ep * etp), _fold_to_global(mesh, fold, span=True)
+        ),
     }
 
 
