@@ -150,3 +150,20 @@ def test_an_expert_group_of_a_whole_stage_keeps_the_stage_s_span() -> None:
     segments = load_cluster("gb200-nvl72x4", gpus=256)  # 64-GPU segments: a 32-rank stage is inside one
     mesh = MeshArrays.from_configs([ParallelConfig(tp=1, pp=8, dp=32, ep=32, zero_stage=1)])
     assert int(mesh_links(segments, mesh)["ep"].tier[0]) == TIER_INTRA
+
+
+def test_zero2_reduce_scatters_every_micro_batch() -> None:
+    """ZeRO-2 keeps only its gradient shard, so each micro-batch's gradients are reduce-scattered
+    (DeepSpeed stage 2, FSDP SHARD_GRAD_OP, Megatron-FSDP optim_grads); ZeRO-1 accumulates the full
+    gradients and reduces once. Llama-3-8B on one DGX H100, dp 8, 64 micro-batches."""
+    import planner
+
+    z1 = planner.estimate("llama3-8b", "dgx-h100", dp=8, zero_stage=1)
+    z2 = planner.estimate("llama3-8b", "dgx-h100", dp=8, zero_stage=2)
+    assert z1.num_microbatches == z2.num_microbatches == 64
+    grads = 8.03e9 * 2  # bf16 gradients of the whole model on every rank
+    per_rs = 7 / 8 * grads  # bytes one rank sends in one reduce-scatter (and one all-gather) of 8
+    assert z1.comm_bytes_per_gpu.dp == pytest.approx(2 * per_rs, rel=0.01)
+    assert z2.comm_bytes_per_gpu.dp == pytest.approx(65 * per_rs, rel=0.01)  # 64 reduce-scatters + 1 gather
+    assert z2.step_time_s > z1.step_time_s  # each hides behind its micro-batch's backward, but not entirely
+    assert z2.memory_breakdown_bytes.gradients == pytest.approx(z1.memory_breakdown_bytes.gradients / 8, rel=1e-9)

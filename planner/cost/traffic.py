@@ -21,13 +21,18 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        al. 2021 section 4.1, scatter/gather, on by default in Megatron-LM; with SP the tensor
        is already split), on the critical path once per slot.
   DP   the rank's gradients: all-reduce (ZeRO-0) or reduce-scatter + all-gather of the updated
-       16-bit weights (ZeRO-1/2, Megatron-LM's distributed optimizer); ZeRO-3 gathers weights in
-       forward and backward and reduce-scatters gradients for every micro-batch (FSDP).
+       16-bit weights (ZeRO-1, Megatron-LM's distributed optimizer, which accumulates the full
+       gradients over the micro-batches and reduces once); ZeRO-2 keeps only its gradient shard,
+       so it reduce-scatters every micro-batch's gradients (DeepSpeed stage 2 reduces in every
+       micro-step's backward; FSDP SHARD_GRAD_OP and Megatron-FSDP optim_grads reduce-scatter each
+       backward unless gradient sync is switched off, which keeps the unsharded gradients the
+       memory count does not hold); ZeRO-3 gathers weights in forward and backward and
+       reduce-scatters gradients for every micro-batch (FSDP).
 TP overlap: the stack's hidden fraction of the TP time when the job overlaps TP (see
 ``tp_per_microbatch``).
 ZeRO-3 collectives run per layer, each paying the ring latency. Overlap, a first-order model
-stated as such: ZeRO-0..2 gradient reduction overlaps the last
-micro-batch's backward except the last of the stage's layer buckets, the parameter all-gather
+stated as such: ZeRO-0/1 gradient reduction overlaps the last micro-batch's backward, ZeRO-2's
+each micro-batch's own, except the last of the stage's layer buckets, the parameter all-gather
 the next forward likewise; ZeRO-3 traffic overlaps all compute but one layer's worth. With
 overlap_grad_reduce off (Megatron-LM before --overlap-grad-reduce, 2023) all of it is exposed.
 """
@@ -451,9 +456,10 @@ def dp_collectives(
 ) -> list[Collective]:
     """Gradient reduction and ZeRO gathers of one step, dense weights over dp*cp (group 'dp'),
     expert weights over expert-DP ('edp'): an all-reduce of the gradients (ZeRO-0), or a
-    reduce-scatter of them and an all-gather of the updated weights (ZeRO-1/2); ZeRO-3/FSDP runs
-    them layer by layer (one FSDP unit per transformer block, as FSDP, torchtitan and llm-foundry
-    wrap), every micro-batch, the weights gathered for forward and again for backward."""
+    reduce-scatter of them and an all-gather of the updated weights (ZeRO-1/2; ZeRO-2, holding only
+    its gradient shard, reduce-scatters every micro-batch's); ZeRO-3/FSDP runs them layer by layer
+    (one FSDP unit per transformer block, as FSDP, torchtitan and llm-foundry wrap), every
+    micro-batch, the weights gathered for forward and again for backward."""
     grads, weights = dp_buffers_bytes(job, params)
     z = mesh.zero_stage
     units = np.maximum(layers, 1)
@@ -467,7 +473,7 @@ def dp_collectives(
                 "reduce_scatter",
                 group,
                 np.where(z >= 3, grad / units, grad),
-                np.where(z >= 3, m * units, sharded),
+                np.where(z >= 3, m * units, np.where(z == 2, m, sharded)),
                 False,
             ),
             Collective(
@@ -499,7 +505,9 @@ def dp_per_step(
     gather_s = serial_s([c for c in collectives if c.op == "all_gather"], links)
     z = mesh.zero_stage
     buckets = np.maximum(layers, 1)
-    exposed_012 = np.maximum(reduce_s - bwd_mb_s, reduce_s / buckets) + np.maximum(
+    reductions = np.where(z == 2, np.maximum(m, 1), 1)  # ZeRO-2: one per micro-batch, each behind its backward
+    per_reduction = reduce_s / reductions
+    exposed_012 = reductions * np.maximum(per_reduction - bwd_mb_s, per_reduction / buckets) + np.maximum(
         gather_s - fwd_mb_s, gather_s / buckets
     )
     # ZeRO-3/FSDP's are layer by layer, each paying the ring's latency (``dp_collectives``)
