@@ -80,6 +80,7 @@ def plan(
         top=top,
         objective=objective,
         try_fewer_gpus=True,
+        with_margin=True,
     )
 
 

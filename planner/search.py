@@ -286,9 +286,12 @@ def search(
     objective: str = "time",
     try_module_sets: bool = True,
     try_fewer_gpus: bool = False,
+    with_margin: bool = False,
 ) -> Ranking:
     """Rank every feasible mesh by ``objective`` (see ``search_with_points``)."""
-    return search_with_points(model, cluster, job, pins, top, objective, try_module_sets, try_fewer_gpus)[0]
+    return search_with_points(model, cluster, job, pins, top, objective, try_module_sets, try_fewer_gpus, with_margin)[
+        0
+    ]
 
 
 def search_with_points(
@@ -300,6 +303,7 @@ def search_with_points(
     objective: str = "time",
     try_module_sets: bool = True,
     try_fewer_gpus: bool = False,
+    with_margin: bool = False,
 ) -> tuple[Ranking, np.ndarray, np.ndarray]:
     """Rank every feasible mesh by ``objective`` ('time': step time, per asked batch where the job
     lets the batch grow; 'cost': dollars per asked batch, which on one cluster orders as time;
@@ -312,7 +316,10 @@ def search_with_points(
     that replay or price one job (the runs fit, the validator) pass ``try_module_sets=False``.
     With ``try_fewer_gpus`` (``plan`` and ``planner.plan``), a time or cost ranking also searches
     a smaller GPU count (``fewer_gpus.fewer_count``: an NVL72 rack's job segments, else the largest
-    power of two below) and reports it where it trains faster (``fewer_gpus.fewer_gpus``)."""
+    power of two below) and reports it where it trains faster (``fewer_gpus.fewer_gpus``). With
+    ``with_margin`` (the same callers) a winner whose memory does not keep the measured margin gets
+    its ``margin_pick``, one more search; the searches inside other work (the runs fit, capacity's
+    rows, export, the validator) do without both."""
     if objective not in OBJECTIVES:
         raise PlannerError(f"--objective '{objective}' is not one of {', '.join(OBJECTIVES)}")
     if objective == "cost" and cluster.profile.price_per_gpu_hour_usd is None:
@@ -373,7 +380,7 @@ def search_with_points(
         explanation=explain(list(out)),
         pareto=pareto,
     )
-    if out:
+    if with_margin and out:
         pick = margin_pick(
             model, cluster, job, pins, objective, try_module_sets, out[0], pareto[-1].memory_per_gpu_bytes
         )

@@ -48,7 +48,7 @@ def plan_main(
 
     spec, clus, work = model_cluster_job(target, job)
     ranking, times, memory = search_with_points(
-        spec, clus, work, mesh_pins(mesh), top=top, objective=objective, try_fewer_gpus=True
+        spec, clus, work, mesh_pins(mesh), top=top, objective=objective, try_fewer_gpus=True, with_margin=True
     )
     if plot is not None:
         from planner.plots import plot_ranking
