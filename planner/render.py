@@ -464,7 +464,14 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     table = Table(box=None, padding=(0, 1), header_style="bold")
     for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "$M", "meets"):
         table.add_column(col, justify="left" if col == "best mesh" else "right")
+    fastest_so_far = float("inf")
+    dominated = False
     for r in report.rows:
+        # a count that trains no faster than a smaller one tried: more GPUs buy nothing there
+        slower = r.time_to_train_s is not None and r.time_to_train_s >= fastest_so_far
+        if r.time_to_train_s is not None:
+            fastest_so_far = min(fastest_so_far, r.time_to_train_s)
+        dominated |= slower
         if r.mesh is None:
             table.add_row(str(r.nodes), str(r.gpus), "nothing fits", "", "", "", "", "no")
             continue
@@ -474,11 +481,16 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             r.mesh,
             duration(r.step_time_s or 0.0),
             f"{r.mfu or 0.0:.1%}",
-            f"{(r.time_to_train_s or 0.0) / 86400:,.1f}",
+            f"{(r.time_to_train_s or 0.0) / 86400:,.1f}" + ("*" if slower else ""),
             "" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd / 1e6:,.2f}",
             "yes" if r.meets_deadline else "no",
         )
     console.print(table)
+    if dominated:
+        console.print(
+            "*: no faster than a smaller node count tried (the batch splits less evenly over these GPUs, or each "
+            "holds too little work): more nodes buy nothing there"
+        )
     segment_note = capacity_segment_note(report)
     if segment_note:
         console.print(segment_note)

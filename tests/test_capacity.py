@@ -83,6 +83,9 @@ def test_capacity_cli(cli) -> None:
     assert [row["nodes"] for row in report["rows"]] == [1, 2, 3, 4, 6, 8]
     human = cli(*args, "--days", "7")
     assert human.code == 0 and "answer:" in human.out
+    # a 16-sequence batch splits evenly over 4 nodes but not over 6: the 6-node row is no faster, marked so
+    small = " ".join(cli(*args[:-2], "--max-nodes", "6", "--days", "7", "-B", "16").out.split())
+    assert "3.9* " in small and "*: no faster than a smaller node count tried" in small and "3.6* " not in small
     assert_one_line_error(cli(*args), "--days is required")
     assert_one_line_error(cli(*args[:-4], "--days", "7"), "--training-tokens is required")
 
