@@ -161,14 +161,14 @@ def launch_text(
     segment = segment_hosts(cluster, config.num_gpus) if nodes > 1 else None
     entry, args = entry_point(fmt, model, job, config, out)
     exports = [f"export {k}={v}" for k, v in environment(fmt, config, cluster.gpu.architecture).items()]
-    ordered = segment is not None
-    if segment is not None:
-        order = (
-            f"# host order matters: the plan keeps ranks {segment * per_node} at a time in one NVLink domain "
-            f"({segment} hosts of {per_node} GPUs)"
-        )
+    order = (
+        None
+        if segment is None
+        else f"# host order matters: the plan keeps ranks {segment * per_node} at a time in one NVLink domain "
+        f"({segment} hosts of {per_node} GPUs)"
+    )
     if launcher == "torchrun":
-        if ordered:
+        if order is not None:
             head = [
                 order,
                 f"# run on each of the {nodes} hosts with NODE_RANK its place, 0-{nodes - 1}, hosts {segment} at a "
@@ -178,7 +178,7 @@ def launch_text(
             head = [f"# run on each of the {nodes} node(s), MASTER_ADDR set to the first node's address"]
         if fmt == "deepspeed":
             head.append("# TRAIN_SCRIPT: your training script, which passes its args to deepspeed.initialize")
-        flags = torchrun_flags(nodes, per_node, "$NODE_RANK" if ordered else None)
+        flags = torchrun_flags(nodes, per_node, None if order is None else "$NODE_RANK")
         return "\n".join([*head, *exports, *command_lines(flags, entry, args)]) + "\n"
     script = [
         "#!/bin/bash",
@@ -186,15 +186,16 @@ def launch_text(
         "#SBATCH --ntasks-per-node=1",
         f"#SBATCH --gpus-per-node={per_node}",
     ]
-    if segment is not None:
-        if nodes % segment == 0:
+    if segment is not None and order is not None:
+        whole = nodes % segment == 0
+        if whole:
             script.append(f"#SBATCH --segment={segment}")
         script += [
             order
             + (
                 f"; --segment asks Slurm's block topology plugin for {segment} of them per rack (drop it where the "
                 "cluster has no block topology)"
-                if nodes % segment == 0
+                if whole
                 else f"; {nodes} hosts are no whole number of such segments, so Slurm is not asked for them"
             ),
             "# torchrun numbers the hosts by $SLURM_NODEID, Slurm's node order: a segment's hosts are consecutive "
@@ -203,7 +204,7 @@ def launch_text(
     script += ['export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)', *exports]
     if fmt == "deepspeed":
         script.append('export TRAIN_SCRIPT="${TRAIN_SCRIPT:?set TRAIN_SCRIPT to your DeepSpeed training script}"')
-    flags = torchrun_flags(nodes, per_node, "$SLURM_NODEID" if ordered else None)
-    command = command_lines(flags, entry, args, per_host_shell=ordered)
+    flags = torchrun_flags(nodes, per_node, None if order is None else "$SLURM_NODEID")
+    command = command_lines(flags, entry, args, per_host_shell=order is not None)
     command[0] = "srun " + command[0]
     return "\n".join([*script, *command]) + "\n"
