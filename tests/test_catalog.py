@@ -12,6 +12,7 @@ import yaml
 
 from planner.catalog import catalog_dir, list_profiles, load_cluster, load_model, model_names, profile_names
 from planner.errors import PlannerError
+from planner.schemas.base import misread_value
 
 REQUIRED_MODELS = {
     "gpt3-175b",
@@ -111,6 +112,30 @@ def test_cluster_yaml_files(tmp_path: Path) -> None:
     # A plain profile YAML is one node.
     profile_file = catalog_dir("hardware_profiles") / "dgx-b200.yaml"
     assert load_cluster(str(profile_file)).num_gpus == load_cluster("dgx-b200").num_gpus
+
+
+def test_flags_and_numbers_are_not_interchanged(tmp_path: Path) -> None:
+    """A config.json with 'true' for a layer count is refused by the library with the field named, as
+    are a bool inside a list of numbers and a number where a flag belongs (``schemas.base.misread_value``)."""
+    hf = tmp_path / "config.json"
+    config = {
+        "model_type": "llama",
+        "hidden_size": 512,
+        "intermediate_size": 1024,
+        "num_attention_heads": 8,
+        "num_hidden_layers": True,
+        "vocab_size": 1000,
+        "max_position_embeddings": 512,
+    }
+    hf.write_text(json.dumps(config))
+    with pytest.raises(PlannerError, match=r"num_hidden_layers.*expected a number, got true"):
+        load_model(str(hf))
+    assert misread_value(list[int], [1, 2, False]) == "expected a number, got false"
+    assert misread_value(tuple[float, float] | None, (1.0, True)) == "expected a number, got true"
+    assert misread_value(dict[str, int], {"a": 1, "b": True}) == "expected a number, got true"
+    assert misread_value(bool | None, 0) == "expected true or false, got 0"
+    assert misread_value(bool, "yes") == "expected true or false, got 'yes'"
+    assert [misread_value(a, v) for a, v in [(int | None, None), (float, 2), (bool, True), (str, True)]] == [None] * 4
 
 
 def test_model_yaml_path_and_hf_config(tmp_path: Path) -> None:

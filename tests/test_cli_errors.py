@@ -114,6 +114,20 @@ def test_interleaved_without_virtual_stages(cli) -> None:
     assert_one_line_error(r, "mesh", "virtual_stages")
 
 
+def test_true_false_is_never_read_as_a_number(cli, tmp_path: Path) -> None:
+    """Pydantic's lax mode read ``true`` as 1 and 1 as true: a one-layer model, a tied head."""
+    bad = tmp_path / "flags.yaml"
+    bad.write_text(LLAMA_YAML.replace("num_hidden_layers: 4", "num_hidden_layers: true"))
+    assert "num_hidden_layers: true" in bad.read_text()
+    r = cli("show", "model", str(bad))
+    assert_one_line_error(r, str(bad), "num_hidden_layers", "expected a number, got true")
+    bad.write_text(LLAMA_YAML + "tie_word_embeddings: 1\n")
+    assert_one_line_error(cli("show", "model", str(bad)), "tie_word_embeddings", "expected true or false, got 1")
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("profile: dgx-h100\nnum_nodes: yes\n")
+    assert_one_line_error(cli("show", "cluster", str(cluster)), "num_nodes", "expected a number, got true")
+
+
 def test_bad_cluster_yaml_field(cli, tmp_path: Path) -> None:
     bad = tmp_path / "cluster.yaml"
     bad.write_text("profile: dgx-h100\nnum_nodes: 0\n")

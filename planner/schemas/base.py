@@ -1,8 +1,50 @@
-"""Shared base for every schema: frozen, unknown keys rejected."""
+"""Shared base for every schema: frozen, unknown keys rejected, true/false never read as a number."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+_UNIONS = (Union, types.UnionType)
+
+
+def misread_value(annotation: Any, value: Any) -> str | None:
+    """Why ``value`` must not be read as ``annotation``, or None when it may.
+
+    Pydantic's lax mode reads YAML/JSON ``true`` as 1 where a number is expected and 0/1 (or
+    'yes') as a flag, so ``num_hidden_layers: true`` became a one-layer model and
+    ``tie_word_embeddings: 1`` a tied one, silently. A number field refuses true/false and a
+    flag field anything but true/false, in containers of them too (list, tuple, dict values);
+    str, Literal, nested schemas and mixed unions (``bool | int``) keep pydantic's own rules."""
+    if get_origin(annotation) is Annotated:
+        return misread_value(get_args(annotation)[0], value)
+    if get_origin(annotation) in _UNIONS:
+        members = [a for a in get_args(annotation) if a is not type(None)]
+        if value is None or len(members) != 1:
+            return None
+        return misread_value(members[0], value)
+    if annotation in (int, float):
+        if isinstance(value, (bool, np.bool_)):
+            return f"expected a number, got {str(bool(value)).lower()}"
+        return None
+    if annotation is bool:
+        if not isinstance(value, (bool, np.bool_)):
+            return f"expected true or false, got {value!r}"
+        return None
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    if origin in (list, tuple) and isinstance(value, (list, tuple)) and args and origin is not Literal:
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            pairs = zip(args, value, strict=False)
+        else:
+            pairs = ((args[0], item) for item in value)
+        return next((p for a, item in pairs if (p := misread_value(a, item)) is not None), None)
+    if origin is dict and isinstance(value, dict) and len(args) == 2:
+        return next((p for item in value.values() if (p := misread_value(args[1], item)) is not None), None)
+    return None
 
 
 class Frozen(BaseModel):
@@ -11,10 +53,20 @@ class Frozen(BaseModel):
     Catalog YAML and user input go through these models, so a misspelt key is an error with
     the key's name, never silently ignored; infinities and NaN are refused in every float field
     (``allow_inf_nan=False``): no size, rate or price of a plan is infinite, and JSON cannot
-    carry them.
+    carry them; true/false is refused where a number is expected and a number where a flag is
+    (``misread_value``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _number_or_flag(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        problem = None if field is None else misread_value(field.annotation, value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 GIB_BYTES = 1024**3
