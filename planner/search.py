@@ -146,6 +146,21 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
     return mesh
 
 
+def drop_moot_zero(model: ModelSpec, job: JobSpec, mesh: MeshArrays, pins: dict[str, Any]) -> MeshArrays:
+    """Where a mesh has nothing to shard (dp*cp = 1 and, for a MoE model, expert data parallelism
+    1), every ZeRO stage is the same placement: keep only the stage the stack runs unasked
+    (``Stack.unasked_zero_stage``), as ``pinned_mesh`` fills it, rather than rank 'z0' and 'z3' of
+    one mesh side by side. A pinned stage is kept."""
+    if "zero_stage" in pins:
+        return mesh
+    stack = job.software
+    nothing = mesh.dp * mesh.cp == 1
+    if model.is_moe:
+        nothing &= mesh.expert_dp == 1
+    unasked = np.where(mesh.pp > 1, stack.unasked_zero_stage(2), stack.unasked_zero_stage(1))
+    return mesh.take(~nothing | (mesh.zero_stage == unasked))
+
+
 def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> MeshArrays:
     """For each mesh that recomputes every layer, the same mesh recomputing only the first r
     layers of each chunk, r the fewest whose memory fits the GPU (none where that is every
@@ -414,7 +429,7 @@ class _Pass:
 def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> _Pass:
     """Enumerate, prune by the hard rules, add partial recompute, price memory then time; raise
     with the diagnosis where nothing fits."""
-    mesh = enumerate_meshes(model, cluster, pins)
+    mesh = drop_moot_zero(model, job, enumerate_meshes(model, cluster, pins), pins)
     masks = rule_masks(model, cluster, job, mesh)
     alive = np.ones(len(mesh), dtype=bool)
     pruned: dict[str, int] = {}
@@ -560,9 +575,7 @@ def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelCo
 
     pins = pins_from_config_fields(**pins)
     if "zero_stage" not in pins:
-        stack = job.software
-        stage = stack.default_zero_stage
-        pins["zero_stage"] = stage if pins.get("pp", 1) == 1 else min(stage, stack.zero_with_pipeline)
+        pins["zero_stage"] = job.software.unasked_zero_stage(pins.get("pp", 1))
     return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins, num_gpus), "mesh")
 
 

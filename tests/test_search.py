@@ -134,3 +134,20 @@ def test_identically_priced_meshes_are_grouped() -> None:
     ranked = np.array([0, 2, 1, 3])
     assert _equivalent_groups(ranked, times, memory, top=5) == [[0, 2], [1], [3]]
     assert _equivalent_groups(ranked, times, memory, top=2) == [[0, 2], [1]]
+
+
+def test_a_mesh_with_nothing_to_shard_is_ranked_at_the_stacks_zero_stage_only() -> None:
+    """Mixtral on 16 H100: tp8 pp2 ep8 has dp*cp 1 and expert dp 1, so z0 and z3 are one placement;
+    the ranking had listed both (#3 and #4, the same 61.8 s). Unpinned, only the stack's stage is
+    ranked there; a pinned stage is honoured."""
+    mixtral = load_model("mixtral-8x7b")
+    cluster = load_cluster("dgx-h100x2")
+    job = default_job(mixtral)
+    ranking = search(mixtral, cluster, job, {"tp": 8, "pp": 2, "cp": 1, "ep": 8}, top=50)
+    stages = {c.config.parallel.zero_stage for c in ranking.candidates}
+    assert stages == {job.software.unasked_zero_stage(2)} == {1}
+    pinned = search(mixtral, cluster, job, {"tp": 8, "pp": 2, "cp": 1, "ep": 8, "zero_stage": 0}, top=5)
+    assert {c.config.parallel.zero_stage for c in pinned.candidates} == {0}
+    # Where cp (or dp) shards the optimizer, the stages stay distinct candidates.
+    sharded = search(mixtral, cluster, job, {"tp": 4, "pp": 2, "cp": 2, "ep": 8}, top=200)
+    assert {c.config.parallel.zero_stage for c in sharded.candidates} >= {0, 1}

@@ -237,6 +237,11 @@ class Stack(Frozen):
             )
         return self
 
+    def unasked_zero_stage(self, pp: int) -> int:
+        """The ZeRO stage the stack runs where none is asked for, on a mesh of ``pp`` stages:
+        ``default_zero_stage``, at most ``zero_with_pipeline`` with a pipeline."""
+        return self.default_zero_stage if pp == 1 else min(self.default_zero_stage, self.zero_with_pipeline)
+
     @property
     def compiles_loss(self) -> bool:
         """torch.compile can cover this stack's loss (its compiled figures are set)."""
