@@ -137,7 +137,18 @@ def load_runs(path: str | Path) -> list[dict[str, Any]]:
     runs = data.get("runs")
     if not isinstance(runs, list) or not all(isinstance(r, dict) for r in runs):
         raise PlannerError(f"{path}: field 'runs': expected a list of run mappings")
+    for i, row in enumerate(runs):
+        for section in ROW_SECTIONS:
+            if row.get(section) is not None and not isinstance(row[section], dict):
+                raise PlannerError(
+                    f"{path}: runs[{i}] ({row.get('name')!r}): field '{section}': expected a mapping, "
+                    f"got {type(row[section]).__name__}"
+                )
     return runs
+
+
+ROW_SECTIONS = ("source", "model", "hardware", "parallel", "knobs", "measured")
+"""The sections of a runs row, each a mapping of its fields (modern_runs.yaml's schema)."""
 
 
 def check_groups(runs: list[dict[str, Any]], groups: list[str], path: str | Path) -> None:
@@ -591,8 +602,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     hardware, par, knobs = row.get("hardware") or {}, row.get("parallel") or {}, row.get("knobs") or {}
     measured = row.get("measured") or {}
     published = measured.get("tokens_per_s_per_gpu")
-    if not isinstance(published, (int, float)) or published <= 0:
-        raise UnpriceableError("measured.tokens_per_s_per_gpu is missing")
+    if isinstance(published, bool) or not isinstance(published, (int, float)) or not 0 < published < math.inf:
+        raise UnpriceableError(f"measured.tokens_per_s_per_gpu is not a positive finite number ({published!r})")
     if "campaign" in _text(measured.get("tokens_per_s_per_gpu_note")):
         raise UnpriceableError("a campaign average (batch ramp, stalls, restarts), not a steady-state step time")
     precision = _text(knobs.get("precision"))

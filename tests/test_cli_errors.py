@@ -393,3 +393,9 @@ def test_estimate_and_export_price_the_stack_s_zero_stage_when_none_is_pinned(cl
     assert titan.config.parallel.zero_stage == 3  # FSDP
     r = cli("export", "-f", "megatron", *pins)
     assert r.code == 0 and "z1" in r.err.splitlines()[0]
+
+
+def test_batch_growth_is_bounded(cli) -> None:
+    """1e308 overflowed int() in JobSpec.max_batch_size (OverflowError traceback)."""
+    r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--max-batch-growth", "1e308")
+    assert_one_line_error(r, "max-batch-growth", "<= 10")

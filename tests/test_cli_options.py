@@ -92,7 +92,7 @@ def test_the_mesh_options_are_the_parallel_config_fields_and_say_what_the_fields
         # a float field's range is said after its description (click's FloatRange, which would show
         # it, compares 'nan' before any callback and calls it out of range)
         said = field.description + "."
-        said += {"max_batch_growth": " A number >= 0.", "memory_headroom": " A number >= 0 and <= 0.5."}.get(
+        said += {"max_batch_growth": " A number >= 0 and <= 10.", "memory_headroom": " A number >= 0 and <= 0.5."}.get(
             opt.name, ""
         )
         assert field.description and opt.info.help == said, opt.name

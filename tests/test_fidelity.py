@@ -220,6 +220,12 @@ def test_tp_overlap_hides_only_inside_the_nvlink_domain() -> None:
     on_across, off_across = estimate_mesh(model, cluster, job, across), estimate_mesh(model, cluster, off, across)
     assert on_across.hidden_comm_s.tp == pytest.approx(off_across.hidden_comm_s.tp, rel=1e-9)
     assert on_across.time_breakdown_s.tp_comm == pytest.approx(off_across.time_breakdown_s.tp_comm, rel=1e-9)
+    # nor does one without sequence parallelism (Megatron refuses --tp-comm-overlap without it,
+    # and `plan export` leaves the flag out): its all-reduces stay exposed, overlap on or off
+    no_sp = ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=False)
+    on_no_sp, off_no_sp = estimate_mesh(model, cluster, job, no_sp), estimate_mesh(model, cluster, off, no_sp)
+    assert on_no_sp.time_breakdown_s.tp_comm == pytest.approx(off_no_sp.time_breakdown_s.tp_comm, rel=1e-9)
+    assert on_no_sp.time_breakdown_s.tp_comm > 0.05 * on_no_sp.step_time_s
 
 
 def test_overlap_costs_the_stacks_slowdown_of_what_it_hides() -> None:
@@ -1009,3 +1015,18 @@ def test_a_rows_stated_container_picks_the_release_stack() -> None:
     assert (old.sink_attention, new.sink_attention) == ("local", "fused")
     # fitted apart: 25.11's grouped expert GEMM pays no per-expert launch, 25.09's does
     assert (new.expert_gemm_overhead_us or 0.0) < 1.0 < (old.expert_gemm_overhead_us or 0.0)
+
+
+def test_a_runs_row_with_a_malformed_section_or_figure_is_refused(tmp_path: Path) -> None:
+    """A section that is not a mapping fails the file with the row and field named (it raised
+    AttributeError); a published figure of nan, inf or true leaves the row unpriced (nan reached
+    the fit, true was priced as 1 token/s)."""
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("runs:\n- name: x\n  group: g\n  hardware: [H100]\n")
+    with pytest.raises(PlannerError, match=r"runs\[0\] \('x'\): field 'hardware': expected a mapping, got list"):
+        load_runs(bad)
+    row = copy.deepcopy(load_runs(Path(__file__).parent / "data" / "runs_sample.yaml")[0])
+    for figure in (float("nan"), float("inf"), True):
+        row["measured"]["tokens_per_s_per_gpu"] = figure
+        with pytest.raises(UnpriceableError, match="not a positive finite number"):
+            case_from_row(row)

@@ -337,15 +337,19 @@ def tp_per_microbatch(
     the GEMM it is pipelined with cannot hide behind it); the rest stays exposed. Only a TP group
     inside the NVLink domain overlaps: Transformer Engine's userbuffers and PyTorch's async TP
     (SymmetricMemory) exchange through peer GPU memory over NVLink, which a group spread over
-    nodes does not have. The weight-gradient input gathers (``WGRAD_INPUT_GATHER``) hide whole,
-    within the same budget."""
+    nodes does not have. Only with sequence parallelism: the overlap pipelines SP's all-gather and
+    reduce-scatter with the GEMMs (Megatron-LM validate_args refuses --tp-comm-overlap without
+    --sequence-parallel; torchtitan's async TP fuses SP's all-gather-matmul and
+    matmul-reduce-scatter), so a TP mesh without SP keeps its all-reduces exposed. The
+    weight-gradient input gathers (``WGRAD_INPUT_GATHER``) hide whole, within the same budget."""
     collectives = tp_collectives(model, job, mesh, layers, moe_layers)
     regathers = [c for c in collectives if c.name == WGRAD_INPUT_GATHER]
     time = serial_s([c for c in collectives if c.name != WGRAD_INPUT_GATHER], links)
     behind_dgrad = serial_s(regathers, links)
     sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
     tp = links["tp"]
-    fraction = np.where(tp.crosses, 0.0, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0)
+    overlaps = ~np.asarray(tp.crosses) & np.asarray(mesh.sequence_parallel, dtype=bool)
+    fraction = np.where(overlaps, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0, 0.0)
     total = time + behind_dgrad
     hideable = time * fraction + behind_dgrad  # the weight-gradient gathers: WGRAD_INPUT_GATHER
     return Traffic.overlapped(total, sent, hideable / np.maximum(total, 1e-30), overlap_budget_s)

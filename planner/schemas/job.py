@@ -181,9 +181,11 @@ class JobSpec(Frozen):
     max_batch_growth: float = Field(
         0.0,
         ge=0,
+        le=10,
         description=(
             "How far the global batch may grow, as a fraction (0.05 = 5%), to become a multiple of "
-            "dp*micro_batch_size (times pp for interleaved 1F1B); 0 keeps it exact"
+            "dp*micro_batch_size (times pp for interleaved 1F1B); 0 keeps it exact; at most 10 (an 11x "
+            "batch is another job, a judgement)"
         ),
     )
 
