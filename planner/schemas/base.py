@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
@@ -36,7 +36,7 @@ def misread_value(annotation: Any, value: Any) -> str | None:
         return None
     origin = get_origin(annotation)
     args = get_args(annotation)
-    if origin in (list, tuple) and isinstance(value, (list, tuple)) and args and origin is not Literal:
+    if origin in (list, tuple) and isinstance(value, (list, tuple)) and args:
         if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
             pairs = zip(args, value, strict=False)
         else:
