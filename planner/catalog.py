@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import numbers
 import os
 import re
 import statistics
@@ -87,8 +88,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
     import yaml  # ~20 ms, which a run whose catalog files are all cached does without
 
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=loader)
+        if path.suffix == ".json":
+            data = json.loads(text, object_pairs_hook=_unique_pairs)
+        else:
+            data = yaml.load(text, Loader=_unique_key_loader())
+    except DuplicateKeyError as err:
+        raise PlannerError(
+            f"{path}: key {_shown_value(err.key)} appears twice{err.where}; give each key once"
+        ) from None
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -103,6 +110,75 @@ def read_yaml(path: Path) -> dict[str, Any]:
     if cache is not None:
         _store(cache, text, data)
     return data
+
+
+class DuplicateKeyError(ValueError):
+    """A mapping of a YAML or JSON file states a key twice: the parsers keep the last silently, so
+    a value appended to a model file (num_hidden_layers: 40 after its 32) replaced the first."""
+
+    def __init__(self, key: object, where: str = "") -> None:
+        super().__init__(f"key {key!r} appears twice{where}")
+        self.key = key
+        self.where = where
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object as a dict, refusing a key stated twice
+    (the JSON decoder gives no line of a key)."""
+    data: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in data:
+            raise DuplicateKeyError(key)
+        data[key] = value
+    return data
+
+
+@cache
+def _unique_key_loader() -> type:
+    """The safe YAML loader (libyaml's CSafeLoader where installed, else SafeLoader) refusing a
+    key stated twice in one mapping. Built on first use: importing yaml costs ~20 ms that a run
+    whose catalog files are all cached does without."""
+    import yaml
+
+    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+    class UniqueKeyLoader(base):  # type: ignore[misc, valid-type]
+        def __init__(self, stream: str) -> None:
+            super().__init__(stream)
+            self.checked: set[int] = set()
+
+        def flatten_mapping(self, node: yaml.MappingNode) -> None:
+            """Check ``node``'s own keys before SafeConstructor merges ``<<`` keys into it (a key
+            stated beside a merge overrides the merged one, as YAML allows): this runs first on
+            every mapping, and flattening rewrites ``node.value``, so each node is checked once."""
+            if id(node) not in self.checked:
+                self.checked.add(id(node))
+                _check_unique_keys(self, node)
+            super().flatten_mapping(node)
+
+    return UniqueKeyLoader
+
+
+def _check_unique_keys(loader: Any, node: Any) -> None:
+    """Raise ``DuplicateKeyError`` (with both lines) where two scalar keys of ``node`` construct
+    to the same value (``1`` and ``0x1``, ``yes`` and ``true`` too); merge keys, and keys that are
+    lists or mappings (which the constructor refuses as unhashable), are skipped."""
+    import yaml
+
+    seen: dict[Any, yaml.Mark] = {}
+    for key_node, _ in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node)  # a scalar: str, int, float, bool, None, date
+        mark = key_node.start_mark
+        if key in seen:
+            first = seen[key]
+            if first.line == mark.line:
+                raise DuplicateKeyError(
+                    key, f" (line {mark.line + 1}, columns {first.column + 1} and {mark.column + 1})"
+                )
+            raise DuplicateKeyError(key, f" (lines {first.line + 1} and {mark.line + 1})")
+        seen[key] = mark
 
 
 # ---- the cache of parsed catalog files -----------------------------------------------------------
@@ -167,6 +243,39 @@ def _looks_like_path(text: str) -> bool:
     return "/" in text or "\\" in text or text.endswith((".yaml", ".yml", ".json"))
 
 
+def _shown(text: str) -> str:
+    """``text`` as an error message echoes it: a name of thousands of characters cut to its start,
+    so the message stays one readable line."""
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def _shown_value(value: Any) -> str:
+    """A value read from YAML or JSON as the file spells it (null, true, 'text' quoted, 2.0)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return _shown(repr(value))
+
+
+def _name_text(value: object, kind: str, spec: str) -> str:
+    """``value`` (a name or a path) as text; anything else (another spec, a number) is refused by
+    its type, where ``str()`` would print a spec's repr as a name, or fail on it as a file name too
+    long."""
+    if isinstance(value, (str, Path)):
+        return str(value)
+    raise PlannerError(f"{kind}: expected a name, path or {spec}, got {type(value).__name__}")
+
+
+def _is_file(path: Path, text: str, kind: str) -> bool:
+    """Whether ``path`` names a file. A name the file system refuses (over 255 characters, say)
+    names none; where ``text`` looks like a path, that is the error."""
+    try:
+        return path.is_file()
+    except OSError as err:
+        if _looks_like_path(text):
+            raise PlannerError(f"{kind} file '{_shown(text)}' cannot be opened: {err.strerror or err}") from None
+        return False
+
+
 def _unknown(kind: str, name: str, known: list[str], hint: str) -> PlannerError:
     close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
     suggestion = f"; did you mean {', '.join(close)}?" if close else ""
@@ -205,13 +314,8 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
     """Load ``text`` as a file path (anything that looks like one, or names an existing file) or
     as a catalog name or alias from ``index``; one-line errors for both."""
     path = Path(text).expanduser()
-    shown = text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
-    try:
-        is_file = path.is_file()
-    except OSError as err:  # a name too long for the file system, or unreadable: not a file
-        if _looks_like_path(text):
-            raise PlannerError(f"{kind} file '{shown}' cannot be opened: {err.strerror or err}") from None
-        is_file = False
+    shown = _shown(text)
+    is_file = _is_file(path, text, kind)
     if _looks_like_path(text) or is_file:
         if not is_file:
             what = "is a directory, not a YAML or JSON file" if path.is_dir() else "does not exist"
@@ -230,7 +334,7 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     hint = "see `plan list models`, or give a YAML or config.json path"
-    text = str(name_or_path)
+    text = _name_text(name_or_path, "model", "ModelSpec")
     # A catalog name is its file's stem, and no alias is a name (test_catalog), so a name needs
     # no index of the aliases, which reads every model file.
     stems = _files_by_stem("models")
@@ -297,24 +401,49 @@ decoder_sparse_step): a config that sets them is refused by name rather than mis
 was counted +78% with no warning)."""
 
 
-def _falcon_fields(config: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
-    """ModelSpec fields a Falcon config leaves to its class (``FALCON_TYPES``)."""
+def _hf_flag(config: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    """A true/false key of an HF config, ``default`` where it is null or absent. Only JSON true
+    or false: read by truthiness, the text "false" was true (a Falcon with biases) and 0 false."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PlannerError(f"{where}: key '{key}': expected true or false, got {_shown_value(value)}")
+    return value
+
+
+def _hf_size(config: dict[str, Any], key: str, where: str) -> int | None:
+    """A size key of an HF config, None where it is null or absent (the class's default applies);
+    else a positive integer: 0 or false is no size, where ``or`` once took the default silently."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlannerError(f"{where}: key '{key}': expected a positive integer, got {_shown_value(value)}")
+    return value
+
+
+def _falcon_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields a Falcon config leaves to its class (``FALCON_TYPES``); its flags and
+    sizes as ``_hf_flag`` and ``_hf_size`` read them."""
     hidden = spec.get("hidden_size")
+    bias = _hf_flag(config, "bias", False, where)
     fields: dict[str, Any] = {
         "hidden_act": config.get("activation", "gelu"),
         "gated_mlp": False,
         "norm_type": "layernorm",
-        "attention_bias": bool(config.get("bias", False)),
-        "mlp_bias": bool(config.get("bias", False)),
+        "attention_bias": bias,
+        "mlp_bias": bias,
         "tie_word_embeddings": config.get("tie_word_embeddings", True),
-        "position_embedding_type": "alibi" if config.get("alibi") else "rope",
+        "position_embedding_type": "alibi" if _hf_flag(config, "alibi", False, where) else "rope",
         "max_position_embeddings": config.get("max_position_embeddings", 2048),  # FalconConfig's default
     }
-    if isinstance(hidden, int):
-        fields["intermediate_size"] = config.get("ffn_hidden_size") or 4 * hidden
-    if config.get("new_decoder_architecture"):
-        fields["num_key_value_heads"] = config.get("num_kv_heads", spec.get("num_attention_heads"))
-    elif config.get("multi_query", True):  # FalconConfig defaults multi_query to True
+    ffn = _hf_size(config, "ffn_hidden_size", where)
+    if ffn is not None or isinstance(hidden, int):
+        fields["intermediate_size"] = ffn or 4 * hidden
+    if _hf_flag(config, "new_decoder_architecture", False, where):
+        fields["num_key_value_heads"] = _hf_size(config, "num_kv_heads", where) or spec.get("num_attention_heads")
+    elif _hf_flag(config, "multi_query", True, where):  # FalconConfig defaults multi_query to True
         fields["num_key_value_heads"] = 1
     return fields
 
@@ -341,7 +470,10 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
         notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
     for key, what in UNMODELLED_COUNT_KEYS.items():
-        if config.get(key) not in (None, 0, [], False) and not (key == "moe_layer_freq" and config[key] == 1):
+        if isinstance(config.get(key), bool):  # true == 1 passed as moe_layer_freq 1, false as 0
+            allowed = "a list of layer indices" if key == "mlp_only_layers" else "an integer count"
+            raise PlannerError(f"{where}: key '{key}': expected {allowed}, got {_shown_value(config[key])}")
+        if config.get(key) not in (None, 0, []) and not (key == "moe_layer_freq" and config[key] == 1):
             raise PlannerError(
                 f"{where}: key '{key}' ({what}) changes the parameter count and is not modelled; supported MoE "
                 "layouts: every layer, first_k_dense_replace, decoder_sparse_step"
@@ -349,7 +481,7 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     data = {HF_KEY_ALIASES.get(k, k): v for k, v in config.items()}
     # A dense model may carry expert keys set to 0 (e.g. num_experts: 0): that means no experts.
     for key in ("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok"):
-        if data.get(key) == 0:
+        if data.get(key) == 0 and not isinstance(data[key], bool):  # false is refused as a count
             data.pop(key)
     fields = ModelSpec.model_fields
     spec: dict[str, Any] = {k: v for k, v in data.items() if k in fields and k not in ("name", "source", "aliases")}
@@ -372,7 +504,7 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
         spec.setdefault("norm_type", "layernorm")
     if model_type in FALCON_TYPES:
-        spec.update(_falcon_fields(config, spec))
+        spec.update(_falcon_fields(config, spec, where))
     if model_type.startswith("qwen3"):
         spec.setdefault("qk_norm", True)
     if model_type in SINK_ATTENTION_TYPES:
@@ -479,7 +611,11 @@ def load_profile(name_or_path: str | Path | HardwareProfile) -> HardwareProfile:
     if isinstance(name_or_path, HardwareProfile):
         return name_or_path
     return _resolve(
-        str(name_or_path), "hardware profile", _profile_files(), _load_profile_file, "see `plan list clusters`"
+        _name_text(name_or_path, "hardware profile", "HardwareProfile"),
+        "hardware profile",
+        _profile_files(),
+        _load_profile_file,
+        "see `plan list clusters`",
     )
 
 
@@ -487,17 +623,55 @@ def list_profiles() -> list[HardwareProfile]:
     return [load_profile(name) for name in profile_names()]
 
 
-def _cluster(name: str, profile: HardwareProfile, nodes: int | None, gpus: int | None, where: str) -> ClusterSpec:
+def _count(value: object, field: str, where: str) -> int | None:
+    """A node or GPU count as given (None: not given): a positive integer, never ``"4"``, ``2.0``
+    or true, which pydantic would coerce (a GPU count of 16.0 once derived no node count and was
+    refused as more GPUs than one node has), and the error names this field, not the other."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise PlannerError(f"{where}: field '{field}': must be a positive integer, got {_shown_value(value)}")
+    return int(value)
+
+
+def _cluster(name: str, profile: HardwareProfile, nodes: object, gpus: object, where: str) -> ClusterSpec:
     """Apply the node/GPU counts (``--nodes`` / ``--gpus`` win over the name) and validate."""
-    for field, value in (("num_nodes", nodes), ("num_gpus", gpus)):
-        if isinstance(value, int) and value < 1:
-            raise PlannerError(f"{where}: field '{field}': must be a positive integer, got {value}")
+    num_nodes, num_gpus = _count(nodes, "num_nodes", where), _count(gpus, "num_gpus", where)
     gpn = profile.gpus_per_node
-    if nodes is None:
-        nodes = -(-gpus // gpn) if isinstance(gpus, int) else 1
-    if gpus is None and isinstance(nodes, int):
-        gpus = nodes * gpn
-    return validate_as(ClusterSpec, {"name": name, "profile": profile, "num_nodes": nodes, "num_gpus": gpus}, where)
+    if num_nodes is None:
+        num_nodes = -(-num_gpus // gpn) if num_gpus is not None else 1
+    if num_gpus is None:
+        num_gpus = num_nodes * gpn
+    cluster = {"name": name, "profile": profile, "num_nodes": num_nodes, "num_gpus": num_gpus}
+    return validate_as(ClusterSpec, cluster, where)
+
+
+def _cluster_name(data: dict[str, Any], path: Path) -> str:
+    """A cluster file's ``name``, its file name where it gives none: a non-empty string, which
+    ``str()`` would have made of null, a number or a list."""
+    name = data.get("name", path.stem)
+    if not isinstance(name, str) or not name.strip():
+        raise PlannerError(f"{path}: field 'name': expected a non-empty string, got {_shown_value(name)}")
+    return name
+
+
+def _cluster_profile(prof: object, path: Path) -> HardwareProfile:
+    """A cluster file's ``profile``: an inline profile mapping, a catalog name, or a path relative
+    to the file; an error names the file and the field, not just the value."""
+    where = f"{path}: field 'profile'"
+    if isinstance(prof, dict):
+        return with_calibration_of(validate_as(HardwareProfile, prof, f"{path}: profile"), f"{path}: profile")
+    if not isinstance(prof, str) or not prof.strip():
+        raise PlannerError(
+            f"{where}: expected a hardware profile name, a path to a profile YAML or a profile mapping, "
+            f"got {_shown_value(prof)}"
+        )
+    if _looks_like_path(prof):
+        return load_profile(path.parent / prof)
+    if prof.lower() not in _profile_files():
+        unknown = _unknown("hardware profile", _shown(prof), profile_names(), "see `plan list clusters`")
+        raise PlannerError(f"{where}: {unknown}")
+    return load_profile(prof)
 
 
 def load_cluster(
@@ -512,37 +686,34 @@ def load_cluster(
         if nodes is None and gpus is None:
             return name_or_path
         return _cluster(name_or_path.name, name_or_path.profile, nodes, gpus, name_or_path.name)
-    text = str(name_or_path)
+    text = _name_text(name_or_path, "cluster", "ClusterSpec")
     path = Path(text).expanduser()
     if _looks_like_path(text):
-        if not path.is_file():
+        if not _is_file(path, text, "cluster"):
             what = "is a directory, not a YAML file" if path.is_dir() else "does not exist"
-            raise PlannerError(f"cluster file '{text}' {what}")
+            raise PlannerError(f"cluster file '{_shown(text)}' {what}")
         data = read_yaml(path)
         if "profile" not in data:
             profile = with_calibration_of(validate_as(HardwareProfile, data, str(path)), str(path))
             return _cluster(path.stem, profile, nodes, gpus, str(path))
-        unknown = sorted(set(data) - {"name", "profile", "num_nodes", "num_gpus"})
+        unknown = sorted(set(data) - {"name", "profile", "num_nodes", "num_gpus"}, key=str)
         if unknown:
             raise PlannerError(
-                f"{path}: field '{unknown[0]}': unknown key (allowed: name, profile, num_nodes, num_gpus)"
+                f"{path}: field {_shown_value(unknown[0])}: unknown key (allowed: name, profile, num_nodes, num_gpus)"
             )
-        prof = data["profile"]
-        profile = (
-            with_calibration_of(validate_as(HardwareProfile, prof, f"{path}: profile"), f"{path}: profile")
-            if isinstance(prof, dict)
-            else load_profile(prof if not _looks_like_path(str(prof)) else path.parent / str(prof))
-        )
         return _cluster(
-            str(data.get("name", path.stem)),
-            profile,
+            _cluster_name(data, path),
+            _cluster_profile(data["profile"], path),
             nodes if nodes is not None else data.get("num_nodes"),
             gpus if gpus is not None else data.get("num_gpus"),
             str(path),
         )
     key = text.lower()
+    hint = "use <profile> or <profile>x<nodes>, see `plan list clusters`"
     if key in _profile_files():
         return _cluster(text, load_profile(key), nodes, gpus, text)
+    if len(text) > 200:
+        raise PlannerError(f"unknown cluster '{_shown(text)}': names are short; {hint}")
     match = CLUSTER_NAME.match(key)
     if match and match["profile"] in _profile_files():
         count = int(match["nodes"])
@@ -552,7 +723,7 @@ def load_cluster(
         named = count if gpus is None else None
         return _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else named, gpus, text)
     known = profile_names() + [f"{p}x16" for p in profile_names()]
-    raise _unknown("cluster", text, known, "use <profile> or <profile>x<nodes>, see `plan list clusters`")
+    raise _unknown("cluster", text, known, hint)
 
 
 # ---- software stacks ---------------------------------------------------------------------------
@@ -578,7 +749,7 @@ def load_stack(name_or_path: str | Path | Stack) -> Stack:
     """A software stack from a catalog name (``plan list stacks``) or a YAML path."""
     if isinstance(name_or_path, Stack):
         return name_or_path
-    text = str(name_or_path)
+    text = _name_text(name_or_path, "stack", "Stack")
     if _looks_like_path(text):
         return _resolve(text, "stack", _stack_files(), _load_stack_file, "see `plan list stacks`")
     # A name resolves against the working directory first (a file of that name), so its stack is

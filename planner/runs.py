@@ -192,6 +192,15 @@ def _int(section: dict[str, Any], key: str, where: str) -> int | None:
     return value
 
 
+def _flag(section: dict[str, Any], key: str, where: str) -> bool | None:
+    """A true/false field of a row (None: not stated); text such as "false" or "no" makes the row
+    unpriceable, where ``bool()`` read it as true."""
+    value = section.get(key)
+    if value is None or isinstance(value, bool):
+        return value
+    raise UnpriceableError(f"{where}.{key} is not true or false ({value!r})")
+
+
 def profile_for(gpu: str) -> str:
     """The shipped profile of a GPU description (``GPU_PROFILES``)."""
     text = _text(gpu)
@@ -334,7 +343,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
         raise UnpriceableError("model: layers, hidden, heads, vocab and seq_len are required")
     freq = m.get("moe_layer_freq")
-    if freq is not None and freq != 1:
+    if freq is not None and (isinstance(freq, bool) or freq != 1):  # true == 1 is no count
         raise UnpriceableError(f"model.moe_layer_freq {freq!r}: only 1 (every layer after the dense ones) is modelled")
     experts = _int(m, "experts", "model")
     ffn = _int(m, "ffn", "model") or _int(m, "dense_ffn", "model") or _int(m, "expert_ffn", "model")
@@ -353,7 +362,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         # the table as run: Megatron pads the vocabulary (make_vocab_size_divisible_by)
         "vocab_size": _int(m, "vocab_padded", "model") or _int(m, "vocab", "model"),
         "max_position_embeddings": _int(m, "seq_len", "model"),
-        "tie_word_embeddings": bool(m.get("tied_embeddings")) or "tied" in notes,
+        "tie_word_embeddings": bool(_flag(m, "tied_embeddings", "model")) or "tied" in notes,
         "position_embedding_type": position_embedding_from(m.get("position_embedding")),
         **activation_from(m.get("ffn_act"), notes, mpt),
     }
@@ -545,12 +554,23 @@ def recompute_modules_from(stated: Any, hint: Any) -> tuple[str, ...] | None:
     return tuple(dict.fromkeys(names))
 
 
+ZERO_STAGES = (0, 1, 2, 3)
+"""The ZeRO stages a row's ``parallel.zero_stage`` may state as a number."""
+
+
 def zero_stage_from(parallel: dict[str, Any], stack: Stack) -> int:
-    """The FSDP/ZeRO description as a ZeRO stage: full sharding (FSDP FULL_SHARD, FSDP2,
-    Megatron-FSDP) 3, SHARD_GRAD_OP 2, Megatron's distributed optimizer 1, plain DDP 0."""
+    """The FSDP/ZeRO description as a ZeRO stage: a stated stage (0-3), else full sharding (FSDP
+    FULL_SHARD, FSDP2, Megatron-FSDP) 3, SHARD_GRAD_OP 2, Megatron's distributed optimizer 1,
+    plain DDP 0. A stage stated as true/false, text with a number ("3", "ZeRO-3") or another type
+    makes the row unpriceable: it was ignored, and the fsdp text or the stack decided."""
     stage = parallel.get("zero_stage")
-    if isinstance(stage, int) and not isinstance(stage, bool):
+    if isinstance(stage, int) and not isinstance(stage, bool) and stage in ZERO_STAGES:
         return stage
+    if stage is not None and (not isinstance(stage, str) or re.search(r"\d", stage)):
+        raise UnpriceableError(
+            f"parallel.zero_stage {stage!r}: allowed a stage 0, 1, 2 or 3 (a number, not quoted) or a "
+            "description without one (distributed optimizer, n/a)"
+        )
     fsdp = _text(parallel.get("fsdp"))
     if "shard_grad_op" in fsdp:
         return 2

@@ -125,7 +125,7 @@ def test_true_false_is_never_read_as_a_number(cli, tmp_path: Path) -> None:
     assert_one_line_error(cli("show", "model", str(bad)), "tie_word_embeddings", "expected true or false, got 1")
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("profile: dgx-h100\nnum_nodes: yes\n")
-    assert_one_line_error(cli("show", "cluster", str(cluster)), "num_nodes", "expected a number, got true")
+    assert_one_line_error(cli("show", "cluster", str(cluster)), "num_nodes", "must be a positive integer, got true")
 
 
 def test_bad_cluster_yaml_field(cli, tmp_path: Path) -> None:

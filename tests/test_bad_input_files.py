@@ -1,0 +1,263 @@
+"""Bad values in input files and arguments a review found read silently or misnamed: each is a
+one-line error naming the file and the field (or, for a runs row, an unpriced reason naming it)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from planner.catalog import load_cluster, load_model, model_from_hf_config, read_yaml
+from planner.errors import PlannerError
+from planner.runs import cases_from_runs, load_runs
+from tests.conftest import assert_one_line_error
+
+TINY_MODEL = """\
+name: tiny
+source: test
+num_hidden_layers: 4
+hidden_size: 256
+num_attention_heads: 8
+num_key_value_heads: 2
+intermediate_size: 512
+vocab_size: 1000
+max_position_embeddings: 512
+"""
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_ROWS = {r["name"]: r for r in load_runs(ROOT / "tests" / "data" / "runs_sample.yaml")}
+TITAN_TP = "torchtitan-2412-llama31-70b-h100x256-fsdp32-tp8"
+
+FALCON = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,
+          "vocab_size": 65024}  # fmt: skip
+
+
+def _write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+# ---- 1. a key stated twice ------------------------------------------------------------------------
+def test_a_yaml_key_stated_twice_names_both_lines(cli, tmp_path: Path) -> None:
+    path = _write(tmp_path, "twice.yaml", TINY_MODEL + "num_hidden_layers: 40\n")
+    r = cli("show", "model", str(path))
+    assert_one_line_error(r)
+    assert r.err.strip() == f"error: {path}: key 'num_hidden_layers' appears twice (lines 3 and 10); give each key once"
+
+
+def test_a_key_twice_on_one_line_names_the_columns(tmp_path: Path) -> None:
+    path = _write(tmp_path, "flow.yaml", "gpu: {name: a, name: b}\n")
+    with pytest.raises(PlannerError) as err:
+        read_yaml(path)
+    assert str(err.value) == f"{path}: key 'name' appears twice (line 1, columns 7 and 16); give each key once"
+
+
+def test_keys_that_read_the_same_are_the_same_key(tmp_path: Path) -> None:
+    # YAML 1.1 reads yes and true as one key, 1 and 0x1 as another
+    for text, key in (("yes: 1\ntrue: 2\n", "true"), ("1: a\n0x1: b\n", "1")):
+        with pytest.raises(PlannerError, match=f"key {key} appears twice \\(lines 1 and 2\\)"):
+            read_yaml(_write(tmp_path, "same.yaml", text))
+
+
+def test_a_cluster_file_with_a_key_twice(cli, tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.yaml", "profile: dgx-h100\nnum_nodes: 2\nnum_nodes: 4\n")
+    assert_one_line_error(cli("show", "cluster", str(path)), f"{path}: key 'num_nodes' appears twice (lines 2 and 3)")
+
+
+def test_a_json_key_stated_twice_is_named(cli, tmp_path: Path) -> None:
+    folder = tmp_path / "dup-model"
+    folder.mkdir()
+    path = folder / "config.json"
+    body = json.dumps({**FALCON, "max_position_embeddings": 2048})
+    path.write_text(body[:-1] + ', "hidden_size": 8192}')
+    r = cli("show", "model", str(path))
+    assert_one_line_error(r)
+    assert r.err.strip() == f"error: {path}: key 'hidden_size' appears twice; give each key once"
+
+
+def test_a_runs_file_with_a_key_twice_is_refused(tmp_path: Path) -> None:
+    path = _write(tmp_path, "runs.yaml", "runs:\n- name: a\n  group: g\n  name: b\n")
+    with pytest.raises(PlannerError, match=r"key 'name' appears twice \(lines 2 and 4\)"):
+        load_runs(path)
+
+
+def test_merge_keys_still_merge_and_may_be_overridden(tmp_path: Path) -> None:
+    text = "base: &b {a: 1, c: 3}\nx:\n  <<: *b\n  a: 2\nnested:\n  inner: &i {<<: {p: 1}, p: 2}\nz: {<<: *i, q: 1}\n"
+    data = read_yaml(_write(tmp_path, "merge.yaml", text))
+    assert data["x"] == {"a": 2, "c": 3} and data["z"] == {"p": 2, "q": 1}
+
+
+# ---- 2. cluster names and paths -------------------------------------------------------------------
+def test_a_cluster_file_name_too_long_is_one_line(cli) -> None:
+    name = "/tmp/" + "a" * 300 + ".yaml"
+    with pytest.raises(PlannerError) as err:
+        load_cluster(name)
+    assert str(err.value).startswith(f"cluster file '{name[:60]}... (310 characters)' cannot be opened: ")
+    assert_one_line_error(cli("show", "cluster", name), "cluster file", "(310 characters)", "cannot be opened")
+
+
+def test_a_very_long_cluster_name_is_cut_in_the_message() -> None:
+    with pytest.raises(PlannerError) as err:
+        load_cluster("a" * 5000)
+    assert str(err.value) == (
+        f"unknown cluster '{'a' * 60}... (5000 characters)': names are short; use <profile> or <profile>x<nodes>, "
+        "see `plan list clusters`"
+    )
+    with pytest.raises(PlannerError, match=r"\(5009 characters\)': names are short"):
+        load_cluster("dgx-h100x" + "9" * 5000)  # int() of 5,000 digits would raise ValueError
+
+
+def test_a_spec_of_the_other_kind_is_refused_by_its_type() -> None:
+    with pytest.raises(PlannerError) as err:
+        load_cluster(load_model("llama3-8b"))  # type: ignore[arg-type]
+    assert str(err.value) == "cluster: expected a name, path or ClusterSpec, got ModelSpec"
+    with pytest.raises(PlannerError) as err:
+        load_model(load_cluster("dgx-h100"))  # type: ignore[arg-type]
+    assert str(err.value) == "model: expected a name, path or ModelSpec, got ClusterSpec"
+
+
+# ---- 3. cluster counts, name and profile ----------------------------------------------------------
+@pytest.mark.parametrize(
+    ("fields", "field", "shown"),
+    [
+        ('num_nodes: "4"', "num_nodes", "'4'"),
+        ("num_nodes: 2.0", "num_nodes", "2.0"),
+        ("num_nodes: true", "num_nodes", "true"),
+        ('num_gpus: "16"', "num_gpus", "'16'"),
+        ("num_gpus: 16.0", "num_gpus", "16.0"),
+        ("num_gpus: false", "num_gpus", "false"),
+        ("num_gpus: 0", "num_gpus", "0"),
+    ],
+)
+def test_cluster_file_counts_must_be_integers(cli, tmp_path: Path, fields: str, field: str, shown: str) -> None:
+    path = _write(tmp_path, "c.yaml", f"profile: dgx-h100\n{fields}\n")
+    r = cli("show", "cluster", str(path))
+    assert_one_line_error(r)
+    assert r.err.strip() == f"error: {path}: field '{field}': must be a positive integer, got {shown}"
+
+
+@pytest.mark.parametrize(
+    ("counts", "message"),
+    [
+        ({"nodes": "2"}, "field 'num_nodes': must be a positive integer, got '2'"),
+        ({"nodes": 2.0}, "field 'num_nodes': must be a positive integer, got 2.0"),
+        ({"gpus": 16.0}, "field 'num_gpus': must be a positive integer, got 16.0"),
+        ({"gpus": True}, "field 'num_gpus': must be a positive integer, got true"),
+    ],
+)
+def test_cluster_count_arguments_must_be_integers(counts: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlannerError) as err:
+        load_cluster("dgx-h100", **counts)
+    assert str(err.value) == f"dgx-h100: {message}"
+
+
+def test_integer_counts_still_derive_the_other() -> None:
+    cluster = load_cluster("dgx-h100", gpus=16)
+    assert (cluster.num_nodes, cluster.num_gpus) == (2, 16)
+
+
+@pytest.mark.parametrize(("value", "shown"), [("null", "null"), ("[1]", "[1]"), ("5", "5"), ('""', "''")])
+def test_a_cluster_name_must_be_a_non_empty_string(cli, tmp_path: Path, value: str, shown: str) -> None:
+    path = _write(tmp_path, "c.yaml", f"profile: dgx-h100\nname: {value}\n")
+    r = cli("show", "cluster", str(path))
+    assert_one_line_error(r)
+    assert r.err.strip() == f"error: {path}: field 'name': expected a non-empty string, got {shown}"
+
+
+@pytest.mark.parametrize(("value", "shown"), [("null", "null"), ("5", "5"), ("[dgx-h100]", "['dgx-h100']")])
+def test_a_cluster_profile_of_the_wrong_type_names_file_and_field(cli, tmp_path: Path, value: str, shown: str) -> None:
+    path = _write(tmp_path, "c.yaml", f"profile: {value}\n")
+    r = cli("show", "cluster", str(path))
+    assert_one_line_error(r)
+    assert r.err.strip() == (
+        f"error: {path}: field 'profile': expected a hardware profile name, a path to a profile YAML or a profile "
+        f"mapping, got {shown}"
+    )
+
+
+def test_an_unknown_cluster_profile_names_file_and_field(cli, tmp_path: Path) -> None:
+    path = _write(tmp_path, "c.yaml", "profile: dgx-h10\n")
+    assert_one_line_error(
+        cli("show", "cluster", str(path)), f"{path}: field 'profile': unknown hardware profile 'dgx-h10'", "dgx-h100"
+    )
+
+
+# ---- 4. Falcon flags and sizes --------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"bias": "false"}, "key 'bias': expected true or false, got 'false'"),
+        ({"multi_query": "false"}, "key 'multi_query': expected true or false, got 'false'"),
+        ({"alibi": "no"}, "key 'alibi': expected true or false, got 'no'"),
+        ({"new_decoder_architecture": 1}, "key 'new_decoder_architecture': expected true or false, got 1"),
+        ({"ffn_hidden_size": 0}, "key 'ffn_hidden_size': expected a positive integer, got 0"),
+        ({"ffn_hidden_size": False}, "key 'ffn_hidden_size': expected a positive integer, got false"),
+        (
+            {"new_decoder_architecture": True, "num_kv_heads": "8"},
+            "key 'num_kv_heads': expected a positive integer, got '8'",
+        ),
+    ],
+)
+def test_falcon_flags_and_sizes_are_read_as_stated_or_refused(extra: dict[str, Any], message: str) -> None:
+    with pytest.raises(PlannerError) as err:
+        model_from_hf_config({**FALCON, **extra}, "falcon", "f/config.json")
+    assert str(err.value) == f"f/config.json: {message}"
+
+
+def test_falcon_null_keeps_the_class_default() -> None:
+    m = model_from_hf_config({**FALCON, "bias": None, "ffn_hidden_size": None, "multi_query": None}, "f", "f")
+    assert (m.attention_bias, m.intermediate_size, m.num_kv_heads) == (False, 4 * 4544, 1)
+    m = model_from_hf_config({**FALCON, "bias": True, "multi_query": False, "alibi": True}, "f", "f")
+    assert m.attention_bias and m.num_kv_heads == 71 and m.position_embedding_type == "alibi"
+
+
+# ---- 5. true/false where an HF config expects a count ---------------------------------------------
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"moe_layer_freq": True}, "key 'moe_layer_freq': expected an integer count, got true"),
+        ({"attn_layer_period": False}, "key 'attn_layer_period': expected an integer count, got false"),
+        ({"mlp_only_layers": True}, "key 'mlp_only_layers': expected a list of layer indices, got true"),
+        ({"num_local_experts": False}, "field 'num_local_experts': expected a number, got false"),
+    ],
+)
+def test_true_false_is_not_an_hf_count(extra: dict[str, Any], message: str) -> None:
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+             "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+    with pytest.raises(PlannerError) as err:
+        model_from_hf_config({**llama, **extra}, "m", "m/config.json")
+    assert str(err.value) == f"m/config.json: {message}"
+
+
+# ---- 6. runs rows -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("section", "key", "value", "reason"),
+    [
+        ("model", "tied_embeddings", "false", "model.tied_embeddings is not true or false ('false')"),
+        ("model", "tied_embeddings", "no", "model.tied_embeddings is not true or false ('no')"),
+        ("model", "moe_layer_freq", True, "model.moe_layer_freq True: only 1"),
+        ("parallel", "zero_stage", True, "parallel.zero_stage True: allowed a stage 0, 1, 2 or 3"),
+        ("parallel", "zero_stage", "3", "parallel.zero_stage '3': allowed a stage 0, 1, 2 or 3"),
+        ("parallel", "zero_stage", 7, "parallel.zero_stage 7: allowed a stage 0, 1, 2 or 3"),
+    ],
+)
+def test_a_row_value_of_the_wrong_kind_is_unpriced_by_name(section: str, key: str, value: Any, reason: str) -> None:
+    row = copy.deepcopy(SAMPLE_ROWS[TITAN_TP])
+    row[section][key] = value
+    cases, unpriced = cases_from_runs([row])
+    assert cases == [] and len(unpriced) == 1
+    assert unpriced[0]["name"] == TITAN_TP and unpriced[0]["reason"].startswith(reason), unpriced[0]["reason"]
+
+
+def test_a_row_stage_stated_as_a_number_or_a_description_is_read() -> None:
+    row = copy.deepcopy(SAMPLE_ROWS[TITAN_TP])
+    row["parallel"]["zero_stage"] = 2
+    row["model"]["tied_embeddings"] = False
+    [case], unpriced = cases_from_runs([row])
+    assert unpriced == [] and case.pins["zero_stage"] == 2 and not case.model.tie_word_embeddings
+    row["parallel"]["zero_stage"] = "distributed optimizer (not stated)"
+    assert cases_from_runs([row])[1] == []
