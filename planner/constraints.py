@@ -9,13 +9,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from planner.cost.comm import TIER_INTER, group_link
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
-from planner.cost.pipeline import is_dual, layers_per_chunk, mesh_batch_size, num_microbatches, round_up
+from planner.cost.pipeline import (
+    is_dual,
+    layers_per_chunk,
+    mesh_batch_size,
+    num_microbatches,
+    recomputable_layers,
+    round_up,
+)
 from planner.cost.recompute import inapplicable
 from planner.errors import PlannerError
 from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, MeshArrays
@@ -62,6 +70,48 @@ def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
     """KV heads split over TP, or replicated when k_v < t (then t must be a multiple of k_v)."""
     k_v = model.num_kv_heads
     return np.where(mesh.tp <= k_v, k_v % mesh.tp == 0, mesh.tp % k_v == 0)
+
+
+AXES = ("tp", "pp", "cp", "ep")
+"""The model-parallel axes a stack may or may not run (``Stack.parallelisms``)."""
+
+
+def _axes_run(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """True where every axis above 1 (expert TP counting as 'ep') is one the stack runs."""
+    ok = np.ones(len(mesh), dtype=bool)
+    for axis in AXES:
+        if axis not in job.software.parallelisms:
+            degree = getattr(mesh, axis) * (mesh.expert_tp if axis == "ep" else 1)
+            ok &= degree == 1
+    return ok
+
+
+def _axes_missing(job: JobSpec, p: ParallelConfig) -> str:
+    """The axes above 1 of ``p`` that the stack does not run, as 'tp 2, cp 4'."""
+    degrees = {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep * p.expert_tp}
+    return ", ".join(f"{a} {degrees[a]}" for a in AXES if a not in job.software.parallelisms and degrees[a] > 1)
+
+
+def _recomputable(model: ModelSpec, job: JobSpec, chunks: Any, wanted: Any) -> Any:
+    """``pipeline.recomputable_layers`` for the busiest of ``chunks`` model chunks."""
+    return recomputable_layers(
+        job.software.partial_recompute, layers_per_chunk(model.num_hidden_layers, chunks), wanted
+    )
+
+
+def _partial_recompute_message(model: ModelSpec, job: JobSpec, p: ParallelConfig) -> str:
+    """Why a stack cannot recompute ``p.recompute_layers`` layers of each chunk."""
+    r, name = p.recompute_layers, job.software.name
+    if job.software.partial_recompute is None:
+        return (
+            f"recompute_layers {r}: stack {name} recomputes every layer or none; use recompute full without "
+            "recompute_layers"
+        )
+    chunk = layers_per_chunk(model.num_hidden_layers, p.pp * p.virtual_stages)
+    return (
+        f"recompute_layers {r}: stack {name} recomputes every n-th layer, floor({chunk}/n) of a chunk's {chunk}; "
+        f"the nearest count at or above {r} is {_recomputable(model, job, p.pp * p.virtual_stages, r)}"
+    )
 
 
 def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: ParallelConfig) -> str:
@@ -248,6 +298,57 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: (
             f"{j.software.name} runs at most ZeRO-{j.software.zero_with_pipeline} with pipeline parallelism; "
             f"this mesh has zero_stage {p.zero_stage} with pp {p.pp}"
+        ),
+    ),
+    Rule(
+        "stack_parallelisms",
+        # Stack.parallelisms: the model-parallel axes the framework has (torchtitan's ParallelDims,
+        # Megatron-LM 2021's tp and pp only, DeepSpeed without ring context parallelism)
+        lambda m, c, j, x: _axes_run(j, x),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no {_axes_missing(j, p)} (it runs "
+            f"{', '.join(j.software.parallelisms) or 'data parallelism only'}); use 1"
+        ),
+    ),
+    Rule(
+        "stack_zero_stages",
+        # Stack.zero_stages: FSDP has no optimizer-only sharding (torchtitan, llm-foundry), Megatron-LM
+        # 2021 no ZeRO-2/3; a mesh with nothing to shard over (dp*cp = 1) is moot
+        lambda m, c, j, x: (x.dp * x.cp == 1) | np.isin(x.zero_stage, j.software.zero_stages),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no ZeRO-{p.zero_stage} (it runs "
+            f"{', '.join(f'ZeRO-{z}' for z in j.software.zero_stages)})"
+        ),
+    ),
+    Rule(
+        "stack_interleaving",
+        # Stack.interleaved_min_pp: DeepSpeed's PipelineEngine runs 1F1B only; Megatron-LM 2021
+        # interleaved only with pp > 2
+        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (x.pp >= (j.software.interleaved_min_pp or 2**62)),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no interleaved pipeline"
+            if j.software.interleaved_min_pp is None
+            else f"stack {j.software.name} interleaves only with pp >= {j.software.interleaved_min_pp} (got pp {p.pp})"
+        ),
+    ),
+    Rule(
+        "stack_partial_recompute",
+        # Stack.partial_recompute: Megatron any first r layers, torchtitan every n-th layer
+        lambda m, c, j, x: (
+            (x.recompute_layers == 0)
+            | (j.software.partial_recompute is not None)
+            & (x.recompute_layers == _recomputable(m, j, x.pp * x.virtual_stages, x.recompute_layers))
+        ),
+        lambda m, c, j, p: _partial_recompute_message(m, j, p),
+    ),
+    Rule(
+        "stack_even_layer_split",
+        # Stack.even_layer_split: Megatron-LM 2021's ParallelTransformer asserts num_layers % pp == 0
+        # and builds num_layers / (pp*v) layers per chunk
+        lambda m, c, j, x: (not j.software.even_layer_split) | (m.num_hidden_layers % (x.pp * x.virtual_stages) == 0),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} splits layers evenly only: {m.num_hidden_layers} layers do not divide over "
+            f"pp*virtual_stages = {p.pp * p.virtual_stages} chunks"
         ),
     ),
     Rule(

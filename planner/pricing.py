@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from pydantic import ValidationError
 
@@ -19,7 +21,7 @@ from planner.cost.memory import (
 from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
-from planner.error_bar import error_bar, interval, relative_band
+from planner.error_bar import error_bar, interval, pooled_stack_errors, relative_band
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
@@ -227,6 +229,14 @@ def out_of_range(err: ValidationError) -> str:
     )
 
 
+@functools.cache
+def _calibrated_stack_errors() -> dict[str, list[float]]:
+    """``error_bar.pooled_stack_errors`` of the shipped stacks, read once per process."""
+    from planner.catalog import list_stacks
+
+    return pooled_stack_errors([s.calibration for s in list_stacks()])
+
+
 def row_estimate(
     cols: Columns, i: int, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig
 ) -> Estimate:
@@ -246,7 +256,12 @@ def row_estimate(
     stack = job.software
     profile = cluster.profile
     errors, basis = error_bar(
-        profile.calibration, stack.calibration, profile.calibrated_like or profile.name, stack.name, model.is_moe
+        profile.calibration,
+        stack.calibration,
+        profile.calibrated_like or profile.name,
+        stack.name,
+        model.is_moe,
+        None if stack.calibration and stack.calibration.cv_error_pct else _calibrated_stack_errors(),
     )
     if profile.calibrated_like:
         basis += f" ({profile.name} is calibrated like {profile.calibrated_like})"

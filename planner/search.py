@@ -34,7 +34,7 @@ from planner.cost.memory import (
     undercount_safe_bytes,
     usable_memory_bytes,
 )
-from planner.cost.pipeline import mesh_batch_size, num_microbatches, rank_layers
+from planner.cost.pipeline import layers_per_chunk, mesh_batch_size, num_microbatches, rank_layers, recomputable_layers
 from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
 from planner.errors import PlannerError
@@ -167,8 +167,12 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     layer, where no r fits, or where the mesh fits without recompute). Memory is linear in r
     (each recomputed layer drops the same activations per micro-batch in flight), so the two
     ends r = 1 and r = all fix it per stage; the peak is the larger of the first and last stage,
-    so r is the larger of their two answers."""
+    so r is the larger of their two answers, raised to the nearest count the stack's partial
+    recompute runs (``Stack.partial_recompute``, ``pipeline.recomputable_layers``); none where the
+    stack has none."""
     rows = np.flatnonzero((mesh.recompute == RECOMPUTE_FULL) & (mesh.recompute_layers == 0))
+    if job.software.partial_recompute is None:
+        rows = rows[:0]
     if rows.size == 0:
         return mesh.take(rows)
     full = mesh.take(rows)
@@ -189,7 +193,10 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
         spared = np.floor(np.where(per_layer > 0, spare / np.where(per_layer > 0, per_layer, 1.0), per_chunk))
         need = np.maximum(need, per_chunk - spared)
     r = need.astype(np.int64)
-    keep = fits_all & (r >= 1) & (r < per_chunk)  # r < 1: the mesh fits without recompute
+    keep = fits_all & (r >= 1)  # r < 1: the mesh fits without recompute
+    chunk = layers_per_chunk(model.num_hidden_layers, full.pp * full.virtual_stages)
+    r = np.where(keep, recomputable_layers(job.software.partial_recompute, chunk, r), r)
+    keep &= r < per_chunk
     return full.with_recompute_layers(r).take(keep)
 
 

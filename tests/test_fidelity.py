@@ -570,6 +570,17 @@ def test_the_error_bar_prefers_the_matching_profile_and_stack() -> None:
     )
     assert error_bar(alone, None, "dgx-h100", "megatron-core")[0] == [1, 2, 3, 4, 5]
     assert error_bar(None, None, "x", "y")[0] == []
+    # a stack with no runs of its own takes the calibrated stacks' rows on other GPUs: wider, never
+    # narrower, than the GPU's rows alone (DeepSpeed on H100 had ±8% against megatron-core's -17..+12%)
+    pooled = {"dgx-b200": [-20, 0, 20], "dgx-h100": [99]}
+    errors, basis = error_bar(alone, None, "dgx-h100", "deepspeed", other_stacks=pooled)
+    assert len(errors) == 15 and "of the calibrated stacks on other GPUs (deepspeed has none)" in basis
+    assert max(errors) == pytest.approx((1.05 * 1.2 - 1) * 100)  # the GPU's 5% spread by +20% (99 is this GPU's)
+    owned = RunCalibration(command="c", runs_file="f", rows=[], cv_error_pct={"dgx-b200": [1]})
+    assert (
+        "with megatron-core (other GPUs)"
+        in error_bar(alone, owned, "dgx-h100", "megatron-core", other_stacks=pooled)[1]
+    )
     # dense and MoE rows are kept apart: a MoE estimate reads the MoE rows first
     mixed = RunCalibration(
         command="c",

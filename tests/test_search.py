@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from planner.catalog import load_cluster, load_model
 from planner.constraints import rule_masks
 from planner.cost.step import evaluate
+from planner.errors import PlannerError
 from planner.pricing import estimate_mesh, estimate_row
 from planner.search import default_job, enumerate_meshes, search
 from tests.conftest import assert_one_line_error
@@ -151,3 +152,103 @@ def test_a_mesh_with_nothing_to_shard_is_ranked_at_the_stacks_zero_stage_only() 
     # Where cp (or dp) shards the optimizer, the stages stay distinct candidates.
     sharded = search(mixtral, cluster, job, {"tp": 4, "pp": 2, "cp": 2, "ep": 8}, top=200)
     assert {c.config.parallel.zero_stage for c in sharded.candidates} >= {0, 1}
+
+
+@pytest.mark.parametrize(
+    ("stack", "allowed"),
+    [
+        # FSDP2 shards gradients with the parameters: no optimizer-only ZeRO-1 (torchtitan)
+        ("torchtitan", {"zero": {0, 2, 3}, "axes": {"tp", "pp", "cp", "ep"}, "interleaved_min_pp": 2}),
+        # DeepSpeed's pipeline engine runs 1F1B only and it has no ring context parallelism
+        ("deepspeed", {"zero": {0, 1, 2, 3}, "axes": {"tp", "pp", "ep"}, "interleaved_min_pp": None}),
+        # Megatron-LM 2021: tp and pp only, interleaving from pp 3, layers divided evenly
+        ("megatron-lm-2021", {"zero": {0, 1}, "axes": {"tp", "pp"}, "interleaved_min_pp": 3}),
+    ],
+)
+def test_a_stack_ranks_only_meshes_it_runs(stack: str, allowed: dict) -> None:
+    """`--stack torchtitan` ranked ZeRO-1 and `--stack deepspeed` cp 4 interleaved meshes first, which
+    neither framework runs (so `plan export` wrote another mesh); `--stack megatron-lm-2021` split 80
+    layers over 12 chunks. Every candidate now passes the stack's declared capabilities."""
+    job = default_job(LLAMA70, stack=stack)
+    ranking = search(LLAMA70, H100X16, job, top=60)
+    for c in ranking.candidates:
+        p = c.config.parallel
+        assert p.dp * p.cp == 1 or p.zero_stage in allowed["zero"], p.short()
+        degrees = {"tp": p.tp, "pp": p.pp, "cp": p.cp, "ep": p.ep}
+        assert all(degrees[a] == 1 for a in degrees if a not in allowed["axes"]), p.short()
+        if p.virtual_stages > 1:
+            assert allowed["interleaved_min_pp"] is not None and p.pp >= allowed["interleaved_min_pp"], p.short()
+        if stack == "megatron-lm-2021":
+            assert LLAMA70.num_hidden_layers % (p.pp * p.virtual_stages) == 0, p.short()
+        assert p.recompute_layers is None or stack != "deepspeed"
+
+
+@pytest.mark.parametrize(
+    ("stack", "pins", "message"),
+    [
+        (
+            "torchtitan",
+            {"tp": 8, "pp": 4, "dp": 4, "zero_stage": 1},
+            "stack torchtitan runs no ZeRO-1 (it runs ZeRO-0, ZeRO-2, ZeRO-3)",
+        ),
+        ("deepspeed", {"tp": 2, "pp": 4, "dp": 4, "cp": 4}, "stack deepspeed runs no cp 4 (it runs tp, pp, ep); use 1"),
+        (
+            "deepspeed",
+            {"tp": 8, "pp": 4, "dp": 4, "schedule": "interleaved-1f1b", "virtual_stages": 2},
+            "stack deepspeed runs no interleaved pipeline",
+        ),
+        (
+            "megatron-lm-2021",
+            {"tp": 8, "pp": 2, "dp": 8, "schedule": "interleaved-1f1b", "virtual_stages": 2},
+            "stack megatron-lm-2021 interleaves only with pp >= 3 (got pp 2)",
+        ),
+        (
+            "megatron-lm-2021",
+            {"tp": 8, "pp": 16, "dp": 1, "schedule": "interleaved-1f1b", "virtual_stages": 3},
+            "stack megatron-lm-2021 splits layers evenly only: 80 layers do not divide over pp*virtual_stages = 48",
+        ),
+        (
+            "deepspeed",
+            {"tp": 8, "pp": 1, "dp": 16, "recompute": "full", "recompute_layers": 40},
+            "recompute_layers 40: stack deepspeed recomputes every layer or none",
+        ),
+        (
+            "torchtitan",
+            {"tp": 1, "pp": 1, "dp": 128, "zero_stage": 3, "recompute": "full", "recompute_layers": 73},
+            "stack torchtitan recomputes every n-th layer, floor(80/n) of a chunk's 80; the nearest count at or "
+            "above 73 is 80",
+        ),
+    ],
+)
+def test_a_stack_refuses_a_mesh_it_cannot_run(stack: str, pins: dict, message: str) -> None:
+    from planner.schemas.parallel import ParallelConfig
+
+    with pytest.raises(PlannerError, match="impossible mesh") as err:
+        estimate_mesh(LLAMA70, H100X16, default_job(LLAMA70, stack=stack), ParallelConfig(**pins))
+    assert message in str(err.value)
+
+
+def test_every_nth_layer_recompute_counts() -> None:
+    """torchtitan's selective layer checkpointing wraps every n-th block: floor(c/n) of a chunk's c;
+    the search raises the count it needs to the nearest such share, Megatron's block method takes any."""
+    from planner.cost.pipeline import recomputable_layers
+
+    assert [int(recomputable_layers("every_nth", 80, r)) for r in (1, 16, 27, 40, 41, 73, 80)] == [
+        1,
+        16,
+        40,
+        40,
+        80,
+        80,
+        80,
+    ]
+    assert int(recomputable_layers("every_nth", 32, 9)) == 10  # 32 // 3
+    assert recomputable_layers("block", 80, 73) == 73
+    assert recomputable_layers(None, 80, 73) == 80
+    job = default_job(load_model("llama3-8b"), seq_len=16384, stack="torchtitan")
+    ranking = search(load_model("llama3-8b"), load_cluster("dgx-h100x2"), job, top=40)
+    partial = [c.config.parallel for c in ranking.candidates if c.config.parallel.recompute_layers]
+    assert partial  # the case has them: layers 32 per chunk, 8 recomputed (every 4th)
+    for p in partial:
+        chunk = -(-32 // (p.pp * p.virtual_stages))
+        assert p.recompute_layers == chunk // (chunk // p.recompute_layers), p.short()

@@ -85,6 +85,20 @@ def layers_per_chunk(num_layers: int, chunks: Any) -> Any:
     return -(-num_layers // chunks)
 
 
+def recomputable_layers(kind: str | None, chunk_layers: Any, wanted: Any) -> Any:
+    """The fewest layers of a chunk of ``chunk_layers`` at or above ``wanted`` (>= 1) that a
+    stack's partial recompute (``Stack.partial_recompute``) can recompute: any count under
+    'block' (Megatron's first r layers); under 'every_nth' floor(c/n) for an integer n
+    (torchtitan's selective layer checkpointing wraps every n-th block), which for r is
+    c // (c // r), the largest n whose share still reaches r. None: no partial recompute, so
+    the whole chunk. Ints or arrays, as the arguments."""
+    if kind == "block":
+        return wanted
+    if kind == "every_nth":
+        return chunk_layers // np.maximum(chunk_layers // np.maximum(wanted, 1), 1)
+    return chunk_layers
+
+
 @dataclass(frozen=True)
 class RankLayers:
     """Decoder and MTP layers on the busiest pipeline rank other than the last ("body"; none when

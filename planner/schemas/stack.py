@@ -42,6 +42,9 @@ per direction carrying every top-k copy of a token; 'allgather', every rank gath
 the group and the combine reduce-scatters them back (Megatron's default); 'flex', DeepEP's or
 HybridEP's kernels, which send a token once to each rank holding one of its experts."""
 
+PartialRecompute = Literal["block", "every_nth"]
+"""How a stack recomputes only some layers of a chunk (``Stack.partial_recompute``)."""
+
 ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
 
 
@@ -164,6 +167,30 @@ class Stack(Frozen):
         "distributed optimizer (1) but not Megatron-FSDP, DeepSpeed's pipeline engine below ZeRO-2, FSDP2 with "
         "torch's pipelining up to 3",
     )
+    zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
+        min_length=1,
+        description="ZeRO stages the stack runs at all (0 plain data parallelism, 1 sharded optimizer states, 2 "
+        "and gradients, 3 and weights): the search ranks no other, and a mesh asking another is refused",
+    )
+    parallelisms: tuple[Literal["tp", "pp", "cp", "ep"], ...] = Field(
+        description="Model-parallel axes the stack runs beside data parallelism (tensor, pipeline, ring "
+        "context and expert parallelism); a mesh above 1 on another axis is refused"
+    )
+    interleaved_min_pp: int | None = Field(
+        ge=2,
+        description="Fewest pipeline stages with which the stack interleaves virtual stages (the interleaved "
+        "1F1B schedule); None: it runs no interleaved schedule",
+    )
+    partial_recompute: PartialRecompute | None = Field(
+        description="How full recompute may cover only r layers of each model chunk "
+        "(``ParallelConfig.recompute_layers``): 'block', any r (Megatron --recompute-method block "
+        "--recompute-num-layers r, the first r); 'every_nth', every n-th layer, so r = floor(c/n) of a "
+        "chunk's c (torchtitan's selective layer checkpointing); None: full recompute covers every layer"
+    )
+    even_layer_split: bool = Field(
+        description="The framework needs the layers to divide evenly over pp*virtual_stages model chunks; "
+        "else it runs uneven splits (``pipeline_layouts`` says whether it takes the plan's)"
+    )
     layer_overhead_us: NonNegativeFloat | None = Field(
         None,
         description="Fitted: GPU time per transformer layer and forward pass beyond its work, run eagerly: "
@@ -235,6 +262,16 @@ class Stack(Frozen):
                 "compiled_cross_entropy_bytes_per_logit and compiled_loss_bytes_per_logit: set both (the stack "
                 "compiles its loss) or neither"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _unasked_stage_runs(self) -> Stack:
+        for pp in (1, 2):
+            if self.unasked_zero_stage(pp) not in self.zero_stages:
+                raise ValueError(
+                    f"zero_stages {list(self.zero_stages)} must include the stage the stack runs unasked "
+                    f"({self.unasked_zero_stage(pp)}, from default_zero_stage and zero_with_pipeline)"
+                )
         return self
 
     def unasked_zero_stage(self, pp: int) -> int:
