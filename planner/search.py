@@ -42,7 +42,7 @@ from planner.explain import explain
 from planner.fewer_gpus import fewer_gpus
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
-from planner.schemas.base import GIB_BYTES
+from planner.schemas.base import GIB_BYTES, misread_value
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -387,7 +387,6 @@ def search_with_points(
         )
         for i in front
     ]
-    base = passes[0]
     ranking = Ranking(
         model=model.name,
         cluster=cluster.name,
@@ -395,9 +394,9 @@ def search_with_points(
         num_gpus=cluster.num_gpus,
         job=job,
         objective=objective,
-        evaluated=sum(len(p.mesh) for p in passes),
+        evaluated=sum(len(p.mesh) + p.variants for p in passes),
         feasible=int(rows.size),
-        pruned=base.pruned,
+        pruned={k: sum(p.pruned.get(k, 0) for p in passes) for k in dict.fromkeys(k for p in passes for k in p.pruned)},
         candidates=out,
         explanation=explain(list(out)),
         pareto=pareto,
@@ -425,6 +424,7 @@ class _Pass:
     idx: np.ndarray
     time_per_batch: np.ndarray
     pruned: dict[str, int]
+    variants: int  # partial-recompute and offload meshes added to the enumerated ones
 
     def label(self, row: int) -> str:
         """The mesh in short, with the modules it recomputes where the job names them."""
@@ -453,6 +453,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         candidates = MeshArrays.concat(candidates, partial_recompute(model, cluster, job, candidates))
         if "offload_layers" not in pins:
             candidates = MeshArrays.concat(candidates, activation_offload(model, cluster, job, candidates))
+    variants = len(candidates) - int(alive.sum())
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit,
     # unless none does, when every mesh is priced for the diagnosis.
     m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
@@ -470,7 +471,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols, candidates))
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
-    return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned)
+    return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned, variants)
 
 
 def _nothing_fits(
@@ -516,6 +517,20 @@ def _nothing_fits(
         return (
             f"no mesh fits in memory: the leanest, {leanest.short()}, needs {best / GIB_BYTES:.1f} GiB per GPU, "
             f"{cap:.1f} GiB available{headroom_clause(job)}; try {', '.join(tries[:-1])} or {tries[-1]}"
+        )
+    # The rule that alone stops the most meshes binds (--ep-comm-overlap's schedule rule, say),
+    # not the one that happens to come first for most of them.
+    checked = [rule for rule in RULES if rule.name in hard]
+    failures = np.array([~masks[rule.name] for rule in checked])
+    alone = failures & (failures.sum(axis=0) == 1)
+    if alone.any():
+        counts = alone.sum(axis=1)
+        k, *rest = [int(i) for i in np.argsort(-counts, kind="stable") if counts[i]][:2]
+        example = mesh.row(int(np.flatnonzero(alone[k])[0]), validate=False)
+        also = "".join(f" ('{checked[i].name}' alone stops {int(counts[i]):,} others)" for i in rest)
+        return (
+            f"every candidate mesh breaks a rule; '{checked[k].name}' alone stops {int(counts[k]):,} of them{also}, "
+            f"e.g. {example.short()}: {checked[k].message(model, cluster, job, example)}"
         )
     worst = max(pruned, key=pruned.__getitem__)
     return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"
@@ -564,6 +579,9 @@ def _pin_value(name: str, value: Any) -> Any:
     if isinstance(value, bool) and field.annotation is not bool:
         expected = getattr(field.annotation, "__name__", str(field.annotation))
         raise PlannerError(f"mesh: field '{name}': expected {expected}, got {value!r}")
+    misread = misread_value(field.annotation, value)  # a flag pinned as 1, 'yes' or 0 (lax bool)
+    if misread is not None:
+        raise PlannerError(f"mesh: field '{name}': {misread}")
     try:
         kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
         return TypeAdapter(kind).validate_python(value)

@@ -357,3 +357,17 @@ def test_subcommands_are_made_on_first_use_as_typer_makes_them() -> None:
         assert type(again) is type(made) and again.name == made.name and again.help == made.help
         assert [(p.name, p.opts, p.default) for p in again.params] == [(p.name, p.opts, p.default) for p in made.params]
         assert list(getattr(again, "commands", {})) == list(getattr(made, "commands", {}))
+
+
+def test_show_model_counts_the_mtp_modules_training_runs(cli) -> None:
+    """`plan show model deepseek-v3` gave 281 GFLOP per token without its MTP module, while the
+    estimate's MFU counts 292 (model_flops_per_step / tokens with mtp 1): the two now agree."""
+    data = cli("show", "model", "deepseek-v3", "--json").json()
+    assert data["mtp_layers"] == 1
+    assert data["training_flops_per_token"] == pytest.approx(291.85e9, rel=0.002)
+    est = cli(
+        "estimate", "-m", "deepseek-v3", "-c", "gb200-nvl72x2", "--tp", "1", "--pp", "6", "--dp", "24", "--ep", "8",
+        "-b", "4", "-z", "1", "--recompute", "full", "--json",
+    ).json()  # fmt: skip
+    tokens = est["config"]["job"]["global_batch_tokens"]
+    assert est["model_flops_per_step"] / tokens == pytest.approx(data["training_flops_per_token"], rel=1e-9)

@@ -252,3 +252,35 @@ def test_every_nth_layer_recompute_counts() -> None:
     for p in partial:
         chunk = -(-32 // (p.pp * p.virtual_stages))
         assert p.recompute_layers == chunk // (chunk // p.recompute_layers), p.short()
+
+
+@pytest.mark.parametrize("value", [1, 0, "yes", "no"])
+def test_a_flag_pin_takes_true_or_false_only(value: object) -> None:
+    """`planner.estimate(..., sequence_parallel=1)` was read by pydantic's lax bool as on; job flags
+    (flash_attention=0) were already refused (schemas.base.misread_value)."""
+    from planner.search import pins_from_config_fields
+
+    with pytest.raises(PlannerError) as err:
+        pins_from_config_fields(tp=8, sequence_parallel=value)
+    assert str(err.value) == f"mesh: field 'sequence_parallel': expected true or false, got {value!r}"
+    assert pins_from_config_fields(overlap_grad_reduce=False) == {"overlap_grad_reduce": False}
+
+
+@pytest.mark.parametrize("stack", ["megatron-core", "torchtitan"])
+def test_the_search_summary_adds_up(stack: str) -> None:
+    """'38,980 meshes enumerated, 4,634 feasible; pruned: 11652+9635+3495+1032+132' left 13,034, not
+    4,634: the selective pass with cheap modules was counted in 'enumerated' but not in 'pruned', and
+    the partial-recompute and offload variants in neither."""
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70, stack=stack), top=3)
+    assert ranking.evaluated - sum(ranking.pruned.values()) == ranking.feasible > 0
+
+
+def test_the_diagnosis_names_the_rules_that_alone_stop_meshes() -> None:
+    """With --ep-comm-overlap DeepSeek-V3 on 4 GB200 racks has no mesh: the diagnosis named
+    'experts_fold_into_stage', the first rule most meshes break, though the job ranks fine without
+    the flag; it now names the rules that alone stop meshes, the overlap's schedule rule among them."""
+    dsv3 = load_model("deepseek-v3")
+    with pytest.raises(PlannerError) as err:
+        search(dsv3, load_cluster("gb200-nvl72x4"), default_job(dsv3, ep_comm_overlap=True), top=1)
+    message = str(err.value)
+    assert "'ep_overlap_schedule' alone stops" in message and "experts_fold_into_stage" not in message

@@ -93,7 +93,9 @@ def _model_json(model: Any, seq_len: int | None = None) -> dict[str, Any]:
         "is_moe": model.is_moe,
         "num_moe_layers": model.num_moe_layers,
         "seq_len": s,
-        "training_flops_per_token": model_flops_per_token(model, s),
+        # training runs the model's MTP modules too, as `plan estimate` counts them in its MFU
+        "mtp_layers": model.num_nextn_predict_layers,
+        "training_flops_per_token": model_flops_per_token(model, s, model.num_nextn_predict_layers),
     }
 
 
@@ -113,7 +115,7 @@ def show_model_cmd(
         return
     from planner.render import print_model
 
-    print_model(console(), model, info["training_flops_per_token"], info["seq_len"])
+    print_model(console(), model, info["training_flops_per_token"], info["seq_len"], info["mtp_layers"])
 
 
 @show_app.command("cluster")

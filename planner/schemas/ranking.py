@@ -81,8 +81,10 @@ class FewerGpus(Frozen):
 
 
 class Ranking(Frozen):
-    """Ranked candidates: ``evaluated`` meshes enumerated, ``pruned`` per failed rule (the first
-    rule each mesh breaks, including ``memory`` for meshes that do not fit), ``feasible`` the rest.
+    """Ranked candidates: ``evaluated`` meshes enumerated over every pass of the search (the
+    selective pass with cheap recompute modules too) with the partial-recompute and offload variants
+    it adds, ``pruned`` per failed rule over the same passes (the first rule each mesh breaks,
+    including ``memory`` for meshes that do not fit), ``feasible`` the rest: evaluated - pruned.
     ``explanation``: what dominates the winner's step, and where each runner-up loses;
     ``margin_pick``: where the winner may run out of memory, the fastest mesh that may not (see
     MarginPick); ``fewer_gpus``: a smaller share of the cluster that trains faster (``planner.fewer_gpus``), where
