@@ -527,6 +527,6 @@ def capacity_segment_note(report: CapacityReport) -> str | None:
     r = fewer[0]
     return (
         f"GPUs 'N of M': the {r.gpus // r.nodes}-GPU segment of each {r.node_gpus // r.nodes}-GPU rack that block "
-        f"scheduling gives a large job trains faster{by} (the batch splits evenly over N, not over M); "
+        f"scheduling gives a large job trains faster{by} (M's odd factor must go to pipeline or tensor parallelism); "
         "time and $ count the N GPUs used, the rest of each rack is free for other jobs"
     )
