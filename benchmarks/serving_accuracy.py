@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
+from planner.errors import PlannerError  # noqa: E402
 from planner.serving.calibrate import evaluate  # noqa: E402
 from planner.serving.runs import load_rows  # noqa: E402
 
@@ -46,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--no-cv", action="store_true", help="skip leave-one-group-out cross-validation")
     args = ap.parse_args(argv)
-    ev = evaluate(load_rows(args.runs), cross_validate=not args.no_cv)
+    try:
+        ev = evaluate(load_rows(args.runs), cross_validate=not args.no_cv)
+    except PlannerError as err:  # a bad runs file: one line, exit 2, as the CLI ends it
+        sys.stderr.write(f"error: {err}\n")
+        return 2
     if args.json:
         out = ev.as_json()
         out["runs"] = [{k: v for k, v in r.items() if k != "key"} for r in out["runs"]]

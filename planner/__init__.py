@@ -35,7 +35,16 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def _job(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> JobSpec:
-    """The job: ``job`` with ``job_fields`` applied (re-validated), or the model's default job."""
+    """The job: ``job`` with ``job_fields`` applied (re-validated), or the model's default job; one
+    the model can run (``schemas.job.check_positions``)."""
+    from planner.schemas.job import check_positions
+
+    work = _job_fields_applied(model, job, job_fields)
+    check_positions(model, work)
+    return work
+
+
+def _job_fields_applied(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> JobSpec:
     from planner.catalog import validate_as
     from planner.search import default_job
 

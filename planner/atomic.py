@@ -54,6 +54,14 @@ def make_parent(path: str | Path, flag: str = "--out") -> Path:
         raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
     if not os.access(target.parent, os.W_OK | os.X_OK):
         raise PlannerError(f"{flag} {target}: cannot write: no permission to write in '{target.parent}'")
+    # the permission bits pass for root everywhere: create and remove a file beside it, as the
+    # atomic write will, so a folder that takes none (/proc, a read-only mount, a full disk) fails now
+    try:
+        fd, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".probe")
+    except OSError as err:
+        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
+    os.close(fd)
+    os.unlink(probe)
     return target
 
 

@@ -146,5 +146,10 @@ def test_pipeline_layout_flag(cli) -> None:  # type: ignore[no-untyped-def]
     assert chunks[0].startswith("tok_embeddings,layers.0,") and chunks[-1].endswith(",layers.79,norm,lm_head")
     refused = cli(
         "export", "--format", "deepspeed", *args, "--tp", "1", "--dp", "16", "--pipeline-layout", LLAMA70_UNEVEN
+    )  # 8 chunks on 4 ranks: DeepSpeed's pipeline engine runs no interleaving (Stack.interleaved_min_pp)
+    assert refused.code == 2 and "stack deepspeed runs no interleaved pipeline" in refused.err
+    one_per_rank = "Et*19|t*20|t*20|t*21L"  # 1F1B: what is left to refuse is the layout string itself
+    refused = cli(
+        "export", "--format", "deepspeed", *args, "--tp", "1", "--dp", "16", "--pipeline-layout", one_per_rank
     )
-    assert refused.code == 2 and "--pipeline-layout" in refused.err
+    assert refused.code == 2 and "--pipeline-layout" in refused.err, refused.err

@@ -78,3 +78,17 @@ def test_moe_layer_layout() -> None:
     # Mixtral: 8 experts of 3 * 4096 * 14336 each.
     assert mix.parameter_counts.moe_expert_each == 3 * 4096 * 14336
     assert mix.parameter_counts.moe_experts_per_layer == 8 * 3 * 4096 * 14336
+
+
+def test_moe_layer_count_in_closed_form_matches_the_layer_rule() -> None:
+    """``num_moe_layers`` counts without a loop over the layers (a million-layer config took seconds
+    per use); it must agree with ``is_moe_layer`` for every dense prefix and step."""
+    import itertools
+
+    base = load_model("qwen3-30b-a3b")
+    for layers, dense, step in itertools.product([1, 2, 5, 36, 61, 94], [None, 0, 1, 3, 7, 100], [None, 1, 2, 3, 4]):
+        m = base.model_copy(
+            update={"num_hidden_layers": layers, "first_k_dense_replace": dense, "decoder_sparse_step": step}
+        )
+        assert m.num_moe_layers == sum(m.is_moe_layer(i) for i in range(layers)), (layers, dense, step)
+    assert load_model("deepseek-v3").num_moe_layers == 58 and load_model("llama3-8b").num_moe_layers == 0

@@ -51,7 +51,7 @@ def test_dual_schedules_are_drawn_from_their_own_programs() -> None:
     from planner.schemas import JobSpec, ParallelConfig
 
     job = JobSpec(global_batch_size=64, seq_len=4096, stack="torchtitan")
-    config = ParallelConfig(pp=4, dp=4, schedule="dualpipev", zero_stage=1)
+    config = ParallelConfig(pp=4, dp=4, schedule="dualpipev", zero_stage=2)
     est = estimate_mesh(load_model("llama3-8b"), load_cluster("dgx-h100x2"), job, config)
     fig, ax = plt.subplots()
     try:

@@ -17,6 +17,13 @@ settings.register_profile("planner", max_examples=40, deadline=None, derandomize
 settings.load_profile("planner")
 
 
+def _stack(zero_stage: int) -> str:
+    """A stack that runs ``zero_stage`` with pipeline parallelism (Stack.zero_stages, zero_with_pipeline):
+    torchtitan's FSDP2 runs ZeRO-0/2/3 under a pipeline but no ZeRO-1; Megatron-Core's distributed
+    optimizer is the ZeRO-1 that runs with one."""
+    return "megatron-core" if zero_stage == 1 else "torchtitan"
+
+
 def _memory(model_name: str, **mesh: object) -> float:
     config = ParallelConfig(**mesh)  # type: ignore[arg-type]
     cluster = (
@@ -25,8 +32,9 @@ def _memory(model_name: str, **mesh: object) -> float:
         else load_cluster("dgx-h100x1", gpus=config.num_gpus)
     )
     model = load_model(model_name)
-    # torchtitan: a stack that runs every ZeRO stage with pipeline parallelism (Stack.zero_with_pipeline)
-    job = JobSpec(global_batch_size=64 * config.dp * config.micro_batch_size, seq_len=4096, stack="torchtitan")
+    job = JobSpec(
+        global_batch_size=64 * config.dp * config.micro_batch_size, seq_len=4096, stack=_stack(config.zero_stage)
+    )
     return estimate_mesh(model, cluster, job, config).memory_per_gpu_bytes
 
 
@@ -89,7 +97,7 @@ def test_every_figure_is_finite_nonnegative_and_round_trips(
     cluster = load_cluster(profile, gpus=gpus)
     assume(cluster.num_gpus == gpus)
     config = ParallelConfig(tp=tp, pp=pp, cp=cp, dp=2, zero_stage=zero, recompute=recompute, sequence_parallel=sp)  # type: ignore[arg-type]
-    job = JobSpec(global_batch_size=32, seq_len=4096, stack="torchtitan")  # every ZeRO stage with pp
+    job = JobSpec(global_batch_size=32, seq_len=4096, stack=_stack(zero))
     est = estimate_mesh(model, cluster, job, config)
     numbers = [
         est.step_time_s,

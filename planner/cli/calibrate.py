@@ -4,6 +4,7 @@ sustained throughput of each GPU profile and the overhead of each stack to publi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import typer
@@ -41,14 +42,20 @@ def calibrate_cmd(
     if from_runs is not None:
         if from_ is not None:
             raise PlannerError("give --from or --from-runs, not both")
+        ignored = _given({"--cluster": cluster, "--out": out, "--name": name})
+        if ignored:
+            raise PlannerError(
+                f"{ignored} {_go(ignored)} with --from; --from-runs fits the shipped profiles and stacks "
+                "(--write records the fit in them)"
+            )
         _calibrate_from_runs(from_runs, group or [], write, as_json)
         return
     if from_ is None:
         raise PlannerError("--from (a validate JSON) or --from-runs (a published-runs YAML) is required")
-    if write or group:
+    ignored = _given({"--write": write, "--group": group})
+    if ignored:
         raise PlannerError(
-            f"{'--write' if write else '--group'} goes with --from-runs; with --from the fitted profile is "
-            "written to --out"
+            f"{ignored} {_go(ignored)} with --from-runs; with --from the fitted profile is written to --out"
         )
 
     from planner.catalog import load_cluster, load_profile, read_yaml
@@ -70,6 +77,8 @@ def calibrate_cmd(
         raise PlannerError("--cluster is required: the profile the measurements ran on (e.g. localhost-cpu)")
     if out is None:
         raise PlannerError("--out is required: where to write the calibrated profile YAML")
+    if name is not None:
+        check_profile_name(name)
     from planner.atomic import make_parent
 
     make_parent(out)  # an output that cannot be written fails now, not after the fit
@@ -116,6 +125,31 @@ def calibrate_cmd(
             "(fitted from the layer shards)"
         )
     typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
+
+
+def _given(options: dict[str, object]) -> str:
+    """The flags among ``options`` that were given (a value, a true flag, a non-empty list), joined."""
+    return ", ".join(flag for flag, value in options.items() if value not in (None, False, []))
+
+
+def _go(flags: str) -> str:
+    return "go" if "," in flags else "goes"
+
+
+PROFILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
+"""A profile name --name may give: a word of letters, digits, '.', '_' and '-' that starts with a
+letter or digit, at most 80 characters: what the shipped profiles are named
+(hardware_profiles/<name>.yaml), safe as a file name on every system and as a --cluster value."""
+
+
+def check_profile_name(name: str) -> None:
+    """Refuse a --name that is not a plain file-name-safe word (``PROFILE_NAME``): an empty name, a
+    path ('a/b'), spaces or a leading dot would be written into the profile and then not name it."""
+    if not PROFILE_NAME.fullmatch(name):
+        raise PlannerError(
+            f"--name {name!r}: expected a profile name of letters, digits, '.', '_' and '-' (starting with a "
+            "letter or digit, at most 80 characters), e.g. dgx-h100-fitted"
+        )
 
 
 def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bool) -> None:

@@ -140,7 +140,7 @@ def _given_mesh(
 
     config = pinned_mesh(pins, cluster.num_gpus, job)  # tp, pp and dp are all given; ZeRO the stack's
     est = estimate_mesh(model, cluster, job, config)
-    return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est))
+    return est, render(fmt, model, est.config.job, config, _header(fmt, model, cluster, est), cluster)
 
 
 def _best_mesh(
@@ -158,7 +158,8 @@ def _best_mesh(
         ranking = search(model, cluster, job, attempt, top=CANDIDATES_TRIED, objective=objective)
         for est in ranking.candidates:
             try:
-                exported = render(fmt, model, est.config.job, est.config.parallel, _header(fmt, model, cluster, est))
+                header = _header(fmt, model, cluster, est)
+                exported = render(fmt, model, est.config.job, est.config.parallel, header, cluster)
             except ExportRefusalError as err:
                 if not err.mesh_bound:  # the model or the job is what the target lacks: no mesh would do
                     raise

@@ -31,8 +31,10 @@ def model_and_cluster(target: Target) -> tuple[ModelSpec, ClusterSpec]:
 
 
 def job_spec(job: Job, model: ModelSpec) -> JobSpec:
-    """The job the JOB options describe for ``model`` (unset sizes from its model card). Options named
-    as a JobSpec field pass as they are; the others are read here."""
+    """The job the JOB options describe for ``model`` (unset sizes from its model card), one the
+    model can run (``schemas.job.check_positions``). Options named as a JobSpec field pass as they
+    are; the others are read here."""
+    from planner.schemas.job import check_positions
     from planner.search import default_job
 
     fields = job.values()
@@ -40,7 +42,7 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
     modules = fields.pop("recompute_modules")
     if modules is not None:  # Megatron's --recompute-modules, comma-separated: mla_up_proj,layernorm
         fields["recompute_modules"] = tuple(m.strip() for m in modules.split(","))
-    return default_job(
+    spec = default_job(
         model,
         stack=stack_choice(fields.pop("stack")),
         **moe_routing_fields(fields.pop("moe_routing")),
@@ -48,6 +50,8 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
         training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
         **fields,
     )
+    check_positions(model, spec)
+    return spec
 
 
 def model_cluster_job(target: Target, job: Job) -> tuple[ModelSpec, ClusterSpec, JobSpec]:

@@ -3,6 +3,7 @@ takes seconds."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -141,7 +142,10 @@ def serve_calibrate_cmd(
     from planner.serving.calibrate import evaluate, write_engine_fits
     from planner.serving.runs import load_rows
 
-    ev = evaluate(load_rows(str(runs)), cross_validate=cross_validate)
+    ev = evaluate(load_rows(runs), cross_validate=cross_validate)
+    if not ev.overall["priced"]:  # as `plan calibrate --from-runs`: nothing to fit, no error to report
+        first = f" (first: {ev.unpriced[0]['name']!r}: {ev.unpriced[0]['reason']})" if ev.unpriced else ""
+        raise PlannerError(f"{runs}: no row can be priced{first}")
     written: list[str] = []
     if write:
         written = write_engine_fits(ev, runs.name, f"plan serve-calibrate --runs {runs.name} --write")
@@ -154,8 +158,13 @@ def serve_calibrate_cmd(
         out.print(f"{key:28} {rows:4d} rows  " + "  ".join(f"{k} {v:.3g}" for k, v in params.model_dump().items()))
     o = ev.overall
     out.print(
-        f"coverage {o['coverage']:.1%} ({o['priced']}/{o['rows']}); throughput per GPU MAPE {o['mape_pct']:.1f}%, "
-        f"cross-validated {o['cv_mape_pct']:.1f}%, signed {o['signed_pct']:+.1f}%"
+        f"coverage {o['coverage']:.1%} ({o['priced']}/{o['rows']}); throughput per GPU MAPE {_pct(o['mape_pct'])}, "
+        f"cross-validated {_pct(o['cv_mape_pct'])}, signed {_pct(o['signed_pct'], '+')}"
     )
     for path in written:
         out.print(f"wrote {path}")
+
+
+def _pct(value: float, sign: str = "") -> str:
+    """A percentage, or 'none' for an average over no rows (NaN: no throughput row priced, or --no-cv)."""
+    return "none" if math.isnan(value) else f"{value:{sign}.1f}%"

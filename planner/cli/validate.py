@@ -74,13 +74,17 @@ def _validation_settings(replay: Replay, caps: Caps) -> ValidationSettings:
 
 @contextmanager
 def _progress(replay: ValidationReplay | SweepReplay) -> Iterator[Callable[[Event], None]]:
-    """A progress bar on stderr (on the leading rank) for ``replay.run``'s events."""
+    """A progress bar on stderr (on the leading rank) for ``replay.run``'s events. Only on a terminal:
+    rich ends a live display on any other stream with a newline, which put a blank line on stderr
+    before an error or a redirected log's first line."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     blocks = replay.job.blocks
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=Console(stderr=True), disable=not replay.machine.lead, transient=True) as progress:
+    stderr = Console(stderr=True)
+    shown = replay.machine.lead and stderr.is_terminal
+    with Progress(*columns, console=stderr, disable=not shown, transient=True) as progress:
         task = progress.add_task("starting ranks", total=replay.total)
 
         def on_event(event: Event) -> None:

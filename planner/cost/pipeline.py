@@ -146,12 +146,27 @@ def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: f
     n >= v-1 and L-n >= (p-1)v-1. Ties go to the larger n (lighter first stage)."""
     low = max(virtual_stages - 1, 0)
     high = num_layers - (pp - 1) * virtual_stages + 1
-    best_n, best_cost = low, float("inf")
-    for n in range(low, high + 1):
-        cost = max(-(-(num_layers - n) // (pp - 1)), n + extra)
-        if cost <= best_cost:
-            best_n, best_cost = n, cost
-    return best_n
+
+    def others(n: int) -> int:  # the busiest other rank
+        return -(-(num_layers - n) // (pp - 1))
+
+    if high < low:
+        return low
+    # others(n) does not grow with n and n + extra grows: the slower of the two falls until they
+    # cross and rises after, so the best n is the last before the crossing (the lowest others(n))
+    # or the first after it, found by bisection (a loop over n took seconds at 10^5 layers).
+    if others(low) < low + extra:
+        return low
+    lo, hi = low, high  # others(lo) >= lo + extra holds; find the last n where it does
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if others(mid) >= mid + extra:
+            lo = mid
+        else:
+            hi = mid - 1
+    if lo < high and lo + 1 + extra <= others(lo):
+        return lo + 1
+    return lo
 
 
 def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> tuple[int, int]:

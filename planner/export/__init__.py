@@ -26,6 +26,7 @@ from planner.export.deepspeed import deepspeed_config, deepspeed_notes
 from planner.export.megatron import megatron_args, megatron_notes, megatron_text
 from planner.export.torchtitan import torchtitan_config, torchtitan_notes, torchtitan_toml
 from planner.export.torchtitan03 import torchtitan_args, torchtitan_args_notes, torchtitan_args_text
+from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
@@ -41,12 +42,20 @@ class Exported:
     notes: tuple[str, ...]
 
 
-def render(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> Exported:
+def render(
+    fmt: str,
+    model: ModelSpec,
+    job: JobSpec,
+    config: ParallelConfig,
+    header: str | None = None,
+    cluster: ClusterSpec | None = None,
+) -> Exported:
     """The settings of ``config`` for target ``fmt``, with an optional one-line header comment
-    (ignored for JSON, which has no comments)."""
+    (ignored for JSON, which has no comments); ``cluster``, where given, is where the mesh runs
+    (Megatron's TP overlap only for a TP group inside one NVLink domain)."""
     if fmt == "megatron":
-        notes = megatron_notes(model, job, config)
-        return Exported(fmt, megatron_text(model, job, config, header), tuple(notes))
+        notes = megatron_notes(model, job, config, cluster)
+        return Exported(fmt, megatron_text(model, job, config, header, cluster), tuple(notes))
     if fmt == "torchtitan":
         notes = torchtitan_args_notes(model, job, config)
         return Exported(fmt, torchtitan_args_text(model, job, config, header), tuple(notes))
@@ -59,9 +68,16 @@ def render(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, hea
     raise PlannerError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
 
 
-def export(fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
+def export(
+    fmt: str,
+    model: ModelSpec,
+    job: JobSpec,
+    config: ParallelConfig,
+    header: str | None = None,
+    cluster: ClusterSpec | None = None,
+) -> str:
     """The settings of ``config`` for target ``fmt`` as text (argument lines, TOML or JSON)."""
-    return render(fmt, model, job, config, header).text
+    return render(fmt, model, job, config, header, cluster).text
 
 
 __all__ = [

@@ -82,12 +82,17 @@ def check_launch(fmt: str, launcher: str | None, out: Path | None) -> None:
 
 
 def entry_point(
-    fmt: str, model: ModelSpec, job: JobSpec, config: ParallelConfig, out: Path | None
+    fmt: str,
+    model: ModelSpec,
+    job: JobSpec,
+    config: ParallelConfig,
+    out: Path | None,
+    cluster: ClusterSpec | None = None,
 ) -> tuple[list[str], list[str]]:
-    """What torchrun runs (a script, or ``-m`` and a module) and its arguments."""
+    """What torchrun runs (a script, or ``-m`` and a module) and its arguments on ``cluster``."""
     check_launch(fmt, "torchrun", out)
     if fmt == "megatron":
-        return ["pretrain_gpt.py"], megatron_args(model, job, config)
+        return ["pretrain_gpt.py"], megatron_args(model, job, config, cluster)
     if fmt == "torchtitan":
         return ["-m", "torchtitan.train"], torchtitan_args(model, job, config)
     if fmt == "torchtitan-0.2":
@@ -159,7 +164,7 @@ def launch_text(
         raise PlannerError(f"--launcher '{launcher}' is not one of {', '.join(LAUNCHERS)}")
     nodes, per_node = node_split(config.num_gpus, cluster.gpus_per_host)
     segment = segment_hosts(cluster, config.num_gpus) if nodes > 1 else None
-    entry, args = entry_point(fmt, model, job, config, out)
+    entry, args = entry_point(fmt, model, job, config, out, cluster)
     exports = [f"export {k}={v}" for k, v in environment(fmt, config, cluster.gpu.architecture).items()]
     order = (
         None

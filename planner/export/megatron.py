@@ -10,6 +10,9 @@ from the user's tokenizer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from planner.cost.comm import mesh_links
 from planner.cost.flops import attention_kernel_for, flash_attention_runs, mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
 from planner.cost.pipeline import plan_layout
@@ -23,9 +26,13 @@ from planner.export.common import (
     routing_note,
     zero_note,
 )
-from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec
+from planner.mesh import MeshArrays
+from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec, check_positions
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import DUAL_SCHEDULES, ParallelConfig
+
+if TYPE_CHECKING:
+    from planner.schemas.hardware import ClusterSpec
 
 TARGET = "megatron"
 
@@ -38,6 +45,7 @@ README, megatron/core/distributed/fsdp/src/README.md, equates them with ZeRO 0-3
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what Megatron-LM cannot run as planned."""
     check_adam_state(TARGET, job, bf16_moments=True)
+    check_positions(model, job)  # learned positions: validate_args asserts max_position_embeddings >= seq_length
     if config.pp > 1 and config.schedule == "gpipe":
         # arguments.py has no schedule flag: pipeline runs are 1F1B, interleaved when a virtual
         # pipeline size is set (megatron/core/pipeline_parallel/schedules.py).
@@ -201,7 +209,24 @@ ATTENTION_BACKENDS = {"fused": "fused", "fa2": "flash", "sdpa": "auto"}
 local, auto): 'fused' is Transformer Engine's cuDNN fused attention, 'flash' FlashAttention."""
 
 
-def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+def tp_inside_nvlink(config: ParallelConfig, cluster: ClusterSpec | None) -> bool:
+    """Whether the mesh's TP group stays inside one NVLink domain of ``cluster``, placed as the cost
+    model places it (``cost.comm.mesh_links``: a group crossing the fast domain prices no TP overlap,
+    ``cost.traffic.tp_per_microbatch``); without a cluster, taken as inside (the caller knows no
+    placement)."""
+    if cluster is None:
+        return True
+    return not bool(mesh_links(cluster, MeshArrays.from_configs([config]))["tp"].crosses[0])
+
+
+def tp_overlap_runs(job: JobSpec, config: ParallelConfig, cluster: ClusterSpec | None) -> bool:
+    """--tp-comm-overlap is written where the plan priced TP overlap: the job runs it, with tp > 1,
+    sequence parallelism (validate_args refuses the flag without it) and the TP group inside one
+    NVLink domain (Transformer Engine's userbuffers exchange through peer GPU memory over NVLink)."""
+    return job.tp_overlap and config.tp > 1 and config.sequence_parallel and tp_inside_nvlink(config, cluster)
+
+
+def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: ClusterSpec | None) -> list[str]:
     """Precision (_add_mixed_precision_args --bf16/--fp16; _add_transformer_engine_args
     --fp8-format {e4m3, hybrid}: hybrid is E4M3 forward, E5M2 backward, on bf16 weights), and the
     assumptions the plan priced: Megatron-LM defaults --attention-dropout and --hidden-dropout to
@@ -209,7 +234,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
     the plan counted, and sinks a stack runs in Megatron's own attention go to 'local'); TP
     communication overlap (_add_training_args --tp-comm-overlap, which validate_args allows only
-    with --sequence-parallel); gradients reduced in bf16 (_add_distributed_args
+    with --sequence-parallel; ``tp_overlap_runs``); gradients reduced in bf16 (_add_distributed_args
     --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
     (--use-precision-aware-optimizer)."""
     args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
@@ -223,7 +248,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
         # runs them in Megatron's own attention, as Megatron-Bridge's GPTOSSProvider falls back to
         backend = "local"
     args = [*args, "--attention-backend", backend]
-    if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
+    if tp_overlap_runs(job, config, cluster):
         args.append("--tp-comm-overlap")
     if job.gradient_format == "bf16":
         args.append("--grad-reduce-in-bf16")
@@ -237,10 +262,13 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[st
     return args
 
 
-def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+def megatron_args(
+    model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: ClusterSpec | None = None
+) -> list[str]:
     """The Megatron-LM arguments for ``config``, as a flat argv list (flags and their values).
 
-    ``job`` is the job the mesh runs (its global batch may have grown, see JobSpec.max_batch_growth).
+    ``job`` is the job the mesh runs (its global batch may have grown, see JobSpec.max_batch_growth);
+    ``cluster``, where given, places the TP group (``tp_overlap_runs``).
     Raises PlannerError when Megatron-LM cannot express the mesh (GPipe or ZB-H1 pipelines,
     ZeRO-2/3 with pp > 1, a rank order other than tp-cp-dp-pp or tp-cp-pp-dp, ...).
     """
@@ -264,16 +292,29 @@ def megatron_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> lis
         args.append("--use-tp-pp-dp-mapping")
     # _add_network_size_args --num-layers; _add_data_args --seq-length.
     args += ["--num-layers", str(model.num_hidden_layers), "--seq-length", str(job.seq_len)]
-    args += _model_args(model)
+    args += _model_args(model, job)
     args += _pipeline_args(model, job, config)
     if config.sequence_parallel:
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
-    return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(model, job, config)
+    return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(model, job, config, cluster)
 
 
-def _model_args(model: ModelSpec) -> list[str]:
+def max_positions(model: ModelSpec, job: JobSpec) -> int:
+    """--max-position-embeddings: the model's, raised to the sequence for RoPE. validate_args asserts
+    "max_position_embeddings (...) must be greater than or equal to seq_length" whatever the
+    position type (arguments.py at the commit above); with RoPE no table is sized by it
+    (megatron/core/models/gpt/gpt_model.py: it goes to LanguageModelEmbedding, which builds a
+    position table only for learned_absolute, and RotaryEmbedding takes the sequence from its
+    input), so raising it changes nothing the plan priced. Learned positions keep the model's
+    table (``schemas.job.check_positions`` refuses a longer sequence)."""
+    if model.position_embedding_type == "learned":
+        return model.max_position_embeddings
+    return max(model.max_position_embeddings, job.seq_len)
+
+
+def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
     """The architecture the plan priced, as arguments.py reads it: _add_network_size_args
     (--hidden-size, --ffn-hidden-size, --num-attention-heads, --kv-channels, --group-query-attention
     --num-query-groups, --max-position-embeddings, --position-embedding-type, --normalization,
@@ -301,7 +342,7 @@ def _model_args(model: ModelSpec) -> list[str]:
         if model.num_kv_heads < a:
             args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     learned = model.position_embedding_type == "learned"
-    args += ["--max-position-embeddings", str(model.max_position_embeddings)]
+    args += ["--max-position-embeddings", str(max_positions(model, job))]
     args += ["--position-embedding-type", "learned_absolute" if learned else "rope"]
     args += ["--normalization", "LayerNorm" if model.norm_type == "layernorm" else "RMSNorm"]
     if model.model_type == "gpt_oss":
@@ -408,7 +449,9 @@ def megatron_environment(config: ParallelConfig, architecture: str | None = None
     return {}
 
 
-def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+def megatron_notes(
+    model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: ClusterSpec | None = None
+) -> list[str]:
     """What the arguments cannot say: environment, the recipe's own flags, the layer split."""
     _check(model, job, config)
     notes = zero_note(config)
@@ -425,8 +468,19 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         )
     if job.tp_overlap and config.tp > 1 and not config.sequence_parallel:
         notes.append("the plan priced TP overlap, which Megatron-LM runs only with --sequence-parallel: it is left off")
-    if job.tp_overlap and config.tp > 1 and config.sequence_parallel:
+    if tp_overlap_runs(job, config, cluster):
         notes.append("--tp-comm-overlap needs Transformer Engine userbuffers (TP inside one NVLink domain)")
+    elif job.tp_overlap and config.tp > 1 and config.sequence_parallel:
+        notes.append(
+            f"the TP group of {config.tp} spans NVLink domains, where Transformer Engine's userbuffers do not reach: "
+            "the plan priced its collectives exposed, and --tp-comm-overlap is left off"
+        )
+    if max_positions(model, job) > model.max_position_embeddings:
+        notes.append(
+            f"--max-position-embeddings {max_positions(model, job)} is the sequence length, above the model's "
+            f"{model.max_position_embeddings} (validate_args asserts it is at least --seq-length; RoPE sizes no "
+            "table by it): training longer than the checkpoint's context, set its RoPE scaling to match"
+        )
     notes += routing_note(job, config, flags_written=True)
     notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
     if model.position_embedding_type == "rope":
@@ -443,7 +497,13 @@ def megatron_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     return notes
 
 
-def megatron_text(model: ModelSpec, job: JobSpec, config: ParallelConfig, header: str | None = None) -> str:
+def megatron_text(
+    model: ModelSpec,
+    job: JobSpec,
+    config: ParallelConfig,
+    header: str | None = None,
+    cluster: ClusterSpec | None = None,
+) -> str:
     """The arguments as text: a header comment, the notes, then the flags."""
-    comments = ([header] if header else []) + [f"note: {n}" for n in megatron_notes(model, job, config)]
-    return render_flags(megatron_args(model, job, config), comments)
+    comments = ([header] if header else []) + [f"note: {n}" for n in megatron_notes(model, job, config, cluster)]
+    return render_flags(megatron_args(model, job, config, cluster), comments)

@@ -284,6 +284,14 @@ class GPU(Frozen):
         raise KeyError(dtype)  # unreachable: the validator requires bf16 or fp32
 
 
+MAX_LINK_LATENCY_US = 1e6
+"""The longest per-step latency a link may state: one second, about a million times an NVLink hop
+(about 1 us), tens of thousands of times an InfiniBand or in-network reduction step (a few to
+tens of us) and a thousand times the slowest shipped tier (a localhost gloo ring, about 0.9 ms):
+a bound, not a measurement, so that a mistyped latency (1e300) fails when the profile loads
+instead of pricing every collective in centuries."""
+
+
 class Interconnect(Frozen):
     """One tier of links, as seen by one GPU.
 
@@ -300,7 +308,7 @@ class Interconnect(Frozen):
     name: str
     bandwidth_gb_per_s: PositiveFloat
     bus_efficiency: float = Field(gt=0, le=1)
-    latency_us: float = Field(ge=0)
+    latency_us: float = Field(ge=0, le=MAX_LINK_LATENCY_US)
     domain_size_gpus: PositiveInt | None = None
     job_segment_gpus: PositiveInt | None = Field(
         None,
@@ -311,7 +319,9 @@ class Interconnect(Frozen):
     in_network_efficiency: float | None = Field(
         None, gt=0, le=1, description="In-network all-reduce: achieved fraction of the link bandwidth"
     )
-    in_network_latency_us: float | None = Field(None, ge=0, description="In-network all-reduce: fixed cost")
+    in_network_latency_us: float | None = Field(
+        None, ge=0, le=MAX_LINK_LATENCY_US, description="In-network all-reduce: fixed cost"
+    )
     sources: dict[str, str]
 
     @model_validator(mode="after")

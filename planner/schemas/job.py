@@ -6,11 +6,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from planner.errors import PlannerError
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import BYTES_PER_ELEMENT
 from planner.schemas.stack import MoeDispatcher, Stack
 
 if TYPE_CHECKING:
+    from planner.schemas.model import ModelSpec
     from planner.schemas.stack import AttentionKernel
 
 ADAM_STATE_BYTES_PER_PARAM = {"fp32": 12.0, "bf16": 8.0}
@@ -338,3 +340,19 @@ class JobSpec(Frozen):
     def activation_bytes_per_element(self) -> int:
         """Activations between layers are 16-bit in mixed precision, fp8 included."""
         return 2
+
+
+def check_positions(model: ModelSpec, job: JobSpec) -> None:
+    """Refuse a sequence longer than a model with learned absolute positions has positions: its
+    position embedding is a table of ``max_position_embeddings`` rows, one per position (GPT-2's
+    wpe, Megatron-LM's learned_absolute), so a token past the last row has none to look up (the
+    embedding lookup fails) and the model could not train as priced. RoPE and ALiBi compute the
+    position from the index, with no table: they run longer sequences (how well is the
+    checkpoint's matter), and the Megatron export raises --max-position-embeddings to the sequence
+    (``export.megatron.max_positions``). Checked where a job is made for a model: the CLI's
+    ``job_spec``, the library's ``planner.plan``/``estimate``/``plan_capacity``, the Megatron export."""
+    if model.position_embedding_type == "learned" and job.seq_len > model.max_position_embeddings:
+        raise PlannerError(
+            f"--seq-len {job.seq_len}: {model.name}'s learned absolute positions stop at max_position_embeddings "
+            f"{model.max_position_embeddings}: give --seq-len {model.max_position_embeddings} or less"
+        )

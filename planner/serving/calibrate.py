@@ -113,13 +113,27 @@ class Evaluation:
     rows_used: dict[str, list[str]] = field(default_factory=dict)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "unpriced": self.unpriced,
-            "groups": self.groups,
-            "overall": self.overall,
-            "fitted": {k: v.model_dump() for k, v in self.fitted.items()},
-        }
+        """The evaluation as JSON, an average over no rows (NaN: no throughput row, or --no-cv)
+        as null: JSON has no NaN."""
+        return _nan_as_null(
+            {
+                "runs": self.runs,
+                "unpriced": self.unpriced,
+                "groups": self.groups,
+                "overall": self.overall,
+                "fitted": {k: v.model_dump() for k, v in self.fitted.items()},
+            }
+        )
+
+
+def _nan_as_null(obj: Any) -> Any:
+    if isinstance(obj, float) and np.isnan(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _nan_as_null(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_nan_as_null(v) for v in obj]
+    return obj
 
 
 def translate(rows: list[dict[str, Any]]) -> tuple[list[RowPlan], list[dict[str, str]]]:

@@ -22,13 +22,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from planner.catalog import load_cluster, validate_as
+from planner.catalog import load_cluster, read_yaml, validate_as
 from planner.errors import PlannerError, UnpriceableError
 from planner.schemas.hardware import ClusterSpec
+from planner.schemas.job import MAX_SEQ_LEN
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
@@ -71,15 +73,20 @@ UNBOUNDED_LOAD = ("infinite", "max-load", "offline", "engine max batch", "reques
 
 
 def parse_tokens(value: Any, what: str) -> int:
-    """A token count: 2048, '2K' / '2k' (x 1024), '~20k (+-15%)', '1K (derived ...)'."""
+    """A token count: 2048, '2K' / '2k' (x 1024), '~20k (+-15%)', '1K (derived ...)'. A count
+    that is not finite, or beyond the longest sequence planned (``MAX_SEQ_LEN``, the training
+    job's bound), makes the row unpriceable rather than overflowing a cost."""
     if isinstance(value, bool):
         raise UnpriceableError(f"{what} is not a token count: {value!r}")
     if isinstance(value, int | float):
-        return int(value)
-    m = re.match(r"\s*~?\s*(\d+(?:\.\d+)?)\s*([kK])?", str(value))
-    if not m:
-        raise UnpriceableError(f"{what} not stated ({str(value)[:60]})")
-    n = float(m.group(1)) * (1024 if m.group(2) else 1)
+        n = float(value)
+    else:
+        m = re.match(r"\s*~?\s*(\d+(?:\.\d+)?)\s*([kK])?", str(value))
+        if not m:
+            raise UnpriceableError(f"{what} not stated ({str(value)[:60]})")
+        n = float(m.group(1)) * (1024 if m.group(2) else 1)
+    if not n <= MAX_SEQ_LEN:  # also NaN
+        raise UnpriceableError(f"{what} {value!r} is not a token count up to {MAX_SEQ_LEN:,}")
     return int(n)
 
 
@@ -87,6 +94,15 @@ def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UnpriceableError(f"{what} not a number ({str(value)[:60]})")
     return value
+
+
+def _figure(value: Any) -> float | None:
+    """A published or stated figure as a float: a number that is positive and finite, else None
+    (``true``, text, ``.nan``, ``.inf``, 0), as the training rows read theirs
+    (``planner.runs.published_peak_memory_bytes``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        return None
+    return float(value)
 
 
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
@@ -146,11 +162,14 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         if not m:
             raise UnpriceableError(f"sliding_window not a number ({window})")
         spec["sliding_window"] = int(m.group(1))
-        if "alternating" in str(window):
-            spec["layer_types"] = [
-                "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(shape["layers"])
-            ]
-    return validate_as(ModelSpec, spec, f"row {row.get('name')}: model")
+    try:
+        built = validate_as(ModelSpec, spec, "model")
+        if window is not None and "alternating" in str(window):  # the layer count validated first
+            kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(built.num_hidden_layers)]
+            built = validate_as(ModelSpec, spec | {"layer_types": kinds}, "model")
+    except PlannerError as err:  # a value the schema refuses: the row is unpriceable, as planner.runs reads it
+        raise UnpriceableError(str(err)) from None
+    return built
 
 
 def cluster_from_row(row: dict[str, Any]) -> ClusterSpec:
@@ -160,7 +179,10 @@ def cluster_from_row(row: dict[str, Any]) -> ClusterSpec:
     if profile is None:
         raise UnpriceableError(f"no hardware profile for GPU '{gpu}'")
     count = _int(hw.get("count"), "hardware.count")
-    return load_cluster(profile, gpus=count)
+    try:
+        return load_cluster(profile, gpus=count)
+    except PlannerError as err:  # a count no cluster of the profile has (0, beyond any built)
+        raise UnpriceableError(f"hardware.count: {err}") from None
 
 
 def engine_from_row(row: dict[str, Any]) -> EngineProfile:
@@ -259,34 +281,52 @@ def _mode(row: dict[str, Any]) -> tuple[str, float]:
     conc = wl.get("concurrency")
     text = f"{conc} {tool} {wl.get('batch_size', '')}".lower()
     if "request_rate_qps" in wl:
-        return "rate", float(wl["request_rate_qps"])
+        return "rate", _request_rate(wl["request_rate_qps"])
     if "static batch" in str(conc).lower():
-        return "static", float(_int(wl.get("batch_size"), "workload.batch_size"))
-    if isinstance(conc, int) and conc == 1 and wl.get("osl") == 1:
-        return "ttft", 1.0
-    if isinstance(conc, int):
+        batch = _int(wl.get("batch_size"), "workload.batch_size")
+        if batch < 1:
+            raise UnpriceableError(f"workload.batch_size {batch} is not a positive count")
+        return "static", float(batch)
+    if isinstance(conc, int) and not isinstance(conc, bool):
+        if conc < 1:
+            raise UnpriceableError(f"workload.concurrency {conc} is not a positive count")
+        if conc == 1 and wl.get("osl") == 1:
+            return "ttft", 1.0
         return "concurrency", float(conc)
     if any(k in text for k in UNBOUNDED_LOAD):
         return "max_throughput", 0.0
     raise UnpriceableError(f"load not stated (concurrency: {str(conc)[:60]})")
 
 
+def _request_rate(stated: Any) -> float:
+    """A row's offered request rate: a positive number, or 'inf' (an unbounded rate: the engine runs
+    at its capacity, ``_batch_at_load``); text, NaN, 0 or true make the row unpriceable."""
+    try:
+        rate = float(stated)
+    except (TypeError, ValueError):
+        rate = math.nan
+    if isinstance(stated, bool) or not rate > 0:
+        raise UnpriceableError(f"workload.request_rate_qps not a positive number ({str(stated)[:60]})")
+    return rate
+
+
 def _published(row: dict[str, Any], count: int, mode: str) -> dict[str, float]:
     m = row.get("measured") or {}
+    figures = {k: f for k, v in m.items() if (f := _figure(v)) is not None}  # a NaN or 0 would score as NaN or inf
     out: dict[str, float] = {}
     if mode in ("max_throughput", "static", "concurrency"):
-        if isinstance(m.get("output_tokens_per_s_per_gpu"), int | float):
-            out["output_tokens_per_s_per_gpu"] = float(m["output_tokens_per_s_per_gpu"])
-        elif isinstance(m.get("output_tokens_per_s_total"), int | float):
-            out["output_tokens_per_s_per_gpu"] = float(m["output_tokens_per_s_total"]) / count
-        elif isinstance(m.get("total_tokens_per_s_per_gpu"), int | float):
-            out["total_tokens_per_s_per_gpu"] = float(m["total_tokens_per_s_per_gpu"])
+        if "output_tokens_per_s_per_gpu" in figures:
+            out["output_tokens_per_s_per_gpu"] = figures["output_tokens_per_s_per_gpu"]
+        elif "output_tokens_per_s_total" in figures:
+            out["output_tokens_per_s_per_gpu"] = figures["output_tokens_per_s_total"] / count
+        elif "total_tokens_per_s_per_gpu" in figures:
+            out["total_tokens_per_s_per_gpu"] = figures["total_tokens_per_s_per_gpu"]
     for key, name in (("ttft_ms", "ttft_s"), ("ttft_ms_mean", "ttft_s"), ("ttft_ms_p50", "ttft_s")):
-        if isinstance(m.get(key), int | float):
-            out[name] = float(m[key]) / 1e3
+        if key in figures:
+            out[name] = figures[key] / 1e3
     for key in ("itl_ms_mean", "itl_ms_p50"):
-        if isinstance(m.get(key), int | float):
-            out["tpot_s"] = float(m[key]) / 1e3
+        if key in figures:
+            out["tpot_s"] = figures[key] / 1e3
     if not out:
         raise UnpriceableError(f"no metric the translator scores ({', '.join(sorted(k for k in m if k != 'derived'))})")
     return out
@@ -436,14 +476,29 @@ def _batch_at_load(s: Setting, plan: RowPlan) -> float:
     return b
 
 
-def load_rows(path: str) -> list[dict[str, Any]]:
-    import yaml
+ROW_SECTIONS = ("source", "model", "precision", "hardware", "engine", "parallel", "workload", "measured")
+"""The sections of a serving runs row, each a mapping of its fields (inference_runs.yaml's schema);
+the model's ``shape`` is one too."""
 
-    from planner.catalog import read_yaml
 
-    del yaml
-    data = read_yaml(__import__("pathlib").Path(path))
-    rows = data.get("runs")
+def load_rows(path: str | Path) -> list[dict[str, Any]]:
+    """The ``runs`` list of a serving runs file. As ``planner.runs.load_runs`` reads a training
+    runs file, a row that is not a mapping, or a section of one that is not, fails the whole file
+    with the row and field named (the translator reads every section as a mapping); a value the
+    translator cannot use leaves just its row unpriced, with the reason."""
+    rows = read_yaml(Path(path)).get("runs")
     if not isinstance(rows, list):
-        raise PlannerError(f"{path}: expected a 'runs' list")
+        raise PlannerError(f"{path}: field 'runs': expected a list of run mappings")
+    for i, row in enumerate(rows):
+        if not isinstance(row, dict):
+            raise PlannerError(f"{path}: runs[{i}]: expected a run mapping, got {type(row).__name__}")
+        model = row.get("model")
+        sections = [(key, row.get(key)) for key in ROW_SECTIONS]
+        sections += [("model.shape", model.get("shape"))] if isinstance(model, dict) else []
+        for key, value in sections:
+            if value is not None and not isinstance(value, dict):
+                raise PlannerError(
+                    f"{path}: runs[{i}] ({row.get('name')!r}): field '{key}': expected a mapping, "
+                    f"got {type(value).__name__}"
+                )
     return rows

@@ -299,7 +299,20 @@ def merge_equivalents(ranked: list[ServeCandidate]) -> list[ServeCandidate]:
 
 
 def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeRanking:
-    """Rank the feasible layouts (see the module docstring)."""
+    """Rank the feasible layouts (see the module docstring). A figure that comes out infinite or
+    NaN (a profile's memory or rate far beyond any GPU's: an HBM of 1e300 GiB leaves infinite KV
+    room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
+    from pydantic import ValidationError
+
+    try:
+        return _ranked(model, cluster, req)
+    except ValidationError as err:
+        from planner.pricing import out_of_range
+
+        raise PlannerError(out_of_range(err)) from None
+
+
+def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeRanking:
     engine = load_engine(req.engine)
     s = setting_for(model, cluster, req, engine)
     warnings = _warnings(s, req)

@@ -1,0 +1,287 @@
+"""Bad input found by review, each one 'error:' line and exit 2 (or a PlannerError), never a
+traceback, a silently ignored option, NaN in JSON or a file written half: serving runs files,
+extreme profile numbers in `plan serve`, serve-calibrate with nothing to price, calibrate options
+its mode ignores, sequences past a model's positions, TP overlap across NVLink domains, outputs
+that cannot be written."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from planner.errors import PlannerError, UnpriceableError
+from tests.conftest import assert_one_line_error
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLE_RUNS = str(ROOT / "tests" / "data" / "runs_sample.yaml")
+
+
+def _profile(tmp_path: Path, old: str, new: str) -> str:
+    """dgx-h100's profile with one line changed, as a file."""
+    text = (ROOT / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    assert old in text
+    path = tmp_path / "edited.yaml"
+    path.write_text(text.replace(old, new, 1))
+    return str(path)
+
+
+# ---- 1. serving runs files -------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ('runs: [1, "a"]\n', "runs[0]: expected a run mapping, got int"),
+        ("runs: 3\n", "field 'runs': expected a list of run mappings"),
+        ("runs:\n- name: x\n  model: llama\n", "runs[0] ('x'): field 'model': expected a mapping, got str"),
+        (
+            "runs:\n- name: x\n  model: {shape: [1]}\n",
+            "runs[0] ('x'): field 'model.shape': expected a mapping, got list",
+        ),
+        ("runs:\n- name: x\n  workload: [1]\n", "runs[0] ('x'): field 'workload': expected a mapping, got list"),
+    ],
+)
+def test_a_serving_runs_file_of_the_wrong_shape_fails_naming_row_and_field(
+    cli, tmp_path: Path, text: str, said: str
+) -> None:
+    # each was an AttributeError or TypeError traceback (rc 1)
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(text)
+    assert_one_line_error(cli("serve-calibrate", "--runs", str(runs)), f"{runs}: {said}")
+
+
+def test_the_serving_accuracy_benchmark_ends_a_bad_runs_file_in_one_line(tmp_path: Path, capsys) -> None:
+    spec = importlib.util.spec_from_file_location("serving_accuracy", ROOT / "benchmarks" / "serving_accuracy.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    runs = tmp_path / "runs.yaml"
+    runs.write_text('runs: [1, "a"]\n')
+    assert bench.main(["--runs", str(runs)]) == 2
+    assert capsys.readouterr().err == f"error: {runs}: runs[0]: expected a run mapping, got int\n"
+
+
+SHAPE = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "ffn": 512}
+
+
+@pytest.mark.parametrize(
+    ("shape", "said"),
+    [
+        ({**SHAPE, "layers": "many"}, "num_hidden_layers"),
+        # the alternating window read range(layers) before the layer count was checked: TypeError
+        ({**SHAPE, "layers": "many", "sliding_window": "128 alternating"}, "num_hidden_layers"),
+        ({**SHAPE, "hidden": -1}, "hidden_size"),
+    ],
+)
+def test_a_serving_row_value_the_model_refuses_leaves_the_row_unpriced(shape: dict, said: str) -> None:
+    # as planner.runs reads a training row: a value it cannot use makes that row unpriceable
+    from planner.serving.calibrate import translate
+    from planner.serving.runs import model_from_row
+
+    with pytest.raises(UnpriceableError, match=said):
+        model_from_row({"name": "x", "model": {"shape": shape}})
+    plans, unpriced = translate([{"name": "x", "group": "g", "model": {"shape": shape}}])
+    assert not plans and unpriced[0]["name"] == "x" and said in unpriced[0]["reason"]
+
+
+def test_serving_token_counts_and_figures_that_are_not_finite_are_refused() -> None:
+    from planner.serving.runs import _published, _request_rate, parse_tokens
+
+    for value in (float("nan"), float("inf"), 1e30):
+        with pytest.raises(UnpriceableError, match="is not a token count up to 16,777,216"):
+            parse_tokens(value, "workload.isl")
+    # float('fast') was a ValueError traceback; 'inf' stays an unbounded rate (the engine at capacity)
+    assert _request_rate("inf") == float("inf") and _request_rate(2) == 2.0
+    for value in ("fast", float("nan"), 0, True, None):
+        with pytest.raises(UnpriceableError, match=r"workload\.request_rate_qps not a positive number"):
+            _request_rate(value)
+    # a NaN, zero or true published figure scored as NaN or inf (or 1.0): it is not read
+    with pytest.raises(UnpriceableError, match="no metric the translator scores"):
+        _published(
+            {"measured": {"ttft_ms": float("nan"), "itl_ms_mean": 0, "output_tokens_per_s_per_gpu": True}},
+            8,
+            "concurrency",
+        )
+
+
+# ---- 2. extreme but finite profile numbers in `plan serve` -------------------------------------------
+@pytest.mark.parametrize("extra", [(), ("--disaggregate",), ("--json",)])
+def test_serve_on_a_profile_whose_memory_overflows_is_one_line(cli, tmp_path: Path, extra: tuple[str, ...]) -> None:
+    # pydantic's ValidationError traceback (input_value=inf at serving/memory.py); now the training
+    # estimate's guard (pricing.out_of_range)
+    profile = _profile(tmp_path, "hbm_capacity_gib: 79.65", "hbm_capacity_gib: 1.0e300")
+    r = cli("serve", "--model", "llama8b", "--cluster", profile, *extra)
+    assert_one_line_error(
+        r,
+        "the estimate's kv_cache came out inf: an input is out of range (--price, or a hardware profile's memory, "
+        "peak TFLOP/s or bandwidth)",
+    )
+    assert r.out == ""
+
+
+def test_a_link_latency_past_any_fabric_is_refused_when_the_profile_loads(cli, tmp_path: Path) -> None:
+    # it priced every collective in centuries (rc 0)
+    profile = _profile(tmp_path, "latency_us: 1.1\n", "latency_us: 1.0e300\n")
+    said = "field 'intra_node.latency_us': Input should be less than or equal to 1000000"
+    assert_one_line_error(cli("-m", "llama8b", "-c", profile), said)
+    assert_one_line_error(cli("serve", "-m", "llama8b", "-c", profile), said)
+
+
+# ---- 3. serve-calibrate with nothing to price ----------------------------------------------------------
+def test_serve_calibrate_with_no_priceable_row_is_refused(cli, tmp_path: Path) -> None:
+    # exit 0 with "mape_pct": NaN (not JSON) and 'MAPE nan%'
+    r = cli("serve-calibrate", "--runs", SAMPLE_RUNS, "--json")
+    assert_one_line_error(
+        r,
+        f"{SAMPLE_RUNS}: no row can be priced (first: 'llmfoundry-h10080gb-amp_bf16-mpt13b-s2048-g8-mb2': model "
+        "shape lacks layers)",
+    )
+    assert r.out == ""
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("runs: []\n")
+    assert_one_line_error(cli("serve-calibrate", "--runs", str(empty), "--write"), f"{empty}: no row can be priced")
+
+
+def test_serve_calibrate_json_has_no_nan() -> None:
+    """An average over no rows (latency rows only, or --no-cv) is null in JSON and 'none' in text."""
+    from planner.cli.serve import _pct
+    from planner.serving.calibrate import Evaluation
+
+    nan = float("nan")
+    ev = Evaluation(overall={"mape_pct": nan, "rows": 1}, groups={"g": {"cv_mape_pct": nan}}, runs=[{"e": nan}])
+    out = ev.as_json()
+    assert out["overall"] == {"mape_pct": None, "rows": 1} and out["groups"]["g"]["cv_mape_pct"] is None
+    assert out["runs"] == [{"e": None}]
+    json.dumps(out, allow_nan=False)  # raises on NaN
+    assert (_pct(nan), _pct(1.234), _pct(1.234, "+")) == ("none", "1.2%", "+1.2%")
+
+
+# ---- 4. calibrate options the chosen mode ignores, and --name ---------------------------------------------
+def test_calibrate_refuses_options_its_mode_ignores(cli, tmp_path: Path) -> None:
+    out = tmp_path / "x.yaml"
+    from_runs = ("calibrate", "--from-runs", SAMPLE_RUNS)
+    tail = "with --from; --from-runs fits the shipped profiles and stacks (--write records the fit in them)"
+    assert_one_line_error(cli(*from_runs, "--cluster", "dgx-h100"), f"error: --cluster goes {tail}")
+    r = cli(*from_runs, "--out", str(out), "--cluster", "dgx-h100", "--name", "mine")
+    assert_one_line_error(r, f"error: --cluster, --out, --name go {tail}")
+    assert not out.exists()
+    from_ = ("calibrate", "--from", str(tmp_path / "report.json"))
+    said = "with --from-runs; with --from the fitted profile is written to --out"
+    assert_one_line_error(cli(*from_, "--write", "--group", "g"), f"error: --write, --group go {said}")
+    assert_one_line_error(cli(*from_, "--group", "g"), f"error: --group goes {said}")
+
+
+@pytest.mark.parametrize("name", ["", "a/b", "../up", ".hidden", "two words", "x" * 81])
+def test_calibrate_refuses_a_profile_name_that_is_not_a_plain_word(cli, tmp_path: Path, name: str) -> None:
+    out = tmp_path / "fitted.yaml"
+    r = cli("calibrate", "--from", str(tmp_path / "r.json"), "--cluster", "dgx-h100", "--out", str(out), "--name", name)
+    assert_one_line_error(
+        r,
+        f"--name {name!r}: expected a profile name of letters, digits, '.', '_' and '-' (starting with a letter or "
+        "digit, at most 80 characters), e.g. dgx-h100-fitted",
+    )
+    assert not out.exists()
+
+
+def test_a_plain_profile_name_passes() -> None:
+    from planner.cli.calibrate import check_profile_name
+
+    for name in ("dgx-h100", "h100-96g-500w", "my_profile.v2", "A100"):
+        check_profile_name(name)
+
+
+# ---- 5. sequences and positions -------------------------------------------------------------------
+def test_a_rope_export_raises_max_position_embeddings_to_the_sequence(cli) -> None:
+    # Megatron-LM validate_args asserts max_position_embeddings >= seq_length (arguments.py)
+    r = cli("export", "-f", "megatron", "--model", "llama8b", "--cluster", "dgx-h100x1", "-s", "16384")
+    assert r.code == 0, r.err
+    assert "--seq-length 16384 \\\n" in r.out and "--max-position-embeddings 16384 \\\n" in r.out
+    assert "# note: --max-position-embeddings 16384 is the sequence length, above the model's 8192" in r.out
+    short = cli("export", "-f", "megatron", "--model", "llama8b", "--cluster", "dgx-h100x1", "-s", "4096")
+    assert "--max-position-embeddings 8192 \\\n" in short.out and "is the sequence length" not in short.out
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        (),
+        ("estimate", "--tp", "1", "--pp", "1", "--dp", "8"),
+        ("export", "-f", "megatron"),
+        ("export", "-f", "megatron", "--tp", "1", "--pp", "1", "--dp", "8"),
+    ],
+)
+def test_a_sequence_past_learned_positions_is_refused(cli, head: tuple[str, ...]) -> None:
+    # gpt2-124m has a table of 1024 positions; -s 8192 ranked meshes (rc 0)
+    cmd, pins = head[:1], head[1:]
+    r = cli(*cmd, "--model", "gpt2-124m", "--cluster", "dgx-h100x1", "-s", "8192", *pins)
+    assert_one_line_error(
+        r,
+        "error: --seq-len 8192: gpt2-124m's learned absolute positions stop at max_position_embeddings 1024: give "
+        "--seq-len 1024 or less",
+    )
+
+
+def test_the_library_refuses_a_sequence_past_learned_positions_too() -> None:
+    import planner
+    from planner.catalog import load_model
+    from planner.export.megatron import megatron_args
+    from planner.schemas.parallel import ParallelConfig
+    from planner.search import default_job
+
+    with pytest.raises(PlannerError, match="--seq-len 2048: gpt2-124m's learned absolute positions stop at"):
+        planner.estimate("gpt2-124m", "dgx-h100x1", seq_len=2048, tp=1, pp=1, dp=8)
+    model = load_model("gpt2-124m")
+    with pytest.raises(PlannerError, match="max_position_embeddings 1024"):
+        megatron_args(model, default_job(model, seq_len=2048), ParallelConfig(dp=8))
+    assert planner.estimate("gpt2-124m", "dgx-h100x1", seq_len=1024, tp=1, pp=1, dp=8).step_time_s > 0
+
+
+# ---- 6. TP overlap only inside one NVLink domain ----------------------------------------------------------
+def test_tp_comm_overlap_is_written_only_for_a_tp_group_inside_one_nvlink_domain(cli) -> None:
+    across = cli(
+        "export", "--format", "megatron", "-m", "llama3-405b", "-c", "dgx-h100x16",
+        "--tp", "16", "--pp", "8", "--dp", "1", "--ignore-memory",
+    )  # fmt: skip
+    assert across.code == 0, across.err
+    assert "--tp-comm-overlap \\\n" not in across.out
+    assert "# note: the TP group of 16 spans NVLink domains" in across.out
+    inside = cli("export", "--format", "megatron", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2",
+                 "--dp", "8", "--sequence-parallel")  # fmt: skip
+    assert inside.code == 0, inside.err
+    assert "--tp-comm-overlap \\\n" in inside.out and "spans NVLink domains" not in inside.out
+
+
+def test_the_export_reads_the_tp_placement_from_the_cost_model() -> None:
+    from planner.catalog import load_cluster
+    from planner.export.megatron import tp_inside_nvlink
+    from planner.schemas.parallel import ParallelConfig
+
+    cluster = load_cluster("dgx-h100x16")
+    assert tp_inside_nvlink(ParallelConfig(tp=8, dp=16, sequence_parallel=True), cluster)
+    assert not tp_inside_nvlink(ParallelConfig(tp=16, pp=8, sequence_parallel=True), cluster)
+    assert tp_inside_nvlink(ParallelConfig(tp=16, pp=8, sequence_parallel=True), None)  # no cluster: as before
+
+
+# ---- 7. outputs that cannot be written ---------------------------------------------------------------
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc, a folder that takes no new file")
+def test_an_export_to_a_folder_that_takes_no_file_fails_before_the_search(cli) -> None:
+    r = cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "dgx-h100", "-o", "/proc/x.sh")
+    assert_one_line_error(r, "error: --out /proc/x.sh: cannot write")  # one line: no 'plan export:' status
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc, a folder that takes no new file")
+def test_a_validate_report_to_a_folder_that_takes_no_file_fails_before_the_replay(cli) -> None:
+    r = cli("validate", "--local-ranks", "2", "-m", "gpt2", "-c", "localhost-cpu", "--out", "/proc/x.json")
+    assert_one_line_error(r, "error: --out /proc/x.json: cannot write")  # no blank line, no 10 s replay first
+
+
+def test_the_validate_progress_bar_writes_nothing_off_a_terminal(capsys) -> None:
+    # rich ended its live display with a newline: a blank stderr line before validate's error
+    from planner.cli.validate import _progress
+
+    replay = SimpleNamespace(job=SimpleNamespace(blocks=[]), machine=SimpleNamespace(lead=True), total=1)
+    with _progress(replay):  # type: ignore[arg-type]
+        pass
+    assert capsys.readouterr().err == ""
