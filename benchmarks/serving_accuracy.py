@@ -22,19 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from planner.errors import PlannerError  # noqa: E402
-from planner.serving.calibrate import evaluate  # noqa: E402
+from planner.serving.calibrate import evaluate, nan_as_null  # noqa: E402
 from planner.serving.runs import load_rows  # noqa: E402
-
-
-def _finite(obj: object) -> object:
-    """NaN (no rows to average) as null: JSON has no NaN."""
-    if isinstance(obj, float) and math.isnan(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
 
 
 def _pct(x: float | None) -> str:
@@ -55,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         out = ev.as_json()
         out["runs"] = [{k: v for k, v in r.items() if k != "key"} for r in out["runs"]]
-        print(json.dumps(_finite(out), indent=1, allow_nan=False))
+        print(json.dumps(nan_as_null(out), indent=1, allow_nan=False))
         return 0
     print(f"{'row':72} {'metric':28} {'published':>10} {'predicted':>10} {'err %':>7} {'cv %':>7}")
     for r in ev.runs:

@@ -115,7 +115,7 @@ class Evaluation:
     def as_json(self) -> dict[str, Any]:
         """The evaluation as JSON, an average over no rows (NaN: no throughput row, or --no-cv)
         as null: JSON has no NaN."""
-        return _nan_as_null(
+        return nan_as_null(
             {
                 "runs": self.runs,
                 "unpriced": self.unpriced,
@@ -126,13 +126,15 @@ class Evaluation:
         )
 
 
-def _nan_as_null(obj: Any) -> Any:
+def nan_as_null(obj: Any) -> Any:
+    """``obj`` with every NaN float (an average over no rows) as None, through dicts and lists:
+    JSON has no NaN, and null says 'no figure' to every reader."""
     if isinstance(obj, float) and np.isnan(obj):
         return None
     if isinstance(obj, dict):
-        return {k: _nan_as_null(v) for k, v in obj.items()}
+        return {k: nan_as_null(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_nan_as_null(v) for v in obj]
+        return [nan_as_null(v) for v in obj]
     return obj
 
 
