@@ -10,6 +10,9 @@ exactly one stated knob (GPU count, sequence length, micro-batch, mesh, recomput
 precision, compile, TP overlap), the share of pairs whose predicted order agrees with the
 published one minus the share that disagrees.
 
+MoE rows (issue 12, JSON ``moe``): the same figures as a group's over every row whose model states
+``experts`` above one, whatever its group (``is_moe_row``).
+
 MoE order (issue 12): over pairs of MoE rows of the same model on the same hardware profile in the
 same precision, those on different meshes (tp, pp, cp, ep, virtual stages or micro-batch differ:
 e.g. Megatron-Bridge's 25.09 and 25.11 layouts of one model) and, separately, every such pair (the
@@ -203,6 +206,14 @@ def memory_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def is_moe_row(run: dict[str, Any]) -> bool:
+    """Whether a row of the runs file states a mixture-of-experts model (``model.experts`` above
+    one): what issue 12's MoE targets average over, priced or not, whatever its group."""
+    model = run.get("model")
+    experts = model.get("experts") if isinstance(model, dict) else None
+    return isinstance(experts, int) and not isinstance(experts, bool) and experts > 1
+
+
 def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
     err = np.array([r["error_pct"] for r in rows]) if rows else np.zeros(0)
     cv = np.array([r["cv_error_pct"] for r in rows if r["cv_error_pct"] is not None])
@@ -264,6 +275,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     overall["coverage"] = len(rows) / len(runs) if runs else 0.0
     tau, pairs = rank_tau(rows)
     order = moe_order(rows)
+    moe = _summary([r for r in rows if r["_moe"]], sum(1 for r in runs if is_moe_row(r)))
     for r in rows:
         for key in [k for k in r if k.startswith("_")]:
             r.pop(key)
@@ -275,6 +287,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         "overall": overall,
         "rank_tau": tau,
         "rank_pairs": pairs,
+        "moe": moe,
         "moe_order": order,
         "memory": memory_summary(rows),
     }
@@ -408,6 +421,13 @@ def print_report(rep: dict[str, Any]) -> None:
         print(
             f"  MAPE {memory['mape_pct']:.1f}%, signed {memory['signed_pct']:+.1f}%, "
             f"most under-predicted {memory['most_under_pct']:+.1f}%"
+        )
+    moe = rep["moe"]
+    if moe["priced"]:
+        print(
+            f"MoE rows (model.experts > 1, every group): {moe['priced']} of {moe['rows']} priced; MAPE "
+            f"{_abs_pct(moe['mape_pct']).strip()}, cross-validated {_abs_pct(moe['cv_mape_pct']).strip()}; signed "
+            f"{_pct(moe['signed_pct']).strip()}, cross-validated {_pct(moe['cv_signed_pct']).strip()}"
         )
     order = rep["moe_order"]
     if order["all_pairs"]:

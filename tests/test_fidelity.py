@@ -664,6 +664,11 @@ def test_the_benchmark_json_has_the_issues_keys() -> None:
     assert {"cv_error_pct", "config"} <= set(run)
     assert {u["name"] for u in rep["unpriced"]} == {"deepseek-v3-pretrain-h800x2048"}
     assert all(u["reason"] for u in rep["unpriced"])
+    # issue 12's MoE figures: the three rows that state experts, the H800 campaign among them unpriced
+    moe = [r for r in rep["runs"] if "deepseek" in r["name"] or "gpt-oss" in r["name"]]
+    assert rep["moe"]["rows"] == 3 and rep["moe"]["priced"] == len(moe) == 2
+    assert rep["moe"]["mape_pct"] == pytest.approx(np.mean([abs(r["error_pct"]) for r in moe]))
+    assert rep["moe"]["cv_signed_pct"] == pytest.approx(np.mean([r["cv_error_pct"] for r in moe]))
     for group in rep["groups"].values():
         assert {"rows", "priced", "mape_pct", "cv_mape_pct", "signed_pct", "interval_coverage"} <= set(group)
     # the error bar's coverage: the share of rows whose published figure lies inside their interval
