@@ -275,7 +275,8 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     overall["coverage"] = len(rows) / len(runs) if runs else 0.0
     tau, pairs = rank_tau(rows)
     order = moe_order(rows)
-    moe = _summary([r for r in rows if r["_moe"]], sum(1 for r in runs if is_moe_row(r)))
+    moe_rows = [r for r in rows if r["_moe"]]  # priced: the model as resolved (an HF id may state no experts)
+    moe = _summary(moe_rows, len({r["name"] for r in moe_rows} | {str(r.get("name")) for r in runs if is_moe_row(r)}))
     for r in rows:
         for key in [k for k in r if k.startswith("_")]:
             r.pop(key)
