@@ -28,7 +28,6 @@ express raises ``UnpriceableError`` with the reason.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -38,7 +37,7 @@ from typing import Any, TypeVar
 from planner.catalog import load_cluster, load_stack, read_yaml
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
-from planner.schemas.base import GB_BYTES, GIB_BYTES
+from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
@@ -622,7 +621,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     hardware, par, knobs = row.get("hardware") or {}, row.get("parallel") or {}, row.get("knobs") or {}
     measured = row.get("measured") or {}
     published = measured.get("tokens_per_s_per_gpu")
-    if isinstance(published, bool) or not isinstance(published, (int, float)) or not 0 < published < math.inf:
+    if positive_figure(published) is None:
         raise UnpriceableError(f"measured.tokens_per_s_per_gpu is not a positive finite number ({published!r})")
     if "campaign" in _text(measured.get("tokens_per_s_per_gpu_note")):
         raise UnpriceableError("a campaign average (batch ramp, stalls, restarts), not a steady-state step time")
@@ -755,9 +754,10 @@ def published_peak_memory_bytes(measured: dict[str, Any]) -> float | None:
         value = measured.get(key)
         if value is None:
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        figure = positive_figure(value)
+        if figure is None:
             raise UnpriceableError(f"measured.{key}: {value!r} is not a positive number")
-        return float(value) * unit
+        return figure * unit
     return None
 
 

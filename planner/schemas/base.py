@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import types
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -80,3 +81,12 @@ TB_BYTES = 1e12
 
 TERA = 1e12
 """Datasheets quote FLOP/s in TFLOP/s (decimal)."""
+
+
+def positive_figure(value: Any) -> float | None:
+    """``value`` as a float where it is a positive finite number, else None: true/false (a YAML
+    ``yes`` is no figure), text, ``.nan``, ``.inf``, zero and negatives are none. How the runs files'
+    published and stated figures are read (``planner.runs``, ``planner.serving.runs``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        return None
+    return float(value)

@@ -29,6 +29,7 @@ import numpy as np
 
 from planner.catalog import load_cluster, read_yaml, validate_as
 from planner.errors import PlannerError, UnpriceableError
+from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import MAX_SEQ_LEN
 from planner.schemas.model import ModelSpec
@@ -94,15 +95,6 @@ def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise UnpriceableError(f"{what} not a number ({str(value)[:60]})")
     return value
-
-
-def _figure(value: Any) -> float | None:
-    """A published or stated figure as a float: a number that is positive and finite, else None
-    (``true``, text, ``.nan``, ``.inf``, 0), as the training rows read theirs
-    (``planner.runs.published_peak_memory_bytes``)."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        return None
-    return float(value)
 
 
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
@@ -312,7 +304,8 @@ def _request_rate(stated: Any) -> float:
 
 def _published(row: dict[str, Any], count: int, mode: str) -> dict[str, float]:
     m = row.get("measured") or {}
-    figures = {k: f for k, v in m.items() if (f := _figure(v)) is not None}  # a NaN or 0 would score as NaN or inf
+    # a NaN or 0 would score as NaN or inf
+    figures = {k: f for k, v in m.items() if (f := positive_figure(v)) is not None}
     out: dict[str, float] = {}
     if mode in ("max_throughput", "static", "concurrency"):
         if "output_tokens_per_s_per_gpu" in figures:
