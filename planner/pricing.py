@@ -136,9 +136,9 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     elif model.attention_sinks and job.software.export_format == "megatron":
         notes.append(
             f"known miss: Megatron-Bridge's published runs of a model like {model.name} (GPT-OSS-120B: attention "
-            "sinks, biased experts) measured 13-21% below the planner on H100 (NeMo 25.11-26.04) and 23-46% below "
-            "on B200/GB200/GB300 (25.11), while NeMo AutoModel reached the planner's H100 figure: on Megatron-Core "
-            "expect down to about half this throughput (ARCHITECTURE.md section 4)"
+            "sinks, biased experts, a clamped activation) measured from 4% above to 16% below the planner on H100 "
+            "(NeMo 25.11-26.04), 12-20% below on GB200/GB300 and 43% below on B200 (25.11): on Megatron-Core "
+            "expect 10-20% below this throughput, on some systems down to about half (ARCHITECTURE.md section 4)"
         )
     notes += biased_band_note(est)
     if config.tp > 1 and not config.sequence_parallel:

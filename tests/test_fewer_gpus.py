@@ -45,7 +45,7 @@ def test_a_full_nvl72_rack_is_slower_than_64_of_its_gpus_for_llama3_8b() -> None
     assert fewer.tokens_per_s == pytest.approx(direct.tokens_per_s, rel=1e-12)
     assert fewer.step_time_s == pytest.approx(direct.step_time_s, rel=1e-12)
     assert fewer.saving == pytest.approx(1.0 - best.tokens_per_s / direct.tokens_per_s, rel=1e-12)
-    assert fewer.saving == pytest.approx(0.115, abs=0.01)  # 3.345 s against 2.961 s per step
+    assert fewer.saving == pytest.approx(0.115, abs=0.01)  # 3.358 s against 2.984 s per step
     assert fewer.describe(72, 512).endswith(
         "(512 sequences per step split evenly over 64 GPUs, not over 72): --gpus 64"
     )

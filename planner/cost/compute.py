@@ -313,6 +313,26 @@ def token_reorders(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
     return np.where((mesh.ep > 1) & (local_experts(model, mesh) > 1), 2.0, 1.0)
 
 
+GLU_BYTES_PER_ELEMENT = 6.0
+"""HBM bytes per element of the MLP width that a fused gated activation moves in one pass: reads gate
+and up (2 + 2 bytes in bf16), writes their product (2). A count; the non-gated activation reads and
+writes one (4). Backward is priced as two passes, as for every layer term."""
+
+
+def routed_activation_bytes(model: ModelSpec, job: JobSpec) -> float:
+    """HBM bytes per routed token copy and element of the expert width, per forward pass, of the
+    experts' activation: the stack's measured gated activation where it has one
+    (``Stack.routed_glu_bytes_per_element``, forward and backward together, hence the third), else
+    the count (``GLU_BYTES_PER_ELEMENT``), plus the clamp the stack runs outside it
+    (``expert_epilogue_bytes``)."""
+    measured = job.software.routed_glu_bytes_per_element
+    if not model.is_gated_mlp:
+        act = 4.0
+    else:
+        act = measured / 3.0 if measured is not None else GLU_BYTES_PER_ELEMENT
+    return act + expert_epilogue_bytes(model, job)["clamp"]
+
+
 def expert_epilogue_bytes(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     """HBM bytes per routed token copy and element, per forward pass (the step runs each layer term
     three times: forward and a backward of twice its work), of the expert work the stack runs
@@ -342,7 +362,7 @@ def layer_forward_parts(
         gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k, gemm.concurrent)
         for gemm in layer_gemms(model, job, mesh, moe)
     }
-    act = 6.0 if model.is_gated_mlp else 4.0  # bytes per element of width: gate, up and product (2 in, 1 out)
+    act = GLU_BYTES_PER_ELEMENT if model.is_gated_mlp else 4.0
     zero = np.zeros(len(mesh))
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
     bytes_per_token = {
@@ -360,7 +380,7 @@ def layer_forward_parts(
         load = moe_load_factor(job, mesh)
         copies = top_k * load  # routed copies of a token
         epilogue = expert_epilogue_bytes(model, job)
-        routed_act = act + epilogue["clamp"]
+        routed_act = routed_activation_bytes(model, job)
         bytes_per_token["routed_activation"] = routed_act * copies * model.expert_intermediate_size / mesh.expert_tp / t
         bytes_per_token["shared_activation"] = zero + act * model.shared_expert_width / t
         bytes_per_token["permute"] = 4.0 * copies * 2.0 * token_reorders(model, mesh) * h / t  # read + write

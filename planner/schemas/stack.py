@@ -106,6 +106,12 @@ class Stack(Frozen):
         "(``ModelSpec.mlp_bias``) costs outside the grouped GEMM, forward and backward together; 0: fused in "
         "the GEMM; None: not counted, 0",
     )
+    routed_glu_bytes_per_element: PositiveFloat | None = Field(
+        None,
+        description="HBM bytes per routed token copy and expert-intermediate element of the gated MLP's "
+        "activation scaled by the router's probabilities, forward and backward together (the stack's measured "
+        "kernel); None: the count of ``compute.GLU_BYTES_PER_ELEMENT`` per pass",
+    )
     glu_clamp_bytes_per_element: NonNegativeFloat | None = Field(
         None,
         description="HBM bytes per routed token copy and expert-intermediate element that clamping the gated "
