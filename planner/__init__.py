@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
+from planner.schemas.parallel import PipelineSplit
 from planner.schemas.ranking import Ranking
 
 if TYPE_CHECKING:
@@ -32,6 +33,15 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     job = {k: v for k, v in kwargs.items() if k in _JOB_KEYS}
     mesh = {k: v for k, v in kwargs.items() if k not in _JOB_KEYS}
     return job, mesh
+
+
+def _pipeline_split(mesh: dict[str, Any]) -> tuple[dict[str, Any], PipelineSplit]:
+    """The mesh fields less Megatron-LM's split options, and those options (``PipelineSplit``)."""
+    from planner.catalog import validate_as
+
+    split = {k: v for k, v in mesh.items() if k in PipelineSplit.model_fields}
+    rest = {k: v for k, v in mesh.items() if k not in PipelineSplit.model_fields}
+    return rest, validate_as(PipelineSplit, split, "pipeline split")
 
 
 def _job(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> JobSpec:
@@ -81,6 +91,12 @@ def plan(
         raise PlannerError(f"top: expected a whole number >= 1, got {top!r}")
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(pins)
+    mesh, split = _pipeline_split(mesh)
+    if split.given:
+        raise PlannerError(
+            "decoder_first/last_pipeline_num_layers and account_for_embedding/loss_in_pipeline_split price one "
+            "mesh: give them to planner.estimate with tp, pp and dp (the search splits layers as evenly as they go)"
+        )
     return search(
         spec,
         clus,
@@ -94,16 +110,19 @@ def plan(
 
 
 def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | None = None, **fields: Any) -> Estimate:
-    """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...) and job fields. As
+    """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...), Megatron-LM's split
+    options (``PipelineSplit``: decoder_first_pipeline_num_layers, ...) and job fields. As
     `plan estimate` reads them: dp takes the GPUs tp*pp*cp leave, v > 1 implies interleaved 1F1B,
     sequence parallelism is on with tp > 1, an unset zero_stage is the stack's (``search.pinned_mesh``)."""
     from planner.pricing import estimate_mesh
-    from planner.search import pinned_mesh
+    from planner.search import pinned_mesh, pins_from_config_fields, split_pins
 
     spec, clus = load_model(model), load_cluster(cluster)
     job_fields, mesh = _split(fields)
     work = _job(spec, job, job_fields)
-    return estimate_mesh(spec, clus, work, pinned_mesh(mesh, clus.num_gpus, work))
+    mesh, split = _pipeline_split(mesh)
+    pins = split_pins(pins_from_config_fields(**mesh), split, spec, work)
+    return estimate_mesh(spec, clus, work, pinned_mesh(pins, clus.num_gpus, work))
 
 
 def plan_capacity(

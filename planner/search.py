@@ -46,7 +46,7 @@ from planner.schemas.base import GIB_BYTES, misread_value
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
-from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
+from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig, PipelineSplit
 from planner.schemas.ranking import MarginPick, ParetoPoint, RankedEstimate, Ranking
 
 MICRO_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -602,6 +602,33 @@ def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelCo
     if "zero_stage" not in pins:
         pins["zero_stage"] = job.software.unasked_zero_stage(pins.get("pp", 1))
     return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins, num_gpus), "mesh")
+
+
+def split_pins(pins: dict[str, Any], split: PipelineSplit, model: ModelSpec, job: JobSpec) -> dict[str, Any]:
+    """``pins`` with Megatron-LM's split options (``PipelineSplit``) turned into the
+    ``pipeline_layout`` they build for ``model`` on the pinned pp and virtual stages
+    (``cost.layout.split_layout``), so the estimate prices and the export writes that split."""
+    if not split.given:
+        return pins
+    if "pipeline_layout" in pins:
+        raise PlannerError(
+            "--pipeline-layout cannot be given with --decoder-first/last-pipeline-num-layers or "
+            "--account-for-embedding/loss-in-pipeline-split (Megatron-LM refuses a layout beside them)"
+        )
+    from planner.cost.flops import mtp_layers
+    from planner.cost.layout import split_layout
+
+    layout = split_layout(
+        model.num_hidden_layers,
+        pins.get("pp", 1),
+        pins.get("virtual_stages", 1),
+        mtp_layers(model, job),
+        split.decoder_first_pipeline_num_layers,
+        split.decoder_last_pipeline_num_layers,
+        split.account_for_embedding_in_pipeline_split,
+        split.account_for_loss_in_pipeline_split,
+    )
+    return {**pins, "pipeline_layout": layout}
 
 
 def pins_from_config_fields(**fields: Any) -> dict[str, Any]:

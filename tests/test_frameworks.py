@@ -25,6 +25,7 @@ pytest.importorskip("tyro", reason="torchtitan's dependencies (the frameworks ex
 pytest.importorskip("deepspeed", reason="the frameworks extra")
 
 from planner.catalog import load_model
+from planner.cost.layout import parse_layout
 from planner.cost.pipeline import chunk_layer_counts
 from planner.errors import PlannerError
 from planner.export import megatron_args, render
@@ -706,3 +707,55 @@ def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> Non
         assert read["bf16"] == (job.dtype != "fp16"), where
         granularity = None if config.recompute == "none" else config.recompute
         assert read["recompute"][0] == granularity and read["recompute"][2] == config.recompute_layers, where
+
+
+SPLITS = [
+    (94, 16, 3, None, None, True, True),  # Qwen3-235B on 48 chunks
+    (61, 16, 1, 4, 1, False, False),  # DeepSeek-V3, uneven first and last
+    (36, 4, 2, 8, 8, False, False),
+    (61, 8, 1, 5, None, False, False),
+    (126, 16, 1, None, None, True, True),  # Llama-3.1-405B
+    (80, 4, 2, None, None, False, True),
+    (61, 16, 1, 5, None, False, False),  # refused: 56 over 15 middle ranks
+    (80, 4, 2, None, None, True, False),  # refused: 81 over 8 chunks
+    (61, 16, 2, 3, None, False, False),  # refused: 3 over 2 virtual stages
+    (61, 16, 1, 3, None, True, False),  # refused: both kinds at once
+    (10, 2, 1, 4, 4, False, False),  # refused: 2 layers, no middle rank
+]
+"""(layers, pp, vp, first, last, embedding, loss) of Megatron-LM's split options."""
+
+
+@pytest.mark.parametrize("split", SPLITS)
+def test_megatron_split_options_build_the_layout_megatron_builds(split: tuple[Any, ...]) -> None:
+    # Megatron-Core's own TransformerConfig checks and transformer_block.get_num_layers_to_build,
+    # chunk by chunk, against the layout the planner reads the same options as
+    from types import SimpleNamespace
+
+    import torch
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from planner.cost.layout import split_layout
+
+    layers, pp, vp, first, last, embedding, loss = split
+    options = dict(
+        num_layers=layers,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vp if vp > 1 else None,
+        num_layers_in_first_pipeline_stage=first,
+        num_layers_in_last_pipeline_stage=last,
+        account_for_embedding_in_pipeline_split=embedding,
+        account_for_loss_in_pipeline_split=loss,
+    )
+    try:
+        TransformerConfig(hidden_size=64, num_attention_heads=4, pipeline_dtype=torch.bfloat16, **options)
+    except (ValueError, AssertionError):
+        with pytest.raises(PlannerError):
+            split_layout(layers, pp, vp, 0, first, last, embedding, loss)
+        return
+    config = SimpleNamespace(pipeline_model_parallel_layout=None, **options)
+    built = [
+        get_num_layers_to_build(config, vp_stage=c // pp if vp > 1 else None, pp_rank=c % pp) for c in range(pp * vp)
+    ]
+    stages = parse_layout(split_layout(layers, pp, vp, 0, first, last, embedding, loss))
+    assert [stage.count("t") for stage in stages] == built

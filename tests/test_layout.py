@@ -3,6 +3,8 @@ reads back to the same stages."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from planner.catalog import load_model
@@ -153,3 +155,72 @@ def test_pipeline_layout_flag(cli) -> None:  # type: ignore[no-untyped-def]
         "export", "--format", "deepspeed", *args, "--tp", "1", "--dp", "16", "--pipeline-layout", one_per_rank
     )
     assert refused.code == 2 and "--pipeline-layout" in refused.err, refused.err
+
+
+def test_megatron_split_options_build_the_layout_megatron_builds() -> None:
+    from planner.cost.layout import split_layout
+
+    # Qwen3-235B's 94 layers on 16 ranks x 3 chunks: the embedding and the loss count as one layer
+    # each, so 96 split two per chunk and the first and last chunks hold one decoder layer
+    assert split_layout(94, 16, 3, embedding=True, loss=True) == "Et|(t*2|)*46tL"
+    # DeepSeek-V3's 61 layers + 1 MTP on 16 ranks, 4 on the first and 1 on the last: 56 over 14
+    text = split_layout(61, 16, 1, mtp_layers=1, first=4, last=1)
+    assert text == "Et*4|(t*4|)*14tmL" and rank_layer_counts(parse_layout(text), 16) == [4] * 15 + [1]
+    # with virtual stages a rank's count is spread evenly over its chunks (chunk c on rank c mod pp)
+    assert [s.count("t") for s in parse_layout(split_layout(36, 4, 2, first=8, last=8))] == [4, 5, 5, 4] * 2
+    # only the first given: the other ranks split the rest
+    assert rank_layer_counts(parse_layout(split_layout(61, 8, 1, first=5)), 8) == [5] + [8] * 7
+    for kwargs, said in [
+        (dict(first=5), "the 56 decoder layers left must split evenly over 15 middle rank"),
+        (
+            dict(first=3, pp=16, vp=2),
+            "--decoder-first-pipeline-num-layers 3: must be divisible by the virtual stages 2",
+        ),
+        (dict(first=3, embedding=True), "cannot be given with --account-for-embedding/loss-in-pipeline-split"),
+        (dict(embedding=True, pp=4, vp=2), "62 must be divisible by pp x virtual stages = 8"),
+        (dict(first=60, last=1, pp=2), None),
+        (dict(first=60, pp=1), "needs --pp >= 2"),
+        (dict(first=30, last=30, pp=2), "1 of the model's 61 decoder layers are left for 0 middle pipeline ranks"),
+    ]:
+        args = dict(num_layers=61, pp=kwargs.pop("pp", 16), vp=kwargs.pop("vp", 1))
+        if said is None:
+            assert split_layout(**args, **kwargs) == "Et*60|tL"
+            continue
+        with pytest.raises(PlannerError, match=re.escape(said)):
+            split_layout(**args, **kwargs)
+
+
+def test_megatron_split_flags_price_and_export_that_layout(cli) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    import planner
+
+    args = ["-m", "qwen3-235b-a22b", "-c", "dgx-b200x32", "--tp", "1", "--pp", "16", "--dp", "16", "--ep", "8"]
+    split = ["-v", "3", "--account-for-embedding-in-pipeline-split", "--account-for-loss-in-pipeline-split"]
+    r = cli("estimate", *args, *split, "--json")
+    assert r.code == 0, r.err
+    data = json.loads(r.out)
+    assert data["config"]["parallel"]["pipeline_layout"] == "Et|(t*2|)*46tL"
+    assert data["layers_per_stage"] == [5] + [6] * 14 + [5]
+    # the same as the layout written out, and as the library prices it
+    written = json.loads(cli("estimate", *args, "--pipeline-layout", "Et|(t*2|)*46tL", "--json").out)
+    assert written["step_time_s"] == data["step_time_s"]
+    lib = planner.estimate(
+        "qwen3-235b-a22b", "dgx-b200x32", tp=1, pp=16, dp=16, ep=8, virtual_stages=3,
+        account_for_embedding_in_pipeline_split=True, account_for_loss_in_pipeline_split=True,
+    )  # fmt: skip
+    assert lib.step_time_s == data["step_time_s"]
+    # Megatron's export writes the layout the flags build
+    out = cli("export", "--format", "megatron", *args, *split, "--ignore-memory").out
+    assert "--pipeline-model-parallel-layout 'Et|(t*2|)*46tL'" in out
+    # what Megatron refuses, the planner refuses in one line
+    bad = cli("estimate", *args, "--decoder-first-pipeline-num-layers", "4", "--pipeline-layout", "Et|(t*2|)*46tL")
+    assert (
+        bad.code == 2
+        and bad.err.startswith("error: --pipeline-layout cannot be given with")
+        and "\n" not in bad.err.strip()
+    )
+    uneven = cli("estimate", *args, "--decoder-first-pipeline-num-layers", "5")
+    assert uneven.code == 2 and "must split evenly over 15 middle rank(s)" in uneven.err
+    with pytest.raises(PlannerError, match=r"price one mesh: give them to planner\.estimate"):
+        planner.plan("qwen3-235b-a22b", "dgx-b200x32", pp=16, account_for_loss_in_pipeline_split=True)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.atomic import write_text_atomic
 from planner.cli.app import app, write_stdout
-from planner.cli.inputs import mesh_pins, model_cluster_job
+from planner.cli.inputs import model_cluster_job, one_mesh_pins
 from planner.cli.options import (
     FormatOpt,
     IgnoreMemoryOpt,
@@ -19,6 +19,7 @@ from planner.cli.options import (
     Mesh,
     ObjectiveOpt,
     OutOpt,
+    Split,
     Target,
     command,
 )
@@ -52,6 +53,7 @@ def export_cmd(
     job: Job,
     objective: ObjectiveOpt = "time",
     mesh: Mesh,
+    split: Split,
     out: OutOpt = None,
     ignore_memory: IgnoreMemoryOpt = False,
     launcher: LauncherOpt = None,
@@ -75,7 +77,7 @@ def export_cmd(
     spec, clus, work = model_cluster_job(target, job)
     if launcher is not None:  # torchrun starts as many processes on every host: refuse before the search
         node_split(clus.num_gpus, clus.gpus_per_host)
-    pins = mesh_pins(mesh)
+    pins = one_mesh_pins(mesh, split, spec, work)
     if all(axis in pins for axis in ("tp", "pp", "dp")):
         est, exported = _given_mesh(fmt, spec, clus, work, pins)
     else:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
-    from planner.cli.options import Job, Mesh, Target
+    from planner.cli.options import Job, Mesh, Split, Target
     from planner.schemas.hardware import ClusterSpec
     from planner.schemas.job import JobSpec
     from planner.schemas.model import ModelSpec
@@ -123,3 +123,13 @@ def mesh_pins(mesh: Mesh) -> dict[str, Any]:
     from planner.search import pins_from_config_fields
 
     return pins_from_config_fields(**mesh.values())
+
+
+def one_mesh_pins(mesh: Mesh, split: Split, model: ModelSpec, job: JobSpec) -> dict[str, Any]:
+    """``mesh_pins`` with Megatron-LM's split options (--decoder-first-pipeline-num-layers, ...)
+    read as the pipeline layout they build for ``model`` (``search.split_pins``)."""
+    from planner.catalog import validate_as
+    from planner.schemas.parallel import PipelineSplit
+    from planner.search import split_pins
+
+    return split_pins(mesh_pins(mesh), validate_as(PipelineSplit, split.values(), "pipeline split"), model, job)

@@ -30,7 +30,7 @@ from pydantic_core import PydanticUndefined
 
 from planner import __version__
 from planner.schemas.job import JobSpec
-from planner.schemas.parallel import ParallelConfig
+from planner.schemas.parallel import ParallelConfig, PipelineSplit
 from planner.validate.settings import ReplaySettings, ValidationSettings
 
 
@@ -345,6 +345,14 @@ field's default, dp the GPUs left over)."""
 
 class Mesh(Group, options=MESH):
     """--tp ... --pipeline-layout: the mesh knobs the user pins (None: not pinned)."""
+
+
+SPLIT = [field_option(PipelineSplit, name) for name in PipelineSplit.model_fields]
+"""Megatron-LM's split options, read as the pipeline layout they build (``search.split_pins``)."""
+
+
+class Split(Group, options=SPLIT):
+    """--decoder-first-pipeline-num-layers ... --account-for-loss-in-pipeline-split."""
 
 
 # ---- REPLAY and CAPS: how `plan validate` and `plan validate sweep` run -----------------------

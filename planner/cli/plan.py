@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from planner.cli.app import app, console, emit_json
-from planner.cli.inputs import mesh_pins, model_cluster_job, require
+from planner.cli.inputs import mesh_pins, model_cluster_job, one_mesh_pins, require
 from planner.cli.options import (
     CompareBestOpt,
     DaysOpt,
@@ -16,6 +16,7 @@ from planner.cli.options import (
     Mesh,
     ObjectiveOpt,
     PlotOpt,
+    Split,
     Target,
     TopOpt,
     VersionOpt,
@@ -69,6 +70,7 @@ def plan_main(
 def estimate_cmd(
     target: Target,
     mesh: Mesh,
+    split: Split,
     job: Job,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,
@@ -83,7 +85,7 @@ def estimate_cmd(
     from planner.search import pinned_mesh
 
     spec, clus, work = model_cluster_job(target, job)
-    config = pinned_mesh(mesh_pins(mesh), clus.num_gpus, work)
+    config = pinned_mesh(one_mesh_pins(mesh, split, spec, work), clus.num_gpus, work)
     est = estimate_mesh(spec, clus, work, config)
     versus = None
     if compare_best:

@@ -127,3 +127,78 @@ def rank_layer_counts(stages: list[list[str]], pp: int, kind: str = "t") -> list
 def layout_rank_layers(text: str, pp: int) -> list[int]:
     """Decoder layers on each pipeline rank of a layout string (``parse_layout``, ``rank_layer_counts``)."""
     return rank_layer_counts(parse_layout(text), pp)
+
+
+def split_layout(
+    num_layers: int,
+    pp: int,
+    vp: int,
+    mtp_layers: int = 0,
+    first: int | None = None,
+    last: int | None = None,
+    embedding: bool = False,
+    loss: bool = False,
+) -> str:
+    """The layout Megatron-LM builds for ``num_layers`` decoder layers on ``pp`` ranks of ``vp``
+    chunks each from its split options: ``first``/``last`` decoder layers on the first/last rank
+    (--decoder-first/last-pipeline-num-layers, the other ranks splitting the rest evenly), or the
+    embedding and the loss counted as one layer each of an even split (--account-for-embedding/
+    loss-in-pipeline-split). Megatron-Core 0.16 TransformerConfig.__post_init__ ('Uneven PP' and
+    account-for checks) and transformer_block.get_num_layers_to_build: a rank's layers are split
+    evenly over its vp chunks, chunk c runs on rank c mod pp, and MTP layers go to the last chunk
+    before the loss. Raises PlannerError with the rule Megatron applies, naming the flag."""
+    flag = {"first": "--decoder-first-pipeline-num-layers", "last": "--decoder-last-pipeline-num-layers"}
+    if pp < 2:
+        raise PlannerError(
+            "a pipeline split (--decoder-first/last-pipeline-num-layers, --account-for-*) needs --pp >= 2"
+        )
+    if (first is not None or last is not None) and (embedding or loss):
+        raise PlannerError(
+            "--decoder-first/last-pipeline-num-layers cannot be given with "
+            "--account-for-embedding/loss-in-pipeline-split (Megatron-LM refuses both at once)"
+        )
+    chunks = pp * vp
+    if first is not None or last is not None:
+        middle_layers, middle_ranks = num_layers, pp
+        for name, count in (("first", first), ("last", last)):
+            if count is None:
+                continue
+            if count % vp:
+                raise PlannerError(f"{flag[name]} {count}: must be divisible by the virtual stages {vp}")
+            middle_layers -= count
+            middle_ranks -= 1
+        if middle_layers < 0 or bool(middle_layers) != bool(middle_ranks):
+            raise PlannerError(
+                f"{flag['first']} / {flag['last']}: {middle_layers} of the model's {num_layers} decoder layers are "
+                f"left for {middle_ranks} middle pipeline ranks (each needs some, and all must be placed)"
+            )
+        per_middle = middle_layers // middle_ranks if middle_ranks else 0
+        if middle_ranks and (middle_layers % middle_ranks or per_middle % vp):
+            raise PlannerError(
+                f"{flag['first']} / {flag['last']}: the {middle_layers} decoder layers left must split evenly over "
+                f"{middle_ranks} middle rank(s) of {vp} virtual stage(s) each"
+            )
+        per_rank = [per_middle] * pp
+        if first is not None:
+            per_rank[0] = first
+        if last is not None:
+            per_rank[-1] = last
+        counts = [per_rank[c % pp] // vp for c in range(chunks)]
+    else:
+        total = num_layers + int(embedding) + int(loss)
+        if total % chunks:
+            raise PlannerError(
+                f"--account-for-embedding/loss-in-pipeline-split: {num_layers} decoder layers + {int(embedding)} "
+                f"embedding + {int(loss)} loss = {total} must be divisible by pp x virtual stages = {chunks}"
+            )
+        counts = [total // chunks] * chunks
+        counts[0] -= int(embedding)
+        counts[-1] -= int(loss)
+        if min(counts) < 0:
+            raise PlannerError(
+                f"--account-for-*-in-pipeline-split: {num_layers} decoder layers leave a chunk none to drop"
+            )
+    stages = [["t"] * n for n in counts]
+    stages[0].insert(0, "E")
+    stages[-1] += ["m"] * mtp_layers + ["L"]
+    return format_layout(stages)

@@ -215,3 +215,44 @@ class ParallelConfig(Frozen):
             parts.append("sp")
         parts.append(self.schedule)
         return " ".join(parts)
+
+
+class PipelineSplit(Frozen):
+    """Megatron-LM's other ways to split layers over pipeline ranks, besides a written layout
+    (megatron/training/arguments.py; TransformerConfig num_layers_in_first/last_pipeline_stage,
+    account_for_embedding/loss_in_pipeline_split). The plan turns them into the layout they build
+    (``cost.layout.split_layout``): they need the model's layer count, which a mesh does not carry."""
+
+    decoder_first_pipeline_num_layers: PositiveInt | None = Field(
+        None,
+        description="Decoder layers on the first pipeline rank, over all its virtual stages (Megatron-LM "
+        "--decoder-first-pipeline-num-layers); the ranks without a count split the rest evenly. Read as the "
+        "--pipeline-layout it builds",
+    )
+    decoder_last_pipeline_num_layers: PositiveInt | None = Field(
+        None,
+        description="Decoder layers on the last pipeline rank, over all its virtual stages (Megatron-LM "
+        "--decoder-last-pipeline-num-layers). Read as the --pipeline-layout it builds",
+    )
+    account_for_embedding_in_pipeline_split: bool = Field(
+        False,
+        description="Count the embedding as one layer of the even split, so the first model chunk holds one "
+        "decoder layer fewer (Megatron-LM --account-for-embedding-in-pipeline-split). Read as the "
+        "--pipeline-layout it builds",
+    )
+    account_for_loss_in_pipeline_split: bool = Field(
+        False,
+        description="Count the LM head and loss as one layer of the even split, so the last model chunk holds "
+        "one decoder layer fewer (Megatron-LM --account-for-loss-in-pipeline-split). Read as the "
+        "--pipeline-layout it builds",
+    )
+
+    @property
+    def given(self) -> bool:
+        """Whether any of the four asks for a split."""
+        return (
+            self.decoder_first_pipeline_num_layers is not None
+            or self.decoder_last_pipeline_num_layers is not None
+            or self.account_for_embedding_in_pipeline_split
+            or self.account_for_loss_in_pipeline_split
+        )
