@@ -210,6 +210,17 @@ def run_case(
             }
         except Exception as exc:
             parts["grouped_mm_error"] = {"error": repr(exc)[:300]}  # type: ignore[dict-item]
+        # the experts' GEMMs alone, one cuBLAS call each: one after another, and round-robin on
+        # STREAMS streams as Transformer Engine's grouped linear issues them (Stack.grouped_gemm_streams)
+        in1, in2 = torch.split(xin, counts), torch.split(a_in, counts)
+        w1d, w2d = [w.detach() for w in w1], [w.detach() for w in w2]
+        try:
+            parts["fc1_seq"] = {"fwd_s": timed(lambda: one_by_one(in1, w1d), sync, warmup, iters)}
+            parts["fc2_seq"] = {"fwd_s": timed(lambda: one_by_one(in2, w2d), sync, warmup, iters)}
+            parts["fc1_streams"] = {"fwd_s": timed(lambda: on_streams(in1, w1d), sync, warmup, iters)}
+            parts["fc2_streams"] = {"fwd_s": timed(lambda: on_streams(in2, w2d), sync, warmup, iters)}
+        except Exception as exc:
+            parts["streams_error"] = {"error": repr(exc)[:300]}  # type: ignore[dict-item]
     flops_fwd = 2 * r * h * 3 * f
     return {
         **asdict(case),
@@ -220,6 +231,31 @@ def run_case(
         "parts": parts,
         "chain_tflops_fwd_bwd": 3 * flops_fwd / parts["chain"]["fwd_bwd_s"] / 1e12,
     }
+
+
+STREAMS = 4
+"""Transformer Engine's grouped linear spreads its per-expert GEMMs over four compute streams
+(``Stack.grouped_gemm_streams`` cites it)."""
+
+
+def one_by_one(inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``inputs[i] @ weights[i]`` for every expert, one after another on the current stream."""
+    return [part @ weight for part, weight in zip(inputs, weights, strict=True)]
+
+
+def on_streams(inputs: tuple[torch.Tensor, ...], weights: list[torch.Tensor]) -> list[torch.Tensor]:
+    """``inputs[i] @ weights[i]`` for every expert, round-robin over STREAMS CUDA streams."""
+    current = torch.cuda.current_stream()
+    streams = [torch.cuda.Stream() for _ in range(STREAMS)]
+    for stream in streams:
+        stream.wait_stream(current)
+    outs = []
+    for i, (part, weight) in enumerate(zip(inputs, weights, strict=True)):
+        with torch.cuda.stream(streams[i % STREAMS]):
+            outs.append(part @ weight)
+    for stream in streams:
+        current.wait_stream(stream)
+    return outs
 
 
 def copy_bandwidth(dev: torch.device, warmup: int, iters: int) -> float:
@@ -237,6 +273,7 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--scale", type=int, default=1, help="divide tokens and widths by this (CPU dry run)")
+    ap.add_argument("--probs", choices=("both", "bf16"), default="both", help="router probability dtypes to run")
     args = ap.parse_args()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -248,7 +285,8 @@ def main() -> None:
         "copy_bytes_per_s": copy_bandwidth(dev, args.warmup, args.iters),
         "cases": [],
     }
-    for case, probs_dtype in [(c, p) for p in (torch.bfloat16, torch.float32) for c in CASES]:
+    dtypes = (torch.bfloat16,) if args.probs == "bf16" else (torch.bfloat16, torch.float32)
+    for case, probs_dtype in [(c, p) for p in dtypes for c in CASES]:
         if args.scale > 1:
             s = args.scale
             case = Case(
