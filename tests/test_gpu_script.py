@@ -63,3 +63,47 @@ def test_gpu_script_dry_run_on_cpu(tmp_path: Path) -> None:
     assert sources["gemm_efficiency"].startswith(where + context["created_at"])
     assert sources["gemm_efficiency"].endswith("fitted from fp32 GEMMs")
     assert "gpt2-124m on localhost-cpu-measured" in (tmp_path / "plan-after.txt").read_text()
+
+
+def test_layer_profile_dry_run_on_cpu(tmp_path: Path) -> None:
+    # benchmarks/gpu_layer_profile.py (the replay's op-by-op time, for the MoE replay's gap) on a
+    # small model: one dense layer shard, its predicted and measured time, and the ops that took it
+    out = tmp_path / "profile.json"
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_layer_profile.py", "--small", "--rows", "5", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (case,) = json.loads(out.read_text())
+    (layer,) = case["layers"]
+    assert case["model"] == "gpt2-124m" and layer["term"] == "layer.dense"
+    assert layer["predicted_s"] > 0 and layer["measured_s"] > 0 and 1 <= len(layer["top"]) <= 5
+    assert all(row["us"] > 0 and row["calls"] >= 1 for row in layer["top"])
+
+
+def test_moe_parts_dry_run_on_cpu(tmp_path: Path) -> None:
+    # benchmarks/gpu_moe_parts.py (the expert epilogue measured on the H200 of 2026-12-04) at a
+    # sixteenth of the widths: every case and part runs, through Megatron-Core's own activation
+    # code where the frameworks extra is installed
+    out = tmp_path / "parts.json"
+    args = ["--scale", "16", "--probs", "bf16", "--warmup", "1", "--iters", "1", "--out", str(out)]
+    done = subprocess.run(
+        [sys.executable, "benchmarks/gpu_moe_parts.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert [c["name"].split()[0] for c in data["cases"]] == [
+        "gpt-oss-120b",
+        "gpt-oss-120b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+    ]
+    for case in data["cases"]:
+        assert "error" not in case, case
+        expected = {"fc1", "act", "fc2", "chain"} | ({"bias", "act_noclamp", "act_swiglu"} if case["bias"] else set())
+        assert set(case["parts"]) == expected
+        assert all(p["fwd_s"] > 0 and p["fwd_bwd_s"] >= p["fwd_s"] * 0.5 for p in case["parts"].values())
+    assert data["copy_bytes_per_s"] > 0
