@@ -319,6 +319,12 @@ and up (2 + 2 bytes in bf16), writes their product (2). A count; the non-gated a
 writes one (4). Backward is priced as two passes, as for every layer term."""
 
 
+def activation_bytes(model: ModelSpec) -> float:
+    """HBM bytes per element of the MLP width of one activation pass, by the count:
+    ``GLU_BYTES_PER_ELEMENT`` for a gated MLP, else a read and a write (4)."""
+    return GLU_BYTES_PER_ELEMENT if model.is_gated_mlp else 4.0
+
+
 def routed_activation_bytes(model: ModelSpec, job: JobSpec) -> float:
     """HBM bytes per routed token copy and element of the expert width, per forward pass, of the
     experts' activation: the stack's measured gated activation where it has one
@@ -326,10 +332,7 @@ def routed_activation_bytes(model: ModelSpec, job: JobSpec) -> float:
     the count (``GLU_BYTES_PER_ELEMENT``), plus the clamp the stack runs outside it
     (``expert_epilogue_bytes``)."""
     measured = job.software.routed_glu_bytes_per_element
-    if not model.is_gated_mlp:
-        act = 4.0
-    else:
-        act = measured / 3.0 if measured is not None else GLU_BYTES_PER_ELEMENT
+    act = measured / 3.0 if measured is not None and model.is_gated_mlp else activation_bytes(model)
     return act + expert_epilogue_bytes(model, job)["clamp"]
 
 
@@ -362,7 +365,7 @@ def layer_forward_parts(
         gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k, gemm.concurrent)
         for gemm in layer_gemms(model, job, mesh, moe)
     }
-    act = GLU_BYTES_PER_ELEMENT if model.is_gated_mlp else 4.0
+    act = activation_bytes(model)
     zero = np.zeros(len(mesh))
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
     bytes_per_token = {

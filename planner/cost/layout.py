@@ -191,13 +191,9 @@ def split_layout(
                 f"--account-for-embedding/loss-in-pipeline-split: {num_layers} decoder layers + {int(embedding)} "
                 f"embedding + {int(loss)} loss = {total} must be divisible by pp x virtual stages = {chunks}"
             )
-        counts = [total // chunks] * chunks
+        counts = [total // chunks] * chunks  # at least 1 each: total is a positive multiple of chunks >= 2
         counts[0] -= int(embedding)
         counts[-1] -= int(loss)
-        if min(counts) < 0:
-            raise PlannerError(
-                f"--account-for-*-in-pipeline-split: {num_layers} decoder layers leave a chunk none to drop"
-            )
     stages = [["t"] * n for n in counts]
     stages[0].insert(0, "E")
     stages[-1] += ["m"] * mtp_layers + ["L"]
