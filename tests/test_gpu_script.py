@@ -105,5 +105,7 @@ def test_moe_parts_dry_run_on_cpu(tmp_path: Path) -> None:
         assert "error" not in case, case
         expected = {"fc1", "act", "fc2", "chain"} | ({"bias", "act_noclamp", "act_swiglu"} if case["bias"] else set())
         assert set(case["parts"]) == expected
-        assert all(p["fwd_s"] > 0 and p["fwd_bwd_s"] >= p["fwd_s"] * 0.5 for p in case["parts"].values())
+        # forward and forward + backward each timed (their ratio is not asserted: at one call under a busy
+        # CPU either can stall)
+        assert all(p["fwd_s"] > 0 and p["fwd_bwd_s"] > 0 for p in case["parts"].values())
     assert data["copy_bytes_per_s"] > 0
