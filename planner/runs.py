@@ -519,14 +519,22 @@ def recompute_layers_from_recipe(hint: Any) -> int | None:
 
 def recompute_from_recipe(hint: Any) -> str | None:
     """Recompute as a row's ``recipe_hint`` (the framework's recipe for the run) states it: its
-    ``recompute_granularity``; None otherwise. Activation offload hints are not read: the
-    planner does not price offload, and those hints say the recipe's batch differs from the
-    table's."""
+    ``recompute_granularity``; None otherwise."""
     text = _text(hint)
     for mode in ("selective", "full"):
         if f"recompute_granularity={mode}" in text:
             return mode
     return None
+
+
+def offload_layers_from_recipe(hint: Any) -> int | None:
+    """``cpu_offloading_num_layers=N`` of a row's recipe hint (Megatron-Core's activation offload
+    of the first N layers, ``ParallelConfig.offload_layers``); None where the hint states none.
+    Megatron-Bridge's Llama-3 70B and 405B FP8-CS recipes on GB200/GB300 offload 10-92 layers;
+    the layer count does not depend on the global batch the hints warn may differ from the
+    table's, only on the micro-batch, which they state alike."""
+    found = re.search(r"cpu_offloading_num_layers=(\d+)", _text(hint))
+    return int(found.group(1)) if found and int(found.group(1)) > 0 else None
 
 
 def recompute_modules_from(stated: Any, hint: Any) -> tuple[str, ...] | None:
@@ -689,6 +697,11 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         recompute = "selective"
     else:
         modules = None
+    offload = offload_layers_from_recipe(knobs.get("recipe_hint"))
+    if offload is not None and recompute in (None, "none"):
+        # Megatron-Core offloads only without recompute (ParallelConfig.offload_layers)
+        recompute = "none"
+        pins["offload_layers"] = offload
     if recompute is None:
         assumed.append("recompute: not stated, the search's choice")
     else:

@@ -125,3 +125,26 @@ def test_offloaded_activations_must_fit_host_memory() -> None:
     offloading = [c for c in ranking.candidates if c.config.parallel.offload_layers]
     assert all(c.host_offload_bytes_per_gpu <= cap for c in ranking.candidates)
     assert all(c.host_offload_bytes_per_gpu > 0 for c in offloading)
+
+
+def test_a_rows_recipe_hint_gives_its_offloaded_layers() -> None:
+    """Megatron-Bridge's FSDP recipes state cpu_offloading_num_layers in the rows' recipe hints:
+    the row is priced with those layers offloaded (and so without recompute), not with the
+    search's smallest offload; a hint that also recomputes keeps its recompute."""
+    import copy
+    from pathlib import Path
+
+    from planner.runs import case_from_row, load_runs, resolve_config
+
+    root = Path(__file__).resolve().parents[1]
+    rows = {r["name"]: r for r in load_runs(root / "tests" / "data" / "runs_sample.yaml")}
+    row = copy.deepcopy(rows["mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main"])
+    row["hardware"]["gpu"] = "GB200"  # a system whose profile states its host link
+    row["knobs"]["recipe_hint"] = "recipe: cpu_offloading_num_layers=6 (activation offload to host)"
+    case = case_from_row(row)
+    assert case.pins["offload_layers"] == 6 and case.pins["recompute"] == "none"
+    assert resolve_config(case).short() == "tp1 pp1 dp64 cp1 ep8 mbs4 v1 z1 offload:6 1f1b"
+    assert not any(a.startswith("recompute") for a in case.assumed)
+    row["knobs"]["recipe_hint"] += ", recompute_granularity=full"
+    case = case_from_row(row)
+    assert "offload_layers" not in case.pins and case.pins["recompute"] == "full"
