@@ -46,6 +46,19 @@ knob field) from successive NeMo / Megatron-Bridge releases (24.07-26.04); they 
 0.0-6.4%, median 1.3% (``remeasurement_spreads``; tests/test_fidelity.py recomputes it). A closer
 pair is within what a re-measurement moves, so the source does not order it."""
 
+TARGETS = {
+    "coverage": 0.90,
+    "overall_cv_mape_pct": 12.0,
+    "group_min_rows": 8,
+    "group_cv_mape_pct": 10.0,
+    "group_cv_signed_pct": 4.0,
+    "rank_tau": 0.7,
+}
+"""Issue 11's targets for a modern runs file: at least 90% of its rows priced; cross-validated MAPE
+at most 12% overall and 10% on each group of 8 or more rows, whose mean signed error stays within
++-4%; Kendall tau of the one-knob pairs at least 0.7. ``target_checks`` reads a report against
+them; the benchmark prints every check, met or not."""
+
 KNOBS = ("gpus", "seq_len", "micro_batch", "mesh", "recompute", "zero", "dtype", "compile", "tp_overlap")
 
 
@@ -229,6 +242,30 @@ def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
     }
 
 
+def target_checks(rep: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each of ``TARGETS`` against a report: what is checked, the measured figure, the bound and
+    whether it is met. A group of fewer than ``group_min_rows`` rows, or one no fit used (no
+    cross-validated error), has no group target."""
+    overall = rep["overall"]
+    checks = [
+        ("coverage", overall["coverage"], TARGETS["coverage"], overall["coverage"] >= TARGETS["coverage"]),
+        _upper("overall CV MAPE %", overall["cv_mape_pct"], TARGETS["overall_cv_mape_pct"]),
+    ]
+    for name, g in rep["groups"].items():
+        if g["rows"] < TARGETS["group_min_rows"] or g["cv_mape_pct"] is None:
+            continue
+        checks.append(_upper(f"{name} CV MAPE %", g["cv_mape_pct"], TARGETS["group_cv_mape_pct"]))
+        bound = TARGETS["group_cv_signed_pct"]
+        checks.append((f"{name} CV signed %", g["cv_signed_pct"], bound, abs(g["cv_signed_pct"]) <= bound))
+    tau = rep["rank_tau"]
+    checks.append(("Kendall tau", tau, TARGETS["rank_tau"], tau is not None and tau >= TARGETS["rank_tau"]))
+    return [{"target": t, "value": v, "bound": b, "met": bool(ok)} for t, v, b, ok in checks]
+
+
+def _upper(target: str, value: float | None, bound: float) -> tuple[str, float | None, float, bool]:
+    return (target, value, bound, value is not None and value <= bound)
+
+
 def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[str, Any]:
     """The benchmark's JSON object for a runs file (see the module docstring)."""
     runs = load_runs(path)
@@ -280,7 +317,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
     for r in rows:
         for key in [k for k in r if k.startswith("_")]:
             r.pop(key)
-    return {
+    out = {
         "runs_file": path,
         "runs": rows,
         "unpriced": unpriced,
@@ -292,6 +329,8 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         "moe_order": order,
         "memory": memory_summary(rows),
     }
+    out["targets"] = target_checks(out)
+    return out
 
 
 def explain(path: str, pattern: str) -> list[dict[str, Any]]:
@@ -377,6 +416,10 @@ def _pct(value: float | None) -> str:
     return "   -  " if value is None else f"{value:+6.1f}%"
 
 
+def _figure(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3g}"
+
+
 def _abs_pct(value: float | None) -> str:
     return "   -  " if value is None else f"{value:5.1f}%"
 
@@ -408,6 +451,11 @@ def print_report(rep: dict[str, Any]) -> None:
     )
     tau = "-" if rep["rank_tau"] is None else f"{rep['rank_tau']:.2f}"
     print(f"\ncoverage {rep['overall']['coverage']:.1%}; Kendall tau over {rep['rank_pairs']} one-knob pairs: {tau}")
+    missed = [f"{t['target']} {_figure(t['value'])} (bound {t['bound']:g})" for t in rep["targets"] if not t["met"]]
+    met = len(rep["targets"]) - len(missed)
+    print(
+        f"targets (issue 11): {met} of {len(rep['targets'])} met" + ("; missed: " + ", ".join(missed) if missed else "")
+    )
     memory = rep["memory"]
     if memory["rows"]:
         print(

@@ -685,6 +685,40 @@ def test_the_benchmark_json_has_the_issues_keys() -> None:
     )
 
 
+def test_the_benchmark_checks_each_target_of_issue_11() -> None:
+    modern = _modern()
+
+    def group(rows: int, cv_mape: float | None, cv_signed: float | None) -> dict[str, Any]:
+        return {"rows": rows, "cv_mape_pct": cv_mape, "cv_signed_pct": cv_signed}
+
+    rep = {
+        "overall": {"coverage": 0.953, "cv_mape_pct": 7.5},
+        "groups": {
+            "met": group(16, 9.9, -3.9),
+            "missed": group(17, 11.7, 4.06),
+            "small": group(7, 30.0, 25.0),  # fewer than 8 rows: no group target
+            "unfitted": group(9, None, None),  # no row in a fit: no cross-validated figure
+        },
+        "rank_tau": 0.69,
+    }
+    checks = {c["target"]: c for c in modern.target_checks(rep)}
+    assert list(checks) == [
+        "coverage",
+        "overall CV MAPE %",
+        "met CV MAPE %",
+        "met CV signed %",
+        "missed CV MAPE %",
+        "missed CV signed %",
+        "Kendall tau",
+    ]
+    assert [c["met"] for c in checks.values()] == [True, True, True, True, False, False, False]
+    assert checks["missed CV signed %"]["value"] == 4.06 and checks["missed CV signed %"]["bound"] == 4.0
+    # the report carries them, for the sample file as for any
+    sample = modern.report(str(SAMPLE))
+    assert sample["targets"] == modern.target_checks(sample)
+    assert sample["targets"][0] == {"target": "coverage", "value": 0.9, "bound": 0.9, "met": True}
+
+
 def test_rank_tau_counts_one_knob_pairs() -> None:
     modern = _modern()
     knobs = dict.fromkeys(modern.KNOBS, 0)
