@@ -534,7 +534,8 @@ def offload_layers_from_recipe(hint: Any) -> int | None:
     the layer count does not depend on the global batch the hints warn may differ from the
     table's, only on the micro-batch, which they state alike."""
     found = re.search(r"cpu_offloading_num_layers=(\d+)", _text(hint))
-    return int(found.group(1)) if found and int(found.group(1)) > 0 else None
+    layers = int(found.group(1)) if found else 0
+    return layers or None
 
 
 def recompute_modules_from(stated: Any, hint: Any) -> tuple[str, ...] | None:

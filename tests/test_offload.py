@@ -3,6 +3,9 @@ the memory it frees, the transfers it leaves exposed, the search's choice and th
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -14,6 +17,7 @@ from planner.errors import PlannerError
 from planner.export import megatron_args
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
+from planner.runs import case_from_row, load_runs, resolve_config
 from planner.schemas import JobSpec, ParallelConfig
 from planner.search import search
 from tests.conftest import assert_one_line_error
@@ -131,11 +135,6 @@ def test_a_rows_recipe_hint_gives_its_offloaded_layers() -> None:
     """Megatron-Bridge's FSDP recipes state cpu_offloading_num_layers in the rows' recipe hints:
     the row is priced with those layers offloaded (and so without recompute), not with the
     search's smallest offload; a hint that also recomputes keeps its recompute."""
-    import copy
-    from pathlib import Path
-
-    from planner.runs import case_from_row, load_runs, resolve_config
-
     root = Path(__file__).resolve().parents[1]
     rows = {r["name"]: r for r in load_runs(root / "tests" / "data" / "runs_sample.yaml")}
     row = copy.deepcopy(rows["mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main"])
