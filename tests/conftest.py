@@ -5,12 +5,23 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from planner.cli import main
+from planner.runs import load_runs
 from planner.schemas.estimate import Estimate
+
+SAMPLE_RUNS = Path(__file__).resolve().parent / "data" / "runs_sample.yaml"
+"""Rows of modern_runs.yaml's schema that the tests price: one or more per source, feature and
+refusal the translator knows."""
+
+
+def sample_rows() -> dict[str, dict[str, Any]]:
+    """The rows of ``SAMPLE_RUNS`` by name, parsed afresh on each call, so a test may edit its copy."""
+    return {row["name"]: row for row in load_runs(SAMPLE_RUNS)}
 
 
 @dataclass

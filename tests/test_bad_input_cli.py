@@ -14,10 +14,9 @@ from types import SimpleNamespace
 import pytest
 
 from planner.errors import PlannerError, UnpriceableError
-from tests.conftest import assert_one_line_error
+from tests.conftest import SAMPLE_RUNS, assert_one_line_error
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_RUNS = str(ROOT / "tests" / "data" / "runs_sample.yaml")
 
 
 def _profile(tmp_path: Path, old: str, new: str) -> str:
@@ -132,7 +131,7 @@ def test_a_link_latency_past_any_fabric_is_refused_when_the_profile_loads(cli, t
 # ---- 3. serve-calibrate with nothing to price ----------------------------------------------------------
 def test_serve_calibrate_with_no_priceable_row_is_refused(cli, tmp_path: Path) -> None:
     # exit 0 with "mape_pct": NaN (not JSON) and 'MAPE nan%'
-    r = cli("serve-calibrate", "--runs", SAMPLE_RUNS, "--json")
+    r = cli("serve-calibrate", "--runs", str(SAMPLE_RUNS), "--json")
     assert_one_line_error(
         r,
         f"{SAMPLE_RUNS}: no row can be priced (first: 'llmfoundry-h10080gb-amp_bf16-mpt13b-s2048-g8-mb2': model "
@@ -161,7 +160,7 @@ def test_serve_calibrate_json_has_no_nan() -> None:
 # ---- 4. calibrate options the chosen mode ignores, and --name ---------------------------------------------
 def test_calibrate_refuses_options_its_mode_ignores(cli, tmp_path: Path) -> None:
     out = tmp_path / "x.yaml"
-    from_runs = ("calibrate", "--from-runs", SAMPLE_RUNS)
+    from_runs = ("calibrate", "--from-runs", str(SAMPLE_RUNS))
     tail = "with --from; --from-runs fits the shipped profiles and stacks (--write records the fit in them)"
     assert_one_line_error(cli(*from_runs, "--cluster", "dgx-h100"), f"error: --cluster goes {tail}")
     r = cli(*from_runs, "--out", str(out), "--cluster", "dgx-h100", "--name", "mine")

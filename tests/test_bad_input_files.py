@@ -13,7 +13,7 @@ import pytest
 from planner.catalog import load_cluster, load_model, model_from_hf_config, read_yaml
 from planner.errors import PlannerError
 from planner.runs import cases_from_runs, load_runs
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, sample_rows
 
 TINY_MODEL = """\
 name: tiny
@@ -27,8 +27,7 @@ vocab_size: 1000
 max_position_embeddings: 512
 """
 
-ROOT = Path(__file__).resolve().parents[1]
-SAMPLE_ROWS = {r["name"]: r for r in load_runs(ROOT / "tests" / "data" / "runs_sample.yaml")}
+SAMPLE_ROWS = sample_rows()
 TITAN_TP = "torchtitan-2412-llama31-70b-h100x256-fsdp32-tp8"
 
 FALCON = {"model_type": "falcon", "hidden_size": 4544, "num_attention_heads": 71, "num_hidden_layers": 32,

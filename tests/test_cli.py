@@ -11,6 +11,7 @@ import pytest
 from planner import __version__
 from planner.schemas import Estimate
 from planner.schemas.ranking import Ranking
+from tests.conftest import SAMPLE_RUNS
 
 ESTIMATE_KEYS = {
     "step_time_s",
@@ -306,9 +307,7 @@ def test_stacks_listed_shown_and_chosen(cli) -> None:
 
 
 def test_calibrate_from_runs_dry_run(cli) -> None:
-    from pathlib import Path
-
-    sample = str(Path(__file__).parent / "data" / "runs_sample.yaml")
+    sample = str(SAMPLE_RUNS)
     r = cli("calibrate", "--from-runs", sample, "--group", "h100-fsdp-llmfoundry", "--json")
     assert r.code == 0, r.err
     data = r.json()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from planner.errors import PlannerError
-from tests.conftest import assert_one_line_error
+from tests.conftest import SAMPLE_RUNS, assert_one_line_error
 
 LLAMA_YAML = """\
 name: tiny
@@ -174,7 +174,7 @@ def test_calibrate_from_runs_refusals(cli, tmp_path: Path) -> None:
     bad = tmp_path / "runs.yaml"
     bad.write_text("runs: 3\n")
     assert_one_line_error(cli("calibrate", "--from-runs", str(bad)), "field 'runs'", "list")
-    sample = str(Path(__file__).parent / "data" / "runs_sample.yaml")
+    sample = str(SAMPLE_RUNS)
     assert_one_line_error(cli("calibrate", "--from-runs", sample, "--group", "nope"), "--group 'nope'")
     assert_one_line_error(cli("calibrate", "--from-runs", sample, "--from", sample), "not both")
 

@@ -24,10 +24,10 @@ from planner.pricing import estimate_mesh
 from planner.runs import UnpriceableError, case_from_row, load_runs, price_case
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.hardware import RunCalibration
+from tests.conftest import SAMPLE_RUNS, sample_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "tests" / "data" / "runs_sample.yaml"
-ROWS = {r["name"]: r for r in load_runs(SAMPLE)}
+ROWS = sample_rows()
 MPT7 = "llmfoundry-h10080gb-amp_bf16-mpt7b-s2048-g8-mb6"
 TITAN_TP = "torchtitan-2412-llama31-70b-h100x256-fsdp32-tp8"
 BRIDGE_MOE = "mbridge-25.11-dgx-gb200-deepseek-v3-womtp-bf16-main"
@@ -627,7 +627,7 @@ def _modern():  # type: ignore[no-untyped-def]
 
 def test_explain_gives_the_priced_mesh_and_the_step_the_published_figure_implies() -> None:
     modern = _modern()
-    rows = modern.explain(str(SAMPLE), "mpt7b")
+    rows = modern.explain(str(SAMPLE_RUNS), "mpt7b")
     assert [r["name"] for r in rows] == [MPT7]
     r = rows[0]
     published, predicted = r["published_tokens_per_s_per_gpu"], r["predicted_tokens_per_s_per_gpu"]
@@ -640,7 +640,7 @@ def test_explain_gives_the_priced_mesh_and_the_step_the_published_figure_implies
     assert sum(r["time_breakdown_s"].values()) == pytest.approx(r["step_time_s"], rel=1e-6)
     assert r["error_pct"] == pytest.approx(100 * (predicted / published - 1))
     assert r["mesh"].startswith("tp1 pp1 dp8")
-    refused = modern.explain(str(SAMPLE), "h800")
+    refused = modern.explain(str(SAMPLE_RUNS), "h800")
     assert refused == [
         {
             "name": "deepseek-v3-pretrain-h800x2048",
@@ -651,11 +651,11 @@ def test_explain_gives_the_priced_mesh_and_the_step_the_published_figure_implies
     ]
     assert "campaign average" in refused[0]["reason"]
     with pytest.raises(PlannerError, match=r"--explain 'no-such-row': no row of .* has a name containing it"):
-        modern.explain(str(SAMPLE), "no-such-row")
+        modern.explain(str(SAMPLE_RUNS), "no-such-row")
 
 
 def test_the_benchmark_json_has_the_issues_keys() -> None:
-    rep = _modern().report(str(SAMPLE))
+    rep = _modern().report(str(SAMPLE_RUNS))
     assert {"runs", "unpriced", "groups", "overall", "rank_tau", "moe_order"} <= set(rep)
     run = rep["runs"][0]
     assert {"name", "group", "published_tokens_per_s_per_gpu", "predicted_tokens_per_s_per_gpu", "error_pct"} <= set(
@@ -714,7 +714,7 @@ def test_the_benchmark_checks_each_target_of_issue_11() -> None:
     assert [c["met"] for c in checks.values()] == [True, True, True, True, False, False, False]
     assert checks["missed CV signed %"]["value"] == 4.06 and checks["missed CV signed %"]["bound"] == 4.0
     # the report carries them, for the sample file as for any
-    sample = modern.report(str(SAMPLE))
+    sample = modern.report(str(SAMPLE_RUNS))
     assert sample["targets"] == modern.target_checks(sample)
     assert sample["targets"][0] == {"target": "coverage", "value": 0.9, "bound": 0.9, "met": True}
 
@@ -1075,7 +1075,7 @@ def test_a_runs_row_with_a_malformed_section_or_figure_is_refused(tmp_path: Path
     bad.write_text("runs:\n- name: x\n  group: g\n  hardware: [H100]\n")
     with pytest.raises(PlannerError, match=r"runs\[0\] \('x'\): field 'hardware': expected a mapping, got list"):
         load_runs(bad)
-    row = copy.deepcopy(load_runs(Path(__file__).parent / "data" / "runs_sample.yaml")[0])
+    row = copy.deepcopy(load_runs(SAMPLE_RUNS)[0])
     for figure in (float("nan"), float("inf"), True):
         row["measured"]["tokens_per_s_per_gpu"] = figure
         with pytest.raises(UnpriceableError, match="not a positive finite number"):

@@ -29,11 +29,11 @@ from planner.cost.memory import (
 from planner.errors import PlannerError
 from planner.export import torchtitan_args, torchtitan_config
 from planner.mesh import MeshArrays
-from planner.runs import COMPILED_LOSS_SINCE, UnpriceableError, case_from_row, load_runs, software_dated_before
+from planner.runs import COMPILED_LOSS_SINCE, UnpriceableError, case_from_row, software_dated_before
 from planner.schemas import JobSpec, ModelSpec, ParallelConfig
+from tests.conftest import SAMPLE_RUNS, sample_rows
 
 ROOT = Path(__file__).resolve().parents[1]
-SAMPLE = ROOT / "tests" / "data" / "runs_sample.yaml"
 
 
 def _mesh(**kw: object) -> MeshArrays:
@@ -146,7 +146,7 @@ def test_a_rows_software_date_decides_its_loss(software: str | None, before: boo
 
 
 def test_rows_of_torchtitan_before_april_2025_compile_the_blocks_not_the_loss() -> None:
-    rows = {r["name"]: r for r in load_runs(SAMPLE)}
+    rows = sample_rows()
     compiled = case_from_row(rows["torchtitan-2412-llama31-8b-h100x8-fsdp-torchcompile"])
     assert compiled.job.compiled and not compiled.job.loss_compiled
     later = copy.deepcopy(rows["torchtitan-2412-llama31-8b-h100x8-fsdp-torchcompile"])
@@ -167,7 +167,7 @@ def test_the_benchmark_compares_the_measured_peaks() -> None:
     assert spec and spec.loader
     modern = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(modern)
-    rep = modern.report(str(SAMPLE))
+    rep = modern.report(str(SAMPLE_RUNS))
     memory = rep["memory"]
     assert memory["rows"] == 3
     assert {m["name"] for m in memory["runs"]} == {

@@ -3,9 +3,6 @@ the memory it frees, the transfers it leaves exposed, the search's choice and th
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,10 +14,10 @@ from planner.errors import PlannerError
 from planner.export import megatron_args
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
-from planner.runs import case_from_row, load_runs, resolve_config
+from planner.runs import case_from_row, resolve_config
 from planner.schemas import JobSpec, ParallelConfig
 from planner.search import search
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, sample_rows
 
 LLAMA70B = load_model("llama3-70b")
 GB200 = load_cluster("gb200-nvl72", gpus=64)
@@ -135,9 +132,7 @@ def test_a_rows_recipe_hint_gives_its_offloaded_layers() -> None:
     """Megatron-Bridge's FSDP recipes state cpu_offloading_num_layers in the rows' recipe hints:
     the row is priced with those layers offloaded (and so without recompute), not with the
     search's smallest offload; a hint that also recomputes keeps its recompute."""
-    root = Path(__file__).resolve().parents[1]
-    rows = {r["name"]: r for r in load_runs(root / "tests" / "data" / "runs_sample.yaml")}
-    row = copy.deepcopy(rows["mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main"])
+    row = sample_rows()["mbridge-25.11-dgx-b200-gpt-oss-120b-bf16-main"]
     row["hardware"]["gpu"] = "GB200"  # a system whose profile states its host link
     row["knobs"]["recipe_hint"] = "recipe: cpu_offloading_num_layers=6 (activation offload to host)"
     case = case_from_row(row)

@@ -4,9 +4,6 @@ by the search, and written by the exports."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -17,13 +14,12 @@ from planner.errors import PlannerError
 from planner.export import deepspeed_config, megatron_args, torchtitan_config
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
-from planner.runs import case_from_row, load_runs
+from planner.runs import case_from_row
 from planner.schemas import JobSpec, ParallelConfig
 from planner.search import partial_recompute, search
 from planner.validate.shard import recompute_split
-from tests.conftest import assert_one_line_error
+from tests.conftest import assert_one_line_error, sample_rows
 
-ROOT = Path(__file__).resolve().parents[1]
 MODEL = load_model("llama3-70b")
 JOB = JobSpec(global_batch_size=64, seq_len=8192)
 BASE = {"tp": 8, "pp": 4, "dp": 2, "micro_batch_size": 1, "zero_stage": 1, "sequence_parallel": True}
@@ -120,12 +116,7 @@ def test_the_validator_replays_recomputed_and_kept_layers_apart() -> None:
 
 
 def test_torchtitan_selective_layer_ac_recomputes_every_second_layer() -> None:
-    row = next(
-        r
-        for r in load_runs(ROOT / "tests" / "data" / "runs_sample.yaml")
-        if r["name"] == "torchtitan-2412-llama31-8b-h100x8-fsdp"
-    )
-    row = copy.deepcopy(row)
+    row = sample_rows()["torchtitan-2412-llama31-8b-h100x8-fsdp"]
     row["knobs"]["activation_checkpointing"] = "selective layer"
     case = case_from_row(row)
     assert case.pins["recompute"] == "full" and case.pins["recompute_layers"] == 16  # 32 layers, every 2nd

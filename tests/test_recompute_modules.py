@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import copy
-from pathlib import Path
 from typing import get_args
 
 import numpy as np
@@ -20,13 +19,13 @@ from planner.errors import PlannerError
 from planner.export import megatron_args
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
-from planner.runs import UnpriceableError, case_from_row, load_runs
+from planner.runs import UnpriceableError, case_from_row
 from planner.schemas import ParallelConfig
 from planner.schemas.job import RecomputeModule
 from planner.search import default_job
+from tests.conftest import sample_rows
 
-ROOT = Path(__file__).resolve().parents[1]
-ROWS = {r["name"]: r for r in load_runs(ROOT / "tests" / "data" / "runs_sample.yaml")}
+ROWS = sample_rows()
 DEEPSEEK = load_model("deepseek-v3")
 B200 = load_cluster("dgx-b200x32")
 # Megatron-Bridge's DeepSeek-V3 benchmark on 256 B200 (pp16, ep8, micro-batch 1), whose recipe
