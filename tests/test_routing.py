@@ -20,8 +20,8 @@ from planner.mesh import MeshArrays
 from planner.runs import case_from_row, load_runs
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.job import NATURAL_ROUTING_IMBALANCE
-from tests.conftest import assert_one_line_error
-from tests.test_fidelity import BRIDGE_MOE, ROWS, SAMPLE
+from tests.conftest import SAMPLE_RUNS, assert_one_line_error
+from tests.test_fidelity import BRIDGE_MOE, ROWS
 
 MODEL = load_model("mixtral-8x7b")
 TITAN_MOE = load_model("qwen3-30b-a3b")  # a MoE model torchtitan builds (its registry has no Mixtral)
@@ -92,7 +92,7 @@ def test_megatron_export_writes_the_routing_it_priced() -> None:
 def test_the_shipped_runs_file_prices_every_moe_row_as_it_ran() -> None:
     # every MoE row of the sample states force-balanced or token-drop routing (benchmarks do)
     moe = 0
-    for row in load_runs(SAMPLE):
+    for row in load_runs(SAMPLE_RUNS):
         try:
             case = case_from_row(row)
         except PlannerError:
