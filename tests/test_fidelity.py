@@ -302,7 +302,8 @@ def test_expert_gemm_overhead_is_paid_once_per_local_expert() -> None:
 def test_dropless_routing_exposes_the_host_time_its_sync_leaves_uncovered() -> None:
     """Qwen3-30B-A3B at EP 8 (16 local experts, 48 MoE layers): with only the dropless host figure
     set (1 ms per expert, 16 ms per layer, far above a layer's GPU time), each MoE layer forward
-    exposes the host time less the layer's forward compute; token drop never synchronises; a host
+    exposes the host time less the GPU's work in it (its forward compute, dispatch and combine);
+    token drop never synchronises; a host
     figure small enough that the GPU outlasts it exposes (nearly) nothing; full recompute runs
     every forward, and its synchronisation, twice."""
     from planner.cost.compute import layer_forward_s
@@ -313,8 +314,12 @@ def test_dropless_routing_exposes_the_host_time_its_sync_leaves_uncovered() -> N
     mesh = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, zero_stage=1)])
     device_s = float(layer_forward_s(model, cluster, job, mesh, moe=True)[0])
     assert 0.5e-3 < device_s < 8e-3  # a layer's forward at micro-batch 1, well under 16 ms
-    overhead = evaluate(model, cluster, job, mesh).time["layer_overhead"][0]
-    assert overhead == pytest.approx(48 * (16e-3 - device_s), rel=1e-6)
+    priced = evaluate(model, cluster, job, mesh)
+    overhead = priced.time["layer_overhead"][0]
+    assert priced.hidden["ep"][0] == 0.0  # one micro-batch, its all-to-alls all exposed
+    a2a_s = 2.0 * float(priced.time["ep_comm"][0]) / (4 * 48)  # one forward's dispatch and combine
+    assert 0.05e-3 < a2a_s < device_s
+    assert overhead == pytest.approx(48 * (16e-3 - device_s - a2a_s), rel=1e-6)
     full = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, zero_stage=1, recompute="full")])
     assert evaluate(model, cluster, job, full).time["layer_overhead"][0] == pytest.approx(2 * overhead, rel=1e-6)
     dropped = job.model_copy(update={"moe_capacity_factor": 1.0, "moe_load_imbalance": None})

@@ -225,7 +225,14 @@ def rank_slot(
         compute_first=compute_first,
         compute=compute,
         overhead=layer_overhead_s(model, job, mesh, layers, moe_layers)
-        + dropless_sync_exposed_s(model, job, mesh, layers, moe_layers, costs.moe_fwd),
+        + dropless_sync_exposed_s(
+            model,
+            job,
+            mesh,
+            layers,
+            moe_layers,
+            costs.moe_fwd + traffic.ep_forward_per_moe_layer_s(job, mesh, layers, moe_layers, ep),
+        ),
         tp=tp,
         ep=ep,
         cp=cp,

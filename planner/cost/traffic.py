@@ -241,6 +241,16 @@ def ep_all_to_alls_per_microbatch(
     return moe_layers * (4.0 + 2.0 * (mesh.recomputed_share(layers) + again))
 
 
+def ep_forward_per_moe_layer_s(
+    job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray, ep: Traffic
+) -> np.ndarray:
+    """Dispatch and combine time of one MoE layer's forward, exposed or hidden behind compute: two
+    of the ``ep_all_to_alls_per_microbatch`` collectives whose time ``ep`` (the micro-batch's
+    ``ep_per_microbatch``) holds; 0 where the stage has no MoE layer or ep is 1."""
+    count = ep_all_to_alls_per_microbatch(job, mesh, layers, moe_layers)
+    return np.where(count > 0, 2.0 * (ep.time_s + ep.hidden_s) / np.maximum(count, 1.0), 0.0)
+
+
 def cp_block_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """One CP ring step: the rank's K and V blocks (its kv heads, d_qk + d_v per head)."""
     d_qk, d_v = attention_dims(model)
