@@ -303,9 +303,8 @@ def test_dropless_routing_exposes_the_host_time_its_sync_leaves_uncovered() -> N
     """Qwen3-30B-A3B at EP 8 (16 local experts, 48 MoE layers): with only the dropless host figure
     set (1 ms per expert, 16 ms per layer, far above a layer's GPU time), each MoE layer forward
     exposes the host time less the GPU's work in it (its forward compute, dispatch and combine);
-    token drop never synchronises; a host
-    figure small enough that the GPU outlasts it exposes (nearly) nothing; full recompute runs
-    every forward, and its synchronisation, twice."""
+    token drop never synchronises; a host figure small enough that the GPU outlasts it exposes
+    (nearly) nothing; full recompute runs every forward, and its synchronisation, twice."""
     from planner.cost.compute import layer_forward_s
 
     stack = _megatron_with_only(dropless_host_expert_us=1000.0)
