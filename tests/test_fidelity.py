@@ -692,16 +692,25 @@ def test_the_benchmark_json_has_the_issues_keys() -> None:
 def test_the_benchmark_checks_each_target_of_issue_11() -> None:
     modern = _modern()
 
-    def group(rows: int, cv_mape: float | None, cv_signed: float | None) -> dict[str, Any]:
-        return {"rows": rows, "cv_mape_pct": cv_mape, "cv_signed_pct": cv_signed}
+    def group(
+        rows: int, cv_mape: float | None, cv_signed: float | None, mape: float = 1.0, signed: float = 0.5
+    ) -> dict[str, Any]:
+        return {
+            "rows": rows,
+            "cv_mape_pct": cv_mape,
+            "cv_signed_pct": cv_signed,
+            "mape_pct": mape,
+            "signed_pct": signed,
+        }
 
     rep = {
-        "overall": {"coverage": 0.953, "cv_mape_pct": 7.5},
+        "overall": {"coverage": 0.953, "cv_mape_pct": 7.5, "cv_signed_pct": 1.6},
         "groups": {
             "met": group(16, 9.9, -3.9),
             "missed": group(17, 11.7, 4.06),
             "small": group(7, 30.0, 25.0),  # fewer than 8 rows: no group target
-            "unfitted": group(9, None, None),  # no row in a fit: no cross-validated figure
+            # no row in a fit (a held-out file): its plain errors are already out of sample
+            "unfitted": group(9, None, None, mape=10.5, signed=-3.0),
         },
         "rank_tau": 0.69,
     }
@@ -713,10 +722,25 @@ def test_the_benchmark_checks_each_target_of_issue_11() -> None:
         "met CV signed %",
         "missed CV MAPE %",
         "missed CV signed %",
+        "unfitted MAPE % (no row in a fit)",
+        "unfitted signed % (no row in a fit)",
         "Kendall tau",
     ]
-    assert [c["met"] for c in checks.values()] == [True, True, True, True, False, False, False]
+    assert [c["met"] for c in checks.values()] == [True, True, True, True, False, False, False, True, False]
     assert checks["missed CV signed %"]["value"] == 4.06 and checks["missed CV signed %"]["bound"] == 4.0
+    assert checks["unfitted MAPE % (no row in a fit)"]["value"] == 10.5
+    # a file no fit used is checked on its plain errors, overall too
+    held_out = {
+        "overall": {"coverage": 0.95, "cv_mape_pct": None, "mape_pct": 11.2, "signed_pct": 4.2},
+        "groups": {},
+        "rank_tau": 0.73,
+    }
+    assert modern.target_checks(held_out)[1] == {
+        "target": "overall MAPE % (no row in a fit)",
+        "value": 11.2,
+        "bound": 12.0,
+        "met": True,
+    }
     # the report carries them, for the sample file as for any
     sample = modern.report(str(SAMPLE_RUNS))
     assert sample["targets"] == modern.target_checks(sample)
