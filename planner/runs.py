@@ -57,15 +57,16 @@ GPU_PROFILES: tuple[tuple[tuple[str, ...], str], ...] = (
     (("a100",), "dgx-a100-80g"),
     (("gb300",), "gb300-nvl72"),
     (("gb200",), "gb200-nvl72"),
+    (("b300",), "dgx-b300"),
     (("b200",), "dgx-b200"),
     (("blackwell", "184 gib"), "gb200-nvl72"),
     (("mi300x",), "mi300x"),
 )
 """Words of a row's ``hardware.gpu`` description (lower case, all must appear) -> shipped
-profile, first match wins. torchtitan's H100s are Grand Teton 96 GB HBM2e parts at 500 W
-(torchtitan benchmarks/llama3_h100_202412_torchtitan.md), not the 80 GB SXM of a DGX. A
-'Blackwell' of about 184 GiB is a GB200 (185 GiB; a B200 has 179). A GPU described as power
-limited without the limit has no profile: its clocks are unknown."""
+profile, first match wins (a GB300 before the B300 its name contains). torchtitan's H100s are
+Grand Teton 96 GB HBM2e parts at 500 W (torchtitan benchmarks/llama3_h100_202412_torchtitan.md),
+not the 80 GB SXM of a DGX. A 'Blackwell' of about 184 GiB is a GB200 (185 GiB; a B200 has 179).
+A GPU described as power limited without the limit has no profile: its clocks are unknown."""
 
 STACKS: dict[str, str] = {
     "mosaicml/llm-foundry": "llm-foundry",
