@@ -29,6 +29,7 @@ published tie, left out of tau and of the MoE counts, and listed.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -220,6 +221,20 @@ def memory_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def release(run: dict[str, Any]) -> str:
+    """The software release a row states (``knobs.container``, e.g. 'NeMo 26.02'), '' if none:
+    the benchmark summarises a file that spans several by release, since a calibration fitted on
+    one release's runs drifts on the next ones'."""
+    knobs = run.get("knobs")
+    container = knobs.get("container") if isinstance(knobs, dict) else None
+    return str(container).strip() if container is not None else ""
+
+
+def _natural(text: str) -> list[tuple[int, str]]:
+    """Sort key that orders '26.04.01' after '26.04' and '26.10' after '26.08'."""
+    return [(int(part), "") if part.isdigit() else (-1, part) for part in re.split(r"(\d+)", text) if part]
+
+
 def is_moe_row(run: dict[str, Any]) -> bool:
     """Whether a row of the runs file states a mixture-of-experts model (``model.experts`` above
     one): what issue 12's MoE targets average over, priced or not, whatever its group."""
@@ -321,6 +336,12 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         groups[name] = _summary(mine, sum(1 for r in runs if str(r.get("group")) == name))
     overall = _summary(rows, len(runs))
     overall["coverage"] = len(rows) / len(runs) if runs else 0.0
+    release_of = {str(r.get("name")): release(r) for r in runs}
+    named = sorted((x for x in set(release_of.values()) if x), key=_natural)
+    releases = {
+        x: _summary([r for r in rows if release_of[r["name"]] == x], sum(1 for v in release_of.values() if v == x))
+        for x in (named if len(named) > 1 else [])
+    }
     tau, pairs = rank_tau(rows)
     order = moe_order(rows)
     moe_rows = [r for r in rows if r["_moe"]]  # priced: the model as resolved (an HF id may state no experts)
@@ -334,6 +355,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         "unpriced": unpriced,
         "groups": groups,
         "overall": overall,
+        "releases": releases,
         "rank_tau": tau,
         "rank_pairs": pairs,
         "moe": moe,
@@ -435,6 +457,18 @@ def _abs_pct(value: float | None) -> str:
     return "   -  " if value is None else f"{value:5.1f}%"
 
 
+def _print_summaries(title: str, items: list[tuple[str, dict[str, Any]]]) -> None:
+    print(
+        f"\n{title:28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9} {'in ±':>6}"
+    )
+    for name, g in items:
+        cover = "     -" if g["interval_coverage"] is None else f"{g['interval_coverage']:6.0%}"
+        print(
+            f"{name[:28]:28} {g['rows']:5d} {g['priced']:6d} {_abs_pct(g['mape_pct'])} {_abs_pct(g['cv_mape_pct']):>8} "
+            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9} {cover}"
+        )
+
+
 def print_report(rep: dict[str, Any]) -> None:
     print(f"{'run':64} {'published':>9} {'predicted':>9} {'error':>8} {'cv err':>8}  mesh")
     for r in rep["runs"]:
@@ -446,16 +480,9 @@ def print_report(rep: dict[str, Any]) -> None:
         print(f"\nNot priced ({len(rep['unpriced'])}):")
         for u in rep["unpriced"]:
             print(f"  {u['name']}: {u['reason']}")
-    print(
-        f"\n{'group':28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9} "
-        f"{'in ±':>6}"
-    )
-    for name, g in [*rep["groups"].items(), ("overall", rep["overall"])]:
-        cover = "     -" if g["interval_coverage"] is None else f"{g['interval_coverage']:6.0%}"
-        print(
-            f"{name:28} {g['rows']:5d} {g['priced']:6d} {_abs_pct(g['mape_pct'])} {_abs_pct(g['cv_mape_pct']):>8} "
-            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9} {cover}"
-        )
+    _print_summaries("group", [*rep["groups"].items(), ("overall", rep["overall"])])
+    if rep["releases"]:
+        _print_summaries("release (knobs.container)", list(rep["releases"].items()))
     print(
         "in ±: the share of priced rows whose published figure lies inside the planner's interval (its central "
         "80%); a calibrated row's own cross-validated error is among those its interval is read from"

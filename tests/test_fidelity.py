@@ -21,7 +21,7 @@ from planner.error_bar import error_bar, interval
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
-from planner.runs import UnpriceableError, case_from_row, load_runs, price_case
+from planner.runs import UnpriceableError, case_from_row, cases_from_runs, load_runs, price_case
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.hardware import RunCalibration
 from tests.conftest import SAMPLE_RUNS, sample_rows
@@ -806,6 +806,33 @@ def test_moe_order_pairs_one_model_system_and_precision() -> None:
     assert close["pairs"][0]["published_tie"] and close["pairs"][0]["published_gap_pct"] == pytest.approx(
         0.774, abs=1e-3
     )
+
+
+def test_the_held_out_blackwell_rows_translate_or_say_why_not() -> None:
+    """benchmarks/data/heldout_blackwell_megatron.yaml (never fitted): every row is priced from its
+    own fields, on the profile its system names, or refused for something the planner does not
+    model, never for a slip of the file's schema."""
+    runs = load_runs(ROOT / "benchmarks" / "data" / "heldout_blackwell_megatron.yaml")
+    cases, refused = cases_from_runs(runs)
+    assert (len(runs), len(cases)) == (215, 138)
+    unmodelled = ("4-bit formats are not modelled", "(Mamba) layers are not modelled", "model.shape_partial")
+    assert all(any(why in u["reason"] for why in unmodelled) for u in refused)
+    profiles = {c.name.split("-dgx-")[1].split("-")[0]: c.profile for c in cases}
+    assert profiles == {"gb300": "gb300-nvl72", "gb200": "gb200-nvl72", "b300": "dgx-b300", "b200": "dgx-b200"}
+
+
+def test_the_benchmark_summarises_a_file_by_release() -> None:
+    modern = _modern()
+    ordered = sorted(["NeMo 26.10", "NeMo 26.04.01", "NeMo 26.04", "NeMo 25.11"], key=modern._natural)
+    assert ordered == ["NeMo 25.11", "NeMo 26.04", "NeMo 26.04.01", "NeMo 26.10"]
+    assert modern.release({"knobs": {"container": " NeMo 26.02 "}}) == "NeMo 26.02"
+    assert modern.release({"knobs": {}}) == modern.release({}) == ""
+    rep = modern.report(str(ROOT / "benchmarks" / "data" / "heldout_blackwell_megatron.yaml"))
+    assert list(rep["releases"])[:3] == ["NeMo 26.02", "NeMo 26.02.01", "NeMo 26.04"]
+    assert (rep["releases"]["NeMo 26.02"]["rows"], rep["releases"]["NeMo 26.02"]["priced"]) == (28, 24)
+    assert sum(r["rows"] for r in rep["releases"].values()) == rep["overall"]["rows"] == 215
+    # one release (or none stated): no breakdown
+    assert modern.report(str(SAMPLE_RUNS))["releases"] == {}
 
 
 def test_published_resolution_is_a_remeasurements_median_spread() -> None:
