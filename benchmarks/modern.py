@@ -10,6 +10,12 @@ exactly one stated knob (GPU count, sequence length, micro-batch, mesh, recomput
 precision, compile, TP overlap), the share of pairs whose predicted order agrees with the
 published one minus the share that disagrees.
 
+Releases (JSON ``releases``): where the rows state two or more software releases
+(``knobs.container``), the group figures again per release, oldest first: a calibration is fitted
+on one release's runs and drifts on later ones' (benchmarks/data/heldout_blackwell_megatron.yaml).
+
+Targets (JSON ``targets``): issue 11's bounds, on rows a fit did not see (``target_checks``).
+
 MoE rows (issue 12, JSON ``moe``): the same figures as a group's over every row whose model states
 ``experts`` above one, whatever its group (``is_moe_row``).
 
