@@ -234,8 +234,20 @@ def test_dispatchers_move_what_megatrons_dispatchers_move() -> None:
     layers, moe = np.array([61.0]), np.array([58.0])
     for d, job in jobs.items():
         price = all_gather_s if got[d].op == "all_gather" else all_to_all_s
-        expected = 4 * 58 * price(got[d].message_bytes, links["ep"])
+        expected = 4 * 58 * price(got[d].message_bytes, links["ep"], *([got[d].fanout] if d == "flex" else []))
         assert ep_per_microbatch(model, job, mesh, links, layers, moe).time_s == pytest.approx(expected)
+    # flex crosses InfiniBand once per other node holding one of a token's experts, forwarded over
+    # NVLink there: of 8 nodes (32 experts each) a token reaches 8 (1 - prod (224-i)/(256-i)) = 5.29,
+    # 4.63 of them others, where once per rank reached off-node would be 56/64 x 7.68 = 6.72 copies
+    ep = links["ep"]
+    assert got["flex"].fanout == (256.0, 8)
+    others = 8 * (1 - np.prod([(224 - i) / (256 - i) for i in range(8)])) * 7 / 8
+    assert others == pytest.approx(4.633, abs=1e-3)
+    nic_s = others * local / ep.inter_bytes_per_s + 63 * ep.latency_s
+    flex = ep_per_microbatch(model, jobs["flex"], mesh, links, layers, moe).time_s
+    assert flex == pytest.approx(4 * 58 * nic_s)
+    per_rank = 4 * 58 * all_to_all_s(got["flex"].message_bytes, ep)
+    assert flex / per_rank == pytest.approx(0.69, abs=0.01)
 
 
 def test_a_dispatcher_the_stack_cannot_run_is_refused_in_one_line(cli) -> None:

@@ -23,7 +23,9 @@ domain it has fewest in (at least 1). What the slow tier then delivers depends o
       aggregate NIC bandwidth when all its GPUs take part.
   send/recv (PP, the CP ring): one hop through one NIC: BW = inter.
   all-to-all (EP): each rank sends (n-k)/n of its buffer through its own NIC and (k-1)/n over
-      the fast tier, concurrently; the slower of the two sets the time.
+      the fast tier, concurrently; the slower of the two sets the time. A DeepEP/HybridEP dispatch
+      sends a token through the NIC once per other domain holding one of its experts and forwards
+      it over the fast tier there (``all_to_all_s`` with a fanout).
 """
 
 from __future__ import annotations
@@ -159,13 +161,45 @@ def all_gather_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
 reduce_scatter_s = all_gather_s
 
 
-def all_to_all_s(message_bytes: np.ndarray, link: GroupLink) -> np.ndarray:
+def holders_reached(experts: float, top_k: int, holders: np.ndarray) -> np.ndarray:
+    """Expected number of ``holders`` (ranks, or fast domains of ranks) that hold at least one of a
+    token's ``top_k`` experts, the ``experts`` split evenly over them and chosen uniformly without
+    replacement: H * (1 - prod_{i<k} (E - E/H - i) / (E - i)); DeepSeek-V3 (E 256, k 8) reaches
+    5.3 of 8 holders and 7.7 of 64, a model of one expert per holder k of them. Force-balanced
+    routing is uniform; natural routing, and DeepSeek-V3's routing limited to 4 node groups,
+    concentrate on fewer holders, so this is an upper bound there."""
+    holders = np.maximum(np.asarray(holders, dtype=float), 1.0)
+    missed = np.ones_like(holders)
+    for i in range(top_k):
+        missed = missed * np.maximum(experts - experts / holders - i, 0.0) / (experts - i)
+    return holders * (1.0 - missed)
+
+
+def all_to_all_s(message_bytes: np.ndarray, link: GroupLink, fanout: tuple[float, int] | None = None) -> np.ndarray:
     """All-to-all of an M-byte buffer per rank: (n-1)/n of it leaves the rank, (n-k)/n through
-    the rank's NIC when the group crosses domains, the rest over the fast tier, concurrently."""
+    the rank's NIC when the group crosses domains, the rest over the fast tier, concurrently.
+
+    With ``fanout`` (E experts, top-k: a dispatch of the rank's tokens, M holding one copy per rank
+    reached) the buffer crosses domains once per domain reached, not once per rank: DeepEP's
+    internode kernels, and HybridEP's, send a token over RDMA to the GPU of the same local index
+    on each node holding one of its experts, which forwards it over NVLink to the others there
+    (deepseek-ai/DeepEP README, 'asymmetric-domain bandwidth forwarding'; DeepSeek-V3, arXiv:2412.19437
+    section 3.2.2: 'first transmitted via IB to the GPUs with the same in-node index on their target
+    nodes ... then forwarded via NVLink'). The NIC carries the other domains reached
+    (``holders_reached`` over the n/k domains, x (D-1)/D) in place of (n-k)/n of the copies; the
+    fast tier every copy but the rank's own, sent or forwarded."""
     n = np.maximum(link.size, 1)
     k = np.where(link.crosses, link.per_domain, n)
-    off_domain = (n - k) / n * message_bytes / link.inter_bytes_per_s
-    in_domain = (k - 1) / n * message_bytes / link.intra_bytes_per_s
+    if fanout is None:
+        off_share, in_share = (n - k) / n, (k - 1) / n
+    else:
+        experts, top_k = fanout
+        domains = n / k
+        copies = np.maximum(holders_reached(experts, top_k, n), 1.0)
+        off_share = holders_reached(experts, top_k, domains) * (domains - 1.0) / domains / copies
+        in_share = (n - 1) / n
+    off_domain = off_share * message_bytes / link.inter_bytes_per_s
+    in_domain = in_share * message_bytes / link.intra_bytes_per_s
     return np.maximum(off_domain, in_domain) + _ring_steps(link.size) * link.latency_s
 
 

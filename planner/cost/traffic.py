@@ -87,6 +87,7 @@ class Collective:
     message_bytes: np.ndarray
     calls: np.ndarray
     per_microbatch: bool = True
+    fanout: tuple[float, int] | None = None  # (experts, top-k) of a dispatch that crosses domains once per domain
 
 
 PRICE = {
@@ -101,9 +102,14 @@ PRICE = {
 
 
 def call_s(collective: Collective, links: dict[str, comm.GroupLink]) -> np.ndarray:
-    """Seconds of one call (zero where nothing is sent: a dense model's expert-DP buffer)."""
-    message = collective.message_bytes
-    return np.where(message > 0, PRICE[collective.op](message, links[collective.group]), 0.0)
+    """Seconds of one call (zero where nothing is sent: a dense model's expert-DP buffer). A
+    dispatch with a ``fanout`` (DeepEP/HybridEP) crosses domains once per domain its tokens reach
+    (``comm.all_to_all_s``); the validator replays it as the plain all-to-all of the same bytes,
+    the collective torch.distributed has."""
+    message, link = collective.message_bytes, links[collective.group]
+    if collective.fanout is not None:
+        return np.where(message > 0, comm.all_to_all_s(message, link, collective.fanout), 0.0)
+    return np.where(message > 0, PRICE[collective.op](message, link), 0.0)
 
 
 def serial_s(collectives: list[Collective], links: dict[str, comm.GroupLink]) -> np.ndarray:
@@ -191,20 +197,13 @@ class Dispatch:
 
     op: str  # "all_to_all" or "all_gather"
     message_bytes: np.ndarray
+    fanout: tuple[float, int] | None = None  # flex: (experts, top-k), see comm.all_to_all_s
 
 
 def ranks_reached(model: ModelSpec, ep: np.ndarray) -> np.ndarray:
-    """Expected number of the ep ranks that hold at least one of a token's top-k experts, experts
-    split evenly (E/ep per rank) and chosen uniformly without replacement:
-    ep * (1 - prod_{i<k} (E - E/ep - i) / (E - i)). DeepSeek-V3 (E 256, k 8) reaches 5.3 of 8
-    ranks and 7.7 of 64; one rank when ep = 1. Force-balanced routing is uniform; natural routing
-    concentrates on fewer ranks, so this is an upper bound there."""
-    experts, k = float(model.num_experts_total), int(model.num_experts_per_tok or 0)
-    ep = np.asarray(ep, dtype=float)
-    missed = np.ones_like(ep)
-    for i in range(k):
-        missed = missed * np.maximum(experts - experts / ep - i, 0.0) / (experts - i)
-    return ep * (1.0 - missed)
+    """Expected number of the ep ranks that hold at least one of a token's top-k experts
+    (``comm.holders_reached``, E/ep experts per rank); one rank when ep = 1."""
+    return comm.holders_reached(float(model.num_experts_total), int(model.num_experts_per_tok or 0), ep)
 
 
 def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
@@ -216,18 +215,20 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
       states of all ep ranks and keeps the tokens its experts take; the combine reduce-scatters
       the outputs back: an all-gather of ep x the rank's tokens x h.
     - flex (MoEFlexTokenDispatcher over DeepEP or HybridEP): a token goes once to each rank that
-      holds one of its experts (``ranks_reached``), x the load factor, priced as an all-to-all at
-      the links' bandwidth. DeepEP measures 153-158 GB/s intranode on H800 (NVLink ~160) and
-      43-58 GB/s RDMA at EP 16-64 (deepseek-ai/DeepEP README), within a few percent of the
-      links, so no separate efficiency is applied; its internode kernels send a token once per
-      node and forward it over NVLink, which this prices as once per rank (an upper bound on NIC
-      bytes). The SMs its kernels take matter only when the dispatch overlaps compute, where the
+      holds one of its experts (``ranks_reached``), x the load factor, and crosses the slow tier
+      once per node reached, forwarded over NVLink there (``comm.all_to_all_s`` with the model's
+      fanout). DeepEP measures 153-158 GB/s intranode on H800 (NVLink ~160) and 43-58 GB/s RDMA
+      at EP 16-64 (deepseek-ai/DeepEP README), within a few percent of the links, so no separate
+      efficiency is applied. (Until 2026-12 the NIC was priced once per rank reached, an upper
+      bound: DeepSeek-V3 at EP 64 over 8 nodes sends 4.6 copies of a token over InfiniBand, not
+      6.7.) The SMs its kernels take matter only when the dispatch overlaps compute, where the
       stack's ``overlap_slowdown`` prices them."""
     local = tp_message_bytes(model, job, mesh) / mesh.tp
     if job.moe_dispatcher == "allgather":
         return Dispatch("all_gather", local * mesh.ep)
     if job.moe_dispatcher == "flex":
-        return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh))
+        fanout = (float(model.num_experts_total), int(model.num_experts_per_tok or 0))
+        return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh), fanout)
     return Dispatch("all_to_all", routed_message_bytes(model, job, mesh))
 
 
@@ -378,7 +379,7 @@ def ep_collectives(
             Collective("ep.all_gather", "all_gather", "ep", dispatch.message_bytes, count / 2.0),
             Collective("ep.reduce_scatter", "reduce_scatter", "ep", dispatch.message_bytes, count / 2.0),
         ]
-    return [Collective("ep.all_to_all", "all_to_all", "ep", dispatch.message_bytes, count)]
+    return [Collective("ep.all_to_all", "all_to_all", "ep", dispatch.message_bytes, count, fanout=dispatch.fanout)]
 
 
 def ep_per_microbatch(
