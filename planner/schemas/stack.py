@@ -40,7 +40,8 @@ MoeDispatcher = Literal["alltoall", "allgather", "flex"]
 --moe-token-dispatcher-type; priced in ``cost.traffic.ep_dispatch``): 'alltoall', one all-to-all
 per direction carrying every top-k copy of a token; 'allgather', every rank gathers all tokens of
 the group and the combine reduce-scatters them back (Megatron's default); 'flex', DeepEP's or
-HybridEP's kernels, which send a token once to each rank holding one of its experts."""
+HybridEP's kernels, which send a token once to each rank holding one of its experts, and across
+nodes once per node, forwarded over NVLink there."""
 
 PartialRecompute = Literal["block", "every_nth"]
 """How a stack recomputes only some layers of a chunk (``Stack.partial_recompute``)."""
