@@ -81,6 +81,8 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--num-experts",
         "--moe-router-topk",
         "--moe-ffn-hidden-size",
+        "--moe-router-num-groups",
+        "--moe-router-group-topk",
         "--moe-shared-expert-intermediate-size",
         "--q-lora-rank",
         "--kv-lora-rank",
@@ -633,6 +635,9 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
     )  # fmt: skip
     assert (ds.num_experts, ds.moe_router_topk, ds.moe_layer_freq) == (256, 8, "([0]*3+[1]*58)")
     assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # as arguments.py's moe_freq_type evaluates it
+    # its node-limited routing (HF n_group 8, topk_group 4), which a flex dispatch is priced with
+    assert (ds.moe_router_num_groups, ds.moe_router_group_topk) == (8, 4)
+    assert llama.moe_router_num_groups is None and parsed("qwen3-30b-a3b").moe_router_num_groups is None
     assert ds.window_size is None and ds.softmax_type == "vanilla"
     # GPT-OSS as Megatron-Bridge's GPTOSSProvider builds it: a 128-token window on every second
     # layer (window_attn_skip_freq 2: one full layer after each sliding one), learnable sinks,

@@ -4,12 +4,14 @@ natural dropless routing, through compute, traffic, memory, the CLI, the runs fi
 from __future__ import annotations
 
 import copy
+from math import comb
 
 import numpy as np
 import pytest
 
 from planner.catalog import load_cluster, load_model
 from planner.cli import moe_routing_fields
+from planner.cost.comm import Fanout
 from planner.cost.compute import layer_gemms
 from planner.cost.memory import activation_bytes_per_token_layer
 from planner.cost.routing import moe_load_factor
@@ -18,7 +20,7 @@ from planner.errors import PlannerError
 from planner.export.megatron import megatron_args, megatron_notes
 from planner.mesh import MeshArrays
 from planner.runs import case_from_row, load_runs
-from planner.schemas import JobSpec, ParallelConfig
+from planner.schemas import JobSpec, ModelSpec, ParallelConfig
 from planner.schemas.job import NATURAL_ROUTING_IMBALANCE
 from tests.conftest import SAMPLE_RUNS, assert_one_line_error
 from tests.test_fidelity import BRIDGE_MOE, ROWS
@@ -237,17 +239,47 @@ def test_dispatchers_move_what_megatrons_dispatchers_move() -> None:
         expected = 4 * 58 * price(got[d].message_bytes, links["ep"], *([got[d].fanout] if d == "flex" else []))
         assert ep_per_microbatch(model, job, mesh, links, layers, moe).time_s == pytest.approx(expected)
     # flex crosses InfiniBand once per other node holding one of a token's experts, forwarded over
-    # NVLink there: of 8 nodes (32 experts each) a token reaches 8 (1 - prod (224-i)/(256-i)) = 5.29,
-    # 4.63 of them others, where once per rank reached off-node would be 56/64 x 7.68 = 6.72 copies
+    # NVLink there. DeepSeek-V3 routes a token within 4 of its 8 expert groups, one group per node
+    # here: each of the 4 nodes is reached unless all 8 experts fall in the other 3 groups' 96 of
+    # 128, 4 (1 - prod (96-i)/(128-i)) = 3.63 nodes, 3.18 of them others, where once per rank
+    # reached off-node would be 56/64 x 7.68 = 6.72 copies
     ep = links["ep"]
-    assert got["flex"].fanout == (256.0, 8)
-    others = 8 * (1 - np.prod([(224 - i) / (256 - i) for i in range(8)])) * 7 / 8
-    assert others == pytest.approx(4.633, abs=1e-3)
+    assert got["flex"].fanout == Fanout(256.0, 8, 8, 4)
+    others = 4 * (1 - np.prod([(96 - i) / (128 - i) for i in range(8)])) * 7 / 8
+    assert others == pytest.approx(3.175, abs=1e-3)
     nic_s = others * local / ep.inter_bytes_per_s + 63 * ep.latency_s
     flex = ep_per_microbatch(model, jobs["flex"], mesh, links, layers, moe).time_s
     assert flex == pytest.approx(4 * 58 * nic_s)
     per_rank = 4 * 58 * all_to_all_s(got["flex"].message_bytes, ep)
-    assert flex / per_rank == pytest.approx(0.69, abs=0.01)
+    assert flex / per_rank == pytest.approx(0.49, abs=0.01)  # 3.18 / 6.72 of the bytes, the same latency
+
+
+def test_group_limited_routing_bounds_the_domains_a_token_reaches() -> None:
+    from planner.cost.comm import domains_reached, holders_reached
+
+    limited, free = Fanout(256.0, 8, 8, 4), Fanout(256.0, 8)
+    domains = np.array([1.0, 2.0, 8.0, 16.0])
+    got, plain = domains_reached(limited, domains), domains_reached(free, domains)
+    assert plain == pytest.approx(holders_reached(256.0, 8, domains))
+    assert got[0] == plain[0] == 1.0
+    # 8 domains of one group each: the token's 4 groups, each missed with prob prod (96-i)/(128-i)
+    assert got[2] == pytest.approx(4 * (1 - np.prod([(96 - i) / (128 - i) for i in range(8)])))
+    assert got[2] < 4 < plain[2]
+    # 2 domains of 4 groups: j of the token's 4 groups in a domain (hypergeometric), missed when
+    # all 8 experts fall in the other 4 - j groups' experts
+    p = {j: comb(4, j) * comb(4, 4 - j) / comb(8, 4) for j in range(5)}
+    reached = sum(p[j] * (1 - np.prod([(128 - 32 * j - i) / (128 - i) for i in range(8)])) for j in range(1, 5))
+    assert got[1] == pytest.approx(2 * reached)
+    # 16 domains, each group over 2: the token's 4 groups span 8 domains sharing its 128 experts
+    assert got[3] == pytest.approx(holders_reached(128.0, 8, np.array(8.0)))
+    # a model states it as Hugging Face does; one group limits nothing
+    assert load_model("deepseek-v3").routing_groups == (8, 4)
+    spec = load_model("deepseek-v3").model_dump(exclude={"name"})
+    assert ModelSpec(name="x", **{**spec, "n_group": 1, "topk_group": 4}).routing_groups == (1, 1)
+    with pytest.raises(ValueError, match="n_group 7 must divide the 256 routed experts"):
+        ModelSpec(name="x", **{**spec, "n_group": 7})
+    with pytest.raises(ValueError, match="topk_group 1 must be at most n_group 64 and its groups must hold"):
+        ModelSpec(name="x", **{**spec, "n_group": 64, "topk_group": 1})
 
 
 def test_a_dispatcher_the_stack_cannot_run_is_refused_in_one_line(cli) -> None:

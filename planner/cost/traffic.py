@@ -87,7 +87,7 @@ class Collective:
     message_bytes: np.ndarray
     calls: np.ndarray
     per_microbatch: bool = True
-    fanout: tuple[float, int] | None = None  # (experts, top-k) of a dispatch that crosses domains once per domain
+    fanout: comm.Fanout | None = None  # a dispatch that crosses domains once per domain its tokens reach
 
 
 PRICE = {
@@ -197,7 +197,7 @@ class Dispatch:
 
     op: str  # "all_to_all" or "all_gather"
     message_bytes: np.ndarray
-    fanout: tuple[float, int] | None = None  # flex: (experts, top-k), see comm.all_to_all_s
+    fanout: comm.Fanout | None = None  # flex: see comm.all_to_all_s
 
 
 def ranks_reached(model: ModelSpec, ep: np.ndarray) -> np.ndarray:
@@ -217,17 +217,18 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
     - flex (MoEFlexTokenDispatcher over DeepEP or HybridEP): a token goes once to each rank that
       holds one of its experts (``ranks_reached``), x the load factor, and crosses the slow tier
       once per node reached, forwarded over NVLink there (``comm.all_to_all_s`` with the model's
-      fanout). DeepEP measures 153-158 GB/s intranode on H800 (NVLink ~160) and 43-58 GB/s RDMA
-      at EP 16-64 (deepseek-ai/DeepEP README), within a few percent of the links, so no separate
-      efficiency is applied. (Until 2026-12 the NIC was priced once per rank reached, an upper
-      bound: DeepSeek-V3 at EP 64 over 8 nodes sends 4.6 copies of a token over InfiniBand, not
-      6.7.) The SMs its kernels take matter only when the dispatch overlaps compute, where the
-      stack's ``overlap_slowdown`` prices them."""
+      ``comm.Fanout``, its group-limited routing included). DeepEP measures 153-158 GB/s
+      intranode on H800 (NVLink ~160) and 43-58 GB/s RDMA at EP 16-64 (deepseek-ai/DeepEP
+      README), within a few percent of the links, so no separate efficiency is applied. (Until
+      2026-12 the NIC was priced once per rank reached, an upper bound: DeepSeek-V3 at EP 64 over
+      8 nodes sends 3.2 copies of a token over InfiniBand, 4.6 without its 4-of-8 group limit,
+      not 6.7.) The SMs its kernels take matter only when the dispatch overlaps compute, where
+      the stack's ``overlap_slowdown`` prices them."""
     local = tp_message_bytes(model, job, mesh) / mesh.tp
     if job.moe_dispatcher == "allgather":
         return Dispatch("all_gather", local * mesh.ep)
     if job.moe_dispatcher == "flex":
-        fanout = (float(model.num_experts_total), int(model.num_experts_per_tok or 0))
+        fanout = comm.Fanout(float(model.num_experts_total), int(model.num_experts_per_tok or 0), *model.routing_groups)
         return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh), fanout)
     return Dispatch("all_to_all", routed_message_bytes(model, job, mesh))
 

@@ -320,7 +320,8 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
     --num-query-groups, --max-position-embeddings, --position-embedding-type, --normalization,
     --swiglu / --squared-relu, GPT-OSS's --quick-geglu, --untie-embeddings-and-output-weights,
     --qk-layernorm), the linear-bias flags (--disable-bias-linear, --add-qkv-bias), _add_moe_args (--num-experts,
-    --moe-router-topk, --moe-ffn-hidden-size, --moe-shared-expert-intermediate-size,
+    --moe-router-topk, --moe-ffn-hidden-size, --moe-router-num-groups and --moe-router-group-topk of
+    group-limited routing, --moe-shared-expert-intermediate-size,
     --moe-layer-freq as a Python list expression), sliding windows and sinks (--window-size,
     --window-attn-skip-freq, --softmax-type learnable) and _add_mla_args (--multi-latent-attention,
     --q-lora-rank, --kv-lora-rank, --qk-head-dim, --qk-pos-emb-head-dim, --v-head-dim).
@@ -368,6 +369,9 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
         # experts, and transformer_config.py refuses moe_act recompute)
         args.append("--moe-grouped-gemm")
         args += ["--moe-ffn-hidden-size", str(model.expert_intermediate_size)]
+        groups, per_token = model.routing_groups
+        if groups > 1:  # the group-limited routing a flex dispatch was priced with (comm.domains_reached)
+            args += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(per_token)]
         if model.shared_expert_width:
             args += ["--moe-shared-expert-intermediate-size", str(model.shared_expert_width)]
         pattern = [int(model.is_moe_layer(i)) for i in range(model.num_hidden_layers)]

@@ -111,6 +111,16 @@ class ModelSpec(Frozen):
     shared_expert_intermediate_size: PositiveInt | None = Field(None, description="Qwen2-MoE shared expert width")
     first_k_dense_replace: NonNegativeInt | None = Field(None, description="DeepSeek: the first k layers are dense")
     decoder_sparse_step: PositiveInt | None = Field(None, description="Qwen-MoE: layer i is MoE when (i+1) % step == 0")
+    n_group: PositiveInt | None = Field(
+        None,
+        description="DeepSeek group-limited routing: the routed experts fall into n_group contiguous groups "
+        "(Megatron --moe-router-num-groups); None or 1: no limit",
+    )
+    topk_group: PositiveInt | None = Field(
+        None,
+        description="DeepSeek group-limited routing: a token's experts come from its topk_group best groups "
+        "(Megatron --moe-router-group-topk; DeepSeek-V3: 4 of 8, at most 4 nodes)",
+    )
     num_nextn_predict_layers: NonNegativeInt = Field(
         0,
         description="Multi-token-prediction (MTP) modules the model was trained with (DeepSeek-V3: 1); each is a "
@@ -166,6 +176,16 @@ class ModelSpec(Frozen):
             raise ValueError(
                 f"num_experts_per_tok {self.num_experts_per_tok} exceeds the {self.num_experts_total} experts"
             )
+        groups, per_token = self.routing_groups
+        if groups > 1:
+            experts = self.num_experts_total
+            if not experts or experts % groups:
+                raise ValueError(f"n_group {groups} must divide the {experts} routed experts")
+            if per_token > groups or per_token * experts // groups < (self.num_experts_per_tok or 0):
+                raise ValueError(
+                    f"topk_group {per_token} must be at most n_group {groups} and its groups must hold the "
+                    f"{self.num_experts_per_tok} experts a token takes"
+                )
         mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
         if any(x is not None for x in mla) and any(x is None for x in mla):
             raise ValueError("MLA needs kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim and v_head_dim together")
@@ -214,6 +234,13 @@ class ModelSpec(Frozen):
     def num_experts_total(self) -> int:
         """Routed experts per MoE layer (0 for a dense model), whichever HF key spelled it."""
         return self.num_local_experts or self.n_routed_experts or self.num_experts or 0
+
+    @property
+    def routing_groups(self) -> tuple[int, int]:
+        """(n_group, topk_group) of group-limited routing; (1, 1) without a limit (with one group, or
+        none stated, topk_group limits nothing)."""
+        groups = self.n_group or 1
+        return (groups, self.topk_group or groups) if groups > 1 else (1, 1)
 
     @property
     def is_moe(self) -> bool:
