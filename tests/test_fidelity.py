@@ -27,6 +27,7 @@ from planner.schemas.hardware import RunCalibration
 from tests.conftest import SAMPLE_RUNS, sample_rows
 
 ROOT = Path(__file__).resolve().parents[1]
+HELDOUT_BLACKWELL = ROOT / "benchmarks" / "data" / "heldout_blackwell_megatron.yaml"  # never fitted
 ROWS = sample_rows()
 MPT7 = "llmfoundry-h10080gb-amp_bf16-mpt7b-s2048-g8-mb6"
 TITAN_TP = "torchtitan-2412-llama31-70b-h100x256-fsdp32-tp8"
@@ -812,7 +813,7 @@ def test_the_held_out_blackwell_rows_translate_or_say_why_not() -> None:
     """benchmarks/data/heldout_blackwell_megatron.yaml (never fitted): every row is priced from its
     own fields, on the profile its system names, or refused for something the planner does not
     model, never for a slip of the file's schema."""
-    runs = load_runs(ROOT / "benchmarks" / "data" / "heldout_blackwell_megatron.yaml")
+    runs = load_runs(HELDOUT_BLACKWELL)
     cases, refused = cases_from_runs(runs)
     assert (len(runs), len(cases)) == (215, 138)
     unmodelled = ("4-bit formats are not modelled", "(Mamba) layers are not modelled", "model.shape_partial")
@@ -827,7 +828,7 @@ def test_the_benchmark_summarises_a_file_by_release() -> None:
     assert ordered == ["NeMo 25.11", "NeMo 26.04", "NeMo 26.04.01", "NeMo 26.10"]
     assert modern.release({"knobs": {"container": " NeMo 26.02 "}}) == "NeMo 26.02"
     assert modern.release({"knobs": {}}) == modern.release({}) == ""
-    rep = modern.report(str(ROOT / "benchmarks" / "data" / "heldout_blackwell_megatron.yaml"))
+    rep = modern.report(str(HELDOUT_BLACKWELL))
     assert list(rep["releases"])[:3] == ["NeMo 26.02", "NeMo 26.02.01", "NeMo 26.04"]
     assert (rep["releases"]["NeMo 26.02"]["rows"], rep["releases"]["NeMo 26.02"]["priced"]) == (28, 24)
     assert sum(r["rows"] for r in rep["releases"].values()) == rep["overall"]["rows"] == 215

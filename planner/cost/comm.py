@@ -198,29 +198,30 @@ def domains_reached(fanout: Fanout, domains: np.ndarray) -> np.ndarray:
     groups_per_token * D/G domains share the C experts (``holders_reached``). Other layouts: no
     limit. DeepSeek-V3 over 8 nodes: 3.6 nodes reached (5.3 without the limit)."""
     domains = np.asarray(domains, dtype=float)
-    plain = holders_reached(fanout.experts, fanout.top_k, domains)
+    if fanout.groups <= 1 or fanout.groups_per_token >= fanout.groups:
+        return holders_reached(fanout.experts, fanout.top_k, domains)
+    # a search prices many meshes over a few domain counts: each distinct count once
+    counts, where = np.unique(domains, return_inverse=True)
+    reached = np.array([_group_limited_domains_reached(fanout, float(d)) for d in counts])
+    return reached[where].reshape(domains.shape)
+
+
+def _group_limited_domains_reached(fanout: Fanout, domains: float) -> float:
+    """``domains_reached`` of one domain count under a group limit (see there)."""
     g, g_tok, k = fanout.groups, fanout.groups_per_token, fanout.top_k
-    if g <= 1 or g_tok >= g:
-        return plain
+    d = round(domains)
     candidates = g_tok * fanout.experts / g
-    out = np.array(plain, dtype=float)
-    for i, d in enumerate(domains.ravel()):
-        d_int = round(float(d))
-        if d_int <= 1 or abs(d - d_int) > 1e-9:
-            continue
-        if g % d_int == 0:  # each domain holds g/d whole groups
-            per = g // d_int
-            reached = 0.0
-            for j in range(1, min(per, g_tok) + 1):
-                p_j = math.comb(per, j) * math.comb(g - per, g_tok - j) / math.comb(g, g_tok)
-                missed = math.prod(
-                    max(candidates - j * fanout.experts / g - m, 0.0) / (candidates - m) for m in range(k)
-                )
-                reached += p_j * (1.0 - missed)
-            out.flat[i] = d_int * reached
-        elif d_int % g == 0:  # each group spans d/g domains
-            out.flat[i] = float(holders_reached(candidates, k, np.asarray(g_tok * d_int // g, dtype=float)))
-    return out
+    if d > 1 and abs(domains - d) <= 1e-9 and g % d == 0:  # each domain holds g/d whole groups
+        per = g // d
+        reached = 0.0
+        for j in range(1, min(per, g_tok) + 1):
+            p_j = math.comb(per, j) * math.comb(g - per, g_tok - j) / math.comb(g, g_tok)
+            missed = math.prod(max(candidates - j * fanout.experts / g - m, 0.0) / (candidates - m) for m in range(k))
+            reached += p_j * (1.0 - missed)
+        return d * reached
+    if d > 1 and abs(domains - d) <= 1e-9 and d % g == 0:  # each group spans d/g domains
+        return float(holders_reached(candidates, k, np.asarray(g_tok * d // g, dtype=float)))
+    return float(holders_reached(fanout.experts, k, np.asarray(domains)))
 
 
 def all_to_all_s(message_bytes: np.ndarray, link: GroupLink, fanout: Fanout | None = None) -> np.ndarray:

@@ -107,9 +107,11 @@ def call_s(collective: Collective, links: dict[str, comm.GroupLink]) -> np.ndarr
     (``comm.all_to_all_s``); the validator replays it as the plain all-to-all of the same bytes,
     the collective torch.distributed has."""
     message, link = collective.message_bytes, links[collective.group]
-    if collective.fanout is not None:
-        return np.where(message > 0, comm.all_to_all_s(message, link, collective.fanout), 0.0)
-    return np.where(message > 0, PRICE[collective.op](message, link), 0.0)
+    if collective.fanout is None:
+        seconds = PRICE[collective.op](message, link)
+    else:  # only a flex dispatch, an all-to-all, carries one
+        seconds = comm.all_to_all_s(message, link, collective.fanout)
+    return np.where(message > 0, seconds, 0.0)
 
 
 def serial_s(collectives: list[Collective], links: dict[str, comm.GroupLink]) -> np.ndarray:
