@@ -129,7 +129,28 @@ def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: Pa
     )
 
 
+def fp4_message(cluster: ClusterSpec) -> str:
+    """Why a GPU cannot train in fp4."""
+    listed = ", ".join(cluster.gpu.peak_tflops)
+    return (
+        f"dtype fp4 (NVFP4) needs FP4 tensor cores: {cluster.gpu.name} lists {listed} (Blackwell has them; "
+        "Transformer Engine's NVFP4 recipe and torchao's need SM100 or later)"
+    )
+
+
 RULES: tuple[Rule, ...] = (
+    Rule(
+        "fp4_tensor_cores",
+        lambda m, c, j, x: np.asarray(j.dtype != "fp4" or "fp4" in c.gpu.peak_tflops),
+        lambda m, c, j, p: fp4_message(c),
+    ),
+    Rule(
+        "bf16_last_layers",
+        lambda m, c, j, x: np.asarray(j.bf16_last_layers <= m.num_hidden_layers),
+        lambda m, c, j, p: (
+            f"bf16_last_layers {j.bf16_last_layers}: {m.name} has {m.num_hidden_layers} transformer layers"
+        ),
+    ),
     Rule(
         "gpu_count",
         lambda m, c, j, x: x.num_gpus == c.num_gpus,

@@ -86,11 +86,22 @@ def error_bar_text(est: Estimate) -> str:
     return f"{band[0]:,.0f} .. {band[1]:,.0f} tokens/s per GPU (central 80% of {est.interval_basis})"
 
 
+def precision_words(job: JobSpec) -> str:
+    """The job's matmul format as the header shows it: NVFP4 named, the layers kept in bf16, and
+    that MFU is read against the format's own peak (``step.evaluate``)."""
+    words = {"fp8": "fp8", "fp4": "fp4 (NVFP4)"}.get(job.dtype)
+    if words is None:
+        return job.dtype
+    tail = f", last {job.bf16_last_layers} layers bf16" if job.bf16_last_layers else ""
+    return f"{words}{tail}; MFU of the {job.dtype} peak"
+
+
 def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> None:
     cfg, job = est.config.parallel, est.config.job
     console.print(f"[bold]{est.config.model}[/] on {cluster.describe()}")
     console.print(
-        f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}"
+        f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, "
+        f"{precision_words(job)}"
     )
     console.print(f"stack: {describe_stack(job)}")
     console.print(f"mesh: {cfg.short()}  (order {cfg.order})")
@@ -246,8 +257,8 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
     job = ranking.job
     console.print(f"[bold]{ranking.model}[/] on {ranking.cluster_description}")
     console.print(
-        f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, {job.dtype}; "
-        f"ranked by {ranking.objective}"
+        f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, "
+        f"{precision_words(job)}; ranked by {ranking.objective}"
     )
     console.print(f"stack: {describe_stack(job)}")
     table = Table(box=None, padding=(0, 1), header_style="bold")

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from planner.catalog import load_cluster, load_stack, read_yaml
+from planner.constraints import fp4_message
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
 from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
@@ -460,6 +461,31 @@ def sliding_window_from(attention: str, stated: Any) -> tuple[int, bool] | None:
     return int(found.group(1)), alternating
 
 
+def dtype_from(precision: str) -> str:
+    """The matmul format a precision description names: fp4 for NVFP4, fp8 for any fp8 variant,
+    else bf16."""
+    if any(w in precision for w in FP4_WORDS):
+        return "fp4"
+    return "fp8" if any(w in precision for w in FP8_WORDS) else "bf16"
+
+
+BF16_LAYER_RANGE = re.compile(r"layers (\d+)-(\d+)[^,;]*?\bbf16")
+"""A stated range of layers kept in bf16, as torchtitan's NVFP4 rows word it ('NVFP4 linears in
+layers 0-26, layers 27-31 and LM head bf16')."""
+
+
+def bf16_last_layers_from(precision: str, layers: int) -> int:
+    """How many of the model's last layers a precision description keeps in bf16 (0 when it names
+    none); a bf16 range that does not end at the last layer cannot be expressed."""
+    found = BF16_LAYER_RANGE.search(precision)
+    if not found:
+        return 0
+    first, last = int(found.group(1)), int(found.group(2))
+    if last != layers - 1 or first > last:
+        raise UnpriceableError(f"precision '{precision}': bf16 layers {first}-{last} are not the model's last ones")
+    return last - first + 1
+
+
 def fp8_scaling_from(precision: str) -> str:
     """The fp8 scaling granularity a precision description names: 'rowwise' per row; per tensor
     where it says so (per-tensor, current scaling, tensorwise), even when it also names another
@@ -636,8 +662,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     if "campaign" in _text(measured.get("tokens_per_s_per_gpu_note")):
         raise UnpriceableError("a campaign average (batch ramp, stalls, restarts), not a steady-state step time")
     precision = _text(knobs.get("precision"))
-    if any(w in precision for w in FP4_WORDS):
-        raise UnpriceableError(f"precision '{knobs.get('precision')}': 4-bit formats are not modelled")
+    if "mxfp4" in precision:
+        raise UnpriceableError(f"precision '{knobs.get('precision')}': MXFP4 training is not modelled (fp4 is NVFP4)")
     stack_name = stack_for(row)
     stack = load_stack(stack_name)
     model = model_from_row(row)
@@ -741,13 +767,16 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         job = JobSpec(
             global_batch_size=batch,
             seq_len=model.max_position_embeddings,
-            dtype="fp8" if any(w in precision for w in FP8_WORDS) else "bf16",
+            dtype=dtype_from(precision),
             fp8_scaling=fp8_scaling_from(precision),
+            bf16_last_layers=bf16_last_layers_from(precision, model.num_hidden_layers),
             stack=stack_name,
             **overrides,
         )
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
+    if job.dtype == "fp4" and "fp4" not in cluster.gpu.peak_tflops:
+        raise UnpriceableError(fp4_message(cluster))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     memory = published_peak_memory_bytes(measured)
     case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed, memory)
@@ -773,7 +802,24 @@ def published_peak_memory_bytes(measured: dict[str, Any]) -> float | None:
         if figure is None:
             raise UnpriceableError(f"measured.{key}: {value!r} is not a positive number")
         return figure * unit
-    return None
+    found = MEMORY_TEXT.match(_text(measured.get("memory")))
+    return float(found.group(1)) * GIB_BYTES if found else None
+
+
+MEMORY_TEXT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*gib\b")
+"""A measured peak written as text, as torchtitan's NVFP4 tables give it ('110.95 GiB (60.2%)',
+torchtitan/components/quantization/nvfp4.md: 'Memory' and 'Peak Reserved Memory', the allocator's
+max_reserved)."""
+
+MEMORY_MATCH_CANDIDATES = 200
+"""Candidates ``resolve_config`` reads when a row states its peak memory: enough to reach the
+recompute settings below the fastest meshes of a small search."""
+
+MEMORY_MATCH_SLACK = 0.25
+"""How far above a row's measured peak memory the planner's count of a mesh may lie and the mesh
+still be what ran: the memory table's published rows land within -6% to +3% of the count, so a
+mesh counted 25% over the measured peak kept other tensors than the run did (it recomputed what
+the mesh saves). A judgement call on that table, not a measurement."""
 
 
 IMPOSSIBLE_MEMORY_RATIO = 2.0
@@ -821,17 +867,27 @@ def price_case(
 def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSpec | None = None) -> ParallelConfig:
     """The mesh a case runs: its pins, with the search filling what the row leaves open (the
     fastest that fits; the fastest of all when none fits) under the row's own job: recompute
-    modules the row does not state stay the stack's default."""
+    modules the row does not state stay the stack's default. Where the row states its peak memory
+    but not its recompute, the fastest mesh the planner counts within ``MEMORY_MATCH_SLACK`` of
+    that peak: a run that measured 79 GiB did not keep the 160 GiB of activations a mesh without
+    recompute would."""
     from planner.search import search
 
     cluster, job = cluster or case.cluster, job or case.job
     config = pinned_config(case.pins)
     if "recompute" in case.pins:
         return config
+    measured = case.published_peak_memory_bytes
     try:
-        return search(case.model, cluster, job, case.pins, top=1, try_module_sets=False).candidates[0].config.parallel
+        ranked = search(case.model, cluster, job, case.pins, top=1 if measured is None else MEMORY_MATCH_CANDIDATES,
+                        try_module_sets=False).candidates  # fmt: skip
     except PlannerError:
         return config
+    if measured is not None:
+        # the fastest mesh whose count does not exceed what the run measured (MEMORY_MATCH_SLACK)
+        near = [c for c in ranked if c.memory_per_gpu_bytes <= measured * (1.0 + MEMORY_MATCH_SLACK)]
+        ranked = near or ranked
+    return ranked[0].config.parallel
 
 
 def pinned_config(pins: dict[str, Any]) -> ParallelConfig:

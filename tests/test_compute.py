@@ -291,12 +291,12 @@ def test_block_scaled_fp8_casts_in_one_pass_without_an_amax_read() -> None:
     """MXFP8 (Transformer Engine's cast_mxfp8_2D_kernel) reads the 16-bit tensor once and writes
     the row-wise and column-wise fp8 copies with a scale byte per 32 elements each way: 4 + 2/32
     bytes per element, against current scaling's amax read, cast and transposed copy (7)."""
-    from planner.cost.compute import FP8_CAST_BYTES_PER_ELEMENT, fp8_cast_forward_s
+    from planner.cost.compute import FP8_CAST_BYTES_PER_ELEMENT, quantise_forward_s
 
     model, cluster = load_model("llama3-8b"), load_cluster("dgx-b200")
     mesh = MeshArrays.from_configs([ParallelConfig(dp=8)])
     cast = {
-        scaling: fp8_cast_forward_s(
+        scaling: quantise_forward_s(
             model, cluster, JobSpec(global_batch_size=8, seq_len=4096, dtype="fp8", fp8_scaling=scaling), mesh, False
         )[0]
         for scaling in ("tensor", "block")
@@ -304,4 +304,4 @@ def test_block_scaled_fp8_casts_in_one_pass_without_an_amax_read() -> None:
     assert FP8_CAST_BYTES_PER_ELEMENT["tensor"] == 7.0
     assert cast["block"] / cast["tensor"] == pytest.approx((4 + 2 / 32) / 7)
     bf16 = JobSpec(global_batch_size=8, seq_len=4096)
-    assert fp8_cast_forward_s(model, cluster, bf16, mesh, False)[0] == 0.0
+    assert quantise_forward_s(model, cluster, bf16, mesh, False)[0] == 0.0

@@ -104,6 +104,12 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep"], default="deepep")
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"], default="delayed")
+    # _add_transformer_engine_args: NVFP4 and the layers kept in bf16
+    p.add_argument("--fp4-format", choices=["e2m1"], dest="fp4")
+    p.add_argument("--fp4-recipe", choices=["nvfp4", "custom"], default="nvfp4")
+    p.add_argument("--first-last-layers-bf16", action="store_true")
+    p.add_argument("--num-layers-at-start-in-bf16", type=int, default=1)
+    p.add_argument("--num-layers-at-end-in-bf16", type=int, default=1)
     p.add_argument(
         "--data-parallel-sharding-strategy", choices=["no_shard", "optim", "optim_grads", "optim_grads_params"]
     )
@@ -332,6 +338,26 @@ def test_torchtitan_fp8_and_moot_zero() -> None:
     assert doc["model"] == {"name": "llama3", "flavor": "70B", "converters": ["quantize.linear.float8"]}
     assert doc["parallelism"]["data_parallel_shard_degree"] == doc["parallelism"]["data_parallel_replicate_degree"] == 1
     assert any("moot" in note for note in out.notes)
+
+
+def test_exports_of_nvfp4_and_bf16_last_layers() -> None:
+    """fp4 is Megatron's --fp4-format e2m1 --fp4-recipe nvfp4; the bf16 layers are the end ones of
+    --first-last-layers-bf16 (Megatron) or the float8 converter's filter_fqns (torchtitan 0.2);
+    targets without NVFP4 say so."""
+    fp4 = JobSpec(global_batch_size=1024, seq_len=4096, dtype="fp4", bf16_last_layers=12)
+    config = mesh(tp=8, pp=2, dp=8, sequence_parallel=True)
+    ns = megatron_parser().parse_args(megatron_args(LLAMA70B, fp4, config))
+    assert ns.bf16 and ns.fp4 == "e2m1" and ns.fp4_recipe == "nvfp4" and ns.fp8_format is None
+    assert ns.first_last_layers_bf16 and (ns.num_layers_at_start_in_bf16, ns.num_layers_at_end_in_bf16) == (0, 12)
+    fp8 = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", bf16_last_layers=2)
+    doc = tomllib.loads(render("torchtitan-0.2", LLAMA70B, fp8, mesh(tp=8, pp=1, dp=1)).text)
+    assert doc["quantize"]["linear"]["float8"]["filter_fqns"] == ["layers.78.", "layers.79."]
+    with pytest.raises(PlannerError, match="this torchtitan release has no NVFP4 converter"):
+        render("torchtitan-0.2", LLAMA70B, fp4.model_copy(update={"stack": "torchtitan"}), mesh(tp=8, pp=1, dp=1))
+    with pytest.raises(PlannerError, match="bf16_last_layers 2: llama3_8b_mxfp8 converts the linears"):
+        render("torchtitan", load_model("llama3-8b"), fp8.model_copy(update={"fp8_scaling": "block"}), mesh(dp=8))
+    with pytest.raises(PlannerError, match="--dtype fp4"):
+        render("deepspeed", LLAMA70B, fp4, mesh(dp=64))
 
 
 def _flags(argv: list[str]) -> dict[str, list[str]]:

@@ -284,6 +284,7 @@ JOB = [
     field_option(JobSpec, "max_batch_growth", metavar="FRACTION"),
     field_option(JobSpec, "memory_headroom", metavar="FRACTION"),
     field_option(JobSpec, "dtype"),
+    field_option(JobSpec, "bf16_last_layers", metavar="N"),
     field_option(JobSpec, "flash_attention"),
     field_option(JobSpec, "dropout"),
     field_option(JobSpec, "stack", annotation=str | None, default=None, metavar="NAME"),

@@ -396,7 +396,7 @@ def layer_forward_parts(
         residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in RESIDUAL_OUTPUT_GEMMS)),
         core_s=attention_core_forward_s(model, cluster, job, mesh),
         elementwise_s=sum(elementwise.values(), zero),
-        casts_s=fp8_cast_forward_s(model, cluster, job, mesh, moe),
+        casts_s=quantise_forward_s(model, cluster, job, mesh, moe),
         softmax_s=unfused_softmax_forward_s(model, cluster, job, mesh),
         gemms=times,
         elementwise=elementwise,
@@ -459,9 +459,13 @@ def module_recompute_forward_s(
 
 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """Forward time of the vocab-parallel LM head GEMM (the loss after it is ``loss_s``)."""
+    """Forward time of the vocab-parallel LM head GEMM (the loss after it is ``loss_s``), in the
+    job's matmul format except under fp4, whose recipes keep the head in bf16 (NVIDIA, 'Pretraining
+    Large Language Models with NVFP4', arXiv:2509.25149: "the output projection head" stays in high
+    precision; torchtitan's nvfp4.md: "The LM head is therefore kept in bf16")."""
     head = lm_head_gemm(model, job, mesh)
-    return gemm_on(cluster, job)(head.m_rows, head.n, head.k)
+    fmt = job if job.dtype != "fp4" else job.model_copy(update={"dtype": "bf16"})
+    return gemm_on(cluster, fmt)(head.m_rows, head.n, head.k)
 
 
 def loss_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -494,14 +498,25 @@ torchao casts before the FSDP all-gather), so they are not counted. A count of t
 touched, not a measurement."""
 
 
-def fp8_cast_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
-    """fp8 cast and transpose traffic of one layer's GEMMs (``FP8_CAST_BYTES_PER_ELEMENT`` of its scaling on
-    each input M x K and output-gradient M x N), expressed per forward pass like every layer term
-    (the step multiplies forwards by 3); zero unless the job trains in fp8."""
-    if job.dtype != "fp8":
+def cast_bytes_per_element(job: JobSpec) -> float:
+    """HBM bytes per element of a GEMM input or output gradient that quantisation moves, forward and
+    backward: ``FP8_CAST_BYTES_PER_ELEMENT`` of the fp8 scaling, the stack's
+    ``fp4_cast_bytes_per_element`` under NVFP4, none in 16-bit."""
+    if job.dtype == "fp8":
+        return FP8_CAST_BYTES_PER_ELEMENT[job.fp8_scaling]
+    if job.dtype == "fp4":
+        return job.software.fp4_cast_bytes_per_element or 0.0
+    return 0.0
+
+
+def quantise_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """fp8 or fp4 cast and transpose traffic of one layer's GEMMs (``cast_bytes_per_element`` on each
+    input M x K and output-gradient M x N), expressed per forward pass like every layer term (the
+    step multiplies forwards by 3); zero in 16-bit."""
+    cast_bytes = cast_bytes_per_element(job)
+    if not cast_bytes:
         return np.zeros(len(mesh))
     elements = sum(g.count * g.m_rows * (g.k + g.n) for g in layer_gemms(model, job, mesh, moe))
-    cast_bytes = FP8_CAST_BYTES_PER_ELEMENT[job.fp8_scaling]
     return cast_bytes * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 

@@ -96,10 +96,21 @@ def mlp_activation_bytes_per_token(
     return ((4.0 if model.is_gated_mlp else 2.0) + linear_input_bytes) * width
 
 
+NVFP4_SAVED_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
+"""What an NVFP4 linear keeps of its input for the weight gradient: the column-wise E2M1 copy the
+wgrad GEMM reads (half a byte) with its E4M3 scale per 16 elements (Transformer Engine's
+NVFP4BlockScaling recipe, docs 'NVFP4': 1x16 blocks for activations; the row-wise copy is dropped
+after the forward, as for fp8). torchao's NVFP4 linear, which torchtitan runs, keeps its quantised
+input too: torchtitan's nvfp4.md measures Llama-3-8B at 110.95 GiB peak under NVFP4 against
+174.49 GiB in bf16 and 179.94 GiB under MXFP8, whose torchao linear keeps the 16-bit input."""
+
+
 def linear_input_bytes_per_element(job: JobSpec) -> float:
     """Bytes per element a linear layer keeps of its input for the weight gradient: 1 under fp8
     when the stack keeps the quantised input (Transformer Engine, see Stack.fp8_saves_quantized_
-    inputs), else 2."""
+    inputs), ``NVFP4_SAVED_BYTES_PER_ELEMENT`` under fp4 on every stack, else 2."""
+    if job.dtype == "fp4":
+        return NVFP4_SAVED_BYTES_PER_ELEMENT
     return 1.0 if job.dtype == "fp8" and job.software.fp8_saves_quantized_inputs else 2.0
 
 

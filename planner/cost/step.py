@@ -18,6 +18,7 @@ collectives are exposed unless the job overlaps them (the stack's default or
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -124,6 +125,34 @@ class LayerCosts:
     head_fwd: np.ndarray
     loss: np.ndarray
     mtp_projection_fwd: np.ndarray
+
+    def blend(self, other: LayerCosts, share: np.ndarray) -> LayerCosts:
+        """Per-layer costs of a rank whose layers are ``share`` of ``other``'s kind and the rest of
+        this one's (the heads and the MTP projection stay this one's)."""
+        mixed = {
+            f: (1.0 - share) * getattr(self, f) + share * getattr(other, f)
+            for f in ("dense_fwd", "moe_fwd", "core_fwd", "recomputed_core", "selective_dense", "selective_moe")
+        }
+        return dataclasses.replace(self, **mixed)
+
+
+def bf16_layer_costs(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, ranks: RankLayers, costs: LayerCosts
+) -> tuple[LayerCosts, LayerCosts]:
+    """The last and the body rank's per-layer costs with ``job.bf16_last_layers`` layers in bf16:
+    the model's last layers, which sit in the last pipeline rank's last chunk (its decoder layers
+    over the virtual stages), then in the chunk before it on the next rank; a layer past those two
+    chunks is priced in the body rank's chunk as well (a bound: further ranks hold the rest)."""
+    n = job.bf16_last_layers
+    if not n or job.dtype not in ("fp8", "fp4"):
+        return costs, costs
+    high = layer_costs(model, cluster, job.model_copy(update={"dtype": "bf16", "bf16_last_layers": 0}), mesh)
+    v = mesh.virtual_stages
+    on_last = np.minimum(n, -(-ranks.last // v))
+    on_body = np.minimum(n - on_last, -(-ranks.body // v))
+    last = costs.blend(high, on_last / np.maximum(ranks.last, 1))
+    body = costs.blend(high, on_body / np.maximum(ranks.body, 1))
+    return last, body
 
 
 LAYER_COST_COLUMNS = ("tp", "cp", "ep", "expert_tp", "micro_batch_size", "sequence_parallel")
@@ -309,11 +338,11 @@ def evaluate(
     m = num_microbatches(batch, mesh)
     links = comm.mesh_links(cluster, mesh)
     ranks = rank_layers(model, job, mesh)
-    costs = layer_costs(model, cluster, job, mesh)
+    last_costs, body_costs = bf16_layer_costs(model, cluster, job, mesh, ranks, layer_costs(model, cluster, job, mesh))
     heads = heads_on_last_rank(model, job, mesh)
     offloaded = offload_activations(model, job, mesh)
-    last = rank_slot(model, cluster, job, mesh, links, costs, ranks.last, ranks.last_mtp, heads, offloaded)
-    body = rank_slot(model, cluster, job, mesh, links, costs, ranks.body, ranks.body_mtp, 0, offloaded)
+    last = rank_slot(model, cluster, job, mesh, links, last_costs, ranks.last, ranks.last_mtp, heads, offloaded)
+    body = rank_slot(model, cluster, job, mesh, links, body_costs, ranks.body, ranks.body_mtp, 0, offloaded)
     last_is_slowest = last.total_s >= body.total_s  # the pipeline runs at the slower rank's pace
     worst = pick_rank(last_is_slowest, last, body)
     slot = worst.total_s

@@ -143,10 +143,10 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
             f"--recompute-layers {config.recompute_layers}",
             "DeepSpeed's activation checkpointing recomputes every layer; use --recompute full without it",
         )
-    if job.dtype == "fp8":
+    if job.dtype in ("fp8", "fp4"):
         raise refuse(
             TARGET,
-            "--dtype fp8",
+            f"--dtype {job.dtype}",
             "the DeepSpeed config switches bf16 or fp16 (FP8 is Transformer Engine code)",
             mesh_bound=False,
         )

@@ -236,10 +236,21 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
     communication overlap (_add_training_args --tp-comm-overlap, which validate_args allows only
     with --sequence-parallel; ``tp_overlap_runs``); gradients reduced in bf16 (_add_distributed_args
     --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
-    (--use-precision-aware-optimizer)."""
-    args = {"bf16": ["--bf16"], "fp16": ["--fp16"], "fp8": ["--bf16", "--fp8-format", "hybrid"]}[job.dtype]
+    (--use-precision-aware-optimizer). fp4 is --fp4-format e2m1 --fp4-recipe nvfp4 (Transformer
+    Engine's NVFP4BlockScaling); the layers kept in bf16 are --first-last-layers-bf16's."""
+    args = {
+        "bf16": ["--bf16"],
+        "fp16": ["--fp16"],
+        "fp8": ["--bf16", "--fp8-format", "hybrid"],
+        "fp4": ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
+    }[job.dtype]
     if job.dtype == "fp8":
         args += ["--fp8-recipe", FP8_RECIPES[job.fp8_scaling]]
+    if job.bf16_last_layers:
+        # _add_transformer_engine_args: --first-last-layers-bf16 with --num-layers-at-start-in-bf16
+        # and --num-layers-at-end-in-bf16 (both default 1)
+        args += ["--first-last-layers-bf16", "--num-layers-at-start-in-bf16", "0"]
+        args += ["--num-layers-at-end-in-bf16", str(job.bf16_last_layers)]
     if not job.dropout:
         args = [*args, "--attention-dropout", "0.0", "--hidden-dropout", "0.0"]
     backend = ATTENTION_BACKENDS[attention_kernel_for(model, job)] if flash_attention_runs(model, job) else "unfused"

@@ -186,6 +186,16 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
     if not is_default_order(config):
         # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
         raise refuse(target, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
+    if job.dtype == "fp4":
+        # NVFP4 arrived after 0.3.0 as a config function (torchtitan/components/quantization/nvfp4.md:
+        # llama3_8b_nvfp4_mixed, torchao's prototype NVFP4 training)
+        raise refuse(
+            target,
+            "--dtype fp4",
+            "this torchtitan release has no NVFP4 converter (later torchtitan runs it as the "
+            "llama3_8b_nvfp4_mixed config function on torchao's prototype)",
+            mesh_bound=False,
+        )
     if job.dtype == "fp16":
         # Training.mixed_precision_param: Literal["bfloat16", "float32"].
         raise refuse(
@@ -355,12 +365,19 @@ def _fp8_sections(model: ModelSpec, job: JobSpec) -> Sections:
     quantization (float8.py: 'quantize.linear.float8', 'quantize.grouped_mm.float8'; mx.py:
     'quantize.linear.mx', 'quantize.grouped_mm.mx'): torchao's Float8Linear (tensor-wise by default,
     ``recipe_name = "rowwise"`` for row scaling) or MXFP8 for block scaling, and the grouped-GEMM
-    converter for a MoE model's experts (``fqns``: the experts modules)."""
+    converter for a MoE model's experts (``fqns``: the experts modules); ``filter_fqns`` keeps the
+    job's bf16 last layers out of the linear converter."""
     kind = "mx" if job.fp8_scaling == "block" else "float8"
     converters = [f"quantize.linear.{kind}"] + ([f"quantize.grouped_mm.{kind}"] if model.is_moe else [])
     sections: Sections = {"model": {"converters": converters}}
-    if job.fp8_scaling == "row":
-        sections["quantize.linear.float8"] = {"recipe_name": "rowwise"}
+    linear: dict[str, TomlValue] = {"recipe_name": "rowwise"} if job.fp8_scaling == "row" else {}
+    if job.bf16_last_layers:
+        # filter_fqns skips every linear whose FQN contains an entry (module_filter_fn's substring test):
+        # the last layers' 'layers.<i>.' prefixes keep them in bf16
+        first = model.num_hidden_layers - job.bf16_last_layers
+        linear["filter_fqns"] = [f"layers.{i}." for i in range(first, model.num_hidden_layers)]
+    if linear:
+        sections[f"quantize.linear.{kind}"] = linear
     if model.is_moe:
         sections[f"quantize.grouped_mm.{kind}"] = {"fqns": ["experts"]}
     return sections

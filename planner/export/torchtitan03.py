@@ -123,6 +123,14 @@ def config_function(model: ModelSpec, job: JobSpec) -> ConfigFunction:
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> ConfigFunction:
     """Refuse what torchtitan 0.3 cannot run as planned; the config function otherwise."""
     function = config_function(model, job)
+    if job.bf16_last_layers:
+        # the converters, and which linears they skip, are the config function's
+        raise refuse(
+            TARGET,
+            f"bf16_last_layers {job.bf16_last_layers}",
+            f"{function.function} converts the linears its config function lists and model_spec is no override",
+            mesh_bound=False,
+        )
     if mtp_layers(model, job):
         # deepseek_v3's MTP is a model_registry argument (num_mtp_layers), set only by debug functions
         raise refuse(

@@ -15,11 +15,13 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 from planner.errors import PlannerError
 from planner.schemas.base import GB_BYTES, GIB_BYTES, TB_BYTES, TERA, Frozen
 
-Dtype = Literal["bf16", "fp16", "fp8", "tf32", "fp32"]
-"""Numeric formats whose dense peak FLOP/s a GPU may list."""
+Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
+"""Numeric formats whose dense peak FLOP/s a GPU may list (fp4: NVFP4/MXFP4 on Blackwell's
+fifth-generation tensor cores)."""
 
-BYTES_PER_ELEMENT: dict[str, int] = {"bf16": 2, "fp16": 2, "fp8": 1, "tf32": 4, "fp32": 4}
-"""Storage size of one element of each format (tf32 is stored as fp32)."""
+BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "tf32": 4, "fp32": 4}
+"""Storage size of one element of each format (tf32 is stored as fp32; fp4 is E2M1, half a byte,
+its block scales counted where they are written: ``compute.CAST_BYTES_PER_ELEMENT``)."""
 
 
 FLASH_FWD_BWD_FLOPS = 3.5
@@ -124,6 +126,13 @@ class GPU(Frozen):
         "MXFP8BlockScaling recipe on Blackwell) relative to tensor-wise scaled ones, the quantise kernels that "
         "write both row- and column-wise copies with their scales included; None: not calibrated, 1",
     )
+    gemm_efficiency_fp4: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="Fraction of the dense fp4 peak large NVFP4 GEMMs (E2M1 with an E4M3 scale per 16 "
+        "elements) reach, scales included; None: gemm_efficiency",
+    )
     attention_efficiency_fa2: float | None = Field(
         None,
         gt=0,
@@ -195,10 +204,11 @@ class GPU(Frozen):
         return self.sustained_tensor_fraction or 1.0
 
     def gemm_efficiency_for(self, dtype: str) -> float:
-        """Large-GEMM efficiency for the matmul format: ``gemm_efficiency_fp8`` for fp8 where
-        measured, else ``gemm_efficiency``."""
-        if dtype == "fp8" and self.gemm_efficiency_fp8 is not None and "fp8" in self.peak_tflops:
-            return self.gemm_efficiency_fp8
+        """Large-GEMM efficiency for the matmul format: ``gemm_efficiency_fp8`` for fp8 and
+        ``gemm_efficiency_fp4`` for fp4 where measured, else ``gemm_efficiency``."""
+        measured = {"fp8": self.gemm_efficiency_fp8, "fp4": self.gemm_efficiency_fp4}.get(dtype)
+        if measured is not None and dtype in self.peak_tflops:
+            return measured
         return self.gemm_efficiency
 
     def gemm_efficiency_ratio(self, dtype: str, fp8_scaling: str = "tensor") -> float:

@@ -87,8 +87,18 @@ class JobSpec(Frozen):
         description="Global batch in tokens (instead of sequences; a multiple of seq_len)",
     )
     seq_len: PositiveInt = Field(le=MAX_SEQ_LEN, description="Sequence length (unset: the model card's, else 4096)")
-    dtype: Literal["bf16", "fp16", "fp8"] = Field(
-        "bf16", description="Matmul precision (fp8 keeps bf16 weights and activations between layers)"
+    dtype: Literal["bf16", "fp16", "fp8", "fp4"] = Field(
+        "bf16",
+        description="Matmul precision (fp8 and fp4 keep bf16 weights and activations between layers; fp4 is "
+        "NVFP4, Blackwell only: E2M1 with an E4M3 scale per 16 elements, Transformer Engine's NVFP4BlockScaling "
+        "recipe)",
+    )
+    bf16_last_layers: int = Field(
+        0,
+        ge=0,
+        description="Transformer layers at the end of the model whose linears stay in bf16 under fp8 or fp4 "
+        "(Megatron --first-last-layers-bf16 --num-layers-at-end-in-bf16 N; torchtitan's NVFP4 recipe keeps the "
+        "last 15%)",
     )
     fp8_scaling: Literal["tensor", "row", "block"] = Field(
         "tensor",
@@ -202,6 +212,25 @@ class JobSpec(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _fp4_needs_the_stack(self) -> JobSpec:
+        if self.dtype == "fp4" and self.software.fp4_cast_bytes_per_element is None:
+            from planner.catalog import list_stacks
+
+            runs = [s.name for s in list_stacks() if s.fp4_cast_bytes_per_element is not None]
+            raise ValueError(
+                f"dtype 'fp4': stack {self.software.name} trains no NVFP4 (stacks that do: {', '.join(runs)})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _bf16_layers_need_low_precision(self) -> JobSpec:
+        if self.bf16_last_layers and self.dtype not in ("fp8", "fp4"):
+            raise ValueError(
+                f"bf16_last_layers {self.bf16_last_layers} keeps layers out of fp8/fp4, but dtype is '{self.dtype}'"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _ep_overlap_needs_the_stack(self) -> JobSpec:
         if self.ep_comm_overlap and self.software.ep_overlap_hidden_fraction == 0:
             raise ValueError(
@@ -281,7 +310,7 @@ class JobSpec(Frozen):
         return self.batch_size * self.seq_len
 
     @property
-    def weight_bytes_per_param(self) -> int:
+    def weight_bytes_per_param(self) -> float:
         return BYTES_PER_ELEMENT[self.weight_dtype]
 
     @field_validator("stack")
@@ -312,7 +341,7 @@ class JobSpec(Frozen):
         return self.gradient_dtype or self.software.grad_reduce_dtype
 
     @property
-    def gradient_bytes_per_param(self) -> int:
+    def gradient_bytes_per_param(self) -> float:
         return BYTES_PER_ELEMENT[self.gradient_format]
 
     @property

@@ -140,6 +140,12 @@ class Stack(Frozen):
         description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
         "instead of the 16-bit one (Transformer Engine does; torchao's Float8Linear keeps the 16-bit input)"
     )
+    fp4_cast_bytes_per_element: PositiveFloat | None = Field(
+        None,
+        description="HBM bytes per element of a linear's input and output gradient that NVFP4 quantisation "
+        "moves, forward and backward together (amax passes, the row-wise copy fprop and dgrad read, the "
+        "Hadamard-transformed column-wise copy wgrad reads, their scales); None: the stack trains no fp4",
+    )
     selective_recompute: Literal["attention", "alternate_matmuls"] = Field(
         description="What selective recompute runs again in backward: 'attention', the attention core (Megatron's "
         "--recompute-granularity selective, Korthikanti et al. 2022); 'alternate_matmuls', torchtitan's per-op "
