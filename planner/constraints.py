@@ -133,8 +133,8 @@ def fp4_message(cluster: ClusterSpec) -> str:
     """Why a GPU cannot train in fp4."""
     listed = ", ".join(cluster.gpu.peak_tflops)
     return (
-        f"dtype fp4 (NVFP4) needs FP4 tensor cores: {cluster.gpu.name} lists {listed} (Blackwell has them; "
-        "Transformer Engine's NVFP4 recipe and torchao's need SM100 or later)"
+        f"dtype fp4 (NVFP4) needs FP4 tensor cores: {cluster.gpu.name} lists {listed}, no fp4 peak (NVFP4 "
+        "training, Transformer Engine's or torchao's, runs on data-centre Blackwell: SM100/SM103)"
     )
 
 
@@ -149,6 +149,16 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, x: np.asarray(j.bf16_last_layers <= m.num_hidden_layers),
         lambda m, c, j, p: (
             f"bf16_last_layers {j.bf16_last_layers}: {m.name} has {m.num_hidden_layers} transformer layers"
+        ),
+    ),
+    Rule(
+        "bf16_last_layers_dualpipe",
+        # step.bf16_layer_costs counts the tail back through 1F1B's chunks; DualPipe runs the last
+        # stage on two ranks, one per direction
+        lambda m, c, j, x: (j.bf16_last_layers == 0) | ~is_dual(x),
+        lambda m, c, j, p: (
+            f"bf16_last_layers {j.bf16_last_layers} with schedule {p.schedule}: the planner prices a bf16 tail "
+            "only on 1f1b-family schedules"
         ),
     ),
     Rule(

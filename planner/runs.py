@@ -792,8 +792,9 @@ tables head theirs 'GB' and are read as written."""
 
 
 def published_peak_memory_bytes(measured: dict[str, Any]) -> float | None:
-    """The row's measured peak memory per GPU in bytes (``PEAK_MEMORY_UNITS``), None where it
-    states none; a value that is not a positive finite number makes the row unpriceable."""
+    """The row's measured peak memory per GPU in bytes (``PEAK_MEMORY_UNITS``, else a ``memory``
+    text in GiB, ``MEMORY_TEXT``), None where it states none; a value of ``PEAK_MEMORY_UNITS`` that
+    is not a positive finite number makes the row unpriceable."""
     for key, unit in PEAK_MEMORY_UNITS.items():
         value = measured.get(key)
         if value is None:
@@ -869,8 +870,8 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     fastest that fits; the fastest of all when none fits) under the row's own job: recompute
     modules the row does not state stay the stack's default. Where the row states its peak memory
     but not its recompute, the fastest mesh the planner counts within ``MEMORY_MATCH_SLACK`` of
-    that peak: a run that measured 79 GiB did not keep the 160 GiB of activations a mesh without
-    recompute would."""
+    that peak (the fastest of all where none of ``MEMORY_MATCH_CANDIDATES`` is): a run that
+    measured 79 GiB did not keep the 160 GiB of activations a mesh without recompute would."""
     from planner.search import search
 
     cluster, job = cluster or case.cluster, job or case.job

@@ -167,7 +167,7 @@ def test_estimate_compares_a_given_layout_with_the_searchs_best(cli) -> None:  #
     data = r.json()
     versus = data["compared_with_best"]
     assert versus["best"]["step_time_s"] < data["step_time_s"]
-    assert "the search's best for this job is tp1 pp32" in versus["explanation"]
+    assert "the search's best for this job is tp1 pp8 dp32" in versus["explanation"]
     assert "slower, most of it" in versus["explanation"]
     # the text is explain.where_it_loses of the two estimates, and the table prints it
     model, cluster = load_model("deepseek-v3"), load_cluster("dgx-b200x32")

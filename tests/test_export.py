@@ -351,7 +351,12 @@ def test_exports_of_nvfp4_and_bf16_last_layers() -> None:
     assert ns.first_last_layers_bf16 and (ns.num_layers_at_start_in_bf16, ns.num_layers_at_end_in_bf16) == (0, 12)
     fp8 = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", bf16_last_layers=2)
     doc = tomllib.loads(render("torchtitan-0.2", LLAMA70B, fp8, mesh(tp=8, pp=1, dp=1)).text)
-    assert doc["quantize"]["linear"]["float8"]["filter_fqns"] == ["layers.78.", "layers.79."]
+    assert doc["quantize"]["linear"]["float8"]["filter_fqns"] == ["output", "layers.78.", "layers.79."]
+    mx = fp8.model_copy(update={"fp8_scaling": "block"})  # the LM head stays bf16 under either converter
+    doc = tomllib.loads(render("torchtitan-0.2", LLAMA70B, mx, mesh(tp=8, pp=1, dp=1)).text)
+    assert doc["quantize"]["linear"]["mx"]["filter_fqns"] == ["output", "layers.78.", "layers.79."]
+    with pytest.raises(PlannerError, match="bf16_last_layers 2 on a MoE model"):
+        render("torchtitan-0.2", QWEN3_MOE, fp8.model_copy(update={"mtp_layers": 0}), mesh(dp=8, ep=8))
     with pytest.raises(PlannerError, match="this torchtitan release has no NVFP4 converter"):
         render("torchtitan-0.2", LLAMA70B, fp4.model_copy(update={"stack": "torchtitan"}), mesh(tp=8, pp=1, dp=1))
     with pytest.raises(PlannerError, match="bf16_last_layers 2: llama3_8b_mxfp8 converts the linears"):

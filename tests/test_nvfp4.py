@@ -60,7 +60,7 @@ def test_nvfp4_quantisation_moves_the_stacks_counted_bytes() -> None:
 def test_the_lm_head_stays_bf16_and_linears_keep_their_nvfp4_input() -> None:
     mesh = MeshArrays.from_configs([ParallelConfig(dp=8)])
     head = {d: lm_head_forward_s(LLAMA8B, B200, _job(d), mesh)[0] for d in ("bf16", "fp8", "fp4")}
-    assert head["fp4"] == head["bf16"] > head["fp8"]
+    assert head["fp4"] == head["fp8"] == head["bf16"]
     assert linear_input_bytes_per_element(_job("fp4")) == 0.5625  # E2M1 plus an E4M3 scale per 16
     assert linear_input_bytes_per_element(_job("fp4", stack="torchtitan")) == 0.5625
 
@@ -87,6 +87,18 @@ def test_the_bf16_tail_sits_on_the_last_pipeline_rank() -> None:
     tail = planner.estimate(LLAMA8B, B200, _job("fp4", bf16_last_layers=8), **kw)
     # the 8 bf16 layers fill the last of 4 stages: the pipeline waits for it on every micro-batch
     assert tail.step_time_s > even.step_time_s * 1.05
+
+
+@pytest.mark.parametrize("v", [2, 4])
+def test_a_tail_counts_back_through_the_interleaved_chunks(v: int) -> None:
+    """With v chunks per rank the tail wraps from the last rank's last chunk to the other ranks'
+    and back to the last rank's earlier chunks: a tail of every layer is the bf16 step."""
+    kw = {"tp": 1, "pp": 2, "dp": 4, "micro_batch_size": 1, "virtual_stages": v}
+    steps = [planner.estimate(LLAMA8B, B200, _job("fp4", bf16_last_layers=n), **kw).step_time_s for n in (8, 16, 32)]
+    bf16 = planner.estimate(LLAMA8B, B200, _job("bf16"), **kw).step_time_s
+    assert steps[0] <= steps[1] < steps[2] == pytest.approx(bf16, rel=1e-9)
+    with pytest.raises(PlannerError, match="bf16_last_layers 8 with schedule dualpipev: the planner prices a bf16"):
+        planner.estimate(LLAMA8B, B200, _job("fp4", bf16_last_layers=8), tp=1, pp=2, dp=4, schedule="dualpipev")
 
 
 def test_fp4_is_refused_where_it_cannot_run(cli) -> None:  # type: ignore[no-untyped-def]

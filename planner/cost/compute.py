@@ -459,12 +459,18 @@ def module_recompute_forward_s(
 
 
 def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """Forward time of the vocab-parallel LM head GEMM (the loss after it is ``loss_s``), in the
-    job's matmul format except under fp4, whose recipes keep the head in bf16 (NVIDIA, 'Pretraining
-    Large Language Models with NVFP4', arXiv:2509.25149: "the output projection head" stays in high
-    precision; torchtitan's nvfp4.md: "The LM head is therefore kept in bf16")."""
+    """Forward time of the vocab-parallel LM head GEMM (the loss after it is ``loss_s``), in 16 bits
+    whatever the layers' format: under fp8 and fp4 every stack keeps the head out of the low-precision
+    GEMMs. Megatron-Core's output_layer is a plain tensor_parallel.ColumnParallelLinear, outside
+    Transformer Engine's fp8/fp4 autocast (megatron/core/models/gpt/gpt_model.py); torchtitan's MX
+    converter skips it by default ("By default we always skip the output layer", MX.filter_fqns =
+    ["output"]) and its float8 train configs filter it (``filter_fqns = ["output"]``, which the
+    exporter writes); MPT unembeds with its tied embedding through F.linear, no Transformer Engine
+    module; the NVFP4 recipes keep it in bf16 (NVIDIA, 'Pretraining Large Language Models with
+    NVFP4', arXiv:2509.25149: "the output projection head"; torchtitan's nvfp4.md: "The LM head is
+    therefore kept in bf16")."""
     head = lm_head_gemm(model, job, mesh)
-    fmt = job if job.dtype != "fp4" else job.model_copy(update={"dtype": "bf16"})
+    fmt = job if job.dtype in ("bf16", "fp16") else job.model_copy(update={"dtype": "bf16"})
     return gemm_on(cluster, fmt)(head.m_rows, head.n, head.k)
 
 

@@ -140,18 +140,26 @@ def bf16_layer_costs(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, ranks: RankLayers, costs: LayerCosts
 ) -> tuple[LayerCosts, LayerCosts]:
     """The last and the body rank's per-layer costs with ``job.bf16_last_layers`` layers in bf16:
-    the model's last layers, which sit in the last pipeline rank's last chunk (its decoder layers
-    over the virtual stages), then in the chunk before it on the next rank; a layer past those two
-    chunks is priced in the body rank's chunk as well (a bound: further ranks hold the rest)."""
+    the model's last layers, counted back from the last chunk. Chunk c of the p*v sits on rank
+    c mod p, so going back from the end each lap of p chunks holds one chunk of every rank, the
+    last rank's first and then rank p-2's, the body rank priced here (the busiest of the others
+    in layers; the tail reaches it first). Chunks are taken as each rank's layers over v. A
+    rank's share of bf16 layers blends its per-layer costs, its MTP layers counted with its
+    decoder layers and kept in the job's format. DualPipe is refused by the rule of the same name
+    (``constraints``): its two directions put the tail on two ranks at once."""
     n = job.bf16_last_layers
     if not n or job.dtype not in ("fp8", "fp4"):
         return costs, costs
     high = layer_costs(model, cluster, job.model_copy(update={"dtype": "bf16", "bf16_last_layers": 0}), mesh)
     v = mesh.virtual_stages
-    on_last = np.minimum(n, -(-ranks.last // v))
-    on_body = np.minimum(n - on_last, -(-ranks.body // v))
-    last = costs.blend(high, on_last / np.maximum(ranks.last, 1))
-    body = costs.blend(high, on_body / np.maximum(ranks.body, 1))
+    chunk_last, chunk_body = ranks.last / v, ranks.body / v
+    lap = chunk_last + (mesh.pp - 1) * chunk_body
+    laps = np.floor(n / lap)
+    rest = n - laps * lap
+    on_last = np.minimum(laps * chunk_last + np.minimum(rest, chunk_last), ranks.last)
+    on_body = np.minimum(laps * chunk_body + np.clip(rest - chunk_last, 0.0, chunk_body), ranks.body)
+    last = costs.blend(high, on_last / np.maximum(ranks.last + ranks.last_mtp, 1))
+    body = costs.blend(high, on_body / np.maximum(ranks.body + ranks.body_mtp, 1))
     return last, body
 
 

@@ -147,7 +147,7 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(
             TARGET,
             f"--dtype {job.dtype}",
-            "the DeepSpeed config switches bf16 or fp16 (FP8 is Transformer Engine code)",
+            "the DeepSpeed config switches bf16 or fp16 (FP8 and NVFP4 are Transformer Engine or torchao code)",
             mesh_bound=False,
         )
     zero = effective_zero_stage(config)

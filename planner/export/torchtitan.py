@@ -122,6 +122,14 @@ def flavor_of(model: ModelSpec, target: str = TARGET) -> Flavor:
 
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what torchtitan cannot run as planned."""
+    if job.bf16_last_layers and model.is_moe:
+        # the grouped-GEMM converter's fqns name the experts modules of every layer alike
+        raise refuse(
+            TARGET,
+            f"bf16_last_layers {job.bf16_last_layers} on a MoE model",
+            "its fp8 grouped-GEMM converter converts the experts of every layer (fqns = experts), the bf16 ones too",
+            mesh_bound=False,
+        )
     flavor = flavor_of(model)
     if config.pp > 1 and not flavor.pipeline:
         raise refuse(TARGET, f"pp {config.pp} for {flavor.name}", "its TrainSpec has no pipelining function: use pp 1")
@@ -373,9 +381,12 @@ def _fp8_sections(model: ModelSpec, job: JobSpec) -> Sections:
     linear: dict[str, TomlValue] = {"recipe_name": "rowwise"} if job.fp8_scaling == "row" else {}
     if job.bf16_last_layers:
         # filter_fqns skips every linear whose FQN contains an entry (module_filter_fn's substring test):
-        # the last layers' 'layers.<i>.' prefixes keep them in bf16
+        # the last layers' 'layers.<i>.' prefixes keep them in bf16, and 'output' the LM head as the
+        # plan prices it (MX's default: "By default we always skip the output layer", job_config.py MX)
         first = model.num_hidden_layers - job.bf16_last_layers
-        linear["filter_fqns"] = [f"layers.{i}." for i in range(first, model.num_hidden_layers)]
+        linear["filter_fqns"] = ["output"] + [f"layers.{i}." for i in range(first, model.num_hidden_layers)]
+    elif kind == "float8":
+        linear["filter_fqns"] = ["output"]  # as torchtitan's float8 train configs do; MX skips it by default
     if linear:
         sections[f"quantize.linear.{kind}"] = linear
     if model.is_moe:

@@ -21,7 +21,7 @@ fifth-generation tensor cores)."""
 
 BYTES_PER_ELEMENT: dict[str, float] = {"bf16": 2, "fp16": 2, "fp8": 1, "fp4": 0.5, "tf32": 4, "fp32": 4}
 """Storage size of one element of each format (tf32 is stored as fp32; fp4 is E2M1, half a byte,
-its block scales counted where they are written: ``compute.CAST_BYTES_PER_ELEMENT``)."""
+its block scales counted where they are written: ``compute.cast_bytes_per_element``)."""
 
 
 FLASH_FWD_BWD_FLOPS = 3.5

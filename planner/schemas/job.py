@@ -90,8 +90,8 @@ class JobSpec(Frozen):
     dtype: Literal["bf16", "fp16", "fp8", "fp4"] = Field(
         "bf16",
         description="Matmul precision (fp8 and fp4 keep bf16 weights and activations between layers; fp4 is "
-        "NVFP4, Blackwell only: E2M1 with an E4M3 scale per 16 elements, Transformer Engine's NVFP4BlockScaling "
-        "recipe)",
+        "NVFP4, data-centre Blackwell only: E2M1 with an E4M3 scale per 16 elements, Transformer Engine's "
+        "NVFP4BlockScaling recipe or torchao's NVFP4 training)",
     )
     bf16_last_layers: int = Field(
         0,
