@@ -78,7 +78,7 @@ def test_every_layer_in_bf16_prices_the_bf16_step() -> None:
     assert (tail.step_time_s - fp4.step_time_s) / (bf16.step_time_s - fp4.step_time_s) == pytest.approx(
         5 / 32, rel=0.02
     )
-    assert fp4.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu == pytest.approx(1.80, abs=0.02)
+    assert fp4.tokens_per_s_per_gpu / bf16.tokens_per_s_per_gpu == pytest.approx(1.77, abs=0.02)
 
 
 def test_the_bf16_tail_sits_on_the_last_pipeline_rank() -> None:
