@@ -870,8 +870,11 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     fastest that fits; the fastest of all when none fits) under the row's own job: recompute
     modules the row does not state stay the stack's default. Where the row states its peak memory
     but not its recompute, the fastest mesh the planner counts within ``MEMORY_MATCH_SLACK`` of
-    that peak (the fastest of all where none of ``MEMORY_MATCH_CANDIDATES`` is): a run that
-    measured 79 GiB did not keep the 160 GiB of activations a mesh without recompute would."""
+    that peak either way, the GPU taken to hold what the run held (``with_room``): a run that
+    measured 79 GiB did not keep the 160 GiB of activations a mesh without recompute would, and
+    one that measured 180 GiB kept more than full recompute's 97 (torchtitan's MXFP8 Llama-3-8B,
+    whose selective recompute the planner counts at 197 GiB, over the GPU's 185). The fastest that
+    fits where no candidate of ``MEMORY_MATCH_CANDIDATES`` is that near."""
     from planner.search import search
 
     cluster, job = cluster or case.cluster, job or case.job
@@ -879,16 +882,31 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     if "recompute" in case.pins:
         return config
     measured = case.published_peak_memory_bytes
+    if measured is None:
+        try:
+            best = search(case.model, cluster, job, case.pins, top=1, try_module_sets=False).candidates[0]
+        except PlannerError:
+            return config
+        return best.config.parallel
+    high = measured * (1.0 + MEMORY_MATCH_SLACK)
     try:
-        ranked = search(case.model, cluster, job, case.pins, top=1 if measured is None else MEMORY_MATCH_CANDIDATES,
+        ranked = search(case.model, with_room(cluster, high), job, case.pins, top=MEMORY_MATCH_CANDIDATES,
                         try_module_sets=False).candidates  # fmt: skip
     except PlannerError:
         return config
-    if measured is not None:
-        # the fastest mesh whose count does not exceed what the run measured (MEMORY_MATCH_SLACK)
-        near = [c for c in ranked if c.memory_per_gpu_bytes <= measured * (1.0 + MEMORY_MATCH_SLACK)]
-        ranked = near or ranked
-    return ranked[0].config.parallel
+    near = [c for c in ranked if measured / (1.0 + MEMORY_MATCH_SLACK) <= c.memory_per_gpu_bytes <= high]
+    fits = [c for c in ranked if c.memory_per_gpu_bytes <= cluster.gpu.hbm_capacity_bytes]
+    return (near or fits or ranked)[0].config.parallel
+
+
+def with_room(cluster: ClusterSpec, need_bytes: float) -> ClusterSpec:
+    """``cluster`` with each GPU's memory raised to ``need_bytes`` where it holds less: the room a
+    run's measured peak shows it had, whatever the planner's count of a mesh says it needs."""
+    gpu = cluster.gpu
+    if need_bytes <= gpu.hbm_capacity_bytes:
+        return cluster
+    roomy = gpu.model_copy(update={"hbm_capacity_gib": need_bytes / GIB_BYTES})
+    return cluster.model_copy(update={"profile": cluster.profile.model_copy(update={"gpu": roomy})})
 
 
 def pinned_config(pins: dict[str, Any]) -> ParallelConfig:

@@ -110,7 +110,7 @@ def test_memory_headroom_keeps_its_share_free_and_the_tight_winner_is_warned() -
         assert not any(w.startswith("tight memory") for w in c.warnings)
     best = safe.candidates[0]
     assert best.config.parallel != tight.config.parallel
-    # the margin costs little here: 1,159 against 1,201 tokens/s per GPU
+    # the margin costs little here: 1,180 against 1,213 tokens/s per GPU
     assert 0.95 < best.tokens_per_s_per_gpu / tight.tokens_per_s_per_gpu < 1.0
     assert usable_memory_bytes(H100X16, safe_job) == best.memory_usable_bytes
 
@@ -123,12 +123,12 @@ def test_the_ranking_names_the_fastest_mesh_that_keeps_the_memory_margin(cli) ->
     safe = search(LLAMA70, H100X16, safe_job, top=1, with_margin=True)
     pick, best = tight.margin_pick, safe.candidates[0]
     assert pick is not None and safe.margin_pick is None  # the margin asked for: nothing to point at
-    # the pick is what --memory-headroom 0.125 ranks first: tp4 pp2 dp8 cp2 v8 z1, 69.5 GiB, 3.6% slower
+    # the pick is what --memory-headroom 0.125 ranks first: tp4 pp2 dp8 cp2 v8 z1, 69.5 GiB, 2.8% slower
     assert pick.mesh == best.config.parallel.short()
     assert pick.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
     assert pick.memory_per_gpu_bytes == pytest.approx(best.memory_per_gpu_bytes, rel=1e-12)
     assert pick.slower == pytest.approx(best.step_time_s / tight.candidates[0].step_time_s - 1, rel=1e-9)
-    assert pick.slower == pytest.approx(0.036, abs=0.002)
+    assert pick.slower == pytest.approx(0.028, abs=0.002)
     assert pick.winner_memory_bytes == tight.candidates[0].memory_per_gpu_bytes
     text = " ".join(cli("-m", "llama3-70b", "-c", "dgx-h100x16").out.split())
     assert f"the fastest mesh that keeps that margin is {best.config.parallel.short()}" in text
