@@ -817,10 +817,11 @@ MEMORY_MATCH_CANDIDATES = 200
 recompute settings below the fastest meshes of a small search."""
 
 MEMORY_MATCH_SLACK = 0.25
-"""How far above a row's measured peak memory the planner's count of a mesh may lie and the mesh
-still be what ran: the memory table's published rows land within -6% to +3% of the count, so a
-mesh counted 25% over the measured peak kept other tensors than the run did (it recomputed what
-the mesh saves). A judgement call on that table, not a measurement."""
+"""How far from a row's measured peak memory, as a factor either way, the planner's count of a mesh
+may lie and the mesh still be what ran: the memory table's published rows land within -6% to +3%
+of the count (torchtitan's selective op-SAC on Blackwell at +10%), so a mesh counted 25% over or
+under the measured peak kept other tensors than the run did (it saved what the run recomputed, or
+the reverse). A judgement call on that table, not a measurement."""
 
 
 IMPOSSIBLE_MEMORY_RATIO = 2.0
