@@ -129,6 +129,11 @@ def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: Pa
     )
 
 
+def fp4_runs(cluster: ClusterSpec, job: JobSpec) -> bool:
+    """Whether the job's format runs on the cluster's GPU: fp4 needs a GPU that lists an fp4 peak."""
+    return job.dtype != "fp4" or "fp4" in cluster.gpu.peak_tflops
+
+
 def fp4_message(cluster: ClusterSpec) -> str:
     """Why a GPU cannot train in fp4."""
     listed = ", ".join(cluster.gpu.peak_tflops)
@@ -141,7 +146,7 @@ def fp4_message(cluster: ClusterSpec) -> str:
 RULES: tuple[Rule, ...] = (
     Rule(
         "fp4_tensor_cores",
-        lambda m, c, j, x: np.asarray(j.dtype != "fp4" or "fp4" in c.gpu.peak_tflops),
+        lambda m, c, j, x: np.asarray(fp4_runs(c, j)),
         lambda m, c, j, p: fp4_message(c),
     ),
     Rule(

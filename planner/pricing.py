@@ -116,17 +116,16 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     idle, head_layers = last_stage_imbalance(model, job, est.layers_per_stage)
     if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in DUAL_SCHEDULES:
         mtp = mtp_layers(model, job)
-        low = job.dtype in ("fp8", "fp4")  # the head runs bf16 beside these layers: FLOPs undercount it
         notes.append(
             f"pipeline stages are unbalanced: the last stage also runs the LM head ({model.vocab_size:,} x "
             f"{model.hidden_size}{f' and {mtp} MTP layer(s)' if mtp else ''}, the work of {head_layers:.1f} "
             f"layers by FLOPs), so the others idle {idle:.0%} of each slot; "
             + (
                 "no split of these layers over these stages does better"
-                if job.software.pipeline_layouts and config.pipeline_layout is None and not low
+                if job.software.pipeline_layouts and config.pipeline_layout is None and not job.low_precision
                 else f"its bf16 GEMM runs slower per FLOP than the {job.dtype} layers, which the split's FLOP count "
                 "does not see: compare splits with --pipeline-layout"
-                if low
+                if job.low_precision
                 else "give it fewer layers (Megatron-LM --pipeline-model-parallel-layout or "
                 "--decoder-last-pipeline-num-layers)"
             )

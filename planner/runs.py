@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from planner.catalog import load_cluster, load_stack, read_yaml
-from planner.constraints import fp4_message
+from planner.constraints import fp4_message, fp4_runs
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
 from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
@@ -775,7 +775,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         )
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
-    if job.dtype == "fp4" and "fp4" not in cluster.gpu.peak_tflops:
+    if not fp4_runs(cluster, job):
         raise UnpriceableError(fp4_message(cluster))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     memory = published_peak_memory_bytes(measured)
@@ -883,21 +883,17 @@ def resolve_config(case: RunCase, cluster: ClusterSpec | None = None, job: JobSp
     if "recompute" in case.pins:
         return config
     measured = case.published_peak_memory_bytes
-    if measured is None:
-        try:
-            best = search(case.model, cluster, job, case.pins, top=1, try_module_sets=False).candidates[0]
-        except PlannerError:
-            return config
-        return best.config.parallel
-    high = measured * (1.0 + MEMORY_MATCH_SLACK)
+    high = (measured or 0.0) * (1.0 + MEMORY_MATCH_SLACK)
+    roomy, top = (cluster, 1) if measured is None else (with_room(cluster, high), MEMORY_MATCH_CANDIDATES)
     try:
-        ranked = search(case.model, with_room(cluster, high), job, case.pins, top=MEMORY_MATCH_CANDIDATES,
-                        try_module_sets=False).candidates  # fmt: skip
+        ranked = search(case.model, roomy, job, case.pins, top=top, try_module_sets=False).candidates
     except PlannerError:
         return config
-    near = [c for c in ranked if measured / (1.0 + MEMORY_MATCH_SLACK) <= c.memory_per_gpu_bytes <= high]
-    fits = [c for c in ranked if c.memory_per_gpu_bytes <= cluster.gpu.hbm_capacity_bytes]
-    return (near or fits or ranked)[0].config.parallel
+    if measured is not None:
+        near = [c for c in ranked if measured / (1.0 + MEMORY_MATCH_SLACK) <= c.memory_per_gpu_bytes <= high]
+        fits = [c for c in ranked if c.memory_per_gpu_bytes <= cluster.gpu.hbm_capacity_bytes]
+        ranked = near or fits or ranked
+    return ranked[0].config.parallel
 
 
 def with_room(cluster: ClusterSpec, need_bytes: float) -> ClusterSpec:

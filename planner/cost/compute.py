@@ -470,8 +470,7 @@ def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     NVFP4', arXiv:2509.25149: "the output projection head"; torchtitan's nvfp4.md: "The LM head is
     therefore kept in bf16")."""
     head = lm_head_gemm(model, job, mesh)
-    fmt = job if job.dtype in ("bf16", "fp16") else job.model_copy(update={"dtype": "bf16"})
-    return gemm_on(cluster, fmt)(head.m_rows, head.n, head.k)
+    return gemm_on(cluster, job.in_bf16() if job.low_precision else job)(head.m_rows, head.n, head.k)
 
 
 def loss_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:

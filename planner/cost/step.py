@@ -148,9 +148,9 @@ def bf16_layer_costs(
     decoder layers and kept in the job's format. DualPipe is refused by the rule of the same name
     (``constraints``): its two directions put the tail on two ranks at once."""
     n = job.bf16_last_layers
-    if not n or job.dtype not in ("fp8", "fp4"):
+    if not n or not job.low_precision:
         return costs, costs
-    high = layer_costs(model, cluster, job.model_copy(update={"dtype": "bf16", "bf16_last_layers": 0}), mesh)
+    high = layer_costs(model, cluster, job.in_bf16(), mesh)
     v = mesh.virtual_stages
     chunk_last, chunk_body = ranks.last / v, ranks.body / v
     lap = chunk_last + (mesh.pp - 1) * chunk_body

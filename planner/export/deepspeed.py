@@ -143,7 +143,7 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
             f"--recompute-layers {config.recompute_layers}",
             "DeepSpeed's activation checkpointing recomputes every layer; use --recompute full without it",
         )
-    if job.dtype in ("fp8", "fp4"):
+    if job.low_precision:
         raise refuse(
             TARGET,
             f"--dtype {job.dtype}",

@@ -224,7 +224,7 @@ class JobSpec(Frozen):
 
     @model_validator(mode="after")
     def _bf16_layers_need_low_precision(self) -> JobSpec:
-        if self.bf16_last_layers and self.dtype not in ("fp8", "fp4"):
+        if self.bf16_last_layers and not self.low_precision:
             raise ValueError(
                 f"bf16_last_layers {self.bf16_last_layers} keeps layers out of fp8/fp4, but dtype is '{self.dtype}'"
             )
@@ -308,6 +308,17 @@ class JobSpec(Frozen):
     @property
     def tokens_per_step(self) -> int:
         return self.batch_size * self.seq_len
+
+    @property
+    def low_precision(self) -> bool:
+        """The linears' GEMMs run in an 8- or 4-bit format (fp8, fp4), on 16-bit weights and
+        activations: what quantises, keeps the LM head in bf16 and may keep layers in bf16."""
+        return self.dtype in ("fp8", "fp4")
+
+    def in_bf16(self) -> JobSpec:
+        """This job with every GEMM in bf16 (no layers set apart): how its bf16 LM head and bf16
+        last layers are priced."""
+        return self.model_copy(update={"dtype": "bf16", "bf16_last_layers": 0})
 
     @property
     def weight_bytes_per_param(self) -> float:

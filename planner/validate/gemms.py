@@ -34,7 +34,7 @@ def replay_dtype(job: JobSpec, on_gpu: bool) -> str:
     """Matmul format of the replay: fp32 on CPU, the job's 16-bit format on GPU (fp8 and fp4 as bf16)."""
     if not on_gpu:
         return "fp32"
-    return "bf16" if job.dtype in ("fp8", "fp4") else job.dtype
+    return "bf16" if job.low_precision else job.dtype
 
 
 def predict_gemm_s(m_rows: int, n: int, k: int, cluster: ClusterSpec, dtype: str) -> float:
