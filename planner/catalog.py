@@ -388,6 +388,10 @@ KV heads: one with ``multi_query`` (Falcon-7B), ``num_kv_heads`` with ``new_deco
 STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba", "nemotron_h"})
 """HF model types built from state-space (Mamba) layers, alone or between attention layers."""
 
+RECURRENT_TYPES = frozenset({"rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm"})
+"""HF model types built from recurrent or linear-attention blocks (RWKV's time mixing,
+RecurrentGemma's RG-LRU, xLSTM), which have no attention heads to price."""
+
 UNMODELLED_COUNT_KEYS = {
     "attn_layer_period": "Jamba's attention-every-k-layers layout (the rest are Mamba layers)",
     "expert_layer_period": "Jamba's MoE-every-k-layers layout",
@@ -399,6 +403,58 @@ UNMODELLED_COUNT_KEYS = {
 express (it knows MoE on every layer, DeepSeek's first_k_dense_replace and Qwen-MoE's
 decoder_sparse_step): a config that sets them is refused by name rather than miscounted (Jamba
 was counted +78% with no warning)."""
+
+UNMODELLED_LAYER_KEYS = {
+    "hybrid_override_pattern": "NemotronH's pattern of Mamba-2, attention, MLP and MoE layers",
+    "linear_num_value_heads": "Qwen3-Next's Gated DeltaNet (linear attention) layers",
+    "linear_attn_config": "Kimi Linear's KDA (linear attention) layers",
+    "index_topk": "DeepSeek Sparse Attention, whose lightning indexer keeps index_topk keys per query; without "
+    "the index_* keys the model prices as dense MLA, an upper bound on its attention",
+    "altup_num_inputs": "Gemma 3n's AltUp streams, LAuReL blocks and per-layer embeddings",
+}
+"""HF config keys of layers ModelSpec cannot price (its layers are softmax attention, full or
+sliding-window, followed by a dense or MoE MLP): the keys as the configuration classes name them
+(transformers NemotronHConfig.hybrid_override_pattern, Qwen3NextConfig.linear_num_value_heads,
+moonshotai/Kimi-Linear-48B-A3B-Instruct config.json linear_attn_config, deepseek-ai/DeepSeek-V3.2
+config.json index_topk 2048, Gemma3nTextConfig.altup_num_inputs). A config that sets one is refused
+by name: priced as attention layers, Kimi Linear and MiniMax-Text-01 came out as plain transformers
+with no warning."""
+
+PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+"""``layer_types`` entries ModelSpec prices; others (Qwen3-Next's and MiniMax's 'linear_attention',
+LFM2's 'conv', Granite-4's 'mamba') are refused by name."""
+
+LINEAR_ATTENTION_TYPE = 0
+"""MiniMax-Text-01 / M1 ``attn_type_list``: 0 marks a lightning (linear) attention layer, 1 a
+softmax one (sglang MiniMaxText01Config.linear_layer_ids: ``attn_type == 0``)."""
+
+
+def _refuse_unmodelled_layers(config: dict[str, Any], where: str) -> None:
+    """Raise where an HF config declares layers ModelSpec does not price (``UNMODELLED_LAYER_KEYS``,
+    ``layer_types`` outside ``PRICED_LAYER_TYPES``, MiniMax's linear ``attn_type_list`` entries)."""
+    supported = "supported: softmax attention (full or sliding-window) with dense or MoE MLP layers"
+    for key, what in UNMODELLED_LAYER_KEYS.items():
+        if config.get(key) not in (None, 0, [], "", {}):
+            raise PlannerError(f"{where}: key '{key}' ({what}) is not modelled; {supported}")
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list):
+        other = sorted({str(k) for k in kinds if not (isinstance(k, str) and k in PRICED_LAYER_TYPES)})
+        if other:
+            raise PlannerError(
+                f"{where}: key 'layer_types' names {', '.join(map(repr, other))} layers, which are not modelled; "
+                f"allowed: {', '.join(sorted(PRICED_LAYER_TYPES))}"
+            )
+    attn_types = config.get("attn_type_list")
+    linear = (
+        sum(1 for t in attn_types if t == LINEAR_ATTENTION_TYPE and not isinstance(t, bool))
+        if isinstance(attn_types, list)
+        else 0
+    )
+    if linear:
+        raise PlannerError(
+            f"{where}: key 'attn_type_list' marks {linear} of {len(attn_types)} layers as lightning (linear) "
+            f"attention (MiniMax), which is not modelled; {supported}"
+        )
 
 
 def _hf_flag(config: dict[str, Any], key: str, default: bool, where: str) -> bool:
@@ -461,12 +517,18 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "
             "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
         )
+    if model_type in RECURRENT_TYPES:
+        raise PlannerError(
+            f"{where}: model_type '{model_type}' is built from recurrent (linear-attention) blocks, which the "
+            "planner does not model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
+        )
     notes = ""
     towers = [k for k in ("vision_config", "audio_config") if k in config]
     if isinstance(config.get("text_config"), dict):  # Llava, Llama-4, Gemma-3: the language model is nested
         text = config["text_config"]
         config = {**{k: v for k, v in config.items() if k not in ("text_config", *towers)}, **text}
         model_type = str(text.get("model_type", model_type))
+    _refuse_unmodelled_layers(config, where)
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
         notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
     for key, what in UNMODELLED_COUNT_KEYS.items():

@@ -373,6 +373,56 @@ def test_hf_configs_the_planner_cannot_count_are_refused_by_name(tmp_path: Path,
         load_model(str(_hf(tmp_path, str(config["model_type"]), config)))
 
 
+_BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
+         "intermediate_size": 5120, "vocab_size": 151936, "max_position_embeddings": 32768}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("config", "fragment"),
+    [
+        # each was priced as a plain transformer with no warning before
+        (
+            {"model_type": "kimi_linear", "linear_attn_config": {"kda_layers": [1, 2, 3], "full_attn_layers": [4]}},
+            "key 'linear_attn_config' (Kimi Linear's KDA (linear attention) layers) is not modelled",
+        ),
+        (
+            {"model_type": "minimax", "attn_type_list": [0, 0, 0, 1]},
+            "key 'attn_type_list' marks 3 of 4 layers as lightning (linear) attention",
+        ),
+        (
+            {
+                "model_type": "qwen3_next",
+                "linear_num_value_heads": 32,
+                "layer_types": ["linear_attention"] * 3 + ["full_attention"],
+            },
+            "key 'linear_num_value_heads' (Qwen3-Next's Gated DeltaNet",
+        ),
+        (
+            {"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]},
+            "key 'layer_types' names 'linear_attention' layers, which are not modelled; allowed: full_attention, "
+            "sliding_attention",
+        ),
+        (
+            {"model_type": "lfm2", "layer_types": ["conv", "conv", "full_attention", "conv"]},
+            "key 'layer_types' names 'conv' layers",
+        ),
+        ({"model_type": "deepseek_v32", "index_topk": 2048}, "key 'index_topk' (DeepSeek Sparse Attention"),
+        ({"model_type": "gemma3n_text", "altup_num_inputs": 4}, "key 'altup_num_inputs'"),
+        ({"hybrid_override_pattern": "M*M-"}, "key 'hybrid_override_pattern' (NemotronH's pattern"),
+        ({"model_type": "rwkv"}, "model_type 'rwkv' is built from recurrent (linear-attention) blocks"),
+    ],
+)
+def test_hf_layers_the_planner_cannot_price_are_refused_by_name(tmp_path: Path, config: dict, fragment: str) -> None:
+    with pytest.raises(PlannerError, match=re.escape(fragment)):
+        load_model(str(_hf(tmp_path, "m", {**_BASE, **config})))
+
+
+def test_softmax_only_attn_type_list_is_priced(tmp_path: Path) -> None:
+    # attn_type_list 1 marks softmax attention: a list without 0 declares no linear layer
+    m = load_model(str(_hf(tmp_path, "m", {**_BASE, "attn_type_list": [1, 1, 1, 1]})))
+    assert m.num_hidden_layers == 4 and m.num_sliding_layers == 0
+
+
 def test_deepseek_style_moe_every_layer_is_not_refused(tmp_path: Path) -> None:
     # deepseek-ai/DeepSeek-V3's config.json says moe_layer_freq: 1 (every layer after the first
     # k dense ones), which ModelSpec expresses; only other frequencies are refused
