@@ -193,6 +193,15 @@ def _int(section: dict[str, Any], key: str, where: str) -> int | None:
     return value
 
 
+def _count(section: dict[str, Any], key: str, where: str) -> int | None:
+    """A size or degree of a row: None where not stated, else a positive integer (``_int(...) or
+    1`` had priced a stated tp of 0 as tp 1)."""
+    value = _int(section, key, where)
+    if value is not None and value < 1:
+        raise UnpriceableError(f"{where}.{key} is not a positive integer ({value!r})")
+    return value
+
+
 def _flag(section: dict[str, Any], key: str, where: str) -> bool | None:
     """A true/false field of a row (None: not stated); text such as "false" or "no" makes the row
     unpriceable, where ``bool()`` read it as true."""
@@ -340,14 +349,14 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention", "attention_note"))
     attention = " ".join(_text(m.get(k)) for k in ("attention", "attention_note")).strip()
     window = sliding_window_from(attention, m.get("attention") or m.get("attention_note"))
-    layers, hidden, heads = (_int(m, k, "model") for k in ("layers", "hidden", "heads"))
+    layers, hidden, heads = (_count(m, k, "model") for k in ("layers", "hidden", "heads"))
     if not (layers and hidden and heads and m.get("vocab") and m.get("seq_len")):
         raise UnpriceableError("model: layers, hidden, heads, vocab and seq_len are required")
     freq = m.get("moe_layer_freq")
     if freq is not None and (isinstance(freq, bool) or freq != 1):  # true == 1 is no count
         raise UnpriceableError(f"model.moe_layer_freq {freq!r}: only 1 (every layer after the dense ones) is modelled")
-    experts = _int(m, "experts", "model")
-    ffn = _int(m, "ffn", "model") or _int(m, "dense_ffn", "model") or _int(m, "expert_ffn", "model")
+    experts = _count(m, "experts", "model")
+    ffn = _count(m, "ffn", "model") or _count(m, "dense_ffn", "model") or _count(m, "expert_ffn", "model")
     if ffn is None:
         raise UnpriceableError("model: no ffn, dense_ffn or expert_ffn width")
     mpt = "mpt" in notes or _text(m.get("name")).startswith("mpt")
@@ -357,12 +366,12 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         "num_hidden_layers": layers,
         "hidden_size": hidden,
         "num_attention_heads": heads,
-        "num_key_value_heads": _int(m, "kv_heads", "model") or heads,
-        "head_dim": _int(m, "head_dim", "model"),
+        "num_key_value_heads": _count(m, "kv_heads", "model") or heads,
+        "head_dim": _count(m, "head_dim", "model"),
         "intermediate_size": ffn,
         # the table as run: Megatron pads the vocabulary (make_vocab_size_divisible_by)
-        "vocab_size": _int(m, "vocab_padded", "model") or _int(m, "vocab", "model"),
-        "max_position_embeddings": _int(m, "seq_len", "model"),
+        "vocab_size": _count(m, "vocab_padded", "model") or _count(m, "vocab", "model"),
+        "max_position_embeddings": _count(m, "seq_len", "model"),
         "tie_word_embeddings": bool(_flag(m, "tied_embeddings", "model")) or "tied" in notes,
         "position_embedding_type": position_embedding_from(m.get("position_embedding")),
         **activation_from(m.get("ffn_act"), notes, mpt),
@@ -384,10 +393,10 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     if experts:
         spec.update(
             num_local_experts=experts,
-            num_experts_per_tok=_int(m, "top_k", "model"),
-            moe_intermediate_size=_int(m, "expert_ffn", "model"),
+            num_experts_per_tok=_count(m, "top_k", "model"),
+            moe_intermediate_size=_count(m, "expert_ffn", "model"),
             n_shared_experts=_int(m, "shared_experts", "model") or None,
-            shared_expert_intermediate_size=_int(m, "shared_expert_ffn", "model"),
+            shared_expert_intermediate_size=_count(m, "shared_expert_ffn", "model"),
             first_k_dense_replace=_int(m, "dense_layers", "model") or _int(m, "first_k_dense_replace", "model") or None,
         )
     spec["num_nextn_predict_layers"] = _int(m, "mtp_depth", "model") or 0
@@ -461,12 +470,22 @@ def sliding_window_from(attention: str, stated: Any) -> tuple[int, bool] | None:
     return int(found.group(1)), alternating
 
 
+HALF_WORDS = ("bf16", "fp16", "bfloat16", "float16")
+"""Words of a 16-bit precision description ('amp_bf16', 'BF16', 'fp16 mixed'), priced as bf16:
+the same tensor-core rate on every profile."""
+
+
 def dtype_from(precision: str) -> str:
     """The matmul format a precision description names: fp4 for NVFP4, fp8 for any fp8 variant,
-    else bf16."""
+    bf16 for a 16-bit one or none stated; any other (fp32, tf32, int8) makes the row unpriceable,
+    where it was priced as bf16."""
     if any(w in precision for w in FP4_WORDS):
         return "fp4"
-    return "fp8" if any(w in precision for w in FP8_WORDS) else "bf16"
+    if any(w in precision for w in FP8_WORDS):
+        return "fp8"
+    if not precision.strip() or any(w in precision for w in HALF_WORDS):
+        return "bf16"
+    raise UnpriceableError(f"knobs.precision '{precision}': not a format the planner prices (bf16, fp16, fp8, NVFP4)")
 
 
 BF16_LAYER_RANGE = re.compile(r"layers (\d+)-(\d+)[^,;]*?\bbf16")
@@ -668,21 +687,26 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     stack = load_stack(stack_name)
     model = model_from_row(row)
     profile = profile_for(hardware.get("gpu", ""))
-    gpus = _int(hardware, "count", "hardware")
+    gpus = _count(hardware, "count", "hardware")
     if not gpus:
         raise UnpriceableError("hardware.count is missing")
     cluster = load_cluster(profile, gpus=gpus)
-    degrees = {k: _int(par, k, "parallel") or 1 for k in ("tp", "pp", "cp", "ep")}
-    dp = _int(par, "dp", "parallel")
+    degrees = {k: _count(par, k, "parallel") or 1 for k in ("tp", "pp", "cp", "ep")}
+    dp = _count(par, "dp", "parallel")
     if dp is None or dp * degrees["tp"] * degrees["pp"] * degrees["cp"] != gpus:
         raise UnpriceableError(f"parallel: tp*pp*cp*dp does not make the {gpus} GPUs (dp {par.get('dp')!r})")
-    mbs = _int(par, "micro_batch", "parallel")
+    mbs = _count(par, "micro_batch", "parallel")
     if not mbs:
         raise UnpriceableError("parallel.micro_batch is not stated")
     assumed: list[str] = []
     batch = par.get("global_batch")
-    accum = _int(par, "grad_accum", "parallel") if degrees["pp"] == 1 else None
+    accum = _count(par, "grad_accum", "parallel") if degrees["pp"] == 1 else None
     if accum:
+        if isinstance(batch, int) and not isinstance(batch, bool) and batch != mbs * accum * dp:
+            assumed.append(
+                f"global_batch: micro-batch {mbs} x grad_accum {accum} x dp {dp} = {mbs * accum * dp} per step, "
+                f"not the stated {batch}"
+            )
         batch = mbs * accum * dp  # what one step ran (Composer lets the stated batch differ)
     stated_accum = par.get("grad_accum")
     if (
@@ -704,7 +728,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
             )
     if not isinstance(batch, int) or isinstance(batch, bool):
         raise UnpriceableError(f"parallel.global_batch is not a number ({batch!r})")
-    vp = _int(par, "vp", "parallel") or 1
+    vp = _count(par, "vp", "parallel") or 1
     pins: dict[str, Any] = {
         **degrees,
         "dp": dp,
@@ -763,13 +787,16 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         overrides["gradient_dtype"] = "bf16"  # Composer's PURE policy reduces in bf16
     elif "reduce fp32" in mixed:
         overrides["gradient_dtype"] = "fp32"
+    formats = {
+        "dtype": dtype_from(precision),
+        "fp8_scaling": fp8_scaling_from(precision),
+        "bf16_last_layers": bf16_last_layers_from(precision, model.num_hidden_layers),
+    }
     try:
         job = JobSpec(
             global_batch_size=batch,
             seq_len=model.max_position_embeddings,
-            dtype=dtype_from(precision),
-            fp8_scaling=fp8_scaling_from(precision),
-            bf16_last_layers=bf16_last_layers_from(precision, model.num_hidden_layers),
+            **formats,
             stack=stack_name,
             **overrides,
         )

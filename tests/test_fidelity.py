@@ -95,6 +95,12 @@ def test_rows_the_planner_cannot_express_say_why(name: str, reason: str) -> None
         (lambda r: r["source"].update(repo="someone/else"), "no known software stack"),
         (lambda r: r["knobs"].update(activation_checkpointing="sometimes"), "activation_checkpointing"),
         (lambda r: r["measured"].pop("tokens_per_s_per_gpu"), "tokens_per_s_per_gpu"),
+        # a stated 0 was read as tp 1 (`_int(...) or 1`) and an unknown precision as bf16
+        (lambda r: r["parallel"].update(tp=0), "parallel.tp is not a positive integer \\(0\\)"),
+        (lambda r: r["parallel"].update(micro_batch=-1), "parallel.micro_batch is not a positive integer"),
+        (lambda r: r["hardware"].update(count=0), "hardware.count is not a positive integer"),
+        (lambda r: r["model"].update(layers=0), "model.layers is not a positive integer"),
+        (lambda r: r["knobs"].update(precision="tf32"), "knobs.precision 'tf32': not a format the planner prices"),
     ],
 )
 def test_malformed_rows_name_the_field(edit, reason: str) -> None:  # type: ignore[no-untyped-def]
@@ -102,6 +108,17 @@ def test_malformed_rows_name_the_field(edit, reason: str) -> None:  # type: igno
     edit(row)
     with pytest.raises(UnpriceableError, match=reason):
         case_from_row(row)
+
+
+def test_a_batch_the_accumulation_does_not_make_is_said() -> None:
+    # Composer runs micro_batch x grad_accum x dp per step; a stated batch that differs is kept
+    # out of the price and said, where it was dropped in silence
+    row = copy.deepcopy(ROWS[MPT7])
+    assert not [a for a in case_from_row(row).assumed if a.startswith("global_batch")]
+    row["parallel"].update(global_batch=64)
+    case = case_from_row(row)
+    assert case.job.global_batch_size == 48
+    assert "global_batch: micro-batch 6 x grad_accum 1 x dp 8 = 48 per step, not the stated 64" in case.assumed
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,15 @@ def test_models_from_their_shape() -> None:
 def test_formats_from_precision_text() -> None:
     assert dtypes_from_row(_row("trtllm-latest/deepseek-r1/b200x4/dep4/fp4")) == ("fp4", "fp8")
     assert dtypes_from_row(_row("trtllm-v0.9/gptj-6b/a100x1/tp1/fp16")) == ("bf16", "bf16")
+    # a format the planner does not price was read as bf16: int4 AWQ weights as 4x their size
+    row = _row("trtllm-v0.9/gptj-6b/a100x1/tp1/fp16")
+    row["precision"]["weights"] = "int4 AWQ"
+    with pytest.raises(UnpriceableError, match=r"precision\.weights 'int4 AWQ': not a format the planner prices"):
+        dtypes_from_row(row)
+    row = _row("trtllm-v0.9/gptj-6b/a100x1/tp1/fp16")
+    row["precision"]["kv_cache"] = "int8"
+    with pytest.raises(UnpriceableError, match=r"precision\.kv_cache 'int8'"):
+        dtypes_from_row(row)
 
 
 def test_unpriceable_rows_say_why() -> None:
