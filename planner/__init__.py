@@ -37,7 +37,7 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def _pipeline_split(mesh: dict[str, Any]) -> tuple[dict[str, Any], PipelineSplit]:
     """The mesh fields less Megatron-LM's split options, and those options (``PipelineSplit``)."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
 
     split = {k: v for k, v in mesh.items() if k in PipelineSplit.model_fields}
     rest = {k: v for k, v in mesh.items() if k not in PipelineSplit.model_fields}
@@ -55,7 +55,7 @@ def _job(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> J
 
 
 def _job_fields_applied(model: ModelSpec, job: JobSpec | None, job_fields: dict[str, Any]) -> JobSpec:
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
     from planner.search import default_job
 
     if job is not None and not isinstance(job, JobSpec):

@@ -6,7 +6,12 @@ library callers catch it like any exception.
 
 from __future__ import annotations
 
-from pydantic import ValidationError
+import json
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+T = TypeVar("T", bound=BaseModel)
 
 
 class PlannerError(ValueError):
@@ -35,3 +40,24 @@ def describe_validation_error(err: ValidationError, where: str) -> str:
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     field = f"field '{loc}': " if loc else ""
     return f"{where}: {field}{msg}{tail}"
+
+
+def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:
+    """``schema.model_validate(data)`` with a one-line error naming ``where`` and the field."""
+    try:
+        return schema.model_validate(data)
+    except ValidationError as err:
+        raise PlannerError(describe_validation_error(err, where)) from None
+
+
+def shown(text: str) -> str:
+    """``text`` as an error message echoes it: a name of thousands of characters cut to its start,
+    so the message stays one readable line."""
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
+def shown_value(value: Any) -> str:
+    """A value read from YAML or JSON as the file spells it (null, true, 'text' quoted, 2.0)."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    return shown(repr(value))

@@ -551,7 +551,7 @@ def default_job(
     if global_batch_size is None and global_batch_tokens is None:
         global_batch_size = model.default_global_batch_size or max(1, DEFAULT_BATCH_TOKENS // s)
     data = {"seq_len": s, "global_batch_size": global_batch_size, "global_batch_tokens": global_batch_tokens, **extra}
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
 
     return validate_as(JobSpec, {k: v for k, v in data.items() if v is not None}, "job")
 
@@ -596,7 +596,7 @@ def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelCo
     when none is asked for (``Stack.default_zero_stage``: Megatron-Core's distributed optimizer,
     torchtitan's FSDP), at most the one it runs with a pipeline (``zero_with_pipeline``: DeepSpeed's
     pipeline engine stays below ZeRO-2). Validated (one-line ``PlannerError``)."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
 
     pins = pins_from_config_fields(**pins)
     if "zero_stage" not in pins:
@@ -645,7 +645,7 @@ def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
             flag = "--" + name.replace("_", "-")
             raise PlannerError(f"{flag} {value}: expected a whole number from 1 to {MAX_MESH_DEGREE:,}")
     if "order" in pins:
-        from planner.catalog import validate_as
+        from planner.errors import validate_as
 
         validate_as(ParallelConfig, {"order": pins["order"]}, "--order")
     if "recompute_layers" in pins:

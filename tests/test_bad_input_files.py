@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from planner.catalog import load_cluster, load_model, model_from_hf_config, read_yaml
+from planner.catalog import load_cluster, load_model, read_yaml
 from planner.errors import PlannerError
+from planner.hf_config import model_from_hf_config
 from planner.runs import cases_from_runs, load_runs
 from tests.conftest import assert_one_line_error, sample_rows
 

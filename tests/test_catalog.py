@@ -458,7 +458,7 @@ def test_falcon_configs_take_their_class_defaults() -> None:
     n_layer, n_head, multi_query) and the new-architecture one (Falcon-40B: num_kv_heads): a plain
     4h GELU MLP, LayerNorm without biases, rotary positions, tied embeddings, one KV head under
     multi_query (transformers FalconConfig / modeling_falcon.py)."""
-    from planner.catalog import model_from_hf_config
+    from planner.hf_config import model_from_hf_config
 
     rw = {"model_type": "RefinedWebModel", "hidden_size": 4544, "n_head": 71, "n_layer": 32, "multi_query": True,
           "parallel_attn": True, "bias": False, "vocab_size": 65024}  # fmt: skip

@@ -262,7 +262,7 @@ def test_expert_bias_and_clamp_outside_the_fused_kernels_are_priced_where_the_st
     moe_act = job.model_copy(update={"recompute_modules": ("moe_act",)})
     assert "routed_clamped" in freed_parts(moe_act)
     # from a Hugging Face config.json the clamp comes with its key
-    from planner.catalog import model_from_hf_config
+    from planner.hf_config import model_from_hf_config
 
     hf = {**oss.model_dump(exclude={"name", "source", "aliases"}), "swiglu_limit": 7.0}
     assert model_from_hf_config(hf, "gpt-oss", "config.json").swiglu_limit == 7.0

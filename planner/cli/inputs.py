@@ -128,7 +128,7 @@ def mesh_pins(mesh: Mesh) -> dict[str, Any]:
 def one_mesh_pins(mesh: Mesh, split: Split, model: ModelSpec, job: JobSpec) -> dict[str, Any]:
     """``mesh_pins`` with Megatron-LM's split options (--decoder-first-pipeline-num-layers, ...)
     read as the pipeline layout they build for ``model`` (``search.split_pins``)."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
     from planner.schemas.parallel import PipelineSplit
     from planner.search import split_pins
 

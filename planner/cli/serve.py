@@ -82,7 +82,7 @@ def serve_cmd(
     """Rank serving layouts (TP, PP, EP, attention DP, replicas, prefill/decode split) by output
     tokens/s per GPU (at a price, the same order as cost per million tokens) among those that meet
     the TTFT/TPOT targets."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
     from planner.serving.render import print_serve_ranking, ranking_json
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import serve_search

@@ -54,7 +54,7 @@ app.add_typer(validate_app, name="validate")
 
 def _replay_settings(replay: Replay) -> ReplaySettings:
     """The replay options as the library's settings."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
     from planner.validate.settings import ReplaySettings
 
     return validate_as(ReplaySettings, replay.values(), "replay")
@@ -63,7 +63,7 @@ def _replay_settings(replay: Replay) -> ReplaySettings:
 def _validation_settings(replay: Replay, caps: Caps) -> ValidationSettings:
     """The replay options and the caps as the library's settings; --max-message-bytes is read as a
     size (8MiB)."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
     from planner.validate.settings import ValidationSettings
     from planner.validate.sweep import parse_size
 

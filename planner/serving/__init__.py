@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def serve(model: str | ModelSpec, cluster: str | ClusterSpec, **request: Any) -> ServeRanking:
     """Rank serving layouts: ``serve("llama70b", "dgx-h100x1", input_len=2048, output_len=512,
     tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields. The library's ``planner.serve``."""
-    from planner.catalog import load_cluster, load_model, validate_as
+    from planner.catalog import load_cluster, load_model
+    from planner.errors import validate_as
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import serve_search
 

@@ -129,7 +129,8 @@ def engines_dir() -> Path:
 @cache
 def load_engine(name: str) -> EngineProfile:
     """An engine profile by name (vllm, sglang, trtllm)."""
-    from planner.catalog import read_yaml, validate_as
+    from planner.catalog import read_yaml
+    from planner.errors import validate_as
 
     key = str(name).lower()
     if key not in ENGINES:

@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from planner.catalog import load_cluster, read_yaml, validate_as
-from planner.errors import PlannerError, UnpriceableError
+from planner.catalog import load_cluster, read_yaml
+from planner.errors import PlannerError, UnpriceableError, validate_as
 from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import MAX_SEQ_LEN

@@ -66,7 +66,7 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
     """Every measured term of a validation or sweep report, and where and when it was measured.
     Non-finite times are refused by the report schema; a term measured at zero time, or a GEMM
     with a zero dimension, carries nothing to fit and is refused by name."""
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
 
     kind = data.get("kind")
     report: ValidationReport | SweepReport
@@ -283,7 +283,7 @@ def calibrated_profile(
         gpu["attention_efficiency"] = round(min(fitted, 1.0), 6)
         capped = f" (fit {fitted:.3g} capped at 1)" if fitted > 1.0 else ""
         gpu["sources"]["attention_efficiency"] = f"{source}: fitted from layer shards{capped}"
-    from planner.catalog import validate_as
+    from planner.errors import validate_as
 
     return validate_as(HardwareProfile, data, "calibrated profile")
 

@@ -1,0 +1,252 @@
+"""Hugging Face config.json -> ModelSpec: the keys ModelSpec shares with HF (after
+``HF_KEY_ALIASES``), each model family's class defaults the file leaves out, and refusals by name
+of what ModelSpec cannot price (state-space, recurrent, linear or sparse attention layers, MoE
+layouts it does not express)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from planner.errors import PlannerError, shown_value, validate_as
+from planner.schemas.model import MAX_MODEL_DIMENSION, ModelSpec
+
+HF_KEY_ALIASES = {
+    # GPT-2 style configs (transformers' GPT2Config.attribute_map).
+    "n_layer": "num_hidden_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_attention_heads",
+    "n_positions": "max_position_embeddings",
+    "n_inner": "intermediate_size",
+    "activation_function": "hidden_act",
+    # Falcon/BLOOM style.
+    "n_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+}
+"""HF config keys that name a canonical ModelSpec key another way."""
+
+LEARNED_POSITION_MODELS = frozenset({"gpt2", "gpt_bigcode", "opt", "gpt_neo"})
+"""HF model types with learned absolute position embeddings, LayerNorm and biases."""
+
+TIED_BY_DEFAULT = frozenset({"gemma", "gemma2", "gemma3_text"})
+"""HF model types whose config class defaults ``tie_word_embeddings`` to True where a config.json
+leaves it out (transformers GemmaConfig, Gemma2Config, Gemma3TextConfig: ``tie_word_embeddings=True``;
+LlamaConfig, MistralConfig, Qwen2Config and most others default to False, as ModelSpec does).
+Gemma-2-9B read as untied counted 10.16 B parameters instead of its 9.24 B."""
+
+ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
+"""HF model types whose ``sliding_window`` applies to every other layer, starting with layer 0,
+when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
+bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
+
+SINK_ATTENTION_TYPES = frozenset({"gpt_oss"})
+"""HF model types whose attention has a learned sink logit per head (transformers
+modeling_gpt_oss.py: ``GptOssAttention.sinks`` of shape [num_attention_heads], concatenated to
+every query's scores before the softmax) and biases on the expert MLPs (``GptOssExperts``
+gate_up_proj_bias, down_proj_bias), neither of which the config states as a key."""
+
+FALCON_TYPES = frozenset({"falcon", "RefinedWebModel", "RefinedWeb"})
+"""Falcon, with the RW-format configs of its first release (model_type RefinedWebModel /
+RefinedWeb, keys n_layer, n_head, multi_query, parallel_attn, bias). transformers FalconConfig and
+modeling_falcon.py: a plain 4h GELU MLP (dense_h_to_4h, ffn_hidden_size defaulting to 4 x
+hidden_size, activation gelu), LayerNorm, biases only where ``bias`` is set (False in the released
+models), rotary positions unless ``alibi``, tied embeddings (PretrainedConfig's default), and the
+KV heads: one with ``multi_query`` (Falcon-7B), ``num_kv_heads`` with ``new_decoder_architecture``
+(Falcon-40B, 180B), else one per head."""
+
+STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba", "nemotron_h"})
+"""HF model types built from state-space (Mamba) layers, alone or between attention layers."""
+
+RECURRENT_TYPES = frozenset({"rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm"})
+"""HF model types built from recurrent or linear-attention blocks (RWKV's time mixing,
+RecurrentGemma's RG-LRU, xLSTM), which have no attention heads to price."""
+
+UNMODELLED_COUNT_KEYS = {
+    "attn_layer_period": "Jamba's attention-every-k-layers layout (the rest are Mamba layers)",
+    "expert_layer_period": "Jamba's MoE-every-k-layers layout",
+    "interleave_moe_layer_step": "Llama-4's interleaved MoE layers with an always-on shared expert",
+    "moe_layer_freq": "a MoE-every-k-layers layout (1, every layer after the dense ones, as DeepSeek's, is modelled)",
+    "mlp_only_layers": "dense layers listed between MoE layers",
+}
+"""HF config keys that change the parameter count or the layer kinds in ways ModelSpec does not
+express (it knows MoE on every layer, DeepSeek's first_k_dense_replace and Qwen-MoE's
+decoder_sparse_step): a config that sets them is refused by name rather than miscounted (Jamba
+was counted +78% with no warning)."""
+
+UNMODELLED_LAYER_KEYS = {
+    "hybrid_override_pattern": "NemotronH's pattern of Mamba-2, attention, MLP and MoE layers",
+    "linear_num_value_heads": "Qwen3-Next's Gated DeltaNet (linear attention) layers",
+    "linear_attn_config": "Kimi Linear's KDA (linear attention) layers",
+    "index_topk": "DeepSeek Sparse Attention, whose lightning indexer keeps index_topk keys per query; without "
+    "the index_* keys the model prices as dense MLA, an upper bound on its attention",
+    "altup_num_inputs": "Gemma 3n's AltUp streams, LAuReL blocks and per-layer embeddings",
+}
+"""HF config keys of layers ModelSpec cannot price (its layers are softmax attention, full or
+sliding-window, followed by a dense or MoE MLP): the keys as the configuration classes name them
+(transformers NemotronHConfig.hybrid_override_pattern, Qwen3NextConfig.linear_num_value_heads,
+moonshotai/Kimi-Linear-48B-A3B-Instruct config.json linear_attn_config, deepseek-ai/DeepSeek-V3.2
+config.json index_topk 2048, Gemma3nTextConfig.altup_num_inputs). A config that sets one is refused
+by name: priced as attention layers, Kimi Linear and MiniMax-Text-01 came out as plain transformers
+with no warning."""
+
+PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
+"""``layer_types`` entries ModelSpec prices; others (Qwen3-Next's and MiniMax's 'linear_attention',
+LFM2's 'conv', Granite-4's 'mamba') are refused by name."""
+
+LINEAR_ATTENTION_TYPE = 0
+"""MiniMax-Text-01 / M1 ``attn_type_list``: 0 marks a lightning (linear) attention layer, 1 a
+softmax one (sglang MiniMaxText01Config.linear_layer_ids: ``attn_type == 0``)."""
+
+
+def _refuse_unmodelled_layers(config: dict[str, Any], where: str) -> None:
+    """Raise where an HF config declares layers ModelSpec does not price (``UNMODELLED_LAYER_KEYS``,
+    ``layer_types`` outside ``PRICED_LAYER_TYPES``, MiniMax's linear ``attn_type_list`` entries)."""
+    supported = "supported: softmax attention (full or sliding-window) with dense or MoE MLP layers"
+    for key, what in UNMODELLED_LAYER_KEYS.items():
+        if config.get(key) not in (None, 0, [], "", {}):
+            raise PlannerError(f"{where}: key '{key}' ({what}) is not modelled; {supported}")
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list):
+        other = sorted({str(k) for k in kinds if not (isinstance(k, str) and k in PRICED_LAYER_TYPES)})
+        if other:
+            raise PlannerError(
+                f"{where}: key 'layer_types' names {', '.join(map(repr, other))} layers, which are not modelled; "
+                f"allowed: {', '.join(sorted(PRICED_LAYER_TYPES))}"
+            )
+    attn_types = config.get("attn_type_list")
+    linear = (
+        sum(1 for t in attn_types if t == LINEAR_ATTENTION_TYPE and not isinstance(t, bool))
+        if isinstance(attn_types, list)
+        else 0
+    )
+    if linear:
+        raise PlannerError(
+            f"{where}: key 'attn_type_list' marks {linear} of {len(attn_types)} layers as lightning (linear) "
+            f"attention (MiniMax), which is not modelled; {supported}"
+        )
+
+
+def _hf_flag(config: dict[str, Any], key: str, default: bool, where: str) -> bool:
+    """A true/false key of an HF config, ``default`` where it is null or absent. Only JSON true
+    or false: read by truthiness, the text "false" was true (a Falcon with biases) and 0 false."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PlannerError(f"{where}: key '{key}': expected true or false, got {shown_value(value)}")
+    return value
+
+
+def _hf_size(config: dict[str, Any], key: str, where: str) -> int | None:
+    """A size key of an HF config, None where it is null or absent (the class's default applies);
+    else a positive integer: 0 or false is no size, where ``or`` once took the default silently."""
+    value = config.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlannerError(f"{where}: key '{key}': expected a positive integer, got {shown_value(value)}")
+    return value
+
+
+def _falcon_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields a Falcon config leaves to its class (``FALCON_TYPES``); its flags and
+    sizes as ``_hf_flag`` and ``_hf_size`` read them."""
+    hidden = spec.get("hidden_size")
+    bias = _hf_flag(config, "bias", False, where)
+    fields: dict[str, Any] = {
+        "hidden_act": config.get("activation", "gelu"),
+        "gated_mlp": False,
+        "norm_type": "layernorm",
+        "attention_bias": bias,
+        "mlp_bias": bias,
+        "tie_word_embeddings": config.get("tie_word_embeddings", True),
+        "position_embedding_type": "alibi" if _hf_flag(config, "alibi", False, where) else "rope",
+        "max_position_embeddings": config.get("max_position_embeddings", 2048),  # FalconConfig's default
+    }
+    ffn = _hf_size(config, "ffn_hidden_size", where)
+    if ffn is not None or isinstance(hidden, int):
+        fields["intermediate_size"] = ffn or 4 * hidden
+    if _hf_flag(config, "new_decoder_architecture", False, where):
+        fields["num_key_value_heads"] = _hf_size(config, "num_kv_heads", where) or spec.get("num_attention_heads")
+    elif _hf_flag(config, "multi_query", True, where):  # FalconConfig defaults multi_query to True
+        fields["num_key_value_heads"] = 1
+    return fields
+
+
+def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
+    """Build a ModelSpec from a Hugging Face config.json mapping.
+
+    Keys ModelSpec knows are taken as they are (after ``HF_KEY_ALIASES``); the many other keys an
+    HF config carries (rope_theta, torch_dtype, architectures, ...) do not affect parallelism
+    cost and are ignored. GPT-2-family types get LayerNorm, biases and learned positions.
+    """
+    model_type = str(config.get("model_type", ""))
+    if model_type in STATE_SPACE_TYPES or "state_size" in config or any(k.startswith("mamba_") for k in config):
+        raise PlannerError(
+            f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "
+            "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
+        )
+    if model_type in RECURRENT_TYPES:
+        raise PlannerError(
+            f"{where}: model_type '{model_type}' is built from recurrent (linear-attention) blocks, which the "
+            "planner does not model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
+        )
+    notes = ""
+    towers = [k for k in ("vision_config", "audio_config") if k in config]
+    if isinstance(config.get("text_config"), dict):  # Llava, Llama-4, Gemma-3: the language model is nested
+        text = config["text_config"]
+        config = {**{k: v for k, v in config.items() if k not in ("text_config", *towers)}, **text}
+        model_type = str(text.get("model_type", model_type))
+    _refuse_unmodelled_layers(config, where)
+    if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
+        notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
+    for key, what in UNMODELLED_COUNT_KEYS.items():
+        if isinstance(config.get(key), bool):  # true == 1 passed as moe_layer_freq 1, false as 0
+            allowed = "a list of layer indices" if key == "mlp_only_layers" else "an integer count"
+            raise PlannerError(f"{where}: key '{key}': expected {allowed}, got {shown_value(config[key])}")
+        if config.get(key) not in (None, 0, []) and not (key == "moe_layer_freq" and config[key] == 1):
+            raise PlannerError(
+                f"{where}: key '{key}' ({what}) changes the parameter count and is not modelled; supported MoE "
+                "layouts: every layer, first_k_dense_replace, decoder_sparse_step"
+            )
+    data = {HF_KEY_ALIASES.get(k, k): v for k, v in config.items()}
+    # A dense model may carry expert keys set to 0 (e.g. num_experts: 0): that means no experts.
+    for key in ("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok"):
+        if data.get(key) == 0 and not isinstance(data[key], bool):  # false is refused as a count
+            data.pop(key)
+    fields = ModelSpec.model_fields
+    spec: dict[str, Any] = {k: v for k, v in data.items() if k in fields and k not in ("name", "source", "aliases")}
+    if model_type in TIED_BY_DEFAULT:
+        spec.setdefault("tie_word_embeddings", True)
+    if model_type in ALTERNATING_SLIDING_WINDOW and spec.get("sliding_window") and "layer_types" not in spec:
+        layers = spec.get("num_hidden_layers")
+        if isinstance(layers, int) and 0 < layers <= MAX_MODEL_DIMENSION:
+            spec["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+    if notes:
+        spec["notes"] = notes
+    if model_type in LEARNED_POSITION_MODELS:
+        spec.setdefault("position_embedding_type", "learned")
+        spec.setdefault("norm_type", "layernorm")
+        spec.setdefault("attention_bias", True)
+        spec.setdefault("mlp_bias", True)
+        spec.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", True))
+        if spec.get("intermediate_size") is None and isinstance(spec.get("hidden_size"), int):
+            spec["intermediate_size"] = 4 * spec["hidden_size"]
+    if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
+        spec.setdefault("norm_type", "layernorm")
+    if model_type in FALCON_TYPES:
+        spec.update(_falcon_fields(config, spec, where))
+    if model_type.startswith("qwen3"):
+        spec.setdefault("qk_norm", True)
+    if model_type in SINK_ATTENTION_TYPES:
+        spec.setdefault("attention_sinks", True)
+        spec.setdefault("mlp_bias", True)
+    if model_type.startswith("gemma"):
+        # Gemma: GeGLU (gated GELU) MLP, activation under the key hidden_activation.
+        spec.setdefault("gated_mlp", True)
+        if "hidden_activation" in config:
+            spec["hidden_act"] = config["hidden_activation"]
+    if "max_position_embeddings" not in spec and "seq_length" in config:
+        spec["max_position_embeddings"] = config["seq_length"]
+    spec["name"] = name
+    spec["source"] = f"Hugging Face config.json: {where}"
+    return validate_as(ModelSpec, spec, where)
