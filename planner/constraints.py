@@ -150,6 +150,18 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: fp4_message(c),
     ),
     Rule(
+        "chunked_attention_within_chunk",
+        # a chunked layer (Llama 4) attends only its own chunk of attention_chunk_size keys: within one
+        # chunk that is the causal mask the layer is priced with; beyond it, neither its FLOPs nor the
+        # kernel's rate at the chunk are priced
+        lambda m, c, j, x: np.asarray(not m.num_chunked_layers or j.seq_len <= (m.attention_chunk_size or 0)),
+        lambda m, c, j, p: (
+            f"seq_len {j.seq_len} is longer than {m.name}'s attention chunk of {m.attention_chunk_size} tokens: its "
+            f"{m.num_chunked_layers} chunked-attention layers are priced only within one chunk (the causal mask); "
+            f"use --seq-len {m.attention_chunk_size} or less"
+        ),
+    ),
+    Rule(
         "bf16_last_layers",
         lambda m, c, j, x: np.asarray(j.bf16_last_layers <= m.num_hidden_layers),
         lambda m, c, j, p: (

@@ -63,7 +63,7 @@ RecurrentGemma's RG-LRU, xLSTM), which have no attention heads to price."""
 UNMODELLED_COUNT_KEYS = {
     "attn_layer_period": "Jamba's attention-every-k-layers layout (the rest are Mamba layers)",
     "expert_layer_period": "Jamba's MoE-every-k-layers layout",
-    "interleave_moe_layer_step": "Llama-4's interleaved MoE layers with an always-on shared expert",
+    "interleave_moe_layer_step": "interleaved MoE layers, read only for Llama 4's model types",
     "moe_layer_freq": "a MoE-every-k-layers layout (1, every layer after the dense ones, as DeepSeek's, is modelled)",
     "mlp_only_layers": "dense layers listed between MoE layers",
 }
@@ -88,8 +88,9 @@ config.json index_topk 2048, Gemma3nTextConfig.altup_num_inputs). A config that 
 by name: priced as attention layers, Kimi Linear and MiniMax-Text-01 came out as plain transformers
 with no warning."""
 
-PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention"})
-"""``layer_types`` entries ModelSpec prices; others (Qwen3-Next's and MiniMax's 'linear_attention',
+PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
+"""``layer_types`` entries ModelSpec prices (chunked attention within one chunk); others (Qwen3-Next's
+and MiniMax's 'linear_attention',
 LFM2's 'conv', Granite-4's 'mamba') are refused by name."""
 
 LINEAR_ATTENTION_TYPE = 0
@@ -172,6 +173,52 @@ def _falcon_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
     return fields
 
 
+LLAMA4_TYPES = frozenset({"llama4", "llama4_text"})
+"""Llama 4 (Scout, Maverick), whose text config (transformers Llama4TextConfig) names its widths
+and layer kinds its own way (``_llama4_fields``)."""
+
+LLAMA4_DEFAULTS = {"intermediate_size": 8192, "intermediate_size_mlp": 16384, "attention_chunk_size": 8192}
+"""Llama4TextConfig's defaults for the keys ``_llama4_fields`` reads, where a config.json leaves them
+out (transformers models/llama4/configuration_llama4.py)."""
+
+
+def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields of a Llama 4 text config (transformers Llama4TextConfig and
+    modeling_llama4.py): routed experts and the one always-on shared expert (Llama4TextMoe's
+    ``shared_expert``, no gate) are ``intermediate_size`` wide, dense layers
+    ``intermediate_size_mlp``; layer i is MoE when (i + 1) % interleave_moe_layer_step == 0 (its
+    ``moe_layers`` default, ``decoder_sparse_step`` here; another explicit list is refused); the RoPE
+    layers (``no_rope_layers`` 1, every layer but each ``no_rope_layer_interval``-th) run chunked
+    attention over ``attention_chunk_size`` tokens, the NoPE layers full attention. Its weightless
+    L2 q/k norm adds no parameters and is not priced. Scout (16 experts, every layer MoE) counts
+    107.8 B parameters, 17.2 B active; Maverick (128 experts, every other layer) 400.5 B and 17.2 B
+    (Meta: 109 B / 17 B and 400 B / 17 B, Scout's with its vision encoder)."""
+    layers = spec.get("num_hidden_layers")
+    step = _hf_size(config, "interleave_moe_layer_step", where) or 1
+    sizes = {key: _hf_size(config, key, where) or default for key, default in LLAMA4_DEFAULTS.items()}
+    fields: dict[str, Any] = {
+        "intermediate_size": sizes["intermediate_size_mlp"],
+        "moe_intermediate_size": sizes["intermediate_size"],
+        "n_shared_experts": 1,
+        "decoder_sparse_step": step,
+    }
+    if not isinstance(layers, int) or not 0 < layers <= MAX_MODEL_DIMENSION:
+        return fields  # ModelSpec names the missing or bad layer count
+    stated = config.get("moe_layers")
+    if stated is not None and stated != list(range(step - 1, layers, step)):
+        raise PlannerError(
+            f"{where}: key 'moe_layers': the planner prices MoE on every interleave_moe_layer_step-th layer "
+            f"({step}: layers {step - 1}, {2 * step - 1}, ...), not the list {shown_value(stated)}"
+        )
+    if config.get("layer_types") is None and config.get("attention_chunk_size", 1) is not None:
+        interval = _hf_size(config, "no_rope_layer_interval", where) or 4
+        rope = (config.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)])[:layers]
+        fields["layer_types"] = ["chunked_attention" if r else "full_attention" for r in rope]
+    if config.get("attention_chunk_size", 1) is not None:
+        fields["attention_chunk_size"] = sizes["attention_chunk_size"]
+    return fields
+
+
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
@@ -200,6 +247,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
         notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
     for key, what in UNMODELLED_COUNT_KEYS.items():
+        if key == "interleave_moe_layer_step" and model_type in LLAMA4_TYPES:
+            continue  # read by _llama4_fields
         if isinstance(config.get(key), bool):  # true == 1 passed as moe_layer_freq 1, false as 0
             allowed = "a list of layer indices" if key == "mlp_only_layers" else "an integer count"
             raise PlannerError(f"{where}: key '{key}': expected {allowed}, got {shown_value(config[key])}")
@@ -233,6 +282,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             spec["intermediate_size"] = 4 * spec["hidden_size"]
     if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
         spec.setdefault("norm_type", "layernorm")
+    if model_type in LLAMA4_TYPES:
+        spec.update(_llama4_fields(config, spec, where))
     if model_type in FALCON_TYPES:
         spec.update(_falcon_fields(config, spec, where))
     if model_type.startswith("qwen3"):

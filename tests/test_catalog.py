@@ -346,22 +346,17 @@ def test_hf_families_follow_their_config_class_defaults(tmp_path: Path) -> None:
             "model_type 'mamba' has state-space (Mamba) layers",
         ),
         (
-            {
-                "model_type": "llama4",
-                "text_config": {
-                    "model_type": "llama4_text",
-                    "hidden_size": 5120,
-                    "num_hidden_layers": 48,
-                    "num_attention_heads": 40,
-                    "num_key_value_heads": 8,
-                    "head_dim": 128,
-                    "intermediate_size": 8192,
-                    "num_local_experts": 16,
-                    "num_experts_per_tok": 1,
-                    "interleave_moe_layer_step": 1,
-                    "vocab_size": 202048,
-                    "max_position_embeddings": 10485760,
-                },
+            {  # read only for Llama 4's model types, whose widths _llama4_fields knows
+                "model_type": "other_moe",
+                "hidden_size": 5120,
+                "num_hidden_layers": 48,
+                "num_attention_heads": 40,
+                "intermediate_size": 8192,
+                "num_local_experts": 16,
+                "num_experts_per_tok": 1,
+                "interleave_moe_layer_step": 2,
+                "vocab_size": 202048,
+                "max_position_embeddings": 10485760,
             },
             "key 'interleave_moe_layer_step'",
         ),
@@ -399,8 +394,8 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
         ),
         (
             {"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]},
-            "key 'layer_types' names 'linear_attention' layers, which are not modelled; allowed: full_attention, "
-            "sliding_attention",
+            "key 'layer_types' names 'linear_attention' layers, which are not modelled; allowed: chunked_attention, "
+            "full_attention, sliding_attention",
         ),
         (
             {"model_type": "lfm2", "layer_types": ["conv", "conv", "full_attention", "conv"]},
@@ -421,6 +416,52 @@ def test_softmax_only_attn_type_list_is_priced(tmp_path: Path) -> None:
     # attn_type_list 1 marks softmax attention: a list without 0 declares no linear layer
     m = load_model(str(_hf(tmp_path, "m", {**_BASE, "attn_type_list": [1, 1, 1, 1]})))
     assert m.num_hidden_layers == 4 and m.num_sliding_layers == 0
+
+
+_LLAMA4_TEXT = {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
+                "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
+                "intermediate_size_mlp": 16384, "vocab_size": 202048, "max_position_embeddings": 1048576,
+                "num_experts_per_tok": 1, "attention_chunk_size": 8192}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("experts", "step", "total_b", "active_b", "moe_layers"),
+    [(16, 1, 107.77, 17.17, 48), (128, 2, 400.71, 17.18, 24)],  # Scout, Maverick
+)
+def test_llama4_configs_price_their_own_layer_kinds(
+    tmp_path: Path, experts: int, step: int, total_b: float, active_b: float, moe_layers: int
+) -> None:
+    # Meta: Scout 109B total with its vision encoder / 17B active, Maverick 400B / 17B; refused as
+    # "interleaved MoE layers" before. Routed and shared experts 8192 wide, dense layers 16384,
+    # layer i MoE when (i+1) % step == 0, every 4th layer NoPE and full, the rest chunked
+    text = {**_LLAMA4_TEXT, "num_local_experts": experts, "interleave_moe_layer_step": step}
+    m = load_model(str(_hf(tmp_path, "l4", {"model_type": "llama4", "vision_config": {}, "text_config": text})))
+    counts = m.parameter_counts
+    assert (round(counts.total / 1e9, 2), round(counts.active_per_token / 1e9, 2)) == (total_b, active_b)
+    assert (m.num_moe_layers, m.is_moe_layer(0), m.is_moe_layer(step - 1)) == (moe_layers, step == 1, True)
+    assert (m.intermediate_size, m.expert_intermediate_size, m.shared_expert_width) == (16384, 8192, 8192)
+    assert m.num_chunked_layers == 36 and m.layer_types[3] == "full_attention" and m.attention_chunk_size == 8192
+    assert counts.total == load_model("llama4-scout" if step == 1 else "llama4-maverick").parameter_counts.total
+
+
+def test_llama4_layer_lists_the_planner_cannot_express_are_refused(tmp_path: Path) -> None:
+    text = {**_LLAMA4_TEXT, "num_local_experts": 128, "interleave_moe_layer_step": 2, "moe_layers": [0, 2]}
+    with pytest.raises(PlannerError, match=r"key 'moe_layers': the planner prices MoE on every"):
+        load_model(str(_hf(tmp_path, "l4", text)))
+
+
+def test_chunked_attention_is_priced_within_one_chunk() -> None:
+    # within a chunk the chunked layers run the causal mask; beyond it neither FLOPs nor the kernel's
+    # rate are priced, so a longer sequence is refused by name, in training and in serving
+    from planner import estimate, plan
+    from planner.serving import serve
+
+    est = estimate("llama4-scout", "dgx-h100x16", tp=2, pp=1, dp=64, ep=16, seq_len=8192, global_batch_size=512)
+    assert est.step_time_s > 0
+    with pytest.raises(PlannerError, match=r"seq_len 16384 is longer than llama4-scout's attention chunk of 8192"):
+        plan("llama4-scout", "dgx-h100x16", seq_len=16384)
+    with pytest.raises(PlannerError, match=r"input_len \+ output_len = 9000 is longer than llama4-maverick's"):
+        serve("llama4-maverick", "dgx-h100x2", input_len=8000, output_len=1000, weights_dtype="fp8")
 
 
 def test_deepseek_style_moe_every_layer_is_not_refused(tmp_path: Path) -> None:

@@ -118,6 +118,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--softmax-type", choices=["learnable", "vanilla", "off-by-one"], default="vanilla")
     p.add_argument("--window-size", type=lambda x: tuple(int(i) for i in x.strip("()").split(",")))  # tuple_type
     p.add_argument("--window-attn-skip-freq")  # moe_freq_type: an int or a list expression
+    p.add_argument("--no-rope-freq")  # no_rope_freq_type: an int or a list expression
     p.add_argument("--glu-linear-offset", type=float, default=0.0)
     p.add_argument("--activation-func-clamp-value", type=float)
     p.add_argument("--attention-dropout", type=float, default=0.1)
@@ -684,6 +685,14 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
     assert p.parse_args(megatron_args(model, old, ParallelConfig(dp=8, ep=8))).attention_backend == "local"
     mistral = parsed("mistral-7b")  # every layer slides: no skip pattern
     assert (mistral.window_size, mistral.window_attn_skip_freq, mistral.softmax_type) == ((4096, 0), None, "vanilla")
+    # Llama 4 Maverick: MoE on every second layer from layer 1, dense 16384-wide MLPs between, one
+    # shared expert as wide as the routed ones, RoPE skipped on every 4th (the unchunked) layer
+    mav = parsed("llama4-maverick")
+    assert (mav.moe_layer_freq, eval(mav.moe_layer_freq)) == ("([0]*1+[1]*1)*24", [0, 1] * 24)
+    assert (mav.ffn_hidden_size, mav.moe_ffn_hidden_size, mav.moe_shared_expert_intermediate_size) == (
+        16384, 8192, 8192,
+    )  # fmt: skip
+    assert (mav.no_rope_freq, parsed("llama4-scout").moe_layer_freq, llama.no_rope_freq) == ("4", None, None)
 
 
 def test_torchtitan_builds_its_flavor_and_refuses_models_it_has_not() -> None:

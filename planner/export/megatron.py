@@ -397,6 +397,10 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
             args += ["--window-attn-skip-freq", _window_pattern(model)]
     if model.attention_sinks:
         args += ["--softmax-type", "learnable"]
+    if model.num_chunked_layers:
+        # Llama 4: its chunked layers are its RoPE layers, the others NoPE (HF Llama4TextConfig: layer_types
+        # 'chunked_attention' exactly where no_rope_layers is 1); Megatron's --no-rope-freq names the NoPE ones
+        args += ["--no-rope-freq", _nope_pattern(model)]
     if model.is_mla:
         args.append("--multi-latent-attention")
         if model.q_lora_rank:
@@ -409,23 +413,40 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
 def _window_pattern(model: ModelSpec) -> str:
     """--window-attn-skip-freq (arguments.py moe_freq_type): N where every N-th layer is a full one
     after N-1 sliding ones (GPT-OSS: 2), else the list expression, 1 a sliding layer."""
-    pattern = [int(kind == "sliding_attention") for kind in model.layer_types or ()]
+    return _period_or_list([int(kind == "sliding_attention") for kind in model.layer_types or ()])
+
+
+def _nope_pattern(model: ModelSpec) -> str:
+    """--no-rope-freq (arguments.py no_rope_freq_type): N where every N-th layer skips RoPE (Llama 4:
+    4), else the list expression, 1 a NoPE layer: the layers that are not chunked."""
+    return _period_or_list([int(kind != "chunked_attention") for kind in model.layer_types or ()], skipped=1)
+
+
+def _period_or_list(pattern: list[int], skipped: int = 0) -> str:
+    """N where ``pattern`` repeats N-1 layers of one kind and then one of the other (the last of each
+    period is ``skipped``), as Megatron's moe_freq_type and no_rope_freq_type read an integer; else
+    the list expression."""
     for period in range(2, len(pattern) + 1):
-        if len(pattern) % period == 0 and pattern == ([1] * (period - 1) + [0]) * (len(pattern) // period):
+        unit = [1 - skipped] * (period - 1) + [skipped]
+        if len(pattern) % period == 0 and pattern == unit * (len(pattern) // period):
             return str(period)
     return _list_expression(pattern)
 
 
 def _list_expression(values: list[int]) -> str:
     """A 0/1 list as the run-length Python expression arguments.py's --moe-layer-freq evaluates,
-    e.g. '([0]*3+[1]*58)'."""
+    e.g. '([0]*3+[1]*58)', its shortest repeating unit once with the repeat count where it has one
+    (Llama 4 Maverick's alternating layers: '([0]*1+[1]*1)*24')."""
+    n = len(values)
+    period = next((p for p in range(2, n) if n % p == 0 and values == values[:p] * (n // p)), n)
     runs: list[tuple[int, int]] = []
-    for v in values:
+    for v in values[:period]:
         if runs and runs[-1][0] == v:
             runs[-1] = (v, runs[-1][1] + 1)
         else:
             runs.append((v, 1))
-    return "(" + "+".join(f"[{v}]*{n}" for v, n in runs) + ")"
+    unit = "(" + "+".join(f"[{v}]*{count}" for v, count in runs) + ")"
+    return unit if period == n else f"{unit}*{n // period}"
 
 
 def _moe_routing_args(job: JobSpec) -> list[str]:
@@ -508,6 +529,12 @@ def megatron_notes(
         notes.append(
             "attention sinks (--softmax-type learnable) need Transformer Engine >= 2.8; cuDNN fused attention runs "
             "them from cuDNN 9.13.1, older cuDNN leaves Transformer Engine's unfused attention"
+        )
+    if model.num_chunked_layers:
+        notes.append(
+            f"the {model.num_chunked_layers} chunked-attention layers attend within {model.attention_chunk_size}-token "
+            f"chunks: at --seq-length {job.seq_len} that is the causal mask Megatron runs, as priced; the router's "
+            "score function and where it applies its probabilities are the checkpoint's, which the plan does not price"
         )
     return notes
 

@@ -88,9 +88,15 @@ class ModelSpec(Frozen):
     sliding_window: PositiveInt | None = Field(
         None, description="Keys a query of a sliding-window layer attends to (itself included); None: full attention"
     )
-    layer_types: list[Literal["full_attention", "sliding_attention"]] | None = Field(
+    layer_types: list[Literal["full_attention", "sliding_attention", "chunked_attention"]] | None = Field(
         None,
         description="Attention kind per layer (HF's layer_types); None with sliding_window set: every layer slides",
+    )
+    attention_chunk_size: PositiveInt | None = Field(
+        None,
+        description="Tokens per chunk of a chunked_attention layer, whose queries attend only the keys of their own "
+        "chunk (HF Llama4TextConfig.attention_chunk_size, 8192); within one chunk the causal mask. The planner "
+        "prices sequences of at most one chunk (constraints 'chunked_attention_within_chunk')",
     )
     attention_sinks: bool = Field(
         False,
@@ -195,6 +201,8 @@ class ModelSpec(Frozen):
             )
         if self.layer_types is not None and "sliding_attention" in self.layer_types and self.sliding_window is None:
             raise ValueError("layer_types names sliding_attention layers but sliding_window is not set")
+        if self.num_chunked_layers and self.attention_chunk_size is None:
+            raise ValueError("layer_types names chunked_attention layers but attention_chunk_size is not set")
         if self.num_moe_layers == 0 and self.is_moe:
             raise ValueError("experts are declared but first_k_dense_replace/decoder_sparse_step leave no MoE layer")
         return self
@@ -208,6 +216,12 @@ class ModelSpec(Frozen):
         if self.layer_types is None:
             return self.num_hidden_layers
         return sum(1 for kind in self.layer_types if kind == "sliding_attention")
+
+    @property
+    def num_chunked_layers(self) -> int:
+        """Layers with chunked attention (Llama 4's RoPE layers): full causal attention over a sequence
+        of at most ``attention_chunk_size`` tokens, the only length the planner prices them at."""
+        return sum(1 for kind in self.layer_types or () if kind == "chunked_attention")
 
     @property
     def num_kv_heads(self) -> int:
