@@ -405,11 +405,25 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
         ({"model_type": "gemma3n_text", "altup_num_inputs": 4}, "key 'altup_num_inputs'"),
         ({"hybrid_override_pattern": "M*M-"}, "key 'hybrid_override_pattern' (NemotronH's pattern"),
         ({"model_type": "rwkv"}, "model_type 'rwkv' is built from recurrent (linear-attention) blocks"),
+        # ERNIE-4.5-300B-A47B was priced as a 47.9 B dense model, its experts under keys left unread
+        (
+            {"model_type": "ernie4_5_moe", "moe_num_experts": 64, "moe_k": 8, "moe_intermediate_size": 3584},
+            "key 'moe_num_experts' declares experts in a way the planner does not read",
+        ),
+        ({"num_experts": 64, "moe_topk": 8}, "key 'moe_topk' declares experts"),
     ],
 )
 def test_hf_layers_the_planner_cannot_price_are_refused_by_name(tmp_path: Path, config: dict, fragment: str) -> None:
     with pytest.raises(PlannerError, match=re.escape(fragment)):
         load_model(str(_hf(tmp_path, "m", {**_BASE, **config})))
+
+
+def test_routing_keys_and_the_ling_shared_expert_spelling_are_read(tmp_path: Path) -> None:
+    # keys that route or weigh the loss are not refused; Ling's num_shared_experts is DeepSeek's
+    moe = {**_BASE, "num_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 512,
+           "router_aux_loss_coef": 0.01, "norm_topk_prob": True, "num_shared_experts": 1}  # fmt: skip
+    m = load_model(str(_hf(tmp_path, "m", moe)))
+    assert (m.num_experts_total, m.n_shared_experts, m.shared_expert_width) == (16, 1, 512)
 
 
 def test_softmax_only_attn_type_list_is_priced(tmp_path: Path) -> None:
