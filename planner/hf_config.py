@@ -69,6 +69,12 @@ ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
 when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
 bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
 
+SLIDING_WINDOW_PATTERN = "sliding_window_pattern"
+"""The key of configs that slide on all but every N-th layer where they list no ``layer_types``
+(Gemma 3's 6, Cohere2's 4: transformers Gemma3TextConfig builds its layer_types default as
+``"sliding_attention" if bool((i + 1) % sliding_window_pattern) else "full_attention"``, and
+Cohere2 the same): read so, where the window had been priced on every layer."""
+
 SINK_ATTENTION_TYPES = frozenset({"gpt_oss"})
 """HF model types whose attention has a learned sink logit per head (transformers
 modeling_gpt_oss.py: ``GptOssAttention.sinks`` of shape [num_attention_heads], concatenated to
@@ -110,6 +116,8 @@ UNMODELLED_LAYER_KEYS = {
     "index_topk": "DeepSeek Sparse Attention, whose lightning indexer keeps index_topk keys per query; without "
     "the index_* keys the model prices as dense MLA, an upper bound on its attention",
     "altup_num_inputs": "Gemma 3n's AltUp streams, LAuReL blocks and per-layer embeddings",
+    "block_configs": "per-layer blocks of DeciLM and Nemotron-NAS (Llama-3.3-Nemotron-Super-49B), whose layers "
+    "differ in FFN width and may skip attention",
 }
 """HF config keys of layers ModelSpec cannot price (its layers are softmax attention, full or
 sliding-window, followed by a dense or MoE MLP): the keys as the configuration classes name them
@@ -298,10 +306,14 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     spec: dict[str, Any] = {k: v for k, v in data.items() if k in fields and k not in ("name", "source", "aliases")}
     if model_type in TIED_BY_DEFAULT:
         spec.setdefault("tie_word_embeddings", True)
-    if model_type in ALTERNATING_SLIDING_WINDOW and spec.get("sliding_window") and "layer_types" not in spec:
-        layers = spec.get("num_hidden_layers")
-        if isinstance(layers, int) and 0 < layers <= MAX_MODEL_DIMENSION:
+    layers = spec.get("num_hidden_layers")
+    if spec.get("sliding_window") and "layer_types" not in spec and isinstance(layers, int):
+        period = _hf_size(config, SLIDING_WINDOW_PATTERN, where)
+        if 0 < layers <= MAX_MODEL_DIMENSION and model_type in ALTERNATING_SLIDING_WINDOW:
             spec["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+        elif 0 < layers <= MAX_MODEL_DIMENSION and period is not None:
+            kinds = ("full_attention", "sliding_attention")
+            spec["layer_types"] = [kinds[bool((i + 1) % period)] for i in range(layers)]
     if notes:
         spec["notes"] = notes
     if model_type in LEARNED_POSITION_MODELS:

@@ -411,11 +411,23 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
             "key 'moe_num_experts' declares experts in a way the planner does not read",
         ),
         ({"num_experts": 64, "moe_topk": 8}, "key 'moe_topk' declares experts"),
+        ({"model_type": "nemotron-nas", "block_configs": [{"attention": {"no_op": True}}]}, "key 'block_configs'"),
     ],
 )
 def test_hf_layers_the_planner_cannot_price_are_refused_by_name(tmp_path: Path, config: dict, fragment: str) -> None:
     with pytest.raises(PlannerError, match=re.escape(fragment)):
         load_model(str(_hf(tmp_path, "m", {**_BASE, **config})))
+
+
+def test_a_sliding_window_pattern_leaves_every_nth_layer_full(tmp_path: Path) -> None:
+    # google/gemma-3-27b-pt's text config: sliding_window 1024, sliding_window_pattern 6 and no
+    # layer_types; the window had been priced on all 62 layers, it runs on 52
+    g3 = {"model_type": "gemma3_text", "hidden_size": 5376, "intermediate_size": 21504, "num_hidden_layers": 62,
+          "num_attention_heads": 32, "num_key_value_heads": 16, "head_dim": 128, "vocab_size": 262208,
+          "max_position_embeddings": 131072, "sliding_window": 1024, "sliding_window_pattern": 6}  # fmt: skip
+    m = load_model(str(_hf(tmp_path, "g3", g3)))
+    assert (m.num_sliding_layers, m.layer_types[4], m.layer_types[5]) == (52, "sliding_attention", "full_attention")
+    assert round(m.parameter_counts.total / 1e9, 1) == 27.0  # tied embeddings (Gemma3TextConfig's default)
 
 
 def test_routing_keys_and_the_ling_shared_expert_spelling_are_read(tmp_path: Path) -> None:
