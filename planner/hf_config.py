@@ -26,35 +26,6 @@ HF_KEY_ALIASES = {
 }
 """HF config keys that name a canonical ModelSpec key another way."""
 
-UNREAD_MOE_KEYS_ALLOWED = frozenset(
-    {
-        "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "routed_scaling_factor",
-        "router_jitter_noise", "input_jitter_noise", "aux_loss_alpha", "seq_aux", "topk_method",
-        "scoring_func", "score_function", "ep_size", "moe_router_enable_expert_bias", "use_routing_bias",
-        "router_z_loss_coef", "moe_aux_loss_coeff", "moe_z_loss_coeff", "experts_per_token", "moe_layers",
-    }
-)  # fmt: skip
-"""MoE keys of HF configs that change how tokens are routed or the loss, not which weights a
-token multiplies (load-balancing coefficients, score functions, GPT-OSS's ``experts_per_token``
-beside its num_experts_per_tok; Llama 4's ``moe_layers``, read by ``_llama4_fields``)."""
-
-
-def _refuse_unread_moe_keys(config: dict[str, Any], where: str) -> None:
-    """Raise on a key that names experts or MoE layers (``expert`` in it, or a ``moe_`` prefix) and
-    that neither ModelSpec, ``UNMODELLED_COUNT_KEYS`` nor ``UNREAD_MOE_KEYS_ALLOWED`` reads: ERNIE
-    4.5's moe_num_experts and moe_k, Hunyuan's moe_topk, LongCat's zero experts. Left unread,
-    ERNIE-4.5-300B-A47B was priced as a 47.9 B dense model."""
-    known = set(ModelSpec.model_fields) | set(UNMODELLED_COUNT_KEYS) | UNREAD_MOE_KEYS_ALLOWED
-    for key in config:
-        name = HF_KEY_ALIASES.get(key, key)
-        if ("expert" in key or key.startswith("moe_")) and name not in known:
-            raise PlannerError(
-                f"{where}: key '{key}' declares experts in a way the planner does not read; it reads "
-                "num_local_experts (or n_routed_experts, num_experts), num_experts_per_tok, moe_intermediate_size, "
-                "n_shared_experts or shared_expert_intermediate_size, first_k_dense_replace or decoder_sparse_step"
-            )
-
-
 LEARNED_POSITION_MODELS = frozenset({"gpt2", "gpt_bigcode", "opt", "gpt_neo"})
 """HF model types with learned absolute position embeddings, LayerNorm and biases."""
 
@@ -129,12 +100,40 @@ with no warning."""
 
 PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 """``layer_types`` entries ModelSpec prices (chunked attention within one chunk); others (Qwen3-Next's
-and MiniMax's 'linear_attention',
-LFM2's 'conv', Granite-4's 'mamba') are refused by name."""
+and MiniMax's 'linear_attention', LFM2's 'conv', Granite-4's 'mamba') are refused by name."""
 
 LINEAR_ATTENTION_TYPE = 0
 """MiniMax-Text-01 / M1 ``attn_type_list``: 0 marks a lightning (linear) attention layer, 1 a
 softmax one (sglang MiniMaxText01Config.linear_layer_ids: ``attn_type == 0``)."""
+
+
+UNREAD_MOE_KEYS_ALLOWED = frozenset(
+    {
+        "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "routed_scaling_factor",
+        "router_jitter_noise", "input_jitter_noise", "aux_loss_alpha", "seq_aux", "topk_method",
+        "scoring_func", "score_function", "ep_size", "moe_router_enable_expert_bias", "use_routing_bias",
+        "router_z_loss_coef", "moe_aux_loss_coeff", "moe_z_loss_coeff", "experts_per_token", "moe_layers",
+    }
+)  # fmt: skip
+"""MoE keys of HF configs that change how tokens are routed or the loss, not which weights a
+token multiplies (load-balancing coefficients, score functions, GPT-OSS's ``experts_per_token``
+beside its num_experts_per_tok; Llama 4's ``moe_layers``, read by ``_llama4_fields``)."""
+
+
+def _refuse_unread_moe_keys(config: dict[str, Any], where: str) -> None:
+    """Raise on a key that names experts or MoE layers (``expert`` in it, or a ``moe_`` prefix) and
+    that neither ModelSpec, ``UNMODELLED_COUNT_KEYS`` nor ``UNREAD_MOE_KEYS_ALLOWED`` reads: ERNIE
+    4.5's moe_num_experts and moe_k, Hunyuan's moe_topk, LongCat's zero experts. Left unread,
+    ERNIE-4.5-300B-A47B was priced as a 47.9 B dense model."""
+    known = set(ModelSpec.model_fields) | set(UNMODELLED_COUNT_KEYS) | UNREAD_MOE_KEYS_ALLOWED
+    for key in config:
+        name = HF_KEY_ALIASES.get(key, key)
+        if ("expert" in key or key.startswith("moe_")) and name not in known:
+            raise PlannerError(
+                f"{where}: key '{key}' declares experts in a way the planner does not read; it reads "
+                "num_local_experts (or n_routed_experts, num_experts), num_experts_per_tok, moe_intermediate_size, "
+                "n_shared_experts or shared_expert_intermediate_size, first_k_dense_replace or decoder_sparse_step"
+            )
 
 
 def _refuse_unmodelled_layers(config: dict[str, Any], where: str) -> None:
