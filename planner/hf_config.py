@@ -89,14 +89,15 @@ UNMODELLED_LAYER_KEYS = {
     "altup_num_inputs": "Gemma 3n's AltUp streams, LAuReL blocks and per-layer embeddings",
     "block_configs": "per-layer blocks of DeciLM and Nemotron-NAS (Llama-3.3-Nemotron-Super-49B), whose layers "
     "differ in FFN width and may skip attention",
+    "cross_attention_layers": "Llama 3.2 Vision's (Mllama) cross-attention layers, whose keys are image tokens",
 }
 """HF config keys of layers ModelSpec cannot price (its layers are softmax attention, full or
 sliding-window, followed by a dense or MoE MLP): the keys as the configuration classes name them
 (transformers NemotronHConfig.hybrid_override_pattern, Qwen3NextConfig.linear_num_value_heads,
 moonshotai/Kimi-Linear-48B-A3B-Instruct config.json linear_attn_config, deepseek-ai/DeepSeek-V3.2
-config.json index_topk 2048, Gemma3nTextConfig.altup_num_inputs). A config that sets one is refused
-by name: priced as attention layers, Kimi Linear and MiniMax-Text-01 came out as plain transformers
-with no warning."""
+config.json index_topk 2048, Gemma3nTextConfig.altup_num_inputs,
+MllamaTextConfig.cross_attention_layers). A config that sets one is refused by name: priced as
+attention layers, Kimi Linear and MiniMax-Text-01 came out as plain transformers with no warning."""
 
 PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
 """``layer_types`` entries ModelSpec prices (chunked attention within one chunk); others (Qwen3-Next's

@@ -412,6 +412,7 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
         ),
         ({"num_experts": 64, "moe_topk": 8}, "key 'moe_topk' declares experts"),
         ({"model_type": "nemotron-nas", "block_configs": [{"attention": {"no_op": True}}]}, "key 'block_configs'"),
+        ({"model_type": "mllama_text_model", "cross_attention_layers": [3, 8]}, "key 'cross_attention_layers'"),
     ],
 )
 def test_hf_layers_the_planner_cannot_price_are_refused_by_name(tmp_path: Path, config: dict, fragment: str) -> None:
