@@ -54,6 +54,29 @@ def test_kv_sliding_window_layers_stop_at_the_window() -> None:
     assert kv_bytes_per_token(m, "bf16", 8192.0) == kv_bytes_per_token(m, "bf16") / 2
 
 
+def test_kv_chunked_layers_keep_one_chunk_where_the_engine_frees_the_rest() -> None:
+    # Llama 4 Maverick: 36 chunked layers of 8192 tokens, 12 full; vLLM's ChunkedLocalAttentionSpec
+    # holds one chunk ('chunk'), an engine whose behaviour is not sourced caches them all ('full')
+    m = load_model("llama4-maverick")
+    seq = lambda n, kv: sequence_kv_bytes_per_gpu(
+        m, "bf16", np.array([float(n)]), 16, np.array([1.0]), np.array([1.0]), np.array([False]), kv
+    )[0]
+    per_layer_token = 2 * 8 * 128 * 2
+    assert seq(32768, "chunk") == per_layer_token * (12 * 32768 + 36 * 8192)
+    assert seq(32768, "full") == per_layer_token * 48 * 32768 == kv_bytes_per_token(m, "bf16", 32768.0) * 32768
+    assert seq(8192, "chunk") == seq(8192, "full")  # within one chunk the caches agree
+    assert (load_engine("vllm").chunked_kv, load_engine("trtllm").chunked_kv) == ("chunk", "full")
+
+
+def test_chunked_attention_keys() -> None:
+    # query i sees (i mod c) + 1 keys: the causal mean within a chunk, about (c + 1) / 2 over many
+    from planner.cost.flops import attended_keys, chunked_keys
+
+    assert chunked_keys(8192, 8192) == attended_keys(8192, None) == 4096.5
+    assert chunked_keys(16384, 8192) == 4096.5
+    assert chunked_keys(12288, 8192) == (8192 * 8193 / 2 + 4096 * 4097 / 2) / 12288
+
+
 def test_kv_gqa_split_and_paged_rounding() -> None:
     m = load_model("llama3-70b")
     seq = lambda n, tp: sequence_kv_bytes_per_gpu(

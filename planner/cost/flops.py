@@ -73,6 +73,15 @@ def attended_keys(seq_len: int, window: int | None) -> float:
     return w - w * (w - 1.0) / (2.0 * s)
 
 
+def chunked_keys(seq_len: int, chunk: int) -> float:
+    """Mean number of keys a query attends to under chunked causal attention (Llama 4: a query sees
+    the tokens of its own chunk up to itself) over ``seq_len`` tokens: query i sees (i mod c) + 1,
+    so q full chunks and a remainder r give (q c(c+1)/2 + r(r+1)/2) / s; (s+1)/2 within one chunk,
+    about (c+1)/2 over many."""
+    full, rest = divmod(int(seq_len), int(chunk))
+    return (full * chunk * (chunk + 1) / 2.0 + rest * (rest + 1) / 2.0) / max(int(seq_len), 1)
+
+
 def flash_attention_runs(model: ModelSpec, job: JobSpec) -> bool:
     """Whether the attention core runs a flash (fused) kernel that keeps the scores on chip: the
     job's ``flash_attention``, unless the model's sinks send the stack to its unfused path

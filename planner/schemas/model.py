@@ -95,8 +95,9 @@ class ModelSpec(Frozen):
     attention_chunk_size: PositiveInt | None = Field(
         None,
         description="Tokens per chunk of a chunked_attention layer, whose queries attend only the keys of their own "
-        "chunk (HF Llama4TextConfig.attention_chunk_size, 8192); within one chunk the causal mask. The planner "
-        "prices sequences of at most one chunk (constraints 'chunked_attention_within_chunk')",
+        "chunk (HF Llama4TextConfig.attention_chunk_size, 8192); within one chunk the causal mask. Training "
+        "plans price sequences of at most one chunk (constraints 'chunked_attention_within_chunk'); serving prices "
+        "longer contexts (serving.kv)",
     )
     attention_sinks: bool = Field(
         False,

@@ -27,7 +27,7 @@ from planner.serving.step import Setting, round_terms
 
 def kv_transfer_s(s: Setting, prefill: Layouts, input_len: int) -> np.ndarray:
     """Seconds to move one prompt's KV cache from a prefill replica to a decode replica."""
-    nbytes = input_len * kv_bytes_per_token(s.model, s.kv_dtype, float(input_len))
+    nbytes = input_len * kv_bytes_per_token(s.model, s.kv_dtype, float(input_len), s.engine.chunked_kv)
     one_domain = s.cluster.num_gpus <= s.cluster.fast_domain_gpus
     link = s.cluster.intra_node if one_domain else s.cluster.inter_node
     latency = link.latency_s

@@ -68,6 +68,11 @@ class EngineProfile(Frozen):
     kv_reservation: Literal["full", "on_demand"] = Field(
         description="'full': a request holds KV for prompt + all output from admission; 'on_demand': as generated"
     )
+    chunked_kv: Literal["chunk", "full"] = Field(
+        "full",
+        description="KV a chunked-attention layer (Llama 4) keeps: 'chunk', at most one attention chunk; 'full', "
+        "the whole context as a full-attention layer (an upper bound where the engine's behaviour is not sourced)",
+    )
     gpu_memory_fraction: float = Field(gt=0, le=1)
     memory_fraction_of: Literal["total", "free"] = Field(
         description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"

@@ -162,8 +162,9 @@ def plan_memory(
     weights = non_expert + experts + head_weight_bytes_per_gpu(model, lay)
     runtime = (engine.runtime_reserve_gib + np.where(lay.gpus_per_replica > 1, NCCL_BUFFERS_GIB, 0.0)) * GIB_BYTES
     capacity = cluster.gpu.hbm_capacity_bytes
+    context = np.full(len(lay), context_tokens)
     seq = sequence_kv_bytes_per_gpu(
-        model, kv_dtype, np.full(len(lay), context_tokens), engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp
+        model, kv_dtype, context, engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp, engine.chunked_kv
     )
 
     def kv_room(acts: np.ndarray) -> np.ndarray:

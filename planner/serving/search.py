@@ -167,7 +167,7 @@ def _meets(req: ServeRequest, ttft: np.ndarray, tpot: np.ndarray) -> np.ndarray:
 
 
 def _kv_per_token(s: Setting, req: ServeRequest) -> float:
-    return kv_bytes_per_token(s.model, s.kv_dtype, float(req.input_len + req.output_len))
+    return kv_bytes_per_token(s.model, s.kv_dtype, float(req.input_len + req.output_len), s.engine.chunked_kv)
 
 
 def _config(lay: Layouts, i: int, split: dict[str, int] | None = None) -> dict[str, int | bool | dict[str, int] | None]:
@@ -304,13 +304,6 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
     from pydantic import ValidationError
 
-    context = req.input_len + req.output_len
-    if model.num_chunked_layers and context > (model.attention_chunk_size or 0):
-        raise PlannerError(
-            f"input_len + output_len = {context} is longer than {model.name}'s attention chunk of "
-            f"{model.attention_chunk_size} tokens: its {model.num_chunked_layers} chunked-attention layers are priced "
-            "only within one chunk (keys and cache of the causal mask)"
-        )
     try:
         return _ranked(model, cluster, req)
     except ValidationError as err:

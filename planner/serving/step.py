@@ -37,11 +37,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import GroupLink, all_reduce_s, all_to_all_s, group_link, send_recv_s
-from planner.cost.flops import attended_keys, attention_dims
+from planner.cost.flops import attended_keys, attention_dims, chunked_keys
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters
-from planner.serving.kv import sequence_kv_bytes_per_gpu
+from planner.serving.kv import layer_cached_tokens, sequence_kv_bytes_per_gpu
 from planner.serving.layout import Layouts
 from planner.serving.memory import block_weight_bytes_per_gpu, head_weight_bytes_per_gpu, weight_params
 
@@ -262,7 +262,9 @@ def decode_attention_pair(
     """(FLOP time, byte time) of a round's decode attention: every sequence's KV read once."""
     m = s.model
     per_rank = sequences / np.where(lay.attention_dp, lay.tp, 1.0)
-    kv_bytes = per_rank * sequence_kv_bytes_per_gpu(m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp)
+    kv_bytes = per_rank * sequence_kv_bytes_per_gpu(
+        m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp, s.engine.chunked_kv
+    )
     kv_bytes = kv_bytes * lay.pp
     if m.is_mla:
         # absorbed: scores over [latent; rope] keys, values the latent itself
@@ -270,16 +272,9 @@ def decode_attention_pair(
     else:
         d_qk, d_v = attention_dims(m)
     per_key = 2.0 * (d_qk + d_v)
-    keys = _layer_keys_decode(m, context)
+    keys = layer_cached_tokens(m, context, chunked_kv="chunk")  # the mask, whatever the cache keeps
     flops = per_rank * _heads_per_rank(m, lay) * per_key * keys
     return flops / s.attention_flops_per_s(d_qk, d_v), kv_bytes / s.hbm_bytes_per_s
-
-
-def _layer_keys_decode(m: ModelSpec, context: np.ndarray) -> np.ndarray:
-    """Keys one decode query attends summed over the layers: the context, or the window."""
-    sliding = m.num_sliding_layers
-    window = np.minimum(context, float(m.sliding_window or 0)) if sliding else 0.0
-    return (m.num_hidden_layers - sliding) * context + sliding * window
 
 
 def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len: float) -> np.ndarray:
@@ -287,10 +282,12 @@ def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len
     causal score FLOPs 2 a (d_qk + d_v) x keys per query per layer (``flops.attended_keys``)."""
     m = s.model
     d_qk, d_v = attention_dims(m)
-    sliding = m.num_sliding_layers
-    keys = (m.num_hidden_layers - sliding) * attended_keys(int(prompt_len), None)
+    sliding, chunked = m.num_sliding_layers, m.num_chunked_layers
+    keys = (m.num_hidden_layers - sliding - chunked) * attended_keys(int(prompt_len), None)
     if sliding:
         keys += sliding * attended_keys(int(prompt_len), m.sliding_window)
+    if chunked:
+        keys += chunked * chunked_keys(int(prompt_len), m.attention_chunk_size or int(prompt_len))
     per_rank = tokens / np.where(lay.attention_dp, lay.tp, 1.0)
     flops = per_rank * _heads_per_rank(m, lay) * 2.0 * (d_qk + d_v) * keys
     return flops / s.attention_flops_per_s(d_qk, d_v)
