@@ -150,15 +150,14 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: fp4_message(c),
     ),
     Rule(
-        "chunked_attention_within_chunk",
-        # a chunked layer (Llama 4) attends only its own chunk of attention_chunk_size keys: within one
-        # chunk that is the causal mask the layer is priced with; beyond it, neither its FLOPs nor the
-        # kernel's rate at the chunk are priced
-        lambda m, c, j, x: np.asarray(not m.num_chunked_layers or j.seq_len <= (m.attention_chunk_size or 0)),
+        "chunked_attention_cp",
+        # a chunked layer (Llama 4) attends only its own chunk: the planner prices it as one causal
+        # call per chunk (compute.attention_core_forward_s); split over CP ranks, a ring that skips
+        # the other chunks' keys is not what it prices
+        lambda m, c, j, x: (not m.num_chunked_layers or j.seq_len <= (m.attention_chunk_size or 0)) | (x.cp == 1),
         lambda m, c, j, p: (
-            f"seq_len {j.seq_len} is longer than {m.name}'s attention chunk of {m.attention_chunk_size} tokens: its "
-            f"{m.num_chunked_layers} chunked-attention layers are priced only within one chunk (the causal mask); "
-            f"use --seq-len {m.attention_chunk_size} or less"
+            f"cp {p.cp} with {m.name}'s chunked attention over {j.seq_len} tokens ({m.attention_chunk_size}-token "
+            "chunks): context parallelism across chunks is not priced; use cp 1, or a sequence of one chunk"
         ),
     ),
     Rule(

@@ -100,7 +100,7 @@ MllamaTextConfig.cross_attention_layers). A config that sets one is refused by n
 attention layers, Kimi Linear and MiniMax-Text-01 came out as plain transformers with no warning."""
 
 PRICED_LAYER_TYPES = frozenset({"full_attention", "sliding_attention", "chunked_attention"})
-"""``layer_types`` entries ModelSpec prices (chunked attention within one chunk); others (Qwen3-Next's
+"""``layer_types`` entries ModelSpec prices; others (Qwen3-Next's
 and MiniMax's 'linear_attention', LFM2's 'conv', Granite-4's 'mamba') are refused by name."""
 
 LINEAR_ATTENTION_TYPE = 0

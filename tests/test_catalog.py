@@ -477,18 +477,33 @@ def test_llama4_layer_lists_the_planner_cannot_express_are_refused(tmp_path: Pat
         load_model(str(_hf(tmp_path, "l4", text)))
 
 
-def test_chunked_attention_is_trained_within_one_chunk_and_served_beyond() -> None:
-    # training: within a chunk the chunked layers run the causal mask; beyond it neither FLOPs nor
-    # the kernel's rate are priced, so a longer sequence is refused by name. Serving: a 32K context
-    # keeps one chunk in 36 of 48 layers under vLLM (ChunkedLocalAttentionSpec), all of it under an
-    # engine priced with full caches, so vLLM holds about twice the sequences
-    from planner import estimate, plan
+def test_chunked_attention_in_training_and_serving() -> None:
+    # training: a chunked layer runs one causal call per chunk, its keys the chunked mean (a quarter
+    # of the causal layer's at four chunks), at a chunk-long call's rate; within one chunk it is the
+    # causal layer; CP across chunks is refused by name. Serving: a 32K context keeps one chunk in
+    # 36 of 48 layers under vLLM (ChunkedLocalAttentionSpec), all of it with full caches
+    from planner import estimate
+    from planner.cost.compute import attention_core_forward_s, flash_length_factor
+    from planner.mesh import MeshArrays
+    from planner.schemas import ParallelConfig
+    from planner.search import default_job
     from planner.serving import serve
 
-    est = estimate("llama4-scout", "dgx-h100x16", tp=2, pp=1, dp=64, ep=16, seq_len=8192, global_batch_size=512)
-    assert est.step_time_s > 0
-    with pytest.raises(PlannerError, match=r"seq_len 16384 is longer than llama4-scout's attention chunk of 8192"):
-        plan("llama4-scout", "dgx-h100x16", seq_len=16384)
+    scout, cluster = load_model("llama4-scout"), load_cluster("dgx-h100x16")
+    causal = scout.model_copy(update={"layer_types": None})
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=8, dp=16, ep=16)])
+    for seq, chunked_share in (
+        (8192, 1.0),
+        (32768, 0.25 * float(flash_length_factor(32768) / flash_length_factor(8192))),
+    ):
+        job = default_job(scout, seq_len=seq, global_batch_size=64)
+        ratio = (
+            attention_core_forward_s(scout, cluster, job, mesh)[0]
+            / attention_core_forward_s(causal, cluster, job, mesh)[0]
+        )
+        assert ratio == pytest.approx((12 + 36 * chunked_share) / 48, rel=1e-3)
+    with pytest.raises(PlannerError, match=r"cp 2 with llama4-scout's chunked attention over 32768 tokens"):
+        estimate("llama4-scout", "dgx-h100x16", tp=2, pp=1, dp=32, cp=2, ep=16, seq_len=32768)
     from planner.serving.engine import load_engine
     from planner.serving.layout import Layouts
     from planner.serving.memory import plan_memory

@@ -22,7 +22,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.flops import attended_keys, attention_dims, attention_kernel_for, flash_attention_runs
+from planner.cost.flops import (
+    attended_keys,
+    attention_dims,
+    attention_kernel_for,
+    chunked_keys,
+    flash_attention_runs,
+)
 from planner.cost.memory import kv_heads_per_rank
 from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
@@ -157,12 +163,20 @@ def attention_core_forward_s(
         share = 1.0 if recompute else FLASH_FWD_BWD_FLOPS / 3.0
         full = flops * CAUSAL_ATTENTION_FRACTION / (rate * flash_length_factor(job.seq_len / mesh.cp))
         sliding = model.num_sliding_layers / model.num_hidden_layers
-        if not sliding:
+        chunked = model.num_chunked_layers / model.num_hidden_layers
+        if not sliding and not chunked:
             return full * share
         window = float(model.sliding_window or job.seq_len)
         windowed = flops * attended_keys(job.seq_len, model.sliding_window) / keys
         windowed = windowed / (rate * flash_length_factor(np.minimum(window, job.seq_len / mesh.cp)))
-        return ((1.0 - sliding) * full + sliding * windowed) * share
+        # a chunked layer (Llama 4) runs the causal mask within each chunk, one call per chunk: the
+        # causal layer's time times its share of the keys, at the rate of a chunk-long call (CP > 1
+        # over more than one chunk is refused, constraints 'chunked_attention_cp')
+        chunk = float(model.attention_chunk_size or job.seq_len)
+        in_chunks = chunked_keys(job.seq_len, int(chunk)) / attended_keys(job.seq_len, None)
+        chunk_rate = flash_length_factor(np.minimum(chunk, job.seq_len / mesh.cp))
+        chunk_time = full * in_chunks * flash_length_factor(job.seq_len / mesh.cp) / chunk_rate
+        return ((1.0 - sliding - chunked) * full + sliding * windowed + chunked * chunk_time) * share
     rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
     # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the
     # scores and V (s x d_v): 2-byte elements, batched over the micro-batch's sequences.

@@ -53,12 +53,16 @@ def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float
     """Forward QK^T + AV FLOPs per token per layer, averaged over the layers: 2*s*a*(d_qk + d_v)
     over the full s x s square (the convention of Narayanan et al. 2021 and of the published MFU
     figures, which count the causal half as the whole); a sliding-window layer counts the keys it
-    can attend, 2 x its window (``attended_keys``), in the same convention."""
+    can attend, 2 x its window (``attended_keys``), and a chunked layer twice its chunked mean
+    (``chunked_keys``; the whole sequence within one chunk), in the same convention."""
     d_qk, d_v = attention_dims(model)
     sliding = model.num_sliding_layers / model.num_hidden_layers
+    chunked = model.num_chunked_layers / model.num_hidden_layers
     full_keys = float(seq_len)
     window_keys = 2.0 * attended_keys(seq_len, model.sliding_window) if sliding else 0.0
-    keys = (1.0 - sliding) * full_keys + sliding * min(window_keys, full_keys)
+    chunk_keys = 2.0 * chunked_keys(seq_len, model.attention_chunk_size or seq_len) if chunked else 0.0
+    keys = (1.0 - sliding - chunked) * full_keys + sliding * min(window_keys, full_keys)
+    keys += chunked * min(chunk_keys, full_keys)
     return 2.0 * keys * model.num_attention_heads * (d_qk + d_v)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from planner.cost.comm import mesh_links
-from planner.cost.flops import attention_kernel_for, flash_attention_runs, mtp_layers
+from planner.cost.flops import attended_keys, attention_kernel_for, chunked_keys, flash_attention_runs, mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
 from planner.cost.pipeline import plan_layout
 from planner.export.common import (
@@ -531,10 +531,18 @@ def megatron_notes(
             "them from cuDNN 9.13.1, older cuDNN leaves Transformer Engine's unfused attention"
         )
     if model.num_chunked_layers:
+        chunk = model.attention_chunk_size or job.seq_len
+        share = chunked_keys(job.seq_len, chunk) / attended_keys(job.seq_len, None)
+        mask = (
+            "that is the causal mask Megatron runs, as priced"
+            if job.seq_len <= chunk
+            else f"the plan priced them chunked ({share:.2f}x a causal layer's attention): run them chunked, a causal "
+            "mask over the sequence costs more"
+        )
         notes.append(
-            f"the {model.num_chunked_layers} chunked-attention layers attend within {model.attention_chunk_size}-token "
-            f"chunks: at --seq-length {job.seq_len} that is the causal mask Megatron runs, as priced; the router's "
-            "score function and where it applies its probabilities are the checkpoint's, which the plan does not price"
+            f"the {model.num_chunked_layers} chunked-attention layers attend within {chunk}-token chunks: at "
+            f"--seq-length {job.seq_len} {mask}; the router's score function and where it applies its probabilities "
+            "are the checkpoint's, which the plan does not price"
         )
     return notes
 

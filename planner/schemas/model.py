@@ -95,9 +95,8 @@ class ModelSpec(Frozen):
     attention_chunk_size: PositiveInt | None = Field(
         None,
         description="Tokens per chunk of a chunked_attention layer, whose queries attend only the keys of their own "
-        "chunk (HF Llama4TextConfig.attention_chunk_size, 8192); within one chunk the causal mask. Training "
-        "plans price sequences of at most one chunk (constraints 'chunked_attention_within_chunk'); serving prices "
-        "longer contexts (serving.kv)",
+        "chunk (HF Llama4TextConfig.attention_chunk_size, 8192); within one chunk the causal mask, beyond it one "
+        "causal call per chunk (flops.chunked_keys; context parallelism across chunks is refused)",
     )
     attention_sinks: bool = Field(
         False,
@@ -220,8 +219,8 @@ class ModelSpec(Frozen):
 
     @property
     def num_chunked_layers(self) -> int:
-        """Layers with chunked attention (Llama 4's RoPE layers): full causal attention over a sequence
-        of at most ``attention_chunk_size`` tokens, the only length the planner prices them at."""
+        """Layers with chunked attention (Llama 4's RoPE layers): causal attention within each chunk of
+        ``attention_chunk_size`` tokens."""
         return sum(1 for kind in self.layer_types or () if kind == "chunked_attention")
 
     @property
