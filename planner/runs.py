@@ -474,18 +474,25 @@ HALF_WORDS = ("bf16", "fp16", "bfloat16", "float16")
 """Words of a 16-bit precision description ('amp_bf16', 'BF16', 'fp16 mixed'), priced as bf16:
 the same tensor-core rate on every profile."""
 
+UNPRICED_FORMAT_WORDS = ("fp32", "float32", "tf32", "fp64", "int8", "int4", "fp6")
+"""Words of matmul formats the planner has no rate for: a description that names one and no priced
+format makes the row unpriceable, where it was priced as bf16."""
+
 
 def dtype_from(precision: str) -> str:
     """The matmul format a precision description names: fp4 for NVFP4, fp8 for any fp8 variant,
-    bf16 for a 16-bit one or none stated; any other (fp32, tf32, int8) makes the row unpriceable,
-    where it was priced as bf16."""
+    else bf16 (a 16-bit format, or a description such as 'mixed precision' that names none); one
+    that names only a format without a rate here (``UNPRICED_FORMAT_WORDS``: tf32, int8) makes the
+    row unpriceable."""
     if any(w in precision for w in FP4_WORDS):
         return "fp4"
     if any(w in precision for w in FP8_WORDS):
         return "fp8"
-    if not precision.strip() or any(w in precision for w in HALF_WORDS):
-        return "bf16"
-    raise UnpriceableError(f"knobs.precision '{precision}': not a format the planner prices (bf16, fp16, fp8, NVFP4)")
+    if any(w in precision for w in UNPRICED_FORMAT_WORDS) and not any(w in precision for w in HALF_WORDS):
+        raise UnpriceableError(
+            f"knobs.precision '{precision}': not a format the planner prices (bf16, fp16, fp8, NVFP4)"
+        )
+    return "bf16"
 
 
 BF16_LAYER_RANGE = re.compile(r"layers (\d+)-(\d+)[^,;]*?\bbf16")

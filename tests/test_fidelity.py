@@ -110,6 +110,18 @@ def test_malformed_rows_name_the_field(edit, reason: str) -> None:  # type: igno
         case_from_row(row)
 
 
+def test_precision_words_without_a_format_read_as_bf16() -> None:
+    # only a description that names a format without a rate here is refused (tf32, int8); one that
+    # names none ('mixed precision') is the 16-bit training it describes
+    from planner.runs import dtype_from
+
+    assert [dtype_from(t) for t in ("mixed precision", "", "fp32 master weights, bf16 compute", "mxfp8")] == [
+        "bf16", "bf16", "bf16", "fp8",
+    ]  # fmt: skip
+    with pytest.raises(UnpriceableError, match=r"knobs\.precision 'int8 weights'"):
+        dtype_from("int8 weights")
+
+
 def test_a_batch_the_accumulation_does_not_make_is_said() -> None:
     # Composer runs micro_batch x grad_accum x dp per step; a stated batch that differs is kept
     # out of the price and said, where it was dropped in silence

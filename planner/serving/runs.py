@@ -192,8 +192,9 @@ WEIGHT_WORDS = ("fp4", "fp8", "fp16", "bf16", "float16", "bfloat16")
 """Words of a precision description that name a format the planner prices (NVFP4 and MXFP4 as fp4,
 any fp8, 16-bit floats as bf16)."""
 
-UNSTATED_WORDS = ("not stated", "default", "native")
-"""Words of a precision description that leave the format to the checkpoint (``NATIVE_WEIGHT_FORMATS``)."""
+UNPRICED_WORDS = ("int4", "int8", "awq", "gptq", "w4a16", "w8a8", "fp6", "fp32", "nf4")
+"""Words of weight or KV formats the planner has no rate or size for: a description that names one
+and no priced format (``WEIGHT_WORDS``) makes the row unpriceable, where it was priced as bf16."""
 
 FORMATS = "(fp4: NVFP4/MXFP4, fp8, bf16/fp16)"
 
@@ -203,18 +204,18 @@ def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     else bf16 (fp16 and bf16 cost the same). KV: fp8 where stated (or TensorRT-LLM's 'FP8
     quantization sets the KV cache to FP8'); where not stated, fp8 for fp8/fp4 checkpoints (ModelOpt's
     hf_ptq quantises the KV cache to FP8 by default) and bf16 otherwise; 'auto' follows the checkpoint's
-    KV format, which the row does not state: bf16. Any other format (int4 AWQ, int8) makes the row
-    unpriceable, where it was priced as bf16."""
+    KV format, which the row does not state: bf16. A format without a rate here (int4 AWQ, int8,
+    ``UNPRICED_WORDS``) makes the row unpriceable, where it was priced as bf16."""
     prec = row.get("precision") or {}
     w = str(prec.get("weights", "")).lower()
-    if w.strip() and not any(word in w for word in (*WEIGHT_WORDS, *UNSTATED_WORDS)):
+    if any(word in w for word in UNPRICED_WORDS) and not any(word in w for word in WEIGHT_WORDS):
         raise UnpriceableError(f"precision.weights '{prec.get('weights')}': not a format the planner prices {FORMATS}")
     weights = "fp4" if "fp4" in w else "fp8" if "fp8" in w else "bf16"
     hf_id = str((row.get("model") or {}).get("hf_id", "")).lower()
     if "default" in w or "not stated" in w:
         weights = next((f for family, f in NATIVE_WEIGHT_FORMATS.items() if hf_id.startswith(family)), weights)
     kv_text = str(prec.get("kv_cache", "")).lower()
-    if kv_text.strip() and not any(word in kv_text for word in (*WEIGHT_WORDS, *UNSTATED_WORDS, "auto")):
+    if any(word in kv_text for word in UNPRICED_WORDS) and not any(word in kv_text for word in WEIGHT_WORDS):
         raise UnpriceableError(
             f"precision.kv_cache '{prec.get('kv_cache')}': not a format the planner prices {FORMATS}"
         )
