@@ -194,12 +194,21 @@ def _int(section: dict[str, Any], key: str, where: str) -> int | None:
 
 
 def _count(section: dict[str, Any], key: str, where: str) -> int | None:
-    """A size or degree of a row: None where not stated, else a positive integer (``_int(...) or
-    1`` had priced a stated tp of 0 as tp 1)."""
+    """A size or count of a row: None where not stated, else a positive integer (a stated 0 GPUs,
+    layers or micro-batch makes the row unpriceable)."""
     value = _int(section, key, where)
     if value is not None and value < 1:
         raise UnpriceableError(f"{where}.{key} is not a positive integer ({value!r})")
     return value
+
+
+def _degree(section: dict[str, Any], key: str, where: str) -> int:
+    """A parallel degree a row may leave out or write as 0 for 'not used' (tables print VP 0 or EP 0
+    where there is none): 1 then; a negative one makes the row unpriceable."""
+    value = _int(section, key, where)
+    if value is not None and value < 0:
+        raise UnpriceableError(f"{where}.{key} is not a parallel degree ({value!r})")
+    return value or 1
 
 
 def _flag(section: dict[str, Any], key: str, where: str) -> bool | None:
@@ -698,7 +707,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     if not gpus:
         raise UnpriceableError("hardware.count is missing")
     cluster = load_cluster(profile, gpus=gpus)
-    degrees = {k: _count(par, k, "parallel") or 1 for k in ("tp", "pp", "cp", "ep")}
+    degrees = {k: _degree(par, k, "parallel") for k in ("tp", "pp", "cp", "ep")}
     dp = _count(par, "dp", "parallel")
     if dp is None or dp * degrees["tp"] * degrees["pp"] * degrees["cp"] != gpus:
         raise UnpriceableError(f"parallel: tp*pp*cp*dp does not make the {gpus} GPUs (dp {par.get('dp')!r})")
@@ -735,7 +744,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
             )
     if not isinstance(batch, int) or isinstance(batch, bool):
         raise UnpriceableError(f"parallel.global_batch is not a number ({batch!r})")
-    vp = _count(par, "vp", "parallel") or 1
+    vp = _degree(par, "vp", "parallel")
     pins: dict[str, Any] = {
         **degrees,
         "dp": dp,

@@ -95,8 +95,8 @@ def test_rows_the_planner_cannot_express_say_why(name: str, reason: str) -> None
         (lambda r: r["source"].update(repo="someone/else"), "no known software stack"),
         (lambda r: r["knobs"].update(activation_checkpointing="sometimes"), "activation_checkpointing"),
         (lambda r: r["measured"].pop("tokens_per_s_per_gpu"), "tokens_per_s_per_gpu"),
-        # a stated 0 was read as tp 1 (`_int(...) or 1`) and an unknown precision as bf16
-        (lambda r: r["parallel"].update(tp=0), "parallel.tp is not a positive integer \\(0\\)"),
+        # a negative degree or a count of 0 is no reading (a degree of 0 is 'not used': 1)
+        (lambda r: r["parallel"].update(tp=-2), "parallel.tp is not a parallel degree \\(-2\\)"),
         (lambda r: r["parallel"].update(micro_batch=-1), "parallel.micro_batch is not a positive integer"),
         (lambda r: r["hardware"].update(count=0), "hardware.count is not a positive integer"),
         (lambda r: r["model"].update(layers=0), "model.layers is not a positive integer"),
