@@ -377,6 +377,13 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
     table.add_row(
         "MLP", f"{'gated' if model.is_gated_mlp else 'plain'} {model.hidden_act}, width {model.intermediate_size}"
     )
+    windowed = [(model.num_sliding_layers, f"sliding window {model.sliding_window}")]
+    windowed.append((model.num_chunked_layers, f"chunked ({model.attention_chunk_size}-token chunks)"))
+    kinds = [f"{what} on {n}" for n, what in windowed if n]
+    if kinds or model.attention_sinks:
+        full = model.num_hidden_layers - model.num_sliding_layers - model.num_chunked_layers
+        sinks = ", with sinks" if model.attention_sinks else ""
+        table.add_row("attention", ", ".join([f"full on {full} layers", *kinds]) + sinks)
     if model.is_moe:
         table.add_row(
             "experts",

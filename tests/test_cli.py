@@ -55,6 +55,11 @@ def test_show_model_json_prints_parameter_counts(cli) -> None:
 def test_show_model_by_alias_human(cli) -> None:
     r = cli("show", "model", "dsv3")
     assert r.code == 0 and "deepseek-v3" in r.out and "671" in r.out
+    # the attention kinds, where a model has more than full attention
+    maverick = " ".join(cli("show", "model", "maverick").out.split())
+    assert "full on 12 layers, chunked (8192-token chunks) on 36" in maverick
+    oss = " ".join(cli("show", "model", "gpt-oss-120b").out.split())
+    assert "full on 18 layers, sliding window 128 on 18, with sinks" in oss and "full on" not in r.out
 
 
 def test_list_json(cli) -> None:
