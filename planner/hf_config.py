@@ -230,7 +230,7 @@ def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
     layers (``no_rope_layers`` 1, every layer but each ``no_rope_layer_interval``-th) run chunked
     attention over ``attention_chunk_size`` tokens, the NoPE layers full attention. Its weightless
     L2 q/k norm adds no parameters and is not priced. Scout (16 experts, every layer MoE) counts
-    107.8 B parameters, 17.2 B active; Maverick (128 experts, every other layer) 400.5 B and 17.2 B
+    107.8 B parameters, 17.2 B active; Maverick (128 experts, every other layer) 400.7 B and 17.2 B
     (Meta: 109 B / 17 B and 400 B / 17 B, Scout's with its vision encoder)."""
     layers = spec.get("num_hidden_layers")
     step = _hf_size(config, "interleave_moe_layer_step", where) or 1
@@ -249,13 +249,24 @@ def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
             f"{where}: key 'moe_layers': the planner prices MoE on every interleave_moe_layer_step-th layer "
             f"({step}: layers {step - 1}, {2 * step - 1}, ...), not the list {shown_value(stated)}"
         )
-    if config.get("layer_types") is None and config.get("attention_chunk_size", 1) is not None:
+    if config.get("attention_chunk_size", 1) is None:  # stated null: no chunking, every layer full
+        return fields
+    fields["attention_chunk_size"] = sizes["attention_chunk_size"]
+    if config.get("layer_types") is None:
         interval = _hf_size(config, "no_rope_layer_interval", where) or 4
-        rope = (config.get("no_rope_layers") or [int((i + 1) % interval != 0) for i in range(layers)])[:layers]
-        fields["layer_types"] = ["chunked_attention" if r else "full_attention" for r in rope]
-    if config.get("attention_chunk_size", 1) is not None:
-        fields["attention_chunk_size"] = sizes["attention_chunk_size"]
+        rope = config.get("no_rope_layers")
+        if rope:
+            fields["layer_types"] = ["chunked_attention" if r else "full_attention" for r in rope[:layers]]
+        else:
+            fields["layer_types"] = _full_every(interval, layers, "chunked_attention")
     return fields
+
+
+def _full_every(period: int, layers: int, other: str) -> list[str]:
+    """``layer_types`` with full attention on every ``period``-th layer (layer i when (i + 1) %
+    period == 0) and ``other`` on the rest: Gemma 3's and Cohere2's sliding_window_pattern, Llama 4's
+    no_rope_layer_interval."""
+    return ["full_attention" if (i + 1) % period == 0 else other for i in range(layers)]
 
 
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
@@ -307,13 +318,13 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if model_type in TIED_BY_DEFAULT:
         spec.setdefault("tie_word_embeddings", True)
     layers = spec.get("num_hidden_layers")
-    if spec.get("sliding_window") and "layer_types" not in spec and isinstance(layers, int):
+    windowed = spec.get("sliding_window") and "layer_types" not in spec
+    if windowed and isinstance(layers, int) and 0 < layers <= MAX_MODEL_DIMENSION:  # else ModelSpec names it
         period = _hf_size(config, SLIDING_WINDOW_PATTERN, where)
-        if 0 < layers <= MAX_MODEL_DIMENSION and model_type in ALTERNATING_SLIDING_WINDOW:
+        if model_type in ALTERNATING_SLIDING_WINDOW:
             spec["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
-        elif 0 < layers <= MAX_MODEL_DIMENSION and period is not None:
-            kinds = ("full_attention", "sliding_attention")
-            spec["layer_types"] = [kinds[bool((i + 1) % period)] for i in range(layers)]
+        elif period is not None:
+            spec["layer_types"] = _full_every(period, layers, "sliding_attention")
     if notes:
         spec["notes"] = notes
     if model_type in LEARNED_POSITION_MODELS:

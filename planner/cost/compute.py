@@ -174,8 +174,8 @@ def attention_core_forward_s(
         # over more than one chunk is refused, constraints 'chunked_attention_cp')
         chunk = float(model.attention_chunk_size or job.seq_len)
         in_chunks = chunked_keys(job.seq_len, int(chunk)) / attended_keys(job.seq_len, None)
-        chunk_rate = flash_length_factor(np.minimum(chunk, job.seq_len / mesh.cp))
-        chunk_time = full * in_chunks * flash_length_factor(job.seq_len / mesh.cp) / chunk_rate
+        chunk_rate = rate * flash_length_factor(np.minimum(chunk, job.seq_len / mesh.cp))
+        chunk_time = flops * CAUSAL_ATTENTION_FRACTION * in_chunks / chunk_rate
         return ((1.0 - sliding - chunked) * full + sliding * windowed + chunked * chunk_time) * share
     rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
     # Per head, scores (q x s) from Q (q x d_qk) and K (s x d_qk); output (q x d_v) from the

@@ -199,6 +199,15 @@ and no priced format (``WEIGHT_WORDS``) makes the row unpriceable, where it was 
 FORMATS = "(fp4: NVFP4/MXFP4, fp8, bf16/fp16)"
 
 
+def _priced_format_text(precision: dict[str, Any], key: str) -> str:
+    """``precision.<key>`` lower-cased; one that names a format without a rate here
+    (``UNPRICED_WORDS``) and none with one (``WEIGHT_WORDS``) makes the row unpriceable."""
+    text = str(precision.get(key, "")).lower()
+    if any(word in text for word in UNPRICED_WORDS) and not any(word in text for word in WEIGHT_WORDS):
+        raise UnpriceableError(f"precision.{key} '{precision.get(key)}': not a format the planner prices {FORMATS}")
+    return text
+
+
 def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     """(weights, kv) formats. Weights: fp4 where the text names FP4 (NVFP4, MXFP4), fp8 where FP8,
     else bf16 (fp16 and bf16 cost the same). KV: fp8 where stated (or TensorRT-LLM's 'FP8
@@ -207,18 +216,12 @@ def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     KV format, which the row does not state: bf16. A format without a rate here (int4 AWQ, int8,
     ``UNPRICED_WORDS``) makes the row unpriceable, where it was priced as bf16."""
     prec = row.get("precision") or {}
-    w = str(prec.get("weights", "")).lower()
-    if any(word in w for word in UNPRICED_WORDS) and not any(word in w for word in WEIGHT_WORDS):
-        raise UnpriceableError(f"precision.weights '{prec.get('weights')}': not a format the planner prices {FORMATS}")
+    w = _priced_format_text(prec, "weights")
     weights = "fp4" if "fp4" in w else "fp8" if "fp8" in w else "bf16"
     hf_id = str((row.get("model") or {}).get("hf_id", "")).lower()
     if "default" in w or "not stated" in w:
         weights = next((f for family, f in NATIVE_WEIGHT_FORMATS.items() if hf_id.startswith(family)), weights)
-    kv_text = str(prec.get("kv_cache", "")).lower()
-    if any(word in kv_text for word in UNPRICED_WORDS) and not any(word in kv_text for word in WEIGHT_WORDS):
-        raise UnpriceableError(
-            f"precision.kv_cache '{prec.get('kv_cache')}': not a format the planner prices {FORMATS}"
-        )
+    kv_text = _priced_format_text(prec, "kv_cache")
     if "fp8" in kv_text:
         kv = "fp8"
     elif "not stated" in kv_text and "presumably" not in kv_text and weights in ("fp8", "fp4"):
