@@ -161,6 +161,27 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "mamba_cp",
+        # Megatron-Core splits a Mamba-2 layer over CP ranks by heads with all-to-alls
+        # (megatron/core/ssm/mamba_context_parallel.py), not the K/V ring the planner prices
+        lambda m, c, j, x: (m.blocks_of("M") == 0) | (x.cp == 1),
+        lambda m, c, j, p: (
+            f"cp {p.cp} with {m.name}'s {m.blocks_of('M')} Mamba-2 layers: context parallelism of Mamba layers (an "
+            "all-to-all over heads) is not priced; use cp 1"
+        ),
+    ),
+    Rule(
+        "mamba_tp",
+        # Megatron-Core MambaMixer: "assert self.nheads % self.tp_size == 0" and the same for ngroups
+        lambda m, c, j, x: (
+            (m.blocks_of("M") == 0) | (((m.mamba_num_heads or 1) % x.tp == 0) & ((m.mamba_n_groups or 1) % x.tp == 0))
+        ),
+        lambda m, c, j, p: (
+            f"tp {p.tp} must divide {m.name}'s {m.mamba_num_heads} Mamba-2 heads and {m.mamba_n_groups} groups "
+            "(Megatron-Core MambaMixer splits both over TP ranks)"
+        ),
+    ),
+    Rule(
         "bf16_last_layers",
         lambda m, c, j, x: np.asarray(j.bf16_last_layers <= m.num_hidden_layers),
         lambda m, c, j, p: (

@@ -61,8 +61,26 @@ models), rotary positions unless ``alibi``, tied embeddings (PretrainedConfig's 
 KV heads: one with ``multi_query`` (Falcon-7B), ``num_kv_heads`` with ``new_decoder_architecture``
 (Falcon-40B, 180B), else one per head."""
 
-STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba", "nemotron_h"})
-"""HF model types built from state-space (Mamba) layers, alone or between attention layers."""
+STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba"})
+"""HF model types built from state-space (Mamba) layers, alone or between attention layers, that the
+planner does not read (NemotronH's, ``NEMOTRON_H_TYPES``, it does)."""
+
+NEMOTRON_H_TYPES = frozenset({"nemotron_h"})
+"""NemotronH (Nemotron-H, Nemotron Nano 2, Nemotron 3 Nano): Mamba-2, attention, MLP and MoE blocks
+placed by ``hybrid_override_pattern`` (``_nemotron_h_fields``)."""
+
+NEMOTRON_H_KEYS = {
+    "mamba_num_heads": ("mamba_num_heads",),
+    "mamba_head_dim": ("mamba_head_dim",),
+    "ssm_state_size": ("ssm_state_size",),
+    "mamba_n_groups": ("n_groups", "mamba_n_groups"),
+    "mamba_conv_kernel": ("conv_kernel", "mamba_d_conv"),
+    "mamba_chunk_size": ("chunk_size", "mamba_chunk_size"),
+    "head_dim": ("attention_head_dim", "head_dim"),
+}
+"""ModelSpec field <- the NemotronH config keys that may hold it: the config.json the checkpoints
+ship (remote code: n_groups, conv_kernel, chunk_size, attention_head_dim) and transformers'
+NemotronHConfig (mamba_n_groups, mamba_d_conv, mamba_chunk_size)."""
 
 RECURRENT_TYPES = frozenset({"rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma", "xlstm"})
 """HF model types built from recurrent or linear-attention blocks (RWKV's time mixing,
@@ -81,7 +99,7 @@ decoder_sparse_step): a config that sets them is refused by name rather than mis
 was counted +78% with no warning)."""
 
 UNMODELLED_LAYER_KEYS = {
-    "hybrid_override_pattern": "NemotronH's pattern of Mamba-2, attention, MLP and MoE layers",
+    "hybrid_override_pattern": "Mamba-2, attention, MLP and MoE layers, read only for model_type nemotron_h",
     "linear_num_value_heads": "Qwen3-Next's Gated DeltaNet (linear attention) layers",
     "linear_attn_config": "Kimi Linear's KDA (linear attention) layers",
     "index_topk": "DeepSeek Sparse Attention, whose lightning indexer keeps index_topk keys per query; without "
@@ -262,6 +280,50 @@ def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
     return fields
 
 
+def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
+    """ModelSpec fields of a NemotronH config (HF NemotronHConfig and the checkpoints'
+    configuration_nemotron_h.py; Megatron-Bridge NemotronHModelProvider): its
+    ``hybrid_override_pattern``, the Mamba-2 sizes (``NEMOTRON_H_KEYS``), the MLP activation under
+    ``mlp_hidden_act`` (relu2: squared ReLU, two matrices), RMSNorm (its ``layer_norm_epsilon`` is
+    the RMSNorm's), no position embedding (Megatron-Core MambaModel and Bridge's
+    MambaModelProvider default position_embedding_type 'none'), and the MoE blocks' shared expert of
+    ``moe_shared_expert_intermediate_size`` without a gate (as n_shared_experts of the expert width
+    where it divides). LatentMoE (Nemotron 3 Super's ``moe_latent_size``, its experts run on a
+    projected latent) and MTP blocks are refused by name."""
+    pattern = config.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise PlannerError(f"{where}: key 'hybrid_override_pattern': a NemotronH config needs its layer pattern string")
+    if config.get("moe_latent_size") not in (None, 0):
+        raise PlannerError(
+            f"{where}: key 'moe_latent_size' (LatentMoE: experts on a projected latent, Nemotron 3 Super) is not "
+            "modelled; supported: MoE blocks whose experts take the hidden state"
+        )
+    if config.get("mtp_hybrid_override_pattern") or config.get("num_nextn_predict_layers"):
+        raise PlannerError(f"{where}: MTP blocks of a NemotronH model are not modelled")
+    fields: dict[str, Any] = {
+        "hybrid_override_pattern": pattern,
+        "hidden_act": config.get("mlp_hidden_act", "relu2"),
+        "norm_type": "rmsnorm",
+        "position_embedding_type": "none",
+    }
+    for field, keys in NEMOTRON_H_KEYS.items():
+        for key in keys:
+            if config.get(key) is not None:
+                fields[field] = _hf_size(config, key, where)
+                break
+    shared = _hf_size(config, "moe_shared_expert_intermediate_size", where)
+    expert = _hf_size(config, "moe_intermediate_size", where)
+    if shared is not None and expert is not None and shared % expert == 0:
+        fields["n_shared_experts"] = shared // expert
+    elif shared is not None:
+        fields["shared_expert_intermediate_size"] = shared
+    return fields
+
+
+NEMOTRON_H_READ_KEYS = frozenset({"moe_shared_expert_intermediate_size", "moe_latent_size"})
+"""NemotronH MoE keys ``_nemotron_h_fields`` reads, which the unread-MoE-key check lets pass."""
+
+
 def _full_every(period: int, layers: int, other: str) -> list[str]:
     """``layer_types`` with full attention on every ``period``-th layer (layer i when (i + 1) %
     period == 0) and ``other`` on the rest: Gemma 3's and Cohere2's sliding_window_pattern, Llama 4's
@@ -277,7 +339,9 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     cost and are ignored. GPT-2-family types get LayerNorm, biases and learned positions.
     """
     model_type = str(config.get("model_type", ""))
-    if model_type in STATE_SPACE_TYPES or "state_size" in config or any(k.startswith("mamba_") for k in config):
+    hybrid = model_type in NEMOTRON_H_TYPES
+    mamba_keys = "state_size" in config or any(k.startswith("mamba_") for k in config)
+    if model_type in STATE_SPACE_TYPES or (mamba_keys and not hybrid):
         raise PlannerError(
             f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "
             "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
@@ -293,8 +357,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         text = config["text_config"]
         config = {**{k: v for k, v in config.items() if k not in ("text_config", *towers)}, **text}
         model_type = str(text.get("model_type", model_type))
-    _refuse_unmodelled_layers(config, where)
-    _refuse_unread_moe_keys(config, where)
+    _refuse_unmodelled_layers({k: v for k, v in config.items() if not hybrid or k != "hybrid_override_pattern"}, where)
+    _refuse_unread_moe_keys({k: v for k, v in config.items() if not hybrid or k not in NEMOTRON_H_READ_KEYS}, where)
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
         notes = f"the language model of a multimodal config only: {', '.join(towers)} (its encoder) is not counted"
     for key, what in UNMODELLED_COUNT_KEYS.items():
@@ -341,6 +405,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.update(_llama4_fields(config, spec, where))
     if model_type in FALCON_TYPES:
         spec.update(_falcon_fields(config, spec, where))
+    if hybrid:
+        spec.update(_nemotron_h_fields(config, where))
     if model_type.startswith("qwen3"):
         spec.setdefault("qk_norm", True)
     if model_type in SINK_ATTENTION_TYPES:

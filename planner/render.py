@@ -15,7 +15,7 @@ from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
-from planner.schemas.model import ModelSpec
+from planner.schemas.model import HYBRID_BLOCKS, ModelSpec
 from planner.schemas.ranking import RankedEstimate, Ranking
 
 if TYPE_CHECKING:
@@ -364,12 +364,39 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
         "embedding / LM head",
         f"{c.embedding / 1e9:.3f} B / {c.lm_head / 1e9:.3f} B" + (" (tied)" if model.tie_word_embeddings else ""),
     )
-    table.add_row("layers", f"{model.num_hidden_layers} ({model.num_moe_layers} MoE, {model.num_dense_layers} dense)")
-    table.add_row(
-        "per layer",
-        f"dense {c.dense_layer / 1e6:.1f} M"
-        + (f", MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)" if model.is_moe else ""),
-    )
+    if model.is_hybrid:
+        blocks = ", ".join(f"{model.blocks_of(k)} {what}" for k, what in HYBRID_BLOCKS.items() if model.blocks_of(k))
+        table.add_row("layers", f"{model.num_hidden_layers} blocks: {blocks}")
+        table.add_row("pattern", model.hybrid_override_pattern or "")
+        mamba = f"Mamba-2 {c.mamba_per_layer / 1e6:.1f} M" if c.mamba_per_layer else ""
+        table.add_row(
+            "per block",
+            ", ".join(
+                x
+                for x in (
+                    mamba,
+                    f"attention {c.attention_per_layer / 1e6:.1f} M",
+                    f"MLP {c.dense_mlp_per_layer / 1e6:.1f} M" if model.blocks_of("-") else "",
+                    f"MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)" if model.is_moe else "",
+                )
+                if x
+            ),
+        )
+        if model.mamba_inner_size:
+            table.add_row(
+                "Mamba-2",
+                f"{model.mamba_num_heads} heads x {model.mamba_head_dim}, state {model.ssm_state_size}, "
+                f"{model.mamba_n_groups} groups, conv {model.mamba_conv_kernel}, chunk {model.mamba_chunk_size}",
+            )
+    else:
+        table.add_row(
+            "layers", f"{model.num_hidden_layers} ({model.num_moe_layers} MoE, {model.num_dense_layers} dense)"
+        )
+        table.add_row(
+            "per layer",
+            f"dense {c.dense_layer / 1e6:.1f} M"
+            + (f", MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)" if model.is_moe else ""),
+        )
     table.add_row(
         "hidden / heads / kv heads / head dim",
         f"{model.hidden_size} / {model.num_attention_heads} / {model.num_kv_heads} / {model.head_dim_resolved}",

@@ -28,8 +28,10 @@ from planner.cost.flops import (
     attention_kernel_for,
     chunked_keys,
     flash_attention_runs,
+    mamba_scan_flops_per_token_fwd,
 )
 from planner.cost.memory import kv_heads_per_rank
+from planner.cost.params import mamba_in_proj_width
 from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
@@ -242,34 +244,26 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     (each on its share of the routed tokens on the busiest expert-parallel rank,
     ``routing.moe_load_factor`` x the even share; ``concurrent``: as many at once as the stack's
     grouped linear runs, ``Stack.grouped_gemm_streams``, all of them for one grouped kernel) and
-    the shared experts."""
-    h, a = model.hidden_size, model.num_attention_heads
+    the shared experts. A hybrid model's layer holds its kind's blocks (``ModelSpec.layer_kind``),
+    each block's GEMMs counted by its share; a Mamba-2 mixer runs in_proj column-parallel (z, x, B,
+    C, dt split by heads and groups over t) and out_proj row-parallel (Megatron-Core MambaMixer)."""
+    h = model.hidden_size
     t = mesh.tp.astype(float)
-    d_qk, d_v = attention_dims(model)
-    kv = kv_heads_per_rank(model, t)
+    kind = model.layer_kind(moe)
     tokens = mesh.tokens_per_rank(job.seq_len)
     mats_in = 2.0 if model.is_gated_mlp else 1.0
     out: list[Gemm] = []
-    if model.is_mla:
-        # DeepSeek MLA (Megatron-Core MLASelfAttention): the down-projections q_a (h -> r_q) and
-        # kv_a (h -> r_kv + d_rope) are replicated on every TP rank; the up-projections q_b and
-        # kv_b are column-parallel over heads.
-        r_q, r_kv = model.q_lora_rank, model.kv_lora_rank or 0
-        d_nope, d_rope = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0
-        if r_q:
-            out += [Gemm("attn.q_a", tokens, np.asarray(float(r_q)), np.asarray(float(h)))]
-            out += [Gemm("attn.q_b", tokens, a * d_qk / t, np.asarray(float(r_q)))]
-        else:
-            out.append(Gemm("attn.q", tokens, a * d_qk / t, np.asarray(float(h))))
-        out.append(Gemm("attn.kv_a", tokens, np.asarray(float(r_kv + d_rope)), np.asarray(float(h))))
-        out.append(Gemm("attn.kv_b", tokens, a * (d_nope + d_v) / t, np.asarray(float(r_kv))))
-    else:
-        out.append(Gemm("attn.qkv", tokens, a * d_qk / t + kv * (d_qk + d_v), np.asarray(float(h))))
-    out.append(Gemm("attn.out", tokens, np.asarray(float(h)), a * d_v / t))
-    if not moe:
+    if kind.attention:
+        out += attention_gemms(model, mesh, tokens, kind.attention)
+    if kind.mamba:
+        d_inner = float(model.mamba_inner_size)
+        out.append(Gemm("mamba.in_proj", tokens, mamba_in_proj_width(model) / t, np.asarray(float(h)), kind.mamba))
+        out.append(Gemm("mamba.out_proj", tokens, np.asarray(float(h)), d_inner / t, kind.mamba))
+    if kind.mlp:
         f = model.intermediate_size
-        out.append(Gemm("mlp.in", tokens, mats_in * f / t, np.asarray(float(h))))
-        out.append(Gemm("mlp.out", tokens, np.asarray(float(h)), f / t))
+        out.append(Gemm("mlp.in", tokens, mats_in * f / t, np.asarray(float(h)), kind.mlp))
+        out.append(Gemm("mlp.out", tokens, np.asarray(float(h)), f / t, kind.mlp))
+    if not moe:
         return out
     experts, top_k = model.num_experts_total, model.num_experts_per_tok or 0
     # the busiest expert-parallel rank's share: even routing x the job's load factor (the
@@ -289,6 +283,32 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     return out
 
 
+def attention_gemms(model: ModelSpec, mesh: MeshArrays, tokens: np.ndarray, count: float) -> list[Gemm]:
+    """The attention block's GEMMs (``layer_gemms``), each run ``count`` times per layer."""
+    h, a = model.hidden_size, model.num_attention_heads
+    t = mesh.tp.astype(float)
+    d_qk, d_v = attention_dims(model)
+    kv = kv_heads_per_rank(model, t)
+    out: list[Gemm] = []
+    if model.is_mla:
+        # DeepSeek MLA (Megatron-Core MLASelfAttention): the down-projections q_a (h -> r_q) and
+        # kv_a (h -> r_kv + d_rope) are replicated on every TP rank; the up-projections q_b and
+        # kv_b are column-parallel over heads.
+        r_q, r_kv = model.q_lora_rank, model.kv_lora_rank or 0
+        d_nope, d_rope = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0
+        if r_q:
+            out += [Gemm("attn.q_a", tokens, np.asarray(float(r_q)), np.asarray(float(h)), count)]
+            out += [Gemm("attn.q_b", tokens, a * d_qk / t, np.asarray(float(r_q)), count)]
+        else:
+            out.append(Gemm("attn.q", tokens, a * d_qk / t, np.asarray(float(h)), count))
+        out.append(Gemm("attn.kv_a", tokens, np.asarray(float(r_kv + d_rope)), np.asarray(float(h)), count))
+        out.append(Gemm("attn.kv_b", tokens, a * (d_nope + d_v) / t, np.asarray(float(r_kv)), count))
+    else:
+        out.append(Gemm("attn.qkv", tokens, a * d_qk / t + kv * (d_qk + d_v), np.asarray(float(h)), count))
+    out.append(Gemm("attn.out", tokens, np.asarray(float(h)), a * d_v / t, count))
+    return out
+
+
 def lm_head_gemm(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Gemm:
     """The vocab-parallel LM head: tokens x (V/t) x h per rank and micro-batch."""
     tokens = mesh.tokens_per_rank(job.seq_len)
@@ -302,15 +322,17 @@ class LayerForward:
     gemm_s: np.ndarray
     residual_gemm_s: np.ndarray  # the part of gemm_s in ``RESIDUAL_OUTPUT_GEMMS``
     core_s: np.ndarray  # the attention core (flash: carrying 3.5/3 of its forward FLOP time)
+    scan_s: np.ndarray  # Mamba-2's SSD scan (hybrid models; zero otherwise)
     elementwise_s: np.ndarray
     casts_s: np.ndarray
     softmax_s: np.ndarray  # unfused softmax/dropout traffic (zero with flash attention)
     gemms: dict[str, np.ndarray]  # gemm_s by ``layer_gemms`` name
-    elementwise: dict[str, np.ndarray]  # elementwise_s by op: norms, residual, *_activation, rope, permute, expert_bias
+    elementwise: dict[str, np.ndarray]  # elementwise_s by op: norms, residual, *_activation, rope, permute,
+    # expert_bias, mamba_conv, mamba_gate
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.gemm_s + self.core_s + self.elementwise_s + self.casts_s + self.softmax_s
+        return self.gemm_s + self.core_s + self.scan_s + self.elementwise_s + self.casts_s + self.softmax_s
 
 
 def token_reorders(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
@@ -374,6 +396,7 @@ def layer_forward_parts(
     d_qk, _ = attention_dims(model)
     kv = kv_heads_per_rank(model, t)
     tokens = mesh.tokens_per_rank(job.seq_len)
+    kind = model.layer_kind(moe)
     g = gemm_on(cluster, job)
     times = {
         gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k, gemm.concurrent)
@@ -382,15 +405,21 @@ def layer_forward_parts(
     act = activation_bytes(model)
     zero = np.zeros(len(mesh))
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
+    rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
+    conv_channels = (model.mamba_inner_size + 2 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)) / t
     bytes_per_token = {
-        "norms": 8.0 * h * sp,  # two norms, read + write
-        "residual": 12.0 * h * sp,  # two residual adds, two reads + one write
+        "norms": 4.0 * kind.blocks * h * sp,  # a norm per block (two in a transformer layer), read + write
+        "residual": 6.0 * kind.blocks * h * sp,  # a residual add per block, two reads + one write
         "dense_activation": zero,
         "routed_activation": zero,
         "shared_activation": zero,
-        "rope": zero + (4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0),
+        "rope": zero + kind.attention * rope,
         "permute": zero,
         "expert_bias": zero,
+        # Mamba-2: causal_conv1d with its SiLU over x, B and C (read + write), and the gated RMSNorm
+        # norm(y * silu(z)) of mamba_ssm's layernorm_gated (reads y and z, writes its output)
+        "mamba_conv": zero + kind.mamba * 4.0 * conv_channels,
+        "mamba_gate": zero + kind.mamba * 6.0 * model.mamba_inner_size / t,
     }
     if moe:
         top_k = model.num_experts_per_tok or 0
@@ -403,18 +432,54 @@ def layer_forward_parts(
         bytes_per_token["permute"] = 4.0 * copies * 2.0 * token_reorders(model, mesh) * h / t  # read + write
         bytes_per_token["expert_bias"] = epilogue["bias"] * copies * h / t
     else:
-        bytes_per_token["dense_activation"] = zero + act * model.intermediate_size / t
+        bytes_per_token["dense_activation"] = zero + kind.mlp * act * model.intermediate_size / t
     elementwise = {op: tokens * b / bw for op, b in bytes_per_token.items()}
     return LayerForward(
         gemm_s=np.asarray(sum(times.values())),
         residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in RESIDUAL_OUTPUT_GEMMS)),
-        core_s=attention_core_forward_s(model, cluster, job, mesh),
+        core_s=kind.attention * attention_core_forward_s(model, cluster, job, mesh),
+        scan_s=kind.mamba * mamba_scan_forward_s(model, cluster, job, mesh) if kind.mamba else zero,
         elementwise_s=sum(elementwise.values(), zero),
         casts_s=quantise_forward_s(model, cluster, job, mesh, moe),
-        softmax_s=unfused_softmax_forward_s(model, cluster, job, mesh),
+        softmax_s=kind.attention * unfused_softmax_forward_s(model, cluster, job, mesh),
         gemms=times,
         elementwise=elementwise,
     )
+
+
+def mamba_scan_bytes_per_token(model: ModelSpec, tp: np.ndarray | float) -> np.ndarray | float:
+    """HBM bytes per token that one Mamba-2 layer's SSD scan moves forward over ``tp`` ranks, by the
+    count of the tensors its five kernels read and write (mamba_ssm ssd_combined.py
+    ``_mamba_chunk_scan_combined_fwd``: chunk cumsum, bmm, chunk state, state passing, chunk
+    scan): x read twice and y written (16-bit, d_inner each); B and C read twice each (16-bit,
+    G*N each); the fp32 C B^T blocks written and read (G*Q per token); the fp32 chunk states
+    (H*P*N per chunk) written, read and written by the state passing, and read; dt and its fp32
+    cumulative sums (H per token) written once and read three times. A count, not a measurement."""
+    d_inner, heads = float(model.mamba_inner_size), float(model.mamba_num_heads or 0)
+    groups_state = float((model.mamba_n_groups or 0) * (model.ssm_state_size or 0))
+    q = float(model.mamba_chunk_size)
+    chunk_states = heads * float(model.mamba_head_dim or 0) * float(model.ssm_state_size or 0) / q
+    per_token = 6.0 * d_inner + 8.0 * groups_state + 8.0 * float(model.mamba_n_groups or 0) * q + 16.0 * chunk_states
+    return (per_token + 18.0 * heads) / tp
+
+
+def mamba_scan_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Forward time of one Mamba-2 layer's SSD scan on one rank for one micro-batch: the larger of
+    its FLOPs (``flops.mamba_scan_flops_per_token_fwd``, heads and groups split over t) at the
+    16-bit GEMM rate (its matmuls are Triton tensor-core dots in 16 bits whatever the job's
+    format) and its traffic (``mamba_scan_bytes_per_token``) at the achieved HBM bandwidth. The
+    unfused scan is 'mostly bottlenecked by memory bandwidth and latency', writing and reading
+    intermediate data between its five kernels (PyTorch blog, 'Accelerating Mamba2 with Kernel
+    Fusion', 2025: fusing them made it 1.5-2.5x faster on A100 and H100), so the traffic decides;
+    its kernel rate has not been measured here. Backward is priced as twice the forward, as for
+    every layer term."""
+    gpu = cluster.gpu
+    tokens = mesh.tokens_per_rank(job.seq_len)
+    t = mesh.tp.astype(float)
+    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
+    flops = tokens * mamba_scan_flops_per_token_fwd(model) / t
+    traffic = tokens * mamba_scan_bytes_per_token(model, t)
+    return np.maximum(flops / rate, traffic / gpu.achieved_hbm_bytes_per_s)
 
 
 def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
@@ -448,27 +513,28 @@ def selective_recompute_forward_s(
     all-gathers are in ``traffic.tp_input_regathers``."""
     parts = layer_forward_parts(model, cluster, job, mesh, moe)
     if job.software.selective_recompute == "attention":
-        return module_recompute_forward_s(model, cluster, job, mesh, parts)
+        return module_recompute_forward_s(model, cluster, job, mesh, parts, model.layer_kind(moe).attention)
     needed = parts.gemm_s - parts.residual_gemm_s
     share = needed / np.maximum(parts.gemm_s, 1e-30)
     return SAC_RECOMPUTED_MATMUL_SHARE * (needed + share * parts.casts_s) + parts.elementwise_s
 
 
 def module_recompute_forward_s(
-    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, parts: LayerForward
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, parts: LayerForward, attention: float = 1.0
 ) -> np.ndarray:
     """Forward work Megatron's selective recompute runs again for one layer whose forward is
     ``parts``: each module's GEMMs (with their share of the fp8 casts), element-wise ops and the
     attention core, as ``cost.recompute.MODULES`` lists them (the default, core_attn, runs the
     core once: Korthikanti et al. 2022). The MoE dispatch a 'moe' module runs again is
-    ``traffic.ep_all_to_alls_per_microbatch``'s."""
+    ``traffic.ep_all_to_alls_per_microbatch``'s. ``attention``: the layer's attention blocks
+    (``LayerKind.attention``)."""
     again_gemms, again_ops = recomputed_gemms(job), recomputed_ops(job)
     gemms = sum((time for name, time in parts.gemms.items() if name in again_gemms), np.zeros(len(mesh)))
     share = gemms / np.maximum(parts.gemm_s, 1e-30)
     ops = sum((time for op, time in parts.elementwise.items() if op in again_ops), np.zeros(len(mesh)))
     core = np.zeros(len(mesh))
     if recomputes_core(job):
-        core = attention_core_forward_s(model, cluster, job, mesh, recompute=True) + parts.softmax_s
+        core = attention * attention_core_forward_s(model, cluster, job, mesh, recompute=True) + parts.softmax_s
     return gemms + share * parts.casts_s + ops + core
 
 
@@ -564,6 +630,9 @@ def layer_overhead_s(
     measured: no public per-expert trace was found."""
     stack = job.software
     per_layer = np.where(mesh.tp > 1, stack.layer_overhead_s(job.compiled, True), stack.layer_overhead_s(job.compiled))
+    # a hybrid model's layer is one block, half a transformer layer's two (an estimate: no hybrid
+    # row has fitted it)
+    per_layer = per_layer * model.layer_kind(moe=False).blocks / 2.0
     selective = stack.selective_recompute_kernels / stack.kernels_per_layer_eager
     relaunched = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, selective, 0.0)
     passes = mesh.forward_passes(layers)

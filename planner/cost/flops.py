@@ -18,7 +18,7 @@ rather than once; we count the one recomputed forward pass, which is what the ke
 
 from __future__ import annotations
 
-from planner.cost.params import attention_matmul_params, mlp_matmul_params
+from planner.cost.params import attention_matmul_params, mamba_matmul_params, mlp_matmul_params
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.stack import AttentionKernel
@@ -32,21 +32,48 @@ def attention_dims(model: ModelSpec) -> tuple[int, int]:
     return model.head_dim_resolved, model.head_dim_resolved
 
 
-def dense_layer_matmul_params(model: ModelSpec) -> int:
-    """Matmul weights one token multiplies in a dense layer: attention + MLP."""
-    return attention_matmul_params(model) + mlp_matmul_params(model, model.intermediate_size)
+def dense_layer_matmul_params(model: ModelSpec) -> float:
+    """Matmul weights one token multiplies in a dense layer: attention + MLP (a hybrid model's
+    dense kind: the mean of its attention, Mamba-2 and MLP blocks, ``ModelSpec.layer_kind``)."""
+    kind = model.layer_kind(moe=False)
+    mixers = kind.attention * attention_matmul_params(model) + kind.mamba * mamba_matmul_params(model)
+    return mixers + kind.mlp * mlp_matmul_params(model, model.intermediate_size)
 
 
-def moe_layer_active_matmul_params(model: ModelSpec) -> int:
-    """Matmul weights one token multiplies in a MoE layer: attention, router, top-k routed experts
-    and the shared experts."""
+def moe_ffn_active_matmul_params(model: ModelSpec) -> int:
+    """Matmul weights one token multiplies in a MoE FFN: router, top-k routed experts and the
+    shared experts."""
     h = model.hidden_size
     expert = mlp_matmul_params(model, model.expert_intermediate_size)
     shared = (model.n_shared_experts or 0) * expert
     if model.shared_expert_intermediate_size:
         shared += mlp_matmul_params(model, model.shared_expert_intermediate_size) + h
     routed = (model.num_experts_per_tok or 0) * expert
-    return attention_matmul_params(model) + h * model.num_experts_total + routed + shared
+    return h * model.num_experts_total + routed + shared
+
+
+def moe_layer_active_matmul_params(model: ModelSpec) -> float:
+    """Matmul weights one token multiplies in a MoE layer: attention (none in a hybrid model's MoE
+    blocks) and the MoE FFN (``moe_ffn_active_matmul_params``)."""
+    return model.layer_kind(moe=True).attention * attention_matmul_params(model) + moe_ffn_active_matmul_params(model)
+
+
+def mamba_scan_flops_per_token_fwd(model: ModelSpec, tp: float = 1.0) -> float:
+    """Forward FLOPs per token of one Mamba-2 layer's SSD scan over ``tp`` ranks, counted from the
+    chunked algorithm (Dao and Gu 2024, 'Transformers are SSMs', section 6; mamba_ssm
+    ssd_minimal.py) with chunk Q, heads H, head dim P, state N and groups G: the intra-chunk
+    scores C B^T (2QN per token and group), their product with x over the whole chunk block (2QP
+    per token and head), the chunk states B^T x and their readout C h (2NP each per token and
+    head); the inter-chunk recurrence (2NP per chunk and head) is left out, under 1%. Megatron's
+    num_floating_point_operations counts 7 d_in N for it ('flops estimate for scan should be
+    updated based on new SSD kernels, but small percent of overall layer flops')."""
+    q, n = float(model.mamba_chunk_size), float(model.ssm_state_size or 0)
+    p, heads, groups = (
+        float(model.mamba_head_dim or 0),
+        float(model.mamba_num_heads or 0),
+        float(model.mamba_n_groups or 0),
+    )
+    return 2.0 * (q * n * groups + heads * (q * p + 2.0 * n * p)) / tp
 
 
 def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float:
@@ -54,7 +81,8 @@ def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float
     over the full s x s square (the convention of Narayanan et al. 2021 and of the published MFU
     figures, which count the causal half as the whole); a sliding-window layer counts the keys it
     can attend, 2 x its window (``attended_keys``), and a chunked layer twice its chunked mean
-    (``chunked_keys``; the whole sequence within one chunk), in the same convention."""
+    (``chunked_keys``; the whole sequence within one chunk), in the same convention. A hybrid
+    model's average counts its attention blocks alone (``ModelSpec.attention_layer_share``)."""
     d_qk, d_v = attention_dims(model)
     sliding = model.num_sliding_layers / model.num_hidden_layers
     chunked = model.num_chunked_layers / model.num_hidden_layers
@@ -63,7 +91,7 @@ def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float
     chunk_keys = 2.0 * chunked_keys(seq_len, model.attention_chunk_size or seq_len) if chunked else 0.0
     keys = (1.0 - sliding - chunked) * full_keys + sliding * min(window_keys, full_keys)
     keys += chunked * min(chunk_keys, full_keys)
-    return 2.0 * keys * model.num_attention_heads * (d_qk + d_v)
+    return 2.0 * keys * model.num_attention_heads * (d_qk + d_v) * model.attention_layer_share
 
 
 def attended_keys(seq_len: int, window: int | None) -> float:
@@ -103,7 +131,7 @@ def attention_kernel_for(model: ModelSpec, job: JobSpec) -> AttentionKernel:
     return job.attention_kernel
 
 
-def layers_matmul_params_active(model: ModelSpec) -> int:
+def layers_matmul_params_active(model: ModelSpec) -> float:
     """Matmul weights one token multiplies across all transformer layers."""
     return model.num_dense_layers * dense_layer_matmul_params(model) + model.num_moe_layers * (
         moe_layer_active_matmul_params(model) if model.is_moe else 0
@@ -116,7 +144,7 @@ def residual_output_matmul_params(model: ModelSpec) -> int:
     h = model.hidden_size
     routed = (model.num_experts_per_tok or 0) * model.expert_intermediate_size if model.is_moe else 0
     moe = model.num_moe_layers * (routed + model.shared_expert_width) * h if model.is_moe else 0
-    return model.num_dense_layers * model.intermediate_size * h + int(moe)
+    return model.blocks_of("-") * model.intermediate_size * h + int(moe)
 
 
 def mtp_layers(model: ModelSpec, job: JobSpec) -> int:
@@ -156,6 +184,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float
     """
     head = model.vocab_size * model.hidden_size
     attention = (model.num_hidden_layers + mtp) * attention_score_flops_per_token_fwd(model, seq_len)
+    attention += model.blocks_of("M") * mamba_scan_flops_per_token_fwd(model)
     return 6.0 * (layers_matmul_params_active(model) + head + mtp * mtp_matmul_params_active(model)) + 3.0 * attention
 
 
@@ -171,9 +200,9 @@ def module_recompute_matmul_params(model: ModelSpec, modules: tuple[str, ...]) -
         r_q, r_kv = model.q_lora_rank or 0, model.kv_lora_rank or 0
         total += model.num_hidden_layers * (r_q * a * (d_nope + d_rope) + r_kv * a * (d_nope + d_v))
     if "mlp" in modules:
-        total += model.num_dense_layers * mlp_matmul_params(model, model.intermediate_size)
+        total += model.blocks_of("-") * mlp_matmul_params(model, model.intermediate_size)
     if model.is_moe:
-        moe_mlp = moe_layer_active_matmul_params(model) - attention_matmul_params(model)
+        moe_mlp = moe_ffn_active_matmul_params(model)
         routed = (model.num_experts_per_tok or 0) * mlp_matmul_params(model, model.expert_intermediate_size)
         shared = moe_mlp - h * model.num_experts_total - routed
         if "moe" in modules:
@@ -196,6 +225,7 @@ def recompute_flops_per_token(
     outputs backward needs ('alternate_matmuls', torchtitan's per-op SAC:
     ``compute.selective_recompute_forward_s``); every layer's forward under full recompute."""
     attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
+    attention += model.blocks_of("M") * mamba_scan_flops_per_token_fwd(model)
     if recompute == "full":
         return 2.0 * layers_matmul_params_active(model) + attention
     if recompute == "selective":

@@ -96,6 +96,19 @@ def mlp_activation_bytes_per_token(
     return ((4.0 if model.is_gated_mlp else 2.0) + linear_input_bytes) * width
 
 
+def mamba_activation_bytes_per_token(model: ModelSpec, linear_input_bytes: float) -> float:
+    """Bytes one Mamba-2 mixer keeps for backward per token (before TP), by a count of what its
+    kernels save (mamba_ssm: causal_conv1d_fn keeps its input, mamba_chunk_scan_combined its x, B,
+    C, dt and output, the gated RMSNorm its inputs): in_proj's output z, x, B, C and dt (16-bit,
+    2 d_inner + 2 G N + H), the convolution's output x, B, C (d_inner + 2 G N), the scan's output
+    y (d_inner) and the gated norm's output, out_proj's input (``linear_input_bytes`` per element).
+    The chunk states are recomputed in backward. A count, not a measurement."""
+    d_inner = float(model.mamba_inner_size)
+    conv_channels = d_inner + 2.0 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
+    in_proj = 2.0 * (d_inner + conv_channels + (model.mamba_num_heads or 0))
+    return in_proj + 2.0 * conv_channels + 2.0 * d_inner + linear_input_bytes * d_inner
+
+
 NVFP4_SAVED_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
 """What an NVFP4 linear keeps of its input for the weight gradient: the column-wise E2M1 copy the
 wgrad GEMM reads (half a byte) with its E4M3 scale per 16 elements (Transformer Engine's
@@ -134,6 +147,7 @@ class ActivationParts:
     routed_product: np.ndarray  # MoE: the activation output, the second expert linear's input
     routed_clamped: np.ndarray  # MoE: the clamped gate and up a clamp outside the fused activation adds
     shared: np.ndarray  # MoE: the shared experts' MLP
+    mamba: np.ndarray  # hybrid models: a Mamba-2 mixer's (``mamba_activation_bytes_per_token``)
 
     def total(self, freed: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
         return sum((getattr(self, f.name) for f in fields(self) if f.name not in freed), np.zeros(()))
@@ -148,6 +162,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
     h, a, s = model.hidden_size, model.num_attention_heads, job.seq_len
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
+    kind = model.layer_kind(moe)
     lin = linear_input_bytes_per_element(job)
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
     # the QKV and first MLP linears' inputs: the rank's SP shard where the stack gathers it again in
@@ -158,14 +173,16 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
     latents = 0.0
     if model.is_mla:  # the normalised q and kv latents the up-projections keep, and the rope key
         latents = lin * ((model.q_lora_rank or 0) + (model.kv_lora_rank or 0)) + 2.0 * (model.qk_rope_head_dim or 0)
+    attention = kind.attention  # per layer: one in a transformer, a share of a hybrid's dense kind
     parts = {
-        "norm_inputs": 4.0 * h * sp,
-        "norm_outputs": 2.0 * lin * h * linear_inputs,
-        "dropout": 2.0 * h * sp * (1.0 if job.dropout else 0.0),
-        "qkv": 2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v,
-        "mla_latents": zero + latents,
-        "attn_proj_input": lin * a * d_v / t,
-        "core": np.where(
+        "norm_inputs": 2.0 * kind.blocks * h * sp,
+        "norm_outputs": lin * kind.blocks * h * linear_inputs,
+        "dropout": kind.blocks * h * sp * (1.0 if job.dropout else 0.0),
+        "qkv": attention * (2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v),
+        "mla_latents": zero + attention * latents,
+        "attn_proj_input": attention * lin * a * d_v / t,
+        "core": attention
+        * np.where(
             flash_attention_runs(model, job), 4.0 * a / t, (2.0 + 3.0 * (1.0 if job.dropout else 0.0)) * a * s / t
         ),
         "dense_mlp": zero,
@@ -174,6 +191,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         "routed_product": zero,
         "routed_clamped": zero,
         "shared": zero,
+        "mamba": zero + kind.mamba * mamba_activation_bytes_per_token(model, lin) / t,
     }
     if moe:
         # Each routed token is processed by all expert_tp ranks of its expert: they each keep
@@ -191,7 +209,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
             parts["routed_clamped"] = routed * 4.0 * width
         parts["shared"] = mlp_activation_bytes_per_token(model, model.shared_expert_width, lin) / t + zero
     else:
-        parts["dense_mlp"] = mlp_activation_bytes_per_token(model, model.intermediate_size, lin) / t
+        parts["dense_mlp"] = kind.mlp * mlp_activation_bytes_per_token(model, model.intermediate_size, lin) / t
     return ActivationParts(**{k: np.broadcast_to(np.asarray(v, dtype=float), (len(mesh),)) for k, v in parts.items()})
 
 
@@ -316,7 +334,7 @@ def rank_params(
     c = model.parameter_counts
     t = mesh.tp.astype(float)
     dense_layers = layers - moe_layers
-    moe_non_expert = c.attention_per_layer + c.norms_per_layer + c.moe_shared_per_layer + c.moe_router_per_layer
+    moe_non_expert = c.moe_layer - c.moe_experts_per_layer  # attention (not in a hybrid's), norms, shared, router
     dense = (dense_layers * c.dense_layer + moe_layers * moe_non_expert) / t
     # Tied embeddings: with p > 1 the last stage keeps its own copy of the embedding matrix as
     # the LM head (Megatron-LM's shared embedding, synchronised by an all-reduce).

@@ -8,6 +8,11 @@ Per layer, following the HF modelling code of each family:
   MLP:              gated 3*h*f, plain 2*h*f (+ biases when mlp_bias)
   MoE MLP:          E routed experts of width f_e, router h*E (+ E with mlp_bias), shared experts
   norms:            2 per layer, h each (RMSNorm) or 2h (LayerNorm has a bias)
+  Mamba-2 mixer (hybrid models; Megatron-Core MambaMixer, HF NemotronHMamba2Mixer): in_proj
+                    h*(2*d_inner + 2*G*N + H) (z, x, B, C, dt), the causal conv1d over x, B, C
+                    (d_inner + 2*G*N channels x conv_kernel weights + a bias each), dt_bias, A_log
+                    and D (H each), the gated RMSNorm (d_inner), out_proj d_inner*h
+A hybrid model's layers are single blocks (one norm each): attention, Mamba-2, MLP or MoE FFN.
 Plus the embedding V*h (and learned positions), the final norm, and the LM head V*h unless tied.
 Checked in tests against published totals (Llama-3 70B 70.6e9, Mixtral 8x7B 46.7e9, ...).
 """
@@ -39,7 +44,8 @@ class ParameterCounts(Frozen):
     moe_expert_each: NonNegativeInt
     moe_shared_per_layer: NonNegativeInt
     moe_router_per_layer: NonNegativeInt
-    dense_layer: NonNegativeInt
+    mamba_per_layer: NonNegativeInt  # one Mamba-2 mixer (hybrid models), without its norm
+    dense_layer: NonNegativeInt  # hybrid models: the mean of the layers that are not MoE, rounded
     moe_layer: NonNegativeInt
     moe_layer_active: NonNegativeInt
 
@@ -66,6 +72,30 @@ def attention_matmul_params(model: ModelSpec) -> int:
 def mlp_matmul_params(model: ModelSpec, width: int) -> int:
     """Weight-matrix parameters of one MLP of width ``width``: 3*h*f gated, 2*h*f plain."""
     return (3 if model.is_gated_mlp else 2) * model.hidden_size * width
+
+
+def mamba_in_proj_width(model: ModelSpec) -> int:
+    """Output width of a Mamba-2 mixer's in_proj: z and x (d_inner each), B and C (G*N each), dt (H)."""
+    groups_state = (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
+    return 2 * model.mamba_inner_size + 2 * groups_state + (model.mamba_num_heads or 0)
+
+
+def mamba_matmul_params(model: ModelSpec) -> int:
+    """Weight-matrix parameters of one Mamba-2 mixer: in_proj and out_proj (0 without Mamba layers)."""
+    if not model.mamba_inner_size:
+        return 0
+    return model.hidden_size * (mamba_in_proj_width(model) + model.mamba_inner_size)
+
+
+def mamba_params(model: ModelSpec) -> int:
+    """Parameters of one Mamba-2 mixer (module docstring), excluding the block's pre-norm."""
+    if not model.mamba_inner_size:
+        return 0
+    conv_channels = model.mamba_inner_size + 2 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
+    heads = model.mamba_num_heads or 0
+    return (
+        mamba_matmul_params(model) + conv_channels * (model.mamba_conv_kernel + 1) + 3 * heads + model.mamba_inner_size
+    )
 
 
 def attention_params(model: ModelSpec) -> int:
@@ -112,14 +142,24 @@ def count_parameters(model: ModelSpec) -> ParameterCounts:
             # Qwen2-MoE: one shared expert of its own width, plus a sigmoid gate of h parameters.
             shared += mlp_params(model, model.shared_expert_intermediate_size) + h
 
-    dense_layer = attention + norms + dense_mlp
-    moe_layer = attention + norms + experts + shared + router
-    moe_layer_active = attention + norms + top_k * expert_each + shared + router
+    mamba = mamba_params(model)
     n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
     outside = embedding + lm_head + final_norm
+    if model.is_hybrid:  # one norm per block, attention only in the attention blocks
+        norms = norm_params(model, h)
+        others = model.blocks_of("*") * attention + model.blocks_of("M") * mamba + model.blocks_of("-") * dense_mlp
+        dense_total = others + n_dense * norms
+        dense_layer = round(dense_total / max(n_dense, 1))
+        moe_layer = norms + experts + shared + router
+        moe_layer_active = norms + top_k * expert_each + shared + router
+    else:
+        dense_layer = attention + norms + dense_mlp
+        moe_layer = attention + norms + experts + shared + router
+        moe_layer_active = attention + norms + top_k * expert_each + shared + router
+        dense_total = n_dense * dense_layer
     return ParameterCounts(
-        total=n_dense * dense_layer + n_moe * moe_layer + outside,
-        active_per_token=n_dense * dense_layer + n_moe * moe_layer_active + outside,
+        total=dense_total + n_moe * moe_layer + outside,
+        active_per_token=dense_total + n_moe * moe_layer_active + outside,
         embedding=embedding,
         lm_head=lm_head,
         final_norm=final_norm,
@@ -130,6 +170,7 @@ def count_parameters(model: ModelSpec) -> ParameterCounts:
         moe_expert_each=expert_each,
         moe_shared_per_layer=shared,
         moe_router_per_layer=router,
+        mamba_per_layer=mamba,
         dense_layer=dense_layer,
         moe_layer=moe_layer,
         moe_layer_active=moe_layer_active,

@@ -295,7 +295,11 @@ def layers_on_worst_stage(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> n
 def moe_layers_of(model: ModelSpec, layers: np.ndarray, mtp: np.ndarray | int = 0) -> np.ndarray:
     """MoE layers among a rank's ``layers`` decoder layers, taking the worst case that all are
     MoE when the model has that many (dense-first layers such as DeepSeek's first 3 sit on stage
-    0), plus its ``mtp`` MTP layers where those are MoE (``flops.mtp_layer_is_moe``)."""
+    0), plus its ``mtp`` MTP layers where those are MoE (``flops.mtp_layer_is_moe``). A hybrid
+    model's MoE blocks are spread through its pattern (Nemotron 3 Nano: every other block), so a
+    rank holds their share of its layers: exact for the whole model, the mean for a stage."""
+    if model.is_hybrid:
+        return np.asarray(layers) * (model.num_moe_layers / model.num_hidden_layers)
     return np.minimum(layers, model.num_moe_layers) + (np.asarray(mtp) if mtp_layer_is_moe(model) else 0)
 
 

@@ -118,7 +118,8 @@ class LayerCosts:
 
     dense_fwd: np.ndarray
     moe_fwd: np.ndarray
-    core_fwd: np.ndarray  # attention core as priced in the forward, unfused softmax included
+    core_fwd: np.ndarray  # attention core as priced in the forward, unfused softmax included, per layer
+    # (a hybrid model's: over all its blocks, ``ModelSpec.attention_layer_share``)
     recomputed_core: np.ndarray  # the core run once more
     selective_dense: np.ndarray
     selective_moe: np.ndarray
@@ -188,11 +189,12 @@ def _layer_costs(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: Mes
     dense = layer_forward_s(model, cluster, job, mesh, moe=False)
     moe = layer_forward_s(model, cluster, job, mesh, moe=True) if model.is_moe else dense
     sel_dense = selective_recompute_forward_s(model, cluster, job, mesh, moe=False)
+    attention = model.attention_layer_share  # the core per layer, over a hybrid model's blocks
     return LayerCosts(
         dense_fwd=dense,
         moe_fwd=moe,
-        core_fwd=attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd,
-        recomputed_core=attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd,
+        core_fwd=attention * (attention_core_forward_s(model, cluster, job, mesh) + softmax_fwd),
+        recomputed_core=attention * (attention_core_forward_s(model, cluster, job, mesh, recompute=True) + softmax_fwd),
         selective_dense=sel_dense,
         selective_moe=selective_recompute_forward_s(model, cluster, job, mesh, moe=True) if model.is_moe else sel_dense,
         head_fwd=lm_head_forward_s(model, cluster, job, mesh),

@@ -172,16 +172,24 @@ def tp_all_gather_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays, gather
 
 
 def tp_collectives_per_microbatch(
-    mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+    model: ModelSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward TP collectives, backward TP collectives, expert-TP all-reduces) of one micro-batch
     through the stage's layers: 2 forward and 2 backward per dense layer (attention's and the
-    MLP's), attention's 1 and 1 in a MoE layer, and the expert-TP pair; full recompute repeats the
-    forward ones (for the share of layers it recomputes)."""
+    MLP's), attention's 1 and 1 in a MoE layer, and the expert-TP pair; a hybrid model's layers
+    one per attention, Mamba-2 or MLP block and none in a MoE block
+    (``LayerKind.row_parallel_outputs``); full recompute repeats the forward ones (for the share of
+    layers it recomputes)."""
     share = mesh.recomputed_share(layers)
-    dense = layers - moe_layers
-    forward = (dense * 2.0 + moe_layers) * (1.0 + share)
-    return forward, dense * 2.0 + moe_layers, moe_layers * (2.0 + share)
+    per_pass = tp_linear_inputs(model, layers, moe_layers)
+    return per_pass * (1.0 + share), per_pass, moe_layers * (2.0 + share)
+
+
+def tp_linear_inputs(model: ModelSpec, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+    """Blocks with a column-parallel input and a row-parallel output through the stage's layers,
+    each one TP collective per direction (``LayerKind.row_parallel_outputs`` of each kind)."""
+    dense, moe = model.layer_kind(moe=False), model.layer_kind(moe=True)
+    return (layers - moe_layers) * dense.row_parallel_outputs + moe_layers * moe.row_parallel_outputs
 
 
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -288,7 +296,9 @@ def dp_buffers_bytes(
     return grads, weights
 
 
-def tp_input_regathers(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+def tp_input_regathers(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+) -> np.ndarray:
     """SP all-gathers of the column-parallel linears' inputs run again in backward, for their weight
     gradients: the attention input's and the MLP input's per dense layer, the attention input's per
     MoE layer. Always where the stack keeps only the rank's shard of the input
@@ -299,7 +309,7 @@ def tp_input_regathers(job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_l
     op_sac = job.software.selective_recompute == "alternate_matmuls"
     again = job.software.sp_regathers_input | ((mesh.recompute == RECOMPUTE_SELECTIVE) & op_sac)
     on = again & mesh.sequence_parallel & (mesh.tp > 1)
-    return np.where(on, 2.0 * (layers - moe_layers) + moe_layers, 0.0)
+    return np.where(on, tp_linear_inputs(model, layers, moe_layers), 0.0)
 
 
 def tp_collectives(
@@ -310,9 +320,9 @@ def tp_collectives(
     all-gather each (forward the linear inputs', backward the output gradients'), plus the inputs'
     all-gathers backward runs again (``tp_input_regathers``)."""
     message = tp_message_bytes(model, job, mesh)
-    forward, backward, expert_count = tp_collectives_per_microbatch(mesh, layers, moe_layers)
+    forward, backward, expert_count = tp_collectives_per_microbatch(model, mesh, layers, moe_layers)
     sp = mesh.sequence_parallel.astype(float)
-    again = tp_input_regathers(job, mesh, layers, moe_layers)
+    again = tp_input_regathers(model, job, mesh, layers, moe_layers)
     regathered = again if job.software.sp_regathers_input else np.zeros_like(again)
     inputs = tp_all_gather_bytes(model, job, mesh, "input")
     grads = tp_all_gather_bytes(model, job, mesh, "grad_output")
@@ -422,9 +432,11 @@ def cp_per_microbatch(
 
 
 def cp_collectives(model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray) -> list[Collective]:
-    """The K/V ring steps of one micro-batch through the stage's layers (``cp_ring_steps_per_microbatch``)."""
+    """The K/V ring steps of one micro-batch through the stage's layers (``cp_ring_steps_per_microbatch``),
+    in their attention blocks (all of them in a transformer; ``ModelSpec.attention_layer_share``)."""
     block = cp_block_bytes(model, job, mesh)
-    return [Collective("cp.ring_exchange", "ring_exchange", "cp", block, cp_ring_steps_per_microbatch(mesh, layers))]
+    steps = cp_ring_steps_per_microbatch(mesh, layers) * model.attention_layer_share
+    return [Collective("cp.ring_exchange", "ring_exchange", "cp", block, steps)]
 
 
 def pp_per_step(

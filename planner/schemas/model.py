@@ -10,6 +10,7 @@ they are documented on each field.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
@@ -41,8 +42,41 @@ once instead of overflowing the integer arithmetic of the cost terms. A bound, n
 measurement."""
 
 
+HYBRID_BLOCKS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
+"""The block kinds of a hybrid pattern (NemotronH's ``hybrid_override_pattern``, Megatron-Core's
+``hybrid_override_pattern`` / ``hybrid_layer_pattern``, megatron/core/ssm/mamba_hybrid_layer_allocation.py
+Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE 'E'): one character per layer, each layer one
+block (a pre-norm, one mixer or FFN, a residual add)."""
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """What one layer of a cost kind (``moe`` False: the dense layers, True: the MoE layers) is made
+    of, as counts per layer: attention and Mamba-2 mixers, dense MLPs and MoE FFNs, and pre-norm +
+    residual blocks. A transformer layer is one attention and one MLP or MoE FFN in two blocks; in
+    a hybrid model (``ModelSpec.hybrid_override_pattern``) every layer is one block, so its MoE
+    layers are one MoE FFN each and its dense kind is the mean of its other blocks (shares of
+    attention, Mamba-2 and MLP summing to one): the cost terms are linear in these counts, so a
+    stage of n such layers costs n x the mean (exact for the whole model; the per-stage split is
+    ``pipeline.moe_layers_of``'s)."""
+
+    attention: float
+    mamba: float
+    mlp: float
+    moe: float
+    blocks: float
+
+    @property
+    def row_parallel_outputs(self) -> float:
+        """TP collectives per layer and direction: one per attention, Mamba-2 or MLP block, whose
+        output projection is row-parallel (Megatron-Core MambaMixer's out_proj like attention's
+        linear_proj); a MoE FFN's experts run under expert TP (``traffic``), not the layer's TP."""
+        return self.attention + self.mamba + self.mlp
+
+
 class ModelSpec(Frozen):
-    """Architecture of a decoder-only transformer (dense or MoE).
+    """Architecture of a decoder-only transformer (dense or MoE), or of a hybrid model whose
+    layers are Mamba-2, attention, MLP or MoE blocks (``hybrid_override_pattern``).
 
     Symbols as in ARCHITECTURE 8.1: L = num_hidden_layers, h = hidden_size,
     a = num_attention_heads, k_v = num_key_value_heads, d_h = head_dim,
@@ -80,8 +114,10 @@ class ModelSpec(Frozen):
     gated_mlp: bool | None = Field(None, description="Non-HF. None: derived from hidden_act")
     norm_type: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Non-HF. layernorm has a bias")
     qk_norm: bool = Field(False, description="Non-HF. Per-head RMSNorm on q and k (Qwen3)")
-    position_embedding_type: Literal["rope", "learned", "alibi"] = Field(
-        "rope", description="Non-HF. 'learned' adds max_position_embeddings x h parameters (GPT-2/3)"
+    position_embedding_type: Literal["rope", "learned", "alibi", "none"] = Field(
+        "rope",
+        description="Non-HF. 'learned' adds max_position_embeddings x h parameters (GPT-2/3); 'none': no position "
+        "embedding (NemotronH's attention blocks)",
     )
 
     # Sliding-window attention (HF keys: Mistral, Gemma 2/3, GPT-OSS).
@@ -131,6 +167,23 @@ class ModelSpec(Frozen):
         0,
         description="Multi-token-prediction (MTP) modules the model was trained with (DeepSeek-V3: 1); each is a "
         "decoder layer of the last layer's kind plus a 2h x h projection and its own LM head and loss",
+    )
+
+    # Hybrid Mamba-2 / attention / MLP / MoE models (NemotronH; HF NemotronHConfig keys).
+    hybrid_override_pattern: str | None = Field(
+        None,
+        description="One character per layer: M Mamba-2, * attention, - MLP, E MoE (HYBRID_BLOCKS); None: every "
+        "layer is attention followed by an MLP or MoE FFN",
+    )
+    mamba_num_heads: PositiveInt | None = Field(None, description="Mamba-2 heads (HF NemotronHConfig)")
+    mamba_head_dim: PositiveInt | None = Field(None, description="Mamba-2 head dim P; d_inner = heads x P")
+    ssm_state_size: PositiveInt | None = Field(None, description="Mamba-2 state size N")
+    mamba_n_groups: PositiveInt | None = Field(
+        None, description="Mamba-2 B/C groups G (HF config.json n_groups; Megatron --mamba-num-groups)"
+    )
+    mamba_conv_kernel: PositiveInt = Field(4, description="Mamba-2 causal conv1d width (HF conv_kernel)")
+    mamba_chunk_size: PositiveInt = Field(
+        128, description="Tokens per chunk of Mamba-2's SSD scan (HF chunk_size; Megatron MambaMixer chunk_size 128)"
     )
 
     # Multi-head latent attention (DeepSeek-V2/V3).
@@ -205,7 +258,46 @@ class ModelSpec(Frozen):
             raise ValueError("layer_types names chunked_attention layers but attention_chunk_size is not set")
         if self.num_moe_layers == 0 and self.is_moe:
             raise ValueError("experts are declared but first_k_dense_replace/decoder_sparse_step leave no MoE layer")
+        self._consistent_hybrid()
         return self
+
+    def _consistent_hybrid(self) -> None:
+        pattern = self.hybrid_override_pattern
+        mamba = (self.mamba_num_heads, self.mamba_head_dim, self.ssm_state_size, self.mamba_n_groups)
+        if pattern is None:
+            if any(x is not None for x in mamba):
+                raise ValueError(
+                    "mamba_* and ssm_state_size need a hybrid_override_pattern that places the Mamba layers"
+                )
+            return
+        unknown = sorted(set(pattern) - set(HYBRID_BLOCKS))
+        if unknown:
+            allowed = ", ".join(f"'{k}' {v}" for k, v in HYBRID_BLOCKS.items())
+            raise ValueError(f"hybrid_override_pattern has {', '.join(map(repr, unknown))}; allowed {allowed}")
+        if len(pattern) != self.num_hidden_layers:
+            raise ValueError(
+                f"hybrid_override_pattern has {len(pattern)} layers, num_hidden_layers is {self.num_hidden_layers}"
+            )
+        if ("E" in pattern) != self.is_moe:
+            raise ValueError("hybrid_override_pattern has MoE layers ('E') exactly when the model declares experts")
+        if self.first_k_dense_replace or self.decoder_sparse_step or self.layer_types or self.is_mla:
+            raise ValueError(
+                "a hybrid_override_pattern places every layer: first_k_dense_replace, decoder_sparse_step, layer_types "
+                "and MLA are not read with it"
+            )
+        if self.num_nextn_predict_layers:
+            raise ValueError(
+                "MTP modules of a hybrid model (Nemotron 3 Super's mtp_hybrid_override_pattern blocks) are not priced"
+            )
+        if "M" in pattern:
+            if any(x is None for x in mamba):
+                raise ValueError(
+                    "Mamba layers ('M') need mamba_num_heads, mamba_head_dim, ssm_state_size and mamba_n_groups"
+                )
+            if self.mamba_num_heads % self.mamba_n_groups:  # type: ignore[operator]
+                raise ValueError(
+                    f"mamba_n_groups {self.mamba_n_groups} must divide mamba_num_heads {self.mamba_num_heads}"
+                )
 
     # ---- derived architecture ---------------------------------------------------------------
     @property
@@ -273,9 +365,12 @@ class ModelSpec(Frozen):
         )
 
     def is_moe_layer(self, index: int) -> bool:
-        """HF's rule: DeepSeek skips the first k layers; Qwen-MoE uses every step-th layer."""
+        """HF's rule: DeepSeek skips the first k layers; Qwen-MoE uses every step-th layer; a hybrid
+        pattern's 'E' layers."""
         if not self.is_moe:
             return False
+        if self.hybrid_override_pattern is not None:
+            return self.hybrid_override_pattern[index] == "E"
         if index < (self.first_k_dense_replace or 0):
             return False
         return (index + 1) % (self.decoder_sparse_step or 1) == 0
@@ -286,12 +381,52 @@ class ModelSpec(Frozen):
         layer numbers k+1 .. L (a sum over the layers took seconds at a million layers)."""
         if not self.is_moe:
             return 0
+        if self.hybrid_override_pattern is not None:
+            return self.hybrid_override_pattern.count("E")
         step = self.decoder_sparse_step or 1
         return max(self.num_hidden_layers // step - (self.first_k_dense_replace or 0) // step, 0)
 
     @property
     def num_dense_layers(self) -> int:
         return self.num_hidden_layers - self.num_moe_layers
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Layers are single blocks placed by ``hybrid_override_pattern``."""
+        return self.hybrid_override_pattern is not None
+
+    def blocks_of(self, symbol: str) -> int:
+        """Blocks of one ``HYBRID_BLOCKS`` kind: a hybrid pattern's count of the symbol; in a
+        transformer every layer holds an attention block and its dense layers an MLP, its MoE
+        layers a MoE FFN, and no layer a Mamba block."""
+        if self.hybrid_override_pattern is None:
+            return {"*": self.num_hidden_layers, "-": self.num_dense_layers, "E": self.num_moe_layers}.get(symbol, 0)
+        return self.hybrid_override_pattern.count(symbol)
+
+    @property
+    def attention_layer_share(self) -> float:
+        """Attention blocks per layer over the model: 1 in a transformer, n_attention / L in a hybrid."""
+        return self.blocks_of("*") / self.num_hidden_layers
+
+    def layer_kind(self, moe: bool) -> LayerKind:
+        """What one layer of the dense (``moe`` False) or MoE kind holds (``LayerKind``)."""
+        if self.hybrid_override_pattern is None:
+            return LayerKind(attention=1.0, mamba=0.0, mlp=0.0 if moe else 1.0, moe=1.0 if moe else 0.0, blocks=2.0)
+        if moe:
+            return LayerKind(attention=0.0, mamba=0.0, mlp=0.0, moe=1.0, blocks=1.0)
+        others = max(self.num_dense_layers, 1)
+        return LayerKind(
+            attention=self.blocks_of("*") / others,
+            mamba=self.blocks_of("M") / others,
+            mlp=self.blocks_of("-") / others,
+            moe=0.0,
+            blocks=1.0,
+        )
+
+    @property
+    def mamba_inner_size(self) -> int:
+        """d_inner = mamba_num_heads x mamba_head_dim (0 without Mamba layers)."""
+        return (self.mamba_num_heads or 0) * (self.mamba_head_dim or 0)
 
     @cached_property
     def parameter_counts(self) -> ParameterCounts:
