@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from planner.catalog import load_cluster, load_stack, read_yaml
+from planner.catalog import list_models, load_cluster, load_stack, read_yaml
 from planner.constraints import fp4_message, fp4_runs
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
@@ -350,9 +350,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         )
     architecture = " ".join(_text(m.get(k)) for k in ("architecture", "mamba", "arch_notes"))
     if m.get("mamba") or "mamba" in architecture or "state-space" in architecture or "ssm" in architecture.split():
-        raise UnpriceableError(
-            f"model '{m.get('name')}': state-space (Mamba) layers are not modelled, only attention and MLP/MoE layers"
-        )
+        return hybrid_model_from_row(row)
     if m.get("shape_partial"):
         raise UnpriceableError("model.shape_partial: the row's shape is incomplete")
     notes = " ".join(_text(m.get(k)) for k in ("arch_notes", "ffn_note", "attention", "attention_note"))
@@ -419,6 +417,54 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
             f"model.moe_layers {moe_layers} disagrees with layers - dense layers = {model.num_moe_layers}"
         )
     return model
+
+
+HYBRID_CHECKED_KEYS = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_kv_heads",
+    "head_dim": "head_dim_resolved",
+    "experts": "num_experts_total",
+    "top_k": "num_experts_per_tok",
+    "expert_ffn": "expert_intermediate_size",
+}
+"""Row keys a hybrid row's stated shape must agree on with the catalog model its hf_id names
+(``hybrid_model_from_row``), with the ModelSpec attribute each is compared to."""
+
+
+def hybrid_model_from_row(row: dict[str, Any]) -> ModelSpec:
+    """A hybrid (Mamba-2) row's model: its layer pattern places the Mamba, attention and MoE blocks,
+    which a row's counts ('23 Mamba-2 + 23 MoE + 6 GQA attention layers') do not, so the row is
+    priced as the catalog model whose ``hf_repos`` hold its ``hf_id`` (Nemotron 3 Nano from
+    Megatron-Bridge's provider), after every shape the row states (``HYBRID_CHECKED_KEYS``, the
+    shared experts' width and the vocabulary) agrees with it; else it is refused with the reason."""
+    m = row.get("model") or {}
+    hf_id = _text(m.get("hf_id"))
+    found = [x for x in list_models() if hf_id and hf_id in (r.lower() for r in x.hf_repos)]
+    if not found:
+        raise UnpriceableError(
+            f"model '{m.get('name')}': a hybrid Mamba-2 model is priced from its layer pattern, which the row does not "
+            f"give and no catalog model holds for hf_id '{m.get('hf_id')}'"
+        )
+    model = found[0]
+    stated = {key: _count(m, key, "model") for key in HYBRID_CHECKED_KEYS}
+    stated["vocab"] = _count(m, "vocab_padded", "model") or _count(m, "vocab", "model")
+    shared_ffn = _count(m, "shared_expert_ffn", "model")
+    stated["shared"] = shared_ffn * (_int(m, "shared_experts", "model") or 1) if shared_ffn else None
+    known = {key: getattr(model, attr) for key, attr in HYBRID_CHECKED_KEYS.items()}
+    known.update(vocab=model.vocab_size, shared=model.shared_expert_width)
+    wrong = [f"{key} {stated[key]} (catalog {known[key]})" for key in stated if stated[key] not in (None, known[key])]
+    if wrong:
+        raise UnpriceableError(f"model: the row disagrees with catalog model {model.name} on {', '.join(wrong)}")
+    seq = _count(m, "seq_len", "model") or model.max_position_embeddings
+    return model.model_copy(
+        update={
+            "name": str(m.get("name") or model.name),
+            "source": f"catalog model {model.name} (hf_id {m.get('hf_id')}) for runs file row {row.get('name')}",
+            "max_position_embeddings": seq,  # the job's sequence, as model_from_row reads it
+        }
+    )
 
 
 def mla_from(m: dict[str, Any], attention: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import json
 from dataclasses import dataclass
 
 from planner.errors import PlannerError
-from planner.export.common import FORMATS
+from planner.export.common import FORMATS, refuse
 from planner.export.deepspeed import deepspeed_config, deepspeed_notes
 from planner.export.megatron import megatron_args, megatron_notes, megatron_text
 from planner.export.torchtitan import torchtitan_config, torchtitan_notes, torchtitan_toml
@@ -52,7 +52,19 @@ def render(
 ) -> Exported:
     """The settings of ``config`` for target ``fmt``, with an optional one-line header comment
     (ignored for JSON, which has no comments); ``cluster``, where given, is where the mesh runs
-    (Megatron's TP overlap only for a TP group inside one NVLink domain)."""
+    (Megatron's TP overlap only for a TP group inside one NVLink domain). A hybrid Mamba-2 model is
+    refused: Megatron-LM trains it with pretrain_mamba.py and its own arguments
+    (--hybrid-override-pattern, --mamba-num-heads, --mamba-head-dim, --mamba-state-dim,
+    --mamba-num-groups), which this export does not write yet, and torchtitan and DeepSpeed ship no
+    Mamba-2 layer."""
+    if model.is_hybrid:
+        raise refuse(
+            fmt,
+            f"{model.name}'s hybrid Mamba-2 layers",
+            "Megatron-LM trains them with pretrain_mamba.py (--hybrid-override-pattern, --mamba-*), not written by "
+            "this export yet; torchtitan and DeepSpeed have no Mamba-2 layer",
+            mesh_bound=False,
+        )
     if fmt == "megatron":
         notes = megatron_notes(model, job, config, cluster)
         return Exported(fmt, megatron_text(model, job, config, header, cluster), tuple(notes))

@@ -89,6 +89,10 @@ class ModelSpec(Frozen):
     source: str = Field(description="Where the numbers come from (config.json URL, paper table)")
     notes: str = Field("", description="Caveats: approximations the cost model makes for this model")
     aliases: list[str] = Field(default_factory=list, description="Short names, e.g. llama70b")
+    hf_repos: list[str] = Field(
+        default_factory=list,
+        description="Hugging Face repositories whose config.json this is (how a runs file's hf_id finds it)",
+    )
     default_seq_len: PositiveInt | None = Field(None, description="Sequence length the model was trained at")
     default_global_batch_size: PositiveInt | None = Field(None, description="Published global batch, sequences")
 

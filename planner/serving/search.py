@@ -304,6 +304,11 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
     from pydantic import ValidationError
 
+    if model.is_hybrid:
+        raise PlannerError(
+            f"model {model.name}: plan serve does not price hybrid Mamba-2 models (their per-sequence convolution "
+            "and SSM state, in place of a KV cache, is not modelled); plan prices their training"
+        )
     try:
         return _ranked(model, cluster, req)
     except ValidationError as err:

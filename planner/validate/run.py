@@ -249,6 +249,10 @@ def build_validation(
     from planner.validate.shard import counted_once
     from planner.validate.terms import comm_terms
 
+    if model.is_hybrid:
+        raise PlannerError(
+            f"model {model.name}: plan validate replays transformer layers; hybrid Mamba-2 models are not replayed"
+        )
     machine = replay_machine(settings, cluster)
     world, replay_cluster = machine.world, machine.cluster
     candidates = replay_candidates(model, cluster, job, pins, top)
