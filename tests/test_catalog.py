@@ -403,7 +403,12 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
         ),
         ({"model_type": "deepseek_v32", "index_topk": 2048}, "key 'index_topk' (DeepSeek Sparse Attention"),
         ({"model_type": "gemma3n_text", "altup_num_inputs": 4}, "key 'altup_num_inputs'"),
-        ({"hybrid_override_pattern": "M*M-"}, "key 'hybrid_override_pattern' (NemotronH's pattern"),
+        ({"hybrid_override_pattern": "M*M-"}, "key 'hybrid_override_pattern' (Mamba-2, attention, MLP and MoE"),
+        (
+            {"model_type": "nemotron_h", "hybrid_override_pattern": "M*M-", "moe_latent_size": 1024},
+            "key 'moe_latent_size' (LatentMoE",
+        ),
+        ({"model_type": "nemotron_h"}, "key 'hybrid_override_pattern': a NemotronH config needs its layer pattern"),
         ({"model_type": "rwkv"}, "model_type 'rwkv' is built from recurrent (linear-attention) blocks"),
         # ERNIE-4.5-300B-A47B was priced as a 47.9 B dense model, its experts under keys left unread
         (

@@ -270,7 +270,9 @@ def rank_slot(
             mesh,
             layers,
             moe_layers,
-            costs.moe_fwd + traffic.ep_forward_per_moe_layer_s(job, mesh, layers, moe_layers, ep),
+            costs.moe_fwd
+            + blocks_between_moe(model) * costs.dense_fwd
+            + traffic.ep_forward_per_moe_layer_s(job, mesh, layers, moe_layers, ep),
         ),
         tp=tp,
         ep=ep,
@@ -278,6 +280,16 @@ def rank_slot(
         slowdown=job.software.overlap_slowdown * (tp.hidden_s + cp.hidden_s + ep.hidden_s),
         offload=offload_exposed_s(cluster, job, mesh, layers, moe_layers, compute_first, activations),
     )
+
+
+def blocks_between_moe(model: ModelSpec) -> float:
+    """Layers of the dense kind the GPU runs between one MoE layer and the next beyond the MoE
+    layer itself, for ``compute.dropless_sync_exposed_s``'s span: none in a transformer, whose MoE
+    layer holds the next attention; a hybrid model's other blocks per MoE block (Nemotron 3 Nano:
+    29 / 23), which its MoE blocks leave out."""
+    if not model.is_hybrid or not model.num_moe_layers:
+        return 0.0
+    return model.num_dense_layers / model.num_moe_layers
 
 
 def offload_exposed_s(

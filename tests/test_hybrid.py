@@ -1,0 +1,234 @@
+"""Hybrid Mamba-2 / attention / MLP / MoE models (NemotronH): layer kinds, counts, pricing and the
+refusals of what the planner does not price for them (ARCHITECTURE 8.10)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+import planner
+from planner.catalog import load_model
+from planner.cost.flops import (
+    attention_score_flops_per_token_fwd,
+    mamba_scan_flops_per_token_fwd,
+    model_flops_per_token,
+)
+from planner.errors import PlannerError, UnpriceableError
+from planner.runs import model_from_row
+from planner.schemas.model import LayerKind, ModelSpec
+
+NANO = "nemotron-3-nano-30b-a3b"
+
+
+def _transformer(layers: int, **extra: object) -> ModelSpec:
+    fields = {
+        "name": "t",
+        "source": "test",
+        "num_hidden_layers": layers,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "intermediate_size": 5632,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }
+    return ModelSpec(**{**fields, **extra})  # type: ignore[arg-type]
+
+
+def test_nemotron_3_nano_counts_as_published() -> None:
+    """31.6 B total and about 3.5 B active (HF model card, Megatron-Bridge docs); 23 Mamba-2, 6
+    attention and 23 MoE blocks."""
+    m = load_model(NANO)
+    c = m.parameter_counts
+    assert c.total == pytest.approx(31.58e9, rel=1e-3)
+    assert c.active_per_token == pytest.approx(3.58e9, rel=1e-2)
+    assert (m.blocks_of("M"), m.blocks_of("*"), m.blocks_of("-"), m.blocks_of("E")) == (23, 6, 0, 23)
+    assert m.num_moe_layers == 23 and m.num_dense_layers == 29
+    # Mamba-2 mixer: in_proj 2688 x (2*4096 + 2*8*128 + 64), out_proj 4096 x 2688, conv over
+    # 4096 + 2048 channels (4 weights + a bias each), dt_bias, A_log, D and the gated norm
+    assert c.mamba_per_layer == 2688 * 10304 + 4096 * 2688 + 6144 * 5 + 3 * 64 + 4096
+    assert load_model("nemotron-h-8b").parameter_counts.total == pytest.approx(8.10e9, rel=1e-3)
+
+
+def test_layer_kinds_of_a_transformer_and_of_a_hybrid() -> None:
+    t = _transformer(4)
+    assert t.layer_kind(moe=False) == LayerKind(attention=1.0, mamba=0.0, mlp=1.0, moe=0.0, blocks=2.0)
+    assert t.layer_kind(moe=True) == LayerKind(attention=1.0, mamba=0.0, mlp=0.0, moe=1.0, blocks=2.0)
+    nano = load_model(NANO)
+    dense = nano.layer_kind(moe=False)
+    assert (dense.attention, dense.mamba, dense.mlp) == pytest.approx((6 / 29, 23 / 29, 0.0))
+    assert dense.row_parallel_outputs == pytest.approx(1.0)
+    assert nano.layer_kind(moe=True).row_parallel_outputs == 0.0
+    assert nano.attention_layer_share == pytest.approx(6 / 52)
+
+
+def test_hybrid_model_flops_count_each_block_once() -> None:
+    """6 x the active matmul parameters and LM head, plus 3 x the score FLOPs of the 6 attention
+    blocks and the SSD scans of the 23 Mamba blocks."""
+    m, s = load_model(NANO), 8192
+    h, d_inner = 2688, 4096
+    attention = h * 32 * 128 + 2 * h * 2 * 128 + 32 * 128 * h
+    mamba = h * 10304 + d_inner * h
+    expert = 2 * h * 1856
+    moe = h * 128 + 6 * expert + 2 * expert
+    matmul = 6 * attention + 23 * mamba + 23 * moe + 131072 * h
+    scores = 6 * 2.0 * s * 32 * 256
+    scan = 23 * 2.0 * (128 * 128 * 8 + 64 * (128 * 64 + 2 * 128 * 64))
+    assert mamba_scan_flops_per_token_fwd(m) == pytest.approx(scan / 23)
+    assert 52 * attention_score_flops_per_token_fwd(m, s) == pytest.approx(scores)
+    assert model_flops_per_token(m, s) == pytest.approx(6.0 * matmul + 3.0 * (scores + scan))
+
+
+@pytest.mark.parametrize(("pattern", "experts"), [("*-*-*-*-", {}), ("*E*E*E*E", {"num_experts": 8})])
+def test_attention_and_ffn_blocks_price_as_the_transformer_they_make(pattern: str, experts: dict) -> None:
+    """A pattern of attention and MLP (or MoE) blocks is a transformer of half as many layers: the
+    same parameters, FLOPs, memory, compute and communication, block by block; only the exposed
+    tail of the gradient reduction differs (one bucket per layer, and the hybrid has twice as many
+    layers, each a block)."""
+    moe = {"num_experts_per_tok": 2, "moe_intermediate_size": 1408, **experts} if experts else {}
+    hybrid = _transformer(8, hybrid_override_pattern=pattern, **moe)
+    plain = _transformer(4, **moe)
+    assert hybrid.parameter_counts.total == plain.parameter_counts.total
+    assert model_flops_per_token(hybrid, 4096) == pytest.approx(model_flops_per_token(plain, 4096))
+    mesh = {"tp": 2, "pp": 1, "dp": 4, "micro_batch_size": 2, "global_batch_size": 64, "seq_len": 4096}
+    if experts:
+        mesh["ep"] = 4
+    a = planner.estimate(hybrid, "dgx-h100x1", **mesh)
+    b = planner.estimate(plain, "dgx-h100x1", **mesh)
+    for term in ("compute", "tp_comm", "ep_comm", "layer_overhead", "optimizer", "bubble"):
+        assert getattr(a.time_breakdown_s, term) == pytest.approx(
+            getattr(b.time_breakdown_s, term), rel=1e-9, abs=1e-15
+        ), term
+    assert a.memory_per_gpu_bytes == pytest.approx(b.memory_per_gpu_bytes, rel=1e-9)
+    assert a.time_breakdown_s.dp_comm == pytest.approx(b.time_breakdown_s.dp_comm / 2, rel=1e-9)
+    assert a.step_time_s == pytest.approx(b.step_time_s, rel=2e-3)
+
+
+def test_a_hybrid_prices_its_mamba_blocks() -> None:
+    """Nemotron 3 Nano on 8 B200 as Megatron-Bridge runs it (tp1 ep8 mbs2): the Mamba blocks' GEMMs
+    and scan make the step, and a Mamba block costs more than an attention block of the same width
+    would leave out (the scan and its in_proj are priced, not skipped)."""
+    m = load_model(NANO)
+    mesh = {"tp": 1, "pp": 1, "dp": 8, "ep": 8, "micro_batch_size": 2, "global_batch_size": 512, "seq_len": 8192}
+    est = planner.estimate(m, "dgx-b200x1", **mesh)
+    no_mamba = m.model_copy(update={"hybrid_override_pattern": m.hybrid_override_pattern.replace("M", "*")})
+    attention_only = planner.estimate(no_mamba, "dgx-b200x1", **mesh)
+    assert est.tokens_per_s_per_gpu < attention_only.tokens_per_s_per_gpu * 1.2
+    assert 20_000 < est.tokens_per_s_per_gpu < 60_000
+
+
+def test_mamba_meshes_the_planner_does_not_price_are_refused() -> None:
+    m = load_model(NANO)
+    with pytest.raises(PlannerError, match="context parallelism of Mamba layers"):
+        planner.estimate(m, "dgx-h100x1", tp=2, cp=2, dp=2, seq_len=8192)
+    with pytest.raises(PlannerError, match="tp 16 must divide nemotron-3-nano-30b-a3b's 64 Mamba-2 heads and 8 groups"):
+        planner.estimate(m, "dgx-h100x16", tp=16, dp=8, seq_len=8192)
+    with pytest.raises(PlannerError, match="plan serve does not price hybrid"):
+        planner.serve(m, "dgx-h100x1", input_len=1024, output_len=128)
+
+
+@pytest.mark.parametrize(
+    ("update", "fragment"),
+    [
+        ({"hybrid_override_pattern": "M*X-"}, "hybrid_override_pattern has 'X'"),
+        ({"hybrid_override_pattern": "M*-"}, "hybrid_override_pattern has 3 layers, num_hidden_layers is 4"),
+        ({"hybrid_override_pattern": "M*E-"}, "MoE layers ('E') exactly when the model declares experts"),
+        ({"hybrid_override_pattern": "M*--"}, "Mamba layers ('M') need mamba_num_heads"),
+        ({"mamba_num_heads": 64}, "need a hybrid_override_pattern"),
+        ({"hybrid_override_pattern": "**--", "first_k_dense_replace": 1}, "first_k_dense_replace"),
+    ],
+)
+def test_malformed_hybrid_models_are_refused_by_field(update: dict, fragment: str) -> None:
+    with pytest.raises(ValueError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        _transformer(4, **update)
+
+
+def test_a_nemotron_h_config_reads_as_the_catalog_model(tmp_path: Path) -> None:
+    """The config.json NemotronH checkpoints ship (n_groups, conv_kernel, chunk_size,
+    moe_shared_expert_intermediate_size, mlp_hidden_act, layer_norm_epsilon of its RMSNorm)."""
+    nano = load_model(NANO)
+    config = {
+        "model_type": "nemotron_h",
+        "hybrid_override_pattern": nano.hybrid_override_pattern,
+        "num_hidden_layers": 52,
+        "hidden_size": 2688,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "mamba_num_heads": 64,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 128,
+        "n_groups": 8,
+        "conv_kernel": 4,
+        "chunk_size": 128,
+        "intermediate_size": 1856,
+        "mlp_hidden_act": "relu2",
+        "layer_norm_epsilon": 1e-5,
+        "n_routed_experts": 128,
+        "num_experts_per_tok": 6,
+        "moe_intermediate_size": 1856,
+        "moe_shared_expert_intermediate_size": 3712,
+        "vocab_size": 131072,
+        "max_position_embeddings": 262144,
+    }
+    path = tmp_path / "nano" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    read = load_model(str(path))
+    assert read.parameter_counts.total == nano.parameter_counts.total
+    assert (read.norm_type, read.position_embedding_type, read.mamba_n_groups) == ("rmsnorm", "none", 8)
+
+
+NANO_ROW = {
+    "name": "row",
+    "model": {
+        "name": "Nemotron-3-Nano-30B-A3B",
+        "hf_id": "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+        "layers": 52,
+        "hidden": 2688,
+        "heads": 32,
+        "kv_heads": 2,
+        "head_dim": 128,
+        "vocab": 131072,
+        "experts": 128,
+        "top_k": 6,
+        "expert_ffn": 1856,
+        "shared_experts": 1,
+        "shared_expert_ffn": 3712,
+        "architecture": "hybrid: 23 Mamba-2 + 23 MoE + 6 GQA attention layers (52 total)",
+        "shape_partial": True,
+        "seq_len": 8192,
+    },
+}
+
+
+def test_a_hybrid_row_is_priced_as_the_catalog_model_its_hf_id_names() -> None:
+    model = model_from_row(NANO_ROW)
+    assert model.hybrid_override_pattern == load_model(NANO).hybrid_override_pattern
+    assert model.max_position_embeddings == 8192
+    wrong = copy.deepcopy(NANO_ROW)
+    wrong["model"]["top_k"] = 5
+    with pytest.raises(
+        UnpriceableError, match=r"disagrees with catalog model nemotron-3-nano-30b-a3b on top_k 5 \(catalog 6\)"
+    ):
+        model_from_row(wrong)
+    unknown = copy.deepcopy(NANO_ROW)
+    unknown["model"]["hf_id"] = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
+    with pytest.raises(UnpriceableError, match="no catalog model holds for hf_id"):
+        model_from_row(unknown)
+
+
+def test_exports_refuse_a_hybrid_model() -> None:
+    from planner.export import export
+    from planner.export.common import ExportRefusalError
+    from planner.schemas.job import JobSpec
+    from planner.schemas.parallel import ParallelConfig
+
+    m = load_model(NANO)
+    config = ParallelConfig(tp=1, pp=1, dp=8, ep=8)
+    for fmt in ("megatron", "torchtitan", "deepspeed"):
+        with pytest.raises(ExportRefusalError, match="hybrid Mamba-2 layers"):
+            export(fmt, m, JobSpec(global_batch_size=64, seq_len=8192), config)
