@@ -627,17 +627,18 @@ def layer_overhead_s(
     ``Stack.grouped_gemm_streams``, whose tiles ``wave_utilization`` counts together), each with its own launch, fp8
     quantisation and partly filled last wave; 32 local experts of 1,024 tokens pay that 32
     times where 4 experts of 8,192 tokens pay it 4 times for the same FLOPs. Fitted, not
-    measured: no public per-expert trace was found."""
+    measured: no public per-expert trace was found. A hybrid model's layer, one block, pays its
+    ``LayerKind.launch_share`` of the per-layer overhead (a transformer layer's is 1)."""
     stack = job.software
     per_layer = np.where(mesh.tp > 1, stack.layer_overhead_s(job.compiled, True), stack.layer_overhead_s(job.compiled))
-    # a hybrid model's layer is one block, half a transformer layer's two (an estimate: no hybrid
-    # row has fitted it)
-    per_layer = per_layer * model.layer_kind(moe=False).blocks / 2.0
     selective = stack.selective_recompute_kernels / stack.kernels_per_layer_eager
     relaunched = np.where(mesh.recompute == RECOMPUTE_SELECTIVE, selective, 0.0)
     passes = mesh.forward_passes(layers)
     moe = stack.moe_layer_overhead_s + local_experts(model, mesh) * stack.expert_gemm_overhead_s
-    return (passes + relaunched) * layers * per_layer + passes * moe_layers * moe
+    # a hybrid model's layers are single blocks, each its share of a transformer layer's launches
+    dense_share, moe_share = model.layer_kind(moe=False).launch_share, model.layer_kind(moe=True).launch_share
+    launches = (layers - moe_layers) * dense_share + moe_layers * moe_share
+    return (passes + relaunched) * launches * per_layer + passes * moe_layers * moe
 
 
 HOST_SYNC_SOFTENING_S = 20e-6

@@ -67,6 +67,19 @@ class LayerKind:
     blocks: float
 
     @property
+    def launch_share(self) -> float:
+        """The layer's kernel launches as a share of a transformer layer's, by the count of
+        Megatron-Core's TE layer specs (stacks/megatron-core.yaml kernels_per_layer_eager, 16 at
+        TP > 1 with SP): the attention half 9 (norm, all-gather, QKV GEMM, RoPE on q and k, fused
+        attention, proj GEMM, reduce-scatter, bias-dropout-add), the MLP or MoE FFN half 7 (norm,
+        all-gather, fc1, activation, fc2, reduce-scatter, bias-dropout-add; the MoE layer's routing
+        is ``Stack.moe_layer_overhead_us``), a Mamba-2 block 13 (MambaLayer: norm, all-gather and
+        in_proj in one TE module, causal_conv1d, the SSD scan's five kernels, the gated RMSNorm,
+        out_proj, reduce-scatter, the residual add). 1 for a transformer layer of either kind. A
+        count of module code, not a trace."""
+        return (9.0 * self.attention + 13.0 * self.mamba + 7.0 * (self.mlp + self.moe)) / 16.0
+
+    @property
     def row_parallel_outputs(self) -> float:
         """TP collectives per layer and direction: one per attention, Mamba-2 or MLP block, whose
         output projection is row-parallel (Megatron-Core MambaMixer's out_proj like attention's
