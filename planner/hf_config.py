@@ -340,7 +340,9 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     """
     model_type = str(config.get("model_type", ""))
     hybrid = model_type in NEMOTRON_H_TYPES
-    mamba_keys = "state_size" in config or any(k.startswith("mamba_") for k in config)
+    mamba_keys = any(
+        (k == "state_size" or k.startswith("mamba_")) and config[k] not in (None, [], "", {}) for k in config
+    )
     if model_type in STATE_SPACE_TYPES or (mamba_keys and not hybrid):
         raise PlannerError(
             f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "

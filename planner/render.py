@@ -386,7 +386,7 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
             table.add_row(
                 "Mamba-2",
                 f"{model.mamba_num_heads} heads x {model.mamba_head_dim}, state {model.ssm_state_size}, "
-                f"{model.mamba_n_groups} groups, conv {model.mamba_conv_kernel}, chunk {model.mamba_chunk_size}",
+                f"{model.mamba_n_groups} groups, conv {model.mamba_conv_width}, chunk {model.mamba_chunk}",
             )
     else:
         table.add_row(

@@ -457,7 +457,7 @@ def mamba_scan_bytes_per_token(model: ModelSpec, tp: np.ndarray | float) -> np.n
     cumulative sums (H per token) written once and read three times. A count, not a measurement."""
     d_inner, heads = float(model.mamba_inner_size), float(model.mamba_num_heads or 0)
     groups_state = float((model.mamba_n_groups or 0) * (model.ssm_state_size or 0))
-    q = float(model.mamba_chunk_size)
+    q = float(model.mamba_chunk)
     chunk_states = heads * float(model.mamba_head_dim or 0) * float(model.ssm_state_size or 0) / q
     per_token = 6.0 * d_inner + 8.0 * groups_state + 8.0 * float(model.mamba_n_groups or 0) * q + 16.0 * chunk_states
     return (per_token + 18.0 * heads) / tp

@@ -67,7 +67,7 @@ def mamba_scan_flops_per_token_fwd(model: ModelSpec, tp: float = 1.0) -> float:
     head); the inter-chunk recurrence (2NP per chunk and head) is left out, under 1%. Megatron's
     num_floating_point_operations counts 7 d_in N for it ('flops estimate for scan should be
     updated based on new SSD kernels, but small percent of overall layer flops')."""
-    q, n = float(model.mamba_chunk_size), float(model.ssm_state_size or 0)
+    q, n = float(model.mamba_chunk), float(model.ssm_state_size or 0)
     p, heads, groups = (
         float(model.mamba_head_dim or 0),
         float(model.mamba_num_heads or 0),

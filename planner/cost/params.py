@@ -94,7 +94,7 @@ def mamba_params(model: ModelSpec) -> int:
     conv_channels = model.mamba_inner_size + 2 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
     heads = model.mamba_num_heads or 0
     return (
-        mamba_matmul_params(model) + conv_channels * (model.mamba_conv_kernel + 1) + 3 * heads + model.mamba_inner_size
+        mamba_matmul_params(model) + conv_channels * (model.mamba_conv_width + 1) + 3 * heads + model.mamba_inner_size
     )
 
 

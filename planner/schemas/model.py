@@ -49,6 +49,15 @@ Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE 'E'): one character per layer, e
 block (a pre-norm, one mixer or FFN, a residual add)."""
 
 
+MAMBA_CONV_KERNEL = 4
+"""Mamba-2's causal conv1d width where a model does not state it: Megatron-Core MambaMixer's d_conv
+default and HF NemotronHConfig's conv_kernel default, 4."""
+
+MAMBA_CHUNK_SIZE = 128
+"""Tokens per chunk of Mamba-2's SSD scan where a model does not state it: Megatron-Core
+MambaMixer's chunk_size default, 128 (the NemotronH checkpoints' config.json chunk_size too)."""
+
+
 @dataclass(frozen=True)
 class LayerKind:
     """What one layer of a cost kind (``moe`` False: the dense layers, True: the MoE layers) is made
@@ -198,9 +207,11 @@ class ModelSpec(Frozen):
     mamba_n_groups: PositiveInt | None = Field(
         None, description="Mamba-2 B/C groups G (HF config.json n_groups; Megatron --mamba-num-groups)"
     )
-    mamba_conv_kernel: PositiveInt = Field(4, description="Mamba-2 causal conv1d width (HF conv_kernel)")
-    mamba_chunk_size: PositiveInt = Field(
-        128, description="Tokens per chunk of Mamba-2's SSD scan (HF chunk_size; Megatron MambaMixer chunk_size 128)"
+    mamba_conv_kernel: PositiveInt | None = Field(
+        None, description="Mamba-2 causal conv1d width (HF conv_kernel); None: MAMBA_CONV_KERNEL"
+    )
+    mamba_chunk_size: PositiveInt | None = Field(
+        None, description="Tokens per chunk of Mamba-2's SSD scan (HF chunk_size); None: MAMBA_CHUNK_SIZE"
     )
 
     # Multi-head latent attention (DeepSeek-V2/V3).
@@ -439,6 +450,16 @@ class ModelSpec(Frozen):
             moe=0.0,
             blocks=1.0,
         )
+
+    @property
+    def mamba_conv_width(self) -> int:
+        """The conv1d width: ``mamba_conv_kernel`` or ``MAMBA_CONV_KERNEL``."""
+        return self.mamba_conv_kernel or MAMBA_CONV_KERNEL
+
+    @property
+    def mamba_chunk(self) -> int:
+        """The SSD chunk: ``mamba_chunk_size`` or ``MAMBA_CHUNK_SIZE``."""
+        return self.mamba_chunk_size or MAMBA_CHUNK_SIZE
 
     @property
     def mamba_inner_size(self) -> int:
