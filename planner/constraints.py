@@ -182,6 +182,23 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "hybrid_pipeline",
+        # Megatron-Core's MambaStack splits the pattern evenly over the pipeline ranks
+        # ("num_layers_per_pipeline_rank = self.config.num_layers // pp_size", mamba_block.py; validate_args:
+        # "Number of layers should be divisible by the pipeline-model-parallel size") and "does not currently
+        # support virtual/interleaved pipeline parallelism"
+        lambda m, c, j, x: (
+            (not m.is_hybrid)
+            | (x.pp == 1)
+            | ((x.virtual_stages == 1) & (m.num_hidden_layers % x.pp == 0) & (x.layout_last < 0))
+        ),
+        lambda m, c, j, p: (
+            f"pp {p.pp} with virtual_stages {p.virtual_stages} for {m.name}'s {m.num_hidden_layers} hybrid layers: "
+            "Megatron-Core splits a hybrid pattern evenly over pipeline ranks, without virtual stages or a layout; "
+            f"use a pp that divides {m.num_hidden_layers} and virtual_stages 1"
+        ),
+    ),
+    Rule(
         "bf16_last_layers",
         lambda m, c, j, x: np.asarray(j.bf16_last_layers <= m.num_hidden_layers),
         lambda m, c, j, p: (

@@ -221,14 +221,37 @@ def test_a_hybrid_row_is_priced_as_the_catalog_model_its_hf_id_names() -> None:
         model_from_row(unknown)
 
 
-def test_exports_refuse_a_hybrid_model() -> None:
-    from planner.export import export
+def test_megatron_exports_a_dense_hybrid_and_refuses_what_it_cannot_run() -> None:
+    """pretrain_mamba.py's arguments at the pinned commit (arguments.py _add_experimental_args); a
+    hybrid with MoE blocks is refused there (validate_args: no --spec with --num-experts), and
+    torchtitan and DeepSpeed have no Mamba-2 layer."""
+    from planner.export import export, megatron_args
     from planner.export.common import ExportRefusalError
     from planner.schemas.job import JobSpec
     from planner.schemas.parallel import ParallelConfig
 
-    m = load_model(NANO)
-    config = ParallelConfig(tp=1, pp=1, dp=8, ep=8)
-    for fmt in ("megatron", "torchtitan", "deepspeed"):
+    job = JobSpec(global_batch_size=64, seq_len=8192)
+    h8 = load_model("nemotron-h-8b")
+    args = megatron_args(h8, job, ParallelConfig(tp=2, pp=4, dp=2))
+    text = " ".join(args)
+    assert "--spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec --is-hybrid-model" in text
+    assert f"--hybrid-override-pattern {h8.hybrid_override_pattern}" in text
+    assert "--mamba-num-heads 128 --mamba-head-dim 64 --mamba-state-dim 128 --mamba-num-groups 8" in text
+    assert "--position-embedding-type none" in text and "--squared-relu" in text
+    assert "--pipeline-model-parallel-layout" not in text  # Megatron-Core splits hybrids evenly
+    nano = load_model(NANO)
+    with pytest.raises(ExportRefusalError, match="asserts no --spec with --num-experts"):
+        export("megatron", nano, job, ParallelConfig(tp=1, pp=1, dp=8, ep=8))
+    for fmt in ("torchtitan", "deepspeed"):
         with pytest.raises(ExportRefusalError, match="hybrid Mamba-2 layers"):
-            export(fmt, m, JobSpec(global_batch_size=64, seq_len=8192), config)
+            export(fmt, h8, job, ParallelConfig(tp=1, pp=1, dp=8))
+
+
+def test_a_hybrid_pipeline_is_split_evenly_without_virtual_stages() -> None:
+    """Megatron-Core's MambaStack: num_layers // pp_size per rank, no interleaving."""
+    est = planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, seq_len=8192)
+    assert est.layers_per_stage == [13, 13, 13, 13]
+    with pytest.raises(PlannerError, match="without virtual stages or a layout; use a pp that divides 52"):
+        planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, virtual_stages=2, seq_len=8192)
+    with pytest.raises(PlannerError, match="pp 8 with virtual_stages 1"):
+        planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=8, seq_len=8192)

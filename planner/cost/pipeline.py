@@ -173,11 +173,13 @@ def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: in
     """(busiest other rank's decoder layers, last rank's decoder layers) of the split the plan
     runs when the job names no layout: with p = 1 (0, L); a stack that takes any split
     (``Stack.pipeline_layouts``) balances the last rank (``balanced_last_layers``); another runs the
-    even split (``stage_layer_counts``: extras in the middle chunks)."""
+    even split (``stage_layer_counts``: extras in the middle chunks), as a hybrid model runs on any
+    stack (Megatron-Core's MambaStack: ``num_layers // pp_size`` per rank, constraints
+    'hybrid_pipeline')."""
     layers = model.num_hidden_layers
     if pp == 1:
         return 0, layers
-    if job.software.pipeline_layouts:
+    if job.software.pipeline_layouts and not model.is_hybrid:
         last = balanced_last_layers(layers, pp, virtual_stages, last_rank_extra_layers(model, job))
         return -(-(layers - last) // (pp - 1)), last
     counts = stage_layer_counts(layers, pp, virtual_stages)

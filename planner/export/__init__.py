@@ -52,17 +52,13 @@ def render(
 ) -> Exported:
     """The settings of ``config`` for target ``fmt``, with an optional one-line header comment
     (ignored for JSON, which has no comments); ``cluster``, where given, is where the mesh runs
-    (Megatron's TP overlap only for a TP group inside one NVLink domain). A hybrid Mamba-2 model is
-    refused: Megatron-LM trains it with pretrain_mamba.py and its own arguments
-    (--hybrid-override-pattern, --mamba-num-heads, --mamba-head-dim, --mamba-state-dim,
-    --mamba-num-groups), which this export does not write yet, and torchtitan and DeepSpeed ship no
-    Mamba-2 layer."""
-    if model.is_hybrid:
+    (Megatron's TP overlap only for a TP group inside one NVLink domain). A hybrid Mamba-2 model goes
+    to Megatron-LM alone (``megatron._hybrid_args``): torchtitan and DeepSpeed ship no Mamba-2 layer."""
+    if model.is_hybrid and fmt != "megatron":
         raise refuse(
             fmt,
             f"{model.name}'s hybrid Mamba-2 layers",
-            "Megatron-LM trains them with pretrain_mamba.py (--hybrid-override-pattern, --mamba-*), not written by "
-            "this export yet; torchtitan and DeepSpeed have no Mamba-2 layer",
+            "torchtitan and DeepSpeed have no Mamba-2 layer",
             mesh_bound=False,
         )
     if fmt == "megatron":

@@ -28,7 +28,7 @@ from planner.export.common import (
 )
 from planner.mesh import MeshArrays
 from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec, check_positions
-from planner.schemas.model import ModelSpec
+from planner.schemas.model import MAMBA_CHUNK_SIZE, MAMBA_CONV_KERNEL, ModelSpec
 from planner.schemas.parallel import DUAL_SCHEDULES, ParallelConfig
 
 if TYPE_CHECKING:
@@ -353,9 +353,11 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
             args += ["--kv-channels", str(model.head_dim_resolved)]
         if model.num_kv_heads < a:
             args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
-    learned = model.position_embedding_type == "learned"
     args += ["--max-position-embeddings", str(max_positions(model, job))]
-    args += ["--position-embedding-type", "learned_absolute" if learned else "rope"]
+    position = {"learned": "learned_absolute", "none": "none"}.get(model.position_embedding_type, "rope")
+    args += ["--position-embedding-type", position]
+    if model.is_hybrid:
+        args += _hybrid_args(model)
     args += ["--normalization", "LayerNorm" if model.norm_type == "layernorm" else "RMSNorm"]
     if model.model_type == "gpt_oss":
         # its clamped SwiGLU, x*sigmoid(1.702x) of the gate times (up + 1), both clamped at 7: Megatron's
@@ -407,6 +409,42 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
             args += ["--q-lora-rank", str(model.q_lora_rank)]
         args += ["--kv-lora-rank", str(model.kv_lora_rank), "--qk-head-dim", str(model.qk_nope_head_dim)]
         args += ["--qk-pos-emb-head-dim", str(model.qk_rope_head_dim), "--v-head-dim", str(model.v_head_dim)]
+    return args
+
+
+MAMBA_STACK_SPEC = ("megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec")
+"""The layer spec a hybrid model needs (--spec): mamba_builders.py raises "You must provide a valid
+Mamba layer spec via --spec" without it."""
+
+
+def _hybrid_args(model: ModelSpec) -> list[str]:
+    """A hybrid Mamba-2 model for pretrain_mamba.py, as arguments.py _add_experimental_args defines
+    them at the commit above: --spec (``MAMBA_STACK_SPEC``), --is-hybrid-model,
+    --hybrid-override-pattern (the pattern as is: Megatron's Symbols are NemotronH's), --mamba-num-heads,
+    --mamba-head-dim, --mamba-state-dim, --mamba-num-groups (defaults 64, 128, 8: written anyway).
+    MambaMixer's conv width (4) and SSD chunk (128) have no flag; another value is refused, as is a
+    hybrid with MoE blocks (validate_args at that commit asserts "Model Spec must be None when using
+    MoEs"; later releases train them with --hybrid-layer-pattern and pretrain_hybrid.py)."""
+    if model.is_moe:
+        raise refuse(
+            TARGET,
+            f"{model.name}'s MoE blocks in a hybrid model",
+            "Megatron-LM at the pinned commit asserts no --spec with --num-experts; later releases take "
+            "--hybrid-layer-pattern (pretrain_hybrid.py), not written yet",
+            mesh_bound=False,
+        )
+    if model.mamba_conv_width != MAMBA_CONV_KERNEL or model.mamba_chunk != MAMBA_CHUNK_SIZE:
+        raise refuse(
+            TARGET,
+            f"a Mamba-2 conv width {model.mamba_conv_width} and SSD chunk {model.mamba_chunk}",
+            f"Megatron-Core's MambaMixer fixes them at {MAMBA_CONV_KERNEL} and {MAMBA_CHUNK_SIZE}",
+            mesh_bound=False,
+        )
+    args = ["--spec", *MAMBA_STACK_SPEC, "--is-hybrid-model"]
+    args += ["--hybrid-override-pattern", model.hybrid_override_pattern or ""]
+    if model.mamba_inner_size:
+        args += ["--mamba-num-heads", str(model.mamba_num_heads), "--mamba-head-dim", str(model.mamba_head_dim)]
+        args += ["--mamba-state-dim", str(model.ssm_state_size), "--mamba-num-groups", str(model.mamba_n_groups)]
     return args
 
 
@@ -518,6 +556,11 @@ def megatron_notes(
             "table by it): training longer than the checkpoint's context, set its RoPE scaling to match"
         )
     notes += routing_note(job, config, flags_written=True)
+    if model.is_hybrid:
+        notes.append(
+            "a hybrid Mamba-2 model: launch pretrain_mamba.py (mamba_builders.py needs the --spec written here), "
+            "with mamba_ssm and causal_conv1d installed"
+        )
     notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
     if model.position_embedding_type == "rope":
         notes.append(
