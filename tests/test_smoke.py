@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from planner.catalog import load_cluster, model_names, profile_names
+from planner.catalog import load_cluster, load_model, model_names, profile_names
 from planner.schemas import Estimate
 
 PAIRS = [(m, p) for m in model_names() for p in profile_names()]
@@ -19,7 +19,10 @@ def test_every_model_on_every_profile(cli, model: str, profile: str) -> None:
         best = r.json()["candidates"][0]
         assert best["fits"] and best["step_time_s"] > 0
     else:
-        assert r.code == 2 and r.err.startswith("error: no mesh fits in memory"), r.err
+        # a hybrid model's pipeline splits its layers evenly (constraint 'hybrid_pipeline'): 52 layers
+        # on 144 GPUs at a batch of 512 leave no mesh, which the one line says
+        hybrid = load_model(model).is_hybrid and "'hybrid_pipeline'" in r.err
+        assert r.code == 2 and (r.err.startswith("error: no mesh fits in memory") or hybrid), r.err
         assert len(r.err.strip().splitlines()) == 1
     # One plain data-parallel mesh always prices (it may not fit).
     n = load_cluster(cluster).num_gpus
