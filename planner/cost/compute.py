@@ -471,8 +471,12 @@ def mamba_scan_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, m
     unfused scan is 'mostly bottlenecked by memory bandwidth and latency', writing and reading
     intermediate data between its five kernels (PyTorch blog, 'Accelerating Mamba2 with Kernel
     Fusion', 2025: fusing them made it 1.5-2.5x faster on A100 and H100), so the traffic decides;
-    its kernel rate has not been measured here. Backward is priced as twice the forward, as for
-    every layer term."""
+    its kernel rate has not been measured here. Checked against the one public kernel time found:
+    tilelang's tuned chunk_scan forward alone (benchmark/mamba2/README.md: H800, batch 8, 8,192
+    tokens, 80 heads, P 64, N 128, chunk 256, one group) takes 1.28 ms; this prices all five kernels
+    of that shape at 1.71 ms on an H800, where chunk_state adds about half the chunk scan's FLOPs:
+    short by perhaps a fifth, not more. Backward is priced as twice the forward, as for every
+    layer term (mamba_ssm's backward runs about ten kernels: unmeasured here)."""
     gpu = cluster.gpu
     tokens = mesh.tokens_per_rank(job.seq_len)
     t = mesh.tp.astype(float)
