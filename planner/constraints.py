@@ -190,12 +190,13 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, x: (
             (not m.is_hybrid)
             | (x.pp == 1)
-            | ((x.virtual_stages == 1) & (m.num_hidden_layers % x.pp == 0) & (x.layout_last < 0))
+            | ((x.virtual_stages == 1) & (m.num_hidden_layers % x.pp == 0) & (x.layout_last < 0) & ~is_dual(x))
         ),
         lambda m, c, j, p: (
-            f"pp {p.pp} with virtual_stages {p.virtual_stages} for {m.name}'s {m.num_hidden_layers} hybrid layers: "
-            "Megatron-Core splits a hybrid pattern evenly over pipeline ranks, without virtual stages or a layout; "
-            f"use a pp that divides {m.num_hidden_layers} and virtual_stages 1"
+            f"pp {p.pp} with virtual_stages {p.virtual_stages} and schedule {p.schedule} for {m.name}'s "
+            f"{m.num_hidden_layers} hybrid layers: Megatron-Core splits a hybrid pattern evenly over pipeline ranks "
+            f"under 1F1B, without virtual stages, a layout or DualPipe; use a pp that divides {m.num_hidden_layers}, "
+            "virtual_stages 1 and schedule 1f1b"
         ),
     ),
     Rule(

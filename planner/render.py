@@ -487,6 +487,8 @@ def print_models(console: Console, models: list[ModelSpec]) -> None:
     for m in models:
         c = m.parameter_counts
         kind = f"MoE {m.num_experts_total}x top-{m.num_experts_per_tok}" if m.is_moe else "dense"
+        if m.is_hybrid:
+            kind = f"hybrid Mamba-2, {kind}"
         table.add_row(
             m.name,
             ", ".join(m.aliases),

@@ -251,7 +251,7 @@ def test_a_hybrid_pipeline_is_split_evenly_without_virtual_stages() -> None:
     """Megatron-Core's MambaStack: num_layers // pp_size per rank, no interleaving."""
     est = planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, seq_len=8192)
     assert est.layers_per_stage == [13, 13, 13, 13]
-    with pytest.raises(PlannerError, match="without virtual stages or a layout; use a pp that divides 52"):
+    with pytest.raises(PlannerError, match="without virtual stages, a layout or DualPipe; use a pp that divides 52"):
         planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, virtual_stages=2, seq_len=8192)
-    with pytest.raises(PlannerError, match="pp 8 with virtual_stages 1"):
+    with pytest.raises(PlannerError, match="pp 8 with virtual_stages 1 and schedule 1f1b"):
         planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=8, seq_len=8192)
