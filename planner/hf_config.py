@@ -288,17 +288,26 @@ def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
     the RMSNorm's), no position embedding (Megatron-Core MambaModel and Bridge's
     MambaModelProvider default position_embedding_type 'none'), and the MoE blocks' shared expert of
     ``moe_shared_expert_intermediate_size`` without a gate (as n_shared_experts of the expert width
-    where it divides). LatentMoE (Nemotron 3 Super's ``moe_latent_size``, its experts run on a
-    projected latent) and MTP blocks are refused by name."""
+    where it divides); LatentMoE's ``moe_latent_size`` (Nemotron 3 Super) is a ModelSpec key. MTP
+    blocks are refused by name."""
     pattern = config.get("hybrid_override_pattern")
+    kinds = config.get("layers_block_type")
+    if pattern is None and isinstance(kinds, list):  # newer configs list the blocks by name
+        unknown = sorted({str(k) for k in kinds if k not in NEMOTRON_H_BLOCK_TYPES})
+        if unknown:
+            raise PlannerError(
+                f"{where}: key 'layers_block_type' names {', '.join(map(repr, unknown))}; allowed: "
+                f"{', '.join(NEMOTRON_H_BLOCK_TYPES)}"
+            )
+        pattern = "".join(NEMOTRON_H_BLOCK_TYPES[k] for k in kinds)
     if not isinstance(pattern, str) or not pattern:
-        raise PlannerError(f"{where}: key 'hybrid_override_pattern': a NemotronH config needs its layer pattern string")
-    if config.get("moe_latent_size") not in (None, 0):
         raise PlannerError(
-            f"{where}: key 'moe_latent_size' (LatentMoE: experts on a projected latent, Nemotron 3 Super) is not "
-            "modelled; supported: MoE blocks whose experts take the hidden state"
+            f"{where}: key 'hybrid_override_pattern': a NemotronH config needs its layer pattern string "
+            "(or a layers_block_type list)"
         )
-    if config.get("mtp_hybrid_override_pattern") or config.get("num_nextn_predict_layers"):
+    if config.get("mtp_hybrid_override_pattern") or config.get("mtp_layers_block_type"):
+        raise PlannerError(f"{where}: MTP blocks of a NemotronH model are not modelled")
+    if config.get("num_nextn_predict_layers"):
         raise PlannerError(f"{where}: MTP blocks of a NemotronH model are not modelled")
     fields: dict[str, Any] = {
         "hybrid_override_pattern": pattern,
@@ -320,7 +329,11 @@ def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
     return fields
 
 
-NEMOTRON_H_READ_KEYS = frozenset({"moe_shared_expert_intermediate_size", "moe_latent_size"})
+NEMOTRON_H_READ_KEYS = frozenset({"moe_shared_expert_intermediate_size"})
+
+NEMOTRON_H_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+"""NemotronH's ``layers_block_type`` names -> pattern symbols (Megatron-LM's HF checkpoint loader for
+Nemotron 3 Super, tools/checkpoint: ``mapping = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}``)."""
 """NemotronH MoE keys ``_nemotron_h_fields`` reads, which the unread-MoE-key check lets pass."""
 
 

@@ -271,11 +271,15 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts * moe_load_factor(job, mesh)
     width = model.expert_intermediate_size / mesh.expert_tp
     local_experts = experts / mesh.ep
+    d = np.asarray(float(model.expert_input_size))  # the latent under LatentMoE
     out.append(Gemm("moe.router", tokens / t, np.asarray(float(experts)), np.asarray(float(h))))
+    if model.moe_latent_size:  # fc1_latent_proj before the dispatch, fc2_latent_proj after the combine
+        out.append(Gemm("moe.latent_down", tokens / t, d, np.asarray(float(h))))
+        out.append(Gemm("moe.latent_up", tokens / t, np.asarray(float(h)), d))
     streams = job.software.grouped_gemm_streams
     together = local_experts if streams is None else np.minimum(local_experts, float(streams))
-    out.append(Gemm("moe.expert_in", routed_rows, mats_in * width, np.asarray(float(h)), local_experts, together))
-    out.append(Gemm("moe.expert_out", routed_rows, np.asarray(float(h)), width, local_experts, together))
+    out.append(Gemm("moe.expert_in", routed_rows, mats_in * width, d, local_experts, together))
+    out.append(Gemm("moe.expert_out", routed_rows, d, width, local_experts, together))
     shared = model.shared_expert_width
     if shared:
         out.append(Gemm("moe.shared_in", tokens, mats_in * shared / t, np.asarray(float(h))))
@@ -429,14 +433,15 @@ def layer_forward_parts(
         routed_act = routed_activation_bytes(model, job)
         bytes_per_token["routed_activation"] = routed_act * copies * model.expert_intermediate_size / mesh.expert_tp / t
         bytes_per_token["shared_activation"] = zero + act * model.shared_expert_width / t
-        bytes_per_token["permute"] = 4.0 * copies * 2.0 * token_reorders(model, mesh) * h / t  # read + write
-        bytes_per_token["expert_bias"] = epilogue["bias"] * copies * h / t
+        d = model.expert_input_size  # what the dispatch carries: the latent under LatentMoE
+        bytes_per_token["permute"] = 4.0 * copies * 2.0 * token_reorders(model, mesh) * d / t  # read + write
+        bytes_per_token["expert_bias"] = epilogue["bias"] * copies * d / t
     else:
         bytes_per_token["dense_activation"] = zero + kind.mlp * act * model.intermediate_size / t
     elementwise = {op: tokens * b / bw for op, b in bytes_per_token.items()}
     return LayerForward(
         gemm_s=np.asarray(sum(times.values())),
-        residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in RESIDUAL_OUTPUT_GEMMS)),
+        residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in residual_output_gemms(model))),
         core_s=kind.attention * attention_core_forward_s(model, cluster, job, mesh),
         scan_s=kind.mamba * mamba_scan_forward_s(model, cluster, job, mesh) if kind.mamba else zero,
         elementwise_s=sum(elementwise.values(), zero),
@@ -504,6 +509,14 @@ RESIDUAL_OUTPUT_GEMMS = ("mlp.out", "moe.expert_out", "moe.shared_out")
 """GEMMs whose output only the residual add uses: backward needs no value of theirs (a matmul's
 gradient needs its inputs), so a saved-or-recomputed policy never runs them again. (The attention
 output projection is not one: the second norm needs the residual sum it feeds.)"""
+
+
+def residual_output_gemms(model: ModelSpec) -> tuple[str, ...]:
+    """``RESIDUAL_OUTPUT_GEMMS`` of the model: under LatentMoE fc2_latent_proj takes the experts'
+    place, their down projections feeding it (``flops.residual_output_matmul_params``)."""
+    if model.moe_latent_size:
+        return ("mlp.out", "moe.latent_up", "moe.shared_out")
+    return RESIDUAL_OUTPUT_GEMMS
 
 
 def selective_recompute_forward_s(

@@ -41,15 +41,23 @@ def dense_layer_matmul_params(model: ModelSpec) -> float:
 
 
 def moe_ffn_active_matmul_params(model: ModelSpec) -> int:
-    """Matmul weights one token multiplies in a MoE FFN: router, top-k routed experts and the
+    """Matmul weights one token multiplies in a MoE FFN: router, top-k routed experts (on the
+    latent under LatentMoE, with its two projections, as Megatron's num_floating_point_operations
+    counts 'Routed experts run on moe_latent_size' plus the up and down projections) and the
     shared experts."""
     h = model.hidden_size
-    expert = mlp_matmul_params(model, model.expert_intermediate_size)
-    shared = (model.n_shared_experts or 0) * expert
+    shared = (model.n_shared_experts or 0) * mlp_matmul_params(model, model.expert_intermediate_size)
     if model.shared_expert_intermediate_size:
         shared += mlp_matmul_params(model, model.shared_expert_intermediate_size) + h
-    routed = (model.num_experts_per_tok or 0) * expert
-    return h * model.num_experts_total + routed + shared
+    return h * model.num_experts_total + routed_matmul_params(model) + shared
+
+
+def routed_matmul_params(model: ModelSpec) -> int:
+    """Matmul weights of a token's top-k routed experts, over the latent with LatentMoE's two
+    projections (h x latent each)."""
+    expert = mlp_matmul_params(model, model.expert_intermediate_size, model.expert_input_size)
+    latent = 2 * model.hidden_size * model.moe_latent_size if model.moe_latent_size else 0
+    return (model.num_experts_per_tok or 0) * expert + latent
 
 
 def moe_layer_active_matmul_params(model: ModelSpec) -> float:
@@ -142,7 +150,10 @@ def residual_output_matmul_params(model: ModelSpec) -> int:
     """Weights of the MLP down projections (dense, routed top-k and shared experts) across all
     layers: the GEMMs whose output only the residual add uses (``compute.RESIDUAL_OUTPUT_GEMMS``)."""
     h = model.hidden_size
+    # LatentMoE: the experts' down projections feed fc2_latent_proj, whose output feeds the residual
     routed = (model.num_experts_per_tok or 0) * model.expert_intermediate_size if model.is_moe else 0
+    if model.moe_latent_size:
+        routed = model.moe_latent_size
     moe = model.num_moe_layers * (routed + model.shared_expert_width) * h if model.is_moe else 0
     return model.blocks_of("-") * model.intermediate_size * h + int(moe)
 
@@ -203,8 +214,7 @@ def module_recompute_matmul_params(model: ModelSpec, modules: tuple[str, ...]) -
         total += model.blocks_of("-") * mlp_matmul_params(model, model.intermediate_size)
     if model.is_moe:
         moe_mlp = moe_ffn_active_matmul_params(model)
-        routed = (model.num_experts_per_tok or 0) * mlp_matmul_params(model, model.expert_intermediate_size)
-        shared = moe_mlp - h * model.num_experts_total - routed
+        shared = moe_mlp - h * model.num_experts_total - routed_matmul_params(model)
         if "moe" in modules:
             total += model.num_moe_layers * moe_mlp
         elif "shared_experts" in modules:

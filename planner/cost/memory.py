@@ -148,6 +148,7 @@ class ActivationParts:
     routed_clamped: np.ndarray  # MoE: the clamped gate and up a clamp outside the fused activation adds
     shared: np.ndarray  # MoE: the shared experts' MLP
     mamba: np.ndarray  # hybrid models: a Mamba-2 mixer's (``mamba_activation_bytes_per_token``)
+    latent: np.ndarray  # LatentMoE: fc2_latent_proj's input, the combined latent
 
     def total(self, freed: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
         return sum((getattr(self, f.name) for f in fields(self) if f.name not in freed), np.zeros(()))
@@ -192,6 +193,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         "routed_clamped": zero,
         "shared": zero,
         "mamba": zero + kind.mamba * mamba_activation_bytes_per_token(model, lin) / t,
+        "latent": zero,
     }
     if moe:
         # Each routed token is processed by all expert_tp ranks of its expert: they each keep
@@ -199,7 +201,9 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         # busiest rank holds the job's MoE load factor x the even share.
         routed = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh) * mesh.expert_tp / t
         width = model.expert_intermediate_size / mesh.expert_tp
-        parts["routed_input"] = routed * lin * h
+        parts["routed_input"] = routed * lin * model.expert_input_size
+        if model.moe_latent_size:  # fc1_latent_proj's input is the norm output counted above
+            parts["latent"] = zero + lin * model.moe_latent_size / t
         parts["routed_activation"] = routed * (4.0 if model.is_gated_mlp else 2.0) * width
         parts["routed_product"] = routed * lin * width
         # A SwiGLU clamp run outside the fused activation (``compute.expert_epilogue_bytes``) feeds

@@ -6,7 +6,9 @@ Per layer, following the HF modelling code of each family:
   attention (MLA, DeepSeek-V2/V3 modeling_deepseek.py): q_a h*r_q, q_b r_q*a*(d_nope+d_rope),
                     kv_a h*(r_kv+d_rope), kv_b r_kv*a*(d_nope+d_v), O a*d_v*h, two LoRA norms
   MLP:              gated 3*h*f, plain 2*h*f (+ biases when mlp_bias)
-  MoE MLP:          E routed experts of width f_e, router h*E (+ E with mlp_bias), shared experts
+  MoE MLP:          E routed experts of width f_e, router h*E (+ E with mlp_bias), shared experts;
+                    LatentMoE: the experts read and write the latent (moe_latent_size) instead of h,
+                    plus fc1_latent_proj h*latent and fc2_latent_proj latent*h (biases with mlp_bias)
   norms:            2 per layer, h each (RMSNorm) or 2h (LayerNorm has a bias)
   Mamba-2 mixer (hybrid models; Megatron-Core MambaMixer, HF NemotronHMamba2Mixer): in_proj
                     h*(2*d_inner + 2*G*N + H) (z, x, B, C, dt), the causal conv1d over x, B, C
@@ -44,6 +46,7 @@ class ParameterCounts(Frozen):
     moe_expert_each: NonNegativeInt
     moe_shared_per_layer: NonNegativeInt
     moe_router_per_layer: NonNegativeInt
+    moe_latent_per_layer: NonNegativeInt  # LatentMoE's two projections (0 without)
     mamba_per_layer: NonNegativeInt  # one Mamba-2 mixer (hybrid models), without its norm
     dense_layer: NonNegativeInt  # hybrid models: the mean of the layers that are not MoE, rounded
     moe_layer: NonNegativeInt
@@ -69,9 +72,19 @@ def attention_matmul_params(model: ModelSpec) -> int:
     return h * a * d_h + 2 * h * k_v * d_h + a * d_h * h
 
 
-def mlp_matmul_params(model: ModelSpec, width: int) -> int:
-    """Weight-matrix parameters of one MLP of width ``width``: 3*h*f gated, 2*h*f plain."""
-    return (3 if model.is_gated_mlp else 2) * model.hidden_size * width
+def mlp_matmul_params(model: ModelSpec, width: int, inputs: int | None = None) -> int:
+    """Weight-matrix parameters of one MLP of width ``width`` over ``inputs`` features (the hidden
+    size unless given: a LatentMoE expert's latent): 3*h*f gated, 2*h*f plain."""
+    return (3 if model.is_gated_mlp else 2) * (inputs or model.hidden_size) * width
+
+
+def latent_projection_params(model: ModelSpec) -> int:
+    """LatentMoE's fc1_latent_proj and fc2_latent_proj of one MoE layer (0 without a latent)."""
+    latent = model.moe_latent_size
+    if latent is None:
+        return 0
+    h = model.hidden_size
+    return 2 * h * latent + ((h + latent) if model.mlp_bias else 0)
 
 
 def mamba_in_proj_width(model: ModelSpec) -> int:
@@ -112,11 +125,12 @@ def attention_params(model: ModelSpec) -> int:
     return weights + biases + qk_norm + sinks
 
 
-def mlp_params(model: ModelSpec, width: int) -> int:
-    """One MLP of hidden width ``width``: 3*h*f gated (SwiGLU), 2*h*f plain, plus biases."""
-    h = model.hidden_size
+def mlp_params(model: ModelSpec, width: int, inputs: int | None = None) -> int:
+    """One MLP of hidden width ``width`` over ``inputs`` features (``mlp_matmul_params``): 3*h*f
+    gated (SwiGLU), 2*h*f plain, plus biases."""
+    h = inputs or model.hidden_size
     biases = ((2 if model.is_gated_mlp else 1) * width + h) if model.mlp_bias else 0
-    return mlp_matmul_params(model, width) + biases
+    return mlp_matmul_params(model, width, inputs) + biases
 
 
 def count_parameters(model: ModelSpec) -> ParameterCounts:
@@ -132,17 +146,18 @@ def count_parameters(model: ModelSpec) -> ParameterCounts:
     experts = expert_each = shared = router = 0
     top_k = model.num_experts_per_tok or 0
     if model.is_moe:
-        expert_each = mlp_params(model, model.expert_intermediate_size)
+        expert_each = mlp_params(model, model.expert_intermediate_size, model.expert_input_size)
         experts = model.num_experts_total * expert_each
         # the router's bias comes with the biased linears (GptOssTopKRouter.bias; Megatron-Core
         # TopKRouter.bias under add_bias_linear)
         router = (h + (1 if model.mlp_bias else 0)) * model.num_experts_total
-        shared = (model.n_shared_experts or 0) * expert_each
+        shared = (model.n_shared_experts or 0) * mlp_params(model, model.expert_intermediate_size)
         if model.shared_expert_intermediate_size:
             # Qwen2-MoE: one shared expert of its own width, plus a sigmoid gate of h parameters.
             shared += mlp_params(model, model.shared_expert_intermediate_size) + h
 
     mamba = mamba_params(model)
+    latent = latent_projection_params(model)
     n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
     outside = embedding + lm_head + final_norm
     if model.is_hybrid:  # one norm per block, attention only in the attention blocks
@@ -150,12 +165,12 @@ def count_parameters(model: ModelSpec) -> ParameterCounts:
         others = model.blocks_of("*") * attention + model.blocks_of("M") * mamba + model.blocks_of("-") * dense_mlp
         dense_total = others + n_dense * norms
         dense_layer = round(dense_total / max(n_dense, 1))
-        moe_layer = norms + experts + shared + router
-        moe_layer_active = norms + top_k * expert_each + shared + router
+        moe_layer = norms + experts + shared + router + latent
+        moe_layer_active = norms + top_k * expert_each + shared + router + latent
     else:
         dense_layer = attention + norms + dense_mlp
-        moe_layer = attention + norms + experts + shared + router
-        moe_layer_active = attention + norms + top_k * expert_each + shared + router
+        moe_layer = attention + norms + experts + shared + router + latent
+        moe_layer_active = attention + norms + top_k * expert_each + shared + router + latent
         dense_total = n_dense * dense_layer
     return ParameterCounts(
         total=dense_total + n_moe * moe_layer + outside,
@@ -170,6 +185,7 @@ def count_parameters(model: ModelSpec) -> ParameterCounts:
         moe_expert_each=expert_each,
         moe_shared_per_layer=shared,
         moe_router_per_layer=router,
+        moe_latent_per_layer=latent,
         mamba_per_layer=mamba,
         dense_layer=dense_layer,
         moe_layer=moe_layer,

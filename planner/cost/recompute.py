@@ -61,8 +61,16 @@ MODULES: dict[str, Module] = {
     "moe_act": Module(frees=("routed_product", "routed_clamped"), ops=("routed_activation",), needs="moe"),
     "mlp": Module(frees=("dense_mlp",), gemms=("mlp.in", "mlp.out"), ops=("dense_activation",), needs="dense"),
     "moe": Module(
-        frees=("routed_input", "routed_activation", "routed_product", "routed_clamped", "shared"),
-        gemms=("moe.router", "moe.expert_in", "moe.expert_out", "moe.shared_in", "moe.shared_out"),
+        frees=("routed_input", "routed_activation", "routed_product", "routed_clamped", "shared", "latent"),
+        gemms=(
+            "moe.router",
+            "moe.latent_down",
+            "moe.expert_in",
+            "moe.expert_out",
+            "moe.latent_up",
+            "moe.shared_in",
+            "moe.shared_out",
+        ),
         ops=("routed_activation", "shared_activation", "permute", "expert_bias"),
         dispatch=True,
     ),

@@ -195,8 +195,16 @@ def tp_linear_inputs(model: ModelSpec, layers: np.ndarray, moe_layers: np.ndarra
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """The busiest rank's routed tokens (its 1/t of the tokens, top-k copies, x the job's MoE load
     factor: padded capacity buffers under token drop, the load imbalance of dropless routing, which
-    the all-to-all waits for) x h: the expert-TP all-reduce and the EP dispatch/combine buffers."""
-    return tp_message_bytes(model, job, mesh) / mesh.tp * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)
+    the all-to-all waits for) x h (the latent under LatentMoE, ``routed_width_share``): the
+    expert-TP all-reduce and the EP dispatch/combine buffers."""
+    local = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model)
+    return local * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)
+
+
+def routed_width_share(model: ModelSpec) -> float:
+    """Width of a routed token over h: 1, or latent / h under LatentMoE, whose dispatch carries the
+    projected latent (fc1_latent_proj before it, fc2_latent_proj after the combine)."""
+    return model.expert_input_size / model.hidden_size
 
 
 @dataclass(frozen=True)
@@ -234,7 +242,7 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
       8 nodes sends 3.2 copies of a token over InfiniBand, 4.6 without its 4-of-8 group limit,
       not 6.7.) The SMs its kernels take matter only when the dispatch overlaps compute, where
       the stack's ``overlap_slowdown`` prices them."""
-    local = tp_message_bytes(model, job, mesh) / mesh.tp
+    local = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model)
     if job.moe_dispatcher == "allgather":
         return Dispatch("all_gather", local * mesh.ep)
     if job.moe_dispatcher == "flex":

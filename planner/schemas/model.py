@@ -179,6 +179,12 @@ class ModelSpec(Frozen):
     shared_expert_intermediate_size: PositiveInt | None = Field(None, description="Qwen2-MoE shared expert width")
     first_k_dense_replace: NonNegativeInt | None = Field(None, description="DeepSeek: the first k layers are dense")
     decoder_sparse_step: PositiveInt | None = Field(None, description="Qwen-MoE: layer i is MoE when (i+1) % step == 0")
+    moe_latent_size: PositiveInt | None = Field(
+        None,
+        description="LatentMoE (Nemotron 3 Super, HF NemotronHConfig and Megatron-Core moe_latent_size): the routed "
+        "experts take a projected latent of this width, fc1_latent_proj h -> latent before the dispatch and "
+        "fc2_latent_proj latent -> h after the combine; router and shared experts read the hidden state",
+    )
     n_group: PositiveInt | None = Field(
         None,
         description="DeepSeek group-limited routing: the routed experts fall into n_group contiguous groups "
@@ -284,6 +290,8 @@ class ModelSpec(Frozen):
             raise ValueError("layer_types names sliding_attention layers but sliding_window is not set")
         if self.num_chunked_layers and self.attention_chunk_size is None:
             raise ValueError("layer_types names chunked_attention layers but attention_chunk_size is not set")
+        if self.moe_latent_size is not None and not self.is_moe:
+            raise ValueError("moe_latent_size without experts: LatentMoE projects the routed experts' input")
         if self.num_moe_layers == 0 and self.is_moe:
             raise ValueError("experts are declared but first_k_dense_replace/decoder_sparse_step leave no MoE layer")
         self._consistent_hybrid()
@@ -383,6 +391,12 @@ class ModelSpec(Frozen):
     @property
     def expert_intermediate_size(self) -> int:
         return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def expert_input_size(self) -> int:
+        """Width the routed experts read and write, and the dispatch carries: ``moe_latent_size``
+        under LatentMoE, else ``hidden_size``."""
+        return self.moe_latent_size or self.hidden_size
 
     @property
     def shared_expert_width(self) -> int:

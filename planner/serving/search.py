@@ -304,6 +304,10 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
     from pydantic import ValidationError
 
+    if model.moe_latent_size:
+        raise PlannerError(
+            f"model {model.name}: plan serve does not price LatentMoE (moe_latent_size); plan prices its training"
+        )
     if model.is_hybrid:
         raise PlannerError(
             f"model {model.name}: plan serve does not price hybrid Mamba-2 models (their per-sequence convolution "
