@@ -255,3 +255,92 @@ def test_a_hybrid_pipeline_is_split_evenly_without_virtual_stages() -> None:
         planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, virtual_stages=2, seq_len=8192)
     with pytest.raises(PlannerError, match="pp 8 with virtual_stages 1 and schedule 1f1b"):
         planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=8, seq_len=8192)
+
+
+def _latent_moe(latent: int | None) -> ModelSpec:
+    """A small Nemotron-3-Super-like hybrid: LatentMoE blocks between Mamba and attention blocks."""
+    return _transformer(
+        4,
+        hybrid_override_pattern="ME*E",
+        hidden_act="relu2",
+        mamba_num_heads=32,
+        mamba_head_dim=64,
+        ssm_state_size=128,
+        mamba_n_groups=8,
+        num_experts=64,
+        num_experts_per_tok=8,
+        moe_intermediate_size=1344,
+        shared_expert_intermediate_size=None,
+        n_shared_experts=2,
+        moe_latent_size=latent,
+    )
+
+
+def test_latent_moe_runs_the_experts_on_the_latent() -> None:
+    """Nemotron 3 Super's LatentMoE (Megatron's num_floating_point_operations: 'Routed experts run on
+    moe_latent_size' plus the up and down projections): the experts' weights and FLOPs over the
+    latent, two h x latent projections per MoE layer, the shared experts on h, and the dispatch
+    carrying the latent."""
+    from planner.cost.flops import moe_ffn_active_matmul_params
+    from planner.cost.traffic import routed_message_bytes
+    from planner.mesh import MeshArrays
+    from planner.schemas.job import JobSpec
+    from planner.schemas.parallel import ParallelConfig
+
+    plain, latent = _latent_moe(None), _latent_moe(512)
+    h, f = 2048, 1344
+    per_layer = 64 * 2 * 512 * f + 2 * h * 512  # routed experts on the latent, and the two projections
+    assert latent.parameter_counts.moe_layer - latent.parameter_counts.moe_experts_per_layer == (
+        plain.parameter_counts.moe_layer - plain.parameter_counts.moe_experts_per_layer + 2 * h * 512
+    )
+    assert latent.parameter_counts.moe_experts_per_layer + 2 * h * 512 == per_layer
+    shared = 2 * 2 * h * f
+    assert moe_ffn_active_matmul_params(latent) == h * 64 + 8 * 2 * 512 * f + 2 * h * 512 + shared
+    job = JobSpec(global_batch_size=16, seq_len=4096)
+    mesh = MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, micro_batch_size=2)])
+    assert routed_message_bytes(latent, job, mesh)[0] == pytest.approx(routed_message_bytes(plain, job, mesh)[0] / 4)
+    a = planner.estimate(latent, "dgx-h100x1", dp=8, ep=8, micro_batch_size=2, global_batch_size=64, seq_len=4096)
+    b = planner.estimate(plain, "dgx-h100x1", dp=8, ep=8, micro_batch_size=2, global_batch_size=64, seq_len=4096)
+    assert a.time_breakdown_s.ep_comm < b.time_breakdown_s.ep_comm / 3
+    with pytest.raises(ValueError, match="moe_latent_size without experts"):
+        _transformer(4, moe_latent_size=512)
+
+
+def test_a_nemotron_h_config_may_list_its_blocks_by_name(tmp_path: Path) -> None:
+    """Newer NemotronH configs (Nemotron 3 Super) give ``layers_block_type`` instead of the pattern
+    string: mamba, attention, mlp, moe (Megatron-LM's checkpoint loader maps them to M * - E)."""
+    config = {
+        "model_type": "nemotron_h",
+        "layers_block_type": ["mamba", "moe", "attention", "moe"],
+        "num_hidden_layers": 4,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 4,
+        "intermediate_size": 1344,
+        "mamba_num_heads": 32,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 128,
+        "n_groups": 8,
+        "n_routed_experts": 64,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 1344,
+        "moe_shared_expert_intermediate_size": 2688,
+        "moe_latent_size": 512,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+    }
+    path = tmp_path / "super" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    read = load_model(str(path))
+    assert (read.hybrid_override_pattern, read.moe_latent_size, read.n_shared_experts) == ("ME*E", 512, 2)
+    refused = {
+        "gdn": ({**config, "layers_block_type": ["mamba", "moe", "gdn", "moe"]}, "names 'gdn'; allowed: mamba, "),
+        "mtp": ({**config, "mtp_layers_block_type": ["attention", "moe"]}, "MTP blocks of a NemotronH model"),
+    }
+    for name, (bad, fragment) in refused.items():
+        where = tmp_path / name / "config.json"
+        where.parent.mkdir()
+        where.write_text(json.dumps(bad))
+        with pytest.raises(PlannerError, match=fragment):
+            load_model(str(where))
