@@ -288,29 +288,20 @@ def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
     the RMSNorm's), no position embedding (Megatron-Core MambaModel and Bridge's
     MambaModelProvider default position_embedding_type 'none'), and the MoE blocks' shared expert of
     ``moe_shared_expert_intermediate_size`` without a gate (as n_shared_experts of the expert width
-    where it divides); LatentMoE's ``moe_latent_size`` (Nemotron 3 Super) is a ModelSpec key. MTP
-    blocks are refused by name."""
-    pattern = config.get("hybrid_override_pattern")
-    kinds = config.get("layers_block_type")
-    if pattern is None and isinstance(kinds, list):  # newer configs list the blocks by name
-        unknown = sorted({str(k) for k in kinds if k not in NEMOTRON_H_BLOCK_TYPES})
-        if unknown:
-            raise PlannerError(
-                f"{where}: key 'layers_block_type' names {', '.join(map(repr, unknown))}; allowed: "
-                f"{', '.join(NEMOTRON_H_BLOCK_TYPES)}"
-            )
-        pattern = "".join(NEMOTRON_H_BLOCK_TYPES[k] for k in kinds)
+    where it divides); LatentMoE's ``moe_latent_size`` (Nemotron 3 Super) is a ModelSpec key, and
+    its MTP modules' blocks come under ``mtp_hybrid_override_pattern`` or ``mtp_layers_block_type``
+    (their count under ``num_nextn_predict_layers``)."""
+    pattern = _block_pattern(config, "hybrid_override_pattern", "layers_block_type", where)
     if not isinstance(pattern, str) or not pattern:
         raise PlannerError(
             f"{where}: key 'hybrid_override_pattern': a NemotronH config needs its layer pattern string "
             "(or a layers_block_type list)"
         )
-    if config.get("mtp_hybrid_override_pattern") or config.get("mtp_layers_block_type"):
-        raise PlannerError(f"{where}: MTP blocks of a NemotronH model are not modelled")
-    if config.get("num_nextn_predict_layers"):
-        raise PlannerError(f"{where}: MTP blocks of a NemotronH model are not modelled")
     fields: dict[str, Any] = {
         "hybrid_override_pattern": pattern,
+        "mtp_hybrid_override_pattern": _block_pattern(
+            config, "mtp_hybrid_override_pattern", "mtp_layers_block_type", where
+        ),
         "hidden_act": config.get("mlp_hidden_act", "relu2"),
         "norm_type": "rmsnorm",
         "position_embedding_type": "none",
@@ -335,6 +326,21 @@ NEMOTRON_H_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"
 """NemotronH's ``layers_block_type`` names -> pattern symbols (Megatron-LM's HF checkpoint loader for
 Nemotron 3 Super, tools/checkpoint: ``mapping = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}``)."""
 """NemotronH MoE keys ``_nemotron_h_fields`` reads, which the unread-MoE-key check lets pass."""
+
+
+def _block_pattern(config: dict[str, Any], key: str, names_key: str, where: str) -> Any:
+    """A NemotronH block pattern: the string under ``key``, else the ``names_key`` list newer configs
+    give (mamba, attention, mlp, moe: ``NEMOTRON_H_BLOCK_TYPES``), else None."""
+    kinds = config.get(names_key)
+    if config.get(key) is not None or not isinstance(kinds, list):
+        return config.get(key)
+    unknown = sorted({str(k) for k in kinds if k not in NEMOTRON_H_BLOCK_TYPES})
+    if unknown:
+        raise PlannerError(
+            f"{where}: key '{names_key}' names {', '.join(map(repr, unknown))}; allowed: "
+            f"{', '.join(NEMOTRON_H_BLOCK_TYPES)}"
+        )
+    return "".join(NEMOTRON_H_BLOCK_TYPES[k] for k in kinds)
 
 
 def _full_every(period: int, layers: int, other: str) -> list[str]:

@@ -216,7 +216,7 @@ def test_a_hybrid_row_is_priced_as_the_catalog_model_its_hf_id_names() -> None:
     ):
         model_from_row(wrong)
     unknown = copy.deepcopy(NANO_ROW)
-    unknown["model"]["hf_id"] = "nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16"
+    unknown["model"]["hf_id"] = "nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16"
     with pytest.raises(UnpriceableError, match="no catalog model holds for hf_id"):
         model_from_row(unknown)
 
@@ -336,11 +336,44 @@ def test_a_nemotron_h_config_may_list_its_blocks_by_name(tmp_path: Path) -> None
     assert (read.hybrid_override_pattern, read.moe_latent_size, read.n_shared_experts) == ("ME*E", 512, 2)
     refused = {
         "gdn": ({**config, "layers_block_type": ["mamba", "moe", "gdn", "moe"]}, "names 'gdn'; allowed: mamba, "),
-        "mtp": ({**config, "mtp_layers_block_type": ["attention", "moe"]}, "MTP blocks of a NemotronH model"),
+        "mtp": ({**config, "mtp_layers_block_type": ["attention", "moe"]}, "need mtp_hybrid_override_pattern"),
     }
+    with_mtp = tmp_path / "mtp-ok" / "config.json"
+    with_mtp.parent.mkdir()
+    with_mtp.write_text(
+        json.dumps({**config, "mtp_layers_block_type": ["attention", "moe"], "num_nextn_predict_layers": 2})
+    )
+    read_mtp = load_model(str(with_mtp))
+    assert (read_mtp.mtp_hybrid_override_pattern, read_mtp.num_nextn_predict_layers) == ("*E", 2)
     for name, (bad, fragment) in refused.items():
         where = tmp_path / name / "config.json"
         where.parent.mkdir()
         where.write_text(json.dumps(bad))
         with pytest.raises(PlannerError, match=fragment):
             load_model(str(where))
+
+
+def test_nemotron_3_super_counts_and_prices_its_mtp_blocks() -> None:
+    """120 B total, 12 B active (the name's A12B); each of its 2 MTP modules is an attention and a
+    LatentMoE block ('*E', Megatron-Bridge's Nemotron3SuperProvider) with its projection and LM head,
+    counted in the model FLOPs and on the last rank's layers."""
+    from planner.cost.flops import mtp_block_counts, mtp_matmul_params_active
+    from planner.cost.pipeline import layers_with_mtp, moe_layers_of
+
+    m = load_model("nemotron-3-super")
+    c = m.parameter_counts
+    assert c.total == pytest.approx(120.67e9, rel=1e-3) and c.active_per_token == pytest.approx(12.77e9, rel=1e-3)
+    assert mtp_block_counts(m) == (2, 1)
+    assert layers_with_mtp(m, 88, 2) == 92 and moe_layers_of(m, 88, 2) == pytest.approx(40 + 2)
+    h = 4096
+    attention = h * 32 * 128 + 2 * h * 2 * 128 + 32 * 128 * h
+    moe = h * 512 + 22 * 2 * 1024 * 2688 + 2 * h * 1024 + 2 * 2 * h * 2688
+    assert mtp_matmul_params_active(m) == attention + moe + 2 * h * h + 131072 * h
+    with_mtp = model_flops_per_token(m, 8192, 2)
+    assert with_mtp - model_flops_per_token(m, 8192) == pytest.approx(
+        2 * (6.0 * mtp_matmul_params_active(m) + 3.0 * 2.0 * 8192 * 32 * 256)
+    )
+    with pytest.raises(ValueError, match="need mtp_hybrid_override_pattern"):
+        m.model_copy(update={"mtp_hybrid_override_pattern": None}).model_validate(
+            {**m.model_dump(), "mtp_hybrid_override_pattern": None}
+        )

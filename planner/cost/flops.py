@@ -163,6 +163,18 @@ def mtp_layers(model: ModelSpec, job: JobSpec) -> int:
     return model.num_nextn_predict_layers if job.mtp_layers is None else job.mtp_layers
 
 
+def mtp_block_counts(model: ModelSpec) -> tuple[int, int]:
+    """(layers, MoE layers) of one MTP module's decoder part, in the units the stage counts layers
+    in: a transformer's one layer of its last layer's kind (``mtp_layer_is_moe``); a hybrid's
+    blocks of its ``mtp_hybrid_override_pattern`` (Nemotron 3 Super's '*E': 2, one MoE), its
+    non-MoE blocks priced at the model's dense kind (``ModelSpec.layer_kind``: the mean of its
+    other blocks, an approximation for an MTP attention block)."""
+    pattern = model.mtp_hybrid_override_pattern
+    if pattern is not None:
+        return len(pattern), pattern.count("E")
+    return 1, int(mtp_layer_is_moe(model))
+
+
 def mtp_layer_is_moe(model: ModelSpec) -> bool:
     """An MTP module's decoder layer has the kind of the model's last layer (Megatron-Core builds
     it from the decoder's layer spec; DeepSeek-V3's MTP layer is a MoE layer)."""
@@ -176,11 +188,28 @@ def mtp_projection_params(model: ModelSpec) -> int:
     return 2 * model.hidden_size * model.hidden_size
 
 
-def mtp_matmul_params_active(model: ModelSpec) -> int:
-    """Matmul weights one token multiplies in one MTP module: its decoder layer, the projection
-    and its own LM head (the shared output weight, a second V x h product)."""
-    layer = moe_layer_active_matmul_params(model) if mtp_layer_is_moe(model) else dense_layer_matmul_params(model)
+def mtp_matmul_params_active(model: ModelSpec) -> float:
+    """Matmul weights one token multiplies in one MTP module: its decoder layer (a hybrid's blocks
+    of its MTP pattern, each as its kind counts them), the projection and its own LM head (the
+    shared output weight, a second V x h product)."""
+    pattern = model.mtp_hybrid_override_pattern
+    if pattern is not None:
+        per_block = {
+            "*": attention_matmul_params(model),
+            "M": mamba_matmul_params(model),
+            "-": mlp_matmul_params(model, model.intermediate_size),
+            "E": moe_ffn_active_matmul_params(model) if model.is_moe else 0,
+        }
+        layer: float = sum(per_block[symbol] for symbol in pattern)
+    else:
+        layer = moe_layer_active_matmul_params(model) if mtp_layer_is_moe(model) else dense_layer_matmul_params(model)
     return layer + mtp_projection_params(model) + model.vocab_size * model.hidden_size
+
+
+def mtp_attention_blocks(model: ModelSpec) -> int:
+    """Attention blocks of one MTP module: a transformer's one, a hybrid's in its MTP pattern."""
+    pattern = model.mtp_hybrid_override_pattern
+    return 1 if pattern is None else pattern.count("*")
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float:
@@ -194,8 +223,11 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float
     lookup is a gather and costs no FLOPs.
     """
     head = model.vocab_size * model.hidden_size
-    attention = (model.num_hidden_layers + mtp) * attention_score_flops_per_token_fwd(model, seq_len)
-    attention += model.blocks_of("M") * mamba_scan_flops_per_token_fwd(model)
+    per_layer = attention_score_flops_per_token_fwd(model, seq_len)
+    per_attention_block = per_layer / model.attention_layer_share if model.attention_layer_share else 0.0
+    attention = model.num_hidden_layers * per_layer + mtp * mtp_attention_blocks(model) * per_attention_block
+    mtp_mamba = (model.mtp_hybrid_override_pattern or "").count("M")
+    attention += (model.blocks_of("M") + mtp * mtp_mamba) * mamba_scan_flops_per_token_fwd(model)
     return 6.0 * (layers_matmul_params_active(model) + head + mtp * mtp_matmul_params_active(model)) + 3.0 * attention
 
 

@@ -42,7 +42,14 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.flops import attention_dims, flash_attention_runs, mtp_layers, mtp_projection_params
-from planner.cost.pipeline import RankLayers, is_dual, microbatches_in_flight, moe_layers_of, rank_layers
+from planner.cost.pipeline import (
+    RankLayers,
+    is_dual,
+    layers_with_mtp,
+    microbatches_in_flight,
+    moe_layers_of,
+    rank_layers,
+)
 from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays
@@ -357,7 +364,8 @@ def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankPa
     and the busiest other rank's (with the embedding): what the slowest gradient reduction and
     optimizer step of the step's ranks handle."""
     on_every = np.ones(len(mesh), dtype=bool)
-    last_layers, body_layers = ranks.last + ranks.last_mtp, ranks.body + ranks.body_mtp
+    last_layers = layers_with_mtp(model, ranks.last, ranks.last_mtp)
+    body_layers = layers_with_mtp(model, ranks.body, ranks.body_mtp)
     last_moe = moe_layers_of(model, ranks.last, ranks.last_mtp)
     body_moe = moe_layers_of(model, ranks.body, ranks.body_mtp)
     a = rank_params(model, mesh, last_layers, last_moe, ranks.last_mtp, mesh.pp == 1, on_every)
@@ -423,7 +431,7 @@ def stage_layers(
     on_last = (mesh.pp == 1) | (not first)
     decoders = np.where(on_last, ranks.last, ranks.body)
     mtp = np.where(on_last, ranks.last_mtp, ranks.body_mtp)
-    return decoders + mtp, moe_layers_of(model, decoders, mtp), mtp
+    return layers_with_mtp(model, decoders, mtp), moe_layers_of(model, decoders, mtp), mtp
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from planner.cost.flops import (
     attention_score_flops_per_token_fwd,
     dense_layer_matmul_params,
     moe_layer_active_matmul_params,
+    mtp_block_counts,
     mtp_layer_is_moe,
     mtp_layers,
     mtp_projection_params,
@@ -301,8 +302,15 @@ def moe_layers_of(model: ModelSpec, layers: np.ndarray, mtp: np.ndarray | int = 
     model's MoE blocks are spread through its pattern (Nemotron 3 Nano: every other block), so a
     rank holds their share of its layers: exact for the whole model, the mean for a stage."""
     if model.is_hybrid:
-        return np.asarray(layers) * (model.num_moe_layers / model.num_hidden_layers)
+        per_mtp = mtp_block_counts(model)[1]
+        return np.asarray(layers) * (model.num_moe_layers / model.num_hidden_layers) + np.asarray(mtp) * per_mtp
     return np.minimum(layers, model.num_moe_layers) + (np.asarray(mtp) if mtp_layer_is_moe(model) else 0)
+
+
+def layers_with_mtp(model: ModelSpec, decoders: np.ndarray, mtp: np.ndarray | int) -> np.ndarray:
+    """Layers a rank runs: its decoder layers and its MTP modules' (``flops.mtp_block_counts``: one
+    each in a transformer, the blocks of the MTP pattern in a hybrid)."""
+    return decoders + np.asarray(mtp) * mtp_block_counts(model)[0]
 
 
 def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) -> np.ndarray:

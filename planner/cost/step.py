@@ -53,6 +53,7 @@ from planner.cost.pipeline import (
     bubble_fraction,
     bubble_slots,
     heads_on_last_rank,
+    layers_with_mtp,
     mesh_batch_size,
     moe_layers_of,
     num_microbatches,
@@ -159,8 +160,8 @@ def bf16_layer_costs(
     rest = n - laps * lap
     on_last = np.minimum(laps * chunk_last + np.minimum(rest, chunk_last), ranks.last)
     on_body = np.minimum(laps * chunk_body + np.clip(rest - chunk_last, 0.0, chunk_body), ranks.body)
-    last = costs.blend(high, on_last / np.maximum(ranks.last + ranks.last_mtp, 1))
-    body = costs.blend(high, on_body / np.maximum(ranks.body + ranks.body_mtp, 1))
+    last = costs.blend(high, on_last / np.maximum(layers_with_mtp(model, ranks.last, ranks.last_mtp), 1))
+    body = costs.blend(high, on_body / np.maximum(layers_with_mtp(model, ranks.body, ranks.body_mtp), 1))
     return last, body
 
 
@@ -248,7 +249,7 @@ def rank_slot(
     per-layer overhead; exposed TP, EP and CP traffic and the slowdown of compute beside the
     hidden part. An MTP layer is a decoder layer of the model's last kind plus its 2h x h
     projection."""
-    layers = decoders + mtp
+    layers = layers_with_mtp(model, decoders, mtp)
     moe_layers = moe_layers_of(model, decoders, mtp)
     body_fwd = (layers - moe_layers) * costs.dense_fwd + moe_layers * costs.moe_fwd + mtp * costs.mtp_projection_fwd
     selective = (layers - moe_layers) * costs.selective_dense + moe_layers * costs.selective_moe

@@ -207,6 +207,11 @@ class ModelSpec(Frozen):
         description="One character per layer: M Mamba-2, * attention, - MLP, E MoE (HYBRID_BLOCKS); None: every "
         "layer is attention followed by an MLP or MoE FFN",
     )
+    mtp_hybrid_override_pattern: str | None = Field(
+        None,
+        description="The blocks of each MTP module of a hybrid model, in HYBRID_BLOCKS symbols (Megatron-Core "
+        "--mtp-hybrid-override-pattern; Nemotron 3 Super: '*E', an attention and a MoE block)",
+    )
     mamba_num_heads: PositiveInt | None = Field(None, description="Mamba-2 heads (HF NemotronHConfig)")
     mamba_head_dim: PositiveInt | None = Field(None, description="Mamba-2 head dim P; d_inner = heads x P")
     ssm_state_size: PositiveInt | None = Field(None, description="Mamba-2 state size N")
@@ -301,6 +306,8 @@ class ModelSpec(Frozen):
         pattern = self.hybrid_override_pattern
         mamba = (self.mamba_num_heads, self.mamba_head_dim, self.ssm_state_size, self.mamba_n_groups)
         if pattern is None:
+            if self.mtp_hybrid_override_pattern is not None:
+                raise ValueError("mtp_hybrid_override_pattern needs a hybrid_override_pattern")
             if any(x is not None for x in mamba):
                 raise ValueError(
                     "mamba_* and ssm_state_size need a hybrid_override_pattern that places the Mamba layers"
@@ -321,11 +328,18 @@ class ModelSpec(Frozen):
                 "a hybrid_override_pattern places every layer: first_k_dense_replace, decoder_sparse_step, layer_types "
                 "and MLA are not read with it"
             )
-        if self.num_nextn_predict_layers:
+        mtp = self.mtp_hybrid_override_pattern
+        if bool(self.num_nextn_predict_layers) != bool(mtp):
             raise ValueError(
-                "MTP modules of a hybrid model (Nemotron 3 Super's mtp_hybrid_override_pattern blocks) are not priced"
+                "a hybrid model's MTP modules (num_nextn_predict_layers) need mtp_hybrid_override_pattern, the blocks "
+                "of each, and that pattern needs MTP modules"
             )
-        if "M" in pattern:
+        if mtp and (set(mtp) - set(HYBRID_BLOCKS) or ("E" in mtp) != self.is_moe):
+            raise ValueError(
+                f"mtp_hybrid_override_pattern {mtp!r}: symbols of {', '.join(HYBRID_BLOCKS)}, with MoE blocks ('E') "
+                "exactly when the model declares experts"
+            )
+        if "M" in pattern + (mtp or ""):
             if any(x is None for x in mamba):
                 raise ValueError(
                     "Mamba layers ('M') need mamba_num_heads, mamba_head_dim, ssm_state_size and mamba_n_groups"
