@@ -406,7 +406,7 @@ _BASE = {"hidden_size": 2048, "num_hidden_layers": 4, "num_attention_heads": 16,
         ({"hybrid_override_pattern": "M*M-"}, "key 'hybrid_override_pattern' (Mamba-2, attention, MLP and MoE"),
         (
             {"model_type": "nemotron_h", "hybrid_override_pattern": "M*M-", "moe_latent_size": 1024},
-            "key 'moe_latent_size' (LatentMoE",
+            "moe_latent_size without experts",
         ),
         ({"model_type": "nemotron_h"}, "key 'hybrid_override_pattern': a NemotronH config needs its layer pattern"),
         ({"model_type": "rwkv"}, "model_type 'rwkv' is built from recurrent (linear-attention) blocks"),
