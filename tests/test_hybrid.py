@@ -23,6 +23,14 @@ from planner.schemas.model import LayerKind, ModelSpec
 NANO = "nemotron-3-nano-30b-a3b"
 
 
+def _config_file(tmp_path: Path, name: str, config: dict) -> str:
+    """``config`` written as tmp_path/name/config.json (a path per config: the catalog caches by path)."""
+    path = tmp_path / name / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
 def _transformer(layers: int, **extra: object) -> ModelSpec:
     fields = {
         "name": "t",
@@ -174,10 +182,7 @@ def test_a_nemotron_h_config_reads_as_the_catalog_model(tmp_path: Path) -> None:
         "vocab_size": 131072,
         "max_position_embeddings": 262144,
     }
-    path = tmp_path / "nano" / "config.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(config))
-    read = load_model(str(path))
+    read = load_model(_config_file(tmp_path, "nano", config))
     assert read.parameter_counts.total == nano.parameter_counts.total
     assert (read.norm_type, read.position_embedding_type, read.mamba_n_groups) == ("rmsnorm", "none", 8)
 
@@ -329,28 +334,18 @@ def test_a_nemotron_h_config_may_list_its_blocks_by_name(tmp_path: Path) -> None
         "vocab_size": 32000,
         "max_position_embeddings": 4096,
     }
-    path = tmp_path / "super" / "config.json"
-    path.parent.mkdir()
-    path.write_text(json.dumps(config))
-    read = load_model(str(path))
+    read = load_model(_config_file(tmp_path, "super", config))
     assert (read.hybrid_override_pattern, read.moe_latent_size, read.n_shared_experts) == ("ME*E", 512, 2)
     refused = {
         "gdn": ({**config, "layers_block_type": ["mamba", "moe", "gdn", "moe"]}, "names 'gdn'; allowed: mamba, "),
         "mtp": ({**config, "mtp_layers_block_type": ["attention", "moe"]}, "need mtp_hybrid_override_pattern"),
     }
-    with_mtp = tmp_path / "mtp-ok" / "config.json"
-    with_mtp.parent.mkdir()
-    with_mtp.write_text(
-        json.dumps({**config, "mtp_layers_block_type": ["attention", "moe"], "num_nextn_predict_layers": 2})
-    )
-    read_mtp = load_model(str(with_mtp))
+    mtp = {**config, "mtp_layers_block_type": ["attention", "moe"], "num_nextn_predict_layers": 2}
+    read_mtp = load_model(_config_file(tmp_path, "mtp-ok", mtp))
     assert (read_mtp.mtp_hybrid_override_pattern, read_mtp.num_nextn_predict_layers) == ("*E", 2)
     for name, (bad, fragment) in refused.items():
-        where = tmp_path / name / "config.json"
-        where.parent.mkdir()
-        where.write_text(json.dumps(bad))
         with pytest.raises(PlannerError, match=fragment):
-            load_model(str(where))
+            load_model(_config_file(tmp_path, name, bad))
 
 
 def test_nemotron_3_super_counts_and_prices_its_mtp_blocks() -> None:
