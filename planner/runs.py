@@ -428,6 +428,7 @@ HYBRID_CHECKED_KEYS = {
     "experts": "num_experts_total",
     "top_k": "num_experts_per_tok",
     "expert_ffn": "expert_intermediate_size",
+    "mtp_depth": "num_nextn_predict_layers",
 }
 """Row keys a hybrid row's stated shape must agree on with the catalog model its hf_id names
 (``hybrid_model_from_row``), with the ModelSpec attribute each is compared to."""

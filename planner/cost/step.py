@@ -248,7 +248,7 @@ def rank_slot(
     or what selective recompute runs again (the heads are never recomputed); the stack's
     per-layer overhead; exposed TP, EP and CP traffic and the slowdown of compute beside the
     hidden part. An MTP layer is a decoder layer of the model's last kind plus its 2h x h
-    projection."""
+    projection (a hybrid's MTP module: the blocks of its MTP pattern, ``pipeline.layers_with_mtp``)."""
     layers = layers_with_mtp(model, decoders, mtp)
     moe_layers = moe_layers_of(model, decoders, mtp)
     body_fwd = (layers - moe_layers) * costs.dense_fwd + moe_layers * costs.moe_fwd + mtp * costs.mtp_projection_fwd
