@@ -143,6 +143,7 @@ def test_mamba_meshes_the_planner_does_not_price_are_refused() -> None:
     [
         ({"hybrid_override_pattern": "M*X-"}, "hybrid_override_pattern has 'X'"),
         ({"hybrid_override_pattern": "M*-"}, "hybrid_override_pattern has 3 layers, num_hidden_layers is 4"),
+        ({"hybrid_override_pattern": "", "num_experts": 8, "num_experts_per_tok": 2}, "has 0 layers"),
         ({"hybrid_override_pattern": "M*E-"}, "MoE layers ('E') exactly when the model declares experts"),
         ({"hybrid_override_pattern": "M*--"}, "Mamba layers ('M') need mamba_num_heads"),
         ({"mamba_num_heads": 64}, "need a hybrid_override_pattern"),

@@ -297,9 +297,9 @@ class ModelSpec(Frozen):
             raise ValueError("layer_types names chunked_attention layers but attention_chunk_size is not set")
         if self.moe_latent_size is not None and not self.is_moe:
             raise ValueError("moe_latent_size without experts: LatentMoE projects the routed experts' input")
+        self._consistent_hybrid()
         if self.num_moe_layers == 0 and self.is_moe:
             raise ValueError("experts are declared but first_k_dense_replace/decoder_sparse_step leave no MoE layer")
-        self._consistent_hybrid()
         return self
 
     def _consistent_hybrid(self) -> None:
