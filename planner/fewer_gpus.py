@@ -91,3 +91,21 @@ def fewer_gpus(
         tokens_per_s_per_gpu=alt.tokens_per_s_per_gpu,
         saving=saving,
     )
+
+
+def fewer_gpus_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> str:
+    """Where no mesh runs on all of the cluster's GPUs, the best on ``fewer_count`` of them, as a
+    clause for the error ('; on 64 of the 72 GPUs (--gpus 64): tp1 ... at 10,127 tokens/s per
+    GPU'); '' where the count is a power of two already or nothing runs there either. A hybrid
+    model's even pipeline split (constraint 'hybrid_pipeline') leaves a 72-GPU rack no mesh for a
+    512-sequence batch, where 64 of its GPUs run one."""
+    count = fewer_count(cluster)
+    if count is None:
+        return ""
+    alt = best_or_reason(model, load_cluster(cluster, gpus=count), job, pins)
+    if isinstance(alt, str):
+        return ""
+    return (
+        f"; on {count} of the {cluster.num_gpus} GPUs (--gpus {count}): {alt.config.parallel.short()} at "
+        f"{alt.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+    )

@@ -39,7 +39,7 @@ from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
-from planner.fewer_gpus import fewer_gpus
+from planner.fewer_gpus import fewer_gpus, fewer_gpus_hint
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
 from planner.pricing import estimate_row
 from planner.schemas.base import GIB_BYTES, misread_value
@@ -352,7 +352,12 @@ def search_with_points(
             "--pipeline-layout prices one mesh: give it with --tp, --pp and --dp to `plan estimate` or `plan export` "
             "(the search splits layers as evenly as they go)"
         )
-    passes = [_price_pass(model, cluster, job, pins)]
+    try:
+        passes = [_price_pass(model, cluster, job, pins)]
+    except PlannerError as err:
+        if not try_fewer_gpus or objective == "memory":
+            raise
+        raise PlannerError(str(err) + fewer_gpus_hint(model, cluster, job, pins)) from None
     selective_allowed = pins.get("recompute", "selective") == "selective" and "recompute_layers" not in pins
     variant = cheap_set_to_try(model, job) if try_module_sets and selective_allowed else None
     if variant is not None:

@@ -70,3 +70,18 @@ def test_cli_says_so_in_text_and_json(cli) -> None:
     assert data["fewer_gpus"]["gpus"] == 64 and data["fewer_gpus"]["saving"] > MIN_SAVING
     main = json.loads(cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--top", "1", "--json").out)
     assert main["fewer_gpus"] is None
+
+
+def test_where_no_mesh_runs_on_the_rack_the_error_names_the_count_that_does() -> None:
+    """A hybrid model splits its layers evenly over pipeline stages (constraint 'hybrid_pipeline'):
+    Nemotron 3 Super's 88 layers and a 512-sequence batch leave a 72-GPU rack no mesh, while 64 of
+    its GPUs run one; the one-line error says so."""
+    from planner.errors import PlannerError
+
+    with pytest.raises(
+        PlannerError, match=r"; on 64 of the 72 GPUs \(--gpus 64\): tp\d+ pp\d+ dp\d+ .* tokens/s per GPU$"
+    ):
+        planner.plan("nemotron-3-super", "gb300-nvl72", top=1)
+    with pytest.raises(PlannerError) as err:  # without the fewer-GPU search (a library search), no clause
+        search(load_model("nemotron-3-super"), load_cluster("gb300-nvl72"), default_job(load_model("nemotron-3-super")))
+    assert "--gpus" not in str(err.value)
