@@ -382,6 +382,10 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
                 if x
             ),
         )
+        if model.mtp_hybrid_override_pattern:
+            table.add_row(
+                "MTP modules", f"{model.num_nextn_predict_layers} x '{model.mtp_hybrid_override_pattern}' blocks"
+            )
         if model.mamba_inner_size:
             table.add_row(
                 "Mamba-2",
@@ -415,7 +419,8 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
         table.add_row(
             "experts",
             f"{model.num_experts_total} routed, top-{model.num_experts_per_tok}, width "
-            f"{model.expert_intermediate_size}, shared {model.n_shared_experts or 0}",
+            f"{model.expert_intermediate_size}, shared {model.n_shared_experts or 0}"
+            + (f", on a {model.moe_latent_size}-wide latent (LatentMoE)" if model.moe_latent_size else ""),
         )
     table.add_row("vocab / max positions", f"{model.vocab_size} / {model.max_position_embeddings}")
     with_mtp = f", {mtp} MTP module{'s' if mtp > 1 else ''}" if mtp else ""
