@@ -42,6 +42,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.flops import attention_dims, flash_attention_runs, mtp_layers, mtp_projection_params
+from planner.cost.params import largest_dense_layer
 from planner.cost.pipeline import (
     RankLayers,
     is_dual,
@@ -354,7 +355,9 @@ def rank_params(
     dense = dense + np.asarray(mtp) * mtp_projection_params(model) / t
     experts_on_rank = c.moe_experts_per_layer / (mesh.ep * mesh.expert_tp)
     expert = moe_layers * experts_on_rank
-    largest = np.maximum(c.dense_layer / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0))
+    largest = np.maximum(
+        largest_dense_layer(model) / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0)
+    )
     copies = per_schedule_constant(mesh.schedule, lambda s: s.parameter_copies)  # DualPipe keeps two
     return RankParams(dense=dense * copies, expert=expert * copies, largest_layer=largest)
 

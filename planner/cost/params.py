@@ -133,6 +133,18 @@ def mlp_params(model: ModelSpec, width: int, inputs: int | None = None) -> int:
     return mlp_matmul_params(model, width, inputs) + biases
 
 
+def largest_dense_layer(model: ModelSpec) -> int:
+    """Parameters of the largest layer that is not MoE: a transformer's dense layer; in a hybrid
+    model the largest of its attention, Mamba-2 and MLP blocks with its norm (what ZeRO-3 gathers
+    for one layer, where ``ParameterCounts.dense_layer`` is their mean)."""
+    c = model.parameter_counts
+    if not model.is_hybrid:
+        return c.dense_layer
+    blocks = {"*": c.attention_per_layer, "M": c.mamba_per_layer, "-": c.dense_mlp_per_layer}
+    present = [params for symbol, params in blocks.items() if model.blocks_of(symbol)]
+    return max(present, default=0) + c.norms_per_layer
+
+
 def count_parameters(model: ModelSpec) -> ParameterCounts:
     """Count parameters by kind; see the module docstring for the per-matrix formulas."""
     h, V = model.hidden_size, model.vocab_size
