@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import planner
-from planner.catalog import load_model
+from planner.catalog import load_cluster, load_model
 from planner.cost.flops import (
     attention_score_flops_per_token_fwd,
     mamba_scan_flops_per_token_fwd,
@@ -378,3 +378,26 @@ def test_nemotron_3_super_counts_and_prices_its_mtp_blocks() -> None:
         m.model_copy(update={"mtp_hybrid_override_pattern": None}).model_validate(
             {**m.model_dump(), "mtp_hybrid_override_pattern": None}
         )
+
+
+def test_the_validator_replays_a_hybrids_gemms_and_collectives_not_a_layer_shard() -> None:
+    """plan validate: the GEMMs of a hybrid's rank come from the same layer_gemms, each block's counted
+    by its layers (Nemotron-H 8B: 24 Mamba in_proj, 4 QKV, 24 MLP fc1 per micro-batch); the layer shard,
+    a transformer layer, is refused when asked for."""
+    from planner.cost.step import slowest_rank
+    from planner.schemas.job import JobSpec
+    from planner.schemas.parallel import ParallelConfig
+    from planner.validate.gemms import gemm_shapes
+    from planner.validate.run import build_validation
+    from planner.validate.settings import ValidationSettings
+
+    h8 = load_model("nemotron-h-8b")
+    job = JobSpec(global_batch_size=64, seq_len=8192)
+    plan = ParallelConfig(tp=1, pp=1, dp=8)
+    calls = {
+        name: c for name, _, c in gemm_shapes(h8, job, plan, slowest_rank(h8, load_cluster("dgx-h100x1"), job, plan))
+    }
+    assert calls["mamba.in_proj"] == pytest.approx(24) and calls["attn.qkv"] == pytest.approx(4)
+    assert calls["mlp.in"] == pytest.approx(24) and calls["lm_head"] == -1.0
+    with pytest.raises(PlannerError, match="--layer-shard: the layer shard is a transformer layer"):
+        build_validation(h8, load_cluster("dgx-h100x1"), job, {}, ValidationSettings(layer_shard=True), top=1)

@@ -249,9 +249,10 @@ def build_validation(
     from planner.validate.shard import counted_once
     from planner.validate.terms import comm_terms
 
-    if model.is_hybrid:
+    if model.is_hybrid and settings.layer_shard:
         raise PlannerError(
-            f"model {model.name}: plan validate replays transformer layers; hybrid Mamba-2 models are not replayed"
+            f"--layer-shard: the layer shard is a transformer layer; {model.name}'s hybrid Mamba-2 layers replay "
+            "their collectives and GEMMs only"
         )
     machine = replay_machine(settings, cluster)
     world, replay_cluster = machine.world, machine.cluster
@@ -259,7 +260,7 @@ def build_validation(
     cap_bytes = settings.setting("max_message_bytes")
     cap_flops = settings.setting("max_gemm_flops")
     on_gpu = settings.backend == "nccl"
-    with_layers = on_gpu if settings.layer_shard is None else settings.layer_shard
+    with_layers = (on_gpu if settings.layer_shard is None else settings.layer_shard) and not model.is_hybrid
     blocks, infos = [], []
     for rank, config, step_s in candidates:
         replica_mesh, notes = fit_replica(config, world)
@@ -281,6 +282,11 @@ def build_validation(
         notes.append(
             "layer.* terms replay one layer shard forward+backward each; the GEMMs inside it (*) are "
             "reported but counted once, through the layer"
+        )
+    if model.is_hybrid:
+        notes.append(
+            f"{model.name} is a hybrid Mamba-2 model: its collectives and GEMMs (Mamba in_proj and out_proj "
+            "among them) are replayed, not a layer shard, and not the Mamba-2 scan and convolution"
         )
     capped = [
         t.name
