@@ -68,18 +68,28 @@ def best_or_reason(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: d
         return str(err)
 
 
+def best_on_fewer(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any] | None
+) -> tuple[int, Estimate] | None:
+    """(``fewer_count``, the best mesh on that many of the cluster's GPUs), or None where the count
+    is a power of two already or nothing runs there."""
+    count = fewer_count(cluster)
+    if count is None:
+        return None
+    alt = best_or_reason(model, load_cluster(cluster, gpus=count), job, pins)
+    return None if isinstance(alt, str) else (count, alt)
+
+
 def fewer_gpus(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any], best: Estimate
 ) -> FewerGpus | None:
     """The best mesh on ``fewer_count`` of the cluster's GPUs for the same job and pins, where it
     finishes the asked batch ``MIN_SAVING`` sooner than ``best`` (the winner on all of them);
     None where the count is a power of two already, nothing fits on fewer, or it is not faster."""
-    count = fewer_count(cluster)
-    if count is None:
+    found = best_on_fewer(model, cluster, job, pins)
+    if found is None:
         return None
-    alt = best_or_reason(model, load_cluster(cluster, gpus=count), job, pins)
-    if isinstance(alt, str):
-        return None
+    count, alt = found
     saving = 1.0 - best.tokens_per_s / alt.tokens_per_s
     if saving < MIN_SAVING:
         return None
@@ -99,12 +109,10 @@ def fewer_gpus_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: 
     GPU'); '' where the count is a power of two already or nothing runs there either. A hybrid
     model's even pipeline split (constraint 'hybrid_pipeline') leaves a 72-GPU rack no mesh for a
     512-sequence batch, where 64 of its GPUs run one."""
-    count = fewer_count(cluster)
-    if count is None:
+    found = best_on_fewer(model, cluster, job, pins)
+    if found is None:
         return ""
-    alt = best_or_reason(model, load_cluster(cluster, gpus=count), job, pins)
-    if isinstance(alt, str):
-        return ""
+    count, alt = found
     return (
         f"; on {count} of the {cluster.num_gpus} GPUs (--gpus {count}): {alt.config.parallel.short()} at "
         f"{alt.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"

@@ -368,20 +368,13 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
         blocks = ", ".join(f"{model.blocks_of(k)} {what}" for k, what in HYBRID_BLOCKS.items() if model.blocks_of(k))
         table.add_row("layers", f"{model.num_hidden_layers} blocks: {blocks}")
         table.add_row("pattern", model.hybrid_override_pattern or "")
-        mamba = f"Mamba-2 {c.mamba_per_layer / 1e6:.1f} M" if c.mamba_per_layer else ""
-        table.add_row(
-            "per block",
-            ", ".join(
-                x
-                for x in (
-                    mamba,
-                    f"attention {c.attention_per_layer / 1e6:.1f} M",
-                    f"MLP {c.dense_mlp_per_layer / 1e6:.1f} M" if model.blocks_of("-") else "",
-                    f"MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)" if model.is_moe else "",
-                )
-                if x
-            ),
-        )
+        per_block = {
+            "M": f"Mamba-2 {c.mamba_per_layer / 1e6:.1f} M",
+            "*": f"attention {c.attention_per_layer / 1e6:.1f} M",
+            "-": f"MLP {c.dense_mlp_per_layer / 1e6:.1f} M",
+            "E": f"MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)",
+        }
+        table.add_row("per block", ", ".join(text for k, text in per_block.items() if model.blocks_of(k)))
         if model.mtp_hybrid_override_pattern:
             table.add_row(
                 "MTP modules", f"{model.num_nextn_predict_layers} x '{model.mtp_hybrid_override_pattern}' blocks"

@@ -410,7 +410,6 @@ def layer_forward_parts(
     zero = np.zeros(len(mesh))
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
     rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
-    conv_channels = (model.mamba_inner_size + 2 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)) / t
     bytes_per_token = {
         "norms": 4.0 * kind.blocks * h * sp,  # a norm per block (two in a transformer layer), read + write
         "residual": 6.0 * kind.blocks * h * sp,  # a residual add per block, two reads + one write
@@ -422,7 +421,7 @@ def layer_forward_parts(
         "expert_bias": zero,
         # Mamba-2: causal_conv1d with its SiLU over x, B and C (read + write), and the gated RMSNorm
         # norm(y * silu(z)) of mamba_ssm's layernorm_gated (reads y and z, writes its output)
-        "mamba_conv": zero + kind.mamba * 4.0 * conv_channels,
+        "mamba_conv": zero + kind.mamba * 4.0 * model.mamba_conv_channels / t,
         "mamba_gate": zero + kind.mamba * 6.0 * model.mamba_inner_size / t,
     }
     if moe:
@@ -461,10 +460,10 @@ def mamba_scan_bytes_per_token(model: ModelSpec, tp: np.ndarray | float) -> np.n
     (H*P*N per chunk) written, read and written by the state passing, and read; dt and its fp32
     cumulative sums (H per token) written once and read three times. A count, not a measurement."""
     d_inner, heads = float(model.mamba_inner_size), float(model.mamba_num_heads or 0)
-    groups_state = float((model.mamba_n_groups or 0) * (model.ssm_state_size or 0))
     q = float(model.mamba_chunk)
     chunk_states = heads * float(model.mamba_head_dim or 0) * float(model.ssm_state_size or 0) / q
-    per_token = 6.0 * d_inner + 8.0 * groups_state + 8.0 * float(model.mamba_n_groups or 0) * q + 16.0 * chunk_states
+    per_token = 6.0 * d_inner + 8.0 * model.mamba_groups_state + 8.0 * (model.mamba_n_groups or 0) * q
+    per_token += 16.0 * chunk_states
     return (per_token + 18.0 * heads) / tp
 
 

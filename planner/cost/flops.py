@@ -170,9 +170,18 @@ def mtp_block_counts(model: ModelSpec) -> tuple[int, int]:
     non-MoE blocks priced at the model's dense kind (``ModelSpec.layer_kind``: the mean of its
     other blocks, an approximation for an MTP attention block)."""
     pattern = model.mtp_hybrid_override_pattern
+    return (1 if pattern is None else len(pattern)), mtp_blocks_of(model, "E")
+
+
+def mtp_blocks_of(model: ModelSpec, symbol: str) -> int:
+    """Blocks of one ``HYBRID_BLOCKS`` kind in one MTP module: a hybrid's in its MTP pattern; a
+    transformer's one layer holds an attention block and an MLP or MoE FFN as its last layer does
+    (``mtp_layer_is_moe``), and no Mamba block."""
+    pattern = model.mtp_hybrid_override_pattern
     if pattern is not None:
-        return len(pattern), pattern.count("E")
-    return 1, int(mtp_layer_is_moe(model))
+        return pattern.count(symbol)
+    moe = mtp_layer_is_moe(model)
+    return {"*": 1, "E": int(moe), "-": int(not moe)}.get(symbol, 0)
 
 
 def mtp_layer_is_moe(model: ModelSpec) -> bool:
@@ -206,12 +215,6 @@ def mtp_matmul_params_active(model: ModelSpec) -> float:
     return layer + mtp_projection_params(model) + model.vocab_size * model.hidden_size
 
 
-def mtp_attention_blocks(model: ModelSpec) -> int:
-    """Attention blocks of one MTP module: a transformer's one, a hybrid's in its MTP pattern."""
-    pattern = model.mtp_hybrid_override_pattern
-    return 1 if pattern is None else pattern.count("*")
-
-
 def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float:
     """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention,
     plus ``mtp`` MTP modules (``mtp_matmul_params_active`` and one more layer's attention), as
@@ -225,9 +228,8 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float
     head = model.vocab_size * model.hidden_size
     per_layer = attention_score_flops_per_token_fwd(model, seq_len)
     per_attention_block = per_layer / model.attention_layer_share if model.attention_layer_share else 0.0
-    attention = model.num_hidden_layers * per_layer + mtp * mtp_attention_blocks(model) * per_attention_block
-    mtp_mamba = (model.mtp_hybrid_override_pattern or "").count("M")
-    attention += (model.blocks_of("M") + mtp * mtp_mamba) * mamba_scan_flops_per_token_fwd(model)
+    attention = model.num_hidden_layers * per_layer + mtp * mtp_blocks_of(model, "*") * per_attention_block
+    attention += (model.blocks_of("M") + mtp * mtp_blocks_of(model, "M")) * mamba_scan_flops_per_token_fwd(model)
     return 6.0 * (layers_matmul_params_active(model) + head + mtp * mtp_matmul_params_active(model)) + 3.0 * attention
 
 

@@ -42,7 +42,7 @@ from functools import cached_property
 import numpy as np
 
 from planner.cost.flops import attention_dims, flash_attention_runs, mtp_layers, mtp_projection_params
-from planner.cost.params import largest_dense_layer
+from planner.cost.params import largest_dense_layer, mamba_in_proj_width
 from planner.cost.pipeline import (
     RankLayers,
     is_dual,
@@ -112,9 +112,8 @@ def mamba_activation_bytes_per_token(model: ModelSpec, linear_input_bytes: float
     y (d_inner) and the gated norm's output, out_proj's input (``linear_input_bytes`` per element).
     The chunk states are recomputed in backward. A count, not a measurement."""
     d_inner = float(model.mamba_inner_size)
-    conv_channels = d_inner + 2.0 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
-    in_proj = 2.0 * (d_inner + conv_channels + (model.mamba_num_heads or 0))
-    return in_proj + 2.0 * conv_channels + 2.0 * d_inner + linear_input_bytes * d_inner
+    in_proj = 2.0 * mamba_in_proj_width(model)
+    return in_proj + 2.0 * model.mamba_conv_channels + 2.0 * d_inner + linear_input_bytes * d_inner
 
 
 NVFP4_SAVED_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0

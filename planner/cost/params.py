@@ -89,8 +89,7 @@ def latent_projection_params(model: ModelSpec) -> int:
 
 def mamba_in_proj_width(model: ModelSpec) -> int:
     """Output width of a Mamba-2 mixer's in_proj: z and x (d_inner each), B and C (G*N each), dt (H)."""
-    groups_state = (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
-    return 2 * model.mamba_inner_size + 2 * groups_state + (model.mamba_num_heads or 0)
+    return model.mamba_inner_size + model.mamba_conv_channels + (model.mamba_num_heads or 0)
 
 
 def mamba_matmul_params(model: ModelSpec) -> int:
@@ -104,11 +103,9 @@ def mamba_params(model: ModelSpec) -> int:
     """Parameters of one Mamba-2 mixer (module docstring), excluding the block's pre-norm."""
     if not model.mamba_inner_size:
         return 0
-    conv_channels = model.mamba_inner_size + 2 * (model.mamba_n_groups or 0) * (model.ssm_state_size or 0)
     heads = model.mamba_num_heads or 0
-    return (
-        mamba_matmul_params(model) + conv_channels * (model.mamba_conv_width + 1) + 3 * heads + model.mamba_inner_size
-    )
+    conv = model.mamba_conv_channels * (model.mamba_conv_width + 1)
+    return mamba_matmul_params(model) + conv + 3 * heads + model.mamba_inner_size
 
 
 def attention_params(model: ModelSpec) -> int:

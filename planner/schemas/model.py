@@ -494,6 +494,16 @@ class ModelSpec(Frozen):
         """d_inner = mamba_num_heads x mamba_head_dim (0 without Mamba layers)."""
         return (self.mamba_num_heads or 0) * (self.mamba_head_dim or 0)
 
+    @property
+    def mamba_groups_state(self) -> int:
+        """G x N: the width of Mamba-2's B (and of its C) per token (0 without Mamba layers)."""
+        return (self.mamba_n_groups or 0) * (self.ssm_state_size or 0)
+
+    @property
+    def mamba_conv_channels(self) -> int:
+        """Channels of Mamba-2's causal conv1d, x, B and C: d_inner + 2 G N (0 without Mamba layers)."""
+        return self.mamba_inner_size + 2 * self.mamba_groups_state
+
     @cached_property
     def parameter_counts(self) -> ParameterCounts:
         """Parameter counts (total, active per token, per layer kind, embedding, LM head)."""
