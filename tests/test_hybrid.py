@@ -11,13 +11,23 @@ import pytest
 
 import planner
 from planner.catalog import load_cluster, load_model
+from planner.cost.compute import (
+    layer_forward_parts,
+    mamba_mixer_bytes_per_token,
+    mamba_scan_backward_bytes_per_token,
+    mamba_scan_bytes_per_token,
+    mamba_scan_s,
+)
 from planner.cost.flops import (
     attention_score_flops_per_token_fwd,
     mamba_scan_flops_per_token_fwd,
     model_flops_per_token,
 )
+from planner.cost.memory import mamba_activation_bytes_per_token
 from planner.errors import PlannerError, UnpriceableError
+from planner.mesh import MeshArrays
 from planner.runs import model_from_row
+from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.model import LayerKind, ModelSpec
 
 NANO = "nemotron-3-nano-30b-a3b"
@@ -131,6 +141,54 @@ def test_a_hybrid_prices_its_mamba_blocks() -> None:
     attention_only = planner.estimate(no_mamba, "dgx-b200x1", **mesh)
     assert est.tokens_per_s_per_gpu < attention_only.tokens_per_s_per_gpu * 1.2
     assert 20_000 < est.tokens_per_s_per_gpu < 60_000
+
+
+def test_mamba_scan_backward_and_mixer_traffic_are_counted_from_the_kernels() -> None:
+    """Nemotron 3 Nano's Mamba-2 mixer (d_inner 4096 = 64 heads x 64, 8 groups x state 128, chunk 128),
+    the tensors of mamba_ssm's SSD kernels and Megatron-Core's training path, per token: the
+    backward reruns four forward kernels and runs eleven of its own, 3.6x the forward's bytes; the
+    layer term carries forward and backward as a third; the layout copies exist only for micro-batches
+    of several sequences."""
+    m = load_model(NANO)
+    d, gn, gq, states, heads = 4096, 8 * 128, 8 * 128, 64 * 64 * 128 / 128, 64
+    forward = 6 * d + 8 * gn + 8 * gq + 12 * states + 26 * heads
+    backward = 22 * d + 54 * gn + 32 * gq + 34 * states + 138 * heads
+    assert mamba_scan_bytes_per_token(m, 1) == pytest.approx(forward) == pytest.approx(91_776)
+    assert mamba_scan_backward_bytes_per_token(m, 2) == pytest.approx(backward / 2)
+    assert backward / forward == pytest.approx(3.555, abs=1e-3)
+
+    cluster = load_cluster("dgx-b200", gpus=8)
+    job = JobSpec(global_batch_size=64, seq_len=8192, dtype="fp8")
+    one, two = (MeshArrays.from_configs([ParallelConfig(dp=8, ep=8, micro_batch_size=b)]) for b in (1, 2))
+    bw = cluster.gpu.achieved_hbm_bytes_per_s
+    tokens = 2 * 8192
+    # memory-bound at this shape: (forward + backward bytes) / bandwidth, a third per layer term
+    assert mamba_scan_s(m, cluster, job, two)[0] == pytest.approx(tokens * (forward + backward) / bw / 3)
+    width = 2 * d + 2 * gn + heads  # in_proj's z, x, B, C, dt
+    mixer = mamba_mixer_bytes_per_token(m, two)
+    assert mixer["conv"][0] == pytest.approx(14 * (d + 2 * gn) / 3)
+    assert mixer["gate"][0] == pytest.approx(26 * d / 3)
+    assert mixer["layout"][0] == pytest.approx((8 * width + 4 * d) / 3)
+    assert mamba_mixer_bytes_per_token(m, one)["layout"][0] == 0.0
+    ops = layer_forward_parts(m, cluster, job, two, moe=False).elementwise
+    assert ops["mamba_layout"][0] == pytest.approx(23 / 29 * tokens * (8 * width + 4 * d) / 3 / bw)
+    # the memory-efficient path keeps in_proj's output, the scan's ungated output and the norm's input,
+    # and out_proj's input, not the convolution's output (run again in backward)
+    assert mamba_activation_bytes_per_token(m, 2.0) == pytest.approx(2 * width + 4 * d + 2 * d)
+
+
+def test_mamba_scan_forward_count_against_tilelangs_chunk_scan() -> None:
+    """tilelang's tuned chunk_scan forward alone takes 1.28 ms on an H800 (benchmark/mamba2/README.md:
+    batch 8, 8,192 tokens, 80 heads, P 64, N 128, chunk 256, one group); the count prices the five
+    kernels of mamba_ssm's forward at that shape at 1.50 ms, memory-bound: short of them, not over."""
+    shape = {"mamba_num_heads": 80, "mamba_head_dim": 64, "ssm_state_size": 128, "mamba_n_groups": 1}
+    m = load_model(NANO).model_copy(update={**shape, "mamba_chunk_size": 256})
+    gpu = load_cluster("dgx-h800").gpu
+    tokens = 8 * 8192
+    memory_s = tokens * mamba_scan_bytes_per_token(m, 1) / gpu.achieved_hbm_bytes_per_s
+    flops_s = tokens * mamba_scan_flops_per_token_fwd(m) / (gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency)
+    assert memory_s * 1e3 == pytest.approx(1.50, abs=0.01)
+    assert flops_s < memory_s / 2
 
 
 def test_mamba_meshes_the_planner_does_not_price_are_refused() -> None:

@@ -326,13 +326,13 @@ class LayerForward:
     gemm_s: np.ndarray
     residual_gemm_s: np.ndarray  # the part of gemm_s in ``RESIDUAL_OUTPUT_GEMMS``
     core_s: np.ndarray  # the attention core (flash: carrying 3.5/3 of its forward FLOP time)
-    scan_s: np.ndarray  # Mamba-2's SSD scan (hybrid models; zero otherwise)
+    scan_s: np.ndarray  # Mamba-2's SSD scan, carrying its backward (hybrid models; zero otherwise)
     elementwise_s: np.ndarray
     casts_s: np.ndarray
     softmax_s: np.ndarray  # unfused softmax/dropout traffic (zero with flash attention)
     gemms: dict[str, np.ndarray]  # gemm_s by ``layer_gemms`` name
     elementwise: dict[str, np.ndarray]  # elementwise_s by op: norms, residual, *_activation, rope, permute,
-    # expert_bias, mamba_conv, mamba_gate
+    # expert_bias, mamba_conv, mamba_gate, mamba_layout
 
     @property
     def total_s(self) -> np.ndarray:
@@ -419,10 +419,9 @@ def layer_forward_parts(
         "rope": zero + kind.attention * rope,
         "permute": zero,
         "expert_bias": zero,
-        # Mamba-2: causal_conv1d with its SiLU over x, B and C (read + write), and the gated RMSNorm
-        # norm(y * silu(z)) of mamba_ssm's layernorm_gated (reads y and z, writes its output)
-        "mamba_conv": zero + kind.mamba * 4.0 * model.mamba_conv_channels / t,
-        "mamba_gate": zero + kind.mamba * 6.0 * model.mamba_inner_size / t,
+        # Mamba-2's mixer outside its GEMMs and scan, forward and backward as a third each
+        # (``mamba_mixer_bytes_per_token``): the convolution, the z gate and norm, the layout copies
+        **{f"mamba_{op}": zero + kind.mamba * b / t for op, b in mamba_mixer_bytes_per_token(model, mesh).items()},
     }
     if moe:
         top_k = model.num_experts_per_tok or 0
@@ -442,7 +441,7 @@ def layer_forward_parts(
         gemm_s=np.asarray(sum(times.values())),
         residual_gemm_s=np.asarray(sum(t for name, t in times.items() if name in residual_output_gemms(model))),
         core_s=kind.attention * attention_core_forward_s(model, cluster, job, mesh),
-        scan_s=kind.mamba * mamba_scan_forward_s(model, cluster, job, mesh) if kind.mamba else zero,
+        scan_s=kind.mamba * mamba_scan_s(model, cluster, job, mesh) if kind.mamba else zero,
         elementwise_s=sum(elementwise.values(), zero),
         casts_s=quantise_forward_s(model, cluster, job, mesh, moe),
         softmax_s=kind.attention * unfused_softmax_forward_s(model, cluster, job, mesh),
@@ -452,42 +451,105 @@ def layer_forward_parts(
 
 
 def mamba_scan_bytes_per_token(model: ModelSpec, tp: np.ndarray | float) -> np.ndarray | float:
-    """HBM bytes per token that one Mamba-2 layer's SSD scan moves forward over ``tp`` ranks, by the
-    count of the tensors its five kernels read and write (mamba_ssm ssd_combined.py
-    ``_mamba_chunk_scan_combined_fwd``: chunk cumsum, bmm, chunk state, state passing, chunk
-    scan): x read twice and y written (16-bit, d_inner each); B and C read twice each (16-bit,
-    G*N each); the fp32 C B^T blocks written and read (G*Q per token); the fp32 chunk states
-    (H*P*N per chunk) written, read and written by the state passing, and read; dt and its fp32
-    cumulative sums (H per token) written once and read three times. A count, not a measurement."""
+    """HBM bytes per token that one Mamba-2 layer's SSD scan moves forward over ``tp`` ranks, by a
+    count of the tensors its five kernels read and write (mamba_ssm ssd_combined.py @d757aef
+    ``_mamba_chunk_scan_combined_fwd``, 16-bit inputs): chunk cumsum reads dt and writes it and
+    its cumulative sums in fp32 (10 per head); chunk state reads x and B and writes the fp32 chunk
+    states (H*P*N per chunk); state passing reads them and writes them in 16 bits; bmm reads B and C
+    and writes the fp32 C B^T blocks (G*Q per token); chunk scan reads those blocks, x, C, dt, the
+    cumulative sums and the passed states and writes y. Per token: x twice and y (6 d_inner), B and
+    C (8 G*N), the blocks (8 G*Q), the states (12 H*P*N/Q), dt and its sums (26 H). Megatron's z
+    gate, which runs inside the chunk scan, is ``mamba_mixer_bytes_per_token``'s. A count, not a
+    measurement."""
     d_inner, heads = float(model.mamba_inner_size), float(model.mamba_num_heads or 0)
-    q = float(model.mamba_chunk)
-    chunk_states = heads * float(model.mamba_head_dim or 0) * float(model.ssm_state_size or 0) / q
-    per_token = 6.0 * d_inner + 8.0 * model.mamba_groups_state + 8.0 * (model.mamba_n_groups or 0) * q
-    per_token += 16.0 * chunk_states
-    return (per_token + 18.0 * heads) / tp
+    per_token = 6.0 * d_inner + 8.0 * model.mamba_groups_state + 8.0 * mamba_chunk_blocks(model)
+    return (per_token + 12.0 * mamba_chunk_states(model) + 26.0 * heads) / tp
 
 
-def mamba_scan_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """Forward time of one Mamba-2 layer's SSD scan on one rank for one micro-batch: the larger of
-    its FLOPs (``flops.mamba_scan_flops_per_token_fwd``, heads and groups split over t) at the
-    16-bit GEMM rate (its matmuls are Triton tensor-core dots in 16 bits whatever the job's
-    format) and its traffic (``mamba_scan_bytes_per_token``) at the achieved HBM bandwidth. The
-    unfused scan is 'mostly bottlenecked by memory bandwidth and latency', writing and reading
-    intermediate data between its five kernels (PyTorch blog, 'Accelerating Mamba2 with Kernel
-    Fusion', 2025: fusing them made it 1.5-2.5x faster on A100 and H100), so the traffic decides;
-    its kernel rate has not been measured here. Checked against the one public kernel time found:
-    tilelang's tuned chunk_scan forward alone (benchmark/mamba2/README.md: H800, batch 8, 8,192
-    tokens, 80 heads, P 64, N 128, chunk 256, one group) takes 1.28 ms; this prices all five kernels
-    of that shape at 1.71 ms on an H800, where chunk_state adds about half the chunk scan's FLOPs:
-    short by perhaps a fifth, not more. Backward is priced as twice the forward, as for every
-    layer term (mamba_ssm's backward runs about ten kernels: unmeasured here)."""
+def mamba_scan_backward_bytes_per_token(model: ModelSpec, tp: np.ndarray | float) -> np.ndarray | float:
+    """HBM bytes per token that one Mamba-2 layer's SSD scan moves in backward over ``tp`` ranks,
+    by the same count over mamba_ssm's ``_mamba_chunk_scan_combined_bwd`` (ssd_combined.py
+    @d757aef): it first runs four forward kernels again (chunk cumsum, bmm, chunk state and state
+    passing, the states now kept in fp32), then eleven of its own: dstates from C and dout (fp32),
+    state passing backward (reads the states and their gradients in fp32, writes both in 16 bits),
+    dx (reads x, B, the C B^T blocks, dout and the state gradients; writes dx and ddt), dB and dC
+    (fp32 per group, then summed; the two bmm backwards read the C B^T gradient and add their share),
+    dCB (fp32, summed), ddA from the blocks, the reversed cumulative sum of its chunk terms in three
+    torch ops, and chunk cumsum backward. Per token: x and dout 22 d_inner, B, C and their
+    gradients 54 G*N, the blocks and their gradient 32 G*Q, the states and their gradients
+    34 H*P*N/Q, dt and the cumulative sums 138 H: 3.4-3.6x the forward at Nemotron 3's shapes,
+    where every other layer term is priced at 2x. A count, not a measurement; no public timing of
+    the backward at a stated shape was found."""
+    d_inner, heads = float(model.mamba_inner_size), float(model.mamba_num_heads or 0)
+    per_token = 22.0 * d_inner + 54.0 * model.mamba_groups_state + 32.0 * mamba_chunk_blocks(model)
+    return (per_token + 34.0 * mamba_chunk_states(model) + 138.0 * heads) / tp
+
+
+def mamba_chunk_blocks(model: ModelSpec) -> float:
+    """Elements per token of a Mamba-2 layer's intra-chunk C B^T blocks: G x Q (one Q x Q block per
+    group and chunk of Q tokens)."""
+    return float(model.mamba_n_groups or 0) * float(model.mamba_chunk)
+
+
+def mamba_chunk_states(model: ModelSpec) -> float:
+    """Elements per token of a Mamba-2 layer's chunk states: H x P x N per chunk of Q tokens."""
+    state = float(model.mamba_num_heads or 0) * float(model.mamba_head_dim or 0) * float(model.ssm_state_size or 0)
+    return state / float(model.mamba_chunk)
+
+
+def mamba_scan_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """One Mamba-2 layer's SSD scan on one rank for one micro-batch, forward and backward, as the
+    third the step runs three times (the flash core's convention): each pass the larger of its
+    FLOPs (``flops.mamba_scan_flops_per_token_fwd``, heads and groups split over t; backward twice
+    the forward's) at the 16-bit GEMM rate (its matmuls are Triton tensor-core dots in 16 bits
+    whatever the job's format) and its traffic (``mamba_scan_bytes_per_token``,
+    ``mamba_scan_backward_bytes_per_token``) at the achieved HBM bandwidth. The unfused scan is
+    'mostly bottlenecked by memory bandwidth and latency', writing and reading intermediate data
+    between its kernels (PyTorch blog, 'Accelerating Mamba2 with Kernel Fusion', 2025: fusing the
+    forward's five made it 1.5-2.5x faster on A100 and H100), so the traffic decides; the kernels'
+    rate has not been measured here. Checked against the one public kernel time found: tilelang's
+    tuned chunk_scan forward alone (benchmark/mamba2/README.md: H800, batch 8, 8,192 tokens, 80
+    heads, P 64, N 128, chunk 256, one group) takes 1.28 ms; the forward count prices all five
+    kernels of that shape at 1.50 ms on an H800, where chunk_state alone adds about half the chunk
+    scan's FLOPs: the count is short of the kernels' time, not over it."""
     gpu = cluster.gpu
     tokens = mesh.tokens_per_rank(job.seq_len)
     t = mesh.tp.astype(float)
     rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
+    bw = gpu.achieved_hbm_bytes_per_s
     flops = tokens * mamba_scan_flops_per_token_fwd(model) / t
-    traffic = tokens * mamba_scan_bytes_per_token(model, t)
-    return np.maximum(flops / rate, traffic / gpu.achieved_hbm_bytes_per_s)
+    forward = np.maximum(flops / rate, tokens * mamba_scan_bytes_per_token(model, t) / bw)
+    backward = np.maximum(2.0 * flops / rate, tokens * mamba_scan_backward_bytes_per_token(model, t) / bw)
+    return (forward + backward) / 3.0
+
+
+def mamba_mixer_bytes_per_token(model: ModelSpec, mesh: MeshArrays) -> dict[str, np.ndarray]:
+    """HBM bytes per token (before TP) of one Mamba-2 mixer's work outside its GEMMs and SSD scan, by
+    a count of the 16-bit tensors Megatron-Core's training path touches (megatron/core/ssm/
+    mamba_mixer.py ``_ssm_training``, which calls mamba_ssm's ``mamba_split_conv1d_scan_combined``
+    (ssd_combined.py @d757aef) without the norm weight and then its own RMSNorm), forward and
+    backward together, returned as the third the step runs three times:
+    'conv', per conv channel (x, B and C): causal_conv1d with its SiLU reads and writes them (4);
+    the memory-efficient backward runs that forward again, since the mixer keeps only in_proj's
+    output (4), and then its gradient (reads the input and the output gradient, writes the input
+    gradient: 6): 14.
+    'gate', per d_inner element: the z gate inside the chunk scan (reads z, writes the ungated
+    output beside the gated one: 4) and the RMSNorm over y (read and write: 4); backward,
+    ``_chunk_scan_bwd_dz`` (reads x, z, the saved output and the gradient; writes dz and the
+    ungated gradient: 12) and the norm's (reads y and its gradient, writes the input's: 6): 26.
+    'layout': Megatron's activations are sequence-first and the kernels batch-first: in_proj's
+    output is copied transposed (``rearrange(zxBCdt, 'l b d -> b l d').contiguous()``, read and
+    write: 4 per element of its width) and y back (4 per d_inner element), and in backward
+    Transformer Engine's Linear copies in_proj's transposed output gradient to a contiguous one (4
+    per element). A permutation of a batch of one sequence is already contiguous: nothing is
+    copied at micro-batch 1. Counts of the tensors touched, not measurements."""
+    d_inner, width = float(model.mamba_inner_size), float(mamba_in_proj_width(model))
+    copies = np.where(mesh.micro_batch_size > 1, 8.0 * width + 4.0 * d_inner, 0.0)
+    return {
+        "conv": np.full(len(mesh), 14.0 * model.mamba_conv_channels / 3.0),
+        "gate": np.full(len(mesh), 26.0 * d_inner / 3.0),
+        "layout": copies / 3.0,
+    }
 
 
 def layer_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:

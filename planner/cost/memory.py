@@ -105,15 +105,16 @@ def mlp_activation_bytes_per_token(
 
 
 def mamba_activation_bytes_per_token(model: ModelSpec, linear_input_bytes: float) -> float:
-    """Bytes one Mamba-2 mixer keeps for backward per token (before TP), by a count of what its
-    kernels save (mamba_ssm: causal_conv1d_fn keeps its input, mamba_chunk_scan_combined its x, B,
-    C, dt and output, the gated RMSNorm its inputs): in_proj's output z, x, B, C and dt (16-bit,
-    2 d_inner + 2 G N + H), the convolution's output x, B, C (d_inner + 2 G N), the scan's output
-    y (d_inner) and the gated norm's output, out_proj's input (``linear_input_bytes`` per element).
-    The chunk states are recomputed in backward. A count, not a measurement."""
+    """Bytes one Mamba-2 mixer keeps for backward per token (before TP), by a count of what
+    Megatron-Core's training path saves (megatron/core/ssm/mamba_mixer.py ``_ssm_training``;
+    mamba_ssm ssd_combined.py @d757aef ``MambaSplitConv1dScanCombinedFn``, the memory-efficient
+    path, runs the convolution and the scan's chunk states again in backward): in_proj's output z,
+    x, B, C and dt (16-bit, 2 d_inner + 2 G N + H, the batch-first copy where a micro-batch holds
+    several sequences), the scan's ungated output (d_inner), the RMSNorm's input y (d_inner) and its
+    output, out_proj's input (``linear_input_bytes`` per element). A count, not a measurement."""
     d_inner = float(model.mamba_inner_size)
     in_proj = 2.0 * mamba_in_proj_width(model)
-    return in_proj + 2.0 * model.mamba_conv_channels + 2.0 * d_inner + linear_input_bytes * d_inner
+    return in_proj + 4.0 * d_inner + linear_input_bytes * d_inner
 
 
 NVFP4_SAVED_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
