@@ -109,3 +109,40 @@ def test_moe_parts_dry_run_on_cpu(tmp_path: Path) -> None:
         # CPU either can stall)
         assert all(p["fwd_s"] > 0 and p["fwd_bwd_s"] > 0 for p in case["parts"].values())
     assert data["copy_bytes_per_s"] > 0
+
+
+def test_mamba_scan_check_prices_its_cases_without_a_gpu(tmp_path: Path) -> None:
+    # benchmarks/gpu_mamba_scan.py (the prepared check of the Mamba-2 scan's counted price) on CPU:
+    # the planner's side of every case, from the same compute.mamba_scan_passes_s the estimate uses
+    out = tmp_path / "mamba_scan.json"
+    command = [sys.executable, "benchmarks/gpu_mamba_scan.py", "--predict-only", "--profile", "dgx-h800"]
+    done = subprocess.run([*command, "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["profile"] == "dgx-h800" and len(report["cases"]) == 5
+    tilelang = report["cases"][0]
+    assert tilelang["case"]["heads"] == 80 and tilelang["case"]["chunk"] == 256
+    # the forward count of tilelang's shape (tests/test_hybrid.py), the backward by its own count
+    assert tilelang["predicted"]["forward_ms"] == pytest.approx(1.50, abs=0.01)
+    assert tilelang["predicted"]["backward_ms"] / tilelang["predicted"]["forward_ms"] == pytest.approx(3.39, abs=0.01)
+    no_profile = subprocess.run([*command[:3]], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert no_profile.returncode != 0 and "error: --profile" in no_profile.stderr
+
+
+def test_mamba_sources_import_without_their_package_init(tmp_path: Path) -> None:
+    # the sdist's mamba_ssm/__init__.py imports CUDA extensions; the check imports the Triton modules
+    # past it (benchmarks/gpu_mamba_scan.mamba_package), shown here with a stand-in tree
+    package = tmp_path / "mamba_ssm-0" / "mamba_ssm"
+    (package / "ops" / "triton").mkdir(parents=True)
+    (package / "__init__.py").write_text('__version__ = "0"\nraise ImportError("selective_scan_cuda")\n')
+    (package / "ops" / "__init__.py").write_text("")
+    (package / "ops" / "triton" / "__init__.py").write_text("")
+    (package / "ops" / "triton" / "ssd_combined.py").write_text("from mamba_ssm.ops import helper\nVALUE = helper.X\n")
+    (package / "ops" / "helper.py").write_text("X = 7\n")
+    script = (
+        "import sys; sys.path.insert(0, 'benchmarks'); import gpu_mamba_scan as g; "
+        f"g.mamba_package({str(package.parent)!r}); "
+        "from mamba_ssm.ops.triton.ssd_combined import VALUE; print(VALUE)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "7", done.stderr[-3000:]

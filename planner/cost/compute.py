@@ -512,15 +512,23 @@ def mamba_scan_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: Mes
     heads, P 64, N 128, chunk 256, one group) takes 1.28 ms; the forward count prices all five
     kernels of that shape at 1.50 ms on an H800, where chunk_state alone adds about half the chunk
     scan's FLOPs: the count is short of the kernels' time, not over it."""
-    gpu = cluster.gpu
-    tokens = mesh.tokens_per_rank(job.seq_len)
-    t = mesh.tp.astype(float)
+    forward, backward = mamba_scan_passes_s(model, cluster.gpu, mesh.tokens_per_rank(job.seq_len), mesh.tp)
+    return (forward + backward) / 3.0
+
+
+def mamba_scan_passes_s(
+    model: ModelSpec, gpu: GPU, tokens: np.ndarray | float, tp: np.ndarray | float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Forward and backward time of one Mamba-2 layer's SSD scan over ``tokens`` tokens on one of
+    ``tp`` ranks (``mamba_scan_s``; benchmarks/gpu_mamba_scan.py sets them beside the kernels' own
+    times on a GPU)."""
+    t = np.asarray(tp, dtype=float)
     rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency * gpu.sustained
     bw = gpu.achieved_hbm_bytes_per_s
     flops = tokens * mamba_scan_flops_per_token_fwd(model) / t
     forward = np.maximum(flops / rate, tokens * mamba_scan_bytes_per_token(model, t) / bw)
     backward = np.maximum(2.0 * flops / rate, tokens * mamba_scan_backward_bytes_per_token(model, t) / bw)
-    return (forward + backward) / 3.0
+    return forward, backward
 
 
 def mamba_mixer_bytes_per_token(model: ModelSpec, mesh: MeshArrays) -> dict[str, np.ndarray]:
