@@ -11,12 +11,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-mamba-out}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1
-exec > >(tee "$OUT/log.txt") 2>&1
-
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:.
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv || true
+source benchmarks/gpu_setup.sh
 
 echo "== 1. Mamba-2 SSD scan, measured and priced"
 timeout 240 python3 benchmarks/gpu_mamba_scan.py --out "$OUT/mamba_scan.json"

@@ -17,12 +17,7 @@ set -uo pipefail
 OUT=${OUT:-gpu-moe-out}
 W=/tmp/moe-work
 mkdir -p "$OUT" "$W"
-export PYTHONUNBUFFERED=1
-exec > >(tee "$OUT/log.txt") 2>&1
-
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:.
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit,memory.total --format=csv || true
+source benchmarks/gpu_setup.sh
 
 echo "== 1. expert MLP parts"
 timeout 150 python3 benchmarks/gpu_moe_parts.py --out "$OUT/moe_parts.json" 2>&1 | grep -v -i warn
