@@ -75,9 +75,10 @@ def last_stage_imbalance(model: ModelSpec, job: JobSpec, layers_per_stage: list[
 HYBRID_KNOWN_MISS = (
     "known miss: Megatron-Bridge's published runs of hybrid Mamba-2 models, none of them fitted (the held-out "
     "files, NeMo 26.02-26.08), measured below the planner: Nemotron 3 Nano 11-21% on B200, B300, GB200 and GB300 "
-    "and 21-24% on H100, Nemotron 3 Super 22-37% on GB200 and GB300 (and 24-55% above it on B200 and B300, where "
-    "the price's dropless host synchronisation is read at 64 local experts); the Mamba-2 kernels' time is counted, "
-    "not measured: expect a hybrid to run below this throughput (ARCHITECTURE.md section 8.10)"
+    "and 21-24% on H100, Nemotron 3 Super 22-37% on GB200 and GB300; the Mamba-2 kernels' time is counted, not "
+    "measured: expect a hybrid to run below this throughput, unless the price's dropless host synchronisation is "
+    "read far beyond its fitted range (Super on B200 and B300, 64 local experts per rank: 24-55% above) "
+    "(ARCHITECTURE.md section 8.10)"
 )
 """What a plan of a hybrid Mamba-2 model on Megatron-Core says about its price: the held-out
 Megatron-Bridge rows of Nemotron 3 Nano and Super as `benchmarks/accuracy.py --runs
