@@ -25,11 +25,13 @@ pytest.importorskip("tyro", reason="torchtitan's dependencies (the frameworks ex
 pytest.importorskip("deepspeed", reason="the frameworks extra")
 
 from planner.catalog import load_model
+from planner.cost.flops import mtp_layers
 from planner.cost.layout import parse_layout
 from planner.cost.pipeline import chunk_layer_counts
 from planner.errors import PlannerError
 from planner.export import megatron_args, render
 from planner.export.common import effective_zero_stage
+from planner.export.megatron import hybrid_layer_pattern
 from planner.schemas import JobSpec, ParallelConfig
 from planner.search import default_job
 from planner.validate.schemas import ReplicaMesh
@@ -649,12 +651,23 @@ MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("gpt-oss-120b", dict(tp=1, pp=1, dp=8, ep=8, recompute="selective"), {"recompute_modules": ("moe_act",)}),
     ("llama3-8b", dict(tp=1, pp=1, dp=8, recompute="selective"), {"dtype": "fp8", "recompute_modules": ("layernorm",)}),
     ("llama3-8b", dict(tp=8, pp=1, dp=1), {"optimizer_state_bytes_per_param": 8.0}),
+    ("nemotron-h-8b", dict(tp=2, pp=4, dp=1), {}),
+    ("nemotron-3-nano-30b-a3b", dict(tp=1, pp=1, dp=8, ep=8), {}),
+    ("nemotron-3-nano-30b-a3b", dict(tp=2, pp=2, dp=2, ep=4, sequence_parallel=True), {"dtype": "fp8"}),
+    (
+        "nemotron-3-super-120b-a12b",
+        dict(tp=1, pp=4, dp=2, ep=2, recompute="selective"),
+        {"recompute_modules": ("core_attn", "moe_act", "layernorm")},
+    ),
 ]
 """Megatron exports beyond MESHES and ARCHITECTURES: partial full recompute, selective recompute
 with fp8, an uneven interleaved split (126 layers), DeepSeek-V3 with its MTP layer, activation
 offloading (--cpu-offloading-num-layers), GPT-OSS recomputing moe_act (needs --moe-grouped-gemm),
-fp8 recomputing layernorm (needs a current-scaling --fp8-recipe), and Adam's moments in bf16 at
-dp 1 (the precision-aware optimizer needs the distributed one)."""
+fp8 recomputing layernorm (needs a current-scaling --fp8-recipe), Adam's moments in bf16 at
+dp 1 (the precision-aware optimizer needs the distributed one), and the hybrid Mamba-2 models:
+a dense one on four pipeline segments, Nemotron 3 Nano's MoE blocks (with TP, SP and fp8 on two
+segments), Nemotron 3 Super's LatentMoE with its two MTP depths on four, recomputing what its plan on
+64 GB200 recomputes."""
 
 
 def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> None:
@@ -707,6 +720,12 @@ def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> Non
         assert read["bf16"] == (job.dtype != "fp16"), where
         granularity = None if config.recompute == "none" else config.recompute
         assert read["recompute"][0] == granularity and read["recompute"][2] == config.recompute_layers, where
+        mtp = mtp_layers(model, job) or None
+        if model.is_hybrid:  # the pattern as the plan split it, its MTP depths and latent size, read back
+            assert read["hybrid"] == [hybrid_layer_pattern(model, job, config), mtp, model.moe_latent_size, True], where
+            assert read["hybrid"][0].count("|") == config.pp - 1, where
+        else:
+            assert read["hybrid"] == [None, mtp, None, False], where
 
 
 SPLITS = [

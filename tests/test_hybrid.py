@@ -303,30 +303,56 @@ def test_a_hybrid_row_is_priced_as_the_catalog_model_its_hf_id_names() -> None:
         model_from_row(unknown)
 
 
-def test_megatron_exports_a_dense_hybrid_and_refuses_what_it_cannot_run() -> None:
-    """pretrain_mamba.py's arguments at the pinned commit (arguments.py _add_experimental_args); a
-    hybrid with MoE blocks is refused there (validate_args: no --spec with --num-experts), and
-    torchtitan and DeepSpeed have no Mamba-2 layer."""
+def test_megatron_exports_hybrids_for_the_release_that_trains_them() -> None:
+    """pretrain_mamba.py's arguments at Megatron-LM core_v0.17.0 (export.megatron.HYBRID_RELEASE):
+    the pattern with '|' between the plan's pipeline segments and '/' before each MTP depth, the MoE
+    blocks placed by the pattern (no --moe-layer-freq), Super's --moe-latent-size; the launcher
+    starts pretrain_mamba.py; torchtitan and DeepSpeed have no Mamba-2 layer or latent experts.
+    (tests/test_frameworks.py runs these exports through that release's own validate_args.)"""
     from planner.export import export, megatron_args
     from planner.export.common import ExportRefusalError
-    from planner.schemas.job import JobSpec
-    from planner.schemas.parallel import ParallelConfig
+    from planner.export.launch import entry_point
 
     job = JobSpec(global_batch_size=64, seq_len=8192)
     h8 = load_model("nemotron-h-8b")
-    args = megatron_args(h8, job, ParallelConfig(tp=2, pp=4, dp=2))
-    text = " ".join(args)
-    assert "--spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec --is-hybrid-model" in text
-    assert f"--hybrid-override-pattern {h8.hybrid_override_pattern}" in text
+    text = " ".join(megatron_args(h8, job, ParallelConfig(tp=2, pp=4, dp=2)))
+    segments = "M-M-M-M*-M-M-|M-M-M*-M-M-M-|M-M*-M-M-M-M-|M*-M-M-M-M-M-"  # 13 blocks each, the plan's split
+    assert segments.replace("|", "") == h8.hybrid_override_pattern
+    spec = "--spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec"
+    assert f"{spec} --hybrid-layer-pattern {segments}" in text
     assert "--mamba-num-heads 128 --mamba-head-dim 64 --mamba-state-dim 128 --mamba-num-groups 8" in text
     assert "--position-embedding-type none" in text and "--squared-relu" in text
-    assert "--pipeline-model-parallel-layout" not in text  # Megatron-Core splits hybrids evenly
+    assert "--is-hybrid-model" not in text and "--hybrid-override-pattern" not in text
+    assert "--pipeline-model-parallel-layout" not in text and "virtual-pipeline" not in text
+
     nano = load_model(NANO)
-    with pytest.raises(ExportRefusalError, match="asserts no --spec with --num-experts"):
-        export("megatron", nano, job, ParallelConfig(tp=1, pp=1, dp=8, ep=8))
+    args = megatron_args(nano, job, ParallelConfig(tp=1, pp=1, dp=8, ep=8))
+    text = " ".join(args)
+    assert f"--hybrid-layer-pattern {nano.hybrid_override_pattern} " in text
+    assert "--num-experts 128 --moe-router-topk 6 --moe-grouped-gemm --moe-ffn-hidden-size 1856" in text
+    assert "--moe-shared-expert-intermediate-size 3712" in text and "--expert-model-parallel-size 8" in text
+    assert "--moe-layer-freq" not in text and "--moe-latent-size" not in text and "--mtp-num-layers" not in text
+    script, _ = entry_point("megatron", nano, job, ParallelConfig(tp=1, pp=1, dp=8, ep=8), None)
+    assert script == ["pretrain_mamba.py"]
+    assert entry_point("megatron", load_model("llama3-8b"), job, ParallelConfig(dp=8), None)[0] == ["pretrain_gpt.py"]
+
+    super_ = load_model("nemotron-3-super-120b-a12b")
+    text = " ".join(megatron_args(super_, job, ParallelConfig(tp=1, pp=4, dp=2, ep=2)))
+    main = super_.hybrid_override_pattern or ""
+    assert f"--hybrid-layer-pattern {'|'.join(main[i : i + 22] for i in range(0, 88, 22))}/*E/*E " in text
+    assert "--mtp-num-layers 2" in text and "--moe-latent-size 1024" in text and "--num-experts 512" in text
+    no_mtp = " ".join(megatron_args(super_, job.model_copy(update={"mtp_layers": 0}), ParallelConfig(dp=8, ep=8)))
+    assert f"--hybrid-layer-pattern {main} " in no_mtp and "--mtp-num-layers" not in no_mtp
+    early = ParallelConfig(
+        tp=1, pp=2, dp=4, ep=4, virtual_stages=2, schedule="interleaved-1f1b", pipeline_layout="Et*30|t*30|t*28mm|L"
+    )
+    with pytest.raises(ExportRefusalError, match="MTP layers before the last pipeline stage of a hybrid model"):
+        megatron_args(super_, job, early)
     for fmt in ("torchtitan", "deepspeed"):
         with pytest.raises(ExportRefusalError, match="hybrid Mamba-2 layers"):
             export(fmt, h8, job, ParallelConfig(tp=1, pp=1, dp=8))
+        with pytest.raises(ExportRefusalError, match="LatentMoE"):
+            export(fmt, super_, job, ParallelConfig(tp=1, pp=1, dp=8, ep=8))
 
 
 def test_a_hybrid_pipeline_is_split_evenly_without_virtual_stages() -> None:

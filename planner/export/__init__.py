@@ -53,13 +53,13 @@ def render(
     """The settings of ``config`` for target ``fmt``, with an optional one-line header comment
     (ignored for JSON, which has no comments); ``cluster``, where given, is where the mesh runs
     (Megatron's TP overlap only for a TP group inside one NVLink domain). A hybrid Mamba-2 model goes
-    to Megatron-LM alone (``megatron._hybrid_args``): torchtitan and DeepSpeed ship no Mamba-2 layer."""
-    if model.moe_latent_size:
+    to Megatron-LM alone (``megatron._hybrid_args``), as does LatentMoE: torchtitan and DeepSpeed ship no
+    Mamba-2 layer and no latent experts."""
+    if model.moe_latent_size and fmt != "megatron":
         raise refuse(
             fmt,
             f"{model.name}'s LatentMoE (moe_latent_size {model.moe_latent_size})",
-            "Megatron-LM's --moe-latent-size came after the pinned commit and is not written yet; torchtitan and "
-            "DeepSpeed have no latent experts",
+            "torchtitan and DeepSpeed have no latent experts; Megatron-LM has (--format megatron)",
             mesh_bound=False,
         )
     if model.is_hybrid and fmt != "megatron":

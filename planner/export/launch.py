@@ -7,9 +7,9 @@
 (``#SBATCH --nodes``, ``--ntasks-per-node``, ``--gpus-per-node``), which srun-s that same
 torchrun on every node with the first node of the allocation as the rendezvous host.
 
-Entry points, each the framework's own: Megatron-LM ``pretrain_gpt.py`` with the exported
-arguments; torchtitan ``-m torchtitan.train`` with 0.3's overrides or 0.2's
-``--job.config_file``; DeepSpeed the user's training script (``$TRAIN_SCRIPT``: DeepSpeed ships
+Entry points, each the framework's own: Megatron-LM ``pretrain_gpt.py`` (``pretrain_mamba.py``
+for a hybrid Mamba-2 model) with the exported arguments; torchtitan ``-m torchtitan.train`` with
+0.3's overrides or 0.2's ``--job.config_file``; DeepSpeed the user's training script (``$TRAIN_SCRIPT``: DeepSpeed ships
 no trainer) with ``--deepspeed --deepspeed_config <file>``, the flags
 ``deepspeed.add_config_arguments`` declares (deepspeed/__init__.py _add_core_arguments).
 The environment is only what a framework asks for: Megatron's ``CUDA_DEVICE_MAX_CONNECTIONS=1``
@@ -91,8 +91,9 @@ def entry_point(
 ) -> tuple[list[str], list[str]]:
     """What torchrun runs (a script, or ``-m`` and a module) and its arguments on ``cluster``."""
     check_launch(fmt, "torchrun", out)
-    if fmt == "megatron":
-        return ["pretrain_gpt.py"], megatron_args(model, job, config, cluster)
+    if fmt == "megatron":  # a hybrid Mamba-2 model trains under pretrain_mamba.py (its mamba_builder)
+        script = "pretrain_mamba.py" if model.is_hybrid else "pretrain_gpt.py"
+        return [script], megatron_args(model, job, config, cluster)
     if fmt == "torchtitan":
         return ["-m", "torchtitan.train"], torchtitan_args(model, job, config)
     if fmt == "torchtitan-0.2":

@@ -2,7 +2,9 @@
 
 Every flag below was checked against NVIDIA/Megatron-LM ``megatron/training/arguments.py`` as
 stored at commit 000c4ac24f61159c138b0975def722c65245983c (2025): the group that defines it is
-named next to each mapping. What the planner decides maps to flags; the model's architecture
+named next to each mapping. Hybrid Mamba-2 models and LatentMoE are written for the first release
+that trains them (``HYBRID_RELEASE``); tests/test_frameworks.py runs every export through that
+release's own parse_args and validate_args. What the planner decides maps to flags; the model's architecture
 (hidden size, heads, GQA groups, RoPE, SwiGLU, norms, untied embeddings, experts, MLA) is written
 out too (``_model_args``), so the arguments build the model the plan priced; the vocabulary comes
 from the user's tokenizer.
@@ -10,12 +12,13 @@ from the user's tokenizer.
 
 from __future__ import annotations
 
+import itertools
 from typing import TYPE_CHECKING
 
 from planner.cost.comm import mesh_links
 from planner.cost.flops import attended_keys, attention_kernel_for, chunked_keys, flash_attention_runs, mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
-from planner.cost.pipeline import plan_layout
+from planner.cost.pipeline import plan_layout, split_stages
 from planner.export.common import (
     check_adam_state,
     effective_zero_stage,
@@ -130,7 +133,7 @@ def _pipeline_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     (Megatron-Core places them on the last stage unless the layout says otherwise)."""
     mtp = mtp_layers(model, job)
     args = ["--mtp-num-layers", str(mtp)] if mtp else []
-    if config.pp == 1:
+    if config.pp == 1 or model.is_hybrid:  # a hybrid's stages are its pattern's '|' segments
         return args
     layout = pipeline_layout(model, job, config)
     if layout is not None:
@@ -303,7 +306,7 @@ def megatron_args(
         args.append("--use-tp-pp-dp-mapping")
     # _add_network_size_args --num-layers; _add_data_args --seq-length.
     args += ["--num-layers", str(model.num_hidden_layers), "--seq-length", str(job.seq_len)]
-    args += _model_args(model, job)
+    args += _model_args(model, job, config)
     args += _pipeline_args(model, job, config)
     if config.sequence_parallel:
         args.append("--sequence-parallel")  # _add_training_args
@@ -325,7 +328,7 @@ def max_positions(model: ModelSpec, job: JobSpec) -> int:
     return max(model.max_position_embeddings, job.seq_len)
 
 
-def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
+def _model_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """The architecture the plan priced, as arguments.py reads it: _add_network_size_args
     (--hidden-size, --ffn-hidden-size, --num-attention-heads, --kv-channels, --group-query-attention
     --num-query-groups, --max-position-embeddings, --position-embedding-type, --normalization,
@@ -357,7 +360,7 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
     position = {"learned": "learned_absolute", "none": "none"}.get(model.position_embedding_type, "rope")
     args += ["--position-embedding-type", position]
     if model.is_hybrid:
-        args += _hybrid_args(model)
+        args += _hybrid_args(model, job, config)
     args += ["--normalization", "LayerNorm" if model.norm_type == "layernorm" else "RMSNorm"]
     if model.model_type == "gpt_oss":
         # its clamped SwiGLU, x*sigmoid(1.702x) of the gate times (up + 1), both clamped at 7: Megatron's
@@ -387,8 +390,10 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
             args += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(per_token)]
         if model.shared_expert_width:
             args += ["--moe-shared-expert-intermediate-size", str(model.shared_expert_width)]
+        if model.moe_latent_size:  # LatentMoE (Nemotron 3 Super): _add_moe_args at HYBRID_RELEASE
+            args += ["--moe-latent-size", str(model.moe_latent_size)]
         pattern = [int(model.is_moe_layer(i)) for i in range(model.num_hidden_layers)]
-        if not all(pattern):
+        if not all(pattern) and not model.is_hybrid:  # a hybrid's pattern places its MoE blocks ('E')
             args += ["--moe-layer-freq", _list_expression(pattern)]
     if model.sliding_window is not None:
         # Megatron-Core's (left, right) window as Megatron-Bridge maps HF's sliding_window onto it
@@ -414,25 +419,53 @@ def _model_args(model: ModelSpec, job: JobSpec) -> list[str]:
 
 MAMBA_STACK_SPEC = ("megatron.core.models.mamba.mamba_layer_specs", "mamba_stack_spec")
 """The layer spec a hybrid model needs (--spec): mamba_builders.py raises "You must provide a valid
-Mamba layer spec via --spec" without it."""
+Mamba layer spec via --spec" without it; at ``HYBRID_RELEASE`` it holds the MoE block too
+(mamba_layer_specs.py: ``moe_layer`` with grouped GEMMs)."""
+
+HYBRID_RELEASE = "core_v0.17.0"
+"""The Megatron-LM release hybrid exports are written for: its arguments.py (shipped in the
+megatron-core 0.17.0 wheel as megatron/training) takes --hybrid-layer-pattern with '|' between
+pipeline segments and '/' before each MTP depth (validate_args derives --num-layers, the virtual
+stages and --mtp-num-layers from it, and refuses --num-layers-per-virtual-pipeline-stage and
+--pipeline-model-parallel-layout beside it), MoE blocks under --spec, and --moe-latent-size. The
+pinned commit above had none of these (its validate_args asserted "Model Spec must be None when
+using MoEs"), and its --is-hybrid-model and --hybrid-override-pattern are gone or deprecated there."""
 
 
-def _hybrid_args(model: ModelSpec) -> list[str]:
-    """A hybrid Mamba-2 model for pretrain_mamba.py, as arguments.py _add_experimental_args defines
-    them at the commit above: --spec (``MAMBA_STACK_SPEC``), --is-hybrid-model,
-    --hybrid-override-pattern (the pattern as is: Megatron's Symbols are NemotronH's), --mamba-num-heads,
-    --mamba-head-dim, --mamba-state-dim, --mamba-num-groups (defaults 64, 128, 8: written anyway).
-    MambaMixer's conv width (4) and SSD chunk (128) have no flag; another value is refused, as is a
-    hybrid with MoE blocks (validate_args at that commit asserts "Model Spec must be None when using
-    MoEs"; later releases train them with --hybrid-layer-pattern and pretrain_hybrid.py)."""
-    if model.is_moe:
-        raise refuse(
-            TARGET,
-            f"{model.name}'s MoE blocks in a hybrid model",
-            "Megatron-LM at the pinned commit asserts no --spec with --num-experts; later releases take "
-            "--hybrid-layer-pattern (pretrain_hybrid.py), not written yet",
-            mesh_bound=False,
+def hybrid_layer_pattern(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> str:
+    """--hybrid-layer-pattern: the model's blocks in order with '|' between the p x v model chunks of
+    the plan's split (``cost.pipeline.split_stages``, or the config's layout), in Megatron's segment
+    order (megatron/core/ssm/mamba_hybrid_layer_allocation.py select_pipeline_segment at
+    ``HYBRID_RELEASE``: segment vp_stage x p + pp_rank, as chunk c runs on rank c mod p), then '/'
+    and the MTP module's blocks once per MTP layer (parse_hybrid_pattern: 'M*M*/MM/MM' is two MTP
+    depths of 'MM'), which Megatron places after the last segment, where the plan prices them."""
+    blocks = model.hybrid_override_pattern or ""
+    if config.pp > 1:
+        stages = (
+            parse_layout(config.pipeline_layout)
+            if config.pipeline_layout is not None
+            else split_stages(model, job, config.pp, config.virtual_stages)
         )
+        if any("m" in stage for stage in stages[:-1]):
+            raise refuse(
+                TARGET,
+                "MTP layers before the last pipeline stage of a hybrid model",
+                "Megatron-Core runs a hybrid's MTP depths after its last segment ('/' in --hybrid-layer-pattern)",
+            )
+        sizes = [stage.count("t") for stage in stages]
+        ends = list(itertools.accumulate(sizes))
+        blocks = "|".join(blocks[end - size : end] for size, end in zip(sizes, ends, strict=True))
+    mtp = mtp_layers(model, job)
+    return blocks + f"/{model.mtp_hybrid_override_pattern}" * mtp if mtp else blocks
+
+
+def _hybrid_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """A hybrid Mamba-2 model for pretrain_mamba.py at ``HYBRID_RELEASE``: --spec
+    (``MAMBA_STACK_SPEC``), --hybrid-layer-pattern (``hybrid_layer_pattern``: Megatron's Symbols
+    are NemotronH's, M Mamba-2, * attention, - MLP, E MoE; the pattern alone marks the model as
+    hybrid there), --mamba-num-heads, --mamba-head-dim, --mamba-state-dim, --mamba-num-groups
+    (TransformerConfig fields, defaults 64, 128, 8: written anyway). MambaMixer's conv width (4) and
+    SSD chunk (128) have no flag; another value is refused."""
     if model.mamba_conv_width != MAMBA_CONV_KERNEL or model.mamba_chunk != MAMBA_CHUNK_SIZE:
         raise refuse(
             TARGET,
@@ -440,8 +473,7 @@ def _hybrid_args(model: ModelSpec) -> list[str]:
             f"Megatron-Core's MambaMixer fixes them at {MAMBA_CONV_KERNEL} and {MAMBA_CHUNK_SIZE}",
             mesh_bound=False,
         )
-    args = ["--spec", *MAMBA_STACK_SPEC, "--is-hybrid-model"]
-    args += ["--hybrid-override-pattern", model.hybrid_override_pattern or ""]
+    args = ["--spec", *MAMBA_STACK_SPEC, "--hybrid-layer-pattern", hybrid_layer_pattern(model, job, config)]
     if model.mamba_inner_size:
         args += ["--mamba-num-heads", str(model.mamba_num_heads), "--mamba-head-dim", str(model.mamba_head_dim)]
         args += ["--mamba-state-dim", str(model.ssm_state_size), "--mamba-num-groups", str(model.mamba_n_groups)]
@@ -558,8 +590,9 @@ def megatron_notes(
     notes += routing_note(job, config, flags_written=True)
     if model.is_hybrid:
         notes.append(
-            "a hybrid Mamba-2 model: launch pretrain_mamba.py (mamba_builders.py needs the --spec written here), "
-            "with mamba_ssm and causal_conv1d installed"
+            f"a hybrid Mamba-2 model: launch pretrain_mamba.py of Megatron-LM {HYBRID_RELEASE} or later (earlier "
+            "releases have no --hybrid-layer-pattern; mamba_builders.py needs the --spec written here), with mamba_ssm "
+            "and causal_conv1d installed"
         )
     notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
     if model.position_embedding_type == "rope":

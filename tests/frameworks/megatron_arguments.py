@@ -12,7 +12,8 @@ derives the data-parallel size from it), ``RANK`` 0 and the case's environment, 
 ``sys.argv`` after a script name, and calls ``megatron.training.arguments.parse_args()`` and
 ``validate_args(args, {})`` as ``megatron.training.initialize.initialize_megatron`` does. Prints
 the resolved sizes the test compares, or Megatron's error (its refusals are assertions and
-argparse exits). Then builds the TransformerConfig from the arguments as ``pretrain_gpt.py``
+argparse exits), with a hybrid model's pattern, MTP depths, latent size and hybrid flag as
+validate_args and the config resolve them. Then builds the TransformerConfig from the arguments as ``pretrain_gpt.py``
 does (``core_transformer_config_from_args``), whose ``__post_init__`` holds Megatron-Core's own
 refusals (moe_act recompute without grouped GEMMs, delayed fp8 scaling with layernorm recompute,
 flex dispatch with capacity padding); Transformer Engine is absent, so its version checks
@@ -80,6 +81,7 @@ def read(case: dict[str, Any]) -> dict[str, Any]:
         "recompute": [args.recompute_granularity, args.recompute_method, args.recompute_num_layers],
         "fp8": args.fp8,
         "bf16": args.bf16,
+        "hybrid": [args.hybrid_layer_pattern, args.mtp_num_layers, config.moe_latent_size, config.is_hybrid_model],
     }  # fmt: skip
 
 
