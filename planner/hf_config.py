@@ -128,15 +128,22 @@ softmax one (sglang MiniMaxText01Config.linear_layer_ids: ``attn_type == 0``).""
 
 UNREAD_MOE_KEYS_ALLOWED = frozenset(
     {
-        "router_aux_loss_coef", "output_router_logits", "norm_topk_prob", "routed_scaling_factor",
+        "router_aux_loss_coef", "output_router_logits",
         "router_jitter_noise", "input_jitter_noise", "aux_loss_alpha", "seq_aux", "topk_method",
-        "scoring_func", "score_function", "ep_size", "moe_router_enable_expert_bias", "use_routing_bias",
+        "score_function", "ep_size", "moe_router_enable_expert_bias", "use_routing_bias",
         "router_z_loss_coef", "moe_aux_loss_coeff", "moe_z_loss_coeff", "experts_per_token", "moe_layers",
     }
 )  # fmt: skip
 """MoE keys of HF configs that change how tokens are routed or the loss, not which weights a
-token multiplies (load-balancing coefficients, score functions, GPT-OSS's ``experts_per_token``
-beside its num_experts_per_tok; Llama 4's ``moe_layers``, read by ``_llama4_fields``)."""
+token multiplies (load-balancing coefficients, GPT-OSS's ``experts_per_token`` beside its
+num_experts_per_tok; Llama 4's ``moe_layers``, read by ``_llama4_fields``; ``topk_method``, read
+for its 'noaux_tc' expert bias). The router's score function, renormalisation and scale are
+ModelSpec keys (``scoring_func``, ``norm_topk_prob``, ``routed_scaling_factor``), read for the
+Megatron export, not priced."""
+
+NOAUX_TOPK_METHOD = "noaux_tc"
+"""DeepSeek-V3's ``topk_method`` for aux-loss-free balancing (modeling_deepseek.py MoEGate:
+``e_score_correction_bias`` added to the sigmoid scores for the top-k choice): ``router_expert_bias``."""
 
 
 def _refuse_unread_moe_keys(config: dict[str, Any], where: str) -> None:
@@ -258,6 +265,7 @@ def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
         "moe_intermediate_size": sizes["intermediate_size"],
         "n_shared_experts": 1,
         "decoder_sparse_step": step,
+        "scoring_func": "sigmoid",  # Llama4TextMoe: sigmoid of the top-k logits, which scales the input
     }
     if not isinstance(layers, int) or not 0 < layers <= MAX_MODEL_DIMENSION:
         return fields  # ModelSpec names the missing or bad layer count
@@ -311,6 +319,11 @@ def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
             if config.get(key) is not None:
                 fields[field] = _hf_size(config, key, where)
                 break
+    if any(config.get(key) for key in ("n_routed_experts", "num_experts")):
+        # NemotronHTopkRouter (modeling_nemotron_h.py): sigmoid scores, e_score_correction_bias for the
+        # top-k choice; Megatron-Bridge NemotronHModelProvider: moe_router_score_function "sigmoid",
+        # moe_router_enable_expert_bias True
+        fields.update(scoring_func="sigmoid", router_expert_bias=True)
     shared = _hf_size(config, "moe_shared_expert_intermediate_size", where)
     expert = _hf_size(config, "moe_intermediate_size", where)
     if shared is not None and expert is not None and shared % expert == 0:
@@ -422,6 +435,10 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             spec["intermediate_size"] = 4 * spec["hidden_size"]
     if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
         spec.setdefault("norm_type", "layernorm")
+    if spec.get("scoring_func", "") is None:  # stated null: the default softmax
+        spec.pop("scoring_func")
+    if config.get("topk_method") == NOAUX_TOPK_METHOD:
+        spec.setdefault("router_expert_bias", True)
     if model_type in LLAMA4_TYPES:
         spec.update(_llama4_fields(config, spec, where))
     if model_type in FALCON_TYPES:

@@ -552,6 +552,28 @@ def test_deepseek_style_moe_every_layer_is_not_refused(tmp_path: Path) -> None:
     }
     m = load_model(str(_hf(tmp_path, "DeepSeek-V3", config)))
     assert m.parameter_counts.total == pytest.approx(671e9, rel=0.005)  # the paper's 671 B (without MTP)
+    assert (m.scoring_func, m.norm_topk_prob, m.routed_scaling_factor, m.router_expert_bias) == (
+        "softmax",
+        None,
+        None,
+        False,
+    )
+    router = {
+        "scoring_func": "sigmoid",
+        "topk_method": "noaux_tc",
+        "norm_topk_prob": True,
+        "routed_scaling_factor": 2.5,
+    }
+    m = load_model(str(_hf(tmp_path, "DeepSeek-V3-router", {**config, **router})))
+    assert (m.scoring_func, m.norm_topk_prob, m.routed_scaling_factor, m.router_expert_bias) == (
+        "sigmoid",
+        True,
+        2.5,
+        True,
+    )
+    assert m.parameter_counts.total == pytest.approx(671e9, rel=0.005)  # the router changes no weight count
+    stated_null = {**config, "scoring_func": None, "routed_scaling_factor": None, "norm_topk_prob": None}
+    assert load_model(str(_hf(tmp_path, "DeepSeek-V3-null", stated_null))).scoring_func == "softmax"
     with pytest.raises(PlannerError, match="key 'moe_layer_freq'"):
         load_model(str(_hf(tmp_path, "every-other", {**config, "moe_layer_freq": 2})))
 

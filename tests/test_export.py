@@ -102,6 +102,8 @@ def megatron_parser() -> argparse.ArgumentParser:
     # arguments.py _add_moe_args
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
     p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep"], default="deepep")
+    p.add_argument("--moe-router-score-function", choices=["softmax", "sigmoid"], default="softmax")
+    p.add_argument("--moe-router-topk-scaling-factor", type=float)
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"], default="delayed")
     # _add_transformer_engine_args: NVFP4 and the layers kept in bf16
@@ -124,6 +126,9 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--attention-dropout", type=float, default=0.1)
     p.add_argument("--hidden-dropout", type=float, default=0.1)
     for flag in (
+        "--moe-router-enable-expert-bias",
+        "--moe-router-pre-softmax",
+        "--moe-apply-probs-on-input",
         "--sequence-parallel",
         "--use-distributed-optimizer",
         "--use-megatron-fsdp",
@@ -921,3 +926,42 @@ def test_megatron_exports_what_its_startup_checks_ask_for_or_refuses(cli) -> Non
     pins = ("--tp", "1", "--pp", "1", "--dp", "8", "--cp", "2", "--zero-stage", "3")
     fp8_moe = cli("export", "-f", "torchtitan-0.2", "--dtype", "fp8", "-m", "qwen3-30b-a3b", "-c", "dgx-h100x2", *pins)
     assert_one_line_error(fp8_moe, "float8 experts with pp 1, cp 2")
+
+
+def test_megatron_writes_the_checkpoints_router() -> None:
+    """The router decides which model trains (not its cost): DeepSeek-V3's sigmoid scores with
+    the aux-loss-free expert bias and a 2.5 scale, Nemotron 3's the same at 2.5 and 5.0, Llama 4's
+    top-1 sigmoid weight on the expert's input; softmax routers renormalised over the top k need no
+    flag, an unnormalised one (DeepSeek-V2's) pre-softmax; what Megatron-Core cannot build is refused.
+    (tests/test_frameworks.py reads each back from the TransformerConfig Megatron-LM builds.)"""
+    job = JobSpec(global_batch_size=64, seq_len=4096)
+
+    def router(model: ModelSpec) -> list[str]:
+        args = megatron_args(model, job, ParallelConfig(dp=8, ep=8))
+        return [a for i, a in enumerate(args) if "router" in a or "probs" in a or "router" in args[i - 1]]
+
+    assert router(load_model("deepseek-v3"))[:5] == [
+        "--moe-router-topk", "8", "--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"
+    ]  # fmt: skip
+    assert "--moe-router-topk-scaling-factor 2.5" in " ".join(router(load_model("deepseek-v3")))
+    assert "--moe-router-topk-scaling-factor 5" in " ".join(router(load_model("nemotron-3-super-120b-a12b")))
+    assert router(load_model("llama4-scout")) == [
+        "--moe-router-topk", "1", "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input"
+    ]  # fmt: skip
+    qwen = load_model("qwen3-30b-a3b")
+    assert router(qwen) == ["--moe-router-topk", "8"]
+    v2 = qwen.model_copy(update={"norm_topk_prob": False, "routed_scaling_factor": 16.0})
+    assert router(v2) == [
+        "--moe-router-topk",
+        "8",
+        "--moe-router-pre-softmax",
+        "--moe-router-topk-scaling-factor",
+        "16",
+    ]
+    for update, refusal in (
+        ({"scoring_func": "sqrtsoftplus"}, "router score function 'sqrtsoftplus'"),
+        ({"router_expert_bias": True}, "expert bias on softmax scores"),
+        ({"scoring_func": "sigmoid", "norm_topk_prob": False}, "unnormalised sigmoid top-8 weights"),
+    ):
+        with pytest.raises(ExportRefusalError, match=refusal):
+            megatron_args(qwen.model_copy(update=update), job, ParallelConfig(dp=8, ep=8))

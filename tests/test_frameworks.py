@@ -651,6 +651,7 @@ MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("gpt-oss-120b", dict(tp=1, pp=1, dp=8, ep=8, recompute="selective"), {"recompute_modules": ("moe_act",)}),
     ("llama3-8b", dict(tp=1, pp=1, dp=8, recompute="selective"), {"dtype": "fp8", "recompute_modules": ("layernorm",)}),
     ("llama3-8b", dict(tp=8, pp=1, dp=1), {"optimizer_state_bytes_per_param": 8.0}),
+    ("llama4-scout", dict(tp=1, pp=1, dp=8, ep=8), {}),
     ("nemotron-h-8b", dict(tp=2, pp=4, dp=1), {}),
     ("nemotron-3-nano-30b-a3b", dict(tp=1, pp=1, dp=8, ep=8), {}),
     ("nemotron-3-nano-30b-a3b", dict(tp=2, pp=2, dp=2, ep=4, sequence_parallel=True), {"dtype": "fp8"}),
@@ -664,10 +665,22 @@ MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
 with fp8, an uneven interleaved split (126 layers), DeepSeek-V3 with its MTP layer, activation
 offloading (--cpu-offloading-num-layers), GPT-OSS recomputing moe_act (needs --moe-grouped-gemm),
 fp8 recomputing layernorm (needs a current-scaling --fp8-recipe), Adam's moments in bf16 at
-dp 1 (the precision-aware optimizer needs the distributed one), and the hybrid Mamba-2 models:
+dp 1 (the precision-aware optimizer needs the distributed one), Llama 4's top-1 sigmoid router on
+the experts' input, and the hybrid Mamba-2 models:
 a dense one on four pipeline segments, Nemotron 3 Nano's MoE blocks (with TP, SP and fp8 on two
 segments), Nemotron 3 Super's LatentMoE with its two MTP depths on four, recomputing what its plan on
 64 GB200 recomputes."""
+
+
+def expected_router(model: Any) -> list[Any]:
+    """The router Megatron-Core should build for ``model``'s checkpoint, from the model's own fields:
+    [score function, expert bias, top-k scaling, pre-softmax, probabilities on the input]."""
+    if not model.is_moe:
+        return ["softmax", False, None, False, False]
+    softmax = model.scoring_func == "softmax"
+    pre_softmax = softmax and (model.norm_topk_prob is False or model.num_experts_per_tok == 1)
+    scale = model.routed_scaling_factor if model.routed_scaling_factor != 1.0 else None
+    return [model.scoring_func, model.router_expert_bias, scale, pre_softmax, model.model_type == "llama4_text"]
 
 
 def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> None:
@@ -726,6 +739,7 @@ def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> Non
             assert read["hybrid"][0].count("|") == config.pp - 1, where
         else:
             assert read["hybrid"] == [None, mtp, None, False], where
+        assert read["router"] == expected_router(model), where
 
 
 SPLITS = [

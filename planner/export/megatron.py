@@ -29,6 +29,7 @@ from planner.export.common import (
     routing_note,
     zero_note,
 )
+from planner.hf_config import LLAMA4_TYPES
 from planner.mesh import MeshArrays
 from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec, check_positions
 from planner.schemas.model import MAMBA_CHUNK_SIZE, MAMBA_CONV_KERNEL, ModelSpec
@@ -385,6 +386,7 @@ def _model_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[
         # experts, and transformer_config.py refuses moe_act recompute)
         args.append("--moe-grouped-gemm")
         args += ["--moe-ffn-hidden-size", str(model.expert_intermediate_size)]
+        args += _router_args(model)
         groups, per_token = model.routing_groups
         if groups > 1:  # the group-limited routing a flex dispatch was priced with (comm.domains_reached)
             args += ["--moe-router-num-groups", str(groups), "--moe-router-group-topk", str(per_token)]
@@ -414,6 +416,57 @@ def _model_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[
             args += ["--q-lora-rank", str(model.q_lora_rank)]
         args += ["--kv-lora-rank", str(model.kv_lora_rank), "--qk-head-dim", str(model.qk_nope_head_dim)]
         args += ["--qk-pos-emb-head-dim", str(model.qk_rope_head_dim), "--v-head-dim", str(model.v_head_dim)]
+    return args
+
+
+ROUTER_SCORE_FUNCTIONS = ("softmax", "sigmoid")
+"""The score functions Megatron-Core's router has (TransformerConfig moe_router_score_function;
+moe_utils.topk_routing_with_score_function)."""
+
+
+def _router_args(model: ModelSpec) -> list[str]:
+    """The checkpoint's router, so that the run trains the model the plan names (not priced: the
+    router's cost does not depend on it), as Megatron-Core's topk_routing_with_score_function
+    computes it (moe_utils.py at ``HYBRID_RELEASE``; flags in _add_moe_args since 2025):
+    --moe-router-score-function sigmoid; --moe-router-enable-expert-bias (aux-loss-free balancing:
+    the bias joins the sigmoid scores for the top-k choice only; TransformerConfig refuses it with
+    softmax); --moe-router-topk-scaling-factor; --moe-router-pre-softmax for a softmax over every
+    expert before the top-k, left unnormalised (HF norm_topk_prob false, and a top-1 softmax router,
+    which TransformerConfig refuses otherwise: a softmax over one logit has no gradient). Megatron
+    renormalises sigmoid top-k weights always, and applies Llama 4's weight to the expert's input
+    with --moe-apply-probs-on-input (Megatron-Bridge's Llama 4 provider sets it)."""
+    top_k = model.num_experts_per_tok or 1
+    if model.scoring_func not in ROUTER_SCORE_FUNCTIONS:
+        raise refuse(
+            TARGET,
+            f"{model.name}'s router score function '{model.scoring_func}'",
+            f"Megatron-Core's router scores with {' or '.join(ROUTER_SCORE_FUNCTIONS)}",
+            mesh_bound=False,
+        )
+    sigmoid = model.scoring_func == "sigmoid"
+    if model.router_expert_bias and not sigmoid:
+        raise refuse(
+            TARGET,
+            f"{model.name}'s expert bias on softmax scores",
+            "Megatron-Core's aux-loss-free expert bias needs sigmoid scores (--moe-router-score-function sigmoid)",
+            mesh_bound=False,
+        )
+    if sigmoid and model.norm_topk_prob is False and top_k > 1:
+        raise refuse(
+            TARGET,
+            f"{model.name}'s unnormalised sigmoid top-{top_k} weights",
+            "Megatron-Core renormalises a sigmoid router's top-k weights",
+            mesh_bound=False,
+        )
+    args = ["--moe-router-score-function", "sigmoid"] if sigmoid else []
+    if model.router_expert_bias:
+        args.append("--moe-router-enable-expert-bias")
+    if not sigmoid and (model.norm_topk_prob is False or top_k == 1):
+        args.append("--moe-router-pre-softmax")
+    if model.routed_scaling_factor is not None and model.routed_scaling_factor != 1.0:
+        args += ["--moe-router-topk-scaling-factor", f"{model.routed_scaling_factor:g}"]
+    if model.model_type in LLAMA4_TYPES:
+        args.append("--moe-apply-probs-on-input")
     return args
 
 
@@ -617,8 +670,7 @@ def megatron_notes(
         )
         notes.append(
             f"the {model.num_chunked_layers} chunked-attention layers attend within {chunk}-token chunks: at "
-            f"--seq-length {job.seq_len} {mask}; the router's score function and where it applies its probabilities "
-            "are the checkpoint's, which the plan does not price"
+            f"--seq-length {job.seq_len} {mask}"
         )
     return notes
 

@@ -195,6 +195,29 @@ class ModelSpec(Frozen):
         description="DeepSeek group-limited routing: a token's experts come from its topk_group best groups "
         "(Megatron --moe-router-group-topk; DeepSeek-V3: 4 of 8, at most 4 nodes)",
     )
+    scoring_func: str = Field(
+        "softmax",
+        description="The router's score function (HF config.json scoring_func; DeepSeek-V3, Kimi K2, Llama 4 and "
+        "NemotronH's MoE blocks 'sigmoid'; Megatron --moe-router-score-function). It decides which model is "
+        "trained, not its cost: written by the Megatron export, not priced",
+    )
+    norm_topk_prob: bool | None = Field(
+        None,
+        description="Whether a token's top-k routing weights are renormalised to sum to 1 (HF config.json; Qwen3 "
+        "and DeepSeek-V3 true, DeepSeek-V2 false); None: the family's default, renormalised (a softmax over the "
+        "top-k logits, Mixtral's and GPT-OSS's routers). Not priced",
+    )
+    routed_scaling_factor: PositiveFloat | None = Field(
+        None,
+        description="Factor on the routed experts' weights (HF config.json; DeepSeek-V3 and Nemotron 3 Nano 2.5, "
+        "Super 5.0; Megatron --moe-router-topk-scaling-factor); None: 1. Not priced",
+    )
+    router_expert_bias: bool = Field(
+        False,
+        description="Aux-loss-free load balancing: a per-expert bias added to the sigmoid scores for the top-k "
+        "choice only (DeepSeek-V3 HF topk_method 'noaux_tc', e_score_correction_bias; NemotronH's MoE blocks; "
+        "Megatron --moe-router-enable-expert-bias). A buffer, not a weight: not priced",
+    )
     num_nextn_predict_layers: NonNegativeInt = Field(
         0,
         description="Multi-token-prediction (MTP) modules the model was trained with (DeepSeek-V3: 1); each is a "

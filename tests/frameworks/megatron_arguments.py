@@ -13,8 +13,9 @@ derives the data-parallel size from it), ``RANK`` 0 and the case's environment, 
 ``validate_args(args, {})`` as ``megatron.training.initialize.initialize_megatron`` does. Prints
 the resolved sizes the test compares, or Megatron's error (its refusals are assertions and
 argparse exits), with a hybrid model's pattern, MTP depths, latent size and hybrid flag as
-validate_args and the config resolve them. Then builds the TransformerConfig from the arguments as ``pretrain_gpt.py``
-does (``core_transformer_config_from_args``), whose ``__post_init__`` holds Megatron-Core's own
+validate_args and the config resolve them, and the router the config builds. Then builds the
+TransformerConfig from the arguments as ``pretrain_gpt.py`` does
+(``core_transformer_config_from_args``), whose ``__post_init__`` holds Megatron-Core's own
 refusals (moe_act recompute without grouped GEMMs, delayed fp8 scaling with layernorm recompute,
 flex dispatch with capacity padding); Transformer Engine is absent, so its version checks
 (``is_te_min_version``) answer yes and RoPE fusion, a TE kernel, is off.
@@ -82,6 +83,9 @@ def read(case: dict[str, Any]) -> dict[str, Any]:
         "fp8": args.fp8,
         "bf16": args.bf16,
         "hybrid": [args.hybrid_layer_pattern, args.mtp_num_layers, config.moe_latent_size, config.is_hybrid_model],
+        "router": [config.moe_router_score_function, config.moe_router_enable_expert_bias,
+                   config.moe_router_topk_scaling_factor, config.moe_router_pre_softmax,
+                   config.moe_apply_probs_on_input],
     }  # fmt: skip
 
 

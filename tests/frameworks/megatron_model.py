@@ -6,8 +6,9 @@ the vocabulary size. For each, it fills Megatron-Core's ``TransformerConfig`` (o
 ``core_transformer_config_from_args`` does for them (--swiglu: gated SiLU; --squared-relu;
 --disable-bias-linear; --group-query-attention; --num-experts; --moe-layer-freq evaluated as a
 list; MLA's ranks and head dims; --quick-geglu: gated quick-GELU, with --glu-linear-offset and
---activation-func-clamp-value; --window-size, --window-attn-skip-freq and --softmax-type), lets its
-``__post_init__`` check them, builds ``GPTModel`` with
+--activation-func-clamp-value; --window-size, --window-attn-skip-freq and --softmax-type; the
+router's score function, expert bias, scaling, pre-softmax and probabilities on the input), lets
+its ``__post_init__`` check them, builds ``GPTModel`` with
 the local (Transformer-Engine-free) layer spec on the meta device at TP = PP = 1 (torch's fake
 process-group backend, world 1) and prints the parameter count, or Megatron's error. An MLA model
 is checked as a config only: the local spec's attention has no MLA (building it needs Transformer
@@ -56,7 +57,15 @@ FLAGS_WITH_VALUES = {
     "--window-attn-skip-freq": ("window_attn_skip_freq", lambda x: eval(x) if "[" in x else int(x)),  # moe_freq_type
     "--glu-linear-offset": ("glu_linear_offset", float),
     "--activation-func-clamp-value": ("activation_func_clamp_value", float),
+    "--moe-router-score-function": ("moe_router_score_function", str),
+    "--moe-router-topk-scaling-factor": ("moe_router_topk_scaling_factor", float),
 }
+SWITCHES = {
+    "--moe-router-enable-expert-bias": "moe_router_enable_expert_bias",
+    "--moe-router-pre-softmax": "moe_router_pre_softmax",
+    "--moe-apply-probs-on-input": "moe_apply_probs_on_input",
+}
+"""Flags that turn a TransformerConfig field on (store_true in arguments.py)."""
 
 
 def build(argv: list[str], vocab: int) -> dict:
@@ -67,6 +76,7 @@ def build(argv: list[str], vocab: int) -> dict:
     for flag, (field, kind) in FLAGS_WITH_VALUES.items():
         if flag in argv:
             config[field] = kind(argv[argv.index(flag) + 1])
+    config.update({field: True for flag, field in SWITCHES.items() if flag in argv})
     if "--swiglu" in argv:
         config.update(gated_linear_unit=True, activation_func=F.silu)
     if "--quick-geglu" in argv:
