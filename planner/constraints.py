@@ -183,20 +183,22 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "hybrid_pipeline",
-        # Megatron-Core's MambaStack splits the pattern evenly over the pipeline ranks
-        # ("num_layers_per_pipeline_rank = self.config.num_layers // pp_size", mamba_block.py; validate_args:
-        # "Number of layers should be divisible by the pipeline-model-parallel size") and "does not currently
-        # support virtual/interleaved pipeline parallelism"
+        # Megatron-LM core_v0.17.0 takes a hybrid's pipeline split as '|' segments of
+        # --hybrid-layer-pattern, p x v of them for virtual stages (validate_args; mamba_hybrid_layer_allocation.py
+        # select_pipeline_segment), each a MambaStack of its blocks: the plan's split, every segment holding
+        # one block at least; a layout string (--pipeline-model-parallel-layout) is refused beside the pattern,
+        # and no framework runs a Mamba-2 model under DualPipe
         lambda m, c, j, x: (
             (not m.is_hybrid)
             | (x.pp == 1)
-            | ((x.virtual_stages == 1) & (m.num_hidden_layers % x.pp == 0) & (x.layout_last < 0) & ~is_dual(x))
+            | ((m.num_hidden_layers >= x.pp * x.virtual_stages) & (x.layout_last < 0) & ~is_dual(x))
         ),
         lambda m, c, j, p: (
-            f"pp {p.pp} with virtual_stages {p.virtual_stages} and schedule {p.schedule} for {m.name}'s "
-            f"{m.num_hidden_layers} hybrid layers: Megatron-Core splits a hybrid pattern evenly over pipeline ranks "
-            f"under 1F1B, without virtual stages, a layout or DualPipe; use a pp that divides {m.num_hidden_layers}, "
-            "virtual_stages 1 and schedule 1f1b"
+            f"pp {p.pp} with virtual_stages {p.virtual_stages}, schedule {p.schedule}"
+            + (f" and layout {p.pipeline_layout}" if p.pipeline_layout else "")
+            + f" for {m.name}'s {m.num_hidden_layers} hybrid layers: Megatron-LM splits a hybrid pattern into "
+            "pp x virtual_stages segments of one block or more, without a layout string or DualPipe; use "
+            f"pp x virtual_stages <= {m.num_hidden_layers}, no --pipeline-layout and a 1f1b schedule"
         ),
     ),
     Rule(

@@ -106,9 +106,9 @@ def fewer_gpus(
 def fewer_gpus_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> str:
     """Where no mesh runs on all of the cluster's GPUs, the best on ``fewer_count`` of them, as a
     clause for the error ('; on 64 of the 72 GPUs (--gpus 64): tp1 ... at 10,127 tokens/s per
-    GPU'); '' where the count is a power of two already or nothing runs there either. A hybrid
-    model's even pipeline split (constraint 'hybrid_pipeline') leaves a 72-GPU rack no mesh for a
-    512-sequence batch, where 64 of its GPUs run one."""
+    GPU'); '' where the count is a power of two already or nothing runs there either. Megatron-LM
+    2021's even layer split (constraint 'stack_even_layer_split') leaves Llama-3 70B no mesh on a
+    72-GPU rack at a 512-sequence batch, where 64 of its GPUs run one."""
     found = best_on_fewer(model, cluster, job, pins)
     if found is None:
         return ""

@@ -137,10 +137,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"{model.hidden_size}{f' and {mtp} MTP layer(s)' if mtp else ''}, the work of {head_layers:.1f} "
             f"layers by FLOPs), so the others idle {idle:.0%} of each slot; "
             + (
-                "Megatron-Core splits a hybrid model's layers evenly (constraints 'hybrid_pipeline'): fewer stages "
-                "idle less"
-                if model.is_hybrid
-                else "no split of these layers over these stages does better"
+                "no split of these layers over these stages does better"
                 if job.software.pipeline_layouts and config.pipeline_layout is None and not job.low_precision
                 else f"its bf16 GEMM runs slower per FLOP than the {job.dtype} layers, which the split's FLOP count "
                 "does not see: compare splits with --pipeline-layout"

@@ -73,15 +73,17 @@ def test_cli_says_so_in_text_and_json(cli) -> None:
 
 
 def test_where_no_mesh_runs_on_the_rack_the_error_names_the_count_that_does() -> None:
-    """A hybrid model splits its layers evenly over pipeline stages (constraint 'hybrid_pipeline'):
-    Nemotron 3 Super's 88 layers and a 512-sequence batch leave a 72-GPU rack no mesh, while 64 of
-    its GPUs run one; the one-line error says so."""
+    """A stack that splits layers evenly only (Megatron-LM 2021, constraint 'stack_even_layer_split'):
+    Llama-3 70B's 80 layers and a 512-sequence batch leave a 72-GPU rack no mesh (a dp dividing 512
+    leaves 9, 18, 36 or 72 GPUs to tp x pp, and no pp of them divides 80), while 64 of its GPUs run
+    one; the one-line error says so."""
     from planner.errors import PlannerError
 
     with pytest.raises(
         PlannerError, match=r"; on 64 of the 72 GPUs \(--gpus 64\): tp\d+ pp\d+ dp\d+ .* tokens/s per GPU$"
     ):
-        planner.plan("nemotron-3-super", "gb300-nvl72", top=1)
+        planner.plan("llama3-70b", "gb300-nvl72", top=1, stack="megatron-lm-2021")
+    llama = load_model("llama3-70b")
     with pytest.raises(PlannerError) as err:  # without the fewer-GPU search (a library search), no clause
-        search(load_model("nemotron-3-super"), load_cluster("gb300-nvl72"), default_job(load_model("nemotron-3-super")))
+        search(llama, load_cluster("gb300-nvl72"), default_job(llama, stack="megatron-lm-2021"))
     assert "--gpus" not in str(err.value)

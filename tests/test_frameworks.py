@@ -653,6 +653,7 @@ MEGATRON_FEATURES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-8b", dict(tp=8, pp=1, dp=1), {"optimizer_state_bytes_per_param": 8.0}),
     ("llama4-scout", dict(tp=1, pp=1, dp=8, ep=8), {}),
     ("nemotron-h-8b", dict(tp=2, pp=4, dp=1), {}),
+    ("nemotron-h-8b", dict(tp=2, pp=4, dp=1, virtual_stages=2, schedule="interleaved-1f1b"), {}),
     ("nemotron-3-nano-30b-a3b", dict(tp=1, pp=1, dp=8, ep=8), {}),
     ("nemotron-3-nano-30b-a3b", dict(tp=2, pp=2, dp=2, ep=4, sequence_parallel=True), {"dtype": "fp8"}),
     (
@@ -666,10 +667,10 @@ with fp8, an uneven interleaved split (126 layers), DeepSeek-V3 with its MTP lay
 offloading (--cpu-offloading-num-layers), GPT-OSS recomputing moe_act (needs --moe-grouped-gemm),
 fp8 recomputing layernorm (needs a current-scaling --fp8-recipe), Adam's moments in bf16 at
 dp 1 (the precision-aware optimizer needs the distributed one), Llama 4's top-1 sigmoid router on
-the experts' input, and the hybrid Mamba-2 models:
-a dense one on four pipeline segments, Nemotron 3 Nano's MoE blocks (with TP, SP and fp8 on two
-segments), Nemotron 3 Super's LatentMoE with its two MTP depths on four, recomputing what its plan on
-64 GB200 recomputes."""
+the experts' input, and the hybrid Mamba-2 models: a dense one on four pipeline ranks, with and
+without two virtual stages each, Nemotron 3 Nano's MoE blocks (with TP, SP and fp8 on two
+segments), Nemotron 3 Super's LatentMoE with its two MTP depths on four, recomputing what its plan
+on 64 GB200 recomputes."""
 
 
 def expected_router(model: Any) -> list[Any]:
@@ -736,7 +737,7 @@ def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> Non
         mtp = mtp_layers(model, job) or None
         if model.is_hybrid:  # the pattern as the plan split it, its MTP depths and latent size, read back
             assert read["hybrid"] == [hybrid_layer_pattern(model, job, config), mtp, model.moe_latent_size, True], where
-            assert read["hybrid"][0].count("|") == config.pp - 1, where
+            assert read["hybrid"][0].count("|") == config.pp * config.virtual_stages - 1, where
         else:
             assert read["hybrid"] == [None, mtp, None, False], where
         assert read["router"] == expected_router(model), where

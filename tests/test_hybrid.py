@@ -316,7 +316,7 @@ def test_megatron_exports_hybrids_for_the_release_that_trains_them() -> None:
     job = JobSpec(global_batch_size=64, seq_len=8192)
     h8 = load_model("nemotron-h-8b")
     text = " ".join(megatron_args(h8, job, ParallelConfig(tp=2, pp=4, dp=2)))
-    segments = "M-M-M-M*-M-M-|M-M-M*-M-M-M-|M-M*-M-M-M-M-|M*-M-M-M-M-M-"  # 13 blocks each, the plan's split
+    segments = "M-M-M-M*-M-M-M|-M-M*-M-M-M-M-|M*-M-M-M-M-M*-|M-M-M-M-M-"  # 14, 14, 14, 10: the plan's split
     assert segments.replace("|", "") == h8.hybrid_override_pattern
     spec = "--spec megatron.core.models.mamba.mamba_layer_specs mamba_stack_spec"
     assert f"{spec} --hybrid-layer-pattern {segments}" in text
@@ -339,7 +339,10 @@ def test_megatron_exports_hybrids_for_the_release_that_trains_them() -> None:
     super_ = load_model("nemotron-3-super-120b-a12b")
     text = " ".join(megatron_args(super_, job, ParallelConfig(tp=1, pp=4, dp=2, ep=2)))
     main = super_.hybrid_override_pattern or ""
-    assert f"--hybrid-layer-pattern {'|'.join(main[i : i + 22] for i in range(0, 88, 22))}/*E/*E " in text
+    written = text.split("--hybrid-layer-pattern ")[1].split()[0]
+    segments, mtp = written.split("|"), written.split("/")[1:]
+    assert mtp == ["*E", "*E"] and "".join(segments).split("/")[0] == main  # the MTP depths after the last segment
+    assert len(segments) == 4 and len(segments[-1].split("/")[0]) < len(segments[0])  # the head's rank is lighter
     assert "--mtp-num-layers 2" in text and "--moe-latent-size 1024" in text and "--num-experts 512" in text
     no_mtp = " ".join(megatron_args(super_, job.model_copy(update={"mtp_layers": 0}), ParallelConfig(dp=8, ep=8)))
     assert f"--hybrid-layer-pattern {main} " in no_mtp and "--mtp-num-layers" not in no_mtp
@@ -355,14 +358,32 @@ def test_megatron_exports_hybrids_for_the_release_that_trains_them() -> None:
             export(fmt, super_, job, ParallelConfig(tp=1, pp=1, dp=8, ep=8))
 
 
-def test_a_hybrid_pipeline_is_split_evenly_without_virtual_stages() -> None:
-    """Megatron-Core's MambaStack: num_layers // pp_size per rank, no interleaving."""
+def test_a_hybrid_pipeline_is_the_plans_split_in_segments_of_one_block_or_more() -> None:
+    """Megatron-LM core_v0.17.0 takes a hybrid's split as '|' segments, p x v of them: the plan
+    balances the last rank against its LM head (52 blocks on 4 ranks: 14, 14, 14, 10), interleaves
+    virtual stages and splits 52 blocks over 8 ranks; every segment keeps a block (no empty ends,
+    as a transformer's layout may have), and DualPipe and layout strings stay refused."""
+    from planner.export import megatron_args
+
     est = planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, seq_len=8192)
-    assert est.layers_per_stage == [13, 13, 13, 13]
-    with pytest.raises(PlannerError, match="without virtual stages, a layout or DualPipe; use a pp that divides 52"):
-        planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, virtual_stages=2, seq_len=8192)
-    with pytest.raises(PlannerError, match="pp 8 with virtual_stages 1 and schedule 1f1b"):
-        planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=8, seq_len=8192)
+    assert est.layers_per_stage == [14, 14, 14, 10]
+    pattern = load_model("nemotron-h-8b").hybrid_override_pattern or ""
+    args = megatron_args(load_model("nemotron-h-8b"), est.config.job, est.config.parallel)
+    written = args[args.index("--hybrid-layer-pattern") + 1]
+    assert [len(s) for s in written.split("|")] == [14, 14, 14, 10] and written.replace("|", "") == pattern
+    vp = planner.estimate(
+        "nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, virtual_stages=2, schedule="interleaved-1f1b", seq_len=8192
+    )
+    args = megatron_args(load_model("nemotron-h-8b"), vp.config.job, vp.config.parallel)
+    segments = [len(s) for s in args[args.index("--hybrid-layer-pattern") + 1].split("|")]
+    assert len(segments) == 8 and sum(segments) == 52 and min(segments) >= 1
+    assert [sum(segments[r::4]) for r in range(4)] == vp.layers_per_stage  # chunk c on rank c mod p
+    assert vp.step_time_s < est.step_time_s  # the bubble shrinks
+    assert planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=8, seq_len=8192).layers_per_stage[-1] >= 1
+    with pytest.raises(PlannerError, match="segments of one block or more, without a layout string or DualPipe"):
+        planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=4, schedule="dualpipev", seq_len=8192)
+    with pytest.raises(PlannerError, match="segments of one block or more"):
+        planner.estimate("nemotron-h-8b", "dgx-h100x16", tp=2, pp=2, pipeline_layout="Et*26|t*26L", seq_len=8192)
 
 
 def _latent_moe(latent: int | None) -> ModelSpec:

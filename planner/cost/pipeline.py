@@ -139,14 +139,17 @@ def last_rank_extra_layers(model: ModelSpec, job: JobSpec) -> float:
     return ((1 + mtp) * head + mtp * mtp_layer) / layer
 
 
-def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: float) -> int:
+def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: float, empty_ends: bool = True) -> int:
     """Decoder layers for the last rank that minimise the slower of the last rank (its layers +
     ``extra``) and the busiest other rank (the rest shared by p-1 ranks, ceil((L-n)/(p-1))), i.e.
     what --decoder-last-pipeline-num-layers or a layout does by hand. Every chunk keeps a decoder
     layer except the first (which may hold only the embedding) and the last (only the loss):
-    n >= v-1 and L-n >= (p-1)v-1. Ties go to the larger n (lighter first stage)."""
-    low = max(virtual_stages - 1, 0)
-    high = num_layers - (pp - 1) * virtual_stages + 1
+    n >= v-1 and L-n >= (p-1)v-1; without ``empty_ends`` (a hybrid's '|' segments, each a
+    MambaStack of its blocks) those two keep one too: n >= v and L-n >= (p-1)v. Ties go to the
+    larger n (lighter first stage)."""
+    spare = 1 if empty_ends else 0
+    low = max(virtual_stages - spare, 0)
+    high = num_layers - (pp - 1) * virtual_stages + spare
 
     def others(n: int) -> int:  # the busiest other rank
         return -(-(num_layers - n) // (pp - 1))
@@ -173,15 +176,16 @@ def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: f
 def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> tuple[int, int]:
     """(busiest other rank's decoder layers, last rank's decoder layers) of the split the plan
     runs when the job names no layout: with p = 1 (0, L); a stack that takes any split
-    (``Stack.pipeline_layouts``) balances the last rank (``balanced_last_layers``); another runs the
-    even split (``stage_layer_counts``: extras in the middle chunks), as a hybrid model runs on any
-    stack (Megatron-Core's MambaStack: ``num_layers // pp_size`` per rank, constraints
-    'hybrid_pipeline')."""
+    (``Stack.pipeline_layouts``) balances the last rank (``balanced_last_layers``; a hybrid model's
+    blocks as Megatron-LM core_v0.17.0 takes them, '|' segments of --hybrid-layer-pattern, none
+    empty: ``export.megatron.hybrid_layer_pattern``); another runs the even split
+    (``stage_layer_counts``: extras in the middle chunks)."""
     layers = model.num_hidden_layers
     if pp == 1:
         return 0, layers
-    if job.software.pipeline_layouts and not model.is_hybrid:
-        last = balanced_last_layers(layers, pp, virtual_stages, last_rank_extra_layers(model, job))
+    if job.software.pipeline_layouts:
+        extra = last_rank_extra_layers(model, job)
+        last = balanced_last_layers(layers, pp, virtual_stages, extra, empty_ends=not model.is_hybrid)
         return -(-(layers - last) // (pp - 1)), last
     counts = stage_layer_counts(layers, pp, virtual_stages)
     return max(counts[:-1]), counts[-1]
