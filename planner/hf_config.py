@@ -437,6 +437,13 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.setdefault("norm_type", "layernorm")
     if spec.get("scoring_func", "") is None:  # stated null: the default softmax
         spec.pop("scoring_func")
+    if not isinstance(spec.get("rope_scaling"), dict):  # not priced: an odd value is left out, not refused
+        spec.pop("rope_scaling", None)
+    rope = config.get("rope_parameters")  # transformers 5: theta and scaling in one mapping
+    if isinstance(rope, dict):
+        spec.setdefault("rope_theta", rope.get("rope_theta"))
+        if rope.get("rope_type", "default") != "default":
+            spec.setdefault("rope_scaling", {k: v for k, v in rope.items() if k != "rope_theta"})
     if config.get("topk_method") == NOAUX_TOPK_METHOD:
         spec.setdefault("router_expert_bias", True)
     if model_type in LLAMA4_TYPES:

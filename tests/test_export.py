@@ -103,6 +103,13 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--moe-token-dispatcher-type", choices=["allgather", "alltoall", "flex"], default="allgather")
     p.add_argument("--moe-flex-dispatcher-backend", choices=["deepep", "hybridep"], default="deepep")
     p.add_argument("--moe-router-score-function", choices=["softmax", "sigmoid"], default="softmax")
+    # _add_network_size_args and _add_mla_args: RoPE's base and scaling
+    p.add_argument("--rotary-base", type=int, default=10000)
+    p.add_argument("--use-rope-scaling", action="store_true")
+    p.add_argument("--rope-scaling-factor", type=float, default=8.0)
+    p.add_argument("--rope-type", choices=["rope", "yarn"])
+    for flag in ("--rotary-scaling-factor", "--mscale", "--mscale-all-dim"):
+        p.add_argument(flag, type=float)
     p.add_argument("--moe-router-topk-scaling-factor", type=float)
     p.add_argument("--recompute-granularity", choices=["full", "selective"])
     p.add_argument("--fp8-recipe", choices=["tensorwise", "delayed", "mxfp8", "blockwise", "custom"], default="delayed")
@@ -965,3 +972,48 @@ def test_megatron_writes_the_checkpoints_router() -> None:
     ):
         with pytest.raises(ExportRefusalError, match=refusal):
             megatron_args(qwen.model_copy(update=update), job, ParallelConfig(dp=8, ep=8))
+
+
+def test_megatron_writes_the_checkpoints_rope_or_says_what_it_cannot() -> None:
+    """RoPE decides which model trains, not its cost: Llama 3's base, Llama 3.1's llama3 scaling
+    (Megatron fixes all but the factor), DeepSeek-V3's YaRN on MLA; GPT-OSS's YaRN on standard
+    attention, a base Megatron's int argument cannot take, or an unstated one are notes."""
+    from planner.export.megatron import megatron_notes, rope_args
+
+    assert rope_args(load_model("llama3-70b")) == (["--rotary-base", "500000"], None)
+    assert rope_args(load_model("llama3-405b"))[0] == [
+        "--rotary-base", "500000", "--use-rope-scaling", "--rope-scaling-factor", "8"
+    ]  # fmt: skip
+    assert rope_args(load_model("deepseek-v3"))[0][2:] == [
+        "--rope-type", "yarn", "--rotary-scaling-factor", "40", "--mscale", "1", "--mscale-all-dim", "1"
+    ]  # fmt: skip
+    oss = load_model("gpt-oss-120b")
+    assert rope_args(oss)[0] == ["--rotary-base", "150000"]
+    job, mesh = JobSpec(global_batch_size=64, seq_len=4096), ParallelConfig(dp=8, ep=8)
+    assert any(
+        "RoPE scaling (yarn, factor 32.0) has no Megatron-LM argument" in n for n in megatron_notes(oss, job, mesh)
+    )
+    llama = load_model("llama3-8b")
+    other = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0}
+    assert "(llama3, factor 16.0) has no Megatron-LM argument" in str(
+        rope_args(llama.model_copy(update={"rope_scaling": {**other, "original_max_position_embeddings": 8192}}))[1]
+    )
+    assert rope_args(llama.model_copy(update={"rope_theta": 10000.5}))[0] == []
+    assert "set --rotary-base" in str(rope_args(load_model("llama4-scout"))[1])
+    assert rope_args(load_model("gpt3-175b")) == ([], None)  # learned positions
+
+
+def test_hf_configs_state_rope_as_either_transformers_release_writes_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from planner.hf_config import model_from_hf_config
+
+    base = {
+        "model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+        "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, "max_position_embeddings": 131072,
+    }  # fmt: skip
+    scaling = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}  # fmt: skip
+    four = model_from_hf_config({**base, "rope_theta": 500000.0, "rope_scaling": scaling}, "l", "l")
+    five = model_from_hf_config({**base, "rope_parameters": {"rope_theta": 500000.0, **scaling}}, "l", "l")
+    assert (four.rope_theta, four.rope_scaling) == (five.rope_theta, five.rope_scaling) == (500000.0, scaling)
+    plain = model_from_hf_config({**base, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}, "l", "l")
+    assert (plain.rope_theta, plain.rope_scaling) == (10000.0, None)

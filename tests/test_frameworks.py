@@ -684,6 +684,17 @@ def expected_router(model: Any) -> list[Any]:
     return [model.scoring_func, model.router_expert_bias, scale, pre_softmax, model.model_type == "llama4_text"]
 
 
+def expected_rope(model: Any) -> list[Any]:
+    """The RoPE Megatron-LM should build for ``model``'s checkpoint, from the model's own fields:
+    [base, llama3 scaling on, its factor, an MLA model's (rope type, YaRN factor, mscale, mscale_all_dim)]."""
+    scaling = model.rope_scaling or {}
+    llama3 = scaling.get("rope_type") == "llama3"
+    mla = None
+    if model.is_mla:
+        mla = ["yarn", scaling["factor"], scaling["mscale"], scaling["mscale_all_dim"]]
+    return [int(model.rope_theta or 10000), llama3, scaling["factor"] if llama3 else None, mla]
+
+
 def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> None:
     """Every Megatron export of this file (MESHES, ARCHITECTURES, MEGATRON_FEATURES) through
     Megatron-LM's own parse_args + validate_args (tests/frameworks/megatron_arguments.py), with
@@ -741,6 +752,7 @@ def test_megatron_lm_parses_and_validates_every_export(megatron_lm: Path) -> Non
         else:
             assert read["hybrid"] == [None, mtp, None, False], where
         assert read["router"] == expected_router(model), where
+        assert read["rope"] == expected_rope(model), where
 
 
 SPLITS = [

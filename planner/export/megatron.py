@@ -359,7 +359,7 @@ def _model_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[
             args += ["--group-query-attention", "--num-query-groups", str(model.num_kv_heads)]
     args += ["--max-position-embeddings", str(max_positions(model, job))]
     position = {"learned": "learned_absolute", "none": "none"}.get(model.position_embedding_type, "rope")
-    args += ["--position-embedding-type", position]
+    args += ["--position-embedding-type", position, *rope_args(model)[0]]
     if model.is_hybrid:
         args += _hybrid_args(model, job, config)
     args += ["--normalization", "LayerNorm" if model.norm_type == "layernorm" else "RMSNorm"]
@@ -417,6 +417,66 @@ def _model_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[
         args += ["--kv-lora-rank", str(model.kv_lora_rank), "--qk-head-dim", str(model.qk_nope_head_dim)]
         args += ["--qk-pos-emb-head-dim", str(model.qk_rope_head_dim), "--v-head-dim", str(model.v_head_dim)]
     return args
+
+
+LLAMA3_ROPE_SCALING = {"low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+"""The llama3 RoPE scaling Megatron-Core applies with --use-rope-scaling: only the factor is an
+argument (--rope-scaling-factor), the rest fixed at Llama 3.1's values
+(megatron/core/models/common/embeddings/rotary_pos_embedding.py ``_apply_scaling`` at
+``HYBRID_RELEASE``; Megatron-Bridge's Llama31ModelProvider: 8, 1, 4, 8192)."""
+
+MLA_YARN_FIXED = {"original_max_position_embeddings": 4096, "beta_fast": 32.0, "beta_slow": 1.0}
+"""The YaRN settings MLATransformerConfig fixes at DeepSeek-V3's values (transformer_config.py at
+``HYBRID_RELEASE``); the factor, mscale and mscale_all_dim are arguments (--rotary-scaling-factor,
+--mscale, --mscale-all-dim, whose argparse defaults 1, 1 and 0 replace the config's own)."""
+
+
+def rope_args(model: ModelSpec) -> tuple[list[str], str | None]:
+    """(flags, note) for the checkpoint's RoPE, which decides which model trains, not its cost:
+    --rotary-base from ``rope_theta`` (an int argument, _add_network_size_args; Megatron's default
+    10000 otherwise), llama3 scaling as --use-rope-scaling --rope-scaling-factor where the rest is
+    ``LLAMA3_ROPE_SCALING``, and an MLA model's YaRN as --rope-type yarn --rotary-scaling-factor
+    --mscale --mscale-all-dim where the rest is ``MLA_YARN_FIXED``. The note says what the
+    arguments leave out: an unstated base, a fractional one, or a scaling they cannot express
+    (YaRN on standard attention, as GPT-OSS's, which Megatron-Bridge's GPTOSSProvider sets in code)."""
+    if model.position_embedding_type != "rope":
+        return [], None
+    args: list[str] = []
+    notes: list[str] = []
+    theta = model.rope_theta
+    if theta is None:
+        notes.append(
+            "RoPE's base and scaling are the checkpoint's (Hugging Face rope_theta, rope_scaling), which the model "
+            "file does not state: set --rotary-base (Megatron's default is 10000) and, for Llama 3.1-style scaling, "
+            "--use-rope-scaling --rope-scaling-factor to match"
+        )
+    elif theta != int(theta):
+        notes.append(f"RoPE's base {theta:g} is not an integer, which --rotary-base takes: the run trains without it")
+    else:
+        args += ["--rotary-base", str(int(theta))]
+    scaling = model.rope_scaling or {}
+    kind = scaling.get("rope_type", scaling.get("type"))
+    factor = scaling.get("factor")
+    if kind in (None, "default"):
+        pass
+    elif not isinstance(factor, int | float):
+        notes.append(f"the checkpoint's RoPE scaling ({kind}) states no factor: the run trains without it")
+    elif kind == "llama3" and all(scaling.get(k) == v for k, v in LLAMA3_ROPE_SCALING.items()):
+        args += ["--use-rope-scaling", "--rope-scaling-factor", f"{factor:g}"]
+    elif kind == "yarn" and model.is_mla and all(scaling.get(k, v) == v for k, v in MLA_YARN_FIXED.items()):
+        args += ["--rope-type", "yarn", "--rotary-scaling-factor", f"{factor:g}"]
+        args += [
+            "--mscale",
+            f"{scaling.get('mscale', 1.0):g}",
+            "--mscale-all-dim",
+            f"{scaling.get('mscale_all_dim', 0.0):g}",
+        ]
+    else:
+        notes.append(
+            f"the checkpoint's RoPE scaling ({kind}, factor {factor}) has no Megatron-LM argument for this attention "
+            "(Megatron-Bridge's model providers set it in code): the run trains without it"
+        )
+    return args, "; ".join(notes) or None
 
 
 ROUTER_SCORE_FUNCTIONS = ("softmax", "sigmoid")
@@ -648,12 +708,9 @@ def megatron_notes(
             "and causal_conv1d installed"
         )
     notes.append("the vocabulary comes from your tokenizer (--tokenizer-type/--tokenizer-model, or --vocab-size)")
-    if model.position_embedding_type == "rope":
-        notes.append(
-            "RoPE's base and scaling are the checkpoint's (Hugging Face rope_theta, rope_scaling), which the plan does "
-            "not price: set --rotary-base (Megatron's default is 10000) and, for Llama 3.1-style scaling, "
-            "--use-rope-scaling --rope-scaling-factor to match"
-        )
+    rope_note = rope_args(model)[1]
+    if rope_note is not None:
+        notes.append(rope_note)
     if model.attention_sinks:
         notes.append(
             "attention sinks (--softmax-type learnable) need Transformer Engine >= 2.8; cuDNN fused attention runs "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
 
@@ -128,6 +128,19 @@ class ModelSpec(Frozen):
     intermediate_size: PositiveInt = Field(description="FFN width of dense layers")
     vocab_size: PositiveInt
     max_position_embeddings: PositiveInt
+    rope_theta: PositiveFloat | None = Field(
+        None,
+        description="RoPE's base (HF config.json rope_theta; Llama 3 500000, Qwen3 and Mixtral 1000000; Megatron "
+        "--rotary-base). Decides which model trains, not its cost: written by the Megatron export, not priced; "
+        "None: unstated",
+    )
+    rope_scaling: dict[str, Any] | None = Field(
+        None,
+        description="RoPE's context extension as HF config.json states it (rope_type or type: llama3 with factor, "
+        "low_freq_factor, high_freq_factor, original_max_position_embeddings; yarn with factor, beta_fast, "
+        "beta_slow, mscale, mscale_all_dim). Not priced; the Megatron export writes what Megatron-LM's arguments "
+        "can say and notes the rest",
+    )
     tie_word_embeddings: bool = False
     hidden_act: str = "silu"
     attention_bias: bool = False

@@ -13,7 +13,7 @@ derives the data-parallel size from it), ``RANK`` 0 and the case's environment, 
 ``validate_args(args, {})`` as ``megatron.training.initialize.initialize_megatron`` does. Prints
 the resolved sizes the test compares, or Megatron's error (its refusals are assertions and
 argparse exits), with a hybrid model's pattern, MTP depths, latent size and hybrid flag as
-validate_args and the config resolve them, and the router the config builds. Then builds the
+validate_args and the config resolve them, the RoPE and the router the config builds. Then builds the
 TransformerConfig from the arguments as ``pretrain_gpt.py`` does
 (``core_transformer_config_from_args``), whose ``__post_init__`` holds Megatron-Core's own
 refusals (moe_act recompute without grouped GEMMs, delayed fp8 scaling with layernorm recompute,
@@ -54,6 +54,10 @@ arguments.get_device_arch_version = lambda: HOPPER[0]  # type: ignore[attr-defin
 torch.cuda.get_device_capability = lambda device=None: HOPPER  # type: ignore[assignment]
 
 
+MLA_ROPE = ("rope_type", "rotary_scaling_factor", "mscale", "mscale_all_dim")
+"""MLATransformerConfig's YaRN fields the arguments set."""
+
+
 def read(case: dict[str, Any]) -> dict[str, Any]:
     saved = dict(os.environ)
     os.environ.update(WORLD_SIZE=str(case["world"]), RANK="0", LOCAL_RANK="0", **case["env"])
@@ -83,6 +87,8 @@ def read(case: dict[str, Any]) -> dict[str, Any]:
         "fp8": args.fp8,
         "bf16": args.bf16,
         "hybrid": [args.hybrid_layer_pattern, args.mtp_num_layers, config.moe_latent_size, config.is_hybrid_model],
+        "rope": [args.rotary_base, args.use_rope_scaling, args.rope_scaling_factor if args.use_rope_scaling else None,
+                 [getattr(config, key) for key in MLA_ROPE] if hasattr(config, "mscale_all_dim") else None],
         "router": [config.moe_router_score_function, config.moe_router_enable_expert_bias,
                    config.moe_router_topk_scaling_factor, config.moe_router_pre_softmax,
                    config.moe_apply_probs_on_input],
