@@ -999,7 +999,11 @@ def test_megatron_writes_the_checkpoints_rope_or_says_what_it_cannot() -> None:
         rope_args(llama.model_copy(update={"rope_scaling": {**other, "original_max_position_embeddings": 8192}}))[1]
     )
     assert rope_args(llama.model_copy(update={"rope_theta": 10000.5}))[0] == []
-    assert "set --rotary-base" in str(rope_args(load_model("llama4-scout"))[1])
+    assert "set --rotary-base" in str(rope_args(load_model("llama4-maverick"))[1])  # its base left unstated
+    scout = rope_args(load_model("llama4-scout"))  # Llama 4 scaling: high frequency factor 1, where Megatron fixes 4
+    assert scout[0] == ["--rotary-base", "500000"] and "(llama3, factor 16.0) has no Megatron-LM argument" in str(
+        scout[1]
+    )
     assert rope_args(load_model("gpt3-175b")) == ([], None)  # learned positions
 
 

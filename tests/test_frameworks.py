@@ -688,7 +688,12 @@ def expected_rope(model: Any) -> list[Any]:
     """The RoPE Megatron-LM should build for ``model``'s checkpoint, from the model's own fields:
     [base, llama3 scaling on, its factor, an MLA model's (rope type, YaRN factor, mscale, mscale_all_dim)]."""
     scaling = model.rope_scaling or {}
-    llama3 = scaling.get("rope_type") == "llama3"
+    fixed = (
+        scaling.get("low_freq_factor"),
+        scaling.get("high_freq_factor"),
+        scaling.get("original_max_position_embeddings"),
+    )
+    llama3 = scaling.get("rope_type") == "llama3" and fixed == (1.0, 4.0, 8192)  # Megatron's _apply_scaling
     mla = None
     if model.is_mla:
         mla = ["yarn", scaling["factor"], scaling["mscale"], scaling["mscale_all_dim"]]
