@@ -493,8 +493,7 @@ def mamba_chunk_blocks(model: ModelSpec) -> float:
 
 def mamba_chunk_states(model: ModelSpec) -> float:
     """Elements per token of a Mamba-2 layer's chunk states: H x P x N per chunk of Q tokens."""
-    state = float(model.mamba_num_heads or 0) * float(model.mamba_head_dim or 0) * float(model.ssm_state_size or 0)
-    return state / float(model.mamba_chunk)
+    return float(model.mamba_inner_size) * float(model.ssm_state_size or 0) / float(model.mamba_chunk)
 
 
 def mamba_scan_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
