@@ -153,7 +153,8 @@ def test_layer_terms_price_the_steps_own_compute(model_name: str, plan: Parallel
     terms = layer_terms(model, job, plan, cluster, on_gpu=True)
     assert all(t.dtype == "bf16" for t in terms)
     layers_total = sum(t.calls_per_step * t.predicted_s for t in terms)
-    _, mtp, heads = slowest_rank(model, cluster, job, plan)
+    rank = slowest_rank(model, cluster, job, plan)
+    mtp, heads = rank.mtp, rank.heads
     head = (
         m * heads * float(3.0 * lm_head_forward_s(model, cluster, job, mesh)[0] + loss_s(model, cluster, job, mesh)[0])
     )

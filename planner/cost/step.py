@@ -447,15 +447,13 @@ def evaluate(
 
 class RankLoad(NamedTuple):
     """What one pipeline rank runs per micro-batch: decoder layers, MTP layers, LM heads with
-    their losses."""
+    their losses, and the layers it runs in all (``pipeline.layers_with_mtp``: a hybrid's MTP
+    module counts the blocks of its pattern), as the step prices them."""
 
     decoders: int
     mtp: int
     heads: float
-
-    @property
-    def layers(self) -> int:
-        return self.decoders + self.mtp
+    layers: int
 
 
 def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> RankLoad:
@@ -464,7 +462,8 @@ def slowest_rank(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: P
     mesh = MeshArrays.from_configs([config])
     cols = evaluate(model, cluster, job, mesh)
     r = cols.ranks
-    if bool(cols.last_is_slowest[0]):
-        heads = float(heads_on_last_rank(model, job, mesh)[0])
-        return RankLoad(int(r.last[0]), int(r.last_mtp[0]), heads)
-    return RankLoad(int(r.body[0]), int(r.body_mtp[0]), 0)
+    last = bool(cols.last_is_slowest[0])
+    decoders, mtp = (r.last, r.last_mtp) if last else (r.body, r.body_mtp)
+    heads = float(heads_on_last_rank(model, job, mesh)[0]) if last else 0.0
+    layers = int(layers_with_mtp(model, decoders, mtp)[0])
+    return RankLoad(int(decoders[0]), int(mtp[0]), heads, layers)

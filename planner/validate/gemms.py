@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.cost.compute import Gemm, gemm_s, layer_gemms, lm_head_gemm
-from planner.cost.pipeline import layers_with_mtp, moe_layers_of, num_microbatches
+from planner.cost.pipeline import moe_layers_of, num_microbatches
 from planner.cost.step import RankLoad, slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
@@ -49,7 +49,7 @@ def stage_layer_kinds(model: ModelSpec, rank: RankLoad) -> list[tuple[bool, floa
     (``cost.step.slowest_rank``; an MTP layer counts as a layer of its kind), kinds it has none
     of left out."""
     moe = float(moe_layers_of(model, np.array([rank.decoders]), rank.mtp)[0])
-    layers = float(layers_with_mtp(model, np.array([rank.decoders]), rank.mtp)[0])
+    layers = float(rank.layers)
     return [(is_moe, count) for is_moe, count in ((False, layers - moe), (True, moe)) if count > 0]
 
 

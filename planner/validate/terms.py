@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cost import comm, traffic
 from planner.cost.memory import step_params
-from planner.cost.pipeline import layers_with_mtp, moe_layers_of, num_microbatches, rank_layers
+from planner.cost.pipeline import moe_layers_of, num_microbatches, rank_layers
 from planner.cost.step import slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -87,7 +87,7 @@ def comm_terms(
     links = comm.mesh_links(replay_cluster, MeshArrays.from_configs([replica]))
     m = num_microbatches(job.batch_size, pm)
     rank = slowest_rank(model, replay_cluster, job, plan)  # the rank the step waits for, as the GEMM terms
-    layers = layers_with_mtp(model, np.array([rank.decoders]), rank.mtp)
+    layers = np.array([rank.layers])
     moe = moe_layers_of(model, np.array([rank.decoders]), rank.mtp)
     params = step_params(model, pm, rank_layers(model, job, pm))
     plan_sizes = {
