@@ -319,6 +319,10 @@ def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
             if config.get(key) is not None:
                 fields[field] = _hf_size(config, key, where)
                 break
+    if config.get("mamba_ssm_cache_dtype") is not None:
+        # the checkpoint's SSM state format for serving (Nemotron 3 Nano and Super: "float32"); the
+        # schema names what it allows when the value is something else
+        fields["mamba_ssm_cache_dtype"] = config["mamba_ssm_cache_dtype"]
     if any(config.get(key) for key in ("n_routed_experts", "num_experts")):
         # NemotronHTopkRouter (modeling_nemotron_h.py): sigmoid scores, e_score_correction_bias for the
         # top-k choice; Megatron-Bridge NemotronHModelProvider: moe_router_score_function "sigmoid",
@@ -334,11 +338,11 @@ def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 NEMOTRON_H_READ_KEYS = frozenset({"moe_shared_expert_intermediate_size"})
+"""NemotronH MoE keys ``_nemotron_h_fields`` reads, which the unread-MoE-key check lets pass."""
 
 NEMOTRON_H_BLOCK_TYPES = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 """NemotronH's ``layers_block_type`` names -> pattern symbols (Megatron-LM's HF checkpoint loader for
 Nemotron 3 Super, tools/checkpoint: ``mapping = {"mamba": "M", "attention": "*", "moe": "E", "mlp": "-"}``)."""
-"""NemotronH MoE keys ``_nemotron_h_fields`` reads, which the unread-MoE-key check lets pass."""
 
 
 def _block_pattern(config: dict[str, Any], key: str, names_key: str, where: str) -> Any:

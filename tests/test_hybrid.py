@@ -210,8 +210,6 @@ def test_mamba_meshes_the_planner_does_not_price_are_refused() -> None:
         planner.estimate(m, "dgx-h100x1", tp=2, cp=2, dp=2, seq_len=8192)
     with pytest.raises(PlannerError, match="tp 16 must divide nemotron-3-nano-30b-a3b's 64 Mamba-2 heads and 8 groups"):
         planner.estimate(m, "dgx-h100x16", tp=16, dp=8, seq_len=8192)
-    with pytest.raises(PlannerError, match="plan serve does not price hybrid"):
-        planner.serve(m, "dgx-h100x1", input_len=1024, output_len=128)
 
 
 @pytest.mark.parametrize(

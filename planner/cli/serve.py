@@ -64,6 +64,14 @@ def serve_cmd(
     ] = None,
     weights_dtype: Annotated[str, typer.Option("--weights-dtype", help="bf16, fp8 or fp4.")] = "bf16",
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 or fp8.")] = "bf16",
+    mamba_ssm_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--mamba-ssm-dtype",
+            help="Hybrid models: the Mamba-2 SSM state's format, bf16, fp16 or fp32 (default: the checkpoint's, "
+            "else the engine's).",
+        ),
+    ] = None,
     engine: Annotated[str, typer.Option("--engine", help="vllm, sglang or trtllm.")] = "vllm",
     disaggregate: Annotated[bool, typer.Option("--disaggregate", help="Separate prefill and decode pools.")] = False,
     tp: Annotated[int | None, typer.Option("--tp", min=1, metavar="N", help="Pin tensor parallelism.")] = None,
@@ -99,6 +107,7 @@ def serve_cmd(
         "concurrency": concurrency,
         "weights_dtype": weights_dtype,
         "kv_dtype": kv_dtype,
+        "mamba_ssm_dtype": mamba_ssm_dtype,
         "engine": engine,
         "disaggregate": disaggregate,
         "tp": tp,

@@ -530,6 +530,23 @@ def mamba_scan_passes_s(
     return forward, backward
 
 
+MAMBA_CONV_FORWARD_BYTES = 4.0
+"""HBM bytes per conv channel (x, B and C) and token of a Mamba-2 layer's causal conv1d forward
+with its SiLU: reads the 16-bit input and writes the output (``mamba_mixer_bytes_per_token``)."""
+
+MAMBA_GATE_FORWARD_BYTES = 8.0
+"""HBM bytes per d_inner element and token of a Mamba-2 layer's z gate and RMSNorm forward: the
+gate inside the chunk scan reads z and writes the gated output (4), the norm reads and writes it
+(4) (``mamba_mixer_bytes_per_token``)."""
+
+
+def mamba_mixer_forward_bytes_per_token(model: ModelSpec) -> float:
+    """HBM bytes per token (before TP) of one Mamba-2 mixer's forward outside its GEMMs and SSD
+    scan: the conv and the gate, as ``mamba_mixer_bytes_per_token`` counts them (serving runs the
+    forward alone, on tokens already in the kernels' layout)."""
+    return MAMBA_CONV_FORWARD_BYTES * model.mamba_conv_channels + MAMBA_GATE_FORWARD_BYTES * model.mamba_inner_size
+
+
 def mamba_mixer_bytes_per_token(model: ModelSpec, mesh: MeshArrays) -> dict[str, np.ndarray]:
     """HBM bytes per token (before TP) of one Mamba-2 mixer's work outside its GEMMs and SSD scan, by
     a count of the 16-bit tensors Megatron-Core's training path touches (megatron/core/ssm/
@@ -553,8 +570,8 @@ def mamba_mixer_bytes_per_token(model: ModelSpec, mesh: MeshArrays) -> dict[str,
     d_inner, width = float(model.mamba_inner_size), float(mamba_in_proj_width(model))
     copies = np.where(mesh.micro_batch_size > 1, 8.0 * width + 4.0 * d_inner, 0.0)
     return {
-        "conv": np.full(len(mesh), 14.0 * model.mamba_conv_channels / 3.0),
-        "gate": np.full(len(mesh), 26.0 * d_inner / 3.0),
+        "conv": np.full(len(mesh), (2.0 * MAMBA_CONV_FORWARD_BYTES + 6.0) * model.mamba_conv_channels / 3.0),
+        "gate": np.full(len(mesh), (MAMBA_GATE_FORWARD_BYTES + 18.0) * d_inner / 3.0),
         "layout": copies / 3.0,
     }
 

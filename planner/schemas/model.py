@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from planner.schemas.base import Frozen
 
@@ -52,6 +52,9 @@ block (a pre-norm, one mixer or FFN, a residual add)."""
 MAMBA_CONV_KERNEL = 4
 """Mamba-2's causal conv1d width where a model does not state it: Megatron-Core MambaMixer's d_conv
 default and HF NemotronHConfig's conv_kernel default, 4."""
+
+TORCH_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+"""torch's dtype names, as HF config.json writes them, -> the planner's."""
 
 MAMBA_CHUNK_SIZE = 128
 """Tokens per chunk of Mamba-2's SSD scan where a model does not state it: Megatron-Core
@@ -260,6 +263,12 @@ class ModelSpec(Frozen):
     mamba_chunk_size: PositiveInt | None = Field(
         None, description="Tokens per chunk of Mamba-2's SSD scan (HF chunk_size); None: MAMBA_CHUNK_SIZE"
     )
+    mamba_ssm_cache_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(
+        None,
+        description="The format serving engines keep the Mamba-2 SSM state in where the checkpoint states it (HF "
+        "config.json mamba_ssm_cache_dtype, read by vLLM and TensorRT-LLM when not set on the command line; HF "
+        "names float32/bfloat16/float16 accepted); None: the engine's default (plan serve)",
+    )
 
     # Multi-head latent attention (DeepSeek-V2/V3).
     q_lora_rank: PositiveInt | None = None
@@ -267,6 +276,12 @@ class ModelSpec(Frozen):
     qk_nope_head_dim: PositiveInt | None = None
     qk_rope_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
+
+    @field_validator("mamba_ssm_cache_dtype", mode="before")
+    @classmethod
+    def _torch_dtype_names(cls, value: Any) -> Any:
+        """HF config.json names the format as torch does ('float32'); the planner's names are short."""
+        return TORCH_DTYPE_NAMES.get(value, value) if isinstance(value, str) else value
 
     @model_validator(mode="after")
     def _dimensions_in_range(self) -> ModelSpec:

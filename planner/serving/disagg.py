@@ -4,7 +4,8 @@ Zhong et al., OSDI 2024, arXiv:2401.09670; Splitwise, Patel et al., ISCA 2024).
   prefill pool  each replica runs batches of whole prompts, the engine's token budget at a time
                 (at least one prompt): rate_p = prompts per round / round time; TTFT = that round
                 + the KV transfer.
-  KV transfer   isl x KV bytes per token (all layers) from the prefill replica to a decode replica,
+  KV transfer   isl x KV bytes per token (all layers), and a hybrid's Mamba-2 state (the same at any
+                length), from the prefill replica to a decode replica,
                 each prefill GPU sending its shard over its own link: NVLink inside one fast
                 domain, else its NIC (NIXL/UCX over RDMA, one NIC per GPU on DGX-class nodes).
   decode pool   each replica decodes B sequences with no prompt in its rounds:
@@ -18,16 +19,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.serving.kv import kv_bytes_per_token
+from planner.serving.kv import kv_bytes_per_token, sequence_state_bytes_per_gpu
 from planner.serving.layout import Layouts
-from planner.serving.memory import plan_memory, reserved_context
+from planner.serving.memory import reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRequest
 from planner.serving.step import Setting, round_terms
 
 
 def kv_transfer_s(s: Setting, prefill: Layouts, input_len: int) -> np.ndarray:
-    """Seconds to move one prompt's KV cache from a prefill replica to a decode replica."""
+    """Seconds to move one prompt's KV cache (and a hybrid's Mamba-2 state) from a prefill replica to
+    a decode replica."""
     nbytes = input_len * kv_bytes_per_token(s.model, s.kv_dtype, float(input_len), s.engine.chunked_kv)
+    nbytes += float(sequence_state_bytes_per_gpu(s.model, s.ssm_state_dtype, np.ones(1), np.ones(1), np.zeros(1))[0])
     one_domain = s.cluster.num_gpus <= s.cluster.fast_domain_gpus
     link = s.cluster.intra_node if one_domain else s.cluster.inter_node
     latency = link.latency_s
@@ -38,7 +41,7 @@ def prefill_pool(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarra
     """(requests/s per replica, TTFT s, fits) of each layout as a prefill-only replica."""
     isl = req.input_len
     prompts = max(1, s.engine.max_num_batched_tokens // isl)
-    mem = plan_memory(s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, float(isl))
+    mem = s.memory(lay, float(isl))
     fits = mem.max_concurrency >= prompts * lay.pp
     zeros = np.zeros(len(lay))
     context = np.full(len(lay), float(isl))
@@ -59,9 +62,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
     p_rate, p_ttft, p_fits = prefill_pool(s, lay, req)
     if req.ttft_s is not None:
         p_fits &= p_ttft <= req.ttft_s
-    mem = plan_memory(
-        s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, reserved_context(s.engine, isl, osl)
-    )
+    mem = s.memory(lay, reserved_context(s.engine, isl, osl))
     cands: list[ServeCandidate] = []
     considered = 0
     for j in range(len(lay)):

@@ -73,6 +73,15 @@ class EngineProfile(Frozen):
         description="KV a chunked-attention layer (Llama 4) keeps: 'chunk', at most one attention chunk; 'full', "
         "the whole context as a full-attention layer (an upper bound where the engine's behaviour is not sourced)",
     )
+    mamba_state: Literal["shared_pages", "slots"] = Field(
+        "slots",
+        description="Where a hybrid model's Mamba-2 state lives: 'shared_pages', in the KV cache's block pool at one "
+        "page size, the attention block grown to hold a Mamba state (vLLM v1); 'slots', one state per running "
+        "sequence beside the paged KV cache",
+    )
+    mamba_ssm_dtype: Literal["bf16", "fp16", "fp32"] = Field(
+        "bf16", description="The Mamba-2 SSM state's format where neither the request nor the checkpoint states one"
+    )
     gpu_memory_fraction: float = Field(gt=0, le=1)
     memory_fraction_of: Literal["total", "free"] = Field(
         description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"

@@ -19,6 +19,11 @@ so the test suite checks the spelling, not the parser):
     --kv_cache_free_gpu_memory_fraction (alias of --free_gpu_memory_fraction), and
     --extra_llm_api_options (alias of --config) for a YAML of LLM-API fields
     (enable_attention_dp, kv_cache_config.dtype).
+  A hybrid Mamba-2 model's SSM state format, as priced: vLLM ``--mamba-ssm-cache-dtype``
+    (vllm/config/cache.py CacheConfig.mamba_ssm_cache_dtype, MambaDType 'auto', 'float32',
+    'float16', 'bfloat16'), TensorRT-LLM ``kv_cache_config.mamba_ssm_cache_dtype``
+    (tensorrt_llm/llmapi/llm_args.py KvCacheConfig, PR #6574); SGLang's flag was not read from its
+    code, so its export says it in a comment.
 The model is named by its Hugging Face repository where the catalog's source gives one. One
 command per replica kind; replicas go behind a router.
 """
@@ -34,10 +39,26 @@ from planner.serving.schemas import ServeCandidate, ServeRanking
 
 EXPORTS = ("vllm", "sglang", "trtllm")
 
+TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+"""The SSM state formats as vLLM's --mamba-ssm-cache-dtype and TensorRT-LLM's
+KvCacheConfig.mamba_ssm_cache_dtype spell them (torch names)."""
 
-def _pool(engine: str, model: str, tp: int, pp: int, ep: int, adp: bool, batch: int, req: object, role: str) -> str:
+
+def _pool(
+    engine: str,
+    model: str,
+    tp: int,
+    pp: int,
+    ep: int,
+    adp: bool,
+    batch: int,
+    req: object,
+    role: str,
+    ssm_dtype: str | None = None,
+) -> str:
     e = load_engine(engine)
     weights, kv = req.weights_dtype, req.kv_dtype  # type: ignore[attr-defined]
+    notes: list[str] = []  # comment lines after the command: a comment inside a continued line ends it
     if engine == "vllm":
         args = [f"vllm serve {model}"]
         if adp:
@@ -53,12 +74,16 @@ def _pool(engine: str, model: str, tp: int, pp: int, ep: int, adp: bool, batch: 
         ]
         if kv == "fp8":
             args.append("--kv-cache-dtype fp8")
+        if ssm_dtype:
+            # the vLLM recipe for Nemotron 3 Nano (vllm-project/recipes NVIDIA/Nemotron-3-Nano-30B-A3B.md
+            # @c227b4e8) launches it with --trust-remote-code
+            args += [f"--mamba-ssm-cache-dtype {TORCH_NAMES[ssm_dtype]}", "--trust-remote-code"]
         if weights in ("fp8", "fp4"):
-            args.append(f"# weights {weights}: serve a pre-quantised checkpoint (ModelOpt/compressed-tensors)")
+            notes.append(f"weights {weights}: serve a pre-quantised checkpoint (ModelOpt/compressed-tensors)")
         if role != "both":
-            args.append(f"""--kv-transfer-config '{{"kv_connector":"NixlConnector","kv_role":"kv_both"}}'  # {role}""")
-        return " \\\n    ".join(args)
-    if engine == "sglang":
+            args.append("""--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'""")
+            notes.append(f"{role} pool")
+    elif engine == "sglang":
         args = [f"python -m sglang.launch_server --model-path {model}", f"--tp-size {tp}", f"--pp-size {pp}"]
         if adp:
             args.append(f"--attn-dp-size {tp}")
@@ -72,24 +97,30 @@ def _pool(engine: str, model: str, tp: int, pp: int, ep: int, adp: bool, batch: 
             args.append("--quantization fp8")
         if role != "both":
             args.append(f"--disaggregation-mode {role}")
-        return " \\\n    ".join(args)
-    if engine == "trtllm":
+        if ssm_dtype:
+            notes.append(f"Mamba-2 SSM state priced in {ssm_dtype}: set SGLang's SSM state format to match")
+    elif engine == "trtllm":
         extra = []
         if adp:
             extra.append("enable_attention_dp: true")
-        if kv == "fp8":
-            extra.append("kv_cache_config: {dtype: fp8}")
+        cache = ["dtype: fp8"] if kv == "fp8" else []
+        if ssm_dtype:
+            cache.append(f"mamba_ssm_cache_dtype: {TORCH_NAMES[ssm_dtype]}")
+        if cache:
+            extra.append("kv_cache_config: {" + ", ".join(cache) + "}")
         args = [f"trtllm-serve {model}", f"--tp_size {tp}", f"--pp_size {pp}"]
         if ep > 1:
             args.append(f"--ep_size {ep}")
         args += [f"--max_batch_size {batch}", f"--max_num_tokens {e.max_num_batched_tokens}"]
         args.append(f"--kv_cache_free_gpu_memory_fraction {e.gpu_memory_fraction}")
         if extra:
-            args.append("--extra_llm_api_options extra.yaml  # extra.yaml: " + "; ".join(extra))
+            args.append("--extra_llm_api_options extra.yaml")
+            notes.append("extra.yaml: " + "; ".join(extra))
         if role != "both":
-            args.append(f"# {role} pool: run under trtllm-serve disaggregated (context/generation servers)")
-        return " \\\n    ".join(args)
-    raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
+            notes.append(f"{role} pool: run under trtllm-serve disaggregated (context/generation servers)")
+    else:
+        raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
+    return " \\\n    ".join(args) + "".join(f"\n# {note}" for note in notes)
 
 
 HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
@@ -98,15 +129,19 @@ they were read from)."""
 
 
 def checkpoint_name(model_name: str) -> str:
-    """The repository an engine loads for a catalog model (its source's Hugging Face repository),
-    else the name as given (a local path or repository the user named)."""
+    """The repository an engine loads for a catalog model (its source's Hugging Face repository, else
+    the first of its ``hf_repos``), else the name as given (a local path or repository the user
+    named)."""
     from planner.catalog import load_model
 
     try:
-        found = HF_REPO.search(load_model(model_name).source or "")
+        model = load_model(model_name)
     except PlannerError:
         return model_name
-    return found.group(1) if found else model_name
+    found = HF_REPO.search(model.source or "")
+    if found:
+        return found.group(1)
+    return model.hf_repos[0] if model.hf_repos else model_name
 
 
 def export_commands(ranking: ServeRanking, engine: str) -> str:
@@ -138,11 +173,12 @@ def export_commands(ranking: ServeRanking, engine: str) -> str:
                 batch,
                 ranking.request,
                 "prefill",
+                ranking.mamba_ssm_dtype,
             )
         )
         lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode"))
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ranking.mamba_ssm_dtype))
     else:
         lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both"))
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ranking.mamba_ssm_dtype))
     return "\n".join(lines) + "\n"

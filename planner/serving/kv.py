@@ -20,6 +20,8 @@ sequence lives on one rank with its whole cache.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from planner.schemas.model import ModelSpec
@@ -34,6 +36,12 @@ def kv_elements_per_token_per_layer(model: ModelSpec) -> int:
     if model.is_mla:
         return int(model.kv_lora_rank) + int(model.qk_rope_head_dim)  # type: ignore[arg-type]
     return 2 * model.num_kv_heads * model.head_dim_resolved
+
+
+def kv_layers(model: ModelSpec) -> int:
+    """Layers that cache keys and values: every layer of a transformer, the attention blocks ('*')
+    of a hybrid (its Mamba-2, MLP and MoE blocks keep nothing per token)."""
+    return model.blocks_of("*")
 
 
 def windowed_layers(model: ModelSpec, chunked_kv: str = "full") -> list[tuple[int, float]]:
@@ -54,8 +62,8 @@ def kv_bytes_per_token(
     per_layer = kv_elements_per_token_per_layer(model) * KV_BYTES_PER_ELEMENT[kv_dtype]
     spans = windowed_layers(model, chunked_kv)
     if context_tokens is None or not spans:
-        return per_layer * model.num_hidden_layers
-    full = model.num_hidden_layers - sum(layers for layers, _ in spans)
+        return per_layer * kv_layers(model)
+    full = kv_layers(model) - sum(layers for layers, _ in spans)
     return per_layer * (full + sum(n * min(1.0, span / max(context_tokens, 1.0)) for n, span in spans))
 
 
@@ -69,7 +77,7 @@ def layer_cached_tokens(
     layers, a chunk an upper bound on what a chunked layer's query sees (its own chunk so far)."""
     context = np.asarray(context, dtype=float)
     spans = windowed_layers(model, chunked_kv)
-    full = model.num_hidden_layers - sum(layers for layers, _ in spans)
+    full = kv_layers(model) - sum(layers for layers, _ in spans)
 
     def pages(tokens: np.ndarray) -> np.ndarray:
         return tokens if block_tokens is None else np.ceil(tokens / block_tokens) * block_tokens
@@ -108,3 +116,77 @@ def sequence_kv_bytes_per_gpu(
     per_layer = kv_elements_per_token_per_layer(model) * KV_BYTES_PER_ELEMENT[kv_dtype]
     layer_tokens = layer_cached_tokens(model, context, block_tokens, chunked_kv)
     return per_layer * layer_tokens * kv_split(model, tp, attention_dp) / np.asarray(pp, dtype=float)
+
+
+STATE_BYTES_PER_ELEMENT = {"bf16": 2.0, "fp16": 2.0, "fp32": 4.0}
+"""Storage of one element of a Mamba-2 layer's per-sequence state (see ``mamba_state_bytes``)."""
+
+
+def mamba_state_elements(model: ModelSpec, tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(conv, SSM) state elements one sequence keeps per Mamba-2 layer on one of ``tp`` ranks:
+    the causal conv1d's last (K - 1) inputs over its channels (x, B and C: d_inner + 2 G N), and the
+    SSM state H x P x N; heads and groups split over tp, the groups whole on every rank where tp
+    does not divide them (one group, replicated). vLLM's MambaStateShapeCalculator.mamba2_state_shape
+    (vllm/model_executor/layers/mamba/mamba_utils.py): conv (conv_dim / tp, K - 1) with n_groups
+    extended to tp when they do not divide, temporal (heads / tp, head_dim, state_size)."""
+    t = np.asarray(tp, dtype=float)
+    groups = float(model.mamba_n_groups or 0)
+    groups_per_rank = np.where(np.mod(groups, t) == 0, groups / t, groups)
+    channels = model.mamba_inner_size / t + 2.0 * groups_per_rank * float(model.ssm_state_size or 0)
+    conv = (model.mamba_conv_width - 1) * channels
+    ssm = model.mamba_inner_size * float(model.ssm_state_size or 0) / t
+    return conv, ssm
+
+
+def mamba_state_bytes(model: ModelSpec, tp: np.ndarray, ssm_dtype: str, conv_dtype: str = "bf16") -> np.ndarray:
+    """Bytes of one sequence's state in one Mamba-2 layer on one of ``tp`` ranks: what the layer
+    keeps in place of a KV cache, the same at any context length (``mamba_state_elements``)."""
+    conv, ssm = mamba_state_elements(model, tp)
+    return conv * STATE_BYTES_PER_ELEMENT[conv_dtype] + ssm * STATE_BYTES_PER_ELEMENT[ssm_dtype]
+
+
+def sequence_state_bytes_per_gpu(
+    model: ModelSpec, ssm_dtype: str, tp: np.ndarray, pp: np.ndarray, attention_dp: np.ndarray
+) -> np.ndarray:
+    """Mamba-2 state bytes one sequence holds on each GPU that keeps part of it: its Mamba layers
+    over pp stages, their heads over tp unless attention DP (one rank holds the whole sequence, its
+    mixers replicated as attention is); 0 for a transformer."""
+    if not model.blocks_of("M"):
+        return np.zeros_like(np.asarray(tp, dtype=float))
+    t = np.where(np.asarray(attention_dp, dtype=bool), 1.0, np.asarray(tp, dtype=float))
+    return model.blocks_of("M") * mamba_state_bytes(model, t, ssm_dtype) / np.asarray(pp, dtype=float)
+
+
+def shared_page_sequence_bytes_per_gpu(
+    model: ModelSpec,
+    kv_dtype: str,
+    ssm_dtype: str,
+    context: np.ndarray,
+    align_tokens: int,
+    tp: np.ndarray,
+    pp: np.ndarray,
+    attention_dp: np.ndarray,
+) -> np.ndarray:
+    """Bytes one sequence of ``context`` tokens takes per GPU of a hybrid in vLLM v1's one block pool
+    (``EngineProfile.mamba_state`` 'shared_pages'): every page is one size, an attention block of
+    ``align_tokens`` x ceil(Mamba state / (``align_tokens`` x KV bytes per token and layer))
+    tokens, the Mamba state padded to it; layers go in groups of the smaller count of either kind
+    (vLLM's newer rule takes the larger where it is under 1.5x the smaller), each group one page
+    per block, so a sequence holds ceil(context / block) pages per attention group and one page per
+    Mamba group (the last group padded). Nemotron 3 Nano at tp 1 with an fp32 SSM state and a bf16
+    KV cache: 2,096-token blocks of 2.1 MB, groups of 6 layers, 5 blocks of 6 pages for a context
+    of 2,048 (64 MB, where the state and KV alone are 62 MB)."""
+    t = np.where(np.asarray(attention_dp, dtype=bool), 1.0, np.asarray(tp, dtype=float))
+    per_token = (
+        kv_elements_per_token_per_layer(model) * KV_BYTES_PER_ELEMENT[kv_dtype] * kv_split(model, tp, attention_dp)
+    )
+    state = mamba_state_bytes(model, t, ssm_dtype)
+    block = align_tokens * np.ceil(state / (align_tokens * per_token))
+    page = block * per_token
+    n_attention, n_mamba = kv_layers(model), model.blocks_of("M")
+    small, large = min(n_attention, n_mamba), max(n_attention, n_mamba)
+    group = large if large < 1.5 * small else small
+    pages = math.ceil(n_attention / group) * np.ceil(np.asarray(context, dtype=float) / block) + math.ceil(
+        n_mamba / group
+    )
+    return group * page * pages / np.asarray(pp, dtype=float)

@@ -12,7 +12,8 @@
                whose allocator-fragmentation share does not apply to a KV cache allocated once)
   KV cache     what the engine's memory fraction leaves (engines/*.yaml memory_fraction_of)
 max concurrency = floor(KV per GPU / one sequence's KV per GPU) (x tp under attention DP), capped
-by the engine's max batch size per attention rank.
+by the engine's max batch size per attention rank. A hybrid's sequence also holds the state of each
+of its Mamba-2 layers (``sequence_bytes_per_gpu``), the same at any length.
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from planner.schemas.base import GIB_BYTES
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile
-from planner.serving.kv import sequence_kv_bytes_per_gpu
+from planner.serving.kv import (
+    sequence_kv_bytes_per_gpu,
+    sequence_state_bytes_per_gpu,
+    shared_page_sequence_bytes_per_gpu,
+)
 from planner.serving.layout import Layouts
 from planner.serving.schemas import MemoryBreakdown
 
@@ -51,16 +56,17 @@ class WeightParams:
 
 
 def weight_params(model: ModelSpec) -> WeightParams:
-    """The model's parameters grouped by sharding (from ``cost.params.count_parameters``)."""
+    """The model's parameters grouped by sharding (from ``cost.params.count_parameters``). A
+    hybrid's Mamba-2 mixers shard their heads over tp as attention does (vLLM's MambaMixer2), so
+    they join ``attention``; its layers hold one norm per block (``norms_per_layer``)."""
     c = model.parameter_counts
-    n_moe, n_dense = model.num_moe_layers, model.num_dense_layers
-    L = model.num_hidden_layers
+    n_moe = model.num_moe_layers
     return WeightParams(
-        attention=float(L * c.attention_per_layer),
+        attention=float(model.blocks_of("*") * c.attention_per_layer + model.blocks_of("M") * c.mamba_per_layer),
         dense=float(
-            n_dense * c.dense_mlp_per_layer
-            + n_moe * (c.moe_shared_per_layer + c.moe_router_per_layer)
-            + L * c.norms_per_layer
+            model.blocks_of("-") * c.dense_mlp_per_layer
+            + n_moe * (c.moe_shared_per_layer + c.moe_router_per_layer + c.moe_latent_per_layer)
+            + model.num_hidden_layers * c.norms_per_layer
             + c.final_norm
         ),
         experts=float(n_moe * c.moe_experts_per_layer),
@@ -119,7 +125,7 @@ class MemoryPlan:
     activations_bytes: np.ndarray
     runtime_bytes: np.ndarray
     kv_cache_bytes: np.ndarray
-    sequence_kv_bytes: np.ndarray  # one sequence's KV per GPU at the reserved context
+    sequence_kv_bytes: np.ndarray  # one sequence's KV (and Mamba-2 state) per GPU at the reserved context
     max_concurrency: np.ndarray  # sequences per replica
 
     @property
@@ -140,6 +146,22 @@ class MemoryPlan:
         )
 
 
+def sequence_bytes_per_gpu(
+    model: ModelSpec, engine: EngineProfile, lay: Layouts, kv_dtype: str, ssm_state_dtype: str, context: np.ndarray
+) -> np.ndarray:
+    """Cache bytes one sequence of ``context`` tokens holds per GPU: its KV pages, and a hybrid's
+    Mamba-2 state, in the engine's block pool (``kv.shared_page_sequence_bytes_per_gpu``) or beside
+    it (``kv.sequence_state_bytes_per_gpu``) as ``EngineProfile.mamba_state`` says."""
+    if model.blocks_of("M") and engine.mamba_state == "shared_pages":
+        return shared_page_sequence_bytes_per_gpu(
+            model, kv_dtype, ssm_state_dtype, context, engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp
+        )
+    kv = sequence_kv_bytes_per_gpu(
+        model, kv_dtype, context, engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp, engine.chunked_kv
+    )
+    return kv + sequence_state_bytes_per_gpu(model, ssm_state_dtype, lay.tp, lay.pp, lay.attention_dp)
+
+
 def reserved_context(engine: EngineProfile, input_len: float, output_len: float) -> float:
     """Tokens a running sequence holds KV for, on average over the running set: prompt + all
     output when the engine reserves at admission ('full'); prompt + half the output when it
@@ -156,16 +178,16 @@ def plan_memory(
     weights_dtype: str,
     kv_dtype: str,
     context_tokens: float,
+    ssm_state_dtype: str = "bf16",
 ) -> MemoryPlan:
-    """Memory per GPU and max concurrency per replica for sequences holding ``context_tokens``."""
+    """Memory per GPU and max concurrency per replica for sequences holding ``context_tokens``
+    (and, in a hybrid, each Mamba-2 layer's state in ``ssm_state_dtype``)."""
     non_expert, experts = block_weight_bytes_per_gpu(model, lay, weights_dtype)
     weights = non_expert + experts + head_weight_bytes_per_gpu(model, lay)
     runtime = (engine.runtime_reserve_gib + np.where(lay.gpus_per_replica > 1, NCCL_BUFFERS_GIB, 0.0)) * GIB_BYTES
     capacity = cluster.gpu.hbm_capacity_bytes
     context = np.full(len(lay), context_tokens)
-    seq = sequence_kv_bytes_per_gpu(
-        model, kv_dtype, context, engine.kv_block_tokens, lay.tp, lay.pp, lay.attention_dp, engine.chunked_kv
-    )
+    seq = sequence_bytes_per_gpu(model, engine, lay, kv_dtype, ssm_state_dtype, context)
 
     def kv_room(acts: np.ndarray) -> np.ndarray:
         used = weights + acts + runtime

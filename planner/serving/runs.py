@@ -35,7 +35,7 @@ from planner.schemas.job import MAX_SEQ_LEN
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
-from planner.serving.memory import plan_memory, reserved_context
+from planner.serving.memory import reserved_context
 from planner.serving.step import RoundCost, Setting, round_cost
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
@@ -372,7 +372,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     published = _published(row, cluster.num_gpus, mode)
     plan = RowPlan(str(row.get("name")), str(row.get("group")), s, lay, mode, isl, osl, load, published)
     if mode == "max_throughput":
-        mem = plan_memory(model, cluster, engine, lay, weights, kv, reserved_context(engine, isl, osl))
+        mem = s.memory(lay, reserved_context(engine, isl, osl))
         batch = float(mem.max_concurrency[0])
         if batch < 1:
             raise UnpriceableError(
@@ -470,15 +470,7 @@ def _batch_at_load(s: Setting, plan: RowPlan) -> float:
     if plan.mode in ("concurrency", "static"):
         return plan.batch / reps if plan.mode == "concurrency" else plan.batch
     rate = plan.batch / reps
-    mem = plan_memory(
-        s.model,
-        s.cluster,
-        s.engine,
-        plan.layout,
-        s.weights_dtype,
-        s.kv_dtype,
-        reserved_context(s.engine, plan.input_len, plan.output_len),
-    )
+    mem = s.memory(plan.layout, reserved_context(s.engine, plan.input_len, plan.output_len))
     cap = max(1.0, float(mem.max_concurrency[0]))
     b = 1.0
     for _ in range(30):

@@ -31,7 +31,7 @@ from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, load_engine
 from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts, layout_text
-from planner.serving.memory import MemoryPlan, plan_memory, reserved_context
+from planner.serving.memory import MemoryPlan, reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
 from planner.serving.step import RoundTerms, Setting, round_terms
 
@@ -68,13 +68,24 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
                 if req.attention_dp is not None:
                     adps = [a for a in adps if a == req.attention_dp]
                 for adp in adps:
-                    if not adp and model.num_attention_heads % tp:
+                    if not adp and (model.num_attention_heads % tp or not _splits_mamba(model, tp)):
                         continue
                     rows.append((tp, pp, ep, adp, n // (tp * pp)))
     if not rows:
         raise PlannerError(_no_layout_reason(model, cluster, engine, req))
     tp_, pp_, ep_, adp_, rep_ = zip(*rows, strict=True)
     return Layouts.of(list(tp_), list(pp_), list(ep_), list(adp_), list(rep_))
+
+
+def _splits_mamba(model: ModelSpec, tp: int) -> bool:
+    """Whether ``tp`` ranks split a hybrid's Mamba-2 mixers: tp divides the heads, and the B/C groups
+    unless there is one (replicated) (vLLM MambaMixer2: 'Tensor parallel world size must divide num
+    heads', groups extended by ``extra_groups_for_head_shards`` only from one; TensorRT-LLM's
+    MambaCacheManager asserts both divide). True for a model without Mamba layers."""
+    if not model.blocks_of("M"):
+        return True
+    groups = model.mamba_n_groups or 1
+    return (model.mamba_num_heads or 0) % tp == 0 and (groups % tp == 0 or groups == 1)
 
 
 def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProfile, req: ServeRequest) -> str:
@@ -91,14 +102,24 @@ def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
         return f"attention_dp: {engine.name} runs attention DP only for MoE models with ep = tp > 1"
     if req.tp and model.num_attention_heads % req.tp:
         return f"tp: {req.tp} does not divide the {model.num_attention_heads} attention heads"
+    if req.tp and not _splits_mamba(model, req.tp):
+        return (
+            f"tp: {req.tp} does not split the Mamba-2 mixers ({model.mamba_num_heads} heads, "
+            f"{model.mamba_n_groups} groups: tp must divide both, or the heads with one group)"
+        )
     return "no layout satisfies the pins; loosen --tp/--pp/--ep"
 
 
 def setting_for(
     model: ModelSpec, cluster: ClusterSpec, req: ServeRequest, engine: EngineProfile | None = None
 ) -> Setting:
+    """What ``req`` serves on ``cluster``: its formats, the engine's fitted parameters for the GPU, and a
+    hybrid's SSM state format: the request's, else the checkpoint's (``ModelSpec.mamba_ssm_cache_dtype``),
+    else the engine's default, the order vLLM and TensorRT-LLM resolve it in."""
     engine = engine or load_engine(req.engine)
-    return Setting(model, cluster, engine, req.weights_dtype, req.kv_dtype, engine.parameters(cluster.gpu.architecture))
+    ssm = req.mamba_ssm_dtype or model.mamba_ssm_cache_dtype or engine.mamba_ssm_dtype
+    params = engine.parameters(cluster.gpu.architecture)
+    return Setting(model, cluster, engine, req.weights_dtype, req.kv_dtype, params, ssm)
 
 
 @dataclass(frozen=True)
@@ -126,9 +147,7 @@ def prefill_chunk(engine: EngineProfile, input_len: int) -> int:
 def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeRequest) -> Priced:
     """TTFT and TPOT of each layout at ``batch`` running sequences per replica."""
     isl, osl = float(req.input_len), float(req.output_len)
-    mem = plan_memory(
-        s.model, s.cluster, s.engine, lay, s.weights_dtype, s.kv_dtype, reserved_context(s.engine, isl, osl)
-    )
+    mem = s.memory(lay, reserved_context(s.engine, isl, osl))
     context = np.full(len(lay), isl + osl / 2.0)
     prefill = batch * isl / osl
     terms = round_terms(s, lay, batch, context, prefill, isl)
@@ -199,7 +218,24 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
         out.append(f"no fitted parameters for {gpu.architecture}: {what}")
     if req.input_len > s.engine.max_num_batched_tokens and not s.engine.chunked_prefill:
         out.append(f"prompts of {req.input_len} tokens exceed {s.engine.name}'s token budget: enable chunked prefill")
+    if s.model.blocks_of("M"):
+        out.append(_hybrid_note(s))
     return out
+
+
+def _hybrid_note(s: Setting) -> str:
+    """What a hybrid Mamba-2 plan assumes, and how far it is checked (ARCHITECTURE 9.8)."""
+    m = s.model
+    where = (
+        f"in {s.engine.name}'s shared block pool, one page per Mamba layer without prefix caching (two with it)"
+        if s.engine.mamba_state == "shared_pages"
+        else "one slot per running sequence beside the KV cache"
+    )
+    return (
+        f"hybrid Mamba-2: each of the {m.blocks_of('M')} Mamba layers keeps a {s.ssm_state_dtype} SSM state per "
+        f"sequence ({where}), read and written once per decoded token; KV only in the {m.blocks_of('*')} attention "
+        "layers. The state traffic and the scan are counted from the kernels, not fitted to hybrid serving runs"
+    )
 
 
 def _candidate(p: Priced, i: int, s: Setting, req: ServeRequest, meets: bool, why: str) -> ServeCandidate:
@@ -304,15 +340,6 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
     from pydantic import ValidationError
 
-    if model.moe_latent_size:
-        raise PlannerError(
-            f"model {model.name}: plan serve does not price LatentMoE (moe_latent_size); plan prices its training"
-        )
-    if model.is_hybrid:
-        raise PlannerError(
-            f"model {model.name}: plan serve does not price hybrid Mamba-2 models (their per-sequence convolution "
-            "and SSM state, in place of a KV cache, is not modelled); plan prices their training"
-        )
     try:
         return _ranked(model, cluster, req)
     except ValidationError as err:
@@ -354,6 +381,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
         feasible=len(ok),
         reason=reason,
         warnings=warnings,
+        mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
     )
 
 
@@ -382,7 +410,7 @@ def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
     s = setting_for(model, cluster, req, engine)
     lay = enumerate_layouts(model, cluster, engine, req)
     context = reserved_context(engine, req.input_len, req.output_len)
-    mem = plan_memory(model, cluster, engine, lay, s.weights_dtype, s.kv_dtype, context)
+    mem = s.memory(lay, context)
     glay, batch = _grid(lay, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     meets = _meets(req, p.ttft_s, p.tpot_s)
@@ -397,15 +425,7 @@ def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
 
 
 def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
-    mem = plan_memory(
-        s.model,
-        s.cluster,
-        s.engine,
-        lay,
-        s.weights_dtype,
-        s.kv_dtype,
-        reserved_context(s.engine, req.input_len, req.output_len),
-    )
+    mem = s.memory(lay, reserved_context(s.engine, req.input_len, req.output_len))
     if not mem.fits.any():
         need = float(mem.weights_bytes.min()) / 2**30
         return (

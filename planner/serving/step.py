@@ -18,8 +18,11 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
                with the score FLOPs: MLA's absorbed attention is 2a(2r + d_rope) FLOPs per key,
                DeepSeek-V2 appendix 'weight absorption'); prefill: the causal score FLOPs at the
                profile's fused-attention efficiency, keys per query from ``flops.attended_keys``
-               (sliding windows included).
-  TP           2 all-reduces per layer of T x h x 2 bytes (Megatron's TP, Shoeybi et al. 2019);
+               (sliding windows included). A hybrid's attention blocks alone; its Mamba-2 blocks
+               (``mamba_pair``) read and write each decoding sequence's state once per token, and
+               run the SSD chunk scan over the prompt tokens (roofline of its FLOPs and traffic).
+  TP           2 all-reduces per layer of T x h x 2 bytes (Megatron's TP, Shoeybi et al. 2019),
+               one per block in a hybrid (each of its layers is one block);
                decode messages are KiB, so the engine's one-shot all-reduce latency or the ring's
                2(t-1) alpha (``cost.comm.all_reduce_s``) dominates: TP=8 cuts TPOT by < 8x.
   EP           under attention DP, 2 all-to-alls per MoE layer (dispatch in the activation format,
@@ -37,13 +40,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import GroupLink, all_reduce_s, all_to_all_s, group_link, send_recv_s
-from planner.cost.flops import attended_keys, attention_dims, chunked_keys
+from planner.cost.compute import mamba_mixer_forward_bytes_per_token, mamba_scan_bytes_per_token
+from planner.cost.flops import attended_keys, attention_dims, chunked_keys, mamba_scan_flops_per_token_fwd
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters
-from planner.serving.kv import layer_cached_tokens, sequence_kv_bytes_per_gpu
+from planner.serving.kv import (
+    kv_layers,
+    layer_cached_tokens,
+    mamba_state_bytes,
+    mamba_state_elements,
+    sequence_kv_bytes_per_gpu,
+)
 from planner.serving.layout import Layouts
-from planner.serving.memory import block_weight_bytes_per_gpu, head_weight_bytes_per_gpu, weight_params
+from planner.serving.memory import (
+    MemoryPlan,
+    block_weight_bytes_per_gpu,
+    head_weight_bytes_per_gpu,
+    plan_memory,
+    weight_params,
+)
 
 ACTIVATION_BYTES = 2.0
 """Activations and collectives move bf16 (2 bytes), as vLLM and TensorRT-LLM do outside GEMMs."""
@@ -64,6 +80,20 @@ class Setting:
     weights_dtype: str
     kv_dtype: str
     params: FittedParameters
+    ssm_state_dtype: str = "bf16"  # a hybrid's Mamba-2 SSM state (ServeRequest.mamba_ssm_dtype)
+
+    def memory(self, lay: Layouts, context_tokens: float) -> MemoryPlan:
+        """``memory.plan_memory`` of the layouts in this setting's formats."""
+        return plan_memory(
+            self.model,
+            self.cluster,
+            self.engine,
+            lay,
+            self.weights_dtype,
+            self.kv_dtype,
+            context_tokens,
+            self.ssm_state_dtype,
+        )
 
     @property
     def gemm_flops_per_s(self) -> float:
@@ -125,15 +155,16 @@ class RoundCost:
     pp_comm_s: np.ndarray
     overhead_count: np.ndarray
     sequence_count: np.ndarray  # running sequences x rounds: the per-sequence host work
-    gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention
+    gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention (and Mamba-2 mixing)
     expert_rows: np.ndarray  # bool per pair: routed-expert GEMMs (scaled by expert_gemm_fraction)
+    kv_rows: np.ndarray  # bool per pair: decode attention over the paged KV cache (at kv_read_fraction)
 
     def terms(self, params: FittedParameters) -> RoundTerms:
         c, h = params.compute_fraction, params.decode_hbm_fraction
         compute = self.pair_compute_s / c
         compute[self.expert_rows] /= params.expert_gemm_fraction
         memory = self.pair_memory_s / h
-        memory[self.gemm_pairs :] *= h / params.kv_read_fraction  # decode attention reads the paged KV cache
+        memory[self.kv_rows] *= h / params.kv_read_fraction  # decode attention reads the paged KV cache
         pair = np.maximum(compute, memory)
         return RoundTerms(
             gemm_s=pair[: self.gemm_pairs].sum(axis=0),
@@ -163,6 +194,7 @@ class RoundCost:
             np.zeros_like(self.sequence_count),
             0,
             self.expert_rows[:0],
+            self.kv_rows[:0],
         )
         return zero.plus(self, weight)
 
@@ -186,14 +218,14 @@ class RoundCost:
             overhead_count=self.overhead_count + w * other.overhead_count,
             sequence_count=self.sequence_count + w * other.sequence_count,
             gemm_pairs=self.gemm_pairs + other.gemm_pairs,
-            expert_rows=np.concatenate(
-                [
-                    self.expert_rows[: self.gemm_pairs],
-                    other.expert_rows[: other.gemm_pairs],
-                    self.expert_rows[self.gemm_pairs :],
-                    other.expert_rows[other.gemm_pairs :],
-                ]
-            ),
+            expert_rows=self._rows(self.expert_rows, other, other.expert_rows),
+            kv_rows=self._rows(self.kv_rows, other, other.kv_rows),
+        )
+
+    def _rows(self, mine: np.ndarray, other: RoundCost, theirs: np.ndarray) -> np.ndarray:
+        """A per-pair mask of this cost and ``other`` in ``plus``'s order of pairs."""
+        return np.concatenate(
+            [mine[: self.gemm_pairs], theirs[: other.gemm_pairs], mine[self.gemm_pairs :], theirs[other.gemm_pairs :]]
         )
 
 
@@ -277,13 +309,52 @@ def decode_attention_pair(
     return flops / s.attention_flops_per_s(d_qk, d_v), kv_bytes / s.hbm_bytes_per_s
 
 
+STATE_UPDATE_FLOPS_PER_ELEMENT = 5.0
+"""FLOPs per SSM state element of one decode step: decay and input, h' = exp(dt A) h + dt B x
+(3), and the readout C h (2) (Dao and Gu 2024, 'Transformers are SSMs', the recurrent form of
+SSD; vLLM's selective_state_update kernel, which reads and writes the state once)."""
+
+
+def mamba_pair(
+    s: Setting, lay: Layouts, sequences: np.ndarray, prompt_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(FLOP time, byte time) of a round's Mamba-2 mixing over all the hybrid's Mamba blocks on one
+    GPU per micro-batch: each decoding sequence's conv and SSM state read and written once
+    (``kv.mamba_state_bytes``, 2x: vLLM's causal_conv1d_update and selective_state_update update
+    them in place) with ``STATE_UPDATE_FLOPS_PER_ELEMENT`` per SSM element, and the prompt tokens'
+    SSD chunk scan forward (``flops.mamba_scan_flops_per_token_fwd``, its traffic
+    ``compute.mamba_scan_bytes_per_token``, the conv and gate ``compute.mamba_mixer_forward_bytes
+    _per_token``, the counts training's forward prices) at the 16-bit rate (the scan's matmuls are
+    16-bit whatever the weights). Heads split over tp, whole per rank under attention DP. Zero for a
+    transformer."""
+    m = s.model
+    zero = np.zeros(len(lay))
+    n_mamba = float(m.blocks_of("M"))
+    if not n_mamba:
+        return zero, zero
+    t = np.where(lay.attention_dp, 1.0, lay.tp)
+    share = np.where(lay.attention_dp, lay.tp, 1.0)  # sequences (and prompts) per attention rank
+    sequences, prompt_tokens = sequences / share, prompt_tokens / share
+    _, ssm = mamba_state_elements(m, t)
+    state_flops = sequences * STATE_UPDATE_FLOPS_PER_ELEMENT * ssm
+    scan_flops = prompt_tokens * mamba_scan_flops_per_token_fwd(m, 1.0) / t
+    state_bytes = 2.0 * sequences * mamba_state_bytes(m, t, s.ssm_state_dtype)
+    token_bytes = (sequences + prompt_tokens) * mamba_mixer_forward_bytes_per_token(m) / t
+    scan_bytes = prompt_tokens * mamba_scan_bytes_per_token(m, t)
+    gpu = s.cluster.gpu
+    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
+    compute = n_mamba * (state_flops + scan_flops) / rate
+    memory = n_mamba * (state_bytes + token_bytes + scan_bytes) / s.hbm_bytes_per_s
+    return compute, memory
+
+
 def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len: float) -> np.ndarray:
     """Prefill attention of ``tokens`` prompt tokens per micro-batch from prompts of ``prompt_len``:
     causal score FLOPs 2 a (d_qk + d_v) x keys per query per layer (``flops.attended_keys``)."""
     m = s.model
     d_qk, d_v = attention_dims(m)
     sliding, chunked = m.num_sliding_layers, m.num_chunked_layers
-    keys = (m.num_hidden_layers - sliding - chunked) * attended_keys(int(prompt_len), None)
+    keys = (kv_layers(m) - sliding - chunked) * attended_keys(int(prompt_len), None)
     if sliding:
         keys += sliding * attended_keys(int(prompt_len), m.sliding_window)
     if chunked:
@@ -326,24 +397,26 @@ def round_cost(
     head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
     g_compute, g_memory = gemm_pairs(s, lay, tokens, head_tokens)
     a_compute, a_memory = decode_attention_pair(s, lay, dec, np.asarray(decode_context, dtype=float))
+    m_compute, m_memory = mamba_pair(s, lay, dec, pf)
     message = tokens * m.hidden_size * ACTIVATION_BYTES
-    L = float(m.num_hidden_layers)
+    all_reduces = float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks
     moe_layers = float(m.num_moe_layers)
-    tp_comm = np.where(lay.attention_dp, 0.0, 2.0 * L * tp_all_reduce_s(s, lay, message))
+    tp_comm = np.where(lay.attention_dp, 0.0, all_reduces * tp_all_reduce_s(s, lay, message))
     ep_link = _link(s.cluster, lay.ep, 1)
     k = float(m.num_experts_per_tok or 0)
     rank_tokens = tokens / lay.tp
     dispatch_bytes = 1.0 if s.weights_dtype in ("fp8", "fp4") else ACTIVATION_BYTES
-    a2a = all_to_all_s(rank_tokens * k * m.hidden_size * dispatch_bytes, ep_link) + all_to_all_s(
-        rank_tokens * k * m.hidden_size * ACTIVATION_BYTES, ep_link
+    width = float(m.expert_input_size)  # a LatentMoE dispatches the latent projection
+    a2a = all_to_all_s(rank_tokens * k * width * dispatch_bytes, ep_link) + all_to_all_s(
+        rank_tokens * k * width * ACTIVATION_BYTES, ep_link
     )
     ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * a2a, 0.0)
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
     n = g_compute.shape[1]
     return RoundCost(
-        pair_compute_s=np.concatenate([g_compute, a_compute[None, :]]),
-        pair_memory_s=np.concatenate([g_memory, a_memory[None, :]]),
+        pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
+        pair_memory_s=np.concatenate([g_memory, a_memory[None, :], m_memory[None, :]]),
         compute_only_s=prefill_attention_s(s, lay, pf, prompt_len),
         tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
         ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
@@ -351,5 +424,6 @@ def round_cost(
         overhead_count=np.broadcast_to(pp, (n,)).astype(float),
         sequence_count=np.broadcast_to(decode_sequences, (n,)).astype(float),
         gemm_pairs=3,
-        expert_rows=np.array([False, True, False, False]),
+        expert_rows=np.array([False, True, False, False, False]),
+        kv_rows=np.array([False, False, False, True, False]),
     )

@@ -1,0 +1,193 @@
+"""plan serve of hybrid Mamba-2 models: per-sequence state, vLLM's shared pages, the decode state
+traffic, the layouts that split the mixers, the SSM state format and its export (planner/serving)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import planner
+from planner.catalog import load_cluster, load_model
+from planner.errors import PlannerError
+from planner.hf_config import model_from_hf_config
+from planner.serving.engine import FittedParameters, load_engine
+from planner.serving.kv import (
+    kv_bytes_per_token,
+    mamba_state_bytes,
+    mamba_state_elements,
+    sequence_state_bytes_per_gpu,
+    shared_page_sequence_bytes_per_gpu,
+)
+from planner.serving.layout import Layouts
+from planner.serving.memory import sequence_bytes_per_gpu, weight_params
+from planner.serving.step import Setting, mamba_pair, round_terms, tp_all_reduce_s
+
+NANO = "nemotron-3-nano-30b-a3b"
+# Nemotron 3 Nano: 23 Mamba-2 layers (64 heads x 64, state 128, 8 groups, conv 4), 6 attention layers
+# (2 KV heads x 128), 23 MoE blocks
+NANO_CONV_CHANNELS = 64 * 64 + 2 * 8 * 128  # x, B and C: 6,144
+NANO_SSM_ELEMENTS = 64 * 64 * 128  # 524,288
+NANO_STATE_FP32 = 3 * NANO_CONV_CHANNELS * 2 + NANO_SSM_ELEMENTS * 4  # 2,134,016 bytes per layer at tp 1
+
+
+def _col(*values: float) -> np.ndarray:
+    return np.array(values, dtype=float)
+
+
+def test_mamba_state_is_vllms_mamba2_state_shape() -> None:
+    m = load_model(NANO)
+    conv, ssm = mamba_state_elements(m, _col(1, 4, 8))
+    # vLLM MambaStateShapeCalculator.mamba2_state_shape: conv (K - 1) x conv_dim / tp, SSM heads / tp x P x N
+    assert conv.tolist() == [3 * 6144, 3 * 6144 / 4, 3 * 6144 / 8]
+    assert ssm.tolist() == [NANO_SSM_ELEMENTS, NANO_SSM_ELEMENTS / 4, NANO_SSM_ELEMENTS / 8]
+    assert mamba_state_bytes(m, _col(1), "fp32").tolist() == [NANO_STATE_FP32]
+    assert mamba_state_bytes(m, _col(1), "bf16").tolist() == [3 * 6144 * 2 + NANO_SSM_ELEMENTS * 2]
+    # one B/C group is kept whole on every rank (vLLM's extra_groups_for_head_shards)
+    one_group = m.model_copy(update={"mamba_n_groups": 1})
+    conv1, _ = mamba_state_elements(one_group, _col(2))
+    assert conv1.tolist() == [3 * (4096 / 2 + 2 * 128)]
+
+
+def test_hybrid_kv_is_in_the_attention_layers_and_the_state_per_sequence() -> None:
+    m = load_model(NANO)
+    assert kv_bytes_per_token(m, "bf16") == 6 * 2 * 2 * 128 * 2  # 6 attention layers: 6 KiB per token
+    state = sequence_state_bytes_per_gpu(m, "fp32", _col(1, 2), _col(1, 1), np.array([False, True]))
+    # attention DP keeps a sequence, its mixers whole, on one rank
+    assert state.tolist() == [23 * NANO_STATE_FP32, 23 * NANO_STATE_FP32]
+    assert sequence_state_bytes_per_gpu(load_model("llama3-8b"), "fp32", _col(1), _col(1), np.array([False])) == 0
+
+
+def test_vllm_pages_a_hybrid_at_one_page_size() -> None:
+    # vLLM v1: attention blocks grow to a Mamba state (16 x ceil(state / (16 x KV bytes per token and
+    # layer))): 2,096 tokens at tp 1 (1,024 B per token and layer), 1,056 at tp 4 and 528 at tp 8
+    # (512 B: 2 KV heads replicated over 4 and 8 ranks); groups of 6 layers, so a 2,048-token sequence
+    # holds 1 attention block and ceil(23 / 6) = 4 Mamba blocks of 6 pages each
+    m = load_model(NANO)
+    got = shared_page_sequence_bytes_per_gpu(
+        m, "bf16", "fp32", _col(2048, 2048, 2048), 16, _col(1, 4, 8), _col(1, 1, 1), np.zeros(3, dtype=bool)
+    )
+    assert got.tolist() == [6 * 2096 * 1024 * 5, 6 * 1056 * 512 * (2 + 4), 6 * 528 * 512 * (4 + 4)]
+    # a longer context adds whole attention blocks only
+    longer = shared_page_sequence_bytes_per_gpu(m, "bf16", "fp32", _col(4097), 16, _col(1), _col(1), np.zeros(1, bool))
+    assert longer.tolist() == [6 * 2096 * 1024 * (2 + 4)]
+
+
+def test_engines_hold_the_state_as_their_caches_do() -> None:
+    m = load_model(NANO)
+    lay = Layouts.of([1])
+    context = np.array([2048.0])
+    vllm = sequence_bytes_per_gpu(m, load_engine("vllm"), lay, "bf16", "fp32", context)
+    trtllm = sequence_bytes_per_gpu(m, load_engine("trtllm"), lay, "bf16", "fp32", context)
+    assert vllm.tolist() == [6 * 2096 * 1024 * 5]
+    # TensorRT-LLM: paged KV of the attention layers (32-token pages) beside one state slot per layer
+    assert trtllm.tolist() == [6 * 1024 * 2048 + 23 * NANO_STATE_FP32]
+
+
+@pytest.mark.parametrize("name", [NANO, "nemotron-3-super", "nemotron-h-8b", "llama3-70b", "deepseek-v3"])
+def test_serving_weights_add_up_to_the_parameter_count(name: str) -> None:
+    m = load_model(name)
+    w = weight_params(m)
+    assert w.attention + w.dense + w.experts + w.embedding + w.lm_head == m.parameter_counts.total
+
+
+def test_decode_reads_and_writes_every_mamba_state_once() -> None:
+    m = load_model(NANO)
+    s = Setting(m, load_cluster("dgx-h100x1"), load_engine("vllm"), "bf16", "bf16", FittedParameters(), "fp32")
+    lay = Layouts.of([1, 2], attention_dp=[False, True])
+    compute, memory = mamba_pair(s, lay, _col(64, 64), _col(0, 0))
+    per_token = 4 * NANO_CONV_CHANNELS + 8 * 64 * 64  # the conv and the gate forward (compute.py)
+    expected = 23 * (2 * 64 * NANO_STATE_FP32 + 64 * per_token)
+    # attention DP: 32 sequences per rank, each with its whole state
+    assert (memory * s.hbm_bytes_per_s).tolist() == pytest.approx([expected, expected / 2])
+    flops = 23 * 64 * 5 * NANO_SSM_ELEMENTS  # 5 FLOPs per state element and token
+    rate = s.cluster.gpu.peak_flops_per_s("bf16") * s.cluster.gpu.gemm_efficiency
+    assert compute.tolist() == pytest.approx([flops / rate, flops / rate / 2])
+    fp16 = Setting(m, s.cluster, s.engine, "bf16", "bf16", FittedParameters(), "fp16")
+    assert mamba_pair(fp16, lay, _col(64, 64), _col(0, 0))[1][0] < memory[0]
+    # a transformer has none; a prompt runs the SSD scan
+    plain = Setting(load_model("llama3-8b"), s.cluster, s.engine, "bf16", "bf16", FittedParameters())
+    assert mamba_pair(plain, lay, _col(64, 64), _col(2048, 2048))[1].tolist() == [0.0, 0.0]
+    assert mamba_pair(s, lay, _col(0, 0), _col(2048, 2048))[0][0] > 0
+
+
+def test_hybrid_tp_all_reduces_once_per_block() -> None:
+    m = load_model(NANO)
+    s = Setting(m, load_cluster("dgx-h100x1"), load_engine("vllm"), "bf16", "bf16", FittedParameters(), "fp32")
+    lay = Layouts.of([2])
+    terms = round_terms(s, lay, _col(8), _col(2048), _col(0), 2048)
+    one = tp_all_reduce_s(s, lay, _col(8 * m.hidden_size * 2))  # 8 decode tokens of h in bf16
+    assert terms.tp_comm_s.tolist() == pytest.approx((52 * one).tolist())
+
+
+def test_plan_serve_ranks_hybrids_with_the_checkpoints_state_format() -> None:
+    r = planner.serve(NANO, "dgx-h100x1", input_len=2048, output_len=512)
+    assert r.candidates and r.mamba_ssm_dtype == "fp32"  # the checkpoint's config.json: float32
+    assert any(w.startswith("hybrid Mamba-2: each of the 23 Mamba layers keeps a fp32") for w in r.warnings)
+    bf16 = planner.serve(NANO, "dgx-h100x1", input_len=2048, output_len=512, mamba_ssm_dtype="bf16")
+    # half the state: more sequences fit and each decode step moves less
+    assert bf16.mamba_ssm_dtype == "bf16"
+    assert bf16.candidates[0].output_tokens_per_s_per_gpu > r.candidates[0].output_tokens_per_s_per_gpu
+    # no checkpoint value: the engine's default (TensorRT-LLM's 'auto' is the model dtype)
+    h8 = planner.serve("nemotron-h-8b", "dgx-h100x1", input_len=1024, output_len=128, engine="trtllm")
+    assert h8.mamba_ssm_dtype == "bf16"
+    assert planner.serve("nemotron-h-8b", "dgx-h100x1", input_len=1024, output_len=128).mamba_ssm_dtype == "fp32"
+    assert planner.serve("llama3-8b", "dgx-h100x1", input_len=1024, output_len=128).mamba_ssm_dtype is None
+    # LatentMoE (Nemotron 3 Super) is priced too
+    assert planner.serve("nemotron-3-super", "dgx-b200", input_len=2048, output_len=512).candidates
+
+
+def test_layouts_must_split_the_mamba_mixers() -> None:
+    m = load_model(NANO).model_copy(update={"mamba_n_groups": 4})
+    with pytest.raises(PlannerError, match=r"tp: 8 does not split the Mamba-2 mixers \(64 heads, 4 groups"):
+        planner.serve(m, "dgx-h100x1", tp=8, attention_dp=False)
+    ranked = planner.serve(m, "dgx-h100x1", input_len=1024, output_len=128, top=50)
+    assert all(c.config["tp"] <= 4 or c.config["attention_dp"] for c in ranked.candidates)
+
+
+def test_hf_config_states_the_ssm_state_format() -> None:
+    assert load_model(NANO).mamba_ssm_cache_dtype == "fp32"
+    config = {
+        "model_type": "nemotron_h",
+        "architectures": ["NemotronHForCausalLM"],
+        "hidden_size": 1024,
+        "num_hidden_layers": 4,
+        "num_attention_heads": 8,
+        "num_key_value_heads": 2,
+        "head_dim": 128,
+        "intermediate_size": 2048,
+        "vocab_size": 32000,
+        "max_position_embeddings": 8192,
+        "hybrid_override_pattern": "M*M-",
+        "mamba_num_heads": 16,
+        "mamba_head_dim": 64,
+        "ssm_state_size": 128,
+        "n_groups": 2,
+        "mamba_ssm_cache_dtype": "float32",
+    }
+    assert model_from_hf_config(config, "h", "config.json").mamba_ssm_cache_dtype == "fp32"
+    with pytest.raises(PlannerError, match="mamba_ssm_cache_dtype"):
+        model_from_hf_config(config | {"mamba_ssm_cache_dtype": "int8"}, "h", "config.json")
+
+
+@pytest.mark.parametrize(
+    ("engine", "flags"),
+    [
+        ("vllm", ("--mamba-ssm-cache-dtype float32", "--trust-remote-code", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B")),
+        ("trtllm", ("kv_cache_config: {dtype: fp8, mamba_ssm_cache_dtype: float32}",)),
+        ("sglang", ("# Mamba-2 SSM state priced in fp32",)),
+    ],
+)
+def test_export_sets_the_priced_state_format(cli, engine: str, flags: tuple[str, ...]) -> None:
+    r = cli(
+        "serve", "--model", NANO, "--cluster", "dgx-h100x2", "--kv-dtype", "fp8", "--disaggregate", "--export", engine
+    )
+    assert r.code == 0, r.err
+    for flag in flags:
+        assert flag in r.out
+    # a comment never sits inside a continued command (it would end it)
+    lines = r.out.splitlines()
+    for line, after in itertools.pairwise(lines):
+        if line.endswith("\\"):
+            assert "#" not in line and not after.lstrip().startswith("#"), (line, after)
