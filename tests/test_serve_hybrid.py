@@ -191,3 +191,28 @@ def test_export_sets_the_priced_state_format(cli, engine: str, flags: tuple[str,
     for line, after in itertools.pairwise(lines):
         if line.endswith("\\"):
             assert "#" not in line and not after.lstrip().startswith("#"), (line, after)
+
+
+def test_serving_rows_of_hybrids_are_priced_as_the_catalog_model() -> None:
+    from planner.errors import UnpriceableError
+    from planner.serving.runs import load_rows, plan_row
+
+    rows = load_rows("benchmarks/data/heldout_hybrid_serving.yaml")
+    h200 = next(r for r in rows if "h200" in r["name"])
+    plan = plan_row(h200)
+    # the -FP8 repository is the catalog model's checkpoint; the row states vLLM 0.12.0's bf16 state
+    assert plan.setting.model.name == NANO and plan.setting.ssm_state_dtype == "bf16"
+    assert (plan.setting.weights_dtype, plan.setting.kv_dtype) == ("fp8", "fp8")
+    b200 = next(r for r in rows if "b200" in r["name"])
+    assert plan_row(b200).setting.ssm_state_dtype == "fp32"  # not stated: the checkpoint's float32
+    wrong = {**h200, "model": {**h200["model"], "shape": {**h200["model"]["shape"], "mamba_layers": 24}}}
+    with pytest.raises(
+        UnpriceableError, match="disagrees with catalog model nemotron-3-nano-30b-a3b on mamba_layers 24"
+    ):
+        plan_row(wrong)
+    odd = {**h200, "precision": {**h200["precision"], "mamba_ssm_cache": "int8"}}
+    with pytest.raises(UnpriceableError, match=r"precision\.mamba_ssm_cache 'int8'"):
+        plan_row(odd)
+    unknown = {**h200, "model": {**h200["model"], "hf_id": "someone/Hybrid-7B"}}
+    with pytest.raises(UnpriceableError, match="no catalog model holds that repository"):
+        plan_row(unknown)

@@ -148,11 +148,15 @@ def _summary(errs: list[float]) -> tuple[float, float]:
     return (float(np.mean(np.abs(a))), float(np.mean(a))) if len(a) else (float("nan"), float("nan"))
 
 
-def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True) -> Evaluation:
+def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: bool = False) -> Evaluation:
     """Fit on every priced throughput row, then (optionally) leave each group out and refit;
-    per row, group and overall errors (percent, predicted vs published)."""
+    per row, group and overall errors (percent, predicted vs published). With ``shipped``, nothing
+    is fitted: each row is priced with the parameters the engine profiles ship (a held-out file's
+    check; every error is then out of sample, and no cross-validated figure is given)."""
     plans, unpriced = translate(rows)
-    fitted = fit(plans)
+    if shipped:
+        cross_validate = False
+    fitted = {} if shipped else fit(plans)
     ev = Evaluation(unpriced=unpriced, fitted=fitted)
     for p in _throughput_rows(plans):
         if p.key in fitted:
@@ -165,7 +169,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True) -> Evaluat
             cv_params[g] = fit(rest)
     per_group: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for p in plans:
-        pred = predict(p, params_for(p.key, fitted))
+        pred = predict(p, p.setting.params if shipped else params_for(p.key, fitted))
         cv = predict(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}
         for metric, published in p.published.items():
             if metric not in pred:

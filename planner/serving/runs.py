@@ -36,7 +36,7 @@ from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
-from planner.serving.step import RoundCost, Setting, round_cost
+from planner.serving.step import RoundCost, Setting, resolve_ssm_dtype, round_cost
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
     ("GB300", "gb300-nvl72"),
@@ -98,10 +98,13 @@ def _int(value: Any, what: str) -> int:
 
 
 def model_from_row(row: dict[str, Any]) -> ModelSpec:
-    """A ModelSpec from the row's ``model.shape`` (HF key names)."""
+    """A ModelSpec from the row's ``model.shape`` (HF key names); a hybrid Mamba-2 row's from the
+    catalog (``hybrid_model_from_row``)."""
     model = row.get("model") or {}
     shape = model.get("shape") or {}
     hf_id = str(model.get("hf_id", ""))
+    if "mamba" in str(model.get("arch", "")).lower():
+        return hybrid_model_from_row(row)
     if "full_attn_heads" in shape or "hybrid" in str(model.get("arch", "")):
         raise UnpriceableError("hybrid linear-attention (Gated DeltaNet) layers are not modelled")
     if "sparse" in str(model.get("arch", "")) or "DSA" in str(model.get("arch", "")):
@@ -162,6 +165,62 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     except PlannerError as err:  # a value the schema refuses: the row is unpriceable, as planner.runs reads it
         raise UnpriceableError(str(err)) from None
     return built
+
+
+HYBRID_SHAPE_KEYS = {
+    "layers": "num_hidden_layers",
+    "hidden": "hidden_size",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "experts": "num_experts_total",
+    "top_k": "num_experts_per_tok",
+    "mamba_layers": "num_mamba_layers",
+    "attention_layers": "num_attention_layers",
+}
+"""Shape keys of a hybrid row (``hybrid_model_from_row``) and what they must equal in the catalog
+model its hf_id names (``num_mamba_layers`` and ``num_attention_layers`` count its pattern's blocks)."""
+
+
+def hybrid_model_from_row(row: dict[str, Any]) -> ModelSpec:
+    """A hybrid (Mamba-2) row's model: its layer pattern places the Mamba, attention and MoE blocks,
+    which a row's counts do not, so the row is priced as the catalog model whose ``hf_repos`` hold
+    its ``hf_id`` (any of the checkpoint's quantised variants: the repository without its -FP8/-BF16
+    /-NVFP4 suffix), after the shape it states agrees with it (``HYBRID_SHAPE_KEYS``); else it is
+    refused with the reason (as ``planner.runs.hybrid_model_from_row`` prices training rows)."""
+    from planner.catalog import list_models
+
+    model = row.get("model") or {}
+    stem = re.sub(r"-(bf16|fp8|nvfp4|fp4)$", "", str(model.get("hf_id", "")).lower())
+    found = [m for m in list_models() if stem and any(r.lower().startswith(stem) for r in m.hf_repos)]
+    if not found:
+        raise UnpriceableError(
+            f"hybrid Mamba-2 model '{model.get('hf_id')}': priced from a catalog model's layer pattern, and no catalog "
+            "model holds that repository"
+        )
+    spec = found[0]
+    blocks = {"num_mamba_layers": spec.blocks_of("M"), "num_attention_layers": spec.blocks_of("*")}
+    shape = model.get("shape") or {}
+    wrong = [
+        f"{key} {shape[key]} (catalog {blocks.get(attr, getattr(spec, attr, None))})"
+        for key, attr in HYBRID_SHAPE_KEYS.items()
+        if key in shape and shape[key] != blocks.get(attr, getattr(spec, attr, None))
+    ]
+    if wrong:
+        raise UnpriceableError(f"model: the row disagrees with catalog model {spec.name} on {', '.join(wrong)}")
+    return spec
+
+
+def ssm_dtype_from_row(row: dict[str, Any]) -> str | None:
+    """A hybrid row's stated SSM state format (``precision.mamba_ssm_cache``: fp32 / float32, bf16 /
+    bfloat16, fp16 / float16); None where it is not stated (the checkpoint's, else the engine's
+    default, ``step.resolve_ssm_dtype``); other text makes the row unpriceable."""
+    text = str((row.get("precision") or {}).get("mamba_ssm_cache", "not stated")).lower()
+    if "not stated" in text:
+        return None
+    for names, dtype in ((("fp32", "float32"), "fp32"), (("bf16", "bfloat16"), "bf16"), (("fp16", "float16"), "fp16")):
+        if any(name in text for name in names):
+            return dtype
+    raise UnpriceableError(f"precision.mamba_ssm_cache {text[:40]!r}: fp32, bf16 or fp16")
 
 
 def cluster_from_row(row: dict[str, Any]) -> ClusterSpec:
@@ -338,7 +397,7 @@ def _published(row: dict[str, Any], count: int, mode: str) -> dict[str, float]:
     for key, name in (("ttft_ms", "ttft_s"), ("ttft_ms_mean", "ttft_s"), ("ttft_ms_p50", "ttft_s")):
         if key in figures:
             out[name] = figures[key] / 1e3
-    for key in ("itl_ms_mean", "itl_ms_p50"):
+    for key in ("itl_ms_mean", "itl_ms_p50", "tpot_ms_mean", "tpot_ms_p50"):
         if key in figures:
             out["tpot_s"] = figures[key] / 1e3
     if not out:
@@ -368,7 +427,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     arch = cluster.gpu.architecture
     key = f"{engine.name}/{arch}"
     params = (fitted or {}).get(key) or engine.parameters(arch)
-    s = Setting(model, cluster, engine, weights, kv, params)
+    s = Setting(model, cluster, engine, weights, kv, params, resolve_ssm_dtype(model, engine, ssm_dtype_from_row(row)))
     published = _published(row, cluster.num_gpus, mode)
     plan = RowPlan(str(row.get("name")), str(row.get("group")), s, lay, mode, isl, osl, load, published)
     if mode == "max_throughput":

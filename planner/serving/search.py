@@ -33,7 +33,7 @@ from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts, layout_text
 from planner.serving.memory import MemoryPlan, reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
-from planner.serving.step import RoundTerms, Setting, round_terms
+from planner.serving.step import RoundTerms, Setting, resolve_ssm_dtype, round_terms
 
 BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
 """Batch sizes tried per replica (1, 2, 3, 4, 6, 8, 12, ... 8192), plus each layout's max
@@ -113,11 +113,10 @@ def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
 def setting_for(
     model: ModelSpec, cluster: ClusterSpec, req: ServeRequest, engine: EngineProfile | None = None
 ) -> Setting:
-    """What ``req`` serves on ``cluster``: its formats, the engine's fitted parameters for the GPU, and a
-    hybrid's SSM state format: the request's, else the checkpoint's (``ModelSpec.mamba_ssm_cache_dtype``),
-    else the engine's default, the order vLLM and TensorRT-LLM resolve it in."""
+    """What ``req`` serves on ``cluster``: its formats (a hybrid's SSM state's by ``resolve_ssm_dtype``)
+    and the engine's fitted parameters for the GPU."""
     engine = engine or load_engine(req.engine)
-    ssm = req.mamba_ssm_dtype or model.mamba_ssm_cache_dtype or engine.mamba_ssm_dtype
+    ssm = resolve_ssm_dtype(model, engine, req.mamba_ssm_dtype)
     params = engine.parameters(cluster.gpu.architecture)
     return Setting(model, cluster, engine, req.weights_dtype, req.kv_dtype, params, ssm)
 

@@ -70,6 +70,14 @@ and 144 PF FP4 per 8 GPUs); Hopper and Ampere have no FP4 tensor cores and run F
 weight-only (dequantised to FP8/BF16 GEMMs), at their FP8 (else BF16) rate."""
 
 
+def resolve_ssm_dtype(model: ModelSpec, engine: EngineProfile, stated: str | None = None) -> str:
+    """A hybrid's SSM state format as the engines resolve it: the one asked for (vLLM
+    --mamba-ssm-cache-dtype, TensorRT-LLM kv_cache_config.mamba_ssm_cache_dtype), else the
+    checkpoint's config.json (``ModelSpec.mamba_ssm_cache_dtype``), else the engine's default
+    (``EngineProfile.mamba_ssm_dtype``)."""
+    return stated or model.mamba_ssm_cache_dtype or engine.mamba_ssm_dtype
+
+
 @dataclass(frozen=True)
 class Setting:
     """What is served and how: model, cluster, engine, formats and fitted parameters."""
