@@ -1,5 +1,5 @@
 """Fit the serving engines' per-architecture parameters to published rows and cross-validate
-(ARCHITECTURE 9.8).
+(ARCHITECTURE 9.7).
 
 Three physically named parameters per (engine, GPU architecture), ``engine.FittedParameters``:
   decode_hbm_fraction  HBM bandwidth decode kernels reach, vs the profile's STREAM rate

@@ -1,4 +1,4 @@
-"""Disaggregated serving (ARCHITECTURE 9.7): prefill and decode in separate pools (DistServe,
+"""Disaggregated serving (ARCHITECTURE 9.6): prefill and decode in separate pools (DistServe,
 Zhong et al., OSDI 2024, arXiv:2401.09670; Splitwise, Patel et al., ISCA 2024).
 
   prefill pool  each replica runs batches of whole prompts, the engine's token budget at a time

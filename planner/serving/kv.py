@@ -12,6 +12,9 @@ Per token and layer (what attention keeps for every past token):
             for at most one chunk window", v1/kv_cache_interface.py).
 Llama 3 70B at 8,192 tokens in bf16: 80 x 2 x 8 x 128 x 2 x 8192 = 2.5 GiB per sequence.
 
+A hybrid Mamba-2 model caches KV in its attention blocks only (``kv_layers``); each Mamba-2 layer
+keeps a per-sequence state instead (``mamba_state_bytes``; ARCHITECTURE 9.8).
+
 Across tensor-parallel ranks: GQA splits the KV heads (a rank holds ceil(k_v / t) of them, so
 with t > k_v heads are replicated, as vLLM does); MLA's latent is not per head and every TP rank
 holds all of it (why engines run MLA models with attention data-parallel). Under attention DP a

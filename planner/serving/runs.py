@@ -1,5 +1,5 @@
 """Published serving rows (shared/groundtruth/inference_runs.yaml) priced from their own fields
-(ARCHITECTURE 9.8): the model from ``model.shape`` (and the HF id's family where the shape
+(ARCHITECTURE 9.7): the model from ``model.shape`` (and the HF id's family where the shape
 cannot say the MLP kind), the cluster from ``hardware``, the layout from ``parallel``, the
 formats from ``precision``, the load from ``workload``; never from the row's name. A row the
 translator cannot express raises ``UnpriceableError`` with the reason.

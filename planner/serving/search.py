@@ -1,4 +1,4 @@
-"""Layout search for serving (ARCHITECTURE 9.6): every (tp, pp, ep, attention DP) the cluster and
+"""Layout search for serving (ARCHITECTURE 9.5): every (tp, pp, ep, attention DP) the cluster and
 the pins allow, times a grid of batch sizes, priced as numpy columns; ranked by output tokens/s
 per GPU among those that meet the latency targets.
 
