@@ -216,3 +216,12 @@ def test_serving_rows_of_hybrids_are_priced_as_the_catalog_model() -> None:
     unknown = {**h200, "model": {**h200["model"], "hf_id": "someone/Hybrid-7B"}}
     with pytest.raises(UnpriceableError, match="no catalog model holds that repository"):
         plan_row(unknown)
+
+
+def test_bad_ssm_state_formats_are_one_line_errors(cli) -> None:
+    from tests.conftest import assert_one_line_error
+
+    r = cli("serve", "--model", NANO, "--cluster", "dgx-h100x1", "--mamba-ssm-dtype", "int8")
+    assert_one_line_error(r, "mamba_ssm_dtype", "'bf16', 'fp16' or 'fp32'")
+    r = cli("serve", "--model", "llama8b", "--cluster", "dgx-h100x1", "--mamba-ssm-dtype", "fp32")
+    assert_one_line_error(r, "mamba_ssm_dtype: llama3-8b has no Mamba-2 layers")

@@ -339,6 +339,8 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
     from pydantic import ValidationError
 
+    if req.mamba_ssm_dtype is not None and not model.blocks_of("M"):
+        raise PlannerError(f"mamba_ssm_dtype: {model.name} has no Mamba-2 layers; leave it unset")
     try:
         return _ranked(model, cluster, req)
     except ValidationError as err:
