@@ -225,3 +225,5 @@ def test_bad_ssm_state_formats_are_one_line_errors(cli) -> None:
     assert_one_line_error(r, "mamba_ssm_dtype", "'bf16', 'fp16' or 'fp32'")
     r = cli("serve", "--model", "llama8b", "--cluster", "dgx-h100x1", "--mamba-ssm-dtype", "fp32")
     assert_one_line_error(r, "mamba_ssm_dtype: llama3-8b has no Mamba-2 layers")
+    r = cli("serve", "--model", NANO, "--cluster", "dgx-h100x1", "--mamba-ssm-dtype", "fp16", "--top", "2")
+    assert r.code == 0 and "weights bf16, KV bf16, SSM state fp16" in r.out.splitlines()[0]

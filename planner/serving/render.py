@@ -34,6 +34,8 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         f"{ranking.model} on {ranking.cluster} ({ranking.num_gpus} GPUs), {ranking.engine}, "
         f"ISL {req.input_len} / OSL {req.output_len}, weights {req.weights_dtype}, KV {req.kv_dtype}"
     )
+    if ranking.mamba_ssm_dtype:
+        head += f", SSM state {ranking.mamba_ssm_dtype}"
     console.print(head)
     for w in ranking.warnings:
         console.print(f"warning: {w}")
