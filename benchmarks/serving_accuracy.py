@@ -70,16 +70,20 @@ def main(argv: list[str] | None = None) -> int:
             f"  {_pct(e.get('tpot_mape_pct'))}/{_pct(e.get('tpot_cv_mape_pct'))}"
         )
     o = ev.overall
+
+    def cv(value: float) -> str:  # no cross-validated figure where nothing was fitted (--shipped, --no-cv)
+        return "-" if math.isnan(value) else f"{value:.1f}%"
+
     print(
         f"\noverall: {o['priced']}/{o['rows']} rows priced (coverage {o['coverage']:.1%}); throughput per GPU over "
-        f"{o['throughput_rows']} rows: MAPE {o['mape_pct']:.1f}%, cross-validated MAPE {o['cv_mape_pct']:.1f}%, "
-        f"signed {o['signed_pct']:+.1f}%"
+        f"{o['throughput_rows']} rows: MAPE {o['mape_pct']:.1f}%, cross-validated MAPE {cv(o['cv_mape_pct'])}, "
+        f"signed {o['signed_pct']:+.1f}%" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
     )
     for m in ("ttft", "tpot"):
         if f"{m}_rows" in o:
             print(
                 f"{m.upper()} over {o[f'{m}_rows']} rows: MAPE {o[f'{m}_mape_pct']:.1f}%, "
-                f"CV {o[f'{m}_cv_mape_pct']:.1f}%, signed {o[f'{m}_signed_pct']:+.1f}%"
+                f"CV {cv(o[f'{m}_cv_mape_pct'])}, signed {o[f'{m}_signed_pct']:+.1f}%"
             )
     for key, p in ev.fitted.items():
         print(f"fitted {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in p.model_dump().items()))
