@@ -53,8 +53,13 @@ MAMBA_CONV_KERNEL = 4
 """Mamba-2's causal conv1d width where a model does not state it: Megatron-Core MambaMixer's d_conv
 default and HF NemotronHConfig's conv_kernel default, 4."""
 
-TORCH_DTYPE_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
-"""torch's dtype names, as HF config.json writes them, -> the planner's."""
+SsmStateDtype = Literal["bf16", "fp16", "fp32"]
+"""Formats a Mamba-2 SSM state is kept in for serving (``ModelSpec.mamba_ssm_cache_dtype``, the
+engines' defaults, ``plan serve --mamba-ssm-dtype``)."""
+
+TORCH_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+"""torch's dtype names, as HF config.json writes them, -> the planner's (bfloat16 before float16,
+which a text search for the names would otherwise find inside it)."""
 
 MAMBA_CHUNK_SIZE = 128
 """Tokens per chunk of Mamba-2's SSD scan where a model does not state it: Megatron-Core
@@ -263,7 +268,7 @@ class ModelSpec(Frozen):
     mamba_chunk_size: PositiveInt | None = Field(
         None, description="Tokens per chunk of Mamba-2's SSD scan (HF chunk_size); None: MAMBA_CHUNK_SIZE"
     )
-    mamba_ssm_cache_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(
+    mamba_ssm_cache_dtype: SsmStateDtype | None = Field(
         None,
         description="The format serving engines keep the Mamba-2 SSM state in where the checkpoint states it (HF "
         "config.json mamba_ssm_cache_dtype, read by vLLM and TensorRT-LLM when not set on the command line; HF "

@@ -30,7 +30,7 @@ def kv_transfer_s(s: Setting, prefill: Layouts, input_len: int) -> np.ndarray:
     """Seconds to move one prompt's KV cache (and a hybrid's Mamba-2 state) from a prefill replica to
     a decode replica."""
     nbytes = input_len * kv_bytes_per_token(s.model, s.kv_dtype, float(input_len), s.engine.chunked_kv)
-    nbytes += float(sequence_state_bytes_per_gpu(s.model, s.ssm_state_dtype, np.ones(1), np.ones(1), np.zeros(1))[0])
+    nbytes += float(sequence_state_bytes_per_gpu(s.model, s.ssm_state_dtype, 1.0, 1.0, False))  # the whole state
     one_domain = s.cluster.num_gpus <= s.cluster.fast_domain_gpus
     link = s.cluster.intra_node if one_domain else s.cluster.inter_node
     latency = link.latency_s

@@ -14,6 +14,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 from planner.errors import PlannerError
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import check_sources
+from planner.schemas.model import SsmStateDtype
 
 ENGINES = ("vllm", "sglang", "trtllm")
 
@@ -79,7 +80,7 @@ class EngineProfile(Frozen):
         "page size, the attention block grown to hold a Mamba state (vLLM v1); 'slots', one state per running "
         "sequence beside the paged KV cache",
     )
-    mamba_ssm_dtype: Literal["bf16", "fp16", "fp32"] = Field(
+    mamba_ssm_dtype: SsmStateDtype = Field(
         "bf16", description="The Mamba-2 SSM state's format where neither the request nor the checkpoint states one"
     )
     gpu_memory_fraction: float = Field(gt=0, le=1)

@@ -34,12 +34,13 @@ import math
 import re
 
 from planner.errors import PlannerError
+from planner.schemas.model import TORCH_DTYPE_NAMES
 from planner.serving.engine import load_engine
 from planner.serving.schemas import ServeCandidate, ServeRanking
 
 EXPORTS = ("vllm", "sglang", "trtllm")
 
-TORCH_NAMES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+TORCH_NAMES = {name: torch for torch, name in TORCH_DTYPE_NAMES.items()}
 """The SSM state formats as vLLM's --mamba-ssm-cache-dtype and TensorRT-LLM's
 KvCacheConfig.mamba_ssm_cache_dtype spell them (torch names)."""
 

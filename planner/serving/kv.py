@@ -148,15 +148,26 @@ def mamba_state_bytes(model: ModelSpec, tp: np.ndarray, ssm_dtype: str, conv_dty
     return conv * STATE_BYTES_PER_ELEMENT[conv_dtype] + ssm * STATE_BYTES_PER_ELEMENT[ssm_dtype]
 
 
+def mixer_tp(tp: np.ndarray | float, attention_dp: np.ndarray | bool) -> np.ndarray:
+    """The ranks a Mamba-2 mixer's heads are split over: tp, or 1 under attention DP (a sequence and
+    its mixers whole on one rank, as attention is; vLLM's data-parallel ranks replicate every layer
+    but the experts)."""
+    return np.where(np.asarray(attention_dp, dtype=bool), 1.0, np.asarray(tp, dtype=float))
+
+
 def sequence_state_bytes_per_gpu(
-    model: ModelSpec, ssm_dtype: str, tp: np.ndarray, pp: np.ndarray, attention_dp: np.ndarray
+    model: ModelSpec,
+    ssm_dtype: str,
+    tp: np.ndarray | float,
+    pp: np.ndarray | float,
+    attention_dp: np.ndarray | bool,
 ) -> np.ndarray:
     """Mamba-2 state bytes one sequence holds on each GPU that keeps part of it: its Mamba layers
     over pp stages, their heads over tp unless attention DP (one rank holds the whole sequence, its
     mixers replicated as attention is); 0 for a transformer."""
     if not model.blocks_of("M"):
         return np.zeros_like(np.asarray(tp, dtype=float))
-    t = np.where(np.asarray(attention_dp, dtype=bool), 1.0, np.asarray(tp, dtype=float))
+    t = mixer_tp(tp, attention_dp)
     return model.blocks_of("M") * mamba_state_bytes(model, t, ssm_dtype) / np.asarray(pp, dtype=float)
 
 
@@ -179,7 +190,7 @@ def shared_page_sequence_bytes_per_gpu(
     Mamba group (the last group padded). Nemotron 3 Nano at tp 1 with an fp32 SSM state and a bf16
     KV cache: 2,096-token blocks of 2.1 MB, groups of 6 layers, 5 blocks of 6 pages for a context
     of 2,048 (64 MB, where the state and KV alone are 62 MB)."""
-    t = np.where(np.asarray(attention_dp, dtype=bool), 1.0, np.asarray(tp, dtype=float))
+    t = mixer_tp(tp, attention_dp)
     per_token = (
         kv_elements_per_token_per_layer(model) * KV_BYTES_PER_ELEMENT[kv_dtype] * kv_split(model, tp, attention_dp)
     )

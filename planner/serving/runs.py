@@ -32,7 +32,7 @@ from planner.errors import PlannerError, UnpriceableError, validate_as
 from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import MAX_SEQ_LEN
-from planner.schemas.model import ModelSpec
+from planner.schemas.model import TORCH_DTYPE_NAMES, ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
@@ -199,12 +199,9 @@ def hybrid_model_from_row(row: dict[str, Any]) -> ModelSpec:
         )
     spec = found[0]
     blocks = {"num_mamba_layers": spec.blocks_of("M"), "num_attention_layers": spec.blocks_of("*")}
+    known = {key: blocks[attr] if attr in blocks else getattr(spec, attr) for key, attr in HYBRID_SHAPE_KEYS.items()}
     shape = model.get("shape") or {}
-    wrong = [
-        f"{key} {shape[key]} (catalog {blocks.get(attr, getattr(spec, attr, None))})"
-        for key, attr in HYBRID_SHAPE_KEYS.items()
-        if key in shape and shape[key] != blocks.get(attr, getattr(spec, attr, None))
-    ]
+    wrong = [f"{key} {shape[key]} (catalog {known[key]})" for key in known if key in shape and shape[key] != known[key]]
     if wrong:
         raise UnpriceableError(f"model: the row disagrees with catalog model {spec.name} on {', '.join(wrong)}")
     return spec
@@ -217,9 +214,9 @@ def ssm_dtype_from_row(row: dict[str, Any]) -> str | None:
     text = str((row.get("precision") or {}).get("mamba_ssm_cache", "not stated")).lower()
     if "not stated" in text:
         return None
-    for names, dtype in ((("fp32", "float32"), "fp32"), (("bf16", "bfloat16"), "bf16"), (("fp16", "float16"), "fp16")):
-        if any(name in text for name in names):
-            return dtype
+    for torch_name, name in TORCH_DTYPE_NAMES.items():
+        if name in text or torch_name in text:
+            return name
     raise UnpriceableError(f"precision.mamba_ssm_cache {text[:40]!r}: fp32, bf16 or fp16")
 
 

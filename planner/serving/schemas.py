@@ -9,10 +9,10 @@ from typing import Literal
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.schemas.base import Frozen
+from planner.schemas.model import SsmStateDtype
 
 WeightsDtype = Literal["bf16", "fp8", "fp4"]
 KvDtype = Literal["bf16", "fp8"]
-SsmDtype = Literal["bf16", "fp16", "fp32"]
 EngineName = Literal["vllm", "sglang", "trtllm"]
 
 
@@ -27,7 +27,7 @@ class ServeRequest(Frozen):
     concurrency: PositiveInt | None = Field(None, description="Requests in flight over the cluster")
     weights_dtype: WeightsDtype = "bf16"
     kv_dtype: KvDtype = "bf16"
-    mamba_ssm_dtype: SsmDtype | None = Field(
+    mamba_ssm_dtype: SsmStateDtype | None = Field(
         None,
         description="A hybrid model's Mamba-2 SSM state format (vLLM --mamba-ssm-cache-dtype); None: the "
         "checkpoint's, else the engine's default",
@@ -93,7 +93,7 @@ class ServeRanking(Frozen):
     considered: int
     feasible: int
     reason: str = Field("", description="Why the ranking is empty, when it is")
-    mamba_ssm_dtype: SsmDtype | None = Field(
+    mamba_ssm_dtype: SsmStateDtype | None = Field(
         None, description="A hybrid model's Mamba-2 SSM state format, as priced (None without Mamba layers)"
     )
     warnings: list[str] = Field(default_factory=list)

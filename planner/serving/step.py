@@ -50,6 +50,7 @@ from planner.serving.kv import (
     layer_cached_tokens,
     mamba_state_bytes,
     mamba_state_elements,
+    mixer_tp,
     sequence_kv_bytes_per_gpu,
 )
 from planner.serving.layout import Layouts
@@ -340,7 +341,7 @@ def mamba_pair(
     n_mamba = float(m.blocks_of("M"))
     if not n_mamba:
         return zero, zero
-    t = np.where(lay.attention_dp, 1.0, lay.tp)
+    t = mixer_tp(lay.tp, lay.attention_dp)
     share = np.where(lay.attention_dp, lay.tp, 1.0)  # sequences (and prompts) per attention rank
     sequences, prompt_tokens = sequences / share, prompt_tokens / share
     _, ssm = mamba_state_elements(m, t)
