@@ -293,6 +293,8 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
     as a catalog name or alias from ``index``; one-line errors for both."""
     path = Path(text).expanduser()
     echoed = shown(text)
+    if kind == "model" and path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"  # a Hugging Face checkpoint folder, as the engines load one
     is_file = _is_file(path, text, kind)
     if _looks_like_path(text) or is_file:
         if not is_file:

@@ -129,25 +129,42 @@ def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: Pa
     )
 
 
-def fp4_runs(cluster: ClusterSpec, job: JobSpec) -> bool:
-    """Whether the job's format runs on the cluster's GPU: fp4 needs a GPU that lists an fp4 peak."""
-    return job.dtype != "fp4" or "fp4" in cluster.gpu.peak_tflops
+def format_runs(cluster: ClusterSpec, job: JobSpec) -> bool:
+    """Whether the job's format runs on the cluster's GPU: fp8 and fp4 need a GPU that lists a peak
+    in that format (its tensor cores), as fp8 and fp4 training kernels (Transformer Engine, torchao)
+    need."""
+    return job.dtype not in ("fp8", "fp4") or job.dtype in cluster.gpu.peak_tflops
 
 
-def fp4_message(cluster: ClusterSpec) -> str:
-    """Why a GPU cannot train in fp4."""
+def format_message(cluster: ClusterSpec, dtype: str = "fp4") -> str:
+    """Why a GPU cannot train in ``dtype`` (fp8 or fp4)."""
     listed = ", ".join(cluster.gpu.peak_tflops)
+    if dtype == "fp8":
+        return (
+            f"dtype fp8 needs FP8 tensor cores: {cluster.gpu.name} lists {listed}, no fp8 peak (Transformer Engine's "
+            "and torchao's fp8 training run on Ada, Hopper and Blackwell: SM89 and later); use bf16"
+        )
     return (
         f"dtype fp4 (NVFP4) needs FP4 tensor cores: {cluster.gpu.name} lists {listed}, no fp4 peak (NVFP4 "
         "training, Transformer Engine's or torchao's, runs on data-centre Blackwell: SM100/SM103)"
     )
 
 
+def shards_nothing(model: ModelSpec, x: Any) -> Any:
+    """Whether a mesh (``ParallelConfig`` or ``MeshArrays``) has nothing for ZeRO to shard over:
+    dp*cp = 1 and, for a MoE model, expert-DP = 1 too (Megatron's distributed optimizer shards the
+    experts' state over the expert-data-parallel group, tp*cp*dp / (ep*expert_tp), which exceeds 1
+    at dp*cp = 1 where the experts are not split over every tp rank). Every ZeRO stage prices the
+    same there, so rules on the stage do not apply."""
+    alone = x.dp * x.cp == 1
+    return alone & (x.expert_dp == 1) if model.is_moe else alone
+
+
 RULES: tuple[Rule, ...] = (
     Rule(
-        "fp4_tensor_cores",
-        lambda m, c, j, x: np.asarray(fp4_runs(c, j)),
-        lambda m, c, j, p: fp4_message(c),
+        "format_tensor_cores",
+        lambda m, c, j, x: np.asarray(format_runs(c, j)),
+        lambda m, c, j, p: format_message(c, j.dtype),
     ),
     Rule(
         "chunked_attention_cp",
@@ -381,8 +398,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "zero_with_pipeline",
         # Stack.zero_with_pipeline: Megatron-FSDP and DeepSpeed's pipeline engine run no ZeRO-2/3
-        # with pp > 1; a stage with nothing to shard over (dp*cp = 1) is moot
-        lambda m, c, j, x: (x.pp == 1) | (x.dp * x.cp == 1) | (x.zero_stage <= j.software.zero_with_pipeline),
+        # with pp > 1; a stage with nothing to shard over (``shards_nothing``) is moot
+        lambda m, c, j, x: (x.pp == 1) | shards_nothing(m, x) | (x.zero_stage <= j.software.zero_with_pipeline),
         lambda m, c, j, p: (
             f"{j.software.name} runs at most ZeRO-{j.software.zero_with_pipeline} with pipeline parallelism; "
             f"this mesh has zero_stage {p.zero_stage} with pp {p.pp}"
@@ -401,8 +418,8 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "stack_zero_stages",
         # Stack.zero_stages: FSDP has no optimizer-only sharding (torchtitan, llm-foundry), Megatron-LM
-        # 2021 no ZeRO-2/3; a mesh with nothing to shard over (dp*cp = 1) is moot
-        lambda m, c, j, x: (x.dp * x.cp == 1) | np.isin(x.zero_stage, j.software.zero_stages),
+        # 2021 no ZeRO-2/3; a mesh with nothing to shard over (``shards_nothing``) is moot
+        lambda m, c, j, x: shards_nothing(m, x) | np.isin(x.zero_stage, j.software.zero_stages),
         lambda m, c, j, p: (
             f"stack {j.software.name} runs no ZeRO-{p.zero_stage} (it runs "
             f"{', '.join(f'ZeRO-{z}' for z in j.software.zero_stages)})"

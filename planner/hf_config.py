@@ -367,6 +367,29 @@ def _full_every(period: int, layers: int, other: str) -> list[str]:
     return ["full_attention" if (i + 1) % period == 0 else other for i in range(layers)]
 
 
+QUANT_METHOD_FORMATS = {"fp8": "fp8", "fbgemm_fp8": "fp8", "mxfp4": "fp4"}
+"""HF ``quantization_config.quant_method`` values whose weights the planner prices, by format:
+transformers' FineGrainedFP8Config ('fp8', DeepSeek-V3's 128 x 128 block scales), FbgemmFp8Config,
+Mxfp4Config (gpt-oss's experts). ModelOpt checkpoints ('modelopt') name theirs in ``quant_algo``
+(``MODELOPT_ALGO_FORMATS``)."""
+
+MODELOPT_ALGO_FORMATS = {"FP8": "fp8", "FP8_BLOCK_SCALES": "fp8", "NVFP4": "fp4"}
+"""NVIDIA ModelOpt's quant_algo names (hf_quant_config.json, and config.json quantization_config of
+the -FP8/-NVFP4 repositories) by format."""
+
+
+def checkpoint_weights_dtype(quantization: object) -> str | None:
+    """The weight format a checkpoint ships in (``ModelSpec.checkpoint_weights_dtype``) from its
+    config.json ``quantization_config``; None for 16-bit weights or a method the planner has no rate
+    for (int4 AWQ/GPTQ, int8: priced as 16-bit, as `plan serve` says of such rows)."""
+    if not isinstance(quantization, dict):
+        return None
+    method = str(quantization.get("quant_method", "")).lower()
+    if method == "modelopt":
+        return MODELOPT_ALGO_FORMATS.get(str(quantization.get("quant_algo", "")).upper())
+    return QUANT_METHOD_FORMATS.get(method)
+
+
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
@@ -382,7 +405,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if model_type in STATE_SPACE_TYPES or (mamba_keys and not hybrid):
         raise PlannerError(
             f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "
-            "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
+            "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention) and "
+            "NemotronH hybrids (Nemotron-H, Nemotron 3 Nano and Super)"
         )
     if model_type in RECURRENT_TYPES:
         raise PlannerError(
@@ -448,6 +472,9 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.setdefault("rope_theta", rope.get("rope_theta"))
         if rope.get("rope_type", "default") != "default":
             spec.setdefault("rope_scaling", {k: v for k, v in rope.items() if k != "rope_theta"})
+    quantised = checkpoint_weights_dtype(config.get("quantization_config"))
+    if quantised is not None:
+        spec["checkpoint_weights_dtype"] = quantised
     if config.get("topk_method") == NOAUX_TOPK_METHOD:
         spec.setdefault("router_expert_bias", True)
     if model_type in LLAMA4_TYPES:

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from planner.catalog import list_models, load_cluster, load_stack, read_yaml
-from planner.constraints import fp4_message, fp4_runs
+from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
 from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
@@ -865,8 +865,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         )
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
-    if not fp4_runs(cluster, job):
-        raise UnpriceableError(fp4_message(cluster))
+    if not format_runs(cluster, job):
+        raise UnpriceableError(format_message(cluster, job.dtype))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     memory = published_peak_memory_bytes(measured)
     case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed, memory)

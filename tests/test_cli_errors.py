@@ -399,3 +399,8 @@ def test_batch_growth_is_bounded(cli) -> None:
     """1e308 overflowed int() in JobSpec.max_batch_size (OverflowError traceback)."""
     r = cli("--model", "llama70b", "--cluster", "dgx-h100x16", "--max-batch-growth", "1e308")
     assert_one_line_error(r, "max-batch-growth", "<= 10")
+
+
+def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_one_line(cli) -> None:
+    result = cli("--model", "llama3-8b", "--cluster", "dgx-a100-80g", "--dtype", "fp8")
+    assert_one_line_error(result, "dtype fp8 needs FP8 tensor cores", "no fp8 peak")

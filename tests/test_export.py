@@ -1021,3 +1021,24 @@ def test_hf_configs_state_rope_as_either_transformers_release_writes_it(tmp_path
     assert (four.rope_theta, four.rope_scaling) == (five.rope_theta, five.rope_scaling) == (500000.0, scaling)
     plain = model_from_hf_config({**base, "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}}, "l", "l")
     assert (plain.rope_theta, plain.rope_scaling) == (10000.0, None)
+
+
+def test_moe_expert_dp_keeps_the_distributed_optimizer_at_dp_one() -> None:
+    """At dp*cp = 1 a MoE mesh whose experts are not split over every tp rank still shards their
+    optimizer state over expert-DP (tp*cp*dp / (ep*expert_tp)): the export keeps the distributed
+    optimizer the price counted on, and the ZeRO rules apply (constraints.shards_nothing)."""
+    from planner.catalog import load_cluster
+    from planner.constraints import check_config, shards_nothing
+
+    mixtral = load_model("mixtral-8x7b")
+    job = default_job(mixtral)
+    config = ParallelConfig(tp=8, pp=4, dp=1, ep=2, zero_stage=1, sequence_parallel=True)
+    assert config.expert_dp == 4 and not shards_nothing(mixtral, config)
+    args = megatron_args(mixtral, job, config)
+    assert "--use-distributed-optimizer" in args and "--overlap-grad-reduce" in args
+    dense = ParallelConfig(tp=8, pp=4, dp=1, zero_stage=1, sequence_parallel=True)
+    assert shards_nothing(load_model("llama3-70b"), dense)
+    assert "--use-distributed-optimizer" not in megatron_args(load_model("llama3-70b"), job, dense)
+    zero2 = ParallelConfig(tp=8, pp=4, dp=1, ep=1, zero_stage=2, sequence_parallel=True)
+    with pytest.raises(PlannerError, match="at most ZeRO-1 with pipeline parallelism"):
+        check_config(mixtral, load_cluster("dgx-h100x4"), job, zero2)

@@ -176,7 +176,7 @@ def test_hf_config_states_the_ssm_state_format() -> None:
     [
         ("vllm", ("--mamba-ssm-cache-dtype float32", "--trust-remote-code", "nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B")),
         ("trtllm", ("kv_cache_config: {dtype: fp8, mamba_ssm_cache_dtype: float32}",)),
-        ("sglang", ("# Mamba-2 SSM state priced in fp32",)),
+        ("sglang", ("--mamba-ssm-dtype float32",)),
     ],
 )
 def test_export_sets_the_priced_state_format(cli, engine: str, flags: tuple[str, ...]) -> None:

@@ -29,8 +29,15 @@ def _workload(path: Path) -> dict[str, Any]:
     for key in ("ttft_ms", "tpot_ms"):
         if key in data:
             value = data[key]
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise PlannerError(f"{path}: field '{key}': expected a number of milliseconds, got {value!r}")
+            if isinstance(value, str):  # YAML 1.1 reads 1e3 as text
+                try:
+                    value = float(value)
+                except ValueError:
+                    pass
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+                raise PlannerError(
+                    f"{path}: field '{key}': expected a positive number of milliseconds, got {data[key]!r}"
+                )
             out[key.replace("_ms", "_s")] = value / 1e3
     return out
 
@@ -62,7 +69,13 @@ def serve_cmd(
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", min=1, metavar="N", help="Requests in flight over the cluster.")
     ] = None,
-    weights_dtype: Annotated[str, typer.Option("--weights-dtype", help="bf16, fp8 or fp4.")] = "bf16",
+    weights_dtype: Annotated[
+        str | None,
+        typer.Option(
+            "--weights-dtype",
+            help="bf16, fp8 or fp4 (default: the checkpoint's format: fp8 DeepSeek-V3, fp4 gpt-oss, else bf16).",
+        ),
+    ] = None,
     kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 or fp8.")] = "bf16",
     mamba_ssm_dtype: Annotated[
         str | None,
@@ -72,7 +85,9 @@ def serve_cmd(
             "else the engine's).",
         ),
     ] = None,
-    engine: Annotated[str, typer.Option("--engine", help="vllm, sglang or trtllm.")] = "vllm",
+    engine: Annotated[
+        str | None, typer.Option("--engine", help="vllm, sglang or trtllm (default: --export's, else vllm).")
+    ] = None,
     disaggregate: Annotated[bool, typer.Option("--disaggregate", help="Separate prefill and decode pools.")] = False,
     tp: Annotated[int | None, typer.Option("--tp", min=1, metavar="N", help="Pin tensor parallelism.")] = None,
     pp: Annotated[int | None, typer.Option("--pp", min=1, metavar="N", help="Pin pipeline parallelism.")] = None,
@@ -97,6 +112,17 @@ def serve_cmd(
 
     if export is not None and as_json:
         raise PlannerError("--export prints launch commands, not JSON: give --export or --json, not both")
+    if export is not None and engine is not None and export.lower() != engine.lower():
+        raise PlannerError(
+            f"--export {export}: the plan is priced for --engine {engine} (its memory fraction, batch cap and fitted "
+            f"rates); give the same engine to both, or --export {export} alone"
+        )
+    if export is not None:
+        from planner.serving.export import EXPORTS
+
+        if export.lower() not in EXPORTS:
+            raise PlannerError(f"--export: unknown engine '{export}'; allowed: {', '.join(EXPORTS)}")
+    engine = engine or export
     fields: dict[str, Any] = _workload(workload) if workload is not None else {}
     given = {
         "input_len": input_len,
@@ -116,6 +142,8 @@ def serve_cmd(
         "attention_dp": attention_dp,
         "top": top,
     }
+    if request_rate is not None or concurrency is not None:  # the command line's load replaces the file's
+        fields = {k: v for k, v in fields.items() if k not in ("request_rate", "concurrency")}
     fields |= {k: v for k, v in given.items() if v is not None}
     req = validate_as(ServeRequest, fields, "serve")
     spec, clus = model_and_cluster(target)
@@ -132,7 +160,7 @@ def serve_cmd(
         from planner.cli.app import write_stdout
         from planner.serving.export import export_commands
 
-        write_stdout(export_commands(ranking, export))
+        write_stdout(export_commands(ranking, export.lower(), str(target.model)))
         return
     if as_json:
         emit_json(ranking_json(ranking))

@@ -97,15 +97,17 @@ def num_microbatches(target: str, job: JobSpec, config: ParallelConfig) -> int:
     return job.batch_size // unit
 
 
-def effective_zero_stage(config: ParallelConfig) -> int:
-    """The ZeRO stage, or 0 when there is nothing to shard over (dp*cp = 1): the search may
-    pick any stage there, since they all price the same, and no target should refuse for it."""
-    return config.zero_stage if config.dp * config.cp > 1 else 0
+def effective_zero_stage(config: ParallelConfig, moe: bool = False) -> int:
+    """The ZeRO stage, or 0 when there is nothing to shard over (dp*cp = 1 and, for a MoE model
+    (``moe``), expert-DP = 1: ``constraints.shards_nothing``): the search may pick any stage there,
+    since they all price the same, and no target should refuse for it."""
+    alone = config.dp * config.cp == 1 and (not moe or config.expert_dp == 1)
+    return 0 if alone else config.zero_stage
 
 
-def zero_note(config: ParallelConfig) -> list[str]:
+def zero_note(config: ParallelConfig, moe: bool = False) -> list[str]:
     """A note when ``effective_zero_stage`` dropped the asked stage."""
-    if config.zero_stage and effective_zero_stage(config) == 0:
+    if config.zero_stage and effective_zero_stage(config, moe) == 0:
         return [f"ZeRO stage {config.zero_stage} is moot with dp*cp = 1 (nothing to shard over); exported as 0"]
     return []
 

@@ -74,7 +74,7 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
             f"Megatron-Core's pp-before-dp placement needs the expert layers' data-parallel size to equal the "
             f"attention layers' (ep x expert_tp = tp x cp = {config.tp * config.cp}); use --order tp-cp-dp-pp",
         )
-    zero = effective_zero_stage(config)
+    zero = effective_zero_stage(config, model.is_moe)
     if zero >= 2 and config.pp > 1:
         # ZeRO-2/3 is Megatron-FSDP here; it does not run with pipeline parallelism
         # (NVIDIA/Megatron-LM issue #1455, open; PR #6081: "FSDP and PP are mutually exclusive in
@@ -91,7 +91,7 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(TARGET, f"fp8 scaling '{job.fp8_scaling}'", "Megatron-LM's fp8 recipes scale per tensor or "
                      "per MXFP8 block", mesh_bound=False)  # fmt: skip
     if (
-        effective_zero_stage(config) == 0
+        effective_zero_stage(config, model.is_moe) == 0
         and config.dp * config.cp > 1
         and (job.optimizer_state_bytes_per_param == ADAM_STATE_BYTES_PER_PARAM["bf16"])
     ):
@@ -178,7 +178,7 @@ def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:
     return []
 
 
-def _data_parallel_args(config: ParallelConfig) -> list[str]:
+def _data_parallel_args(config: ParallelConfig, moe: bool) -> list[str]:
     """ZeRO and overlap (arguments.py _add_distributed_args).
 
     ZeRO-1: --use-distributed-optimizer (optimizer states sharded over the DP x CP ranks).
@@ -188,14 +188,14 @@ def _data_parallel_args(config: ParallelConfig) -> list[str]:
     Overlap: --overlap-grad-reduce; with a sharded optimizer also --overlap-param-gather
     (validate_args: it needs the distributed optimizer or Megatron-FSDP, and --overlap-grad-reduce).
     """
-    zero = effective_zero_stage(config)
+    zero = effective_zero_stage(config, moe)
     args: list[str] = []
     if zero == 1:
         args.append("--use-distributed-optimizer")
     elif zero >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[zero]]
         args += ["--use-distributed-optimizer", "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"]
-    if config.overlap_grad_reduce and config.dp * config.cp > 1:
+    if config.overlap_grad_reduce and (config.dp * config.cp > 1 or (moe and config.expert_dp > 1)):
         args.append("--overlap-grad-reduce")
         if zero >= 1:
             args.append("--overlap-param-gather")
@@ -270,7 +270,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
     if job.optimizer_state_bytes_per_param == ADAM_STATE_BYTES_PER_PARAM["bf16"]:
         # _add_training_args: TE FusedAdam keeping m and v in bf16, the master weight in fp32
         args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
-        if effective_zero_stage(config) == 0:
+        if effective_zero_stage(config, model.is_moe) == 0:
             # optimizer_config.py: the precision-aware optimizer runs only in the distributed
             # optimizer; with dp*cp = 1 it shards over one rank, which is ZeRO-0 as priced
             args.append("--use-distributed-optimizer")
@@ -313,7 +313,8 @@ def megatron_args(
         args.append("--sequence-parallel")  # _add_training_args
     # _add_training_args: --micro-batch-size (per model instance), --global-batch-size (sequences).
     args += ["--micro-batch-size", str(config.micro_batch_size), "--global-batch-size", str(job.batch_size)]
-    return args + _recompute_args(config, job) + _data_parallel_args(config) + _job_args(model, job, config, cluster)
+    args += _recompute_args(config, job) + _data_parallel_args(config, model.is_moe)
+    return args + _job_args(model, job, config, cluster)
 
 
 def max_positions(model: ModelSpec, job: JobSpec) -> int:
@@ -673,8 +674,8 @@ def megatron_notes(
 ) -> list[str]:
     """What the arguments cannot say: environment, the recipe's own flags, the layer split."""
     _check(model, job, config)
-    notes = zero_note(config)
-    if effective_zero_stage(config) >= 2:
+    notes = zero_note(config, model.is_moe)
+    if effective_zero_stage(config, model.is_moe) >= 2:
         notes.append("Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (validate_args asserts it is not 1)")
     notes += [f"export {k}={v} (Megatron-LM asserts it for tp or cp > 1 before Blackwell)"
               for k, v in megatron_environment(config).items()]  # fmt: skip

@@ -275,6 +275,13 @@ class ModelSpec(Frozen):
         "names float32/bfloat16/float16 accepted); None: the engine's default (plan serve)",
     )
 
+    checkpoint_weights_dtype: Literal["fp8", "fp4"] | None = Field(
+        None,
+        description="The low-precision format the published checkpoint's weights ship in (HF config.json "
+        "quantization_config: fp8, block- or tensor-scaled; fp4, MXFP4 or NVFP4); None: 16-bit. plan serve prices "
+        "this format unless --weights-dtype says otherwise; training ignores it",
+    )
+
     # Multi-head latent attention (DeepSeek-V2/V3).
     q_lora_rank: PositiveInt | None = None
     kv_lora_rank: PositiveInt | None = None

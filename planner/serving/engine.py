@@ -83,6 +83,15 @@ class EngineProfile(Frozen):
     mamba_ssm_dtype: SsmStateDtype = Field(
         "bf16", description="The Mamba-2 SSM state's format where neither the request nor the checkpoint states one"
     )
+    expert_parallel: Literal["all_ranks", "divisor"] = Field(
+        "divisor",
+        description="Expert-parallel sizes a replica may run: 'all_ranks', EP over every rank of the replica or "
+        "none (ep 1 or tp: vLLM's --enable-expert-parallel has no size of its own); 'divisor', any divisor of tp "
+        "and of the experts, the other tp/ep ranks splitting each expert",
+    )
+    gpu_architectures: list[str] | None = Field(
+        None, description="GPU architectures the engine runs on (the profiles' `architecture`); None: any"
+    )
     gpu_memory_fraction: float = Field(gt=0, le=1)
     memory_fraction_of: Literal["total", "free"] = Field(
         description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"

@@ -4,26 +4,28 @@ Every flag was checked against the engine's own code at the release named (a rea
 argument definitions; the engines do not import on a CPU-only machine without their GPU stacks,
 so the test suite checks the spelling, not the parser):
   vLLM 0.33.0 ``vllm serve``: vllm/engine/arg_utils.py EngineArgs fields tensor_parallel_size,
-    pipeline_parallel_size, data_parallel_size, enable_expert_parallel, max_num_seqs,
-    max_num_batched_tokens, gpu_memory_utilization, kv_cache_dtype (vllm/config/cache.py
-    CacheDType includes "fp8"), kv_transfer_config (P/D with the NIXL connector).
+    pipeline_parallel_size, data_parallel_size, enable_expert_parallel, max_num_seqs, max_model_len,
+    max_num_batched_tokens, gpu_memory_utilization, quantization ("fp8"), kv_cache_dtype
+    (vllm/config/cache.py CacheDType includes "fp8"), kv_transfer_config (P/D with the NIXL
+    connector).
   SGLang 0.5.23 ``python -m sglang.launch_server``: sglang/srt/arg_groups/fields (parallel.py
     tp_size, pp_size, ep_size, attn_dp_size: "the number of data-parallel attention groups inside
     the TP group", the current spelling of the deprecated ``--dp-size N --enable-dp-attention``,
     which parallel.py marks for removal after 2026-12-31; model.py kv_cache_dtype "fp8_e4m3";
-    choices.py QUANTIZATION_CHOICES "fp8"), max_running_requests, chunked_prefill_size,
-    mem_fraction_static, disaggregation_mode prefill|decode.
+    choices.py QUANTIZATION_CHOICES "fp8"), max_running_requests, context_length,
+    chunked_prefill_size, mem_fraction_static, disaggregation_mode prefill|decode.
   TensorRT-LLM ``trtllm-serve`` (tensorrt_llm/commands/serve.py, NVIDIA/TensorRT-LLM main,
     2026): --tp_size, --pp_size, --ep_size (aliases of --tensor_parallel_size,
-    --pipeline_parallel_size, --moe_expert_parallel_size), --max_batch_size, --max_num_tokens,
+    --pipeline_parallel_size, --moe_expert_parallel_size), --max_batch_size, --max_seq_len, --max_num_tokens,
     --kv_cache_free_gpu_memory_fraction (alias of --free_gpu_memory_fraction), and
     --extra_llm_api_options (alias of --config) for a YAML of LLM-API fields
     (enable_attention_dp, kv_cache_config.dtype).
   A hybrid Mamba-2 model's SSM state format, as priced: vLLM ``--mamba-ssm-cache-dtype``
     (vllm/config/cache.py CacheConfig.mamba_ssm_cache_dtype, MambaDType 'auto', 'float32',
     'float16', 'bfloat16'), TensorRT-LLM ``kv_cache_config.mamba_ssm_cache_dtype``
-    (tensorrt_llm/llmapi/llm_args.py KvCacheConfig, PR #6574); SGLang's flag was not read from its
-    code, so its export says it in a comment.
+    (tensorrt_llm/llmapi/llm_args.py KvCacheConfig, PR #6574), SGLang ``--mamba-ssm-dtype``
+    (python/sglang/srt/server_args.py ServerArgs.mamba_ssm_dtype, choices float32, bfloat16,
+    float16; unset, the model config's).
 The model is named by its Hugging Face repository where the catalog's source gives one. One
 command per replica kind; replicas go behind a router.
 """
@@ -36,13 +38,34 @@ import re
 from planner.errors import PlannerError
 from planner.schemas.model import TORCH_DTYPE_NAMES
 from planner.serving.engine import load_engine
-from planner.serving.schemas import ServeCandidate, ServeRanking
+from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
 
 EXPORTS = ("vllm", "sglang", "trtllm")
 
 TORCH_NAMES = {name: torch for torch, name in TORCH_DTYPE_NAMES.items()}
 """The SSM state formats as vLLM's --mamba-ssm-cache-dtype and TensorRT-LLM's
 KvCacheConfig.mamba_ssm_cache_dtype spell them (torch names)."""
+
+
+def _quantisation(engine: str, weights: str, checkpoint: str | None) -> tuple[list[str], list[str]]:
+    """(flags, notes) that make ``engine`` serve ``weights`` from a checkpoint published in
+    ``checkpoint`` (None: 16-bit). vLLM and SGLang quantise 16-bit weights to fp8 at load
+    (``--quantization fp8``: vLLM's Fp8Config without a serialized fp8 checkpoint, per-tensor
+    dynamic scales; SGLang's QUANTIZATION_CHOICES "fp8" likewise) and read a quantised checkpoint's
+    own format from its config; fp4 needs an fp4 (ModelOpt NVFP4, MXFP4) checkpoint, as every
+    TensorRT-LLM format does (its LLM API loads the checkpoint's quantisation, ModelOpt's hf_ptq.py
+    --qformat fp8 / nvfp4 makes one)."""
+    if weights == (checkpoint or "bf16"):
+        return [], []
+    if weights == "bf16":
+        return [], [f"weights bf16: the published checkpoint is {checkpoint}; serve a 16-bit copy of it"]
+    if weights == "fp8" and engine in ("vllm", "sglang"):
+        return ["--quantization fp8"], []
+    qformat, suffix = ("fp8", "-FP8") if weights == "fp8" else ("nvfp4", "-NVFP4")
+    return [], [
+        f"weights {weights}: serve a pre-quantised {weights} checkpoint (ModelOpt hf_ptq.py --qformat {qformat}, "
+        f"or a published {suffix} repository)"
+    ]
 
 
 def _pool(
@@ -53,13 +76,22 @@ def _pool(
     ep: int,
     adp: bool,
     batch: int,
-    req: object,
+    req: ServeRequest,
     role: str,
     ssm_dtype: str | None = None,
+    checkpoint: str | None = None,
 ) -> str:
+    """One replica kind's launch command. ``batch`` is the replica's sequences: vLLM (one engine per
+    data-parallel rank, each with its own scheduler) and TensorRT-LLM (max_batch_size per rank under
+    attention DP) take it per attention-DP rank, SGLang whole (it divides max_running_requests by
+    the DP size). Every command caps a request at the asked input + output tokens (vLLM
+    --max-model-len, SGLang --context-length, TensorRT-LLM --max_seq_len), the length the KV room
+    was sized for: the engines' default is the model's full context, which may not fit."""
     e = load_engine(engine)
-    weights, kv = req.weights_dtype, req.kv_dtype  # type: ignore[attr-defined]
-    notes: list[str] = []  # comment lines after the command: a comment inside a continued line ends it
+    weights, kv = str(req.weights_dtype), req.kv_dtype
+    per_rank = math.ceil(batch / tp) if adp else batch
+    length = req.input_len + req.output_len
+    quant, notes = _quantisation(engine, weights, checkpoint)  # notes: comment lines after the command
     if engine == "vllm":
         args = [f"vllm serve {model}"]
         if adp:
@@ -68,19 +100,18 @@ def _pool(
             args.append(f"--tensor-parallel-size {tp}")
             if ep > 1:
                 args.append("--enable-expert-parallel")
-        args += [f"--pipeline-parallel-size {pp}", f"--max-num-seqs {batch}"]
+        args += [f"--pipeline-parallel-size {pp}", f"--max-num-seqs {per_rank}", f"--max-model-len {length}"]
         args += [
             f"--max-num-batched-tokens {e.max_num_batched_tokens}",
             f"--gpu-memory-utilization {e.gpu_memory_fraction}",
         ]
+        args += quant
         if kv == "fp8":
             args.append("--kv-cache-dtype fp8")
         if ssm_dtype:
             # the vLLM recipe for Nemotron 3 Nano (vllm-project/recipes NVIDIA/Nemotron-3-Nano-30B-A3B.md
             # @c227b4e8) launches it with --trust-remote-code
             args += [f"--mamba-ssm-cache-dtype {TORCH_NAMES[ssm_dtype]}", "--trust-remote-code"]
-        if weights in ("fp8", "fp4"):
-            notes.append(f"weights {weights}: serve a pre-quantised checkpoint (ModelOpt/compressed-tensors)")
         if role != "both":
             args.append("""--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'""")
             notes.append(f"{role} pool")
@@ -90,16 +121,15 @@ def _pool(
             args.append(f"--attn-dp-size {tp}")
         if ep > 1:
             args.append(f"--ep-size {ep}")
-        args += [f"--max-running-requests {batch}", f"--chunked-prefill-size {e.max_num_batched_tokens}"]
-        args.append(f"--mem-fraction-static {e.gpu_memory_fraction}")
+        args += [f"--max-running-requests {batch}", f"--context-length {length}"]
+        args += [f"--chunked-prefill-size {e.max_num_batched_tokens}", f"--mem-fraction-static {e.gpu_memory_fraction}"]
+        args += quant
         if kv == "fp8":
             args.append("--kv-cache-dtype fp8_e4m3")
-        if weights == "fp8":
-            args.append("--quantization fp8")
+        if ssm_dtype:
+            args.append(f"--mamba-ssm-dtype {TORCH_NAMES[ssm_dtype]}")
         if role != "both":
             args.append(f"--disaggregation-mode {role}")
-        if ssm_dtype:
-            notes.append(f"Mamba-2 SSM state priced in {ssm_dtype}: set SGLang's SSM state format to match")
     elif engine == "trtllm":
         extra = []
         if adp:
@@ -112,7 +142,8 @@ def _pool(
         args = [f"trtllm-serve {model}", f"--tp_size {tp}", f"--pp_size {pp}"]
         if ep > 1:
             args.append(f"--ep_size {ep}")
-        args += [f"--max_batch_size {batch}", f"--max_num_tokens {e.max_num_batched_tokens}"]
+        args += [f"--max_batch_size {per_rank}", f"--max_seq_len {length}"]
+        args += [f"--max_num_tokens {e.max_num_batched_tokens}"]
         args.append(f"--kv_cache_free_gpu_memory_fraction {e.gpu_memory_fraction}")
         if extra:
             args.append("--extra_llm_api_options extra.yaml")
@@ -129,12 +160,19 @@ HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
 they were read from)."""
 
 
-def checkpoint_name(model_name: str) -> str:
-    """The repository an engine loads for a catalog model (its source's Hugging Face repository, else
-    the first of its ``hf_repos``), else the name as given (a local path or repository the user
-    named)."""
+def checkpoint_name(model_name: str, given: str | None = None) -> str:
+    """The repository an engine loads: where the model was given as a Hugging Face config.json or
+    its folder (``given``), that folder (the engines load a local checkpoint folder); for a
+    catalog model its source's Hugging Face repository, else the first of its ``hf_repos``; else
+    the name as given."""
+    from pathlib import Path
+
     from planner.catalog import load_model
 
+    if given is not None and Path(given).name == "config.json":
+        return str(Path(given).parent)
+    if given is not None and (Path(given) / "config.json").is_file():
+        return given
     try:
         model = load_model(model_name)
     except PlannerError:
@@ -145,10 +183,26 @@ def checkpoint_name(model_name: str) -> str:
     return model.hf_repos[0] if model.hf_repos else model_name
 
 
-def export_commands(ranking: ServeRanking, engine: str) -> str:
-    """Launch commands for the ranking's top candidate on ``engine``."""
+def _checkpoint_format(model_name: str, given: str | None) -> str | None:
+    """The published checkpoint's weight format (``ModelSpec.checkpoint_weights_dtype``)."""
+    from planner.catalog import load_model
+
+    try:
+        return load_model(given or model_name).checkpoint_weights_dtype
+    except PlannerError:
+        return None
+
+
+def export_commands(ranking: ServeRanking, engine: str, model_given: str | None = None) -> str:
+    """Launch commands for the ranking's top candidate on ``engine`` (the engine it was priced
+    for); ``model_given`` is the --model text, a catalog name or a file path."""
     if engine not in EXPORTS:
         raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
+    if engine != ranking.engine:
+        raise PlannerError(
+            f"export: the plan was priced for {ranking.engine} (memory fraction, batch cap, fitted rates); "
+            f"rank it with --engine {engine} to export {engine}"
+        )
     if not ranking.candidates:
         raise PlannerError(f"export: nothing to export: {ranking.reason}")
     c: ServeCandidate = ranking.candidates[0]
@@ -156,30 +210,20 @@ def export_commands(ranking: ServeRanking, engine: str) -> str:
     tp, pp, ep, adp = int(cfg["tp"]), int(cfg["pp"]), int(cfg["ep"]), bool(cfg["attention_dp"])  # type: ignore[arg-type]
     batch = max(1, math.ceil(c.batch_per_replica))
     split = cfg.get("prefill_decode_split")
-    model = checkpoint_name(ranking.model)
+    model = checkpoint_name(ranking.model, model_given)
+    ckpt = _checkpoint_format(ranking.model, model_given)
+    ssm = ranking.mamba_ssm_dtype
     lines = [
         f"# {model} on {ranking.cluster}: top candidate, {c.output_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU"
     ]
     if isinstance(split, dict):
         per = split["prefill_gpus"] // split["prefill_replicas"]
         lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
-        lines.append(
-            _pool(
-                engine,
-                model,
-                split["prefill_tp"],
-                split["prefill_pp"],
-                split["prefill_ep"],
-                bool(split["prefill_attention_dp"]),
-                batch,
-                ranking.request,
-                "prefill",
-                ranking.mamba_ssm_dtype,
-            )
-        )
+        prefill = (split["prefill_tp"], split["prefill_pp"], split["prefill_ep"], bool(split["prefill_attention_dp"]))
+        lines.append(_pool(engine, model, *prefill, batch, ranking.request, "prefill", ssm, ckpt))
         lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ranking.mamba_ssm_dtype))
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt))
     else:
         lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ranking.mamba_ssm_dtype))
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt))
     return "\n".join(lines) + "\n"

@@ -82,7 +82,8 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
     kv = ranking.candidates[0].kv_cache_bytes_per_token
     console.print(
-        f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} layouts meet the targets "
+        f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} layout{'s' if ranking.feasible != 1 else ''} "
+        "meet the targets "
         f"({ranking.considered} layout x batch points priced)"
     )
 

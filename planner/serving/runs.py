@@ -64,12 +64,6 @@ pp_size), above TensorRT-LLM's serving default of 2048 (engines/trtllm.yaml)."""
 KV_FRACTION = re.compile(r"kv_cache_free_gpu_mem_fraction\s*(0?\.\d+)")
 """A KV memory fraction the row states (trtllm-bench's extra options)."""
 
-NATIVE_WEIGHT_FORMATS = {"openai/gpt-oss": "fp4"}
-"""Checkpoints whose published ('model default') weights are not 16-bit: gpt-oss ships its MoE
-weights in MXFP4 (OpenAI gpt-oss model card and config.json quantization_config
-{'quant_method': 'mxfp4'}); used only where a row says the weights are the model's default or
-not stated."""
-
 UNBOUNDED_LOAD = ("infinite", "max-load", "offline", "engine max batch", "request_rate -1", "no delay")
 
 
@@ -264,6 +258,18 @@ def _priced_format_text(precision: dict[str, Any], key: str) -> str:
     return text
 
 
+def checkpoint_format(hf_id: str) -> str | None:
+    """The weight format of the published checkpoint ``hf_id`` names, where a catalog model holds
+    that repository (``ModelSpec.hf_repos``) and states one (``checkpoint_weights_dtype``: gpt-oss's
+    MXFP4 experts, DeepSeek-V3's and R1's fp8); None otherwise. For rows whose weights are 'the
+    model's default' or not stated."""
+    from planner.catalog import list_models
+
+    key = hf_id.lower()
+    found = [m for m in list_models() if key and key in (r.lower() for r in m.hf_repos)]
+    return found[0].checkpoint_weights_dtype if found else None
+
+
 def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     """(weights, kv) formats. Weights: fp4 where the text names FP4 (NVFP4, MXFP4), fp8 where FP8,
     else bf16 (fp16 and bf16 cost the same). KV: fp8 where stated (or TensorRT-LLM's 'FP8
@@ -276,7 +282,7 @@ def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     weights = "fp4" if "fp4" in w else "fp8" if "fp8" in w else "bf16"
     hf_id = str((row.get("model") or {}).get("hf_id", "")).lower()
     if "default" in w or "not stated" in w:
-        weights = next((f for family, f in NATIVE_WEIGHT_FORMATS.items() if hf_id.startswith(family)), weights)
+        weights = checkpoint_format(hf_id) or weights
     kv_text = _priced_format_text(prec, "kv_cache")
     if "fp8" in kv_text:
         kv = "fp8"

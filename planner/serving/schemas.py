@@ -25,7 +25,11 @@ class ServeRequest(Frozen):
     tpot_s: PositiveFloat | None = Field(None, description="Target time per output token")
     request_rate: PositiveFloat | None = Field(None, description="Offered load, requests/s over the cluster")
     concurrency: PositiveInt | None = Field(None, description="Requests in flight over the cluster")
-    weights_dtype: WeightsDtype = "bf16"
+    weights_dtype: WeightsDtype | None = Field(
+        None,
+        description="Weight format; None: the checkpoint's (ModelSpec.checkpoint_weights_dtype: fp8 DeepSeek-V3, "
+        "fp4 gpt-oss), else bf16 (``serving.search.resolve_request``)",
+    )
     kv_dtype: KvDtype = "bf16"
     mamba_ssm_dtype: SsmStateDtype | None = Field(
         None,

@@ -59,6 +59,8 @@ def enumerate_layouts(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
             eps = [1]
             if model.is_moe:
                 eps = [e for e in range(1, tp + 1) if tp % e == 0 and model.num_experts_total % e == 0]
+                if engine.expert_parallel == "all_ranks":  # vLLM: EP over every rank or none
+                    eps = [e for e in eps if e in (1, tp)]
             if req.ep:
                 eps = [req.ep] if req.ep in eps else []
             for ep in eps:
@@ -96,10 +98,20 @@ def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
         return f"tp x pp: pinned {(req.tp or 1) * (req.pp or 1)} GPUs, the cluster has {n}"
     if req.ep and not model.is_moe:
         return f"ep: {model.name} has no experts; leave ep unset"
-    if req.ep:
+    if req.ep and (model.num_experts_total % req.ep or (req.tp and req.tp % req.ep)):
         return f"ep: {req.ep} must divide tp and the {model.num_experts_total} experts"
     if req.attention_dp and not (engine.attention_dp and model.is_moe):
         return f"attention_dp: {engine.name} runs attention DP only for MoE models with ep = tp > 1"
+    if req.attention_dp and (req.tp == 1 or (req.ep and req.tp and req.ep != req.tp) or req.ep == 1):
+        return (
+            "attention_dp: runs with ep = tp > 1 (every rank holds whole sequences and a share of the experts); "
+            f"pinned tp {req.tp or 'any'}, ep {req.ep or 'any'}"
+        )
+    if req.ep and engine.expert_parallel == "all_ranks" and req.tp and req.ep not in (1, req.tp):
+        return (
+            f"ep: {engine.name} runs expert parallelism over every rank of a replica or none (--enable-expert-"
+            f"parallel has no size of its own): pin ep 1 or ep = tp ({req.tp}), or use sglang or trtllm"
+        )
     if req.tp and model.num_attention_heads % req.tp:
         return f"tp: {req.tp} does not divide the {model.num_attention_heads} attention heads"
     if req.tp and not _splits_mamba(model, req.tp):
@@ -297,7 +309,9 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
     parts.append(
         f"TPOT {best.tpot_s * 1e3:.1f} ms is {terms[top] / best.tpot_s:.0%} {top.removesuffix('_s').replace('_', ' ')}"
     )
-    parts.append(f"batch {best.batch_per_replica:.0f} per replica (KV room for {best.max_concurrency})")
+    replicas = int(c["replicas"])  # type: ignore[call-overload]
+    room = f"KV room for {best.max_concurrency}" + (f" over its {replicas} replicas" if replicas > 1 else "")
+    parts.append(f"batch {best.batch_per_replica:.0f} per replica ({room})")
     if others and req.request_rate is not None:
         parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins")
     elif others:
@@ -341,12 +355,46 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
 
     if req.mamba_ssm_dtype is not None and not model.blocks_of("M"):
         raise PlannerError(f"mamba_ssm_dtype: {model.name} has no Mamba-2 layers; leave it unset")
+    req = resolve_request(model, req)
+    check_request(model, cluster, req)
     try:
         return _ranked(model, cluster, req)
     except ValidationError as err:
         from planner.pricing import out_of_range
 
         raise PlannerError(out_of_range(err)) from None
+
+
+def resolve_request(model: ModelSpec, req: ServeRequest) -> ServeRequest:
+    """``req`` with what it left to the model filled in: the weight format, the checkpoint's
+    (``ModelSpec.checkpoint_weights_dtype``) else bf16, as an engine serves the repository it loads."""
+    if req.weights_dtype is not None:
+        return req
+    return req.model_copy(update={"weights_dtype": model.checkpoint_weights_dtype or "bf16"})
+
+
+def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> None:
+    """Refuse a question the engines would refuse at launch: a GPU the engine does not run on
+    (``EngineProfile.gpu_architectures``), a request longer than the model's context
+    (``max_position_embeddings``: vLLM refuses a max_model_len beyond it, TensorRT-LLM and SGLang
+    likewise), and a disaggregated plan on one GPU."""
+    engine = load_engine(req.engine)
+    arch = cluster.gpu.architecture
+    if engine.gpu_architectures is not None and arch not in engine.gpu_architectures:
+        raise PlannerError(
+            f"engine: {engine.name} runs on {', '.join(engine.gpu_architectures)} GPUs; {cluster.gpu.name} is "
+            f"{arch or 'of no stated architecture'}: use vllm or sglang"
+        )
+    total = req.input_len + req.output_len
+    if total > model.max_position_embeddings:
+        raise PlannerError(
+            f"input_len + output_len: {req.input_len} + {req.output_len} = {total} tokens exceed {model.name}'s "
+            f"context of {model.max_position_embeddings} (max_position_embeddings); shorten the request"
+        )
+    if req.disaggregate and cluster.num_gpus < 2:
+        raise PlannerError(
+            f"disaggregate: needs at least 2 GPUs (one prefill, one decode replica); the cluster has {cluster.num_gpus}"
+        )
 
 
 def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeRanking:
@@ -369,6 +417,12 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
     ranked = merge_equivalents(ok)[: req.top]
     if ranked:
         ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
+        if req.concurrency is not None and ranked[0].max_concurrency < req.concurrency:
+            warnings.append(
+                f"concurrency {req.concurrency} exceeds the KV room of #1 ({ranked[0].max_concurrency} sequences "
+                "over the cluster): it runs that many at once and the rest wait in the engine's queue, a wait "
+                "its TTFT leaves out"
+            )
     elif not reason:
         reason = _empty_reason(cands, req)
     return ServeRanking(
@@ -407,6 +461,7 @@ class Curve:
 def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> list[Curve]:
     """Every co-located layout that fits, priced over the batch grid as the ranking prices it
     (``price_colocated``): the curves ``plan serve --plot`` draws."""
+    req = resolve_request(model, req)
     engine = load_engine(req.engine)
     s = setting_for(model, cluster, req, engine)
     lay = enumerate_layouts(model, cluster, engine, req)
@@ -434,8 +489,10 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
             len(lay),
             (
                 f"no layout fits: the smallest weight shard is {need:.1f} GiB per GPU and no layout leaves room "
-                f"for one sequence of {req.input_len + req.output_len} tokens; use more GPUs, --weights-dtype fp8 "
-                "or a shorter context"
+                f"for one sequence of {req.input_len + req.output_len} tokens; use more GPUs"
+                + _smaller_weights_hint(s, req)
+                + (", --kv-dtype fp8" if req.kv_dtype == "bf16" else "")
+                + " or a shorter context"
             ),
         )
     glay, batch = _grid(lay, mem, req.concurrency)
@@ -460,6 +517,16 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
             ),
         )
     return cands, len(p.batch), ""
+
+
+def _smaller_weights_hint(s: Setting, req: ServeRequest) -> str:
+    """The next smaller weight format worth trying: fp8 from bf16, fp4 from fp8 where the GPU has
+    fp4 tensor cores (Blackwell; elsewhere fp4 is priced as weight-only), else none."""
+    if req.weights_dtype == "bf16":
+        return ", --weights-dtype fp8"
+    if req.weights_dtype == "fp8" and (s.cluster.gpu.architecture or "").startswith("blackwell"):
+        return ", --weights-dtype fp4"
+    return ""
 
 
 def _ms(x: float | None) -> str:

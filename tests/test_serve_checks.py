@@ -1,0 +1,198 @@
+"""plan serve: what the engines would refuse at launch (context length, GPU architecture, layouts
+an engine cannot run, attention-DP pins), the checkpoint's own weight format, and launch commands
+that start the plan as priced (per-rank batch caps, request length, quantisation)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from planner.catalog import load_cluster, load_model
+from planner.errors import PlannerError
+from planner.hf_config import checkpoint_weights_dtype
+from planner.serving.engine import load_engine
+from planner.serving.export import export_commands
+from planner.serving.runs import checkpoint_format
+from planner.serving.schemas import ServeRequest
+from planner.serving.search import enumerate_layouts, serve_search
+from tests.conftest import assert_one_line_error
+
+
+def _flag(text: str, flag: str) -> int:
+    found = re.search(rf"{re.escape(flag)} (\d+)", text)
+    assert found, (flag, text)
+    return int(found.group(1))
+
+
+def test_attention_dp_exports_the_batch_per_rank_where_the_engine_caps_it_per_rank() -> None:
+    # gpt-oss-120b on 8 H100 wins with attention DP over 8 ranks; vLLM runs one engine per DP rank
+    # and TensorRT-LLM's max_batch_size is per rank, SGLang divides its cap by the DP size itself
+    cluster = load_cluster("dgx-h100")
+    model = load_model("gpt-oss-120b")
+    for engine in ("vllm", "trtllm", "sglang"):
+        ranking = serve_search(model, cluster, ServeRequest(engine=engine, tpot_s=0.02, attention_dp=True))
+        top = ranking.candidates[0]
+        assert top.config["attention_dp"] and top.config["tp"] == 8
+        batch = math.ceil(top.batch_per_replica)
+        text = export_commands(ranking, engine)
+        flag = {"vllm": "--max-num-seqs", "trtllm": "--max_batch_size", "sglang": "--max-running-requests"}[engine]
+        assert _flag(text, flag) == (batch if engine == "sglang" else math.ceil(batch / 8)), text
+
+
+def test_exports_cap_a_request_at_the_length_the_kv_room_was_sized_for() -> None:
+    cluster = load_cluster("dgx-h100")
+    req = {"input_len": 3000, "output_len": 1000}
+    for engine, flag in (("vllm", "--max-model-len"), ("sglang", "--context-length"), ("trtllm", "--max_seq_len")):
+        ranking = serve_search(load_model("llama3-8b"), cluster, ServeRequest(engine=engine, **req))
+        assert _flag(export_commands(ranking, engine), flag) == 4000
+
+
+def test_vllm_runs_expert_parallelism_over_every_rank_or_none() -> None:
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h200")
+    vllm = enumerate_layouts(model, cluster, load_engine("vllm"), ServeRequest(engine="vllm"))
+    assert {(int(t), int(e)) for t, e in zip(vllm.tp, vllm.ep, strict=True) if e > 1} == {(2, 2), (4, 4), (8, 8)}
+    sglang = enumerate_layouts(model, cluster, load_engine("sglang"), ServeRequest(engine="sglang"))
+    assert (8, 4) in {(int(t), int(e)) for t, e in zip(sglang.tp, sglang.ep, strict=True)}
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("--tp", "8", "--ep", "4"), ("ep:", "vllm", "every rank", "ep = tp (8)")),
+        (("--tp", "8", "--ep", "4", "--attention-dp", "--engine", "sglang"), ("attention_dp:", "ep = tp", "ep 4")),
+        (("--tp", "8", "--ep", "1", "--attention-dp", "--engine", "sglang"), ("attention_dp:", "ep = tp", "ep 1")),
+        (("--tp", "8", "--ep", "3", "--engine", "sglang"), ("ep: 3 must divide",)),
+    ],
+)
+def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    assert_one_line_error(cli("serve", "--model", "deepseek-v3", "--cluster", "dgx-h200", *args), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (("--model", "llama2-7b", "--cluster", "dgx-h100", "--input-len", "8000"), ("8512 tokens", "context of 4096")),
+        (("--model", "llama3-70b", "--cluster", "mi300x", "--engine", "trtllm"), ("engine: trtllm runs on", "cdna3")),
+        (("--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "1", "--disaggregate"), ("disaggregate:",)),
+        (("--model", "llama3-8b", "--cluster", "dgx-h100", "--engine", "vllm", "--export", "trtllm"), ("--export",)),
+        (("--model", "llama3-8b", "--cluster", "dgx-h100", "--export", "tgi"), ("--export: unknown engine 'tgi'",)),
+    ],
+)
+def test_requests_the_engines_would_refuse_are_one_line_errors(cli, args, fragments) -> None:
+    assert_one_line_error(cli("serve", *args), *fragments)
+
+
+def test_export_alone_prices_for_its_engine(cli) -> None:
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100", "--export", "trtllm")
+    assert r.code == 0, r.err
+    assert "trtllm-serve" in r.out
+
+
+def test_weights_default_to_the_checkpoints_format() -> None:
+    cluster = load_cluster("dgx-h200")
+    formats = {name: serve_search(load_model(name), cluster, ServeRequest()).request.weights_dtype
+               for name in ("deepseek-v3", "gpt-oss-120b", "llama3-70b")}  # fmt: skip
+    assert formats == {"deepseek-v3": "fp8", "gpt-oss-120b": "fp4", "llama3-70b": "bf16"}
+    asked = serve_search(load_model("deepseek-v3"), cluster, ServeRequest(weights_dtype="fp4", tp=8))
+    assert asked.request.weights_dtype == "fp4"
+    # a runs file's row whose weights are 'the model default' reads the same catalog field
+    assert (checkpoint_format("openai/gpt-oss-20b"), checkpoint_format("deepseek-ai/DeepSeek-R1")) == ("fp4", "fp8")
+    assert checkpoint_format("meta-llama/Llama-3.1-8B-Instruct") is None
+
+
+@pytest.mark.parametrize(
+    ("quantization", "expected"),
+    [
+        ({"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}, "fp8"),
+        ({"quant_method": "mxfp4"}, "fp4"),
+        ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "fp4"),
+        ({"quant_method": "modelopt", "quant_algo": "FP8"}, "fp8"),
+        ({"quant_method": "awq", "bits": 4}, None),
+        (None, None),
+    ],
+)
+def test_hf_quantization_config_names_the_checkpoints_format(quantization: object, expected: str | None) -> None:
+    assert checkpoint_weights_dtype(quantization) == expected
+
+
+@pytest.mark.parametrize(
+    ("model", "engine", "weights", "present", "absent"),
+    [
+        ("llama3-8b", "vllm", "fp8", ("--quantization fp8",), ("# weights",)),
+        ("llama3-8b", "sglang", "fp8", ("--quantization fp8",), ("# weights",)),
+        ("llama3-8b", "trtllm", "fp8", ("# weights fp8: serve a pre-quantised fp8 checkpoint", "-FP8"), ("--quant",)),
+        ("llama3-8b", "vllm", "fp4", ("# weights fp4: serve a pre-quantised fp4 checkpoint", "nvfp4"), ("--quant",)),
+        ("deepseek-v3", "vllm", "fp8", (), ("--quantization", "# weights")),  # the checkpoint is fp8
+        ("deepseek-v3", "vllm", "bf16", ("# weights bf16: the published checkpoint is fp8",), ("--quantization",)),
+    ],
+)
+def test_exports_serve_the_priced_weight_format(model, engine, weights, present, absent) -> None:
+    cluster = load_cluster("dgx-b200x2" if model == "deepseek-v3" else "dgx-h100")
+    pins = {"tp": 8, "pp": 2} if model == "deepseek-v3" else {}
+    ranking = serve_search(load_model(model), cluster, ServeRequest(engine=engine, weights_dtype=weights, **pins))
+    text = export_commands(ranking, engine)
+    for fragment in present:
+        assert fragment in text, text
+    for fragment in absent:
+        assert fragment not in text, text
+
+
+def test_export_names_a_local_checkpoint_by_its_folder(tmp_path, cli) -> None:
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(_llama_config())
+    r = cli("serve", "--model", str(folder / "config.json"), "--cluster", "dgx-h100", "--export", "vllm")
+    assert r.code == 0, r.err
+    assert f"vllm serve {folder} " in r.out
+    r = cli("serve", "--model", str(folder), "--cluster", "dgx-h100", "--export", "vllm")  # the folder itself
+    assert r.code == 0, r.err
+    assert f"vllm serve {folder} " in r.out
+
+
+def _llama_config() -> str:
+    return (
+        '{"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, '
+        '"num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256, '
+        '"max_position_embeddings": 8192, "hidden_act": "silu"}'
+    )
+
+
+def test_concurrency_beyond_the_kv_room_says_the_rest_queue() -> None:
+    ranking = serve_search(load_model("llama3-8b"), load_cluster("dgx-h100"), ServeRequest(concurrency=10**8))
+    room = ranking.candidates[0].max_concurrency
+    assert room < 10**8
+    assert any(f"concurrency 100000000 exceeds the KV room of #1 ({room}" in w for w in ranking.warnings)
+    quiet = serve_search(load_model("llama3-8b"), load_cluster("dgx-h100"), ServeRequest(concurrency=8))
+    assert not any("exceeds the KV room" in w for w in quiet.warnings)
+
+
+def test_no_fit_hint_suggests_a_format_not_already_asked() -> None:
+    one = load_cluster("dgx-h100", gpus=1)
+    asked = ServeRequest(engine="sglang", weights_dtype="fp8", kv_dtype="fp8")
+    fp8 = serve_search(load_model("llama3-70b"), one, asked)
+    assert not fp8.candidates
+    assert "--weights-dtype" not in fp8.reason and "--kv-dtype" not in fp8.reason and "more GPUs" in fp8.reason
+    bf16 = serve_search(load_model("llama3-70b"), one, ServeRequest(engine="sglang"))
+    assert "--weights-dtype fp8" in bf16.reason and "--kv-dtype fp8" in bf16.reason
+
+
+def test_workload_file_load_yields_to_the_command_line(tmp_path, cli) -> None:
+    path = tmp_path / "w.yaml"
+    path.write_text("input_len: 512\noutput_len: 128\nconcurrency: 4\nttft_ms: 1e3\n")
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100", "--workload", str(path), "--request-rate", "3",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert '"request_rate": 3.0' in r.out and '"concurrency": null' in r.out and '"ttft_s": 1.0' in r.out
+    path.write_text("ttft_ms: -1\n")
+    assert_one_line_error(
+        cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100", "--workload", str(path)),
+        "field 'ttft_ms'",
+        "positive number of milliseconds",
+    )
+
+
+def test_library_refuses_a_request_longer_than_the_context() -> None:
+    with pytest.raises(PlannerError, match="exceed llama3-70b's context of 8192"):
+        serve_search(load_model("llama3-70b"), load_cluster("dgx-h100"), ServeRequest(input_len=8000, output_len=512))
