@@ -254,6 +254,15 @@ def _is_file(path: Path, text: str, kind: str) -> bool:
         return False
 
 
+def _is_checkpoint_folder(path: Path) -> bool:
+    """Whether ``path`` is a folder holding a config.json; a name the file system refuses (too
+    long) is none."""
+    try:
+        return path.is_dir() and (path / "config.json").is_file()
+    except OSError:
+        return False
+
+
 def _unknown(kind: str, name: str, known: list[str], hint: str) -> PlannerError:
     close = difflib.get_close_matches(name.lower(), known, n=3, cutoff=0.5)
     suggestion = f"; did you mean {', '.join(close)}?" if close else ""
@@ -293,7 +302,7 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
     as a catalog name or alias from ``index``; one-line errors for both."""
     path = Path(text).expanduser()
     echoed = shown(text)
-    if kind == "model" and path.is_dir() and (path / "config.json").is_file():
+    if kind == "model" and _is_checkpoint_folder(path):
         path = path / "config.json"  # a Hugging Face checkpoint folder, as the engines load one
     is_file = _is_file(path, text, kind)
     if _looks_like_path(text) or is_file:

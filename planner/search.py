@@ -16,6 +16,7 @@ does not price yet) are evaluated only when pinned.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
@@ -541,6 +542,18 @@ def _nothing_fits(
     return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"
 
 
+def default_batch_size(seq_len: int) -> int:
+    """Sequences per step when neither the user nor the model card gives a batch: about 4 Mi tokens
+    (Llama 3's initial batch, arXiv:2407.21783 section 3.4.1), rounded in log scale to the nearest
+    2^k or 3 x 2^k, so that data parallelism over a power of two divides it: 4 Mi / 8,196 tokens
+    is 511.75 sequences, which floored to 511 (7 x 73) left no data parallelism at all; it is 512
+    (768 at 6,000 tokens, 699 floored)."""
+    raw = max(DEFAULT_BATCH_TOKENS / seq_len, 1.0)
+    k = math.floor(math.log2(raw))
+    choices = [2**k, 3 * 2 ** max(k - 1, 0), 2 ** (k + 1)]
+    return min(choices, key=lambda b: (abs(math.log(b / raw)), b))
+
+
 def default_job(
     model: ModelSpec,
     seq_len: int | None = None,
@@ -549,12 +562,12 @@ def default_job(
     **extra: Any,
 ) -> JobSpec:
     """The job when the user gives none: the model card's sequence length and batch, else
-    s = 4096 and a 4 Mi-token batch (Llama 3's initial batch, arXiv:2407.21783 section 3.4.1)."""
+    s = 4096 and a batch of about 4 Mi tokens (``default_batch_size``)."""
     s = seq_len if seq_len is not None else model.default_seq_len or DEFAULT_SEQ_LEN  # 0 is refused, not defaulted
     if isinstance(s, bool) or not isinstance(s, int) or s < 1:
         raise PlannerError(f"job: field 'seq_len': expected a whole number >= 1, got {s!r}")
     if global_batch_size is None and global_batch_tokens is None:
-        global_batch_size = model.default_global_batch_size or max(1, DEFAULT_BATCH_TOKENS // s)
+        global_batch_size = model.default_global_batch_size or default_batch_size(s)
     data = {"seq_len": s, "global_batch_size": global_batch_size, "global_batch_tokens": global_batch_tokens, **extra}
     from planner.errors import validate_as
 

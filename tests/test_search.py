@@ -284,3 +284,12 @@ def test_the_diagnosis_names_the_rules_that_alone_stop_meshes() -> None:
         search(dsv3, load_cluster("gb200-nvl72x4"), default_job(dsv3, ep_comm_overlap=True), top=1)
     message = str(err.value)
     assert "'ep_overlap_schedule' alone stops" in message and "experts_fold_into_stage" not in message
+
+
+def test_default_batch_rounds_4mi_tokens_to_a_batch_data_parallelism_divides() -> None:
+    from planner.search import default_batch_size
+
+    # 4 Mi tokens at 8,196 is 511.75 sequences: floored to 511 (7 x 73) it left no data parallelism
+    got = {s: default_batch_size(s) for s in (2048, 4096, 6000, 8192, 8196, 3000, 131072, 10**7)}
+    assert got == {2048: 2048, 4096: 1024, 6000: 768, 8192: 512, 8196: 512, 3000: 1536, 131072: 32, 10**7: 1}
+    assert default_job(load_model("llama70b"), seq_len=8196).batch_size == 512
