@@ -290,6 +290,13 @@ def list_models() -> list[ModelSpec]:
     return [load_model(name) for name in model_names()]
 
 
+def model_for_repo(hf_id: str) -> ModelSpec | None:
+    """The catalog model whose ``hf_repos`` hold the Hugging Face repository ``hf_id`` (case
+    ignored), or None: how a runs file's row finds the model it names."""
+    key = hf_id.lower()
+    return next((m for m in list_models() if key and key in (r.lower() for r in m.hf_repos)), None)
+
+
 @cache
 def _load_model_file(path: Path) -> ModelSpec:
     if path.suffix == ".json":

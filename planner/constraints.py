@@ -136,7 +136,7 @@ def format_runs(cluster: ClusterSpec, job: JobSpec) -> bool:
     return job.dtype not in ("fp8", "fp4") or job.dtype in cluster.gpu.peak_tflops
 
 
-def format_message(cluster: ClusterSpec, dtype: str = "fp4") -> str:
+def format_message(cluster: ClusterSpec, dtype: str) -> str:
     """Why a GPU cannot train in ``dtype`` (fp8 or fp4)."""
     listed = ", ".join(cluster.gpu.peak_tflops)
     if dtype == "fp8":
@@ -150,14 +150,14 @@ def format_message(cluster: ClusterSpec, dtype: str = "fp4") -> str:
     )
 
 
-def shards_nothing(model: ModelSpec, x: Any) -> Any:
+def shards_nothing(moe: bool, x: Any) -> Any:
     """Whether a mesh (``ParallelConfig`` or ``MeshArrays``) has nothing for ZeRO to shard over:
-    dp*cp = 1 and, for a MoE model, expert-DP = 1 too (Megatron's distributed optimizer shards the
+    dp*cp = 1 and, for a MoE model (``moe``), expert-DP = 1 too (Megatron's distributed optimizer shards the
     experts' state over the expert-data-parallel group, tp*cp*dp / (ep*expert_tp), which exceeds 1
     at dp*cp = 1 where the experts are not split over every tp rank). Every ZeRO stage prices the
     same there, so rules on the stage do not apply."""
     alone = x.dp * x.cp == 1
-    return alone & (x.expert_dp == 1) if model.is_moe else alone
+    return alone & (x.expert_dp == 1) if moe else alone
 
 
 RULES: tuple[Rule, ...] = (
@@ -399,7 +399,7 @@ RULES: tuple[Rule, ...] = (
         "zero_with_pipeline",
         # Stack.zero_with_pipeline: Megatron-FSDP and DeepSpeed's pipeline engine run no ZeRO-2/3
         # with pp > 1; a stage with nothing to shard over (``shards_nothing``) is moot
-        lambda m, c, j, x: (x.pp == 1) | shards_nothing(m, x) | (x.zero_stage <= j.software.zero_with_pipeline),
+        lambda m, c, j, x: (x.pp == 1) | shards_nothing(m.is_moe, x) | (x.zero_stage <= j.software.zero_with_pipeline),
         lambda m, c, j, p: (
             f"{j.software.name} runs at most ZeRO-{j.software.zero_with_pipeline} with pipeline parallelism; "
             f"this mesh has zero_stage {p.zero_stage} with pp {p.pp}"
@@ -419,7 +419,7 @@ RULES: tuple[Rule, ...] = (
         "stack_zero_stages",
         # Stack.zero_stages: FSDP has no optimizer-only sharding (torchtitan, llm-foundry), Megatron-LM
         # 2021 no ZeRO-2/3; a mesh with nothing to shard over (``shards_nothing``) is moot
-        lambda m, c, j, x: shards_nothing(m, x) | np.isin(x.zero_stage, j.software.zero_stages),
+        lambda m, c, j, x: shards_nothing(m.is_moe, x) | np.isin(x.zero_stage, j.software.zero_stages),
         lambda m, c, j, p: (
             f"stack {j.software.name} runs no ZeRO-{p.zero_stage} (it runs "
             f"{', '.join(f'ZeRO-{z}' for z in j.software.zero_stages)})"

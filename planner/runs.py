@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from planner.catalog import list_models, load_cluster, load_stack, read_yaml
+from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, UnpriceableError
@@ -442,13 +442,12 @@ def hybrid_model_from_row(row: dict[str, Any]) -> ModelSpec:
     shared experts' width and the vocabulary) agrees with it; else it is refused with the reason."""
     m = row.get("model") or {}
     hf_id = _text(m.get("hf_id"))
-    found = [x for x in list_models() if hf_id and hf_id in (r.lower() for r in x.hf_repos)]
-    if not found:
+    model = model_for_repo(hf_id)
+    if model is None:
         raise UnpriceableError(
             f"model '{m.get('name')}': a hybrid Mamba-2 model is priced from its layer pattern, which the row does not "
             f"give and no catalog model holds for hf_id '{m.get('hf_id')}'"
         )
-    model = found[0]
     stated = {key: _count(m, key, "model") for key in HYBRID_CHECKED_KEYS}
     stated["vocab"] = _count(m, "vocab_padded", "model") or _count(m, "vocab", "model")
     shared_ffn = _count(m, "shared_expert_ffn", "model")

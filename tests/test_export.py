@@ -1033,11 +1033,11 @@ def test_moe_expert_dp_keeps_the_distributed_optimizer_at_dp_one() -> None:
     mixtral = load_model("mixtral-8x7b")
     job = default_job(mixtral)
     config = ParallelConfig(tp=8, pp=4, dp=1, ep=2, zero_stage=1, sequence_parallel=True)
-    assert config.expert_dp == 4 and not shards_nothing(mixtral, config)
+    assert config.expert_dp == 4 and not shards_nothing(mixtral.is_moe, config)
     args = megatron_args(mixtral, job, config)
     assert "--use-distributed-optimizer" in args and "--overlap-grad-reduce" in args
     dense = ParallelConfig(tp=8, pp=4, dp=1, zero_stage=1, sequence_parallel=True)
-    assert shards_nothing(load_model("llama3-70b"), dense)
+    assert shards_nothing(load_model("llama3-70b").is_moe, dense)
     assert "--use-distributed-optimizer" not in megatron_args(load_model("llama3-70b"), job, dense)
     zero2 = ParallelConfig(tp=8, pp=4, dp=1, ep=1, zero_stage=2, sequence_parallel=True)
     with pytest.raises(PlannerError, match="at most ZeRO-1 with pipeline parallelism"):

@@ -112,16 +112,16 @@ def serve_cmd(
 
     if export is not None and as_json:
         raise PlannerError("--export prints launch commands, not JSON: give --export or --json, not both")
-    if export is not None and engine is not None and export.lower() != engine.lower():
-        raise PlannerError(
-            f"--export {export}: the plan is priced for --engine {engine} (its memory fraction, batch cap and fitted "
-            f"rates); give the same engine to both, or --export {export} alone"
-        )
     if export is not None:
         from planner.serving.export import EXPORTS
 
         if export.lower() not in EXPORTS:
             raise PlannerError(f"--export: unknown engine '{export}'; allowed: {', '.join(EXPORTS)}")
+    if export is not None and engine is not None and export.lower() != engine.lower():
+        raise PlannerError(
+            f"--export {export}: the plan is priced for --engine {engine} (its memory fraction, batch cap and fitted "
+            f"rates); give the same engine to both, or --export {export} alone"
+        )
     engine = engine or export
     fields: dict[str, Any] = _workload(workload) if workload is not None else {}
     given = {

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 
+from planner.constraints import shards_nothing
 from planner.errors import PlannerError
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
@@ -101,8 +102,7 @@ def effective_zero_stage(config: ParallelConfig, moe: bool = False) -> int:
     """The ZeRO stage, or 0 when there is nothing to shard over (dp*cp = 1 and, for a MoE model
     (``moe``), expert-DP = 1: ``constraints.shards_nothing``): the search may pick any stage there,
     since they all price the same, and no target should refuse for it."""
-    alone = config.dp * config.cp == 1 and (not moe or config.expert_dp == 1)
-    return 0 if alone else config.zero_stage
+    return 0 if shards_nothing(moe, config) else config.zero_stage
 
 
 def zero_note(config: ParallelConfig, moe: bool = False) -> list[str]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
+from planner.constraints import shards_nothing
 from planner.cost.comm import mesh_links
 from planner.cost.flops import attended_keys, attention_kernel_for, chunked_keys, flash_attention_runs, mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
@@ -195,7 +196,7 @@ def _data_parallel_args(config: ParallelConfig, moe: bool) -> list[str]:
     elif zero >= 2:
         args += ["--use-megatron-fsdp", "--data-parallel-sharding-strategy", FSDP_STRATEGY[zero]]
         args += ["--use-distributed-optimizer", "--no-gradient-accumulation-fusion", "--ckpt-format", "fsdp_dtensor"]
-    if config.overlap_grad_reduce and (config.dp * config.cp > 1 or (moe and config.expert_dp > 1)):
+    if config.overlap_grad_reduce and not shards_nothing(moe, config):
         args.append("--overlap-grad-reduce")
         if zero >= 1:
             args.append("--overlap-param-gather")

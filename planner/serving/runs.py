@@ -263,11 +263,10 @@ def checkpoint_format(hf_id: str) -> str | None:
     that repository (``ModelSpec.hf_repos``) and states one (``checkpoint_weights_dtype``: gpt-oss's
     MXFP4 experts, DeepSeek-V3's and R1's fp8); None otherwise. For rows whose weights are 'the
     model's default' or not stated."""
-    from planner.catalog import list_models
+    from planner.catalog import model_for_repo
 
-    key = hf_id.lower()
-    found = [m for m in list_models() if key and key in (r.lower() for r in m.hf_repos)]
-    return found[0].checkpoint_weights_dtype if found else None
+    model = model_for_repo(hf_id)
+    return model.checkpoint_weights_dtype if model is not None else None
 
 
 def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
