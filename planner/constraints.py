@@ -132,13 +132,22 @@ def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: Pa
 def format_runs(cluster: ClusterSpec, job: JobSpec) -> bool:
     """Whether the job's format runs on the cluster's GPU: fp8 and fp4 need a GPU that lists a peak
     in that format (its tensor cores), as fp8 and fp4 training kernels (Transformer Engine, torchao)
-    need."""
-    return job.dtype not in ("fp8", "fp4") or job.dtype in cluster.gpu.peak_tflops
+    need, and block-scaled fp8 an architecture whose tensor cores run it (``GPU.runs_fp8_scaling``)."""
+    if job.dtype not in ("fp8", "fp4"):
+        return True
+    listed = job.dtype in cluster.gpu.peak_tflops
+    return listed and (job.dtype != "fp8" or cluster.gpu.runs_fp8_scaling(job.fp8_scaling))
 
 
-def format_message(cluster: ClusterSpec, dtype: str) -> str:
-    """Why a GPU cannot train in ``dtype`` (fp8 or fp4)."""
+def format_message(cluster: ClusterSpec, dtype: str, fp8_scaling: str) -> str:
+    """Why a GPU cannot train in ``dtype`` (fp8 or fp4) at ``fp8_scaling``."""
     listed = ", ".join(cluster.gpu.peak_tflops)
+    if dtype == "fp8" and "fp8" in cluster.gpu.peak_tflops:
+        return (
+            f"fp8 scaling '{fp8_scaling}' needs block-scaled fp8 tensor cores: {cluster.gpu.name} "
+            f"({cluster.gpu.architecture}) has none (Transformer Engine's Float8BlockScaling needs Hopper or "
+            "Blackwell, SM90 and later; MXFP8 data-centre Blackwell); use --fp8-scaling tensor or row"
+        )
     if dtype == "fp8":
         return (
             f"dtype fp8 needs FP8 tensor cores: {cluster.gpu.name} lists {listed}, no fp8 peak (Transformer Engine's "
@@ -164,7 +173,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "format_tensor_cores",
         lambda m, c, j, x: np.asarray(format_runs(c, j)),
-        lambda m, c, j, p: format_message(c, j.dtype),
+        lambda m, c, j, p: format_message(c, j.dtype, j.fp8_scaling),
     ),
     Rule(
         "chunked_attention_cp",

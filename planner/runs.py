@@ -865,7 +865,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     except ValueError as err:
         raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
     if not format_runs(cluster, job):
-        raise UnpriceableError(format_message(cluster, job.dtype))
+        raise UnpriceableError(format_message(cluster, job.dtype, job.fp8_scaling))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     memory = published_peak_memory_bytes(measured)
     case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed, memory)

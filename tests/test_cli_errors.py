@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -404,3 +405,20 @@ def test_batch_growth_is_bounded(cli) -> None:
 def test_fp8_on_a_gpu_without_fp8_tensor_cores_is_one_line(cli) -> None:
     result = cli("--model", "llama3-8b", "--cluster", "dgx-a100-80g", "--dtype", "fp8")
     assert_one_line_error(result, "dtype fp8 needs FP8 tensor cores", "no fp8 peak")
+
+
+def test_fp8_scaling_is_an_option_checked_against_the_format_and_the_gpu(cli) -> None:
+    """--fp8-scaling selects the recipe the plan prices (row-scaled GEMMs are priced at the fitted
+    fp8_rowwise_gemm_fraction, so row is slower than tensor on H100); it means nothing without
+    --dtype fp8, and block scaling needs Hopper or Blackwell tensor cores (Ada has per-tensor fp8 only)."""
+    pins = ("--model", "llama3-8b", "--cluster", "dgx-h100x1", "--tp", "1", "--pp", "1", "--dp", "8", "--json")
+    rates = {}
+    for scaling in ("tensor", "row"):
+        r = cli(*pins, "--dtype", "fp8", "--fp8-scaling", scaling)
+        assert r.code == 0, r.err
+        rates[scaling] = json.loads(r.out)["candidates"][0]["tokens_per_s_per_gpu"]
+    assert rates["row"] < rates["tensor"]
+    assert_one_line_error(cli(*pins, "--fp8-scaling", "row"), "--fp8-scaling row", "add --dtype fp8")
+    r = cli("--model", "llama3-8b", "--cluster", "l40s", "--dtype", "fp8", "--fp8-scaling", "block")
+    assert_one_line_error(r, "fp8 scaling 'block' needs block-scaled fp8", "use --fp8-scaling tensor or row")
+    assert cli("--model", "llama3-8b", "--cluster", "l40s", "--dtype", "fp8", "--top", "1").code == 0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from planner.catalog import load_model
+from planner.catalog import load_cluster, load_model
 from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import chunk_layer_counts, plan_layout, stage_layer_counts
 from planner.errors import PlannerError
@@ -630,7 +630,6 @@ def test_cli_exports_the_batch_the_mesh_runs_when_it_may_grow(cli) -> None:
 
 
 def test_bf16_adam_moments_price_and_export_as_megatrons_precision_aware_optimizer(cli) -> None:
-    from planner.catalog import load_cluster
     from planner.pricing import estimate_mesh
 
     model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100")
@@ -880,7 +879,6 @@ def test_nvl72_segments_follow_the_plan_s_placement(cli, gpus: str, segment: str
 
 
 def test_a_dgx_launch_keeps_c10d_and_no_segment(cli) -> None:  # type: ignore[no-untyped-def]
-    from planner.catalog import load_cluster
     from planner.export.launch import segment_hosts
 
     assert segment_hosts(load_cluster("dgx-h100x16"), 128) is None  # a host is the whole NVLink domain
@@ -916,6 +914,17 @@ def test_megatron_exports_what_its_startup_checks_ask_for_or_refuses(cli) -> Non
         job = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling=scaling)
         ns = megatron_parser().parse_args(megatron_args(llama8, job, one))
         assert (ns.fp8_recipe, ns.fp8_format) == (recipe, "hybrid")
+    # block scaling is MXFP8 where the GPU has its tensor cores and Transformer Engine's 128-element
+    # tiles (Float8BlockScaling, 'blockwise') on Hopper and GB202, which have none
+    block = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling="block")
+    for cluster, recipe in (("dgx-b200", "mxfp8"), ("dgx-h100", "blockwise"), ("rtx-pro-6000", "blockwise")):
+        ns = megatron_parser().parse_args(megatron_args(llama8, block, one, load_cluster(cluster)))
+        assert ns.fp8_recipe == recipe, cluster
+    refusal = cli("export", "-f", "torchtitan", "-m", "llama3-8b", "-c", "dgx-h100", "--dtype", "fp8",
+                  "--fp8-scaling", "block")  # fmt: skip
+    assert_one_line_error(refusal, "torchao's MXFP8, which needs data-centre Blackwell")
+    assert cli("export", "-f", "torchtitan", "-m", "llama3-8b", "-c", "dgx-b200", "--dtype", "fp8",
+               "--fp8-scaling", "block").code == 0  # fmt: skip
     row = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling="row")
     with pytest.raises(PlannerError, match="fp8 scaling 'row'"):
         megatron_args(llama8, row, one)
@@ -1027,7 +1036,6 @@ def test_moe_expert_dp_keeps_the_distributed_optimizer_at_dp_one() -> None:
     """At dp*cp = 1 a MoE mesh whose experts are not split over every tp rank still shards their
     optimizer state over expert-DP (tp*cp*dp / (ep*expert_tp)): the export keeps the distributed
     optimizer the price counted on, and the ZeRO rules apply (constraints.shards_nothing)."""
-    from planner.catalog import load_cluster
     from planner.constraints import check_config, shards_nothing
 
     mixtral = load_model("mixtral-8x7b")

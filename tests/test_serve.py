@@ -13,6 +13,7 @@ from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas.base import GIB_BYTES
 from planner.serving.engine import FittedParameters, load_engine
+from planner.serving.export import export_commands
 from planner.serving.kv import kv_bytes_per_token, sequence_kv_bytes_per_gpu
 from planner.serving.layout import Layouts
 from planner.serving.memory import plan_memory, reserved_context
@@ -194,6 +195,14 @@ def test_disaggregation_balances_the_pools() -> None:
     assert split["prefill_replicas"] >= 1 and split["decode_replicas"] >= 1
     # long prompts, short answers: prefill needs a good share of the GPUs
     assert split["prefill_gpus"] >= 4
+    # the prefill pool's launch command caps its batch at the prompts it was priced holding (the
+    # engine's token budget of whole prompts in each pipeline stage), not at the decode batch
+    prompts = max(1, load_engine("vllm").max_num_batched_tokens // 4096) * split["prefill_pp"]
+    assert split["prefill_batch"] == prompts
+    text = export_commands(r, "vllm")
+    prefill, decode = text.split("# decode pool")[0], text.split("# decode pool")[1]
+    assert f"--max-num-seqs {prompts} " in prefill
+    assert f"--max-num-seqs {math.ceil(best.batch_per_replica)} " in decode
     short = planner.serve("llama3-8b", "dgx-h100x2", input_len=256, output_len=2048, disaggregate=True, tpot_s=0.02)
     s2 = short.candidates[0].config["prefill_decode_split"]
     assert s2["prefill_gpus"] / 16 < split["prefill_gpus"] / 16

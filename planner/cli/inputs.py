@@ -42,6 +42,12 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
     modules = fields.pop("recompute_modules")
     if modules is not None:  # Megatron's --recompute-modules, comma-separated: mla_up_proj,layernorm
         fields["recompute_modules"] = tuple(m.strip() for m in modules.split(","))
+    scaling = fields.pop("fp8_scaling")
+    if scaling is not None:
+        if fields["dtype"] != "fp8":
+            dtype = fields["dtype"]
+            raise PlannerError(f"--fp8-scaling {scaling}: scales fp8 matmuls only; add --dtype fp8 (the job: {dtype})")
+        fields["fp8_scaling"] = scaling
     spec = default_job(
         model,
         stack=stack_choice(fields.pop("stack")),

@@ -284,6 +284,7 @@ JOB = [
     field_option(JobSpec, "max_batch_growth", metavar="FRACTION"),
     field_option(JobSpec, "memory_headroom", metavar="FRACTION"),
     field_option(JobSpec, "dtype"),
+    field_option(JobSpec, "fp8_scaling", default=None),
     field_option(JobSpec, "bf16_last_layers", metavar="N"),
     field_option(JobSpec, "flash_attention"),
     field_option(JobSpec, "dropout"),
@@ -316,8 +317,8 @@ JOB = [
     field_option(JobSpec, "recompute_modules", annotation=str | None, default=None, metavar="MODULE,..."),
 ]
 """The JobSpec fields one option sets are made from the field; --training-tokens (a count with a
-suffix), --moe-routing (two fields), --adam-moments (the state's bytes) and --recompute-modules (a
-comma-separated list) are read by ``planner.cli.inputs``."""
+suffix), --moe-routing (two fields), --adam-moments (the state's bytes), --recompute-modules (a
+comma-separated list) and --fp8-scaling (only with --dtype fp8) are read by ``planner.cli.inputs``."""
 
 
 class Job(Group, options=JOB):

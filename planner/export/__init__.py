@@ -24,7 +24,7 @@ from planner.errors import PlannerError
 from planner.export.common import FORMATS, refuse
 from planner.export.deepspeed import deepspeed_config, deepspeed_notes
 from planner.export.megatron import megatron_args, megatron_notes, megatron_text
-from planner.export.torchtitan import torchtitan_config, torchtitan_notes, torchtitan_toml
+from planner.export.torchtitan import check_mx, torchtitan_config, torchtitan_notes, torchtitan_toml
 from planner.export.torchtitan03 import torchtitan_args, torchtitan_args_notes, torchtitan_args_text
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -69,6 +69,8 @@ def render(
             "torchtitan and DeepSpeed have no Mamba-2 layer",
             mesh_bound=False,
         )
+    if fmt in ("torchtitan", "torchtitan-0.2"):
+        check_mx(fmt, job, cluster)
     if fmt == "megatron":
         notes = megatron_notes(model, job, config, cluster)
         return Exported(fmt, megatron_text(model, job, config, header, cluster), tuple(notes))

@@ -205,9 +205,21 @@ def _data_parallel_args(config: ParallelConfig, moe: bool) -> list[str]:
 
 FP8_RECIPES = {"tensor": "tensorwise", "block": "mxfp8"}
 """The job's fp8 scaling -> ``--fp8-recipe`` (arguments.py: delayed, tensorwise, mxfp8, blockwise):
-per-tensor current scaling (Megatron-Bridge's FP8-CS) and MXFP8 blocks (FP8-MX). Left unset,
+per-tensor current scaling (Megatron-Bridge's FP8-CS) and MXFP8 blocks (FP8-MX), or, on a GPU
+without MXFP8 tensor cores (``fp8_recipe``), the 128-element tiles of 'blockwise'. Left unset,
 Megatron runs delayed scaling, which refuses the layernorm and moe_act recompute the plan may
 choose (transformer_config.py); torchao's row-wise scaling has no Megatron recipe."""
+
+
+def fp8_recipe(job: JobSpec, cluster: ClusterSpec | None) -> str:
+    """``--fp8-recipe`` for the job on the cluster's GPU: block scaling is 'mxfp8' on data-centre
+    Blackwell (or where the GPU is not known) and 'blockwise' (Transformer Engine's
+    Float8BlockScaling, DeepSeek-V3's tiles) on Hopper and GB202, which have no MXFP8 tensor cores
+    (``schemas.hardware.MXFP8_ARCHITECTURES``)."""
+    if job.fp8_scaling == "block" and cluster is not None and not cluster.gpu.has_mxfp8:
+        return "blockwise"
+    return FP8_RECIPES[job.fp8_scaling]
+
 
 ATTENTION_BACKENDS = {"fused": "fused", "fa2": "flash", "sdpa": "auto"}
 """The stack's attention kernel -> ``--attention-backend`` (AttnBackend: flash, fused, unfused,
@@ -250,7 +262,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
         "fp4": ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
     }[job.dtype]
     if job.dtype == "fp8":
-        args += ["--fp8-recipe", FP8_RECIPES[job.fp8_scaling]]
+        args += ["--fp8-recipe", fp8_recipe(job, cluster)]
     if job.bf16_last_layers:
         # _add_transformer_engine_args: --first-last-layers-bf16 with --num-layers-at-start-in-bf16
         # and --num-layers-at-end-in-bf16 (both default 1)

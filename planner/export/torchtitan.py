@@ -39,6 +39,7 @@ from planner.export.common import (
     routing_note,
     zero_note,
 )
+from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import ParallelConfig
@@ -180,6 +181,20 @@ def shared_notes(job: JobSpec, config: ParallelConfig, async_tp_refusal: str, le
             f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
         )
     return notes
+
+
+def check_mx(target: str, job: JobSpec, cluster: ClusterSpec | None) -> None:
+    """Block-scaled fp8 is torchao's MXFP8 in torchtitan (``quantize.linear.mx``), which needs
+    MXFP8 tensor cores (SM100: ``schemas.hardware.MXFP8_ARCHITECTURES``); torchtitan has no
+    converter for Hopper's 128-element tiles."""
+    if job.dtype == "fp8" and job.fp8_scaling == "block" and cluster is not None and not cluster.gpu.has_mxfp8:
+        raise refuse(
+            target,
+            f"fp8 scaling 'block' on {cluster.gpu.name}",
+            "torchtitan's block scaling is torchao's MXFP8, which needs data-centre Blackwell (SM100); "
+            "use --fp8-scaling tensor or row",
+            mesh_bound=False,
+        )
 
 
 def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:

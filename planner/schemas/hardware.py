@@ -55,6 +55,22 @@ def exp_time_per_flop(tensor_flops_per_exp: float, d_qk: float, d_v: float, forw
     return tensor_flops_per_exp * exps / per_score
 
 
+FP8_BLOCK_SCALING_ARCHITECTURES = frozenset({"hopper", "blackwell", "blackwell-gb202"})
+"""Architectures whose tensor cores run block-scaled fp8: Transformer Engine's support matrix
+(nvidia.github.io/TransformerEngine/support_matrix.html, 'Format support by compute capability')
+lists FP8 block scaling (``Float8BlockScaling``, DeepSeek-V3's 1 x 128 and 128 x 128 tiles) from
+compute capability 9.0, Hopper and every Blackwell, and per-tensor fp8 alone on Ada (8.9); MXFP8 is
+one of these (below). AMD's CDNA3 (MI300X) has no MX or block-scaled fp8 in that matrix or in
+torchao's MX training (SM100 kernels)."""
+
+MXFP8_ARCHITECTURES = frozenset({"blackwell"})
+"""Architectures with MXFP8 tensor cores (an E8M0 scale per 32 elements): the same matrix lists
+``MXFP8BlockScaling`` on data-centre Blackwell alone (compute capability 10.0 and 10.3: B200,
+B300, GB200, GB300), not on Hopper or the workstation GB202 (12.0); torchao's MX training
+(torchtitan's ``quantize.linear.mx``) needs SM100 too. Elsewhere block scaling is the 128-element
+tiles (Megatron ``--fp8-recipe blockwise``)."""
+
+
 def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required: set[str] = frozenset()) -> None:
     """Every numeric field set on ``obj``, and every ``required`` field set whatever its type,
     must name its source; every source must name a field."""
@@ -210,6 +226,18 @@ class GPU(Frozen):
         if measured is not None and dtype in self.peak_tflops:
             return measured
         return self.gemm_efficiency
+
+    def runs_fp8_scaling(self, fp8_scaling: str) -> bool:
+        """Whether the GPU's tensor cores run fp8 at this scaling granularity: block scaling needs an
+        architecture of ``FP8_BLOCK_SCALING_ARCHITECTURES`` (a profile that names none is taken at
+        its word); per-tensor and per-row scaling run wherever fp8 does."""
+        known = self.architecture is not None
+        return fp8_scaling != "block" or not known or self.architecture in FP8_BLOCK_SCALING_ARCHITECTURES
+
+    @property
+    def has_mxfp8(self) -> bool:
+        """Whether block-scaled fp8 runs as MXFP8 here (``MXFP8_ARCHITECTURES``), else as 128-element tiles."""
+        return self.architecture in MXFP8_ARCHITECTURES
 
     def gemm_efficiency_ratio(self, dtype: str, fp8_scaling: str = "tensor") -> float:
         """``gemm_efficiency_for(dtype)`` relative to ``gemm_efficiency``: scales the size curve,

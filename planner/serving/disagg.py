@@ -37,10 +37,17 @@ def kv_transfer_s(s: Setting, prefill: Layouts, input_len: int) -> np.ndarray:
     return nbytes / (link.bus_bandwidth_bytes_per_s * prefill.gpus_per_replica) + latency
 
 
+def prefill_prompts(s: Setting, req: ServeRequest) -> int:
+    """Whole prompts in one prefill round of a pipeline stage: the engine's token budget at a time,
+    at least one."""
+    return max(1, s.engine.max_num_batched_tokens // req.input_len)
+
+
 def prefill_pool(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(requests/s per replica, TTFT s, fits) of each layout as a prefill-only replica."""
+    """(requests/s per replica, TTFT s, fits) of each layout as a prefill-only replica, which holds
+    ``prefill_prompts`` x pp prompts at a time (one round in each pipeline stage)."""
     isl = req.input_len
-    prompts = max(1, s.engine.max_num_batched_tokens // isl)
+    prompts = prefill_prompts(s, req)
     mem = s.memory(lay, float(isl))
     fits = mem.max_concurrency >= prompts * lay.pp
     zeros = np.zeros(len(lay))
@@ -109,6 +116,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
             "prefill_ep": int(lay.ep[i]),
             "prefill_attention_dp": int(bool(lay.attention_dp[i])),
             "prefill_gpus": int(n_p * lay.gpus_per_replica[i]),
+            "prefill_batch": prefill_prompts(s, req) * int(lay.pp[i]),
             "decode_replicas": n_d,
             "decode_gpus": int(n_d * g_d),
         }
