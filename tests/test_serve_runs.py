@@ -78,6 +78,14 @@ def test_modes_from_the_workload() -> None:
     assert plan_row(_row("trtllm-v0.9/gptj-6b/h100x1/tp1/fp8/bs1/isl128-ttft")).mode == "ttft"
     assert plan_row(_row("trtllm-v0.9/gptj-6b/h100x1/tp1/fp8/bs1024")).mode == "static"
     assert plan_row(_row("trtllm-v0.14-online/llama3.1-70b/h100x4")).mode == "rate"
+    # a rate row that states its request count is replayed (serving/replay.py): 500 requests sent at
+    # once to 70B on 4 H100 queue for seconds (published: TTFT 9,126 ms, inter-token 548 ms, every
+    # iteration carrying prompt tokens to the 8,192-token budget), which Little's law at a
+    # steady batch put at 1.2 s and 2.1 s
+    p = plan_row(_row("trtllm-v0.14-online/llama3.1-70b/h100x4/tp4/bf16/isl467-osl16/qpsinf"))
+    assert p.requests == 500 and any("replayed" in n for n in p.notes)
+    out = predict(p)
+    assert out["ttft_s"] == pytest.approx(9.126, rel=0.15) and out["tpot_s"] == pytest.approx(0.548, rel=0.3)
     p = plan_row(_row("trtllm-v1.0/llama3.1-8b/h100x1"))
     assert p.mode == "max_throughput" and 1 <= p.batch <= 4096
     assert set(predict(p)) == {"output_tokens_per_s_per_gpu"}

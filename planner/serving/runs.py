@@ -13,8 +13,10 @@ Modes, from the row's workload and tool:
                   rounds of B sequences.
   ttft            batch-1 time to first token: one prefill round of the prompt.
   concurrency     a fixed number of requests in flight (vllm bench serve --max-concurrency).
-  rate            a fixed request rate (Triton online rows): TTFT and TPOT at the batch Little's
-                  law gives; their throughput is the offered rate, so it is not scored.
+  rate            a fixed request rate (Triton online rows): TTFT and TPOT of the stated number of
+                  requests replayed iteration by iteration (``replay.replay_latencies``), else at
+                  the batch Little's law gives; their throughput is the offered rate, so it is
+                  not scored.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from planner.schemas.model import TORCH_DTYPE_NAMES, ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
+from planner.serving.replay import replay_latencies
 from planner.serving.step import RoundCost, Setting, resolve_ssm_dtype, round_cost
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
@@ -338,6 +341,7 @@ class RowPlan:
     cost: RoundCost | None = None  # throughput rows: the cost of the unit the tokens count over
     tokens: float = 0.0  # tokens (of the scored kind) produced per ``cost`` per replica
     notes: list[str] = field(default_factory=list)
+    requests: int | None = None  # a rate row's stated request count: its latencies are replayed
 
     @property
     def architecture(self) -> str:
@@ -442,7 +446,11 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
             )
         plan.batch = batch
     requests = (row.get("workload") or {}).get("num_requests")
-    if mode == "max_throughput" and isinstance(requests, int) and not isinstance(requests, bool) and requests > 0:
+    stated = isinstance(requests, int) and not isinstance(requests, bool) and requests > 0
+    if mode == "rate" and stated:
+        plan.requests = requests
+        plan.notes.append(f"{requests} requests at {load:g}/s replayed iteration by iteration")
+    if mode == "max_throughput" and stated:
         plan.cost, plan.tokens = _waves(s, lay, plan.batch / lay.replicas[0], requests / lay.replicas[0], isl, osl)
         plan.notes.append(f"{requests} requests in waves of {plan.batch:.0f}")
     elif mode in ("max_throughput", "concurrency"):
@@ -498,13 +506,15 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
     want_latency = {"ttft_s", "tpot_s"} & set(plan.published)
     if not want_latency:
         return out
-    s_p = Setting(s.model, s.cluster, s.engine, s.weights_dtype, s.kv_dtype, p)
+    s_p = Setting(s.model, s.cluster, s.engine, s.weights_dtype, s.kv_dtype, p, s.ssm_state_dtype)
     if plan.mode == "ttft":
         c = round_cost(s_p, lay, np.zeros(1), np.zeros(1), np.array([float(isl)]) * lay.pp, isl)
         out["ttft_s"] = float(c.total_s(p)[0])
         return out
-    batch = _batch_at_load(s_p, plan)
-    ttft, tpot = _latencies(s_p, lay, batch, isl, osl)
+    if plan.mode == "rate" and plan.requests is not None:
+        ttft, tpot = replay_latencies(s_p, lay, isl, osl, plan.batch, plan.requests)
+    else:
+        ttft, tpot = _latencies(s_p, lay, _batch_at_load(s_p, plan), isl, osl)
     if "ttft_s" in plan.published:
         out["ttft_s"] = ttft
     if "tpot_s" in plan.published:
