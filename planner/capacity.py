@@ -79,7 +79,9 @@ def capacity(
     pins: dict[str, Any] | None = None,
 ) -> CapacityReport:
     """Search every node count of ``node_counts(max_nodes)`` for ``job`` (which must carry
-    ``training_tokens``) on clusters of ``node``'s profile."""
+    ``training_tokens``) on clusters of ``node``'s profile, then bisect the counts between the
+    last that misses the deadline and the first that meets it, so that the answer is the fewest
+    nodes that meet it (where more nodes train no slower)."""
     if job.training_tokens is None:
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
     if not math.isfinite(deadline_s) or deadline_s <= 0:
@@ -89,11 +91,21 @@ def capacity(
             f"--max-nodes {max_nodes}: {max_nodes} x {node.gpus_per_node} GPUs is more than the "
             f"{MAX_CLUSTER_GPUS:,} GPUs planned at most"
         )
-    rows: list[CapacityRow] = []
-    for nodes in node_counts(max_nodes):
+
+    def row_at(nodes: int) -> CapacityRow:
         gpus = nodes * node.gpus_per_node
         cluster = node.model_copy(update={"name": f"{node.profile.name}x{nodes}", "num_nodes": nodes, "num_gpus": gpus})
-        rows.append(_row(model, cluster, job, pins, deadline_s))
+        return _row(model, cluster, job, pins, deadline_s)
+
+    rows = [row_at(nodes) for nodes in node_counts(max_nodes)]
+    first = next((i for i, r in enumerate(rows) if r.meets_deadline), 0)
+    if first > 0:  # bisect the counts the grid skipped between the last miss and the first hit
+        miss, hit = rows[first - 1].nodes, rows[first].nodes
+        while hit - miss > 1:
+            mid = (miss + hit) // 2
+            rows.append(row_at(mid))
+            miss, hit = (miss, mid) if rows[-1].meets_deadline else (mid, hit)
+        rows.sort(key=lambda r: r.nodes)
     meeting = [r for r in rows if r.meets_deadline]
     costed = [r for r in meeting if r.cost_to_train_usd is not None]
     return CapacityReport(

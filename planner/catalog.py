@@ -307,6 +307,8 @@ def _load_model_file(path: Path) -> ModelSpec:
 def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Path], T], hint: str) -> T:
     """Load ``text`` as a file path (anything that looks like one, or names an existing file) or
     as a catalog name or alias from ``index``; one-line errors for both."""
+    if not text.strip():  # Path('') is the current folder, whose config.json nobody named
+        raise PlannerError(f"{kind}: empty name; {hint}")
     path = Path(text).expanduser()
     echoed = shown(text)
     if kind == "model" and _is_checkpoint_folder(path):
@@ -328,7 +330,8 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
 def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A ModelSpec from a catalog name or alias, a model YAML, or a Hugging Face config.json."""
     if isinstance(name_or_path, ModelSpec):
-        return name_or_path
+        # checked again: pydantic's model_copy(update=...) makes a spec without running its checks
+        return validate_as(ModelSpec, name_or_path.model_dump(), f"model '{shown(name_or_path.name)}'")
     hint = "see `plan list models`, or give a YAML or config.json path"
     text = _name_text(name_or_path, "model", "ModelSpec")
     # A catalog name is its file's stem, and no alias is a name (test_catalog), so a name needs

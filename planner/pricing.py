@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 from pydantic import ValidationError
@@ -216,9 +217,13 @@ def gpu_hours_usd(cluster: ClusterSpec, seconds: float) -> float | None:
 
 
 def time_to_train_s(job: JobSpec, tokens_per_s: float) -> float | None:
-    """Wall time to train on ``job.training_tokens`` at a steady ``tokens_per_s`` (no restarts,
-    evaluation or checkpoint stalls: a lower bound). None without a token budget."""
-    return None if job.training_tokens is None else job.training_tokens / tokens_per_s
+    """Wall time to train on ``job.training_tokens`` at a steady ``tokens_per_s``, in whole
+    optimizer steps of ``job.tokens_per_step`` (a budget below one step still takes one); no
+    restarts, evaluation or checkpoint stalls: a lower bound. None without a token budget."""
+    if job.training_tokens is None:
+        return None
+    steps = max(1, math.ceil(job.training_tokens / job.tokens_per_step - 1e-9))
+    return steps * job.tokens_per_step / tokens_per_s
 
 
 def biased_band_note(est: Estimate) -> list[str]:

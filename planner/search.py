@@ -562,8 +562,12 @@ def default_job(
     **extra: Any,
 ) -> JobSpec:
     """The job when the user gives none: the model card's sequence length and batch, else
-    s = 4096 and a batch of about 4 Mi tokens (``default_batch_size``)."""
-    s = seq_len if seq_len is not None else model.default_seq_len or DEFAULT_SEQ_LEN  # 0 is refused, not defaulted
+    s = 4096 (or the model's context, if shorter) and a batch of about 4 Mi tokens
+    (``default_batch_size``)."""
+    # 0 is refused, not defaulted; a model without a card length (a config.json) takes 4096 or its
+    # context, whichever is shorter (GPT-2's 1,024 learned positions)
+    fallback = min(DEFAULT_SEQ_LEN, model.max_position_embeddings)
+    s = seq_len if seq_len is not None else model.default_seq_len or fallback
     if isinstance(s, bool) or not isinstance(s, int) or s < 1:
         raise PlannerError(f"job: field 'seq_len': expected a whole number >= 1, got {s!r}")
     if global_batch_size is None and global_batch_tokens is None:

@@ -422,3 +422,33 @@ def test_fp8_scaling_is_an_option_checked_against_the_format_and_the_gpu(cli) ->
     r = cli("--model", "llama3-8b", "--cluster", "l40s", "--dtype", "fp8", "--fp8-scaling", "block")
     assert_one_line_error(r, "fp8 scaling 'block' needs block-scaled fp8", "use --fp8-scaling tensor or row")
     assert cli("--model", "llama3-8b", "--cluster", "l40s", "--dtype", "fp8", "--top", "1").code == 0
+
+
+def test_objects_names_and_defaults_the_library_is_given(cli, tmp_path: Path) -> None:
+    """QA findings: a spec copied with pydantic's model_copy(update=...) skips the schema's checks,
+    so the library checks it again; an empty model name is not the current folder's config.json; a
+    config.json without a card length trains at most its context; a token budget takes whole
+    steps; a profile without a bf16 peak prices 16-bit work at its fp16 rate, not fp32."""
+    import planner
+    from planner.catalog import load_cluster
+    from planner.search import default_job
+
+    model = planner.load_model("llama3-8b")
+    with pytest.raises(PlannerError, match="model 'llama3-8b': field 'num_hidden_layers'"):
+        planner.plan(model.model_copy(update={"num_hidden_layers": 0}), "dgx-h100")
+    with pytest.raises(PlannerError, match="not divisible by num_key_value_heads"):
+        planner.estimate(model.model_copy(update={"num_attention_heads": 7}), "dgx-h100")
+    job = default_job(model)
+    with pytest.raises(PlannerError, match="job: field 'memory_headroom'"):
+        planner.plan(model, "dgx-h100", job=job.model_copy(update={"memory_headroom": 2.0}))
+    assert_one_line_error(cli("--model", "", "--cluster", "dgx-h100"), "model: empty name")
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024}
+    (tmp_path / "config.json").write_text(json.dumps(gpt2 | {"vocab_size": 50257, "activation_function": "gelu_new"}))
+    r = cli("estimate", "--model", str(tmp_path / "config.json"), "--cluster", "dgx-h100", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["config"]["job"]["seq_len"] == 1024
+    steps = planner.estimate("llama3-8b", "dgx-h100", tp=1, pp=1, training_tokens=1.5 * job.tokens_per_step)
+    assert steps.time_to_train_s == pytest.approx(2 * steps.step_time_s)
+    gpu = load_cluster("dgx-h100").gpu
+    fp16_only = gpu.model_copy(update={"peak_tflops": {"fp16": 989.4, "fp32": 66.9}})
+    assert fp16_only.peak_flops_per_s("bf16") == pytest.approx(989.4e12)

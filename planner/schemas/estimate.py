@@ -134,7 +134,9 @@ class Estimate(Frozen):
     fits: bool
     price_per_gpu_hour_usd: NonNegativeFloat | None = Field(None, description="From the profile or --price")
     cost_per_step_usd: NonNegativeFloat | None = Field(None, description="step_time_s * GPUs * price / 3600")
-    time_to_train_s: NonNegativeFloat | None = Field(None, description="job.training_tokens / tokens_per_s")
+    time_to_train_s: NonNegativeFloat | None = Field(
+        None, description="The whole steps of job.tokens_per_step that cover job.training_tokens, at tokens_per_s"
+    )
     cost_to_train_usd: NonNegativeFloat | None = Field(None, description="time_to_train_s * GPUs * price / 3600")
     warnings: list[str]
     config: EstimateConfig

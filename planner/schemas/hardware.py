@@ -311,12 +311,12 @@ class GPU(Frozen):
         return self.hbm_bandwidth_tb_per_s * TB_BYTES * self.hbm_efficiency
 
     def peak_flops_per_s(self, dtype: str) -> float:
-        """Dense peak FLOP/s for ``dtype``; formats the GPU lacks fall back to bf16, then fp32.
-
-        fp8 on a GPU without fp8 tensor cores (A100) runs at its bf16 rate, which is what
-        Transformer Engine does there.
+        """Dense peak FLOP/s for ``dtype``; formats the GPU lacks fall back to bf16, then fp16 (the
+        same 16-bit tensor-core rate on every GPU that lists both: a V100-style profile lists fp16
+        alone), then fp32. Training in fp8 or fp4 where the GPU lists no such peak is refused
+        before this is asked (``constraints.format_runs``).
         """
-        for key in (dtype, "bf16", "fp32"):
+        for key in (dtype, "bf16", "fp16", "fp32"):
             if key in self.peak_tflops:
                 return self.peak_tflops[key] * TERA  # type: ignore[index]
         raise KeyError(dtype)  # unreachable: the validator requires bf16 or fp32

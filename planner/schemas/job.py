@@ -86,7 +86,10 @@ class JobSpec(Frozen):
         le=MAX_BATCH_SEQUENCES * MAX_SEQ_LEN,
         description="Global batch in tokens (instead of sequences; a multiple of seq_len)",
     )
-    seq_len: PositiveInt = Field(le=MAX_SEQ_LEN, description="Sequence length (unset: the model card's, else 4096)")
+    seq_len: PositiveInt = Field(
+        le=MAX_SEQ_LEN,
+        description="Sequence length (unset: the model card's, else 4096 or the model's context if shorter)",
+    )
     dtype: Literal["bf16", "fp16", "fp8", "fp4"] = Field(
         "bf16",
         description="Matmul precision (fp8 and fp4 keep bf16 weights and activations between layers; fp4 is "
