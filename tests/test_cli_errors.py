@@ -362,7 +362,7 @@ def test_inputs_the_review_found_accepted_are_refused(cli, tmp_path: Path) -> No
     text = (Path(planner.__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
     profile.write_text(text.replace("  domain_size_gpus: 8\n", "  domain_size_gpus: 3\n"))
     assert_one_line_error(cli("show", "cluster", str(profile)), "domain_size_gpus 3 is not a multiple of")
-    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", "--stack", ""), "unknown stack ''")
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", "--stack", ""), "stack: empty name")
     capacity = ("capacity", "-m", "llama70b", "--training-tokens", "15T", "--days", "30")
     assert_one_line_error(cli(*capacity, "-c", "gb200-nvl72x4"), "chooses the node count itself", "(gb200-nvl72)")
     assert_one_line_error(cli("-m", str(tmp_path), "-c", "dgx-h100"), "is a directory")
