@@ -220,8 +220,8 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         per = split["prefill_gpus"] // split["prefill_replicas"]
         lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
         prefill = (split["prefill_tp"], split["prefill_pp"], split["prefill_ep"], bool(split["prefill_attention_dp"]))
-        prefill_batch = int(split.get("prefill_batch", batch))  # the prompts a prefill replica was priced holding
-        lines.append(_pool(engine, model, *prefill, prefill_batch, ranking.request, "prefill", ssm, ckpt))
+        # the prompts a prefill replica was priced holding (disagg.prefill_prompts x pp)
+        lines.append(_pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt))
         lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
         lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt))
     else:

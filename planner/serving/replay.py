@@ -36,6 +36,7 @@ import numpy as np
 
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
+from planner.serving.search import prefill_chunk
 from planner.serving.step import Setting, round_cost
 
 REPLAY_SEEDS = (0, 1, 2, 3)
@@ -62,7 +63,8 @@ def replay_latencies(
     mem = s.memory(lay, reserved_context(s.engine, input_len, output_len))
     room = max(1, min(int(mem.max_concurrency[0]), s.engine.max_batch_size))
     budget = s.engine.max_num_batched_tokens
-    piece = input_len if s.engine.chunked_prefill else min(input_len, budget)
+    piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
+    one = lay.take(np.array([0]))
     prices: dict[tuple[int, int, int], float] = {}
 
     def iteration_s(decoding: int, prompt_tokens: int, context: float) -> float:
@@ -71,7 +73,7 @@ def replay_latencies(
         if key not in prices:
             cost = round_cost(
                 s,
-                lay.take(np.array([0])),
+                one,
                 np.array([float(decoding)]),
                 np.array([float(max(bucket, 1) * CONTEXT_BUCKET_TOKENS)]),
                 np.array([float(prompt_tokens)]),
