@@ -493,6 +493,23 @@ def _cluster_profile(prof: object, path: Path) -> HardwareProfile:
     return load_profile(prof)
 
 
+def _catalog_profile_of(key: str) -> str | None:
+    """The catalog profile a cluster name ``<profile>`` or ``<profile>x<N>`` names (None: another name)."""
+    if key in _profile_files():
+        return key
+    match = CLUSTER_NAME.match(key)
+    return match["profile"] if match and match["profile"] in _profile_files() else None
+
+
+def _recounted(cluster: ClusterSpec, profile_key: str | None) -> ClusterSpec:
+    """A catalog cluster renamed for the node count it has after ``--nodes`` / ``--gpus``
+    (``dgx-h100x2 --nodes 16`` is dgx-h100x16, not "dgx-h100x2: 16 nodes"); a file's own name stays."""
+    if profile_key is None:
+        return cluster
+    name = f"{profile_key}x{cluster.num_nodes}"
+    return cluster if name == cluster.name.lower() else cluster.model_copy(update={"name": name})
+
+
 def load_cluster(
     name_or_path: str | Path | ClusterSpec, nodes: int | None = None, gpus: int | None = None
 ) -> ClusterSpec:
@@ -504,7 +521,8 @@ def load_cluster(
     if isinstance(name_or_path, ClusterSpec):
         if nodes is None and gpus is None:
             return name_or_path
-        return _cluster(name_or_path.name, name_or_path.profile, nodes, gpus, name_or_path.name)
+        cluster = _cluster(name_or_path.name, name_or_path.profile, nodes, gpus, name_or_path.name)
+        return _recounted(cluster, _catalog_profile_of(name_or_path.name.lower()))
     text = _name_text(name_or_path, "cluster", "ClusterSpec")
     path = Path(text).expanduser()
     if _looks_like_path(text):
@@ -530,7 +548,8 @@ def load_cluster(
     key = text.lower()
     hint = "use <profile> or <profile>x<nodes>, see `plan list clusters`"
     if key in _profile_files():
-        return _cluster(text, load_profile(key), nodes, gpus, text)
+        cluster = _cluster(text, load_profile(key), nodes, gpus, text)
+        return _recounted(cluster, key) if nodes is not None or gpus is not None else cluster
     if len(text) > 200:
         raise PlannerError(f"unknown cluster '{shown(text)}': names are short; {hint}")
     match = CLUSTER_NAME.match(key)
@@ -540,7 +559,8 @@ def load_cluster(
             raise PlannerError(f"cluster '{text}': node count must be at least 1")
         # --gpus alone re-derives the node count; --nodes wins over the name's count.
         named = count if gpus is None else None
-        return _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else named, gpus, text)
+        cluster = _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else named, gpus, text)
+        return _recounted(cluster, match["profile"])
     known = profile_names() + [f"{p}x16" for p in profile_names()]
     raise _unknown("cluster", text, known, hint)
 

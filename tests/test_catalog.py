@@ -199,6 +199,16 @@ def test_gpus_flag_alone_rederives_the_node_count() -> None:
         load_cluster("dgx-h100x16", nodes=16, gpus=12)
 
 
+def test_node_overrides_rename_catalog_clusters_only(tmp_path: Path) -> None:
+    assert load_cluster("dgx-h100x2", nodes=16).name == "dgx-h100x16"
+    assert load_cluster("dgx-h100x16", gpus=12).name == "dgx-h100x2"
+    assert load_cluster("dgx-h100", nodes=3).name == "dgx-h100x3"
+    assert load_cluster("DGX-H100x2").name == "DGX-H100x2"  # as typed where nothing overrides it
+    assert load_cluster(load_cluster("dgx-h100x4"), nodes=1).name == "dgx-h100x1"
+    (tmp_path / "pod.yaml").write_text("name: my-pod\nprofile: dgx-h100\nnum_nodes: 2\n")
+    assert load_cluster(str(tmp_path / "pod.yaml"), nodes=4).name == "my-pod"
+
+
 def test_hf_config_quirks(tmp_path: Path) -> None:
     # Gemma: gated GELU (GeGLU) under the key hidden_activation.
     gemma = {
