@@ -26,7 +26,16 @@ from planner.cost.pipeline import (
 )
 from planner.cost.recompute import inapplicable
 from planner.errors import PlannerError
-from planner.mesh import DUALPIPE, INTERLEAVED, RECOMPUTE_FULL, RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, MeshArrays
+from planner.mesh import (
+    DUALPIPE,
+    INTERLEAVED,
+    ONE_F_ONE_B,
+    RECOMPUTE_FULL,
+    RECOMPUTE_NONE,
+    RECOMPUTE_SELECTIVE,
+    SCHEDULES,
+    MeshArrays,
+)
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -59,6 +68,16 @@ def _growth_hint(job: JobSpec, unit: int) -> str:
         f"; the nearest batch it runs is {grown} (+{grown / job.batch_size - 1:.1%}), "
         f"allowed up to {job.max_batch_size} by max_batch_growth {job.max_batch_growth:g}"
     )
+
+
+def _schedule_stacks(schedule: str, stack: str) -> str:
+    """Where a refused schedule runs: '; stack torchtitan runs it', or that no shipped stack does."""
+    from planner.catalog import load_stack, stack_names
+
+    others = [n for n in stack_names() if n != stack and schedule in (load_stack(n).pipeline_schedules or ())]
+    if others:
+        return f"; {', '.join(others)} run{'s' if len(others) == 1 else ''} it: --stack {others[0]}"
+    return "; no shipped stack runs it: a stack file may list it in pipeline_schedules"
 
 
 def _dual_microbatches(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -257,9 +276,11 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: "virtual_stages > 1 goes with schedule interleaved-1f1b, and only with it",
     ),
     Rule(
-        "interleaving_needs_pp",
-        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (x.pp >= 2),
-        lambda m, c, j, p: "interleaved-1f1b needs pp >= 2",
+        "schedule_needs_pp",
+        # A schedule orders the micro-batches of a pipeline; with one stage there is none, and every
+        # mesh of pp 1 runs as 1f1b (a pin of another, --schedule gpipe --pp 1, says something else)
+        lambda m, c, j, x: (x.schedule == ONE_F_ONE_B) | (x.pp >= 2),
+        lambda m, c, j, p: f"{p.schedule} needs pp >= 2",
     ),
     Rule(
         "dualpipe_ranks",
@@ -443,6 +464,21 @@ RULES: tuple[Rule, ...] = (
             f"stack {j.software.name} runs no interleaved pipeline"
             if j.software.interleaved_min_pp is None
             else f"stack {j.software.name} interleaves only with pp >= {j.software.interleaved_min_pp} (got pp {p.pp})"
+        ),
+    ),
+    Rule(
+        "stack_schedule",
+        # Stack.pipeline_schedules: the schedules the framework's code runs (Megatron-Core 1F1B and
+        # interleaved, torchtitan torch.distributed.pipelining's, DeepSpeed 1F1B)
+        lambda m, c, j, x: (
+            np.ones(len(x), dtype=bool)
+            if j.software.pipeline_schedules is None
+            else (x.pp < 2) | np.isin(x.schedule, [SCHEDULES.index(s) for s in j.software.pipeline_schedules])
+        ),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no {p.schedule} pipeline schedule (it runs "
+            f"{', '.join(j.software.pipeline_schedules or ()) or 'no pipeline'}"
+            f"{_schedule_stacks(p.schedule, j.software.name)})"
         ),
     ),
     Rule(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.catalog import load_cluster, load_model
+from planner.catalog import load_cluster, load_model, load_stack
 from planner.cost.memory import rank_params
 from planner.cost.pipeline import bubble_slots, dual_rank_layers, dual_rank_split, microbatches_in_flight
 from planner.errors import PlannerError
@@ -29,7 +29,10 @@ def test_bubble_is_what_the_reference_schedules_leave_idle() -> None:
     slots = bubble_slots(_meshes(8, "1f1b", "zb-h1", "dualpipe", "dualpipev"))
     assert slots.tolist() == pytest.approx([7.0, 7.0 / 3.0, 2.0, 7.0 / 3.0])
     model, cluster = load_model("llama3-8b"), load_cluster("dgx-h100x2")
-    job = JobSpec(global_batch_size=64, seq_len=4096, stack="torchtitan")
+    # DualPipe's two copies run in no shipped stack (torch runs DualPipeV): a stack file stating no
+    # schedule list prices any
+    anything = load_stack("torchtitan").model_copy(update={"pipeline_schedules": None})
+    job = JobSpec(global_batch_size=64, seq_len=4096, stack=anything)
     est = estimate_mesh(model, cluster, job, ParallelConfig(pp=8, dp=2, schedule="dualpipe", zero_stage=2))
     m = est.num_microbatches  # 64 / (2 x 1) = 32
     assert m == 32 and est.bubble_fraction == pytest.approx(2.0 / (32 + 2.0))
@@ -136,3 +139,19 @@ def test_bubble_matches_the_reference_schedules_counts(schedule: str, p: int, m:
     from planner.cost.pipeline import bubble_fraction
 
     assert float(bubble_fraction(np.array([m]), _meshes(p, schedule))[0]) == pytest.approx(idle / makespan)
+
+
+def test_stacks_run_only_their_own_schedules(cli) -> None:
+    # Stack.pipeline_schedules: Megatron-Core runs 1F1B and interleaved only, torchtitan torch's
+    # schedules (GPipe, DualPipeV among them), no shipped stack ZB-H1 or two-copy DualPipe
+    base = ("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--pp", "2", "--dp", "8")
+    r = cli(*base, "--schedule", "gpipe")
+    assert_one_line_error(r, "stack megatron-core runs no gpipe pipeline schedule", "--stack torchtitan")
+    r = cli(*base, "--schedule", "zb-h1", "--stack", "torchtitan")
+    assert_one_line_error(r, "stack torchtitan runs no zb-h1", "no shipped stack runs it")
+    assert cli(*base, "--schedule", "gpipe", "--stack", "torchtitan").code == 0
+    # with one stage there is no pipeline to schedule
+    one = ("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--pp", "1", "--dp", "16")
+    assert_one_line_error(cli(*one, "--schedule", "gpipe", "--stack", "torchtitan"), "gpipe needs pp >= 2")
+    r = cli("--model", "llama3-8b", "--cluster", "dgx-h100x2", "--schedule", "zb-h1")
+    assert_one_line_error(r, "every candidate mesh breaks a rule", "stack_schedule")

@@ -603,7 +603,7 @@ def test_cli_out_writes_the_file_and_nothing_to_stdout(cli, tmp_path) -> None:
 
 def test_cli_refusal_and_missing_format_are_one_line_errors(cli) -> None:
     r = cli("export", "-f", "megatron", *GIVEN, "--schedule", "gpipe")
-    assert_one_line_error(r, "megatron cannot express --schedule gpipe")
+    assert_one_line_error(r, "stack megatron-core runs no gpipe pipeline schedule")
     assert r.out == ""
     assert_one_line_error(cli("export", "-m", "llama70b", "-c", "dgx-h100x16"), "--format")
 

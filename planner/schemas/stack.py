@@ -18,6 +18,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import RunCalibration, check_sources
+from planner.schemas.parallel import Schedule
 
 AttentionKernel = Literal["fa2", "fused", "sdpa"]
 """'fa2': FlashAttention-2 (the flash-attn 2 package); 'fused': the GPU's best fused kernel
@@ -194,6 +195,12 @@ class Stack(Frozen):
         description="Fewest pipeline stages with which the stack interleaves virtual stages (the interleaved "
         "1F1B schedule); None: it runs no interleaved schedule",
     )
+    pipeline_schedules: tuple[Schedule, ...] | None = Field(
+        None,
+        description="Pipeline schedules the framework runs with pp > 1 (a mesh with another is refused, as "
+        "its export would be); None: any the planner prices (a stack file that states none). Lists "
+        "interleaved-1f1b exactly when interleaved_min_pp is set",
+    )
     partial_recompute: PartialRecompute | None = Field(
         description="How full recompute may cover only r layers of each model chunk "
         "(``ParallelConfig.recompute_layers``): 'block', any r (Megatron --recompute-method block "
@@ -274,6 +281,16 @@ class Stack(Frozen):
             raise ValueError(
                 "compiled_cross_entropy_bytes_per_logit and compiled_loss_bytes_per_logit: set both (the stack "
                 "compiles its loss) or neither"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _interleaving_listed(self) -> Stack:
+        schedules = self.pipeline_schedules
+        if schedules is not None and ("interleaved-1f1b" in schedules) != (self.interleaved_min_pp is not None):
+            raise ValueError(
+                f"pipeline_schedules {list(schedules)}: list interleaved-1f1b exactly when interleaved_min_pp is set "
+                f"(it is {self.interleaved_min_pp})"
             )
         return self
 
