@@ -1,6 +1,8 @@
 """Capacity planning: how many nodes train a model on a token budget within a deadline, and what
 it costs. Each node count is searched in full (``planner.search``); the answer is the smallest
-count whose best mesh meets the deadline, with the table of all counts tried.
+count whose best mesh meets the deadline, with the table of all counts tried, and the smallest
+that meets it at the slow end of its error bar too (the count to bet on where finishing late
+costs more than a node).
 
 On racks whose fast domain a large job is given a segment of (GB200/GB300 NVL72: 64 of each
 72 GPUs, ``fewer_gpus.segment_count``), each count is also searched on the segments alone, and
@@ -10,6 +12,7 @@ parallelism, so the best mesh on all of them folds the factor 9 into the pipelin
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import Field
@@ -54,8 +57,17 @@ class CapacityRow(Frozen):
     tokens_per_s: float | None
     mfu: float | None
     time_to_train_s: float | None
+    time_to_train_interval_s: tuple[float, float] | None = Field(
+        None,
+        description="The time to train at the ends of the best mesh's tokens/s interval (the central 80% of "
+        "what published runs priced alike measured, ``error_bar.interval``): fast end, slow end; None where "
+        "the hardware and stack have no calibrated band",
+    )
     cost_to_train_usd: float | None
-    meets_deadline: bool
+    meets_deadline: bool = Field(description="The predicted time to train is within the deadline")
+    meets_deadline_slow_end: bool = Field(
+        False, description="The slow end of the interval is within the deadline too (False without an interval)"
+    )
     why_not: str | None = Field(None, description="Why no mesh fits at this count")
 
 
@@ -66,7 +78,14 @@ class CapacityReport(Frozen):
     deadline_s: float
     price_per_gpu_hour_usd: float | None
     rows: list[CapacityRow]
+    stack: str
+    dtype: str
     answer: CapacityRow | None = Field(description="Fewest nodes that meet the deadline")
+    answer_slow_end: CapacityRow | None = Field(
+        None,
+        description="Fewest nodes that meet it at the slow end of their interval too: the count to bet on "
+        "where a late finish costs more than a node",
+    )
     cheapest: CapacityRow | None = Field(description="Lowest cost among the counts that meet it")
 
 
@@ -98,14 +117,8 @@ def capacity(
         return _row(model, cluster, job, pins, deadline_s)
 
     rows = [row_at(nodes) for nodes in node_counts(max_nodes)]
-    first = next((i for i, r in enumerate(rows) if r.meets_deadline), 0)
-    if first > 0:  # bisect the counts the grid skipped between the last miss and the first hit
-        miss, hit = rows[first - 1].nodes, rows[first].nodes
-        while hit - miss > 1:
-            mid = (miss + hit) // 2
-            rows.append(row_at(mid))
-            miss, hit = (miss, mid) if rows[-1].meets_deadline else (mid, hit)
-        rows.sort(key=lambda r: r.nodes)
+    for meets in (_meets, _meets_slow_end):
+        rows = _bisected(rows, meets, row_at)
     meeting = [r for r in rows if r.meets_deadline]
     costed = [r for r in meeting if r.cost_to_train_usd is not None]
     return CapacityReport(
@@ -115,9 +128,37 @@ def capacity(
         deadline_s=deadline_s,
         price_per_gpu_hour_usd=node.profile.price_per_gpu_hour_usd,
         rows=rows,
+        stack=job.software.name,
+        dtype=job.dtype,
         answer=meeting[0] if meeting else None,
+        answer_slow_end=next((r for r in rows if r.meets_deadline_slow_end), None),
         cheapest=min(costed, key=lambda r: r.cost_to_train_usd or 0.0) if costed else None,
     )
+
+
+def _meets(row: CapacityRow) -> bool:
+    return row.meets_deadline
+
+
+def _meets_slow_end(row: CapacityRow) -> bool:
+    return row.meets_deadline_slow_end
+
+
+def _bisected(
+    rows: list[CapacityRow], meets: Callable[[CapacityRow], bool], row_at: Callable[[int], CapacityRow]
+) -> list[CapacityRow]:
+    """``rows`` with the counts the grid skipped between the last that misses and the first that
+    meets (by ``meets``) searched too, so the first that meets is the fewest nodes that do."""
+    first = next((i for i, r in enumerate(rows) if meets(r)), 0)
+    if first == 0:
+        return rows
+    by_nodes = {r.nodes: r for r in rows}
+    miss, hit = rows[first - 1].nodes, rows[first].nodes
+    while hit - miss > 1:
+        mid = (miss + hit) // 2
+        by_nodes[mid] = by_nodes.get(mid) or row_at(mid)
+        miss, hit = (miss, mid) if meets(by_nodes[mid]) else (mid, hit)
+    return sorted(by_nodes.values(), key=lambda r: r.nodes)
 
 
 def _row(
@@ -148,6 +189,10 @@ def _row(
         )
     train_s = best.time_to_train_s
     assert train_s is not None  # the job has a token budget
+    band = best.tokens_per_s_per_gpu_interval
+    span = None
+    if band is not None and band[0] > 0:  # time scales as 1 / throughput: the high end trains fastest
+        span = (train_s * best.tokens_per_s_per_gpu / band[1], train_s * best.tokens_per_s_per_gpu / band[0])
     return CapacityRow(
         nodes=cluster.num_nodes,
         gpus=used,
@@ -158,6 +203,8 @@ def _row(
         tokens_per_s=best.tokens_per_s,
         mfu=best.mfu,
         time_to_train_s=train_s,
+        time_to_train_interval_s=span,
         cost_to_train_usd=best.cost_to_train_usd,
         meets_deadline=train_s <= deadline_s,
+        meets_deadline_slow_end=span is not None and span[1] <= deadline_s,
     )

@@ -504,11 +504,11 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     price = report.price_per_gpu_hour_usd
     console.print(
         f"[bold]{report.model}[/] on {report.profile} nodes: {report.training_tokens:.3g} tokens within "
-        f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}"
+        f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}, {report.dtype}, stack {report.stack}"
         + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
     )
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "$M", "meets"):
+    for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "80% band", "$M", "meets"):
         table.add_column(col, justify="left" if col == "best mesh" else "right")
     fastest_so_far = float("inf")
     dominated = False
@@ -519,8 +519,9 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             fastest_so_far = min(fastest_so_far, r.time_to_train_s)
         dominated |= slower
         if r.mesh is None:
-            table.add_row(str(r.nodes), str(r.gpus), "nothing fits", "", "", "", "", "no")
+            table.add_row(str(r.nodes), str(r.gpus), "nothing fits", "", "", "", "", "", "no")
             continue
+        span = r.time_to_train_interval_s
         table.add_row(
             str(r.nodes),
             str(r.gpus) if r.gpus == r.node_gpus else f"{r.gpus} of {r.node_gpus}",
@@ -528,10 +529,20 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             duration(r.step_time_s or 0.0),
             f"{r.mfu or 0.0:.1%}",
             f"{(r.time_to_train_s or 0.0) / 86400:,.1f}" + ("*" if slower else ""),
+            "" if span is None else f"{span[0] / 86400:,.1f}-{span[1] / 86400:,.1f}",
             "" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd / 1e6:,.2f}",
-            "yes" if r.meets_deadline else "no",
+            ("yes" if r.meets_deadline_slow_end else "likely") if r.meets_deadline else "no",
         )
     console.print(table)
+    unfit = [r for r in report.rows if r.mesh is None and r.why_not]
+    if unfit:  # the largest count that fits nothing says how far off the smaller ones are
+        last = unfit[-1]
+        console.print(f"nothing fits on {last.nodes} node{'' if last.nodes == 1 else 's'}: {last.why_not}")
+    if any(r.time_to_train_interval_s is not None for r in report.rows):
+        console.print(
+            "80% band: the days at the ends of the best mesh's tokens/s band (published runs priced alike); meets: "
+            "yes within the deadline at the band's slow end, likely at the prediction only"
+        )
     if dominated:
         console.print(
             "*: no faster than a smaller node count tried (the batch splits less evenly over these GPUs, or each "
@@ -550,6 +561,18 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         f"answer: {a.nodes} node{'' if a.nodes == 1 else 's'} ({used} GPUs) "
         f"with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
     )
+    sure = report.answer_slow_end
+    if sure is not None and sure.nodes != a.nodes:
+        span = sure.time_to_train_interval_s or (0.0, 0.0)
+        console.print(
+            f"to meet the deadline at the slow end of the band too: {sure.nodes} nodes with {sure.mesh}, "
+            f"{days(span[1])} at worst"
+        )
+    elif sure is None and any(r.time_to_train_interval_s is not None for r in report.rows):
+        console.print(
+            f"no count up to {report.rows[-1].nodes} nodes meets the deadline at the slow end of its band; "
+            "raise --max-nodes or --days for that margin"
+        )
     if report.cheapest is not None and report.cheapest.nodes != a.nodes:
         c = report.cheapest
         console.print(

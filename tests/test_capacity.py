@@ -79,6 +79,19 @@ def test_capacity_finds_the_fewest_nodes_meeting_the_deadline() -> None:
     steps = math.ceil(1e12 / job.tokens_per_step)  # whole optimizer steps
     assert answer.time_to_train_s == pytest.approx(steps * job.tokens_per_step / best.tokens_per_s, rel=1e-12)
     assert report.cheapest is not None and report.cheapest.cost_to_train_usd <= answer.cost_to_train_usd  # type: ignore[operator]
+    # The band: time to train at the ends of the best mesh's tokens/s interval, and the fewest nodes
+    # that meet the deadline at its slow end (bisected like the answer)
+    band = best.tokens_per_s_per_gpu_interval
+    assert band is not None and answer.time_to_train_interval_s is not None
+    fast, slow = answer.time_to_train_interval_s
+    assert fast == pytest.approx(answer.time_to_train_s * best.tokens_per_s_per_gpu / band[1], rel=1e-12)
+    assert slow == pytest.approx(answer.time_to_train_s * best.tokens_per_s_per_gpu / band[0], rel=1e-12)
+    assert fast < answer.time_to_train_s < slow
+    sure = report.answer_slow_end
+    assert sure is not None and sure.nodes > answer.nodes and sure.meets_deadline_slow_end
+    assert sure.time_to_train_interval_s is not None and sure.time_to_train_interval_s[1] <= 30 * SECONDS_PER_DAY
+    assert sure.nodes - 1 in nodes and all(not r.meets_deadline_slow_end for r in report.rows if r.nodes < sure.nodes)
+    assert (report.stack, report.dtype) == ("megatron-core", "bf16")
 
 
 def test_capacity_cli(cli) -> None:
@@ -90,6 +103,25 @@ def test_capacity_cli(cli) -> None:
     assert [row["nodes"] for row in report["rows"]] == [1, 2, 3, 4, 6, 8]
     human = cli(*args, "--days", "7")
     assert human.code == 0 and "answer:" in human.out
+    text = " ".join(human.out.split())
+    assert "bf16, stack megatron-core" in text and "80% band" in text
+    # a count that fits nothing says why (the largest such count: how far off the rest are)
+    big = " ".join(
+        cli(
+            "capacity",
+            "-m",
+            "llama3-405b",
+            "-c",
+            "dgx-h100",
+            "--training-tokens",
+            "1T",
+            "--days",
+            "60",
+            "--max-nodes",
+            "2",
+        ).out.split()
+    )
+    assert "nothing fits on 2 nodes: no mesh fits in memory" in big
     # a 16-sequence batch splits evenly over 4 nodes but not over 6: the 6-node row is no faster, marked so
     small = " ".join(cli(*args[:-2], "--max-nodes", "6", "--days", "7", "-B", "16").out.split())
     assert "3.8* " in small and "*: no faster than a smaller node count tried" in small and "3.6* " not in small
@@ -113,8 +145,8 @@ def test_capacity_on_nvl72_racks_keeps_their_64_gpu_segments_where_faster(cli) -
         assert row.all_gpus_step_time_s == whole.step_time_s
         assert row.cost_to_train_usd == pytest.approx(row.time_to_train_s * row.gpus * 16.0 / 3600, rel=1e-12)  # type: ignore[operator]
     one, two = report.rows
-    assert one.step_time_s == pytest.approx(2.922, abs=0.005)
-    assert one.all_gpus_step_time_s == pytest.approx(3.279, abs=0.005)
+    assert one.step_time_s == pytest.approx(2.947, abs=0.005)
+    assert one.all_gpus_step_time_s == pytest.approx(3.305, abs=0.005)
     assert two.step_time_s < 0.8 * two.all_gpus_step_time_s  # type: ignore[operator]
     args = ("-m", "llama3-8b", "-c", "gb200-nvl72", "--training-tokens", "1T", "--days", "10", "--max-nodes", "2")
     human = cli("capacity", *args)
