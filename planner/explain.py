@@ -6,6 +6,7 @@ prints them.
 
 from __future__ import annotations
 
+from planner.cost.memory import MEMORY_UNDERCOUNT
 from planner.cost.pipeline import layers_per_chunk
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -34,7 +35,7 @@ def versus_best(best: Estimate, est: Estimate) -> str:
     """How a given mesh (``plan estimate --compare-best``) compares with the search's best for the
     same job: what it loses on (``where_it_loses``) or, faster but not fitting, what it would need."""
     rate = f"{best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
-    head = f"the search's best for this job is {best.config.parallel.short()} ({rate})"
+    head = f"the search's best for this job is {best.config.parallel.short()} ({rate}{tight_clause(best)})"
     if not est.fits:
         need = est.memory_per_gpu_bytes / GIB_BYTES
         usable = est.memory_usable_bytes / GIB_BYTES
@@ -43,6 +44,19 @@ def versus_best(best: Estimate, est: Estimate) -> str:
             return f"{head}; {verdict} (it would be {best.step_time_s - est.step_time_s:.3g} s faster)"
         return f"{head}; {verdict}, and would be {where_it_loses(best, est)}"
     return f"{head}; this mesh: {where_it_loses(best, est)}"
+
+
+def tight_clause(est: Estimate) -> str:
+    """', tight on memory: 75.1 of 79.7 GiB' where a mesh's predicted peak is within the memory
+    count's worst measured under-count of the GPU's capacity (``cost.memory.MEMORY_UNDERCOUNT``,
+    the figure ``pricing.advice`` warns at), '' otherwise."""
+    capacity = est.memory_usable_bytes / (1.0 - est.config.job.memory_headroom)
+    if est.memory_per_gpu_bytes <= capacity * (1.0 - MEMORY_UNDERCOUNT):
+        return ""
+    return (
+        f", tight on memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {capacity / GIB_BYTES:.1f} GiB, "
+        f"so --memory-headroom {MEMORY_UNDERCOUNT:g} may pick another"
+    )
 
 
 def recompute_chosen(est: Estimate) -> str:

@@ -9,7 +9,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
-from planner.cost.memory import host_offload_capacity_bytes
+from planner.cost.memory import headroom_clause, host_offload_capacity_bytes
 from planner.error_bar import relative_band
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -336,6 +336,11 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         console.print(
             "band: where published runs priced like this landed, relative to the prediction (their central 80%): "
             f"{ranking.candidates[0].interval_basis}"
+        )
+    if ranking.candidates and job.memory_headroom:
+        console.print(
+            f"free: GiB below the {gib(ranking.candidates[0].memory_usable_bytes)} usable per GPU"
+            f"{headroom_clause(job)}"
         )
     if ranking.pareto:
         fastest, leanest = ranking.pareto[0], ranking.pareto[-1]

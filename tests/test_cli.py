@@ -190,6 +190,20 @@ def test_estimate_compares_a_given_layout_with_the_searchs_best(cli) -> None:  #
     assert versus["explanation"].split(";")[0] in " ".join(table.out.split())
 
 
+def test_compare_best_says_when_the_best_is_tight_on_memory(cli) -> None:
+    # the main plan's best (tp4 pp4 dp8 v8) holds 79.2 of the H100's 79.7 GiB: within the memory
+    # count's worst measured under-count (12.5%) of full, which the comparison must say
+    r = cli("estimate", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2", "--dp", "8", "--compare-best")
+    text = " ".join(r.out.split())
+    assert r.code == 0 and "tight on memory: 79.2 of 79.7 GiB, so --memory-headroom 0.125 may pick another" in text
+    r = cli("estimate", "-m", "llama3-8b", "-c", "dgx-h100", "--tp", "2", "--compare-best", "--memory-headroom", "0.125")
+    assert r.code == 0 and "tight on memory" not in r.out
+    # the ranking's free column counts below the usable memory, and says so where headroom is kept
+    r = cli("-m", "llama3-8b", "-c", "dgx-h100", "--memory-headroom", "0.125")
+    assert "free: GiB below the 69.7 usable per GPU (12.5% kept free by --memory-headroom)" in r.out
+    assert "free: GiB below" not in cli("-m", "llama3-8b", "-c", "dgx-h100").out
+
+
 def test_cross_node_tp_is_warned(cli) -> None:
     r = cli(
         "estimate", "--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "16", "--sequence-parallel", "--json"
