@@ -192,6 +192,36 @@ def test_calibrate_rejects_a_file_that_is_not_a_report(cli, tmp_path) -> None:
     assert_one_line_error(r, "--ops", "broadcast")
 
 
+def test_calibrate_names_what_it_leaves_out_and_refuses_absurd_times(cli, tmp_path) -> None:
+    from planner.validate.schemas import ReplayContext, SweepPoint, SweepReport
+    from tests.conftest import assert_one_line_error
+
+    results, _ = _synthetic("localhost-cpu")
+    intra = [r for r in results if r.spec.tier != "inter_node"]
+    context = ReplayContext(
+        host="test", created_at="now", backend="gloo", device="cpu", world_size=2, replay_profile="localhost-cpu",
+        warmup=1, repeats=1, timeout_s=60, max_message_bytes=None, max_gemm_flops=None, notes=[],
+    )  # fmt: skip
+
+    def report(terms: list[TermResult]) -> str:
+        path = tmp_path / f"sweep{len(list(tmp_path.iterdir()))}.json"
+        points = [SweepPoint(series="size", result=t) for t in terms]
+        path.write_text(SweepReport(status="complete", context=context, points=points).model_dump_json())
+        return str(path)
+
+    zero = intra[0].model_copy(update={"measured_s": 0.0})
+    args = ("--cluster", "localhost-cpu", "--out", str(tmp_path / "fit.yaml"))
+    r = cli("calibrate", "--from", report([zero, *intra[1:]]), *args)
+    assert r.code == 0, r.err
+    assert f"1 terms of {tmp_path}" in r.err and "timed at 0 s" in r.err and intra[0].spec.name in r.err
+    assert "inter_node: unchanged (no term was measured on it)" in r.out and "intra_node: alpha" in r.out
+    r = cli("calibrate", "--from", report([zero, *intra[1:]]), *args, "--json")
+    assert set(r.json()["links"]) == {"intra_node"} and r.json()["unmeasurable_terms"] == [intra[0].spec.name]
+    huge = intra[1].model_copy(update={"measured_s": 1e308})
+    r = cli("calibrate", "--from", report([huge, *intra[2:]]), *args)
+    assert_one_line_error(r, f"term '{intra[1].spec.name}': field 'measured_s': 1e+308 s", "at most 86400 s")
+
+
 @pytest.mark.parametrize("dispatcher", ["allgather", "flex"])
 def test_ep_terms_replay_the_jobs_dispatcher(dispatcher: str) -> None:
     # allgather replays its all-gather and the combine's reduce-scatter; flex an all-to-all of the

@@ -66,6 +66,7 @@ def calibrate_cmd(
         check_measured_on,
         fit,
         fits_attention,
+        fitted_link_tiers,
         initial_params,
         predict,
         samples_from_json,
@@ -92,6 +93,14 @@ def calibrate_cmd(
             f"{len(results)} terms measured before it stopped",
             err=True,
         )
+    if samples.unmeasurable:
+        shown = ", ".join(samples.unmeasurable[:3]) + (", ..." if len(samples.unmeasurable) > 3 else "")
+        typer.echo(
+            f"warning: {len(samples.unmeasurable)} terms of {from_} were timed at 0 s (below the timer's "
+            f"resolution) and are left out of the fit: {shown}",
+            err=True,
+        )
+    fitted_tiers = fitted_link_tiers(results)
     params, before, _ = fit(base, results)
     where = measured_where(context.host, context.created_at, context.device_name, context.torch_version)
     source = f"{where}: plan calibrate fit to {len(results)} terms of {from_.name}"
@@ -105,7 +114,12 @@ def calibrate_cmd(
         "partial": samples.error is not None,
         "error_before": vars(before),
         "error_after": vars(after),
-        "links": {t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw} for t, (lat, bw) in params.links.items()},
+        "links": {
+            t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw}
+            for t, (lat, bw) in params.links.items()
+            if t in fitted_tiers
+        },
+        "unmeasurable_terms": samples.unmeasurable,
         "gemm_rate_scale": params.gemm_scale,
         "attention_efficiency_scale": params.attention_scale,
     }
@@ -116,7 +130,10 @@ def calibrate_cmd(
     typer.echo(f"before ({base.name}): {before}")
     typer.echo(f"after  ({profile.name}): {after}")
     for tier, (lat, bw) in params.links.items():
-        typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
+        if tier in fitted_tiers:
+            typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
+        else:
+            typer.echo(f"  {tier}: unchanged (no term was measured on it)")
     for dtype, scale in params.gemm_scale.items():
         typer.echo(f"  {dtype} GEMM rate x{scale:.3g} of the old profile's")
     if fits_attention(results):

@@ -51,6 +51,13 @@ TIERS = ("intra_node", "inter_node")
 COMPUTE_OPS = ("gemm", "layer")
 """Ops timed on one rank, priced by the GPU's rates rather than a link."""
 
+MAX_TERM_S = 86_400.0
+"""The longest time one replayed term (one collective, GEMM or layer shard, the median of its
+repeats) may be measured at: a day. Not a measurement but a sanity bound: the largest term the
+replay times is bounded by --max-message-bytes and --max-gemm-flops, seconds at most on any
+machine, so a figure above a day (1e308 s, say) is a broken or hand-edited report, which would
+otherwise fit a link of ~0 bytes/s into the profile."""
+
 
 @dataclass(frozen=True)
 class Samples:
@@ -60,12 +67,14 @@ class Samples:
     results: list[TermResult]
     context: ReplayContext
     error: str | None
+    unmeasurable: list[str]  # terms timed at 0 s, left out of the fit
 
 
 def samples_from_json(data: dict[str, Any], where: str) -> Samples:
     """Every measured term of a validation or sweep report, and where and when it was measured.
-    Non-finite times are refused by the report schema; a term measured at zero time, or a GEMM
-    with a zero dimension, carries nothing to fit and is refused by name."""
+    Non-finite times are refused by the report schema, a time above ``MAX_TERM_S`` and a GEMM
+    with a zero dimension by name here; a term timed at 0 s (below the timer's resolution) carries
+    nothing to fit and is left out, named in ``Samples.unmeasurable`` for the caller to report."""
     from planner.errors import validate_as
 
     kind = data.get("kind")
@@ -83,10 +92,17 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
     for r in results:
         if r.spec.gemm_mnk is not None and min(r.spec.gemm_mnk) < 1:
             raise PlannerError(f"{where}: term '{r.spec.name}': GEMM shape {r.spec.gemm_mnk} has a zero dimension")
+        if r.measured_s > MAX_TERM_S:
+            raise PlannerError(
+                f"{where}: term '{r.spec.name}': field 'measured_s': {r.measured_s:g} s; one replayed term is "
+                f"timed at most {MAX_TERM_S:g} s (a day)"
+            )
+    unmeasurable = [r.spec.name for r in results if r.measured_s <= 0]
     results = [r for r in results if r.measured_s > 0]
     if not results:
         raise PlannerError(f"{where}: no measured terms to fit")
-    return Samples(results, report.context, None if report.status == "complete" else report.error or "failed")
+    status = None if report.status == "complete" else report.error or "failed"
+    return Samples(results, report.context, status, unmeasurable)
 
 
 def check_measured_on(context: ReplayContext, profile: HardwareProfile, where: str) -> None:
@@ -203,12 +219,17 @@ class ErrorStats:
         )
 
 
+def fitted_link_tiers(results: list[TermResult]) -> list[str]:
+    """The link tiers that measured collectives fit (the others keep the profile's figures)."""
+    return sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS})
+
+
 def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, ErrorStats, ErrorStats]:
     """Least-squares fit (module docstring); returns the parameters and the error before and after."""
     from scipy.optimize import least_squares
 
     start = initial_params(profile)
-    tiers = sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS})
+    tiers = fitted_link_tiers(results)
     dtypes = sorted({r.spec.dtype for r in results if r.spec.op in COMPUTE_OPS})
     layers = fits_attention(results)
     x0 = [math.log(v) for t in tiers for v in start.links[t]] + [0.0] * (len(dtypes) + layers)
@@ -252,7 +273,7 @@ def calibrated_profile(
     data = profile.model_dump(mode="json", exclude_none=True)
     data["name"] = name
     data["description"] = f"{profile.description} (calibrated: {source})"
-    for tier in sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS}):
+    for tier in fitted_link_tiers(results):
         latency_s, bus = params.links[tier]
         data[tier] = _tier_update(getattr(profile, tier), latency_s, bus, source)
     gpu = data["gpu"]
