@@ -339,8 +339,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         )
     if ranking.candidates and job.memory_headroom:
         console.print(
-            f"free: GiB below the {gib(ranking.candidates[0].memory_usable_bytes)} usable per GPU"
-            f"{headroom_clause(job)}"
+            f"free: GiB below the {gib(ranking.candidates[0].memory_usable_bytes)} usable per GPU{headroom_clause(job)}"
         )
     if ranking.pareto:
         fastest, leanest = ranking.pareto[0], ranking.pareto[-1]
