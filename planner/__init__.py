@@ -78,16 +78,18 @@ def plan(
     job: JobSpec | None = None,
     top: int = 10,
     objective: str = "time",
+    price: float | None = None,
     **pins: Any,
 ) -> Ranking:
     """Rank feasible meshes; ``pins`` fix ParallelConfig knobs (tp=8, zero_stage=1, ...) and may
-    also set job fields (seq_len=8192, global_batch_size=512). Where fewer of the cluster's GPUs
-    train faster, the ranking's ``fewer_gpus`` says so (``planner.fewer_gpus``)."""
+    also set job fields (seq_len=8192, global_batch_size=512); ``price`` is USD per GPU-hour
+    (`--price`; None: the profile's list price). Where fewer of the cluster's GPUs train faster,
+    the ranking's ``fewer_gpus`` says so (``planner.fewer_gpus``)."""
     from planner.search import pins_from_config_fields, search
 
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise PlannerError(f"top: expected a whole number >= 1, got {top!r}")
-    spec, clus = load_model(model), load_cluster(cluster)
+    spec, clus = load_model(model), _priced(cluster, price)
     job_fields, mesh = _split(pins)
     mesh, split = _pipeline_split(mesh)
     if split.given:
@@ -107,15 +109,29 @@ def plan(
     )
 
 
-def estimate(model: str | ModelSpec, cluster: str | ClusterSpec, job: JobSpec | None = None, **fields: Any) -> Estimate:
+def _priced(cluster: str | ClusterSpec, price: object) -> ClusterSpec:
+    """``load_cluster`` at ``price`` USD per GPU-hour where given (``ClusterSpec.with_price``)."""
+    if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)):
+        raise PlannerError(f"price: expected USD per GPU-hour, a number > 0, got {price!r}")
+    return load_cluster(cluster).with_price(None if price is None else float(price))
+
+
+def estimate(
+    model: str | ModelSpec,
+    cluster: str | ClusterSpec,
+    job: JobSpec | None = None,
+    price: float | None = None,
+    **fields: Any,
+) -> Estimate:
     """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...), Megatron-LM's split
-    options (``PipelineSplit``: decoder_first_pipeline_num_layers, ...) and job fields. As
+    options (``PipelineSplit``: decoder_first_pipeline_num_layers, ...) and job fields; ``price``
+    is USD per GPU-hour (None: the profile's). As
     `plan estimate` reads them: dp takes the GPUs tp*pp*cp leave, v > 1 implies interleaved 1F1B,
     sequence parallelism is on with tp > 1, an unset zero_stage is the stack's (``search.pinned_mesh``)."""
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh, pins_from_config_fields, split_pins
 
-    spec, clus = load_model(model), load_cluster(cluster)
+    spec, clus = load_model(model), _priced(cluster, price)
     job_fields, mesh = _split(fields)
     work = _job(spec, job, job_fields)
     mesh, split = _pipeline_split(mesh)
@@ -130,26 +146,27 @@ def plan_capacity(
     days: float,
     max_nodes: int = 1024,
     job: JobSpec | None = None,
+    price: float | None = None,
     **pins: Any,
 ) -> CapacityReport:
     """How many nodes of ``cluster``'s profile train ``model`` on ``training_tokens`` within ``days``
     and what it costs (`plan capacity`): ``planner.plan_capacity("llama70b", "dgx-h100", 15e12, 30)``.
-    ``pins`` as in ``plan``; each node count up to ``max_nodes`` is searched in full (on NVL72
+    ``pins`` and ``price`` as in ``plan``; each node count up to ``max_nodes`` is searched in full (on NVL72
     racks also on their 64-GPU segments, ``planner.capacity.capacity``). Not named ``capacity``:
     that is the module, which its first import would bind over a function of the same name."""
-    from planner.capacity import SECONDS_PER_DAY
     from planner.capacity import capacity as capacity_report
+    from planner.capacity import deadline_seconds
     from planner.search import pins_from_config_fields
 
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
         raise PlannerError(f"max_nodes: expected a whole number >= 1, got {max_nodes!r}")
     if isinstance(days, bool) or not isinstance(days, int | float):
         raise PlannerError(f"days: expected a finite number > 0, got {days!r}")
-    spec, clus = load_model(model), load_cluster(cluster)
+    spec, clus = load_model(model), _priced(cluster, price)
     node = clus.model_copy(update={"num_nodes": 1, "num_gpus": clus.gpus_per_node})
     job_fields, mesh = _split(pins)
     work = _job(spec, job, {**job_fields, "training_tokens": training_tokens})
-    return capacity_report(spec, node, work, days * SECONDS_PER_DAY, max_nodes, pins_from_config_fields(**mesh))
+    return capacity_report(spec, node, work, deadline_seconds(days), max_nodes, pins_from_config_fields(**mesh))
 
 
 def serve(model: str | ModelSpec, cluster: str | ClusterSpec, **request: Any) -> Any:

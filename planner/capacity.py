@@ -28,6 +28,15 @@ from planner.schemas.model import ModelSpec
 SECONDS_PER_DAY = 86400.0
 
 
+def deadline_seconds(days: float) -> float:
+    """``--days`` in seconds: a finite number of days > 0 whose seconds are finite too (1e308 days
+    overflow to inf seconds, which the error names as the days given)."""
+    seconds = days * SECONDS_PER_DAY
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise PlannerError(f"--days must be a finite number > 0 (at most about 2e303), got {days:g}")
+    return seconds
+
+
 def node_counts(max_nodes: int) -> list[int]:
     """Node counts tried: 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 1.5 * 2^k) up to ``max_nodes``,
     the sizes clusters are usually carved into. Neighbours differ by at most 1.5x, so when time

@@ -126,7 +126,9 @@ def test_capacity_cli(cli) -> None:
     small = " ".join(cli(*args[:-2], "--max-nodes", "6", "--days", "7", "-B", "16").out.split())
     assert "3.8* " in small and "*: no faster than a smaller node count tried" in small and "3.6* " not in small
     assert_one_line_error(cli(*args), "--days is required")
-    assert_one_line_error(cli(*args[:-4], "--days", "7"), "--training-tokens is required")
+    assert_one_line_error(cli(*args[:-4], "--days", "7"), "--training-tokens is required: the token budget")
+    # days whose seconds overflow are named as the days given (was "got inf")
+    assert_one_line_error(cli(*args, "--days", "1e308"), "--days must be a finite number > 0", "got 1e+308")
 
 
 def test_capacity_on_nvl72_racks_keeps_their_64_gpu_segments_where_faster(cli) -> None:

@@ -79,6 +79,9 @@ def test_heads_not_divisible_by_kv_heads(cli, tmp_path: Path) -> None:
 def test_mesh_product_not_gpu_count(cli) -> None:
     r = cli("estimate", "--model", "llama70b", "--cluster", "dgx-h100x2", "--tp", "8", "--pp", "4", "--dp", "2")
     assert_one_line_error(r, "tp*pp*dp*cp", "64", "16 GPUs")
+    # without --dp, the degrees given must leave a whole dp (tp 3 on 16 GPUs had read "3*1*5*1 = 15")
+    r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--tp", "3")
+    assert_one_line_error(r, "tp*pp*cp = 3*1*1 = 3 does not divide the 16 GPUs")
 
 
 def test_heads_not_divisible_by_tp(cli) -> None:
@@ -442,6 +445,16 @@ def test_objects_names_and_defaults_the_library_is_given(cli, tmp_path: Path) ->
     with pytest.raises(PlannerError, match="job: field 'memory_headroom'"):
         planner.plan(model, "dgx-h100", job=job.model_copy(update={"memory_headroom": 2.0}))
     assert_one_line_error(cli("--model", "", "--cluster", "dgx-h100"), "model: empty name")
+    # the library takes --price as price (it had been refused as an unknown mesh knob)
+    at_3 = planner.estimate("llama3-8b", "dgx-h100", price=3.0, tp=1, training_tokens=1e12)
+    at_list = planner.estimate("llama3-8b", "dgx-h100", tp=1, training_tokens=1e12)
+    assert at_3.cost_to_train_usd == pytest.approx(at_list.cost_to_train_usd * 3.0 / 10.0, rel=1e-12)  # type: ignore[operator]
+    ranked = planner.plan("llama3-8b", "dgx-h100", price=3.0, training_tokens=1e12, top=1).candidates[0]
+    assert ranked.cost_to_train_usd == pytest.approx(ranked.time_to_train_s * 8 * 3.0 / 3600, rel=1e-12)  # type: ignore[operator]
+    with pytest.raises(PlannerError, match="price: expected USD per GPU-hour, a number > 0, got '3'"):
+        planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 30, price="3")  # type: ignore[arg-type]
+    with pytest.raises(PlannerError, match="--price must be a finite number > 0"):
+        planner.plan("llama3-8b", "dgx-h100", price=float("nan"))
     gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "n_layer": 12, "n_positions": 1024}
     (tmp_path / "config.json").write_text(json.dumps(gpt2 | {"vocab_size": 50257, "activation_function": "gelu_new"}))
     r = cli("estimate", "--model", str(tmp_path / "config.json"), "--cluster", "dgx-h100", "--json")

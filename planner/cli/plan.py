@@ -6,7 +6,7 @@ from __future__ import annotations
 import typer
 
 from planner.cli.app import app, console, emit_json
-from planner.cli.inputs import mesh_pins, model_cluster_job, one_mesh_pins, require
+from planner.cli.inputs import mesh_pins, model_cluster_job, one_mesh_pins
 from planner.cli.options import (
     CompareBestOpt,
     DaysOpt,
@@ -119,18 +119,20 @@ def capacity_cmd(
     """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.
 
     Tries 1, 2, 3, 4, 6, 8, 12, ... nodes up to --max-nodes, each with a full search."""
-    from planner.capacity import SECONDS_PER_DAY, capacity
+    from planner.capacity import capacity, deadline_seconds
 
-    require(job.training_tokens, "--training-tokens")
+    if job.training_tokens is None:
+        raise PlannerError("--training-tokens is required: the token budget to train on (15T, 300B, 2.5e12)")
     if days is None:
         raise PlannerError("--days is required (the deadline in days)")
+    deadline_s = deadline_seconds(days)
     spec, node, work = model_cluster_job(target, job)
     if node.num_nodes > 1 or node.num_gpus != node.gpus_per_node:
         raise PlannerError(
             f"--cluster {target.cluster}: plan capacity chooses the node count itself; give one node of the profile "
             f"({node.profile.name}), without a node count, --nodes or --gpus"
         )
-    report = capacity(spec, node, work, days * SECONDS_PER_DAY, max_nodes)
+    report = capacity(spec, node, work, deadline_s, max_nodes)
     if as_json:
         emit_json(report.model_dump(mode="json"))
     else:

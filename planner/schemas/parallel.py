@@ -172,7 +172,14 @@ class ParallelConfig(Frozen):
         by constructing the config."""
         fields = dict(pins)
         if "dp" not in fields:
-            fields["dp"] = max(1, num_gpus // (fields.get("tp", 1) * fields.get("pp", 1) * fields.get("cp", 1)))
+            tp, pp, cp = fields.get("tp", 1), fields.get("pp", 1), fields.get("cp", 1)
+            model_parallel = tp * pp * cp
+            if num_gpus % model_parallel:
+                raise PlannerError(
+                    f"impossible mesh: tp*pp*cp = {tp}*{pp}*{cp} = {model_parallel} does not divide the {num_gpus} "
+                    f"GPUs, so no dp fills them; choose degrees whose product divides {num_gpus}"
+                )
+            fields["dp"] = num_gpus // model_parallel
         if "schedule" not in fields and fields.get("virtual_stages", 1) > 1:
             fields["schedule"] = "interleaved-1f1b"
         if "sequence_parallel" not in fields:
