@@ -166,10 +166,15 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     notes += biased_band_note(est)
     if config.tp > 1 and not config.sequence_parallel:
         notes.append("tp > 1 without --sequence-parallel: norm and dropout activations are replicated on every TP rank")
-    if est.mfu > cluster.gpu.gemm_efficiency:
+    # the rate the planner runs a large GEMM at: benchmark efficiency x what a long run sustains
+    gpu = cluster.gpu
+    ceiling = gpu.gemm_efficiency * gpu.gemm_efficiency_ratio(job.dtype, job.fp8_scaling) * gpu.sustained
+    if est.hfu > ceiling:  # HFU >= MFU: recompute only adds FLOPs
+        which = f"MFU {est.mfu:.0%}" if est.mfu > ceiling else f"HFU {est.hfu:.0%} (MFU {est.mfu:.0%})"
         notes.append(
-            f"MFU {est.mfu:.0%} exceeds the GPU's GEMM efficiency ({cluster.gpu.gemm_efficiency:.0%}) because model "
+            f"{which} exceeds the GPU's sustained GEMM rate ({ceiling:.0%} of peak) because model "
             "FLOPs count the full s x s attention square (Megatron-LM/PaLM convention) while causal kernels run half"
+            + (", and recomputed attention counts it again" if est.hfu > est.mfu else "")
         )
     hidden, compute = est.hidden_comm_s.dp + est.hidden_comm_s.cp, est.time_breakdown_s.compute
     if hidden > OVERLAP_ADVICE_SHARE * compute:

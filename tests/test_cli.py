@@ -205,6 +205,19 @@ def test_compare_best_says_when_the_best_is_tight_on_memory(cli) -> None:
     assert "free: GiB below" not in cli("-m", "llama3-8b", "-c", "dgx-h100").out
 
 
+def test_hfu_above_the_sustained_gemm_rate_is_explained(cli) -> None:
+    # 128K tokens under full recompute: MFU 57% stays under the H100's sustained GEMM rate (0.80 x
+    # the fitted sustained fraction, 71%), HFU 76% does not, since the recomputed forward counts
+    # causal attention's full square again; the note says which figure and why
+    args = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100x4", "--tp", "8", "--cp", "4", "-B", "64", "--json")
+    data = cli(*args, "--seq-len", "131072", "--recompute", "full").json()
+    assert data["mfu"] < 0.71 < data["hfu"]
+    note = next(w for w in data["warnings"] if "sustained GEMM rate" in w)
+    assert note.startswith(f"HFU {data['hfu']:.0%} (MFU {data['mfu']:.0%}) exceeds") and "counts it again" in note
+    data = cli(*args, "--seq-len", "8192").json()
+    assert not any("sustained GEMM rate" in w for w in data["warnings"])
+
+
 def test_cross_node_tp_is_warned(cli) -> None:
     r = cli(
         "estimate", "--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "16", "--sequence-parallel", "--json"
