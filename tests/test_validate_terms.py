@@ -222,6 +222,30 @@ def test_calibrate_names_what_it_leaves_out_and_refuses_absurd_times(cli, tmp_pa
     assert_one_line_error(r, f"term '{intra[1].spec.name}': field 'measured_s': 1e+308 s", "at most 86400 s")
 
 
+def test_kendall_tau_counts_each_distinct_replay_once() -> None:
+    from planner.validate.report import distinct_replays, kendall_tau
+    from planner.validate.schemas import CandidateReport, ReplicaMesh
+
+    results, _ = _synthetic("localhost-cpu")
+    a, b, c = results[0], results[1], results[2]
+
+    def cand(rank: int, terms: list[TermResult], predicted: float, measured: float) -> CandidateReport:
+        return CandidateReport(
+            rank=rank, mesh=f"m{rank}", plan_step_time_s=predicted, replica=ReplicaMesh(), replica_notes=[],
+            terms=terms, predicted_replay_s_per_step=predicted, measured_replay_s_per_step=measured,
+            ratio=measured / predicted, complete=True,
+        )  # fmt: skip
+
+    # #1 and #2 replay the same terms (a knob the replay does not run): one replay at their mean;
+    # their measured order (noise) must not count against the planner
+    same = [cand(1, [a, b], 1.0, 1.30), cand(2, [a, b], 1.0, 1.10), cand(3, [a, c], 2.0, 2.5)]
+    assert distinct_replays(same) == [(1.0, pytest.approx(1.2)), (2.0, 2.5)]
+    assert kendall_tau(same) == 1.0
+    assert kendall_tau(same[:2]) is None  # one distinct replay: no order to test
+    swapped = [cand(1, [a], 1.0, 3.0), cand(2, [b], 2.0, 2.0), cand(3, [c], 3.0, 4.0)]
+    assert kendall_tau(swapped) == pytest.approx(1 / 3)
+
+
 @pytest.mark.parametrize("dispatcher", ["allgather", "flex"])
 def test_ep_terms_replay_the_jobs_dispatcher(dispatcher: str) -> None:
     # allgather replays its all-gather and the combine's reduce-scatter; flex an all-to-all of the

@@ -7,11 +7,12 @@ so that both sides count the same work. When a layer shard is replayed, it count
 GEMMs inside it (``TermSpec.in_step_sum``), which are still reported, marked '*'. Whether the
 predicted order of candidates held is Kendall's tau (Kendall 1938, 'A New Measure of Rank
 Correlation'; scipy.stats.kendalltau, tau-b) of predicted against measured replay time over the
-complete candidates: 1 when the order held.
+complete candidates, each distinct replay once (``distinct_replays``): 1 when the order held.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -101,16 +102,31 @@ def candidate_report(info: CandidateInfo, block: ReplayBlock, measured: dict[int
     )
 
 
+def distinct_replays(candidates: list[CandidateReport]) -> list[tuple[float, float]]:
+    """(predicted, measured) replay time per step of each distinct replay among the complete
+    candidates: candidates whose replayed terms are the same (meshes that differ only in what the
+    replay does not run, a ZeRO stage or a recompute choice on one rank, say) are one replay, at
+    the mean of their measurements, since their order is the timer's noise, not the planner's."""
+    groups: dict[str, list[CandidateReport]] = {}
+    for c in candidates:
+        if c.measured_replay_s_per_step is not None:
+            key = json.dumps([t.spec.model_dump(mode="json", exclude={"name"}) for t in c.terms], sort_keys=True)
+            groups.setdefault(key, []).append(c)
+    return [
+        (same[0].predicted_replay_s_per_step, sum(c.measured_replay_s_per_step or 0.0 for c in same) / len(same))
+        for same in groups.values()
+    ]
+
+
 def kendall_tau(candidates: list[CandidateReport]) -> float | None:
-    """Kendall's tau-b of predicted vs measured replay time per step; None below two candidates."""
-    done = [c for c in candidates if c.measured_replay_s_per_step is not None]
-    if len(done) < 2:
+    """Kendall's tau-b of predicted vs measured replay time per step over the distinct replays
+    (``distinct_replays``); None below two."""
+    pairs = distinct_replays(candidates)
+    if len(pairs) < 2:
         return None
     from scipy.stats import kendalltau
 
-    tau = kendalltau(
-        [c.predicted_replay_s_per_step for c in done], [c.measured_replay_s_per_step for c in done]
-    ).statistic
+    tau = kendalltau([p for p, _ in pairs], [m for _, m in pairs]).statistic
     return None if tau != tau else float(tau)  # NaN when every value ties
 
 
@@ -184,8 +200,18 @@ def print_validation(console: Console, report: ValidationReport) -> None:
             f"  replay time per step: predicted {cand.predicted_replay_s_per_step:.3g} s, "
             f"measured {'-' if meas is None else f'{meas:.3g} s'}{ratio}"
         )
+    done = [c for c in report.candidates if c.measured_replay_s_per_step is not None]
+    distinct = len(distinct_replays(report.candidates))
+    same = (
+        f" over {distinct} distinct replays ({len(done) - distinct} candidates replay the same terms as another, "
+        "counted once)"
+        if distinct < len(done)
+        else ""
+    )
     if report.kendall_tau is not None:
-        console.print(f"Kendall tau of predicted vs measured order: {report.kendall_tau:.2f} (1 = order held)")
+        console.print(f"Kendall tau of predicted vs measured order: {report.kendall_tau:.2f} (1 = order held){same}")
+    elif len(done) >= 2 and distinct < 2:
+        console.print(f"no Kendall tau: the {len(done)} candidates replay the same terms (their order is not tested)")
     if report.error:
         console.print(f"run failed: {report.error}")
 

@@ -183,7 +183,8 @@ class ValidationReport(Frozen):
     context: ReplayContext
     candidates: list[CandidateReport]
     kendall_tau: float | None = Field(
-        description="Kendall tau of predicted vs measured replay time per step over complete candidates"
+        description="Kendall tau of predicted vs measured replay time per step over the complete candidates' "
+        "distinct replays (candidates replaying the same terms count once; report.distinct_replays)"
     )
 
 
