@@ -139,7 +139,7 @@ def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: Pa
     if not job.software.activation_offloading:
         return f"offload_layers: stack {job.software.name} offloads no activations (Megatron-Core stacks do)"
     if cluster.gpu.host_link_bytes_per_s is None:
-        return f"offload_layers: profile {cluster.name} states no host_link_gb_per_s to price the transfers at"
+        return f"offload_layers: profile {cluster.profile.name} states no host_link_gb_per_s to price the transfers at"
     if p.pp > 1 or p.recompute != "none":
         return f"offload_layers needs pp 1 and recompute 'none' (got pp {p.pp}, recompute '{p.recompute}')"
     return (
