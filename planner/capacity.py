@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from operator import attrgetter
 from typing import Any
 
 from pydantic import Field
@@ -126,7 +127,7 @@ def capacity(
         return _row(model, cluster, job, pins, deadline_s)
 
     rows = [row_at(nodes) for nodes in node_counts(max_nodes)]
-    for meets in (_meets, _meets_slow_end):
+    for meets in (attrgetter("meets_deadline"), attrgetter("meets_deadline_slow_end")):
         rows = _bisected(rows, meets, row_at)
     meeting = [r for r in rows if r.meets_deadline]
     costed = [r for r in meeting if r.cost_to_train_usd is not None]
@@ -143,14 +144,6 @@ def capacity(
         answer_slow_end=next((r for r in rows if r.meets_deadline_slow_end), None),
         cheapest=min(costed, key=lambda r: r.cost_to_train_usd or 0.0) if costed else None,
     )
-
-
-def _meets(row: CapacityRow) -> bool:
-    return row.meets_deadline
-
-
-def _meets_slow_end(row: CapacityRow) -> bool:
-    return row.meets_deadline_slow_end
 
 
 def _bisected(

@@ -71,7 +71,8 @@ def _growth_hint(job: JobSpec, unit: int) -> str:
 
 
 def _schedule_stacks(schedule: str, stack: str) -> str:
-    """Where a refused schedule runs: '; stack torchtitan runs it', or that no shipped stack does."""
+    """Where a refused schedule runs ('; torchtitan runs it: --stack torchtitan'), or that no
+    shipped stack does."""
     from planner.catalog import load_stack, stack_names
 
     others = [n for n in stack_names() if n != stack and schedule in (load_stack(n).pipeline_schedules or ())]

@@ -542,7 +542,8 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     if unfit:  # the largest count that fits nothing says how far off the smaller ones are
         last = unfit[-1]
         console.print(f"nothing fits on {last.nodes} node{'' if last.nodes == 1 else 's'}: {last.why_not}")
-    if any(r.time_to_train_interval_s is not None for r in report.rows):
+    banded = any(r.time_to_train_interval_s is not None for r in report.rows)
+    if banded:
         console.print(
             "80% band: the days at the ends of the best mesh's tokens/s band (published runs priced alike); meets: "
             "yes within the deadline at the band's slow end, likely at the prediction only"
@@ -572,7 +573,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             f"to meet the deadline at the slow end of the band too: {sure.nodes} nodes with {sure.mesh}, "
             f"{days(span[1])} at worst"
         )
-    elif sure is None and any(r.time_to_train_interval_s is not None for r in report.rows):
+    elif sure is None and banded:
         console.print(
             f"no count up to {report.rows[-1].nodes} nodes meets the deadline at the slow end of its band; "
             "raise --max-nodes or --days for that margin"
