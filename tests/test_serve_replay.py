@@ -10,7 +10,7 @@ import pytest
 from planner.catalog import load_cluster, load_model
 from planner.serving.engine import load_engine
 from planner.serving.layout import Layouts
-from planner.serving.replay import replay_latencies
+from planner.serving.replay import replay, replay_latencies
 from planner.serving.step import Setting, round_cost
 
 
@@ -57,3 +57,65 @@ def test_chunked_prefill_splits_a_prompt_longer_than_the_budget() -> None:
         one = lay.take(np.array([0]))
         piece = round_cost(s, one, np.zeros(1), np.zeros(1), np.array([8192.0]), 20480).total_s(s.params)[0]
         assert 2.4 * float(piece) < ttft < 3.0 * float(piece)
+
+
+def test_the_measured_window_and_the_load_sustained() -> None:
+    """The middle half of the requests at a trickle is each request alone, as the whole run; the
+    time-averaged batch is Little's law (rate x time in the engine); a replica past its capacity
+    queues ever more, one within it does not."""
+    s, lay = _setting()
+    whole = replay(s, lay, 512, 64, 8 * 1e-4, 8 * 40)
+    middle = replay(s, lay, 512, 64, 8 * 1e-4, 8 * 40, (0.25, 0.75))
+    assert middle.ttft_s == pytest.approx(whole.ttft_s, rel=1e-9) and middle.itl_s == pytest.approx(whole.itl_s)
+    assert whole.queue_growth == 0.0
+    rate = 8 * 2.0  # 2 req/s per replica, far below its capacity
+    r = replay(s, lay, 512, 64, rate, 8 * 800, (0.25, 0.75))
+    little = rate / 8 * (r.ttft_s + 63 * r.itl_s)
+    assert r.running == pytest.approx(little, rel=0.1) and abs(r.queue_growth) < 5
+    over = replay(s, lay, 1024, 128, 8 * 400.0, 8 * 800, (0.25, 0.75), draws=1)
+    assert over.queue_growth > 0.3 * 400 and over.ttft_s > 10 * r.ttft_s
+
+
+def test_a_plan_at_a_request_rate_is_replayed() -> None:
+    """At 8 req/s of 2K prompts, 70B's layouts on one DGX H100 are priced by the replay: a whole
+    prompt lands in one iteration (vLLM's 8K token budget) and stalls every running sequence's
+    next token, which the steady-state round, spreading prompts evenly under the weight reads,
+    hides; so the replayed TPOT is well above the steady state's."""
+    import planner
+
+    r = planner.serve("llama3-70b", "dgx-h100x1", input_len=2048, output_len=256, request_rate=8.0, top=20)
+    assert r.candidates and all(c.replayed and c.sustains_rate for c in r.candidates)
+    best = r.candidates[0]
+    assert best.steady_state_tpot_s is not None and best.tpot_s > 1.5 * best.steady_state_tpot_s
+    assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.tpot_s)
+    tpots = [c.tpot_s for c in r.candidates]
+    assert tpots == sorted(tpots)  # at a fixed rate the lowest TPOT wins
+
+
+def test_a_layout_the_replay_finds_short_of_the_rate_meets_nothing() -> None:
+    """DeepSeek-V3 at 20 req/s of 1K/1K on two DGX H200: every layout Little's law lets through
+    at the steady state is replayed; those whose admission queue grows in the replay (it held
+    their KV room full: batch = room) do not sustain the rate and meet no target, the others do.
+    Asked for more than any sustains, the answer says the replay is why."""
+    from planner.catalog import load_cluster, load_model
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import _colocated_candidates, enumerate_layouts, setting_for
+
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h200x2")
+    req = ServeRequest(input_len=1024, output_len=1024, request_rate=20.0, weights_dtype="fp8")
+    s = setting_for(model, cluster, req)
+    cands, _, _ = _colocated_candidates(s, enumerate_layouts(model, cluster, s.engine, req), req)
+    short = [c for c in cands if not c.sustains_rate]
+    kept = [c for c in cands if c.sustains_rate]
+    assert short and kept and all(c.replayed for c in cands)
+    assert not any(c.meets_targets for c in short) and all(c.meets_targets for c in kept)
+    assert min(c.ttft_s for c in short) > 10 * max(c.ttft_s for c in kept)
+
+
+def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli) -> None:
+    """At 40 req/s two layouts keep up by Little's law at the steady state and none in the replay."""
+    r = cli("serve", "--model", "deepseek-v3", "--cluster", "dgx-h200x2", "--input-len", "1024", "--output-len",
+            "1024", "--request-rate", "40")  # fmt: skip
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())  # the console wraps lines
+    assert "no layout keeps up with it when its arrivals are replayed (2 did at the steady-state estimate" in text

@@ -10,6 +10,7 @@ from rich.table import Table
 from planner.schemas.base import GIB_BYTES
 from planner.serving.layout import layout_text
 from planner.serving.schemas import ServeCandidate, ServeRanking
+from planner.serving.search import REPLAY_MIN_REQUESTS
 
 
 def layout_label(c: ServeCandidate) -> str:
@@ -80,10 +81,20 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         if c.equivalent_layouts:
             console.print(f"#{i} is priced the same as {', '.join(c.equivalent_layouts)}")
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
+    best = ranking.candidates[0]
+    if best.replayed:
+        console.print(
+            f"TTFT, TPOT (mean inter-token latency) and batch replayed at {req.request_rate:g} req/s: Poisson "
+            "arrivals through the engine's admission and token budget, the middle half of at least "
+            f"{REPLAY_MIN_REQUESTS:,} requests per replica measured; #1's steady-state estimate was TTFT "
+            f"{best.steady_state_ttft_s * 1e3:.0f} ms, TPOT {best.steady_state_tpot_s * 1e3:.1f} ms"  # type: ignore[operator]
+        )
+    elif req.request_rate is not None:
+        console.print("TTFT and TPOT at the steady state of the offered rate (disaggregated plans are not replayed)")
     kv = ranking.candidates[0].kv_cache_bytes_per_token
     console.print(
-        f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} layout{'s' if ranking.feasible != 1 else ''} "
-        "meet the targets "
+        f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} "
+        f"{'layout meets' if ranking.feasible == 1 else 'layouts meet'} the targets "
         f"({ranking.considered} layout x batch points priced)"
     )
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -48,7 +49,22 @@ within about a quarter of that spread."""
 
 CONTEXT_BUCKET_TOKENS = 32
 """Decode contexts are priced to the nearest 32 tokens, so that iterations of the same batch and
-prompt tokens reuse one price (the KV read moves by well under 1% within a bucket)."""
+prompt tokens reuse one price (the KV read moves by well under 1% within a bucket).
+
+PRICE_ROWS: an iteration priced for the first time is priced with every decode count from 0 to
+the replica's room in one vectorised ``round_cost`` call, the row later iterations at the same
+prompt tokens and context bucket read from: the same prices (each column is the scalar call's
+arithmetic), about a tenth of the time of one call per new key."""
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What a replay measures over its measured requests (means of the arrival draws)."""
+
+    ttft_s: float  # mean time to first token
+    itl_s: float  # mean inter-token latency (NaN: no request generated a second token)
+    running: float  # sequences in the replica's batch (decoding or prefilling), time-averaged
+    queue_growth: float  # requests waiting to be admitted at the last measured arrival, less at the first
 
 
 def replay_latencies(
@@ -56,100 +72,166 @@ def replay_latencies(
 ) -> tuple[float, float]:
     """(mean TTFT s, mean inter-token latency s) of ``requests`` requests of ``input_len`` prompt
     and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once) to the layout's
-    replicas (layout row 0), each replica taking its share (see the module docstring)."""
+    replicas (layout row 0), each replica taking its share (see the module docstring); every
+    request is measured, as the benchmark clients do."""
+    r = replay(s, lay, input_len, output_len, rate_per_s, requests)
+    return r.ttft_s, r.itl_s
+
+
+def replay(
+    s: Setting,
+    lay: Layouts,
+    input_len: int,
+    output_len: int,
+    rate_per_s: float,
+    requests: int,
+    measured: tuple[float, float] = (0.0, 1.0),
+    draws: int = len(REPLAY_SEEDS),
+) -> Replayed:
+    """``replay_latencies``'s run, measuring only the requests whose place in the arrival order
+    falls in ``measured`` (fractions of a replica's requests: (0.25, 0.75) leaves out the ramp up
+    and the drain, for a load sustained indefinitely), averaged over the first ``draws`` of the
+    arrival draws (``REPLAY_SEEDS``)."""
     replicas = float(lay.replicas[0])
     n = max(1, round(requests / replicas))
+    first = min(n - 1, int(measured[0] * n))
+    last = min(n, max(first + 1, math.ceil(measured[1] * n)))
     rate = rate_per_s / replicas
     mem = s.memory(lay, reserved_context(s.engine, input_len, output_len))
     room = max(1, min(int(mem.max_concurrency[0]), s.engine.max_batch_size))
     budget = s.engine.max_num_batched_tokens
     piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
-    one = lay.take(np.array([0]))
-    prices: dict[tuple[int, int, int], float] = {}
+    many = lay.take(np.zeros(room + 1, dtype=int))
+    decoding_counts = np.arange(room + 1, dtype=float)
+    rows: dict[tuple[int, int], np.ndarray] = {}
 
     def iteration_s(decoding: int, prompt_tokens: int, context: float) -> float:
+        """The price of an iteration; a miss prices every decode count at once (``PRICE_ROWS``)."""
         bucket = round(context / CONTEXT_BUCKET_TOKENS)
-        key = (decoding, prompt_tokens, bucket)
-        if key not in prices:
+        row = rows.get((prompt_tokens, bucket))
+        if row is None:
             cost = round_cost(
                 s,
-                one,
-                np.array([float(decoding)]),
-                np.array([float(max(bucket, 1) * CONTEXT_BUCKET_TOKENS)]),
-                np.array([float(prompt_tokens)]),
+                many,
+                decoding_counts,
+                np.full(room + 1, float(max(bucket, 1) * CONTEXT_BUCKET_TOKENS)),
+                np.full(room + 1, float(prompt_tokens)),
                 input_len,
             )
-            prices[key] = float(cost.total_s(s.params)[0])
-        return prices[key]
+            row = rows[(prompt_tokens, bucket)] = cost.total_s(s.params)
+        return float(row[decoding])
 
     draws = (
         [np.zeros(n)]
         if math.isinf(rate)
-        else [np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n)) for seed in REPLAY_SEEDS]
+        else [np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n)) for seed in REPLAY_SEEDS[:draws]]
     )
-    means = [_replay(arrivals, n, room, budget, piece, s.engine.chunked_prefill, input_len, output_len, iteration_s)
-             for arrivals in draws]  # fmt: skip
-    return float(np.mean([m[0] for m in means])), float(np.mean([m[1] for m in means]))
+    engine = _Engine(room, budget, piece, s.engine.chunked_prefill, input_len, output_len, iteration_s)
+    runs = [engine.run(arrivals, first, last) for arrivals in draws]
+    return Replayed(*(float(np.mean(column)) for column in zip(*runs, strict=True)))
 
 
-def _replay(
-    arrivals: np.ndarray,
-    n: int,
-    room: int,
-    budget: int,
-    piece: int,
-    chunked: bool,
-    input_len: int,
-    output_len: int,
-    iteration_s: Callable[[int, int, float], float],
-) -> tuple[float, float]:
-    """One draw of arrivals through the engine (``replay_latencies``): (mean TTFT, mean gap)."""
-    waiting: deque[list[float]] = deque()  # [arrival s, prompt tokens left]
-    prefilling: list[list[float]] = []  # admitted, prompt not finished: [arrival s, tokens left]
-    running: list[list[float]] = []  # [tokens left to generate, time of the last token, generated]
-    ttft: list[float] = []
-    gap_sum, gaps, sent, finished, now = 0.0, 0, 0, 0, 0.0
-    while finished < n:
-        while sent < n and arrivals[sent] <= now:
-            waiting.append([float(arrivals[sent]), float(input_len)])
-            sent += 1
-        if not (running or prefilling or waiting):
-            now = float(arrivals[sent])
-            continue
-        left = budget - len(running)
-        chunks: list[tuple[list[float], int]] = []
-        for req in prefilling:  # prompts already started go first
-            take = int(min(req[1], piece, left))
-            if take > 0:
+@dataclass(frozen=True)
+class _Engine:
+    """One replica's admission and iteration rules (the module docstring)."""
+
+    room: int
+    budget: int
+    piece: int
+    chunked: bool
+    input_len: int
+    output_len: int
+    iteration_s: Callable[[int, int, float], float]
+
+    def run(self, arrivals: np.ndarray, first: int, last: int) -> tuple[float, float, float, float]:
+        """One draw of arrivals through the engine: (mean TTFT, mean gap, time-mean batch, queue
+        growth) of the requests ``first`` to ``last`` - 1, the batch over the span from the first
+        one's arrival to the last one's (over the whole run where they all arrive at once), the
+        growth of the queue waiting for admission over that span (a replica that does not keep up
+        with the rate queues ever more: rate minus capacity times the span).
+
+        Every running sequence gets a token each iteration, so the running ones are kept as
+        counts, not one by one: a sequence whose prompt finishes at the end of iteration k
+        decodes in iterations k + 1 to k + output_len - 1 (its gaps are those iterations' times,
+        its generated count in iteration j is j - k) and leaves at the end of the last; the
+        work per iteration is then the prompts', not the batch's."""
+        n = len(arrivals)
+        waiting: deque[list[float]] = deque()  # [arrival s, prompt tokens left, index]
+        prefilling: list[list[float]] = []  # admitted, prompt not finished: [arrival s, tokens left, index]
+        leaving: dict[int, list[int]] = {}  # iteration -> [sequences, of them measured] that leave after it
+        running = measured_running = joined_sum = 0  # sum over running of the iteration each joined
+        ttft: list[float] = []
+        gap_sum, gaps, sent, finished, now, it = 0.0, 0, 0, 0, 0.0, 0
+        span = (float(arrivals[first]), float(arrivals[last - 1]))
+        batch_s = whole_s = 0.0
+        queue = [math.nan, math.nan]  # waiting at the first and at the last measured arrival
+        while finished < n:
+            while sent < n and arrivals[sent] <= now:
+                waiting.append([float(arrivals[sent]), float(self.input_len), float(sent)])
+                sent += 1
+                for end, index in enumerate((first, last - 1)):
+                    if sent - 1 == index:
+                        queue[end] = float(len(waiting))
+            if not (running or prefilling or waiting):
+                now = float(arrivals[sent])
+                continue
+            it += 1
+            left = self.budget - running
+            chunks: list[tuple[list[float], int]] = []
+            for req in prefilling:  # prompts already started go first
+                take = int(min(req[1], self.piece, left))
+                if take > 0:
+                    chunks.append((req, take))
+                    left -= take
+            while waiting and running + len(prefilling) < self.room:
+                req = waiting[0]
+                take = int(min(req[1], self.piece, left) if self.chunked else (self.piece if self.piece <= left else 0))
+                if take <= 0:
+                    break
+                waiting.popleft()
+                prefilling.append(req)
                 chunks.append((req, take))
                 left -= take
-        while waiting and len(running) + len(prefilling) < room:
-            req = waiting[0]
-            take = int(min(req[1], piece, left) if chunked else (piece if piece <= left else 0))
-            if take <= 0:
-                break
-            waiting.popleft()
-            prefilling.append(req)
-            chunks.append((req, take))
-            left -= take
-        context = input_len + (sum(r[2] for r in running) / len(running) if running else 0.0)
-        now += iteration_s(len(running), sum(t for _, t in chunks), context)
-        for r in running:
-            gap_sum += now - r[1]
-            gaps += 1
-            r[0] -= 1
-            r[1] = now
-            r[2] += 1
-        for req, take in chunks:
-            req[1] -= take
-        for req in [r for r in prefilling if r[1] <= 0]:
-            prefilling.remove(req)
-            ttft.append(now - req[0])
-            if output_len > 1:
-                running.append([float(output_len - 1), now, 1.0])
-            else:
-                finished += 1
-        done = [r for r in running if r[0] <= 0]
-        finished += len(done)
-        running = [r for r in running if r[0] > 0]
-    return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan)
+            context = self.input_len + ((it * running - joined_sum) / running if running else 0.0)
+            price = self.iteration_s(running, sum(t for _, t in chunks), context)
+            in_batch = running + len(prefilling)
+            # decode-only iterations repeat at one price until an arrival, a departure or the next
+            # context bucket: run them here, each as the loop would, without its bookkeeping
+            repeat, bucket = not chunks and running > 0, round(context / CONTEXT_BUCKET_TOKENS)
+            while True:
+                start = now
+                now += price
+                batch_s += in_batch * max(0.0, min(now, span[1]) - max(start, span[0]))
+                whole_s += in_batch * (now - start)
+                gap_sum += measured_running * (now - start)
+                gaps += measured_running
+                if not repeat or it in leaving or (sent < n and arrivals[sent] <= now):
+                    break
+                following = self.input_len + ((it + 1) * running - joined_sum) / running
+                if round(following / CONTEXT_BUCKET_TOKENS) != bucket:
+                    break
+                it += 1
+            for req, take in chunks:
+                req[1] -= take
+            for req in [r for r in prefilling if r[1] <= 0]:
+                prefilling.remove(req)
+                measured = first <= req[2] < last
+                if measured:
+                    ttft.append(now - req[0])
+                if self.output_len > 1:
+                    out = leaving.setdefault(it + self.output_len - 1, [0, 0])
+                    out[0] += 1
+                    out[1] += measured
+                    running += 1
+                    measured_running += measured
+                    joined_sum += it
+                else:
+                    finished += 1
+            if it in leaving:
+                count, of_measured = leaving.pop(it)
+                finished += count
+                running -= count
+                measured_running -= of_measured
+                joined_sum -= count * (it - self.output_len + 1)
+        batch = batch_s / (span[1] - span[0]) if span[1] > span[0] else whole_s / now  # all sent at once: the run's
+        return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan), batch, queue[1] - queue[0]

@@ -78,6 +78,19 @@ class ServeCandidate(Frozen):
         None, description="GPU-hours per million output tokens at the cluster's price (None without a price)"
     )
     meets_targets: bool
+    replayed: bool = Field(
+        False,
+        description="TTFT, TPOT and batch are a replay of the offered request rate (serving.replay: Poisson "
+        "arrivals, the middle half of the requests measured); else the steady-state round's",
+    )
+    sustains_rate: bool | None = Field(
+        None,
+        description="Where replayed: whether the replica keeps up with its share of the rate (its admission "
+        "queue does not grow over the measured requests, serving.search.QUEUE_GROWTH_TOLERANCE); a layout that "
+        "does not never meets the targets",
+    )
+    steady_state_ttft_s: float | None = Field(None, description="Where replayed: the steady-state round's TTFT")
+    steady_state_tpot_s: float | None = Field(None, description="Where replayed: the steady-state round's TPOT")
     equivalent_layouts: list[str] = Field(
         default_factory=list,
         description="Other layouts priced exactly the same (e.g. EP without attention DP, which the model does not "
