@@ -119,3 +119,23 @@ def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli) -> None:
     assert r.code == 0, r.err
     text = " ".join(r.out.split())  # the console wraps lines
     assert "no layout keeps up with it when its arrivals are replayed (2 did at the steady-state estimate" in text
+
+
+def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
+    """64 in flight on one DGX H100: each layout is replayed with its share in flight, each
+    finished request sending the next; its throughput is Little's law over the replayed figures,
+    and where the share exceeds a replica's KV room (4 replicas of 16 on room for 8) the wait in
+    the queue is in its TTFT."""
+    import planner
+
+    r = planner.serve("llama3-70b", "dgx-h100x1", input_len=2048, output_len=256, concurrency=64, top=20)
+    assert all(c.replayed and c.sustains_rate is None for c in r.candidates)
+    for c in r.candidates:
+        replicas = int(c.config["replicas"])
+        per_gpu = 64 // replicas * replicas * 256 / (c.ttft_s + 255 * c.tpot_s) / 8
+        assert c.output_tokens_per_s_per_gpu == pytest.approx(per_gpu)
+    rates = [c.output_tokens_per_s_per_gpu for c in r.candidates]
+    assert rates == sorted(rates, reverse=True)
+    crowded = [c for c in r.candidates if c.max_concurrency < 64]
+    roomy = [c for c in r.candidates if c.max_concurrency >= 64]
+    assert crowded and roomy and min(c.ttft_s for c in crowded) > 10 * max(c.ttft_s for c in roomy)

@@ -83,14 +83,19 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
     best = ranking.candidates[0]
     if best.replayed:
-        console.print(
-            f"TTFT, TPOT (mean inter-token latency) and batch replayed at {req.request_rate:g} req/s: Poisson "
-            "arrivals through the engine's admission and token budget, the middle half of at least "
-            f"{REPLAY_MIN_REQUESTS:,} requests per replica measured; #1's steady-state estimate was TTFT "
-            f"{best.steady_state_ttft_s * 1e3:.0f} ms, TPOT {best.steady_state_tpot_s * 1e3:.1f} ms"  # type: ignore[operator]
+        load = (
+            f"at {req.request_rate:g} req/s: Poisson arrivals"
+            if req.request_rate is not None
+            else f"at {req.concurrency} requests in flight: each finished one sends the next"
         )
-    elif req.request_rate is not None:
-        console.print("TTFT and TPOT at the steady state of the offered rate (disaggregated plans are not replayed)")
+        console.print(
+            f"TTFT, TPOT (mean inter-token latency) and batch replayed {load} through the engine's admission and "
+            f"token budget, the middle half of at least {REPLAY_MIN_REQUESTS:,} requests per replica measured; #1's "
+            f"steady-state estimate was TTFT {best.steady_state_ttft_s * 1e3:.0f} ms, "  # type: ignore[operator]
+            f"TPOT {best.steady_state_tpot_s * 1e3:.1f} ms"  # type: ignore[operator]
+        )
+    elif req.request_rate is not None or req.concurrency is not None:
+        console.print("TTFT and TPOT at the steady state of the offered load (disaggregated plans are not replayed)")
     kv = ranking.candidates[0].kv_cache_bytes_per_token
     console.print(
         f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} "

@@ -68,13 +68,19 @@ class Replayed:
 
 
 def replay_latencies(
-    s: Setting, lay: Layouts, input_len: int, output_len: int, rate_per_s: float, requests: int
+    s: Setting,
+    lay: Layouts,
+    input_len: int,
+    output_len: int,
+    rate_per_s: float,
+    requests: int,
+    concurrency: int | None = None,
 ) -> tuple[float, float]:
     """(mean TTFT s, mean inter-token latency s) of ``requests`` requests of ``input_len`` prompt
-    and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once) to the layout's
-    replicas (layout row 0), each replica taking its share (see the module docstring); every
-    request is measured, as the benchmark clients do."""
-    r = replay(s, lay, input_len, output_len, rate_per_s, requests)
+    and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once), or ``concurrency``
+    at a time, to the layout's replicas (layout row 0), each replica taking its share (see the
+    module docstring); every request is measured, as the benchmark clients do."""
+    r = replay(s, lay, input_len, output_len, rate_per_s, requests, concurrency=concurrency)
     return r.ttft_s, r.itl_s
 
 
@@ -87,11 +93,16 @@ def replay(
     requests: int,
     measured: tuple[float, float] = (0.0, 1.0),
     draws: int = len(REPLAY_SEEDS),
+    concurrency: int | None = None,
 ) -> Replayed:
     """``replay_latencies``'s run, measuring only the requests whose place in the arrival order
     falls in ``measured`` (fractions of a replica's requests: (0.25, 0.75) leaves out the ramp up
     and the drain, for a load sustained indefinitely), averaged over the first ``draws`` of the
-    arrival draws (``REPLAY_SEEDS``)."""
+    arrival draws (``REPLAY_SEEDS``). With ``concurrency`` (the whole layout's, each replica taking
+    ceil(concurrency / replicas)) the load is a closed loop instead of ``rate_per_s``: that many
+    requests are sent at once and each one finished sends the next, as ``vllm bench serve
+    --max-concurrency`` does at an unbounded rate (a semaphore around its requests); the one draw
+    is deterministic."""
     replicas = float(lay.replicas[0])
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))
@@ -121,13 +132,14 @@ def replay(
             row = rows[(prompt_tokens, bucket)] = cost.total_s(s.params)
         return float(row[decoding])
 
-    draws = (
-        [np.zeros(n)]
-        if math.isinf(rate)
-        else [np.cumsum(np.random.default_rng(seed).exponential(1.0 / rate, n)) for seed in REPLAY_SEEDS[:draws]]
-    )
     engine = _Engine(room, budget, piece, s.engine.chunked_prefill, input_len, output_len, iteration_s)
-    runs = [engine.run(arrivals, first, last) for arrivals in draws]
+    if concurrency is not None:
+        runs = [engine.run([0.0] * min(n, math.ceil(concurrency / replicas)), n, first, last)]
+    elif math.isinf(rate):
+        runs = [engine.run([0.0] * n, n, first, last)]
+    else:
+        gaps = (np.random.default_rng(seed).exponential(1.0 / rate, n) for seed in REPLAY_SEEDS[:draws])
+        runs = [engine.run(np.cumsum(g).tolist(), n, first, last) for g in gaps]
     return Replayed(*(float(np.mean(column)) for column in zip(*runs, strict=True)))
 
 
@@ -143,36 +155,36 @@ class _Engine:
     output_len: int
     iteration_s: Callable[[int, int, float], float]
 
-    def run(self, arrivals: np.ndarray, first: int, last: int) -> tuple[float, float, float, float]:
-        """One draw of arrivals through the engine: (mean TTFT, mean gap, time-mean batch, queue
-        growth) of the requests ``first`` to ``last`` - 1, the batch over the span from the first
-        one's arrival to the last one's (over the whole run where they all arrive at once), the
-        growth of the queue waiting for admission over that span (a replica that does not keep up
-        with the rate queues ever more: rate minus capacity times the span).
+    def run(self, arrivals: list[float], n: int, first: int, last: int) -> tuple[float, float, float, float]:
+        """One draw of ``n`` requests through the engine: (mean TTFT, mean gap, time-mean batch,
+        queue growth) of the requests ``first`` to ``last`` - 1, the batch over the span from the
+        first one's arrival to the last one's (over the whole run where they all arrive at once),
+        the growth of the queue waiting for admission over that span (a replica that does not keep
+        up with the rate queues ever more: rate minus capacity times the span). ``arrivals`` holds
+        every arrival time, or fewer: a closed loop, where each request finished sends the next.
 
         Every running sequence gets a token each iteration, so the running ones are kept as
         counts, not one by one: a sequence whose prompt finishes at the end of iteration k
         decodes in iterations k + 1 to k + output_len - 1 (its gaps are those iterations' times,
         its generated count in iteration j is j - k) and leaves at the end of the last; the
         work per iteration is then the prompts', not the batch's."""
-        n = len(arrivals)
+        closed = len(arrivals) < n
         waiting: deque[list[float]] = deque()  # [arrival s, prompt tokens left, index]
         prefilling: list[list[float]] = []  # admitted, prompt not finished: [arrival s, tokens left, index]
         leaving: dict[int, list[int]] = {}  # iteration -> [sequences, of them measured] that leave after it
         running = measured_running = joined_sum = 0  # sum over running of the iteration each joined
         ttft: list[float] = []
         gap_sum, gaps, sent, finished, now, it = 0.0, 0, 0, 0, 0.0, 0
-        span = (float(arrivals[first]), float(arrivals[last - 1]))
-        batch_s = whole_s = 0.0
-        queue = [math.nan, math.nan]  # waiting at the first and at the last measured arrival
+        whole_s = 0.0  # the batch's integral over time, so far
+        marks = [(0.0, 0.0, 0.0), (0.0, 0.0, 0.0)]  # (time, integral, waiting) at the first and last measured arrival
         while finished < n:
-            while sent < n and arrivals[sent] <= now:
+            while sent < len(arrivals) and arrivals[sent] <= now:
                 waiting.append([float(arrivals[sent]), float(self.input_len), float(sent)])
                 sent += 1
                 for end, index in enumerate((first, last - 1)):
                     if sent - 1 == index:
-                        queue[end] = float(len(waiting))
-            if not (running or prefilling or waiting):
+                        marks[end] = (now, whole_s, float(len(waiting)))
+            if not (running or prefilling or waiting):  # idle until the next arrival (an open loop's)
                 now = float(arrivals[sent])
                 continue
             it += 1
@@ -201,11 +213,10 @@ class _Engine:
             while True:
                 start = now
                 now += price
-                batch_s += in_batch * max(0.0, min(now, span[1]) - max(start, span[0]))
                 whole_s += in_batch * (now - start)
                 gap_sum += measured_running * (now - start)
                 gaps += measured_running
-                if not repeat or it in leaving or (sent < n and arrivals[sent] <= now):
+                if not repeat or it in leaving or (sent < len(arrivals) and arrivals[sent] <= now):
                     break
                 following = self.input_len + ((it + 1) * running - joined_sum) / running
                 if round(following / CONTEXT_BUCKET_TOKENS) != bucket:
@@ -227,11 +238,16 @@ class _Engine:
                     joined_sum += it
                 else:
                     finished += 1
+                    if closed and len(arrivals) < n:
+                        arrivals.append(now)
             if it in leaving:
                 count, of_measured = leaving.pop(it)
                 finished += count
                 running -= count
                 measured_running -= of_measured
                 joined_sum -= count * (it - self.output_len + 1)
-        batch = batch_s / (span[1] - span[0]) if span[1] > span[0] else whole_s / now  # all sent at once: the run's
-        return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan), batch, queue[1] - queue[0]
+                if closed:
+                    arrivals.extend([now] * min(count, n - len(arrivals)))
+        (t0, w0, q0), (t1, w1, q1) = marks
+        batch = (w1 - w0) / (t1 - t0) if t1 > t0 else whole_s / now  # all sent at once: the run's
+        return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan), batch, q1 - q0

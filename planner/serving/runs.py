@@ -12,7 +12,9 @@ Modes, from the row's workload and tool:
   static          gptSessionBenchmark's static batch: one prefill of B prompts, then osl decode
                   rounds of B sequences.
   ttft            batch-1 time to first token: one prefill round of the prompt.
-  concurrency     a fixed number of requests in flight (vllm bench serve --max-concurrency).
+  concurrency     a fixed number of requests in flight (vllm bench serve --max-concurrency): TTFT
+                  and TPOT of the stated number of requests replayed in a closed loop (each
+                  finished request sends the next), else at that batch.
   rate            a fixed request rate (Triton online rows): TTFT and TPOT of the stated number of
                   requests replayed iteration by iteration (``replay.replay_latencies``), else at
                   the batch Little's law gives; their throughput is the offered rate, so it is
@@ -341,7 +343,7 @@ class RowPlan:
     cost: RoundCost | None = None  # throughput rows: the cost of the unit the tokens count over
     tokens: float = 0.0  # tokens (of the scored kind) produced per ``cost`` per replica
     notes: list[str] = field(default_factory=list)
-    requests: int | None = None  # a rate row's stated request count: its latencies are replayed
+    requests: int | None = None  # a rate or concurrency row's stated request count: its latencies are replayed
 
     @property
     def architecture(self) -> str:
@@ -447,9 +449,10 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.batch = batch
     requests = (row.get("workload") or {}).get("num_requests")
     stated = isinstance(requests, int) and not isinstance(requests, bool) and requests > 0
-    if mode == "rate" and stated:
+    if mode in ("rate", "concurrency") and stated:
         plan.requests = requests
-        plan.notes.append(f"{requests} requests at {load:g}/s replayed iteration by iteration")
+        at = f"at {load:g}/s" if mode == "rate" else f"{load:g} at a time"
+        plan.notes.append(f"{requests} requests {at} replayed iteration by iteration")
     if mode == "max_throughput" and stated:
         plan.cost, plan.tokens = _waves(s, lay, plan.batch / lay.replicas[0], requests / lay.replicas[0], isl, osl)
         plan.notes.append(f"{requests} requests in waves of {plan.batch:.0f}")
@@ -513,6 +516,8 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
         return out
     if plan.mode == "rate" and plan.requests is not None:
         ttft, tpot = replay_latencies(s_p, lay, isl, osl, plan.batch, plan.requests)
+    elif plan.mode == "concurrency" and plan.requests is not None:
+        ttft, tpot = replay_latencies(s_p, lay, isl, osl, math.inf, plan.requests, concurrency=round(plan.batch))
     else:
         ttft, tpot = _latencies(s_p, lay, _batch_at_load(s_p, plan), isl, osl)
     if "ttft_s" in plan.published:

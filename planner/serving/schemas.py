@@ -80,8 +80,9 @@ class ServeCandidate(Frozen):
     meets_targets: bool
     replayed: bool = Field(
         False,
-        description="TTFT, TPOT and batch are a replay of the offered request rate (serving.replay: Poisson "
-        "arrivals, the middle half of the requests measured); else the steady-state round's",
+        description="TTFT, TPOT and batch are a replay of the offered load (serving.replay: Poisson arrivals at a "
+        "request rate, a closed loop at a concurrency; the middle half of the requests measured); else the "
+        "steady-state round's",
     )
     sustains_rate: bool | None = Field(
         None,

@@ -295,26 +295,40 @@ the layouts of 70B at 8 req/s in ``REPLAY_MIN_REQUESTS``)."""
 
 def _replayed(c: ServeCandidate, s: Setting, one: Layouts, req: ServeRequest) -> ServeCandidate:
     """``c`` with its TTFT, TPOT (mean inter-token latency) and batch from a replay of the offered
-    rate (``replay.replay``): queueing, whole prompts landing in some iterations and not others,
-    and Poisson bursts, which the steady-state round at the batch Little's law gives averages away.
-    Whether it meets the targets is judged on the replay, and a replica that does not keep up with
-    its share of the rate (``QUEUE_GROWTH_TOLERANCE``) meets none."""
+    load (``replay.replay``): queueing, whole prompts landing in some iterations and not others,
+    and, at a request rate, Poisson bursts, which the steady-state round at the batch averages
+    away. At a request rate a replica that does not keep up with its share of it
+    (``QUEUE_GROWTH_TOLERANCE``) meets no target; at a concurrency the load is a closed loop (each
+    request finished sends the next, one deterministic draw), whose throughput is the replica's
+    concurrency over a request's time in it (Little's law: ceil(N / replicas) x osl / (TTFT +
+    (osl - 1) x TPOT)). Whether it meets the targets is judged on the replay."""
     from planner.serving.replay import replay
 
-    assert req.request_rate is not None
     replicas = int(one.replicas[0])
     per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(c.batch_per_replica))
-    r = replay(s, one, req.input_len, req.output_len, req.request_rate, per_replica * replicas, REPLAY_MEASURED)
+    isl, osl, n = req.input_len, req.output_len, per_replica * replicas
+    if req.concurrency is not None:
+        r = replay(s, one, isl, osl, math.inf, n, REPLAY_MEASURED, draws=1, concurrency=req.concurrency)
+    else:
+        assert req.request_rate is not None
+        r = replay(s, one, isl, osl, req.request_rate, n, REPLAY_MEASURED)
     tpot = r.itl_s if math.isfinite(r.itl_s) else c.tpot_s  # one output token: no gap to measure
-    measured = per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
-    sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * measured
+    sustains = None
+    rate = c.output_tokens_per_s_per_gpu
+    if req.request_rate is not None:
+        sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
+    else:
+        in_flight = math.ceil(req.concurrency / replicas)  # type: ignore[operator]
+        rate = replicas * in_flight * osl / (r.ttft_s + (osl - 1) * tpot) / float(one.num_gpus[0])
+    meets = sustains is not False and bool(_meets(req, np.array([r.ttft_s]), np.array([tpot]))[0])
     return c.model_copy(
         update={
             "ttft_s": r.ttft_s,
             "tpot_s": tpot,
+            "output_tokens_per_s_per_gpu": rate,
             "output_tokens_per_s_per_user": 1.0 / tpot,
             "batch_per_replica": r.running,
-            "meets_targets": sustains and bool(_meets(req, np.array([r.ttft_s]), np.array([tpot]))[0]),
+            "meets_targets": meets,
             "replayed": True,
             "sustains_rate": sustains,
             "steady_state_ttft_s": c.ttft_s,
@@ -475,7 +489,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
             warnings.append(
                 f"concurrency {req.concurrency} exceeds the KV room of #1 ({ranked[0].max_concurrency} sequences "
                 "over the cluster): it runs that many at once and the rest wait in the engine's queue, a wait "
-                "its TTFT leaves out"
+                "its replayed TTFT includes"
             )
     elif not reason:
         reason = _empty_reason(cands, req)
@@ -557,7 +571,8 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     for i in chosen:
         if i >= 0:
             c = _candidate(p, int(i), s, req, bool(meets[i]), "")
-            cands.append(c if req.request_rate is None else _replayed(c, s, p.lay.take(np.array([i])), req))
+            loaded = req.request_rate is not None or req.concurrency is not None
+            cands.append(_replayed(c, s, p.lay.take(np.array([i])), req) if loaded else c)
     if not cands and req.request_rate is not None:
         return [], len(p.batch), f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
     if not cands:
