@@ -28,8 +28,11 @@ from planner.serving.calibrate import evaluate, nan_as_null  # noqa: E402
 from planner.serving.runs import load_rows  # noqa: E402
 
 
-def _pct(x: float | None) -> str:
-    return "   -  " if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+6.1f}"
+def _pct(x: float | None, signed: bool = True) -> str:
+    """A percentage in six columns: signed for an error, plain for a MAPE (a mean of magnitudes)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "   -  "
+    return f"{x:+6.1f}" if signed else f"{x:6.1f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'group':40} {'rows':>5} {'priced':>6} {'MAPE':>6} {'CV':>6} {'signed':>7}  TTFT MAPE/CV  TPOT MAPE/CV")
     for g, e in ev.groups.items():
         print(
-            f"{g:40} {e['rows']:5d} {e['priced']:6d} {_pct(e.get('mape_pct')):>6} {_pct(e.get('cv_mape_pct')):>6} "
-            f"{_pct(e.get('signed_pct')):>7}  {_pct(e.get('ttft_mape_pct'))}/{_pct(e.get('ttft_cv_mape_pct'))}"
-            f"  {_pct(e.get('tpot_mape_pct'))}/{_pct(e.get('tpot_cv_mape_pct'))}"
+            f"{g:40} {e['rows']:5d} {e['priced']:6d} {_pct(e.get('mape_pct'), False):>6} "
+            f"{_pct(e.get('cv_mape_pct'), False):>6} {_pct(e.get('signed_pct')):>7}  "
+            f"{_pct(e.get('ttft_mape_pct'), False)}/{_pct(e.get('ttft_cv_mape_pct'), False)}"
+            f"  {_pct(e.get('tpot_mape_pct'), False)}/{_pct(e.get('tpot_cv_mape_pct'), False)}"
         )
     o = ev.overall
 
