@@ -67,23 +67,6 @@ class Replayed:
     queue_growth: float  # requests waiting to be admitted at the last measured arrival, less at the first
 
 
-def replay_latencies(
-    s: Setting,
-    lay: Layouts,
-    input_len: int,
-    output_len: int,
-    rate_per_s: float,
-    requests: int,
-    concurrency: int | None = None,
-) -> tuple[float, float]:
-    """(mean TTFT s, mean inter-token latency s) of ``requests`` requests of ``input_len`` prompt
-    and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once), or ``concurrency``
-    at a time, to the layout's replicas (layout row 0), each replica taking its share (see the
-    module docstring); every request is measured, as the benchmark clients do."""
-    r = replay(s, lay, input_len, output_len, rate_per_s, requests, concurrency=concurrency)
-    return r.ttft_s, r.itl_s
-
-
 def replay(
     s: Setting,
     lay: Layouts,
@@ -95,14 +78,17 @@ def replay(
     draws: int = len(REPLAY_SEEDS),
     concurrency: int | None = None,
 ) -> Replayed:
-    """``replay_latencies``'s run, measuring only the requests whose place in the arrival order
-    falls in ``measured`` (fractions of a replica's requests: (0.25, 0.75) leaves out the ramp up
-    and the drain, for a load sustained indefinitely), averaged over the first ``draws`` of the
-    arrival draws (``REPLAY_SEEDS``). With ``concurrency`` (the whole layout's, each replica taking
-    ceil(concurrency / replicas)) the load is a closed loop instead of ``rate_per_s``: that many
-    requests are sent at once and each one finished sends the next, as ``vllm bench serve
-    --max-concurrency`` does at an unbounded rate (a semaphore around its requests); the one draw
-    is deterministic."""
+    """The mean TTFT and inter-token latency (``Replayed``) of ``requests`` requests of
+    ``input_len`` prompt and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once)
+    to the layout's replicas (layout row 0), each replica taking its share (see the module
+    docstring), measuring only the requests whose place in the arrival order falls in
+    ``measured`` (fractions of a replica's requests: the default, every request, as the benchmark
+    clients do; (0.25, 0.75) leaves out the ramp up and the drain, for a load sustained
+    indefinitely), averaged over the first ``draws`` of the arrival draws (``REPLAY_SEEDS``). With
+    ``concurrency`` (the whole layout's, each replica taking ceil(concurrency / replicas)) the load
+    is a closed loop instead of ``rate_per_s``: that many requests are sent at once and each one
+    finished sends the next, as ``vllm bench serve --max-concurrency`` does at an unbounded rate (a
+    semaphore around its requests); the one draw is deterministic."""
     replicas = float(lay.replicas[0])
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))

@@ -16,7 +16,7 @@ Modes, from the row's workload and tool:
                   and TPOT of the stated number of requests replayed in a closed loop (each
                   finished request sends the next), else at that batch.
   rate            a fixed request rate (Triton online rows): TTFT and TPOT of the stated number of
-                  requests replayed iteration by iteration (``replay.replay_latencies``), else at
+                  requests replayed iteration by iteration (``replay.replay``), else at
                   the batch Little's law gives; their throughput is the offered rate, so it is
                   not scored.
 """
@@ -40,7 +40,7 @@ from planner.schemas.model import TORCH_DTYPE_NAMES, ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
-from planner.serving.replay import replay_latencies
+from planner.serving.replay import replay
 from planner.serving.step import RoundCost, Setting, resolve_ssm_dtype, round_cost
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
@@ -514,10 +514,12 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
         c = round_cost(s_p, lay, np.zeros(1), np.zeros(1), np.array([float(isl)]) * lay.pp, isl)
         out["ttft_s"] = float(c.total_s(p)[0])
         return out
-    if plan.mode == "rate" and plan.requests is not None:
-        ttft, tpot = replay_latencies(s_p, lay, isl, osl, plan.batch, plan.requests)
-    elif plan.mode == "concurrency" and plan.requests is not None:
-        ttft, tpot = replay_latencies(s_p, lay, isl, osl, math.inf, plan.requests, concurrency=round(plan.batch))
+    if plan.mode in ("rate", "concurrency") and plan.requests is not None:
+        if plan.mode == "rate":
+            r = replay(s_p, lay, isl, osl, plan.batch, plan.requests)
+        else:
+            r = replay(s_p, lay, isl, osl, math.inf, plan.requests, concurrency=round(plan.batch))
+        ttft, tpot = r.ttft_s, r.itl_s
     else:
         ttft, tpot = _latencies(s_p, lay, _batch_at_load(s_p, plan), isl, osl)
     if "ttft_s" in plan.published:
