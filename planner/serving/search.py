@@ -272,8 +272,9 @@ def _candidate(p: Priced, i: int, s: Setting, req: ServeRequest, meets: bool, wh
 
 
 REPLAY_MIN_REQUESTS = 1600
-"""Requests per replica a plan at a request rate replays at least (four times its steady-state
-batch where that is more), in each of the four arrival draws, the middle half measured
+"""Requests per replica a plan at a load replays at least (four times its steady-state batch
+where that is more), in each of the four arrival draws at a request rate and in the one closed
+loop at a concurrency, the middle half measured
 (``REPLAY_MEASURED``): the first quarter covers the ramp from an empty engine (about one batch of
 arrivals) and the last the drain after the last arrival, so what is measured is the load
 sustained. Measured on this planner (70B, ISL 2048 / OSL 256 at 8 req/s on one DGX H100, vLLM):
