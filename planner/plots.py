@@ -198,12 +198,20 @@ are in the table and JSON)."""
 
 
 def plot_serving(
-    curves: list[Curve], winner_label: str | None, tpot_target_s: float | None, title: str, path: str | Path
+    curves: list[Curve],
+    winner_label: str | None,
+    tpot_target_s: float | None,
+    title: str,
+    path: str | Path,
+    replayed: list[tuple[str, float, float]] | None = None,
 ) -> None:
-    """``plan serve --plot``: each layout's trade-off over the batch grid, output tokens/s per
-    user (1 / TPOT) against output tokens/s per GPU, as the serving benchmarks draw it (InferenceMAX,
-    TensorRT-LLM's throughput-latency curves); batches that meet the targets solid, the others
-    hollow, the TPOT target as a vertical line and the winner's layout in bold."""
+    """``plan serve --plot``: each layout's trade-off over the batch grid at the steady-state
+    round, output tokens/s per user (1 / TPOT) against output tokens/s per GPU, as the serving
+    benchmarks draw it (InferenceMAX, TensorRT-LLM's throughput-latency curves); batches that meet
+    the targets solid, the others hollow, the TPOT target as a vertical line and the winner's
+    layout in bold. ``replayed``: the table's candidates whose figures come from a replay
+    (label, tokens/s per user, per GPU), drawn as crosses in their layout's colour: where they sit
+    below their curve is the steady state's optimism."""
     plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
     best = sorted(curves, key=lambda c: -float(np.max(c.tokens_per_s_per_gpu)))[:MAX_SERVING_CURVES]
@@ -214,6 +222,11 @@ def plot_serving(
         (line,) = ax.plot(x, y, lw=2.5 if bold else 1.0, label=curve.label + (" (#1)" if bold else ""))
         ax.scatter(x[ok], y[ok], color=line.get_color(), s=18)
         ax.scatter(x[~ok], y[~ok], facecolors="none", edgecolors=line.get_color(), s=18)
+        for label, per_user, per_gpu in replayed or []:
+            if label == curve.label:
+                ax.scatter([per_user], [per_gpu], marker="x", color=line.get_color(), s=60)
+    if replayed:
+        ax.scatter([], [], marker="x", color="k", s=60, label="replayed (the table's figures)")
     if tpot_target_s is not None:
         ax.axvline(1.0 / tpot_target_s, color="k", ls="--", lw=1, label=f"TPOT target {tpot_target_s * 1e3:g} ms")
     ax.set_xlabel("output tokens/s per user (1 / TPOT)")

@@ -155,7 +155,12 @@ def serve_cmd(
 
         winner = layout_label(ranking.candidates[0]) if ranking.candidates else None
         title = f"{ranking.model} on {ranking.cluster}, {ranking.engine}, ISL {req.input_len} / OSL {req.output_len}"
-        plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot)
+        replayed = [
+            (layout_label(c), c.output_tokens_per_s_per_user, c.output_tokens_per_s_per_gpu)
+            for c in ranking.candidates
+            if c.replayed
+        ]
+        plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot, replayed)
     if export is not None:
         from planner.cli.app import write_stdout
         from planner.serving.export import export_commands

@@ -83,11 +83,15 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
     best = ranking.candidates[0]
     if best.replayed:
-        load = (
-            f"at {req.request_rate:g} req/s: Poisson arrivals"
-            if req.request_rate is not None
-            else f"at {req.concurrency} requests in flight: each finished one sends the next"
-        )
+        if req.request_rate is not None:
+            load = f"at {req.request_rate:g} req/s: Poisson arrivals"
+        elif req.concurrency is not None:
+            load = f"at {req.concurrency} requests in flight: each finished one sends the next"
+        else:
+            load = (
+                "at each layout's batch on every replica, in a closed loop (each finished request sends the next; "
+                "the largest batch of the grid whose replay meets the targets)"
+            )
         console.print(
             f"TTFT, TPOT (mean inter-token latency) and batch replayed {load} through the engine's admission and "
             f"token budget, the middle half of at least {REPLAY_MIN_REQUESTS:,} requests per replica measured; #1's "

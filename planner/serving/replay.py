@@ -75,6 +75,7 @@ def replay(
     measured: tuple[float, float] = (0.0, 1.0),
     draws: int = len(REPLAY_SEEDS),
     concurrency: int | None = None,
+    prices: dict[tuple[int, int], np.ndarray] | None = None,
 ) -> Replayed:
     """The mean TTFT and inter-token latency (``Replayed``) of ``requests`` requests of
     ``input_len`` prompt and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once)
@@ -86,7 +87,9 @@ def replay(
     ``concurrency`` (the whole layout's, each replica taking ceil(concurrency / replicas)) the load
     is a closed loop instead of ``rate_per_s``: that many requests are sent at once and each one
     finished sends the next, as ``vllm bench serve --max-concurrency`` does at an unbounded rate (a
-    semaphore around its requests); the one draw is deterministic."""
+    semaphore around its requests); the one draw is deterministic. ``prices``: iteration prices
+    already computed for this setting and layout at the same input and output lengths (filled in
+    here), so that replays of one layout at several loads price each iteration once."""
     replicas = float(lay.replicas[0])
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))
@@ -98,7 +101,7 @@ def replay(
     piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
     many = lay.take(np.zeros(room + 1, dtype=int))
     decoding_counts = np.arange(room + 1, dtype=float)
-    rows: dict[tuple[int, int], np.ndarray] = {}
+    rows: dict[tuple[int, int], np.ndarray] = {} if prices is None else prices
 
     def iteration_s(decoding: int, prompt_tokens: int, context: float) -> float:
         """The price of an iteration. The first at a (prompt tokens, context bucket) prices every decode

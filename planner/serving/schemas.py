@@ -81,7 +81,8 @@ class ServeCandidate(Frozen):
     replayed: bool = Field(
         False,
         description="TTFT, TPOT and batch are a replay of the offered load (serving.replay: Poisson arrivals at a "
-        "request rate, a closed loop at a concurrency; the middle half of the requests measured); else the "
+        "request rate, a closed loop at a concurrency, or at latency targets without a load a closed loop at the "
+        "largest batch whose replay meets them; the middle half of the requests measured); else the "
         "steady-state round's",
     )
     sustains_rate: bool | None = Field(
