@@ -159,7 +159,10 @@ class _Engine:
         its generated count in iteration j is j - k) and leaves at the end of the last; the
         work per iteration is then the prompts', not the batch's."""
         closed = len(arrivals) < n
-        waiting: deque[list[float]] = deque()  # [arrival s, prompt tokens left, index]
+        # the clock restarts at each arrival to an idle engine (``base``, absolute): at a trickle the
+        # arrivals reach 1e15 s, where a double no longer resolves a millisecond between tokens
+        base = 0.0
+        waiting: deque[list[float]] = deque()  # [arrival s since base, prompt tokens left, index]
         prefilling: list[list[float]] = []  # admitted, prompt not finished: [arrival s, tokens left, index]
         leaving: dict[int, list[int]] = {}  # iteration -> [sequences, of them measured] that leave after it
         running = measured_running = joined_sum = 0  # sum over running of the iteration each joined
@@ -168,14 +171,14 @@ class _Engine:
         whole_s = 0.0  # the batch's integral over time, so far
         marks = [(0.0, 0.0, 0.0), (0.0, 0.0, 0.0)]  # (time, integral, waiting) at the first and last measured arrival
         while finished < n:
-            while sent < len(arrivals) and arrivals[sent] <= now:
-                waiting.append([float(arrivals[sent]), float(self.input_len), float(sent)])
+            while sent < len(arrivals) and arrivals[sent] - base <= now:
+                waiting.append([float(arrivals[sent] - base), float(self.input_len), float(sent)])
                 sent += 1
                 for end, index in enumerate((first, last - 1)):
                     if sent - 1 == index:
-                        marks[end] = (now, whole_s, float(len(waiting)))
+                        marks[end] = (base + now, whole_s, float(len(waiting)))
             if not (running or prefilling or waiting):  # idle until the next arrival (an open loop's)
-                now = float(arrivals[sent])
+                base, now = float(arrivals[sent]), 0.0
                 continue
             it += 1
             left = self.budget - running
@@ -206,7 +209,7 @@ class _Engine:
                 whole_s += in_batch * (now - start)
                 gap_sum += measured_running * (now - start)
                 gaps += measured_running
-                if not repeat or it in leaving or (sent < len(arrivals) and arrivals[sent] <= now):
+                if not repeat or it in leaving or (sent < len(arrivals) and arrivals[sent] - base <= now):
                     break
                 following = self.input_len + ((it + 1) * running - joined_sum) / running
                 if round(following / CONTEXT_BUCKET_TOKENS) != bucket:
@@ -229,7 +232,7 @@ class _Engine:
                 else:
                     finished += 1
                     if closed and len(arrivals) < n:
-                        arrivals.append(now)
+                        arrivals.append(base + now)
             if it in leaving:
                 count, of_measured = leaving.pop(it)
                 finished += count
@@ -237,7 +240,7 @@ class _Engine:
                 measured_running -= of_measured
                 joined_sum -= count * (it - self.output_len + 1)
                 if closed:
-                    arrivals.extend([now] * min(count, n - len(arrivals)))
+                    arrivals.extend([base + now] * min(count, n - len(arrivals)))
         (t0, w0, q0), (t1, w1, q1) = marks
-        batch = (w1 - w0) / (t1 - t0) if t1 > t0 else whole_s / now  # all sent at once: the run's
+        batch = (w1 - w0) / (t1 - t0) if t1 > t0 else whole_s / (base + now)  # all sent at once: the run's
         return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan), batch, q1 - q0

@@ -345,14 +345,27 @@ def _replayed(
     (``QUEUE_GROWTH_TOLERANCE``) meets no target; at a concurrency the load is a closed loop (each
     request finished sends the next, one deterministic draw), whose throughput is the replica's
     concurrency over a request's time in it (Little's law: ceil(N / replicas) x osl / (TTFT +
-    (osl - 1) x TPOT)). Whether it meets the targets is judged on the replay."""
+    (osl - 1) x TPOT)), and a share beyond the requests replayed waits in the queue at the rate the
+    saturated replay completes them (in flight beyond twice the batch are not replayed, they only
+    queue: the throughput stops growing with N, the TTFT does not). Whether it meets
+    the targets is judged on the replay."""
     from planner.serving.replay import replay
 
     replicas = int(one.replicas[0])
     per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(c.batch_per_replica))
-    isl, osl, n = req.input_len, req.output_len, per_replica * replicas
+    isl, osl = req.input_len, req.output_len
+    in_flight = simulated = 0
     if req.concurrency is not None:
-        r = replay(s, one, isl, osl, math.inf, n, REPLAY_MEASURED, draws=1, concurrency=req.concurrency, prices=prices)
+        # a closed loop reaches its steady state only with more requests than in flight; beyond
+        # twice the batch the engine is saturated and the rest only queue (below)
+        in_flight = math.ceil(req.concurrency / replicas)
+        simulated = min(in_flight, 2 * math.ceil(c.batch_per_replica))
+        per_replica = max(REPLAY_MIN_REQUESTS, 4 * simulated)
+    n = per_replica * replicas
+    if req.concurrency is not None:
+        r = replay(
+            s, one, isl, osl, math.inf, n, REPLAY_MEASURED, draws=1, concurrency=simulated * replicas, prices=prices
+        )
     else:
         assert req.request_rate is not None
         r = replay(s, one, isl, osl, req.request_rate, n, REPLAY_MEASURED)
@@ -361,13 +374,18 @@ def _replayed(
     rate = c.output_tokens_per_s_per_gpu
     if req.request_rate is not None:
         sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
-    else:
-        in_flight = math.ceil(req.concurrency / replicas)  # type: ignore[operator]
-        rate = replicas * in_flight * osl / (r.ttft_s + (osl - 1) * tpot) / float(one.num_gpus[0])
-    meets = sustains is not False and bool(_meets(req, np.array([r.ttft_s]), np.array([tpot]))[0])
+    ttft = r.ttft_s
+    if req.concurrency is not None:
+        # Little's law over the replay; a replica's share beyond those replayed waits behind them at
+        # the rate the saturated engine completes them: the throughput stops growing with N, the TTFT
+        # does not
+        completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
+        ttft = r.ttft_s + (in_flight - simulated) / completions_per_s
+        rate = replicas * completions_per_s * osl / float(one.num_gpus[0])
+    meets = sustains is not False and bool(_meets(req, np.array([ttft]), np.array([tpot]))[0])
     return c.model_copy(
         update={
-            "ttft_s": r.ttft_s,
+            "ttft_s": ttft,
             "tpot_s": tpot,
             "output_tokens_per_s_per_gpu": rate,
             "output_tokens_per_s_per_user": 1.0 / tpot,
