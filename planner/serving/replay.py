@@ -145,6 +145,38 @@ class _Engine:
     output_len: int
     iteration_s: Callable[[int, int, float], float]
 
+    def _decode_run(
+        self,
+        it: int,
+        running: int,
+        joined_sum: int,
+        context: float,
+        price: float,
+        now: float,
+        leaving: dict[int, list[int]],
+        arrivals: list[float],
+        base: float,
+    ) -> int:
+        """How many decode-only iterations from iteration ``it`` run at one price: up to and including
+        the first after which a sequence leaves, an arrival has come (the next of ``arrivals``,
+        absolute, the clock at ``now`` since ``base``), or the next iteration's mean context is in
+        another bucket (``CONTEXT_BUCKET_TOKENS``; the context grows by one token an iteration)."""
+        steps = min(leaving) - it + 1 if leaving else math.inf
+        if arrivals:
+            steps = min(steps, max(1, math.ceil((arrivals[0] - base - now) / price)))
+        bucket = round(context / CONTEXT_BUCKET_TOKENS)
+
+        def crosses(k: int) -> bool:  # after the k-th iteration of the run, the next one's bucket differs
+            following = self.input_len + ((it + k) * running - joined_sum) / running
+            return round(following / CONTEXT_BUCKET_TOKENS) != bucket
+
+        k = max(1, int((bucket + 0.5) * CONTEXT_BUCKET_TOKENS - context))
+        while k > 1 and crosses(k - 1):
+            k -= 1
+        while not crosses(k):
+            k += 1
+        return int(min(steps, k))
+
     def run(self, arrivals: list[float], n: int, first: int, last: int) -> tuple[float, float, float, float]:
         """One draw of ``n`` requests through the engine: (mean TTFT, mean gap, time-mean batch,
         queue growth) of the requests ``first`` to ``last`` - 1, the batch over the span from the
@@ -201,20 +233,15 @@ class _Engine:
             price = self.iteration_s(running, sum(t for _, t in chunks), context)
             in_batch = running + len(prefilling)
             # decode-only iterations repeat at one price until an arrival, a departure or the next
-            # context bucket: run them here, each as the loop would, without its bookkeeping
-            repeat, bucket = not chunks and running > 0, round(context / CONTEXT_BUCKET_TOKENS)
-            while True:
-                start = now
-                now += price
-                whole_s += in_batch * (now - start)
-                gap_sum += measured_running * (now - start)
-                gaps += measured_running
-                if not repeat or it in leaving or (sent < len(arrivals) and arrivals[sent] - base <= now):
-                    break
-                following = self.input_len + ((it + 1) * running - joined_sum) / running
-                if round(following / CONTEXT_BUCKET_TOKENS) != bucket:
-                    break
-                it += 1
+            # context bucket: run them here at once, as many as the loop would run one by one
+            steps = 1
+            if not chunks and running > 0:
+                steps = self._decode_run(it, running, joined_sum, context, price, now, leaving, arrivals[sent:], base)
+            now += steps * price
+            whole_s += in_batch * steps * price
+            gap_sum += measured_running * steps * price
+            gaps += measured_running * steps
+            it += steps - 1
             for req, take in chunks:
                 req[1] -= take
             for req in [r for r in prefilling if r[1] <= 0]:
