@@ -299,7 +299,8 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> list[Serve
     """Maximum throughput at latency targets, replayed: per layout, the largest batch of the grid
     whose closed-loop replay at that batch (``_replayed`` at a concurrency of the batch on every
     replica) meets the targets, found by bisection over the batches whose steady-state round meets
-    them (the replay's latencies are the steady state's or longer, so no larger batch can). The
+    them (the replay's latencies come out as the steady state's or longer, so a larger batch is
+    not tried). The
     steady-state round spreads every prompt evenly over the rounds, under the decode's weight reads;
     the engine runs a prompt whole in one iteration, which every running sequence waits for: 70B at
     ISL 2048 / OSL 512 on one DGX H100 (vLLM), 2 x TP4 at 48 sequences per replica has a
