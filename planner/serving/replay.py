@@ -154,16 +154,15 @@ class _Engine:
         price: float,
         now: float,
         leaving: dict[int, list[int]],
-        arrivals: list[float],
-        base: float,
+        arrival: float | None,
     ) -> int:
         """How many decode-only iterations from iteration ``it`` run at one price: up to and including
-        the first after which a sequence leaves, an arrival has come (the next of ``arrivals``,
-        absolute, the clock at ``now`` since ``base``), or the next iteration's mean context is in
-        another bucket (``CONTEXT_BUCKET_TOKENS``; the context grows by one token an iteration)."""
+        the first after which a sequence leaves, the next ``arrival`` has come (on the clock of
+        ``now``; None: no more), or the next iteration's mean context is in another bucket
+        (``CONTEXT_BUCKET_TOKENS``; the context grows by one token an iteration)."""
         steps = min(leaving) - it + 1 if leaving else math.inf
-        if arrivals:
-            steps = min(steps, max(1, math.ceil((arrivals[0] - base - now) / price)))
+        if arrival is not None:
+            steps = min(steps, max(1, math.ceil((arrival - now) / price)))
         bucket = round(context / CONTEXT_BUCKET_TOKENS)
 
         def crosses(k: int) -> bool:  # after the k-th iteration of the run, the next one's bucket differs
@@ -236,7 +235,8 @@ class _Engine:
             # context bucket: run them here at once, as many as the loop would run one by one
             steps = 1
             if not chunks and running > 0:
-                steps = self._decode_run(it, running, joined_sum, context, price, now, leaving, arrivals[sent:], base)
+                arrival = arrivals[sent] - base if sent < len(arrivals) else None
+                steps = self._decode_run(it, running, joined_sum, context, price, now, leaving, arrival)
             now += steps * price
             whole_s += in_batch * steps * price
             gap_sum += measured_running * steps * price

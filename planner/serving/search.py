@@ -317,7 +317,7 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> list[Serve
         lo, hi, best, last = 0, len(rows) - 1, None, None
         prices: dict[tuple[int, int], np.ndarray] = {}  # one layout's iterations, priced once for every probe
         while lo <= hi:
-            mid = hi if best is None and last is None else (lo + hi) // 2  # the steady state's pick first
+            mid = hi if last is None else (lo + hi) // 2  # the steady state's pick first
             i = int(rows[mid])
             in_flight = int(p.batch[i] * p.lay.replicas[i])
             c = _candidate(p, i, s, req, True, "")
@@ -327,7 +327,7 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> list[Serve
                 best, lo = last, mid + 1
             else:
                 hi = mid - 1
-        if best is not None or last is not None:
+        if last is not None:
             out.append(best or last)
     return out
 
@@ -353,29 +353,22 @@ def _replayed(
     from planner.serving.replay import replay
 
     replicas = int(one.replicas[0])
-    per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(c.batch_per_replica))
     isl, osl = req.input_len, req.output_len
-    in_flight = simulated = 0
     if req.concurrency is not None:
         # a closed loop reaches its steady state only with more requests than in flight; beyond
         # twice the batch the engine is saturated and the rest only queue (below)
         in_flight = math.ceil(req.concurrency / replicas)
         simulated = min(in_flight, 2 * math.ceil(c.batch_per_replica))
         per_replica = max(REPLAY_MIN_REQUESTS, 4 * simulated)
-    n = per_replica * replicas
-    if req.concurrency is not None:
+        n = per_replica * replicas
         r = replay(
             s, one, isl, osl, math.inf, n, REPLAY_MEASURED, draws=1, concurrency=simulated * replicas, prices=prices
         )
     else:
         assert req.request_rate is not None
-        r = replay(s, one, isl, osl, req.request_rate, n, REPLAY_MEASURED)
+        per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(c.batch_per_replica))
+        r = replay(s, one, isl, osl, req.request_rate, per_replica * replicas, REPLAY_MEASURED)
     tpot = r.itl_s if math.isfinite(r.itl_s) else c.tpot_s  # one output token: no gap to measure
-    sustains = None
-    rate = c.output_tokens_per_s_per_gpu
-    if req.request_rate is not None:
-        sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
-    ttft = r.ttft_s
     if req.concurrency is not None:
         # Little's law over the replay; a replica's share beyond those replayed waits behind them at
         # the rate the saturated engine completes them: the throughput stops growing with N, the TTFT
@@ -383,6 +376,10 @@ def _replayed(
         completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
         ttft = r.ttft_s + (in_flight - simulated) / completions_per_s
         rate = replicas * completions_per_s * osl / float(one.num_gpus[0])
+        sustains = None
+    else:
+        ttft, rate = r.ttft_s, c.output_tokens_per_s_per_gpu
+        sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
     meets = sustains is not False and bool(_meets(req, np.array([ttft]), np.array([tpot]))[0])
     return c.model_copy(
         update={
