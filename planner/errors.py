@@ -23,6 +23,16 @@ class UnpriceableError(PlannerError):
     planner cannot express; the message says why."""
 
 
+class SchemaError(PlannerError):
+    """A schema built from keyword arguments (``ModelSpec(...)``, ``JobSpec(...)``) refused its
+    input: the message is one line naming the class and field; ``validation`` keeps pydantic's
+    error for callers that report a particular field their own way (``pricing.out_of_range``)."""
+
+    def __init__(self, message: str, validation: ValidationError) -> None:
+        super().__init__(message)
+        self.validation = validation
+
+
 def describe_validation_error(err: ValidationError, where: str) -> str:
     """Render the first pydantic error as one line: ``where: field 'a.b': message``.
 

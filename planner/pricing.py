@@ -23,7 +23,7 @@ from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval, pooled_stack_errors, relative_band
-from planner.errors import PlannerError
+from planner.errors import PlannerError, SchemaError
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
@@ -249,11 +249,11 @@ def biased_band_note(est: Estimate) -> list[str]:
     ]
 
 
-def out_of_range(err: ValidationError) -> str:
+def out_of_range(err: ValidationError | SchemaError) -> str:
     """One line for an estimate whose numbers came out unrepresentable (infinite or NaN): which
     quantity, and the inputs that can drive it there (a price, or a profile's memory, peak or
     bandwidth far outside any real GPU's)."""
-    first = err.errors()[0]
+    first = (err.validation if isinstance(err, SchemaError) else err).errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     return (
         f"the estimate's {where} came out {first.get('input')!r}: an input is out of range (--price, or a hardware "
@@ -340,7 +340,7 @@ def row_estimate(
     )
     try:
         return Estimate(**fields)
-    except ValidationError as err:
+    except SchemaError as err:
         raise PlannerError(out_of_range(err)) from None
 
 

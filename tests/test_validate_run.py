@@ -4,7 +4,6 @@ built from model, cluster, job and pins objects, run on local gloo ranks, return
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
@@ -22,9 +21,9 @@ def test_settings_take_the_backends_defaults_and_refuse_what_cannot_run() -> Non
     assert [gloo.setting(n) for n in GLOO_DEFAULTS] == list(GLOO_DEFAULTS.values())
     assert ValidationSettings(backend="nccl", repeats=3).setting("repeats") == 3
     assert ValidationSettings(backend="nccl").setting("max_message_bytes") is None
-    with pytest.raises(ValidationError, match="timeout"):
+    with pytest.raises(PlannerError, match="timeout"):
         ReplaySettings(timeout=0.5)
-    with pytest.raises(ValidationError, match="warmup"):
+    with pytest.raises(PlannerError, match="warmup"):
         ReplaySettings(warmup=-1)
 
 

@@ -7,7 +7,9 @@ import types
 from typing import Annotated, Any, Union, get_args, get_origin
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
+
+from planner.errors import SchemaError, describe_validation_error
 
 _UNIONS = (Union, types.UnionType)
 
@@ -59,6 +61,23 @@ class Frozen(BaseModel):
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, defer_build=True)
+
+    def __init__(self, /, **data: Any) -> None:
+        """Build from keyword arguments, as library callers do (``ModelSpec(layers=0, ...)``); bad
+        input raises ``SchemaError`` (a ``PlannerError``) with the one line the CLI prints, naming the
+        class and field, where pydantic would raise its multi-line ValidationError.
+
+        Files and JSON go through ``model_validate`` (``errors.validate_as`` names the file), which
+        does not call this: ``__pydantic_base_init__`` below tells pydantic this ``__init__`` only
+        wraps its own, so nested models and ``model_validate`` keep pydantic's validation path and
+        its error locations (pydantic's ``ModelMetaclass`` reads the flag to decide whether
+        validation must call a custom ``__init__``; tests/test_schema_errors.py checks both)."""
+        try:
+            super().__init__(**data)
+        except ValidationError as err:
+            raise SchemaError(describe_validation_error(err, type(self).__name__), err) from None
+
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
     @field_validator("*", mode="before")
     @classmethod

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, SchemaError
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, load_engine
@@ -492,7 +492,7 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     check_request(model, cluster, req)
     try:
         return _ranked(model, cluster, req)
-    except ValidationError as err:
+    except (ValidationError, SchemaError) as err:
         from planner.pricing import out_of_range
 
         raise PlannerError(out_of_range(err)) from None
