@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
-from planner.errors import PlannerError, UnpriceableError
+from planner.errors import PlannerError, UnpriceableError, shown
 from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -173,6 +173,14 @@ def translate_rows(
         except refusal as err:
             unpriced.append({"name": str(row.get("name")), "group": str(row.get("group")), "reason": str(err)})
     return built, unpriced
+
+
+def nothing_priced(path: object, unpriced: list[dict[str, str]]) -> PlannerError:
+    """The error of a runs file none of whose rows can be priced: nothing to fit, no error to
+    report; the first row's reason says what to fix (``plan calibrate --from-runs``,
+    ``plan serve-calibrate``)."""
+    first = f" (first: {shown(unpriced[0]['name'])!r}: {unpriced[0]['reason']})" if unpriced else ""
+    return PlannerError(f"{path}: no row can be priced{first}")
 
 
 def cases_from_runs(runs: list[dict[str, Any]]) -> tuple[list[RunCase], list[dict[str, str]]]:
@@ -867,11 +875,29 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     if not format_runs(cluster, job):
         raise UnpriceableError(format_message(cluster, job.dtype, job.fp8_scaling))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
+    check_within_peak(float(published), model, cluster, job)
     memory = published_peak_memory_bytes(measured)
     case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed, memory)
     if recompute is not None:
         check_memory(case)
     return case
+
+
+def check_within_peak(published: float, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
+    """Refuse a published rate above what the GPU can compute: tokens/s per GPU x the model's FLOPs
+    per token (``model_flops_per_token``, Megatron's count, no recompute) past the GPU's dense peak
+    in the job's format is more than 100% MFU, a typo or a figure of another unit (the shipped rows
+    reach 64%), and one such row would pull a fit. Raises ``UnpriceableError``."""
+    from planner.cost.flops import model_flops_per_token, mtp_layers
+
+    peak = cluster.gpu.peak_flops_per_s(job.dtype)
+    ceiling = peak / model_flops_per_token(model, job.seq_len, mtp_layers(model, job))
+    if published > ceiling:
+        raise UnpriceableError(
+            f"measured.tokens_per_s_per_gpu {published:,.6g} is more than one {cluster.gpu.name} can compute: "
+            f"{ceiling:,.0f} at its dense {job.dtype} peak ({peak / 1e12:,.0f} TFLOP/s) and {model.name}'s FLOPs "
+            "per token"
+        )
 
 
 PEAK_MEMORY_UNITS = {"peak_memory_gib": GIB_BYTES, "peak_memory_gb": GB_BYTES}

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import yaml
 
 from planner.errors import PlannerError, UnpriceableError
 from tests.conftest import SAMPLE_RUNS, assert_one_line_error
@@ -96,13 +97,30 @@ def test_serving_token_counts_and_figures_that_are_not_finite_are_refused() -> N
     for value in ("fast", float("nan"), 0, True, None):
         with pytest.raises(UnpriceableError, match=r"workload\.request_rate_qps not a positive number"):
             _request_rate(value)
-    # a NaN, zero or true published figure scored as NaN or inf (or 1.0): it is not read
-    with pytest.raises(UnpriceableError, match="no metric the translator scores"):
+    # a NaN, zero or true published figure scored as NaN or inf (or 1.0): the row is refused by it
+    with pytest.raises(
+        UnpriceableError, match=r"^measured\.output_tokens_per_s_per_gpu is not a positive finite .*\(true\)$"
+    ):
         _published(
             {"measured": {"ttft_ms": float("nan"), "itl_ms_mean": 0, "output_tokens_per_s_per_gpu": True}},
             8,
             "concurrency",
         )
+    # a bad per-GPU rate is not replaced by the total / GPUs beside it (a NaN was, silently)
+    for value in (float("nan"), float("inf"), -1, 0, "fast"):
+        with pytest.raises(UnpriceableError, match=r"^measured\.output_tokens_per_s_per_gpu is not a positive"):
+            _published(
+                {"measured": {"output_tokens_per_s_per_gpu": value, "output_tokens_per_s_total": 8000.0}},
+                8,
+                "concurrency",
+            )
+    figures = {"output_tokens_per_s_per_gpu": None, "output_tokens_per_s_total": 8000.0, "ttft_ms": 250, "note": "x"}
+    assert _published({"measured": figures}, 8, "concurrency") == {
+        "output_tokens_per_s_per_gpu": 1000.0,
+        "ttft_s": 0.25,
+    }
+    with pytest.raises(UnpriceableError, match="no metric the translator scores"):
+        _published({"measured": {"note": "x", "ttft_ms": None}}, 8, "concurrency")
 
 
 # ---- 2. extreme but finite profile numbers in `plan serve` -------------------------------------------
@@ -155,6 +173,20 @@ def test_serve_calibrate_json_has_no_nan() -> None:
     assert out["runs"] == [{"e": None}]
     json.dumps(out, allow_nan=False)  # raises on NaN
     assert (_pct(nan), _pct(1.234), _pct(1.234, "+")) == ("none", "1.2%", "+1.2%")
+
+
+def test_calibrate_from_runs_names_the_first_rows_reason_and_refuses_a_rate_past_the_peak(cli, tmp_path: Path) -> None:
+    # it said only "no row can be priced", and fitted a row of 1e300 tokens/s per GPU
+    row = yaml.safe_load(SAMPLE_RUNS.read_text())["runs"][0]
+    row["measured"]["tokens_per_s_per_gpu"] = 1e300
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"runs": [row]}))
+    assert_one_line_error(
+        cli("calibrate", "--from-runs", str(runs)),
+        f"{runs}: no row can be priced (first: 'llmfoundry-h10080gb-amp_bf16-mpt13b-s2048-g8-mb2': "
+        "measured.tokens_per_s_per_gpu 1e+300 is more than one H100 SXM5 80GB can compute: 12,054 at its dense bf16 "
+        "peak (989 TFLOP/s) and MPT-13b's FLOPs per token)",
+    )
 
 
 # ---- 4. calibrate options the chosen mode ignores, and --name ---------------------------------------------

@@ -177,7 +177,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
 
     from planner.calibration_io import write_fit
     from planner.fit_runs import fit_and_cross_validate
-    from planner.runs import cases_from_runs, check_groups, load_runs
+    from planner.runs import cases_from_runs, check_groups, load_runs, nothing_priced
 
     runs = load_runs(path)
     if groups:
@@ -185,7 +185,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         runs = [r for r in runs if str(r.get("group")) in groups]
     cases, skipped = cases_from_runs(runs)
     if not cases:
-        raise PlannerError(f"{path}: no row can be priced")
+        raise nothing_priced(path, skipped)
     result = fit_and_cross_validate(cases)
     command = "plan calibrate --from-runs " + " ".join(
         shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]

@@ -181,13 +181,13 @@ def serve_calibrate_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the serving engines' per-architecture parameters to published rows (planner/serving/calibrate.py)."""
+    from planner.runs import nothing_priced
     from planner.serving.calibrate import evaluate, write_engine_fits
     from planner.serving.runs import load_rows
 
     ev = evaluate(load_rows(runs), cross_validate=cross_validate)
-    if not ev.overall["priced"]:  # as `plan calibrate --from-runs`: nothing to fit, no error to report
-        first = f" (first: {ev.unpriced[0]['name']!r}: {ev.unpriced[0]['reason']})" if ev.unpriced else ""
-        raise PlannerError(f"{runs}: no row can be priced{first}")
+    if not ev.overall["priced"]:
+        raise nothing_priced(runs, ev.unpriced)
     written: list[str] = []
     if write:
         written = write_engine_fits(ev, runs.name, f"plan serve-calibrate --runs {runs.name} --write")

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from planner.catalog import load_cluster, read_yaml
-from planner.errors import PlannerError, UnpriceableError, validate_as
+from planner.errors import PlannerError, UnpriceableError, shown_value, validate_as
 from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import MAX_SEQ_LEN
@@ -390,10 +390,31 @@ def _request_rate(stated: Any) -> float:
     return rate
 
 
+SCORED_FIGURES = (
+    "output_tokens_per_s_per_gpu",
+    "output_tokens_per_s_total",
+    "total_tokens_per_s_per_gpu",
+    "ttft_ms",
+    "ttft_ms_mean",
+    "ttft_ms_p50",
+    "itl_ms_mean",
+    "itl_ms_p50",
+    "tpot_ms_mean",
+    "tpot_ms_p50",
+)
+"""The ``measured`` fields a row is scored on (``_published``); the rest are notes."""
+
+
 def _published(row: dict[str, Any], count: int, mode: str) -> dict[str, float]:
+    """The row's scored figures in SI. One stated (not null) that is not a positive finite number
+    makes the row unpriceable: a NaN or 0 would score as NaN or inf, and skipping it would score
+    the row on another figure (a per-GPU rate of NaN became the total / GPUs) without saying so."""
     m = row.get("measured") or {}
-    # a NaN or 0 would score as NaN or inf
-    figures = {k: f for k, v in m.items() if (f := positive_figure(v)) is not None}
+    stated = {k: m[k] for k in SCORED_FIGURES if m.get(k) is not None}
+    bad = next((k for k, v in stated.items() if positive_figure(v) is None), None)
+    if bad is not None:
+        raise UnpriceableError(f"measured.{bad} is not a positive finite number ({shown_value(stated[bad])})")
+    figures = {k: float(v) for k, v in stated.items()}
     out: dict[str, float] = {}
     if mode in ("max_throughput", "static", "concurrency"):
         if "output_tokens_per_s_per_gpu" in figures:
