@@ -220,6 +220,17 @@ def test_calibrate_names_what_it_leaves_out_and_refuses_absurd_times(cli, tmp_pa
     huge = intra[1].model_copy(update={"measured_s": 1e308})
     r = cli("calibrate", "--from", report([huge, *intra[2:]]), *args)
     assert_one_line_error(r, f"term '{intra[1].spec.name}': field 'measured_s': 1e+308 s", "at most 86400 s")
+    # collectives that all moved 0 bytes time the latency alone: no bandwidth was fitted from them
+    empty = [t.model_copy(update={"spec": t.spec.model_copy(update={"message_bytes": 0.0})}) for t in intra]
+    collectives = sum(t.spec.op not in ("gemm", "layer") for t in intra)
+    fresh = tmp_path / "none.yaml"
+    r = cli("calibrate", "--from", report(empty), "--cluster", "localhost-cpu", "--out", str(fresh))
+    assert_one_line_error(
+        r,
+        f"the intra_node collectives all moved 0 bytes ({collectives} terms): they time the latency alone and fix "
+        "no bandwidth; measure messages of some size (plan validate --sweep)",
+    )
+    assert not fresh.exists()
 
 
 def test_kendall_tau_counts_each_distinct_replay_once() -> None:

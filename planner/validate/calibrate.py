@@ -101,6 +101,13 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
     results = [r for r in results if r.measured_s > 0]
     if not results:
         raise PlannerError(f"{where}: no measured terms to fit")
+    for tier in fitted_link_tiers(results):
+        sizes = [r.spec.message_bytes for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier == tier]
+        if max(sizes) <= 0:
+            raise PlannerError(
+                f"{where}: the {tier} collectives all moved 0 bytes ({len(sizes)} terms): they time the latency "
+                "alone and fix no bandwidth; measure messages of some size (plan validate --sweep)"
+            )
     status = None if report.status == "complete" else report.error or "failed"
     return Samples(results, report.context, status, unmeasurable)
 
