@@ -254,6 +254,16 @@ def _is_file(path: Path, text: str, kind: str) -> bool:
         return False
 
 
+def _not_a_file(path: Path, expected: str) -> str:
+    """What ``path`` is, for the error of a path that names no regular file: a folder, a device
+    or pipe (``/dev/null`` read as nothing), or nothing at all."""
+    if path.is_dir():
+        return f"is a directory, not {expected}"
+    if path.exists():
+        return f"is not a regular file (a device or pipe), not {expected}"
+    return "does not exist"
+
+
 def _is_checkpoint_folder(path: Path) -> bool:
     """Whether ``path`` is a folder holding a config.json; a name the file system refuses (too
     long) is none."""
@@ -316,8 +326,7 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
     is_file = _is_file(path, text, kind)
     if _looks_like_path(text) or is_file:
         if not is_file:
-            what = "is a directory, not a YAML or JSON file" if path.is_dir() else "does not exist"
-            raise PlannerError(f"{kind} file '{echoed}' {what}")
+            raise PlannerError(f"{kind} file '{echoed}' {_not_a_file(path, 'a YAML or JSON file')}")
         return loader(path.resolve())
     if len(text) > 200:
         raise PlannerError(f"unknown {kind} '{echoed}': names are short; {hint}")
@@ -527,8 +536,7 @@ def load_cluster(
     path = Path(text).expanduser()
     if _looks_like_path(text):
         if not _is_file(path, text, "cluster"):
-            what = "is a directory, not a YAML file" if path.is_dir() else "does not exist"
-            raise PlannerError(f"cluster file '{shown(text)}' {what}")
+            raise PlannerError(f"cluster file '{shown(text)}' {_not_a_file(path, 'a YAML file')}")
         data = read_yaml(path)
         if "profile" not in data:
             profile = with_calibration_of(validate_as(HardwareProfile, data, str(path)), str(path))

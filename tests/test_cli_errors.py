@@ -38,6 +38,10 @@ def test_missing_path(cli, tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.yaml")
     assert_one_line_error(cli("show", "model", missing), "does not exist", "nope.yaml")
     assert_one_line_error(cli("show", "cluster", missing), "does not exist")
+    # /dev/null exists and is no file: it was reported as missing
+    said = "file '/dev/null' is not a regular file (a device or pipe), not a YAML"
+    assert_one_line_error(cli("--model", "/dev/null", "--cluster", "dgx-h100"), f"model {said} or JSON file")
+    assert_one_line_error(cli("--model", "llama8b", "--cluster", "/dev/null"), f"cluster {said} file")
 
 
 def test_malformed_yaml(cli, tmp_path: Path) -> None:

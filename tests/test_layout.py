@@ -180,7 +180,9 @@ def test_megatron_split_options_build_the_layout_megatron_builds() -> None:
         (dict(embedding=True, pp=4, vp=2), "62 must be divisible by pp x virtual stages = 8"),
         (dict(first=60, last=1, pp=2), None),
         (dict(first=60, pp=1), "needs --pp >= 2"),
-        (dict(first=30, last=30, pp=2), "1 of the model's 61 decoder layers are left for 0 middle pipeline ranks"),
+        (dict(first=30, last=30, pp=2), "1 of the model's 61 decoder layers are left over and pp 2 has no middle rank"),
+        (dict(first=500, last=500, pp=2), "1000 layers pinned, more than the model's 61 decoder layers"),
+        (dict(first=30, last=31, pp=3), "no decoder layer is left for the 1 middle pipeline rank (each needs some)"),
     ]:
         args = dict(num_layers=61, pp=kwargs.pop("pp", 16), vp=kwargs.pop("vp", 1))
         if said is None:

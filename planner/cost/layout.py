@@ -167,10 +167,21 @@ def split_layout(
                 raise PlannerError(f"{flag[name]} {count}: must be divisible by the virtual stages {vp}")
             middle_layers -= count
             middle_ranks -= 1
-        if middle_layers < 0 or bool(middle_layers) != bool(middle_ranks):
+        pinned = f"{flag['first']} / {flag['last']}"
+        if middle_layers < 0:
             raise PlannerError(
-                f"{flag['first']} / {flag['last']}: {middle_layers} of the model's {num_layers} decoder layers are "
-                f"left for {middle_ranks} middle pipeline ranks (each needs some, and all must be placed)"
+                f"{pinned}: {num_layers - middle_layers} layers pinned, more than the model's {num_layers} "
+                "decoder layers"
+            )
+        if middle_layers and not middle_ranks:
+            raise PlannerError(
+                f"{pinned}: {middle_layers} of the model's {num_layers} decoder layers are left over and pp {pp} has "
+                "no middle rank to hold them (the pinned counts must add up to the layers)"
+            )
+        if middle_ranks and not middle_layers:
+            rank_s = "rank" if middle_ranks == 1 else "ranks"
+            raise PlannerError(
+                f"{pinned}: no decoder layer is left for the {middle_ranks} middle pipeline {rank_s} (each needs some)"
             )
         per_middle = middle_layers // middle_ranks if middle_ranks else 0
         if middle_ranks and (middle_layers % middle_ranks or per_middle % vp):
