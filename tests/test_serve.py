@@ -371,3 +371,21 @@ def test_layouts_priced_alike_are_shown_once() -> None:
     assert len(r.candidates) == 1
     assert r.candidates[0].config["ep"] == 1
     assert r.candidates[0].equivalent_layouts == ["1x tp8 pp1 ep2", "1x tp8 pp1 ep4", "1x tp8 pp1 ep8"]
+
+
+def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
+    # the table showed TPOT 11014.2 ms (the steady-state round under a full prefill) and 0.1 tok/s per user
+    ranked = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1)
+    best = ranked.candidates[0]
+    assert best.tpot_s is None and best.ttft_s == pytest.approx(5.587, rel=0.02)
+    assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 5587 ms, its round 95% gemm")
+    assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
+    replayed = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, concurrency=64).candidates[0]
+    assert replayed.replayed and replayed.tpot_s is None and replayed.steady_state_tpot_s is None
+    r = cli("serve", "-m", "llama8b", "-c", "dgx-h100", "--output-len", "1", "--top", "1")
+    assert r.code == 0 and "│       - │" in r.out
+    assert_one_line_error(
+        cli("serve", "-m", "llama8b", "-c", "dgx-h100", "--output-len", "1", "--tpot-ms", "20"),
+        "tpot_s: a request of output_len 1 has no token after the first to time; give a TTFT target instead",
+    )

@@ -69,7 +69,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             layout_label(c),
             f"{c.batch_per_replica:.0f}",
             f"{c.ttft_s * 1e3:.0f}",
-            f"{c.tpot_s * 1e3:.1f}",
+            "-" if c.tpot_s is None else f"{c.tpot_s * 1e3:.1f}",
             f"{c.output_tokens_per_s_per_gpu:,.0f}",
             f"{c.output_tokens_per_s_per_user:.1f}",
             f"{c.max_concurrency:,}",
@@ -95,8 +95,8 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         console.print(
             f"TTFT, TPOT (mean inter-token latency) and batch replayed {load} through the engine's admission and "
             f"token budget, the middle half of at least {REPLAY_MIN_REQUESTS:,} requests per replica measured; #1's "
-            f"steady-state estimate was TTFT {best.steady_state_ttft_s * 1e3:.0f} ms, "  # type: ignore[operator]
-            f"TPOT {best.steady_state_tpot_s * 1e3:.1f} ms"  # type: ignore[operator]
+            f"steady-state estimate was TTFT {best.steady_state_ttft_s * 1e3:.0f} ms"  # type: ignore[operator]
+            + ("" if best.steady_state_tpot_s is None else f", TPOT {best.steady_state_tpot_s * 1e3:.1f} ms")
         )
     elif req.request_rate is not None or req.concurrency is not None:
         console.print("TTFT and TPOT at the steady state of the offered load (disaggregated plans are not replayed)")

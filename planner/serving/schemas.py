@@ -66,9 +66,13 @@ class ServeCandidate(Frozen):
     config: dict[str, int | bool | dict[str, int] | None]
     batch_per_replica: float
     ttft_s: float
-    tpot_s: float
+    tpot_s: float | None = Field(
+        description="Mean time per output token after the first; None where a request has one output token"
+    )
     output_tokens_per_s_per_gpu: float
-    output_tokens_per_s_per_user: float
+    output_tokens_per_s_per_user: float = Field(
+        description="One user's decode rate, 1 / TPOT (with one output token, 1 / TTFT)"
+    )
     max_concurrency: int
     memory_per_gpu_bytes: float
     memory_breakdown_bytes: MemoryBreakdown

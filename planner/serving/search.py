@@ -438,7 +438,9 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
     terms = best.tpot_breakdown_s
     top = max(terms, key=lambda k: terms[k])
     share = f"{terms[top] / sum(terms.values()):.0%} {top.removesuffix('_s').replace('_', ' ')}"
-    if best.replayed:  # the breakdown is the steady-state round's
+    if best.tpot_s is None:  # one output token (_one_token)
+        parts.append(f"one output token: TTFT {best.ttft_s * 1e3:.0f} ms, its round {share}")
+    elif best.replayed:  # the breakdown is the steady-state round's
         parts.append(f"TPOT {best.tpot_s * 1e3:.1f} ms replayed, its steady-state round {share}")
     else:
         parts.append(f"TPOT {best.tpot_s * 1e3:.1f} ms is {share}")
@@ -524,6 +526,10 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
             f"input_len + output_len: {req.input_len} + {req.output_len} = {total} tokens exceed {model.name}'s "
             f"context of {model.max_position_embeddings} (max_position_embeddings); shorten the request"
         )
+    if req.output_len == 1 and req.tpot_s is not None:
+        raise PlannerError(
+            "tpot_s: a request of output_len 1 has no token after the first to time; give a TTFT target instead"
+        )
     if req.disaggregate and cluster.num_gpus < 2:
         raise PlannerError(
             f"disaggregate: needs at least 2 GPUs (one prefill, one decode replica); the cluster has {cluster.num_gpus}"
@@ -548,6 +554,8 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
     # at a fixed request rate every layout serves the same tokens: the faster one per user wins
     ok.sort(key=lambda c: (-round(c.output_tokens_per_s_per_gpu, 6), c.tpot_s))
     ranked = merge_equivalents(ok)[: req.top]
+    if req.output_len == 1:
+        ranked = [_one_token(c) for c in ranked]
     if ranked:
         ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
         if req.concurrency is not None and ranked[0].max_concurrency < req.concurrency:
@@ -571,6 +579,15 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
         warnings=warnings,
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
     )
+
+
+def _one_token(c: ServeCandidate) -> ServeCandidate:
+    """A candidate for requests of one output token, which have no token after the first: no
+    TPOT (vLLM's benchmark_serving reports 0 there, (e2e - TTFT) / (osl - 1) being undefined; it
+    was shown as the steady-state round, seconds long under a full prefill), and a user's rate is
+    that one token over the TTFT."""
+    update = {"tpot_s": None, "steady_state_tpot_s": None, "output_tokens_per_s_per_user": 1.0 / c.ttft_s}
+    return c.model_copy(update=update)
 
 
 def cost_per_million(c: ServeCandidate, price_per_gpu_hour_usd: float) -> float:
