@@ -31,10 +31,11 @@ say. The replay keeps the round's price and changes only the load:
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -144,6 +145,7 @@ class _Engine:
     input_len: int
     output_len: int
     iteration_s: Callable[[int, int, float], float]
+    alone_shortcut: bool = True  # book lone requests with ``alone`` (False: step through them)
 
     def _decode_run(
         self,
@@ -175,6 +177,16 @@ class _Engine:
         while not crosses(k):
             k += 1
         return int(min(steps, k))
+
+    @functools.cached_property
+    def alone(self) -> tuple[float, float]:
+        """(TTFT, sum of the inter-token gaps) of a request that runs alone, from an idle engine to its
+        last token: the iteration loop's own figures for one request. ``run`` books a request that
+        arrives to an idle engine and is done before the next arrival with these, where the loop
+        would step through its prefill and every decode context bucket again (at a trickle, 4 x
+        1,600 requests on each of 24 layouts: 70B on 16 DGX H100 at 0.05 req/s, 14 s -> 1.5 s)."""
+        ttft_s, gap_s, _, _ = replace(self, alone_shortcut=False).run([0.0], 1, 0, 1)
+        return ttft_s, (gap_s * (self.output_len - 1) if self.output_len > 1 else 0.0)
 
     def run(self, arrivals: list[float], n: int, first: int, last: int) -> tuple[float, float, float, float]:
         """One draw of ``n`` requests through the engine: (mean TTFT, mean gap, time-mean batch,
@@ -210,6 +222,21 @@ class _Engine:
                         marks[end] = (base + now, whole_s, float(len(waiting)))
             if not (running or prefilling or waiting):  # idle until the next arrival (an open loop's)
                 base, now = float(arrivals[sent]), 0.0
+                if (
+                    self.alone_shortcut
+                    and not closed
+                    and (sent + 1 == len(arrivals) or arrivals[sent + 1] - base >= sum(self.alone))
+                ):
+                    # it runs alone from arrival to its last token, as every such request does
+                    for end, index in enumerate((first, last - 1)):
+                        if sent == index:
+                            marks[end] = (base, whole_s, 1.0)
+                    if first <= sent < last:
+                        ttft.append(self.alone[0])
+                        gap_sum += self.alone[1]
+                        gaps += self.output_len - 1
+                    whole_s += sum(self.alone)
+                    sent, finished, now = sent + 1, finished + 1, sum(self.alone)
                 continue
             it += 1
             left = self.budget - running
