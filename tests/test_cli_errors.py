@@ -263,6 +263,8 @@ def test_sizes_beyond_any_model_or_job_are_refused(cli, tmp_path: Path) -> None:
         (("capacity", "--training-tokens", "1e12", "--days", "nan"), "'--days': nan is not a finite number"),
         (("capacity", "--training-tokens", "inf", "--days", "30"), "--training-tokens must be a finite number > 0"),
         (("capacity", "--training-tokens", "1e400", "--days", "30"), "--training-tokens must be a finite number > 0"),
+        # finite but past any corpus: the days and dollars ran to 20 digits and were cut in the table
+        (("--training-tokens", "1e30"), "--training-tokens '1e30': at most 1e+16 (10,000T)"),
     ],
 )
 def test_non_finite_numbers_are_refused(cli, args: tuple[str, ...], fragment: str) -> None:

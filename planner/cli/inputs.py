@@ -34,7 +34,7 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
     """The job the JOB options describe for ``model`` (unset sizes from its model card), one the
     model can run (``schemas.job.check_positions``). Options named as a JobSpec field pass as they
     are; the others are read here."""
-    from planner.schemas.job import check_positions
+    from planner.schemas.job import MAX_TRAINING_TOKENS, check_positions
     from planner.search import default_job
 
     fields = job.values()
@@ -53,7 +53,7 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
         stack=stack_choice(fields.pop("stack")),
         **moe_routing_fields(fields.pop("moe_routing")),
         **adam_fields(fields.pop("adam_moments")),
-        training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens"),
+        training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens", MAX_TRAINING_TOKENS),
         **fields,
     )
     check_positions(model, spec)
@@ -110,8 +110,9 @@ def stack_choice(text: str | None) -> Any:
 SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
-def parse_count(text: str, flag: str) -> float:
-    """'15T' -> 1.5e13, '300B' -> 3e11, '2.5e12' -> 2.5e12 (decimal suffixes K, M, B/G, T)."""
+def parse_count(text: str, flag: str, maximum: float = math.inf) -> float:
+    """'15T' -> 1.5e13, '300B' -> 3e11, '2.5e12' -> 2.5e12 (decimal suffixes K, M, B/G, T), at most
+    ``maximum``."""
     raw = text.strip().upper()
     scale = SUFFIXES.get(raw[-1:], 1.0)
     number = raw[:-1] if raw[-1:] in SUFFIXES else raw
@@ -121,6 +122,8 @@ def parse_count(text: str, flag: str) -> float:
         raise PlannerError(f"{flag} '{text}' is not a count: give a number with an optional K, M, B or T") from None
     if not math.isfinite(value) or not value > 0:
         raise PlannerError(f"{flag} must be a finite number > 0, got '{text}'")
+    if value > maximum:
+        raise PlannerError(f"{flag} '{text}': at most {maximum:g} ({maximum / 1e12:,.0f}T)")
     return value
 
 

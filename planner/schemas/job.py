@@ -68,6 +68,12 @@ hundred). A bound that keeps a mistyped ratio from overflowing the memory and ti
 measurement."""
 
 
+MAX_TRAINING_TOKENS = 1e16
+"""The largest token budget planned: 10 quadrillion tokens, about 280x the largest published
+pretraining corpus (Qwen3 Technical Report, arXiv:2505.09388: 36 trillion tokens). A bound on
+sense, not a measurement: beyond it the days and dollars run to 20 digits and mean nothing."""
+
+
 class JobSpec(Frozen):
     """A training job: global batch, sequence length, precision, optimizer state, token budget.
 
@@ -177,7 +183,9 @@ class JobSpec(Frozen):
         description="Optimizer state per parameter: 12 for Adam with an fp32 master weight and fp32 moments, 8 with "
         "bf16 moments (``ADAM_STATE_BYTES_PER_PARAM``; --adam-moments)",
     )
-    training_tokens: PositiveFloat | None = Field(None, description="Token budget, for time-to-train")
+    training_tokens: PositiveFloat | None = Field(
+        None, le=MAX_TRAINING_TOKENS, description="Token budget, for time-to-train (at most 1e16)"
+    )
     flash_attention: bool = Field(
         True, description="Fused attention that stores no s x s scores in HBM (Dao et al. 2022)"
     )
