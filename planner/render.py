@@ -181,10 +181,12 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
 
 
 def plain_table_lines(console: Console, table: Table) -> list[str] | None:
-    """The lines ``console.print(table)`` writes, for a borderless table of one-line text cells that
-    fits the console, printed without styles (to a pipe or a file); None for any other table or
-    console, which rich lays out. Each column is as wide as its widest cell, justified in a space
-    of padding either side (rich's layout of such a table, at a tenth of its ~50 ms)."""
+    """The lines ``console.print(table)`` writes, for a borderless table of one-line text cells,
+    printed without styles (to a pipe or a file, whatever its width: rich cut the band and
+    time-to-train cells of a 121-column ranking to '-18..+1…' at the 120 columns a pipe gets;
+    on a terminal only where it fits); None for any other table or console, which rich lays out.
+    Each column is as wide as its widest cell, justified in a space of padding either side (rich's
+    layout of such a table, at a tenth of its ~50 ms)."""
     if (
         console.color_system is not None
         or table.box is not None
@@ -224,8 +226,8 @@ def plain_table_lines(console: Console, table: Table) -> list[str] | None:
         else:
             columns.append([f" {cell}{pad} " for cell, pad in zip(cells, fill, strict=True)])
     lines = ["".join(row) for row in zip(*columns, strict=True)]
-    if not lines or cell_len(lines[0]) > console.width:
-        return None
+    if not lines or (cell_len(lines[0]) > console.width and console.is_terminal):
+        return None  # a terminal too narrow: rich folds it; a pipe or file takes any width whole
     return lines
 
 
