@@ -25,16 +25,26 @@ class UnpriceableError(PlannerError):
 
 class SchemaError(PlannerError):
     """A schema built from keyword arguments (``ModelSpec(...)``, ``JobSpec(...)``) refused its
-    input: the message is one line naming the class and field; ``validation`` keeps pydantic's
-    error for callers that report a particular field their own way (``pricing.out_of_range``)."""
+    input: the message is one line, ``<class>: <detail>``, naming the field in ``detail``
+    (``validation_detail``); ``validation`` keeps pydantic's error for callers that report a
+    particular field their own way (``pricing.out_of_range``), ``detail`` the line without the
+    class for callers that name the input themselves (``runs``: 'parallel: ...')."""
 
-    def __init__(self, message: str, validation: ValidationError) -> None:
-        super().__init__(message)
+    def __init__(self, where: str, validation: ValidationError) -> None:
+        self.detail = validation_detail(validation)
+        super().__init__(f"{where}: {self.detail}")
         self.validation = validation
 
 
 def describe_validation_error(err: ValidationError, where: str) -> str:
-    """Render the first pydantic error as one line: ``where: field 'a.b': message``.
+    """Render the first pydantic error as one line: ``where: field 'a.b': message``
+    (``validation_detail`` after ``where``)."""
+    return f"{where}: {validation_detail(err)}"
+
+
+def validation_detail(err: ValidationError) -> str:
+    """The first pydantic error as one line, ``field 'a.b': message`` (no field where the check is
+    the whole model's), and a count of the rest.
 
     Pydantic reports every failing field; one line with the first (and a count of the rest) is
     what a person can act on.
@@ -49,7 +59,7 @@ def describe_validation_error(err: ValidationError, where: str) -> str:
     more = len(err.errors()) - 1
     tail = f" (and {more} more problem{'s' if more > 1 else ''})" if more else ""
     field = f"field '{loc}': " if loc else ""
-    return f"{where}: {field}{msg}{tail}"
+    return f"{field}{msg}{tail}"
 
 
 def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:

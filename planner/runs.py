@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
-from planner.errors import PlannerError, UnpriceableError, shown
+from planner.errors import PlannerError, SchemaError, UnpriceableError, shown
 from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -1031,6 +1031,9 @@ def pinned_config(pins: dict[str, Any]) -> ParallelConfig:
 
 
 def _pydantic_message(err: ValueError) -> str:
-    """The message of a pydantic error without its location and URL lines."""
+    """The message of a pydantic error without its location and URL lines; of a schema's own error
+    (``SchemaError``), its line without the class."""
+    if isinstance(err, SchemaError):
+        return err.detail
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
     return lines[-1].split(" [type=")[0].removeprefix("Value error, ")

@@ -61,3 +61,14 @@ def test_files_and_nested_models_keep_pydantics_path_and_locations() -> None:
         validate_as(ClusterSpec, cluster, "x.yaml")
     with pytest.raises(PlannerError, match=r"^ClusterSpec: field 'profile.gpus_per_node': Input should be greater"):
         ClusterSpec(**cluster)
+
+
+def test_a_runs_row_names_its_section_once() -> None:
+    # a row's reason says which section failed; the class is not repeated ('parallel: ParallelConfig: ...')
+    from planner.errors import UnpriceableError
+    from planner.runs import pinned_config
+
+    with pytest.raises(UnpriceableError, match=r"^parallel: field 'tp': Input should be greater than 0$"):
+        pinned_config({"tp": 0})
+    with pytest.raises(UnpriceableError, match=r"^parallel: ep x expert_tp = 64 x 1 must divide tp\*cp\*dp = 32"):
+        pinned_config({"tp": 1, "dp": 32, "ep": 64})

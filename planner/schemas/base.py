@@ -9,7 +9,7 @@ from typing import Annotated, Any, Union, get_args, get_origin
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from planner.errors import SchemaError, describe_validation_error
+from planner.errors import SchemaError
 
 _UNIONS = (Union, types.UnionType)
 
@@ -75,7 +75,7 @@ class Frozen(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as err:
-            raise SchemaError(describe_validation_error(err, type(self).__name__), err) from None
+            raise SchemaError(type(self).__name__, err) from None
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
 
