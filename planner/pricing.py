@@ -116,7 +116,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "try a higher --zero-stage, --recompute full, more tp/pp, or a smaller --micro-batch-size"
         )
         notes += module_recompute_hint(model, cluster, job, config)
-    elif est.memory_per_gpu_bytes > undercount_safe_bytes(cluster):
+    elif est.memory_per_gpu_bytes > undercount_safe_bytes(cluster.gpu.hbm_capacity_bytes):
         worst_peak = est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)
         notes.append(
             f"tight memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
@@ -249,11 +249,11 @@ def biased_band_note(est: Estimate) -> list[str]:
     ]
 
 
-def out_of_range(err: ValidationError | SchemaError) -> str:
+def out_of_range(err: ValidationError) -> str:
     """One line for an estimate whose numbers came out unrepresentable (infinite or NaN): which
     quantity, and the inputs that can drive it there (a price, or a profile's memory, peak or
     bandwidth far outside any real GPU's)."""
-    first = (err.validation if isinstance(err, SchemaError) else err).errors()[0]
+    first = err.errors()[0]
     where = ".".join(str(part) for part in first["loc"])
     return (
         f"the estimate's {where} came out {first.get('input')!r}: an input is out of range (--price, or a hardware "
@@ -341,7 +341,7 @@ def row_estimate(
     try:
         return Estimate(**fields)
     except SchemaError as err:
-        raise PlannerError(out_of_range(err)) from None
+        raise PlannerError(out_of_range(err.validation)) from None
 
 
 def estimate_row(

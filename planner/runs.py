@@ -417,8 +417,8 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     spec["num_nextn_predict_layers"] = _int(m, "mtp_depth", "model") or 0
     try:
         model = ModelSpec(**spec)
-    except ValueError as err:
-        raise UnpriceableError(f"model: {_pydantic_message(err)}") from None
+    except SchemaError as err:
+        raise UnpriceableError(f"model: {err.detail}") from None
     moe_layers = _int(m, "moe_layers", "model")
     if moe_layers is not None and moe_layers != model.num_moe_layers:
         raise UnpriceableError(
@@ -870,8 +870,8 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
             stack=stack_name,
             **overrides,
         )
-    except ValueError as err:
-        raise UnpriceableError(f"job: {_pydantic_message(err)}") from None
+    except SchemaError as err:
+        raise UnpriceableError(f"job: {err.detail}") from None
     if not format_runs(cluster, job):
         raise UnpriceableError(format_message(cluster, job.dtype, job.fp8_scaling))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
@@ -1026,14 +1026,5 @@ def pinned_config(pins: dict[str, Any]) -> ParallelConfig:
     when nothing the search tries fits)."""
     try:
         return ParallelConfig(**{"recompute": "full", **pins})
-    except ValueError as err:
-        raise UnpriceableError(f"parallel: {_pydantic_message(err)}") from None
-
-
-def _pydantic_message(err: ValueError) -> str:
-    """The message of a pydantic error without its location and URL lines; of a schema's own error
-    (``SchemaError``), its line without the class."""
-    if isinstance(err, SchemaError):
-        return err.detail
-    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip() and "errors.pydantic.dev" not in ln]
-    return lines[-1].split(" [type=")[0].removeprefix("Value error, ")
+    except SchemaError as err:
+        raise UnpriceableError(f"parallel: {err.detail}") from None

@@ -486,18 +486,16 @@ def serve_search(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> S
     """Rank the feasible layouts (see the module docstring). A figure that comes out infinite or
     NaN (a profile's memory or rate far beyond any GPU's: an HBM of 1e300 GiB leaves infinite KV
     room) is the one line the training estimate gives (``pricing.out_of_range``), not a traceback."""
-    from pydantic import ValidationError
-
     if req.mamba_ssm_dtype is not None and not model.blocks_of("M"):
         raise PlannerError(f"mamba_ssm_dtype: {model.name} has no Mamba-2 layers; leave it unset")
     req = resolve_request(model, req)
     check_request(model, cluster, req)
     try:
         return _ranked(model, cluster, req)
-    except (ValidationError, SchemaError) as err:
+    except SchemaError as err:
         from planner.pricing import out_of_range
 
-        raise PlannerError(out_of_range(err)) from None
+        raise PlannerError(out_of_range(err.validation)) from None
 
 
 def resolve_request(model: ModelSpec, req: ServeRequest) -> ServeRequest:
