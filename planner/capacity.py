@@ -33,9 +33,14 @@ def deadline_seconds(days: float) -> float:
     """``--days`` in seconds: a finite number of days > 0 whose seconds are finite too (1e308 days
     overflow to inf seconds, which the error names as the days given)."""
     seconds = days * SECONDS_PER_DAY
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise PlannerError(f"--days must be a finite number > 0 (at most about 2e303), got {days:g}")
+    _check_deadline(seconds, days)
     return seconds
+
+
+def _check_deadline(deadline_s: float, days: float) -> None:
+    """Refuse a deadline that is not a finite number of seconds > 0, naming the ``days`` given."""
+    if not (math.isfinite(deadline_s) and deadline_s > 0):
+        raise PlannerError(f"--days must be a finite number > 0 (at most about 2e303), got {days:g}")
 
 
 def node_counts(max_nodes: int) -> list[int]:
@@ -113,8 +118,7 @@ def capacity(
     nodes that meet it (where more nodes train no slower)."""
     if job.training_tokens is None:
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
-    if not math.isfinite(deadline_s) or deadline_s <= 0:
-        raise PlannerError(f"--days must be a finite number > 0, got {deadline_s / SECONDS_PER_DAY:g}")
+    _check_deadline(deadline_s, deadline_s / SECONDS_PER_DAY)
     if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
         raise PlannerError(
             f"--max-nodes {max_nodes}: {max_nodes} x {node.gpus_per_node} GPUs is more than the "

@@ -6,7 +6,7 @@ prints them.
 
 from __future__ import annotations
 
-from planner.cost.memory import MEMORY_UNDERCOUNT
+from planner.cost.memory import MEMORY_UNDERCOUNT, undercount_safe_bytes
 from planner.cost.pipeline import layers_per_chunk
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -51,7 +51,7 @@ def tight_clause(est: Estimate) -> str:
     count's worst measured under-count of the GPU's capacity (``cost.memory.MEMORY_UNDERCOUNT``,
     the figure ``pricing.advice`` warns at), '' otherwise."""
     capacity = est.memory_usable_bytes / (1.0 - est.config.job.memory_headroom)
-    if est.memory_per_gpu_bytes <= capacity * (1.0 - MEMORY_UNDERCOUNT):
+    if est.memory_per_gpu_bytes <= undercount_safe_bytes(capacity):
         return ""
     return (
         f", tight on memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {capacity / GIB_BYTES:.1f} GiB, "

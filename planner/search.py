@@ -274,7 +274,7 @@ def margin_pick(
     the whole memory, do not show); its ``mesh`` None where no mesh keeps it (``leanest_bytes``: the
     first search's leanest). None where the winner keeps it, and for a ranking by memory (its
     winner is the leanest)."""
-    if objective == "memory" or winner.memory_per_gpu_bytes <= undercount_safe_bytes(cluster):
+    if objective == "memory" or winner.memory_per_gpu_bytes <= undercount_safe_bytes(cluster.gpu.hbm_capacity_bytes):
         return None
     common = {
         "margin": MEMORY_UNDERCOUNT,

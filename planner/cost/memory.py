@@ -72,11 +72,12 @@ their own. A measured peak is then up to predicted / (1 - MEMORY_UNDERCOUNT) (x1
 this share asks the search for exactly that margin."""
 
 
-def undercount_safe_bytes(cluster: ClusterSpec) -> float:
-    """The largest predicted peak that still fits the GPU if the count falls ``MEMORY_UNDERCOUNT``
-    of the measured peak short (a peak 1.14x the count): capacity x (1 - MEMORY_UNDERCOUNT). A mesh above
-    it may run out of memory (``pricing.advice``'s tight-memory warning, ``search``'s margin pick)."""
-    return cluster.gpu.hbm_capacity_bytes * (1.0 - MEMORY_UNDERCOUNT)
+def undercount_safe_bytes(capacity_bytes: float) -> float:
+    """The largest predicted peak that still fits a GPU of ``capacity_bytes`` if the count falls
+    ``MEMORY_UNDERCOUNT`` of the measured peak short (a peak 1.14x the count): capacity x
+    (1 - MEMORY_UNDERCOUNT). A mesh above it may run out of memory (``pricing.advice``'s
+    tight-memory warning, ``search``'s margin pick, ``explain.tight_clause``)."""
+    return capacity_bytes * (1.0 - MEMORY_UNDERCOUNT)
 
 
 def usable_memory_bytes(cluster: ClusterSpec, job: JobSpec) -> float:
