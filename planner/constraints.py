@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from planner.cost.comm import TIER_INTER, group_link
+from planner.cost.comm import crosses_domains
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout
 from planner.cost.pipeline import (
@@ -45,14 +45,33 @@ Check = Callable[[ModelSpec, ClusterSpec, JobSpec, MeshArrays], np.ndarray]
 Message = Callable[[ModelSpec, ClusterSpec, JobSpec, ParallelConfig], str]
 
 
+Applies = Callable[[ModelSpec, ClusterSpec, JobSpec, MeshArrays], np.ndarray | bool]
+
+
 @dataclass(frozen=True)
 class Rule:
-    """A named feasibility rule. ``hard`` rules make a mesh impossible; soft ones only unwise."""
+    """A named feasibility rule. ``hard`` rules make a mesh impossible; soft ones only unwise.
+
+    ``applies`` (where given) says which meshes the rule constrains at all, every other mesh
+    passing it: DualPipe's rules only DualPipe meshes, the Mamba rules only hybrid models. The
+    check then runs only where some mesh needs it (the search's default schedules have no
+    DualPipe, so its four rules cost nothing there), with the same answer as checking every mesh."""
 
     name: str
     check: Check
     message: Message
     hard: bool = True
+    applies: Applies | None = None
+
+    def passes(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+        """One bool per mesh: True where it passes the rule."""
+        n = len(mesh)
+        if self.applies is None:
+            return np.broadcast_to(self.check(model, cluster, job, mesh), (n,))
+        constrained = np.broadcast_to(self.applies(model, cluster, job, mesh), (n,))
+        if not constrained.any():
+            return np.ones(n, dtype=bool)
+        return ~constrained | self.check(model, cluster, job, mesh)
 
 
 def _cp_divisor(mesh: MeshArrays) -> np.ndarray:
@@ -210,22 +229,22 @@ RULES: tuple[Rule, ...] = (
         "mamba_cp",
         # Megatron-Core splits a Mamba-2 layer over CP ranks by heads with all-to-alls
         # (megatron/core/ssm/mamba_context_parallel.py), not the K/V ring the planner prices
-        lambda m, c, j, x: (m.blocks_of("M") == 0) | (x.cp == 1),
+        lambda m, c, j, x: x.cp == 1,
         lambda m, c, j, p: (
             f"cp {p.cp} with {m.name}'s {m.blocks_of('M')} Mamba-2 layers: context parallelism of Mamba layers (an "
             "all-to-all over heads) is not priced; use cp 1"
         ),
+        applies=lambda m, c, j, x: m.blocks_of("M") > 0,
     ),
     Rule(
         "mamba_tp",
         # Megatron-Core MambaMixer: "assert self.nheads % self.tp_size == 0" and the same for ngroups
-        lambda m, c, j, x: (
-            (m.blocks_of("M") == 0) | (((m.mamba_num_heads or 1) % x.tp == 0) & ((m.mamba_n_groups or 1) % x.tp == 0))
-        ),
+        lambda m, c, j, x: ((m.mamba_num_heads or 1) % x.tp == 0) & ((m.mamba_n_groups or 1) % x.tp == 0),
         lambda m, c, j, p: (
             f"tp {p.tp} must divide {m.name}'s {m.mamba_num_heads} Mamba-2 heads and {m.mamba_n_groups} groups "
             "(Megatron-Core MambaMixer splits both over TP ranks)"
         ),
+        applies=lambda m, c, j, x: m.blocks_of("M") > 0,
     ),
     Rule(
         "hybrid_pipeline",
@@ -235,9 +254,7 @@ RULES: tuple[Rule, ...] = (
         # one block at least; a layout string (--pipeline-model-parallel-layout) is refused beside the pattern,
         # and no framework runs a Mamba-2 model under DualPipe
         lambda m, c, j, x: (
-            (not m.is_hybrid)
-            | (x.pp == 1)
-            | ((m.num_hidden_layers >= x.pp * x.virtual_stages) & (x.layout_last < 0) & ~is_dual(x))
+            (x.pp == 1) | ((m.num_hidden_layers >= x.pp * x.virtual_stages) & (x.layout_last < 0) & ~is_dual(x))
         ),
         lambda m, c, j, p: (
             f"pp {p.pp} with virtual_stages {p.virtual_stages}, schedule {p.schedule}"
@@ -246,6 +263,7 @@ RULES: tuple[Rule, ...] = (
             "pp x virtual_stages segments of one block or more, without a layout string or DualPipe; use "
             f"pp x virtual_stages <= {m.num_hidden_layers}, no --pipeline-layout and a 1f1b schedule"
         ),
+        applies=lambda m, c, j, x: m.is_hybrid,
     ),
     Rule(
         "bf16_last_layers",
@@ -258,11 +276,12 @@ RULES: tuple[Rule, ...] = (
         "bf16_last_layers_dualpipe",
         # step.bf16_layer_costs counts the tail back through 1F1B's chunks; DualPipe runs the last
         # stage on two ranks, one per direction
-        lambda m, c, j, x: (j.bf16_last_layers == 0) | ~is_dual(x),
+        lambda m, c, j, x: np.asarray(j.bf16_last_layers == 0),
         lambda m, c, j, p: (
             f"bf16_last_layers {j.bf16_last_layers} with schedule {p.schedule}: the planner prices a bf16 tail "
             "only on 1f1b-family schedules"
         ),
+        applies=lambda m, c, j, x: is_dual(x),
     ),
     Rule(
         "gpu_count",
@@ -286,32 +305,34 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "dualpipe_ranks",
         # deepseek-ai/DualPipe dualpipe.py step(): "assert num_ranks % 2 == 0"; both need a pipeline
-        lambda m, c, j, x: ~is_dual(x) | ((x.pp >= 2) & ((x.schedule != DUALPIPE) | (x.pp % 2 == 0))),
+        lambda m, c, j, x: (x.pp >= 2) & ((x.schedule != DUALPIPE) | (x.pp % 2 == 0)),
         lambda m, c, j, p: f"{p.schedule} needs pp >= 2" + (", even" if p.schedule == "dualpipe" else ""),
+        applies=lambda m, c, j, x: is_dual(x),
     ),
     Rule(
         "dualpipe_microbatches",
         # dualpipe.py: "num_chunks > 0 and num_chunks % 2 == 0 and num_chunks >= num_ranks * 2";
         # dualpipev.py: "num_chunks > 0 and num_chunks >= num_ranks * 2"
         lambda m, c, j, x: (
-            ~is_dual(x)
-            | (_dual_microbatches(j, x) >= 2 * x.pp) & ((x.schedule != DUALPIPE) | (_dual_microbatches(j, x) % 2 == 0))
+            (_dual_microbatches(j, x) >= 2 * x.pp) & ((x.schedule != DUALPIPE) | (_dual_microbatches(j, x) % 2 == 0))
         ),
         lambda m, c, j, p: (
             f"{p.schedule} needs at least 2*pp = {2 * p.pp} micro-batches"
             + (", an even number," if p.schedule == "dualpipe" else "")
             + f" (this mesh runs {j.batch_size // (p.dp * p.micro_batch_size)})"
         ),
+        applies=lambda m, c, j, x: is_dual(x),
     ),
     Rule(
         "dualpipe_stages",
         # DeepSeek's reference implementation takes one module per stage, a layer at least; the
         # planner prices its busiest stage on every rank and takes no Megatron layout for it
-        lambda m, c, j, x: ~is_dual(x) | ((m.num_hidden_layers >= x.pp * x.chunks_per_rank) & (x.layout_last < 0)),
+        lambda m, c, j, x: (m.num_hidden_layers >= x.pp * x.chunks_per_rank) & (x.layout_last < 0),
         lambda m, c, j, p: (
             f"{p.schedule} runs {p.pp * p.chunks_per_rank} stages of at least one layer "
             f"each ({m.num_hidden_layers} layers) and takes no --pipeline-layout"
         ),
+        applies=lambda m, c, j, x: is_dual(x),
     ),
     Rule(
         "attention_sinks_run",
@@ -486,21 +507,22 @@ RULES: tuple[Rule, ...] = (
         "stack_partial_recompute",
         # Stack.partial_recompute: Megatron any first r layers, torchtitan every n-th layer
         lambda m, c, j, x: (
-            (x.recompute_layers == 0)
-            | (j.software.partial_recompute is not None)
+            (j.software.partial_recompute is not None)
             & (x.recompute_layers == _recomputable(m, j, x.pp * x.virtual_stages, x.recompute_layers))
         ),
         lambda m, c, j, p: _partial_recompute_message(m, j, p),
+        applies=lambda m, c, j, x: x.recompute_layers != 0,
     ),
     Rule(
         "stack_even_layer_split",
         # Stack.even_layer_split: Megatron-LM 2021's ParallelTransformer asserts num_layers % pp == 0
         # and builds num_layers / (pp*v) layers per chunk
-        lambda m, c, j, x: (not j.software.even_layer_split) | (m.num_hidden_layers % (x.pp * x.virtual_stages) == 0),
+        lambda m, c, j, x: m.num_hidden_layers % (x.pp * x.virtual_stages) == 0,
         lambda m, c, j, p: (
             f"stack {j.software.name} splits layers evenly only: {m.num_hidden_layers} layers do not divide over "
             f"pp*virtual_stages = {p.pp * p.virtual_stages} chunks"
         ),
+        applies=lambda m, c, j, x: j.software.even_layer_split,
     ),
     Rule(
         "recompute_modules_apply",
@@ -519,33 +541,29 @@ RULES: tuple[Rule, ...] = (
         "recompute_layers_within_chunk",
         # Megatron's block method recomputes the first r layers of each model chunk
         # (--recompute-num-layers r): more than a chunk holds is the whole chunk, i.e. plain full
-        lambda m, c, j, x: (
-            (x.recompute_layers == 0)
-            | (x.recompute_layers <= layers_per_chunk(m.num_hidden_layers, x.pp * x.virtual_stages))
-        ),
+        lambda m, c, j, x: x.recompute_layers <= layers_per_chunk(m.num_hidden_layers, x.pp * x.virtual_stages),
         lambda m, c, j, p: (
             f"recompute_layers {p.recompute_layers}: each of the {p.pp * p.virtual_stages} model chunks holds at "
             f"most {layers_per_chunk(m.num_hidden_layers, p.pp * p.virtual_stages)} layers (recompute full without "
             "recompute_layers recomputes them all)"
         ),
+        applies=lambda m, c, j, x: x.recompute_layers != 0,
     ),
     Rule(
         "activation_offloading",
         lambda m, c, j, x: (
-            (x.offload_layers == 0)
-            | (
-                j.software.activation_offloading
-                & (c.gpu.host_link_bytes_per_s is not None)
-                & (x.pp == 1)
-                & (x.recompute == RECOMPUTE_NONE)
-                & (x.offload_layers < m.num_hidden_layers)
-            )
+            j.software.activation_offloading
+            & (c.gpu.host_link_bytes_per_s is not None)
+            & (x.pp == 1)
+            & (x.recompute == RECOMPUTE_NONE)
+            & (x.offload_layers < m.num_hidden_layers)
         ),
         lambda m, c, j, p: _offload_message(m, c, j, p),
+        applies=lambda m, c, j, x: x.offload_layers != 0,
     ),
     Rule(
         "tp_within_fast_domain",
-        lambda m, c, j, x: group_link(c, x.tp, x.stride("tp")).tier != TIER_INTER,
+        lambda m, c, j, x: ~crosses_domains(c, x.tp, x.stride("tp")),
         lambda m, c, j, p: (
             f"tp {p.tp} groups cross the {c.fast_domain_gpus}-GPU fast domains of {c.name} (rank order "
             f"{p.order}): every layer's all-reduces go over the slow inter-node network"
@@ -557,7 +575,7 @@ RULES: tuple[Rule, ...] = (
 
 def rule_masks(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> dict[str, np.ndarray]:
     """Rule name -> boolean mask of meshes that pass it."""
-    return {rule.name: np.broadcast_to(rule.check(model, cluster, job, mesh), (len(mesh),)) for rule in RULES}
+    return {rule.name: rule.passes(model, cluster, job, mesh) for rule in RULES}
 
 
 def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
@@ -572,7 +590,7 @@ def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: P
     mesh = MeshArrays.from_configs([config])
     soft: list[str] = []
     for rule in RULES:
-        if bool(np.all(rule.check(model, cluster, job, mesh))):
+        if bool(np.all(rule.passes(model, cluster, job, mesh))):
             continue
         message = rule.message(model, cluster, job, config)
         if rule.hard:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import get_args
 
 import numpy as np
@@ -50,6 +51,14 @@ def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
     return np.array([_layout_ranks(c) for c in configs], dtype=np.int64).reshape(-1, 4).T
 
 
+def constant_column(value: int | bool, n: int) -> np.ndarray:
+    """A read-only column of ``n`` meshes that all hold ``value`` (int64, or bool for a bool):
+    one element broadcast, so ``MeshArrays.take`` selects it without copying. Columns are never
+    written in place; a write to one of these raises."""
+    dtype = bool if isinstance(value, bool) else np.int64
+    return np.broadcast_to(np.array(value, dtype=dtype), (n,))
+
+
 @dataclass(frozen=True)
 class MeshArrays:
     """Columns of mesh degrees and knobs (int64 unless noted), one row per candidate."""
@@ -80,10 +89,10 @@ class MeshArrays:
     def __post_init__(self) -> None:
         for name in ("recompute_layers", "offload_layers"):
             if getattr(self, name) is None:
-                object.__setattr__(self, name, np.zeros(len(self.tp), dtype=np.int64))
+                object.__setattr__(self, name, constant_column(0, len(self.tp)))
         for name in LAYOUT_COLUMNS:
             if getattr(self, name) is None:
-                object.__setattr__(self, name, np.full(len(self.tp), -1, dtype=np.int64))
+                object.__setattr__(self, name, constant_column(-1, len(self.tp)))
 
     @classmethod
     def from_configs(cls, configs: Sequence[ParallelConfig]) -> MeshArrays:
@@ -142,8 +151,17 @@ class MeshArrays:
         )
 
     def take(self, rows: np.ndarray) -> MeshArrays:
-        """The meshes selected by a boolean mask or index array, in the same order."""
-        fields = {k: getattr(self, k)[rows] for k in self.__dataclass_fields__ if k != "order"}
+        """The meshes selected by a boolean mask or index array, in the same order. A column that
+        holds one value for every mesh (``constant_column``) stays one, at the new length."""
+        rows = np.asarray(rows)
+        n = int(np.count_nonzero(rows)) if rows.dtype == bool else len(rows)
+
+        def pick(column: np.ndarray) -> np.ndarray:
+            if column.strides == (0,) and len(column):
+                return np.broadcast_to(column[:1], (n,))
+            return column[rows]
+
+        fields = {k: pick(getattr(self, k)) for k in self.__dataclass_fields__ if k != "order"}
         return MeshArrays(**fields, order=self.order)
 
     @classmethod
@@ -188,9 +206,10 @@ class MeshArrays:
         """Tokens of one micro-batch a rank works on: b * s / c (CP splits the sequence)."""
         return seq_len * self.micro_batch_size / self.cp
 
-    @property
+    @cached_property
     def expert_dp(self) -> np.ndarray:
-        """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp) (ARCHITECTURE 8.1)."""
+        """Data-parallel degree of expert weights: tp*cp*dp / (ep * expert_tp) (ARCHITECTURE 8.1).
+        Computed once per MeshArrays (its columns never change; ``take`` and ``replace`` build new ones)."""
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
     def axis_size(self, axis: str) -> np.ndarray:

@@ -41,7 +41,7 @@ from planner.cost.step import Columns, evaluate
 from planner.errors import PlannerError
 from planner.explain import explain
 from planner.fewer_gpus import fewer_gpus, fewer_gpus_hint
-from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays
+from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays, constant_column
 from planner.pricing import estimate_row
 from planner.schemas.base import GIB_BYTES, misread_value
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
@@ -126,6 +126,12 @@ def _knob_rows(pins: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> MeshArrays:
     """Every candidate mesh (before pruning) as columns: degrees x knobs."""
+    product = _mesh_product(model, cluster, pins)
+    return product.take(_meaningful_schedule(product, pins))
+
+
+def _mesh_product(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> MeshArrays:
+    """Every degree tuple crossed with every knob row, interleaving on one stage included."""
     degrees = np.array(_degree_tuples(model, cluster, pins), dtype=np.int64).reshape(-1, 6)
     knobs = _knob_rows(pins)
     n_deg, n_knob = len(degrees), len(knobs["schedule"])
@@ -137,29 +143,33 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
     cols["sequence_parallel"] = (
         np.full(n_deg * n_knob, bool(pins["sequence_parallel"])) if "sequence_parallel" in pins else cols["tp"] > 1
     )
-    cols["overlap_grad_reduce"] = np.full(n_deg * n_knob, bool(pins.get("overlap_grad_reduce", True)))
-    cols["recompute_layers"] = np.full(n_deg * n_knob, int(pins.get("recompute_layers") or 0), dtype=np.int64)
-    cols["offload_layers"] = np.full(n_deg * n_knob, int(pins.get("offload_layers") or 0), dtype=np.int64)
-    mesh = MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
-    if "schedule" not in pins and "virtual_stages" not in pins:
-        # With one stage interleaving is meaningless: drop those rows rather than count them.
-        mesh = mesh.take(~((mesh.schedule == INTERLEAVED) & (mesh.pp < 2)))
-    return mesh
+    cols["overlap_grad_reduce"] = constant_column(bool(pins.get("overlap_grad_reduce", True)), n_deg * n_knob)
+    cols["recompute_layers"] = constant_column(int(pins.get("recompute_layers") or 0), n_deg * n_knob)
+    cols["offload_layers"] = constant_column(int(pins.get("offload_layers") or 0), n_deg * n_knob)
+    return MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
 
 
-def drop_moot_zero(model: ModelSpec, job: JobSpec, mesh: MeshArrays, pins: dict[str, Any]) -> MeshArrays:
-    """Where a mesh has nothing to shard (dp*cp = 1 and, for a MoE model, expert data parallelism
-    1), every ZeRO stage is the same placement: keep only the stage the stack runs unasked
-    (``Stack.unasked_zero_stage``), as ``pinned_mesh`` fills it, rather than rank 'z0' and 'z3' of
-    one mesh side by side. A pinned stage is kept."""
+def _meaningful_schedule(mesh: MeshArrays, pins: dict[str, Any]) -> np.ndarray:
+    """The rows to keep: with one stage interleaving is meaningless, so those rows are dropped
+    rather than counted (unless the schedule or the virtual stages are pinned)."""
+    if "schedule" in pins or "virtual_stages" in pins:
+        return np.ones(len(mesh), dtype=bool)
+    return ~((mesh.schedule == INTERLEAVED) & (mesh.pp < 2))
+
+
+def _zero_that_matters(model: ModelSpec, job: JobSpec, mesh: MeshArrays, pins: dict[str, Any]) -> np.ndarray:
+    """The rows to keep: where a mesh has nothing to shard (dp*cp = 1 and, for a MoE model, expert
+    data parallelism 1), every ZeRO stage is the same placement, so only the stage the stack runs
+    unasked (``Stack.unasked_zero_stage``) is kept, as ``pinned_mesh`` fills it, rather than rank
+    'z0' and 'z3' of one mesh side by side. A pinned stage is kept."""
     if "zero_stage" in pins:
-        return mesh
+        return np.ones(len(mesh), dtype=bool)
     stack = job.software
     nothing = mesh.dp * mesh.cp == 1
     if model.is_moe:
         nothing &= mesh.expert_dp == 1
     unasked = np.where(mesh.pp > 1, stack.unasked_zero_stage(2), stack.unasked_zero_stage(1))
-    return mesh.take(~nothing | (mesh.zero_stage == unasked))
+    return ~nothing | (mesh.zero_stage == unasked)
 
 
 def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> MeshArrays:
@@ -442,7 +452,9 @@ class _Pass:
 def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any]) -> _Pass:
     """Enumerate, prune by the hard rules, add partial recompute, price memory then time; raise
     with the diagnosis where nothing fits."""
-    mesh = drop_moot_zero(model, job, enumerate_meshes(model, cluster, pins), pins)
+    # the enumeration without one-stage interleaving and moot ZeRO stages, in one selection
+    product = _mesh_product(model, cluster, pins)
+    mesh = product.take(_meaningful_schedule(product, pins) & _zero_that_matters(model, job, product, pins))
     masks = rule_masks(model, cluster, job, mesh)
     alive = np.ones(len(mesh), dtype=bool)
     pruned: dict[str, int] = {}

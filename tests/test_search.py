@@ -9,11 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from planner.catalog import load_cluster, load_model
+from planner.catalog import load_cluster, load_model, load_stack
 from planner.constraints import rule_masks
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
+from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh, estimate_row
+from planner.schemas.parallel import ParallelConfig
 from planner.search import default_job, enumerate_meshes, search
 from tests.conftest import assert_one_line_error
 
@@ -293,3 +295,39 @@ def test_default_batch_rounds_4mi_tokens_to_a_batch_data_parallelism_divides() -
     got = {s: default_batch_size(s) for s in (2048, 4096, 6000, 8192, 8196, 3000, 131072, 10**7)}
     assert got == {2048: 2048, 4096: 1024, 6000: 768, 8192: 512, 8196: 512, 3000: 1536, 131072: 32, 10**7: 1}
     assert default_job(load_model("llama70b"), seq_len=8196).batch_size == 512
+
+
+def test_rules_that_apply_to_some_meshes_check_those_alone() -> None:
+    """A rule with ``applies`` passes every mesh it does not constrain and checks the others as
+    before: DualPipeV with 1 micro-batch on a 16-stage pipeline fails the micro-batch rule, the
+    1F1B mesh beside it passes, and a mesh set with no DualPipe row passes every DualPipe rule."""
+    model = load_model("deepseek-v3")
+    cluster = load_cluster("dgx-h100x32")
+    job = default_job(model, global_batch_size=16).model_copy(update={"software": load_stack("torchtitan")})
+    dual = ParallelConfig(tp=1, pp=16, dp=16, ep=8, schedule="dualpipev")
+    plain = ParallelConfig(tp=1, pp=16, dp=16, ep=8, schedule="1f1b")
+    masks = rule_masks(model, cluster, job, MeshArrays.from_configs([dual, plain]))
+    assert masks["dualpipe_microbatches"].tolist() == [False, True]
+    assert masks["dualpipe_stages"].tolist() == [True, True]
+    only_plain = rule_masks(model, cluster, job, MeshArrays.from_configs([plain, plain]))
+    dual_rules = ("dualpipe_ranks", "dualpipe_microbatches", "dualpipe_stages", "bf16_last_layers_dualpipe")
+    assert all(only_plain[name].tolist() == [True, True] for name in dual_rules)
+
+
+def test_constant_columns_are_selected_without_copies() -> None:
+    """The enumeration's one-value columns (no partial recompute, no offload, no layout) stay
+    broadcast through ``take`` at the new length, read as that value, refuse writes, and
+    concatenate with real columns into the right values."""
+    mesh = enumerate_meshes(LLAMA70, H100X16, {})
+    keep = mesh.pp > 1
+    sub = mesh.take(keep)
+    for name in ("recompute_layers", "offload_layers", "layout_last"):
+        column = getattr(sub, name)
+        assert column.strides == (0,)
+        assert len(column) == int(keep.sum())
+    assert set(sub.layout_last.tolist()) == {-1}
+    assert sub.take(np.arange(3)).recompute_layers.tolist() == [0, 0, 0]
+    with pytest.raises(ValueError, match="read-only"):
+        sub.recompute_layers[0] = 1
+    both = MeshArrays.concat(sub.take(np.arange(2)), sub.take(np.arange(2)).with_recompute_layers(np.array([3, 4])))
+    assert both.recompute_layers.tolist() == [0, 0, 3, 4]

@@ -72,6 +72,20 @@ class GroupLink:
         return np.where(self.crosses, self.inter_bytes_per_s, self.intra_bytes_per_s)
 
 
+def crosses_domains(
+    cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span: np.ndarray | None = None
+) -> np.ndarray:
+    """Whether groups of ``size`` ranks ``stride`` apart over ``span`` consecutive ranks (default
+    size * stride) leave one fast domain: they span more than a domain, or their span does not
+    tile the domains of a cluster larger than one (so some group straddles two). ``group_link``'s
+    tier, for the rules that need no bandwidths."""
+    size = np.asarray(size)
+    span = size * np.maximum(np.asarray(stride), 1) if span is None else np.asarray(span)
+    domain = cluster.fast_domain_gpus
+    straddles = (domain % np.maximum(span, 1) != 0) & (cluster.num_gpus > domain)
+    return (size > 1) & ((span > domain) | straddles)
+
+
 def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span: np.ndarray | None = None) -> GroupLink:
     """Tier, k, bandwidths and latency of groups of ``size`` ranks ``stride`` apart, laid over
     ``span`` consecutive ranks (default size * stride). See the module docstring."""
@@ -79,8 +93,7 @@ def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span:
     stride = np.maximum(np.asarray(stride), 1)
     span = size * stride if span is None else np.asarray(span)
     domain = cluster.fast_domain_gpus
-    straddles = (domain % np.maximum(span, 1) != 0) & (cluster.num_gpus > domain)
-    crosses = (size > 1) & ((span > domain) | straddles)
+    crosses = crosses_domains(cluster, size, stride, span)
     per_domain = np.clip(np.gcd(domain, span) // stride, 1, np.maximum(size, 1))
     intra, inter = cluster.intra_node, cluster.inter_node
     return GroupLink(
