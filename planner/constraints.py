@@ -62,6 +62,7 @@ class Rule:
     message: Message
     hard: bool = True
     applies: Applies | None = None
+    degrees_only: bool = False  # reads only tp, cp, pp, dp, ep and expert_tp of a mesh (``DegreeRows``)
 
     def passes(self, model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
         """One bool per mesh: True where it passes the rule."""
@@ -224,6 +225,7 @@ RULES: tuple[Rule, ...] = (
             f"cp {p.cp} with {m.name}'s chunked attention over {j.seq_len} tokens ({m.attention_chunk_size}-token "
             "chunks): context parallelism across chunks is not priced; use cp 1, or a sequence of one chunk"
         ),
+        degrees_only=True,
     ),
     Rule(
         "mamba_cp",
@@ -235,6 +237,7 @@ RULES: tuple[Rule, ...] = (
             "all-to-all over heads) is not priced; use cp 1"
         ),
         applies=lambda m, c, j, x: m.blocks_of("M") > 0,
+        degrees_only=True,
     ),
     Rule(
         "mamba_tp",
@@ -245,6 +248,7 @@ RULES: tuple[Rule, ...] = (
             "(Megatron-Core MambaMixer splits both over TP ranks)"
         ),
         applies=lambda m, c, j, x: m.blocks_of("M") > 0,
+        degrees_only=True,
     ),
     Rule(
         "hybrid_pipeline",
@@ -289,6 +293,7 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: (
             f"tp*pp*dp*cp = {p.tp}*{p.pp}*{p.dp}*{p.cp} = {p.num_gpus}, but cluster {c.name} has {c.num_gpus} GPUs"
         ),
+        degrees_only=True,
     ),
     Rule(
         "schedule_matches_virtual_stages",
@@ -353,6 +358,7 @@ RULES: tuple[Rule, ...] = (
             f"cp {p.cp} with {m.name}'s attention sinks: Transformer Engine runs sinks under context parallelism "
             "only with cp_comm_type a2a, which the planner does not price; use cp 1"
         ),
+        degrees_only=True,
     ),
     Rule(
         "sequence_parallel_needs_tp",
@@ -363,21 +369,25 @@ RULES: tuple[Rule, ...] = (
         "experts_fold_into_stage",
         lambda m, c, j, x: (x.tp * x.cp * x.dp) % (x.ep * x.expert_tp) == 0,
         lambda m, c, j, p: f"ep x expert_tp = {p.ep * p.expert_tp} does not divide tp*cp*dp = {p.tp * p.cp * p.dp}",
+        degrees_only=True,
     ),
     Rule(
         "heads_divisible_by_tp",
         lambda m, c, j, x: m.num_attention_heads % x.tp == 0,
         lambda m, c, j, p: f"num_attention_heads {m.num_attention_heads} is not divisible by tp {p.tp}",
+        degrees_only=True,
     ),
     Rule(
         "kv_heads_vs_tp",
         lambda m, c, j, x: _kv_ok(m, x),
         lambda m, c, j, p: f"num_key_value_heads {m.num_kv_heads} and tp {p.tp}: one must divide the other",
+        degrees_only=True,
     ),
     Rule(
         "ffn_divisible_by_tp",
         lambda m, c, j, x: m.intermediate_size % x.tp == 0,
         lambda m, c, j, p: f"intermediate_size {m.intermediate_size} is not divisible by tp {p.tp}",
+        degrees_only=True,
     ),
     Rule(
         "layers_per_stage",
@@ -413,6 +423,7 @@ RULES: tuple[Rule, ...] = (
         "seq_divisible_by_cp",
         lambda m, c, j, x: j.seq_len % _cp_divisor(x) == 0,
         lambda m, c, j, p: f"seq_len {j.seq_len} is not divisible by 2*cp = {2 * p.cp} (load-balanced causal CP)",
+        degrees_only=True,
     ),
     Rule(
         "ep_needs_experts",
@@ -421,16 +432,19 @@ RULES: tuple[Rule, ...] = (
             (f"ep {p.ep} > 1" if p.ep > 1 else f"expert_tp {p.expert_tp} > 1")
             + f" but {m.name} is a dense model (no experts)"
         ),
+        degrees_only=True,
     ),
     Rule(
         "experts_divisible_by_ep",
         lambda m, c, j, x: (m.num_experts_total == 0) | (m.num_experts_total % x.ep == 0),
         lambda m, c, j, p: f"{m.num_experts_total} experts are not divisible by ep {p.ep}",
+        degrees_only=True,
     ),
     Rule(
         "expert_ffn_divisible_by_expert_tp",
         lambda m, c, j, x: m.expert_intermediate_size % x.expert_tp == 0,
         lambda m, c, j, p: f"expert width {m.expert_intermediate_size} is not divisible by expert_tp {p.expert_tp}",
+        degrees_only=True,
     ),
     Rule(
         "ep_overlap_schedule",
@@ -466,6 +480,7 @@ RULES: tuple[Rule, ...] = (
             f"stack {j.software.name} runs no {_axes_missing(j, p)} (it runs "
             f"{', '.join(j.software.parallelisms) or 'data parallelism only'}); use 1"
         ),
+        degrees_only=True,
     ),
     Rule(
         "stack_zero_stages",
@@ -569,13 +584,34 @@ RULES: tuple[Rule, ...] = (
             f"{p.order}): every layer's all-reduces go over the slow inter-node network"
         ),
         hard=False,
+        degrees_only=True,
     ),
 )
 
 
-def rule_masks(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> dict[str, np.ndarray]:
-    """Rule name -> boolean mask of meshes that pass it."""
-    return {rule.name: rule.passes(model, cluster, job, mesh) for rule in RULES}
+@dataclass(frozen=True)
+class DegreeRows:
+    """The search's meshes by their degrees: one mesh per (tp, cp, pp, dp, ep, expert_tp) tuple
+    (``mesh``, its knobs any) and each searched mesh's row in it (``row``). A rule that reads only
+    the degrees (``Rule.degrees_only``) is checked once per tuple, not once per knob setting:
+    the search crosses each tuple with hundreds of them."""
+
+    mesh: MeshArrays
+    row: np.ndarray
+
+
+def rule_masks(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, degrees: DegreeRows | None = None
+) -> dict[str, np.ndarray]:
+    """Rule name -> boolean mask of meshes that pass it (``degrees``: the meshes' degree tuples,
+    for the rules that read nothing else)."""
+    masks = {}
+    for rule in RULES:
+        if degrees is not None and rule.degrees_only:
+            masks[rule.name] = rule.passes(model, cluster, job, degrees.mesh)[degrees.row]
+        else:
+            masks[rule.name] = rule.passes(model, cluster, job, mesh)
+    return masks
 
 
 def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Annotated, Any
 
 import numpy as np
 
-from planner.constraints import RULES, rule_masks
+from planner.constraints import RULES, DegreeRows, rule_masks
 from planner.cost.memory import (
     MEMORY_UNDERCOUNT,
     OFFLOAD_RESIDENT_LAYERS,
@@ -126,12 +126,13 @@ def _knob_rows(pins: dict[str, Any]) -> dict[str, np.ndarray]:
 
 def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> MeshArrays:
     """Every candidate mesh (before pruning) as columns: degrees x knobs."""
-    product = _mesh_product(model, cluster, pins)
+    product, _ = _mesh_product(model, cluster, pins)
     return product.take(_meaningful_schedule(product, pins))
 
 
-def _mesh_product(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> MeshArrays:
-    """Every degree tuple crossed with every knob row, interleaving on one stage included."""
+def _mesh_product(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> tuple[MeshArrays, int]:
+    """Every degree tuple crossed with every knob row, interleaving on one stage included, tuple
+    by tuple; and the number of knob rows each tuple is crossed with."""
     degrees = np.array(_degree_tuples(model, cluster, pins), dtype=np.int64).reshape(-1, 6)
     knobs = _knob_rows(pins)
     n_deg, n_knob = len(degrees), len(knobs["schedule"])
@@ -146,7 +147,7 @@ def _mesh_product(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) 
     cols["overlap_grad_reduce"] = constant_column(bool(pins.get("overlap_grad_reduce", True)), n_deg * n_knob)
     cols["recompute_layers"] = constant_column(int(pins.get("recompute_layers") or 0), n_deg * n_knob)
     cols["offload_layers"] = constant_column(int(pins.get("offload_layers") or 0), n_deg * n_knob)
-    return MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER))
+    return MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER)), n_knob
 
 
 def _meaningful_schedule(mesh: MeshArrays, pins: dict[str, Any]) -> np.ndarray:
@@ -453,9 +454,11 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     """Enumerate, prune by the hard rules, add partial recompute, price memory then time; raise
     with the diagnosis where nothing fits."""
     # the enumeration without one-stage interleaving and moot ZeRO stages, in one selection
-    product = _mesh_product(model, cluster, pins)
-    mesh = product.take(_meaningful_schedule(product, pins) & _zero_that_matters(model, job, product, pins))
-    masks = rule_masks(model, cluster, job, mesh)
+    product, n_knob = _mesh_product(model, cluster, pins)
+    keep = np.flatnonzero(_meaningful_schedule(product, pins) & _zero_that_matters(model, job, product, pins))
+    mesh = product.take(keep)
+    degrees = DegreeRows(product.take(np.arange(0, len(product), n_knob)), keep // n_knob)
+    masks = rule_masks(model, cluster, job, mesh, degrees)
     alive = np.ones(len(mesh), dtype=bool)
     pruned: dict[str, int] = {}
     hard = {r.name for r in RULES if r.hard or (r.name == "tp_within_fast_domain" and "tp" not in pins)}

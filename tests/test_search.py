@@ -10,13 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from planner.catalog import load_cluster, load_model, load_stack
-from planner.constraints import rule_masks
+from planner.constraints import RULES, DegreeRows, rule_masks
 from planner.cost.step import evaluate
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh, estimate_row
 from planner.schemas.parallel import ParallelConfig
-from planner.search import default_job, enumerate_meshes, search
+from planner.search import _mesh_product, default_job, enumerate_meshes, search
 from tests.conftest import assert_one_line_error
 
 LLAMA70 = load_model("llama3-70b")
@@ -331,3 +331,32 @@ def test_constant_columns_are_selected_without_copies() -> None:
         sub.recompute_layers[0] = 1
     both = MeshArrays.concat(sub.take(np.arange(2)), sub.take(np.arange(2)).with_recompute_layers(np.array([3, 4])))
     assert both.recompute_layers.tolist() == [0, 0, 3, 4]
+
+
+@pytest.mark.parametrize(
+    ("model", "cluster", "pins", "seq_len"),
+    [
+        ("llama3-70b", "dgx-h100x16", {}, 8192),
+        ("deepseek-v3", "gb200-nvl72x2", {}, 4096),
+        ("nemotron-h-8b", "dgx-h100x2", {}, 8192),
+        ("llama4-scout", "dgx-h100x4", {"order": "tp-dp-cp-pp"}, 16384),
+        ("gpt-oss-120b", "dgx-h100x8", {"micro_batch_size": 2}, 3000),
+    ],
+)
+def test_degree_rules_read_the_degrees_alone(model: str, cluster: str, pins: dict, seq_len: int) -> None:
+    """Every rule marked ``degrees_only`` gives each searched mesh the answer its degree tuple
+    gets, whatever the mesh's knobs: checked on the whole enumeration (micro-batch, schedule, v,
+    ZeRO and recompute varying under each tuple), for dense, MoE, hybrid, chunked-attention and
+    sink-attention models and a rank order with tp not innermost of all."""
+    m, c = load_model(model), load_cluster(cluster)
+    job = default_job(m, seq_len=seq_len)
+    product, n_knob = _mesh_product(m, c, pins)
+    rows = np.arange(len(product))
+    degrees = DegreeRows(product.take(np.arange(0, len(product), n_knob)), rows // n_knob)
+    marked = [rule for rule in RULES if rule.degrees_only]
+    assert len(marked) >= 10
+    for rule in marked:
+        whole = rule.passes(m, c, job, product)
+        by_tuple = rule.passes(m, c, job, degrees.mesh)[degrees.row]
+        assert np.array_equal(whole, by_tuple), rule.name
+    assert rule_masks(m, c, job, product, degrees).keys() == rule_masks(m, c, job, product).keys()
