@@ -475,12 +475,14 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         if "offload_layers" not in pins:
             candidates = MeshArrays.concat(candidates, activation_offload(model, cluster, job, candidates))
     variants = len(candidates) - int(alive.sum())
-    # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit,
-    # unless none does, when every mesh is priced for the diagnosis.
+    # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit;
+    # where none does, the diagnosis needs their memory alone.
     m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
     memory = peak_memory(model, cluster, job, candidates, m)
     fit = memory.total <= usable_memory_bytes(cluster, job)
-    if fit.any() and not fit.all():
+    if not fit.any():
+        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, memory, candidates))
+    if not fit.all():
         pruned["memory"] = int((~fit).sum())
         candidates, memory = candidates.take(fit), memory.take(fit)
     cols = evaluate(model, cluster, job, candidates, memory)
@@ -489,7 +491,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         pruned["memory"] = pruned.get("memory", 0) + int((~fits).sum())
     idx = np.flatnonzero(fits)
     if idx.size == 0:
-        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols, candidates))
+        raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols.memory, candidates))
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
     return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned, variants)
@@ -504,12 +506,12 @@ def _nothing_fits(
     masks: dict[str, np.ndarray],
     hard: set[str],
     pruned: dict[str, int],
-    cols: Any,
+    memory: Any,
     candidates: MeshArrays,
 ) -> str:
     """Why the search came back empty: no mesh to enumerate, a rule every mesh breaks, or the
-    memory shortfall of the leanest mesh (``candidates``' rows are ``cols``'), with the knobs that
-    mesh does not already use."""
+    memory shortfall of the leanest mesh (``memory``: the peak of each of ``candidates``), with
+    the knobs that mesh does not already use."""
     if len(mesh) == 0:
         pinned = {a: pins[a] for a in ("tp", "pp", "dp", "cp") if a in pins}
         product = int(np.prod(list(pinned.values()))) if pinned else 1
@@ -524,9 +526,9 @@ def _nothing_fits(
         # own checks too, so build it without validation).
         example = mesh.row(0, validate=False)
         return f"every candidate mesh breaks '{blockers[0].name}': {blockers[0].message(model, cluster, job, example)}"
-    if len(cols.fits):
-        lean = int(np.argmin(cols.memory.total))
-        best = float(cols.memory.total[lean])
+    if len(candidates):
+        lean = int(np.argmin(memory.total))
+        best = float(memory.total[lean])
         cap = usable_memory_bytes(cluster, job) / GIB_BYTES
         leanest = candidates.row(lean, validate=False)
         tries = ["more GPUs"]
