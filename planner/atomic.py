@@ -4,6 +4,7 @@ and an interrupted run leaves the old one. A failure is one ``PlannerError`` lin
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -17,9 +18,10 @@ from planner.errors import PlannerError
 def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
     """Yield a temporary path in ``path``'s folder (with its suffix, so writers that infer the
     format from it still can); once the block succeeds, make it world-readable (mkstemp creates
-    0600) and rename it over ``path``. The folder must exist."""
+    0600) and rename it over ``path``. A missing folder is made first (and its parents)."""
     target = Path(path)
     try:
+        target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix or ".tmp")
     except OSError as err:
         raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
@@ -36,33 +38,46 @@ def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
 
 
 def make_parent(path: str | Path, flag: str = "--out") -> Path:
-    """Create ``path``'s folder (and its parents) for an output file; no file name, a folder in its
-    place, or a folder that cannot be made (a regular file in the way, no permission) is one
-    ``PlannerError`` line naming the flag. Commands call it before their work, so that an output
-    that cannot be written fails at once."""
+    """Check that an output file can be written, before a command's work, so that an output that
+    cannot be written fails at once: no file name, a folder in its place, a regular file where a
+    folder should be, no permission, or a name the file system refuses (too long) is one
+    ``PlannerError`` line naming the flag. Nothing is created: the folders a missing path needs are
+    made when the file is written (``atomic_path``), so a command that fails leaves none behind."""
     target = Path(path)
     if target.name in ("", ".", ".."):
         raise PlannerError(f"{flag} '{path}': give a file name")
+    try:
+        _check_writable(target, flag)
+    except OSError as err:
+        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
+    return target
+
+
+def _check_writable(target: Path, flag: str) -> None:
+    """``make_parent``'s checks; the nearest folder that exists takes a probe file, as the atomic
+    write will (the permission bits pass for root everywhere: /proc, a read-only mount or a full
+    disk fail only when written to)."""
     if target.is_dir():
         raise PlannerError(f"{flag} {target}: is a folder; give a file name")
     blocking = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise PlannerError(f"{flag} {target}: cannot write: '{blocking}' is a file, not a folder")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
-    if not os.access(target.parent, os.W_OK | os.X_OK):
-        raise PlannerError(f"{flag} {target}: cannot write: no permission to write in '{target.parent}'")
-    # the permission bits pass for root everywhere: create and remove a file beside it, as the
-    # atomic write will, so a folder that takes none (/proc, a read-only mount, a full disk) fails now
-    try:
-        fd, probe = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".probe")
-    except OSError as err:
-        raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
+    base = next(p for p in (target.parent, *target.parent.parents) if p.exists())
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise PlannerError(f"{flag} {target}: cannot write: no permission to write in '{base}'")
+    if len(target.name.encode()) > _name_max(base):
+        raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
+    fd, probe = tempfile.mkstemp(dir=base, prefix=".planner.", suffix=".probe")
     os.close(fd)
     os.unlink(probe)
-    return target
+
+
+def _name_max(folder: Path) -> int:
+    """The longest file name ``folder``'s file system takes (255 where it does not say)."""
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
 
 
 def write_text_atomic(path: str | Path, text: str, flag: str = "--out") -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.atomic import atomic_path, write_text_atomic
+from planner.atomic import atomic_path, make_parent, write_text_atomic
 from planner.errors import PlannerError
 
 
@@ -31,6 +31,20 @@ def test_a_failing_writer_keeps_the_old_file(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["plan.png"]
 
 
-def test_a_missing_folder_is_one_planner_error(tmp_path: Path) -> None:
-    with pytest.raises(PlannerError, match=r"^--out .*nope/x.yaml: cannot write: No such file or directory$"):
-        write_text_atomic(tmp_path / "nope" / "x.yaml", "x")
+def test_a_missing_folder_is_made_when_the_file_is_written(tmp_path: Path) -> None:
+    """``make_parent`` checks and creates nothing (a command that fails after it leaves no empty
+    folder behind); the write makes the folders; one that cannot be made is one PlannerError."""
+    target = tmp_path / "new" / "deeper" / "x.yaml"
+    assert make_parent(target) == target and not (tmp_path / "new").exists()
+    write_text_atomic(target, "x")
+    assert target.read_text() == "x"
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(PlannerError, match=r"^--out .*file/x.yaml: cannot write: "):
+        write_text_atomic(tmp_path / "file" / "x.yaml", "x")
+
+
+def test_a_name_the_file_system_refuses_is_one_planner_error(tmp_path: Path) -> None:
+    with pytest.raises(PlannerError, match=r"^--plot .*: cannot write: File name too long$"):
+        make_parent(tmp_path / ("a" * 300 + ".png"), "--plot")
+    with pytest.raises(PlannerError, match=r"^--out .*: cannot write: File name too long$"):
+        make_parent(tmp_path / ("a" * 300) / "x.sh")

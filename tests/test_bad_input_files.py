@@ -264,3 +264,35 @@ def test_a_row_stage_stated_as_a_number_or_a_description_is_read() -> None:
     assert unpriced == [] and case.pins["zero_stage"] == 2 and not case.model.tie_word_embeddings
     row["parallel"]["zero_stage"] = "distributed optimizer (not stated)"
     assert cases_from_runs([row])[1] == []
+
+
+def test_a_number_too_long_to_read_is_one_line(cli, tmp_path: Path) -> None:
+    """An integer of more than 4,300 digits (Python's int-from-text limit) in a YAML or JSON file
+    was a ValueError traceback from the parser."""
+    digits = "9" * 5000
+    yaml_path = _write(tmp_path, "big.yaml", TINY_MODEL.replace("vocab_size: 1000", f"vocab_size: {digits}"))
+    json_path = _write(tmp_path, "config.json", '{"model_type": "llama", "vocab_size": ' + digits + "}")
+    for path in (yaml_path, json_path):
+        assert_one_line_error(cli("-m", str(path), "-c", "dgx-h100"), str(path), "a number too long to read", "4300")
+        with pytest.raises(PlannerError, match="a number too long to read"):
+            read_yaml(path)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("serve", "-m", "llama3-8b", "-c", "dgx-h100", "--workload", "{fifo}"),
+        ("calibrate", "--from-runs", "{fifo}"),
+        ("serve-calibrate", "--runs", "{fifo}"),
+    ],
+)
+def test_a_pipe_given_as_an_input_file_is_refused_without_reading_it(cli, tmp_path: Path, args: tuple) -> None:
+    """Reading a named pipe blocks until a writer comes: these inputs hung for ever; every file the
+    planner reads is now refused unless it is a regular file."""
+    import os
+
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    r = cli(*(a.format(fifo=fifo) for a in args))
+    assert_one_line_error(r, str(fifo), "is not a regular file (a device or pipe)")

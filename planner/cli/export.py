@@ -99,7 +99,7 @@ def export_cmd(
     if out is None:
         write_stdout(exported.text if launch is None else f"{exported.text}\n{launch}")
     else:
-        write_atomically(out, exported.text)
+        write_text_atomic(out, exported.text)
         sys.stderr.write(f"wrote {out}\n")
         if launch is not None:
             write_stdout(launch)
@@ -173,10 +173,3 @@ def _best_mesh(
             return est, exported
     assert first_refusal is not None  # the search returns at least one candidate or raises
     raise PlannerError(f"{first_refusal} (so do the other best meshes; pin knobs {fmt} supports)")
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """``write_text_atomic``, after checking the folder exists (an export does not create one)."""
-    if not path.parent.is_dir():
-        raise PlannerError(f"--out {path}: folder {path.parent} does not exist")
-    write_text_atomic(path, text)
