@@ -13,11 +13,15 @@ torch is never imported here; only the validator (an optional extra) needs it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.schemas import ClusterSpec, Estimate, JobSpec, ModelSpec, ParallelConfig
+from planner.schemas.base import out_of_range_integer
 from planner.schemas.parallel import PipelineSplit
 from planner.schemas.ranking import Ranking
 
@@ -27,6 +31,30 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 
 _JOB_KEYS = set(JobSpec.model_fields)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _whole_numbers_in_range(fn: F) -> F:
+    """Refuse, by the argument's name, an integer argument past a 64-bit integer (``price=10**400``,
+    ``tp=10**5000``): float() overflows past about 10**308 and Python will not print one of more
+    than 4,300 digits, so the checks further in raised OverflowError and ValueError instead of a
+    PlannerError."""
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        bound = signature.bind_partial(*args, **kwargs)
+        for name, value in bound.arguments.items():
+            spread = signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD
+            given = value.items() if spread else [(name, value)]
+            for key, item in given:
+                problem = out_of_range_integer(item)
+                if problem is not None:
+                    raise PlannerError(f"{key}: {problem}")
+        return fn(*args, **kwargs)
+
+    return checked  # type: ignore[return-value]
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -72,6 +100,7 @@ def _job_fields_applied(model: ModelSpec, job: JobSpec | None, job_fields: dict[
     return validate_as(JobSpec, {**data, **job_fields}, "job")
 
 
+@_whole_numbers_in_range
 def plan(
     model: str | ModelSpec,
     cluster: str | ClusterSpec,
@@ -116,6 +145,7 @@ def _priced(cluster: str | ClusterSpec, price: object) -> ClusterSpec:
     return load_cluster(cluster).with_price(None if price is None else float(price))
 
 
+@_whole_numbers_in_range
 def estimate(
     model: str | ModelSpec,
     cluster: str | ClusterSpec,
@@ -139,6 +169,7 @@ def estimate(
     return estimate_mesh(spec, clus, work, pinned_mesh(pins, clus.num_gpus, work))
 
 
+@_whole_numbers_in_range
 def plan_capacity(
     model: str | ModelSpec,
     cluster: str | ClusterSpec,
@@ -169,6 +200,7 @@ def plan_capacity(
     return capacity_report(spec, node, work, deadline_seconds(days), max_nodes, pins_from_config_fields(**mesh))
 
 
+@_whole_numbers_in_range
 def serve(model: str | ModelSpec, cluster: str | ClusterSpec, **request: Any) -> Any:
     """Rank serving layouts (``plan serve``): ``planner.serve("llama70b", "dgx-h100x1",
     input_len=2048, output_len=512, tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields

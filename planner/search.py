@@ -43,7 +43,7 @@ from planner.explain import explain
 from planner.fewer_gpus import fewer_gpus, fewer_gpus_hint
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays, constant_column
 from planner.pricing import estimate_row
-from planner.schemas.base import GIB_BYTES, misread_value
+from planner.schemas.base import GIB_BYTES, integer_shown, misread_value, out_of_range_integer
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -615,6 +615,8 @@ def _pin_value(name: str, value: Any) -> Any:
     from planner.errors import describe_validation_error
 
     field = ParallelConfig.model_fields[name]
+    if isinstance(value, int) and not isinstance(value, bool) and out_of_range_integer(value) is not None:
+        return value  # the caller's range check names the flag and its bound
     if isinstance(value, bool) and field.annotation is not bool:
         expected = getattr(field.annotation, "__name__", str(field.annotation))
         raise PlannerError(f"mesh: field '{name}': expected {expected}, got {value!r}")
@@ -682,7 +684,7 @@ def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
             continue  # the stage has its own range (0-3), checked by its option and schema
         if not 1 <= value <= MAX_MESH_DEGREE:
             flag = "--" + name.replace("_", "-")
-            raise PlannerError(f"{flag} {value}: expected a whole number from 1 to {MAX_MESH_DEGREE:,}")
+            raise PlannerError(f"{flag} {integer_shown(value)}: expected a whole number from 1 to {MAX_MESH_DEGREE:,}")
     if "order" in pins:
         from planner.errors import validate_as
 

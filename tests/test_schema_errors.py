@@ -9,6 +9,7 @@ import math
 import pytest
 from pydantic import ValidationError
 
+import planner
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError, SchemaError, validate_as
 from planner.schemas.hardware import ClusterSpec
@@ -72,3 +73,34 @@ def test_a_runs_row_names_its_section_once() -> None:
         pinned_config({"tp": 0})
     with pytest.raises(UnpriceableError, match=r"^parallel: ep x expert_tp = 64 x 1 must divide tp\*cp\*dp = 32"):
         pinned_config({"tp": 1, "dp": 32, "ep": 64})
+
+
+@pytest.mark.parametrize(
+    ("call", "named"),
+    [
+        (lambda: planner.plan("llama3-8b", "dgx-h100", price=10**400), "price"),
+        (lambda: planner.plan("llama3-8b", "dgx-h100", tp=10**5000), "tp"),
+        (lambda: planner.estimate("llama3-8b", "dgx-h100", micro_batch_size=10**5000), "micro_batch_size"),
+        (lambda: planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 10**400), "days"),
+        (lambda: planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 30, max_nodes=10**5000), "max_nodes"),
+        (lambda: planner.serve("llama3-8b", "dgx-h100", concurrency=10**5000), "concurrency"),
+        (lambda: planner.plan("llama3-8b", "dgx-h100", bf16_last_layers=10**5000), "bf16_last_layers"),
+        (lambda: planner.load_cluster("dgx-h100").with_price(10**400), "--price"),
+        (lambda: planner.load_cluster("dgx-h100").with_price("x"), "--price"),
+    ],
+)
+def test_integers_no_float_or_text_can_hold_are_planner_errors(call, named: str) -> None:
+    """float() overflows past about 1e308 and Python prints no integer of more than 4,300 digits, so
+    such an argument raised OverflowError, ValueError or TypeError from deep inside; it is now a
+    PlannerError naming the argument."""
+    with pytest.raises(PlannerError, match=named) as caught:
+        call()
+    assert "\n" not in str(caught.value) and "Exceeds the limit" not in str(caught.value)
+
+
+def test_a_schema_field_past_a_64_bit_integer_names_the_field() -> None:
+    shape = {"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
+             "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+    huge = "field 'num_hidden_layers': an integer of about 5,001 digits is out of range"
+    with pytest.raises(SchemaError, match=huge):
+        ModelSpec(name="x", source="t", num_hidden_layers=10**5000, **shape)

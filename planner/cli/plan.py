@@ -42,8 +42,8 @@ def plan_main(
     """Rank every feasible mesh for MODEL on CLUSTER (pins like --tp 8 fix a knob)."""
     if ctx.invoked_subcommand is not None:
         return
-    if target.model is None and target.cluster is None:
-        typer.echo(ctx.get_help())
+    if target.model is None and target.cluster is None and not _any_option_given(ctx):
+        typer.echo(ctx.get_help())  # bare `plan`; `plan --tp 8` is a plan without its model, an error
         return
     from planner.search import search_with_points
 
@@ -63,6 +63,12 @@ def plan_main(
         from planner.render import print_ranking
 
         print_ranking(console(), ranking)
+
+
+def _any_option_given(ctx: typer.Context) -> bool:
+    """Whether the command line (not a default) set any of the command's options."""
+    sources = (ctx.get_parameter_source(name) for name in ctx.params)
+    return any(source is not None and source.name == "COMMANDLINE" for source in sources)
 
 
 @app.command("estimate")

@@ -32,7 +32,7 @@ def misread_value(annotation: Any, value: Any) -> str | None:
     if annotation in (int, float):
         if isinstance(value, (bool, np.bool_)):
             return f"expected a number, got {str(bool(value)).lower()}"
-        return None
+        return out_of_range_integer(value)
     if annotation is bool:
         if not isinstance(value, (bool, np.bool_)):
             return f"expected true or false, got {value!r}"
@@ -48,6 +48,27 @@ def misread_value(annotation: Any, value: Any) -> str | None:
     if origin is dict and isinstance(value, dict) and len(args) == 2:
         return next((p for item in value.values() if (p := misread_value(args[1], item)) is not None), None)
     return None
+
+
+MAX_INTEGER = 2**63 - 1
+"""The largest whole number read anywhere (a 64-bit integer): a count past it is no plan's, and one
+of thousands of digits cannot even be printed (Python refuses int-to-text past 4,300 digits, and
+float() past about 309), which made messages about it raise instead."""
+
+
+def out_of_range_integer(value: Any) -> str | None:
+    """Why an integer is too large to read (beyond ``MAX_INTEGER`` either way), or None."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_INTEGER:
+        return f"{integer_shown(value)} is out of range (at most 2**63 - 1 = {MAX_INTEGER:,})"
+    return None
+
+
+def integer_shown(value: int) -> str:
+    """An integer as a message echoes it: its digits, or its size where it has too many to print."""
+    if abs(value) < 10**30:
+        return str(value)
+    digits = int(abs(value).bit_length() * 0.30103) + 1
+    return f"{'-' if value < 0 else ''}an integer of about {digits:,} digits"
 
 
 class Frozen(BaseModel):

@@ -13,7 +13,7 @@ import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.errors import PlannerError
-from planner.schemas.base import GB_BYTES, GIB_BYTES, TB_BYTES, TERA, Frozen
+from planner.schemas.base import GB_BYTES, GIB_BYTES, TB_BYTES, TERA, Frozen, integer_shown
 
 Dtype = Literal["bf16", "fp16", "fp8", "fp4", "tf32", "fp32"]
 """Numeric formats whose dense peak FLOP/s a GPU may list (fp4: NVFP4/MXFP4 on Blackwell's
@@ -493,10 +493,13 @@ class ClusterSpec(Frozen):
         """This cluster at another price per GPU-hour (``--price``); None keeps the profile's."""
         if price_per_gpu_hour_usd is None:
             return self
-        if not 0 < price_per_gpu_hour_usd <= MAX_PRICE_PER_GPU_HOUR_USD:
+        price = price_per_gpu_hour_usd
+        number = isinstance(price, int | float) and not isinstance(price, bool)
+        if not number or not 0 < price <= MAX_PRICE_PER_GPU_HOUR_USD:
+            shown = integer_shown(price) if number and isinstance(price, int) else repr(price)
             raise PlannerError(
-                f"--price must be a finite number > 0 and at most {MAX_PRICE_PER_GPU_HOUR_USD:g} USD per GPU-hour, "
-                f"got {price_per_gpu_hour_usd:g}"
+                f"--price must be a finite number > 0 and at most {MAX_PRICE_PER_GPU_HOUR_USD:,.0f} USD per GPU-hour, "
+                f"got {shown}"
             )
         profile = self.profile.model_copy(update={"price_per_gpu_hour_usd": price_per_gpu_hour_usd})
         return self.model_copy(update={"profile": profile})

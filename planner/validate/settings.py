@@ -23,6 +23,12 @@ core (hardware_profiles/localhost-cpu.yaml), so a candidate replays in seconds."
 NCCL_DEFAULTS: dict[str, Any] = {"repeats": 20, "warmup": 5, "max_message_bytes": None, "max_gemm_flops": None}
 
 
+MAX_TIMEOUT_S = 7 * 86400.0
+"""The longest ``--timeout``: a week. torch.distributed keeps the timeout in milliseconds, and one
+of 1e10 s (1e13 ms) made gloo's store client time out at once with C++ frames on stderr (1e308
+overflowed a C int); no collective of a replay waits that long.
+"""
+
 MAX_LOCAL_RANKS = 128
 """The most processes ``--local-ranks`` spawns on one machine: each holds several descriptors
 (pipes to the parent, gloo's sockets to every peer), and past a few hundred processes the usual
@@ -49,7 +55,12 @@ class ReplaySettings(Frozen):
     )
     repeats: PositiveInt | None = Field(None, description="Timed repeats per term (default 5 gloo, 20 nccl)")
     warmup: NonNegativeInt | None = Field(None, description="Untimed calls per term (default 1 gloo, 5 nccl)")
-    timeout: float = Field(60.0, ge=1.0, description="Process-group and per-collective timeout, seconds")
+    timeout: float = Field(
+        60.0,
+        ge=1.0,
+        le=MAX_TIMEOUT_S,
+        description="Process-group and per-collective timeout, seconds (at most a week)",
+    )
 
     def replay_job(self, blocks: list[ReplayBlock], gemm_on_all_ranks: bool) -> ReplayJob:
         """The job every rank runs: ``blocks`` with these settings."""
