@@ -296,3 +296,22 @@ def test_a_pipe_given_as_an_input_file_is_refused_without_reading_it(cli, tmp_pa
     os.mkfifo(fifo)
     r = cli(*(a.format(fifo=fifo) for a in args))
     assert_one_line_error(r, str(fifo), "is not a regular file (a device or pipe)")
+
+
+@pytest.mark.parametrize(
+    ("replace", "said"),
+    [
+        (("num_hidden_layers: 4", "num_hidden_layers: 16777216"), "num_hidden_layers 16777216 is more than 65,536"),
+        (
+            ("hidden_size: 256", "hidden_size: 16777216\nhead_dim: 128"),
+            "make 3.38e+15 parameters, more than 1e+15, the largest model planned",
+        ),
+    ],
+)
+def test_a_model_too_large_to_plan_names_its_shape(cli, tmp_path: Path, replace: tuple[str, str], said: str) -> None:
+    """Every dimension at its 16,777,216 bound made 3e22 parameters: the cost terms' int64
+    arithmetic overflowed into a negative memory named by an internal schema (MemoryBreakdown), and
+    16M layers made the planner refuse the pipeline layout it had written itself."""
+    text = TINY_MODEL.replace(*replace).replace("intermediate_size: 512", "intermediate_size: 16777216")
+    path = _write(tmp_path, "huge.yaml", text)
+    assert_one_line_error(cli("-m", str(path), "-c", "dgx-h100x1024"), str(path), said)

@@ -10,12 +10,14 @@ they are documented on each field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, NonNegativeInt, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from planner.errors import PlannerError
 from planner.schemas.base import Frozen
 
 if TYPE_CHECKING:
@@ -40,6 +42,17 @@ MAX_MODEL_DIMENSION = 2**24
 260K, contexts up to 10M tokens), so no real model is refused, while a mistyped 4e12 fails at
 once instead of overflowing the integer arithmetic of the cost terms. A bound, not a
 measurement."""
+
+
+MAX_MODEL_LAYERS = 2**16
+"""The most decoder layers a model may state, 65,536: no model built has a thousand, and the
+pipeline layout the planner writes for a split (cost.layout, which unrolls at most 100,000 layers
+and stage breaks) must parse back. A bound, not a measurement."""
+
+MAX_MODEL_PARAMETERS = 1e15
+"""The largest model planned, a quadrillion parameters (1,000x GPT-1T): its fp32 master weights and
+Adam moments alone are 12 PB, about 94 GiB on each of the largest cluster's 131,072 GPUs; the
+integer arithmetic of the cost terms overflows a little past 1e18. A bound, not a measurement."""
 
 
 HYBRID_BLOCKS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
@@ -413,6 +426,28 @@ class ModelSpec(Frozen):
                 )
 
     # ---- derived architecture ---------------------------------------------------------------
+    @model_validator(mode="after")
+    def _size_in_range(self) -> ModelSpec:
+        if self.num_hidden_layers > MAX_MODEL_LAYERS:
+            raise ValueError(
+                f"num_hidden_layers {self.num_hidden_layers} is more than {MAX_MODEL_LAYERS:,}, the most layers planned"
+            )
+        shape = (
+            f"num_hidden_layers {self.num_hidden_layers}, hidden_size {self.hidden_size}, intermediate_size "
+            f"{self.intermediate_size}, vocab_size {self.vocab_size}"
+            + (f", {self.num_experts_total} experts" if self.num_experts_total else "")
+        )
+        try:
+            total = self.parameter_counts.total
+        except PlannerError:  # a count past a 64-bit integer
+            total = math.inf
+        if total > MAX_MODEL_PARAMETERS:
+            size = "more than 9.2e18" if math.isinf(total) else f"{total:.3g}"
+            raise ValueError(
+                f"{shape} make {size} parameters, more than {MAX_MODEL_PARAMETERS:.0e}, the largest model planned"
+            )
+        return self
+
     @property
     def num_sliding_layers(self) -> int:
         """Layers with sliding-window attention."""
