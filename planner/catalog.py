@@ -24,7 +24,8 @@ from pydantic import BaseModel
 
 from planner.errors import PlannerError, shown, shown_value, validate_as
 from planner.hf_config import model_from_hf_config
-from planner.schemas.hardware import ClusterSpec, HardwareProfile
+from planner.schemas.base import integer_shown
+from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec, HardwareProfile
 from planner.schemas.model import ModelSpec
 from planner.schemas.stack import Stack
 
@@ -32,7 +33,7 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 CATALOG_KINDS = ("models", "hardware_profiles", "stacks")
 T = TypeVar("T", bound=BaseModel)
 
-CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>\d+)$")
+CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>[0-9]+)$")  # ASCII digits (\\d takes full-width ones)
 """``<profile>x<N>``: N nodes of a profile. The profile part is matched first as a whole name,
 so a profile that itself ends in 'x' (mi300x) reads as mi300xx4 for four nodes."""
 
@@ -474,6 +475,10 @@ def _count(value: object, field: str, where: str) -> int | None:
 def _cluster(name: str, profile: HardwareProfile, nodes: object, gpus: object, where: str) -> ClusterSpec:
     """Apply the node/GPU counts (``--nodes`` / ``--gpus`` win over the name) and validate."""
     num_nodes, num_gpus = _count(nodes, "num_nodes", where), _count(gpus, "num_gpus", where)
+    if num_gpus is not None and num_gpus > MAX_CLUSTER_GPUS:  # named before it derives a node count
+        raise PlannerError(
+            f"{where}: num_gpus {integer_shown(num_gpus)} is more than the {MAX_CLUSTER_GPUS:,} GPUs planned at most"
+        )
     gpn = profile.gpus_per_node
     if num_nodes is None:
         num_nodes = -(-num_gpus // gpn) if num_gpus is not None else 1

@@ -435,6 +435,17 @@ RULES: tuple[Rule, ...] = (
         degrees_only=True,
     ),
     Rule(
+        "stack_trains_moe",
+        # Stack.moe_dispatchers: a stack that lists no token dispatcher has no MoE layer at all
+        # (Megatron-LM 2021)
+        lambda m, c, j, x: np.asarray(not m.is_moe or bool(j.software.moe_dispatchers)),
+        lambda m, c, j, p: (
+            f"{m.name} is a mixture-of-experts model and stack {j.software.name} trains none (it lists no MoE token "
+            "dispatcher); use a stack that does, such as megatron-core"
+        ),
+        degrees_only=True,
+    ),
+    Rule(
         "experts_divisible_by_ep",
         lambda m, c, j, x: (m.num_experts_total == 0) | (m.num_experts_total % x.ep == 0),
         lambda m, c, j, p: f"{m.num_experts_total} experts are not divisible by ep {p.ep}",

@@ -96,7 +96,7 @@ def calibrate_cmd(
     if samples.unmeasurable:
         shown = ", ".join(samples.unmeasurable[:3]) + (", ..." if len(samples.unmeasurable) > 3 else "")
         typer.echo(
-            f"warning: {len(samples.unmeasurable)} terms of {from_} were timed at 0 s (below the timer's "
+            f"warning: {len(samples.unmeasurable)} terms of {from_} were timed below 1 ns (the timer's "
             f"resolution) and are left out of the fit: {shown}",
             err=True,
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, shown
 
 if TYPE_CHECKING:
     from planner.cli.options import Job, Mesh, Split, Target
@@ -53,7 +53,7 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
         stack=stack_choice(fields.pop("stack")),
         **moe_routing_fields(fields.pop("moe_routing")),
         **adam_fields(fields.pop("adam_moments")),
-        training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens", MAX_TRAINING_TOKENS),
+        training_tokens=None if tokens is None else parse_count(tokens, "--training-tokens", MAX_TRAINING_TOKENS, 1.0),
         **fields,
     )
     check_positions(model, spec)
@@ -110,20 +110,24 @@ def stack_choice(text: str | None) -> Any:
 SUFFIXES = {"K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
 
 
-def parse_count(text: str, flag: str, maximum: float = math.inf) -> float:
-    """'15T' -> 1.5e13, '300B' -> 3e11, '2.5e12' -> 2.5e12 (decimal suffixes K, M, B/G, T), at most
-    ``maximum``."""
+def parse_count(text: str, flag: str, maximum: float = math.inf, minimum: float = 0.0) -> float:
+    """'15T' -> 1.5e13, '300B' -> 3e11, '2.5e12' -> 2.5e12 (decimal suffixes K, M, B/G, T), above 0 and
+    at least ``minimum``, at most ``maximum``."""
     raw = text.strip().upper()
     scale = SUFFIXES.get(raw[-1:], 1.0)
     number = raw[:-1] if raw[-1:] in SUFFIXES else raw
     try:
         value = float(number) * scale
     except ValueError:
-        raise PlannerError(f"{flag} '{text}' is not a count: give a number with an optional K, M, B or T") from None
+        raise PlannerError(
+            f"{flag} '{shown(text)}' is not a count: give a number with an optional K, M, B or T"
+        ) from None
     if not math.isfinite(value) or not value > 0:
-        raise PlannerError(f"{flag} must be a finite number > 0, got '{text}'")
+        raise PlannerError(f"{flag} must be a finite number > 0, got '{shown(text)}'")
+    if value < minimum:
+        raise PlannerError(f"{flag} '{shown(text)}': at least {minimum:g}")
     if value > maximum:
-        raise PlannerError(f"{flag} '{text}': at most {maximum:g} ({maximum / 1e12:,.0f}T)")
+        raise PlannerError(f"{flag} '{shown(text)}': at most {maximum:g} ({maximum / 1e12:,.0f}T)")
     return value
 
 

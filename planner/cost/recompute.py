@@ -73,8 +73,11 @@ MODULES: dict[str, Module] = {
         ),
         ops=("routed_activation", "shared_activation", "permute", "expert_bias"),
         dispatch=True,
+        needs="moe",
     ),
-    "shared_experts": Module(frees=("shared",), gemms=("moe.shared_in", "moe.shared_out"), ops=("shared_activation",)),
+    "shared_experts": Module(
+        frees=("shared",), gemms=("moe.shared_in", "moe.shared_out"), ops=("shared_activation",), needs="shared"
+    ),
 }
 """Declared once; ``MODULE_NAMES`` (the schema's Literal) and this table must list the same
 modules (tests check)."""

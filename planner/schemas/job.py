@@ -184,7 +184,7 @@ class JobSpec(Frozen):
         "bf16 moments (``ADAM_STATE_BYTES_PER_PARAM``; --adam-moments)",
     )
     training_tokens: PositiveFloat | None = Field(
-        None, le=MAX_TRAINING_TOKENS, description="Token budget, for time-to-train (at most 1e16)"
+        None, ge=1, le=MAX_TRAINING_TOKENS, description="Token budget, for time-to-train (1 to 1e16)"
     )
     flash_attention: bool = Field(
         True, description="Fused attention that stores no s x s scores in HBM (Dao et al. 2022)"

@@ -74,7 +74,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             f"{c.output_tokens_per_s_per_user:.1f}",
             f"{c.max_concurrency:,}",
             mem,
-            *([f"{c.cost_per_million_output_tokens_usd:.2f}"] if priced else []),
+            *([_dollars(c.cost_per_million_output_tokens_usd)] if priced else []),
         )
     console.print(table)
     for i, c in enumerate(ranking.candidates, 1):
@@ -110,3 +110,12 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
 
 def ranking_json(ranking: ServeRanking) -> dict[str, Any]:
     return ranking.model_dump(mode="json")
+
+
+def _dollars(usd: float | None) -> str:
+    """A cost as the table shows it: cents below a million, three figures above (a trickle of one
+    request in 1e300 s costs 4e298 dollars per million tokens, whose 300 digits squeezed every
+    other column of the table to nothing)."""
+    if usd is None:
+        return "-"
+    return f"{usd:,.2f}" if usd < 1e6 else f"{usd:.3g}"

@@ -58,6 +58,12 @@ replay times is bounded by --max-message-bytes and --max-gemm-flops, seconds at 
 machine, so a figure above a day (1e308 s, say) is a broken or hand-edited report, which would
 otherwise fit a link of ~0 bytes/s into the profile."""
 
+MIN_TERM_S = 1e-9
+"""The shortest time a replayed term can be measured at: one tick of the finest clock a replay
+reads (time.perf_counter_ns, 1 ns; CUDA events resolve about 0.5 us). A term timed below it
+(0 s, or a hand-edited 1e-300 s that fitted a link of 8e297 GB/s) is below the timer's resolution:
+it carries nothing to fit and is left out by name."""
+
 
 @dataclass(frozen=True)
 class Samples:
@@ -73,8 +79,9 @@ class Samples:
 def samples_from_json(data: dict[str, Any], where: str) -> Samples:
     """Every measured term of a validation or sweep report, and where and when it was measured.
     Non-finite times are refused by the report schema, a time above ``MAX_TERM_S`` and a GEMM
-    with a zero dimension by name here; a term timed at 0 s (below the timer's resolution) carries
-    nothing to fit and is left out, named in ``Samples.unmeasurable`` for the caller to report."""
+    with a zero dimension by name here; a term timed below ``MIN_TERM_S`` (0 s: below the timer's
+    resolution) carries nothing to fit and is left out, named in ``Samples.unmeasurable`` for the
+    caller to report."""
     from planner.errors import validate_as
 
     kind = data.get("kind")
@@ -97,8 +104,8 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
                 f"{where}: term '{r.spec.name}': field 'measured_s': {r.measured_s:g} s; one replayed term is "
                 f"timed at most {MAX_TERM_S:g} s (a day)"
             )
-    unmeasurable = [r.spec.name for r in results if r.measured_s <= 0]
-    results = [r for r in results if r.measured_s > 0]
+    unmeasurable = [r.spec.name for r in results if r.measured_s < MIN_TERM_S]
+    results = [r for r in results if r.measured_s >= MIN_TERM_S]
     if not results:
         raise PlannerError(f"{where}: no measured terms to fit")
     for tier in fitted_link_tiers(results):
