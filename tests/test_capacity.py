@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from planner.capacity import SECONDS_PER_DAY, capacity, node_counts
+from planner.capacity import SECONDS_PER_DAY, CapacityRow, _row, _rows_at, capacity, node_counts
 from planner.catalog import load_cluster, load_model
 from planner.cli import parse_count
 from planner.errors import PlannerError
@@ -169,3 +169,21 @@ def test_library_plan_capacity_is_the_capacity_search_with_pins() -> None:
     assert planner.plan_capacity("llama3-8b", "gb200-nvl72x4", 1e12, 10, max_nodes=2) == direct  # the profile's racks
     pinned = planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 10, max_nodes=2, tp=2)
     assert [r.mesh.split()[0] for r in pinned.rows if r.mesh] == ["tp2", "tp2"]
+
+
+def test_the_grid_rows_are_the_same_searched_one_at_a_time_or_in_threads() -> None:
+    """``capacity._rows_at`` searches the grid's counts in threads where the machine has cores; each
+    search is a pure function of its count, so three threads give the rows one thread gives, in
+    the same order (NVL72 counts: each row is two searches, all GPUs and the 64-GPU segments)."""
+    node = load_cluster("gb200-nvl72")
+    job = default_job(LLAMA70, training_tokens=1e12)
+
+    def row_at(nodes: int) -> CapacityRow:
+        cluster = node.model_copy(update={"name": f"x{nodes}", "num_nodes": nodes, "num_gpus": nodes * 72})
+        return _row(LLAMA70, cluster, job, None, 30 * SECONDS_PER_DAY)
+
+    counts = [1, 2, 3]
+    one = _rows_at(counts, row_at, threads=1)
+    several = _rows_at(counts, row_at, threads=3)
+    assert [r.model_dump() for r in several] == [r.model_dump() for r in one]
+    assert [r.nodes for r in one] == counts and all(r.mesh is not None for r in one)
