@@ -70,6 +70,22 @@ def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:
         raise PlannerError(describe_validation_error(err, where)) from None
 
 
+def validate_field(schema: type[BaseModel], name: str, value: Any, where: str) -> Any:
+    """``value`` checked against one field of ``schema`` alone (its type, range and choices), as the
+    whole schema would check it; a one-line error names ``where`` and the field."""
+    from typing import Annotated
+
+    from pydantic import ConfigDict, TypeAdapter
+
+    field = schema.model_fields[name]
+    kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
+    config = ConfigDict(allow_inf_nan=schema.model_config.get("allow_inf_nan", True))  # the schema's own
+    try:
+        return TypeAdapter(kind, config=config).validate_python(value)
+    except ValidationError as err:
+        raise PlannerError(describe_validation_error(err, f"{where}: field '{name}'")) from None
+
+
 def shown(text: str) -> str:
     """``text`` as an error message echoes it: a name of thousands of characters cut to its start,
     so the message stays one readable line."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
 
@@ -610,9 +610,7 @@ def _pin_value(name: str, value: Any) -> Any:
     """One pin checked against its ParallelConfig field alone (type, range, choices), as the CLI's
     options and ``ParallelConfig`` check it: the library's ``plan(tp='8')`` reads 8,
     ``recompute='some'`` or ``zero_stage=5`` is a one-line error naming the field."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from planner.errors import describe_validation_error
+    from planner.errors import validate_field
 
     field = ParallelConfig.model_fields[name]
     if isinstance(value, int) and not isinstance(value, bool) and out_of_range_integer(value) is not None:
@@ -623,11 +621,7 @@ def _pin_value(name: str, value: Any) -> Any:
     misread = misread_value(field.annotation, value)  # a flag pinned as 1, 'yes' or 0 (lax bool)
     if misread is not None:
         raise PlannerError(f"mesh: field '{name}': {misread}")
-    try:
-        kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
-        return TypeAdapter(kind).validate_python(value)
-    except ValidationError as err:
-        raise PlannerError(describe_validation_error(err, f"mesh: field '{name}'")) from None
+    return validate_field(ParallelConfig, name, value, "mesh")
 
 
 def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelConfig:

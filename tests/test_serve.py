@@ -389,3 +389,20 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
         cli("serve", "-m", "llama8b", "-c", "dgx-h100", "--output-len", "1", "--tpot-ms", "20"),
         "tpot_s: a request of output_len 1 has no token after the first to time; give a TTFT target instead",
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("input_len: -5\n", "field 'input_len': Input should be greater than 0"),
+        ("input_len: 128\nrequest_rate: .inf\n", "field 'request_rate': Input should be a finite number"),
+        ("concurrency: many\n", "field 'concurrency': Input should be a valid integer"),
+    ],
+)
+def test_a_bad_workload_value_names_the_file(cli, tmp_path, text: str, said: str) -> None:
+    """A workload file's counts were checked only when the request was built, as 'serve: field ...',
+    without the file's name."""
+    f = tmp_path / "w.yaml"
+    f.write_text(text)
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(f))
+    assert_one_line_error(r, f"{f}: {said}")

@@ -25,7 +25,11 @@ def _workload(path: Path) -> dict[str, Any]:
     unknown = sorted(set(data) - allowed)
     if unknown:
         raise PlannerError(f"{path}: field '{unknown[0]}': unknown key (allowed: {', '.join(sorted(allowed))})")
-    out = {k: v for k, v in data.items() if k in {"input_len", "output_len", "request_rate", "concurrency"}}
+    from planner.errors import validate_field
+    from planner.serving.schemas import ServeRequest
+
+    counts = ("input_len", "output_len", "request_rate", "concurrency")
+    out = {k: validate_field(ServeRequest, k, v, str(path)) for k, v in data.items() if k in counts}
     for key in ("ttft_ms", "tpot_ms"):
         if key in data:
             value = data[key]
