@@ -471,3 +471,12 @@ def test_objects_names_and_defaults_the_library_is_given(cli, tmp_path: Path) ->
     gpu = load_cluster("dgx-h100").gpu
     fp16_only = gpu.model_copy(update={"peak_tflops": {"fp16": 989.4, "fp32": 66.9}})
     assert fp16_only.peak_flops_per_s("bf16") == pytest.approx(989.4e12)
+
+
+def test_options_without_a_model_are_the_missing_model_error(cli) -> None:
+    """Bare `plan` prints the help; `plan --tp 8` or `plan --json` is a plan without its model (it
+    printed the help and exited 0, as if nothing had been asked)."""
+    bare = cli()
+    assert bare.code == 0 and "Usage: plan" in bare.out
+    for args in (("--tp", "8"), ("--json",), ("--top", "5")):
+        assert_one_line_error(cli(*args), "--model is required")

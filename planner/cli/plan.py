@@ -67,7 +67,7 @@ def plan_main(
 
 def _any_option_given(ctx: typer.Context) -> bool:
     """Whether the command line (not a default) set any of the command's options."""
-    sources = (ctx.get_parameter_source(name) for name in ctx.params)
+    sources = (ctx.get_parameter_source(param.name) for param in ctx.command.params if param.name)
     return any(source is not None and source.name == "COMMANDLINE" for source in sources)
 
 
