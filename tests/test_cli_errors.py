@@ -329,7 +329,8 @@ def test_out_of_range_inputs_from_review_are_one_line_errors(cli, tmp_path: Path
     mesh = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "1", "--pp", "2", "--dp", "8")
     for layout in ("Et*99999999999999999999|t*40L", "(t*4|)*99999999", "((t*40|)*300|)*300"):
         assert_one_line_error(cli(*mesh, "--pipeline-layout", layout), "unrolls to more than 100,000")
-    assert_one_line_error(cli("-m", "llama70b", "-c", "dgx-h100x16", "--price", "1e300"), "--price", "at most 1,000,000")
+    pricey = cli("-m", "llama70b", "-c", "dgx-h100x16", "--price", "1e300")
+    assert_one_line_error(pricey, "--price", "at most 1,000,000")
     # a profile number far outside any GPU's overflows a cost: named, not a traceback
     profile = tmp_path / "pricey.yaml"
     text = (Path(planner.__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
