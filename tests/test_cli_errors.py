@@ -481,3 +481,10 @@ def test_options_without_a_model_are_the_missing_model_error(cli) -> None:
     assert bare.code == 0 and "Usage: plan" in bare.out
     for args in (("--tp", "8"), ("--json",), ("--top", "5")):
         assert_one_line_error(cli(*args), "--model is required")
+
+
+def test_a_token_batch_of_too_many_sequences_is_named_as_given(cli) -> None:
+    """The --global-batch-tokens bound (2**48) allows more tokens than one batch of sequences holds
+    at a given length: the error named global_batch_size, a field the user never gave."""
+    r = cli("-m", "llama3-8b", "-c", "dgx-h100", "--global-batch-tokens", "281474976710656")
+    assert_one_line_error(r, "global_batch_tokens 281474976710656 is 34,359,738,368 sequences of 8192 tokens")

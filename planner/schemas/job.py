@@ -294,6 +294,11 @@ class JobSpec(Frozen):
                 raise ValueError(f"global_batch_tokens {tokens} is not a multiple of seq_len {seq_len}")
             if seqs is not None and seqs * seq_len != tokens:
                 raise ValueError(f"global_batch_size {seqs} x seq_len {seq_len} != global_batch_tokens {tokens}")
+            if tokens // seq_len > MAX_BATCH_SEQUENCES:  # named as given, not as the sequences it makes
+                raise ValueError(
+                    f"global_batch_tokens {tokens} is {tokens // seq_len:,} sequences of {seq_len} tokens, more than "
+                    f"the {MAX_BATCH_SEQUENCES:,} of one global batch planned at most"
+                )
             data = {**data, "global_batch_size": tokens // seq_len}
         elif isinstance(seqs, int) and seqs > 0 and isinstance(seq_len, int) and seq_len > 0:
             data = {**data, "global_batch_tokens": seqs * seq_len}
