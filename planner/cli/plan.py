@@ -124,7 +124,9 @@ def capacity_cmd(
 ) -> None:
     """How many nodes of CLUSTER's profile train MODEL on --training-tokens within --days, and the cost.
 
-    Tries 1, 2, 3, 4, 6, 8, 12, ... nodes up to --max-nodes, each with a full search."""
+    Tries 1, 2, 3, 4, 6, 8, 12, ... nodes up to --max-nodes, each with a full search, then the counts
+    between the last that misses the deadline and the first that meets it, halving the gap, so the
+    answer is the fewest nodes that meet it (and again for the slow end of the error band)."""
     from planner.capacity import capacity, deadline_seconds
 
     if job.training_tokens is None:
