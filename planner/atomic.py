@@ -59,17 +59,26 @@ def _check_writable(target: Path, flag: str) -> None:
     disk fail only when written to)."""
     if target.is_dir():
         raise PlannerError(f"{flag} {target}: is a folder; give a file name")
+    broken = next((p for p in reversed(target.parents) if p.is_symlink() and not p.exists()), None)
+    if broken is not None:
+        raise PlannerError(f"{flag} {target}: cannot write: '{broken}' is a link to nothing")
     blocking = next((p for p in reversed(target.parents) if p.exists() and not p.is_dir()), None)
     if blocking is not None:
         raise PlannerError(f"{flag} {target}: cannot write: '{blocking}' is a file, not a folder")
     base = next(p for p in (target.parent, *target.parent.parents) if p.exists())
     if not os.access(base, os.W_OK | os.X_OK):
         raise PlannerError(f"{flag} {target}: cannot write: no permission to write in '{base}'")
-    if len(target.name.encode()) > _name_max(base):
+    if len(_temporary_name(target).encode()) > _name_max(base):
         raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG))
     fd, probe = tempfile.mkstemp(dir=base, prefix=".planner.", suffix=".probe")
     os.close(fd)
     os.unlink(probe)
+
+
+def _temporary_name(target: Path) -> str:
+    """The longest name ``atomic_path`` gives the temporary file beside ``target``: mkstemp's
+    prefix, eight random characters and the suffix."""
+    return f".{target.name}." + "x" * 8 + (target.suffix or ".tmp")
 
 
 def _name_max(folder: Path) -> int:

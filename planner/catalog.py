@@ -73,13 +73,8 @@ def _check_nesting(path: Path, text: str) -> None:
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML (or JSON) file with safe_load; the top level must be a mapping. A shipped
     catalog file is parsed once: later runs read its parsed form from the cache (``_cached``). A
-    path that names no regular file is refused before it is opened: a pipe would block the read."""
-    try:
-        regular = path.is_file()
-    except OSError as err:
-        raise PlannerError(f"{path}: cannot read: {err.strerror or err}") from None
-    if not regular:
-        raise PlannerError(f"{path} {_not_a_file(path, 'a YAML or JSON file')}")
+    pipe is read as any file (``--workload <(...)``, ``/dev/stdin``): one that no process writes
+    to waits, as ``cat`` would."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
@@ -112,8 +107,10 @@ def read_yaml(path: Path) -> dict[str, Any]:
         raise PlannerError(f"{path}: malformed JSON at line {err.lineno}, column {err.colno}: {err.msg}") from None
     except RecursionError:
         raise PlannerError(f"{path}: nested too deeply to read (lists or mappings inside each other)") from None
-    except ValueError as err:  # an integer literal past Python's int-from-text limit (4,300 digits)
-        raise PlannerError(f"{path}: a number too long to read: {str(err).split(';')[0]}") from None
+    except ValueError as err:  # a value the parser cannot build: a date that is none, an integer of
+        # more digits than Python reads from text (4,300)
+        what = "a number too long to read" if "digits" in str(err) else "a value that cannot be read"
+        raise PlannerError(f"{path}: {what}: {str(err).split(';')[0]}") from None
     if not isinstance(data, dict):
         raise PlannerError(f"{path}: expected a mapping of keys to values at the top level, got {type(data).__name__}")
     if cache is not None:

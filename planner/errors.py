@@ -72,12 +72,18 @@ def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:
 
 def validate_field(schema: type[BaseModel], name: str, value: Any, where: str) -> Any:
     """``value`` checked against one field of ``schema`` alone (its type, range and choices), as the
-    whole schema would check it; a one-line error names ``where`` and the field."""
+    whole schema would check it (true/false is no number, nor a number a flag: ``misread_value``);
+    a one-line error names ``where`` and the field."""
     from typing import Annotated
 
     from pydantic import ConfigDict, TypeAdapter
 
+    from planner.schemas.base import misread_value
+
     field = schema.model_fields[name]
+    misread = misread_value(field.annotation, value)
+    if misread is not None:
+        raise PlannerError(f"{where}: field '{name}': {misread}")
     kind = Annotated[(field.annotation, *field.metadata)] if field.metadata else field.annotation
     config = ConfigDict(allow_inf_nan=schema.model_config.get("allow_inf_nan", True))  # the schema's own
     try:

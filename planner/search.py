@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Annotated, Any, get_args, get_origin
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from planner.explain import explain
 from planner.fewer_gpus import fewer_gpus, fewer_gpus_hint
 from planner.mesh import INTERLEAVED, ONE_F_ONE_B, RECOMPUTE_FULL, RECOMPUTES, SCHEDULES, MeshArrays, constant_column
 from planner.pricing import estimate_row
-from planner.schemas.base import GIB_BYTES, integer_shown, misread_value, out_of_range_integer
+from planner.schemas.base import GIB_BYTES, integer_shown, out_of_range_integer
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -613,15 +613,29 @@ def _pin_value(name: str, value: Any) -> Any:
     from planner.errors import validate_field
 
     field = ParallelConfig.model_fields[name]
-    if isinstance(value, int) and not isinstance(value, bool) and out_of_range_integer(value) is not None:
+    degree = name in DEGREE_PINS and isinstance(value, int) and not isinstance(value, bool)
+    if degree and out_of_range_integer(value) is not None:
         return value  # the caller's range check names the flag and its bound
     if isinstance(value, bool) and field.annotation is not bool:
         expected = getattr(field.annotation, "__name__", str(field.annotation))
         raise PlannerError(f"mesh: field '{name}': expected {expected}, got {value!r}")
-    misread = misread_value(field.annotation, value)  # a flag pinned as 1, 'yes' or 0 (lax bool)
-    if misread is not None:
-        raise PlannerError(f"mesh: field '{name}': {misread}")
-    return validate_field(ParallelConfig, name, value, "mesh")
+    return validate_field(ParallelConfig, name, value, "mesh")  # a flag pinned as 1 or 'yes' refused there
+
+
+def _whole_number_field(annotation: Any) -> bool:
+    """Whether a field holds a whole number: int, PositiveInt (Annotated), or either or None."""
+    kinds = (annotation, *get_args(annotation))
+    return any(get_args(k)[0] is int if get_origin(k) is Annotated else k is int for k in kinds)
+
+
+DEGREE_PINS = frozenset(
+    name
+    for name, field in ParallelConfig.model_fields.items()
+    if name != "zero_stage" and _whole_number_field(field.annotation)
+)
+"""The pins ``pins_from_config_fields`` holds to 1..``MAX_MESH_DEGREE``: the whole-number fields of
+a mesh (degrees, micro-batch, virtual stages, recomputed and offloaded layers), the ZeRO stage
+aside (0-3, its own field's range)."""
 
 
 def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelConfig:
@@ -674,7 +688,7 @@ def pins_from_config_fields(**fields: Any) -> dict[str, Any]:
         raise PlannerError(f"unknown mesh knob(s) {sorted(unknown)}; allowed: {sorted(ParallelConfig.model_fields)}")
     pins = {name: _pin_value(name, value) for name, value in pins.items()}
     for name, value in pins.items():
-        if name == "zero_stage" or not isinstance(value, int) or isinstance(value, bool):
+        if name not in DEGREE_PINS or not isinstance(value, int) or isinstance(value, bool):
             continue  # the stage has its own range (0-3), checked by its option and schema
         if not 1 <= value <= MAX_MESH_DEGREE:
             flag = "--" + name.replace("_", "-")

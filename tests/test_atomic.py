@@ -48,3 +48,17 @@ def test_a_name_the_file_system_refuses_is_one_planner_error(tmp_path: Path) -> 
         make_parent(tmp_path / ("a" * 300 + ".png"), "--plot")
     with pytest.raises(PlannerError, match=r"^--out .*: cannot write: File name too long$"):
         make_parent(tmp_path / ("a" * 300) / "x.sh")
+
+
+def test_a_name_whose_temporary_file_is_too_long_fails_before_the_work(tmp_path: Path) -> None:
+    """The write goes through '.<name>.XXXXXXXX<suffix>' beside the target: a 244-character name
+    fits the file system's 255 but its temporary file does not, and the check said yes."""
+    with pytest.raises(PlannerError, match="File name too long"):
+        make_parent(tmp_path / ("a" * 244 + ".json"))
+    assert make_parent(tmp_path / ("a" * 200 + ".json")).name.startswith("a")
+
+
+def test_a_folder_that_is_a_link_to_nothing_fails_before_the_work(tmp_path: Path) -> None:
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(PlannerError, match=r"'.*dangling' is a link to nothing"):
+        make_parent(tmp_path / "dangling" / "x.json")

@@ -278,26 +278,6 @@ def test_a_number_too_long_to_read_is_one_line(cli, tmp_path: Path) -> None:
             read_yaml(path)
 
 
-@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="needs named pipes")
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("serve", "-m", "llama3-8b", "-c", "dgx-h100", "--workload", "{fifo}"),
-        ("calibrate", "--from-runs", "{fifo}"),
-        ("serve-calibrate", "--runs", "{fifo}"),
-    ],
-)
-def test_a_pipe_given_as_an_input_file_is_refused_without_reading_it(cli, tmp_path: Path, args: tuple) -> None:
-    """Reading a named pipe blocks until a writer comes: these inputs hung for ever; every file the
-    planner reads is now refused unless it is a regular file."""
-    import os
-
-    fifo = tmp_path / "pipe.yaml"
-    os.mkfifo(fifo)
-    r = cli(*(a.format(fifo=fifo) for a in args))
-    assert_one_line_error(r, str(fifo), "is not a regular file (a device or pipe)")
-
-
 @pytest.mark.parametrize(
     ("replace", "said"),
     [

@@ -92,3 +92,11 @@ def test_moe_layer_count_in_closed_form_matches_the_layer_rule() -> None:
         )
         assert m.num_moe_layers == sum(m.is_moe_layer(i) for i in range(layers)), (layers, dense, step)
     assert load_model("deepseek-v3").num_moe_layers == 58 and load_model("llama3-8b").num_moe_layers == 0
+
+
+def test_a_model_copied_with_a_new_shape_counts_its_own_parameters() -> None:
+    """Validation checks the parameter count (schemas.model._size_in_range) without filling the
+    cached ``parameter_counts``, which ``model_copy(update=...)`` would carry over stale."""
+    base = load_model("llama3-8b")
+    bigger = base.model_copy(update={"vocab_size": 1_024_000})
+    assert bigger.parameter_counts.total - base.parameter_counts.total == 2 * (1_024_000 - 128_256) * 4096

@@ -360,3 +360,20 @@ def test_degree_rules_read_the_degrees_alone(model: str, cluster: str, pins: dic
         by_tuple = rule.passes(m, c, job, degrees.mesh)[degrees.row]
         assert np.array_equal(whole, by_tuple), rule.name
     assert rule_masks(m, c, job, product, degrees).keys() == rule_masks(m, c, job, product).keys()
+
+
+@pytest.mark.parametrize(
+    ("pins", "said"),
+    [
+        ({"zero_stage": 2**70}, "field 'zero_stage': 1180591620717411303424 is out of range"),
+        ({"recompute": 2**64}, "field 'recompute': Input should be 'none', 'selective' or 'full'"),
+        ({"sequence_parallel": 2**70}, "field 'sequence_parallel': expected true or false"),
+        ({"micro_batch_size": 10**25}, "--micro-batch-size 10000000000000000000000000: expected a whole number"),
+    ],
+)
+def test_pins_past_a_64_bit_integer_are_named_by_their_field(pins: dict, said: str) -> None:
+    """A ZeRO stage of 2**70 overflowed a C long in the enumeration; a text or flag field given a
+    huge integer was told it needs a whole number from 1 to 1,048,576."""
+    model = load_model("llama3-8b")
+    with pytest.raises(PlannerError, match=said):
+        search(model, load_cluster("dgx-h100x1"), default_job(model), pins, top=1)

@@ -406,3 +406,11 @@ def test_a_bad_workload_value_names_the_file(cli, tmp_path, text: str, said: str
     f.write_text(text)
     r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(f))
     assert_one_line_error(r, f"{f}: {said}")
+
+
+def test_a_workload_count_given_as_true_is_refused(cli, tmp_path) -> None:
+    """YAML's true is no count: read as 1 it priced a one-token prompt."""
+    f = tmp_path / "w.yaml"
+    f.write_text("input_len: true\noutput_len: 128\n")
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(f))
+    assert_one_line_error(r, f"{f}: field 'input_len': expected a number, got true")
