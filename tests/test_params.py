@@ -95,8 +95,10 @@ def test_moe_layer_count_in_closed_form_matches_the_layer_rule() -> None:
 
 
 def test_a_model_copied_with_a_new_shape_counts_its_own_parameters() -> None:
-    """Validation checks the parameter count (schemas.model._size_in_range) without filling the
-    cached ``parameter_counts``, which ``model_copy(update=...)`` would carry over stale."""
+    """``parameter_counts`` is cached in the instance, which pydantic's model_copy copied whole:
+    a copy with a new shape kept the original's count (``Frozen.model_copy`` drops the cache where
+    an update is given; the size check at validation does not fill it either)."""
     base = load_model("llama3-8b")
+    assert base.parameter_counts.total == 8_030_261_248  # cached on the original
     bigger = base.model_copy(update={"vocab_size": 1_024_000})
     assert bigger.parameter_counts.total - base.parameter_counts.total == 2 * (1_024_000 - 128_256) * 4096

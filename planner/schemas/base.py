@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import types
-from typing import Annotated, Any, Union, get_args, get_origin
+from collections.abc import Mapping
+from typing import Annotated, Any, Self, Union, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
@@ -99,6 +100,17 @@ class Frozen(BaseModel):
             raise SchemaError(type(self).__name__, err) from None
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """pydantic's copy, less what ``functools.cached_property`` kept of the original where
+        ``update`` changes it: the cache lives in the instance ``__dict__`` beside the fields, and
+        pydantic copies that whole, so a Llama-3 8B copied with a 1M vocabulary kept the 8.0B
+        parameters counted for the original (``ModelSpec.parameter_counts``)."""
+        copied = super().model_copy(update=update, deep=deep)
+        if update:
+            for name in [key for key in copied.__dict__ if key not in type(self).model_fields]:
+                del copied.__dict__[name]
+        return copied
 
     @field_validator("*", mode="before")
     @classmethod
