@@ -18,8 +18,11 @@ from planner.errors import PlannerError
 def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
     """Yield a temporary path in ``path``'s folder (with its suffix, so writers that infer the
     format from it still can); once the block succeeds, make it world-readable (mkstemp creates
-    0600) and rename it over ``path``. A missing folder is made first (and its parents)."""
-    target = Path(path)
+    0600) and rename it over ``path``. A missing folder is made first (and its parents). A link at
+    ``path`` is written through, to the file it names; a device or pipe there is refused
+    (``_not_a_regular_file``): renaming over it would replace it, /dev/null included."""
+    target = _through_link(Path(path))
+    _not_a_regular_file(target, flag)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix or ".tmp")
@@ -47,6 +50,8 @@ def make_parent(path: str | Path, flag: str = "--out") -> Path:
     if target.name in ("", ".", ".."):
         raise PlannerError(f"{flag} '{path}': give a file name")
     try:
+        target = _through_link(target)
+        _not_a_regular_file(target, flag)
         _check_writable(target, flag)
     except OSError as err:
         raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
@@ -73,6 +78,19 @@ def _check_writable(target: Path, flag: str) -> None:
     fd, probe = tempfile.mkstemp(dir=base, prefix=".planner.", suffix=".probe")
     os.close(fd)
     os.unlink(probe)
+
+
+def _through_link(path: Path) -> Path:
+    """The file a link at ``path`` names (the write goes there, as a shell's ``>`` would), else
+    ``path``."""
+    return path.resolve() if path.is_symlink() else path
+
+
+def _not_a_regular_file(target: Path, flag: str) -> None:
+    """Refuse an output path that holds something other than a regular file or a folder (a
+    device or a pipe): the atomic write renames a new file over it, which would replace it."""
+    if target.exists() and not target.is_file() and not target.is_dir():
+        raise PlannerError(f"{flag} {target}: is a device or pipe, not a file; give a file name")
 
 
 def _temporary_name(target: Path) -> str:

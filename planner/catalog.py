@@ -10,6 +10,7 @@ model YAML or a Hugging Face config.json; ``--cluster`` takes ``<profile>`` (one
 from __future__ import annotations
 
 import difflib
+import hashlib
 import json
 import numbers
 import os
@@ -204,26 +205,47 @@ def _cache_file(path: Path) -> Path | None:
             return None
     except (OSError, PlannerError):
         return None
-    root = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    root = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(root):  # the XDG base directory spec: a relative path is ignored
+        home = os.path.expanduser("~")
+        if not os.path.isdir(home):  # no home to keep a cache in (HOME unset or gone): none kept
+            return None
+        root = os.path.join(home, ".cache")
     return Path(root) / "planner" / "catalog" / kind / f"{path.stem}.json"
 
 
 def _cached(cache: Path, text: str) -> dict[str, Any] | None:
-    """The parsed form of ``text`` kept in ``cache``, or None (no entry, another text, unreadable)."""
+    """The parsed form of ``text`` kept in ``cache``, or None: no entry, an entry for another text,
+    or one that is not what ``_store`` wrote (not a regular file: a pipe would block; unreadable,
+    nested past the parser, or its data changed since: its checksum no longer matches), which is
+    parsed again and overwritten."""
     try:
+        if not cache.is_file():
+            return None
         entry = json.loads(cache.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     if not isinstance(entry, dict) or entry.get("text") != text or not isinstance(entry.get("data"), dict):
         return None
+    try:
+        if entry.get("check") != _checksum(entry["data"]):
+            return None
+    except (TypeError, ValueError, RecursionError):
+        return None
     return entry["data"]
+
+
+def _checksum(data: dict[str, Any]) -> str:
+    """A digest of parsed data as ``_store`` keeps it, so that an entry edited or damaged after it
+    was written (the data of another file, a key of the wrong type) is not served."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _store(cache: Path, text: str, data: dict[str, Any]) -> None:
     """Keep ``data``, parsed from ``text``, in ``cache``; only what JSON gives back unchanged
     (not dates, NaN or non-string keys), and without a word when the folder is not writable."""
     try:
-        encoded = json.dumps({"text": text, "data": data})
+        encoded = json.dumps({"text": text, "data": data, "check": _checksum(data)})
         if json.loads(encoded)["data"] != data:
             return
         cache.parent.mkdir(parents=True, exist_ok=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -62,3 +63,22 @@ def test_a_folder_that_is_a_link_to_nothing_fails_before_the_work(tmp_path: Path
     (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
     with pytest.raises(PlannerError, match=r"'.*dangling' is a link to nothing"):
         make_parent(tmp_path / "dangling" / "x.json")
+
+
+def test_a_pipe_or_device_at_the_output_path_is_refused_not_replaced(tmp_path: Path) -> None:
+    """The write renames a new file over its target: a device or a pipe there was replaced by a
+    regular file (as root, --out /dev/null would have replaced /dev/null)."""
+    pipe = tmp_path / "out.json"
+    os.mkfifo(pipe)
+    for check in (lambda: make_parent(pipe), lambda: write_text_atomic(pipe, "x")):
+        with pytest.raises(PlannerError, match="is a device or pipe, not a file"):
+            check()
+    assert pipe.is_fifo()
+
+
+def test_a_link_at_the_output_path_is_written_through(tmp_path: Path) -> None:
+    real, link = tmp_path / "real.sh", tmp_path / "link.sh"
+    real.write_text("old")
+    link.symlink_to(real)
+    write_text_atomic(make_parent(link), "new")
+    assert link.is_symlink() and real.read_text() == "new"

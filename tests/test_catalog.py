@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import re
 from pathlib import Path
 
@@ -689,3 +690,42 @@ def test_only_shipped_catalog_files_are_cached(tmp_path: Path, monkeypatch: pyte
     shipped = catalog_dir("stacks") / "megatron-core.yaml"
     assert read_yaml(shipped) == yaml.safe_load(shipped.read_text())
     assert (tmp_path / "cache" / "planner" / "catalog" / "stacks" / "megatron-core.json").is_file()
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        lambda cache: cache.write_text("[" * 100_000 + "]" * 100_000),  # past the JSON parser's recursion
+        lambda cache: cache.write_text(
+            json.dumps({**json.loads(cache.read_text()), "data": {"name": "m", "hidden_size": "abc"}})
+        ),  # the same text, other data: served, it blamed the YAML for a value it does not hold
+        lambda cache: (cache.unlink(), os.mkfifo(cache)),  # a pipe: reading it blocked every command
+    ],
+)
+def test_a_damaged_cache_entry_is_parsed_again(shipped_models: Path, damage) -> None:
+    from planner.catalog import read_yaml
+
+    path = shipped_models / "m.yaml"
+    path.write_text("name: m\nhidden_size: 1024\n")
+    read_yaml(path)
+    cache = shipped_models.parent / "cache" / "planner" / "catalog" / "models" / "m.json"
+    damage(cache)
+    assert read_yaml(path) == {"name": "m", "hidden_size": 1024}
+    assert json.loads(cache.read_text())["data"] == {"name": "m", "hidden_size": 1024}  # written over
+
+
+def test_a_relative_cache_home_or_a_missing_home_keeps_no_cache(
+    shipped_models: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The XDG base directory spec ignores a relative XDG_CACHE_HOME (it made a cache under the
+    current folder); with no home folder either, nothing is cached (HOME=/nonexistent/x made one
+    at the root)."""
+    from planner.catalog import read_yaml
+
+    path = shipped_models / "m.yaml"
+    path.write_text("name: m\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")
+    monkeypatch.setenv("HOME", str(tmp_path / "no-such-home"))
+    assert read_yaml(path) == {"name": "m"}
+    assert not (tmp_path / "relative").exists() and not (tmp_path / "no-such-home").exists()

@@ -488,3 +488,18 @@ def test_a_token_batch_of_too_many_sequences_is_named_as_given(cli) -> None:
     at a given length: the error named global_batch_size, a field the user never gave."""
     r = cli("-m", "llama3-8b", "-c", "dgx-h100", "--global-batch-tokens", "281474976710656")
     assert_one_line_error(r, "global_batch_tokens 281474976710656 is 34,359,738,368 sequences of 8192 tokens")
+
+
+def test_a_line_break_typed_into_a_value_is_shown_escaped(cli) -> None:
+    """An error is one line even where the value it echoes holds a line break."""
+    assert_one_line_error(cli("show", "model", "gpt2\n"), "unknown model 'gpt2\\n'")
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", "--training-tokens", "1\n2"), "'1\\n2'")
+
+
+def test_a_profile_rate_too_small_for_any_machine_is_refused(cli, tmp_path: Path) -> None:
+    """1e-300 TB/s priced a step of 1e301 s, with numpy's overflow warning on stderr."""
+    text = (Path(__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    profile = tmp_path / "slow.yaml"
+    profile.write_text(text.replace("hbm_bandwidth_tb_per_s: 3.35", "hbm_bandwidth_tb_per_s: 1e-300"))
+    r = cli("-m", "llama3-8b", "-c", str(profile))
+    assert_one_line_error(r, "field 'gpu.hbm_bandwidth_tb_per_s': Input should be greater than or equal to 0.000001")

@@ -3,6 +3,8 @@ built from model, cluster, job and pins objects, run on local gloo ranks, return
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from planner.catalog import load_cluster, load_model
@@ -54,3 +56,21 @@ def test_run_validation_and_run_sweep_return_their_reports() -> None:
     sweep = run_sweep(["all_reduce"], [16384], 16384, ReplaySettings(local_ranks=2, repeats=2, warmup=0))
     assert sweep.report is not None and sweep.report.status == "complete"
     assert {(p.series, p.result.spec.group_size) for p in sweep.report.points} == {("world", 2), ("size", 2)}
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"RANK": "0", "WORLD_SIZE": "abc"}, "WORLD_SIZE 'abc': expected a whole number >= 1 (torchrun sets it)"),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "x"}, "LOCAL_RANK 'x': expected a whole number >= 0"),
+        ({"RANK": "5", "WORLD_SIZE": "2"}, "RANK 5: expected a rank below WORLD_SIZE 2"),
+    ],
+)
+def test_torchrun_variables_that_are_no_ranks_are_named(monkeypatch, env: dict, said: str) -> None:
+    """int() of WORLD_SIZE=abc was a ValueError traceback; RANK 5 of 2 was taken."""
+    from planner.validate.runtime import torchrun_world
+
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(PlannerError, match=re.escape(said)):
+        torchrun_world()

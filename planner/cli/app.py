@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         result = click_app()(args=argv, standalone_mode=False, prog_name="plan")
         sys.stdout.flush()  # a closed pipe shows here, inside the handler, not at interpreter exit
     except PlannerError as err:
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"error: {one_line(str(err))}\n")
         return 2
     except BrokenPipeError:  # the reader closed the pipe (plan ... | head): end quietly, as git does
         _quiet_stdout()
@@ -183,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
             return 130
         raise
     return int(result) if isinstance(result, int) else 0
+
+
+def one_line(message: str) -> str:
+    """An error message as one line: a line break or other control character the user typed into a
+    name or path (``--model $'gpt2\\n'``) shown escaped, as Python writes it in a string."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in message)
 
 
 def entry() -> None:

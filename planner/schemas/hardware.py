@@ -7,7 +7,7 @@ all the cost engine reads. Every number in a profile names its source in ``sourc
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
@@ -88,6 +88,17 @@ def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required
             raise ValueError(f"'{name}' has no entry in 'sources' (the code, docs or measurement that says so)")
 
 
+MIN_RATE = 1e-6
+"""The smallest peak (TFLOP/s) or bandwidth (HBM TB/s, link GB/s) a profile may state: a millionth
+of its unit (1 MFLOP/s, 1 MB/s, 1 kB/s), far below any machine (the CPU profile's measured
+one-thread bf16 matmul, 0.000275 TFLOP/s, is 275x it): a bound, not a measurement, so that a
+mistyped 1e-300 fails when the profile loads instead of pricing a step of 1e301 s with numpy's
+overflow warning on stderr."""
+
+Rate = Annotated[float, Field(ge=MIN_RATE, allow_inf_nan=False)]
+"""A peak or bandwidth a profile states: finite, at least ``MIN_RATE``."""
+
+
 class GPU(Frozen):
     """One accelerator: memory, bandwidth and dense (not 2:4 sparse) peak throughput.
 
@@ -108,8 +119,8 @@ class GPU(Frozen):
         "written per architecture, so a fitted kernel parameter needs runs on two of them",
     )
     hbm_capacity_gib: PositiveFloat
-    hbm_bandwidth_tb_per_s: PositiveFloat
-    peak_tflops: dict[Dtype, PositiveFloat]
+    hbm_bandwidth_tb_per_s: Rate
+    peak_tflops: dict[Dtype, Rate]
     reserved_memory_gib: float = Field(ge=0)
     gemm_efficiency: float = Field(gt=0, le=1)
     hbm_efficiency: float = Field(gt=0, le=1)
@@ -344,7 +355,7 @@ class Interconnect(Frozen):
     """
 
     name: str
-    bandwidth_gb_per_s: PositiveFloat
+    bandwidth_gb_per_s: Rate
     bus_efficiency: float = Field(gt=0, le=1)
     latency_us: float = Field(ge=0, le=MAX_LINK_LATENCY_US)
     domain_size_gpus: PositiveInt | None = None

@@ -143,6 +143,8 @@ class Replay(Generic[Report]):
         except launch.ReplayFailedError as err:
             measurements, error = err.partial, str(err)
             interrupted = isinstance(err, launch.ReplayInterruptedError)
+            if not self.machine.lead and not interrupted:  # no report to carry it: this rank says it
+                raise PlannerError(error) from None
         report = self.report(measurements, error, self._context()) if self.machine.lead else None
         return Outcome(report, len(measurements), self.total, interrupted)
 

@@ -12,7 +12,7 @@ import threading
 import time
 from types import ModuleType
 
-from planner.errors import PlannerError
+from planner.errors import PlannerError, shown
 
 STARTUP_S = 180.0
 """Allowance for every rank to start and join the process group (spawning, importing torch,
@@ -87,4 +87,21 @@ def torchrun_world() -> tuple[int, int, int] | None:
     """(rank, world size, local rank) when started by torchrun (its environment variables), else None."""
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         return None
-    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", "0"))
+    world = _whole_number("WORLD_SIZE", os.environ["WORLD_SIZE"], 1)
+    rank = _whole_number("RANK", os.environ["RANK"], 0)
+    local_rank = _whole_number("LOCAL_RANK", os.environ.get("LOCAL_RANK", "0"), 0)
+    if rank >= world:
+        raise PlannerError(f"RANK {rank}: expected a rank below WORLD_SIZE {world} (torchrun sets both)")
+    return rank, world, local_rank
+
+
+def _whole_number(name: str, text: str, least: int) -> int:
+    """A torchrun environment variable as a whole number of at least ``least``, or a one-line
+    error naming it (int() of 'abc' was a ValueError traceback)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < least:
+        raise PlannerError(f"{name} {shown(repr(text))}: expected a whole number >= {least} (torchrun sets it)")
+    return value
