@@ -183,6 +183,7 @@ def test_megatron_split_options_build_the_layout_megatron_builds() -> None:
         (dict(first=30, last=30, pp=2), "1 of the model's 61 decoder layers are left over and pp 2 has no middle rank"),
         (dict(first=500, last=500, pp=2), "1000 layers pinned, more than the model's 61 decoder layers"),
         (dict(first=30, last=31, pp=3), "no decoder layer is left for the 1 middle pipeline rank (each needs some)"),
+        (dict(first=61, pp=2), "no decoder layer is left for the 1 other pipeline rank (each needs some)"),
     ]:
         args = dict(num_layers=61, pp=kwargs.pop("pp", 16), vp=kwargs.pop("vp", 1))
         if said is None:

@@ -180,8 +180,9 @@ def split_layout(
             )
         if middle_ranks and not middle_layers:
             rank_s = "rank" if middle_ranks == 1 else "ranks"
+            which = "middle" if first is not None and last is not None else "other"  # pp 2, first only: the last
             raise PlannerError(
-                f"{pinned}: no decoder layer is left for the {middle_ranks} middle pipeline {rank_s} (each needs some)"
+                f"{pinned}: no decoder layer is left for the {middle_ranks} {which} pipeline {rank_s} (each needs some)"
             )
         per_middle = middle_layers // middle_ranks if middle_ranks else 0
         if middle_ranks and (middle_layers % middle_ranks or per_middle % vp):
