@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from planner import __version__
-from planner.schemas.job import JobSpec
+from planner.schemas.job import MAX_MOE_ROUTING_RATIO, JobSpec
 from planner.schemas.parallel import ParallelConfig, PipelineSplit
 from planner.validate.settings import ReplaySettings, ValidationSettings
 
@@ -302,7 +302,8 @@ JOB = [
         metavar="natural|balanced|drop:C|imbalance:R",
         help="MoE token routing: natural (dropless, the busiest expert-parallel rank gets the measured natural "
         "imbalance; default), balanced (force-balanced, as benchmarks run), drop:C (token drop padded to "
-        "capacity factor C), imbalance:R (dropless, busiest rank R x the mean).",
+        f"capacity factor C, at most {MAX_MOE_ROUTING_RATIO:g}), imbalance:R (dropless, busiest rank R x the "
+        f"mean, 1 to {MAX_MOE_ROUTING_RATIO:g}).",
     ),
     option(
         "adam_moments",
