@@ -227,3 +227,18 @@ def test_megatron_split_flags_price_and_export_that_layout(cli) -> None:  # type
     assert uneven.code == 2 and "must split evenly over 15 middle rank(s)" in uneven.err
     with pytest.raises(PlannerError, match=r"price one mesh: give them to planner\.estimate"):
         planner.plan("qwen3-235b-a22b", "dgx-b200x32", pp=16, account_for_loss_in_pipeline_split=True)
+
+
+@pytest.mark.parametrize(
+    ("layout", "said"),
+    [
+        ("", "pipeline_layout '': empty; give its stages"),
+        ("Et*16|(t*16L", "a parenthesis that does not close a repetition"),
+        ("Et*16|(t*16)L", "a parenthesis that does not close a repetition"),
+    ],
+)
+def test_an_empty_layout_or_an_open_parenthesis_says_so(layout: str, said: str) -> None:
+    """'' was read as one stage; a parenthesis of no (...)*n group was an 'unknown character' although
+    groups are allowed."""
+    with pytest.raises(PlannerError, match=re.escape(said)):
+        parse_layout(layout)

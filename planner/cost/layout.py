@@ -47,12 +47,19 @@ def parse_layout(text: str) -> list[list[str]]:
     then every ``x*n`` expanded, split on '|'. Raises PlannerError on a character Megatron does
     not know or on an unbalanced repetition."""
     unrolled = text.replace(",", "").replace(" ", "")
+    if not unrolled:
+        raise PlannerError(f"pipeline_layout '{text}': empty; give its stages, e.g. 'Et*16|t*16L' for pp 2")
     while _GROUP.search(unrolled):
         unrolled = _GROUP.sub(lambda m: _repeat(m.group(1), text, m.group(2)), unrolled)
         _repeat(unrolled, text, "1")
     unrolled = _REPEAT.sub(lambda m: _repeat(m.group(1), text, m.group(2)), unrolled)
     _repeat(unrolled, text, "1")
     unknown = sorted(set(unrolled) - set(LAYER_KINDS) - {"|"})
+    if {"(", ")"} & set(unknown):  # left after the (...)*n groups were expanded
+        raise PlannerError(
+            f"pipeline_layout '{text}': a parenthesis that does not close a repetition; write each group as "
+            "(...)*n, closed, with its count"
+        )
     if unknown:
         raise PlannerError(
             f"pipeline_layout '{text}': unknown character(s) {' '.join(unknown)}; allowed E (embedding), "

@@ -107,7 +107,7 @@ class ParallelConfig(Frozen):
         try:
             stages = len(parse_layout(data["pipeline_layout"]))
         except PlannerError as err:
-            raise ValueError(str(err).removeprefix("pipeline_layout ")) from None
+            raise ValueError(str(err)) from None  # "pipeline_layout ...": the error is the whole mesh's
         pp = data.get("pp", 1)
         if isinstance(pp, int) and pp > 0 and stages % pp == 0 and data.get("virtual_stages") is None:
             v = stages // pp
