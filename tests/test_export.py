@@ -1050,3 +1050,10 @@ def test_moe_expert_dp_keeps_the_distributed_optimizer_at_dp_one() -> None:
     zero2 = ParallelConfig(tp=8, pp=4, dp=1, ep=1, zero_stage=2, sequence_parallel=True)
     with pytest.raises(PlannerError, match="at most ZeRO-1 with pipeline parallelism"):
         check_config(mixtral, load_cluster("dgx-h100x4"), job, zero2)
+
+
+def test_an_order_torchtitan_cannot_place_is_named_by_the_open_search(cli) -> None:
+    """Every mesh of a search shares the pinned rank order, so no other mesh would do: the open
+    search named the first mesh's other refusal (--recompute-layers 8), never the order."""
+    r = cli("export", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "-f", "torchtitan", "--order", "pp-dp-cp-tp")
+    assert_one_line_error(r, "torchtitan cannot express --order pp-dp-cp-tp")

@@ -207,8 +207,14 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
     check_dispatcher(target, "torchtitan", job, config)
     check_adam_state(target, job, bf16_moments=False)
     if not is_default_order(config):
-        # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first).
-        raise refuse(target, f"--order {config.order}", "torchtitan places ranks tp-cp-dp-pp (innermost first)")
+        # ParallelDims builds its mesh as pp, dp_replicate, dp_shard, cp, tp (outermost first). Every
+        # mesh of a search shares one order, the pinned one: no other mesh would do
+        raise refuse(
+            target,
+            f"--order {config.order}",
+            "torchtitan places ranks tp-cp-dp-pp (innermost first)",
+            mesh_bound=False,
+        )
     if job.dtype == "fp4":
         # NVFP4 arrived after 0.3.0 as a config function (torchtitan/components/quantization/nvfp4.md:
         # llama3_8b_nvfp4_mixed, torchao's prototype NVFP4 training)
