@@ -437,10 +437,8 @@ class ModelSpec(Frozen):
             f"{self.intermediate_size}, vocab_size {self.vocab_size}"
             + (f", {self.num_experts_total} experts" if self.num_experts_total else "")
         )
-        from planner.cost.params import count_parameters
-
-        try:  # not the cached ``parameter_counts``: model_copy(update=...) would carry a cache of the old shape
-            total = count_parameters(self).total
+        try:  # counted once and kept (``Frozen.model_copy`` drops the cache where a copy changes the shape)
+            total = self.parameter_counts.total
         except PlannerError:  # a count past a 64-bit integer
             total = math.inf
         if total > MAX_MODEL_PARAMETERS:
