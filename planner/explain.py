@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from planner.cost.memory import MEMORY_UNDERCOUNT, undercount_safe_bytes
 from planner.cost.pipeline import layers_per_chunk
+from planner.figures import rate as rate_text
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 
@@ -34,7 +35,7 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
 def versus_best(best: Estimate, est: Estimate) -> str:
     """How a given mesh (``plan estimate --compare-best``) compares with the search's best for the
     same job: what it loses on (``where_it_loses``) or, faster but not fitting, what it would need."""
-    rate = f"{best.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+    rate = f"{rate_text(best.tokens_per_s_per_gpu)} tokens/s per GPU"
     head = f"the search's best for this job is {best.config.parallel.short()} ({rate}{tight_clause(best)})"
     if not est.fits:
         need = est.memory_per_gpu_bytes / GIB_BYTES

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.catalog import load_cluster
 from planner.errors import PlannerError
+from planner.figures import rate
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -115,5 +116,5 @@ def fewer_gpus_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: 
     count, alt = found
     return (
         f"; on {count} of the {cluster.num_gpus} GPUs (--gpus {count}): {alt.config.parallel.short()} at "
-        f"{alt.tokens_per_s_per_gpu:,.0f} tokens/s per GPU"
+        f"{rate(alt.tokens_per_s_per_gpu)} tokens/s per GPU"
     )

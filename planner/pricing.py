@@ -24,6 +24,7 @@ from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval, pooled_stack_errors, relative_band
 from planner.errors import PlannerError, SchemaError
+from planner.figures import rate
 from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
@@ -244,8 +245,8 @@ def biased_band_note(est: Estimate) -> list[str]:
     side, near, far = ("below", -high, -low) if high <= 0.0 else ("above", low, high)
     return [
         f"biased prediction: the published runs it is read from ({est.interval_basis}) measured {near:.0f}-{far:.0f}% "
-        f"{side} what the planner predicted for them; plan with {band[0]:,.0f} .. {band[1]:,.0f} tokens/s per GPU, "
-        f"not {est.tokens_per_s_per_gpu:,.0f}"
+        f"{side} what the planner predicted for them; plan with {rate(band[0])} .. {rate(band[1])} tokens/s per GPU, "
+        f"not {rate(est.tokens_per_s_per_gpu)}"
     ]
 
 

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from planner.cost.memory import headroom_clause, host_offload_capacity_bytes
 from planner.error_bar import relative_band
+from planner.figures import rate
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -83,7 +84,7 @@ def error_bar_text(est: Estimate) -> str:
     band = est.tokens_per_s_per_gpu_interval
     if band is None:
         return f"none ({est.interval_basis})"
-    return f"{band[0]:,.0f} .. {band[1]:,.0f} tokens/s per GPU (central 80% of {est.interval_basis})"
+    return f"{rate(band[0])} .. {rate(band[1])} tokens/s per GPU (central 80% of {est.interval_basis})"
 
 
 def precision_words(job: JobSpec) -> str:
@@ -107,7 +108,7 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     console.print(f"mesh: {cfg.short()}  (order {cfg.order})")
     summary = Table(show_header=False, box=None)
     summary.add_row("step time", duration(est.step_time_s))
-    summary.add_row("throughput", f"{est.tokens_per_s:,.0f} tokens/s ({est.tokens_per_s_per_gpu:,.0f} per GPU)")
+    summary.add_row("throughput", f"{rate(est.tokens_per_s)} tokens/s ({rate(est.tokens_per_s_per_gpu)} per GPU)")
     summary.add_row("error bar", error_bar_text(est))
     summary.add_row(
         "MFU / HFU", f"{est.mfu:.1%} / {est.hfu:.1%}  ({est.model_tflops_per_gpu:.0f} model TFLOP/s per GPU)"
@@ -314,7 +315,7 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             recompute_cell(c),
             "y" if p.sequence_parallel else "n",
             duration(c.step_time_s),
-            f"{c.tokens_per_s_per_gpu:,.0f}",
+            rate(c.tokens_per_s_per_gpu),
             band_cell(c),
             f"{c.mfu:.1%}",
             gib(c.memory_per_gpu_bytes),

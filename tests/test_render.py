@@ -11,6 +11,7 @@ from rich.table import Table
 
 from planner.catalog import load_cluster, load_model
 from planner.error_bar import relative_band
+from planner.figures import rate
 from planner.render import band_cell, plain_table_lines, print_ranking, print_table
 from planner.search import default_job, search
 from tests.conftest import main_winner_with_band
@@ -122,3 +123,19 @@ def test_ranking_table_heads_the_band_and_says_what_it_is() -> None:
     assert low < 0.0 < high
     assert band_cell(best) in (f"{low:+.0f}..{high:+.0f}%", f"±{(high - low) / 2:.0f}%")
     assert f" {band_cell(best)} " in text
+
+
+@pytest.mark.parametrize(
+    ("value", "text"), [(1214.4, "1,214"), (100.0, "100"), (99.94, "99.9"), (0.32846, "0.328"), (0.0, "0")]
+)
+def test_rates_below_100_keep_three_significant_figures(value: float, text: str) -> None:
+    assert rate(value) == text
+
+
+def test_a_cpu_profile_rate_does_not_read_as_zero() -> None:
+    """gpt2 on two CPU cores runs a third of a token per second and core: the table said 0."""
+    ranking = search(load_model("gpt2"), load_cluster("localhost-cpu"), default_job(load_model("gpt2")), top=1)
+    row = _printed(200, lambda console: print_ranking(console, ranking)).splitlines()[4]
+    per_gpu = ranking.candidates[0].tokens_per_s_per_gpu
+    assert 0.1 < per_gpu < 1.0
+    assert f" {per_gpu:.3g} " in row

@@ -36,6 +36,7 @@ import math
 import re
 
 from planner.errors import PlannerError
+from planner.figures import rate
 from planner.schemas.model import TORCH_DTYPE_NAMES
 from planner.serving.engine import load_engine
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
@@ -214,7 +215,7 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     ckpt = _checkpoint_format(ranking.model, model_given)
     ssm = ranking.mamba_ssm_dtype
     lines = [
-        f"# {model} on {ranking.cluster}: top candidate, {c.output_tokens_per_s_per_gpu:,.0f} output tokens/s per GPU"
+        f"# {model} on {ranking.cluster}: top candidate, {rate(c.output_tokens_per_s_per_gpu)} output tokens/s per GPU"
     ]
     if isinstance(split, dict):
         per = split["prefill_gpus"] // split["prefill_replicas"]

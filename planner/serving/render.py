@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from planner.figures import rate
 from planner.schemas.base import GIB_BYTES
 from planner.serving.layout import layout_text
 from planner.serving.schemas import ServeCandidate, ServeRanking
@@ -70,7 +71,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             f"{c.batch_per_replica:.0f}",
             f"{c.ttft_s * 1e3:.0f}",
             "-" if c.tpot_s is None else f"{c.tpot_s * 1e3:.1f}",
-            f"{c.output_tokens_per_s_per_gpu:,.0f}",
+            rate(c.output_tokens_per_s_per_gpu),
             f"{c.output_tokens_per_s_per_user:.1f}",
             f"{c.max_concurrency:,}",
             mem,
