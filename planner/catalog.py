@@ -355,7 +355,10 @@ def _resolve(text: str, kind: str, index: dict[str, Path], loader: Callable[[Pat
     is_file = _is_file(path, text, kind)
     if _looks_like_path(text) or is_file:
         if not is_file:
-            raise PlannerError(f"{kind} file '{echoed}' {_not_a_file(path, 'a YAML or JSON file')}")
+            what = _not_a_file(path, "a YAML or JSON file")
+            if kind == "model" and path.is_dir():  # a folder is read as a Hugging Face checkpoint
+                what += " or a Hugging Face checkpoint folder (it holds no config.json)"
+            raise PlannerError(f"{kind} file '{echoed}' {what}")
         return loader(path.resolve())
     if len(text) > 200:
         raise PlannerError(f"unknown {kind} '{echoed}': names are short; {hint}")

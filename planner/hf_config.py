@@ -378,6 +378,13 @@ MODELOPT_ALGO_FORMATS = {"FP8": "fp8", "FP8_BLOCK_SCALES": "fp8", "NVFP4": "fp4"
 the -FP8/-NVFP4 repositories) by format."""
 
 
+MAPPING_KEYS = ("rope_scaling", "rope_parameters", "quantization_config")
+"""HF config keys whose entries the planner reads (RoPE scaling for the exported launch settings,
+the checkpoint's weight format for memory): a mapping in transformers' config classes, or null. A
+string or number there (``"quantization_config": "fp8"``) was read as absent: 16-bit weights and
+no RoPE scaling, silently; it is refused instead."""
+
+
 def checkpoint_weights_dtype(quantization: object) -> str | None:
     """The weight format a checkpoint ships in (``ModelSpec.checkpoint_weights_dtype``) from its
     config.json ``quantization_config``; None for 16-bit weights or a method the planner has no rate
@@ -419,6 +426,9 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         text = config["text_config"]
         config = {**{k: v for k, v in config.items() if k not in ("text_config", *towers)}, **text}
         model_type = str(text.get("model_type", model_type))
+    for key in MAPPING_KEYS:  # read for their entries: another value would be dropped silently
+        if config.get(key) is not None and not isinstance(config[key], dict):
+            raise PlannerError(f"{where}: key '{key}': expected a mapping or null, got {shown_value(config[key])}")
     _refuse_unmodelled_layers({k: v for k, v in config.items() if not hybrid or k != "hybrid_override_pattern"}, where)
     _refuse_unread_moe_keys({k: v for k, v in config.items() if not hybrid or k not in NEMOTRON_H_READ_KEYS}, where)
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config
@@ -465,7 +475,7 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.setdefault("norm_type", "layernorm")
     if spec.get("scoring_func", "") is None:  # stated null: the default softmax
         spec.pop("scoring_func")
-    if not isinstance(spec.get("rope_scaling"), dict):  # not priced: an odd value is left out, not refused
+    if spec.get("rope_scaling") is None:  # null: no scaling (another non-mapping is refused above)
         spec.pop("rope_scaling", None)
     rope = config.get("rope_parameters")  # transformers 5: theta and scaling in one mapping
     if isinstance(rope, dict):

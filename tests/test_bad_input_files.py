@@ -236,6 +236,26 @@ def test_true_false_is_not_an_hf_count(extra: dict[str, Any], message: str) -> N
     assert str(err.value) == f"m/config.json: {message}"
 
 
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"quantization_config": "fp8"}, "key 'quantization_config': expected a mapping or null, got 'fp8'"),
+        ({"rope_scaling": 5}, "key 'rope_scaling': expected a mapping or null, got 5"),
+        ({"rope_parameters": [1]}, "key 'rope_parameters': expected a mapping or null, got [1]"),
+    ],
+)
+def test_an_hf_mapping_of_another_kind_is_refused(extra: dict[str, Any], message: str) -> None:
+    """Read for their entries, these had been dropped when not a mapping: a string
+    quantization_config priced 16-bit weights and a number rope_scaling exported no scaling."""
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+             "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+    with pytest.raises(PlannerError) as err:
+        model_from_hf_config({**llama, **extra}, "m", "m/config.json")
+    assert str(err.value) == f"m/config.json: {message}"
+    stated_null = model_from_hf_config({**llama, **dict.fromkeys(extra)}, "m", "m/config.json")
+    assert stated_null.rope_scaling is None and stated_null.checkpoint_weights_dtype is None
+
+
 # ---- 6. runs rows -----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("section", "key", "value", "reason"),
@@ -295,3 +315,16 @@ def test_a_model_too_large_to_plan_names_its_shape(cli, tmp_path: Path, replace:
     text = TINY_MODEL.replace(*replace).replace("intermediate_size: 512", "intermediate_size: 16777216")
     path = _write(tmp_path, "huge.yaml", text)
     assert_one_line_error(cli("-m", str(path), "-c", "dgx-h100x1024"), str(path), said)
+
+
+def test_a_folder_without_config_json_says_what_it_lacks(cli, tmp_path: Path) -> None:
+    """A folder is read as a Hugging Face checkpoint; one without config.json says so (it read as a
+    directory that was no YAML file, though no folder is one)."""
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    assert_one_line_error(
+        cli("show", "model", str(folder)),
+        f"model file '{folder}' is a directory, not a YAML or JSON file or a Hugging Face checkpoint folder "
+        "(it holds no config.json)",
+    )
+    assert_one_line_error(cli("show", "cluster", str(folder)), f"cluster file '{folder}' is a directory, not a YAML")
