@@ -1057,3 +1057,12 @@ def test_an_order_torchtitan_cannot_place_is_named_by_the_open_search(cli) -> No
     search named the first mesh's other refusal (--recompute-layers 8), never the order."""
     r = cli("export", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "-f", "torchtitan", "--order", "pp-dp-cp-tp")
     assert_one_line_error(r, "torchtitan cannot express --order pp-dp-cp-tp")
+
+
+@pytest.mark.parametrize(("pins", "named"), [(("--ep", "8"), "--ep 8"), (("--cp", "2", "--ep", "8"), "--cp 2")])
+def test_a_pinned_degree_deepspeed_lacks_is_named_before_any_mesh(cli, pins: tuple[str, ...], named: str) -> None:
+    """Every mesh shares a pinned degree: --ep 8 had been refused as the first mesh's --tp 2, a
+    degree the user never gave, with 'so do the other best meshes'."""
+    r = cli("export", "-f", "deepspeed", "--model", "mixtral-8x7b", "--cluster", "dgx-h100x2", *pins)
+    assert_one_line_error(r, f"deepspeed cannot express {named}: ")
+    assert "--tp" not in r.err and "other best meshes" not in r.err

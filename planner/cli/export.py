@@ -34,14 +34,21 @@ if TYPE_CHECKING:
 
 CANDIDATES_TRIED = 25
 """How many of the search's best meshes to try, in rank order, before searching again within the
-target's own limits (``TARGET_PINS``): the fastest mesh may use what the target lacks (ZeRO-3
+target's own limits (``_target_pins``): the fastest mesh may use what the target lacks (ZeRO-3
 with pp > 1 in Megatron-LM, ZeRO-1 in torchtitan); the next one it can express is exported, and
 stderr says which was skipped."""
 
-TARGET_PINS: dict[str, dict[str, int]] = {"deepspeed": {"tp": 1, "cp": 1, "ep": 1}}
-"""Degrees a target's config cannot set at all (planner/export/deepspeed.py refuses TP, CP and EP:
-a DeepSpeed config trains data and pipeline parallel only). When none of the best meshes of the
-open search exports, the search runs again with these pinned, where the user left them open."""
+
+def _target_pins(fmt: str) -> dict[str, int]:
+    """Degrees a target's config cannot set at all (``export.deepspeed.DEGREES_OF_ONE``: a DeepSpeed
+    config trains data and pipeline parallel only). A pin of another value is refused before the
+    search (every mesh would share it); where the user left them open and none of the open search's
+    best meshes exports, the search runs again with these pinned to 1."""
+    if fmt != "deepspeed":
+        return {}
+    from planner.export.deepspeed import DEGREES_OF_ONE
+
+    return dict.fromkeys(DEGREES_OF_ONE, 1)
 
 
 @app.command("export")
@@ -155,7 +162,13 @@ def _best_mesh(
     from planner.search import search
 
     first_refusal: PlannerError | None = None
-    limits = {k: v for k, v in TARGET_PINS.get(fmt, {}).items() if k not in pins}
+    limits = _target_pins(fmt)
+    if limits:  # a pinned degree the target lacks is the pin's refusal: every mesh would share it
+        from planner.export.deepspeed import check_degree
+
+        for knob in (k for k in limits if k in pins):
+            check_degree(knob, pins[knob])
+    limits = {k: v for k, v in limits.items() if k not in pins}
     for attempt in (pins, {**pins, **limits}) if limits else (pins,):
         ranking = search(model, cluster, job, attempt, top=CANDIDATES_TRIED, objective=objective)
         for est in ranking.candidates:

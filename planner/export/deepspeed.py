@@ -107,6 +107,20 @@ def pipeline_partition(model: ModelSpec, job: JobSpec, config: ParallelConfig) -
     )
 
 
+DEGREES_OF_ONE: dict[str, str] = {
+    "tp": "a DeepSpeed config trains data and pipeline parallel only (TP needs Megatron-DeepSpeed); use --tp 1",
+    "cp": "DeepSpeed has no ring context parallelism; use --cp 1",
+    "ep": "DeepSpeed-MoE sets ep_size in model code (deepspeed.moe.layer.MoE); use --ep 1",
+}
+"""Degrees a DeepSpeed config cannot set (the module docstring): each must be 1, and why."""
+
+
+def check_degree(knob: str, degree: int) -> None:
+    """Refuse a degree above 1 of a knob in ``DEGREES_OF_ONE``: '--ep 8', and why."""
+    if knob in DEGREES_OF_ONE and degree > 1:
+        raise refuse(TARGET, f"--{knob} {degree}", DEGREES_OF_ONE[knob])
+
+
 def _check(job: JobSpec, config: ParallelConfig) -> None:
     """Refuse what a DeepSpeed config cannot carry."""
     check_dispatcher(TARGET, "deepspeed", job, config)
@@ -115,20 +129,8 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(
             TARGET, "--pipeline-layout", "a Megatron layout string; DeepSpeed's PipelineModule partitions in code"
         )
-    if config.tp > 1:
-        raise refuse(
-            TARGET,
-            f"--tp {config.tp}",
-            "a DeepSpeed config trains data and pipeline parallel only (TP needs Megatron-DeepSpeed); use --tp 1",
-        )
-    if config.cp > 1:
-        raise refuse(TARGET, f"--cp {config.cp}", "DeepSpeed has no ring context parallelism; use --cp 1")
-    if config.ep > 1:
-        raise refuse(
-            TARGET,
-            f"--ep {config.ep}",
-            "DeepSpeed-MoE sets ep_size in model code (deepspeed.moe.layer.MoE); use --ep 1",
-        )
+    for knob in DEGREES_OF_ONE:
+        check_degree(knob, getattr(config, knob))
     if config.recompute == "selective":
         raise refuse(TARGET, "--recompute selective", "DeepSpeed recomputes whole layers; use --recompute full or none")
     if config.offload_layers is not None:
