@@ -167,3 +167,18 @@ def test_zero2_reduce_scatters_every_micro_batch() -> None:
     assert z2.comm_bytes_per_gpu.dp == pytest.approx(65 * per_rs, rel=0.01)  # 64 reduce-scatters + 1 gather
     assert z2.step_time_s > z1.step_time_s  # each hides behind its micro-batch's backward, but not entirely
     assert z2.memory_breakdown_bytes.gradients == pytest.approx(z1.memory_breakdown_bytes.gradients / 8, rel=1e-9)
+
+
+def test_streams_hidden_on_one_link_share_the_compute_they_hide_behind() -> None:
+    """ZeRO-3 gathers over dp x cp and CP's ring steps both cross the nodes here: DP had 50.3 s
+    hidden behind 50.3 s of compute and CP 6.5 s more on the same NICs."""
+    import planner
+
+    est = planner.estimate(
+        "llama70b", "dgx-h100x16", tp=8, pp=1, dp=1, cp=16, zero_stage=3, recompute="full", micro_batch_size=1
+    )
+    assert est.links.dp == est.links.cp == "inter_node" and est.links.tp == "intra_node"
+    hidden, compute = est.hidden_comm_s, est.time_breakdown_s.compute
+    assert hidden.cp > 6.0 and hidden.dp < compute - 6.0
+    # TP's 13 s hidden on NVLink takes nothing from the NICs
+    assert hidden.tp > 13.0 and hidden.dp + hidden.cp == pytest.approx(compute, rel=1e-6)

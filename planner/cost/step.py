@@ -374,7 +374,11 @@ def evaluate(
 
     pp = traffic.pp_per_step(job, mesh, links, m, model.hidden_size, slot)
     params = step_params(model, mesh, ranks)
-    dp = traffic.dp_per_step(job, mesh, links, params, m, fwd_mb, worst.compute - fwd_mb, layers)
+    # TP, CP and EP traffic hidden on DP's link leaves DP that much less of the compute to hide behind
+    free = traffic.dp_link_free_share(
+        links, worst.compute, {"tp": worst.tp.hidden_s, "cp": worst.cp.hidden_s, "ep": worst.ep.hidden_s}
+    )
+    dp = traffic.dp_per_step(job, mesh, links, params, m, fwd_mb * free, (worst.compute - fwd_mb) * free, layers)
     optimizer_time = optimizer_step_s(
         cluster, job, mesh, params.dense, params.expert, links["dp"].size, links["edp"].size
     )
