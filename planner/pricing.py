@@ -114,7 +114,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
         notes.append(
             f"does not fit: needs {est.memory_per_gpu_bytes / GIB_BYTES:.1f} GiB per GPU, "
             f"{est.memory_usable_bytes / GIB_BYTES:.1f} GiB usable on a {cluster.gpu.name}{headroom_clause(job)}; "
-            "try a higher --zero-stage, --recompute full, more tp/pp, or a smaller --micro-batch-size"
+            f"try {memory_remedies(job, config)}"
         )
         notes += module_recompute_hint(model, cluster, job, config)
     elif est.memory_per_gpu_bytes > undercount_safe_bytes(cluster.gpu.hbm_capacity_bytes):
@@ -144,8 +144,11 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
                 else f"its bf16 GEMM runs slower per FLOP than the {job.dtype} layers, which the split's FLOP count "
                 "does not see: compare splits with --pipeline-layout"
                 if job.low_precision
-                else "give it fewer layers (Megatron-LM --pipeline-model-parallel-layout or "
+                else "give it fewer layers (--pipeline-layout; Megatron-LM --pipeline-model-parallel-layout or "
                 "--decoder-last-pipeline-num-layers)"
+                if job.software.pipeline_layouts
+                else f"{job.software.name} takes no split of the planner's choosing (--pipeline-layout needs a stack "
+                "that runs one: megatron-core or torchtitan)"
             )
         )
     if model.attention_sinks and not flash_attention_runs(model, job):
@@ -185,13 +188,34 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"timing): without it the step takes {est.step_time_s + hidden:.2f} s"
         )
     exposed_dp = est.time_breakdown_s.dp_comm
+    stack = job.software
+    lower = [z for z in stack.zero_stages if z in (1, 2)]
     if config.zero_stage == 3 and exposed_dp > ZERO3_ADVICE_SHARE * est.step_time_s:
         notes.append(
             f"ZeRO-3 gathers weights for every micro-batch ({est.num_microbatches} per step) and exposes "
-            f"{exposed_dp:.2f} s ({exposed_dp / est.step_time_s:.0%} of the step); ZeRO-1/2 gather once per step: "
-            "try --zero-stage 1 if memory allows"
+            f"{exposed_dp:.2f} s ({exposed_dp / est.step_time_s:.0%} of the step); ZeRO-1/2 gather once per step"
+            + (f": try --zero-stage {lower[-1]} if memory allows" if lower else f" ({stack.name} runs neither)")
         )
     return notes
+
+
+def memory_remedies(job: JobSpec, config: ParallelConfig) -> str:
+    """What a mesh that does not fit could change, of what its stack runs and it does not use yet:
+    a higher ZeRO stage (where the stack has one for this pp), full recompute, a smaller
+    micro-batch; more tp/pp, more GPUs or a shorter sequence always."""
+    stack = job.software
+    most = stack.zero_with_pipeline if config.pp > 1 else 3
+    remedies = []
+    higher = [z for z in stack.zero_stages if config.zero_stage < z <= most]
+    if higher:
+        remedies.append(f"--zero-stage {higher[-1]}" if len(higher) == 1 else "a higher --zero-stage")
+    if not (config.recompute == "full" and config.recompute_layers is None):
+        remedies.append("--recompute full")
+    remedies.append("more tp/pp")
+    if config.micro_batch_size > 1:
+        remedies.append("a smaller --micro-batch-size")
+    remedies += ["more GPUs", "a shorter --seq-len"]
+    return ", ".join(remedies[:-1]) + ", or " + remedies[-1]
 
 
 def module_recompute_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:

@@ -8,7 +8,7 @@ import pytest
 from planner.catalog import load_cluster, load_model
 from planner.cost.memory import MEMORY_UNDERCOUNT, usable_memory_bytes
 from planner.errors import PlannerError
-from planner.pricing import biased_band_note, estimate_mesh, last_stage_imbalance
+from planner.pricing import biased_band_note, estimate_mesh, last_stage_imbalance, memory_remedies
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import ParallelConfig
 from planner.search import default_job, search
@@ -187,3 +187,45 @@ def test_mi300x_plans_carry_the_bias_of_its_published_runs() -> None:
     # the main plan's band straddles its figure: no such warning
     main = search(LLAMA70, H100X16, default_job(LLAMA70), top=1).candidates[0]
     assert not any(w.startswith("biased prediction:") for w in main.warnings)
+
+
+@pytest.mark.parametrize(
+    ("stack", "mesh", "remedies"),
+    [
+        # everything left to try
+        ("megatron-core", {"pp": 1, "zero_stage": 1, "micro_batch_size": 4}, "a higher --zero-stage, --recompute full"),
+        # DeepSpeed's pipeline engine runs at most ZeRO-1 with pp > 1, and full recompute is on
+        ("deepspeed", {"pp": 4, "zero_stage": 1, "recompute": "full"}, "more tp/pp, more GPUs, or a shorter --seq-len"),
+        # torchtitan has no ZeRO-1 and stops at 3; partial recompute may go on to full
+        (
+            "torchtitan",
+            {"pp": 1, "zero_stage": 3, "recompute": "full", "recompute_layers": 4},
+            "--recompute full, more",
+        ),
+    ],
+)
+def test_a_mesh_that_does_not_fit_is_offered_only_what_its_stack_can_still_change(
+    stack: str, mesh: dict[str, object], remedies: str
+) -> None:
+    """The advice offered --recompute full to a mesh running it, and a higher ZeRO stage where the
+    stack has none (DeepSpeed's pipeline engine: at most ZeRO-1 with pp > 1)."""
+    job = default_job(LLAMA70, stack=stack)
+    text = memory_remedies(job, ParallelConfig(**{"dp": 1, **mesh}))  # type: ignore[arg-type]
+    assert text.startswith(remedies)
+    assert ("--zero-stage" in text) == (stack == "megatron-core")
+    assert ("smaller --micro-batch-size" in text) == (stack == "megatron-core")
+
+
+def test_advice_names_what_the_stack_runs(cli) -> None:
+    """torchtitan has no ZeRO-1: its ZeRO-3 advice names ZeRO-2. DeepSpeed takes no layout: its
+    unbalanced-stage advice named Megatron-LM's flags."""
+    small = load_model("llama3-8b")
+    r = cli("estimate", "-m", "llama3-8b", "-c", "dgx-h100x16", "--stack", "torchtitan", "--tp", "1", "--pp", "1",
+            "--dp", "128", "-b", "1", "-B", "1024", "-s", "1024", "-z", "3", "--recompute", "selective")  # fmt: skip
+    said = " ".join(r.out.split())
+    assert r.code == 0 and "ZeRO-3 gathers weights for every micro-batch" in said
+    assert "try --zero-stage 2 if memory allows" in said
+    ds = default_job(small, stack="deepspeed")
+    est = estimate_mesh(small, load_cluster("dgx-h100x2"), ds, ParallelConfig(pp=2, dp=8, zero_stage=1))
+    (unbalanced,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
+    assert "Megatron-LM" not in unbalanced and "deepspeed takes no split of the planner's choosing" in unbalanced
