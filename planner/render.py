@@ -511,7 +511,8 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     price = report.price_per_gpu_hour_usd
     console.print(
         f"[bold]{report.model}[/] on {report.profile} nodes: {report.training_tokens:.3g} tokens within "
-        f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}, {report.dtype}, stack {report.stack}"
+        f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}, stack {report.stack}, "
+        f"{precision_words(job)}"
         + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
     )
     table = Table(box=None, padding=(0, 1), header_style="bold")

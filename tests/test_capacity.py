@@ -104,7 +104,7 @@ def test_capacity_cli(cli) -> None:
     human = cli(*args, "--days", "7")
     assert human.code == 0 and "answer:" in human.out
     text = " ".join(human.out.split())
-    assert "bf16, stack megatron-core" in text and "80% band" in text
+    assert "stack megatron-core, bf16;" in text and "80% band" in text
     # a count that fits nothing says why (the largest such count: how far off the rest are)
     big = " ".join(
         cli(
