@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from planner.cost.memory import MEMORY_UNDERCOUNT, undercount_safe_bytes
 from planner.cost.pipeline import layers_per_chunk
+from planner.figures import ordinal
 from planner.figures import rate as rate_text
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -75,6 +76,13 @@ def recompute_chosen(est: Estimate) -> str:
     if cfg.recompute_layers is None:
         return ""
     per_chunk = layers_per_chunk(sum(est.layers_per_stage), cfg.pp * cfg.virtual_stages)
+    if est.config.job.software.partial_recompute == "every_nth":
+        n = max(per_chunk // cfg.recompute_layers, 1)
+        return (
+            f"; recomputes the forward of {cfg.recompute_layers} of each chunk's {per_chunk} layers, every "
+            f"{ordinal(n)} (torchtitan 0.2's selective_ac_option {n}; 0.3 has no per-layer option: plan export -f "
+            "torchtitan-0.2), the fewest that fit"
+        )
     return (
         f"; recomputes the forward of the first {cfg.recompute_layers} of each chunk's {per_chunk} layers "
         "(Megatron --recompute-method block), the fewest that fit"

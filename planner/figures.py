@@ -13,3 +13,9 @@ def rate(value: float) -> str:
     if abs(value) >= RATE_SIGNIFICANT_BELOW:
         return f"{value:,.0f}"
     return f"{value:.3g}"
+
+
+def ordinal(n: int) -> str:
+    """1 -> '1st', 2 -> '2nd', 3 -> '3rd', 11 -> '11th', 22 -> '22nd'."""
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -134,3 +134,25 @@ def test_a_recipe_recomputes_some_layers_only_with_the_block_method() -> None:
     # uniform with N: groups of N layers checkpointed together, every layer recomputed
     assert recompute_layers_from_recipe("recompute_method=uniform, recompute_num_layers=1") is None
     assert recompute_layers_from_recipe("recompute_num_layers=5") is None
+
+
+@pytest.mark.parametrize(("stack", "said"), [
+    ("megatron-core", "the first 26 of each chunk's 80 layers (Megatron --recompute-method block)"),
+    ("torchtitan", "26 of each chunk's 80 layers, every 3rd (torchtitan 0.2's selective_ac_option 3; 0.3 has no"),
+])  # fmt: skip
+def test_the_explanation_names_the_stacks_own_partial_recompute(stack: str, said: str) -> None:
+    """torchtitan's winner was said to run Megatron's block method, which torchtitan has not."""
+    from planner.explain import recompute_chosen
+
+    model = load_model("llama3-70b")
+    job = JobSpec(global_batch_size=512, seq_len=8192, stack=stack)
+    mesh = ParallelConfig(dp=64, cp=2, zero_stage=3, recompute="full", recompute_layers=26)
+    assert said in recompute_chosen(estimate_mesh(model, load_cluster("dgx-h100x16"), job, mesh))
+
+
+@pytest.mark.parametrize(("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (13, "13th"),
+                                         (21, "21st"), (22, "22nd"), (112, "112th")])  # fmt: skip
+def test_ordinals(n: int, text: str) -> None:
+    from planner.figures import ordinal
+
+    assert ordinal(n) == text

@@ -39,6 +39,7 @@ from planner.export.common import (
     routing_note,
     zero_note,
 )
+from planner.figures import ordinal
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -453,8 +454,9 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
     if config.recompute_layers is not None:
         n = every_nth_layer(model, job, config)
         notes.append(
-            f"selective_ac_option {n} recomputes every {n}-th layer: at least the plan's {config.recompute_layers} "
-            "per chunk, so memory is at most and recompute time at least what the plan priced"
+            f"selective_ac_option {n} recomputes every {ordinal(n)} layer: at least the plan's "
+            f"{config.recompute_layers} per chunk, so memory is at most and recompute time at least what the plan "
+            "priced"
         )
     if job.dtype == "fp8":
         notes.append("the fp8 converters need torchao")
