@@ -685,6 +685,41 @@ torchao casts before the FSDP all-gather), so they are not counted. A count of t
 touched, not a measurement."""
 
 
+FP8_TRANSPOSE_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 2.0, "row": 2.0, "block": 0.0}
+"""Of ``FP8_CAST_BYTES_PER_ELEMENT``, the transposed copy the backward GEMMs take (read 1 + write
+1), made from the fp8 tensor where the GEMM runs; the rest quantises the 16-bit tensor. MXFP8
+writes both copies in its one quantising kernel: nothing after."""
+
+SP_GATHERED_INPUTS = ("attn.qkv", "attn.q", "attn.q_a", "attn.kv_a", "mlp.in", "mamba.in_proj", "moe.shared_in")
+"""GEMMs whose input is the sequence-parallel all-gather of the norm's output (Megatron-LM's
+column-parallel linears, and MLA's replicated down-projections beside them)."""
+
+SP_GATHERED_OUTPUT_GRADS = ("attn.out", "mlp.out", "mamba.out_proj", "moe.shared_out")
+"""GEMMs whose output gradient is gathered in backward under sequence parallelism (the
+row-parallel linears: their forward reduce-scatter's backward)."""
+
+
+def cast_elements(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(quantised, transposed) elements of one layer's GEMM inputs and output gradients on one rank
+    per micro-batch. Where the stack gathers the job's fp8 scaling quantised
+    (``Stack.fp8_all_gather_scalings``) under sequence parallelism, a gathered tensor is quantised
+    on the rank's 1/t shard before the all-gather and only transposed after it (Transformer Engine
+    ``_all_gather_fp8`` / ``_all_gather_mxfp8``: LayerNormLinear quantises the norm's local output
+    and gathers the fp8 data; torchtitan's Float8ColwiseParallel casts the local input before the
+    DTensor redistribute); otherwise every element is quantised where the GEMM runs (torchao
+    row-wise scaling gathers 16-bit and casts the gathered tensor)."""
+    gathered_fp8 = job.fp8_scaling in job.software.fp8_all_gather_scalings and job.dtype == "fp8"
+    shard = np.where(mesh.sequence_parallel & gathered_fp8, 1.0 / mesh.tp, 1.0) if gathered_fp8 else 1.0
+    quantised = np.zeros(len(mesh))
+    transposed = np.zeros(len(mesh))
+    for g in layer_gemms(model, job, mesh, moe):
+        inputs, grads = g.count * g.m_rows * g.k, g.count * g.m_rows * g.n
+        quantised = quantised + inputs * (shard if g.name in SP_GATHERED_INPUTS else 1.0)
+        quantised = quantised + grads * (shard if g.name in SP_GATHERED_OUTPUT_GRADS else 1.0)
+        transposed = transposed + inputs + grads
+    return quantised, transposed
+
+
 def cast_bytes_per_element(job: JobSpec) -> float:
     """HBM bytes per element of a GEMM input or output gradient that quantisation moves, forward and
     backward: ``FP8_CAST_BYTES_PER_ELEMENT`` of the fp8 scaling, the stack's
@@ -703,8 +738,10 @@ def quantise_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     cast_bytes = cast_bytes_per_element(job)
     if not cast_bytes:
         return np.zeros(len(mesh))
-    elements = sum(g.count * g.m_rows * (g.k + g.n) for g in layer_gemms(model, job, mesh, moe))
-    return cast_bytes * elements / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
+    transpose = FP8_TRANSPOSE_BYTES_PER_ELEMENT[job.fp8_scaling] if job.dtype == "fp8" else 0.0
+    quantised, transposed = cast_elements(model, job, mesh, moe)
+    moved = (cast_bytes - transpose) * quantised + transpose * transposed
+    return moved / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s
 
 
 def layer_overhead_s(
