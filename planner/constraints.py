@@ -20,6 +20,7 @@ from planner.cost.pipeline import (
     is_dual,
     layers_per_chunk,
     mesh_batch_size,
+    needs_pp_multiple,
     num_microbatches,
     recomputable_layers,
     round_up,
@@ -103,7 +104,7 @@ def _schedule_stacks(schedule: str, stack: str) -> str:
 
 def _dual_microbatches(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Micro-batches per step of each mesh's batch."""
-    return num_microbatches(mesh_batch_size(job.batch_size, mesh, interleaved_rule=False), mesh)
+    return num_microbatches(mesh_batch_size(job, mesh, interleaved_rule=False), mesh)
 
 
 def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
@@ -404,7 +405,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "batch_divisible",
-        lambda m, c, j, x: mesh_batch_size(j.batch_size, x, interleaved_rule=False) <= j.max_batch_size,
+        lambda m, c, j, x: mesh_batch_size(j, x, interleaved_rule=False) <= j.max_batch_size,
         lambda m, c, j, p: (
             f"global batch {j.batch_size} is not divisible by dp*micro_batch_size = {p.dp}*{p.micro_batch_size}"
             + _growth_hint(j, p.dp * p.micro_batch_size)
@@ -412,11 +413,23 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "interleaved_microbatches",
-        # Megatron-LM: interleaved schedule needs the number of micro-batches divisible by pp.
-        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (mesh_batch_size(j.batch_size, x) <= j.max_batch_size),
+        # Megatron-LM 2021 and torchtitan: the interleaved schedule needs the number of micro-batches
+        # divisible by pp; Megatron-Core's micro-batch group size (schedules.microbatch_group_size)
+        # needs only pp of them
+        lambda m, c, j, x: (
+            (x.schedule != INTERLEAVED)
+            | (
+                (mesh_batch_size(j, x) <= j.max_batch_size)
+                & (needs_pp_multiple(j) | (num_microbatches(mesh_batch_size(j, x), x) >= x.pp))
+            )
+        ),
         lambda m, c, j, p: (
             f"interleaved-1f1b needs micro-batches ({j.batch_size // (p.dp * p.micro_batch_size)}) "
             f"divisible by pp {p.pp}" + _growth_hint(j, p.dp * p.micro_batch_size * p.pp)
+            if needs_pp_multiple(j)
+            else f"interleaved-1f1b needs at least pp {p.pp} micro-batches (got "
+            f"{j.batch_size // (p.dp * p.micro_batch_size)}): Megatron-Core's micro-batch group size is at least pp "
+            "and at most their number"
         ),
     ),
     Rule(

@@ -14,8 +14,9 @@ the mesh's virtual stages) and m (micro-batches per step):
 and as constants: ``async_sends`` (the steady state's sends may run behind the next chunk's
 compute where the stack overlaps them, ``Stack.p2p_overlap``), ``parameter_copies`` (model
 states a rank keeps), ``head_share`` (the share of micro-batches whose LM head and loss the
-head's rank runs) and ``batch_times_pp`` (the global batch must also be a multiple of p:
-Megatron's interleaving needs p | m). Sources are in each entry's ``source``;
+head's rank runs) and ``batch_times_pp`` (the global batch must also be a multiple of p where
+the stack's interleaving needs p | m: one without a micro-batch group size,
+``Stack.interleaved_group_size``). Sources are in each entry's ``source``;
 ``tests/test_simulate.py`` checks the bubble and in-flight figures against the event simulation.
 """
 
@@ -40,6 +41,37 @@ class ScheduleShape:
     batch_times_pp: bool
     source: str
     async_sends: bool = False
+
+
+def microbatch_group_size(p: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """The interleaved schedule's micro-batch group size N (Megatron-Core
+    ``microbatch_group_size_per_vp_stage``, ``--microbatch-group-size-per-virtual-pipeline-stage``:
+    each model chunk runs N micro-batches in a row): p where p divides m, Megatron's default; else
+    the smallest N > p that ``forward_backward_pipelining_with_interleaving`` accepts (p <= N <= m,
+    and m mod N either 0 or at least p, lest the last group leave dependency bubbles), the fewest
+    micro-batches in flight (the warm-up grows by v-1 chunks per unit of N). m < p: p (refused by
+    the rule 'interleaved_microbatches'). The bubble does not depend on N: the event simulation
+    of Megatron-Core's schedule table (``cost.simulate``) gives (p-1)/(vm+p-1) for every N it
+    accepts (tests/test_simulate.py)."""
+    p, m = np.broadcast_arrays(np.asarray(p, dtype=float), np.asarray(m, dtype=float))
+    group = p.copy()
+    todo = (m > p) & (np.mod(m, p) != 0)
+    if not np.any(todo):
+        return group
+    # each distinct (p, m) once: a search's hundreds of thousands of meshes share a few dozen
+    # (one integer key per pair: p < 2**24, the largest pipeline the planner enumerates by far)
+    keys, back = np.unique(m[todo].astype(np.int64) * 2**24 + p[todo].astype(np.int64), return_inverse=True)
+    lo, count = (keys % 2**24).astype(float), (keys // 2**24).astype(float)
+    found = lo.copy()
+    left = np.ones(len(lo), dtype=bool)
+    n = lo + 1.0
+    while np.any(left):  # ends by n = m at the latest, where m mod n = 0
+        fits = left & (n <= count) & ((np.mod(count, n) == 0) | (np.mod(count, n) >= lo))
+        found = np.where(fits, n, found)
+        left &= ~fits
+        n = n + 1.0
+    group[todo] = found[np.ravel(back)]
+    return group
 
 
 def _one(p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -76,17 +108,19 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
     "1f1b": ONE_F_ONE_B,
     "interleaved-1f1b": ScheduleShape(
         bubble_slots=lambda p, v, m: (p - 1.0) / v,
-        first_in_flight=lambda p, v, m: np.minimum(p * (1.0 + (p - 1.0) / (p * v)), m),
-        last_in_flight=lambda p, v, m: ((v - 1) * p + 1.0) / v,
+        first_in_flight=lambda p, v, m: np.minimum(((v - 1) * microbatch_group_size(p, m) + 2 * p - 1.0) / v, m),
+        last_in_flight=lambda p, v, m: ((v - 1) * microbatch_group_size(p, m) + 1.0) / v,
         chunks_per_rank=lambda p, v, m: v.astype(float),
         parameter_copies=1.0,
         head_share=1.0,
         batch_times_pp=True,
         source=(
             "Narayanan et al. 2021 section 2.2.2 (bubble / v); Korthikanti et al. 2022 section 4.2.3 (first "
-            "stage p(1 + (p-1)/(pv))); Megatron-LM forward_backward_pipelining_with_interleaving (warm-up "
-            "(v-1)p + 1 chunks before the last stage's first backward; m divisible by p); async sends: "
-            "Megatron-LM arguments.py keeps overlap_p2p_comm only for the interleaved schedule"
+            "stage p(1 + (p-1)/(pv))); Megatron-Core forward_backward_pipelining_with_interleaving (warm-up "
+            "2(p-r-1) + (v-1)N chunks on rank r, N the micro-batch group size, p by default: first stage "
+            "((v-1)N + 2p - 1)/v micro-batches, last ((v-1)N + 1)/v; m divisible by p unless the stack takes a "
+            "group size, ``microbatch_group_size``); async sends: Megatron-LM arguments.py keeps "
+            "overlap_p2p_comm only for the interleaved schedule"
         ),
         async_sends=True,
     ),
@@ -131,12 +165,12 @@ def per_schedule(
 ) -> np.ndarray:
     """Per mesh, ``pick(shape)(p, v, m)`` of the mesh's schedule (``schedule``: codes into
     ``SCHEDULE_SHAPES`` in declaration order)."""
-    p, v, m = (np.asarray(x, dtype=float) for x in (p, v, m))
-    out = np.zeros(np.broadcast(schedule, p, v, m).shape)
+    schedule, p, v, m = np.broadcast_arrays(schedule, *(np.asarray(x, dtype=float) for x in (p, v, m)))
+    out = np.zeros(schedule.shape)
     for code, shape in enumerate(SCHEDULE_SHAPES.values()):
         on = schedule == code
-        if np.any(on):
-            out = np.where(on, pick(shape)(p, v, m), out)
+        if np.any(on):  # each schedule's formula on its own meshes only
+            out[on] = np.broadcast_to(pick(shape)(p[on], v[on], m[on]), (int(np.count_nonzero(on)),))
     return out
 
 

@@ -191,7 +191,7 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     ranks = rank_layers(model, job, full)
     per_chunk = ranks.busiest // full.virtual_stages
     one = full.with_recompute_layers(np.ones(len(full), dtype=np.int64))
-    m = num_microbatches(mesh_batch_size(job.batch_size, full), full)
+    m = num_microbatches(mesh_batch_size(job, full), full)
     cap = usable_memory_bytes(cluster, job)
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
@@ -225,7 +225,7 @@ def activation_offload(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     layers = model.num_hidden_layers
     none = replace(mesh.take(rows), recompute=np.zeros(len(rows), dtype=np.int64))
     most = none.with_offload_layers(np.full(len(none), layers - 1, dtype=np.int64))
-    m = num_microbatches(mesh_batch_size(job.batch_size, none), none)
+    m = num_microbatches(mesh_batch_size(job, none), none)
     at_none = peak_memory(model, cluster, job, none, m).total
     at_most = peak_memory(model, cluster, job, most, m).total
     per_layer = (at_none - at_most) / max(layers - 1 - OFFLOAD_RESIDENT_LAYERS, 1)  # what one more saves
@@ -477,7 +477,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     variants = len(candidates) - int(alive.sum())
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit;
     # where none does, the diagnosis needs their memory alone.
-    m = num_microbatches(mesh_batch_size(job.batch_size, candidates), candidates)
+    m = num_microbatches(mesh_batch_size(job, candidates), candidates)
     memory = peak_memory(model, cluster, job, candidates, m)
     fit = memory.total <= usable_memory_bytes(cluster, job)
     if not fit.any():

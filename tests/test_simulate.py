@@ -38,18 +38,45 @@ def test_seed_bubbles_come_out_of_the_simulation(p: int, m: int, expected: float
     groups=st.integers(1, 6),
     v=st.integers(2, 4),
     backward_ratio=st.sampled_from([2.0, 3.0]),
+    extra=st.integers(0, 7),
 )
 def test_simulation_matches_bubble_and_in_flight_closed_forms(
-    schedule: str, p: int, groups: int, v: int, backward_ratio: float
+    schedule: str, p: int, groups: int, v: int, backward_ratio: float, extra: int
 ) -> None:
     v = v if schedule == "interleaved-1f1b" else 1
-    m = groups * p  # Megatron's interleaving needs p | m; the others take any m
+    # m >= p; where p does not divide it Megatron-Core's interleaving runs groups of N > p
+    # (schedules.microbatch_group_size), in flight ((v-1)N + 2p - 1)/v on the first rank
+    m = groups * p + extra % p
     timeline = simulate(schedule, p, m, 1.0, backward_ratio, v)
     bubble, first, last = _closed_form(schedule, p, m, v)
     assert timeline.bubble_fraction == pytest.approx(bubble, rel=1e-9)
     assert timeline.makespan_s == pytest.approx(m * (1.0 + backward_ratio) / (1.0 - bubble), rel=1e-9)
     assert timeline.peak_in_flight(0) == pytest.approx(first, rel=1e-9)
     assert timeline.peak_in_flight(p - 1) == pytest.approx(last, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("p", "m", "v", "group", "first", "last"),
+    [
+        (9, 64, 2, 11, 14.0, 6.0),  # 64 = 5 x 11 + 9: the last group of 9 >= pp
+        (9, 64, 4, 11, 12.5, 8.5),
+        (5, 16, 2, 8, 8.5, 4.5),  # groups of 6 and 7 leave 4 and 2 < pp: 8 divides 16
+        (4, 6, 2, 6, 6.0, 3.5),  # one group of all 6; the first rank holds all of them
+        (4, 8, 2, 4, 5.5, 2.5),  # p | m: Megatron's default group of pp
+    ],
+)
+def test_interleaving_over_a_micro_batch_count_pp_does_not_divide(
+    p: int, m: int, v: int, group: int, first: float, last: float
+) -> None:
+    """Megatron-Core's schedule table with its group size: the bubble stays (p-1)/(vm+p-1), the
+    first rank holds min(((v-1)N + 2p - 1)/v, m) micro-batches and the last ((v-1)N + 1)/v."""
+    from planner.schedules import microbatch_group_size
+
+    assert microbatch_group_size(np.array(p), np.array(m)) == group
+    t = simulate("interleaved-1f1b", p, m, 1.0, 2.0, v)
+    assert t.bubble_fraction == pytest.approx((p - 1) / (v * m + p - 1), rel=1e-9)
+    assert (t.peak_in_flight(0), t.peak_in_flight(p - 1)) == (pytest.approx(first), pytest.approx(last))
+    assert _closed_form("interleaved-1f1b", p, m, v) == pytest.approx(((p - 1) / (v * m + p - 1), first, last))
 
 
 def test_1f1b_with_fewer_microbatches_than_stages() -> None:
@@ -129,8 +156,8 @@ def test_dual_chunks_wait_for_their_inputs(schedule: str) -> None:
 def test_unsimulated_or_impossible_schedules_are_refused() -> None:
     with pytest.raises(PlannerError, match="zb-h1"):
         simulate("zb-h1", 4, 8, 1.0, 2.0)
-    with pytest.raises(PlannerError, match="divisible by pp 4"):
-        simulate("interleaved-1f1b", 4, 6, 1.0, 2.0, 2)
+    with pytest.raises(PlannerError, match="needs at least pp 4 micro-batches"):
+        simulate("interleaved-1f1b", 4, 3, 1.0, 2.0, 2)
     with pytest.raises(PlannerError, match="micro-batches >= 2 x pp"):
         simulate("dualpipev", 4, 6, 1.0, 2.0)
     with pytest.raises(PlannerError, match="even pp"):

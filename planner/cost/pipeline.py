@@ -43,18 +43,25 @@ from planner.schemas.model import ModelSpec
 
 
 def batch_unit(mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
-    """Sequences a global batch must be a multiple of: d * b, times p for interleaved 1F1B
-    (Megatron-LM's interleaved schedule needs the micro-batch count divisible by p)."""
+    """Sequences a global batch must be a multiple of: d * b, times p for interleaved 1F1B where
+    ``interleaved_rule`` holds (a stack whose interleaved schedule needs the micro-batch count
+    divisible by p: ``needs_pp_multiple``)."""
     unit = mesh.dp * mesh.micro_batch_size
     times_pp = per_schedule_constant(mesh.schedule, lambda s: s.batch_times_pp) > 0
     return np.where(interleaved_rule & times_pp, unit * mesh.pp, unit)
 
 
-def mesh_batch_size(batch_size: int, mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
+def needs_pp_multiple(job: JobSpec) -> bool:
+    """Whether the job's stack interleaves only over a multiple of p micro-batches: one without a
+    micro-batch group size (``Stack.interleaved_group_size``; Megatron-Core has one)."""
+    return not job.software.interleaved_group_size
+
+
+def mesh_batch_size(job: JobSpec, mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
     """The global batch each mesh runs: the asked B when the mesh's unit divides it, else the
     next multiple, ceil(B / unit) * unit. The feasibility rules bound the growth by the job's
     ``max_batch_growth`` (none by default), so unless growth is allowed this is B."""
-    return round_up(batch_size, batch_unit(mesh, interleaved_rule))
+    return round_up(job.batch_size, batch_unit(mesh, interleaved_rule and needs_pp_multiple(job)))
 
 
 def round_up(batch_size: int, unit: Any) -> Any:

@@ -8,15 +8,18 @@ backward). Orders, per rank r of p, m micro-batches, v model chunks:
   GPipe              all forwards, then all backwards (Huang et al. 2019, figure 2)
   1F1B               min(p-r-1, m) warm-up forwards, then one forward one backward, then the
                      remaining backwards (Narayanan et al. 2021, section 2.2.1, figure 4 top)
-  interleaved 1F1B   Megatron-LM's order: virtual micro-batch k runs chunk (k // p) mod v of
-                     micro-batch (k // (p*v))*p + k mod p (backwards take the chunks in reverse);
-                     (p-r-1)*2 + (v-1)*p warm-up forwards (Megatron-LM
+  interleaved 1F1B   Megatron-Core's order: each chunk in turn over a group of N micro-batches
+                     (``schedule_table``; N = p, Megatron's default, where p divides m, else
+                     ``schedules.microbatch_group_size``), backwards taking the chunks in
+                     reverse; (p-r-1)*2 + (v-1)*N warm-up forwards (Megatron-Core
                      megatron/core/pipeline_parallel/schedules.py,
                      forward_backward_pipelining_with_interleaving; Narayanan et al. 2021
                      section 2.2.2, figure 4 bottom)
 
 With equal stages and no communication the simulated idle share equals (p-1)/(m+p-1) for GPipe
-and 1F1B and (p-1)/(v*m+p-1) for interleaved 1F1B when p divides m: tests/test_simulate.py.
+and 1F1B and (p-1)/(v*m+p-1) for interleaved 1F1B at every group size N it runs, the peak
+in-flight micro-batches ((v-1)N + 2p - 1)/v on the first rank and ((v-1)N + 1)/v on the last:
+tests/test_simulate.py.
 DualPipe and DualPipeV run the reference implementation's own program (``simulate_dual``), which
 splits some backwards into input and weight gradients (W ops). ZB-H1 is not simulated; its
 closed form (pipeline.py) stands alone.
@@ -27,7 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
+
 from planner.errors import PlannerError
+from planner.schedules import microbatch_group_size
 from planner.schemas.parallel import DUAL_SCHEDULES
 
 Kind = Literal["F", "B", "W"]
@@ -84,18 +90,31 @@ def _order(schedule: str, rank: int, p: int, m: int, v: int) -> list[tuple[Kind,
             order += [("F", warm + i, 0), ("B", i, 0)]
         return order + [("B", i, 0) for i in range(m - warm, m)]
     total = m * v
+    group = int(microbatch_group_size(np.array(p), np.array(m)))
+    table = schedule_table(m, v, group)
 
     def forward(k: int) -> tuple[Kind, int, int]:
-        return ("F", (k // (p * v)) * p + k % p, (k // p) % v)
+        return ("F", *table[k])
 
     def backward(k: int) -> tuple[Kind, int, int]:
-        return ("B", (k // (p * v)) * p + k % p, v - 1 - (k // p) % v)
+        return ("B", table[k][0], v - 1 - table[k][1])
 
-    warm = min((p - rank - 1) * 2 + (v - 1) * p, total)
+    warm = min((p - rank - 1) * 2 + (v - 1) * group, total)
     order = [forward(k) for k in range(warm)]
     for k in range(total - warm):
         order += [forward(warm + k), backward(k)]
     return order + [backward(k) for k in range(total - warm, total)]
+
+
+def schedule_table(m: int, v: int, group: int) -> list[tuple[int, int]]:
+    """(micro-batch, chunk) of each virtual micro-batch of the interleaved schedule: each chunk
+    in turn over ``group`` micro-batches in a row, the last group taking what is left
+    (Megatron-Core megatron/core/pipeline_parallel/schedules.py ``get_schedule_table``)."""
+    table: list[tuple[int, int]] = []
+    for first in range(0, m, group):
+        last = m if first + group >= m else first + group
+        table += [(mb, chunk) for chunk in range(v) for mb in range(first, last)]
+    return table
 
 
 def simulate(schedule: str, p: int, m: int, forward_s: float, backward_s: float, virtual_stages: int = 1) -> Timeline:
@@ -114,8 +133,8 @@ def simulate(schedule: str, p: int, m: int, forward_s: float, backward_s: float,
             )
         return simulate_dual(schedule, p, m, forward_s, backward_s)
     v = virtual_stages if schedule == "interleaved-1f1b" else 1
-    if schedule == "interleaved-1f1b" and m % p:
-        raise PlannerError(f"interleaved-1f1b needs micro-batches ({m}) divisible by pp {p}")
+    if schedule == "interleaved-1f1b" and m < p:
+        raise PlannerError(f"interleaved-1f1b needs at least pp {p} micro-batches (got {m})")
     f, b = forward_s / v, backward_s / v
     orders = [_order(schedule, r, p, m, v) for r in range(p)]
     done: dict[tuple[Kind, int, int], float] = {}  # (kind, micro-batch, virtual stage) -> end

@@ -357,7 +357,7 @@ def evaluate(
 ) -> Columns:
     """Price every mesh of ``mesh`` (assumed feasible by ``planner.constraints``); ``memory`` is
     their ``peak_memory`` where the caller has it already (the search prices memory first)."""
-    batch = mesh_batch_size(job.batch_size, mesh)
+    batch = mesh_batch_size(job, mesh)
     m = num_microbatches(batch, mesh)
     links = comm.mesh_links(cluster, mesh)
     ranks = rank_layers(model, job, mesh)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import itertools
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from planner.constraints import shards_nothing
 from planner.cost.comm import mesh_links
 from planner.cost.flops import attended_keys, attention_kernel_for, chunked_keys, flash_attention_runs, mtp_layers
@@ -32,6 +34,7 @@ from planner.export.common import (
 )
 from planner.hf_config import LLAMA4_TYPES
 from planner.mesh import MeshArrays
+from planner.schedules import microbatch_group_size
 from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec, check_positions
 from planner.schemas.model import MAMBA_CHUNK_SIZE, MAMBA_CONV_KERNEL, ModelSpec
 from planner.schemas.parallel import DUAL_SCHEDULES, ParallelConfig
@@ -139,13 +142,24 @@ def _pipeline_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
         return args
     layout = pipeline_layout(model, job, config)
     if layout is not None:
-        return [*args, "--pipeline-model-parallel-layout", layout]
+        return [*args, "--pipeline-model-parallel-layout", layout, *_group_args(job, config)]
     if config.virtual_stages > 1:
         args += [
             "--num-layers-per-virtual-pipeline-stage",
             str(model.num_hidden_layers // (config.pp * config.virtual_stages)),
         ]
-    return args
+    return [*args, *_group_args(job, config)]
+
+
+def _group_args(job: JobSpec, config: ParallelConfig) -> list[str]:
+    """--microbatch-group-size-per-virtual-pipeline-stage N where the interleaved schedule's
+    micro-batch count is no multiple of pp (Megatron-LM's default N is pp;
+    ``schedules.microbatch_group_size``)."""
+    if config.virtual_stages == 1:
+        return []
+    m = job.batch_size // (config.dp * config.micro_batch_size)
+    group = int(microbatch_group_size(np.array(config.pp), np.array(m)))
+    return [] if group == config.pp else ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
 
 
 def _recompute_args(config: ParallelConfig, job: JobSpec) -> list[str]:

@@ -195,6 +195,12 @@ class Stack(Frozen):
         description="Fewest pipeline stages with which the stack interleaves virtual stages (the interleaved "
         "1F1B schedule); None: it runs no interleaved schedule",
     )
+    interleaved_group_size: bool = Field(
+        False,
+        description="The stack's interleaved schedule takes a micro-batch group size per virtual stage "
+        "(Megatron-Core's microbatch_group_size_per_vp_stage), so its micro-batches need only number at least "
+        "pp (``schedules.microbatch_group_size``); otherwise a multiple of pp",
+    )
     pipeline_schedules: tuple[Schedule, ...] | None = Field(
         None,
         description="Pipeline schedules the framework runs with pp > 1 (a mesh with another is refused, as "
