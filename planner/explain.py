@@ -12,6 +12,7 @@ from planner.figures import ordinal
 from planner.figures import rate as rate_text
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
+from planner.schemas.model import ModelSpec
 
 
 def dominant_terms(est: Estimate, count: int = 3) -> str:
@@ -61,9 +62,10 @@ def tight_clause(est: Estimate) -> str:
     )
 
 
-def recompute_chosen(est: Estimate) -> str:
+def recompute_chosen(est: Estimate, model: ModelSpec | None = None) -> str:
     """'; recomputes ...' when the mesh recomputes only some layers (how many, and why) or names
-    the modules selective recompute runs again."""
+    the modules selective recompute runs again; torchtitan's every-n-th layer is the n its export
+    writes (``export.torchtitan.every_nth_layer``, from the smallest chunk) where ``model`` is given."""
     cfg = est.config.parallel
     modules = est.config.job.recompute_modules
     if cfg.recompute == "selective" and modules is not None:
@@ -77,10 +79,17 @@ def recompute_chosen(est: Estimate) -> str:
         return ""
     per_chunk = layers_per_chunk(sum(est.layers_per_stage), cfg.pp * cfg.virtual_stages)
     if est.config.job.software.partial_recompute == "every_nth":
-        n = max(per_chunk // cfg.recompute_layers, 1)
+        from planner.export.torchtitan import every_nth_layer
+
+        n = (
+            every_nth_layer(model, est.config.job, cfg)
+            if model is not None
+            else max(per_chunk // cfg.recompute_layers, 1)
+        )
+        every = "every layer" if n == 1 else f"every {ordinal(n)}"
         return (
-            f"; recomputes the forward of {cfg.recompute_layers} of each chunk's {per_chunk} layers, every "
-            f"{ordinal(n)} (torchtitan 0.2's selective_ac_option {n}; 0.3 has no per-layer option: plan export -f "
+            f"; recomputes the forward of at least {cfg.recompute_layers} of each chunk's {per_chunk} layers, "
+            f"{every} (torchtitan 0.2's selective_ac_option {n}; 0.3 has no per-layer option: plan export -f "
             "torchtitan-0.2), the fewest that fit"
         )
     return (
@@ -137,14 +146,14 @@ def routing_assumed(est: Estimate) -> str:
     )
 
 
-def explain(candidates: list[Estimate]) -> list[str]:
+def explain(candidates: list[Estimate], model: ModelSpec | None = None) -> list[str]:
     """One sentence for the winner, one per runner-up."""
     if not candidates:
         return []
     winner = candidates[0]
     lines = [
         f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}; {overlap_assumed(winner)}"
-        + recompute_chosen(winner)
+        + recompute_chosen(winner, model)
         + routing_assumed(winner)
     ]
     for rank, other in enumerate(candidates[1:], start=2):

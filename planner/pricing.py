@@ -139,16 +139,20 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"{model.hidden_size}{f' and {mtp} MTP layer(s)' if mtp else ''}, the work of {head_layers:.1f} "
             f"layers by FLOPs), so the others idle {idle:.0%} of each slot; "
             + (
-                "no split of these layers over these stages does better"
-                if job.software.pipeline_layouts and config.pipeline_layout is None and not job.low_precision
+                f"{job.software.name} takes no split of the planner's choosing (--pipeline-layout needs a stack "
+                "that runs one: megatron-core or torchtitan)"
+                if not job.software.pipeline_layouts
+                else "no split of these layers over these stages does better"
+                if config.pipeline_layout is None and not job.low_precision
                 else f"its bf16 GEMM runs slower per FLOP than the {job.dtype} layers, which the split's FLOP count "
                 "does not see: compare splits with --pipeline-layout"
                 if job.low_precision
-                else "give it fewer layers (--pipeline-layout; Megatron-LM --pipeline-model-parallel-layout or "
-                "--decoder-last-pipeline-num-layers)"
-                if job.software.pipeline_layouts
-                else f"{job.software.name} takes no split of the planner's choosing (--pipeline-layout needs a stack "
-                "that runs one: megatron-core or torchtitan)"
+                else "give it fewer layers (--pipeline-layout"
+                + (
+                    "; Megatron-LM --pipeline-model-parallel-layout or --decoder-last-pipeline-num-layers)"
+                    if job.software.export_format == "megatron"
+                    else ")"
+                )
             )
         )
     if model.attention_sinks and not flash_attention_runs(model, job):
@@ -194,7 +198,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
         notes.append(
             f"ZeRO-3 gathers weights for every micro-batch ({est.num_microbatches} per step) and exposes "
             f"{exposed_dp:.2f} s ({exposed_dp / est.step_time_s:.0%} of the step); ZeRO-1/2 gather once per step"
-            + (f": try --zero-stage {lower[-1]} if memory allows" if lower else f" ({stack.name} runs neither)")
+            + (f": try --zero-stage {min(lower)} if memory allows" if lower else f" ({stack.name} runs neither)")
         )
     return notes
 

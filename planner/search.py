@@ -415,7 +415,7 @@ def search_with_points(
         feasible=int(rows.size),
         pruned={k: sum(p.pruned.get(k, 0) for p in passes) for k in dict.fromkeys(k for p in passes for k in p.pruned)},
         candidates=out,
-        explanation=explain(list(out)),
+        explanation=explain(list(out), model),
         pareto=pareto,
     )
     if with_margin and out:

@@ -237,7 +237,20 @@ def test_advice_names_what_the_stack_runs(cli) -> None:
     said = " ".join(r.out.split())
     assert r.code == 0 and "ZeRO-3 gathers weights for every micro-batch" in said
     assert "try --zero-stage 2 if memory allows" in said
+    # Megatron-Core has ZeRO-1, which gathers once per step and reduces once (its ZeRO-2 every micro-batch)
+    r = cli("estimate", "-m", "llama3-8b", "-c", "dgx-h100x16", "--tp", "1", "--pp", "1",
+            "--dp", "128", "-b", "1", "-B", "1024", "-s", "1024", "-z", "3", "--recompute", "selective")  # fmt: skip
+    assert "try --zero-stage 1 if memory allows" in " ".join(r.out.split())
     ds = default_job(small, stack="deepspeed")
     est = estimate_mesh(small, load_cluster("dgx-h100x2"), ds, ParallelConfig(pp=2, dp=8, zero_stage=1))
     (unbalanced,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
     assert "Megatron-LM" not in unbalanced and "deepspeed takes no split of the planner's choosing" in unbalanced
+    # in fp8 too: the low-precision advice (compare splits with --pipeline-layout) is for stacks with layouts
+    est = estimate_mesh(
+        small,
+        load_cluster("dgx-h100x2"),
+        ds.model_copy(update={"dtype": "fp8"}),
+        ParallelConfig(pp=2, dp=8, zero_stage=1),
+    )
+    (unbalanced,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
+    assert "--pipeline-layout needs a stack" in unbalanced

@@ -138,7 +138,7 @@ def test_a_recipe_recomputes_some_layers_only_with_the_block_method() -> None:
 
 @pytest.mark.parametrize(("stack", "said"), [
     ("megatron-core", "the first 26 of each chunk's 80 layers (Megatron --recompute-method block)"),
-    ("torchtitan", "26 of each chunk's 80 layers, every 3rd (torchtitan 0.2's selective_ac_option 3; 0.3 has no"),
+    ("torchtitan", "at least 26 of each chunk's 80 layers, every 3rd (torchtitan 0.2's selective_ac_option 3;"),
 ])  # fmt: skip
 def test_the_explanation_names_the_stacks_own_partial_recompute(stack: str, said: str) -> None:
     """torchtitan's winner was said to run Megatron's block method, which torchtitan has not."""
@@ -147,7 +147,21 @@ def test_the_explanation_names_the_stacks_own_partial_recompute(stack: str, said
     model = load_model("llama3-70b")
     job = JobSpec(global_batch_size=512, seq_len=8192, stack=stack)
     mesh = ParallelConfig(dp=64, cp=2, zero_stage=3, recompute="full", recompute_layers=26)
-    assert said in recompute_chosen(estimate_mesh(model, load_cluster("dgx-h100x16"), job, mesh))
+    assert said in recompute_chosen(estimate_mesh(model, load_cluster("dgx-h100x16"), job, mesh), model)
+
+
+def test_the_explained_every_nth_is_the_exported_one() -> None:
+    """pp 3 splits 80 layers 27, 27, 26: with 9 recomputed the export writes selective_ac_option 2
+    (floor(26/9)), where the explanation had said 3 from the even share."""
+    from planner.explain import recompute_chosen
+    from planner.export.torchtitan import every_nth_layer
+
+    model = load_model("llama3-70b")
+    job = JobSpec(global_batch_size=512, seq_len=8192, stack="torchtitan")
+    mesh = ParallelConfig(pp=3, dp=16, zero_stage=3, recompute="full", recompute_layers=9)
+    n = every_nth_layer(model, job, mesh)
+    said = recompute_chosen(estimate_mesh(model, load_cluster("dgx-h100x6"), job, mesh), model)
+    assert n == 2 and f"selective_ac_option {n};" in said and "every 2nd" in said
 
 
 @pytest.mark.parametrize(("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (13, "13th"),
