@@ -305,3 +305,42 @@ def test_block_scaled_fp8_casts_in_one_pass_without_an_amax_read() -> None:
     assert cast["block"] / cast["tensor"] == pytest.approx((4 + 2 / 32) / 7)
     bf16 = JobSpec(global_batch_size=8, seq_len=4096)
     assert quantise_forward_s(model, cluster, bf16, mesh, False)[0] == 0.0
+
+
+def test_fp8_casts_of_gathered_tensors_are_paid_on_the_shard() -> None:
+    """Under sequence parallelism a stack that gathers the scaling quantised casts the rank's 1/t
+    shard and transposes the gathered tensor (Transformer Engine _all_gather_fp8); torchao's
+    row-wise scaling gathers 16-bit and casts it all; without SP nothing is gathered."""
+    from planner.cost.compute import cast_elements, layer_gemms
+    from planner.search import default_job
+
+    model = load_model("llama3-8b")
+    sp = MeshArrays.from_configs([ParallelConfig(tp=8, dp=8, sequence_parallel=True)])
+    no_sp = MeshArrays.from_configs([ParallelConfig(tp=8, dp=8, sequence_parallel=False)])
+    job = default_job(model, dtype="fp8")
+    gemms = {g.name: g for g in layer_gemms(model, job, sp, False)}
+    tokens = float(np.ravel(gemms["mlp.in"].m_rows)[0])
+    total = sum(float(np.ravel(g.count * g.m_rows * (g.k + g.n))[0]) for g in gemms.values())
+    gathered = tokens * (2 * model.hidden_size)  # qkv's and mlp.in's inputs: h wide each
+    gathered += tokens * 2 * model.hidden_size  # attn.out's and mlp.out's output gradients
+    quantised, transposed = cast_elements(model, job, sp, False)
+    assert transposed[0] == pytest.approx(total)
+    assert quantised[0] == pytest.approx(total - gathered * (1 - 1 / 8))
+    assert np.array_equal(*cast_elements(model, job, no_sp, False))
+    row = default_job(model, dtype="fp8", fp8_scaling="row", stack="torchtitan")
+    assert np.array_equal(*cast_elements(model, row, sp, False))
+
+
+def test_mla_down_projections_run_on_the_sequence_shard_in_megatron_core() -> None:
+    """Megatron-Core's q_a/kv_a are duplicated linears on [s/TP, b, h] under SP (they had been priced
+    on every token, t times their FLOPs); torchtitan's run on the gathered attention input."""
+    from planner.cost.compute import layer_gemms
+    from planner.search import default_job
+
+    model = load_model("deepseek-v3")
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=4, dp=8, ep=8, sequence_parallel=True)])
+    for stack, share in (("megatron-core", 0.25), ("torchtitan", 1.0)):
+        gemms = {g.name: g for g in layer_gemms(model, default_job(model, stack=stack), mesh, True)}
+        tokens = np.ravel(gemms["attn.q_b"].m_rows)[0]
+        assert np.ravel(gemms["attn.q_a"].m_rows)[0] == pytest.approx(share * tokens)
+        assert np.ravel(gemms["attn.kv_a"].m_rows)[0] == pytest.approx(share * tokens)

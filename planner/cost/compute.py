@@ -254,7 +254,7 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     mats_in = 2.0 if model.is_gated_mlp else 1.0
     out: list[Gemm] = []
     if kind.attention:
-        out += attention_gemms(model, mesh, tokens, kind.attention)
+        out += attention_gemms(model, mesh, tokens, kind.attention, mla_down_tokens(job, mesh, tokens))
     if kind.mamba:
         d_inner = float(model.mamba_inner_size)
         out.append(Gemm("mamba.in_proj", tokens, mamba_in_proj_width(model) / t, np.asarray(float(h)), kind.mamba))
@@ -287,8 +287,21 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     return out
 
 
-def attention_gemms(model: ModelSpec, mesh: MeshArrays, tokens: np.ndarray, count: float) -> list[Gemm]:
-    """The attention block's GEMMs (``layer_gemms``), each run ``count`` times per layer."""
+def mla_down_tokens(job: JobSpec, mesh: MeshArrays, tokens: np.ndarray) -> np.ndarray:
+    """Tokens MLA's down-projections run on per rank: Megatron-Core's duplicated q_a and kv_a take the
+    rank's sequence shard under sequence parallelism (1/t of the tokens) and the whole sequence
+    without it; torchtitan's take the gathered attention input (``Stack.tp_module_plan``)."""
+    if job.software.tp_module_plan == "torchtitan":
+        return tokens
+    return np.where(mesh.sequence_parallel, tokens / mesh.tp, tokens)
+
+
+def attention_gemms(
+    model: ModelSpec, mesh: MeshArrays, tokens: np.ndarray, count: float, down_tokens: np.ndarray | None = None
+) -> list[Gemm]:
+    """The attention block's GEMMs (``layer_gemms``), each run ``count`` times per layer; MLA's
+    down-projections on ``down_tokens`` (``mla_down_tokens``; default ``tokens``)."""
+    down = tokens if down_tokens is None else down_tokens
     h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
     d_qk, d_v = attention_dims(model)
@@ -301,11 +314,11 @@ def attention_gemms(model: ModelSpec, mesh: MeshArrays, tokens: np.ndarray, coun
         r_q, r_kv = model.q_lora_rank, model.kv_lora_rank or 0
         d_nope, d_rope = model.qk_nope_head_dim or 0, model.qk_rope_head_dim or 0
         if r_q:
-            out += [Gemm("attn.q_a", tokens, np.asarray(float(r_q)), np.asarray(float(h)), count)]
+            out += [Gemm("attn.q_a", down, np.asarray(float(r_q)), np.asarray(float(h)), count)]
             out += [Gemm("attn.q_b", tokens, a * d_qk / t, np.asarray(float(r_q)), count)]
         else:
             out.append(Gemm("attn.q", tokens, a * d_qk / t, np.asarray(float(h)), count))
-        out.append(Gemm("attn.kv_a", tokens, np.asarray(float(r_kv + d_rope)), np.asarray(float(h)), count))
+        out.append(Gemm("attn.kv_a", down, np.asarray(float(r_kv + d_rope)), np.asarray(float(h)), count))
         out.append(Gemm("attn.kv_b", tokens, a * (d_nope + d_v) / t, np.asarray(float(r_kv)), count))
     else:
         out.append(Gemm("attn.qkv", tokens, a * d_qk / t + kv * (d_qk + d_v), np.asarray(float(h)), count))
@@ -690,13 +703,21 @@ FP8_TRANSPOSE_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 2.0, "row": 2.0, 
 1), made from the fp8 tensor where the GEMM runs; the rest quantises the 16-bit tensor. MXFP8
 writes both copies in its one quantising kernel: nothing after."""
 
-SP_GATHERED_INPUTS = ("attn.qkv", "attn.q", "attn.q_a", "attn.kv_a", "mlp.in", "mamba.in_proj", "moe.shared_in")
-"""GEMMs whose input is the sequence-parallel all-gather of the norm's output (Megatron-LM's
-column-parallel linears, and MLA's replicated down-projections beside them)."""
+SP_GATHERED_INPUTS: dict[str, tuple[str, ...]] = {
+    "megatron-core": ("attn.qkv", "attn.q", "attn.q_b", "attn.kv_b", "mlp.in", "mamba.in_proj", "moe.shared_in"),
+    "torchtitan": ("attn.qkv", "attn.q", "attn.q_a", "attn.kv_a", "mlp.in"),
+}
+"""By ``Stack.tp_module_plan``, the GEMMs whose input a sequence-parallel all-gather delivers, quantised
+where the stack gathers the job's fp8 scaling so: Megatron-Core's column-parallel linears (MLA's
+up-projections gather the down-projections' sharded outputs; shared experts are TE linears),
+torchtitan's attention projections on the gathered block input (its MoE block gathers in 16-bit)."""
 
-SP_GATHERED_OUTPUT_GRADS = ("attn.out", "mlp.out", "mamba.out_proj", "moe.shared_out")
-"""GEMMs whose output gradient is gathered in backward under sequence parallelism (the
-row-parallel linears: their forward reduce-scatter's backward)."""
+SP_GATHERED_OUTPUT_GRADS: dict[str, tuple[str, ...]] = {
+    "megatron-core": ("attn.out", "mlp.out", "mamba.out_proj", "moe.shared_out"),
+    "torchtitan": ("attn.out", "mlp.out"),
+}
+"""By ``Stack.tp_module_plan``, the GEMMs whose output gradient is gathered in backward under
+sequence parallelism (the row-parallel linears: their forward reduce-scatter's backward)."""
 
 
 def cast_elements(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -712,10 +733,11 @@ def cast_elements(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -
     shard = np.where(mesh.sequence_parallel & gathered_fp8, 1.0 / mesh.tp, 1.0) if gathered_fp8 else 1.0
     quantised = np.zeros(len(mesh))
     transposed = np.zeros(len(mesh))
+    plan = job.software.tp_module_plan
     for g in layer_gemms(model, job, mesh, moe):
         inputs, grads = g.count * g.m_rows * g.k, g.count * g.m_rows * g.n
-        quantised = quantised + inputs * (shard if g.name in SP_GATHERED_INPUTS else 1.0)
-        quantised = quantised + grads * (shard if g.name in SP_GATHERED_OUTPUT_GRADS else 1.0)
+        quantised = quantised + inputs * (shard if g.name in SP_GATHERED_INPUTS[plan] else 1.0)
+        quantised = quantised + grads * (shard if g.name in SP_GATHERED_OUTPUT_GRADS[plan] else 1.0)
         transposed = transposed + inputs + grads
     return quantised, transposed
 

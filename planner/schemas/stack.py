@@ -195,6 +195,14 @@ class Stack(Frozen):
         description="Fewest pipeline stages with which the stack interleaves virtual stages (the interleaved "
         "1F1B schedule); None: it runs no interleaved schedule",
     )
+    tp_module_plan: Literal["megatron-core", "torchtitan"] = Field(
+        description="Where tensor parallelism gathers a sequence-parallel input, beyond attention's and the MLP's "
+        "column-parallel linears: 'megatron-core', MLA's down-projections duplicated on the rank's sequence "
+        "shard and their up-projections gathering it, shared experts column- and row-parallel with their own "
+        "gathers (quantised where the scaling's are); 'torchtitan', the attention block's input gathered for "
+        "every projection, MLA's down-projections replicated on it, and the MoE block's input gathered in 16-bit "
+        "at its boundary"
+    )
     interleaved_group_size: bool = Field(
         False,
         description="The stack's interleaved schedule takes a micro-batch group size per virtual stage "
