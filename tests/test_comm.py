@@ -182,3 +182,20 @@ def test_streams_hidden_on_one_link_share_the_compute_they_hide_behind() -> None
     assert hidden.cp > 6.0 and hidden.dp < compute - 6.0
     # TP's 13 s hidden on NVLink takes nothing from the NICs
     assert hidden.tp > 13.0 and hidden.dp + hidden.cp == pytest.approx(compute, rel=1e-6)
+
+
+def test_expert_gradients_share_their_link_with_hidden_tp_too() -> None:
+    """Mixtral at tp 8 dp 1 on one DGX H100: the dense gradients have no group (dp 1), but the
+    experts' (edp 8, expert tp 1) reduce over NVLink beside the TP hidden there, so the shared
+    window shrinks by TP's hidden share; CP's on no link takes nothing."""
+    import numpy as np
+
+    from planner.cost import traffic
+    from planner.cost.comm import mesh_links
+    from planner.mesh import MeshArrays
+
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=8, dp=1, expert_tp=1, sequence_parallel=True)])
+    links = mesh_links(load_cluster("dgx-h100"), mesh)
+    assert (links["dp"].size[0], links["edp"].size[0]) == (1, 8) and links["edp"].tier[0] == links["tp"].tier[0]
+    hidden = {"tp": np.array([4.0]), "cp": np.array([3.0]), "ep": 0.0, "pp": 0.0}
+    assert traffic.dp_link_free_share(links, np.array([10.0]), hidden)[0] == pytest.approx(0.6)

@@ -529,17 +529,24 @@ def dp_collectives(
 def dp_link_free_share(
     links: dict[str, comm.GroupLink], compute_s: np.ndarray, hidden_s: dict[str, np.ndarray | float]
 ) -> np.ndarray:
-    """Share of a micro-batch's compute during which DP's link is free for its overlapped traffic:
-    the TP, CP and EP traffic hidden behind the same compute (``hidden_s``, per micro-batch) runs
-    on that link too where its group sits on DP's tier (both on the NICs, or both on NVLink), and
-    a link carries one stream's bytes at a time at full bandwidth: two streams hidden at once
-    share it, so their hidden seconds add. Without this, 50 s of ZeRO-3 gathers and 6.5 s of CP
-    ring steps, both across nodes, were hidden behind 50 s of compute. A first-order bound
-    (streams on different tiers do not compete; NCCL channels are not modelled)."""
-    busy = np.zeros(np.shape(compute_s))
-    for kind, hidden in hidden_s.items():
-        busy = busy + np.where(links[kind].tier == links["dp"].tier, hidden, 0.0)
-    return np.clip(1.0 - busy / np.maximum(compute_s, 1e-30), 0.0, 1.0)
+    """Share of a micro-batch's compute during which DP's links are free for its overlapped traffic:
+    the TP, CP, EP and PP traffic hidden behind the same compute (``hidden_s``, per micro-batch)
+    runs on a link of the gradient groups too where its group sits on that tier (both on the NICs,
+    or both on NVLink), and a link carries one stream's bytes at a time at full bandwidth: two
+    streams hidden at once share it, so their hidden seconds add. The gradient collectives of the
+    dense (dp) and the expert (edp) groups share one overlap window, so the busier of their tiers
+    sets it. Without this, 50 s of ZeRO-3 gathers and 6.5 s of CP ring steps, both across nodes,
+    were hidden behind 50 s of compute. A first-order bound: streams on different tiers do not
+    compete, NCCL channels are not modelled, and a hidden stream's seconds count its latency too
+    (a latency-bound stream is charged as if its link were busy)."""
+    free = np.ones(np.shape(compute_s))
+    for group in ("dp", "edp"):
+        busy = np.zeros(np.shape(compute_s))
+        for kind, hidden in hidden_s.items():
+            busy = busy + np.where(links[kind].tier == links[group].tier, hidden, 0.0)
+        share = np.clip(1.0 - busy / np.maximum(compute_s, 1e-30), 0.0, 1.0)
+        free = np.where(links[group].size > 1, np.minimum(free, share), free)
+    return free
 
 
 def dp_per_step(
