@@ -37,7 +37,8 @@ def test_a_full_nvl72_rack_is_slower_than_64_of_its_gpus_for_llama3_8b() -> None
     ranking = planner.plan("llama3-8b", rack, top=1)
     best, fewer = ranking.candidates[0], ranking.fewer_gpus
     assert fewer is not None and fewer.gpus == 64
-    # the 72-GPU winner pipelines over 9 stages (dp 8 of the 512 sequences), the 64-GPU one does not
+    # the 72-GPU winner pipelines over 9 stages (dp 8 of the 512 sequences; 32 micro-batches of 2
+    # interleaved over 3 chunks in Megatron-Core's groups of 11), the 64-GPU one does not
     assert (best.config.parallel.pp, best.config.parallel.dp) == (9, 8)
     assert fewer.mesh.startswith("tp1 pp1 dp64 ")
     # the same figures as searching 64 GPUs directly
@@ -45,7 +46,8 @@ def test_a_full_nvl72_rack_is_slower_than_64_of_its_gpus_for_llama3_8b() -> None
     assert fewer.tokens_per_s == pytest.approx(direct.tokens_per_s, rel=1e-12)
     assert fewer.step_time_s == pytest.approx(direct.step_time_s, rel=1e-12)
     assert fewer.saving == pytest.approx(1.0 - best.tokens_per_s / direct.tokens_per_s, rel=1e-12)
-    assert fewer.saving == pytest.approx(0.115, abs=0.01)  # 3.358 s against 2.984 s per step
+    # 3.069 s against 2.953 s per step (3.358 s on the rack before interleaving took m mod pp != 0)
+    assert fewer.saving == pytest.approx(0.038, abs=0.01)
     assert fewer.describe(72, 512).endswith(
         "(512 sequences per step split evenly over 64 GPUs, not over 72): --gpus 64"
     )
