@@ -35,7 +35,7 @@ from planner.cost.params import mamba_in_proj_width
 from planner.cost.recompute import recomputed_gemms, recomputed_ops, recomputes_core
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
-from planner.schemas.hardware import BYTES_PER_ELEMENT, FLASH_FWD_BWD_FLOPS, GPU, ClusterSpec
+from planner.schemas.hardware import BYTES_PER_ELEMENT, FLASH_FWD_BWD_FLOPS, GPU, NON_TN_FP8_ARCHITECTURES, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -761,6 +761,8 @@ def quantise_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mes
     if not cast_bytes:
         return np.zeros(len(mesh))
     transpose = FP8_TRANSPOSE_BYTES_PER_ELEMENT[job.fp8_scaling] if job.dtype == "fp8" else 0.0
+    if job.software.fp8_non_tn_gemms and cluster.gpu.architecture in NON_TN_FP8_ARCHITECTURES:
+        transpose = 0.0  # the backward GEMMs read the fp8 tensor as it is
     quantised, transposed = cast_elements(model, job, mesh, moe)
     moved = (cast_bytes - transpose) * quantised + transpose * transposed
     return moved / 3.0 / cluster.gpu.achieved_hbm_bytes_per_s

@@ -70,6 +70,13 @@ B300, GB200, GB300), not on Hopper or the workstation GB202 (12.0); torchao's MX
 (torchtitan's ``quantize.linear.mx``) needs SM100 too. Elsewhere block scaling is the 128-element
 tiles (Megatron ``--fp8-recipe blockwise``)."""
 
+NON_TN_FP8_ARCHITECTURES = frozenset({"blackwell"})
+"""Architectures whose cuBLAS fp8 GEMMs take operands in any layout, so no transposed fp8 copy is
+made for the backward GEMMs where the stack uses that (``Stack.fp8_non_tn_gemms``): Transformer
+Engine's ``is_non_tn_fp8_gemm_supported`` (transformer_engine/pytorch/utils.py) holds for compute
+capability 10.0-11.x and 13.0 on: data-centre Blackwell (B200, GB200 10.0; B300, GB300 10.3), not
+Hopper (9.0, TN only) nor the workstation GB202 (12.0)."""
+
 
 def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required: set[str] = frozenset()) -> None:
     """Every numeric field set on ``obj``, and every ``required`` field set whatever its type,

@@ -137,6 +137,11 @@ class Stack(Frozen):
         "with sequence parallelism) move the quantised tensor instead of the 16-bit one "
         "(traffic.FP8_TP_GATHER_BYTES_PER_ELEMENT)"
     )
+    fp8_non_tn_gemms: bool = Field(
+        description="The stack's fp8 GEMMs take non-TN operand layouts where the architecture has them "
+        "(``hardware.NON_TN_FP8_ARCHITECTURES``), so a per-tensor or row-scaled tensor is not copied "
+        "transposed for the backward GEMMs there (``compute.FP8_TRANSPOSE_BYTES_PER_ELEMENT``)"
+    )
     fp8_saves_quantized_inputs: bool = Field(
         description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
         "instead of the 16-bit one (Transformer Engine does; torchao's Float8Linear keeps the 16-bit input)"
