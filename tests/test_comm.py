@@ -199,3 +199,26 @@ def test_expert_gradients_share_their_link_with_hidden_tp_too() -> None:
     assert (links["dp"].size[0], links["edp"].size[0]) == (1, 8) and links["edp"].tier[0] == links["tp"].tier[0]
     hidden = {"tp": np.array([4.0]), "cp": np.array([3.0]), "ep": 0.0, "pp": 0.0}
     assert traffic.dp_link_free_share(links, np.array([10.0]), hidden)[0] == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize(
+    ("model", "stack", "per_moe_layer"),
+    [
+        ("deepseek-v3", "megatron-core", 2.0),  # attention's pair and the shared experts' TE linears
+        ("qwen3-30b-a3b", "megatron-core", 1.0),  # no shared experts: attention's alone
+        ("qwen3-30b-a3b", "torchtitan", 2.0),  # the MoE block's input gathered at its boundary
+    ],
+)
+def test_a_moe_layer_counts_the_tp_collectives_of_its_own_linears(model: str, stack: str, per_moe_layer: float) -> None:
+    """A MoE layer had only attention's TP pair: Megatron-Core's SharedExpertMLP gathers and
+    reduce-scatters like an MLP, and torchtitan's apply_moe_ep_tp gathers the whole block's input."""
+    import numpy as np
+
+    from planner.catalog import load_model
+    from planner.cost.traffic import tp_linear_inputs
+    from planner.search import default_job
+
+    spec = load_model(model)
+    job = default_job(spec, stack=stack)
+    assert tp_linear_inputs(spec, job, np.array([1.0]), np.array([1.0]))[0] == per_moe_layer
+    assert tp_linear_inputs(spec, job, np.array([1.0]), np.array([0.0]))[0] == 2.0  # a dense layer

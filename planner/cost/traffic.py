@@ -6,8 +6,10 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        fp8 the all-gathers may move quantised tensors, ``tp_all_gather_bytes``), and with SP the
        inputs' all-gathers again backward where the stack keeps only their shards
        (``tp_input_regathers``, hidden behind the input-gradient GEMM); full recompute repeats the
-       forward pair. MoE layers keep attention's pair; expert-TP adds one all-reduce pair over the
-       routed tokens inside the expert-TP group.
+       forward pair. MoE layers keep attention's pair, plus the MoE block's own where the stack's
+       plan gathers one (``moe_block_tp_collectives``: Megatron-Core's shared experts, torchtitan's
+       block boundary); expert-TP adds one all-reduce pair over the routed tokens inside the
+       expert-TP group.
   EP   per MoE layer, dispatch and combine forward, and again backward, by the job's dispatcher
        (``ep_dispatch``): all-to-alls of the routed tokens (b*s/(c*t) * top_k * h; ARCHITECTURE 8.5,
        Megatron-Core's alltoall dispatcher), an all-gather of the group's tokens and its
@@ -172,7 +174,7 @@ def tp_all_gather_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays, gather
 
 
 def tp_collectives_per_microbatch(
-    model: ModelSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, layers: np.ndarray, moe_layers: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(forward TP collectives, backward TP collectives, expert-TP all-reduces) of one micro-batch
     through the stage's layers: 2 forward and 2 backward per dense layer (attention's and the
@@ -181,15 +183,29 @@ def tp_collectives_per_microbatch(
     (``LayerKind.row_parallel_outputs``); full recompute repeats the forward ones (for the share of
     layers it recomputes)."""
     share = mesh.recomputed_share(layers)
-    per_pass = tp_linear_inputs(model, layers, moe_layers)
+    per_pass = tp_linear_inputs(model, job, layers, moe_layers)
     return per_pass * (1.0 + share), per_pass, moe_layers * (2.0 + share)
 
 
-def tp_linear_inputs(model: ModelSpec, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
+def moe_block_tp_collectives(model: ModelSpec, job: JobSpec) -> float:
+    """TP collectives per MoE FFN and direction beyond its experts' (``Stack.tp_module_plan``):
+    Megatron-Core's shared experts are TE column- and row-parallel linears with their own gather
+    and reduce-scatter (SharedExpertMLP), one pair where the model has them; torchtitan gathers the
+    MoE block's input and reduce-scatters its output at the module boundary (apply_moe_ep_tp's
+    PrepareModuleInputOutput), one pair for every MoE FFN."""
+    if job.software.tp_module_plan == "torchtitan":
+        return 1.0
+    return 1.0 if model.shared_expert_width else 0.0
+
+
+def tp_linear_inputs(model: ModelSpec, job: JobSpec, layers: np.ndarray, moe_layers: np.ndarray) -> np.ndarray:
     """Blocks with a column-parallel input and a row-parallel output through the stage's layers,
-    each one TP collective per direction (``LayerKind.row_parallel_outputs`` of each kind)."""
+    each one TP collective per direction (``LayerKind.row_parallel_outputs`` of each kind, and the
+    MoE FFN's own, ``moe_block_tp_collectives``)."""
     dense, moe = model.layer_kind(moe=False), model.layer_kind(moe=True)
-    return (layers - moe_layers) * dense.row_parallel_outputs + moe_layers * moe.row_parallel_outputs
+    return (layers - moe_layers) * dense.row_parallel_outputs + moe_layers * (
+        moe.row_parallel_outputs + moe_block_tp_collectives(model, job)
+    )
 
 
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
@@ -317,7 +333,7 @@ def tp_input_regathers(
     op_sac = job.software.selective_recompute == "alternate_matmuls"
     again = job.software.sp_regathers_input | ((mesh.recompute == RECOMPUTE_SELECTIVE) & op_sac)
     on = again & mesh.sequence_parallel & (mesh.tp > 1)
-    return np.where(on, tp_linear_inputs(model, layers, moe_layers), 0.0)
+    return np.where(on, tp_linear_inputs(model, job, layers, moe_layers), 0.0)
 
 
 def tp_collectives(
@@ -328,7 +344,7 @@ def tp_collectives(
     all-gather each (forward the linear inputs', backward the output gradients'), plus the inputs'
     all-gathers backward runs again (``tp_input_regathers``)."""
     message = tp_message_bytes(model, job, mesh)
-    forward, backward, expert_count = tp_collectives_per_microbatch(model, mesh, layers, moe_layers)
+    forward, backward, expert_count = tp_collectives_per_microbatch(model, job, mesh, layers, moe_layers)
     sp = mesh.sequence_parallel.astype(float)
     again = tp_input_regathers(model, job, mesh, layers, moe_layers)
     regathered = again if job.software.sp_regathers_input else np.zeros_like(again)
