@@ -429,7 +429,7 @@ RULES: tuple[Rule, ...] = (
             if needs_pp_multiple(j)
             else f"interleaved-1f1b needs at least pp {p.pp} micro-batches (got "
             f"{j.batch_size // (p.dp * p.micro_batch_size)}): Megatron-Core's micro-batch group size is at least pp "
-            "and at most their number"
+            "and at most their number" + _growth_hint(j, p.dp * p.micro_batch_size * p.pp)
         ),
     ),
     Rule(

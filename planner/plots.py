@@ -66,8 +66,8 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     cfg = est.config.parallel
     p, m = cfg.pp, est.num_microbatches
     shown = min(m, MAX_MICROBATCHES_DRAWN * p)
-    if cfg.schedule == "interleaved-1f1b":
-        shown = max(p, shown - shown % p)
+    if cfg.schedule == "interleaved-1f1b" and not est.config.job.software.interleaved_group_size:
+        shown = max(p, shown - shown % p)  # p | m, as the stack's interleaving needs
     if cfg.schedule in DUAL_SCHEDULES:  # the reference programs need m >= 2p, and DualPipe an even m
         shown = min(m, max(2 * p, shown - shown % 2))
     schedule = cfg.schedule if cfg.schedule in SIMULATED_SCHEDULES else "1f1b"

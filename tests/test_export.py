@@ -1066,3 +1066,28 @@ def test_a_pinned_degree_deepspeed_lacks_is_named_before_any_mesh(cli, pins: tup
     r = cli("export", "-f", "deepspeed", "--model", "mixtral-8x7b", "--cluster", "dgx-h100x2", *pins)
     assert_one_line_error(r, f"deepspeed cannot express {named}: ")
     assert "--tp" not in r.err and "other best meshes" not in r.err
+
+
+def test_interleaving_groups_reach_every_megatron_export_and_no_torchtitan_one(cli) -> None:
+    """A hybrid's pattern path returned before the group size was written (Megatron's default pp
+    would leave a last group of 2 < pp and raise); torchtitan's Interleaved1F1B runs its own
+    rounds, so a plan priced in Megatron-Core's groups is refused there."""
+    r = cli("export", "-f", "megatron", "--model", "nemotron-h-8b", "--cluster", "dgx-h100", "--tp", "2",
+            "--pp", "4", "-v", "2", "-B", "10")  # fmt: skip
+    assert r.code == 0, r.err
+    assert "--microbatch-group-size-per-virtual-pipeline-stage 5" in " ".join(r.out.split())
+    r = cli("export", "-f", "torchtitan", "--stack", "megatron-core", "--model", "llama3-8b", "--cluster",
+            "dgx-h100x1", "--pp", "4", "-v", "2", "-B", "11")  # fmt: skip
+    assert_one_line_error(r, "torchtitan cannot express interleaved-1f1b over 11 micro-batches with pp 4")
+
+
+def test_megatron_core_grows_the_batch_to_pp_micro_batches_where_allowed(cli) -> None:
+    """Interleaving needs at least pp micro-batches on Megatron-Core: a 3-sequence batch over pp 4
+    grows to 4 within --max-batch-growth 0.5 (as it did before groups), and is refused with the
+    growth it would need without it."""
+    args = ("estimate", "--model", "llama3-70b", "--cluster", "dgx-h100x4", "--tp", "8", "--pp", "4", "--dp", "1",
+            "-v", "2", "-B", "3")  # fmt: skip
+    r = cli(*args, "--max-batch-growth", "0.5", "--json")
+    assert r.code == 0, r.err
+    assert (r.json()["config"]["job"]["global_batch_size"], r.json()["num_microbatches"]) == (4, 4)
+    assert_one_line_error(cli(*args), "needs at least pp 4 micro-batches (got 3)", "the nearest batch it runs is 4")

@@ -59,9 +59,15 @@ def needs_pp_multiple(job: JobSpec) -> bool:
 
 def mesh_batch_size(job: JobSpec, mesh: MeshArrays, interleaved_rule: bool = True) -> np.ndarray:
     """The global batch each mesh runs: the asked B when the mesh's unit divides it, else the
-    next multiple, ceil(B / unit) * unit. The feasibility rules bound the growth by the job's
-    ``max_batch_growth`` (none by default), so unless growth is allowed this is B."""
-    return round_up(job.batch_size, batch_unit(mesh, interleaved_rule and needs_pp_multiple(job)))
+    next multiple, ceil(B / unit) * unit, and on a stack with interleaving groups at least pp
+    micro-batches' worth (``schedules.microbatch_group_size``). The feasibility rules bound the
+    growth by the job's ``max_batch_growth`` (none by default), so unless growth is allowed this is B."""
+    multiple = needs_pp_multiple(job)
+    batch = round_up(job.batch_size, batch_unit(mesh, interleaved_rule and multiple))
+    if interleaved_rule and not multiple:  # Megatron-Core's groups need at least pp micro-batches
+        interleaved = per_schedule_constant(mesh.schedule, lambda s: s.batch_times_pp) > 0
+        batch = np.where(interleaved, np.maximum(batch, mesh.dp * mesh.micro_batch_size * mesh.pp), batch)
+    return batch
 
 
 def round_up(batch_size: int, unit: Any) -> Any:
@@ -328,9 +334,11 @@ def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) 
     """Micro-batches' worth of a stage's activations held at its peak (ARCHITECTURE 8.3).
 
     First stage: GPipe keeps all m; 1F1B and ZB-H1 keep min(p, m) (stage i keeps p - i);
-    interleaved 1F1B keeps p * (1 + (p-1)/(p*v)) (Korthikanti et al. 2022 section 4.2.3).
-    Last stage: GPipe m, 1F1B 1, interleaved ((v-1)*p + 1)/v: Megatron-LM's warm-up runs
-    (v-1)*p + 1 model chunks of 1/v of the stage each before the first backward.
+    interleaved 1F1B keeps min(((v-1)N + 2p - 1)/v, m) with micro-batch groups of N
+    (``schedules.microbatch_group_size``, p where p | m: then p * (1 + (p-1)/(p*v)), Korthikanti
+    et al. 2022 section 4.2.3). Last stage: GPipe m, 1F1B 1, interleaved ((v-1)N + 1)/v:
+    Megatron-Core's warm-up runs (v-1)N + 1 model chunks of 1/v of the stage each before the
+    first backward.
     DualPipe holds p + 1 and DualPipeV p + 1/2 on every rank (both ends of the pipeline are busy
     on every rank; deepseek-ai/DualPipe README, 'Activation per device': PP + 1 stages, a DualPipeV
     stage being half a rank's layers).

@@ -139,7 +139,7 @@ def _pipeline_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> li
     mtp = mtp_layers(model, job)
     args = ["--mtp-num-layers", str(mtp)] if mtp else []
     if config.pp == 1 or model.is_hybrid:  # a hybrid's stages are its pattern's '|' segments
-        return args
+        return [*args, *_group_args(job, config)]
     layout = pipeline_layout(model, job, config)
     if layout is not None:
         return [*args, "--pipeline-model-parallel-layout", layout, *_group_args(job, config)]

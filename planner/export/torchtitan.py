@@ -245,6 +245,15 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(
             target, "--schedule dualpipe", "torch.distributed.pipelining runs DualPipeV (one copy of the weights)"
         )
+    micro = job.batch_size // (config.dp * config.micro_batch_size)
+    if config.schedule == "interleaved-1f1b" and micro % config.pp:
+        # a plan priced with Megatron-Core's micro-batch groups (Stack.interleaved_group_size)
+        raise refuse(
+            target,
+            f"interleaved-1f1b over {micro} micro-batches with pp {config.pp}",
+            "the plan interleaves in Megatron-Core's micro-batch groups; torchtitan's Interleaved1F1B runs "
+            "its own rounds, which the planner prices only over multiples of pp",
+        )
     zero = effective_zero_stage(config)
     if zero == 1:
         raise refuse(

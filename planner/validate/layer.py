@@ -203,11 +203,15 @@ class Shard:
     def _heads(self, x: Tensor, heads: int, dim: int) -> Tensor:
         return x.reshape(self.b, self.s, heads, dim).transpose(1, 2)
 
-    def _qkv(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys and values as (b, heads, s, d) from the normed block input ``y``."""
+    def _qkv(self, normed: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys and values as (b, heads, s, d) from the normed block input on the residual's
+        rows (``normed``), gathered where its projections take the whole sequence."""
         model = self.spec.model
         if model.is_mla:
-            return self._mla_qkv(y)
+            if self.spec.job.software.tp_module_plan == "megatron-core":
+                return self._mla_qkv(normed, self._gathered)  # down-projections on the rank's shard
+            return self._mla_qkv(self._gathered(normed), lambda t: t)
+        y = self._gathered(normed)
         qkv = self._linear(y, "attn.qkv")
         q, k, v = qkv.split([self.heads * self.d_qk, self.kv_heads * self.d_qk, self.kv_heads * self.d_v], dim=-1)
         q, k = self._heads(q, self.heads, self.d_qk), self._heads(k, self.kv_heads, self.d_qk)
@@ -219,18 +223,20 @@ class Shard:
             q, k = self._apply_rope(q), self._apply_rope(k)
         return q, k, v
 
-    def _mla_qkv(self, y: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _mla_qkv(self, y: Tensor, gather: Callable[[Tensor], Tensor]) -> tuple[Tensor, Tensor, Tensor]:
         """DeepSeek MLA: low-rank q (q_a, norm, q_b) and kv (kv_a, norm, kv_b); the rope part of the
-        key is shared by the heads."""
+        key is shared by the heads. The down-projections run on ``y`` and ``gather`` brings their
+        outputs to the whole sequence (Megatron-Core's duplicated q_a/kv_a on the sequence shard,
+        ``compute.mla_down_tokens``), or ``y`` is gathered already (torchtitan)."""
         model = self.spec.model
         d_rope = model.qk_rope_head_dim or 0
         d_nope = self.d_qk - d_rope
         if "attn.q_a" in self.weights:
-            q = self._linear(self._norm(self._linear(y, "attn.q_a"), "q_a_norm"), "attn.q_b")
+            q = self._linear(self._norm(gather(self._linear(y, "attn.q_a")), "q_a_norm"), "attn.q_b")
         else:
-            q = self._linear(y, "attn.q")
+            q = self._linear(gather(y), "attn.q")
         q = self._heads(q, self.heads, self.d_qk)
-        latent, k_rope = self._linear(y, "attn.kv_a").split([model.kv_lora_rank or 0, d_rope], dim=-1)
+        latent, k_rope = gather(self._linear(y, "attn.kv_a")).split([model.kv_lora_rank or 0, d_rope], dim=-1)
         kv = self._linear(self._norm(latent, "kv_a_norm"), "attn.kv_b")
         k_nope, v = self._heads(kv, self.heads, d_nope + self.d_v).split([d_nope, self.d_v], dim=-1)
         k_rope = self._heads(k_rope, 1, d_rope)
@@ -254,8 +260,7 @@ class Shard:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal, enable_gqa=gqa)
 
     def _attention(self, x: Tensor) -> Tensor:
-        y = self._gathered(self._norm(x, "norm1"))
-        q, k, v = self._qkv(y)
+        q, k, v = self._qkv(self._norm(x, "norm1"))
         if self.spec.plan.recompute == "selective" and not self._op_sac:
             core = checkpoint(self._core, q, k, v, use_reentrant=False)
         else:
