@@ -181,6 +181,13 @@ def shared_notes(job: JobSpec, config: ParallelConfig, async_tp_refusal: str, le
         notes.append(
             f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
         )
+    micro = job.batch_size // (config.dp * config.micro_batch_size)
+    if config.schedule == "interleaved-1f1b" and micro % config.pp:
+        notes.append(
+            f"torch's Interleaved1F1B runs {micro} micro-batches over pp {config.pp} in "
+            f"{max(1, micro // config.pp)} rounds; the plan priced Megatron-Core's micro-batch groups, whose bubble "
+            "and activations in flight may differ from torch's"
+        )
     return notes
 
 
@@ -246,13 +253,14 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
             target, "--schedule dualpipe", "torch.distributed.pipelining runs DualPipeV (one copy of the weights)"
         )
     micro = job.batch_size // (config.dp * config.micro_batch_size)
-    if config.schedule == "interleaved-1f1b" and micro % config.pp:
-        # a plan priced with Megatron-Core's micro-batch groups (Stack.interleaved_group_size)
+    rounds = max(1, micro // config.pp)
+    if config.schedule == "interleaved-1f1b" and micro % config.pp and micro % rounds:
+        # torch.distributed.pipelining ScheduleInterleaved1F1B (torch 2.13 schedules.py): number_of_rounds
+        # = max(1, n_microbatches // pp_group_size), and n_microbatches must be a multiple of it
         raise refuse(
             target,
             f"interleaved-1f1b over {micro} micro-batches with pp {config.pp}",
-            "the plan interleaves in Megatron-Core's micro-batch groups; torchtitan's Interleaved1F1B runs "
-            "its own rounds, which the planner prices only over multiples of pp",
+            f"torch's Interleaved1F1B runs max(1, m // pp) = {rounds} rounds and needs m a multiple of them",
         )
     zero = effective_zero_stage(config)
     if zero == 1:
