@@ -268,3 +268,18 @@ def test_expert_parallelism_is_where_megatrons_formula_overcounts() -> None:
     theirs = megatron_weight_and_optimizer_bytes(model, 2, 1, 8, True, 0)
     assert ours < 0.5 * theirs
     assert ours == pytest.approx(expected, rel=1e-6)
+
+
+def test_the_ep_overlap_warm_up_chunk_stays_within_the_step() -> None:
+    """With --ep-comm-overlap Megatron-Core warms up one more chunk, but never more than all of the
+    step's micro-batches ('are_all_microbatches_in_warmup'): 2 micro-batches over pp 2 x v 2 are
+    all in flight either way (the extra 1/v had been added past the cap); 4 leave room for it."""
+    import planner
+
+    def activations(batch: int, overlap: bool) -> float:
+        est = planner.estimate("qwen3-30b-a3b", "dgx-h100x2", ep_comm_overlap=overlap, global_batch_size=batch,
+                               pp=2, ep=8, virtual_stages=2, micro_batch_size=1)  # fmt: skip
+        return est.memory_breakdown_bytes.activations
+
+    assert activations(16, True) == activations(16, False)
+    assert activations(32, True) > activations(32, False)

@@ -552,7 +552,11 @@ def stage_memory(
     weights, grads, optimizer = model_state_bytes(job, mesh, params)
     tokens = mesh.tokens_per_rank(job.seq_len)
     acts = stage_activations(model, job, mesh, layers, moe_layers, per_layer)
-    in_flight = microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh)
+    # the EP overlap's extra warm-up chunk, within the step's micro-batches (Megatron-Core caps the
+    # warm-up at all of them: 'are_all_microbatches_in_warmup')
+    in_flight = np.minimum(
+        microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh), np.maximum(m, 1)
+    )
     # Full recompute re-materialises one layer at a time during backward.
     activations = acts.per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, acts.one_layer, 0.0)
     heads = 1 + mtp_layers(model, job)
