@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import Field
 
 from planner.catalog import load_cluster
+from planner.constraints import format_message, format_runs
 from planner.errors import PlannerError
 from planner.fewer_gpus import best_or_reason, segment_count
 from planner.schemas.base import Frozen
@@ -120,6 +121,8 @@ def capacity(
     nodes that meet it (where more nodes train no slower)."""
     if job.training_tokens is None:
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
+    if not format_runs(node, job):  # no node count would change the GPU's tensor cores
+        raise PlannerError(format_message(node, job.dtype, job.fp8_scaling))
     _check_deadline(deadline_s, deadline_s / SECONDS_PER_DAY)
     if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
         raise PlannerError(

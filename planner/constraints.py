@@ -82,13 +82,22 @@ def _cp_divisor(mesh: MeshArrays) -> np.ndarray:
     return np.where(mesh.cp > 1, 2 * mesh.cp, 1)
 
 
-def _growth_hint(job: JobSpec, unit: int) -> str:
-    """How far the batch would have to grow for a mesh whose batch unit does not divide it."""
-    grown = round_up(job.batch_size, unit)
+def _growth_hint(job: JobSpec, unit: int, least: int = 0) -> str:
+    """How far the batch would have to grow for a mesh whose batch unit does not divide it (and, for
+    Megatron-Core's interleaving, to at least ``least`` sequences: pp micro-batches)."""
+    grown = max(round_up(job.batch_size, unit), least)
     return (
         f"; the nearest batch it runs is {grown} (+{grown / job.batch_size - 1:.1%}), "
         f"allowed up to {job.max_batch_size} by max_batch_growth {job.max_batch_growth:g}"
     )
+
+
+def _interleaved_least(job: JobSpec, config: ParallelConfig) -> int:
+    """The fewest sequences an interleaved mesh runs on a stack with micro-batch groups: pp
+    micro-batches (0 where that does not apply)."""
+    if config.schedule != "interleaved-1f1b" or needs_pp_multiple(job):
+        return 0
+    return config.dp * config.micro_batch_size * config.pp
 
 
 def _schedule_stacks(schedule: str, stack: str) -> str:
@@ -408,7 +417,7 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, x: mesh_batch_size(j, x, interleaved_rule=False) <= j.max_batch_size,
         lambda m, c, j, p: (
             f"global batch {j.batch_size} is not divisible by dp*micro_batch_size = {p.dp}*{p.micro_batch_size}"
-            + _growth_hint(j, p.dp * p.micro_batch_size)
+            + _growth_hint(j, p.dp * p.micro_batch_size, _interleaved_least(j, p))
         ),
     ),
     Rule(

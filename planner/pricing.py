@@ -19,7 +19,13 @@ from planner.cost.memory import (
     undercount_safe_bytes,
     usable_memory_bytes,
 )
-from planner.cost.pipeline import dual_rank_layers, last_rank_extra_layers, plan_layout, stage_layer_counts
+from planner.cost.pipeline import (
+    dual_rank_layers,
+    last_rank_extra_layers,
+    needs_pp_multiple,
+    plan_layout,
+    stage_layer_counts,
+)
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval, pooled_stack_errors, relative_band
@@ -96,9 +102,12 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     notes: list[str] = []
     ran = est.config.job.batch_size
     if ran > job.batch_size:
+        interleaved = config.virtual_stages > 1
+        unit = "dp*micro_batch_size" + ("*pp" if interleaved and needs_pp_multiple(job) else "")
+        least = " and interleaving has at least pp micro-batches" if interleaved and not needs_pp_multiple(job) else ""
         notes.append(
             f"global batch grown from {job.batch_size} to {ran} sequences (+{ran / job.batch_size - 1:.1%}) so that "
-            f"dp*micro_batch_size{'*pp' if config.virtual_stages > 1 else ''} divides it; a larger batch changes "
+            f"{unit} divides it{least}; a larger batch changes "
             "the optimisation (learning rate, critical batch size): re-tune it, or pin a mesh that divides "
             f"{job.batch_size}"
         )
@@ -206,16 +215,19 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
 def memory_remedies(job: JobSpec, config: ParallelConfig) -> str:
     """What a mesh that does not fit could change, of what its stack runs and it does not use yet:
     a higher ZeRO stage (where the stack has one for this pp), full recompute, a smaller
-    micro-batch; more tp/pp, more GPUs or a shorter sequence always."""
+    micro-batch; more tp/pp where the stack runs them, more GPUs or a shorter sequence always; no full
+    recompute under EP overlap, which refuses it."""
     stack = job.software
     most = stack.zero_with_pipeline if config.pp > 1 else 3
     remedies = []
     higher = [z for z in stack.zero_stages if config.zero_stage < z <= most]
     if higher:
         remedies.append(f"--zero-stage {higher[-1]}" if len(higher) == 1 else "a higher --zero-stage")
-    if not (config.recompute == "full" and config.recompute_layers is None):
-        remedies.append("--recompute full")
-    remedies.append("more tp/pp")
+    if not (config.recompute == "full" and config.recompute_layers is None) and not job.ep_comm_overlap:
+        remedies.append("--recompute full")  # EP overlap runs without full recompute (rule ep_overlap_schedule)
+    axes = [axis for axis in ("tp", "pp") if axis in stack.parallelisms]
+    if axes:
+        remedies.append(f"more {'/'.join(axes)}")
     if config.micro_batch_size > 1:
         remedies.append("a smaller --micro-batch-size")
     remedies += ["more GPUs", "a shorter --seq-len"]

@@ -254,3 +254,21 @@ def test_advice_names_what_the_stack_runs(cli) -> None:
     )
     (unbalanced,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
     assert "--pipeline-layout needs a stack" in unbalanced
+
+
+def test_advice_after_a_later_fuzz_names_only_what_the_job_can_take(cli) -> None:
+    """--ep-comm-overlap refuses full recompute and llm-foundry pipelines: neither is offered; the
+    batch-growth hint counts Megatron-Core's interleaving minimum of pp micro-batches (it said 6 for
+    a mesh that then asked for 8); the growth warning names the rule the stack has."""
+    r = cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100x2", "--pp", "2", "--ep", "8", "-v", "2",
+            "--ep-comm-overlap", "-B", "40")  # fmt: skip
+    said = " ".join(r.out.split())
+    assert "does not fit" in said and "--recompute full" not in said
+    r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "-b", "8", "--stack", "llm-foundry")
+    said = " ".join(r.out.split())
+    assert "try --recompute full, more tp, a smaller --micro-batch-size" in said and "tp/pp" not in said
+    mesh = ("--model", "llama3-70b", "--cluster", "dgx-h100x4", "--tp", "8", "--pp", "4", "--dp", "1", "-v", "2")
+    assert_one_line_error(cli("estimate", *mesh, "-B", "5", "-b", "2"), "the nearest batch it runs is 8 (+60.0%)")
+    r = cli("estimate", *mesh, "-B", "9", "-b", "2", "--max-batch-growth", "0.2")
+    said = " ".join(r.out.split())
+    assert "so that dp*micro_batch_size divides it and interleaving has at least pp micro-batches" in said

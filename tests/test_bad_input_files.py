@@ -328,3 +328,15 @@ def test_a_folder_without_config_json_says_what_it_lacks(cli, tmp_path: Path) ->
         "(it holds no config.json)",
     )
     assert_one_line_error(cli("show", "cluster", str(folder)), f"cluster file '{folder}' is a directory, not a YAML")
+
+
+@pytest.mark.parametrize("factor", [float("inf"), float("nan"), -2.0, 0, "8", [8], True])
+def test_a_rope_scaling_number_that_is_no_positive_finite_number_is_refused(factor: Any) -> None:
+    """It reached the Megatron export as '--rope-scaling-factor inf'."""
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+             "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+    scaling = {"rope_type": "llama3", "factor": factor, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 256}  # fmt: skip
+    with pytest.raises(PlannerError, match=r"rope_scaling.factor must be a finite number > 0"):
+        model_from_hf_config({**llama, "rope_scaling": scaling}, "m", "m/config.json")
+    assert model_from_hf_config({**llama, "rope_scaling": {**scaling, "factor": 8.0}}, "m", "m").rope_scaling

@@ -191,3 +191,10 @@ def test_the_grid_rows_are_the_same_searched_one_at_a_time_or_in_threads() -> No
     several = _rows_at(counts, row_at, threads=3)
     assert [r.model_dump() for r in several] == [r.model_dump() for r in one]
     assert [r.nodes for r in one] == counts and all(r.mesh is not None for r in one)
+
+
+def test_capacity_refuses_a_format_the_gpu_lacks_before_searching(cli) -> None:
+    """It searched every node count, found nothing fits and advised more nodes or days, exit 0."""
+    args = ("capacity", "-m", "llama3-70b", "--training-tokens", "1T", "--days", "30")
+    assert_one_line_error(cli(*args, "-c", "dgx-h100", "--dtype", "fp4"), "dtype fp4 (NVFP4) needs FP4 tensor cores")
+    assert_one_line_error(cli(*args, "-c", "dgx-a100-80g", "--dtype", "fp8"), "dtype fp8 needs FP8 tensor cores")

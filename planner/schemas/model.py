@@ -117,6 +117,20 @@ class LayerKind:
         return self.attention + self.mamba + self.mlp
 
 
+ROPE_SCALING_NUMBERS = (
+    "factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "original_max_position_embeddings",
+    "beta_fast",
+    "beta_slow",
+    "mscale",
+    "mscale_all_dim",
+)
+"""rope_scaling keys whose values are the scaling's numbers (HF's llama3 and yarn rope types;
+transformers modeling_rope_utils): each must be finite and positive where stated."""
+
+
 class ModelSpec(Frozen):
     """Architecture of a decoder-only transformer (dense or MoE), or of a hybrid model whose
     layers are Mamba-2, attention, MLP or MoE blocks (``hybrid_override_pattern``).
@@ -301,6 +315,21 @@ class ModelSpec(Frozen):
     qk_nope_head_dim: PositiveInt | None = None
     qk_rope_head_dim: PositiveInt | None = None
     v_head_dim: PositiveInt | None = None
+
+    @field_validator("rope_scaling")
+    @classmethod
+    def _rope_factors(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """The scaling's numbers that the Megatron export writes as arguments (--rope-scaling-factor,
+        YaRN's factors): finite and positive where stated; another value would reach the launch line
+        ('--rope-scaling-factor inf')."""
+        for key in ROPE_SCALING_NUMBERS:
+            number = (value or {}).get(key)
+            if number is None:
+                continue
+            ok = isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
+            if not ok or number <= 0:
+                raise ValueError(f"rope_scaling.{key} must be a finite number > 0, got {number!r}")
+        return value
 
     @field_validator("mamba_ssm_cache_dtype", mode="before")
     @classmethod
