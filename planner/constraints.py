@@ -413,6 +413,53 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "stack_parallelisms",
+        # Stack.parallelisms: the model-parallel axes the framework has (torchtitan's ParallelDims,
+        # Megatron-LM 2021's tp and pp only, DeepSpeed without ring context parallelism)
+        lambda m, c, j, x: _axes_run(j, x),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no {_axes_missing(j, p)} (it runs "
+            f"{', '.join(j.software.parallelisms) or 'data parallelism only'}); use 1"
+        ),
+        degrees_only=True,
+    ),
+    Rule(
+        "stack_zero_stages",
+        # Stack.zero_stages: FSDP has no optimizer-only sharding (torchtitan, llm-foundry), Megatron-LM
+        # 2021 no ZeRO-2/3; a mesh with nothing to shard over (``shards_nothing``) is moot
+        lambda m, c, j, x: shards_nothing(m.is_moe, x) | np.isin(x.zero_stage, j.software.zero_stages),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no ZeRO-{p.zero_stage} (it runs "
+            f"{', '.join(f'ZeRO-{z}' for z in j.software.zero_stages)})"
+        ),
+    ),
+    Rule(
+        "stack_interleaving",
+        # Stack.interleaved_min_pp: DeepSpeed's PipelineEngine runs 1F1B only; Megatron-LM 2021
+        # interleaved only with pp > 2
+        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (x.pp >= (j.software.interleaved_min_pp or 2**62)),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no interleaved pipeline"
+            if j.software.interleaved_min_pp is None
+            else f"stack {j.software.name} interleaves only with pp >= {j.software.interleaved_min_pp} (got pp {p.pp})"
+        ),
+    ),
+    Rule(
+        "stack_schedule",
+        # Stack.pipeline_schedules: the schedules the framework's code runs (Megatron-Core 1F1B and
+        # interleaved, torchtitan torch.distributed.pipelining's, DeepSpeed 1F1B)
+        lambda m, c, j, x: (
+            np.ones(len(x), dtype=bool)
+            if j.software.pipeline_schedules is None
+            else (x.pp < 2) | np.isin(x.schedule, [SCHEDULES.index(s) for s in j.software.pipeline_schedules])
+        ),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} runs no {p.schedule} pipeline schedule (it runs "
+            f"{', '.join(j.software.pipeline_schedules or ()) or 'no pipeline'}"
+            f"{_schedule_stacks(p.schedule, j.software.name)})"
+        ),
+    ),
+    Rule(
         "batch_divisible",
         lambda m, c, j, x: mesh_batch_size(j, x, interleaved_rule=False) <= j.max_batch_size,
         lambda m, c, j, p: (
@@ -502,53 +549,6 @@ RULES: tuple[Rule, ...] = (
         lambda m, c, j, p: (
             f"{j.software.name} runs at most ZeRO-{j.software.zero_with_pipeline} with pipeline parallelism; "
             f"this mesh has zero_stage {p.zero_stage} with pp {p.pp}"
-        ),
-    ),
-    Rule(
-        "stack_parallelisms",
-        # Stack.parallelisms: the model-parallel axes the framework has (torchtitan's ParallelDims,
-        # Megatron-LM 2021's tp and pp only, DeepSpeed without ring context parallelism)
-        lambda m, c, j, x: _axes_run(j, x),
-        lambda m, c, j, p: (
-            f"stack {j.software.name} runs no {_axes_missing(j, p)} (it runs "
-            f"{', '.join(j.software.parallelisms) or 'data parallelism only'}); use 1"
-        ),
-        degrees_only=True,
-    ),
-    Rule(
-        "stack_zero_stages",
-        # Stack.zero_stages: FSDP has no optimizer-only sharding (torchtitan, llm-foundry), Megatron-LM
-        # 2021 no ZeRO-2/3; a mesh with nothing to shard over (``shards_nothing``) is moot
-        lambda m, c, j, x: shards_nothing(m.is_moe, x) | np.isin(x.zero_stage, j.software.zero_stages),
-        lambda m, c, j, p: (
-            f"stack {j.software.name} runs no ZeRO-{p.zero_stage} (it runs "
-            f"{', '.join(f'ZeRO-{z}' for z in j.software.zero_stages)})"
-        ),
-    ),
-    Rule(
-        "stack_interleaving",
-        # Stack.interleaved_min_pp: DeepSpeed's PipelineEngine runs 1F1B only; Megatron-LM 2021
-        # interleaved only with pp > 2
-        lambda m, c, j, x: (x.schedule != INTERLEAVED) | (x.pp >= (j.software.interleaved_min_pp or 2**62)),
-        lambda m, c, j, p: (
-            f"stack {j.software.name} runs no interleaved pipeline"
-            if j.software.interleaved_min_pp is None
-            else f"stack {j.software.name} interleaves only with pp >= {j.software.interleaved_min_pp} (got pp {p.pp})"
-        ),
-    ),
-    Rule(
-        "stack_schedule",
-        # Stack.pipeline_schedules: the schedules the framework's code runs (Megatron-Core 1F1B and
-        # interleaved, torchtitan torch.distributed.pipelining's, DeepSpeed 1F1B)
-        lambda m, c, j, x: (
-            np.ones(len(x), dtype=bool)
-            if j.software.pipeline_schedules is None
-            else (x.pp < 2) | np.isin(x.schedule, [SCHEDULES.index(s) for s in j.software.pipeline_schedules])
-        ),
-        lambda m, c, j, p: (
-            f"stack {j.software.name} runs no {p.schedule} pipeline schedule (it runs "
-            f"{', '.join(j.software.pipeline_schedules or ()) or 'no pipeline'}"
-            f"{_schedule_stacks(p.schedule, j.software.name)})"
         ),
     ),
     Rule(

@@ -164,6 +164,11 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
                 )
             )
         )
+    if job.ep_comm_overlap and (not model.is_moe or config.ep == 1):
+        notes.append(
+            "--ep-comm-overlap has nothing to overlap: "
+            + (f"{model.name} has no experts" if not model.is_moe else "this mesh runs no expert parallelism (ep 1)")
+        )
     if model.attention_sinks and not flash_attention_runs(model, job):
         notes.append(
             f"{model.name}'s attention sinks run on {job.software.name}'s unfused attention (every s x s score "

@@ -272,3 +272,16 @@ def test_advice_after_a_later_fuzz_names_only_what_the_job_can_take(cli) -> None
     r = cli("estimate", *mesh, "-B", "9", "-b", "2", "--max-batch-growth", "0.2")
     said = " ".join(r.out.split())
     assert "so that dp*micro_batch_size divides it and interleaving has at least pp micro-batches" in said
+
+
+def test_a_stack_refusal_comes_before_a_batch_hint_and_a_void_overlap_is_named(cli) -> None:
+    """A mesh DeepSpeed cannot interleave was told to grow its batch to 8, which then met the stack's
+    refusal: the stack rules come first. --ep-comm-overlap on a dense model or at ep 1 was accepted
+    silently; it is now said to overlap nothing."""
+    r = cli("estimate", "--model", "llama3-70b", "--cluster", "dgx-h100x4", "--tp", "8", "--pp", "4", "--dp", "1",
+            "-v", "2", "-B", "5", "--stack", "deepspeed")  # fmt: skip
+    assert_one_line_error(r, "stack deepspeed runs no interleaved pipeline")
+    dense = " ".join(cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--ep-comm-overlap").out.split())
+    assert "--ep-comm-overlap has nothing to overlap: llama3-8b has no experts" in dense
+    r = cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--ep", "1", "--ep-comm-overlap")
+    assert "runs no expert parallelism (ep 1)" in " ".join(r.out.split())
