@@ -62,10 +62,10 @@ def tight_clause(est: Estimate) -> str:
     )
 
 
-def recompute_chosen(est: Estimate, model: ModelSpec | None = None) -> str:
+def recompute_chosen(est: Estimate, model: ModelSpec) -> str:
     """'; recomputes ...' when the mesh recomputes only some layers (how many, and why) or names
     the modules selective recompute runs again; torchtitan's every-n-th layer is the n its export
-    writes (``export.torchtitan.every_nth_layer``, from the smallest chunk) where ``model`` is given."""
+    writes (``export.torchtitan.every_nth_layer``, from the smallest chunk)."""
     cfg = est.config.parallel
     modules = est.config.job.recompute_modules
     if cfg.recompute == "selective" and modules is not None:
@@ -81,11 +81,7 @@ def recompute_chosen(est: Estimate, model: ModelSpec | None = None) -> str:
     if est.config.job.software.partial_recompute == "every_nth":
         from planner.export.torchtitan import every_nth_layer
 
-        n = (
-            every_nth_layer(model, est.config.job, cfg)
-            if model is not None
-            else max(per_chunk // cfg.recompute_layers, 1)
-        )
+        n = every_nth_layer(model, est.config.job, cfg)
         every = "every layer" if n == 1 else f"every {ordinal(n)}"
         return (
             f"; recomputes the forward of at least {cfg.recompute_layers} of each chunk's {per_chunk} layers, "
@@ -146,7 +142,7 @@ def routing_assumed(est: Estimate) -> str:
     )
 
 
-def explain(candidates: list[Estimate], model: ModelSpec | None = None) -> list[str]:
+def explain(candidates: list[Estimate], model: ModelSpec) -> list[str]:
     """One sentence for the winner, one per runner-up."""
     if not candidates:
         return []

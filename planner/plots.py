@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.atomic import atomic_path, make_parent
-from planner.cost.pipeline import layers_per_chunk
+from planner.cost.pipeline import layers_per_chunk, needs_pp_multiple
 from planner.cost.simulate import SIMULATED_SCHEDULES, simulate
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
@@ -66,7 +66,7 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     cfg = est.config.parallel
     p, m = cfg.pp, est.num_microbatches
     shown = min(m, MAX_MICROBATCHES_DRAWN * p)
-    if cfg.schedule == "interleaved-1f1b" and not est.config.job.software.interleaved_group_size:
+    if cfg.schedule == "interleaved-1f1b" and needs_pp_multiple(est.config.job):
         shown = max(p, shown - shown % p)  # p | m, as the stack's interleaving needs
     if cfg.schedule in DUAL_SCHEDULES:  # the reference programs need m >= 2p, and DualPipe an even m
         shown = min(m, max(2 * p, shown - shown % 2))

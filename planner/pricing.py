@@ -206,9 +206,9 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"timing): without it the step takes {est.step_time_s + hidden:.2f} s"
         )
     exposed_dp = est.time_breakdown_s.dp_comm
-    stack = job.software
-    lower = [z for z in stack.zero_stages if z in (1, 2)]
     if config.zero_stage == 3 and exposed_dp > ZERO3_ADVICE_SHARE * est.step_time_s:
+        stack = job.software
+        lower = [z for z in stack.zero_stages if z in (1, 2)]
         notes.append(
             f"ZeRO-3 gathers weights for every micro-batch ({est.num_microbatches} per step) and exposes "
             f"{exposed_dp:.2f} s ({exposed_dp / est.step_time_s:.0%} of the step); ZeRO-1/2 gather once per step"

@@ -730,7 +730,7 @@ def cast_elements(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -
     DTensor redistribute); otherwise every element is quantised where the GEMM runs (torchao
     row-wise scaling gathers 16-bit and casts the gathered tensor)."""
     gathered_fp8 = job.fp8_scaling in job.software.fp8_all_gather_scalings and job.dtype == "fp8"
-    shard = np.where(mesh.sequence_parallel & gathered_fp8, 1.0 / mesh.tp, 1.0) if gathered_fp8 else 1.0
+    shard = np.where(mesh.sequence_parallel, 1.0 / mesh.tp, 1.0) if gathered_fp8 else 1.0
     quantised = np.zeros(len(mesh))
     transposed = np.zeros(len(mesh))
     plan = job.software.tp_module_plan

@@ -157,7 +157,7 @@ def _group_args(job: JobSpec, config: ParallelConfig) -> list[str]:
     ``schedules.microbatch_group_size``)."""
     if config.virtual_stages == 1:
         return []
-    m = job.batch_size // (config.dp * config.micro_batch_size)
+    m = num_microbatches(TARGET, job, config)
     group = int(microbatch_group_size(np.array(config.pp), np.array(m)))
     return [] if group == config.pp else ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
 

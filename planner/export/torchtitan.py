@@ -181,8 +181,8 @@ def shared_notes(job: JobSpec, config: ParallelConfig, async_tp_refusal: str, le
         notes.append(
             f"mixed_precision_reduce accepts only float32: the plan priced {job.gradient_format} gradient reductions"
         )
-    micro = job.batch_size // (config.dp * config.micro_batch_size)
-    if config.schedule == "interleaved-1f1b" and micro % config.pp:
+    micro = num_microbatches(TARGET, job, config) if config.schedule == "interleaved-1f1b" else 0
+    if micro % config.pp:
         notes.append(
             f"torch's Interleaved1F1B runs {micro} micro-batches over pp {config.pp} in "
             f"{max(1, micro // config.pp)} rounds; the plan priced Megatron-Core's micro-batch groups, whose bubble "
@@ -252,9 +252,9 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(
             target, "--schedule dualpipe", "torch.distributed.pipelining runs DualPipeV (one copy of the weights)"
         )
-    micro = job.batch_size // (config.dp * config.micro_batch_size)
+    micro = num_microbatches(target, job, config) if config.schedule == "interleaved-1f1b" else 0
     rounds = max(1, micro // config.pp)
-    if config.schedule == "interleaved-1f1b" and micro % config.pp and micro % rounds:
+    if micro % config.pp and micro % rounds:
         # torch.distributed.pipelining ScheduleInterleaved1F1B (torch 2.13 schedules.py): number_of_rounds
         # = max(1, n_microbatches // pp_group_size), and n_microbatches must be a multiple of it
         raise refuse(
