@@ -22,6 +22,7 @@ from planner.cost.memory import (
 from planner.cost.pipeline import (
     dual_rank_layers,
     last_rank_extra_layers,
+    microbatches_in_flight,
     needs_pp_multiple,
     plan_layout,
     stage_layer_counts,
@@ -32,6 +33,7 @@ from planner.error_bar import error_bar, interval, pooled_stack_errors, relative
 from planner.errors import PlannerError, SchemaError
 from planner.figures import rate
 from planner.mesh import MeshArrays
+from planner.schedules import microbatch_group_size
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
     CommBytes,
@@ -126,6 +128,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"try {memory_remedies(job, config)}"
         )
         notes += module_recompute_hint(model, cluster, job, config)
+        notes += group_size_memory_hint(model, cluster, job, config, est)
     elif est.memory_per_gpu_bytes > undercount_safe_bytes(cluster.gpu.hbm_capacity_bytes):
         worst_peak = est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)
         notes.append(
@@ -257,6 +260,38 @@ def module_recompute_hint(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, 
     return [
         f"fits with --recompute selective --recompute-modules {','.join(cheap)} (Megatron's per-module recompute): "
         f"{float(cols.memory.total[0]) / GIB_BYTES:.1f} GiB per GPU, step {float(cols.step_time_s[0]):.3g} s"
+    ]
+
+
+def group_size_memory_hint(
+    model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig, est: Estimate
+) -> list[str]:
+    """For an interleaved mesh that does not fit while its micro-batch count m is no multiple of
+    pp: Megatron-Core then runs each model chunk's micro-batches in groups of N > p
+    (``schedules.microbatch_group_size``), and its first rank holds more micro-batches'
+    activations at the warm-up's end (``pipeline.microbatches_in_flight``). Names the nearest
+    global batches whose m pp divides, and whether each fits (priced, not guessed)."""
+    p, m = config.pp, est.num_microbatches
+    if config.virtual_stages < 2 or needs_pp_multiple(job) or m <= p or m % p == 0:
+        return []
+    mesh = MeshArrays.from_configs([config])
+    group = int(microbatch_group_size(np.array([p]), np.array([m]))[0])
+    per_microbatch = est.config.job.batch_size // m  # dp * micro_batch_size sequences
+    trials = []
+    for count in sorted({(m // p) * p, -(-m // p) * p}):
+        trial_job = job.model_copy(update={"global_batch_size": count * per_microbatch, "global_batch_tokens": None})
+        cols = evaluate(model, cluster, trial_job, mesh)
+        held = float(microbatches_in_flight(np.array([count]), mesh)[0])
+        need = f"{float(cols.memory.total[0]) / GIB_BYTES:.1f} GiB"
+        trials.append(
+            f"-B {count * per_microbatch} ({count} micro-batches, {held:.3g} held) "
+            + (f"fits ({need})" if bool(cols.fits[0]) else f"needs {need}")
+        )
+    held = float(microbatches_in_flight(np.array([m]), mesh)[0])
+    return [
+        f"{m} micro-batches over pp {p} run in groups of {group} per model chunk (Megatron-Core's "
+        f"--microbatch-group-size-per-virtual-pipeline-stage), so the first rank holds {held:.3g} micro-batches' "
+        "activations: " + "; ".join(trials)
     ]
 
 

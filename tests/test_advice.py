@@ -102,6 +102,26 @@ def test_interleaved_growth_rounds_to_a_multiple_of_dp_mbs_pp() -> None:
     assert args[args.index("--microbatch-group-size-per-virtual-pipeline-stage") + 1] == "5"
 
 
+def test_a_group_size_that_breaks_memory_names_the_batches_that_fit() -> None:
+    """Llama-3-70B at tp 8, pp 4, v 2 on 4 DGX-H100 and -B 13: 13 micro-batches run in groups of 7
+    (the smallest N > 4 with 13 mod N = 0 or >= 4), so the first rank holds ((2-1)*7 + 2*4 - 1)/2
+    = 7 micro-batches where a multiple of pp holds ((2-1)*4 + 7)/2 = 5.5: 80.6 GiB, over 79.7."""
+    cfg = ParallelConfig(
+        tp=8, pp=4, dp=1, micro_batch_size=1, schedule="interleaved-1f1b", virtual_stages=2, sequence_parallel=True
+    )
+    h100x4 = load_cluster("dgx-h100x4")
+    est = estimate_mesh(LLAMA70, h100x4, default_job(LLAMA70, global_batch_size=13), cfg)
+    assert not est.fits
+    hint = [w for w in est.warnings if "run in groups of 7" in w]
+    assert len(hint) == 1 and "first rank holds 7 micro-batches' activations" in hint[0]
+    twelve = estimate_mesh(LLAMA70, h100x4, default_job(LLAMA70, global_batch_size=12), cfg)
+    assert twelve.fits
+    assert f"-B 12 (12 micro-batches, 5.5 held) fits ({twelve.memory_per_gpu_bytes / 2**30:.1f} GiB)" in hint[0]
+    assert "-B 16 (16 micro-batches, 5.5 held) fits" in hint[0]
+    # a batch pp divides, or a stack whose interleaving needs one, gets no such line
+    assert not any("run in groups of" in w for w in twelve.warnings)
+
+
 def test_memory_headroom_keeps_its_share_free_and_the_tight_winner_is_warned() -> None:
     cap = H100X16.gpu.hbm_capacity_bytes
     job = default_job(LLAMA70)
