@@ -3,16 +3,24 @@ the same rate reads the same everywhere."""
 
 from __future__ import annotations
 
+import math
+
 RATE_SIGNIFICANT_BELOW = 100.0
 """Rates below this are shown to three significant figures instead of as whole numbers, so that a
 slow device (a CPU profile's 0.33 tokens/s per core) does not read as 0. A display choice."""
 
 
 def rate(value: float) -> str:
-    """A throughput for the tables: '1,214' at 100 and above, '0.328' or '42.7' below."""
+    """A throughput for the tables: '1,214' at 100 and above, '0.328', '42.7' or '0.0000123' below
+    (three significant figures in positional notation: a table's column of rates never switches
+    to an exponent)."""
     if abs(value) >= RATE_SIGNIFICANT_BELOW:
         return f"{value:,.0f}"
-    return f"{value:.3g}"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    rounded = float(f"{value:.3g}")  # 99.96 -> 100, whose digits then count
+    decimals = max(0, 2 - math.floor(math.log10(abs(rounded))))
+    return f"{rounded:.{decimals}f}"
 
 
 def ordinal(n: int) -> str:

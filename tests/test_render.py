@@ -126,7 +126,17 @@ def test_ranking_table_heads_the_band_and_says_what_it_is() -> None:
 
 
 @pytest.mark.parametrize(
-    ("value", "text"), [(1214.4, "1,214"), (100.0, "100"), (99.94, "99.9"), (0.32846, "0.328"), (0.0, "0")]
+    ("value", "text"),
+    [
+        (1214.4, "1,214"),
+        (100.0, "100"),
+        (99.94, "99.9"),
+        (99.96, "100"),
+        (1.0, "1.00"),
+        (0.32846, "0.328"),
+        (1.23456e-5, "0.0000123"),
+        (0.0, "0"),
+    ],
 )
 def test_rates_below_100_keep_three_significant_figures(value: float, text: str) -> None:
     assert rate(value) == text
