@@ -385,6 +385,11 @@ string or number there (``"quantization_config": "fp8"``) was read as absent: 16
 no RoPE scaling, silently; it is refused instead."""
 
 
+QUANTIZATION_NAME_KEYS = ("quant_method", "quant_algo")
+"""The ``quantization_config`` entries that name the checkpoint's format (``checkpoint_weights_dtype``):
+strings in transformers' quantization configs and ModelOpt's; another type is refused by key."""
+
+
 def checkpoint_weights_dtype(quantization: object) -> str | None:
     """The weight format a checkpoint ships in (``ModelSpec.checkpoint_weights_dtype``) from its
     config.json ``quantization_config``; None for 16-bit weights or a method the planner has no rate
@@ -429,6 +434,13 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     for key in MAPPING_KEYS:  # read for their entries: another value would be dropped silently
         if config.get(key) is not None and not isinstance(config[key], dict):
             raise PlannerError(f"{where}: key '{key}': expected a mapping or null, got {shown_value(config[key])}")
+    for entry in QUANTIZATION_NAME_KEYS:  # a list or number there read as an unknown method: 16-bit, silently
+        value = (config.get("quantization_config") or {}).get(entry)
+        if value is not None and not isinstance(value, str):
+            raise PlannerError(
+                f"{where}: key 'quantization_config.{entry}': expected a name (e.g. 'fp8', 'mxfp4', 'modelopt'), "
+                f"got {shown_value(value)}"
+            )
     _refuse_unmodelled_layers({k: v for k, v in config.items() if not hybrid or k != "hybrid_override_pattern"}, where)
     _refuse_unread_moe_keys({k: v for k, v in config.items() if not hybrid or k not in NEMOTRON_H_READ_KEYS}, where)
     if towers:  # Qwen2-VL keeps its language model at the top level beside vision_config

@@ -242,6 +242,14 @@ def test_true_false_is_not_an_hf_count(extra: dict[str, Any], message: str) -> N
         ({"quantization_config": "fp8"}, "key 'quantization_config': expected a mapping or null, got 'fp8'"),
         ({"rope_scaling": 5}, "key 'rope_scaling': expected a mapping or null, got 5"),
         ({"rope_parameters": [1]}, "key 'rope_parameters': expected a mapping or null, got [1]"),
+        (
+            {"quantization_config": {"quant_method": ["fp8"]}},
+            "key 'quantization_config.quant_method': expected a name (e.g. 'fp8', 'mxfp4', 'modelopt'), got ['fp8']",
+        ),
+        (
+            {"quantization_config": {"quant_method": "modelopt", "quant_algo": 8}},
+            "key 'quantization_config.quant_algo': expected a name (e.g. 'fp8', 'mxfp4', 'modelopt'), got 8",
+        ),
     ],
 )
 def test_an_hf_mapping_of_another_kind_is_refused(extra: dict[str, Any], message: str) -> None:
@@ -253,6 +261,8 @@ def test_an_hf_mapping_of_another_kind_is_refused(extra: dict[str, Any], message
         model_from_hf_config({**llama, **extra}, "m", "m/config.json")
     assert str(err.value) == f"m/config.json: {message}"
     stated_null = model_from_hf_config({**llama, **dict.fromkeys(extra)}, "m", "m/config.json")
+    unnamed = model_from_hf_config({**llama, "quantization_config": {"quant_method": None}}, "m", "m/config.json")
+    assert unnamed.checkpoint_weights_dtype is None  # a null name is no name, as before
     assert stated_null.rope_scaling is None and stated_null.checkpoint_weights_dtype is None
 
 
