@@ -23,6 +23,10 @@ HF_KEY_ALIASES = {
     "num_kv_heads": "num_key_value_heads",
     # Ling / Bailing-MoE: DeepSeek-style shared experts, each moe_intermediate_size wide.
     "num_shared_experts": "n_shared_experts",
+    # The norms' epsilon, by family: Llama/Qwen/DeepSeek, BERT-style, GPT-2/BLOOM/Nemotron-H.
+    "rms_norm_eps": "norm_eps",
+    "layer_norm_eps": "norm_eps",
+    "layer_norm_epsilon": "norm_eps",
 }
 """HF config keys that name a canonical ModelSpec key another way."""
 

@@ -129,6 +129,7 @@ def megatron_parser() -> argparse.ArgumentParser:
     p.add_argument("--window-attn-skip-freq")  # moe_freq_type: an int or a list expression
     p.add_argument("--no-rope-freq")  # no_rope_freq_type: an int or a list expression
     p.add_argument("--glu-linear-offset", type=float, default=0.0)
+    p.add_argument("--norm-epsilon", type=float, default=1e-5)  # _add_network_size_args
     p.add_argument("--activation-func-clamp-value", type=float)
     p.add_argument("--attention-dropout", type=float, default=0.1)
     p.add_argument("--hidden-dropout", type=float, default=0.1)
@@ -677,6 +678,10 @@ def test_megatron_export_writes_the_architecture_the_plan_priced() -> None:
         1536, 512, 128, 128,
     )  # fmt: skip
     assert (ds.num_experts, ds.moe_router_topk, ds.moe_layer_freq) == (256, 8, "([0]*3+[1]*58)")
+    # MLA's latent norms (q_a_layernorm, kv_a_layernorm) exist in Megatron-Core only with qk_layernorm;
+    # DeepSeek's and Qwen3's norms take 1e-6 (config.json rms_norm_eps), Llama's Megatron's default 1e-5
+    assert ds.qk_layernorm and not llama.qk_layernorm and (ds.norm_epsilon, llama.norm_epsilon) == (1e-6, 1e-5)
+    assert parsed("qwen3-30b-a3b").norm_epsilon == 1e-6
     assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # as arguments.py's moe_freq_type evaluates it
     # its node-limited routing (HF n_group 8, topk_group 4), which a flex dispatch is priced with
     assert (ds.moe_router_num_groups, ds.moe_router_group_topk) == (8, 4)
@@ -839,8 +844,9 @@ def test_nvl72_launch_runs_torchrun_per_tray_in_the_plan_s_host_order(cli, tmp_p
     # 128 GPUs of two racks: 32 trays of 4, 16 trays (64 GPUs) of each rack (ClusterSpec.fast_domain_gpus)
     assert head[1:] == ["#SBATCH --nodes=32", "#SBATCH --ntasks-per-node=1", "#SBATCH --gpus-per-node=4",
                         "#SBATCH --segment=16"]  # fmt: skip
-    # Blackwell: Megatron-LM no longer asks for one CUDA connection with tp > 1 (validate_args)
-    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in script
+    # Blackwell: Megatron-LM no longer asks for one CUDA connection with tp > 1 (validate_args), and
+    # the notes above the script no longer say it does
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in r.out
     runs = _run_sbatch(script, 32, tmp_path)
     exported = megatron_parser()
     for node, argv in enumerate(runs):

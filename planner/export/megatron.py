@@ -406,8 +406,13 @@ def _model_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[
         args.append("--disable-bias-linear")
         if model.attention_bias:
             args.append("--add-qkv-bias")
-    if model.qk_norm:
+    if model.qk_norm or model.is_mla:
+        # Qwen3's per-head q/k norms; MLA's latent norms (DeepSeek's q_a_layernorm and kv_a_layernorm):
+        # Megatron-Core's MLA spec builds q_layernorm and kv_layernorm only with qk_layernorm (gpt_layer_specs.py:
+        # "q_layernorm=TENorm if qk_layernorm else IdentityOp"), as Megatron-Bridge's DeepSeek providers set it
         args.append("--qk-layernorm")
+    if model.norm_eps is not None:
+        args += ["--norm-epsilon", f"{model.norm_eps:g}"]
     if model.is_moe:
         args += ["--num-experts", str(model.num_experts_total), "--moe-router-topk", str(model.num_experts_per_tok)]
         # TEGroupedMLP, the grouped GEMMs the stack prices (without it, SequentialMLP loops over the
@@ -704,8 +709,9 @@ def megatron_notes(
     notes = zero_note(config, model.is_moe)
     if effective_zero_stage(config, model.is_moe) >= 2:
         notes.append("Megatron-FSDP: leave CUDA_DEVICE_MAX_CONNECTIONS unset (validate_args asserts it is not 1)")
+    architecture = cluster.gpu.architecture if cluster is not None else None  # no cluster: the note stays
     notes += [f"export {k}={v} (Megatron-LM asserts it for tp or cp > 1 before Blackwell)"
-              for k, v in megatron_environment(config).items()]  # fmt: skip
+              for k, v in megatron_environment(config, architecture).items()]  # fmt: skip
     layout = pipeline_layout(model, job, config) if config.pp > 1 and config.pipeline_layout is None else None
     if layout is not None:
         sizes = rank_layer_counts(parse_layout(layout), config.pp)

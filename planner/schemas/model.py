@@ -187,6 +187,12 @@ class ModelSpec(Frozen):
     )
     gated_mlp: bool | None = Field(None, description="Non-HF. None: derived from hidden_act")
     norm_type: Literal["rmsnorm", "layernorm"] = Field("rmsnorm", description="Non-HF. layernorm has a bias")
+    norm_eps: PositiveFloat | None = Field(
+        None,
+        description="The norms' epsilon (HF rms_norm_eps, layer_norm_eps, layer_norm_epsilon): DeepSeek-V3 and Qwen3 "
+        "1e-6; None: not stated, Megatron-LM's default 1e-5 (--norm-epsilon), which Llama 2/3, Mistral, Mixtral "
+        "and GPT-OSS also use. Not priced; the Megatron export writes it",
+    )
     qk_norm: bool = Field(False, description="Non-HF. Per-head RMSNorm on q and k (Qwen3)")
     position_embedding_type: Literal["rope", "learned", "alibi", "none"] = Field(
         "rope",
