@@ -113,6 +113,13 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "the optimisation (learning rate, critical batch size): re-tune it, or pin a mesh that divides "
             f"{job.batch_size}"
         )
+    if job.seq_len > model.max_position_embeddings:
+        notes.append(
+            f"sequence length {job.seq_len:,} is {job.seq_len / model.max_position_embeddings:.3g}x {model.name}'s "
+            f"context of {model.max_position_embeddings:,} (max_position_embeddings): positions past it were never "
+            "trained; run it as a context extension, from a card whose RoPE scaling reaches it"
+            + (" (its rope_scaling does not)" if model.rope_scaling else "")
+        )
     host_cap = host_offload_capacity_bytes(cluster)
     if config.offload_layers is not None and est.host_offload_bytes_per_gpu > host_cap:
         notes.append(

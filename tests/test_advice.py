@@ -122,6 +122,20 @@ def test_a_group_size_that_breaks_memory_names_the_batches_that_fit() -> None:
     assert not any("run in groups of" in w for w in twelve.warnings)
 
 
+def test_a_sequence_past_the_models_context_is_warned() -> None:
+    """Llama 3 8B's card holds 8,192 positions; Llama 3.1 8B's RoPE scaling reaches 131,072."""
+    cfg = ParallelConfig(tp=8, pp=1, dp=1, cp=8, micro_batch_size=1, sequence_parallel=True, recompute="full")
+    notes = {}
+    for name in ("llama3-8b", "llama3.1-8b"):
+        model = load_model(name)
+        est = estimate_mesh(
+            model, load_cluster("dgx-h100x8"), default_job(model, seq_len=131072, global_batch_size=1), cfg
+        )
+        notes[name] = [w for w in est.warnings if "max_position_embeddings" in w]
+    assert notes["llama3.1-8b"] == [] and len(notes["llama3-8b"]) == 1
+    assert notes["llama3-8b"][0].startswith("sequence length 131,072 is 16x llama3-8b's context of 8,192")
+
+
 def test_memory_headroom_keeps_its_share_free_and_the_tight_winner_is_warned() -> None:
     cap = H100X16.gpu.hbm_capacity_bytes
     job = default_job(LLAMA70)
