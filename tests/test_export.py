@@ -1102,3 +1102,17 @@ def test_megatron_core_grows_the_batch_to_pp_micro_batches_where_allowed(cli) ->
     assert r.code == 0, r.err
     assert (r.json()["config"]["job"]["global_batch_size"], r.json()["num_microbatches"]) == (4, 4)
     assert_one_line_error(cli(*args), "needs at least pp 4 micro-batches (got 3)", "the nearest batch it runs is 4")
+
+
+@pytest.mark.parametrize("fmt", ["torchtitan", "torchtitan-0.2"])
+def test_the_selective_recompute_note_speaks_only_where_the_plan_priced_another_policy(fmt: str) -> None:
+    """torchtitan's op policy is what --stack torchtitan prices (stacks/torchtitan.yaml:
+    selective_recompute alternate_matmuls); a Megatron-priced plan recomputed the attention core."""
+    model = load_model("llama3-8b")
+    config = ParallelConfig(dp=64, zero_stage=3, recompute="selective")
+    said = {}
+    for stack in ("torchtitan", "megatron-core"):
+        job = default_job(model, global_batch_size=64, stack=stack)
+        said[stack] = [n for n in render(fmt, model, job, config).notes if "attention core" in n]
+    assert said["torchtitan"] == [] and len(said["megatron-core"]) == 1
+    assert "megatron-core's selective recompute" in said["megatron-core"][0]

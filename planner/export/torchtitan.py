@@ -463,10 +463,11 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
             "torchtitan applies sequence parallelism with every tp > 1 (parallelize.py); the plan priced it off, "
             "so it overestimates activation memory"
         )
-    if config.recompute == "selective":
+    if config.recompute == "selective" and job.software.selective_recompute != "alternate_matmuls":
         notes.append(
             'selective_ac_option "op" saves matmul and attention outputs and recomputes the rest; the plan priced '
-            "recomputing the attention core, so memory and recompute time differ"
+            f"recomputing the attention core ({job.software.name}'s selective recompute; --stack torchtitan prices the "
+            "op policy), so memory and recompute time differ"
         )
     if config.recompute_layers is not None:
         n = every_nth_layer(model, job, config)

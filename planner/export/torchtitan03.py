@@ -290,10 +290,11 @@ def torchtitan_args_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig
     the config function."""
     function = _check(model, job, config)
     notes = zero_note(config)
-    if config.recompute == "selective":
+    if config.recompute == "selective" and job.software.selective_recompute != "alternate_matmuls":
         notes.append(
             "activation_checkpoint:selective saves matmul and communication outputs and recomputes the rest and "
-            "every second matmul; the plan priced recomputing the attention core, so memory and recompute differ"
+            f"every second matmul; the plan priced recomputing the attention core ({job.software.name}'s selective "
+            "recompute; --stack torchtitan prices the op policy), so memory and recompute differ"
         )
     if function.precision != "bf16":
         notes.append(f"{function.function} builds its {function.precision} converters: they need torchao")
