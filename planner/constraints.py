@@ -424,6 +424,13 @@ RULES: tuple[Rule, ...] = (
         degrees_only=True,
     ),
     Rule(
+        "stack_sequence_parallel",
+        # Stack.sequence_parallel: DeepSpeed's sequence parallelism is Ulysses' head all-to-all, not
+        # Megatron's sharding of what TP replicates
+        lambda m, c, j, x: ~x.sequence_parallel | j.software.sequence_parallel,
+        lambda m, c, j, p: f"stack {j.software.name} has no Megatron sequence parallelism; use --no-sequence-parallel",
+    ),
+    Rule(
         "stack_zero_stages",
         # Stack.zero_stages: FSDP has no optimizer-only sharding (torchtitan, llm-foundry), Megatron-LM
         # 2021 no ZeRO-2/3; a mesh with nothing to shard over (``shards_nothing``) is moot

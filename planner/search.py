@@ -130,9 +130,12 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
     return product.take(_meaningful_schedule(product, pins))
 
 
-def _mesh_product(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) -> tuple[MeshArrays, int]:
+def _mesh_product(
+    model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any], sequence_parallel: bool = True
+) -> tuple[MeshArrays, int]:
     """Every degree tuple crossed with every knob row, interleaving on one stage included, tuple
-    by tuple; and the number of knob rows each tuple is crossed with."""
+    by tuple; and the number of knob rows each tuple is crossed with. ``sequence_parallel``: the
+    stack has Megatron's sequence parallelism (``Stack.sequence_parallel``)."""
     degrees = np.array(_degree_tuples(model, cluster, pins), dtype=np.int64).reshape(-1, 6)
     knobs = _knob_rows(pins)
     n_deg, n_knob = len(degrees), len(knobs["schedule"])
@@ -140,9 +143,12 @@ def _mesh_product(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any]) 
         name: np.repeat(degrees[:, i], n_knob) for i, name in enumerate(("tp", "cp", "pp", "dp", "ep", "expert_tp"))
     }
     cols.update({name: np.tile(values, n_deg) for name, values in knobs.items()})
-    # Sequence parallelism is on wherever tp > 1 unless pinned (it saves memory at equal volume).
+    # Sequence parallelism is on wherever tp > 1 and the stack has it, unless pinned (it saves memory
+    # at equal volume)
     cols["sequence_parallel"] = (
-        np.full(n_deg * n_knob, bool(pins["sequence_parallel"])) if "sequence_parallel" in pins else cols["tp"] > 1
+        np.full(n_deg * n_knob, bool(pins["sequence_parallel"]))
+        if "sequence_parallel" in pins
+        else (cols["tp"] > 1) & sequence_parallel
     )
     cols["overlap_grad_reduce"] = constant_column(bool(pins.get("overlap_grad_reduce", True)), n_deg * n_knob)
     cols["recompute_layers"] = constant_column(int(pins.get("recompute_layers") or 0), n_deg * n_knob)
@@ -454,7 +460,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     """Enumerate, prune by the hard rules, add partial recompute, price memory then time; raise
     with the diagnosis where nothing fits."""
     # the enumeration without one-stage interleaving and moot ZeRO stages, in one selection
-    product, n_knob = _mesh_product(model, cluster, pins)
+    product, n_knob = _mesh_product(model, cluster, pins, job.software.sequence_parallel)
     keep = np.flatnonzero(_meaningful_schedule(product, pins) & _zero_that_matters(model, job, product, pins))
     mesh = product.take(keep)
     degrees = DegreeRows(product.take(np.arange(0, len(product), n_knob)), keep // n_knob)
@@ -641,7 +647,7 @@ aside (0-3, its own field's range)."""
 def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelConfig:
     """The one mesh ``pins`` name, as `plan estimate`, ``planner.estimate`` and `plan export` with
     tp, pp and dp read them (``ParallelConfig.with_defaults``: dp from the GPUs left over,
-    interleaving from v, SP with tp), the ZeRO stage where unpinned the one ``job``'s stack runs
+    interleaving from v, SP with tp where the stack has it), the ZeRO stage where unpinned the one ``job``'s stack runs
     when none is asked for (``Stack.default_zero_stage``: Megatron-Core's distributed optimizer,
     torchtitan's FSDP), at most the one it runs with a pipeline (``zero_with_pipeline``: DeepSpeed's
     pipeline engine stays below ZeRO-2). Validated (one-line ``PlannerError``)."""
@@ -650,6 +656,8 @@ def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelCo
     pins = pins_from_config_fields(**pins)
     if "zero_stage" not in pins:
         pins["zero_stage"] = job.software.unasked_zero_stage(pins.get("pp", 1))
+    if "sequence_parallel" not in pins and not job.software.sequence_parallel:
+        pins["sequence_parallel"] = False  # a stack without it (DeepSpeed) runs TP unsharded
     return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins, num_gpus), "mesh")
 
 

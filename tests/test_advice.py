@@ -319,3 +319,20 @@ def test_a_stack_refusal_comes_before_a_batch_hint_and_a_void_overlap_is_named(c
     assert "--ep-comm-overlap has nothing to overlap: llama3-8b has no experts" in dense
     r = cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--ep", "1", "--ep-comm-overlap")
     assert "runs no expert parallelism (ep 1)" in " ".join(r.out.split())
+
+
+def test_a_stack_without_sequence_parallelism_runs_tp_unsharded(cli) -> None:  # type: ignore[no-untyped-def]
+    """DeepSpeed's sequence parallelism is Ulysses', not Megatron's (stacks/deepspeed.yaml): its
+    ranking had been all tp 8 with SP, meshes its own stack file says it cannot run."""
+    a100 = load_cluster("dgx-a100-80gx8")
+    ranked = search(LLAMA70, a100, default_job(LLAMA70, stack="deepspeed"), top=8).candidates
+    assert ranked and not any(c.config.parallel.sequence_parallel for c in ranked)
+    assert any(
+        c.config.parallel.sequence_parallel for c in search(LLAMA70, a100, default_job(LLAMA70), top=8).candidates
+    )
+    mesh = ("--model", "llama3-70b", "--cluster", "dgx-a100-80gx8", "--tp", "8", "--dp", "8", "--stack", "deepspeed")
+    assert "mesh: tp8 pp1 dp8 cp1 ep1 mbs1 v1 z3 none 1f1b" in cli("estimate", *mesh).out  # unpinned: off
+    assert_one_line_error(
+        cli("estimate", *mesh, "--sequence-parallel"),
+        "stack deepspeed has no Megatron sequence parallelism; use --no-sequence-parallel",
+    )

@@ -191,6 +191,12 @@ class Stack(Frozen):
         description="ZeRO stages the stack runs at all (0 plain data parallelism, 1 sharded optimizer states, 2 "
         "and gradients, 3 and weights): the search ranks no other, and a mesh asking another is refused",
     )
+    sequence_parallel: bool = Field(
+        True,
+        description="The stack shards along the sequence what tensor parallelism leaves replicated (norms, dropout, "
+        "residuals: Megatron's --sequence-parallel, torchtitan's SequenceParallel); the search turns it on with "
+        "tp > 1 where the stack has it, and a mesh asking it of a stack without it is refused",
+    )
     parallelisms: tuple[Literal["tp", "pp", "cp", "ep"], ...] = Field(
         description="Model-parallel axes the stack runs beside data parallelism (tensor, pipeline, ring "
         "context and expert parallelism); a mesh above 1 on another axis is refused"
