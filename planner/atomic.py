@@ -14,30 +14,71 @@ from pathlib import Path
 from planner.errors import PlannerError
 
 
-@contextmanager
-def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
-    """Yield a temporary path in ``path``'s folder (with its suffix, so writers that infer the
-    format from it still can); once the block succeeds, make it world-readable (mkstemp creates
-    0600) and rename it over ``path``. A missing folder is made first (and its parents). A link at
-    ``path`` is written through, to the file it names; a device or pipe there is refused
-    (``_not_a_regular_file``): renaming over it would replace it, /dev/null included."""
-    target = _through_link(Path(path))
-    _not_a_regular_file(target, flag)
+def _file_mode(target: Path) -> int:
+    """The permission bits the written file takes: an existing file's own (a private 0600 file
+    stays private), else what ``open`` would give a new file, 0666 less the process's umask
+    (mkstemp's temporary file is 0600 whatever the umask)."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _temporary_beside(target: Path, flag: str) -> Path:
+    """An empty temporary file in ``target``'s folder (made first, with its parents), named after
+    it and with its suffix, so that writers that infer the format from it still can."""
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix or ".tmp")
     except OSError as err:
         raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
     os.close(fd)
-    tmp = Path(name)
+    return Path(name)
+
+
+@contextmanager
+def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
+    """Yield a temporary path in ``path``'s folder (``_temporary_beside``); once the block
+    succeeds, give it the mode the file has or a new one would (``_file_mode``) and rename it over
+    ``path``. A link at ``path`` is written through, to the file it names; a device or pipe there
+    is refused (``_not_a_regular_file``): renaming over it would replace it, /dev/null included."""
+    target = _through_link(Path(path))
+    _not_a_regular_file(target, flag)
+    tmp = _temporary_beside(target, flag)
     try:
         yield tmp
-        os.chmod(tmp, 0o644)
+        os.chmod(tmp, _file_mode(target))
         os.replace(tmp, target)
     except OSError as err:
         raise PlannerError(f"{flag} {target}: cannot write: {err.strerror or err}") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_texts_atomic(texts: dict[Path, str], flag: str) -> None:
+    """Write several files as one: every text goes to its temporary file first, and only when all
+    are written are they renamed over their targets, so a failure (a read-only folder, a full
+    disk) leaves every target as it was, not some rewritten and some not. The renames, in the
+    targets' own folders, are what is left to fail."""
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for path, text in texts.items():
+            target = _through_link(Path(path))
+            _not_a_regular_file(target, flag)
+            tmp = _temporary_beside(target, flag)
+            staged.append((tmp, target))
+            tmp.write_text(text, encoding="utf-8")
+            os.chmod(tmp, _file_mode(target))
+        for tmp, target in staged:
+            os.replace(tmp, target)
+    except OSError as err:
+        where = staged[-1][1] if staged else next(iter(texts), "")
+        raise PlannerError(f"{flag} {where}: cannot write: {err.strerror or err}") from None
+    finally:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
 
 
 def make_parent(path: str | Path, flag: str = "--out") -> Path:

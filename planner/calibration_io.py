@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import yaml
 
-from planner.atomic import write_text_atomic
+from planner.atomic import write_texts_atomic
 from planner.catalog import FITTED_SOURCE_PREFIX, catalog_dir
 from planner.error_bar import MOE_SUFFIX
 from planner.errors import PlannerError
@@ -146,6 +146,7 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
             theta = 0.0 if abs(result.theta[j]) < 1e-6 * max(abs(upper), 1.0) else float(result.theta[j])
             _set_line(lines, param.field, f"{theta:.4g}", indent, head, start)
             _set_source(lines, param.field, source, indent, start)
+    texts: dict[Path, str] = {}
     for path, lines in edits.items():
         kind, rows = rows_of[path]
         by: dict[str, list[float]] = {}
@@ -159,5 +160,6 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
             "rows": [problem.cases[i].name for i in np.flatnonzero(rows)],
             "cv_error_pct": by,
         }
-        write_text_atomic(path, _replace_calibration("\n".join(lines), block))
+        texts[path] = _replace_calibration("\n".join(lines), block)
+    write_texts_atomic(texts, "--write")  # all the profiles and stacks, or none
     return list(edits)

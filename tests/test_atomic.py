@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from planner.atomic import atomic_path, make_parent, write_text_atomic
+from planner.atomic import atomic_path, make_parent, write_text_atomic, write_texts_atomic
 from planner.errors import PlannerError
 
 
@@ -82,3 +82,35 @@ def test_a_link_at_the_output_path_is_written_through(tmp_path: Path) -> None:
     link.symlink_to(real)
     write_text_atomic(make_parent(link), "new")
     assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_a_file_keeps_its_mode_and_a_new_one_follows_the_umask(tmp_path: Path) -> None:
+    """Every write had chmod-ed its file 0644: a private 0600 file became world-readable, and a
+    umask of 077 was ignored."""
+    private = tmp_path / "private.txt"
+    private.write_text("old")
+    private.chmod(0o600)
+    write_text_atomic(private, "new")
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600 and private.read_text() == "new"
+    old = os.umask(0o077)
+    try:
+        write_text_atomic(tmp_path / "fresh.txt", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "fresh.txt").stat().st_mode) == 0o600
+
+
+def test_several_files_are_written_all_or_none(tmp_path: Path) -> None:
+    """`plan calibrate --write` rewrites profiles and stacks together: a failure on the second left
+    the first rewritten."""
+    first, second = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    first.write_text("old a")
+    second.write_text("old b")
+    (tmp_path / "file").write_text("in the way")
+    with pytest.raises(PlannerError, match=r"^--write .*file/c.yaml: cannot write: "):
+        write_texts_atomic({first: "new a", tmp_path / "file" / "c.yaml": "new c"}, "--write")
+    assert first.read_text() == "old a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml", "file"]
+    write_texts_atomic({first: "new a", second: "new b"}, "--write")
+    assert (first.read_text(), second.read_text()) == ("new a", "new b")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml", "file"]

@@ -24,7 +24,7 @@ from planner.pricing import estimate_mesh
 from planner.runs import UnpriceableError, case_from_row, cases_from_runs, load_runs, price_case
 from planner.schemas import JobSpec, ParallelConfig
 from planner.schemas.hardware import RunCalibration
-from tests.conftest import SAMPLE_RUNS, sample_rows
+from tests.conftest import SAMPLE_RUNS, assert_one_line_error, sample_rows
 
 ROOT = Path(__file__).resolve().parents[1]
 HELDOUT_BLACKWELL = ROOT / "benchmarks" / "data" / "heldout_blackwell_megatron.yaml"  # never fitted
@@ -587,6 +587,27 @@ def test_calibration_written_into_profiles_and_stacks_reads_back(tmp_path: Path,
     io.write_fit(result, "plan calibrate --from-runs runs_sample.yaml", "runs_sample.yaml")
     again = (tmp_path / "hardware_profiles" / "dgx-h100.yaml").read_text()
     assert again.count("calibration:") == 1 and again.count("sustained_tensor_fraction:") == 2  # value + source
+
+
+def test_write_refuses_a_fit_that_fits_nothing(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Rows of one model fit no parameter: --write had dropped every shipped value they do not
+    determine (the profile's sustained fraction, the stack's overheads) and reported success."""
+    import yaml
+
+    import planner.calibration_io as io
+
+    for folder in ("hardware_profiles", "stacks"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    monkeypatch.setattr(io, "catalog_dir", lambda kind: tmp_path / kind)
+    before = (tmp_path / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    sample = yaml.safe_load(SAMPLE_RUNS.read_text())
+    one = {**sample, "runs": [r for r in sample["runs"] if "mpt1b" in r["name"]]}
+    runs = tmp_path / "one_model.yaml"
+    runs.write_text(yaml.safe_dump(one))
+    r = cli("calibrate", "--from-runs", str(runs), "--write")
+    assert_one_line_error(r, "--write: the rows of one_model.yaml fit no parameter", "nothing written")
+    assert (tmp_path / "hardware_profiles" / "dgx-h100.yaml").read_text() == before
+    assert cli("calibrate", "--from-runs", str(runs)).code == 0  # the dry run still reports
 
 
 # ---- the error bar -----------------------------------------------------------------------------

@@ -190,6 +190,12 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     command = "plan calibrate --from-runs " + " ".join(
         shlex.quote(a) for a in [path.name, *[x for g in groups for x in ("--group", g)]]
     )
+    if write and not (np.any(result.free) or np.any(result.transferred)):
+        # written, the shipped values the rows do not determine would only be dropped
+        raise PlannerError(
+            f"--write: the rows of {path.name} fit no parameter (a parameter needs rows of at least two models "
+            "that move it); nothing written, the shipped calibration kept"
+        )
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
     moved = result.problem.uses.any(axis=0)
     pairs = list(zip(result.problem.params, result.theta, result.free, moved, result.transferred, strict=True))
