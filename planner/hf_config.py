@@ -44,6 +44,10 @@ ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
 when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
 bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
 
+USE_SLIDING_WINDOW = "use_sliding_window"
+MAX_WINDOW_LAYERS = "max_window_layers"
+"""Qwen2's switch on its window and the first layer it windows (``_qwen2_window``)."""
+
 SLIDING_WINDOW_PATTERN = "sliding_window_pattern"
 """The key of configs that slide on all but every N-th layer where they list no ``layer_types``
 (Gemma 3's 6, Cohere2's 4: transformers Gemma3TextConfig builds its layer_types default as
@@ -406,6 +410,30 @@ def checkpoint_weights_dtype(quantization: object) -> str | None:
     return QUANT_METHOD_FORMATS.get(method)
 
 
+def _qwen2_window(config: dict[str, Any], spec: dict[str, Any], layers: object, where: str) -> None:
+    """Qwen2's switch on its window (transformers Qwen2Config, Qwen2MoeConfig, Qwen3Config):
+    ``sliding_window`` applies only with ``use_sliding_window`` true ("self.sliding_window =
+    sliding_window if self.use_sliding_window else None"), and then to the layers from
+    ``max_window_layers`` on ("sliding_attention" if i >= max_window_layers). Qwen2 and Qwen2.5
+    ship a 32,768 or 131,072 window with the switch off: read as on, every layer had been priced
+    windowed (2.6x too few attention FLOPs at 64K tokens)."""
+    use = config.get(USE_SLIDING_WINDOW)
+    if use is None:
+        return
+    if not isinstance(use, bool):
+        raise PlannerError(f"{where}: key '{USE_SLIDING_WINDOW}': expected true or false, got {shown_value(use)}")
+    if not use:
+        spec.pop("sliding_window", None)
+        return
+    first = config.get(MAX_WINDOW_LAYERS)
+    if first is None or "layer_types" in spec or not spec.get("sliding_window") or not isinstance(layers, int):
+        return
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise PlannerError(f"{where}: key '{MAX_WINDOW_LAYERS}': expected a layer count >= 0, got {shown_value(first)}")
+    if 0 < layers <= MAX_MODEL_DIMENSION:  # else ModelSpec names the count
+        spec["layer_types"] = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
+
+
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
@@ -470,6 +498,7 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if model_type in TIED_BY_DEFAULT:
         spec.setdefault("tie_word_embeddings", True)
     layers = spec.get("num_hidden_layers")
+    _qwen2_window(config, spec, layers, where)
     windowed = spec.get("sliding_window") and "layer_types" not in spec
     if windowed and isinstance(layers, int) and 0 < layers <= MAX_MODEL_DIMENSION:  # else ModelSpec names it
         period = _hf_size(config, SLIDING_WINDOW_PATTERN, where)

@@ -447,6 +447,24 @@ def test_a_sliding_window_pattern_leaves_every_nth_layer_full(tmp_path: Path) ->
     assert round(m.parameter_counts.total / 1e9, 1) == 27.0  # tied embeddings (Gemma3TextConfig's default)
 
 
+def test_qwen2s_window_applies_only_where_it_is_switched_on(tmp_path: Path) -> None:
+    # Qwen/Qwen2.5-7B's config.json: sliding_window 131072 with use_sliding_window false (transformers
+    # Qwen2Config sets no window then); every layer had been priced windowed
+    q = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+         "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 131072,
+         "sliding_window": 131072, "max_window_layers": 28, "use_sliding_window": False}  # fmt: skip
+    off = load_model(str(_hf(tmp_path, "off", q)))
+    assert off.sliding_window is None and off.num_sliding_layers == 0
+    # switched on, the window runs from layer max_window_layers on
+    on = load_model(str(_hf(tmp_path, "on", {**q, "use_sliding_window": True, "sliding_window": 4096,
+                                              "max_window_layers": 20})))  # fmt: skip
+    assert (on.sliding_window, on.num_sliding_layers, on.layer_types[19], on.layer_types[20]) == (
+        4096, 8, "full_attention", "sliding_attention"
+    )  # fmt: skip
+    with pytest.raises(PlannerError, match="key 'use_sliding_window': expected true or false, got 'no'"):
+        load_model(str(_hf(tmp_path, "bad", {**q, "use_sliding_window": "no"})))
+
+
 def test_routing_keys_and_the_ling_shared_expert_spelling_are_read(tmp_path: Path) -> None:
     # keys that route or weigh the loss are not refused; Ling's num_shared_experts is DeepSeek's
     moe = {**_BASE, "num_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 512,
