@@ -835,18 +835,16 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     elif recompute == "full" and block_layers:
         pins["recompute_layers"] = min(block_layers, per_chunk)
     overrides: dict[str, Any] = {}
-    if isinstance(knobs.get("compile"), bool):
-        overrides["compile"] = knobs["compile"]
-        if (
-            knobs["compile"]
-            and stack.compiles_loss
-            and software_dated_before(knobs.get("software"), COMPILED_LOSS_SINCE)
-        ):
+    # true/false, else unpriceable by name: text such as 'false' or 0 had been read as not stated
+    compiled, async_tp, ep_overlap = (_flag(knobs, k, "knobs") for k in ("compile", "async_tp", "ep_comm_overlap"))
+    if compiled is not None:
+        overrides["compile"] = compiled
+        if compiled and stack.compiles_loss and software_dated_before(knobs.get("software"), COMPILED_LOSS_SINCE):
             overrides["compile_loss"] = False
-    if isinstance(knobs.get("async_tp"), bool):
-        overrides["tp_comm_overlap"] = knobs["async_tp"]
-    if isinstance(knobs.get("ep_comm_overlap"), bool):
-        overrides["ep_comm_overlap"] = knobs["ep_comm_overlap"]
+    if async_tp is not None:
+        overrides["tp_comm_overlap"] = async_tp
+    if ep_overlap is not None:
+        overrides["ep_comm_overlap"] = ep_overlap
     if model.is_moe:
         overrides.update(moe_routing_from(knobs))
     overrides.update(mtp_from(knobs))

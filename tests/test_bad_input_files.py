@@ -276,6 +276,9 @@ def test_an_hf_mapping_of_another_kind_is_refused(extra: dict[str, Any], message
         ("parallel", "zero_stage", True, "parallel.zero_stage True: allowed a stage 0, 1, 2 or 3"),
         ("parallel", "zero_stage", "3", "parallel.zero_stage '3': allowed a stage 0, 1, 2 or 3"),
         ("parallel", "zero_stage", 7, "parallel.zero_stage 7: allowed a stage 0, 1, 2 or 3"),
+        ("knobs", "compile", "false", "knobs.compile is not true or false ('false')"),
+        ("knobs", "async_tp", 0, "knobs.async_tp is not true or false (0)"),
+        ("knobs", "ep_comm_overlap", "no", "knobs.ep_comm_overlap is not true or false ('no')"),
     ],
 )
 def test_a_row_value_of_the_wrong_kind_is_unpriced_by_name(section: str, key: str, value: Any, reason: str) -> None:
