@@ -283,7 +283,8 @@ def test_advice_names_what_the_stack_runs(cli) -> None:
     est = estimate_mesh(
         small,
         load_cluster("dgx-h100x2"),
-        ds.model_copy(update={"dtype": "fp8"}),
+        # a DeepSpeed whose model code ran fp8 (the shipped stack trains none: Stack.fp8_scalings)
+        ds.model_copy(update={"dtype": "fp8", "stack": ds.software.model_copy(update={"fp8_scalings": ("tensor",)})}),
         ParallelConfig(pp=2, dp=8, zero_stage=1),
     )
     (unbalanced,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
@@ -336,3 +337,26 @@ def test_a_stack_without_sequence_parallelism_runs_tp_unsharded(cli) -> None:  #
         cli("estimate", *mesh, "--sequence-parallel"),
         "stack deepspeed has no Megatron sequence parallelism; use --no-sequence-parallel",
     )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("--dtype", "fp8", "--fp8-scaling", "row"), "stack megatron-core scales fp8 per tensor or block"),
+        (("--stack", "torchtitan", "--adam-moments", "bf16"), "stack torchtitan keeps them in fp32"),
+        (("--stack", "torchtitan", "--dropout"), "stack torchtitan's models have no dropout layers"),
+        (("--stack", "deepspeed", "--dtype", "fp8"), "dtype 'fp8': stack deepspeed trains no fp8"),
+    ],
+)
+def test_a_format_the_stack_cannot_train_is_refused_before_it_is_priced(cli, flags, message) -> None:  # type: ignore[no-untyped-def]
+    """Priced, then refused only by the export (or, dropout, exported without it)."""
+    assert_one_line_error(cli("--model", "llama3-8b", "--cluster", "dgx-h100", *flags), message)
+
+
+def test_the_exports_formats_are_their_stacks() -> None:
+    from planner.catalog import load_stack
+    from planner.export.megatron import FP8_RECIPES
+
+    assert set(FP8_RECIPES) == set(load_stack("megatron-core").fp8_scalings)
+    assert load_stack("megatron-core").adam_moments == ("fp32", "bf16")  # the export's --exp-avg-dtype bf16
+    assert load_stack("torchtitan").adam_moments == ("fp32",) and load_stack("deepspeed").fp8_scalings == ()

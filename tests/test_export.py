@@ -931,9 +931,12 @@ def test_megatron_exports_what_its_startup_checks_ask_for_or_refuses(cli) -> Non
     assert_one_line_error(refusal, "torchao's MXFP8, which needs data-centre Blackwell")
     assert cli("export", "-f", "torchtitan", "-m", "llama3-8b", "-c", "dgx-b200", "--dtype", "fp8",
                "--fp8-scaling", "block").code == 0  # fmt: skip
-    row = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling="row")
+    # a torchtitan plan's row-wise fp8 (a Megatron-Core job cannot state it: Stack.fp8_scalings)
+    row = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling="row", stack="torchtitan")
     with pytest.raises(PlannerError, match="fp8 scaling 'row'"):
         megatron_args(llama8, row, one)
+    with pytest.raises(PlannerError, match="stack megatron-core scales fp8 per tensor or block"):
+        JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling="row")
     job = JobSpec(global_batch_size=64, seq_len=4096)
     assert megatron_parser().parse_args(megatron_args(oss, job, ParallelConfig(dp=8, ep=8))).moe_grouped_gemm
     assert "--moe-grouped-gemm" not in megatron_args(llama8, job, one)

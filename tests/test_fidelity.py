@@ -1007,7 +1007,7 @@ def test_block_scaled_fp8_runs_at_the_fitted_fraction() -> None:
         ("torchtitan", "tensor", 1.0, 1.0),
         ("torchtitan-gathering-rows", "row", 1.0, 1.0),  # a stack that says it gathers row-wise fp8
         ("torchtitan", "row", 2.0, 2.0),
-        ("deepspeed", "tensor", 2.0, 2.0),
+        ("tensor-gathering-16-bit", "tensor", 2.0, 2.0),  # a stack that trains fp8 and gathers 16-bit
     ],
 )
 def test_fp8_tp_all_gathers_move_what_the_stack_quantises(
@@ -1019,6 +1019,8 @@ def test_fp8_tp_all_gathers_move_what_the_stack_quantises(
     mesh = MeshArrays.from_configs([ParallelConfig(tp=8, dp=2, sequence_parallel=True)])
     if stack == "torchtitan-gathering-rows":
         stack = load_stack("torchtitan").model_copy(update={"fp8_all_gather_scalings": ("tensor", "row")})
+    if stack == "tensor-gathering-16-bit":
+        stack = load_stack("torchtitan").model_copy(update={"fp8_all_gather_scalings": ()})
     job = JobSpec(global_batch_size=2, seq_len=8192, dtype="fp8", fp8_scaling=scaling, stack=stack)
     elements = 8192 * 8192  # one sequence's tokens x h
     assert float(tp_message_bytes(m, job, mesh)[0]) == elements * 2

@@ -234,6 +234,35 @@ class JobSpec(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _formats_the_stack_runs(self) -> JobSpec:
+        """fp8 scaling, Adam's moments and dropout as the stack has them (``Stack.fp8_scalings``,
+        ``adam_moments``, ``dropout``): a plan had priced them, and only its export said the stack
+        cannot run them (or, for dropout, exported a job without it)."""
+        stack = self.software
+        if self.dtype == "fp8" and not stack.fp8_scalings:
+            from planner.catalog import list_stacks
+
+            runs = [s.name for s in list_stacks() if s.fp8_scalings]
+            raise ValueError(f"dtype 'fp8': stack {stack.name} trains no fp8 (stacks that do: {', '.join(runs)})")
+        if self.dtype == "fp8" and self.fp8_scaling not in stack.fp8_scalings:
+            raise ValueError(
+                f"fp8_scaling '{self.fp8_scaling}' (--fp8-scaling): stack {stack.name} scales fp8 per "
+                f"{' or '.join(stack.fp8_scalings)}"
+            )
+        moments = next(
+            (k for k, v in ADAM_STATE_BYTES_PER_PARAM.items() if v == self.optimizer_state_bytes_per_param), None
+        )
+        if moments is not None and moments not in stack.adam_moments:
+            raise ValueError(
+                f"Adam moments in {moments} (--adam-moments, optimizer_state_bytes_per_param "
+                f"{self.optimizer_state_bytes_per_param:g}): stack {stack.name} keeps them in "
+                + " or ".join(stack.adam_moments)
+            )
+        if self.dropout and not stack.dropout:
+            raise ValueError(f"dropout (--dropout): stack {stack.name}'s models have no dropout layers")
+        return self
+
+    @model_validator(mode="after")
     def _bf16_layers_need_low_precision(self) -> JobSpec:
         if self.bf16_last_layers and not self.low_precision:
             raise ValueError(

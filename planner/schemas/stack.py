@@ -146,6 +146,16 @@ class Stack(Frozen):
         description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
         "instead of the 16-bit one (Transformer Engine does; torchao's Float8Linear keeps the 16-bit input)"
     )
+    fp8_scalings: tuple[Literal["tensor", "row", "block"], ...] = Field(
+        description="The fp8 scalings the stack trains with (``JobSpec.fp8_scaling``): per tensor, per row "
+        "(torchao's rowwise) or per block (MXFP8, or DeepSeek-V3's tiles where the GPU has no MXFP8); empty: "
+        "the stack trains no fp8"
+    )
+    adam_moments: tuple[Literal["fp32", "bf16"], ...] = Field(
+        description="Formats the stack's Adam keeps its two moments in (``JobSpec.optimizer_state_bytes_per_param``: "
+        "12 or 8 bytes per parameter with the fp32 master, ``ADAM_STATE_BYTES_PER_PARAM``)"
+    )
+    dropout: bool = Field(description="The stack's models have dropout layers (``JobSpec.dropout``)")
     fp4_cast_bytes_per_element: PositiveFloat | None = Field(
         None,
         description="HBM bytes per element of a linear's input and output gradient that NVFP4 quantisation "
