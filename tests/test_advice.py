@@ -346,6 +346,7 @@ def test_a_stack_without_sequence_parallelism_runs_tp_unsharded(cli) -> None:  #
         (("--stack", "torchtitan", "--adam-moments", "bf16"), "stack torchtitan keeps them in fp32"),
         (("--stack", "torchtitan", "--dropout"), "stack torchtitan's models have no dropout layers"),
         (("--stack", "deepspeed", "--dtype", "fp8"), "dtype 'fp8': stack deepspeed trains no fp8"),
+        (("--stack", "deepspeed", "--tp-comm-overlap"), "stack deepspeed cannot overlap tensor-parallel collectives"),
     ],
 )
 def test_a_format_the_stack_cannot_train_is_refused_before_it_is_priced(cli, flags, message) -> None:  # type: ignore[no-untyped-def]

@@ -271,6 +271,16 @@ class JobSpec(Frozen):
         return self
 
     @model_validator(mode="after")
+    def _tp_overlap_needs_the_stack(self) -> JobSpec:
+        if self.tp_comm_overlap and self.software.tp_overlap_hidden_fraction == 0:
+            raise ValueError(
+                f"tp_comm_overlap (--tp-comm-overlap): stack {self.software.name} cannot overlap tensor-parallel "
+                "collectives (its tp_overlap_hidden_fraction is 0); megatron-core (userbuffers) and torchtitan "
+                "(async TP) can"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _ep_overlap_needs_the_stack(self) -> JobSpec:
         if self.ep_comm_overlap and self.software.ep_overlap_hidden_fraction == 0:
             raise ValueError(
