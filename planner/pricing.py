@@ -98,6 +98,16 @@ error e of the prediction read as the published run 1 - 1/(1 + e) below it. A re
 checks, not a fitted figure."""
 
 
+def moe_routing_asked(job: JobSpec) -> dict[str, bool]:
+    """Which MoE routing flags the job sets away from their defaults (the dispatcher beside
+    alltoall, token drop or a load imbalance beside natural routing): said to route nothing on a
+    dense model, as --ep-comm-overlap is said to overlap nothing."""
+    return {
+        "--moe-dispatcher": job.moe_dispatcher != "alltoall",
+        "--moe-routing": job.moe_capacity_factor is not None or job.moe_load_imbalance is not None,
+    }
+
+
 def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig, est: Estimate) -> list[str]:
     """Warnings from the field for one estimated mesh (beyond the soft feasibility rules);
     ``job`` is the job as asked, ``est`` may run a grown batch."""
@@ -174,6 +184,10 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
                 )
             )
         )
+    asked = [flag for flag, given in moe_routing_asked(job).items() if given]
+    if asked and not model.is_moe:
+        verb = "route" if len(asked) > 1 else "routes"
+        notes.append(f"{' and '.join(asked)} {verb} nothing: {model.name} has no experts")
     if job.ep_comm_overlap and (not model.is_moe or config.ep == 1):
         notes.append(
             "--ep-comm-overlap has nothing to overlap: "

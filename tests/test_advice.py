@@ -318,6 +318,10 @@ def test_a_stack_refusal_comes_before_a_batch_hint_and_a_void_overlap_is_named(c
     assert_one_line_error(r, "stack deepspeed runs no interleaved pipeline")
     dense = " ".join(cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--ep-comm-overlap").out.split())
     assert "--ep-comm-overlap has nothing to overlap: llama3-8b has no experts" in dense
+    assert "route" not in dense  # no routing flag given
+    routed = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--moe-routing", "drop:1.25",
+                 "--moe-dispatcher", "allgather")  # fmt: skip
+    assert "--moe-dispatcher and --moe-routing route nothing: llama3-8b has no experts" in " ".join(routed.out.split())
     r = cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--ep", "1", "--ep-comm-overlap")
     assert "runs no expert parallelism (ep 1)" in " ".join(r.out.split())
 
