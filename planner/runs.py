@@ -874,27 +874,41 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         raise UnpriceableError(format_message(cluster, job.dtype, job.fp8_scaling))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     check_within_peak(float(published), model, cluster, job)
-    memory = published_peak_memory_bytes(measured)
+    memory = published_peak_memory_bytes(measured, cluster)
     case = RunCase(name, group, float(published), model, cluster, job, pins, profile, stack_name, assumed, memory)
     if recompute is not None:
         check_memory(case)
     return case
 
 
+SLOWEST_PLAUSIBLE_MFU = 1e-3
+"""A published rate below this share of the GPU's dense peak (0.1% MFU) is refused as a typo or a
+figure of another unit: the slowest shipped row runs at 4.4% (Nemotron 3 Super in NVFP4 on B300,
+benchmarks/data/heldout_blackwell_megatron.yaml), and a row at 1e-9 tokens/s had made a 3.5e13%
+MAPE and pulled the fitted sustained fraction to 0.52. A judgement with a 40x margin."""
+
+
 def check_within_peak(published: float, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
     """Refuse a published rate above what the GPU can compute: tokens/s per GPU x the model's FLOPs
     per token (``model_flops_per_token``, Megatron's count, no recompute) past the GPU's dense peak
     in the job's format is more than 100% MFU, a typo or a figure of another unit (the shipped rows
-    reach 64%), and one such row would pull a fit. Raises ``UnpriceableError``."""
+    reach 64%), and one such row would pull a fit; nor one below ``SLOWEST_PLAUSIBLE_MFU`` of it.
+    Raises ``UnpriceableError``."""
     from planner.cost.flops import model_flops_per_token, mtp_layers
 
     peak = cluster.gpu.peak_flops_per_s(job.dtype)
     ceiling = peak / model_flops_per_token(model, job.seq_len, mtp_layers(model, job))
+    said = f"at its dense {job.dtype} peak ({peak / 1e12:,.0f} TFLOP/s) and {model.name}'s FLOPs per token"
     if published > ceiling:
         raise UnpriceableError(
             f"measured.tokens_per_s_per_gpu {published:,.6g} is more than one {cluster.gpu.name} can compute: "
-            f"{ceiling:,.0f} at its dense {job.dtype} peak ({peak / 1e12:,.0f} TFLOP/s) and {model.name}'s FLOPs "
-            "per token"
+            f"{ceiling:,.0f} {said}"
+        )
+    if published < SLOWEST_PLAUSIBLE_MFU * ceiling:
+        raise UnpriceableError(
+            f"measured.tokens_per_s_per_gpu {published:.3g} is below {SLOWEST_PLAUSIBLE_MFU:.1%} MFU on one "
+            f"{cluster.gpu.name} ({SLOWEST_PLAUSIBLE_MFU * ceiling:,.3g} of the {ceiling:,.0f} {said}): a typo or "
+            "another unit"
         )
 
 
@@ -904,10 +918,11 @@ print the allocator's max_reserved in GiB (train.py's ``memory/max_reserved(GiB)
 tables head theirs 'GB' and are read as written."""
 
 
-def published_peak_memory_bytes(measured: dict[str, Any]) -> float | None:
+def published_peak_memory_bytes(measured: dict[str, Any], cluster: ClusterSpec | None = None) -> float | None:
     """The row's measured peak memory per GPU in bytes (``PEAK_MEMORY_UNITS``, else a ``memory``
     text in GiB, ``MEMORY_TEXT``), None where it states none; a value of ``PEAK_MEMORY_UNITS`` that
-    is not a positive finite number makes the row unpriceable."""
+    is not a positive finite number, or (given the ``cluster``) a peak past its GPU's memory, makes
+    the row unpriceable (1e300 GiB had been read and shown as 'inf GiB measured')."""
     for key, unit in PEAK_MEMORY_UNITS.items():
         value = measured.get(key)
         if value is None:
@@ -915,6 +930,11 @@ def published_peak_memory_bytes(measured: dict[str, Any]) -> float | None:
         figure = positive_figure(value)
         if figure is None:
             raise UnpriceableError(f"measured.{key}: {value!r} is not a positive number")
+        if cluster is not None and figure * unit > cluster.gpu.hbm_capacity_bytes:
+            raise UnpriceableError(
+                f"measured.{key} {figure:,.4g} is more than the {cluster.gpu.name}'s "
+                f"{cluster.gpu.hbm_capacity_gib:g} GiB"
+            )
         return figure * unit
     found = MEMORY_TEXT.match(_text(measured.get("memory")))
     return float(found.group(1)) * GIB_BYTES if found else None

@@ -189,6 +189,22 @@ def test_calibrate_from_runs_names_the_first_rows_reason_and_refuses_a_rate_past
     )
 
 
+@pytest.mark.parametrize(
+    ("field", "value", "reason"),
+    [
+        ("tokens_per_s_per_gpu", 1e-9, "measured.tokens_per_s_per_gpu 1e-09 is below 0.1% MFU on one H100 SXM5 80GB"),
+        ("peak_memory_gib", 1e300, "measured.peak_memory_gib 1e+300 is more than the H100 SXM5 80GB's 79.65 GiB"),
+    ],
+)
+def test_a_rate_too_slow_or_a_peak_past_the_gpu_is_unpriced(cli, tmp_path: Path, field, value, reason) -> None:  # type: ignore[no-untyped-def]
+    """1e-9 tokens/s had made a 3.5e13% MAPE and been fitted; 1e300 GiB printed 'inf GiB measured'."""
+    row = yaml.safe_load(SAMPLE_RUNS.read_text())["runs"][0]
+    row["measured"][field] = value
+    runs = tmp_path / "runs.yaml"
+    runs.write_text(yaml.safe_dump({"runs": [row]}))
+    assert_one_line_error(cli("calibrate", "--from-runs", str(runs)), "no row can be priced", reason)
+
+
 # ---- 4. calibrate options the chosen mode ignores, and --name ---------------------------------------------
 def test_calibrate_refuses_options_its_mode_ignores(cli, tmp_path: Path) -> None:
     out = tmp_path / "x.yaml"
