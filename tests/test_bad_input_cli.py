@@ -86,6 +86,17 @@ def test_a_serving_row_value_the_model_refuses_leaves_the_row_unpriced(shape: di
     assert not plans and unpriced[0]["name"] == "x" and said in unpriced[0]["reason"]
 
 
+def test_a_serving_rate_too_slow_to_be_measured_is_refused() -> None:
+    """1e-300 tokens/s had been scored, with a 300-digit error and a broken table."""
+    from planner.catalog import load_cluster, load_model
+    from planner.serving.runs import _check_plausible_rate
+
+    model, h100 = load_model("llama3-8b"), load_cluster("dgx-h100")
+    _check_plausible_rate({"output_tokens_per_s_per_gpu": 1.0}, model, h100)  # 1 token/s: slow, possible
+    with pytest.raises(UnpriceableError, match=r"^measured\.output_tokens_per_s_per_gpu 1e-300 is below 0\.616 "):
+        _check_plausible_rate({"output_tokens_per_s_per_gpu": 1e-300}, model, h100)
+
+
 def test_serving_token_counts_and_figures_that_are_not_finite_are_refused() -> None:
     from planner.serving.runs import _published, _request_rate, parse_tokens
 

@@ -434,6 +434,26 @@ def _published(row: dict[str, Any], count: int, mode: str) -> dict[str, float]:
     return out
 
 
+SLOWEST_PLAUSIBLE_UTILISATION = 1e-5
+"""A published serving rate whose weight FLOPs (2 x active parameters per token) use less than
+this share of the GPU's dense bf16 peak is refused as a typo or another unit: the slowest shipped
+row uses 0.24% (Qwen3-30B-A3B at 32K input on eight RTX PRO 6000), and 1e-300 tokens/s had been
+scored with a 300-digit error. A judgement with a 240x margin."""
+
+
+def _check_plausible_rate(published: dict[str, float], model: ModelSpec, cluster: ClusterSpec) -> None:
+    """Refuse a throughput figure below ``SLOWEST_PLAUSIBLE_UTILISATION`` of the GPU (UnpriceableError)."""
+    peak = cluster.gpu.peak_flops_per_s("bf16")
+    for key in ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu"):
+        rate = published.get(key)
+        floor = SLOWEST_PLAUSIBLE_UTILISATION * peak / (2.0 * model.parameter_counts.active_per_token)
+        if rate is not None and rate < floor:
+            raise UnpriceableError(
+                f"measured.{key} {rate:.3g} is below {floor:.3g} tokens/s per GPU, {SLOWEST_PLAUSIBLE_UTILISATION:.0e} "
+                f"of a {cluster.gpu.name}'s bf16 peak for {model.name}'s weights: a typo or another unit"
+            )
+
+
 def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = None) -> RowPlan:
     """Translate one row (see the module docstring); raises UnpriceableError with the reason."""
     model = model_from_row(row)
@@ -458,6 +478,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     params = (fitted or {}).get(key) or engine.parameters(arch)
     s = Setting(model, cluster, engine, weights, kv, params, resolve_ssm_dtype(model, engine, ssm_dtype_from_row(row)))
     published = _published(row, cluster.num_gpus, mode)
+    _check_plausible_rate(published, model, cluster)
     plan = RowPlan(str(row.get("name")), str(row.get("group")), s, lay, mode, isl, osl, load, published)
     if mode == "max_throughput":
         mem = s.memory(lay, reserved_context(engine, isl, osl))
