@@ -135,6 +135,7 @@ def test_ranking_table_heads_the_band_and_says_what_it_is() -> None:
         (1.0, "1.00"),
         (0.32846, "0.328"),
         (1.23456e-5, "0.0000123"),
+        (1e-300, "1e-300"),
         (0.0, "0"),
     ],
 )

@@ -264,6 +264,7 @@ def test_workload_file(cli, tmp_path) -> None:
         (["--model", "llama70b", "--cluster", "dgx-h100x1", "--weights-dtype", "int3"], ("weights_dtype",)),
         (["--model", "llama70b", "--cluster", "dgx-h100x1", "--engine", "tgi"], ("engine",)),
         (["--model", "llama70b", "--cluster", "dgx-h100x1", "--concurrency", "4", "--request-rate", "2"], ("both",)),
+        (["--model", "llama8b", "--cluster", "dgx-h100x1", "--request-rate", "1e-300"], ("--request-rate", ">= 0.001")),
     ],
 )
 def test_cli_errors_exit_2(cli, args: list[str], words: tuple[str, ...]) -> None:

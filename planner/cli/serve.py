@@ -11,8 +11,9 @@ import typer
 
 from planner.cli.app import app, console, emit_json
 from planner.cli.inputs import model_and_cluster
-from planner.cli.options import JsonOpt, PlotOpt, Target, TopOpt, command, positive_finite
+from planner.cli.options import JsonOpt, PlotOpt, Target, TopOpt, command, finite_in, positive_finite
 from planner.errors import PlannerError
+from planner.serving.schemas import MIN_REQUEST_RATE
 
 
 def _workload(path: Path) -> dict[str, Any]:
@@ -68,7 +69,12 @@ def serve_cmd(
     ] = None,
     request_rate: Annotated[
         float | None,
-        typer.Option("--request-rate", metavar="X", callback=positive_finite, help="Offered load, requests/s."),
+        typer.Option(
+            "--request-rate",
+            metavar="X",
+            callback=finite_in(MIN_REQUEST_RATE, None),
+            help=f"Offered load, requests/s (at least {MIN_REQUEST_RATE:g}).",
+        ),
     ] = None,
     concurrency: Annotated[
         int | None, typer.Option("--concurrency", min=1, metavar="N", help="Requests in flight over the cluster.")

@@ -16,6 +16,12 @@ KvDtype = Literal["bf16", "fp8"]
 EngineName = Literal["vllm", "sglang", "trtllm"]
 
 
+MIN_REQUEST_RATE = 1e-3
+"""The least offered load ``plan serve`` prices, requests/s (one request in 17 minutes): below it
+an engine idles, and 1e-300 requests/s had printed a table of hundreds of zeros and $4e301 per
+million tokens. A judgement."""
+
+
 class ServeRequest(Frozen):
     """A serving question: the workload, the latency targets, the load and the formats."""
 
@@ -23,7 +29,9 @@ class ServeRequest(Frozen):
     output_len: PositiveInt = Field(512, description="Generated tokens per request")
     ttft_s: PositiveFloat | None = Field(None, description="Target time to first token")
     tpot_s: PositiveFloat | None = Field(None, description="Target time per output token")
-    request_rate: PositiveFloat | None = Field(None, description="Offered load, requests/s over the cluster")
+    request_rate: float | None = Field(
+        None, ge=MIN_REQUEST_RATE, description="Offered load, requests/s over the cluster"
+    )
     concurrency: PositiveInt | None = Field(None, description="Requests in flight over the cluster")
     weights_dtype: WeightsDtype | None = Field(
         None,
