@@ -503,3 +503,27 @@ def test_a_profile_rate_too_small_for_any_machine_is_refused(cli, tmp_path: Path
     profile.write_text(text.replace("hbm_bandwidth_tb_per_s: 3.35", "hbm_bandwidth_tb_per_s: 1e-300"))
     r = cli("-m", "llama3-8b", "-c", str(profile))
     assert_one_line_error(r, "field 'gpu.hbm_bandwidth_tb_per_s': Input should be greater than or equal to 0.000001")
+
+
+@pytest.mark.parametrize(
+    ("folder", "file", "field", "new", "said"),
+    [
+        ("hardware_profiles", "dgx-h100.yaml", r"bf16: [0-9.]+", "bf16: 1.0e+300", "field 'gpu.peak_tflops.bf16'"),
+        ("stacks", "megatron-core.yaml", r"^overlap_slowdown: .*$", "overlap_slowdown: 1.0e+300",
+         "field 'overlap_slowdown': Input should be less than or equal to 1"),
+        ("stacks", "megatron-core.yaml", r"^layer_overhead_us: .*$", "layer_overhead_us: 1.0e+300",
+         "layer_overhead_us 1e+300: at most 1e+06"),
+    ],
+)  # fmt: skip
+def test_a_number_too_large_for_any_machine_or_stack_is_refused(
+    cli, tmp_path: Path, folder, file, field, new, said
+) -> None:  # type: ignore[no-untyped-def]
+    """1e300 in a profile or stack priced a 0.0% MFU or a 300-digit step with numpy's overflow warning."""
+    import re
+
+    text = (Path(__file__).parents[1] / folder / file).read_text()
+    path = tmp_path / file
+    path.write_text(re.sub(field, new, text, count=1, flags=re.M))
+    assert new in path.read_text()
+    where = ("-c", str(path)) if folder == "hardware_profiles" else ("-c", "dgx-h100", "--stack", str(path))
+    assert_one_line_error(cli("-m", "llama3-8b", *where), said)

@@ -102,8 +102,17 @@ one-thread bf16 matmul, 0.000275 TFLOP/s, is 275x it): a bound, not a measuremen
 mistyped 1e-300 fails when the profile loads instead of pricing a step of 1e301 s with numpy's
 overflow warning on stderr."""
 
-Rate = Annotated[float, Field(ge=MIN_RATE, allow_inf_nan=False)]
-"""A peak or bandwidth a profile states: finite, at least ``MIN_RATE``."""
+MAX_RATE = 1e9
+"""The largest peak or bandwidth a profile may state: a billion of its unit (1e9 TFLOP/s, 1e9 TB/s
+of HBM, 1e9 GB/s of link), some 60,000x the largest shipped (B300's 15,000 TFLOP/s of fp4): a
+bound, so that a mistyped 1e300 fails when the profile loads instead of pricing a 0.0% MFU."""
+
+Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
+"""A peak or bandwidth a profile states: finite, from ``MIN_RATE`` to ``MAX_RATE``."""
+
+MAX_GEMM_GFLOP = 1e9
+"""The largest GEMM a ``gemm_efficiency_curve`` point may name, GFLOP (1e18 FLOPs, hours on any
+GPU): a bound against typos (1e300 overflowed numpy when the curve was read)."""
 
 
 class GPU(Frozen):
@@ -186,7 +195,7 @@ class GPU(Frozen):
         description="What PyTorch's scaled_dot_product_attention runs here for torchtitan-style callers: "
         "'fa2' (its FLASH backend) or 'fused' (cuDNN, preferred on Blackwell)",
     )
-    gemm_efficiency_curve: list[tuple[PositiveFloat, float]] | None = Field(
+    gemm_efficiency_curve: list[tuple[Annotated[float, Field(gt=0, le=MAX_GEMM_GFLOP)], float]] | None = Field(
         None,
         description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
         "gemm_efficiency for GEMMs, interpolated in log(FLOPs) and clamped at the ends",

@@ -50,6 +50,20 @@ PartialRecompute = Literal["block", "every_nth"]
 ExportFormat = Literal["megatron", "torchtitan", "deepspeed"]
 
 
+STACK_CEILINGS = {
+    "_us": 1e6,
+    "_bytes_per_logit": 1e4,
+    "_bytes_per_element": 1e4,
+    "kernels_per_layer_eager": 1e5,
+    "kernels_per_layer_compiled": 1e5,
+    "selective_recompute_kernels": 1e5,
+}
+"""Upper bounds of a stack's numbers by the unit in their names: a fixed time of a second per
+layer or expert (the fitted ones stay below 50 ms), 10 kB of HBM traffic per logit or element
+(the stacks count 2-100), 100,000 kernels per layer (they count 16-48). Bounds against typos, not
+measurements: 1e300 had priced a 300-digit step with numpy's overflow warning on stderr."""
+
+
 class Stack(Frozen):
     """One training software stack and the defaults it runs with."""
 
@@ -79,8 +93,8 @@ class Stack(Frozen):
         description="Token dispatchers the stack runs for expert parallelism (``JobSpec.moe_dispatcher``); "
         "empty: it trains no MoE models"
     )
-    overlap_slowdown: NonNegativeFloat = Field(
-        description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"
+    overlap_slowdown: float = Field(
+        ge=0, le=1, description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"
     )
     grad_reduce_dtype: Literal["fp32", "bf16"] = Field(description="Format gradients are reduced (and kept) in")
     sharded_weights_are_master: bool = Field(
@@ -304,6 +318,15 @@ class Stack(Frozen):
         # every value a stack sets, booleans and choices too, names the code that decides it
         skip = {"name", "description", "sources", "calibration", "export_format"}
         check_sources(self, self.sources, skip=skip, required=set(type(self).model_fields) - skip)
+        return self
+
+    @model_validator(mode="after")
+    def _within_ceilings(self) -> Stack:
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            ceiling = next((c for suffix, c in STACK_CEILINGS.items() if name.endswith(suffix)), None)
+            if ceiling is not None and isinstance(value, float) and value > ceiling:
+                raise ValueError(f"{name} {value:g}: at most {ceiling:g}")
         return self
 
     @property
