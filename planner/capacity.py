@@ -32,18 +32,20 @@ from planner.schemas.model import ModelSpec
 SECONDS_PER_DAY = 86400.0
 
 
+DEADLINE_DAYS = (1.0 / 24.0, 36525.0)
+"""The deadlines ``plan capacity`` plans for, days: an hour to a century. Shorter is a benchmark,
+not a training run; 1e300 days had printed a 300-digit figure, and 1e-300 searched every node
+count for nothing. A judgement."""
+
+
 def deadline_seconds(days: float) -> float:
-    """``--days`` in seconds: a finite number of days > 0 whose seconds are finite too (1e308 days
-    overflow to inf seconds, which the error names as the days given)."""
-    seconds = days * SECONDS_PER_DAY
-    _check_deadline(seconds, days)
-    return seconds
-
-
-def _check_deadline(deadline_s: float, days: float) -> None:
-    """Refuse a deadline that is not a finite number of seconds > 0, naming the ``days`` given."""
-    if not (math.isfinite(deadline_s) and deadline_s > 0):
-        raise PlannerError(f"--days must be a finite number > 0 (at most about 2e303), got {days:g}")
+    """``--days`` in seconds, within ``DEADLINE_DAYS`` (a non-finite number is refused as such)."""
+    low, high = DEADLINE_DAYS
+    if not (math.isfinite(days) and low <= days <= high):
+        raise PlannerError(
+            f"--days must be a number of days from {low:.4g} (an hour) to {high:g} (a century), got {days:g}"
+        )
+    return days * SECONDS_PER_DAY
 
 
 def node_counts(max_nodes: int) -> list[int]:
@@ -123,7 +125,7 @@ def capacity(
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
     if not format_runs(node, job):  # no node count would change the GPU's tensor cores
         raise PlannerError(format_message(node, job.dtype, job.fp8_scaling))
-    _check_deadline(deadline_s, deadline_s / SECONDS_PER_DAY)
+    deadline_seconds(deadline_s / SECONDS_PER_DAY)  # within DEADLINE_DAYS, as the library's callers give it
     if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
         raise PlannerError(
             f"--max-nodes {max_nodes}: {max_nodes} x {node.gpus_per_node} GPUs is more than the "

@@ -131,8 +131,10 @@ def test_capacity_cli(cli) -> None:
     assert "7.9* " in small and "*: no faster than a smaller node count tried" in small and "6.0* " not in small
     assert_one_line_error(cli(*args), "--days is required")
     assert_one_line_error(cli(*args[:-4], "--days", "7"), "--training-tokens is required: the token budget")
-    # days whose seconds overflow are named as the days given (was "got inf")
-    assert_one_line_error(cli(*args, "--days", "1e308"), "--days must be a finite number > 0", "got 1e+308")
+    # days whose seconds overflow are named as the days given (was "got inf"); an hour to a century
+    # (1e300 days printed a 300-digit figure, 1e-300 searched every node count for nothing)
+    for days in ("1e308", "1e-300", "40000"):
+        assert_one_line_error(cli(*args, "--days", days), "--days must be a number of days from 0.04167 (an hour)")
 
 
 def test_capacity_on_nvl72_racks_keeps_their_64_gpu_segments_where_faster(cli) -> None:
