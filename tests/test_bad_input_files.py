@@ -353,3 +353,14 @@ def test_a_rope_scaling_number_that_is_no_positive_finite_number_is_refused(fact
     with pytest.raises(PlannerError, match=r"rope_scaling.factor must be a finite number > 0"):
         model_from_hf_config({**llama, "rope_scaling": scaling}, "m", "m/config.json")
     assert model_from_hf_config({**llama, "rope_scaling": {**scaling, "factor": 8.0}}, "m", "m").rope_scaling
+
+
+def test_an_mtp_depth_past_any_published_is_refused_in_a_model_file() -> None:
+    """--mtp-layers stopped at 64, a config.json's num_nextn_predict_layers did not (5000 was priced)."""
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+             "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+    with pytest.raises(
+        PlannerError, match="field 'num_nextn_predict_layers': Input should be less than or equal to 64"
+    ):
+        model_from_hf_config({**llama, "num_nextn_predict_layers": 5000}, "m", "m/config.json")
+    assert model_from_hf_config({**llama, "num_nextn_predict_layers": 64}, "m", "m").num_nextn_predict_layers == 64

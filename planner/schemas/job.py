@@ -9,6 +9,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 from planner.errors import PlannerError
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import BYTES_PER_ELEMENT
+from planner.schemas.model import MAX_MTP_LAYERS
 from planner.schemas.stack import MoeDispatcher, Stack
 
 if TYPE_CHECKING:
@@ -52,9 +53,6 @@ MAX_SEQ_LEN = 2**24
 about 10M); with ``MAX_BATCH_SEQUENCES`` a bound that keeps a mistyped size from overflowing the
 cost terms' integer arithmetic, not a measurement."""
 
-MAX_MTP_LAYERS = 64
-"""Most multi-token-prediction layers a job may train: DeepSeek-V3 trains one, and a depth of 64
-is far past any published; a bound, not a measurement."""
 
 MAX_BATCH_SEQUENCES = 2**24
 """Most sequences in one global batch, 16,777,216 (published batches are 1K-64K sequences)."""

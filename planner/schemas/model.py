@@ -131,6 +131,12 @@ ROPE_SCALING_NUMBERS = (
 transformers modeling_rope_utils): each must be finite and positive where stated."""
 
 
+MAX_MTP_LAYERS = 64
+"""Most multi-token-prediction layers a model may carry or a job train: DeepSeek-V3 trains one, and
+a depth of 64 is far past any published; a bound, not a measurement (a model file's 5000 had been
+priced at 20x the step)."""
+
+
 class ModelSpec(Frozen):
     """Architecture of a decoder-only transformer (dense or MoE), or of a hybrid model whose
     layers are Mamba-2, attention, MLP or MoE blocks (``hybrid_override_pattern``).
@@ -272,8 +278,10 @@ class ModelSpec(Frozen):
         "choice only (DeepSeek-V3 HF topk_method 'noaux_tc', e_score_correction_bias; NemotronH's MoE blocks; "
         "Megatron --moe-router-enable-expert-bias). A buffer, not a weight: not priced",
     )
-    num_nextn_predict_layers: NonNegativeInt = Field(
+    num_nextn_predict_layers: int = Field(
         0,
+        ge=0,
+        le=MAX_MTP_LAYERS,
         description="Multi-token-prediction (MTP) modules the model was trained with (DeepSeek-V3: 1); each is a "
         "decoder layer of the last layer's kind plus a 2h x h projection and its own LM head and loss",
     )
