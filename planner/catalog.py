@@ -565,7 +565,9 @@ def load_cluster(
     """
     if isinstance(name_or_path, ClusterSpec):
         if nodes is None and gpus is None:
-            return name_or_path
+            # checked again, as a ModelSpec is: model_copy(update=...) skips the checks (num_gpus 64
+            # on one 8-GPU node had been planned as dp 64)
+            return validate_as(ClusterSpec, name_or_path.model_dump(), f"cluster '{shown(name_or_path.name)}'")
         cluster = _cluster(name_or_path.name, name_or_path.profile, nodes, gpus, name_or_path.name)
         return _recounted(cluster, _catalog_profile_of(name_or_path.name.lower()))
     text = _name_text(name_or_path, "cluster", "ClusterSpec")

@@ -38,6 +38,20 @@ def test_package_api_names_are_functions_after_submodule_imports() -> None:
     assert not hasattr(planner.estimate, "__path__") and type(planner.estimate).__name__ == "function"
 
 
+def test_a_cluster_spec_changed_without_its_checks_is_checked_again() -> None:
+    """model_copy(update=...) skips pydantic's checks: 64 GPUs on one 8-GPU node had been planned
+    as dp 64, as a ModelSpec changed so is not."""
+    import pytest
+
+    import planner
+    from planner.catalog import load_cluster
+
+    node = load_cluster("dgx-h100")
+    with pytest.raises(planner.PlannerError, match="cluster 'dgx-h100': num_gpus 64 exceeds 1 nodes x 8 GPUs"):
+        planner.plan("llama8b", node.model_copy(update={"num_gpus": 64}))
+    assert planner.plan("llama8b", node, top=1).candidates[0].config.parallel.num_gpus == 8
+
+
 def test_library_job_overrides_are_revalidated() -> None:
     import pytest
 
