@@ -36,7 +36,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _whole_numbers_in_range(fn: F) -> F:
-    """Refuse, by the argument's name, an integer argument past a 64-bit integer (``price=10**400``,
+    """Take numpy scalars as the Python numbers they hold; refuse, by the argument's name, an
+    integer argument past a 64-bit integer (``price=10**400``,
     ``tp=10**5000``): float() overflows past about 10**308 and Python will not print one of more
     than 4,300 digits, so the checks further in raised OverflowError and ValueError instead of a
     PlannerError."""
@@ -44,6 +45,12 @@ def _whole_numbers_in_range(fn: F) -> F:
 
     @functools.wraps(fn)
     def checked(*args: Any, **kwargs: Any) -> Any:
+        import numpy as np
+
+        # numpy scalars as the Python numbers they hold: top=np.int64(2) had been refused as not a
+        # whole number while tp=np.int64(8) passed
+        args = tuple(a.item() if isinstance(a, np.generic) else a for a in args)
+        kwargs = {k: v.item() if isinstance(v, np.generic) else v for k, v in kwargs.items()}
         bound = signature.bind_partial(*args, **kwargs)
         for name, value in bound.arguments.items():
             spread = signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD

@@ -103,3 +103,15 @@ def test_library_estimate_resolves_dp_from_the_leftover_gpus() -> None:
     est = planner.estimate("llama70b", "dgx-h100x16", tp=8, pp=2)
     assert est.config.parallel.short() == "tp8 pp2 dp8 cp1 ep1 mbs1 v1 z1 none sp 1f1b"
     assert planner.plan("llama70b", "dgx-h100x16", tp="8", top=1).candidates[0].config.parallel.tp == 8
+
+
+def test_numpy_scalars_are_taken_as_the_numbers_they_hold() -> None:
+    """A notebook's np.int64 had been refused for top, seq_len and max_nodes (and taken for tp)."""
+    import numpy as np
+
+    import planner
+
+    ranked = planner.plan("llama8b", "dgx-h100", top=np.int64(2), seq_len=np.int64(4096))
+    assert len(ranked.candidates) == 2 and ranked.job.seq_len == 4096
+    est = planner.estimate("llama8b", "dgx-h100", tp=np.int64(2), dp=np.int32(4), price=np.float32(5))
+    assert est.config.parallel.tp == 2
