@@ -243,6 +243,15 @@ def test_calibrate_refuses_a_profile_name_that_is_not_a_plain_word(cli, tmp_path
     assert not out.exists()
 
 
+@pytest.mark.parametrize("file", [".yaml", "a b#c.yaml"])
+def test_calibrate_refuses_an_out_file_that_names_no_profile(cli, tmp_path: Path, file: str) -> None:
+    """Without --name the profile is named after --out's file: '.yaml' wrote a profile named '.yaml'."""
+    out = tmp_path / file
+    r = cli("calibrate", "--from", str(tmp_path / "r.json"), "--cluster", "dgx-h100", "--out", str(out))
+    assert_one_line_error(r, f"the profile would be named '{out.stem}' after the file", "give --name")
+    assert not out.exists()
+
+
 def test_a_plain_profile_name_passes() -> None:
     from planner.cli.calibrate import check_profile_name
 

@@ -167,6 +167,15 @@ def test_sweep_argument_errors_name_the_flag() -> None:
     assert parse_ops("all-reduce,send-recv") == ["all_reduce", "send_recv"]
     with pytest.raises(PlannerError, match="--ops: unknown collective 'broadcast'; allowed: all, all-reduce"):
         parse_ops("broadcast")
+    # 'all' among others had been called unknown while the message allowed it; a repeat was swept twice
+    with pytest.raises(PlannerError, match="--ops: 'all' stands alone"):
+        parse_ops("all,all-reduce")
+    with pytest.raises(PlannerError, match="--ops: 'all-reduce' given 2 times; give each collective once"):
+        parse_ops("all-reduce,all-reduce")
+    with pytest.raises(PlannerError, match="--sizes: '2TiB' is not a size; allowed: a positive number up to 1 TiB"):
+        parse_size("2TiB", "--sizes")
+    with pytest.raises(PlannerError, match="up to 1 TiB"):
+        parse_size("1000000000000000", "--sizes")
 
 
 def test_validate_without_torch_says_how_to_install_it() -> None:

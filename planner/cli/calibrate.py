@@ -80,6 +80,11 @@ def calibrate_cmd(
         raise PlannerError("--out is required: where to write the calibrated profile YAML")
     if name is not None:
         check_profile_name(name)
+    elif not PROFILE_NAME.fullmatch(out.stem):
+        raise PlannerError(
+            f"--out {out}: the profile would be named '{out.stem}' after the file, which is no profile name; "
+            "give --name, or a file named as a profile (letters, digits, '-', '_', '.')"
+        )
     from planner.atomic import make_parent
 
     make_parent(out)  # an output that cannot be written fails now, not after the fit

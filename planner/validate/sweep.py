@@ -18,6 +18,10 @@ from planner.validate.schemas import COLLECTIVE_OPS, TermSpec
 from planner.validate.terms import collective_term
 
 SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+MAX_MESSAGE_BYTES = 2**40
+"""The largest message a sweep sends, 1 TiB: more than any GPU's memory holds (a bound; 1e15
+bytes had been accepted)."""
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
 
@@ -25,12 +29,13 @@ def parse_size(text: str, flag: str) -> int:
     """'64KiB', '1MiB', '4MB', '1024' -> bytes; a one-line error naming ``flag`` otherwise."""
     match = _SIZE.match(text)
     unit = match[2].lower() if match else ""
-    if match is None or unit not in SIZE_UNITS or float(match[1]) <= 0:
+    size = float(match[1]) * SIZE_UNITS[unit] if match is not None and unit in SIZE_UNITS else 0.0
+    if not 0 < size <= MAX_MESSAGE_BYTES:
         raise PlannerError(
-            f"{flag}: '{text}' is not a size; allowed: a positive number with an optional unit "
+            f"{flag}: '{text}' is not a size; allowed: a positive number up to 1 TiB with an optional unit "
             f"({', '.join(u for u in ('B', 'KiB', 'MiB', 'GiB', 'KB', 'MB', 'GB'))})"
         )
-    return max(int(float(match[1]) * SIZE_UNITS[unit]), 1)
+    return max(int(size), 1)
 
 
 def parse_sizes(text: str, flag: str) -> list[int]:
@@ -50,8 +55,12 @@ def parse_ops(text: str) -> list[str]:
     if not ops:
         raise PlannerError(f"--ops: give at least one collective; allowed: all, {', '.join(allowed)}")
     for op in ops:
+        if op == "all":
+            raise PlannerError(f"--ops: 'all' stands alone (it sweeps {', '.join(allowed)}); got '{text.strip()}'")
         if op not in allowed:
             raise PlannerError(f"--ops: unknown collective '{op}'; allowed: all, {', '.join(allowed)}")
+        if ops.count(op) > 1:
+            raise PlannerError(f"--ops: '{op}' given {ops.count(op)} times; give each collective once")
     return [op.replace("-", "_") for op in ops]
 
 
