@@ -193,15 +193,15 @@ def plan_capacity(
     racks also on their 64-GPU segments, ``planner.capacity.capacity``). Not named ``capacity``:
     that is the module, which its first import would bind over a function of the same name."""
     from planner.capacity import capacity as capacity_report
-    from planner.capacity import deadline_seconds
+    from planner.capacity import check_one_node, deadline_seconds
     from planner.search import pins_from_config_fields
 
     if isinstance(max_nodes, bool) or not isinstance(max_nodes, int) or max_nodes < 1:
         raise PlannerError(f"max_nodes: expected a whole number >= 1, got {max_nodes!r}")
     if isinstance(days, bool) or not isinstance(days, int | float):
         raise PlannerError(f"days: expected a finite number > 0, got {days!r}")
-    spec, clus = load_model(model), _priced(cluster, price)
-    node = clus.model_copy(update={"num_nodes": 1, "num_gpus": clus.gpus_per_node})
+    spec, node = load_model(model), _priced(cluster, price)
+    check_one_node(node, f"cluster '{node.name}'")
     job_fields, mesh = _split(pins)
     work = _job(spec, job, {**job_fields, "training_tokens": training_tokens})
     return capacity_report(spec, node, work, deadline_seconds(days), max_nodes, pins_from_config_fields(**mesh))

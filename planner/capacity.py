@@ -48,6 +48,16 @@ def deadline_seconds(days: float) -> float:
     return days * SECONDS_PER_DAY
 
 
+def check_one_node(node: ClusterSpec, where: str) -> None:
+    """Refuse a cluster of more than one node (or part of one): capacity chooses the node count
+    itself, and the library had silently planned from one node of a 'dgx-h100x4'."""
+    if node.num_nodes > 1 or node.num_gpus != node.gpus_per_node:
+        raise PlannerError(
+            f"{where}: plan capacity chooses the node count itself; give one node of the profile "
+            f"({node.profile.name}), without a node count, --nodes or --gpus"
+        )
+
+
 def node_counts(max_nodes: int) -> list[int]:
     """Node counts tried: 1, 2, 3, 4, 6, 8, 12, 16, ... (2^k and 1.5 * 2^k) up to ``max_nodes``,
     the sizes clusters are usually carved into. Neighbours differ by at most 1.5x, so when time

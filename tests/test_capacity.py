@@ -172,7 +172,10 @@ def test_library_plan_capacity_is_the_capacity_search_with_pins() -> None:
     llama8 = load_model("llama3-8b")
     job = default_job(llama8, training_tokens=1e12)
     direct = capacity(llama8, load_cluster("gb200-nvl72"), job, deadline_s=10 * SECONDS_PER_DAY, max_nodes=2)
-    assert planner.plan_capacity("llama3-8b", "gb200-nvl72x4", 1e12, 10, max_nodes=2) == direct  # the profile's racks
+    assert planner.plan_capacity("llama3-8b", "gb200-nvl72", 1e12, 10, max_nodes=2) == direct
+    # a node count is the CLI's refusal too (the library had planned from one rack of the four silently)
+    with pytest.raises(planner.PlannerError, match="cluster 'gb200-nvl72x4': plan capacity chooses the node count"):
+        planner.plan_capacity("llama3-8b", "gb200-nvl72x4", 1e12, 10, max_nodes=2)
     pinned = planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 10, max_nodes=2, tp=2)
     assert [r.mesh.split()[0] for r in pinned.rows if r.mesh] == ["tp2", "tp2"]
 

@@ -127,7 +127,7 @@ def capacity_cmd(
     Tries 1, 2, 3, 4, 6, 8, 12, ... nodes up to --max-nodes, each with a full search, then the counts
     between the last that misses the deadline and the first that meets it, halving the gap, so the
     answer is the fewest nodes that meet it (and again for the slow end of the error band)."""
-    from planner.capacity import capacity, deadline_seconds
+    from planner.capacity import capacity, check_one_node, deadline_seconds
 
     if job.training_tokens is None:
         raise PlannerError("--training-tokens is required: the token budget to train on (15T, 300B, 2.5e12)")
@@ -135,11 +135,7 @@ def capacity_cmd(
         raise PlannerError("--days is required (the deadline in days)")
     deadline_s = deadline_seconds(days)
     spec, node, work = model_cluster_job(target, job)
-    if node.num_nodes > 1 or node.num_gpus != node.gpus_per_node:
-        raise PlannerError(
-            f"--cluster {target.cluster}: plan capacity chooses the node count itself; give one node of the profile "
-            f"({node.profile.name}), without a node count, --nodes or --gpus"
-        )
+    check_one_node(node, f"--cluster {target.cluster}")
     report = capacity(spec, node, work, deadline_s, max_nodes)
     if as_json:
         emit_json(report.model_dump(mode="json"))
