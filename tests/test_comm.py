@@ -222,3 +222,21 @@ def test_a_moe_layer_counts_the_tp_collectives_of_its_own_linears(model: str, st
     job = default_job(spec, stack=stack)
     assert tp_linear_inputs(spec, job, np.array([1.0]), np.array([1.0]))[0] == per_moe_layer
     assert tp_linear_inputs(spec, job, np.array([1.0]), np.array([0.0]))[0] == 2.0  # a dense layer
+
+
+def test_a_switchless_node_gives_a_group_the_links_among_its_members() -> None:
+    """MI300X's xGMI mesh: 7 links of 64 GB/s (48 usable) to 7 peers, no switch. A TP 2 ring or a
+    send drives one link, an 8-GPU ring all 7 (priced at 448 GB/s for every group before); NVSwitch
+    gives every group the whole bandwidth."""
+    mi = load_cluster("mi300xx2")
+    full = mi.intra_node.bus_bandwidth_bytes_per_s
+    assert full == pytest.approx(448e9 * 0.75)
+    link = group_link(mi, np.array([2, 4, 8, 16]), np.array([1, 1, 1, 1]))
+    # 16 ranks cross the two nodes with 8 members in each: their 7 links, then the NICs
+    assert link.intra_bytes_per_s == pytest.approx(full * np.array([1, 3, 7, 7]) / 7)
+    assert np.asarray(link.p2p_bytes_per_s)[:3] == pytest.approx([full / 7] * 3)
+    assert float(np.asarray(link.p2p_bytes_per_s)[3]) == mi.inter_node.bus_bandwidth_bytes_per_s
+    h100 = load_cluster("dgx-h100x2")
+    nv = group_link(h100, np.array([2, 8]), np.array([1, 1]))
+    assert np.all(nv.intra_bytes_per_s == h100.intra_node.bus_bandwidth_bytes_per_s)
+    assert np.all(np.asarray(nv.p2p_bytes_per_s) == h100.intra_node.bus_bandwidth_bytes_per_s)

@@ -22,6 +22,9 @@ domain it has fewest in (at least 1). What the slow tier then delivers depends o
       BW = min(intra, k * inter). This is why nccl-tests' multi-node busbw approaches a node's
       aggregate NIC bandwidth when all its GPUs take part.
   send/recv (PP, the CP ring): one hop through one NIC: BW = inter.
+A switchless fast tier (MI300X's xGMI mesh, ``Interconnect.point_to_point_links`` L) gives a
+collective over m GPUs of a domain m - 1 of its L links (BW = intra * (m-1)/L) and a send one
+(intra / L): a TP 2 group there moves 1/7 of what TP 8 does.
   all-to-all (EP): each rank sends (n-k)/n of its buffer through its own NIC and (k-1)/n over
       the fast tier, concurrently; the slower of the two sets the time. A DeepEP/HybridEP dispatch
       sends a token through the NIC once per other domain holding one of its experts and forwards
@@ -50,11 +53,12 @@ class GroupLink:
     size: np.ndarray
     tier: np.ndarray
     per_domain: np.ndarray
-    intra_bytes_per_s: float
+    intra_bytes_per_s: np.ndarray | float
     inter_bytes_per_s: float
     latency_s: np.ndarray
     in_network_bytes_per_s: np.ndarray  # 0 where the tier has no (measured) in-network reduction
     in_network_latency_s: np.ndarray
+    intra_send_bytes_per_s: np.ndarray | float | None = None  # one send on the fast tier (None: intra's)
 
     @property
     def crosses(self) -> np.ndarray:
@@ -68,8 +72,10 @@ class GroupLink:
 
     @property
     def p2p_bytes_per_s(self) -> np.ndarray:
-        """Bandwidth of one send/recv hop: one NIC when it leaves the domain."""
-        return np.where(self.crosses, self.inter_bytes_per_s, self.intra_bytes_per_s)
+        """Bandwidth of one send/recv hop: one NIC when it leaves the domain, one link of a
+        switchless domain inside it (``Interconnect.send_share``)."""
+        send = self.intra_bytes_per_s if self.intra_send_bytes_per_s is None else self.intra_send_bytes_per_s
+        return np.where(self.crosses, self.inter_bytes_per_s, send)
 
 
 def crosses_domains(
@@ -96,11 +102,17 @@ def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span:
     crosses = crosses_domains(cluster, size, stride, span)
     per_domain = np.clip(np.gcd(domain, span) // stride, 1, np.maximum(size, 1))
     intra, inter = cluster.intra_node, cluster.inter_node
+    # a switchless domain gives a collective the links among its members there (Interconnect.members_share)
+    members = np.where(crosses, per_domain, size)
+    switchless = intra.point_to_point_links is not None
     return GroupLink(
         size=size,
         tier=np.where(size <= 1, TIER_NONE, np.where(crosses, TIER_INTER, TIER_INTRA)),
         per_domain=per_domain,
-        intra_bytes_per_s=intra.bus_bandwidth_bytes_per_s,
+        intra_bytes_per_s=intra.bus_bandwidth_bytes_per_s * intra.members_share(members)
+        if switchless
+        else intra.bus_bandwidth_bytes_per_s,
+        intra_send_bytes_per_s=intra.bus_bandwidth_bytes_per_s * intra.send_share if switchless else None,
         inter_bytes_per_s=inter.bus_bandwidth_bytes_per_s,
         latency_s=np.where(crosses, inter.latency_s, intra.latency_s),
         in_network_bytes_per_s=np.where(crosses, inter.in_network_bytes_per_s, intra.in_network_bytes_per_s),

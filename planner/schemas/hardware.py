@@ -380,6 +380,13 @@ class Interconnect(Frozen):
         description="GPUs of one fast domain a job larger than the domain is given (a scheduler's aligned "
         "segment, e.g. 16 trays = 64 GPUs of an NVL72 rack); None: the whole domain",
     )
+    point_to_point_links: PositiveInt | None = Field(
+        None,
+        description="A switchless, fully connected domain (AMD MI300X's xGMI: 7 links to 7 peers): "
+        "bandwidth_gb_per_s is this many point-to-point links together, so a collective over m GPUs of the "
+        "domain drives m - 1 of them and a send one (``cost.comm.group_link``); None: a switch (NVSwitch) gives "
+        "any group of the domain the full bandwidth",
+    )
     in_network_reduction: Literal["none", "nvls", "sharp"] = "none"
     in_network_efficiency: float | None = Field(
         None, gt=0, le=1, description="In-network all-reduce: achieved fraction of the link bandwidth"
@@ -409,6 +416,20 @@ class Interconnect(Frozen):
     def bus_bandwidth_bytes_per_s(self) -> float:
         """Achievable bus bandwidth per GPU: datasheet bandwidth times measured efficiency."""
         return self.bandwidth_gb_per_s * GB_BYTES * self.bus_efficiency
+
+    def members_share(self, members: np.ndarray) -> np.ndarray:
+        """Share of the bandwidth a collective over ``members`` GPUs of one domain drives: all of it
+        through a switch; on ``point_to_point_links`` the m - 1 links to the other members (a ring
+        or an all-to-all runs over every link between them: RCCL's rings on MI300X's mesh)."""
+        links = self.point_to_point_links
+        if links is None:
+            return np.ones(np.shape(members))
+        return np.clip((np.asarray(members, dtype=float) - 1.0) / links, 1.0 / links, 1.0)
+
+    @property
+    def send_share(self) -> float:
+        """Share of the bandwidth one send drives: one link of ``point_to_point_links``, else all."""
+        return 1.0 / (self.point_to_point_links or 1)
 
     @property
     def latency_s(self) -> float:

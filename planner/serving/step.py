@@ -253,9 +253,8 @@ def tp_all_reduce_s(s: Setting, lay: Layouts, message_bytes: np.ndarray) -> np.n
     ring = all_reduce_s(message_bytes, link)
     if not s.engine.custom_all_reduce or s.engine.custom_all_reduce_latency_us is None:
         return ring
-    one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) * message_bytes / (
-        s.cluster.intra_node.bus_bandwidth_bytes_per_s
-    )
+    # (t-1) buffers over the links among the group (all of a switch's, t-1 of a switchless mesh's)
+    one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) * message_bytes / link.intra_bytes_per_s
     inside = lay.tp <= s.cluster.fast_domain_gpus
     return np.where((lay.tp > 1) & inside, np.minimum(ring, one_shot), ring)
 
