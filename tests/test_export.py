@@ -1119,3 +1119,21 @@ def test_the_selective_recompute_note_speaks_only_where_the_plan_priced_another_
         said[stack] = [n for n in render(fmt, model, job, config).notes if "attention core" in n]
     assert said["torchtitan"] == [] and len(said["megatron-core"]) == 1
     assert "megatron-core's selective recompute" in said["megatron-core"][0]
+
+
+def test_more_chunks_than_layers_export_through_a_layout_with_embedding_and_loss_chunks() -> None:
+    """Llama-3.1-405B's 126 layers on pp 16 x v 8 = 128 chunks: the plan's layout gives the embedding
+    and the loss a chunk each, which Megatron-Core's validate_layer_layout takes; the export had
+    refused every such mesh ('at most one per layer'), the open search's winner on 64 DGX-H100."""
+    model = load_model("llama3-405b")
+    job = default_job(model, global_batch_size=256)
+    config = ParallelConfig(
+        tp=4, pp=16, dp=2, cp=4, virtual_stages=8, schedule="interleaved-1f1b", sequence_parallel=True
+    )
+    args = megatron_args(model, job, config)
+    layout = args[args.index("--pipeline-model-parallel-layout") + 1]
+    assert layout == "E|(t|)*126L"
+    layers = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
+    megatron = layers.PipelineParallelLayerLayout(layout, pipeline_model_parallel_size=16)
+    megatron.validate_layer_layout(num_layers=126, mtp_num_layers=None)
+    assert megatron.virtual_pipeline_model_parallel_size == 8

@@ -112,7 +112,11 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         # megatron/core/transformer/transformer_config.py __post_init__: "When using expert
         # parallelism and tensor parallelism, sequence parallelism must be used".
         raise refuse(TARGET, "tp > 1 with ep > 1 and no sequence parallelism", "add --sequence-parallel")
-    if model.num_hidden_layers < config.pp * config.virtual_stages:
+    if model.num_hidden_layers < config.pp * config.virtual_stages and (
+        model.is_hybrid or config.pp == 1 or pipeline_layout(model, job, config) is None
+    ):
+        # more chunks than layers only through a layout whose embedding and loss fill chunks of their own
+        # (Megatron-Core's validate_layer_layout takes an 'E' or 'L' stage: 'E|(t|)*126L' on 128 chunks)
         raise refuse(TARGET, f"pp*virtual_stages = {config.pp * config.virtual_stages}", "at most one per layer")
     num_microbatches(TARGET, job, config)
 
