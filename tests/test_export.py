@@ -148,6 +148,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--tp-comm-overlap",
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
+        "--fp8-param-gather",
         "--group-query-attention",
         "--swiglu",
         "--quick-geglu",

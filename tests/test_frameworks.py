@@ -192,7 +192,11 @@ TORCHTITAN_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("llama3-70b", dict(dp=32, cp=4, micro_batch_size=2, zero_stage=2, recompute="full"), {}),
     ("llama3-8b", dict(dp=64, zero_stage=0, micro_batch_size=4), {"stack": "torchtitan"}),
     ("llama3-405b", dict(tp=8, pp=8, dp=4, zero_stage=3, recompute="full", recompute_layers=4), {}),
-    ("qwen3-30b-a3b", dict(tp=2, dp=8, ep=8, expert_tp=2, zero_stage=3), {"dtype": "fp8", "fp8_scaling": "row"}),
+    (
+        "qwen3-30b-a3b",
+        dict(tp=2, dp=8, ep=8, expert_tp=2, zero_stage=3),
+        {"dtype": "fp8", "fp8_scaling": "row", "stack": "torchtitan"},
+    ),
     ("qwen3-30b-a3b", dict(tp=2, dp=16, ep=8, zero_stage=2), {"dtype": "fp8", "fp8_scaling": "block"}),
     ("qwen3-235b-a22b", dict(dp=64, ep=16, zero_stage=3, recompute="full"), {}),
     ("deepseek-v3", dict(tp=8, pp=4, dp=4, ep=8, virtual_stages=2, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
@@ -369,8 +373,16 @@ TORCHTITAN03_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("qwen3-30b-a3b", dict(tp=2, dp=8, ep=8, zero_stage=3), {}),
     ("qwen3-30b-a3b", dict(pp=2, dp=8, ep=4, zero_stage=2, schedule="dualpipev"), {}),
     ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
-    ("deepseek-v3", dict(pp=8, dp=8, ep=8, zero_stage=3), {"mtp_layers": 0, "dtype": "fp8", "fp8_scaling": "row"}),
-    ("llama3-405b", dict(tp=8, pp=8, dp=4, zero_stage=3, recompute="full"), {"dtype": "fp8", "fp8_scaling": "row"}),
+    (
+        "deepseek-v3",
+        dict(pp=8, dp=8, ep=8, zero_stage=3),
+        {"mtp_layers": 0, "dtype": "fp8", "fp8_scaling": "row", "stack": "torchtitan"},
+    ),
+    (
+        "llama3-405b",
+        dict(tp=8, pp=8, dp=4, zero_stage=3, recompute="full"),
+        {"dtype": "fp8", "fp8_scaling": "row", "stack": "torchtitan"},
+    ),
     ("llama3-8b", dict(dp=64, zero_stage=3), {"dtype": "fp8", "fp8_scaling": "block"}),
 ]
 """FSDP (ZeRO-2/3), replicas (ZeRO-0), TP with and without sequence parallelism, CP (on the

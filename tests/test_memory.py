@@ -283,3 +283,39 @@ def test_the_ep_overlap_warm_up_chunk_stays_within_the_step() -> None:
 
     assert activations(16, True) == activations(16, False)
     assert activations(32, True) > activations(32, False)
+
+
+@pytest.mark.parametrize(
+    ("stack", "zero", "scaling", "architecture", "linear_bytes", "gathered_bytes"),
+    [
+        # Megatron-Core with --fp8-param-gather: fp8 parameters; Hopper keeps the transpose the
+        # input-gradient GEMM takes, Blackwell's non-TN GEMMs need none, MXFP8 keeps both copies
+        ("megatron-core", 1, "tensor", "hopper", 2.0, 1.0),
+        ("megatron-core", 1, "tensor", "blackwell", 1.0, 1.0),
+        ("megatron-core", 1, "block", "blackwell", 2.0 + 2 / 32, 2.0),  # MXFP8 gathered in bf16
+        # plain DDP: no fp8 parameters, the bf16 weight and Transformer Engine's cached fp8 copies
+        ("megatron-core", 0, "tensor", "hopper", 4.0, 2.0),
+        # torchao casts per use: the bf16 weight alone
+        ("torchtitan", 3, "tensor", "hopper", 2.0, 2.0),
+    ],
+)
+def test_fp8_linear_weights_at_rest_and_gathered(
+    stack, zero, scaling, architecture, linear_bytes, gathered_bytes
+) -> None:  # type: ignore[no-untyped-def]
+    """The weights a Megatron-Core fp8 plan holds and gathers: the export writes --fp8-param-gather
+    (as Megatron-Bridge's fp8 recipes set it), the memory had counted a bf16 copy alone everywhere."""
+    from planner.cost.memory import linear_weight_bytes_per_param
+    from planner.cost.traffic import dp_buffers_bytes
+
+    m = load_model("llama3-8b")
+    job = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling=scaling, stack=stack)
+    mesh = _mesh(dp=8, zero_stage=zero)
+    assert float(linear_weight_bytes_per_param(job, mesh, architecture)[0]) == pytest.approx(linear_bytes)
+    params = rank_params(m, mesh, np.array([32]), np.array([0]), 0, np.array([True]), np.array([True]))
+    linear = float(params.dense_linear[0])
+    assert linear == pytest.approx(32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336), rel=1e-12)
+    (_, _), (dense, _) = dp_buffers_bytes(job, mesh, params)
+    others = float(params.dense[0]) - linear  # the embedding, LM head and norms stay 16-bit
+    assert float(dense[0]) == pytest.approx(others * 2.0 + linear * gathered_bytes)
+    bf16 = JobSpec(global_batch_size=64, seq_len=4096, stack=stack)
+    assert float(linear_weight_bytes_per_param(bf16, mesh, architecture)[0]) == 2.0

@@ -41,7 +41,15 @@ from functools import cached_property
 
 import numpy as np
 
-from planner.cost.flops import attention_dims, flash_attention_runs, mtp_layers, mtp_projection_params
+from planner.cost.flops import (
+    attention_dims,
+    dense_layer_matmul_params,
+    flash_attention_runs,
+    moe_layer_active_matmul_params,
+    mtp_layers,
+    mtp_projection_params,
+    routed_matmul_params,
+)
 from planner.cost.params import largest_dense_layer, mamba_in_proj_width
 from planner.cost.pipeline import (
     RankLayers,
@@ -55,7 +63,7 @@ from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays
 from planner.schedules import per_schedule_constant
-from planner.schemas.hardware import ClusterSpec
+from planner.schemas.hardware import NON_TN_FP8_ARCHITECTURES, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -70,6 +78,32 @@ publishes its peak, so for those stacks it is the other stacks' figure, not a me
 their own. A measured peak is then up to predicted / (1 - MEMORY_UNDERCOUNT) (x1.14):
 ``pricing.advice`` warns when that exceeds the GPU's memory, and a job's ``memory_headroom`` of
 this share asks the search for exactly that margin."""
+
+
+FP8_SCALE_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 0.0, "row": 0.0, "block": 1.0 / 32.0}
+"""Scale bytes per element of an fp8 copy: MXFP8's E8M0 byte per 32 elements; a tensor's single
+fp32 scale and a row's (one per h >= 4096 elements) are left out."""
+
+
+FP8_PARAM_GATHER_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 1.0, "row": 1.0, "block": 2.0}
+"""Bytes per linear weight element the data-parallel parameter all-gather moves where the weights
+are fp8 parameters (``Stack.fp8_primary_weights``): a per-tensor Float8Tensor's fp8 data; MXFP8
+(and Float8BlockScaling) parameters are gathered in bf16 through the gradient buffer and quantised
+on arrival (Megatron-Core distributed/param_and_grad_buffer.py: "param buffer is not mapped to
+model params for MXFP8 case. The paramaters are cast from bf16 to MXFP8 during copy";
+reuse_grad_buf_for_mxfp8_param_ag; fp8_utils.uses_grad_buffer_for_fp8_param_gather)."""
+
+
+def fp8_weight_copies_bytes(job: JobSpec, architecture: str | None) -> float:
+    """Bytes per element of a linear weight's fp8 copies kept for a step: the row-wise copy the
+    forward GEMM takes, and the copy the backward's input-gradient GEMM takes where it needs another
+    (MXFP8's column-wise copy always; a per-tensor or row-scaled transpose unless the stack's GEMMs
+    take the non-TN layout the architecture has, ``Stack.fp8_non_tn_gemms``), each with its scales.
+    Transformer Engine keeps both once made (Float8Tensor's cached transpose, MXFP8Tensor's
+    row-wise and column-wise data)."""
+    non_tn = job.software.fp8_non_tn_gemms and architecture in NON_TN_FP8_ARCHITECTURES
+    second = 0.0 if job.fp8_scaling != "block" and non_tn else 1.0
+    return (1.0 + second) * (1.0 + FP8_SCALE_BYTES_PER_ELEMENT[job.fp8_scaling])
 
 
 def undercount_safe_bytes(capacity_bytes: float) -> float:
@@ -322,11 +356,14 @@ class StageMemory:
 
 @dataclass(frozen=True)
 class RankParams:
-    """Parameters one rank of the worst stage holds, split by how they are sharded (columns)."""
+    """Parameters one rank of the worst stage holds, split by how they are sharded (columns), and
+    of the dense ones those that are linear layers' weights (what fp8 quantises; every expert
+    parameter is one, their biases aside)."""
 
     dense: np.ndarray  # sharded over dp*cp by ZeRO
     expert: np.ndarray  # sharded over expert-DP by ZeRO
     largest_layer: np.ndarray  # ZeRO-3 gathers this much per layer in use
+    dense_linear: np.ndarray | float = 0.0  # of ``dense``: the layers' linear weights
 
 
 def rank_params(
@@ -349,6 +386,13 @@ def rank_params(
     dense_layers = layers - moe_layers
     moe_non_expert = c.moe_layer - c.moe_experts_per_layer  # attention (not in a hybrid's), norms, shared, router
     dense = (dense_layers * c.dense_layer + moe_layers * moe_non_expert) / t
+    # the linears of those layers: a MoE layer's attention and shared experts, not its fp32 router
+    moe_linear = (
+        moe_layer_active_matmul_params(model)
+        - routed_matmul_params(model)
+        - model.hidden_size * (model.num_experts_total if model.is_moe else 0)
+    )
+    linear = (dense_layers * dense_layer_matmul_params(model) + moe_layers * moe_linear) / t
     # Tied embeddings: with p > 1 the last stage keeps its own copy of the embedding matrix as
     # the LM head (Megatron-LM's shared embedding, synchronised by an all-reduce).
     head_params = c.lm_head if c.lm_head else np.where(mesh.pp > 1, c.embedding, 0)
@@ -360,7 +404,7 @@ def rank_params(
         largest_dense_layer(model) / t, np.where(moe_layers > 0, moe_non_expert / t + experts_on_rank, 0.0)
     )
     copies = per_schedule_constant(mesh.schedule, lambda s: s.parameter_copies)  # DualPipe keeps two
-    return RankParams(dense=dense * copies, expert=expert * copies, largest_layer=largest)
+    return RankParams(dense=dense * copies, expert=expert * copies, largest_layer=largest, dense_linear=linear * copies)
 
 
 def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankParams:
@@ -378,14 +422,33 @@ def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankPa
         dense=np.maximum(a.dense, b.dense),
         expert=np.maximum(a.expert, b.expert),
         largest_layer=np.maximum(a.largest_layer, b.largest_layer),
+        dense_linear=np.maximum(a.dense_linear, b.dense_linear),
     )
 
 
-def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def linear_weight_bytes_per_param(job: JobSpec, mesh: MeshArrays, architecture: str | None) -> np.ndarray:
+    """Bytes a linear layer's weight holds per parameter at rest (columns): the 16-bit copy in
+    16-bit training; under fp8, only its fp8 copies where the stack keeps fp8 weights as the
+    parameters (``Stack.fp8_primary_weights``, with a sharded optimizer: Megatron's
+    --fp8-param-gather), else the 16-bit copy plus the fp8 copies where the stack caches them for
+    the step (``Stack.fp8_weight_cache``: Transformer Engine), else the 16-bit copy alone (torchao
+    casts per use). ``fp8_weight_copies_bytes`` counts the copies."""
+    w = np.full(len(mesh), job.weight_bytes_per_param)
+    if job.dtype != "fp8":
+        return w
+    stack, fp8 = job.software, fp8_weight_copies_bytes(job, architecture)
+    cached = w + fp8 if stack.fp8_weight_cache else w
+    return np.where(stack.fp8_primary_weights & (mesh.zero_stage >= 1), fp8, cached)
+
+
+def model_state_bytes(
+    job: JobSpec, mesh: MeshArrays, params: RankParams, architecture: str | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer) bytes per GPU under the mesh's ZeRO stage. The optimizer's
-    bytes hold the full-precision master copy; the weights are the 16-bit copy the model computes
-    with, which FSDP stacks keep only for the gathered layers under ZeRO-3
-    (``Stack.sharded_weights_are_master``)."""
+    bytes hold the full-precision master copy; the weights are the copy the model computes with,
+    which FSDP stacks keep only for the gathered layers under ZeRO-3
+    (``Stack.sharded_weights_are_master``): 16-bit, its linears' under fp8 as
+    ``linear_weight_bytes_per_param`` says (on a GPU of ``architecture``)."""
     dpc = (mesh.dp * mesh.cp).astype(float)
     edp = mesh.expert_dp.astype(float)
     z = mesh.zero_stage
@@ -396,12 +459,16 @@ def model_state_bytes(job: JobSpec, mesh: MeshArrays, params: RankParams) -> tup
     w_d, w_e = shard(3)
     g_d, g_e = shard(2)
     o_d, o_e = shard(1)
-    gathered = np.where(z >= 3, 2.0 * params.largest_layer, 0.0)
-    own = params.dense / w_d + params.expert / w_e
+    w = job.weight_bytes_per_param
+    linear_w = linear_weight_bytes_per_param(job, mesh, architecture)
+    # the gathered working set and the own shard, their linear weights at linear_w (a gathered layer
+    # is taken as all linear: its norms and biases are a rounding error)
+    gathered = np.where(z >= 3, 2.0 * params.largest_layer, 0.0) * linear_w
+    own = (params.dense - params.dense_linear) / w_d * w + (params.dense_linear / w_d + params.expert / w_e) * linear_w
     # FSDP's shard is the optimizer's master copy (Stack.sharded_weights_are_master): only the
-    # gathered working set is 16-bit
+    # gathered working set is kept for compute
     own = np.where((z >= 3) & job.software.sharded_weights_are_master, 0.0, own)
-    weights = (own + gathered) * job.weight_bytes_per_param
+    weights = own + gathered
     grads = (params.dense / g_d + params.expert / g_e) * job.gradient_bytes_per_param
     optimizer = (params.dense / o_d + params.expert / o_e) * job.optimizer_state_bytes_per_param
     return weights, grads, optimizer
@@ -549,7 +616,7 @@ def stage_memory(
     on_first, on_last = both_ends | first, both_ends | (not first)
     layers, moe_layers, mtp = stage_layers(model, job, mesh, first, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
-    weights, grads, optimizer = model_state_bytes(job, mesh, params)
+    weights, grads, optimizer = model_state_bytes(job, mesh, params, cluster.gpu.architecture)
     tokens = mesh.tokens_per_rank(job.seq_len)
     acts = stage_activations(model, job, mesh, layers, moe_layers, per_layer)
     # the EP overlap's extra warm-up chunk, within the step's micro-batches (Megatron-Core caps the

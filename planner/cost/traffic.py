@@ -47,7 +47,7 @@ import numpy as np
 
 from planner.cost import comm
 from planner.cost.flops import attention_dims
-from planner.cost.memory import RankParams, kv_heads_per_rank
+from planner.cost.memory import FP8_PARAM_GATHER_BYTES_PER_ELEMENT, RankParams, kv_heads_per_rank
 from planner.cost.recompute import recomputes_dispatch
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
@@ -311,13 +311,21 @@ def pp_sends_per_step(mesh: MeshArrays, m: np.ndarray) -> np.ndarray:
 
 
 def dp_buffers_bytes(
-    job: JobSpec, params: RankParams
+    job: JobSpec, mesh: MeshArrays, params: RankParams
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """((dense, expert) gradient bytes, (dense, expert) weight bytes) of the rank's parameters:
-    what DP reduces and ZeRO gathers."""
+    what DP reduces and ZeRO gathers. Where the stack keeps fp8 weights as the parameters
+    (``Stack.fp8_primary_weights`` with ZeRO >= 1: Megatron's --fp8-param-gather), the linear
+    weights are gathered as ``FP8_PARAM_GATHER_BYTES_PER_ELEMENT`` says (per-tensor fp8 data, 1
+    byte; MXFP8 in bf16); the rest in 16 bits."""
+    w = job.weight_bytes_per_param
     grads = (params.dense * job.gradient_bytes_per_param, params.expert * job.gradient_bytes_per_param)
-    weights = (params.dense * job.weight_bytes_per_param, params.expert * job.weight_bytes_per_param)
-    return grads, weights
+    fp8_gathered = job.dtype == "fp8" and job.software.fp8_primary_weights
+    linear_w = np.where(
+        fp8_gathered & (mesh.zero_stage >= 1), FP8_PARAM_GATHER_BYTES_PER_ELEMENT.get(job.fp8_scaling, w), w
+    )
+    dense = (params.dense - params.dense_linear) * w + params.dense_linear * linear_w
+    return grads, (dense, params.expert * linear_w)
 
 
 def tp_input_regathers(
@@ -514,7 +522,7 @@ def dp_collectives(
     its gradient shard, reduce-scatters every micro-batch's); ZeRO-3/FSDP runs them layer by layer
     (one FSDP unit per transformer block, as FSDP, torchtitan and llm-foundry wrap), every
     micro-batch, the weights gathered for forward and again for backward."""
-    grads, weights = dp_buffers_bytes(job, params)
+    grads, weights = dp_buffers_bytes(job, mesh, params)
     z = mesh.zero_stage
     units = np.maximum(layers, 1)
     sharded = np.where(z >= 1, 1.0, 0.0)

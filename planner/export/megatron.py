@@ -281,6 +281,10 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
     }[job.dtype]
     if job.dtype == "fp8":
         args += ["--fp8-recipe", fp8_recipe(job, cluster)]
+        if job.software.fp8_primary_weights and effective_zero_stage(config, model.is_moe) >= 1:
+            # the fp8 weights the plan's memory and parameter all-gather priced (Stack.fp8_primary_weights;
+            # validate_args allows it with the distributed optimizer or Megatron-FSDP)
+            args.append("--fp8-param-gather")
     if job.bf16_last_layers:
         # _add_transformer_engine_args: --first-last-layers-bf16 with --num-layers-at-start-in-bf16
         # and --num-layers-at-end-in-bf16 (both default 1)

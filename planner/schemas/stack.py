@@ -156,6 +156,16 @@ class Stack(Frozen):
         "(``hardware.NON_TN_FP8_ARCHITECTURES``), so a per-tensor or row-scaled tensor is not copied "
         "transposed for the backward GEMMs there (``compute.FP8_TRANSPOSE_BYTES_PER_ELEMENT``)"
     )
+    fp8_primary_weights: bool = Field(
+        description="Under fp8 with a sharded optimizer (ZeRO >= 1) the model's linear weights are fp8 tensors, "
+        "the optimizer's fp32 master copy the only high-precision one, and the data-parallel all-gather moves "
+        "them in fp8 (Megatron-Core --fp8-param-gather); else they stay 16-bit"
+    )
+    fp8_weight_cache: bool = Field(
+        description="Where the linear weights stay 16-bit under fp8, the stack keeps their fp8 copies (and the "
+        "copy its backward GEMMs take) across a step's micro-batches (Transformer Engine's weight workspaces, "
+        "is_first_microbatch); else it casts them per use into transient buffers"
+    )
     fp8_saves_quantized_inputs: bool = Field(
         description="Under fp8, a linear layer keeps its fp8 input (1 byte/element) for the weight gradient "
         "instead of the 16-bit one (Transformer Engine does; torchao's Float8Linear keeps the 16-bit input)"
