@@ -208,13 +208,14 @@ def plan_capacity(
 
 
 @_whole_numbers_in_range
-def serve(model: str | ModelSpec, cluster: str | ClusterSpec, **request: Any) -> Any:
+def serve(model: str | ModelSpec, cluster: str | ClusterSpec, price: float | None = None, **request: Any) -> Any:
     """Rank serving layouts (``plan serve``): ``planner.serve("llama70b", "dgx-h100x1",
     input_len=2048, output_len=512, tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields
-    (planner.serving.schemas). Returns a ``ServeRanking``."""
+    (planner.serving.schemas), ``price`` USD per GPU-hour as in ``plan`` (`plan serve --price`).
+    Returns a ``ServeRanking``."""
     from planner.serving import serve as serve_ranking
 
-    return serve_ranking(model, cluster, **request)
+    return serve_ranking(model, _priced(cluster, price), **request)
 
 
 __all__ = [

@@ -115,3 +115,16 @@ def test_numpy_scalars_are_taken_as_the_numbers_they_hold() -> None:
     assert len(ranked.candidates) == 2 and ranked.job.seq_len == 4096
     est = planner.estimate("llama8b", "dgx-h100", tp=np.int64(2), dp=np.int32(4), price=np.float32(5))
     assert est.config.parallel.tp == 2
+
+
+def test_serve_takes_a_price_as_plan_does() -> None:
+    """`plan serve --price` existed; planner.serve(price=...) was refused as an unknown key."""
+    import pytest
+
+    import planner
+
+    at = {p: planner.serve("llama8b", "dgx-h100x1", price=p, input_len=1024, output_len=256, top=1) for p in (5, 10)}
+    cost = {p: r.candidates[0].cost_per_million_output_tokens_usd for p, r in at.items()}
+    assert cost[10] == pytest.approx(2 * cost[5])
+    with pytest.raises(planner.PlannerError, match="price: expected USD per GPU-hour"):
+        planner.serve("llama8b", "dgx-h100x1", price="5")
