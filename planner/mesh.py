@@ -31,24 +31,33 @@ only the attention core, priced separately). A stage that recomputes only some o
 (``recompute_layers``) averages: ``MeshArrays.forward_passes``."""
 
 
-LAYOUT_COLUMNS = ("layout_body", "layout_body_mtp", "layout_last", "layout_last_mtp")
+LAYOUT_COLUMNS = (
+    "layout_body",
+    "layout_body_mtp",
+    "layout_last",
+    "layout_last_mtp",
+    "layout_first",
+    "layout_first_mtp",
+)
 
 
-def _layout_ranks(config: ParallelConfig) -> tuple[int, int, int, int]:
+def _layout_ranks(config: ParallelConfig) -> tuple[int, int, int, int, int, int]:
     """A config's explicit layout as (decoder, MTP) layers on its busiest rank other than the
-    last (by their sum), then on the last rank; -1 each without a layout."""
+    last (by their sum), on the last rank, then on the first; -1 each without a layout."""
     if config.pipeline_layout is None:
-        return -1, -1, -1, -1
+        return -1, -1, -1, -1, -1, -1
     stages = parse_layout(config.pipeline_layout)
     t, m = rank_layer_counts(stages, config.pp, "t"), rank_layer_counts(stages, config.pp, "m")
     others = [(t[r] + m[r], t[r], m[r]) for r in range(config.pp - 1)] or [(0, 0, 0)]
     _, body, body_mtp = max(others)
-    return body, body_mtp, t[-1], m[-1]
+    first = (t[0], m[0]) if config.pp > 1 else (0, 0)
+    return body, body_mtp, t[-1], m[-1], *first
 
 
 def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
-    """``_layout_ranks`` of every config as four int64 columns (rows of ``LAYOUT_COLUMNS``)."""
-    return np.array([_layout_ranks(c) for c in configs], dtype=np.int64).reshape(-1, 4).T
+    """``_layout_ranks`` of every config as int64 columns (rows of ``LAYOUT_COLUMNS``)."""
+    width = len(LAYOUT_COLUMNS)
+    return np.array([_layout_ranks(c) for c in configs], dtype=np.int64).reshape(-1, width).T
 
 
 def constant_column(value: int | bool, n: int) -> np.ndarray:
@@ -78,12 +87,14 @@ class MeshArrays:
     overlap_grad_reduce: np.ndarray  # bool
     recompute_layers: np.ndarray | None = None  # per chunk under full recompute; 0 (or None): every layer
     offload_layers: np.ndarray | None = None  # layers whose activations go to host memory; 0 (or None): none
-    # an explicit layout's decoder and MTP layers on the busiest rank but the last, and on the
-    # last rank (``cost.pipeline.rank_layers``); -1: none, the plan's own split
+    # an explicit layout's decoder and MTP layers on the busiest rank but the last, on the last
+    # rank and on the first (``cost.pipeline.rank_layers``); -1: none, the plan's own split
     layout_body: np.ndarray | None = None
     layout_body_mtp: np.ndarray | None = None
     layout_last: np.ndarray | None = None
     layout_last_mtp: np.ndarray | None = None
+    layout_first: np.ndarray | None = None  # the first rank's (with the embedding)
+    layout_first_mtp: np.ndarray | None = None
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:

@@ -26,6 +26,7 @@ from planner.constraints import RULES, DegreeRows, rule_masks
 from planner.cost.memory import (
     MEMORY_UNDERCOUNT,
     OFFLOAD_RESIDENT_LAYERS,
+    STAGE_RANKS,
     headroom_clause,
     host_offload_capacity_bytes,
     layer_activations,
@@ -202,9 +203,9 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
     acts_all, acts_one = layer_activations(model, job, full), layer_activations(model, job, one)
-    for first in (True, False):
-        at_all = stage_memory(model, cluster, job, full, m, first=first, ranks=ranks, per_layer=acts_all).total
-        at_one = stage_memory(model, cluster, job, one, m, first=first, ranks=ranks, per_layer=acts_one).total
+    for rank in STAGE_RANKS:
+        at_all = stage_memory(model, cluster, job, full, m, rank, ranks=ranks, per_layer=acts_all).total
+        at_one = stage_memory(model, cluster, job, one, m, rank, ranks=ranks, per_layer=acts_one).total
         per_layer = (at_one - at_all) / np.maximum(per_chunk - 1, 1)  # what one recomputed layer saves
         spare = cap - at_all
         fits_all &= spare >= 0

@@ -319,3 +319,19 @@ def test_fp8_linear_weights_at_rest_and_gathered(
     assert float(dense[0]) == pytest.approx(others * 2.0 + linear * gathered_bytes)
     bf16 = JobSpec(global_batch_size=64, seq_len=4096, stack=stack)
     assert float(linear_weight_bytes_per_param(bf16, mesh, architecture)[0]) == 2.0
+
+
+def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layers() -> None:
+    """Llama-3-70B at tp 4, pp 4, v 8 splits its 80 layers [20, 20, 21, 19]: the first rank holds 20
+    and the embedding, rank 2 holds 21. The peak had paired the embedding with 21 layers (4.75 B
+    parameters a rank, a GPU no pipeline has); now each rank is priced with its own (rank 2 with the
+    first rank's micro-batches in flight, the most any rank holds: an upper bound)."""
+    m = load_model("llama3-70b")
+    config = ParallelConfig(
+        tp=4, pp=4, dp=8, virtual_stages=8, schedule="interleaved-1f1b", zero_stage=1, sequence_parallel=True
+    )
+    est = estimate_mesh(m, load_cluster("dgx-h100x16"), JobSpec(global_batch_size=512, seq_len=8192), config)
+    assert est.layers_per_stage == [20, 20, 21, 19]
+    c = m.parameter_counts
+    assert est.memory_breakdown_bytes.weights == pytest.approx(2 * 21 * c.dense_layer / 4)
+    assert est.memory_breakdown_bytes.weights < 2 * (21 * c.dense_layer + c.embedding) / 4

@@ -74,7 +74,7 @@ def test_the_loss_peak_is_the_stacks_bytes_per_logit(stack: str, compile_on: boo
     m = load_model("llama3-8b")
     job = JobSpec(global_batch_size=2, seq_len=8192, stack=stack, compile=compile_on)
     mesh = _mesh(micro_batch_size=2)
-    logits = stage_memory(m, _cluster(), job, mesh, np.array([1]), first=False).logits[0]
+    logits = stage_memory(m, _cluster(), job, mesh, np.array([1]), "last").logits[0]
     assert logits == 2 * 8192 * 128256 * per_logit
 
 

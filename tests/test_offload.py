@@ -57,8 +57,8 @@ def test_offloaded_layers_leave_the_gpu_but_the_reload_buffers() -> None:
     assert offload_kept_share(_mesh(offload_layers=40), layers)[0] == (80 - 40 + OFFLOAD_RESIDENT_LAYERS) / 80
     assert offload_kept_share(_mesh(), layers)[0] == 1.0
     m = np.array([2])
-    kept = stage_memory(LLAMA70B, GB200, JOB, _mesh(offload_layers=40), m, first=False).activations[0]
-    every = stage_memory(LLAMA70B, GB200, JOB, _mesh(), m, first=False).activations[0]
+    kept = stage_memory(LLAMA70B, GB200, JOB, _mesh(offload_layers=40), m, "last").activations[0]
+    every = stage_memory(LLAMA70B, GB200, JOB, _mesh(), m, "last").activations[0]
     assert kept == pytest.approx(every * 42 / 80)
 
 

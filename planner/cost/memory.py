@@ -493,15 +493,21 @@ class StageActivations:
     one_layer: np.ndarray
 
 
+STAGE_RANKS = ("first", "body", "last")
+"""The pipeline ranks ``peak_memory`` prices: the first (the embedding, the most micro-batches in
+flight), the busiest other but the last (its layers, with the first's micro-batches in flight: an
+upper bound, the first holding the most), and the last (the LM head and loss)."""
+
+
 def stage_layers(
-    model: ModelSpec, job: JobSpec, mesh: MeshArrays, first: bool, ranks: RankLayers | None = None
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, rank: str, ranks: RankLayers | None = None
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(layers, MoE layers, MTP layers) of the first stage, priced as the busiest rank but the
-    last (it holds the most micro-batches in flight), or of the last stage; p = 1: the one rank."""
+    """(layers, MoE layers, MTP layers) on one of ``STAGE_RANKS``; p = 1: the one rank."""
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
-    on_last = (mesh.pp == 1) | (not first)
-    decoders = np.where(on_last, ranks.last, ranks.body)
-    mtp = np.where(on_last, ranks.last_mtp, ranks.body_mtp)
+    on_last = (mesh.pp == 1) | (rank == "last")
+    first = rank == "first" and ranks.first is not None
+    decoders = np.where(on_last, ranks.last, ranks.first if first else ranks.body)
+    mtp = np.where(on_last, ranks.last_mtp, ranks.first_mtp if first else ranks.body_mtp)
     return layers_with_mtp(model, decoders, mtp), moe_layers_of(model, decoders, mtp), mtp
 
 
@@ -603,18 +609,20 @@ def stage_memory(
     job: JobSpec,
     mesh: MeshArrays,
     m: np.ndarray,
-    first: bool,
+    rank: str,
     ranks: RankLayers | None = None,
     per_layer: LayerActivations | None = None,
 ) -> StageMemory:
-    """Memory of the first stage (embedding, the most micro-batches in flight) or the last stage
+    """Memory of one of ``STAGE_RANKS``: the first stage (embedding, the most micro-batches in
+    flight), the busiest other but the last (the first's micro-batches in flight), or the last stage
     (LM head, the loss's peak once per head: the stack's ``loss_bytes_per_logit``, counted from its
     loss code, eager or compiled; one micro-batch in flight unless GPipe), each with its own
-    layers (``stage_layers``). With p = 1 both are one rank; under DualPipe and DualPipeV rank 0
+    layers (``stage_layers``). With p = 1 all are one rank; under DualPipe and DualPipeV rank 0
     holds the first and the last stage, so both carry the embedding, the LM head and the logits."""
     both_ends = (mesh.pp == 1) | is_dual(mesh)
-    on_first, on_last = both_ends | first, both_ends | (not first)
-    layers, moe_layers, mtp = stage_layers(model, job, mesh, first, ranks)
+    first = rank != "last"
+    on_first, on_last = both_ends | (rank == "first"), both_ends | (rank == "last")
+    layers, moe_layers, mtp = stage_layers(model, job, mesh, rank, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
     weights, grads, optimizer = model_state_bytes(job, mesh, params, cluster.gpu.architecture)
     tokens = mesh.tokens_per_rank(job.seq_len)
@@ -648,12 +656,21 @@ def peak_memory(
     m: np.ndarray,
     ranks: RankLayers | None = None,
 ) -> StageMemory:
-    """The most loaded GPU: per mesh, whichever of the first and last stage needs more."""
+    """The most loaded GPU: per mesh, whichever of ``STAGE_RANKS`` needs most (the first rank with
+    its own layers and the embedding; the busiest other rank had been priced with the embedding
+    too, a GPU no pipeline has: DeepSeek-V3 at pp 16, whose first rank holds 3 layers and the
+    embedding and the others 4, had counted both)."""
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     per_layer = layer_activations(model, job, mesh)
-    first = stage_memory(model, cluster, job, mesh, m, first=True, ranks=ranks, per_layer=per_layer)
-    last = stage_memory(model, cluster, job, mesh, m, first=False, ranks=ranks, per_layer=per_layer)
-    worse = last.total > first.total
-    return StageMemory(
-        **{k: np.where(worse, getattr(last, k), getattr(first, k)) for k in StageMemory.__dataclass_fields__}
-    )
+    worst: StageMemory | None = None
+    for rank in STAGE_RANKS:
+        stage = stage_memory(model, cluster, job, mesh, m, rank, ranks=ranks, per_layer=per_layer)
+        if worst is None:
+            worst = stage
+            continue
+        worse = stage.total > worst.total
+        worst = StageMemory(
+            **{k: np.where(worse, getattr(stage, k), getattr(worst, k)) for k in StageMemory.__dataclass_fields__}
+        )
+    assert worst is not None
+    return worst

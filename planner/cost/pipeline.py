@@ -123,6 +123,8 @@ class RankLayers:
     body_mtp: np.ndarray
     last: np.ndarray
     last_mtp: np.ndarray
+    first: np.ndarray | None = None  # the first rank's (with the embedding); None: body's
+    first_mtp: np.ndarray | None = None
 
     @property
     def busiest(self) -> np.ndarray:
@@ -184,6 +186,19 @@ def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: f
     if lo < high and lo + 1 + extra <= others(lo):
         return lo + 1
     return lo
+
+
+def first_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> int:
+    """Decoder layers on the first rank (with the embedding) of the split ``rank_layer_split``
+    prices: the fewest of the other ranks' share where the stack takes any split (``split_stages``
+    puts the extra ones nearest the last rank), the first rank's of the even split otherwise; with
+    p = 1 every layer."""
+    if pp == 1:
+        return model.num_hidden_layers
+    if job.software.pipeline_layouts:
+        _, last = rank_layer_split(model, job, pp, virtual_stages)
+        return (model.num_hidden_layers - last) // (pp - 1)
+    return stage_layer_counts(model.num_hidden_layers, pp, virtual_stages)[0]
 
 
 def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> tuple[int, int]:
@@ -283,8 +298,17 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     ``rank_layer_split`` with every MTP layer on the last rank (Megatron-Core's default place).
     DualPipe and DualPipeV run the even split (``dual_rank_split``)."""
     keys, inverse = np.unique(mesh.pp * 4096 + mesh.virtual_stages, return_inverse=True)  # v < 4096
-    splits = np.array([rank_layer_split(model, job, int(k) // 4096, int(k) % 4096) for k in keys], dtype=np.int64)
-    body, last = splits.reshape(-1, 2)[inverse.reshape(-1)].T
+    splits = np.array(
+        [
+            (
+                *rank_layer_split(model, job, int(k) // 4096, int(k) % 4096),
+                first_rank_layers(model, job, int(k) // 4096, int(k) % 4096),
+            )
+            for k in keys
+        ],
+        dtype=np.int64,
+    )
+    body, last, first = splits.reshape(-1, 3)[inverse.reshape(-1)].T
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
         # a set, not np.unique: without return_index/inverse, np.unique asks np.ma whether the
@@ -292,6 +316,7 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         for pp in sorted(set(mesh.pp[on].tolist())):
             rows = on & (mesh.pp == pp)
             body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, SCHEDULES[code])
+            first[rows] = body[rows]  # rank 0 holds both ends: priced as the busiest
     explicit = mesh.layout_last >= 0
     mtp = mtp_layers(model, job)
     return RankLayers(
@@ -299,6 +324,8 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         body_mtp=np.where(explicit, mesh.layout_body_mtp, 0),
         last=np.where(explicit, mesh.layout_last, last),
         last_mtp=np.where(explicit, mesh.layout_last_mtp, mtp),
+        first=np.where(explicit, mesh.layout_first, first),
+        first_mtp=np.where(explicit, mesh.layout_first_mtp, 0),
     )
 
 
