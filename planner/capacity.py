@@ -134,7 +134,7 @@ def capacity(
     if job.training_tokens is None:
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
     if not format_runs(node, job):  # no node count would change the GPU's tensor cores
-        raise PlannerError(format_message(node, job.dtype, job.fp8_scaling))
+        raise PlannerError(format_message(node, job))
     deadline_seconds(deadline_s / SECONDS_PER_DAY)  # within DEADLINE_DAYS, as the library's callers give it
     if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
         raise PlannerError(

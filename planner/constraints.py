@@ -189,14 +189,17 @@ def format_runs(cluster: ClusterSpec, job: JobSpec) -> bool:
     return listed and (job.dtype != "fp8" or cluster.gpu.runs_fp8_scaling(job.fp8_scaling))
 
 
-def format_message(cluster: ClusterSpec, dtype: str, fp8_scaling: str) -> str:
-    """Why a GPU cannot train in ``dtype`` (fp8 or fp4) at ``fp8_scaling``."""
+def format_message(cluster: ClusterSpec, job: JobSpec) -> str:
+    """Why a GPU cannot train in the job's ``dtype`` (fp8 or fp4) at its ``fp8_scaling``; the
+    scalings offered instead are those the job's stack runs (``Stack.fp8_scalings``)."""
+    dtype, fp8_scaling = job.dtype, job.fp8_scaling
     listed = ", ".join(cluster.gpu.peak_tflops)
     if dtype == "fp8" and "fp8" in cluster.gpu.peak_tflops:
+        others = [s for s in job.software.fp8_scalings if s != "block"] or ["tensor"]
         return (
             f"fp8 scaling '{fp8_scaling}' needs block-scaled fp8 tensor cores: {cluster.gpu.name} "
             f"({cluster.gpu.architecture}) has none (Transformer Engine's Float8BlockScaling needs Hopper or "
-            "Blackwell, SM90 and later; MXFP8 data-centre Blackwell); use --fp8-scaling tensor or row"
+            f"Blackwell, SM90 and later; MXFP8 data-centre Blackwell); use --fp8-scaling {' or '.join(others)}"
         )
     if dtype == "fp8":
         return (
@@ -223,7 +226,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "format_tensor_cores",
         lambda m, c, j, x: np.asarray(format_runs(c, j)),
-        lambda m, c, j, p: format_message(c, j.dtype, j.fp8_scaling),
+        lambda m, c, j, p: format_message(c, j),
     ),
     Rule(
         "chunked_attention_cp",

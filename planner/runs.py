@@ -871,7 +871,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     except SchemaError as err:
         raise UnpriceableError(f"job: {err.detail}") from None
     if not format_runs(cluster, job):
-        raise UnpriceableError(format_message(cluster, job.dtype, job.fp8_scaling))
+        raise UnpriceableError(format_message(cluster, job))
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     check_within_peak(float(published), model, cluster, job)
     memory = published_peak_memory_bytes(measured, cluster)
