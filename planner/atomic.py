@@ -63,18 +63,19 @@ def write_texts_atomic(texts: dict[Path, str], flag: str) -> None:
     disk) leaves every target as it was, not some rewritten and some not. The renames, in the
     targets' own folders, are what is left to fail."""
     staged: list[tuple[Path, Path]] = []
+    where: Path | str = ""
     try:
         for path, text in texts.items():
-            target = _through_link(Path(path))
+            where = target = _through_link(Path(path))
             _not_a_regular_file(target, flag)
             tmp = _temporary_beside(target, flag)
             staged.append((tmp, target))
             tmp.write_text(text, encoding="utf-8")
             os.chmod(tmp, _file_mode(target))
         for tmp, target in staged:
+            where = target
             os.replace(tmp, target)
     except OSError as err:
-        where = staged[-1][1] if staged else next(iter(texts), "")
         raise PlannerError(f"{flag} {where}: cannot write: {err.strerror or err}") from None
     finally:
         for tmp, _ in staged:

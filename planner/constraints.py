@@ -36,6 +36,7 @@ from planner.mesh import (
     RECOMPUTE_SELECTIVE,
     SCHEDULES,
     MeshArrays,
+    shards_nothing,
 )
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
@@ -210,16 +211,6 @@ def format_message(cluster: ClusterSpec, job: JobSpec) -> str:
         f"dtype fp4 (NVFP4) needs FP4 tensor cores: {cluster.gpu.name} lists {listed}, no fp4 peak (NVFP4 "
         "training, Transformer Engine's or torchao's, runs on data-centre Blackwell: SM100/SM103)"
     )
-
-
-def shards_nothing(moe: bool, x: Any) -> Any:
-    """Whether a mesh (``ParallelConfig`` or ``MeshArrays``) has nothing for ZeRO to shard over:
-    dp*cp = 1 and, for a MoE model (``moe``), expert-DP = 1 too (Megatron's distributed optimizer shards the
-    experts' state over the expert-data-parallel group, tp*cp*dp / (ep*expert_tp), which exceeds 1
-    at dp*cp = 1 where the experts are not split over every tp rank). Every ZeRO stage prices the
-    same there, so rules on the stage do not apply."""
-    alone = x.dp * x.cp == 1
-    return alone & (x.expert_dp == 1) if moe else alone
 
 
 RULES: tuple[Rule, ...] = (

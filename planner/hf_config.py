@@ -48,6 +48,10 @@ USE_SLIDING_WINDOW = "use_sliding_window"
 MAX_WINDOW_LAYERS = "max_window_layers"
 """Qwen2's switch on its window and the first layer it windows (``_qwen2_window``)."""
 
+QWEN2_MAX_WINDOW_LAYERS = 28
+"""transformers' default ``max_window_layers`` (Qwen2Config, Qwen2MoeConfig, Qwen3Config,
+Qwen3MoeConfig ``max_window_layers=28``), where a config switches the window on without it."""
+
 SLIDING_WINDOW_PATTERN = "sliding_window_pattern"
 """The key of configs that slide on all but every N-th layer where they list no ``layer_types``
 (Gemma 3's 6, Cohere2's 4: transformers Gemma3TextConfig builds its layer_types default as
@@ -425,7 +429,7 @@ def _qwen2_window(config: dict[str, Any], spec: dict[str, Any], layers: object, 
     if not use:
         spec.pop("sliding_window", None)
         return
-    first = config.get(MAX_WINDOW_LAYERS)
+    first = config.get(MAX_WINDOW_LAYERS, QWEN2_MAX_WINDOW_LAYERS)
     if first is None or "layer_types" in spec or not spec.get("sliding_window") or not isinstance(layers, int):
         return
     if isinstance(first, bool) or not isinstance(first, int) or first < 0:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import get_args
+from typing import Any, get_args
 
 import numpy as np
 
@@ -58,6 +58,16 @@ def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
     """``_layout_ranks`` of every config as int64 columns (rows of ``LAYOUT_COLUMNS``)."""
     width = len(LAYOUT_COLUMNS)
     return np.array([_layout_ranks(c) for c in configs], dtype=np.int64).reshape(-1, width).T
+
+
+def shards_nothing(moe: bool, x: Any) -> Any:
+    """Whether a mesh (``ParallelConfig`` or ``MeshArrays``) has nothing for ZeRO to shard over:
+    dp*cp = 1 and, for a MoE model (``moe``), expert-DP = 1 too (Megatron's distributed optimizer shards the
+    experts' state over the expert-data-parallel group, tp*cp*dp / (ep*expert_tp), which exceeds 1
+    at dp*cp = 1 where the experts are not split over every tp rank). Every ZeRO stage prices the
+    same there, so rules on the stage do not apply."""
+    alone = x.dp * x.cp == 1
+    return alone & (x.expert_dp == 1) if moe else alone
 
 
 def constant_column(value: int | bool, n: int) -> np.ndarray:

@@ -114,3 +114,20 @@ def test_several_files_are_written_all_or_none(tmp_path: Path) -> None:
     write_texts_atomic({first: "new a", second: "new b"}, "--write")
     assert (first.read_text(), second.read_text()) == ("new a", "new b")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.yaml", "b.yaml", "file"]
+
+
+def test_a_failed_rename_names_its_own_file(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The error had named the last file staged, not the one whose rename failed."""
+    one, two = tmp_path / "one.yaml", tmp_path / "two.yaml"
+    real = os.replace
+
+    def refuse_one(src: str, dst: str) -> None:
+        if Path(dst).name == "one.yaml":
+            raise PermissionError(13, "Permission denied")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", refuse_one)
+    with pytest.raises(PlannerError, match=r"^--write .*one\.yaml: cannot write: Permission denied$"):
+        write_texts_atomic({one: "a", two: "b"}, "--write")
+    assert not one.exists() and not two.exists()
+    assert list(tmp_path.iterdir()) == []

@@ -461,6 +461,9 @@ def test_qwen2s_window_applies_only_where_it_is_switched_on(tmp_path: Path) -> N
     assert (on.sliding_window, on.num_sliding_layers, on.layer_types[19], on.layer_types[20]) == (
         4096, 8, "full_attention", "sliding_attention"
     )  # fmt: skip
+    # switched on without max_window_layers: transformers' default 28 (the last 0 of 28 layers here)
+    default = {k: v for k, v in q.items() if k != "max_window_layers"}
+    assert load_model(str(_hf(tmp_path, "dflt", {**default, "use_sliding_window": True}))).num_sliding_layers == 0
     with pytest.raises(PlannerError, match="key 'use_sliding_window': expected true or false, got 'no'"):
         load_model(str(_hf(tmp_path, "bad", {**q, "use_sliding_window": "no"})))
 

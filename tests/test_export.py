@@ -149,6 +149,7 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--grad-reduce-in-bf16",
         "--use-precision-aware-optimizer",
         "--fp8-param-gather",
+        "--reuse-grad-buf-for-mxfp8-param-ag",
         "--group-query-attention",
         "--swiglu",
         "--quick-geglu",
@@ -1138,3 +1139,23 @@ def test_more_chunks_than_layers_export_through_a_layout_with_embedding_and_loss
     megatron = layers.PipelineParallelLayerLayout(layout, pipeline_model_parallel_size=16)
     megatron.validate_layer_layout(num_layers=126, mtp_num_layers=None)
     assert megatron.virtual_pipeline_model_parallel_size == 8
+
+
+def test_fp8_parameters_are_exported_where_they_were_priced() -> None:
+    """--fp8-param-gather where memory.fp8_parameters priced fp8 weights (a sharded optimizer with
+    something to shard), with --reuse-grad-buf-for-mxfp8-param-ag for MXFP8 under the distributed
+    optimizer (its bf16 gather, as priced); none at dp 1, which runs plain DDP."""
+    model = load_model("llama3-70b")
+
+    def argv(cluster: str, scaling: str, **pins: Any) -> list[str]:
+        job = JobSpec(global_batch_size=64, seq_len=4096, dtype="fp8", fp8_scaling=scaling)
+        return megatron_args(model, job, ParallelConfig(**pins), load_cluster(cluster))
+
+    mx = argv("dgx-b200x8", "block", tp=8, pp=2, dp=4, zero_stage=1)
+    assert mx[mx.index("--fp8-recipe") + 1] == "mxfp8"
+    assert "--fp8-param-gather" in mx and "--reuse-grad-buf-for-mxfp8-param-ag" in mx
+    assert megatron_parser().parse_args(mx).reuse_grad_buf_for_mxfp8_param_ag
+    cs = argv("dgx-h100x8", "tensor", tp=8, pp=2, dp=4, zero_stage=1)
+    assert "--fp8-param-gather" in cs and "--reuse-grad-buf-for-mxfp8-param-ag" not in cs
+    alone = argv("dgx-h100x8", "tensor", tp=8, pp=8, dp=1, zero_stage=1)
+    assert "--fp8-param-gather" not in alone and "--use-distributed-optimizer" not in alone

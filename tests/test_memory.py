@@ -293,6 +293,9 @@ def test_the_ep_overlap_warm_up_chunk_stays_within_the_step() -> None:
         ("megatron-core", 1, "tensor", "hopper", 2.0, 1.0),
         ("megatron-core", 1, "tensor", "blackwell", 1.0, 1.0),
         ("megatron-core", 1, "block", "blackwell", 2.0 + 2 / 32, 2.0),  # MXFP8 gathered in bf16
+        # Hopper's block scaling is Float8BlockScaling: both copies kept, the row-wise one gathered
+        # in fp8, its 128 x 128 tiles' scales a rounding error
+        ("megatron-core", 1, "block", "hopper", 2.0, 1.0),
         # plain DDP: no fp8 parameters, the bf16 weight and Transformer Engine's cached fp8 copies
         ("megatron-core", 0, "tensor", "hopper", 4.0, 2.0),
         # torchao casts per use: the bf16 weight alone
@@ -314,11 +317,15 @@ def test_fp8_linear_weights_at_rest_and_gathered(
     params = rank_params(m, mesh, np.array([32]), np.array([0]), 0, np.array([True]), np.array([True]))
     linear = float(params.dense_linear[0])
     assert linear == pytest.approx(32 * (4096 * (4096 + 2 * 1024) + 4096 * 4096 + 3 * 4096 * 14336), rel=1e-12)
-    (_, _), (dense, _) = dp_buffers_bytes(job, mesh, params)
+    (_, _), (dense, _) = dp_buffers_bytes(job, mesh, params, architecture=architecture)
     others = float(params.dense[0]) - linear  # the embedding, LM head and norms stay 16-bit
     assert float(dense[0]) == pytest.approx(others * 2.0 + linear * gathered_bytes)
     bf16 = JobSpec(global_batch_size=64, seq_len=4096, stack=stack)
     assert float(linear_weight_bytes_per_param(bf16, mesh, architecture)[0]) == 2.0
+    # with nothing to shard (dp*cp = 1) a ZeRO stage is moot: the mesh runs, and exports as, plain DDP
+    alone = _mesh(dp=1, tp=8, zero_stage=zero)
+    ddp = float(linear_weight_bytes_per_param(job, _mesh(dp=1, tp=8, zero_stage=0), architecture)[0])
+    assert float(linear_weight_bytes_per_param(job, alone, architecture)[0]) == ddp
 
 
 def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layers() -> None:

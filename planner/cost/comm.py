@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.mesh import MeshArrays
-from planner.schemas.hardware import ClusterSpec
+from planner.schemas.hardware import ClusterSpec, Interconnect
 
 TIER_NONE, TIER_INTRA, TIER_INTER = 0, 1, 2
 TIER_NAMES = ("none", "intra_node", "inter_node")
@@ -92,6 +92,18 @@ def crosses_domains(
     return (size > 1) & ((span > domain) | straddles)
 
 
+def fast_tier_bytes_per_s(
+    fast: Interconnect, bus_bytes_per_s: float, members: np.ndarray
+) -> tuple[np.ndarray | float, np.ndarray | float | None]:
+    """(collective, send) bandwidth of a group with ``members`` GPUs in one fast domain whose bus
+    bandwidth is ``bus_bytes_per_s``: all of it through a switch (send None: the same); on a
+    switchless domain the links among the members and one link (``Interconnect.members_share``,
+    ``send_share``). The one rule ``group_link`` and the validator's calibration price links by."""
+    if fast.point_to_point_links is None:
+        return bus_bytes_per_s, None
+    return bus_bytes_per_s * fast.members_share(members), bus_bytes_per_s * fast.send_share
+
+
 def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span: np.ndarray | None = None) -> GroupLink:
     """Tier, k, bandwidths and latency of groups of ``size`` ranks ``stride`` apart, laid over
     ``span`` consecutive ranks (default size * stride). See the module docstring."""
@@ -102,17 +114,13 @@ def group_link(cluster: ClusterSpec, size: np.ndarray, stride: np.ndarray, span:
     crosses = crosses_domains(cluster, size, stride, span)
     per_domain = np.clip(np.gcd(domain, span) // stride, 1, np.maximum(size, 1))
     intra, inter = cluster.intra_node, cluster.inter_node
-    # a switchless domain gives a collective the links among its members there (Interconnect.members_share)
-    members = np.where(crosses, per_domain, size)
-    switchless = intra.point_to_point_links is not None
+    ring, send = fast_tier_bytes_per_s(intra, intra.bus_bandwidth_bytes_per_s, np.where(crosses, per_domain, size))
     return GroupLink(
         size=size,
         tier=np.where(size <= 1, TIER_NONE, np.where(crosses, TIER_INTER, TIER_INTRA)),
         per_domain=per_domain,
-        intra_bytes_per_s=intra.bus_bandwidth_bytes_per_s * intra.members_share(members)
-        if switchless
-        else intra.bus_bandwidth_bytes_per_s,
-        intra_send_bytes_per_s=intra.bus_bandwidth_bytes_per_s * intra.send_share if switchless else None,
+        intra_bytes_per_s=ring,
+        intra_send_bytes_per_s=send,
         inter_bytes_per_s=inter.bus_bandwidth_bytes_per_s,
         latency_s=np.where(crosses, inter.latency_s, intra.latency_s),
         in_network_bytes_per_s=np.where(crosses, inter.in_network_bytes_per_s, intra.in_network_bytes_per_s),

@@ -61,9 +61,9 @@ from planner.cost.pipeline import (
 )
 from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
-from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays
+from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays, shards_nothing
 from planner.schedules import per_schedule_constant
-from planner.schemas.hardware import NON_TN_FP8_ARCHITECTURES, ClusterSpec
+from planner.schemas.hardware import MXFP8_ARCHITECTURES, NON_TN_FP8_ARCHITECTURES, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
@@ -80,30 +80,45 @@ their own. A measured peak is then up to predicted / (1 - MEMORY_UNDERCOUNT) (x1
 this share asks the search for exactly that margin."""
 
 
-FP8_SCALE_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 0.0, "row": 0.0, "block": 1.0 / 32.0}
-"""Scale bytes per element of an fp8 copy: MXFP8's E8M0 byte per 32 elements; a tensor's single
-fp32 scale and a row's (one per h >= 4096 elements) are left out."""
-
-
-FP8_PARAM_GATHER_BYTES_PER_ELEMENT: dict[str, float] = {"tensor": 1.0, "row": 1.0, "block": 2.0}
-"""Bytes per linear weight element the data-parallel parameter all-gather moves where the weights
-are fp8 parameters (``Stack.fp8_primary_weights``): a per-tensor Float8Tensor's fp8 data; MXFP8
-(and Float8BlockScaling) parameters are gathered in bf16 through the gradient buffer and quantised
-on arrival (Megatron-Core distributed/param_and_grad_buffer.py: "param buffer is not mapped to
-model params for MXFP8 case. The paramaters are cast from bf16 to MXFP8 during copy";
-reuse_grad_buf_for_mxfp8_param_ag; fp8_utils.uses_grad_buffer_for_fp8_param_gather)."""
+def mxfp8_blocks(job: JobSpec, architecture: str | None) -> bool:
+    """Whether the job's block-scaled fp8 runs as MXFP8 (32-element blocks with an E8M0 scale each:
+    ``hardware.MXFP8_ARCHITECTURES``, or an unknown GPU, as the Megatron export's ``fp8_recipe``
+    takes it) rather than Transformer Engine's Float8BlockScaling (128 x 128 weight tiles, an fp32
+    scale each: under 0.03% of a byte per element)."""
+    return job.fp8_scaling == "block" and (architecture is None or architecture in MXFP8_ARCHITECTURES)
 
 
 def fp8_weight_copies_bytes(job: JobSpec, architecture: str | None) -> float:
     """Bytes per element of a linear weight's fp8 copies kept for a step: the row-wise copy the
     forward GEMM takes, and the copy the backward's input-gradient GEMM takes where it needs another
-    (MXFP8's column-wise copy always; a per-tensor or row-scaled transpose unless the stack's GEMMs
-    take the non-TN layout the architecture has, ``Stack.fp8_non_tn_gemms``), each with its scales.
-    Transformer Engine keeps both once made (Float8Tensor's cached transpose, MXFP8Tensor's
-    row-wise and column-wise data)."""
+    (a block-scaled weight's column-wise copy always; a per-tensor or row-scaled transpose unless the
+    stack's GEMMs take the non-TN layout the architecture has, ``Stack.fp8_non_tn_gemms``), each with
+    MXFP8's scale byte per 32 elements. Transformer Engine keeps both once made (Float8Tensor's
+    cached transpose; MXFP8Tensor's and Float8BlockwiseQTensor's row- and column-wise data)."""
     non_tn = job.software.fp8_non_tn_gemms and architecture in NON_TN_FP8_ARCHITECTURES
     second = 0.0 if job.fp8_scaling != "block" and non_tn else 1.0
-    return (1.0 + second) * (1.0 + FP8_SCALE_BYTES_PER_ELEMENT[job.fp8_scaling])
+    scales = 1.0 / 32.0 if mxfp8_blocks(job, architecture) else 0.0
+    return (1.0 + second) * (1.0 + scales)
+
+
+def fp8_parameters(job: JobSpec, mesh: MeshArrays, moe: bool) -> np.ndarray:
+    """Meshes whose linear weights are fp8 parameters (columns): fp8 on a stack that keeps them so
+    with a sharded optimizer (``Stack.fp8_primary_weights``: Megatron's --fp8-param-gather, which
+    validate_args allows only with the distributed optimizer or FSDP) at a ZeRO stage >= 1 with
+    something to shard (``mesh.shards_nothing``: such a mesh runs, and is exported as, plain DDP)."""
+    on = job.dtype == "fp8" and job.software.fp8_primary_weights
+    return on & (mesh.zero_stage >= 1) & ~shards_nothing(moe, mesh)
+
+
+def fp8_parameter_gather_bytes(job: JobSpec, architecture: str | None) -> float:
+    """Bytes per linear weight element the data-parallel parameter all-gather moves where the weights
+    are fp8 parameters: their fp8 data (a per-tensor Float8Tensor's, or Float8BlockScaling's
+    row-wise copy, the column-wise one made after the gather: Megatron-Core fp8_utils
+    post_all_gather_processing), except MXFP8's, gathered in bf16 through the gradient buffer and
+    quantised on arrival (Megatron-Core distributed/param_and_grad_buffer.py: "param buffer is not
+    mapped to model params for MXFP8 case. The paramaters are cast from bf16 to MXFP8 during copy";
+    --reuse-grad-buf-for-mxfp8-param-ag, which the export writes)."""
+    return 2.0 if mxfp8_blocks(job, architecture) else 1.0
 
 
 def undercount_safe_bytes(capacity_bytes: float) -> float:
@@ -386,12 +401,11 @@ def rank_params(
     dense_layers = layers - moe_layers
     moe_non_expert = c.moe_layer - c.moe_experts_per_layer  # attention (not in a hybrid's), norms, shared, router
     dense = (dense_layers * c.dense_layer + moe_layers * moe_non_expert) / t
-    # the linears of those layers: a MoE layer's attention and shared experts, not its fp32 router
-    moe_linear = (
-        moe_layer_active_matmul_params(model)
-        - routed_matmul_params(model)
-        - model.hidden_size * (model.num_experts_total if model.is_moe else 0)
-    )
+    # the linears of those layers: a MoE layer's attention, shared experts and LatentMoE's two latent
+    # projections, not its fp32 router nor the routed experts (counted in ``expert``)
+    latent = 2 * model.hidden_size * model.moe_latent_size if model.moe_latent_size else 0
+    router = model.hidden_size * (model.num_experts_total if model.is_moe else 0)
+    moe_linear = moe_layer_active_matmul_params(model) - (routed_matmul_params(model) - latent) - router
     linear = (dense_layers * dense_layer_matmul_params(model) + moe_layers * moe_linear) / t
     # Tied embeddings: with p > 1 the last stage keeps its own copy of the embedding matrix as
     # the LM head (Megatron-LM's shared embedding, synchronised by an all-reduce).
@@ -426,23 +440,24 @@ def step_params(model: ModelSpec, mesh: MeshArrays, ranks: RankLayers) -> RankPa
     )
 
 
-def linear_weight_bytes_per_param(job: JobSpec, mesh: MeshArrays, architecture: str | None) -> np.ndarray:
+def linear_weight_bytes_per_param(
+    job: JobSpec, mesh: MeshArrays, architecture: str | None, moe: bool = False
+) -> np.ndarray:
     """Bytes a linear layer's weight holds per parameter at rest (columns): the 16-bit copy in
-    16-bit training; under fp8, only its fp8 copies where the stack keeps fp8 weights as the
-    parameters (``Stack.fp8_primary_weights``, with a sharded optimizer: Megatron's
-    --fp8-param-gather), else the 16-bit copy plus the fp8 copies where the stack caches them for
+    16-bit training; under fp8, only its fp8 copies where they are the parameters
+    (``fp8_parameters``), else the 16-bit copy plus the fp8 copies where the stack caches them for
     the step (``Stack.fp8_weight_cache``: Transformer Engine), else the 16-bit copy alone (torchao
     casts per use). ``fp8_weight_copies_bytes`` counts the copies."""
     w = np.full(len(mesh), job.weight_bytes_per_param)
     if job.dtype != "fp8":
         return w
-    stack, fp8 = job.software, fp8_weight_copies_bytes(job, architecture)
-    cached = w + fp8 if stack.fp8_weight_cache else w
-    return np.where(stack.fp8_primary_weights & (mesh.zero_stage >= 1), fp8, cached)
+    fp8 = fp8_weight_copies_bytes(job, architecture)
+    cached = w + fp8 if job.software.fp8_weight_cache else w
+    return np.where(fp8_parameters(job, mesh, moe), fp8, cached)
 
 
 def model_state_bytes(
-    job: JobSpec, mesh: MeshArrays, params: RankParams, architecture: str | None = None
+    job: JobSpec, mesh: MeshArrays, params: RankParams, architecture: str | None = None, moe: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(weights, gradients, optimizer) bytes per GPU under the mesh's ZeRO stage. The optimizer's
     bytes hold the full-precision master copy; the weights are the copy the model computes with,
@@ -460,7 +475,7 @@ def model_state_bytes(
     g_d, g_e = shard(2)
     o_d, o_e = shard(1)
     w = job.weight_bytes_per_param
-    linear_w = linear_weight_bytes_per_param(job, mesh, architecture)
+    linear_w = linear_weight_bytes_per_param(job, mesh, architecture, moe)
     # the gathered working set and the own shard, their linear weights at linear_w (a gathered layer
     # is taken as all linear: its norms and biases are a rounding error)
     gathered = np.where(z >= 3, 2.0 * params.largest_layer, 0.0) * linear_w
@@ -624,7 +639,7 @@ def stage_memory(
     on_first, on_last = both_ends | (rank == "first"), both_ends | (rank == "last")
     layers, moe_layers, mtp = stage_layers(model, job, mesh, rank, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
-    weights, grads, optimizer = model_state_bytes(job, mesh, params, cluster.gpu.architecture)
+    weights, grads, optimizer = model_state_bytes(job, mesh, params, cluster.gpu.architecture, model.is_moe)
     tokens = mesh.tokens_per_rank(job.seq_len)
     acts = stage_activations(model, job, mesh, layers, moe_layers, per_layer)
     # the EP overlap's extra warm-up chunk, within the step's micro-batches (Megatron-Core caps the

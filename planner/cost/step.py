@@ -377,7 +377,18 @@ def evaluate(
     # TP, CP, EP and PP traffic hidden on DP's links leaves DP that much less compute to hide behind
     hidden = {"tp": worst.tp.hidden_s, "cp": worst.cp.hidden_s, "ep": worst.ep.hidden_s, "pp": pp.hidden_s / m}
     free = traffic.dp_link_free_share(links, worst.compute, hidden)
-    dp = traffic.dp_per_step(job, mesh, links, params, m, fwd_mb * free, (worst.compute - fwd_mb) * free, layers)
+    dp = traffic.dp_per_step(
+        job,
+        mesh,
+        links,
+        params,
+        m,
+        fwd_mb * free,
+        (worst.compute - fwd_mb) * free,
+        layers,
+        model.is_moe,
+        cluster.gpu.architecture,
+    )
     optimizer_time = optimizer_step_s(
         cluster, job, mesh, params.dense, params.expert, links["dp"].size, links["edp"].size
     )

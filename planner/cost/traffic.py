@@ -47,7 +47,7 @@ import numpy as np
 
 from planner.cost import comm
 from planner.cost.flops import attention_dims
-from planner.cost.memory import FP8_PARAM_GATHER_BYTES_PER_ELEMENT, RankParams, kv_heads_per_rank
+from planner.cost.memory import RankParams, fp8_parameter_gather_bytes, fp8_parameters, kv_heads_per_rank
 from planner.cost.recompute import recomputes_dispatch
 from planner.cost.routing import moe_load_factor
 from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
@@ -311,19 +311,17 @@ def pp_sends_per_step(mesh: MeshArrays, m: np.ndarray) -> np.ndarray:
 
 
 def dp_buffers_bytes(
-    job: JobSpec, mesh: MeshArrays, params: RankParams
+    job: JobSpec, mesh: MeshArrays, params: RankParams, moe: bool = False, architecture: str | None = None
 ) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """((dense, expert) gradient bytes, (dense, expert) weight bytes) of the rank's parameters:
-    what DP reduces and ZeRO gathers. Where the stack keeps fp8 weights as the parameters
-    (``Stack.fp8_primary_weights`` with ZeRO >= 1: Megatron's --fp8-param-gather), the linear
-    weights are gathered as ``FP8_PARAM_GATHER_BYTES_PER_ELEMENT`` says (per-tensor fp8 data, 1
-    byte; MXFP8 in bf16); the rest in 16 bits."""
+    what DP reduces and ZeRO gathers. Where the linear weights are fp8 parameters
+    (``memory.fp8_parameters``: Megatron's --fp8-param-gather) they are gathered at
+    ``memory.fp8_parameter_gather_bytes`` per element (per-tensor fp8 data, 1 byte; MXFP8 in bf16);
+    the rest in 16 bits."""
     w = job.weight_bytes_per_param
     grads = (params.dense * job.gradient_bytes_per_param, params.expert * job.gradient_bytes_per_param)
-    fp8_gathered = job.dtype == "fp8" and job.software.fp8_primary_weights
-    linear_w = np.where(
-        fp8_gathered & (mesh.zero_stage >= 1), FP8_PARAM_GATHER_BYTES_PER_ELEMENT.get(job.fp8_scaling, w), w
-    )
+    on = fp8_parameters(job, mesh, moe)
+    linear_w = np.where(on, fp8_parameter_gather_bytes(job, architecture) if job.dtype == "fp8" else w, w)
     dense = (params.dense - params.dense_linear) * w + params.dense_linear * linear_w
     return grads, (dense, params.expert * linear_w)
 
@@ -514,7 +512,13 @@ def pp_collectives(job: JobSpec, mesh: MeshArrays, m: np.ndarray, hidden: int) -
 
 
 def dp_collectives(
-    job: JobSpec, mesh: MeshArrays, params: RankParams, m: np.ndarray, layers: np.ndarray
+    job: JobSpec,
+    mesh: MeshArrays,
+    params: RankParams,
+    m: np.ndarray,
+    layers: np.ndarray,
+    moe: bool = False,
+    architecture: str | None = None,
 ) -> list[Collective]:
     """Gradient reduction and ZeRO gathers of one step, dense weights over dp*cp (group 'dp'),
     expert weights over expert-DP ('edp'): an all-reduce of the gradients (ZeRO-0), or a
@@ -522,7 +526,7 @@ def dp_collectives(
     its gradient shard, reduce-scatters every micro-batch's); ZeRO-3/FSDP runs them layer by layer
     (one FSDP unit per transformer block, as FSDP, torchtitan and llm-foundry wrap), every
     micro-batch, the weights gathered for forward and again for backward."""
-    grads, weights = dp_buffers_bytes(job, mesh, params)
+    grads, weights = dp_buffers_bytes(job, mesh, params, moe, architecture)
     z = mesh.zero_stage
     units = np.maximum(layers, 1)
     sharded = np.where(z >= 1, 1.0, 0.0)
@@ -582,10 +586,12 @@ def dp_per_step(
     fwd_mb_s: np.ndarray,
     bwd_mb_s: np.ndarray,
     layers: np.ndarray,
+    moe: bool = False,
+    architecture: str | None = None,
 ) -> Traffic:
-    """Gradient reduction and ZeRO gathers of one step (``dp_collectives``), exposed per the
-    module docstring."""
-    collectives = dp_collectives(job, mesh, params, m, layers)
+    """Gradient reduction and ZeRO gathers of one step (``dp_collectives``; a MoE model's
+    ``moe``, the GPU's ``architecture``), exposed per the module docstring."""
+    collectives = dp_collectives(job, mesh, params, m, layers, moe, architecture)
     reduce_s = serial_s([c for c in collectives if c.op != "all_gather"], links)
     gather_s = serial_s([c for c in collectives if c.op == "all_gather"], links)
     z = mesh.zero_stage
@@ -612,13 +618,15 @@ def step_collectives(
     layers: np.ndarray,
     moe_layers: np.ndarray,
     params: RankParams,
+    architecture: str | None = None,
 ) -> list[Collective]:
     """Every collective of one step on the rank with ``layers`` (``moe_layers`` of them MoE) and
-    ``params``: the lists the step prices, group by group, for the validator to replay."""
+    ``params`` on a GPU of ``architecture``: the lists the step prices, group by group, for the
+    validator to replay."""
     return [
         *tp_collectives(model, job, mesh, layers, moe_layers),
         *ep_collectives(model, job, mesh, layers, moe_layers),
         *cp_collectives(model, job, mesh, layers),
         *pp_collectives(job, mesh, m, model.hidden_size),
-        *dp_collectives(job, mesh, params, m, layers),
+        *dp_collectives(job, mesh, params, m, layers, model.is_moe, architecture),
     ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import shlex
 
-from planner.constraints import shards_nothing
 from planner.errors import PlannerError
+from planner.mesh import shards_nothing
 from planner.schemas.job import JobSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
 

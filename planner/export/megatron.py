@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from planner.constraints import shards_nothing
 from planner.cost.comm import mesh_links
 from planner.cost.flops import attended_keys, attention_kernel_for, chunked_keys, flash_attention_runs, mtp_layers
 from planner.cost.layout import check_layout, format_layout, parse_layout, rank_layer_counts
+from planner.cost.memory import fp8_parameters
 from planner.cost.pipeline import plan_layout, split_stages
 from planner.export.common import (
     check_adam_state,
@@ -33,7 +33,7 @@ from planner.export.common import (
     zero_note,
 )
 from planner.hf_config import LLAMA4_TYPES
-from planner.mesh import MeshArrays
+from planner.mesh import MeshArrays, shards_nothing
 from planner.schedules import microbatch_group_size
 from planner.schemas.job import ADAM_STATE_BYTES_PER_PARAM, JobSpec, check_positions
 from planner.schemas.model import MAMBA_CHUNK_SIZE, MAMBA_CONV_KERNEL, ModelSpec
@@ -280,11 +280,16 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
         "fp4": ["--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"],
     }[job.dtype]
     if job.dtype == "fp8":
-        args += ["--fp8-recipe", fp8_recipe(job, cluster)]
-        if job.software.fp8_primary_weights and effective_zero_stage(config, model.is_moe) >= 1:
-            # the fp8 weights the plan's memory and parameter all-gather priced (Stack.fp8_primary_weights;
-            # validate_args allows it with the distributed optimizer or Megatron-FSDP)
+        recipe = fp8_recipe(job, cluster)
+        args += ["--fp8-recipe", recipe]
+        if bool(fp8_parameters(job, MeshArrays.from_configs([config]), model.is_moe)[0]):
+            # the fp8 weights the plan's memory and parameter all-gather priced (memory.fp8_parameters;
+            # validate_args allows it with the distributed optimizer or Megatron-FSDP); MXFP8 gathers
+            # them in bf16 through the gradient buffer, as priced and as Megatron-Bridge's
+            # bf16_with_mxfp8_mixed sets it (validate_args turns it off under Megatron-FSDP)
             args.append("--fp8-param-gather")
+            if recipe == "mxfp8" and effective_zero_stage(config, model.is_moe) == 1:
+                args.append("--reuse-grad-buf-for-mxfp8-param-ag")
     if job.bf16_last_layers:
         # _add_transformer_engine_args: --first-last-layers-bf16 with --num-layers-at-start-in-bf16
         # and --num-layers-at-end-in-bf16 (both default 1)

@@ -422,9 +422,11 @@ class Interconnect(Frozen):
         through a switch; on ``point_to_point_links`` the m - 1 links to the other members (a ring
         or an all-to-all runs over every link between them: RCCL's rings on MI300X's mesh)."""
         links = self.point_to_point_links
+        members = np.asarray(members, dtype=float)
         if links is None:
             return np.ones(np.shape(members))
-        return np.clip((np.asarray(members, dtype=float) - 1.0) / links, 1.0 / links, 1.0)
+        # one member in the domain moves nothing over it: no link to cap the group by
+        return np.where(members <= 1, 1.0, np.clip((members - 1.0) / links, 1.0 / links, 1.0))
 
     @property
     def send_share(self) -> float:

@@ -271,10 +271,12 @@ class JobSpec(Frozen):
     @model_validator(mode="after")
     def _tp_overlap_needs_the_stack(self) -> JobSpec:
         if self.tp_comm_overlap and self.software.tp_overlap_hidden_fraction == 0:
+            from planner.catalog import list_stacks
+
+            can = [s.name for s in list_stacks() if s.tp_overlap_hidden_fraction > 0]
             raise ValueError(
                 f"tp_comm_overlap (--tp-comm-overlap): stack {self.software.name} cannot overlap tensor-parallel "
-                "collectives (its tp_overlap_hidden_fraction is 0); megatron-core (userbuffers) and torchtitan "
-                "(async TP) can"
+                f"collectives (its tp_overlap_hidden_fraction is 0); stacks that can: {', '.join(can)}"
             )
         return self
 

@@ -183,11 +183,14 @@ def _link(profile: HardwareProfile, params: Params, result: TermResult) -> comm.
     tier = getattr(profile, spec.tier if spec.tier in TIERS else "intra_node")
     latency_s, _ = params.links[spec.tier if spec.tier in TIERS else "intra_node"]
     code = comm.TIER_NAMES.index(spec.tier)
+    members = np.array([spec.per_domain if code == comm.TIER_INTER else spec.group_size])
+    ring, send = comm.fast_tier_bytes_per_s(profile.intra_node, params.links["intra_node"][1], members)
     return comm.GroupLink(
         size=np.array([spec.group_size]),
         tier=np.array([code]),
         per_domain=np.array([spec.per_domain]),
-        intra_bytes_per_s=params.links["intra_node"][1],
+        intra_bytes_per_s=ring,
+        intra_send_bytes_per_s=send,
         inter_bytes_per_s=params.links["inter_node"][1],
         latency_s=np.array([latency_s]),
         in_network_bytes_per_s=np.array([tier.in_network_bytes_per_s]),

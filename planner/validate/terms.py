@@ -100,7 +100,7 @@ def comm_terms(
         "edp": plan.expert_dp,
     }
     out: list[TermSpec | None] = []
-    for c in traffic.step_collectives(model, job, pm, m, layers, moe, params):
+    for c in traffic.step_collectives(model, job, pm, m, layers, moe, params, replay_cluster.gpu.architecture):
         calls = c.calls * m if c.per_microbatch else c.calls
         one = (float(np.asarray(c.message_bytes).reshape(-1)[0]), float(np.asarray(calls).reshape(-1)[0]))
         group = "dp_cp" if c.group == "dp" else c.group  # dense gradients reduce over dp x cp
