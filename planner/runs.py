@@ -761,6 +761,13 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
     if not gpus:
         raise UnpriceableError("hardware.count is missing")
     cluster = load_cluster(profile, gpus=gpus)
+    per_node = _count(hardware, "gpus_per_node", "hardware")
+    if per_node is not None and cluster.gpus_per_node % per_node:
+        # a DGX's 8, or an NVL72 rack's 4-GPU trays: a node the profile's does not tile is another system
+        raise UnpriceableError(
+            f"hardware.gpus_per_node {per_node}: the {profile} profile's nodes hold {cluster.gpus_per_node} GPUs, "
+            "which that does not divide"
+        )
     degrees = {k: _degree(par, k, "parallel") for k in ("tp", "pp", "cp", "ep")}
     dp = _count(par, "dp", "parallel")
     if dp is None or dp * degrees["tp"] * degrees["pp"] * degrees["cp"] != gpus:
