@@ -82,6 +82,19 @@ def test_growth_is_bounded_and_the_message_says_how_far(cli) -> None:
     assert any(w.startswith("global batch grown from 500 to 512") for w in est["warnings"])
 
 
+def test_a_last_rank_at_its_fewest_layers_is_pointed_at_empty_chunks() -> None:
+    """GPT-OSS-120B at pp 8, v 4: the last rank holds 3 layers (one per chunk but the loss's) and the
+    head's 4 layers of work, the others 4-5: 'no split does better' was true only without empty
+    chunks, which Megatron-Core's layouts take ('E|(t|)*3,m|m||L' in its own help)."""
+    oss = load_model("gpt-oss-120b")
+    config = ParallelConfig(pp=8, dp=8, ep=8, micro_batch_size=2, virtual_stages=4, schedule="interleaved-1f1b")
+    est = estimate_mesh(oss, load_cluster("dgx-h100x8"), default_job(oss), config)
+    assert est.layers_per_stage[-1] == 3
+    (note,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
+    assert "the last rank already holds its fewest layers with one in each of its chunks but the loss's (3)" in note
+    assert "no split of these layers over these stages does better" not in note
+
+
 def test_interleaved_growth_rounds_to_a_multiple_of_dp_mbs_pp() -> None:
     """Where the stack's interleaving needs p | m (torchtitan) the batch grows to a multiple of
     dp*b*pp; Megatron-Core's micro-batch group size runs the asked batch (125 micro-batches over
