@@ -108,7 +108,9 @@ def test_fp4_is_refused_where_it_cannot_run(cli) -> None:  # type: ignore[no-unt
         ValueError, match="stack deepspeed trains no NVFP4 \\(stacks that do: megatron-core, torchtitan\\)"
     ):
         _job("fp4", stack="deepspeed")
-    with pytest.raises(ValueError, match="bf16_last_layers 4 keeps layers out of fp8/fp4, but dtype is 'bf16'"):
+    with pytest.raises(
+        ValueError, match=r"bf16_last_layers 4 \(--bf16-last-layers\) keeps layers out of fp8/fp4, but dtype is 'bf16'"
+    ):
         _job("bf16", bf16_last_layers=4)
     with pytest.raises(PlannerError, match="bf16_last_layers 40: llama3-8b has 32 transformer layers"):
         planner.estimate(LLAMA8B, B200, _job("fp4", bf16_last_layers=40), tp=1, pp=1, dp=8)

@@ -264,7 +264,8 @@ class JobSpec(Frozen):
     def _bf16_layers_need_low_precision(self) -> JobSpec:
         if self.bf16_last_layers and not self.low_precision:
             raise ValueError(
-                f"bf16_last_layers {self.bf16_last_layers} keeps layers out of fp8/fp4, but dtype is '{self.dtype}'"
+                f"bf16_last_layers {self.bf16_last_layers} (--bf16-last-layers) keeps layers out of fp8/fp4, but dtype "
+                f"is '{self.dtype}' (--dtype fp8 or fp4)"
             )
         return self
 
