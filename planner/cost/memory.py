@@ -673,8 +673,8 @@ def peak_memory(
 ) -> StageMemory:
     """The most loaded GPU: per mesh, whichever of ``STAGE_RANKS`` needs most (the first rank with
     its own layers and the embedding; the busiest other rank had been priced with the embedding
-    too, a GPU no pipeline has: DeepSeek-V3 at pp 16, whose first rank holds 3 layers and the
-    embedding and the others 4, had counted both)."""
+    too, a GPU no pipeline has: Llama-3-70B at pp 4, v 8, split [20, 20, 21, 19], had counted 21
+    layers and the embedding)."""
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     per_layer = layer_activations(model, job, mesh)
     worst: StageMemory | None = None

@@ -321,7 +321,7 @@ def dp_buffers_bytes(
     w = job.weight_bytes_per_param
     grads = (params.dense * job.gradient_bytes_per_param, params.expert * job.gradient_bytes_per_param)
     on = fp8_parameters(job, mesh, moe)
-    linear_w = np.where(on, fp8_parameter_gather_bytes(job, architecture) if job.dtype == "fp8" else w, w)
+    linear_w = np.where(on, fp8_parameter_gather_bytes(job, architecture), w)
     dense = (params.dense - params.dense_linear) * w + params.dense_linear * linear_w
     return grads, (dense, params.expert * linear_w)
 
