@@ -97,7 +97,7 @@ def _job_fields_applied(model: ModelSpec, job: JobSpec | None, job_fields: dict[
         raise PlannerError(f"job: expected a JobSpec (or None for the model's default job), got {job!r}")
     if job is None:
         return default_job(model, **job_fields)
-    data = job.model_dump()  # validated again, fields or none: model_copy(update=...) skips the checks
+    data = job.model_dump(warnings=False)  # validated again: model_copy(update=...) skips the checks
     # The batch is stored both ways; keep the form the caller did not override so that the
     # other is derived again (a new seq_len keeps the batch in sequences).
     if "global_batch_tokens" in job_fields and "global_batch_size" not in job_fields:

@@ -372,7 +372,8 @@ def load_model(name_or_path: str | Path | ModelSpec) -> ModelSpec:
     """A ModelSpec from a catalog name or alias, a model YAML, or a Hugging Face config.json."""
     if isinstance(name_or_path, ModelSpec):
         # checked again: pydantic's model_copy(update=...) makes a spec without running its checks
-        return validate_as(ModelSpec, name_or_path.model_dump(), f"model '{shown(name_or_path.name)}'")
+        # warnings=False: a value of the wrong type is the check's to name, not the serializer's to warn of
+        return validate_as(ModelSpec, name_or_path.model_dump(warnings=False), f"model '{shown(name_or_path.name)}'")
     hint = "see `plan list models`, or give a YAML or config.json path"
     text = _name_text(name_or_path, "model", "ModelSpec")
     # A catalog name is its file's stem, and no alias is a name (test_catalog), so a name needs
@@ -567,7 +568,9 @@ def load_cluster(
         if nodes is None and gpus is None:
             # checked again, as a ModelSpec is: model_copy(update=...) skips the checks (num_gpus 64
             # on one 8-GPU node had been planned as dp 64)
-            return validate_as(ClusterSpec, name_or_path.model_dump(), f"cluster '{shown(name_or_path.name)}'")
+            return validate_as(
+                ClusterSpec, name_or_path.model_dump(warnings=False), f"cluster '{shown(name_or_path.name)}'"
+            )
         cluster = _cluster(name_or_path.name, name_or_path.profile, nodes, gpus, name_or_path.name)
         return _recounted(cluster, _catalog_profile_of(name_or_path.name.lower()))
     text = _name_text(name_or_path, "cluster", "ClusterSpec")

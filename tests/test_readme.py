@@ -129,3 +129,27 @@ def test_serve_takes_a_price_as_plan_does() -> None:
     assert cost[10] == pytest.approx(2 * cost[5])
     with pytest.raises(planner.PlannerError, match="price: expected USD per GPU-hour"):
         planner.serve("llama8b", "dgx-h100x1", price="5")
+
+
+def test_a_spec_changed_to_a_wrong_type_is_one_error_without_serializer_warnings() -> None:
+    """The check named the field, after pydantic's multi-line serializer warning on stderr."""
+    import warnings
+
+    import pytest
+
+    import planner
+    from planner.catalog import load_cluster, load_model
+    from planner.schemas import JobSpec
+
+    model = load_model("llama8b").model_copy(update={"hidden_size": float("nan")})
+    job = JobSpec(global_batch_size=64, seq_len=4096).model_copy(update={"seq_len": "x"})
+    cluster = load_cluster("dgx-h100").model_copy(update={"num_gpus": "many"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a serializer warning fails the test
+        for args, kwargs, said in (
+            ((model, "dgx-h100"), {}, "field 'hidden_size': Input should be a finite number"),
+            (("llama8b", "dgx-h100"), {"job": job}, "field 'seq_len': Input should be a valid integer"),
+            (("llama8b", cluster), {}, "field 'num_gpus'"),
+        ):
+            with pytest.raises(planner.PlannerError, match=said):
+                planner.plan(*args, **kwargs)
