@@ -150,6 +150,5 @@ def _name_max(folder: Path) -> int:
 
 
 def write_text_atomic(path: str | Path, text: str, flag: str = "--out") -> None:
-    """Write ``text`` (UTF-8) to ``path`` through ``atomic_path``."""
-    with atomic_path(path, flag) as tmp:
-        tmp.write_text(text, encoding="utf-8")
+    """Write ``text`` (UTF-8) to ``path``: ``write_texts_atomic`` of one file."""
+    write_texts_atomic({Path(path): text}, flag)

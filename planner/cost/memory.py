@@ -378,7 +378,7 @@ class RankParams:
     dense: np.ndarray  # sharded over dp*cp by ZeRO
     expert: np.ndarray  # sharded over expert-DP by ZeRO
     largest_layer: np.ndarray  # ZeRO-3 gathers this much per layer in use
-    dense_linear: np.ndarray | float = 0.0  # of ``dense``: the layers' linear weights
+    dense_linear: np.ndarray  # of ``dense``: the layers' linear weights
 
 
 def rank_params(
@@ -520,7 +520,7 @@ def stage_layers(
     """(layers, MoE layers, MTP layers) on one of ``STAGE_RANKS``; p = 1: the one rank."""
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     on_last = (mesh.pp == 1) | (rank == "last")
-    first = rank == "first" and ranks.first is not None
+    first = rank == "first"
     decoders = np.where(on_last, ranks.last, ranks.first if first else ranks.body)
     mtp = np.where(on_last, ranks.last_mtp, ranks.first_mtp if first else ranks.body_mtp)
     return layers_with_mtp(model, decoders, mtp), moe_layers_of(model, decoders, mtp), mtp

@@ -123,8 +123,8 @@ class RankLayers:
     body_mtp: np.ndarray
     last: np.ndarray
     last_mtp: np.ndarray
-    first: np.ndarray | None = None  # the first rank's (with the embedding); None: body's
-    first_mtp: np.ndarray | None = None
+    first: np.ndarray  # the first rank's (with the embedding)
+    first_mtp: np.ndarray
 
     @property
     def busiest(self) -> np.ndarray:
@@ -188,15 +188,14 @@ def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: f
     return lo
 
 
-def first_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> int:
+def first_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int, last: int) -> int:
     """Decoder layers on the first rank (with the embedding) of the split ``rank_layer_split``
-    prices: the fewest of the other ranks' share where the stack takes any split (``split_stages``
-    puts the extra ones nearest the last rank), the first rank's of the even split otherwise; with
-    p = 1 every layer."""
+    prices, whose last rank holds ``last``: the fewest of the other ranks' share where the stack
+    takes any split (``split_stages`` puts the extra ones nearest the last rank), the first rank's
+    of the even split otherwise; with p = 1 every layer."""
     if pp == 1:
         return model.num_hidden_layers
     if job.software.pipeline_layouts:
-        _, last = rank_layer_split(model, job, pp, virtual_stages)
         return (model.num_hidden_layers - last) // (pp - 1)
     return stage_layer_counts(model.num_hidden_layers, pp, virtual_stages)[0]
 
@@ -298,17 +297,11 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     ``rank_layer_split`` with every MTP layer on the last rank (Megatron-Core's default place).
     DualPipe and DualPipeV run the even split (``dual_rank_split``)."""
     keys, inverse = np.unique(mesh.pp * 4096 + mesh.virtual_stages, return_inverse=True)  # v < 4096
-    splits = np.array(
-        [
-            (
-                *rank_layer_split(model, job, int(k) // 4096, int(k) % 4096),
-                first_rank_layers(model, job, int(k) // 4096, int(k) % 4096),
-            )
-            for k in keys
-        ],
-        dtype=np.int64,
-    )
-    body, last, first = splits.reshape(-1, 3)[inverse.reshape(-1)].T
+    splits = []
+    for p_k, v_k in ((int(k) // 4096, int(k) % 4096) for k in keys):
+        body_k, last_k = rank_layer_split(model, job, p_k, v_k)
+        splits.append((body_k, last_k, first_rank_layers(model, job, p_k, v_k, last_k)))
+    body, last, first = np.array(splits, dtype=np.int64).reshape(-1, 3)[inverse.reshape(-1)].T
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
         # a set, not np.unique: without return_index/inverse, np.unique asks np.ma whether the
