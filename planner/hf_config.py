@@ -44,6 +44,13 @@ ALTERNATING_SLIDING_WINDOW = frozenset({"gemma2"})
 when the config lists no ``layer_types`` (transformers Gemma2DecoderLayer: ``is_sliding = not
 bool(layer_idx % 2)``; newer Gemma2Config writes the same list as its layer_types default)."""
 
+QKV_BIAS_MODELS = frozenset({"qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl"})
+"""HF model types whose q, k and v projections always carry a bias, which their config.json does not
+state (transformers Qwen2Attention and Qwen2MoeAttention: ``nn.Linear(..., bias=True)`` for q_proj,
+k_proj and v_proj, ``bias=False`` for o_proj; Qwen2Config has no attention_bias key): read as
+``attention_bias`` (the Megatron export's --add-qkv-bias). ModelSpec's attention_bias also counts an
+o_proj bias (HF Llama's), h parameters a layer that Qwen2 lacks: 0.001% of Qwen2.5-7B."""
+
 USE_SLIDING_WINDOW = "use_sliding_window"
 MAX_WINDOW_LAYERS = "max_window_layers"
 """Qwen2's switch on its window and the first layer it windows (``_qwen2_window``)."""
@@ -520,6 +527,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
         spec.setdefault("tie_word_embeddings", config.get("tie_word_embeddings", True))
         if spec.get("intermediate_size") is None and isinstance(spec.get("hidden_size"), int):
             spec["intermediate_size"] = 4 * spec["hidden_size"]
+    if model_type in QKV_BIAS_MODELS:
+        spec.setdefault("attention_bias", True)
     if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
         spec.setdefault("norm_type", "layernorm")
     if spec.get("scoring_func", "") is None:  # stated null: the default softmax

@@ -223,11 +223,14 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     ceiling = gpu.gemm_efficiency * gpu.gemm_efficiency_ratio(job.dtype, job.fp8_scaling) * gpu.sustained
     if est.hfu > ceiling:  # HFU >= MFU: recompute only adds FLOPs
         which = f"MFU {est.mfu:.0%}" if est.mfu > ceiling else f"HFU {est.hfu:.0%} (MFU {est.mfu:.0%})"
-        notes.append(
-            f"{which} exceeds the GPU's sustained GEMM rate ({ceiling:.0%} of peak) because model "
-            "FLOPs count the full s x s attention square (Megatron-LM/PaLM convention) while causal kernels run half"
+        because = (
+            "its attention kernels are priced at their own measured rate, above the GEMMs'"
+            if job.software.causal_model_flops
+            else f"model FLOPs count the full s x s attention square (the PaLM convention, which {job.software.name} "
+            "logs) while causal kernels run half"
             + (", and recomputed attention counts it again" if est.hfu > est.mfu else "")
         )
+        notes.append(f"{which} exceeds the GPU's sustained GEMM rate ({ceiling:.0%} of peak): {because}")
     hidden, compute = est.hidden_comm_s.dp + est.hidden_comm_s.cp, est.time_breakdown_s.compute
     if hidden > OVERLAP_ADVICE_SHARE * compute:
         notes.append(

@@ -54,11 +54,20 @@ def describe_stack(job: JobSpec) -> str:
         compiled = (
             "compiled" if not stack.compiles_loss else f"compiled, loss {'too' if job.loss_compiled else 'eager'}"
         )
+    kernel = f"{stack.attention_kernel} attention" if job.flash_attention else "unfused attention"
     return (
-        f"{stack.name} ({stack.attention_kernel} attention, TP overlap {overlap}, gradients reduced in "
+        f"{stack.name} ({kernel}, TP overlap {overlap}, gradients reduced in "
         f"{job.gradient_format}, {compiled}; compute slows "
-        f"{stack.overlap_slowdown:.0%} under overlapped communication)"
+        f"{stack.overlap_slowdown:.0%} under overlapped communication; {mfu_convention(job)})"
     )
+
+
+def mfu_convention(job: JobSpec) -> str:
+    """How the MFU shown counts a causal layer's attention: as the stack's own log does
+    (``Stack.causal_model_flops``)."""
+    if job.software.causal_model_flops:
+        return "MFU counts causal attention at half the s x s square, as its log does"
+    return "MFU counts the full s x s attention square, as its log does"
 
 
 SYMMETRIC_BAND_POINTS = 2.0

@@ -897,7 +897,7 @@ MAPE and pulled the fitted sustained fraction to 0.52. A judgement with a 40x ma
 
 def check_within_peak(published: float, model: ModelSpec, cluster: ClusterSpec, job: JobSpec) -> None:
     """Refuse a published rate above what the GPU can compute: tokens/s per GPU x the model's FLOPs
-    per token (``model_flops_per_token``, Megatron's count, no recompute) past the GPU's dense peak
+    per token (``model_flops_per_token``, the full-square count, the larger; no recompute) past the GPU's dense peak
     in the job's format is more than 100% MFU, a typo or a figure of another unit (the shipped rows
     reach 64%), and one such row would pull a fit; nor one below ``SLOWEST_PLAUSIBLE_MFU`` of it.
     Raises ``UnpriceableError``."""

@@ -468,6 +468,18 @@ def test_qwen2s_window_applies_only_where_it_is_switched_on(tmp_path: Path) -> N
         load_model(str(_hf(tmp_path, "bad", {**q, "use_sliding_window": "no"})))
 
 
+def test_qwen2s_qkv_bias_is_read_from_its_model_type(tmp_path: Path) -> None:
+    # Qwen2's config.json states no attention_bias, yet its q/k/v projections carry one (transformers
+    # Qwen2Attention bias=True): the Megatron export had written --disable-bias-linear alone
+    q = {"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28,
+         "num_attention_heads": 28, "num_key_value_heads": 4, "vocab_size": 152064,
+         "max_position_embeddings": 32768}  # fmt: skip
+    m = load_model(str(_hf(tmp_path, "qwen2", q)))
+    assert m.attention_bias and not m.mlp_bias
+    assert not load_model(str(_hf(tmp_path, "stated", {**q, "attention_bias": False}))).attention_bias
+    assert not load_model(str(_hf(tmp_path, "llama", {**q, "model_type": "llama"}))).attention_bias
+
+
 def test_routing_keys_and_the_ling_shared_expert_spelling_are_read(tmp_path: Path) -> None:
     # keys that route or weigh the loss are not refused; Ling's num_shared_experts is DeepSeek's
     moe = {**_BASE, "num_experts": 16, "num_experts_per_tok": 2, "moe_intermediate_size": 512,

@@ -36,6 +36,23 @@ def test_llama3_70b_flops_per_token_is_6n_plus_attention() -> None:
     assert model_flops_per_token(m, s) == pytest.approx(4.86e11, rel=0.01)
 
 
+def test_causal_count_is_megatron_lm_s_num_floating_point_operations() -> None:
+    # megatron-core 0.17 training.py, GQA branch, per token: 3 (fwd + bwd) x 2 (FMA) x [h (q + 2 kv)
+    # + q s / 2 x 2 (causal mask) + q h + 3 h f (SwiGLU)] per layer, plus 3 x 2 x h V for the logits
+    m = load_model("llama3-70b")
+    s, h, f, L, V = 8192, m.hidden_size, m.intermediate_size, m.num_hidden_layers, m.vocab_size
+    d = h // m.num_attention_heads
+    q, kv = m.num_attention_heads * d, m.num_key_value_heads * d
+    megatron = 6 * L * (h * (q + 2 * kv) + q * s / 2 * 2 + q * h + 3 * h * f) + 6 * h * V
+    assert model_flops_per_token(m, s, causal=True) == pytest.approx(megatron, rel=1e-12)
+    assert model_flops_per_token(m, s, causal=True) == pytest.approx(449.2e9, rel=1e-3)
+    # the causal count differs by half the attention squares: 6 L q s
+    assert model_flops_per_token(m, s) - model_flops_per_token(m, s, causal=True) == pytest.approx(6 * L * q * s)
+    # recompute's attention counts alike: the full recompute of the causal count's forward
+    extra = recompute_flops_per_token(m, s, "full", causal=True)
+    assert extra == pytest.approx(recompute_flops_per_token(m, s, "full") - 2 * L * q * s)
+
+
 def test_moe_flops_count_only_active_experts() -> None:
     m = load_model("mixtral-8x7b")
     s = 4096

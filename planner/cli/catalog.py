@@ -95,7 +95,9 @@ def _model_json(model: Any, seq_len: int | None = None) -> dict[str, Any]:
         "seq_len": s,
         # training runs the model's MTP modules too, as `plan estimate` counts them in its MFU
         "mtp_layers": model.num_nextn_predict_layers,
+        # attention over the full s x s square (PaLM, torchtitan) and over its causal half (Megatron-LM)
         "training_flops_per_token": model_flops_per_token(model, s, model.num_nextn_predict_layers),
+        "training_flops_per_token_causal": model_flops_per_token(model, s, model.num_nextn_predict_layers, True),
     }
 
 

@@ -3,9 +3,11 @@
 Forward FLOPs of a matmul are 2 x (weight parameters) per token; backward is twice forward, so
 training is 6 x matmul parameters per token (Kaplan et al. 2020, 'Scaling Laws for Neural
 Language Models', section 2.1). Attention scores add, per layer and token, 2*s*a*d_qk for QK^T
-and 2*s*a*d_v for AV in the forward pass, counted over the full s x s square as Megatron-LM and
-PaLM (Chowdhery et al. 2022, appendix B) report model FLOPs, although causal kernels skip about
-half. For GPT (12h^2 matmul parameters per layer, d_qk = d_v = h/a, LM head V*h) this is exactly
+and 2*s*a*d_v for AV in the forward pass, counted over the full s x s square as PaLM (Chowdhery
+et al. 2022, appendix B), torchtitan, llm-foundry and Megatron-LM until mid-2025 report model
+FLOPs, although causal kernels skip about half; Megatron-LM now counts the causal half
+(``model_flops_per_token(causal=True)``, for the stacks whose logs do: ``Stack.causal_model_flops``).
+For GPT (12h^2 matmul parameters per layer, d_qk = d_v = h/a, LM head V*h) this is exactly
 Megatron-LM's 72*B*s*L*h^2*(1 + s/(6h) + V/(12hL)) (Narayanan et al. 2021, eq. 3 without the
 recompute pass), checked in tests.
 
@@ -22,6 +24,10 @@ from planner.cost.params import attention_matmul_params, mamba_matmul_params, ml
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.stack import AttentionKernel
+
+CAUSAL_SHARE = 0.5
+"""Share of the s x s score square a causal mask keeps, as Megatron-LM counts it (s/2 keys per
+query; the exact mean is (s+1)/2)."""
 
 
 def attention_dims(model: ModelSpec) -> tuple[int, int]:
@@ -215,18 +221,24 @@ def mtp_matmul_params_active(model: ModelSpec) -> float:
     return layer + mtp_projection_params(model) + model.vocab_size * model.hidden_size
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0) -> float:
+def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0, causal: bool = False) -> float:
     """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention,
     plus ``mtp`` MTP modules (``mtp_matmul_params_active`` and one more layer's attention), as
     Megatron-LM's num_floating_point_operations counts them (megatron/training/training.py:
     the MTP layer among the layers, "3 * 2 * mtp_num_layers * (3h + 2h^2)" for its norms and
     projection, logits "(mtp_num_layers + 1)" times).
 
+    The attention scores count the full s x s square of a causal layer (PaLM appendix B,
+    torchtitan, llm-foundry, Narayanan et al. 2021), or with ``causal`` the half its mask keeps, as
+    Megatron-LM has since mid-2025 ("/ 2  # causal mask (only half of the mask is non-zero)",
+    megatron-core 0.17 training.py; ``Stack.causal_model_flops``): Llama-3-70B at 8,192 tokens
+    481.4 or 449.2 GFLOP per token. Mamba-2's scan is not a masked square and counts alike.
+
     The LM head matmul runs even when its weights are tied to the embedding; the embedding
     lookup is a gather and costs no FLOPs.
     """
     head = model.vocab_size * model.hidden_size
-    per_layer = attention_score_flops_per_token_fwd(model, seq_len)
+    per_layer = attention_score_flops_per_token_fwd(model, seq_len) * (CAUSAL_SHARE if causal else 1.0)
     per_attention_block = per_layer / model.attention_layer_share if model.attention_layer_share else 0.0
     attention = model.num_hidden_layers * per_layer + mtp * mtp_blocks_of(model, "*") * per_attention_block
     attention += (model.blocks_of("M") + mtp * mtp_blocks_of(model, "M")) * mamba_scan_flops_per_token_fwd(model)
@@ -262,13 +274,16 @@ def recompute_flops_per_token(
     recompute: str,
     selective: str = "attention",
     modules: tuple[str, ...] = ("core_attn",),
+    causal: bool = False,
 ) -> float:
     """Extra forward FLOPs per token that recompute executes: 0; under selective, Megatron's
     ``modules`` (``selective`` 'attention': the attention core for core_attn, Korthikanti et al.
     2022, and the matmuls of ``module_recompute_matmul_params``) or half of the matmuls whose
     outputs backward needs ('alternate_matmuls', torchtitan's per-op SAC:
-    ``compute.selective_recompute_forward_s``); every layer's forward under full recompute."""
-    attention = model.num_hidden_layers * attention_score_flops_per_token_fwd(model, seq_len)
+    ``compute.selective_recompute_forward_s``); every layer's forward under full recompute.
+    Attention counts as in ``model_flops_per_token`` with the same ``causal``."""
+    scores = attention_score_flops_per_token_fwd(model, seq_len) * (CAUSAL_SHARE if causal else 1.0)
+    attention = model.num_hidden_layers * scores
     attention += model.blocks_of("M") * mamba_scan_flops_per_token_fwd(model)
     if recompute == "full":
         return 2.0 * layers_matmul_params_active(model) + attention

@@ -400,10 +400,12 @@ def evaluate(
 
     s = job.seq_len
     tokens = batch * s
-    model_flops = model_flops_per_token(model, s, mtp_layers(model, job)) * tokens
+    # MFU and HFU in the stack's own count of causal attention, as its logs would read
+    causal = job.software.causal_model_flops
+    model_flops = model_flops_per_token(model, s, mtp_layers(model, job), causal) * tokens
     policy = job.software.selective_recompute
     modules = selected(job)
-    recompute_extra = np.array([recompute_flops_per_token(model, s, r, policy, modules) for r in RECOMPUTES])[
+    recompute_extra = np.array([recompute_flops_per_token(model, s, r, policy, modules, causal) for r in RECOMPUTES])[
         mesh.recompute
     ]
     # full recompute of some of each chunk's layers runs that share of the forwards again

@@ -182,6 +182,13 @@ class Stack(Frozen):
         "12 or 8 bytes per parameter with the fp32 master, ``ADAM_STATE_BYTES_PER_PARAM``)"
     )
     dropout: bool = Field(description="The stack's models have dropout layers (``JobSpec.dropout``)")
+    causal_model_flops: bool = Field(
+        description="The stack's own MFU and model TFLOP/s logs count a causal layer's attention scores over "
+        "the half of the s x s square its mask keeps (Megatron-LM since mid-2025: num_floating_point_operations "
+        "'/ 2  # causal mask'); false: over the full square (PaLM appendix B, torchtitan, Composer/llm-foundry). "
+        "The planner's MFU, HFU and model TFLOP/s follow it (``cost.flops.model_flops_per_token``), so they read "
+        "as the stack's log would"
+    )
     fp4_cast_bytes_per_element: PositiveFloat | None = Field(
         None,
         description="HBM bytes per element of a linear's input and output gradient that NVFP4 quantisation "
