@@ -27,6 +27,15 @@ def rate(value: float) -> str:
     return f"{rounded:.{decimals}f}"
 
 
+def seconds(value: float) -> str:
+    """A time in prose: '18.50 s' from a second up, '1.82 ms' or '0.0123 ms' below (three
+    significant figures), so that a small model's millisecond of hidden traffic does not read
+    '0.00 s'."""
+    if abs(value) >= 0.995 or value == 0 or not math.isfinite(value):
+        return f"{value:.2f} s"
+    return f"{value * 1e3:.3g} ms"
+
+
 def ordinal(n: int) -> str:
     """1 -> '1st', 2 -> '2nd', 3 -> '3rd', 11 -> '11th', 22 -> '22nd'."""
     suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")

@@ -32,6 +32,7 @@ from planner.cost.step import Columns, evaluate
 from planner.error_bar import error_bar, interval, pooled_stack_errors, relative_band
 from planner.errors import PlannerError, SchemaError
 from planner.figures import rate
+from planner.figures import seconds as seconds_text
 from planner.mesh import MeshArrays
 from planner.schedules import microbatch_group_size
 from planner.schemas.base import GIB_BYTES
@@ -70,7 +71,7 @@ failure modes: 'ZeRO-3 communication may cost more than expected; on small model
 
 
 def last_stage_imbalance(model: ModelSpec, job: JobSpec, layers_per_stage: list[int]) -> tuple[float, float]:
-    """(share of each pipeline slot the other stages idle, what the last stage runs beside its
+    """(share of each pipeline slot the stages idle on average, what the last stage runs beside its
     decoder layers, in layers: ``cost.pipeline.last_rank_extra_layers``, the LM head and the MTP
     layers by forward FLOPs) for a split of ``layers_per_stage`` decoder layers. The slot is set
     by the busiest stage (ARCHITECTURE 8.7), so the idle share is 1 - mean(work) / max(work). The
@@ -163,10 +164,14 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     idle, head_layers = last_stage_imbalance(model, job, est.layers_per_stage)
     if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in DUAL_SCHEDULES:
         mtp = mtp_layers(model, job)
+        work = [float(n) for n in est.layers_per_stage]
+        work[-1] += head_layers
         notes.append(
-            f"pipeline stages are unbalanced: the last stage also runs the LM head ({model.vocab_size:,} x "
+            f"pipeline stages are unbalanced: the busiest stage runs the work of {max(work):.1f} layers by FLOPs, "
+            f"the average {sum(work) / len(work):.1f} (the last runs the LM head, {model.vocab_size:,} x "
             f"{model.hidden_size}{f' and {mtp} MTP layer(s)' if mtp else ''}, the work of {head_layers:.1f} "
-            f"layers by FLOPs), so the others idle {idle:.0%} of each slot; "
+            f"layers, beside its {est.layers_per_stage[-1]}), so the stages idle {idle:.0%} of each slot on "
+            "average; "
             + (
                 f"{job.software.name} takes no split of the planner's choosing (--pipeline-layout needs a stack "
                 "that runs one: megatron-core or torchtitan)"
@@ -234,9 +239,10 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     hidden, compute = est.hidden_comm_s.dp + est.hidden_comm_s.cp, est.time_breakdown_s.compute
     if hidden > OVERLAP_ADVICE_SHARE * compute:
         notes.append(
-            f"counts on hiding {hidden:.2f} s of DP/ZeRO and CP communication behind {compute:.2f} s "
+            f"counts on hiding {seconds_text(hidden)} of DP/ZeRO and CP communication behind "
+            f"{seconds_text(compute)} "
             f"of compute; overlap is often partly lost in practice (SMs shared with NCCL kernels, bucket "
-            f"timing): without it the step takes {est.step_time_s + hidden:.2f} s"
+            f"timing): without it the step takes {seconds_text(est.step_time_s + hidden)}"
         )
     exposed_dp = est.time_breakdown_s.dp_comm
     if config.zero_stage == 3 and exposed_dp > ZERO3_ADVICE_SHARE * est.step_time_s:
@@ -244,7 +250,8 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
         lower = [z for z in stack.zero_stages if z in (1, 2)]
         notes.append(
             f"ZeRO-3 gathers weights for every micro-batch ({est.num_microbatches} per step) and exposes "
-            f"{exposed_dp:.2f} s ({exposed_dp / est.step_time_s:.0%} of the step); ZeRO-1/2 gather once per step"
+            f"{seconds_text(exposed_dp)} ({exposed_dp / est.step_time_s:.0%} of the step); ZeRO-1/2 gather once "
+            "per step"
             + (f": try --zero-stage {min(lower)} if memory allows" if lower else f" ({stack.name} runs neither)")
         )
     return notes

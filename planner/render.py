@@ -45,10 +45,17 @@ def days(seconds: float) -> str:
     return f"{seconds / 86400:,.1f} days"
 
 
-def describe_stack(job: JobSpec) -> str:
-    """The software the prices assume, in one line."""
+def describe_stack(job: JobSpec, est: Estimate | None = None) -> str:
+    """The software the prices assume, in one line; given the ``est`` of one mesh, its TP overlap
+    as that mesh runs it (none for a TP group across NVLink domains or without sequence
+    parallelism: ``cost.traffic.tp_per_microbatch``)."""
     stack = job.software
     overlap = f"on, {stack.tp_overlap_hidden_fraction:.0%} hidden" if job.tp_overlap else "off"
+    if est is not None and job.tp_overlap and est.config.parallel.tp > 1:
+        if est.links.tp == "inter_node":
+            overlap = "on, but not for this mesh's TP group, which spans NVLink domains"
+        elif not est.config.parallel.sequence_parallel:
+            overlap = "on, but not for this mesh, which runs no sequence parallelism"
     compiled = "eager"
     if job.compiled:
         compiled = (
@@ -66,8 +73,8 @@ def mfu_convention(job: JobSpec) -> str:
     """How the MFU shown counts a causal layer's attention: as the stack's own log does
     (``Stack.causal_model_flops``)."""
     if job.software.causal_model_flops:
-        return "MFU counts causal attention at half the s x s square, as its log does"
-    return "MFU counts the full s x s attention square, as its log does"
+        return "MFU counts causal attention at half, as its log does"
+    return "MFU counts the full attention square, as its log does"
 
 
 SYMMETRIC_BAND_POINTS = 2.0
@@ -113,7 +120,7 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
         f"job: global batch {job.batch_size} x seq {job.seq_len} = {job.tokens_per_step:,} tokens/step, "
         f"{precision_words(job)}"
     )
-    console.print(f"stack: {describe_stack(job)}")
+    console.print(f"stack: {describe_stack(job, est)}")
     console.print(f"mesh: {cfg.short()}  (order {cfg.order})")
     summary = Table(show_header=False, box=None)
     summary.add_row("step time", duration(est.step_time_s))

@@ -314,6 +314,11 @@ def test_tp_comm_overlap_is_written_only_for_a_tp_group_inside_one_nvlink_domain
     assert across.code == 0, across.err
     assert "--tp-comm-overlap \\\n" not in across.out
     assert "# note: the TP group of 16 spans NVLink domains" in across.out
+    # what the plan did hide there is the weight-gradient input gathers, which the note and the
+    # estimate's stack line both say (the line had read 'TP overlap on, 80% hidden')
+    assert "but for the weight-gradient input all-gathers" in across.out
+    shown = cli("estimate", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "16", "--pp", "1", "--dp", "8")
+    assert "TP overlap on, but not for this mesh's TP group, which spans NVLink domains" in " ".join(shown.out.split())
     inside = cli("export", "--format", "megatron", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2",
                  "--dp", "8", "--sequence-parallel")  # fmt: skip
     assert inside.code == 0, inside.err
@@ -352,3 +357,14 @@ def test_the_validate_progress_bar_writes_nothing_off_a_terminal(capsys) -> None
     with _progress(replay):  # type: ignore[arg-type]
         pass
     assert capsys.readouterr().err == ""
+
+
+def test_an_export_priced_under_another_stack_says_so(cli) -> None:
+    # a DeepSpeed config whose mesh was ranked as llm-foundry runs it (FSDP, fp32 gradient reduce,
+    # FlashAttention-2) had been written without a word
+    mixed = cli("export", "--format", "deepspeed", "-m", "llama3-8b", "-c", "dgx-h100x2", "--stack", "llm-foundry")
+    assert mixed.code == 0, mixed.err
+    assert "note: the mesh was priced as stack llm-foundry runs it" in mixed.err
+    assert "without --stack, an export is priced as deepspeed" in mixed.err
+    plain = cli("export", "--format", "deepspeed", "-m", "llama3-8b", "-c", "dgx-h100x2")
+    assert plain.code == 0 and "priced as stack" not in plain.err

@@ -122,6 +122,25 @@ def test_explanation_names_the_dominant_terms_and_the_losses() -> None:
     assert "slower, most of it tp_comm" in where_it_loses(winner, loser)
 
 
+def test_a_loss_larger_than_the_whole_difference_names_what_offsets_it() -> None:
+    # EP 8 at micro-batch 2 against EP 2 at 16 on 16 H100: 3.3 s more layer overhead, 0.69 s more
+    # all-to-all, and 3.5 s less compute; '0.682 s slower, most of it layer_overhead (+3.3 s)' had
+    # called a term five times the difference 'most of it'
+    from planner.explain import where_it_loses
+    from planner.schemas import ParallelConfig
+
+    model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100x2")
+    job = default_job(model)
+    one = estimate_mesh(model, cluster, job, ParallelConfig(dp=16, ep=2, micro_batch_size=16, zero_stage=3,
+                                                           recompute="full"))  # fmt: skip
+    other = estimate_mesh(model, cluster, job, ParallelConfig(dp=16, ep=8, micro_batch_size=2, zero_stage=2,
+                                                             recompute="selective"))  # fmt: skip
+    text = where_it_loses(one, other)
+    behind = other.step_time_s - one.step_time_s
+    assert text.startswith(f"{behind:.3g} s slower: layer_overhead +") and ", offset by compute -" in text
+    assert "most of it" not in text
+
+
 def test_identically_priced_meshes_are_grouped() -> None:
     # The ranking never shows two meshes with the same time and memory...
     ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 8, "pp": 2}, top=5)

@@ -97,6 +97,9 @@ def export_cmd(
             "(pin a leaner mesh, or --ignore-memory to export it anyway)"
         )
     sys.stderr.write(f"plan export: {config.short()} for {spec.name} on {clus.name} ({clus.num_gpus} GPUs)\n")
+    mismatch = _stack_mismatch(fmt, work)
+    if mismatch:
+        sys.stderr.write(f"note: {mismatch}\n")
     for warning in est.warnings:
         sys.stderr.write(f"warning: {warning}\n")
     if fmt == "deepspeed":  # JSON carries no comments: its caveats go to stderr
@@ -126,6 +129,22 @@ def _target_stack(fmt: str) -> str:
     from planner.export.common import FRAMEWORKS
 
     return next((s.name for s in list_stacks() if s.export_format == FRAMEWORKS[fmt]), DEFAULT_STACK)
+
+
+def _stack_mismatch(fmt: str, job: JobSpec) -> str:
+    """'' where the job's stack launches with the target, else a note that the mesh was priced
+    under another stack than the one the exported settings run (``Stack.export_format``): its
+    kernels, overlap and gradient format are what the prices assume."""
+    from planner.export.common import FRAMEWORKS
+
+    stack = job.software
+    if stack.export_format == FRAMEWORKS[fmt]:
+        return ""
+    return (
+        f"the mesh was priced as stack {stack.name} runs it ({stack.attention_kernel} attention, gradients reduced "
+        f"in {job.gradient_format}), not as {FRAMEWORKS[fmt]} will: without --stack, an export is priced as "
+        f"{_target_stack(fmt)}"
+    )
 
 
 def _header(fmt: str, model: ModelSpec, cluster: ClusterSpec, est: Estimate) -> str:

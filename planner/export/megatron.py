@@ -739,7 +739,8 @@ def megatron_notes(
     elif job.tp_overlap and config.tp > 1 and config.sequence_parallel:
         notes.append(
             f"the TP group of {config.tp} spans NVLink domains, where Transformer Engine's userbuffers do not reach: "
-            "the plan priced its collectives exposed, and --tp-comm-overlap is left off"
+            "the plan priced its collectives exposed but for the weight-gradient input all-gathers, which "
+            "Megatron-Core runs behind the data-gradient GEMM without it, and --tp-comm-overlap is left off"
         )
     if max_positions(model, job) > model.max_position_embeddings:
         notes.append(
