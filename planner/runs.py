@@ -38,7 +38,7 @@ from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, SchemaError, UnpriceableError, shown
-from planner.schemas.base import GB_BYTES, GIB_BYTES, positive_figure
+from planner.schemas.base import GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
@@ -919,10 +919,14 @@ def check_within_peak(published: float, model: ModelSpec, cluster: ClusterSpec, 
         )
 
 
-PEAK_MEMORY_UNITS = {"peak_memory_gib": GIB_BYTES, "peak_memory_gb": GB_BYTES}
+PEAK_MEMORY_UNITS = {"peak_memory_gib": GIB_BYTES, "peak_memory_gb": GIB_BYTES}
 """Fields of ``measured`` that give a run's peak memory per GPU, by unit: torchtitan's tables
-print the allocator's max_reserved in GiB (train.py's ``memory/max_reserved(GiB)``); torchao's
-tables head theirs 'GB' and are read as written."""
+print the allocator's max_reserved in GiB (train.py's ``memory/max_reserved(GiB)``). The one source
+of ``peak_memory_gb``, torchao's float8 training tables, heads its column 'GB' but fills it from the
+same torchtitan log: pytorch/ao benchmarks/float8/training/parse_torchtitan_logs.py reads
+'memory: ([\\d.]+)GiB' and prints 'Max Memory Usage: {max_memory_usage} GiB' (helper-25,
+2026-12-06), so it is read in GiB; read as 1e9 bytes, the same job measured 7% lower than it
+ran. A source that means 1e9 bytes needs a field of its own."""
 
 
 def published_peak_memory_bytes(measured: dict[str, Any], cluster: ClusterSpec | None = None) -> float | None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from planner.catalog import load_cluster, load_model
+from planner.catalog import load_cluster, load_model, load_stack
 from planner.cost.memory import (
     MEMORY_UNDERCOUNT,
     activation_bytes_per_token_layer,
@@ -76,6 +76,29 @@ def test_the_loss_peak_is_the_stacks_bytes_per_logit(stack: str, compile_on: boo
     mesh = _mesh(micro_batch_size=2)
     logits = stage_memory(m, _cluster(), job, mesh, np.array([1]), "last").logits[0]
     assert logits == 2 * 8192 * 128256 * per_logit
+
+
+@pytest.mark.parametrize(("compile_on", "per_logit"), [(False, 16), (True, 4)])
+def test_torchtitans_eager_loss_parallel_peaks_at_16_bytes_per_local_logit(compile_on: bool, per_logit: int) -> None:
+    # TP 8: DTensor's loss parallel (torch/distributed/tensor/parallel/loss.py) keeps the saved
+    # log-softmax, a zero-filled gradient, exp of the first and their sum alive in backward; the
+    # 70B TP-8 run of torchtitan's Dec 2024 table measured 71.9 GiB where 12 bytes counted 62.9
+    m = load_model("llama3-8b")
+    job = JobSpec(global_batch_size=2, seq_len=8192, stack="torchtitan", compile=compile_on)
+    mesh = _mesh(micro_batch_size=2, tp=8, sequence_parallel=True)
+    logits = stage_memory(m, _cluster(), job, mesh, np.array([1]), "last").logits[0]
+    assert logits == 2 * 8192 * 128256 / 8 * per_logit
+    # Megatron-Core's own vocab-parallel loss keeps its plain figure under TP
+    megatron = JobSpec(global_batch_size=2, seq_len=8192, stack="megatron-core")
+    assert stage_memory(m, _cluster(), megatron, mesh, np.array([1]), "last").logits[0] == 2 * 8192 * 128256 / 8 * 2
+
+
+def test_a_stack_states_both_loss_parallel_figures_or_neither() -> None:
+    from pydantic import ValidationError
+
+    stack = load_stack("torchtitan")
+    with pytest.raises(ValidationError, match="set both"):
+        type(stack).model_validate({**stack.model_dump(), "loss_parallel_loss_bytes_per_logit": None})
 
 
 def _cluster():  # type: ignore[no-untyped-def]
@@ -159,6 +182,11 @@ def test_rows_of_torchtitan_before_april_2025_compile_the_blocks_not_the_loss() 
     with pytest.raises(UnpriceableError, match=r"measured.peak_memory_gib: 'lots' is not a positive number"):
         case_from_row(bad)
     assert issubclass(UnpriceableError, PlannerError)
+    # torchao's tables head the column 'GB' but print torchtitan's GiB log line: read in GiB
+    ao = copy.deepcopy(rows["torchtitan-2412-llama31-8b-h100x8-fsdp-torchcompile"])
+    del ao["measured"]["peak_memory_gib"]
+    ao["measured"]["peak_memory_gb"] = 47.65
+    assert case_from_row(ao).published_peak_memory_bytes == 47.65 * 2**30
 
 
 def test_the_benchmark_compares_the_measured_peaks() -> None:
@@ -182,9 +210,11 @@ def test_the_benchmark_compares_the_measured_peaks() -> None:
     errors = [m["memory_error_pct"] for m in memory["runs"]]
     assert memory["mape_pct"] == pytest.approx(np.mean(np.abs(errors)))
     assert memory["most_under_pct"] == min(errors)
-    # the sample holds the worst row of modern_runs.yaml (70B TP 8): the constant the advice and
-    # --memory-headroom cite is its under-count
-    assert MEMORY_UNDERCOUNT == pytest.approx(-memory["most_under_pct"] / 100, abs=5e-4)
+    # the sample's 70B TP-8 row, once the worst under-count (-12.5%), is within 2% with the
+    # loss-parallel figure; the constant the advice and --memory-headroom cite covers every row
+    tp8 = next(m for m in memory["runs"] if m["name"].endswith("fsdp32-tp8"))
+    assert tp8["memory_error_pct"] == pytest.approx(-1.7, abs=0.3)
+    assert MEMORY_UNDERCOUNT >= -memory["most_under_pct"] / 100
     # rows without a measured peak report the prediction only
     other = next(r for r in rep["runs"] if r["name"].startswith("llmfoundry"))
     assert other["published_peak_memory_gib"] is None and other["memory_error_pct"] is None

@@ -670,14 +670,15 @@ def lm_head_forward_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
 
 def loss_s(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """Cross entropy over the rank's (b*s/c) x (V/t) logits, forward and backward of one
-    micro-batch: memory-bound, the stack's ``cross_entropy_bytes_per_logit``, eager or compiled (counted from its
+    micro-batch: memory-bound, the stack's ``cross_entropy_bytes_per_logit``, eager, eager under TP's loss
+    parallel, or compiled (counted from its
     loss code: Megatron's vocab-parallel cross entropy makes several fp32 passes, a fused loss
     one read and one write) at the achieved HBM bandwidth."""
     head = lm_head_gemm(model, job, mesh)
     return (
         head.m_rows
         * head.n
-        * job.software.cross_entropy_bytes(job.loss_compiled)
+        * job.software.cross_entropy_bytes(job.loss_compiled, mesh.tp)
         / cluster.gpu.achieved_hbm_bytes_per_s
     )
 

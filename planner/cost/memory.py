@@ -68,16 +68,20 @@ from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 
 MEMORY_UNDERCOUNT = 0.125
-"""The largest share by which a measured peak exceeded the planner's count: torchtitan's Llama-3.1
-70B on 256 H100 (FSDP 32 x TP 8, full AC), 71.9 GiB published against 62.9 GiB counted (-12.5%),
-the worst of the 19 published runs with a measured peak in modern_runs.yaml (torchtitan's
-performance tables and torchao's float8 tables: torchtitan/FSDP2 on H100 and MI300X), from
-``python benchmarks/accuracy.py --runs modern_runs.yaml`` (its ``memory`` section, most_under_pct;
-tests/test_memory_measured.py holds this figure to it). No Megatron-Core or DeepSpeed run
-publishes its peak, so for those stacks it is the other stacks' figure, not a measurement of
-their own. A measured peak is then up to predicted / (1 - MEMORY_UNDERCOUNT) (x1.14):
-``pricing.advice`` warns when that exceeds the GPU's memory, and a job's ``memory_headroom`` of
-this share asks the search for exactly that margin."""
+"""The largest share by which a measured peak exceeded the planner's count among the published
+runs priced as they state their mesh and recompute: torchao's Llama-3-8B float8 rows on 8 H100
+(FSDP 8, per-op SAC), 47.6-47.8 GiB of max_reserved against 41.9 GiB counted (-12.0% to -12.3%;
+their torchtitan checkout ran the eager loss, which the row's version string, 'torchtitan 0.0.2',
+does not date, so the planner prices the compiled one), of the 25 rows with a measured peak in
+modern_runs.yaml (torchtitan's and torchao's tables: torchtitan/FSDP2 on H100, MI300X and
+Blackwell), from ``python benchmarks/accuracy.py --runs modern_runs.yaml`` (its ``memory``
+section). Until 2026-12-06 it was torchtitan's Llama-3.1 70B at FSDP 32 x TP 8 (71.9 GiB against
+62.9, -12.5%), which the loss-parallel figure (``Stack.loss_parallel_loss_bytes_per_logit``) now
+counts within 2%. The NVFP4 note's rows at -8% and -14% state no recompute and are priced with
+the search's. No Megatron-Core or DeepSpeed run publishes its peak, so for those stacks it is the
+other stacks' figure, not a measurement of their own. A measured peak is then up to predicted /
+(1 - MEMORY_UNDERCOUNT) (x1.14): ``pricing.advice`` warns when that exceeds the GPU's memory, and a
+job's ``memory_headroom`` of this share asks the search for exactly that margin."""
 
 
 def mxfp8_blocks(job: JobSpec, architecture: str | None) -> bool:
@@ -651,7 +655,7 @@ def stage_memory(
     activations = acts.per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, acts.one_layer, 0.0)
     heads = 1 + mtp_layers(model, job)
     logits = np.where(
-        on_last, heads * tokens * model.vocab_size / mesh.tp * job.software.loss_bytes(job.loss_compiled), 0.0
+        on_last, heads * tokens * model.vocab_size / mesh.tp * job.software.loss_bytes(job.loss_compiled, mesh.tp), 0.0
     )
     return StageMemory(
         weights=weights,

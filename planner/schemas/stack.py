@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 
 from planner.schemas.base import Frozen
@@ -117,6 +118,17 @@ class Stack(Frozen):
     )
     compiled_loss_bytes_per_logit: PositiveFloat | None = Field(
         description="loss_bytes_per_logit where torch.compile covers the loss; None: the stack never compiles it"
+    )
+    loss_parallel_cross_entropy_bytes_per_logit: PositiveFloat | None = Field(
+        None,
+        description="cross_entropy_bytes_per_logit of the eager loss under tensor parallelism where the stack runs "
+        "it as DTensor's loss parallel (torchtitan: vocab-sharded logits through "
+        "torch/distributed/tensor/parallel/loss.py's unfused log-softmax and NLL backward); None: the stack's TP "
+        "loss is its plain one",
+    )
+    loss_parallel_loss_bytes_per_logit: PositiveFloat | None = Field(
+        None,
+        description="loss_bytes_per_logit of that eager loss-parallel path (None with the figure above)",
     )
     expert_bias_bytes_per_element: NonNegativeFloat | None = Field(
         None,
@@ -359,6 +371,13 @@ class Stack(Frozen):
                 "compiled_cross_entropy_bytes_per_logit and compiled_loss_bytes_per_logit: set both (the stack "
                 "compiles its loss) or neither"
             )
+        if (self.loss_parallel_cross_entropy_bytes_per_logit is None) != (
+            self.loss_parallel_loss_bytes_per_logit is None
+        ):
+            raise ValueError(
+                "loss_parallel_cross_entropy_bytes_per_logit and loss_parallel_loss_bytes_per_logit: set both (the "
+                "stack runs DTensor's loss parallel under TP) or neither"
+            )
         return self
 
     @model_validator(mode="after")
@@ -391,17 +410,30 @@ class Stack(Frozen):
         """torch.compile can cover this stack's loss (its compiled figures are set)."""
         return self.compiled_loss_bytes_per_logit is not None
 
-    def cross_entropy_bytes(self, compiled: bool) -> float:
-        """HBM bytes per logit the loss moves, compiled or eager."""
+    def cross_entropy_bytes(self, compiled: bool, tp: np.ndarray | int = 1) -> np.ndarray | float:
+        """HBM bytes per logit the loss moves, compiled or eager; eager under ``tp`` > 1, the
+        loss-parallel figure where the stack has one. A compiled loss is taken at its compiled
+        figure under TP too (no measurement of the compiled loss-parallel path was found)."""
         if compiled and self.compiled_cross_entropy_bytes_per_logit is not None:
             return self.compiled_cross_entropy_bytes_per_logit
-        return self.cross_entropy_bytes_per_logit
+        return self._loss_parallel(
+            tp, self.loss_parallel_cross_entropy_bytes_per_logit, self.cross_entropy_bytes_per_logit
+        )
 
-    def loss_bytes(self, compiled: bool) -> float:
-        """Bytes per logit the loss holds at its peak, compiled or eager."""
+    def loss_bytes(self, compiled: bool, tp: np.ndarray | int = 1) -> np.ndarray | float:
+        """Bytes per logit the loss holds at its peak, compiled or eager (as ``cross_entropy_bytes``)."""
         if compiled and self.compiled_loss_bytes_per_logit is not None:
             return self.compiled_loss_bytes_per_logit
-        return self.loss_bytes_per_logit
+        return self._loss_parallel(tp, self.loss_parallel_loss_bytes_per_logit, self.loss_bytes_per_logit)
+
+    @staticmethod
+    def _loss_parallel(tp: np.ndarray | int, parallel: float | None, plain: float) -> np.ndarray | float:
+        """``parallel`` where ``tp`` > 1 and the stack has a loss-parallel figure, else ``plain``."""
+        if parallel is None:
+            return plain
+        if np.ndim(tp) == 0:
+            return parallel if int(tp) > 1 else plain
+        return np.where(np.asarray(tp) > 1, parallel, plain)
 
     @property
     def moe_layer_overhead_s(self) -> float:
