@@ -64,4 +64,4 @@ def test_the_search_never_loses_to_the_published_mesh(run: str) -> None:
     assert best.step_time_s <= published.step_time_s * (1 + 1e-9)
     if best.step_time_s < published.step_time_s * (1 - 1e-9):
         why = accuracy.where_it_loses(best, published)
-        assert "slower, most of it" in why, why
+        assert "slower, most of it" in why or ", offset by " in why, why
