@@ -105,6 +105,18 @@ RECURRENT_TYPES = frozenset({"rwkv", "rwkv5", "rwkv6", "rwkv7", "recurrent_gemma
 """HF model types built from recurrent or linear-attention blocks (RWKV's time mixing,
 RecurrentGemma's RG-LRU, xLSTM), which have no attention heads to price."""
 
+ENCODER_TYPES = frozenset(
+    {
+        "bert", "roberta", "xlm-roberta", "camembert", "distilbert", "albert", "electra", "deberta",
+        "deberta-v2", "mpnet", "modernbert", "nomic_bert", "t5", "mt5", "umt5", "longt5", "bart", "mbart",
+        "pegasus", "marian", "whisper",
+    }
+)  # fmt: skip
+"""HF model types whose language model is a bidirectional encoder (BERT's family, ModernBERT) or an
+encoder-decoder (T5, BART, Whisper): no causal mask, masked-LM or sequence-to-sequence objectives,
+cross-attention. The planner prices decoder-only language models; a config saying
+``is_encoder_decoder: true`` is refused alike."""
+
 UNMODELLED_COUNT_KEYS = {
     "attn_layer_period": "Jamba's attention-every-k-layers layout (the rest are Mamba layers)",
     "expert_layer_period": "Jamba's MoE-every-k-layers layout",
@@ -301,10 +313,25 @@ def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
         interval = _hf_size(config, "no_rope_layer_interval", where) or 4
         rope = config.get("no_rope_layers")
         if rope:
-            fields["layer_types"] = ["chunked_attention" if r else "full_attention" for r in rope[:layers]]
+            fields["layer_types"] = [
+                "chunked_attention" if r else "full_attention" for r in _rope_flags(rope, layers, where)
+            ]
         else:
             fields["layer_types"] = _full_every(interval, layers, "chunked_attention")
     return fields
+
+
+def _rope_flags(rope: object, layers: int, where: str) -> list[int]:
+    """Llama 4's ``no_rope_layers``: one 0 or 1 per layer (transformers Llama4TextConfig: 1 where the
+    layer uses RoPE and chunked attention, 0 where it is a NoPE layer of full attention); anything else,
+    or a list of another length, is refused naming the key."""
+    flags = rope if isinstance(rope, list) else None
+    if flags is None or len(flags) != layers or any(type(f) is not int or f not in (0, 1) for f in flags):
+        raise PlannerError(
+            f"{where}: key 'no_rope_layers': expected a list of 0 or 1, one per layer ({layers}), got "
+            f"{shown_value(rope)}"
+        )
+    return flags
 
 
 def _nemotron_h_fields(config: dict[str, Any], where: str) -> dict[str, Any]:
@@ -462,6 +489,12 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             f"{where}: model_type '{model_type}' has state-space (Mamba) layers, which the planner does not "
             "model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention) and "
             "NemotronH hybrids (Nemotron-H, Nemotron 3 Nano and Super)"
+        )
+    if model_type in ENCODER_TYPES or config.get("is_encoder_decoder") is True:
+        kind = "an encoder-decoder" if config.get("is_encoder_decoder") is True else "a bidirectional encoder"
+        raise PlannerError(
+            f"{where}: model_type '{model_type}' is {kind}, which the planner does not model; supported: "
+            "decoder-only transformers (dense, MoE, MLA, sliding-window attention) and NemotronH hybrids"
         )
     if model_type in RECURRENT_TYPES:
         raise PlannerError(

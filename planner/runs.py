@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
-from planner.errors import PlannerError, SchemaError, UnpriceableError, shown
+from planner.errors import PlannerError, SchemaError, UnpriceableError, shown, shown_value
 from planner.schemas.base import GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -145,7 +145,29 @@ def load_runs(path: str | Path) -> list[dict[str, Any]]:
                     f"{path}: runs[{i}] ({row.get('name')!r}): field '{section}': expected a mapping, "
                     f"got {type(row[section]).__name__}"
                 )
+    check_row_names(runs, path)
     return runs
+
+
+def check_row_names(rows: list[dict[str, Any]], path: str | Path) -> None:
+    """Every row names itself and its group with non-empty text, and no two rows share a name: the
+    report lists rows by name, a fit writes the names it used into the shipped profiles
+    (``calibration.rows``) and cross-validation looks rows up by them (training and serving runs
+    files alike)."""
+    seen: dict[str, int] = {}
+    for i, row in enumerate(rows):
+        for key in ("name", "group"):
+            value = row.get(key)
+            if not isinstance(value, str) or not value.strip():
+                raise PlannerError(
+                    f"{path}: runs[{i}]: field '{key}': expected non-empty text, got {shown_value(value)}"
+                )
+        name = row["name"]
+        if name in seen:
+            raise PlannerError(
+                f"{path}: runs[{i}]: field 'name': {name!r} is also runs[{seen[name]}]'s; names are unique"
+            )
+        seen[name] = i
 
 
 ROW_SECTIONS = ("source", "model", "hardware", "parallel", "knobs", "measured")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -368,3 +369,24 @@ def test_an_export_priced_under_another_stack_says_so(cli) -> None:
     assert "without --stack, an export is priced as deepspeed" in mixed.err
     plain = cli("export", "--format", "deepspeed", "-m", "llama3-8b", "-c", "dgx-h100x2")
     assert plain.code == 0 and "priced as stack" not in plain.err
+
+
+def test_runs_rows_name_themselves_once(tmp_path) -> None:
+    # a row without a name had been reported as 'None', and two rows of one name both fitted
+    import yaml
+
+    from planner.runs import load_runs
+    from planner.serving.runs import load_rows
+
+    row = {"name": "a", "group": "g", "model": {}, "hardware": {}, "parallel": {}, "knobs": {}, "measured": {}}
+    for rows, words in (
+        ([{**row, "name": None}], "runs[0]: field 'name': expected non-empty text, got null"),
+        ([{**row, "name": ["a"]}], "runs[0]: field 'name': expected non-empty text"),
+        ([{**row, "group": 5}], "runs[0]: field 'group': expected non-empty text, got 5"),
+        ([row, dict(row)], "runs[1]: field 'name': 'a' is also runs[0]'s; names are unique"),
+    ):
+        path = tmp_path / "runs.yaml"
+        path.write_text(yaml.safe_dump({"runs": rows}))
+        for load in (load_runs, load_rows):
+            with pytest.raises(PlannerError, match=re.escape(words)):
+                load(path)

@@ -64,9 +64,13 @@ def test_moe_routing_flag() -> None:
     assert moe_routing_fields("balanced") == {"moe_load_imbalance": 1.0}
     assert moe_routing_fields("drop:1.25") == {"moe_capacity_factor": 1.25}
     assert moe_routing_fields("Imbalance:1.3") == {"moe_load_imbalance": 1.3}
-    for bad in ("drop:0", "imbalance:0.9", "drop:x", "lopsided", "drop:nan", "balanced:2"):
+    for bad in ("drop:0", "drop:1e-300", "drop:0.09", "imbalance:0.9", "drop:x", "lopsided", "drop:nan", "balanced:2"):
         with pytest.raises(PlannerError, match="--moe-routing"):
             moe_routing_fields(bad)
+    # drop:1e-300 had priced Mixtral at 164% MFU, dropping nearly every routed token
+    assert moe_routing_fields("drop:0.1") == {"moe_capacity_factor": 0.1}
+    with pytest.raises(PlannerError, match=r"moe_capacity_factor.*greater than or equal to 0\.1"):
+        JobSpec(global_batch_size=8, seq_len=4096, moe_capacity_factor=1e-300)
 
 
 def test_runs_rows_state_their_routing() -> None:

@@ -276,8 +276,10 @@ def test_infeasible_targets_give_an_empty_ranking_with_reason(cli) -> None:
     assert r.code == 0
     data = r.json()
     assert data["candidates"] == [] and "lowest TPOT" in data["reason"]
+    # the table and --export have nothing to show: one error line, exit 2 (scripts tell it from success)
     r = cli(*SEED, "--tpot-ms", "0.5")
-    assert "no candidate" in r.out
+    assert_one_line_error(r, "no candidate", "lowest TPOT")
+    assert cli(*SEED, "--tpot-ms", "0.5", "--export", "vllm").code == 2
     too_big = planner.serve("llama3-405b", "dgx-h100x1", input_len=2048, output_len=512)
     assert too_big.candidates == [] and "fits" in too_big.reason
 
@@ -415,3 +417,11 @@ def test_a_workload_count_given_as_true_is_refused(cli, tmp_path) -> None:
     f.write_text("input_len: true\noutput_len: 128\n")
     r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(f))
     assert_one_line_error(r, f"{f}: field 'input_len': expected a number, got true")
+
+
+def test_an_export_keeps_the_rankings_warnings_on_stderr(cli) -> None:
+    # the launch flags go to stdout; the warnings the table shows (FP4 weights on a GPU without FP4
+    # tensor cores) had been dropped
+    r = cli("serve", "-m", "llama3-8b", "-c", "l40s", "--export", "trtllm", "--weights-dtype", "fp4")
+    assert r.code == 0 and "trtllm-serve" in r.out
+    assert "warning: fp4 weights on L40S" in r.err and "no FP4 tensor cores" in r.err

@@ -7,6 +7,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError, shown
+from planner.schemas.job import MIN_MOE_CAPACITY_FACTOR
 
 if TYPE_CHECKING:
     from planner.cli.options import Job, Mesh, Split, Target
@@ -90,9 +91,11 @@ def moe_routing_fields(text: str | None) -> dict[str, float]:
         number = float(value)
     except ValueError:
         number = float("nan")
-    if kind not in fields or not math.isfinite(number) or number <= 0 or (kind == "imbalance" and number < 1):
+    low = {"drop": MIN_MOE_CAPACITY_FACTOR, "imbalance": 1.0}.get(kind, 1.0)
+    if kind not in fields or not math.isfinite(number) or number < low:
         raise PlannerError(
-            f"--moe-routing '{text}': allowed natural, balanced, drop:C (capacity factor C > 0) or imbalance:R (R >= 1)"
+            f"--moe-routing '{text}': allowed natural, balanced, drop:C (capacity factor C >= "
+            f"{MIN_MOE_CAPACITY_FACTOR:g}) or imbalance:R (R >= 1)"
         )
     return {fields[kind]: number}
 

@@ -4,6 +4,7 @@ takes seconds."""
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -171,6 +172,11 @@ def serve_cmd(
             if c.replayed
         ]
         plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot, replayed)
+    if not as_json and not ranking.candidates:  # JSON carries the empty ranking and its reason
+        raise PlannerError(f"no candidate{', nothing to export' if export else ''}: {ranking.reason}")
+    if export is not None:  # the table prints them; launch flags go to stdout, so these to stderr
+        for warning in dict.fromkeys([*ranking.warnings, *ranking.candidates[0].warnings]):
+            sys.stderr.write(f"warning: {warning}\n")
     if export is not None:
         from planner.cli.app import write_stdout
         from planner.serving.export import export_commands

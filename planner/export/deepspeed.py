@@ -216,6 +216,11 @@ def deepspeed_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> l
     [15, 16, 15, 15]."""
     _check(job, config)
     notes = zero_note(config)
+    if not job.flash_attention:
+        notes.append(
+            "the plan priced unfused attention (--no-flash-attention, the s x s scores through HBM); the attention "
+            "kernel is your model code's, which the JSON does not choose"
+        )
     if config.pp > 1:
         split = [stage.count("t") for stage in split_stages(model, job, config.pp, 1)]
         method = pipeline_partition(model, job, config)

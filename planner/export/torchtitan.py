@@ -223,6 +223,22 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
             "torchtitan places ranks tp-cp-dp-pp (innermost first)",
             mesh_bound=False,
         )
+    if not job.flash_attention:
+        # the models call scaled_dot_product_attention (or flex/varlen attention); no option runs the
+        # materialised s x s scores the plan priced
+        raise refuse(
+            target,
+            "--no-flash-attention",
+            "torchtitan's attention is SDPA, flex or varlen attention, all fused; price it with flash attention",
+            mesh_bound=False,
+        )
+    if not config.overlap_grad_reduce and config.dp * config.cp > 1:
+        # FSDP2 prefetches the next gather and reduce-scatters behind backward by design; no option turns it off
+        raise refuse(
+            target,
+            "--no-overlap-grad-reduce",
+            "FSDP2 always overlaps its gathers and reduce-scatters with compute",
+        )
     if job.dtype == "fp4":
         # NVFP4 arrived after 0.3.0 as a config function (torchtitan/components/quantization/nvfp4.md:
         # llama3_8b_nvfp4_mixed, torchao's prototype NVFP4 training)

@@ -95,6 +95,13 @@ def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required
             raise ValueError(f"'{name}' has no entry in 'sources' (the code, docs or measurement that says so)")
 
 
+MIN_EFFICIENCY = 0.01
+"""The smallest achieved fraction of a peak a profile may state (GEMM, attention and HBM
+efficiencies, the sustained tensor fraction, fp8 kernel fractions, link bus efficiencies): a
+hundredth, far below any kernel measured (FlashAttention-2 on Blackwell, the slowest the profiles
+hold, reaches 0.125), so that a mistyped 1e-300 fails when the profile loads instead of pricing a
+step of 1e300 s. A bound, not a measurement."""
+
 MIN_RATE = 1e-6
 """The smallest peak (TFLOP/s) or bandwidth (HBM TB/s, link GB/s) a profile may state: a millionth
 of its unit (1 MFLOP/s, 1 MB/s, 1 kB/s), far below any machine (the CPU profile's measured
@@ -138,32 +145,32 @@ class GPU(Frozen):
     hbm_bandwidth_tb_per_s: Rate
     peak_tflops: dict[Dtype, Rate]
     reserved_memory_gib: float = Field(ge=0)
-    gemm_efficiency: float = Field(gt=0, le=1)
-    hbm_efficiency: float = Field(gt=0, le=1)
+    gemm_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
+    hbm_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
     attention_efficiency: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Fused (flash) attention forward+backward throughput as a fraction of 16-bit peak, "
         "FlashAttention's FLOP convention; None: gemm_efficiency",
     )
     gemm_efficiency_fp8: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Fraction of the fp8 peak large fp8 GEMMs reach (measured fp8 GEMMs run further below their "
         "peak than 16-bit ones); None: gemm_efficiency",
     )
     fp8_rowwise_gemm_fraction: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Fitted: rate of row-wise scaled fp8 GEMMs (torch._scaled_mm with per-row scales, CUTLASS "
         "kernels on Hopper) relative to tensor-wise scaled ones; None: not calibrated, 1",
     )
     fp8_block_gemm_fraction: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Fitted: rate of block-scaled fp8 GEMMs (MXFP8 1x32 blocks on Blackwell, Transformer Engine's "
         "MXFP8BlockScaling recipe on Blackwell) relative to tensor-wise scaled ones, the quantise kernels that "
@@ -171,14 +178,14 @@ class GPU(Frozen):
     )
     gemm_efficiency_fp4: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Fraction of the dense fp4 peak large NVFP4 GEMMs (E2M1 with an E4M3 scale per 16 "
         "elements) reach, scales included; None: gemm_efficiency",
     )
     attention_efficiency_fa2: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend) forward+backward as a fraction "
         "of 16-bit peak, where it differs from the GPU's best fused kernel; None: attention_efficiency",
@@ -195,7 +202,10 @@ class GPU(Frozen):
         description="What PyTorch's scaled_dot_product_attention runs here for torchtitan-style callers: "
         "'fa2' (its FLASH backend) or 'fused' (cuDNN, preferred on Blackwell)",
     )
-    gemm_efficiency_curve: list[tuple[Annotated[float, Field(gt=0, le=MAX_GEMM_GFLOP)], float]] | None = Field(
+    gemm_efficiency_curve: (
+        list[tuple[Annotated[float, Field(gt=0, le=MAX_GEMM_GFLOP)], Annotated[float, Field(ge=MIN_EFFICIENCY, le=1)]]]
+        | None
+    ) = Field(
         None,
         description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
         "gemm_efficiency for GEMMs, interpolated in log(FLOPs) and clamped at the ends",
@@ -215,7 +225,7 @@ class GPU(Frozen):
     )
     sustained_tensor_fraction: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_EFFICIENCY,
         le=1,
         description="Tensor-core throughput a training run sustains, as a fraction of what a short benchmark "
         "(MAMF, the FlashAttention figures) reaches: clocks drop with every GPU of the node at its power cap for "
@@ -372,7 +382,7 @@ class Interconnect(Frozen):
 
     name: str
     bandwidth_gb_per_s: Rate
-    bus_efficiency: float = Field(gt=0, le=1)
+    bus_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
     latency_us: float = Field(ge=0, le=MAX_LINK_LATENCY_US)
     domain_size_gpus: PositiveInt | None = None
     job_segment_gpus: PositiveInt | None = Field(
@@ -389,7 +399,7 @@ class Interconnect(Frozen):
     )
     in_network_reduction: Literal["none", "nvls", "sharp"] = "none"
     in_network_efficiency: float | None = Field(
-        None, gt=0, le=1, description="In-network all-reduce: achieved fraction of the link bandwidth"
+        None, ge=MIN_EFFICIENCY, le=1, description="In-network all-reduce: achieved fraction of the link bandwidth"
     )
     in_network_latency_us: float | None = Field(
         None, ge=0, le=MAX_LINK_LATENCY_US, description="In-network all-reduce: fixed cost"
@@ -456,6 +466,12 @@ price (a few dollars to tens of dollars), so no real price is refused while a mi
 at once instead of overflowing a cost to infinity. A bound, not a measurement."""
 
 
+MIN_PRICE_PER_GPU_HOUR_USD = 1e-6
+"""The lowest price per GPU-hour planned: a millionth of a dollar, far below any price (a CPU
+core-hour costs about a cent), so that a denormal 1e-320 fails at once instead of pricing every
+candidate at 1e-321 dollars and ranking by rounding noise. A bound, not a measurement."""
+
+
 class HardwareProfile(Frozen):
     """A node type: its GPUs, how many per node, the links inside and between nodes.
 
@@ -473,7 +489,9 @@ class HardwareProfile(Frozen):
     gpu: GPU
     intra_node: Interconnect
     inter_node: Interconnect
-    price_per_gpu_hour_usd: PositiveFloat | None = Field(None, le=MAX_PRICE_PER_GPU_HOUR_USD)
+    price_per_gpu_hour_usd: PositiveFloat | None = Field(
+        None, ge=MIN_PRICE_PER_GPU_HOUR_USD, le=MAX_PRICE_PER_GPU_HOUR_USD
+    )
     calibration: RunCalibration | None = None
     calibrated_like: str | None = Field(
         None,
@@ -545,11 +563,11 @@ class ClusterSpec(Frozen):
             return self
         price = price_per_gpu_hour_usd
         number = isinstance(price, int | float) and not isinstance(price, bool)
-        if not number or not 0 < price <= MAX_PRICE_PER_GPU_HOUR_USD:
+        if not number or not MIN_PRICE_PER_GPU_HOUR_USD <= price <= MAX_PRICE_PER_GPU_HOUR_USD:
             shown = integer_shown(price) if number and isinstance(price, int) else repr(price)
             raise PlannerError(
-                f"--price must be a finite number > 0 and at most {MAX_PRICE_PER_GPU_HOUR_USD:,.0f} USD per GPU-hour, "
-                f"got {shown}"
+                f"--price must be a finite number from {MIN_PRICE_PER_GPU_HOUR_USD:g} to "
+                f"{MAX_PRICE_PER_GPU_HOUR_USD:,.0f} USD per GPU-hour, got {shown}"
             )
         profile = self.profile.model_copy(update={"price_per_gpu_hour_usd": price_per_gpu_hour_usd})
         return self.model_copy(update={"profile": profile})

@@ -58,6 +58,13 @@ MAX_BATCH_SEQUENCES = 2**24
 """Most sequences in one global batch, 16,777,216 (published batches are 1K-64K sequences)."""
 
 
+MIN_MOE_CAPACITY_FACTOR = 0.1
+"""The smallest token-drop capacity factor a job may state: at 0.1 every expert takes a tenth of
+its even share and nine routed tokens in ten are dropped, far below the 1.0-2.0 that runs use
+(GShard and Switch: 1.0-2.0; Megatron-LM's examples --moe-expert-capacity-factor 1.0); below it the
+model is priced as training almost no expert (drop:1e-300 had priced an MFU of 164%). A bound, not
+a measurement."""
+
 MAX_MOE_ROUTING_RATIO = 1024.0
 """The largest capacity factor or load imbalance a job may state: a capacity factor means nothing
 past experts / top-k (every token on one expert) and an imbalance nothing past the expert-parallel
@@ -140,7 +147,7 @@ class JobSpec(Frozen):
     )
     moe_capacity_factor: float | None = Field(
         None,
-        gt=0,
+        ge=MIN_MOE_CAPACITY_FACTOR,
         le=MAX_MOE_ROUTING_RATIO,
         description="Token drop with padding to capacity (Megatron --moe-expert-capacity-factor c "
         "--moe-pad-expert-input-to-capacity): every expert runs c x its even share of the routed tokens, the "

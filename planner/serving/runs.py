@@ -33,6 +33,7 @@ import numpy as np
 
 from planner.catalog import load_cluster, read_yaml
 from planner.errors import PlannerError, UnpriceableError, shown_value, validate_as
+from planner.runs import check_row_names
 from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import MAX_SEQ_LEN
@@ -60,6 +61,12 @@ PLAIN_MLP_FAMILIES = ("gpt-j", "falcon")
 """HF ids whose MLP is a plain two-matrix GELU MLP rather than gated (the shape gives only its
 width): GPT-J (modeling_gptj.py GPTJMLP fc_in/fc_out, activation gelu_new) and Falcon
 (modeling_falcon.py FalconMLP dense_h_to_4h/dense_4h_to_h, GELU)."""
+
+MAX_REPLAYED_REQUESTS = 1_000_000
+"""The most requests a row's stated load is replayed with, iteration by iteration (``replay``
+holds a few arrays per request): 20x the largest the published rows state (49,152), so no real
+benchmark is refused, while 1e30 fails by name instead of as numpy's 'Maximum allowed dimension
+exceeded'. A bound, not a measurement."""
 
 TRTLLM_BENCH_MAX_BATCH = 4096
 """trtllm-bench caps the batch it builds for at 4096 requests over the pipeline stages
@@ -491,6 +498,11 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.batch = batch
     requests = (row.get("workload") or {}).get("num_requests")
     stated = isinstance(requests, int) and not isinstance(requests, bool) and requests > 0
+    if stated and requests > MAX_REPLAYED_REQUESTS:
+        raise UnpriceableError(
+            f"workload.num_requests {requests:,} is more than the {MAX_REPLAYED_REQUESTS:,} requests a row is "
+            "replayed with"
+        )
     if mode in ("rate", "concurrency") and stated:
         plan.requests = requests
         at = f"at {load:g}/s" if mode == "rate" else f"{load:g} at a time"
@@ -627,4 +639,5 @@ def load_rows(path: str | Path) -> list[dict[str, Any]]:
                     f"{path}: runs[{i}] ({row.get('name')!r}): field '{key}': expected a mapping, "
                     f"got {type(value).__name__}"
                 )
+    check_row_names(rows, path)
     return rows

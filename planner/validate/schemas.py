@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat, PositiveInt, model_validator
 
 from planner.schemas.base import Frozen
 from planner.schemas.estimate import Tier
+from planner.schemas.hardware import BYTES_PER_ELEMENT
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig
@@ -89,6 +90,21 @@ class TermSpec(Frozen):
         "the layer shard that contains them is replayed too",
     )
     predicted_s: NonNegativeFloat
+
+    @model_validator(mode="after")
+    def _fields_of_its_op(self) -> TermSpec:
+        """A GEMM names its shape and a format the planner prices, a layer shard its layer, and a
+        collective a group of two or more (a report edited by hand had reached the fit as an
+        AssertionError, a KeyError or a non-finite residual)."""
+        if self.op == "gemm" and self.gemm_mnk is None:
+            raise ValueError(f"term '{self.name}': op gemm needs gemm_mnk, its M, N and K")
+        if self.op == "layer" and self.layer is None:
+            raise ValueError(f"term '{self.name}': op layer needs layer, the shard it times")
+        if self.op in ("gemm", "layer") and self.dtype not in BYTES_PER_ELEMENT:
+            raise ValueError(f"term '{self.name}': dtype {self.dtype!r}; allowed: {', '.join(BYTES_PER_ELEMENT)}")
+        if self.op not in ("gemm", "layer") and self.group_size < 2:
+            raise ValueError(f"term '{self.name}': a {self.op} needs a group of at least 2, got group_size 1")
+        return self
 
 
 class ReplayBlock(Frozen):
