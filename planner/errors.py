@@ -68,6 +68,8 @@ def validate_as(schema: type[T], data: dict[str, Any], where: str) -> T:
         return schema.model_validate(data)
     except ValidationError as err:
         raise PlannerError(describe_validation_error(err, where)) from None
+    except SchemaError as err:  # the project's schemas raise their own (schemas.base.Frozen.model_validate)
+        raise PlannerError(describe_validation_error(err.validation, where)) from None
 
 
 def validate_field(schema: type[BaseModel], name: str, value: Any, where: str) -> Any:

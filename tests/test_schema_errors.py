@@ -4,10 +4,10 @@ and nested models left as it was (``schemas.base.Frozen.__init__``)."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
-from pydantic import ValidationError
 
 import planner
 from planner.catalog import load_cluster, load_model
@@ -51,8 +51,11 @@ def test_files_and_nested_models_keep_pydantics_path_and_locations() -> None:
     # Frozen.__init__, so a nested field's location survives in the message
     fields = load_model("llama8b").model_dump()
     fields["num_hidden_layers"] = 0
-    with pytest.raises(ValidationError):
+    # a library caller's model_validate raises the project's one line, as the constructor does
+    with pytest.raises(PlannerError, match=r"^ModelSpec: field 'num_hidden_layers': Input should be greater than 0$"):
         ModelSpec.model_validate(fields)
+    with pytest.raises(PlannerError, match=r"^ModelSpec: field 'num_hidden_layers'"):
+        ModelSpec.model_validate_json(json.dumps(fields))
     with pytest.raises(PlannerError, match=r"^models/x.yaml: field 'num_hidden_layers': Input should be greater than"):
         validate_as(ModelSpec, fields, "models/x.yaml")
     assert ModelSpec.__pydantic_custom_init__ is False
@@ -104,3 +107,13 @@ def test_a_schema_field_past_a_64_bit_integer_names_the_field() -> None:
     huge = "field 'num_hidden_layers': an integer of about 5,001 digits is out of range"
     with pytest.raises(SchemaError, match=huge):
         ModelSpec(name="x", source="t", num_hidden_layers=10**5000, **shape)
+
+
+def test_a_quoted_number_is_text_not_a_number() -> None:
+    # pydantic's lax mode read tp='8' as 8 while seq_len='4096' was refused: text is refused alike
+    with pytest.raises(PlannerError, match=r"field 'tp': expected a number, got text '8'"):
+        planner.estimate("llama3-8b", "dgx-h100", seq_len=4096, tp="8", pp=1, dp=1)  # type: ignore[arg-type]
+    with pytest.raises(PlannerError, match=r"field 'input_len': expected a number, got text '2'"):
+        planner.serve("llama3-8b", "dgx-h100", input_len="2", output_len=100)  # type: ignore[arg-type]
+    with pytest.raises(PlannerError, match=r"^JobSpec: field 'seq_len': expected a number, got text '4096'"):
+        JobSpec(global_batch_size=8, seq_len="4096")  # type: ignore[arg-type]

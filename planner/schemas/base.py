@@ -21,7 +21,8 @@ def misread_value(annotation: Any, value: Any) -> str | None:
     Pydantic's lax mode reads YAML/JSON ``true`` as 1 where a number is expected and 0/1 (or
     'yes') as a flag, so ``num_hidden_layers: true`` became a one-layer model and
     ``tie_word_embeddings: 1`` a tied one, silently. A number field refuses true/false and a
-    flag field anything but true/false, in containers of them too (list, tuple, dict values);
+    flag field anything but true/false, in containers of them too (list, tuple, dict values), and a
+    number field text ('8', which lax mode read as 8, where '4096' in another field was refused);
     str, Literal, nested schemas and mixed unions (``bool | int``) keep pydantic's own rules."""
     if get_origin(annotation) is Annotated:
         return misread_value(get_args(annotation)[0], value)
@@ -33,6 +34,8 @@ def misread_value(annotation: Any, value: Any) -> str | None:
     if annotation in (int, float):
         if isinstance(value, (bool, np.bool_)):
             return f"expected a number, got {str(bool(value)).lower()}"
+        if isinstance(value, str):  # lax mode read '8' as 8: a quoted number is text, and said so
+            return f"expected a number, got text {value!r}"
         return out_of_range_integer(value)
     if annotation is bool:
         if not isinstance(value, (bool, np.bool_)):
@@ -100,6 +103,24 @@ class Frozen(BaseModel):
             raise SchemaError(type(self).__name__, err) from None
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    @classmethod
+    def model_validate(cls, obj: Any, **kwargs: Any) -> Self:  # type: ignore[override]
+        """pydantic's, with bad input raising ``SchemaError`` as the constructor does: a library
+        caller's ``ModelSpec.model_validate({...})`` had raised pydantic's multi-line error where
+        ``ModelSpec(**d)`` raised the project's one line (``errors.validate_as`` names the file)."""
+        try:
+            return super().model_validate(obj, **kwargs)
+        except ValidationError as err:
+            raise SchemaError(cls.__name__, err) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **kwargs: Any) -> Self:  # type: ignore[override]
+        """As ``model_validate``, from JSON text."""
+        try:
+            return super().model_validate_json(json_data, **kwargs)
+        except ValidationError as err:
+            raise SchemaError(cls.__name__, err) from None
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
         """pydantic's copy, less what ``functools.cached_property`` kept of the original where
