@@ -295,7 +295,9 @@ def _run_modern(compute: Callable[[], Any], show: Callable[[Any], None], as_json
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from benchmarks.arguments import OneLineParser
+
+    parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
     parser.add_argument("--runs", metavar="FILE", help="a runs file of modern_runs.yaml's schema")
     parser.add_argument("--group", metavar="G", help="only the rows of this group (with --runs)")

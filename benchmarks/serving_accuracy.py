@@ -14,7 +14,6 @@ is fitted to it, every row is priced with the parameters the engine profiles shi
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -36,7 +35,9 @@ def _pct(x: float | None, signed: bool = True) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from benchmarks.arguments import OneLineParser
+
+    ap = OneLineParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", required=True, help="runs file (inference_runs.yaml schema)")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     ap.add_argument("--no-cv", action="store_true", help="skip leave-one-group-out cross-validation")

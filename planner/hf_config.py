@@ -592,8 +592,10 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if model_type.startswith("gemma"):
         # Gemma: GeGLU (gated GELU) MLP, activation under the key hidden_activation.
         spec.setdefault("gated_mlp", True)
-        if "hidden_activation" in config:
+        if config.get("hidden_activation") is not None:
             spec["hidden_act"] = config["hidden_activation"]
+        elif spec.get("hidden_act") is None:  # null: transformers' GemmaMLP takes gelu_pytorch_tanh
+            spec["hidden_act"] = "gelu_pytorch_tanh"
     if "max_position_embeddings" not in spec and "seq_length" in config:
         spec["max_position_embeddings"] = config["seq_length"]
     spec["name"] = name

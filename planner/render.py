@@ -379,7 +379,9 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             console.print(f"[yellow]warning (#1):[/] {warning}")
 
 
-def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_len: int, mtp: int = 0) -> None:
+def print_model(
+    console: Console, model: ModelSpec, flops_per_token: float, seq_len: int, mtp: int = 0, causal: float | None = None
+) -> None:
     c = model.parameter_counts
     table = Table(title=f"{model.name}: {model.description}", show_header=False)
     table.add_row("parameters", f"{c.total / 1e9:.2f} B total, {c.active_per_token / 1e9:.2f} B active per token")
@@ -440,7 +442,8 @@ def print_model(console: Console, model: ModelSpec, flops_per_token: float, seq_
         )
     table.add_row("vocab / max positions", f"{model.vocab_size} / {model.max_position_embeddings}")
     with_mtp = f", {mtp} MTP module{'s' if mtp > 1 else ''}" if mtp else ""
-    table.add_row(f"training FLOPs per token (s={seq_len}{with_mtp})", si(flops_per_token, "FLOP"))
+    halved = "" if causal is None else f"; {si(causal, 'FLOP')} with causal attention at half, as Megatron-LM counts"
+    table.add_row(f"training FLOPs per token (s={seq_len}{with_mtp})", si(flops_per_token, "FLOP") + halved)
     table.add_row("source", model.source)
     if model.notes:
         table.add_row("notes", model.notes)

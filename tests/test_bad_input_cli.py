@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -390,3 +392,15 @@ def test_runs_rows_name_themselves_once(tmp_path) -> None:
         for load in (load_runs, load_rows):
             with pytest.raises(PlannerError, match=re.escape(words)):
                 load(path)
+
+
+def test_the_benchmark_drivers_end_a_bad_argument_in_one_line() -> None:
+    # argparse printed its usage line before the error
+    for script, args, said in (
+        ("accuracy.py", ["--group", "x"], "error: --group and --exact-cv need --runs\n"),
+        ("serving_accuracy.py", [], "error: the following arguments are required: --runs\n"),
+    ):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=120
+        )
+        assert (done.returncode, done.stderr) == (2, said)

@@ -358,6 +358,17 @@ def test_a_rope_scaling_number_that_is_no_positive_finite_number_is_refused(fact
     assert model_from_hf_config({**llama, "rope_scaling": {**scaling, "factor": 8.0}}, "m", "m").rope_scaling
 
 
+@pytest.mark.parametrize("kind", [None, [1], 5, ""])
+def test_a_rope_scaling_without_its_kind_as_text_is_refused(kind: Any) -> None:
+    # {rope_type: [1]} had been echoed into the export's notes, {factor: 8} dropped without a word
+    llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+             "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip
+    scaling = {"factor": 8.0} if kind is None else {"rope_type": kind, "factor": 8.0}
+    with pytest.raises(PlannerError, match=r"rope_scaling needs its kind as text under 'rope_type'"):
+        model_from_hf_config({**llama, "rope_scaling": scaling}, "m", "m/config.json")
+    assert model_from_hf_config({**llama, "rope_scaling": {"type": "linear", "factor": 2.0}}, "m", "m").rope_scaling
+
+
 def test_an_mtp_depth_past_any_published_is_refused_in_a_model_file() -> None:
     """--mtp-layers stopped at 64, a config.json's num_nextn_predict_layers did not (5000 was priced)."""
     llama = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,

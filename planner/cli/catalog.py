@@ -117,7 +117,14 @@ def show_model_cmd(
         return
     from planner.render import print_model
 
-    print_model(console(), model, info["training_flops_per_token"], info["seq_len"], info["mtp_layers"])
+    print_model(
+        console(),
+        model,
+        info["training_flops_per_token"],
+        info["seq_len"],
+        info["mtp_layers"],
+        info["training_flops_per_token_causal"],
+    )
 
 
 @show_app.command("cluster")

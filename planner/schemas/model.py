@@ -343,6 +343,15 @@ class ModelSpec(Frozen):
             ok = isinstance(number, (int, float)) and not isinstance(number, bool) and math.isfinite(number)
             if not ok or number <= 0:
                 raise ValueError(f"rope_scaling.{key} must be a finite number > 0, got {number!r}")
+        if value:
+            # transformers' rope_config_validation reads the kind from 'rope_type' (or the older 'type') and
+            # refuses a scaling without one; the export writes it into the launch line's notes
+            kind = value.get("rope_type", value.get("type"))
+            if not isinstance(kind, str) or not kind.strip():
+                raise ValueError(
+                    f"rope_scaling needs its kind as text under 'rope_type' (or 'type'), e.g. llama3 or yarn; "
+                    f"got {kind!r}"
+                )
         return value
 
     @field_validator("mamba_ssm_cache_dtype", mode="before")
