@@ -122,9 +122,8 @@ def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli) -> None:
     """At 40 req/s two layouts keep up by Little's law at the steady state and none in the replay."""
     r = cli("serve", "--model", "deepseek-v3", "--cluster", "dgx-h200x2", "--input-len", "1024", "--output-len",
             "1024", "--request-rate", "40")  # fmt: skip
-    assert r.code == 0, r.err
-    text = " ".join(r.out.split())  # the console wraps lines
-    assert "no layout keeps up with it when its arrivals are replayed (2 did at the steady-state estimate" in text
+    assert r.code == 2 and r.out == ""  # no candidate: one error line, as scripts need
+    assert "no layout keeps up with it when its arrivals are replayed (2 did at the steady-state estimate" in r.err
 
 
 def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:

@@ -21,8 +21,9 @@ def misread_value(annotation: Any, value: Any) -> str | None:
     Pydantic's lax mode reads YAML/JSON ``true`` as 1 where a number is expected and 0/1 (or
     'yes') as a flag, so ``num_hidden_layers: true`` became a one-layer model and
     ``tie_word_embeddings: 1`` a tied one, silently. A number field refuses true/false and a
-    flag field anything but true/false, in containers of them too (list, tuple, dict values), and a
-    number field text ('8', which lax mode read as 8, where '4096' in another field was refused);
+    flag field anything but true/false, in containers of them too (list, tuple, dict values);
+    text that reads as a number stays one (PyYAML reads '1e-6' and '1.0e300', exponents without a
+    dot and sign, as text, which model and profile files write);
     str, Literal, nested schemas and mixed unions (``bool | int``) keep pydantic's own rules."""
     if get_origin(annotation) is Annotated:
         return misread_value(get_args(annotation)[0], value)
@@ -34,8 +35,6 @@ def misread_value(annotation: Any, value: Any) -> str | None:
     if annotation in (int, float):
         if isinstance(value, (bool, np.bool_)):
             return f"expected a number, got {str(bool(value)).lower()}"
-        if isinstance(value, str):  # lax mode read '8' as 8: a quoted number is text, and said so
-            return f"expected a number, got text {value!r}"
         return out_of_range_integer(value)
     if annotation is bool:
         if not isinstance(value, (bool, np.bool_)):
