@@ -25,7 +25,8 @@ def dominant_terms(est: Estimate, count: int = 3) -> str:
 def where_it_loses(winner: Estimate, other: Estimate) -> str:
     """The time term that costs ``other`` most relative to the winner, and the memory trade; where
     that term alone is more than the whole difference, the terms that lose (up to two) and what
-    the mesh gains back ('layer_overhead +3.3 s, ep_comm +0.689 s, offset by compute -3.54 s')."""
+    the mesh gains back ('layer_overhead +3.31 s, ep_comm +689 ms, offset by compute -3.54 s'); times in
+    prose (``figures.seconds``)."""
     mine, theirs = winner.time_breakdown_s.model_dump(), other.time_breakdown_s.model_dump()
     delta = {k: theirs[k] - mine.get(k, 0.0) for k in theirs}
     term = max(delta, key=lambda k: delta[k])
@@ -36,11 +37,11 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
     if behind <= 1e-9 * winner.step_time_s:
         return f"ties the winner's step time{trade}"
     if extra <= behind * (1.0 + 1e-6):
-        return f"{behind:.3g} s slower, most of it {term} (+{extra:.3g} s){trade}"
+        return f"{seconds_text(behind)} slower, most of it {term} (+{seconds_text(extra)}){trade}"
     losses = sorted((k for k in delta if delta[k] > 0), key=lambda k: -delta[k])[:2]
     gain = min(delta, key=lambda k: delta[k])
-    lost = ", ".join(f"{k} +{delta[k]:.3g} s" for k in losses)
-    return f"{behind:.3g} s slower: {lost}, offset by {gain} {delta[gain]:.3g} s{trade}"
+    lost = ", ".join(f"{k} +{seconds_text(delta[k])}" for k in losses)
+    return f"{seconds_text(behind)} slower: {lost}, offset by {gain} {seconds_text(delta[gain])}{trade}"
 
 
 def versus_best(best: Estimate, est: Estimate) -> str:
@@ -53,7 +54,7 @@ def versus_best(best: Estimate, est: Estimate) -> str:
         usable = est.memory_usable_bytes / GIB_BYTES
         verdict = f"this mesh needs {need:.1f} of {usable:.1f} GiB per GPU and does not run"
         if est.step_time_s < best.step_time_s:
-            return f"{head}; {verdict} (it would be {best.step_time_s - est.step_time_s:.3g} s faster)"
+            return f"{head}; {verdict} (it would be {seconds_text(best.step_time_s - est.step_time_s)} faster)"
         return f"{head}; {verdict}, and would be {where_it_loses(best, est)}"
     return f"{head}; this mesh: {where_it_loses(best, est)}"
 

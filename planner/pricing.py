@@ -70,17 +70,20 @@ ZERO3_ADVICE_SHARE = 0.05
 failure modes: 'ZeRO-3 communication may cost more than expected; on small models it may not pay')."""
 
 
-def last_stage_imbalance(model: ModelSpec, job: JobSpec, layers_per_stage: list[int]) -> tuple[float, float]:
+def last_stage_imbalance(
+    model: ModelSpec, job: JobSpec, layers_per_stage: list[int]
+) -> tuple[float, float, list[float]]:
     """(share of each pipeline slot the stages idle on average, what the last stage runs beside its
     decoder layers, in layers: ``cost.pipeline.last_rank_extra_layers``, the LM head and the MTP
-    layers by forward FLOPs) for a split of ``layers_per_stage`` decoder layers. The slot is set
+    layers by forward FLOPs, and each stage's work in layers) for a split of ``layers_per_stage``
+    decoder layers. The slot is set
     by the busiest stage (ARCHITECTURE 8.7), so the idle share is 1 - mean(work) / max(work). The
     embedding on the first stage is a gather, no FLOPs. A FLOP ratio, not a timing: the head's
     GEMM is large and efficient, its fp32 softmax is memory-bound."""
     extra = last_rank_extra_layers(model, job)
     work = [float(n) for n in layers_per_stage]
     work[-1] += extra
-    return 1.0 - sum(work) / len(work) / max(work), extra
+    return 1.0 - sum(work) / len(work) / max(work), extra, work
 
 
 HYBRID_KNOWN_MISS = (
@@ -161,11 +164,9 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"only {m} micro-batches for {p} pipeline stages: bubble {est.bubble_fraction:.0%}; "
             f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
         )
-    idle, head_layers = last_stage_imbalance(model, job, est.layers_per_stage)
+    idle, head_layers, work = last_stage_imbalance(model, job, est.layers_per_stage)
     if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in DUAL_SCHEDULES:
         mtp = mtp_layers(model, job)
-        work = [float(n) for n in est.layers_per_stage]
-        work[-1] += head_layers
         notes.append(
             f"pipeline stages are unbalanced: the busiest stage runs the work of {max(work):.1f} layers by FLOPs, "
             f"the average {sum(work) / len(work):.1f} (the last runs the LM head, {model.vocab_size:,} x "
@@ -226,16 +227,15 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     # the rate the planner runs a large GEMM at: benchmark efficiency x what a long run sustains
     gpu = cluster.gpu
     ceiling = gpu.gemm_efficiency * gpu.gemm_efficiency_ratio(job.dtype, job.fp8_scaling) * gpu.sustained
-    if est.hfu > ceiling:  # HFU >= MFU: recompute only adds FLOPs
+    # in the full-square count (PaLM's, which torchtitan and llm-foundry log) a causal layer's model
+    # FLOPs are twice what its kernels run; in Megatron-LM's causal count they are not
+    if est.hfu > ceiling and not job.software.causal_model_flops:  # HFU >= MFU: recompute only adds FLOPs
         which = f"MFU {est.mfu:.0%}" if est.mfu > ceiling else f"HFU {est.hfu:.0%} (MFU {est.mfu:.0%})"
-        because = (
-            "its attention kernels are priced at their own measured rate, above the GEMMs'"
-            if job.software.causal_model_flops
-            else f"model FLOPs count the full s x s attention square (the PaLM convention, which {job.software.name} "
-            "logs) while causal kernels run half"
-            + (", and recomputed attention counts it again" if est.hfu > est.mfu else "")
+        notes.append(
+            f"{which} exceeds the GPU's sustained GEMM rate ({ceiling:.0%} of peak): model FLOPs count the full "
+            f"s x s attention square (the PaLM convention, which {job.software.name} logs) while causal kernels run "
+            "half" + (", and recomputed attention counts it again" if est.hfu > est.mfu else "")
         )
-        notes.append(f"{which} exceeds the GPU's sustained GEMM rate ({ceiling:.0%} of peak): {because}")
     hidden, compute = est.hidden_comm_s.dp + est.hidden_comm_s.cp, est.time_breakdown_s.compute
     if hidden > OVERLAP_ADVICE_SHARE * compute:
         notes.append(

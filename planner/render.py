@@ -443,6 +443,8 @@ def print_model(
     table.add_row("vocab / max positions", f"{model.vocab_size} / {model.max_position_embeddings}")
     with_mtp = f", {mtp} MTP module{'s' if mtp > 1 else ''}" if mtp else ""
     halved = "" if causal is None else f"; {si(causal, 'FLOP')} with causal attention at half, as Megatron-LM counts"
+    if causal is not None and (model.num_sliding_layers or model.num_chunked_layers):
+        halved += " (windowed layers here: the keys they attend, where the frameworks' logs count the whole sequence)"
     table.add_row(f"training FLOPs per token (s={seq_len}{with_mtp})", si(flops_per_token, "FLOP") + halved)
     table.add_row("source", model.source)
     if model.notes:
@@ -533,6 +535,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}, stack {report.stack}, "
         f"{precision_words(job)}"
         + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
+        + f"; {mfu_convention(job)}"
     )
     table = Table(box=None, padding=(0, 1), header_style="bold")
     for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "80% band", "$M", "meets"):

@@ -23,7 +23,8 @@ def test_lm_head_work_in_layers_for_llama3_70b() -> None:
     # Head: 6*V*h = 6*128256*8192 = 6.304e9 FLOP/token. A layer at s = 8192: 6 * (attention
     # 8192*(8192 + 2*1024) + 8192^2 + MLP 3*8192*28672 = 855.6e6 weights) = 5.134e9, plus scores
     # 3 * 2*8192*64*(128 + 128) = 0.805e9: 5.939e9. Head / layer = 1.061.
-    idle, head_layers = last_stage_imbalance(LLAMA70, default_job(LLAMA70, seq_len=8192), [10] * 8)
+    idle, head_layers, work = last_stage_imbalance(LLAMA70, default_job(LLAMA70, seq_len=8192), [10] * 8)
+    assert work == [10.0] * 7 + [10.0 + head_layers]
     assert head_layers == pytest.approx(1.0614, abs=1e-3)
     # work = [10]*7 + [11.06]: idle = 1 - mean/max = 1 - 10.133/11.061
     assert idle == pytest.approx(1 - (80 + head_layers) / 8 / (10 + head_layers), rel=1e-12)

@@ -175,7 +175,7 @@ def test_estimate_compares_a_given_layout_with_the_searchs_best(cli) -> None:  #
     # fp8 parameters (1 byte a weight on Blackwell) leave room for two sequences a micro-batch on the
     # published layout itself (before them the best was pp 8 x dp 32)
     assert "the search's best for this job is tp1 pp16 dp16 cp1 ep8 mbs2" in versus["explanation"]
-    assert " s slower" in versus["explanation"]
+    assert " slower" in versus["explanation"]
     # the text is explain.where_it_loses of the two estimates, and the table prints it
     model, cluster = load_model("deepseek-v3"), load_cluster("dgx-b200x32")
     job = JobSpec(global_batch_size=2048, seq_len=4096, dtype="fp8", recompute_modules=("mla_up_proj",))

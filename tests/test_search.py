@@ -127,6 +127,7 @@ def test_a_loss_larger_than_the_whole_difference_names_what_offsets_it() -> None
     # all-to-all, and 3.5 s less compute; '0.682 s slower, most of it layer_overhead (+3.3 s)' had
     # called a term five times the difference 'most of it'
     from planner.explain import where_it_loses
+    from planner.figures import seconds
     from planner.schemas import ParallelConfig
 
     model, cluster = load_model("qwen3-30b-a3b"), load_cluster("dgx-h100x2")
@@ -137,7 +138,7 @@ def test_a_loss_larger_than_the_whole_difference_names_what_offsets_it() -> None
                                                              recompute="selective"))  # fmt: skip
     text = where_it_loses(one, other)
     behind = other.step_time_s - one.step_time_s
-    assert text.startswith(f"{behind:.3g} s slower: layer_overhead +") and ", offset by compute -" in text
+    assert text.startswith(f"{seconds(behind)} slower: layer_overhead +") and ", offset by compute -" in text
     assert "most of it" not in text
 
 

@@ -280,3 +280,20 @@ def test_ep_terms_replay_the_jobs_dispatcher(dispatcher: str) -> None:
     assert [t.name for t in terms] == names
     total = sum(t.predicted_s * t.calls_per_step for t in terms)
     assert total == pytest.approx(cols.time["ep_comm"][0], rel=1e-9)
+
+
+def test_a_link_measured_under_a_hundredth_of_its_datasheet_becomes_the_datasheet() -> None:
+    # a PCIe node without peer-to-peer calibrated against an NVLink profile: 3 GB/s measured on
+    # 450 GB/s is a bus efficiency of 0.007, which the profile's floor (MIN_EFFICIENCY) refuses; the
+    # measured bandwidth becomes the link's, at efficiency 1, as a faster-than-datasheet one does
+    from planner.catalog import load_profile
+    from planner.errors import validate_as
+    from planner.schemas.hardware import HardwareProfile
+    from planner.validate.calibrate import _tier_update
+
+    profile = load_profile("dgx-h100")
+    data = profile.model_dump(mode="json", exclude_none=True)
+    data["intra_node"] = _tier_update(profile.intra_node, 20e-6, 3e9, "measured")
+    link = validate_as(HardwareProfile, data, "calibrated").intra_node
+    assert (link.bandwidth_gb_per_s, link.bus_efficiency) == (3.0, 1.0)
+    assert "under a hundredth" in link.sources["bandwidth_gb_per_s"]

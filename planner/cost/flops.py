@@ -92,10 +92,14 @@ def mamba_scan_flops_per_token_fwd(model: ModelSpec, tp: float = 1.0) -> float:
 
 def attention_score_flops_per_token_fwd(model: ModelSpec, seq_len: int) -> float:
     """Forward QK^T + AV FLOPs per token per layer, averaged over the layers: 2*s*a*(d_qk + d_v)
-    over the full s x s square (the convention of Narayanan et al. 2021 and of the published MFU
-    figures, which count the causal half as the whole); a sliding-window layer counts the keys it
-    can attend, 2 x its window (``attended_keys``), and a chunked layer twice its chunked mean
-    (``chunked_keys``; the whole sequence within one chunk), in the same convention. A hybrid
+    over the full s x s square (PaLM's convention, which torchtitan and llm-foundry log, and
+    Narayanan et al. 2021's; ``model_flops_per_token(causal=True)`` halves it, as Megatron-LM now
+    counts); a sliding-window layer counts the keys it can attend, 2 x its window
+    (``attended_keys``), and a chunked layer twice its chunked mean (``chunked_keys``; the whole
+    sequence within one chunk), in the same convention, where the frameworks' own logs count every
+    attention layer over the whole sequence (Megatron-LM's num_floating_point_operations and
+    torchtitan's 12*l*h*q*t have no window term): for a windowed model the MFU shown is below the
+    log's (GPT-OSS-120B at 32K: 45.4 against 59.8 GFLOP per token, causal). A hybrid
     model's average counts its attention blocks alone (``ModelSpec.attention_layer_share``)."""
     d_qk, d_v = attention_dims(model)
     sliding = model.num_sliding_layers / model.num_hidden_layers

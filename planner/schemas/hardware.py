@@ -98,8 +98,8 @@ def check_sources(obj: Frozen, sources: dict[str, str], skip: set[str], required
 MIN_EFFICIENCY = 0.01
 """The smallest achieved fraction of a peak a profile may state (GEMM, attention and HBM
 efficiencies, the sustained tensor fraction, fp8 kernel fractions, link bus efficiencies): a
-hundredth, far below any kernel measured (FlashAttention-2 on Blackwell, the slowest the profiles
-hold, reaches 0.125), so that a mistyped 1e-300 fails when the profile loads instead of pricing a
+hundredth, far below any kernel the profiles hold (the slowest, FlashAttention-2 on GB200 and
+GB300, at 0.14), so that a mistyped 1e-300 fails when the profile loads instead of pricing a
 step of 1e300 s. A bound, not a measurement."""
 
 MIN_RATE = 1e-6

@@ -40,7 +40,7 @@ from planner.cost.compute import gemm_s
 from planner.cost.flops import flash_attention_runs
 from planner.cost.traffic import PRICE
 from planner.errors import PlannerError
-from planner.schemas.hardware import BYTES_PER_ELEMENT, HardwareProfile, Interconnect
+from planner.schemas.hardware import BYTES_PER_ELEMENT, MIN_EFFICIENCY, HardwareProfile, Interconnect
 from planner.validate.schemas import ReplayContext, SweepReport, TermResult, TermSpec, ValidationReport
 
 PRIOR_WEIGHT = 0.01
@@ -272,9 +272,10 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
 def _tier_update(link: Interconnect, latency_s: float, bus_bytes_per_s: float, source: str) -> dict[str, Any]:
     data = link.model_dump(mode="json", exclude_none=True)
     efficiency = bus_bytes_per_s / (link.bandwidth_gb_per_s * 1e9)
-    if efficiency > 1.0:
+    if efficiency > 1.0 or efficiency < MIN_EFFICIENCY:  # the link is not the datasheet's: the measurement is
+        beyond = "exceeds" if efficiency > 1.0 else "is under a hundredth of"
         data["bandwidth_gb_per_s"], efficiency = round(bus_bytes_per_s / 1e9, 6), 1.0
-        data["sources"]["bandwidth_gb_per_s"] = f"{source}: fitted bus bandwidth exceeds the old datasheet value"
+        data["sources"]["bandwidth_gb_per_s"] = f"{source}: fitted bus bandwidth {beyond} the old datasheet value"
     data["bus_efficiency"] = round(efficiency, 6)
     data["latency_us"] = round(latency_s * 1e6, 3)
     data["sources"]["bus_efficiency"] = f"{source}: fitted bus bandwidth / bandwidth_gb_per_s"
@@ -298,11 +299,11 @@ def calibrated_profile(
     for dtype, scale in params.gemm_scale.items():
         effs = [gpu["gemm_efficiency"] * scale] + [e * scale for _, e in gpu.get("gemm_efficiency_curve", [])]
         top = max(effs)
-        if top > 1.0:
+        if top > 1.0 or min(effs) < MIN_EFFICIENCY:  # the GEMMs run off the stated peak: rescale it
             peak = profile.gpu.peak_flops_per_s(dtype) / 1e12
             gpu["peak_tflops"][dtype] = round(peak * top, 9)
             raised[dtype] = top
-            gpu["sources"]["peak_tflops"] = f"{source}: fitted {dtype} GEMM rate above the old peak x efficiency"
+            gpu["sources"]["peak_tflops"] = f"{source}: fitted {dtype} GEMM rate off the old peak x efficiency"
             effs = [e / top for e in effs]
         gpu["gemm_efficiency"] = round(effs[0], 6)
         gpu["sources"]["gemm_efficiency"] = f"{source}: fitted from {dtype} GEMMs"
@@ -318,8 +319,9 @@ def calibrated_profile(
         dtype = next(r.spec.dtype for r in results if r.spec.op == "layer")
         carried = params.gemm_scale.get(dtype, 1.0) / raised.get(dtype, 1.0)
         fitted = base_attention_efficiency(profile) * params.attention_scale * carried
-        gpu["attention_efficiency"] = round(min(fitted, 1.0), 6)
+        gpu["attention_efficiency"] = round(min(max(fitted, MIN_EFFICIENCY), 1.0), 6)
         capped = f" (fit {fitted:.3g} capped at 1)" if fitted > 1.0 else ""
+        capped = f" (fit {fitted:.3g} raised to the floor {MIN_EFFICIENCY:g})" if fitted < MIN_EFFICIENCY else capped
         gpu["sources"]["attention_efficiency"] = f"{source}: fitted from layer shards{capped}"
     from planner.errors import validate_as
 
