@@ -430,6 +430,7 @@ def row_estimate(
         model_tflops_per_gpu=model_flops / step / cluster.num_gpus / 1e12,
         mfu=float(cols.mfu[i]),
         hfu=float(cols.hfu[i]),
+        flops_count="causal" if job.software.causal_model_flops else "full_square",
         bubble_fraction=float(cols.bubble_fraction[i]),
         num_microbatches=int(cols.num_microbatches[i]),
         layers_per_stage=(

@@ -116,6 +116,12 @@ class Estimate(Frozen):
     model_tflops_per_gpu: NonNegativeFloat
     mfu: NonNegativeFloat
     hfu: NonNegativeFloat
+    flops_count: Literal["causal", "full_square"] = Field(
+        "full_square",
+        description="How model_flops_per_step, model_tflops_per_gpu, mfu and hfu count a causal layer's attention, "
+        "as the stack's own log does (Stack.causal_model_flops): 'causal', the half of the s x s square the mask "
+        "keeps (Megatron-LM); 'full_square', all of it (PaLM, torchtitan, llm-foundry)",
+    )
     bubble_fraction: float = Field(ge=0, lt=1)
     num_microbatches: PositiveInt
     layers_per_stage: list[int] = Field(
