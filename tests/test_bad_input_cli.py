@@ -404,3 +404,44 @@ def test_the_benchmark_drivers_end_a_bad_argument_in_one_line() -> None:
             [sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True, text=True, timeout=120
         )
         assert (done.returncode, done.stderr) == (2, said)
+
+
+def test_an_efficiency_under_a_hundredth_is_refused_when_the_profile_loads(cli, tmp_path: Path) -> None:
+    # gemm_efficiency 1e-300 had printed a step of 300 digits and numpy's overflow warning (rc 0)
+    profile = _profile(tmp_path, "gemm_efficiency: 0.80\n", "gemm_efficiency: 1.0e-300\n")
+    said = "field 'gpu.gemm_efficiency': Input should be greater than or equal to 0.01"
+    assert_one_line_error(cli("-m", "llama8b", "-c", profile), said)
+
+
+def test_torchtitan_refuses_what_its_config_cannot_say(cli) -> None:
+    # the exports had been priced unfused and without grad-reduce overlap but launched with neither
+    base = ("export", "--format", "torchtitan", "-m", "llama3-8b", "-c", "dgx-h100")
+    assert_one_line_error(cli(*base, "--no-flash-attention"), "torchtitan cannot express --no-flash-attention")
+    assert_one_line_error(cli(*base, "--no-overlap-grad-reduce"), "cannot express --no-overlap-grad-reduce")
+    deepspeed = cli("export", "--format", "deepspeed", "-m", "llama3-8b", "-c", "dgx-h100", "--no-flash-attention")
+    assert deepspeed.code == 0 and "note: the plan priced unfused attention" in deepspeed.err
+
+
+def test_a_serving_row_past_the_replayed_requests_is_unpriced(cli, tmp_path: Path) -> None:
+    # num_requests 1e30 had ended in numpy's 'Maximum allowed dimension exceeded'
+    from planner.serving.runs import MAX_REPLAYED_REQUESTS
+
+    row = {
+        "name": "online/llama3.1-70b/h100x4/tp4/qps2",
+        "group": "h100-online",
+        "engine": {"name": "TensorRT-LLM", "version": "0.14.0", "backend": "Triton tensorrtllm_backend"},
+        "hardware": {"count": 4, "gpu": "H100 SXM 80GB (HBM3)", "gpus_per_node": 8},
+        "measured": {"ttft_ms_mean": 62, "output_tokens_per_s_per_gpu": 124.5},
+        "model": {"arch": "dense", "hf_id": "meta-llama/Llama-3.1-70B-Instruct", "shape": {
+            "ffn": 28672, "head_dim": 128, "heads": 64, "hidden": 8192, "kv_heads": 8, "layers": 80, "vocab": 128256}},
+        "parallel": {"tp": 4, "pp": 1, "ep": None, "attention_dp": False, "dp_replicas": 1, "disaggregated": False},
+        "precision": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
+        "workload": {"isl": 467, "osl": 256, "request_rate_qps": 2, "num_requests": 10**30},
+    }  # fmt: skip
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [row]}))
+    r = cli("serve-calibrate", "--runs", str(path), "--no-cv")
+    assert_one_line_error(r, f"is more than the {MAX_REPLAYED_REQUESTS:,} requests a row is replayed with")
+    row["workload"]["num_requests"] = 500
+    path.write_text(yaml.safe_dump({"runs": [row]}))
+    assert "requests a row is replayed with" not in cli("serve-calibrate", "--runs", str(path), "--no-cv").err

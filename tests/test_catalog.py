@@ -526,6 +526,42 @@ def test_llama4_layer_lists_the_planner_cannot_express_are_refused(tmp_path: Pat
         load_model(str(_hf(tmp_path, "l4", text)))
 
 
+@pytest.mark.parametrize("rope", [4, True, "0" * 48, [1] * 47, [1] * 60, [1, 0.5] * 24, ["no"] * 48])
+def test_llama4_no_rope_layers_is_one_flag_per_layer(tmp_path: Path, rope: object) -> None:
+    # an int had been a TypeError traceback, a 48-character string 48 chunked layers, a longer list
+    # cut short and non-0/1 entries read by truthiness
+    text = {**_LLAMA4_TEXT, "num_local_experts": 16, "no_rope_layers": rope}
+    with pytest.raises(PlannerError, match=r"key 'no_rope_layers': expected a list of 0 or 1, one per layer \(48\)"):
+        load_model(str(_hf(tmp_path, "l4", text)))
+    flags = [int((i + 1) % 4 != 0) for i in range(48)]  # transformers' default: every 4th layer NoPE
+    m = load_model(str(_hf(tmp_path, "ok", {**_LLAMA4_TEXT, "num_local_experts": 16, "no_rope_layers": flags})))
+    assert m.num_chunked_layers == 36 and m.layer_types[3] == "full_attention"
+
+
+@pytest.mark.parametrize(
+    ("config", "kind"),
+    [
+        ({"model_type": "modernbert"}, "a bidirectional encoder"),
+        ({"model_type": "bert"}, "a bidirectional encoder"),
+        ({"model_type": "t5"}, "a bidirectional encoder"),
+        ({"model_type": "custom", "is_encoder_decoder": True}, "an encoder-decoder"),
+    ],
+)
+def test_encoder_configs_are_refused_by_model_type(tmp_path: Path, config: dict, kind: str) -> None:
+    # ModernBERT had been ranked as a causal decoder LM
+    shape = {"hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+             "vocab_size": 50368, "max_position_embeddings": 8192}  # fmt: skip
+    with pytest.raises(PlannerError, match=f"is {kind}, which the planner does not model"):
+        load_model(str(_hf(tmp_path, "enc", {**shape, **config})))
+
+
+def test_gemmas_null_activation_is_transformers_default(tmp_path: Path) -> None:
+    g = {"model_type": "gemma2", "num_hidden_layers": 42, "hidden_size": 3584, "num_attention_heads": 16,
+         "num_key_value_heads": 8, "head_dim": 256, "intermediate_size": 14336, "vocab_size": 256000,
+         "max_position_embeddings": 8192, "hidden_activation": None}  # fmt: skip
+    assert load_model(str(_hf(tmp_path, "g", g))).hidden_act == "gelu_pytorch_tanh"
+
+
 def test_chunked_attention_in_training_and_serving() -> None:
     # training: a chunked layer runs one causal call per chunk, its keys the chunked mean (a quarter
     # of the causal layer's at four chunks), at a chunk-long call's rate; within one chunk it is the

@@ -417,3 +417,5 @@ def test_show_model_counts_the_mtp_modules_training_runs(cli) -> None:
     # megatron-core's MFU counts causal attention at half, as Megatron-LM's log does
     assert est["model_flops_per_step"] / tokens == pytest.approx(data["training_flops_per_token_causal"], rel=1e-9)
     assert data["training_flops_per_token_causal"] < data["training_flops_per_token"]
+    shown = " ".join(cli("show", "model", "llama70b").out.split())
+    assert "481 GFLOP; 449 GFLOP with causal attention at half, as Megatron-LM counts" in shown

@@ -3,6 +3,7 @@ GEMM caps keep the work, calibration recovers known parameters, one-line errors.
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -297,3 +298,23 @@ def test_a_link_measured_under_a_hundredth_of_its_datasheet_becomes_the_datashee
     link = validate_as(HardwareProfile, data, "calibrated").intra_node
     assert (link.bandwidth_gb_per_s, link.bus_efficiency) == (3.0, 1.0)
     assert "under a hundredth" in link.sources["bandwidth_gb_per_s"]
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        ({"op": "gemm"}, "op gemm needs gemm_mnk, its M, N and K"),
+        ({"op": "layer"}, "op layer needs layer, the shard it times"),
+        ({"op": "gemm", "gemm_mnk": (8, 8, 8), "dtype": "int4"}, "dtype 'int4'; allowed: bf16, fp16, fp8"),
+        ({"op": "all_reduce", "group_size": 1}, "a all_reduce needs a group of at least 2, got group_size 1"),
+    ],
+)
+def test_a_report_term_carries_the_fields_of_its_op(fields: dict, said: str) -> None:
+    # a hand-edited validate report had reached plan calibrate's fit as an AssertionError, a
+    # KeyError or scipy's 'Residuals are not finite'
+    from planner.validate.schemas import TermSpec
+
+    base = {"name": "t", "op": "all_reduce", "group": "tp", "group_size": 2, "plan_group_size": 2, "predicted_s": 1e-3}
+    with pytest.raises(PlannerError, match=re.escape(said)):
+        TermSpec.model_validate({**base, **fields})
+    assert TermSpec.model_validate(base).group_size == 2
