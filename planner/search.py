@@ -566,13 +566,13 @@ def _nothing_fits(
     return f"every candidate mesh breaks a rule; most often '{worst}' ({pruned[worst]} meshes); relax the pins"
 
 
-def default_batch_size(seq_len: int) -> int:
+def default_batch_size(seq_len: int, tokens: float = 0.0) -> int:
     """Sequences per step when neither the user nor the model card gives a batch: about 4 Mi tokens
-    (Llama 3's initial batch, arXiv:2407.21783 section 3.4.1), rounded in log scale to the nearest
-    2^k or 3 x 2^k, so that data parallelism over a power of two divides it: 4 Mi / 8,196 tokens
-    is 511.75 sequences, which floored to 511 (7 x 73) left no data parallelism at all; it is 512
-    (768 at 6,000 tokens, 699 floored)."""
-    raw = max(DEFAULT_BATCH_TOKENS / seq_len, 1.0)
+    (Llama 3's initial batch, arXiv:2407.21783 section 3.4.1; ``tokens`` another count), rounded in
+    log scale to the nearest 2^k or 3 x 2^k, so that data parallelism over a power of two divides
+    it: 4 Mi / 8,196 tokens is 511.75 sequences, which floored to 511 (7 x 73) left no data
+    parallelism at all; it is 512 (768 at 6,000 tokens, 699 floored)."""
+    raw = max((tokens or DEFAULT_BATCH_TOKENS) / seq_len, 1.0)
     k = math.floor(math.log2(raw))
     choices = [2**k, 3 * 2 ** max(k - 1, 0), 2 ** (k + 1)]
     return min(choices, key=lambda b: (abs(math.log(b / raw)), b))
@@ -585,9 +585,9 @@ def default_job(
     global_batch_tokens: int | None = None,
     **extra: Any,
 ) -> JobSpec:
-    """The job when the user gives none: the model card's sequence length and batch, else
-    s = 4096 (or the model's context, if shorter) and a batch of about 4 Mi tokens
-    (``default_batch_size``)."""
+    """The job when the user gives none: the model card's sequence length and batch (its tokens
+    per step at another length, ``card_batch_size``), else s = 4096 (or the model's context, if
+    shorter) and a batch of about 4 Mi tokens (``default_batch_size``)."""
     # 0 is refused, not defaulted; a model without a card length (a config.json) takes 4096 or its
     # context, whichever is shorter (GPT-2's 1,024 learned positions)
     fallback = min(DEFAULT_SEQ_LEN, model.max_position_embeddings)
@@ -595,11 +595,26 @@ def default_job(
     if isinstance(s, bool) or not isinstance(s, int) or s < 1:
         raise PlannerError(f"job: field 'seq_len': expected a whole number >= 1, got {s!r}")
     if global_batch_size is None and global_batch_tokens is None:
-        global_batch_size = model.default_global_batch_size or default_batch_size(s)
+        global_batch_size = card_batch_size(model, s)
     data = {"seq_len": s, "global_batch_size": global_batch_size, "global_batch_tokens": global_batch_tokens, **extra}
     from planner.errors import validate_as
 
     return validate_as(JobSpec, {k: v for k, v in data.items() if v is not None}, "job")
+
+
+def card_batch_size(model: ModelSpec, seq_len: int) -> int:
+    """The model card's batch at ``seq_len``: its sequences at its own length, else as many as keep
+    its tokens per step (DeepSeek-V3's 15,360 x 4,096 is 1,920 sequences at 32K and 480 at 128K, the
+    batches its long-context extension ran, arXiv:2412.19437 section 4.3; the card's 15,360
+    sequences at 128K had been two billion tokens a step), exactly where they divide and else rounded as
+    ``default_batch_size`` rounds; without a card batch, ``default_batch_size``."""
+    batch, length = model.default_global_batch_size, model.default_seq_len
+    if batch is None:
+        return default_batch_size(seq_len)
+    if length is None or length == seq_len:
+        return batch
+    tokens = batch * length
+    return tokens // seq_len if tokens % seq_len == 0 else default_batch_size(seq_len, tokens)
 
 
 DEFAULT_SEQ_LEN = 4096

@@ -400,3 +400,16 @@ def test_pins_past_a_64_bit_integer_are_named_by_their_field(pins: dict, said: s
     model = load_model("llama3-8b")
     with pytest.raises(PlannerError, match=said):
         search(model, load_cluster("dgx-h100x1"), default_job(model), pins, top=1)
+
+
+def test_a_card_batch_keeps_its_tokens_per_step_at_another_length() -> None:
+    # DeepSeek-V3's card batch (15,360 x 4,096) had been kept in sequences at 128K: 2 billion tokens
+    # and four hours a step; its long-context extension ran 1,920 at 32K and 480 at 128K
+    from planner.search import card_batch_size
+
+    ds = load_model("deepseek-v3")
+    assert [card_batch_size(ds, s) for s in (4096, 32768, 131072)] == [15360, 1920, 480]
+    assert default_job(ds, seq_len=131072).global_batch_size == 480
+    # 512 x 2,048 tokens at 3,000 is 349.5 sequences: rounded as default_batch_size rounds, to 384
+    assert card_batch_size(load_model("gpt-1.7b"), 3000) == 384
+    assert card_batch_size(load_model("llama3-70b"), 32768) == 128  # no card batch: 4 Mi tokens

@@ -425,3 +425,28 @@ def test_an_export_keeps_the_rankings_warnings_on_stderr(cli) -> None:
     r = cli("serve", "-m", "llama3-8b", "-c", "l40s", "--export", "trtllm", "--weights-dtype", "fp4")
     assert r.code == 0 and "trtllm-serve" in r.out
     assert "warning: fp4 weights on L40S" in r.err and "no FP4 tensor cores" in r.err
+
+
+def test_attention_dp_ranks_hold_the_embedding_and_as_their_engine_says_the_lm_head() -> None:
+    # DeepSeek-V3 at tp 8 with attention DP: vLLM's DP ranks are engines of TP 1 and TensorRT-LLM
+    # replicates the head (enable_lm_head_tp_in_adp False), so each GPU holds both whole, 2 x V x h x 2
+    # bytes = 3.45 GiB, where 1/8 of them had been counted; SGLang keeps its head vocab-parallel
+    from planner.serving.memory import embedding_and_head_bytes_per_gpu
+
+    m = load_model("deepseek-v3")
+    whole = 129280 * 7168 * 2
+    adp, plain = Layouts.of(8, attention_dp=True), Layouts.of(8)
+    for engine, head in (("vllm", whole), ("trtllm", whole), ("sglang", whole / 8)):
+        embedding, lm_head = embedding_and_head_bytes_per_gpu(m, load_engine(engine), adp)
+        assert (float(embedding[0]), float(lm_head[0])) == (whole, head)
+        assert float(embedding_and_head_bytes_per_gpu(m, load_engine(engine), plain)[1][0]) == whole / 8
+
+
+def test_a_tied_heads_logits_read_the_embedding_matrix() -> None:
+    # gpt2's head is its embedding: the decode round had read no head weights and counted no logits FLOPs
+    from planner.serving.memory import lm_head_read_bytes_per_gpu
+
+    m = load_model("gpt2-124m")
+    assert m.tie_word_embeddings and m.parameter_counts.lm_head == 0
+    read = lm_head_read_bytes_per_gpu(m, load_engine("vllm"), Layouts.of(1))
+    assert float(read[0]) == m.vocab_size * m.hidden_size * 2

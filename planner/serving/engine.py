@@ -62,6 +62,10 @@ class EngineProfile(Frozen):
     name: str
     description: str
     attention_dp: bool = Field(description="Runs attention data-parallel across the TP ranks (MoE models)")
+    lm_head_tp_under_attention_dp: bool = Field(
+        description="Under attention DP, the LM head stays vocab-parallel over the group (each rank holds 1/tp of "
+        "it); False: every rank holds it whole, as it holds the embedding"
+    )
     chunked_prefill: bool = Field(description="Splits prompts into chunks mixed with decode by default")
     max_num_batched_tokens: PositiveInt = Field(description="Token budget of one iteration (prefill chunk)")
     max_batch_size: PositiveInt = Field(description="Most sequences one engine instance runs at once by default")

@@ -85,12 +85,37 @@ def block_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts, weights_dtype: st
     return non_expert, experts
 
 
-def head_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts) -> np.ndarray:
-    """Embedding + LM head bytes on the busiest stage: both when pp = 1, the larger otherwise."""
+def embedding_and_head_bytes_per_gpu(
+    model: ModelSpec, engine: EngineProfile, lay: Layouts
+) -> tuple[np.ndarray, np.ndarray]:
+    """(embedding, untied LM head) bytes one GPU holds: split over tp (vocab-parallel), except under
+    attention DP, where every rank runs the embedding whole (vLLM's DP ranks are engines of TP 1;
+    TensorRT-LLM and SGLang replicate it with the attention) and the LM head whole where the engine
+    does not split it over the attention-DP group (``EngineProfile.lm_head_tp_under_attention_dp``).
+    A tied head is the embedding's matrix and adds nothing."""
     w = weight_params(model)
-    both = (w.embedding + w.lm_head) / lay.tp
-    one = max(w.embedding, w.lm_head) / lay.tp
-    return np.where(lay.pp > 1, one, both) * EMBEDDING_BYTES
+    whole = np.asarray(lay.attention_dp, dtype=bool)
+    embedding = w.embedding * np.where(whole, 1.0, 1.0 / lay.tp) * EMBEDDING_BYTES
+    head_whole = whole & (not engine.lm_head_tp_under_attention_dp)
+    head = w.lm_head * np.where(head_whole, 1.0, 1.0 / lay.tp) * EMBEDDING_BYTES
+    return embedding, head
+
+
+def head_weight_bytes_per_gpu(model: ModelSpec, engine: EngineProfile, lay: Layouts) -> np.ndarray:
+    """Embedding + LM head bytes on the busiest stage: both when pp = 1, the larger otherwise."""
+    embedding, head = embedding_and_head_bytes_per_gpu(model, engine, lay)
+    return np.where(lay.pp > 1, np.maximum(embedding, head), embedding + head)
+
+
+def lm_head_read_bytes_per_gpu(model: ModelSpec, engine: EngineProfile, lay: Layouts) -> np.ndarray:
+    """Bytes of the matrix the LM head multiplies by, which every decode round reads on the last
+    stage: the untied head, or the embedding a tied head shares (a tied model's logits had been
+    priced as reading no weights)."""
+    embedding, head = embedding_and_head_bytes_per_gpu(model, engine, lay)
+    if model.parameter_counts.lm_head:
+        return head
+    tied = float(model.vocab_size * model.hidden_size)  # the token table, without learned positions
+    return embedding * tied / max(weight_params(model).embedding, 1.0)
 
 
 NCCL_BUFFERS_GIB = 0.5
@@ -183,7 +208,7 @@ def plan_memory(
     """Memory per GPU and max concurrency per replica for sequences holding ``context_tokens``
     (and, in a hybrid, each Mamba-2 layer's state in ``ssm_state_dtype``)."""
     non_expert, experts = block_weight_bytes_per_gpu(model, lay, weights_dtype)
-    weights = non_expert + experts + head_weight_bytes_per_gpu(model, lay)
+    weights = non_expert + experts + head_weight_bytes_per_gpu(model, engine, lay)
     runtime = (engine.runtime_reserve_gib + np.where(lay.gpus_per_replica > 1, NCCL_BUFFERS_GIB, 0.0)) * GIB_BYTES
     capacity = cluster.gpu.hbm_capacity_bytes
     context = np.full(len(lay), context_tokens)

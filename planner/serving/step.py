@@ -57,7 +57,7 @@ from planner.serving.layout import Layouts
 from planner.serving.memory import (
     MemoryPlan,
     block_weight_bytes_per_gpu,
-    head_weight_bytes_per_gpu,
+    lm_head_read_bytes_per_gpu,
     plan_memory,
     weight_params,
 )
@@ -276,15 +276,18 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     w = weight_params(m)
     non_expert_bytes, expert_bytes = block_weight_bytes_per_gpu(m, lay, s.weights_dtype)
     non_expert_bytes, expert_bytes = non_expert_bytes * lay.pp, expert_bytes * lay.pp
-    head_bytes = head_weight_bytes_per_gpu(m, lay) * np.where(
-        lay.pp > 1, 1.0, w.lm_head / max(w.lm_head + w.embedding, 1)
-    )
+    head_bytes = lm_head_read_bytes_per_gpu(m, s.engine, lay)
     c = m.parameter_counts
     k = float(m.num_experts_per_tok or 0)
     active_expert_params = m.num_moe_layers * k * c.moe_expert_each
     flops_non_expert = 2.0 * (w.attention + w.dense) * tokens / lay.tp
     flops_experts = 2.0 * active_expert_params * tokens / lay.tp
-    flops_head = 2.0 * w.lm_head * head_tokens / lay.tp
+    # the head multiplies by its own matrix or, tied, by the embedding's; whole on a rank that holds it whole
+    head_matrix = w.lm_head or float(m.vocab_size * m.hidden_size)
+    head_split = np.where(
+        np.asarray(lay.attention_dp, dtype=bool) & (not s.engine.lm_head_tp_under_attention_dp), 1.0, lay.tp
+    )
+    flops_head = 2.0 * head_matrix * head_tokens / head_split
     touched = experts_touched_fraction(m, tokens)
     rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
     compute = np.stack([flops_non_expert / rate, flops_experts / rate, flops_head / rate])
