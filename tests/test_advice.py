@@ -183,12 +183,12 @@ def test_the_ranking_names_the_fastest_mesh_that_keeps_the_memory_margin(cli) ->
     safe = search(LLAMA70, H100X16, safe_job, top=1, with_margin=True)
     pick, best = tight.margin_pick, safe.candidates[0]
     assert pick is not None and safe.margin_pick is None  # the margin asked for: nothing to point at
-    # the pick is what --memory-headroom 0.125 ranks first: tp4 pp2 dp8 cp2 v8 z1, 69.5 GiB, 3.1% slower
+    # the pick is what --memory-headroom 0.125 ranks first: tp4 pp2 dp8 cp2 z1, 68.9 GiB, 4.4% slower
     assert pick.mesh == best.config.parallel.short()
     assert pick.step_time_s == pytest.approx(best.step_time_s, rel=1e-12)
     assert pick.memory_per_gpu_bytes == pytest.approx(best.memory_per_gpu_bytes, rel=1e-12)
     assert pick.slower == pytest.approx(best.step_time_s / tight.candidates[0].step_time_s - 1, rel=1e-9)
-    assert pick.slower == pytest.approx(0.031, abs=0.002)
+    assert pick.slower == pytest.approx(0.044, abs=0.002)
     assert pick.winner_memory_bytes == tight.candidates[0].memory_per_gpu_bytes
     text = " ".join(cli("-m", "llama3-70b", "-c", "dgx-h100x16").out.split())
     assert f"the fastest mesh that keeps that margin is {best.config.parallel.short()}" in text
@@ -208,7 +208,7 @@ def test_the_ranking_names_the_fastest_mesh_that_keeps_the_memory_margin(cli) ->
     assert two.margin_pick is not None and two.margin_pick.mesh is None
     assert two.margin_pick.leanest_bytes == pytest.approx(two.pareto[-1].memory_per_gpu_bytes)
     assert two.margin_pick.leanest_bytes > (1 - MEMORY_UNDERCOUNT) * H100X16.gpu.hbm_capacity_bytes
-    assert "no feasible mesh keeps that margin (the leanest needs 73.7 GiB" in two.margin_pick.describe()
+    assert "no feasible mesh keeps that margin (the leanest needs 74.5 GiB" in two.margin_pick.describe()
 
 
 def test_memory_headroom_out_of_range_is_a_one_line_error(cli) -> None:

@@ -69,7 +69,8 @@ def test_the_published_b200_layout_and_its_recipes_modules() -> None:
     """With the distributed optimizer the recipe runs (and so fp8 parameters, 1 byte a weight on
     Blackwell), the published mesh fits with either recompute set, the recipe's keeping well under
     0.7 of the activations; as plain DDP, the bf16 weights beside Transformer Engine's cached fp8
-    copies and the unsharded optimizer leave no room even for the recipe's."""
+    copies and the unsharded optimizer leave no room for the default set, and the recipe's within
+    2% of the GPU (177.0 of 179.1 GiB, the runtime reserve's fixed 4 GiB of fragmentation counted)."""
     default = estimate_mesh(DEEPSEEK, B200, _job(None), PUBLISHED_B200)
     recipe = estimate_mesh(DEEPSEEK, B200, _job(("mla_up_proj",)), PUBLISHED_B200)
     assert default.fits and recipe.fits
@@ -77,7 +78,8 @@ def test_the_published_b200_layout_and_its_recipes_modules() -> None:
     # the up-projections cost less to run again than the attention core they replace
     assert recipe.step_time_s < default.step_time_s
     ddp = estimate_mesh(DEEPSEEK, B200, _job(("mla_up_proj",)), PUBLISHED_B200.model_copy(update={"zero_stage": 0}))
-    assert not ddp.fits
+    assert ddp.memory_per_gpu_bytes > 0.98 * ddp.memory_usable_bytes
+    assert not estimate_mesh(DEEPSEEK, B200, _job(None), PUBLISHED_B200.model_copy(update={"zero_stage": 0})).fits
     # 3 bytes a linear weight (bf16 and its fp8 copy) against 1; the embedding and norms 2 either way
     assert 2.5 * recipe.memory_breakdown_bytes.weights < ddp.memory_breakdown_bytes.weights
 
