@@ -450,3 +450,10 @@ def test_a_tied_heads_logits_read_the_embedding_matrix() -> None:
     assert m.tie_word_embeddings and m.parameter_counts.lm_head == 0
     read = lm_head_read_bytes_per_gpu(m, load_engine("vllm"), Layouts.of(1))
     assert float(read[0]) == m.vocab_size * m.hidden_size * 2
+
+
+def test_a_layout_that_leaves_gpus_idle_says_so() -> None:
+    # EP 64 on an NVL72 rack runs on 64 of its 72 GPUs; its tokens/s per GPU and $/Mtok count 64
+    r = planner.serve("deepseek-v3", "gb200-nvl72", ep=64, weights_dtype="fp8")
+    assert any(w.startswith("#1 runs on 64 of the 72 GPUs: the other 8 idle") for w in r.warnings)
+    assert not any("idle" in w for w in planner.serve("llama3-8b", "dgx-h100").warnings)

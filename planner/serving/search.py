@@ -428,6 +428,14 @@ def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
     return chosen
 
 
+def gpus_used(c: ServeCandidate) -> int:
+    """The GPUs a candidate runs on: its replicas' (a disaggregated one's prefill and decode pools)."""
+    split = c.config.get("prefill_decode_split")
+    if isinstance(split, dict):
+        return int(split["prefill_gpus"]) + int(split["decode_gpus"])
+    return int(c.config["replicas"]) * int(c.config["gpus_per_replica"])  # type: ignore[arg-type]
+
+
 def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) -> str:
     c = best.config
     parts = [
@@ -556,6 +564,12 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
         ranked = [_one_token(c) for c in ranked]
     if ranked:
         ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
+        used = gpus_used(ranked[0])
+        if used < cluster.num_gpus:
+            warnings.append(
+                f"#1 runs on {used} of the {cluster.num_gpus} GPUs: the other {cluster.num_gpus - used} idle, which "
+                "its tokens/s per GPU and $/Mtok leave out (they count the GPUs it uses)"
+            )
         if req.concurrency is not None and ranked[0].max_concurrency < req.concurrency:
             warnings.append(
                 f"concurrency {req.concurrency} exceeds the KV room of #1 ({ranked[0].max_concurrency} sequences "
