@@ -62,6 +62,11 @@ class EngineProfile(Frozen):
     name: str
     description: str
     attention_dp: bool = Field(description="Runs attention data-parallel across the TP ranks (MoE models)")
+    scheduler_per_attention_dp_rank: bool = Field(
+        description="Under attention DP each rank schedules its own requests, with its own max batch and token "
+        "budget (the replay then runs one rank at 1/tp of the replica's load); False: one scheduler for the "
+        "replica, whose max batch is the replica's"
+    )
     lm_head_tp_under_attention_dp: bool = Field(
         description="Under attention DP, the LM head stays vocab-parallel over the group (each rank holds 1/tp of "
         "it); False: every rank holds it whole, as it holds the embedding"

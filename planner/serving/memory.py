@@ -226,6 +226,12 @@ def plan_memory(
     first = np.minimum(np.floor(np.maximum(kv_room(acts), 0.0) / seq), engine.max_batch_size)
     acts = acts + logits_bytes(model, lay, first)
     kv = kv_room(acts)
-    per_rank = np.minimum(np.floor(np.maximum(kv, 0.0) / seq), engine.max_batch_size)
-    concurrency = per_rank * np.where(lay.attention_dp, lay.tp, 1.0)
+    # the engine's max batch is each attention-DP rank's where each schedules apart (vLLM, TensorRT-LLM),
+    # else the replica's (SGLang divides its max_running_requests over the DP ranks)
+    fits = np.floor(np.maximum(kv, 0.0) / seq)
+    ranks = np.where(lay.attention_dp, lay.tp, 1.0)
+    if engine.scheduler_per_attention_dp_rank:
+        concurrency = np.minimum(fits, engine.max_batch_size) * ranks
+    else:
+        concurrency = np.minimum(fits * ranks, engine.max_batch_size)
     return MemoryPlan(weights, acts, runtime, kv, seq, concurrency)

@@ -91,17 +91,21 @@ def replay(
     semaphore around its requests); the one draw is deterministic. ``prices``: iteration prices
     already computed for this setting and layout at the same input and output lengths (filled in
     here), so that replays of one layout at several loads price each iteration once."""
-    replicas = float(lay.replicas[0])
+    # an engine that schedules each attention-DP rank apart runs one rank here, at its share of the
+    # replica's load, its own max batch and token budget; every rank alike, the replica's round has
+    # ``ranks`` times the rank's sequences and prompt tokens
+    ranks = int(lay.tp[0]) if bool(lay.attention_dp[0]) and s.engine.scheduler_per_attention_dp_rank else 1
+    replicas = float(lay.replicas[0]) * ranks
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))
     last = min(n, max(first + 1, math.ceil(measured[1] * n)))
     rate = rate_per_s / replicas
     mem = s.memory(lay, reserved_context(s.engine, input_len, output_len))
-    room = max(1, min(int(mem.max_concurrency[0]), s.engine.max_batch_size))
+    room = max(1, min(int(mem.max_concurrency[0]) // ranks, s.engine.max_batch_size))
     budget = s.engine.max_num_batched_tokens
     piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
     many = lay.take(np.zeros(room + 1, dtype=int))
-    decoding_counts = np.arange(room + 1, dtype=float)
+    decoding_counts = np.arange(room + 1, dtype=float) * ranks
     rows: dict[tuple[int, int], np.ndarray] = {} if prices is None else prices
 
     def iteration_s(decoding: int, prompt_tokens: int, context: float) -> float:
@@ -117,7 +121,7 @@ def replay(
                 many,
                 decoding_counts,
                 np.full(room + 1, float(max(bucket, 1) * CONTEXT_BUCKET_TOKENS)),
-                np.full(room + 1, float(prompt_tokens)),
+                np.full(room + 1, float(prompt_tokens * ranks)),
                 input_len,
             )
             row = rows[(prompt_tokens, bucket)] = cost.total_s(s.params)
@@ -131,7 +135,8 @@ def replay(
     else:
         gaps = (np.random.default_rng(seed).exponential(1.0 / rate, n) for seed in REPLAY_SEEDS[:draws])
         runs = [engine.run(np.cumsum(g).tolist(), n, first, last) for g in gaps]
-    return Replayed(*(float(np.mean(column)) for column in zip(*runs, strict=True)))
+    ttft, itl, running, growth = (float(np.mean(column)) for column in zip(*runs, strict=True))
+    return Replayed(ttft, itl, running * ranks, growth * ranks)  # the replica's, every rank alike
 
 
 @dataclass(frozen=True)
