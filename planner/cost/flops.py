@@ -225,6 +225,12 @@ def mtp_matmul_params_active(model: ModelSpec) -> float:
     return layer + mtp_projection_params(model) + model.vocab_size * model.hidden_size
 
 
+def counted_score_flops_per_token_fwd(model: ModelSpec, seq_len: int, causal: bool) -> float:
+    """``attention_score_flops_per_token_fwd`` in a log's count: the full square, or with ``causal``
+    the ``CAUSAL_SHARE`` of it a causal mask keeps (``Stack.causal_model_flops``)."""
+    return attention_score_flops_per_token_fwd(model, seq_len) * (CAUSAL_SHARE if causal else 1.0)
+
+
 def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0, causal: bool = False) -> float:
     """Model FLOPs per trained token: 6 * (layer matmul params + LM head V*h) + 3 * L * attention,
     plus ``mtp`` MTP modules (``mtp_matmul_params_active`` and one more layer's attention), as
@@ -242,7 +248,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, mtp: int = 0, causal: 
     lookup is a gather and costs no FLOPs.
     """
     head = model.vocab_size * model.hidden_size
-    per_layer = attention_score_flops_per_token_fwd(model, seq_len) * (CAUSAL_SHARE if causal else 1.0)
+    per_layer = counted_score_flops_per_token_fwd(model, seq_len, causal)
     per_attention_block = per_layer / model.attention_layer_share if model.attention_layer_share else 0.0
     attention = model.num_hidden_layers * per_layer + mtp * mtp_blocks_of(model, "*") * per_attention_block
     attention += (model.blocks_of("M") + mtp * mtp_blocks_of(model, "M")) * mamba_scan_flops_per_token_fwd(model)
@@ -286,8 +292,7 @@ def recompute_flops_per_token(
     outputs backward needs ('alternate_matmuls', torchtitan's per-op SAC:
     ``compute.selective_recompute_forward_s``); every layer's forward under full recompute.
     Attention counts as in ``model_flops_per_token`` with the same ``causal``."""
-    scores = attention_score_flops_per_token_fwd(model, seq_len) * (CAUSAL_SHARE if causal else 1.0)
-    attention = model.num_hidden_layers * scores
+    attention = model.num_hidden_layers * counted_score_flops_per_token_fwd(model, seq_len, causal)
     attention += model.blocks_of("M") * mamba_scan_flops_per_token_fwd(model)
     if recompute == "full":
         return 2.0 * layers_matmul_params_active(model) + attention

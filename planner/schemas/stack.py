@@ -410,7 +410,7 @@ class Stack(Frozen):
         """torch.compile can cover this stack's loss (its compiled figures are set)."""
         return self.compiled_loss_bytes_per_logit is not None
 
-    def cross_entropy_bytes(self, compiled: bool, tp: np.ndarray | int = 1) -> np.ndarray | float:
+    def cross_entropy_bytes(self, compiled: bool, tp: np.ndarray) -> np.ndarray | float:
         """HBM bytes per logit the loss moves, compiled or eager; eager under ``tp`` > 1, the
         loss-parallel figure where the stack has one. A compiled loss is taken at its compiled
         figure under TP too (no measurement of the compiled loss-parallel path was found)."""
@@ -420,20 +420,17 @@ class Stack(Frozen):
             tp, self.loss_parallel_cross_entropy_bytes_per_logit, self.cross_entropy_bytes_per_logit
         )
 
-    def loss_bytes(self, compiled: bool, tp: np.ndarray | int = 1) -> np.ndarray | float:
+    def loss_bytes(self, compiled: bool, tp: np.ndarray) -> np.ndarray | float:
         """Bytes per logit the loss holds at its peak, compiled or eager (as ``cross_entropy_bytes``)."""
         if compiled and self.compiled_loss_bytes_per_logit is not None:
             return self.compiled_loss_bytes_per_logit
         return self._loss_parallel(tp, self.loss_parallel_loss_bytes_per_logit, self.loss_bytes_per_logit)
 
     @staticmethod
-    def _loss_parallel(tp: np.ndarray | int, parallel: float | None, plain: float) -> np.ndarray | float:
-        """``parallel`` where ``tp`` > 1 and the stack has a loss-parallel figure, else ``plain``."""
-        if parallel is None:
-            return plain
-        if np.ndim(tp) == 0:
-            return parallel if int(tp) > 1 else plain
-        return np.where(np.asarray(tp) > 1, parallel, plain)
+    def _loss_parallel(tp: np.ndarray, parallel: float | None, plain: float) -> np.ndarray | float:
+        """``parallel`` where ``tp`` > 1 (the mesh columns) and the stack has a loss-parallel
+        figure, else ``plain``."""
+        return plain if parallel is None else np.where(tp > 1, parallel, plain)
 
     @property
     def moe_layer_overhead_s(self) -> float:

@@ -85,20 +85,30 @@ def block_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts, weights_dtype: st
     return non_expert, experts
 
 
+def vocab_shares(engine: EngineProfile, lay: Layouts) -> tuple[np.ndarray, np.ndarray]:
+    """(embedding, LM head) share one GPU holds: 1/tp (vocab-parallel), except under attention DP,
+    where every rank runs the embedding whole (vLLM's DP ranks are engines of TP 1; TensorRT-LLM and
+    SGLang replicate it with the attention) and the LM head whole where the engine does not split it
+    over the attention-DP group (``EngineProfile.lm_head_tp_under_attention_dp``)."""
+    whole = np.asarray(lay.attention_dp, dtype=bool)
+    head_whole = whole & (not engine.lm_head_tp_under_attention_dp)
+    return np.where(whole, 1.0, 1.0 / lay.tp), np.where(head_whole, 1.0, 1.0 / lay.tp)
+
+
+def lm_head_matrix_params(model: ModelSpec) -> float:
+    """Parameters of the matrix the LM head multiplies by: its own, or tied, the embedding's token
+    table (without learned positions)."""
+    return float(model.parameter_counts.lm_head or model.vocab_size * model.hidden_size)
+
+
 def embedding_and_head_bytes_per_gpu(
     model: ModelSpec, engine: EngineProfile, lay: Layouts
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(embedding, untied LM head) bytes one GPU holds: split over tp (vocab-parallel), except under
-    attention DP, where every rank runs the embedding whole (vLLM's DP ranks are engines of TP 1;
-    TensorRT-LLM and SGLang replicate it with the attention) and the LM head whole where the engine
-    does not split it over the attention-DP group (``EngineProfile.lm_head_tp_under_attention_dp``).
-    A tied head is the embedding's matrix and adds nothing."""
+    """(embedding, untied LM head) bytes one GPU holds, at ``vocab_shares``. A tied head is the
+    embedding's matrix and adds nothing."""
     w = weight_params(model)
-    whole = np.asarray(lay.attention_dp, dtype=bool)
-    embedding = w.embedding * np.where(whole, 1.0, 1.0 / lay.tp) * EMBEDDING_BYTES
-    head_whole = whole & (not engine.lm_head_tp_under_attention_dp)
-    head = w.lm_head * np.where(head_whole, 1.0, 1.0 / lay.tp) * EMBEDDING_BYTES
-    return embedding, head
+    embedding_share, head_share = vocab_shares(engine, lay)
+    return w.embedding * embedding_share * EMBEDDING_BYTES, w.lm_head * head_share * EMBEDDING_BYTES
 
 
 def head_weight_bytes_per_gpu(model: ModelSpec, engine: EngineProfile, lay: Layouts) -> np.ndarray:
@@ -108,14 +118,12 @@ def head_weight_bytes_per_gpu(model: ModelSpec, engine: EngineProfile, lay: Layo
 
 
 def lm_head_read_bytes_per_gpu(model: ModelSpec, engine: EngineProfile, lay: Layouts) -> np.ndarray:
-    """Bytes of the matrix the LM head multiplies by, which every decode round reads on the last
-    stage: the untied head, or the embedding a tied head shares (a tied model's logits had been
-    priced as reading no weights)."""
-    embedding, head = embedding_and_head_bytes_per_gpu(model, engine, lay)
-    if model.parameter_counts.lm_head:
-        return head
-    tied = float(model.vocab_size * model.hidden_size)  # the token table, without learned positions
-    return embedding * tied / max(weight_params(model).embedding, 1.0)
+    """Bytes of the matrix the LM head multiplies by (``lm_head_matrix_params``), which every decode
+    round reads on the last stage, at the share the GPU holds: the untied head's, or the embedding's
+    a tied head shares (a tied model's logits had been priced as reading no weights)."""
+    embedding_share, head_share = vocab_shares(engine, lay)
+    share = head_share if model.parameter_counts.lm_head else embedding_share
+    return lm_head_matrix_params(model) * share * EMBEDDING_BYTES
 
 
 NCCL_BUFFERS_GIB = 0.5

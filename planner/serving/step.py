@@ -57,6 +57,7 @@ from planner.serving.layout import Layouts
 from planner.serving.memory import (
     MemoryPlan,
     block_weight_bytes_per_gpu,
+    lm_head_matrix_params,
     lm_head_read_bytes_per_gpu,
     plan_memory,
     weight_params,
@@ -282,10 +283,8 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     active_expert_params = m.num_moe_layers * k * c.moe_expert_each
     flops_non_expert = 2.0 * (w.attention + w.dense) * tokens / lay.tp
     flops_experts = 2.0 * active_expert_params * tokens / lay.tp
-    # the head multiplies by its own matrix or, tied, by the embedding's; split over tp, or whole on each
-    # attention-DP rank for its 1/tp of the tokens: the same FLOPs per GPU
-    head_matrix = w.lm_head or float(m.vocab_size * m.hidden_size)
-    flops_head = 2.0 * head_matrix * head_tokens / lay.tp
+    # split over tp, or whole on each attention-DP rank for its 1/tp of the tokens: the same FLOPs per GPU
+    flops_head = 2.0 * lm_head_matrix_params(m) * head_tokens / lay.tp
     touched = experts_touched_fraction(m, tokens)
     rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
     compute = np.stack([flops_non_expert / rate, flops_experts / rate, flops_head / rate])
