@@ -87,10 +87,15 @@ display choice, not a statistic."""
 def band_cell(est: Estimate) -> str:
     """The error bar relative to the prediction: '±14%' where it is about symmetric, else its signed
     ends ('-38..-12%'); '-' without one."""
-    band = est.tokens_per_s_per_gpu_interval
-    if band is None or est.tokens_per_s_per_gpu <= 0:
+    return relative_band_cell(est.tokens_per_s_per_gpu, est.tokens_per_s_per_gpu_interval)
+
+
+def relative_band_cell(value: float, band: tuple[float, float] | None) -> str:
+    """``band_cell`` of any predicted rate and its interval (a training estimate's tokens/s per GPU,
+    a serving candidate's output tokens/s per GPU)."""
+    if band is None or value <= 0:
         return "-"
-    low, high = relative_band(est.tokens_per_s_per_gpu, band)
+    low, high = relative_band(value, band)
     if abs(low + high) <= SYMMETRIC_BAND_POINTS:
         return f"±{(high - low) / 2:.0f}%"
     return f"{low:+.0f}..{high:+.0f}%"

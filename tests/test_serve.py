@@ -457,3 +457,50 @@ def test_a_layout_that_leaves_gpus_idle_says_so() -> None:
     r = planner.serve("deepseek-v3", "gb200-nvl72", ep=64, weights_dtype="fp8")
     assert any(w.startswith("#1 runs on 64 of the 72 GPUs: the other 8 idle") for w in r.warnings)
     assert not any("idle" in w for w in planner.serve("llama3-8b", "dgx-h100").warnings)
+
+
+# ---- the error bar ---------------------------------------------------------------------------------
+def test_the_shipped_fit_keeps_each_architectures_cross_validated_throughput_errors() -> None:
+    cal = load_engine("trtllm").calibration
+    assert cal is not None and set(cal.cv_error_pct) == set(cal.rows)
+    for arch, rows in cal.rows.items():
+        # one cross-validated error per throughput row the fit used
+        assert len(cal.cv_error_pct[arch]) == len(rows) > 0
+
+
+def test_a_throughput_band_reads_the_architectures_runs_or_every_architectures() -> None:
+    from planner.error_bar import MIN_INTERVAL_ROWS
+
+    trtllm = load_engine("trtllm")
+    errors, basis = trtllm.throughput_errors("hopper")
+    assert errors == trtllm.calibration.cv_error_pct["hopper"] and basis.endswith("trtllm runs on hopper")  # type: ignore[union-attr]
+    # vLLM has no fit of its own: TensorRT-LLM's errors stand in, and the basis says so
+    stand_in, basis = load_engine("vllm").throughput_errors("hopper")
+    assert stand_in == errors and "standing in for vllm (a floor" in basis
+    # too few on one architecture: every architecture's
+    few = {"hopper": [1.0] * (MIN_INTERVAL_ROWS - 1), "ampere": [2.0] * 5}
+    cal = trtllm.calibration.model_copy(update={"cv_error_pct": few})  # type: ignore[union-attr]
+    errors, basis = trtllm.model_copy(update={"calibration": cal}).throughput_errors("hopper")
+    assert sorted(errors) == [1.0] * 8 + [2.0] * 5 and "every GPU architecture (8 on hopper)" in basis
+    none = trtllm.model_copy(update={"calibration": cal.model_copy(update={"cv_error_pct": {"ada": [1.0]}})})
+    assert none.throughput_errors("hopper") == ([], "no cross-validated trtllm runs")
+
+
+def test_every_candidate_carries_the_throughput_band_except_at_a_stated_rate(cli) -> None:
+    from planner.error_bar import interval
+
+    r = cli(*SEED, "--engine", "trtllm", "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    errors, basis = load_engine("trtllm").throughput_errors("hopper")
+    assert data["interval_basis"] == basis
+    for c in data["candidates"]:
+        assert c["output_tokens_per_s_per_gpu_interval"] == pytest.approx(
+            list(interval(c["output_tokens_per_s_per_gpu"], errors))  # type: ignore[arg-type]
+        )
+    text = cli(*SEED, "--engine", "trtllm").out
+    assert "band: #1's" in text and "central 80% of" in text and "trtllm runs on hopper" in text
+    # at a stated request rate the throughput is the offered load, not a prediction: no band
+    rated = cli(*SEED, "--engine", "trtllm", "--request-rate", "2", "--json").json()
+    assert rated["interval_basis"] == "" and rated["candidates"]
+    assert all(c["output_tokens_per_s_per_gpu_interval"] is None for c in rated["candidates"])

@@ -272,6 +272,7 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
                 "runs_file": runs_file,
                 "rows": {k.split("/")[1]: ev.rows_used.get(k, []) for k in keys},
                 "cv_mape_pct": cv,
+                "cv_error_pct": {k.split("/")[1]: _cv_throughput_errors(ev, k) for k in keys},
             },
         }
         path.write_text(
@@ -281,6 +282,18 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
         load_engine(name)  # the written file must load
         written.append(str(path))
     return written
+
+
+def _cv_throughput_errors(ev: Evaluation, key: str) -> list[float]:
+    """The key's throughput rows' cross-validated errors (percent, 2 decimals): its error bar."""
+    return [
+        round(float(r["cv_error_pct"]), 2)
+        for r in ev.runs
+        if r["key"] == key
+        and r["metric"] in THROUGHPUT
+        and r["cv_error_pct"] is not None
+        and np.isfinite(r["cv_error_pct"])
+    ]
 
 
 def _keys_of_group(ev: Evaluation, group: str) -> set[str]:

@@ -54,6 +54,11 @@ class EngineCalibration(Frozen):
     runs_file: str
     rows: dict[str, list[str]] = Field(default_factory=dict)
     cv_mape_pct: dict[str, float] = Field(default_factory=dict)
+    cv_error_pct: dict[str, list[float]] = Field(
+        default_factory=dict,
+        description="Per GPU architecture: the cross-validated errors (percent, predicted vs published output "
+        "tokens/s per GPU, each row priced by the fit without its group) of the throughput rows: the serving error bar",
+    )
 
 
 class EngineProfile(Frozen):
@@ -130,6 +135,28 @@ class EngineProfile(Frozen):
         if self.fitted and self.calibration is None:
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")
         return self
+
+    def throughput_errors(self, architecture: str) -> tuple[list[float], str]:
+        """Cross-validated throughput errors (percent) that match a plan on ``architecture``: this
+        engine's rows on it where there are ``error_bar.MIN_INTERVAL_ROWS``, else its rows on every
+        architecture; an engine with no fit of its own reads its ``calibrated_like`` engine's, whose
+        parameters it runs with. Returns (errors, what they are); none where no rows match."""
+        from planner.error_bar import MIN_INTERVAL_ROWS
+
+        if not self.fitted and self.calibrated_like:
+            errors, basis = load_engine(self.calibrated_like).throughput_errors(architecture)
+            if not errors:
+                return errors, basis
+            return errors, f"{basis}, standing in for {self.name} (a floor: {self.name}'s own runs are not fitted)"
+        by_arch = self.calibration.cv_error_pct if self.calibration else {}
+        mine = list(by_arch.get(architecture, []))
+        if len(mine) >= MIN_INTERVAL_ROWS:
+            return mine, f"{len(mine)} cross-validated {self.name} runs on {architecture}"
+        every = [e for errs in by_arch.values() for e in errs]
+        if len(every) >= MIN_INTERVAL_ROWS:
+            where = f"every GPU architecture ({len(mine)} on {architecture})"
+            return every, f"{len(every)} cross-validated {self.name} runs on {where}"
+        return [], f"no cross-validated {self.name} runs"
 
     def parameters(self, architecture: str | None) -> FittedParameters:
         """Fitted parameters for the architecture; the mean of the fitted ones elsewhere (an

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.figures import rate
+from planner.render import relative_band_cell
 from planner.schemas.base import GIB_BYTES
 from planner.serving.layout import layout_text
 from planner.serving.schemas import ServeCandidate, ServeRanking
@@ -82,6 +83,15 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         if c.equivalent_layouts:
             console.print(f"#{i} is priced the same as {', '.join(c.equivalent_layouts)}")
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
+    best_band = ranking.candidates[0].output_tokens_per_s_per_gpu_interval
+    if best_band is not None:
+        best_rate = ranking.candidates[0].output_tokens_per_s_per_gpu
+        console.print(
+            f"band: #1's {rate(best_rate)} tok/s/GPU is {rate(best_band[0])}-{rate(best_band[1])} "
+            f"({relative_band_cell(best_rate, best_band)}), where published serving runs priced like it landed (the "
+            f"central 80% of {ranking.interval_basis}); every row's throughput has the same relative band, TTFT "
+            "and TPOT none"
+        )
     best = ranking.candidates[0]
     if best.replayed:
         if req.request_rate is not None:

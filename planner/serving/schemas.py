@@ -78,6 +78,12 @@ class ServeCandidate(Frozen):
         description="Mean time per output token after the first; None where a request has one output token"
     )
     output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_gpu_interval: tuple[float, float] | None = Field(
+        None,
+        description="The central 80% of what published serving runs measured where the planner predicted this "
+        "throughput (their cross-validated errors, ServeRanking.interval_basis); None at a stated request rate, "
+        "where the throughput is the offered load, not a prediction",
+    )
     output_tokens_per_s_per_user: float = Field(
         description="One user's decode rate, 1 / TPOT (with one output token, 1 / TTFT)"
     )
@@ -124,6 +130,7 @@ class ServeRanking(Frozen):
     considered: int
     feasible: int
     reason: str = Field("", description="Why the ranking is empty, when it is")
+    interval_basis: str = Field("", description="The published runs the candidates' throughput intervals are read from")
     mamba_ssm_dtype: SsmStateDtype | None = Field(
         None, description="A hybrid model's Mamba-2 SSM state format, as priced (None without Mamba layers)"
     )

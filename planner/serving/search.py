@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from planner.error_bar import interval
 from planner.errors import PlannerError, SchemaError
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
@@ -578,6 +579,10 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
             )
     elif not reason:
         reason = _empty_reason(cands, req)
+    errors, basis = engine.throughput_errors(cluster.gpu.architecture)
+    if req.request_rate is None and errors:
+        band = "output_tokens_per_s_per_gpu_interval"
+        ranked = [c.model_copy(update={band: interval(c.output_tokens_per_s_per_gpu, errors)}) for c in ranked]
     return ServeRanking(
         model=model.name,
         cluster=cluster.name,
@@ -588,6 +593,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
         considered=considered,
         feasible=len(ok),
         reason=reason,
+        interval_basis=basis if req.request_rate is None else "",
         warnings=warnings,
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
     )
