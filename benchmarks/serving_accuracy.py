@@ -84,6 +84,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{o['throughput_rows']} rows: MAPE {o['mape_pct']:.1f}%, cross-validated MAPE {cv(o['cv_mape_pct'])}, "
         f"signed {o['signed_pct']:+.1f}%" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
     )
+    if o.get("interval_coverage") is not None:
+        whose = "no row in the fit" if args.shipped else "a fitted row's own is among them"
+        print(
+            f"inside the 80% band of plan serve: {o['interval_coverage']:.0%} of the throughput rows (the shipped "
+            f"calibration's cross-validated errors; {whose})"
+        )
     for m in ("ttft", "tpot"):
         if f"{m}_rows" in o:
             print(

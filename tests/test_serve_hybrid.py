@@ -243,3 +243,12 @@ def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> No
     assert ev.runs[0]["predicted"] == shipped[ev.runs[0]["metric"]]
     # measured 2026-12-05: 24.1% over the ten rows (section 9.8); a change that doubles it is a regression
     assert ev.overall["mape_pct"] < 35
+    # each throughput row is checked against plan serve's band: the shipped calibration's errors
+    from planner.error_bar import interval
+
+    run = ev.runs[0]
+    errors, _ = first.setting.engine.throughput_errors(first.architecture)
+    assert run["interval"] == pytest.approx(list(interval(run["predicted"], errors)))  # type: ignore[arg-type]
+    assert run["inside_interval"] == (run["interval"][0] <= run["published"] <= run["interval"][1])
+    flags = [r["inside_interval"] for r in ev.runs if r["inside_interval"] is not None]
+    assert len(flags) == 10 and ev.overall["interval_coverage"] == pytest.approx(sum(flags) / 10)

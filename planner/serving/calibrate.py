@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
+from planner.error_bar import interval
 from planner.runs import translate_rows
 from planner.serving.engine import FittedParameters
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict
@@ -168,14 +169,17 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
             rest = [p for p in plans if p.group != g]
             cv_params[g] = fit(rest)
     per_group: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    inside: dict[str, list[bool]] = defaultdict(list)
     for p in plans:
         pred = predict(p, p.setting.params if shipped else params_for(p.key, fitted))
         cv = predict(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}
+        band_errors, _ = p.setting.engine.throughput_errors(p.architecture)
         for metric, published in p.published.items():
             if metric not in pred:
                 continue
             err = 100.0 * (pred[metric] / published - 1.0)
             cv_err = 100.0 * (cv[metric] / published - 1.0) if metric in cv else None
+            band = interval(pred[metric], band_errors) if metric in THROUGHPUT else None
             ev.runs.append(
                 {
                     "name": p.name,
@@ -186,12 +190,16 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
                     "predicted": pred[metric],
                     "error_pct": err,
                     "cv_error_pct": cv_err,
+                    "interval": list(band) if band else None,
+                    "inside_interval": None if band is None else band[0] <= published <= band[1],
                 }
             )
             kind = "throughput" if metric in THROUGHPUT else metric
             per_group[p.group][kind].append(err)
             if cv_err is not None:
                 per_group[p.group][kind + "_cv"].append(cv_err)
+            if band is not None:
+                inside[p.group].append(band[0] <= published <= band[1])
     all_rows = len(rows)
     every_group = sorted({str(r.get("group")) for r in rows})
     for g in every_group:
@@ -209,6 +217,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
                 entry[prefix + "mape_pct"] = mape
                 entry[prefix + "cv_mape_pct"] = cv_mape
                 entry[prefix + "signed_pct"] = signed
+        if inside.get(g):
+            entry["interval_coverage"] = float(np.mean(inside[g]))
         ev.groups[g] = entry
     tp = [r for r in ev.runs if r["metric"] in THROUGHPUT]
     lat = {m: [r for r in ev.runs if r["metric"] == m] for m in ("ttft_s", "tpot_s")}
@@ -223,6 +233,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
         "cv_mape_pct": cv_mape,
         "signed_pct": signed,
         "cv_signed_pct": cv_signed,
+        "interval_coverage": float(np.mean([b for flags in inside.values() for b in flags])) if inside else None,
     }
     for m, rs in lat.items():
         if rs:
