@@ -466,41 +466,53 @@ def test_the_shipped_fit_keeps_each_architectures_cross_validated_throughput_err
     for arch, rows in cal.rows.items():
         # one cross-validated error per throughput row the fit used
         assert len(cal.cv_error_pct[arch]) == len(rows) > 0
+    # and the TTFT and TPOT rows' errors: the 42 batch-1 TTFT rows and the online table's 72 (H100, H200)
+    assert sum(len(v) for v in cal.latency_error_pct["ttft"].values()) == 114
+    assert len(cal.latency_error_pct["tpot"]["hopper"]) == 72
 
 
-def test_a_throughput_band_reads_the_architectures_runs_or_every_architectures() -> None:
+def test_a_band_reads_the_architectures_runs_or_every_architectures() -> None:
     from planner.error_bar import MIN_INTERVAL_ROWS
 
     trtllm = load_engine("trtllm")
-    errors, basis = trtllm.throughput_errors("hopper")
-    assert errors == trtllm.calibration.cv_error_pct["hopper"] and basis.endswith("trtllm runs on hopper")  # type: ignore[union-attr]
+    cal = trtllm.calibration
+    assert cal is not None
+    errors, basis = trtllm.published_errors("throughput", "hopper")
+    assert errors == cal.cv_error_pct["hopper"] and basis.endswith("cross-validated trtllm runs on hopper")
+    ttft, basis = trtllm.published_errors("ttft", "hopper")
+    assert ttft == cal.latency_error_pct["ttft"]["hopper"] and basis == f"{len(ttft)} trtllm TTFT runs on hopper"
+    # the TTFT rows no fit sees came in above the prediction more often than below (ARCHITECTURE 9.7)
+    assert np.median(ttft) < -5
     # vLLM has no fit of its own: TensorRT-LLM's errors stand in, and the basis says so
-    stand_in, basis = load_engine("vllm").throughput_errors("hopper")
-    assert stand_in == errors and "standing in for vllm (a floor" in basis
+    stand_in, basis = load_engine("vllm").published_errors("throughput", "hopper")
+    assert stand_in == errors and "standing in for vllm's (a floor)" in basis
     # too few on one architecture: every architecture's
     few = {"hopper": [1.0] * (MIN_INTERVAL_ROWS - 1), "ampere": [2.0] * 5}
-    cal = trtllm.calibration.model_copy(update={"cv_error_pct": few})  # type: ignore[union-attr]
-    errors, basis = trtllm.model_copy(update={"calibration": cal}).throughput_errors("hopper")
+    thin = trtllm.model_copy(update={"calibration": cal.model_copy(update={"cv_error_pct": few})})
+    errors, basis = thin.published_errors("throughput", "hopper")
     assert sorted(errors) == [1.0] * 8 + [2.0] * 5 and "every GPU architecture (8 on hopper)" in basis
     none = trtllm.model_copy(update={"calibration": cal.model_copy(update={"cv_error_pct": {"ada": [1.0]}})})
-    assert none.throughput_errors("hopper") == ([], "no cross-validated trtllm runs")
+    assert none.published_errors("throughput", "hopper") == ([], "no cross-validated trtllm runs")
 
 
-def test_every_candidate_carries_the_throughput_band_except_at_a_stated_rate(cli) -> None:
+def test_every_candidate_carries_its_bands_and_no_throughput_band_at_a_stated_rate(cli) -> None:
     from planner.error_bar import interval
 
     r = cli(*SEED, "--engine", "trtllm", "--json")
     assert r.code == 0, r.err
     data = r.json()
-    errors, basis = load_engine("trtllm").throughput_errors("hopper")
-    assert data["interval_basis"] == basis
-    for c in data["candidates"]:
-        assert c["output_tokens_per_s_per_gpu_interval"] == pytest.approx(
-            list(interval(c["output_tokens_per_s_per_gpu"], errors))  # type: ignore[arg-type]
-        )
+    trtllm = load_engine("trtllm")
+    for metric, name in (("throughput", "output_tokens_per_s_per_gpu"), ("ttft", "ttft_s"), ("tpot", "tpot_s")):
+        errors, basis = trtllm.published_errors(metric, "hopper")  # type: ignore[arg-type]
+        assert data["interval_basis"][metric] == basis
+        for c in data["candidates"]:
+            assert c[f"{name}_interval"] == pytest.approx(list(interval(c[name], errors)))  # type: ignore[arg-type]
     text = cli(*SEED, "--engine", "trtllm").out
-    assert "band: #1's" in text and "central 80% of" in text and "trtllm runs on hopper" in text
+    for label in ("tok/s/GPU", "TTFT", "TPOT"):
+        assert f"band {label}: #1's" in text
+    assert "trtllm runs on hopper" in text and "same relative band" in text
     # at a stated request rate the throughput is the offered load, not a prediction: no band
     rated = cli(*SEED, "--engine", "trtllm", "--request-rate", "2", "--json").json()
-    assert rated["interval_basis"] == "" and rated["candidates"]
+    assert set(rated["interval_basis"]) == {"ttft", "tpot"} and rated["candidates"]
     assert all(c["output_tokens_per_s_per_gpu_interval"] is None for c in rated["candidates"])
+    assert all(c["ttft_s_interval"] is not None for c in rated["candidates"])

@@ -173,13 +173,13 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
     for p in plans:
         pred = predict(p, p.setting.params if shipped else params_for(p.key, fitted))
         cv = predict(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}
-        band_errors, _ = p.setting.engine.throughput_errors(p.architecture)
         for metric, published in p.published.items():
             if metric not in pred:
                 continue
             err = 100.0 * (pred[metric] / published - 1.0)
             cv_err = 100.0 * (cv[metric] / published - 1.0) if metric in cv else None
-            band = interval(pred[metric], band_errors) if metric in THROUGHPUT else None
+            bar = "throughput" if metric in THROUGHPUT else metric.removesuffix("_s")
+            band = interval(pred[metric], p.setting.engine.published_errors(bar, p.architecture)[0])  # type: ignore[arg-type]
             ev.runs.append(
                 {
                     "name": p.name,
@@ -198,7 +198,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
             per_group[p.group][kind].append(err)
             if cv_err is not None:
                 per_group[p.group][kind + "_cv"].append(cv_err)
-            if band is not None:
+            if band is not None and metric in THROUGHPUT:
                 inside[p.group].append(band[0] <= published <= band[1])
     all_rows = len(rows)
     every_group = sorted({str(r.get("group")) for r in rows})
@@ -284,6 +284,7 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
                 "rows": {k.split("/")[1]: ev.rows_used.get(k, []) for k in keys},
                 "cv_mape_pct": cv,
                 "cv_error_pct": {k.split("/")[1]: _cv_throughput_errors(ev, k) for k in keys},
+                "latency_error_pct": _latency_errors(ev, name),
             },
         }
         path.write_text(
@@ -305,6 +306,18 @@ def _cv_throughput_errors(ev: Evaluation, key: str) -> list[float]:
         and r["cv_error_pct"] is not None
         and np.isfinite(r["cv_error_pct"])
     ]
+
+
+def _latency_errors(ev: Evaluation, engine: str) -> dict[str, dict[str, list[float]]]:
+    """The engine's TTFT and TPOT rows' errors (percent, 2 decimals) per GPU architecture: no fit
+    sees them, so each is already out of sample: their error bars."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for r in ev.runs:
+        metric = str(r["metric"]).removesuffix("_s")
+        engine_of, _, arch = str(r["key"]).partition("/")
+        if metric in ("ttft", "tpot") and engine_of == engine and np.isfinite(r["error_pct"]):
+            out.setdefault(metric, {}).setdefault(arch, []).append(round(float(r["error_pct"]), 2))
+    return out
 
 
 def _keys_of_group(ev: Evaluation, group: str) -> set[str]:

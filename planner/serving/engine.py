@@ -46,6 +46,10 @@ class FittedParameters(Frozen):
     )
 
 
+ErrorMetric = Literal["throughput", "ttft", "tpot"]
+"""What a serving error bar is for: output tokens/s per GPU, time to first token, time per output token."""
+
+
 class EngineCalibration(Frozen):
     """What the fit wrote: command, runs file, rows used per architecture, and each held-out
     group's cross-validated MAPE."""
@@ -58,6 +62,11 @@ class EngineCalibration(Frozen):
         default_factory=dict,
         description="Per GPU architecture: the cross-validated errors (percent, predicted vs published output "
         "tokens/s per GPU, each row priced by the fit without its group) of the throughput rows: the serving error bar",
+    )
+    latency_error_pct: dict[Literal["ttft", "tpot"], dict[str, list[float]]] = Field(
+        default_factory=dict,
+        description="Per latency (ttft, tpot) and GPU architecture: the errors (percent, predicted vs published) of "
+        "the rows that publish it, which no fit sees: their error bars",
     )
 
 
@@ -136,27 +145,30 @@ class EngineProfile(Frozen):
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")
         return self
 
-    def throughput_errors(self, architecture: str) -> tuple[list[float], str]:
-        """Cross-validated throughput errors (percent) that match a plan on ``architecture``: this
-        engine's rows on it where there are ``error_bar.MIN_INTERVAL_ROWS``, else its rows on every
-        architecture; an engine with no fit of its own reads its ``calibrated_like`` engine's, whose
-        parameters it runs with. Returns (errors, what they are); none where no rows match."""
+    def published_errors(self, metric: ErrorMetric, architecture: str) -> tuple[list[float], str]:
+        """Errors (percent, predicted vs published) of this engine's runs that match a plan's
+        ``metric`` on ``architecture``: throughput's cross-validated, TTFT's and TPOT's as they are
+        (no fit sees them); the architecture's rows where there are ``error_bar.MIN_INTERVAL_ROWS``,
+        else every architecture's. An engine with no fit of its own reads its ``calibrated_like``
+        engine's, whose parameters it runs with. Returns (errors, what they are); none where no
+        rows match."""
         from planner.error_bar import MIN_INTERVAL_ROWS
 
         if not self.fitted and self.calibrated_like:
-            errors, basis = load_engine(self.calibrated_like).throughput_errors(architecture)
+            errors, basis = load_engine(self.calibrated_like).published_errors(metric, architecture)
             if not errors:
                 return errors, basis
-            return errors, f"{basis}, standing in for {self.name} (a floor: {self.name}'s own runs are not fitted)"
-        by_arch = self.calibration.cv_error_pct if self.calibration else {}
+            return errors, f"{basis} standing in for {self.name}'s (a floor)"
+        cal = self.calibration
+        by_arch = (cal.cv_error_pct if metric == "throughput" else cal.latency_error_pct.get(metric, {})) if cal else {}
+        runs = f"cross-validated {self.name} runs" if metric == "throughput" else f"{self.name} {metric.upper()} runs"
         mine = list(by_arch.get(architecture, []))
         if len(mine) >= MIN_INTERVAL_ROWS:
-            return mine, f"{len(mine)} cross-validated {self.name} runs on {architecture}"
+            return mine, f"{len(mine)} {runs} on {architecture}"
         every = [e for errs in by_arch.values() for e in errs]
         if len(every) >= MIN_INTERVAL_ROWS:
-            where = f"every GPU architecture ({len(mine)} on {architecture})"
-            return every, f"{len(every)} cross-validated {self.name} runs on {where}"
-        return [], f"no cross-validated {self.name} runs"
+            return every, f"{len(every)} {runs} on every GPU architecture ({len(mine)} on {architecture})"
+        return [], f"no {runs}"
 
     def parameters(self, architecture: str | None) -> FittedParameters:
         """Fitted parameters for the architecture; the mean of the fitted ones elsewhere (an

@@ -7,7 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from planner.figures import rate
+from planner.figures import rate, seconds
 from planner.render import relative_band_cell
 from planner.schemas.base import GIB_BYTES
 from planner.serving.layout import layout_text
@@ -83,15 +83,8 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         if c.equivalent_layouts:
             console.print(f"#{i} is priced the same as {', '.join(c.equivalent_layouts)}")
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
-    best_band = ranking.candidates[0].output_tokens_per_s_per_gpu_interval
-    if best_band is not None:
-        best_rate = ranking.candidates[0].output_tokens_per_s_per_gpu
-        console.print(
-            f"band: #1's {rate(best_rate)} tok/s/GPU is {rate(best_band[0])}-{rate(best_band[1])} "
-            f"({relative_band_cell(best_rate, best_band)}), where published serving runs priced like it landed (the "
-            f"central 80% of {ranking.interval_basis}); every row's throughput has the same relative band, TTFT "
-            "and TPOT none"
-        )
+    for line in band_lines(ranking):
+        console.print(line)
     best = ranking.candidates[0]
     if best.replayed:
         if req.request_rate is not None:
@@ -130,3 +123,26 @@ def _dollars(usd: float | None) -> str:
     if usd is None:
         return "-"
     return f"{usd:,.2f}" if usd < 1e6 else f"{usd:.3g}"
+
+
+def band_lines(ranking: ServeRanking) -> list[str]:
+    """#1's error bars, one line each: where published runs priced like it landed (the central 80%
+    of ``ServeRanking.interval_basis``); one engine on one GPU gives every row the same relative
+    band, so they are shown once."""
+    best = ranking.candidates[0]
+    shown = (
+        ("throughput", "tok/s/GPU", best.output_tokens_per_s_per_gpu, best.output_tokens_per_s_per_gpu_interval, rate),
+        ("ttft", "TTFT", best.ttft_s, best.ttft_s_interval, seconds),
+        ("tpot", "TPOT", best.tpot_s, best.tpot_s_interval, seconds),
+    )
+    lines = []
+    for metric, label, value, band, text in shown:
+        if band is None or value is None:
+            continue
+        lines.append(
+            f"band {label}: #1's {text(value)} is {text(band[0])} to {text(band[1])} "
+            f"({relative_band_cell(value, band)}), the central 80% of {ranking.interval_basis[metric]}"
+        )
+    if lines:
+        lines.append("bands: where published runs priced like #1 landed; every row has the same relative band")
+    return lines

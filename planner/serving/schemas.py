@@ -84,6 +84,12 @@ class ServeCandidate(Frozen):
         "throughput (their cross-validated errors, ServeRanking.interval_basis); None at a stated request rate, "
         "where the throughput is the offered load, not a prediction",
     )
+    ttft_s_interval: tuple[float, float] | None = Field(
+        None, description="The central 80% of what published runs measured where the planner predicted this TTFT"
+    )
+    tpot_s_interval: tuple[float, float] | None = Field(
+        None, description="The central 80% of what published runs measured where the planner predicted this TPOT"
+    )
     output_tokens_per_s_per_user: float = Field(
         description="One user's decode rate, 1 / TPOT (with one output token, 1 / TTFT)"
     )
@@ -130,7 +136,10 @@ class ServeRanking(Frozen):
     considered: int
     feasible: int
     reason: str = Field("", description="Why the ranking is empty, when it is")
-    interval_basis: str = Field("", description="The published runs the candidates' throughput intervals are read from")
+    interval_basis: dict[str, str] = Field(
+        default_factory=dict,
+        description="Per interval (throughput, ttft, tpot): the published runs the candidates' intervals are read from",
+    )
     mamba_ssm_dtype: SsmStateDtype | None = Field(
         None, description="A hybrid model's Mamba-2 SSM state format, as priced (None without Mamba layers)"
     )

@@ -579,10 +579,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
             )
     elif not reason:
         reason = _empty_reason(cands, req)
-    errors, basis = engine.throughput_errors(cluster.gpu.architecture)
-    if req.request_rate is None and errors:
-        band = "output_tokens_per_s_per_gpu_interval"
-        ranked = [c.model_copy(update={band: interval(c.output_tokens_per_s_per_gpu, errors)}) for c in ranked]
+    ranked, bases = _with_intervals(ranked, engine, cluster.gpu.architecture, req)
     return ServeRanking(
         model=model.name,
         cluster=cluster.name,
@@ -593,10 +590,33 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
         considered=considered,
         feasible=len(ok),
         reason=reason,
-        interval_basis=basis if req.request_rate is None else "",
+        interval_basis=bases,
         warnings=warnings,
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
     )
+
+
+def _with_intervals(
+    ranked: list[ServeCandidate], engine: EngineProfile, architecture: str, req: ServeRequest
+) -> tuple[list[ServeCandidate], dict[str, str]]:
+    """The candidates with their throughput, TTFT and TPOT intervals (``error_bar.interval`` of the
+    published runs' errors that match, ``EngineProfile.published_errors``), and what each is read
+    from. No throughput interval at a stated request rate: the throughput is then the offered load,
+    not a prediction; no TPOT interval where there is no TPOT (one output token)."""
+    fields = {"throughput": "output_tokens_per_s_per_gpu", "ttft": "ttft_s", "tpot": "tpot_s"}
+    bases: dict[str, str] = {}
+    for metric, name in fields.items():
+        if metric == "throughput" and req.request_rate is not None:
+            continue
+        errors, basis = engine.published_errors(metric, architecture)  # type: ignore[arg-type]
+        if not errors:
+            continue
+        bases[metric] = basis
+        ranked = [
+            c.model_copy(update={f"{name}_interval": interval(v, errors)}) if (v := getattr(c, name)) else c
+            for c in ranked
+        ]
+    return ranked, bases
 
 
 def _one_token(c: ServeCandidate) -> ServeCandidate:
