@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"inside the 80% band of plan serve: {o['interval_coverage']:.0%} of the throughput rows (the shipped "
             f"calibration's cross-validated errors; {whose})"
+            + "".join(
+                f", {o[f'{m}_interval_coverage']:.0%} of the {m.upper()} rows"
+                for m in ("ttft", "tpot")
+                if o.get(f"{m}_interval_coverage") is not None
+            )
         )
     for m in ("ttft", "tpot"):
         if f"{m}_rows" in o:

@@ -102,8 +102,8 @@ def quantile(values: list[float], q: float) -> float:
     n others falls below the k-th smallest of them with probability k / (n + 1) (R. J. Hyndman and
     Y. Fan, 'Sample quantiles in statistical packages', The American Statistician 50(4), 1996), so
     the 10th to 90th of this definition cover 80% of new runs once n >= 9. numpy's default
-    (definition 7, position 1 + q(n - 1)) covers (n - 1) 0.8 / (n + 1) in expectation: 65% from 10
-    runs, 72% from 20, which is what the bar had claimed as 80%. The median is the same in both."""
+    (definition 7, position 1 + q(n - 1)) covers about (n - 1) 0.8 / (n + 1) in expectation: 65% from
+    10 runs, 72% from 20, which is what the bar had claimed as 80%. The median is the same in both."""
     ordered = sorted(values)
     position = min(max(q * (len(ordered) + 1), 1.0), float(len(ordered))) - 1.0
     low = int(position)
@@ -111,17 +111,18 @@ def quantile(values: list[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def relative_band(tokens_per_s_per_gpu: float, band: tuple[float, float]) -> tuple[float, float]:
+def relative_band(predicted: float, band: tuple[float, float]) -> tuple[float, float]:
     """An interval's ends as percentages of the prediction it belongs to (-38.0, -12.0 for a
-    band of 5,756 .. 8,146 around 9,291): negative where published runs came in below it."""
+    band of 5,756 .. 8,146 tokens/s around 9,291; +6, +64 for a TTFT band of 353 .. 549 ms around
+    334): negative where published runs came in below it, for a rate or a time alike."""
     low, high = band
-    return (low / tokens_per_s_per_gpu - 1.0) * 100.0, (high / tokens_per_s_per_gpu - 1.0) * 100.0
+    return (low / predicted - 1.0) * 100.0, (high / predicted - 1.0) * 100.0
 
 
-def interval(tokens_per_s_per_gpu: float, errors_pct: list[float]) -> tuple[float, float] | None:
-    """The central 80% of what the published runs would have measured for this prediction:
-    published = predicted / (1 + error), at the 10th and 90th percentile errors."""
+def interval(predicted: float, errors_pct: list[float]) -> tuple[float, float] | None:
+    """The central 80% of what the published runs would have measured for this prediction (a rate
+    or a time): published = predicted / (1 + error), at the 10th and 90th percentile errors."""
     if not errors_pct:
         return None
     lo_err, hi_err = (quantile(errors_pct, q) / 100.0 for q in INTERVAL_QUANTILES)
-    return tokens_per_s_per_gpu / (1.0 + hi_err), tokens_per_s_per_gpu / (1.0 + lo_err)
+    return predicted / (1.0 + hi_err), predicted / (1.0 + lo_err)

@@ -91,8 +91,8 @@ def band_cell(est: Estimate) -> str:
 
 
 def relative_band_cell(value: float, band: tuple[float, float] | None) -> str:
-    """``band_cell`` of any predicted rate and its interval (a training estimate's tokens/s per GPU,
-    a serving candidate's output tokens/s per GPU)."""
+    """``band_cell`` of any prediction and its interval: a training estimate's tokens/s per GPU, a
+    serving candidate's output tokens/s per GPU, TTFT or TPOT."""
     if band is None or value <= 0:
         return "-"
     low, high = relative_band(value, band)

@@ -670,13 +670,17 @@ def test_the_error_bar_prefers_the_matching_profile_and_stack() -> None:
 
 def test_the_error_bar_covers_eighty_percent_of_new_runs_from_few_rows() -> None:
     """The bar's 10th to 90th percentile of n cross-validated errors holds a new run's error 80% of
-    the time at n = 10 (numpy's default percentiles would hold it 65% of the time)."""
+    the time; at n = 9 they are the smallest and largest, exactly 8/10 (numpy's default percentiles,
+    the 1.8th and 8.2nd of 9, about 0.8 x 8/10 = 64%: 66% for normal errors, since interpolating
+    between order statistics is not linear in probability). 20,000 draws: one standard error is
+    0.3 points."""
+    assert quantile([float(e) for e in range(9)], 0.1) == 0.0 and quantile([float(e) for e in range(9)], 0.9) == 8.0
     rng = np.random.default_rng(7)
-    draws = rng.normal(size=(20_000, 11))
-    inside = [quantile(list(d[:10]), 0.1) <= d[10] <= quantile(list(d[:10]), 0.9) for d in draws]
-    assert np.mean(inside) == pytest.approx(0.80, abs=0.01)
-    default = [np.quantile(d[:10], 0.1) <= d[10] <= np.quantile(d[:10], 0.9) for d in draws]
-    assert np.mean(default) == pytest.approx(0.655, abs=0.01)
+    draws = rng.normal(size=(20_000, 10))
+    inside = [quantile(list(d[:9]), 0.1) <= d[9] <= quantile(list(d[:9]), 0.9) for d in draws]
+    assert np.mean(inside) == pytest.approx(0.80, abs=0.012)
+    default = [np.quantile(d[:9], 0.1) <= d[9] <= np.quantile(d[:9], 0.9) for d in draws]
+    assert np.mean(default) == pytest.approx(0.66, abs=0.012)
 
 
 def test_every_shipped_calibration_gives_the_default_plan_an_error_bar() -> None:

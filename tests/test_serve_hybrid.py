@@ -4,6 +4,7 @@ traffic, the layouts that split the mixers, the SSM state format and its export 
 from __future__ import annotations
 
 import itertools
+import json
 
 import numpy as np
 import pytest
@@ -232,7 +233,7 @@ def test_bad_ssm_state_formats_are_one_line_errors(cli) -> None:
 def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> None:
     import math
 
-    from planner.serving.calibrate import evaluate, predict
+    from planner.serving.calibrate import evaluate, nan_as_null, predict
     from planner.serving.runs import load_rows, plan_row
 
     rows = load_rows("benchmarks/data/heldout_hybrid_serving.yaml")
@@ -243,12 +244,14 @@ def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> No
     assert ev.runs[0]["predicted"] == shipped[ev.runs[0]["metric"]]
     # measured 2026-12-05: 24.1% over the ten rows (section 9.8); a change that doubles it is a regression
     assert ev.overall["mape_pct"] < 35
-    # each throughput row is checked against plan serve's band: the shipped calibration's errors
-    from planner.error_bar import interval
-
-    run = ev.runs[0]
-    errors, _ = first.setting.engine.published_errors("throughput", first.architecture)
-    assert run["interval"] == pytest.approx(list(interval(run["predicted"], errors)))  # type: ignore[arg-type]
-    assert run["inside_interval"] == (run["interval"][0] <= run["published"] <= run["interval"][1])
-    flags = [r["inside_interval"] for r in ev.runs if r["metric"] == "output_tokens_per_s_per_gpu"]
-    assert len(flags) == 10 and ev.overall["interval_coverage"] == pytest.approx(sum(flags) / 10)
+    # each row is checked against the band plan serve would give it: published inside or not
+    for r in ev.runs:
+        assert r["inside_interval"] == (r["interval"][0] <= r["published"] <= r["interval"][1])
+    # measured 2026-12-06 (ARCHITECTURE 9.7): 7 of the 10 throughput rows inside, 4 of the 10 TPOT rows
+    assert ev.overall["interval_coverage"] == pytest.approx(0.7)
+    assert ev.overall["tpot_interval_coverage"] == pytest.approx(0.4)
+    json.dumps(nan_as_null(ev.as_json()))  # plain Python numbers and booleans
+    # and where the rows are fitted, whose predictions come out of numpy
+    fitted = evaluate(rows, cross_validate=False)
+    assert any(r["inside_interval"] is not None for r in fitted.runs)
+    json.dumps(nan_as_null(fitted.as_json()))

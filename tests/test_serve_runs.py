@@ -4,13 +4,14 @@ calibrate.py) on rows of shared/groundtruth/inference_runs.yaml."""
 from __future__ import annotations
 
 import copy
+import json
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from planner.serving.calibrate import evaluate
+from planner.serving.calibrate import evaluate, nan_as_null
 from planner.serving.runs import UnpriceableError, dtypes_from_row, model_from_row, parse_tokens, plan_row, predict
 
 RUNS = Path(__file__).resolve().parents[2] / "shared" / "groundtruth" / "inference_runs.yaml"
@@ -103,6 +104,9 @@ def test_fit_and_cross_validation_on_a100_rows() -> None:
         assert g["rows"] >= g["priced"] >= 1 and g["coverage"] == g["priced"] / g["rows"]
         assert {"mape_pct", "cv_mape_pct", "signed_pct"} <= set(g) or {"ttft_mape_pct"} <= set(g)
     assert ev.overall["cv_mape_pct"] >= ev.overall["mape_pct"] - 1.0  # held-out groups do not fit better
+    # the JSON the benchmark and serve-calibrate print: numpy's booleans and floats would not serialise
+    json.dumps(nan_as_null(ev.as_json()))
+    assert all(isinstance(r["inside_interval"], bool) for r in ev.runs if r["interval"] is not None)
 
 
 def test_shipped_fit_names_its_rows() -> None:

@@ -22,12 +22,12 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from planner.error_bar import interval
+from planner.error_bar import MOE_SUFFIX, interval
 from planner.runs import translate_rows
-from planner.serving.engine import FittedParameters
+from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict
 
-THROUGHPUT = ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu")
+THROUGHPUT = THROUGHPUT_METRICS
 BOUNDS = ((0.1, 0.1, 0.05, 0.05, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0, 5000.0, 100.0))
 """(compute_fraction, decode_hbm_fraction, expert_gemm_fraction, kv_read_fraction,
 step_overhead_us, sequence_overhead_us) bounds: fractions at most 1 (the profile's figures are
@@ -169,37 +169,42 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
             rest = [p for p in plans if p.group != g]
             cv_params[g] = fit(rest)
     per_group: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
-    inside: dict[str, list[bool]] = defaultdict(list)
+    inside: dict[str, dict[str, list[bool]]] = defaultdict(lambda: defaultdict(list))
     for p in plans:
         pred = predict(p, p.setting.params if shipped else params_for(p.key, fitted))
         cv = predict(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}
+        moe = p.setting.model.is_moe
         for metric, published in p.published.items():
             if metric not in pred:
                 continue
-            err = 100.0 * (pred[metric] / published - 1.0)
-            cv_err = 100.0 * (cv[metric] / published - 1.0) if metric in cv else None
-            bar = "throughput" if metric in THROUGHPUT else metric.removesuffix("_s")
-            band = interval(pred[metric], p.setting.engine.published_errors(bar, p.architecture)[0])  # type: ignore[arg-type]
+            predicted = float(pred[metric])
+            err = 100.0 * (predicted / published - 1.0)
+            cv_err = float(100.0 * (cv[metric] / published - 1.0)) if metric in cv else None
+            bar = error_metric(metric)
+            # the band plan serve gives this prediction: the shipped calibration's errors
+            band = interval(predicted, p.setting.engine.published_errors(bar, p.architecture, moe)[0])
+            hit = None if band is None else bool(band[0] <= published <= band[1])
             ev.runs.append(
                 {
                     "name": p.name,
                     "group": p.group,
                     "key": p.key,
+                    "moe": moe,
                     "metric": metric,
                     "published": published,
-                    "predicted": pred[metric],
+                    "predicted": predicted,
                     "error_pct": err,
                     "cv_error_pct": cv_err,
-                    "interval": list(band) if band else None,
-                    "inside_interval": None if band is None else band[0] <= published <= band[1],
+                    "interval": None if band is None else [float(band[0]), float(band[1])],
+                    "inside_interval": hit,
                 }
             )
-            kind = "throughput" if metric in THROUGHPUT else metric
+            kind = "throughput" if bar == "throughput" else metric
             per_group[p.group][kind].append(err)
             if cv_err is not None:
                 per_group[p.group][kind + "_cv"].append(cv_err)
-            if band is not None and metric in THROUGHPUT:
-                inside[p.group].append(band[0] <= published <= band[1])
+            if hit is not None:
+                inside[p.group][bar].append(hit)
     all_rows = len(rows)
     every_group = sorted({str(r.get("group")) for r in rows})
     for g in every_group:
@@ -217,8 +222,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
                 entry[prefix + "mape_pct"] = mape
                 entry[prefix + "cv_mape_pct"] = cv_mape
                 entry[prefix + "signed_pct"] = signed
-        if inside.get(g):
-            entry["interval_coverage"] = float(np.mean(inside[g]))
+        for bar, hits in inside.get(g, {}).items():
+            entry[_coverage_key(bar)] = float(np.mean(hits))
         ev.groups[g] = entry
     tp = [r for r in ev.runs if r["metric"] in THROUGHPUT]
     lat = {m: [r for r in ev.runs if r["metric"] == m] for m in ("ttft_s", "tpot_s")}
@@ -233,8 +238,11 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
         "cv_mape_pct": cv_mape,
         "signed_pct": signed,
         "cv_signed_pct": cv_signed,
-        "interval_coverage": float(np.mean([b for flags in inside.values() for b in flags])) if inside else None,
     }
+    for bar in ("throughput", "ttft", "tpot"):
+        hits = [hit for by_bar in inside.values() for hit in by_bar.get(bar, [])]
+        if hits or bar == "throughput":
+            ev.overall[_coverage_key(bar)] = float(np.mean(hits)) if hits else None
     for m, rs in lat.items():
         if rs:
             a, sgn = _summary([r["error_pct"] for r in rs])
@@ -283,8 +291,8 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
                 "runs_file": runs_file,
                 "rows": {k.split("/")[1]: ev.rows_used.get(k, []) for k in keys},
                 "cv_mape_pct": cv,
-                "cv_error_pct": {k.split("/")[1]: _cv_throughput_errors(ev, k) for k in keys},
-                "latency_error_pct": _latency_errors(ev, name),
+                "cv_error_pct": _band_errors(ev, name, "throughput", cross_validated=True),
+                "latency_error_pct": {bar: _band_errors(ev, name, bar, False) for bar in ("ttft", "tpot")},
             },
         }
         path.write_text(
@@ -296,27 +304,23 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
     return written
 
 
-def _cv_throughput_errors(ev: Evaluation, key: str) -> list[float]:
-    """The key's throughput rows' cross-validated errors (percent, 2 decimals): its error bar."""
-    return [
-        round(float(r["cv_error_pct"]), 2)
-        for r in ev.runs
-        if r["key"] == key
-        and r["metric"] in THROUGHPUT
-        and r["cv_error_pct"] is not None
-        and np.isfinite(r["cv_error_pct"])
-    ]
+def _coverage_key(bar: str) -> str:
+    """JSON key of the share of rows inside their band: ``interval_coverage`` for throughput,
+    ``ttft_interval_coverage`` and ``tpot_interval_coverage`` for the latencies."""
+    return "interval_coverage" if bar == "throughput" else f"{bar}_interval_coverage"
 
 
-def _latency_errors(ev: Evaluation, engine: str) -> dict[str, dict[str, list[float]]]:
-    """The engine's TTFT and TPOT rows' errors (percent, 2 decimals) per GPU architecture: no fit
-    sees them, so each is already out of sample: their error bars."""
-    out: dict[str, dict[str, list[float]]] = {}
+def _band_errors(ev: Evaluation, engine: str, bar: str, cross_validated: bool) -> dict[str, list[float]]:
+    """The engine's rows' errors for one error bar (percent, 2 decimals), keyed by GPU architecture,
+    ``+moe`` for MoE models (as the training bars keep them apart): throughput's cross-validated,
+    the latencies' as they are, which no fit sees."""
+    out: dict[str, list[float]] = {}
     for r in ev.runs:
-        metric = str(r["metric"]).removesuffix("_s")
         engine_of, _, arch = str(r["key"]).partition("/")
-        if metric in ("ttft", "tpot") and engine_of == engine and np.isfinite(r["error_pct"]):
-            out.setdefault(metric, {}).setdefault(arch, []).append(round(float(r["error_pct"]), 2))
+        value = r["cv_error_pct"] if cross_validated else r["error_pct"]
+        if engine_of != engine or error_metric(r["metric"]) != bar or value is None or not np.isfinite(value):
+            continue
+        out.setdefault(arch + (MOE_SUFFIX if r["moe"] else ""), []).append(round(float(value), 2))
     return out
 
 

@@ -49,10 +49,25 @@ class FittedParameters(Frozen):
 ErrorMetric = Literal["throughput", "ttft", "tpot"]
 """What a serving error bar is for: output tokens/s per GPU, time to first token, time per output token."""
 
+THROUGHPUT_METRICS = ("output_tokens_per_s_per_gpu", "total_tokens_per_s_per_gpu")
+"""The published throughput metrics of inference_runs.yaml (what the fit and its error bar read)."""
+
+
+def error_metric(published: str) -> ErrorMetric:
+    """The error bar a published metric of a runs row checks: 'throughput' for tokens/s per GPU,
+    'ttft' for ``ttft_s``, 'tpot' for ``tpot_s``."""
+    if published in THROUGHPUT_METRICS:
+        return "throughput"
+    if published in ("ttft_s", "tpot_s"):
+        return "ttft" if published == "ttft_s" else "tpot"
+    raise ValueError(f"no error bar for the metric {published!r}")
+
 
 class EngineCalibration(Frozen):
-    """What the fit wrote: command, runs file, rows used per architecture, and each held-out
-    group's cross-validated MAPE."""
+    """What the fit wrote: command, runs file, rows used per architecture, each held-out group's
+    cross-validated MAPE, and the errors the error bars read (``cv_error_pct`` for throughput,
+    ``latency_error_pct`` for TTFT and TPOT), keyed ``<architecture>`` for dense models and
+    ``<architecture>+moe`` for MoE models."""
 
     command: str
     runs_file: str
@@ -145,29 +160,48 @@ class EngineProfile(Frozen):
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")
         return self
 
-    def published_errors(self, metric: ErrorMetric, architecture: str) -> tuple[list[float], str]:
+    def published_errors(self, metric: ErrorMetric, architecture: str, moe: bool = False) -> tuple[list[float], str]:
         """Errors (percent, predicted vs published) of this engine's runs that match a plan's
-        ``metric`` on ``architecture``: throughput's cross-validated, TTFT's and TPOT's as they are
-        (no fit sees them); the architecture's rows where there are ``error_bar.MIN_INTERVAL_ROWS``,
-        else every architecture's. An engine with no fit of its own reads its ``calibrated_like``
-        engine's, whose parameters it runs with. Returns (errors, what they are); none where no
-        rows match."""
-        from planner.error_bar import MIN_INTERVAL_ROWS
+        ``metric`` on ``architecture`` for a dense or MoE model (``moe``): throughput's
+        cross-validated, TTFT's and TPOT's as they are (no fit sees them). The first of these with
+        ``error_bar.MIN_INTERVAL_ROWS``: the architecture's runs of that kind, its runs of either
+        kind, other architectures' runs of that kind, theirs of either kind. An engine with no fit
+        of its own reads its ``calibrated_like`` engine's, whose parameters it runs with. Returns
+        (errors, what they are); none where too few rows match."""
+        from planner.error_bar import MIN_INTERVAL_ROWS, MOE_SUFFIX
 
         if not self.fitted and self.calibrated_like:
-            errors, basis = load_engine(self.calibrated_like).published_errors(metric, architecture)
+            errors, basis = load_engine(self.calibrated_like).published_errors(metric, architecture, moe)
             if not errors:
                 return errors, basis
             return errors, f"{basis} standing in for {self.name}'s (a floor)"
         cal = self.calibration
-        by_arch = (cal.cv_error_pct if metric == "throughput" else cal.latency_error_pct.get(metric, {})) if cal else {}
+        by_key = (cal.cv_error_pct if metric == "throughput" else cal.latency_error_pct.get(metric, {})) if cal else {}
         runs = f"cross-validated {self.name} runs" if metric == "throughput" else f"{self.name} {metric.upper()} runs"
-        mine = list(by_arch.get(architecture, []))
-        if len(mine) >= MIN_INTERVAL_ROWS:
-            return mine, f"{len(mine)} {runs} on {architecture}"
-        every = [e for errs in by_arch.values() for e in errs]
-        if len(every) >= MIN_INTERVAL_ROWS:
-            return every, f"{len(every)} {runs} on every GPU architecture ({len(mine)} on {architecture})"
+        kind = "MoE" if moe else "dense"
+
+        def of(only_here: bool, same_kind: bool) -> dict[str, list[float]]:
+            return {
+                key: errs
+                for key, errs in by_key.items()
+                if (not only_here or key.removesuffix(MOE_SUFFIX) == architecture)
+                and (not same_kind or key.endswith(MOE_SUFFIX) == moe)
+            }
+
+        for only_here in (True, False):
+            for same_kind, what in ((True, f" of {kind} models"), (False, "")):
+                matched = of(only_here, same_kind)
+                errors = [e for errs in matched.values() for e in errs]
+                if len(errors) < MIN_INTERVAL_ROWS:
+                    continue
+                if only_here:
+                    return errors, f"{len(errors)} {runs}{what} on {architecture}"
+                counts: dict[str, int] = {}
+                for key, errs in matched.items():
+                    counts[key.removesuffix(MOE_SUFFIX)] = counts.get(key.removesuffix(MOE_SUFFIX), 0) + len(errs)
+                counts.setdefault(architecture, 0)
+                where = ", ".join(f"{arch} {n}" for arch, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+                return errors, f"{len(errors)} {runs}{what} on every GPU architecture ({where})"
         return [], f"no {runs}"
 
     def parameters(self, architecture: str | None) -> FittedParameters:

@@ -140,9 +140,15 @@ def band_lines(ranking: ServeRanking) -> list[str]:
         if band is None or value is None:
             continue
         lines.append(
-            f"band {label}: #1's {text(value)} is {text(band[0])} to {text(band[1])} "
-            f"({relative_band_cell(value, band)}), the central 80% of {ranking.interval_basis[metric]}"
+            f"band {label}: published runs priced at #1's {text(value)} measured {text(band[0])} to {text(band[1])} "
+            f"({relative_band_cell(value, band)}): the central 80% of {ranking.interval_basis[metric]}"
         )
     if lines:
-        lines.append("bands: where published runs priced like #1 landed; every row has the same relative band")
+        lines.append("every row has the same relative bands")
+    if best.ttft_s_interval is not None or best.tpot_s_interval is not None:
+        lines.append(
+            "TTFT and TPOT bands come from TensorRT-LLM's batch-1 and online-serving tables (prompts of 128 to "
+            "2,048 tokens, a few Llama-class models): at other loads and lengths read them as the direction of "
+            "the miss (ARCHITECTURE.md 9.7)"
+        )
     return lines

@@ -10,6 +10,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
 from planner.schemas.base import Frozen
 from planner.schemas.model import SsmStateDtype
+from planner.serving.engine import ErrorMetric
 
 WeightsDtype = Literal["bf16", "fp8", "fp4"]
 KvDtype = Literal["bf16", "fp8"]
@@ -85,10 +86,14 @@ class ServeCandidate(Frozen):
         "where the throughput is the offered load, not a prediction",
     )
     ttft_s_interval: tuple[float, float] | None = Field(
-        None, description="The central 80% of what published runs measured where the planner predicted this TTFT"
+        None,
+        description="The central 80% of what published runs measured where the planner predicted this TTFT (the "
+        "errors of TensorRT-LLM's batch-1 and online-serving rows, which no fit sees); None without enough rows",
     )
     tpot_s_interval: tuple[float, float] | None = Field(
-        None, description="The central 80% of what published runs measured where the planner predicted this TPOT"
+        None,
+        description="The central 80% of what published runs measured where the planner predicted this TPOT (as "
+        "the TTFT's); None without enough rows or without a TPOT (one output token)",
     )
     output_tokens_per_s_per_user: float = Field(
         description="One user's decode rate, 1 / TPOT (with one output token, 1 / TTFT)"
@@ -136,7 +141,7 @@ class ServeRanking(Frozen):
     considered: int
     feasible: int
     reason: str = Field("", description="Why the ranking is empty, when it is")
-    interval_basis: dict[str, str] = Field(
+    interval_basis: dict[ErrorMetric, str] = Field(
         default_factory=dict,
         description="Per interval (throughput, ttft, tpot): the published runs the candidates' intervals are read from",
     )

@@ -28,9 +28,10 @@ import numpy as np
 
 from planner.error_bar import interval
 from planner.errors import PlannerError, SchemaError
+from planner.figures import seconds
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
-from planner.serving.engine import EngineProfile, load_engine
+from planner.serving.engine import EngineProfile, ErrorMetric, load_engine
 from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts, layout_text
 from planner.serving.memory import MemoryPlan, reserved_context
@@ -579,7 +580,9 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
             )
     elif not reason:
         reason = _empty_reason(cands, req)
-    ranked, bases = _with_intervals(ranked, engine, cluster.gpu.architecture, req)
+    ranked, bases = _with_intervals(ranked, engine, model, cluster.gpu.architecture, req)
+    if ranked:
+        warnings.extend(_band_warnings(ranked[0], req))
     return ServeRanking(
         model=model.name,
         cluster=cluster.name,
@@ -597,26 +600,40 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
 
 
 def _with_intervals(
-    ranked: list[ServeCandidate], engine: EngineProfile, architecture: str, req: ServeRequest
-) -> tuple[list[ServeCandidate], dict[str, str]]:
+    ranked: list[ServeCandidate], engine: EngineProfile, model: ModelSpec, architecture: str, req: ServeRequest
+) -> tuple[list[ServeCandidate], dict[ErrorMetric, str]]:
     """The candidates with their throughput, TTFT and TPOT intervals (``error_bar.interval`` of the
     published runs' errors that match, ``EngineProfile.published_errors``), and what each is read
-    from. No throughput interval at a stated request rate: the throughput is then the offered load,
-    not a prediction; no TPOT interval where there is no TPOT (one output token)."""
-    fields = {"throughput": "output_tokens_per_s_per_gpu", "ttft": "ttft_s", "tpot": "tpot_s"}
-    bases: dict[str, str] = {}
+    from, for the metrics some candidate has one for. No throughput interval at a stated request
+    rate: the throughput is then the offered load, not a prediction; no TPOT interval where there
+    is no TPOT (one output token)."""
+    fields: dict[ErrorMetric, str] = {"throughput": "output_tokens_per_s_per_gpu", "ttft": "ttft_s", "tpot": "tpot_s"}
+    bases: dict[ErrorMetric, str] = {}
     for metric, name in fields.items():
         if metric == "throughput" and req.request_rate is not None:
             continue
-        errors, basis = engine.published_errors(metric, architecture)  # type: ignore[arg-type]
-        if not errors:
+        errors, basis = engine.published_errors(metric, architecture, model.is_moe)
+        if not errors or not any(getattr(c, name) for c in ranked):
             continue
-        bases[metric] = basis
+        bases[metric] = basis + (", none of them disaggregated" if req.disaggregate else "")
         ranked = [
             c.model_copy(update={f"{name}_interval": interval(v, errors)}) if (v := getattr(c, name)) else c
             for c in ranked
         ]
     return ranked, bases
+
+
+def _band_warnings(best: ServeCandidate, req: ServeRequest) -> list[str]:
+    """A latency target #1 meets by the prediction but not by its band: published runs priced like
+    it measured more than the target at the band's near end, so the target is likely missed."""
+    out = []
+    for label, target, band in (("TTFT", req.ttft_s, best.ttft_s_interval), ("TPOT", req.tpot_s, best.tpot_s_interval)):
+        if target is not None and band is not None and band[0] > target:
+            out.append(
+                f"{label} target {seconds(target)} lies below #1's band ({seconds(band[0])} to {seconds(band[1])}, "
+                f"where published runs priced like it measured): it is likely missed"
+            )
+    return out
 
 
 def _one_token(c: ServeCandidate) -> ServeCandidate:
