@@ -557,3 +557,26 @@ def test_every_candidate_carries_its_bands_and_no_throughput_band_at_a_stated_ra
     assert "tpot" not in one["interval_basis"] and one["candidates"][0]["tpot_s_interval"] is None
     low = one["candidates"][0]["ttft_s_interval"][0]
     assert (low > 2.0) == any("TTFT target 2.00 s lies below #1's band" in w for w in one["warnings"])
+
+
+def test_targets_at_the_band_end_are_met_by_every_candidates_band(cli) -> None:
+    from planner.error_bar import quantile
+
+    asked = ["--ttft-ms", "500", "--tpot-ms", "30"]
+    plain = cli(*SEED, *asked, "--json").json()
+    banded = cli(*SEED, *asked, "--targets-at-band-end", "--json").json()
+    assert plain["searched_targets"] == {} and banded["request"]["ttft_s"] == 0.5
+    vllm = load_engine("vllm")
+    for metric, target in (("ttft", 0.5), ("tpot", 0.03)):
+        near = quantile(vllm.published_errors(metric, "hopper")[0], 0.1)  # type: ignore[arg-type]
+        assert near < 0 and banded["searched_targets"][metric] == pytest.approx(target * (1 + near / 100))
+        for c in banded["candidates"]:  # the slow end of every ranked candidate's band meets the asked target
+            assert c[f"{metric}_s_interval"][1] <= target * (1 + 1e-9)
+    # the prediction alone met the targets with less margin, and more throughput
+    assert max(c["tpot_s_interval"][1] for c in plain["candidates"]) > 0.03
+    assert (
+        banded["candidates"][0]["output_tokens_per_s_per_gpu"] < plain["candidates"][0]["output_tokens_per_s_per_gpu"]
+    )
+    assert any("TTFT target 500 ms met at the slow end of the band, +" in w for w in banded["warnings"])
+    alone = cli(*SEED, "--targets-at-band-end", "--json").json()
+    assert "--targets-at-band-end: no TTFT or TPOT target to check" in alone["warnings"]

@@ -107,6 +107,14 @@ def serve_cmd(
         bool | None, typer.Option("--attention-dp/--no-attention-dp", help="Pin attention data parallelism.")
     ] = None,
     top: TopOpt = 10,
+    targets_at_band_end: Annotated[
+        bool,
+        typer.Option(
+            "--targets-at-band-end",
+            help="Meet --ttft-ms/--tpot-ms at the slow end of each layout's band (where 90% of published runs priced "
+            "alike came in faster), not at the prediction.",
+        ),
+    ] = False,
     export: Annotated[
         str | None, typer.Option("--export", metavar="ENGINE", help="Print launch flags of #1: vllm, sglang, trtllm.")
     ] = None,
@@ -152,6 +160,7 @@ def serve_cmd(
         "ep": ep,
         "attention_dp": attention_dp,
         "top": top,
+        "targets_at_band_end": targets_at_band_end or None,
     }
     if request_rate is not None or concurrency is not None:  # the command line's load replaces the file's
         fields = {k: v for k, v in fields.items() if k not in ("request_rate", "concurrency")}

@@ -52,6 +52,12 @@ class ServeRequest(Frozen):
     ep: PositiveInt | None = Field(None, description="Pin expert parallelism")
     attention_dp: bool | None = Field(None, description="Pin attention data parallelism")
     top: PositiveInt = 10
+    targets_at_band_end: bool = Field(
+        False,
+        description="Meet the TTFT/TPOT targets at the slow end of each candidate's band (where 90% of the published "
+        "runs priced alike came in faster), not at the prediction: the search runs at the targets scaled by the "
+        "band's near-side factor (ServeRanking.searched_targets)",
+    )
 
     @model_validator(mode="after")
     def _one_load(self) -> ServeRequest:
@@ -141,6 +147,11 @@ class ServeRanking(Frozen):
     considered: int
     feasible: int
     reason: str = Field("", description="Why the ranking is empty, when it is")
+    searched_targets: dict[ErrorMetric, float] = Field(
+        default_factory=dict,
+        description="With targets_at_band_end: the TTFT/TPOT targets (seconds) the search ran at, each the asked "
+        "target times 1 + the 10th percentile error of its band's runs",
+    )
     interval_basis: dict[ErrorMetric, str] = Field(
         default_factory=dict,
         description="Per interval (throughput, ttft, tpot): the published runs the candidates' intervals are read from",

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.error_bar import interval
+from planner.error_bar import INTERVAL_QUANTILES, interval, quantile
 from planner.errors import PlannerError, SchemaError
 from planner.figures import seconds
 from planner.schemas.hardware import ClusterSpec
@@ -544,10 +544,11 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
         )
 
 
-def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeRanking:
-    engine = load_engine(req.engine)
+def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> ServeRanking:
+    engine = load_engine(asked.engine)
+    req, searched, band_notes = _targets_at_band_end(asked, engine, model, cluster.gpu.architecture)
     s = setting_for(model, cluster, req, engine)
-    warnings = _warnings(s, req)
+    warnings = band_notes + _warnings(s, req)
     lay = enumerate_layouts(model, cluster, engine, req)
     if req.disaggregate:
         from planner.serving.disagg import disaggregated_candidates
@@ -588,7 +589,8 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> ServeR
         cluster=cluster.name,
         engine=engine.name,
         num_gpus=cluster.num_gpus,
-        request=req,
+        request=asked,
+        searched_targets=searched,
         candidates=ranked,
         considered=considered,
         feasible=len(ok),
@@ -621,6 +623,40 @@ def _with_intervals(
             for c in ranked
         ]
     return ranked, bases
+
+
+def _targets_at_band_end(
+    req: ServeRequest, engine: EngineProfile, model: ModelSpec, architecture: str
+) -> tuple[ServeRequest, dict[ErrorMetric, float], list[str]]:
+    """The request the search runs for ``targets_at_band_end``: each latency target times 1 + the
+    10th percentile error of its band's runs (``error_bar.quantile``), so that a candidate meets
+    it where its band's slow end, prediction / (1 + that error), meets the asked target; one
+    engine and GPU give every candidate the same relative band, so scaling the target is exact.
+    Returns (the request to search, the targets searched, notes); the request unchanged without
+    the option, and a target without a band is kept, with a note."""
+    if not req.targets_at_band_end:
+        return req, {}, []
+    searched: dict[ErrorMetric, float] = {}
+    notes = []
+    targets: tuple[tuple[ErrorMetric, float | None], ...] = (("ttft", req.ttft_s), ("tpot", req.tpot_s))
+    for metric, target in targets:
+        if target is None:
+            continue
+        errors, basis = engine.published_errors(metric, architecture, model.is_moe)
+        if not errors:
+            notes.append(f"{metric.upper()} target checked at the prediction: {basis} to read a band from")
+            continue
+        near = quantile(errors, INTERVAL_QUANTILES[0])
+        searched[metric] = target * (1.0 + near / 100.0)
+        slow_end_pct = 100.0 / (1.0 + near / 100.0) - 100.0
+        notes.append(
+            f"{metric.upper()} target {seconds(target)} met at the slow end of the band, {slow_end_pct:+.0f}% on "
+            f"the prediction: searched at {seconds(searched[metric])} ({basis})"
+        )
+    update = {f"{metric}_s": value for metric, value in searched.items()}
+    if not update:
+        notes.append("--targets-at-band-end: no TTFT or TPOT target to check")
+    return req.model_copy(update=update), searched, notes
 
 
 def _band_warnings(best: ServeCandidate, req: ServeRequest) -> list[str]:
