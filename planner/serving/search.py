@@ -583,7 +583,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         reason = _empty_reason(cands, req)
     ranked, bases = _with_intervals(ranked, engine, model, cluster.gpu.architecture, req)
     if ranked:
-        warnings.extend(_band_warnings(ranked[0], req))
+        warnings.extend(_band_warnings(ranked[0], asked))
     return ServeRanking(
         model=model.name,
         cluster=cluster.name,
