@@ -654,7 +654,7 @@ def _targets_at_band_end(
             f"the prediction: searched at {seconds(searched[metric])} ({basis})"
         )
     update = {f"{metric}_s": value for metric, value in searched.items()}
-    if not update:
+    if req.ttft_s is None and req.tpot_s is None:
         notes.append("--targets-at-band-end: no TTFT or TPOT target to check")
     return req.model_copy(update=update), searched, notes
 
