@@ -643,6 +643,16 @@ def test_the_error_bar_prefers_the_matching_profile_and_stack() -> None:
         "with megatron-core (other GPUs)"
         in error_bar(alone, owned, "dgx-h100", "megatron-core", other_stacks=pooled)[1]
     )
+    # a MoE plan on a GPU whose runs are all dense: those still say how the GPU's calibration
+    # transfers, and spread the stack's MoE runs on other GPUs (not the stack's alone)
+    moe_stack = RunCalibration(command="c", runs_file="f", rows=[], cv_error_pct={"dgx-b200+moe": [30, 40, 50]})
+    errors, basis = error_bar(profile, moe_stack, "dgx-h100", "megatron-core", moe=True)
+    assert len(errors) == 27 and max(errors) == pytest.approx((1.3 * 1.1 - 1) * 100)
+    assert "12 cross-validated runs: 9 dense on dgx-h100 (any stack), 3 MoE with megatron-core (other GPUs)" in basis
+    # and the stack side alike: the GPU's MoE runs spread by the stack's dense runs elsewhere
+    moe_gpu = RunCalibration(command="c", runs_file="f", rows=[], cv_error_pct={"torchtitan+moe": nine})
+    errors, basis = error_bar(moe_gpu, stack, "dgx-h100", "megatron-core", moe=True)
+    assert len(errors) == 27 and "9 MoE on dgx-h100 (any stack), 3 dense with megatron-core (other GPUs)" in basis
     # dense and MoE rows are kept apart: a MoE estimate reads the MoE rows first
     mixed = RunCalibration(
         command="c",
