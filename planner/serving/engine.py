@@ -58,8 +58,10 @@ def error_metric(published: str) -> ErrorMetric:
     'ttft' for ``ttft_s``, 'tpot' for ``tpot_s``."""
     if published in THROUGHPUT_METRICS:
         return "throughput"
-    if published in ("ttft_s", "tpot_s"):
-        return "ttft" if published == "ttft_s" else "tpot"
+    if published == "ttft_s":
+        return "ttft"
+    if published == "tpot_s":
+        return "tpot"
     raise ValueError(f"no error bar for the metric {published!r}")
 
 
@@ -75,13 +77,14 @@ class EngineCalibration(Frozen):
     cv_mape_pct: dict[str, float] = Field(default_factory=dict)
     cv_error_pct: dict[str, list[float]] = Field(
         default_factory=dict,
-        description="Per GPU architecture: the cross-validated errors (percent, predicted vs published output "
-        "tokens/s per GPU, each row priced by the fit without its group) of the throughput rows: the serving error bar",
+        description="Per GPU architecture (``<architecture>+moe`` for MoE models): the cross-validated errors "
+        "(percent, predicted vs published output tokens/s per GPU, each row priced by the fit without its group) of "
+        "the throughput rows: the serving error bar",
     )
     latency_error_pct: dict[Literal["ttft", "tpot"], dict[str, list[float]]] = Field(
         default_factory=dict,
-        description="Per latency (ttft, tpot) and GPU architecture: the errors (percent, predicted vs published) of "
-        "the rows that publish it, which no fit sees: their error bars",
+        description="Per latency (ttft, tpot) and GPU architecture (``+moe`` as above): the errors (percent, "
+        "predicted vs published) of the rows that publish it, which no fit sees: their error bars",
     )
 
 
