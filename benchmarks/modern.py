@@ -207,6 +207,42 @@ def priced_row(case: RunCase, predicted: float, est: Any) -> dict[str, Any]:
     }
 
 
+def own_error_out_intervals(rows: list[dict[str, Any]], cases: list[RunCase], used: list[int]) -> None:
+    """Each calibrated row's interval as ``pricing`` reads it, but from the other rows' errors: the
+    shipped bar of a fitted row holds that row's own cross-validated error, so its ``in ±`` cannot
+    miss by the row's own error alone. Built from this run's cross-validated errors, keyed as
+    ``plan calibrate --write`` keys them (a profile's by stack, a stack's by profile, ``+moe`` for
+    MoE rows), without the row's own; sets ``interval_own_out`` and ``inside_interval_own_out``."""
+    from planner.error_bar import MOE_SUFFIX, error_bar, interval
+    from planner.schemas.hardware import RunCalibration
+
+    by_profile: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    by_stack: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    for i in used:
+        case, error = cases[i], rows[i]["cv_error_pct"]
+        moe = MOE_SUFFIX if case.model.is_moe else ""
+        by_profile.setdefault(case.profile, {}).setdefault(case.stack + moe, []).append((i, error))
+        by_stack.setdefault(case.stack, {}).setdefault(case.profile + moe, []).append((i, error))
+
+    def without(own: int, keyed: dict[str, list[tuple[int, float]]]) -> RunCalibration:
+        errors = {key: [e for j, e in pairs if j != own] for key, pairs in keyed.items()}
+        return RunCalibration(command="", runs_file="", rows=[], cv_error_pct=errors)
+
+    for i in used:
+        case, row = cases[i], rows[i]
+        errors, _ = error_bar(
+            without(i, by_profile[case.profile]),
+            without(i, by_stack[case.stack]),
+            case.profile,
+            case.stack,
+            case.model.is_moe,
+        )
+        band = interval(row["predicted_tokens_per_s_per_gpu"], errors)
+        published = row["published_tokens_per_s_per_gpu"]
+        row["interval_own_out"] = list(band or [])
+        row["inside_interval_own_out"] = None if band is None else band[0] <= published <= band[1]
+
+
 def memory_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Predicted against measured peak memory per GPU over the priced rows that state one: rows,
     MAPE, mean signed error, the largest under-prediction (an under-predicted run is one the
@@ -258,6 +294,7 @@ def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
     err = np.array([r["error_pct"] for r in rows]) if rows else np.zeros(0)
     cv = np.array([r["cv_error_pct"] for r in rows if r["cv_error_pct"] is not None])
     inside = [r["inside_interval"] for r in rows if r["interval"]]
+    own_out = [r["inside_interval_own_out"] for r in rows if r.get("inside_interval_own_out") is not None]
     return {
         "rows": total,
         "priced": len(rows),
@@ -266,6 +303,7 @@ def _summary(rows: list[dict[str, Any]], total: int) -> dict[str, Any]:
         "signed_pct": float(np.mean(err)) if rows else None,
         "cv_signed_pct": float(np.mean(cv)) if cv.size else None,
         "interval_coverage": float(np.mean(inside)) if inside else None,
+        "interval_coverage_own_out": float(np.mean(own_out)) if own_out else None,
     }
 
 
@@ -337,6 +375,7 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
         result = fit_and_cross_validate([cases[i] for i in used], exact=exact_cv)
         for k, i in enumerate(used):
             rows[i]["cv_error_pct"] = 100.0 * float(result.cv_error[k])
+        own_error_out_intervals(rows, cases, used)
     if group is not None:
         runs = [r for r in runs if r.get("group") == group]
         rows = [r for r in rows if r["group"] == group]
@@ -470,13 +509,15 @@ def _abs_pct(value: float | None) -> str:
 
 def _print_summaries(title: str, items: list[tuple[str, dict[str, Any]]]) -> None:
     print(
-        f"\n{title:28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9} {'in ±':>6}"
+        f"\n{title:28} {'rows':>5} {'priced':>6} {'MAPE':>7} {'CV MAPE':>8} {'signed':>8} {'CV signed':>9} {'in ±':>6} "
+        f"{'own out':>7}"
     )
     for name, g in items:
         cover = "     -" if g["interval_coverage"] is None else f"{g['interval_coverage']:6.0%}"
+        own = "      -" if g.get("interval_coverage_own_out") is None else f"{g['interval_coverage_own_out']:7.0%}"
         print(
             f"{name[:28]:28} {g['rows']:5d} {g['priced']:6d} {_abs_pct(g['mape_pct'])} {_abs_pct(g['cv_mape_pct']):>8} "
-            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9} {cover}"
+            f"{_pct(g['signed_pct'])} {_pct(g['cv_signed_pct']):>9} {cover} {own}"
         )
 
 
@@ -496,7 +537,8 @@ def print_report(rep: dict[str, Any]) -> None:
         _print_summaries("release (knobs.container)", list(rep["releases"].items()))
     print(
         "in ±: the share of priced rows whose published figure lies inside the planner's interval (its central "
-        "80%); a calibrated row's own cross-validated error is among those its interval is read from"
+        "80%); a calibrated row's own cross-validated error is among those its interval is read from; own out: "
+        "the same for the calibrated rows with the interval read from the other rows' errors"
     )
     tau = "-" if rep["rank_tau"] is None else f"{rep['rank_tau']:.2f}"
     print(f"\ncoverage {rep['overall']['coverage']:.1%}; Kendall tau over {rep['rank_pairs']} one-knob pairs: {tau}")

@@ -744,6 +744,38 @@ def test_explain_gives_the_priced_mesh_and_the_step_the_published_figure_implies
         modern.explain(str(SAMPLE_RUNS), "no-such-row")
 
 
+def test_the_benchmark_reads_a_fitted_rows_bar_without_its_own_error() -> None:
+    from types import SimpleNamespace
+
+    from planner.error_bar import interval
+
+    def case(moe: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(profile="dgx-h100", stack="llm-foundry", model=SimpleNamespace(is_moe=moe))
+
+    # ten fitted rows on one GPU and stack, errors 0..+9%, each predicted at 1,000 tokens/s
+    rows = [
+        {
+            "predicted_tokens_per_s_per_gpu": 1000.0,
+            "published_tokens_per_s_per_gpu": 1000.0 / (1 + e / 100),
+            "cv_error_pct": float(e),
+        }
+        for e in range(10)
+    ]
+    cases = [case() for _ in rows]
+    _modern().own_error_out_intervals(rows, cases, list(range(10)))  # type: ignore[arg-type]
+    # row 9 (+9%) is read from the nine others, 0..+8%: its published figure lies below their band
+    assert rows[9]["interval_own_out"] == pytest.approx(list(interval(1000.0, [float(e) for e in range(9)])))
+    assert rows[9]["inside_interval_own_out"] is False
+    assert rows[4]["inside_interval_own_out"] is True
+    # a MoE row reads the MoE rows first, and there are none: the dense ones then
+    rows.append(
+        {"predicted_tokens_per_s_per_gpu": 1000.0, "published_tokens_per_s_per_gpu": 1000.0, "cv_error_pct": 50.0}
+    )
+    cases.append(case(moe=True))
+    _modern().own_error_out_intervals(rows, cases, list(range(11)))  # type: ignore[arg-type]
+    assert rows[10]["interval_own_out"] == pytest.approx(list(interval(1000.0, [float(e) for e in range(10)])))
+
+
 def test_the_benchmark_json_has_the_issues_keys() -> None:
     rep = _modern().report(str(SAMPLE_RUNS))
     assert {"runs", "unpriced", "groups", "overall", "rank_tau", "moe_order"} <= set(rep)
@@ -760,7 +792,15 @@ def test_the_benchmark_json_has_the_issues_keys() -> None:
     assert rep["moe"]["mape_pct"] == pytest.approx(np.mean([abs(r["error_pct"]) for r in moe]))
     assert rep["moe"]["cv_signed_pct"] == pytest.approx(np.mean([r["cv_error_pct"] for r in moe]))
     for group in rep["groups"].values():
-        assert {"rows", "priced", "mape_pct", "cv_mape_pct", "signed_pct", "interval_coverage"} <= set(group)
+        assert {
+            "rows",
+            "priced",
+            "mape_pct",
+            "cv_mape_pct",
+            "signed_pct",
+            "interval_coverage",
+            "interval_coverage_own_out",
+        } <= set(group)
     # the error bar's coverage: the share of rows whose published figure lies inside their interval
     for r in rep["runs"]:
         low, high = r["interval"]
