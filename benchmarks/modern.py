@@ -16,6 +16,12 @@ on one release's runs and drifts on later ones' (benchmarks/data/heldout_blackwe
 
 Targets (JSON ``targets``): issue 11's bounds, on rows a fit did not see (``target_checks``).
 
+Error bars (JSON ``interval``, ``inside_interval``, ``interval_coverage``; the ``in ±`` column):
+whether each published figure lies in the interval the planner gives its prediction; for a fitted
+row that interval holds the row's own cross-validated error, so the same is also read from the
+other rows' errors alone (``own_error_out_intervals``: ``interval_own_out``,
+``interval_coverage_own_out``, the ``own out`` column).
+
 MoE rows (issue 12, JSON ``moe``): the same figures as a group's over every row whose model states
 ``experts`` above one, whatever its group (``is_moe_row``).
 
