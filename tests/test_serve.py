@@ -580,3 +580,9 @@ def test_targets_at_the_band_end_are_met_by_every_candidates_band(cli) -> None:
     assert any("TTFT target 500 ms met at the slow end of the band, +" in w for w in banded["warnings"])
     alone = cli(*SEED, "--targets-at-band-end", "--json").json()
     assert "--targets-at-band-end: no TTFT or TPOT target to check" in alone["warnings"]
+    # a target nothing meets names the asked targets and the ones searched
+    none = cli(*SEED, "--ttft-ms", "1", "--targets-at-band-end", "--json").json()
+    assert (
+        none["candidates"] == []
+        and "(asked: TPOT any, TTFT 1 ms; searched at the band's slow end: TPOT any, TTFT " in (none["reason"])
+    )

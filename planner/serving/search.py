@@ -581,6 +581,8 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
             )
     elif not reason:
         reason = _empty_reason(cands, req)
+    if searched:  # the reason names the targets searched: say which were asked
+        reason = reason.replace(_asked(req), f"{_asked(asked)}; searched at the band's slow end: {_asked(req)[7:]}")
     ranked, bases = _with_intervals(ranked, engine, model, cluster.gpu.architecture, req)
     if ranked:
         warnings.extend(_band_warnings(ranked[0], asked))
@@ -760,7 +762,7 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
             len(p.batch),
             (
                 f"no layout meets the targets: the lowest TPOT any layout reaches is {best_tpot:.1f} ms and the lowest "
-                f"TTFT {best_ttft:.0f} ms (asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)})"
+                f"TTFT {best_ttft:.0f} ms ({_asked(req)})"
             ),
         )
     return cands, len(p.batch), ""
@@ -780,6 +782,11 @@ def _ms(x: float | None) -> str:
     return "any" if x is None else f"{x * 1e3:g} ms"
 
 
+def _asked(req: ServeRequest) -> str:
+    """The targets a reason names: 'asked: TPOT 30 ms, TTFT any'."""
+    return f"asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)}"
+
+
 def _empty_reason(cands: list[ServeCandidate], req: ServeRequest) -> str:
     if not cands:
         return "no layout fits"
@@ -794,5 +801,5 @@ def _empty_reason(cands: list[ServeCandidate], req: ServeRequest) -> str:
     ttft = min(c.ttft_s for c in cands) * 1e3
     return (
         f"no layout meets the targets at this load: the lowest TPOT is {tpot:.1f} ms and the lowest TTFT "
-        f"{ttft:.0f} ms (asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)})"
+        f"{ttft:.0f} ms ({_asked(req)})"
     )
