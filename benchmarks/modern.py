@@ -219,16 +219,15 @@ def own_error_out_intervals(rows: list[dict[str, Any]], cases: list[RunCase], us
     miss by the row's own error alone. Built from this run's cross-validated errors, keyed as
     ``plan calibrate --write`` keys them (a profile's by stack, a stack's by profile, ``+moe`` for
     MoE rows), without the row's own; sets ``interval_own_out`` and ``inside_interval_own_out``."""
-    from planner.error_bar import MOE_SUFFIX, error_bar, interval
+    from planner.error_bar import calibration_key, error_bar, interval
     from planner.schemas.hardware import RunCalibration
 
     by_profile: dict[str, dict[str, list[tuple[int, float]]]] = {}
     by_stack: dict[str, dict[str, list[tuple[int, float]]]] = {}
     for i in used:
-        case, error = cases[i], rows[i]["cv_error_pct"]
-        moe = MOE_SUFFIX if case.model.is_moe else ""
-        by_profile.setdefault(case.profile, {}).setdefault(case.stack + moe, []).append((i, error))
-        by_stack.setdefault(case.stack, {}).setdefault(case.profile + moe, []).append((i, error))
+        case, error, moe = cases[i], rows[i]["cv_error_pct"], cases[i].model.is_moe
+        by_profile.setdefault(case.profile, {}).setdefault(calibration_key(case.stack, moe), []).append((i, error))
+        by_stack.setdefault(case.stack, {}).setdefault(calibration_key(case.profile, moe), []).append((i, error))
 
     def without(own: int, keyed: dict[str, list[tuple[int, float]]]) -> RunCalibration:
         errors = {key: [e for j, e in pairs if j != own] for key, pairs in keyed.items()}

@@ -17,7 +17,7 @@ import yaml
 
 from planner.atomic import write_texts_atomic
 from planner.catalog import FITTED_SOURCE_PREFIX, catalog_dir
-from planner.error_bar import MOE_SUFFIX
+from planner.error_bar import calibration_key
 from planner.errors import PlannerError
 
 if TYPE_CHECKING:
@@ -152,7 +152,7 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
         by: dict[str, list[float]] = {}
         for i in np.flatnonzero(rows):
             case = problem.cases[i]
-            key = (case.stack if kind == "profile" else case.profile) + (MOE_SUFFIX if case.model.is_moe else "")
+            key = calibration_key(case.stack if kind == "profile" else case.profile, case.model.is_moe)
             by.setdefault(key, []).append(round(100.0 * float(result.cv_error[i]), 2))
         block = {
             "command": command,

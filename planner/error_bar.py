@@ -20,6 +20,18 @@ in a stack's. Dense and MoE predictions err differently (dispatch, expert GEMMs,
 MoE estimate reads MoE rows first and a dense one dense rows."""
 
 
+def calibration_key(name: str, moe: bool) -> str:
+    """The key a row's cross-validated error is kept under: the stack (in a profile's calibration),
+    the profile (in a stack's) or the GPU architecture (in a serving engine's), ``MOE_SUFFIX`` added
+    for a MoE model."""
+    return name + (MOE_SUFFIX if moe else "")
+
+
+def split_key(key: str) -> tuple[str, bool]:
+    """``calibration_key`` undone: (name, whether the key's rows are MoE)."""
+    return key.removesuffix(MOE_SUFFIX), key.endswith(MOE_SUFFIX)
+
+
 def error_bar(
     profile_calibration: RunCalibration | None,
     stack_calibration: RunCalibration | None,
@@ -54,10 +66,10 @@ def error_bar(
     kind = "MoE" if moe else "dense"
 
     def of_kind(key: str) -> bool:
-        return key.endswith(MOE_SUFFIX) == moe
+        return split_key(key)[1] == moe
 
     def base(key: str) -> str:
-        return key.removesuffix(MOE_SUFFIX)
+        return split_key(key)[0]
 
     other = "dense" if moe else "MoE"
     for select, what in ((of_kind, f"{kind} "), (lambda key: True, "")):

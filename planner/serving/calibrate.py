@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 from scipy.optimize import least_squares
 
-from planner.error_bar import MOE_SUFFIX, interval
+from planner.error_bar import calibration_key, interval
 from planner.runs import translate_rows
 from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict
 
-THROUGHPUT = THROUGHPUT_METRICS
 BOUNDS = ((0.1, 0.1, 0.05, 0.05, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0, 5000.0, 100.0))
 """(compute_fraction, decode_hbm_fraction, expert_gemm_fraction, kv_read_fraction,
 step_overhead_us, sequence_overhead_us) bounds: fractions at most 1 (the profile's figures are
@@ -52,7 +51,7 @@ def _params(x: np.ndarray) -> FittedParameters:
 
 
 def _throughput_rows(plans: list[RowPlan]) -> list[RowPlan]:
-    return [p for p in plans if p.cost is not None and any(k in p.published for k in THROUGHPUT)]
+    return [p for p in plans if p.cost is not None and any(k in p.published for k in THROUGHPUT_METRICS)]
 
 
 def _log_errors(x: np.ndarray, plans: list[RowPlan]) -> np.ndarray:
@@ -61,7 +60,7 @@ def _log_errors(x: np.ndarray, plans: list[RowPlan]) -> np.ndarray:
     for p in plans:
         t = float(p.cost.total_s(params)[0])  # type: ignore[union-attr]
         pred = p.tokens / t / float(p.layout.gpus_per_replica[0])
-        pub = next(p.published[k] for k in THROUGHPUT if k in p.published)
+        pub = next(p.published[k] for k in THROUGHPUT_METRICS if k in p.published)
         out.append(np.log(pred / pub))
     return np.asarray(out)
 
@@ -225,7 +224,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
         for bar, hits in inside.get(g, {}).items():
             entry[_coverage_key(bar)] = float(np.mean(hits))
         ev.groups[g] = entry
-    tp = [r for r in ev.runs if r["metric"] in THROUGHPUT]
+    tp = [r for r in ev.runs if r["metric"] in THROUGHPUT_METRICS]
     lat = {m: [r for r in ev.runs if r["metric"] == m] for m in ("ttft_s", "tpot_s")}
     mape, signed = _summary([r["error_pct"] for r in tp])
     cv_mape, cv_signed = _summary([r["cv_error_pct"] for r in tp if r["cv_error_pct"] is not None])
@@ -320,7 +319,7 @@ def _band_errors(ev: Evaluation, engine: str, bar: str, cross_validated: bool) -
         value = r["cv_error_pct"] if cross_validated else r["error_pct"]
         if engine_of != engine or error_metric(r["metric"]) != bar or value is None or not np.isfinite(value):
             continue
-        out.setdefault(arch + (MOE_SUFFIX if r["moe"] else ""), []).append(round(float(value), 2))
+        out.setdefault(calibration_key(arch, r["moe"]), []).append(round(float(value), 2))
     return out
 
 

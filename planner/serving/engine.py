@@ -171,7 +171,7 @@ class EngineProfile(Frozen):
         kind, other architectures' runs of that kind, theirs of either kind. An engine with no fit
         of its own reads its ``calibrated_like`` engine's, whose parameters it runs with. Returns
         (errors, what they are); none where too few rows match."""
-        from planner.error_bar import MIN_INTERVAL_ROWS, MOE_SUFFIX
+        from planner.error_bar import MIN_INTERVAL_ROWS, split_key
 
         if not self.fitted and self.calibrated_like:
             errors, basis = load_engine(self.calibrated_like).published_errors(metric, architecture, moe)
@@ -187,8 +187,7 @@ class EngineProfile(Frozen):
             return {
                 key: errs
                 for key, errs in by_key.items()
-                if (not only_here or key.removesuffix(MOE_SUFFIX) == architecture)
-                and (not same_kind or key.endswith(MOE_SUFFIX) == moe)
+                if (not only_here or split_key(key)[0] == architecture) and (not same_kind or split_key(key)[1] == moe)
             }
 
         for only_here in (True, False):
@@ -201,7 +200,7 @@ class EngineProfile(Frozen):
                     return errors, f"{len(errors)} {runs}{what} on {architecture}"
                 counts: dict[str, int] = {}
                 for key, errs in matched.items():
-                    counts[key.removesuffix(MOE_SUFFIX)] = counts.get(key.removesuffix(MOE_SUFFIX), 0) + len(errs)
+                    counts[split_key(key)[0]] = counts.get(split_key(key)[0], 0) + len(errs)
                 counts.setdefault(architecture, 0)
                 where = ", ".join(f"{arch} {n}" for arch, n in sorted(counts.items(), key=lambda kv: -kv[1]))
                 return errors, f"{len(errors)} {runs}{what} on every GPU architecture ({where})"

@@ -582,7 +582,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
     elif not reason:
         reason = _empty_reason(cands, req)
     if searched:  # the reason names the targets searched: say which were asked
-        reason = reason.replace(_asked(req), f"{_asked(asked)}; searched at the band's slow end: {_asked(req)[7:]}")
+        reason = reason.replace(_asked(req), f"{_asked(asked)}; searched at the band's slow end: {_targets(req)}")
     ranked, bases = _with_intervals(ranked, engine, model, cluster.gpu.architecture, req)
     if ranked:
         warnings.extend(_band_warnings(ranked[0], asked))
@@ -782,9 +782,14 @@ def _ms(x: float | None) -> str:
     return "any" if x is None else f"{x * 1e3:g} ms"
 
 
+def _targets(req: ServeRequest) -> str:
+    """A request's latency targets: 'TPOT 30 ms, TTFT any'."""
+    return f"TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)}"
+
+
 def _asked(req: ServeRequest) -> str:
     """The targets a reason names: 'asked: TPOT 30 ms, TTFT any'."""
-    return f"asked: TPOT {_ms(req.tpot_s)}, TTFT {_ms(req.ttft_s)}"
+    return f"asked: {_targets(req)}"
 
 
 def _empty_reason(cands: list[ServeCandidate], req: ServeRequest) -> str:
