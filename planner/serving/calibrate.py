@@ -27,27 +27,30 @@ from planner.runs import translate_rows
 from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict
 
-BOUNDS = ((0.1, 0.1, 0.05, 0.05, 0.0, 0.0), (1.0, 1.0, 1.0, 1.0, 5000.0, 100.0))
-"""(compute_fraction, decode_hbm_fraction, expert_gemm_fraction, kv_read_fraction,
-step_overhead_us, sequence_overhead_us) bounds: fractions at most 1 (the profile's figures are
-measured ceilings: MAMF GEMMs, BabelStream copies), overheads up to 5 ms per iteration and
-100 us per running sequence."""
-X0 = np.array([0.7, 0.8, 0.5, 0.6, 200.0, 2.0])
-X_SCALE = np.array([0.1, 0.1, 0.1, 0.1, 100.0, 1.0])
+FIT: dict[str, tuple[float, float, float, float]] = {
+    # field: (lower bound, upper bound, start, scale of a step)
+    "compute_fraction": (0.1, 1.0, 0.7, 0.1),
+    "decode_hbm_fraction": (0.1, 1.0, 0.8, 0.1),
+    "expert_gemm_fraction": (0.05, 1.0, 0.5, 0.1),
+    "kv_read_fraction": (0.05, 1.0, 0.6, 0.1),
+    "step_overhead_us": (0.0, 5000.0, 200.0, 100.0),
+    "sequence_overhead_us": (0.0, 100.0, 2.0, 1.0),
+}
+"""The fitted ``FittedParameters`` fields, in the order of the fit's vector, with their bounds,
+starting values and step scales: fractions at most 1 (the profile's figures are measured ceilings:
+MAMF GEMMs, BabelStream copies), overheads up to 5 ms per iteration and 100 us per running
+sequence."""
+FIELDS = tuple(FIT)
+BOUNDS = (tuple(v[0] for v in FIT.values()), tuple(v[1] for v in FIT.values()))
+X0 = np.array([v[2] for v in FIT.values()])
+X_SCALE = np.array([v[3] for v in FIT.values()])
 MIN_ROWS = 10
 """A key needs at least this many throughput rows (twice its parameters, rounded) to be fitted."""
 MIN_MODELS = 2
 
 
 def _params(x: np.ndarray) -> FittedParameters:
-    return FittedParameters(
-        compute_fraction=float(x[0]),
-        decode_hbm_fraction=float(x[1]),
-        expert_gemm_fraction=float(x[2]),
-        kv_read_fraction=float(x[3]),
-        step_overhead_us=float(x[4]),
-        sequence_overhead_us=float(x[5]),
-    )
+    return FittedParameters(**{f: float(v) for f, v in zip(FIELDS, x, strict=True)})
 
 
 def _throughput_rows(plans: list[RowPlan]) -> list[RowPlan]:
@@ -80,7 +83,7 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
         )
         x = res.x.copy()
         if not any(p.setting.model.is_moe for p in rows):  # no row moves it: not fitted
-            x[2] = 1.0
+            x[FIELDS.index("expert_gemm_fraction")] = 1.0
         fitted[key] = _params(x)
     return fitted
 
@@ -91,16 +94,7 @@ def params_for(key: str, fitted: dict[str, FittedParameters]) -> FittedParameter
         return fitted[key]
     engine = key.split("/")[0]
     same = [v for k, v in fitted.items() if k.startswith(engine + "/")] or list(fitted.values())
-    if not same:
-        return FittedParameters()
-    return FittedParameters(
-        compute_fraction=float(np.mean([v.compute_fraction for v in same])),
-        decode_hbm_fraction=float(np.mean([v.decode_hbm_fraction for v in same])),
-        expert_gemm_fraction=float(np.mean([v.expert_gemm_fraction for v in same])),
-        kv_read_fraction=float(np.mean([v.kv_read_fraction for v in same])),
-        step_overhead_us=float(np.mean([v.step_overhead_us for v in same])),
-        sequence_overhead_us=float(np.mean([v.sequence_overhead_us for v in same])),
-    )
+    return FittedParameters.mean(same)
 
 
 @dataclass

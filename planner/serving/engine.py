@@ -45,6 +45,14 @@ class FittedParameters(Frozen):
         0.0, description="Host time per running sequence per iteration (scheduling, sampling, detokenisation)"
     )
 
+    @classmethod
+    def mean(cls, fits: list[FittedParameters]) -> FittedParameters:
+        """The field-by-field mean of ``fits`` (defaults where there are none): what an architecture
+        without rows of its own borrows from the fitted ones."""
+        if not fits:
+            return cls()
+        return cls(**{f: sum(getattr(v, f) for v in fits) / len(fits) for f in cls.model_fields})
+
 
 ErrorMetric = Literal["throughput", "ttft", "tpot"]
 """What a serving error bar is for: output tokens/s per GPU, time to first token, time per output token."""
@@ -214,18 +222,7 @@ class EngineProfile(Frozen):
             return self.fitted[architecture]  # type: ignore[index]
         if not self.fitted and self.calibrated_like:
             return load_engine(self.calibrated_like).parameters(architecture)
-        if not self.fitted:
-            return FittedParameters()
-        vals = list(self.fitted.values())
-        n = len(vals)
-        return FittedParameters(
-            decode_hbm_fraction=sum(v.decode_hbm_fraction for v in vals) / n,
-            compute_fraction=sum(v.compute_fraction for v in vals) / n,
-            kv_read_fraction=sum(v.kv_read_fraction for v in vals) / n,
-            expert_gemm_fraction=sum(v.expert_gemm_fraction for v in vals) / n,
-            step_overhead_us=sum(v.step_overhead_us for v in vals) / n,
-            sequence_overhead_us=sum(v.sequence_overhead_us for v in vals) / n,
-        )
+        return FittedParameters.mean(list((self.fitted or {}).values()))
 
 
 def engines_dir() -> Path:
