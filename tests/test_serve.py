@@ -130,6 +130,22 @@ def test_tp8_cuts_decode_by_less_than_8x_because_of_all_reduces() -> None:
     assert t.tp_comm_s[3] == pytest.approx(160 * (8e-6 + 7 * 8192 * 2 / (450e9 * 0.82)), rel=0.01)
 
 
+def test_the_fitted_all_reduce_speed_divides_the_tp_time_alone() -> None:
+    # tp_comm_fraction is the speed the engine's TP all-reduces reach against the collective
+    # model's price: half of it doubles the TP time of a decode round and leaves every other term
+    from planner.serving.step import round_cost
+
+    s = _setting()
+    lay = Layouts.of([1, 8])
+    cost = round_cost(s, lay, np.full(2, 256.0), np.full(2, 2048.0), np.zeros(2), 2048)
+    fast, slow = cost.terms(FittedParameters()), cost.terms(FittedParameters(tp_comm_fraction=0.5))
+    assert slow.tp_comm_s[0] == fast.tp_comm_s[0] == 0.0  # one GPU: no all-reduce to slow
+    assert slow.tp_comm_s[1] == pytest.approx(2.0 * fast.tp_comm_s[1], rel=1e-12) and fast.tp_comm_s[1] > 0
+    for term in ("gemm_s", "attention_s", "ep_comm_s", "pp_comm_s", "overhead_s"):
+        assert np.array_equal(getattr(slow, term), getattr(fast, term)), term
+    assert slow.total_s[1] - fast.total_s[1] == pytest.approx(fast.tp_comm_s[1], rel=1e-9)
+
+
 def test_larger_batch_raises_throughput_and_tpot() -> None:
     s = _setting(weights="fp8")
     batch = np.array([1.0, 8.0, 64.0, 256.0])
@@ -361,11 +377,11 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 458
-    # tokens/s per GPU on the curve, 212 replayed (its batch halved to keep the 30 ms target)
+    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 410
+    # tokens/s per GPU on the curve, 201 replayed (its batch halved to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(458.3, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(410.4, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -381,9 +397,9 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     # the table showed TPOT 11014.2 ms (the steady-state round under a full prefill) and 0.1 tok/s per user
     ranked = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1)
     best = ranked.candidates[0]
-    assert best.tpot_s is None and best.ttft_s == pytest.approx(5.587, rel=0.02)
+    assert best.tpot_s is None and best.ttft_s == pytest.approx(4.911, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 5587 ms, its round 95% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 4911 ms, its round 95% gemm")
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
     replayed = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, concurrency=64).candidates[0]
     assert replayed.replayed and replayed.tpot_s is None and replayed.steady_state_tpot_s is None

@@ -109,6 +109,23 @@ def test_fit_and_cross_validation_on_a100_rows() -> None:
     assert all(isinstance(r["inside_interval"], bool) for r in ev.runs if r["interval"] is not None)
 
 
+def test_a_key_with_few_tp_rows_takes_its_engines_all_reduce_speed() -> None:
+    """``tp_comm_fraction`` is fitted per key only where 10 of its rows of two models all-reduce
+    over TP; without the L40S throughput table the Ada key keeps its static rows' eight TP rows,
+    and takes the speed the Ampere key (the engine's only key with enough) fitted; a key none of
+    whose rows all-reduces (GH200, one GPU per replica) keeps 1."""
+    from planner.serving.calibrate import fit, translate
+
+    rows = [r for r in _rows() if r["group"] in ("a100-trtllm-throughput", "l40s-trtllm-static-batch-throughput")]
+    plans, _ = translate(rows)
+    assert 0 < sum(p.key == "trtllm/ada" and p.cost.tp_comm_s[0] > 0 for p in plans) < 10
+    fitted = fit(plans)
+    ampere, ada = fitted["trtllm/ampere"].tp_comm_fraction, fitted["trtllm/ada"].tp_comm_fraction
+    assert ampere < 0.95 and ada == ampere  # the all-reduces run slower than the collective model prices
+    gh200, _ = translate([r for r in _rows() if r["group"] == "gh200-trtllm-throughput"])
+    assert fit(gh200)["trtllm/hopper"].tp_comm_fraction == 1.0
+
+
 def test_shipped_fit_names_its_rows() -> None:
     from planner.serving.engine import load_engine
 
@@ -120,5 +137,7 @@ def test_shipped_fit_names_its_rows() -> None:
         assert rows and set(rows) <= names, arch
     for p in trt.fitted.values():  # fractions never above the profiles' measured ceilings
         assert 0 < p.compute_fraction <= 1 and 0 < p.decode_hbm_fraction <= 1 and 0 < p.kv_read_fraction <= 1
+    # NVLink TP all-reduces at decode sizes run below the collective model's price (ARCHITECTURE 9.7)
+    assert all(0.4 < trt.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "ampere", "blackwell"))
     assert load_engine("vllm").calibrated_like == "trtllm"
     assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]

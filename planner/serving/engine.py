@@ -38,6 +38,16 @@ class FittedParameters(Frozen):
         le=1.5,
         description="Routed-expert grouped GEMMs (many small GEMMs, one per expert) vs dense GEMMs of the same FLOPs",
     )
+    tp_comm_fraction: float = Field(
+        1.0,
+        gt=0,
+        le=1.5,
+        description=(
+            "Speed the TP all-reduces reach, vs the collective model's price (step.tp_all_reduce_s): "
+            "the decode step's 4-25 MiB all-reduces, where Azure's nccl-tests on 8 H100 measured 0.61-0.76 "
+            "of that price (ARCHITECTURE 9.7)"
+        ),
+    )
     step_overhead_us: NonNegativeFloat = Field(
         0.0, description="Fixed time per engine iteration and pipeline stage (launch gaps, synchronisation)"
     )

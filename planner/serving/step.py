@@ -23,8 +23,10 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
                run the SSD chunk scan over the prompt tokens (roofline of its FLOPs and traffic).
   TP           2 all-reduces per layer of T x h x 2 bytes (Megatron's TP, Shoeybi et al. 2019),
                one per block in a hybrid (each of its layers is one block);
-               decode messages are KiB, so the engine's one-shot all-reduce latency or the ring's
-               2(t-1) alpha (``cost.comm.all_reduce_s``) dominates: TP=8 cuts TPOT by < 8x.
+               decode messages are KiB to tens of MiB, so the engine's one-shot all-reduce latency
+               or the ring's 2(t-1) alpha (``cost.comm.all_reduce_s``) weighs: TP=8 cuts TPOT by
+               < 8x; the time divided by the fitted ``tp_comm_fraction`` (the speed the engines'
+               all-reduces reach at these sizes, below the collective model's: ARCHITECTURE 9.7).
   EP           under attention DP, 2 all-to-alls per MoE layer (dispatch in the activation format,
                combine in bf16) of the rank's tokens x top-k x h (``cost.comm.all_to_all_s``).
   PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``).
@@ -179,7 +181,7 @@ class RoundCost:
         return RoundTerms(
             gemm_s=pair[: self.gemm_pairs].sum(axis=0),
             attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s / c,
-            tp_comm_s=self.tp_comm_s,
+            tp_comm_s=self.tp_comm_s / params.tp_comm_fraction,
             ep_comm_s=self.ep_comm_s,
             pp_comm_s=self.pp_comm_s,
             overhead_s=(
