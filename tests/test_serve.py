@@ -130,6 +130,20 @@ def test_tp8_cuts_decode_by_less_than_8x_because_of_all_reduces() -> None:
     assert t.tp_comm_s[3] == pytest.approx(160 * (8e-6 + 7 * 8192 * 2 / (450e9 * 0.82)), rel=0.01)
 
 
+def test_a_waves_prompts_are_split_over_the_pipeline_stages() -> None:
+    # trtllm-bench's offline waves (runs._waves): 64 prompts of 4K tokens and one output token each
+    # on 1, 2 and 4 stages; every stage prefills its micro-batches' share of the prompts, so the
+    # output per GPU stays within 1% (it had fallen to 1/pp: each micro-batch carried all 64)
+    from planner.serving.runs import _waves
+
+    s = _setting("llama3-8b")
+    per_gpu = []
+    for pp in (1, 2, 4):
+        cost, tokens = _waves(s, Layouts.of(1, [pp]), 64.0, 64.0, 4096, 1)
+        per_gpu.append(tokens / float(cost.total_s(s.params)[0]) / pp)
+    assert per_gpu[1] == pytest.approx(per_gpu[0], rel=0.01) and per_gpu[2] == pytest.approx(per_gpu[0], rel=0.01)
+
+
 def test_the_fitted_all_reduce_speed_divides_the_tp_time_alone() -> None:
     # tp_comm_fraction is the speed the engine's TP all-reduces reach against the collective
     # model's price: half of it doubles the TP time of a decode round and leaves every other term

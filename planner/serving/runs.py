@@ -517,7 +517,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.tokens = float(b[0])
     elif mode == "static":
         b = np.array([plan.batch])
-        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), b * isl * lay.pp, isl)
+        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), b * isl, isl)
         decode = round_cost(s, lay, b, np.array([isl + osl / 2.0]), np.zeros(1), isl)
         plan.cost = prefill.plus(decode, float(osl))
         plan.tokens = float(b[0] * osl)
@@ -530,8 +530,14 @@ def _waves(s: Setting, lay: Layouts, batch: float, requests: float, isl: int, os
     """An offline benchmark of ``requests`` fixed-length requests all queued at the start, at most
     ``batch`` in flight: they run in waves (requests of equal length admitted together finish
     together), each a prefill of its prompts and osl decode rounds; the last wave is partial.
-    (trtllm-bench's synthetic datasets have stdev 0; its ramp-up, max_num_tokens prompt tokens
-    per iteration, is short against osl decode rounds.) Returns (cost, output tokens)."""
+    Under pipeline parallelism a wave's prompts are split over the pp micro-batches as its
+    sequences are (``round_cost``'s prefill tokens are the replica's), each stage prefilling its
+    share of them; until 2026-12-06 every micro-batch carried the whole wave's prompts, as one
+    prompt's TTFT does, which charged the prefill pp times over (the RTX PRO 6000 tp1 rows at pp
+    2 / 4 / 8 came out 21% / 30% / 41% under their published throughput, cross-validated; now
+    -3% / +7% / +15%, the last a pipeline's bubbles, which are not priced). (trtllm-bench's
+    synthetic datasets have stdev 0; its ramp-up, max_num_tokens prompt tokens per iteration, is
+    short against osl decode rounds.) Returns (cost, output tokens)."""
     full, rest = divmod(requests, batch)
     sizes = [(batch, full)] + ([(rest, 1.0)] if rest >= 1 else [])
     total: RoundCost | None = None
@@ -539,7 +545,7 @@ def _waves(s: Setting, lay: Layouts, batch: float, requests: float, isl: int, os
         if count <= 0:
             continue
         arr = np.array([b])
-        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), arr * isl * lay.pp, isl)
+        prefill = round_cost(s, lay, np.zeros(1), np.zeros(1), arr * isl, isl)
         wave = prefill.plus(round_cost(s, lay, arr, np.array([isl + osl / 2.0]), np.zeros(1), isl), float(osl))
         total = wave.scaled(count) if total is None else total.plus(wave, count)
     assert total is not None
