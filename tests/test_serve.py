@@ -130,6 +130,17 @@ def test_tp8_cuts_decode_by_less_than_8x_because_of_all_reduces() -> None:
     assert t.tp_comm_s[3] == pytest.approx(160 * (8e-6 + 7 * 8192 * 2 / (450e9 * 0.82)), rel=0.01)
 
 
+def test_fp4_weights_compute_at_the_bf16_rate_without_fp4_tensor_cores() -> None:
+    # W4A16 on Hopper (TensorRT-LLM's Triton MXFP4 MoE takes bf16 activations), the FP4 rate, twice
+    # the FP8 one, on Blackwell
+    h100, b200 = _setting(cluster="dgx-h100x1", weights="fp4"), _setting(cluster="dgx-b200x1", weights="fp4")
+    gpu = h100.cluster.gpu
+    assert h100.gemm_flops_per_s == gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
+    assert h100.gemm_flops_per_s == _setting(cluster="dgx-h100x1").gemm_flops_per_s
+    fp8 = b200.cluster.gpu.peak_flops_per_s("fp8") * b200.cluster.gpu.gemm_efficiency_for("fp8")
+    assert b200.gemm_flops_per_s == pytest.approx(2.0 * fp8, rel=1e-12)
+
+
 def test_a_waves_prompts_are_split_over_the_pipeline_stages() -> None:
     # trtllm-bench's offline waves (runs._waves): 64 prompts of 4K tokens and one output token each
     # on 1, 2 and 4 stages; every stage prefills its micro-batches' share of the prompts, so the
@@ -391,11 +402,11 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 410
-    # tokens/s per GPU on the curve, 201 replayed (its batch halved to keep the 30 ms target)
+    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 416
+    # tokens/s per GPU on the curve, 203 replayed (its batch halved to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(410.4, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(415.7, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -411,9 +422,9 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     # the table showed TPOT 11014.2 ms (the steady-state round under a full prefill) and 0.1 tok/s per user
     ranked = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1)
     best = ranked.candidates[0]
-    assert best.tpot_s is None and best.ttft_s == pytest.approx(4.911, rel=0.02)
+    assert best.tpot_s is None and best.ttft_s == pytest.approx(4.946, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 4911 ms, its round 95% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 4946 ms, its round 95% gemm")
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
     replayed = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, concurrency=64).candidates[0]
     assert replayed.replayed and replayed.tpot_s is None and replayed.steady_state_tpot_s is None

@@ -70,8 +70,12 @@ ACTIVATION_BYTES = 2.0
 
 FP4_OVER_FP8 = 2.0
 """Blackwell's dense FP4 tensor throughput is twice its FP8 (NVIDIA DGX B200 datasheet: 72 PF FP8
-and 144 PF FP4 per 8 GPUs); Hopper and Ampere have no FP4 tensor cores and run FP4 weights as
-weight-only (dequantised to FP8/BF16 GEMMs), at their FP8 (else BF16) rate."""
+and 144 PF FP4 per 8 GPUs). GPUs without FP4 tensor cores (Hopper, Ada, Ampere) run FP4 weights
+weight-only, dequantised inside a GEMM whose activations stay in bf16 (W4A16), at their bf16 rate:
+TensorRT-LLM's GPT-OSS deployment guide lists Hopper's MoE backend for MXFP4 weights as TRITON
+with BF16 activations (Blackwell's TRTLLM backend takes MXFP8 activations), and vLLM's Marlin
+MXFP4/NVFP4 kernels on those GPUs are W4A16. Until 2026-12-06 they were priced at the fp8 rate:
+GPT-OSS on H100 and H200 came out 85-137% above its published throughput."""
 
 
 def resolve_ssm_dtype(model: ModelSpec, engine: EngineProfile, stated: str | None = None) -> str:
@@ -111,10 +115,10 @@ class Setting:
     def gemm_flops_per_s(self) -> float:
         """Large-GEMM rate in the weight format's compute dtype (before the fitted compute fraction)."""
         gpu = self.cluster.gpu
-        if self.weights_dtype == "fp4":
-            rate = gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8")
-            if (gpu.architecture or "").startswith("blackwell"):
-                rate *= FP4_OVER_FP8
+        if self.weights_dtype == "fp4" and (gpu.architecture or "").startswith("blackwell"):
+            rate = gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8") * FP4_OVER_FP8
+        elif self.weights_dtype == "fp4":  # weight-only: bf16 activations (FP4_OVER_FP8)
+            rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
         else:
             rate = gpu.peak_flops_per_s(self.weights_dtype) * gpu.gemm_efficiency_for(self.weights_dtype)
         return rate
