@@ -21,6 +21,7 @@ file's ``group``: one GPU x engine x benchmark kind), refits without it and pric
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,9 +99,11 @@ def _fit_rows(rows: list[RowPlan], fixed: dict[str, float]) -> np.ndarray:
     return full(res.x)
 
 
-def _all_reducing(rows: list[RowPlan]) -> list[RowPlan]:
-    """The rows whose replica all-reduces over TP (what moves ``tp_comm_fraction``)."""
-    return [p for p in rows if bool(np.any(p.cost.tp_comm_s > 0))]  # type: ignore[union-attr]
+MOVED_BY: dict[str, Callable[[RowPlan], bool]] = {
+    "tp_comm_fraction": lambda p: bool(np.any(p.cost.tp_comm_s > 0)),  # type: ignore[union-attr]
+}
+"""The parameters only some rows move, and which: the TP all-reduce's speed the rows whose replica
+all-reduces over TP."""
 
 
 def _informs(rows: list[RowPlan]) -> bool:
@@ -111,29 +114,28 @@ def _informs(rows: list[RowPlan]) -> bool:
 def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
     """Parameters per engine/architecture key from the throughput rows among ``plans``: every
     field at once where the key's rows inform it. A parameter no row moves is not fitted (the
-    experts' GEMM rate without a MoE row, the TP all-reduce's speed without a row that all-reduces
-    over TP: 1). A key whose rows that all-reduce over TP are too few to fix its all-reduce speed
-    (``_informs``) takes the mean of its engine's keys that have enough, weighted by those rows, and
-    fits the rest: held out of a fold, the L40S group's own rows had left the Ada key eight TP rows
-    of one benchmark, whose fit came out 22.8% off the group (3.5% with the mean)."""
+    experts' GEMM rate without a MoE row, a collective's speed without a row that runs it,
+    ``MOVED_BY``: 1). A key whose rows that move a ``MOVED_BY`` parameter are too few to fix it
+    (``_informs``) takes the mean of its engine's keys that have enough, weighted by those rows,
+    and fits the rest: held out of a fold, the L40S group's own rows had left the Ada key eight TP
+    rows of one benchmark, whose fit came out 22.8% off the group (3.5% with the mean)."""
     by_key: dict[str, list[RowPlan]] = defaultdict(list)
     for p in _throughput_rows(plans):
         by_key[p.key].append(p)
     keys = {key: rows for key, rows in sorted(by_key.items()) if _informs(rows)}
-    tp = FIELDS.index("tp_comm_fraction")
-    free = {key: _fit_rows(rows, {}) for key, rows in keys.items() if _informs(_all_reducing(rows))}
+    moving = {key: {f: [p for p in rows if moves(p)] for f, moves in MOVED_BY.items()} for key, rows in keys.items()}
+    short = {key: {f for f, rows in by.items() if not _informs(rows)} for key, by in moving.items()}
+    first = {key: _fit_rows(rows, {f: 1.0 for f in short[key]}) for key, rows in keys.items()}
     fitted: dict[str, FittedParameters] = {}
     for key, rows in keys.items():
-        if key in free:
-            x = free[key]
-        elif not _all_reducing(rows):
-            x = _fit_rows(rows, {"tp_comm_fraction": 1.0})
-        else:
-            engine = key.split("/")[0]
-            weights = {k: len(_all_reducing(keys[k])) for k in free if k.split("/")[0] == engine}
+        engine = key.split("/")[0]
+        held: dict[str, float] = {}
+        for f in short[key]:
+            weights = {k: len(moving[k][f]) for k in keys if k.split("/")[0] == engine and f not in short[k]}
             total = sum(weights.values())
-            shared = sum(free[k][tp] * n for k, n in weights.items()) / total if total else 1.0
-            x = _fit_rows(rows, {"tp_comm_fraction": shared})
+            shared = sum(first[k][FIELDS.index(f)] * n for k, n in weights.items()) / total if total else 1.0
+            held[f] = shared if moving[key][f] else 1.0
+        x = _fit_rows(rows, held) if any(v != 1.0 for v in held.values()) else first[key]
         if not any(p.setting.model.is_moe for p in rows):
             x[FIELDS.index("expert_gemm_fraction")] = 1.0
         fitted[key] = _params(x)
