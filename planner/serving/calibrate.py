@@ -52,7 +52,8 @@ BOUNDS = (tuple(v[0] for v in FIT.values()), tuple(v[1] for v in FIT.values()))
 X0 = np.array([v[2] for v in FIT.values()])
 X_SCALE = np.array([v[3] for v in FIT.values()])
 MIN_ROWS = 10
-"""A key needs at least this many throughput rows (twice its parameters, rounded) to be fitted."""
+"""A key needs at least this many throughput rows, of ``MIN_MODELS`` models, to be fitted; a
+``MOVED_BY`` parameter as many rows that move it (``_informs``)."""
 MIN_MODELS = 2
 
 
