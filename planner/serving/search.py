@@ -36,7 +36,7 @@ from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts, layout_text
 from planner.serving.memory import MemoryPlan, reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
-from planner.serving.step import RoundTerms, Setting, resolve_ssm_dtype, round_terms
+from planner.serving.step import RoundTerms, Setting, fp4_tensor_cores, resolve_ssm_dtype, round_terms
 
 BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
 """Batch sizes tried per replica (1, 2, 3, 4, 6, 8, 12, ... 8192), plus each layout's max
@@ -218,8 +218,11 @@ def _config(lay: Layouts, i: int, split: dict[str, int] | None = None) -> dict[s
 def _warnings(s: Setting, req: ServeRequest) -> list[str]:
     out = []
     gpu = s.cluster.gpu
-    if req.weights_dtype == "fp4" and not (gpu.architecture or "").startswith("blackwell"):
-        out.append(f"fp4 weights on {gpu.name}: no FP4 tensor cores, priced as weight-only at the FP8/BF16 rate")
+    if req.weights_dtype == "fp4" and not fp4_tensor_cores(gpu):
+        out.append(
+            f"fp4 weights on {gpu.name}: no FP4 tensor cores, priced as weight-only with bf16 activations (W4A16), "
+            "at the BF16 rate"
+        )
     if req.weights_dtype == "fp8" and "fp8" not in gpu.peak_tflops:
         out.append(f"fp8 weights on {gpu.name}: no FP8 tensor cores, priced as weight-only at the BF16 rate")
     if s.engine.calibrated_like and not s.engine.fitted:
@@ -773,7 +776,7 @@ def _smaller_weights_hint(s: Setting, req: ServeRequest) -> str:
     fp4 tensor cores (Blackwell; elsewhere fp4 is priced as weight-only), else none."""
     if req.weights_dtype == "bf16":
         return ", --weights-dtype fp8"
-    if req.weights_dtype == "fp8" and (s.cluster.gpu.architecture or "").startswith("blackwell"):
+    if req.weights_dtype == "fp8" and fp4_tensor_cores(s.cluster.gpu):
         return ", --weights-dtype fp4"
     return ""
 

@@ -44,7 +44,7 @@ import numpy as np
 from planner.cost.comm import GroupLink, all_reduce_s, all_to_all_s, group_link, send_recv_s
 from planner.cost.compute import mamba_mixer_forward_bytes_per_token, mamba_scan_bytes_per_token
 from planner.cost.flops import attended_keys, attention_dims, chunked_keys, mamba_scan_flops_per_token_fwd
-from planner.schemas.hardware import ClusterSpec
+from planner.schemas.hardware import GPU, ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters
 from planner.serving.kv import (
@@ -76,6 +76,12 @@ TensorRT-LLM's GPT-OSS deployment guide lists Hopper's MoE backend for MXFP4 wei
 with BF16 activations (Blackwell's TRTLLM backend takes MXFP8 activations), and vLLM's Marlin
 MXFP4/NVFP4 kernels on those GPUs are W4A16. Until 2026-12-06 they were priced at the fp8 rate:
 GPT-OSS on H100 and H200 came out 85-137% above its published throughput."""
+
+
+def fp4_tensor_cores(gpu: GPU) -> bool:
+    """Whether ``gpu`` multiplies FP4 in its tensor cores (Blackwell, data-centre and GB202);
+    elsewhere FP4 weights run weight-only at the bf16 rate (``FP4_OVER_FP8``)."""
+    return (gpu.architecture or "").startswith("blackwell")
 
 
 def resolve_ssm_dtype(model: ModelSpec, engine: EngineProfile, stated: str | None = None) -> str:
@@ -115,7 +121,7 @@ class Setting:
     def gemm_flops_per_s(self) -> float:
         """Large-GEMM rate in the weight format's compute dtype (before the fitted compute fraction)."""
         gpu = self.cluster.gpu
-        if self.weights_dtype == "fp4" and (gpu.architecture or "").startswith("blackwell"):
+        if self.weights_dtype == "fp4" and fp4_tensor_cores(gpu):
             rate = gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8") * FP4_OVER_FP8
         elif self.weights_dtype == "fp4":  # weight-only: bf16 activations (FP4_OVER_FP8)
             rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
