@@ -126,17 +126,18 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
     keys = {key: rows for key, rows in sorted(by_key.items()) if _informs(rows)}
     moving = {key: {f: [p for p in rows if moves(p)] for f, moves in MOVED_BY.items()} for key, rows in keys.items()}
     short = {key: {f for f, rows in by.items() if not _informs(rows)} for key, by in moving.items()}
-    first = {key: _fit_rows(rows, {f: 1.0 for f in short[key]}) for key, rows in keys.items()}
+    # a key that borrows a parameter is fitted once, after the keys it borrows from
+    borrows = {key: {f for f in short[key] if moving[key][f]} for key in keys}
+    first = {key: _fit_rows(rows, {f: 1.0 for f in short[key]}) for key, rows in keys.items() if not borrows[key]}
     fitted: dict[str, FittedParameters] = {}
     for key, rows in keys.items():
         engine = key.split("/")[0]
-        held: dict[str, float] = {}
-        for f in short[key]:
-            weights = {k: len(moving[k][f]) for k in keys if k.split("/")[0] == engine and f not in short[k]}
+        held = {f: 1.0 for f in short[key]}
+        for f in borrows[key]:
+            weights = {k: len(moving[k][f]) for k in first if k.split("/")[0] == engine and f not in short[k]}
             total = sum(weights.values())
-            shared = sum(first[k][FIELDS.index(f)] * n for k, n in weights.items()) / total if total else 1.0
-            held[f] = shared if moving[key][f] else 1.0
-        x = _fit_rows(rows, held) if any(v != 1.0 for v in held.values()) else first[key]
+            held[f] = sum(first[k][FIELDS.index(f)] * n for k, n in weights.items()) / total if total else 1.0
+        x = first[key] if key in first else _fit_rows(rows, held)
         if not any(p.setting.model.is_moe for p in rows):
             x[FIELDS.index("expert_gemm_fraction")] = 1.0
         fitted[key] = _params(x)
