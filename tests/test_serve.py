@@ -171,6 +171,33 @@ def test_the_fitted_all_reduce_speed_divides_the_tp_time_alone() -> None:
     assert slow.total_s[1] - fast.total_s[1] == pytest.approx(fast.tp_comm_s[1], rel=1e-9)
 
 
+def test_the_expert_gemm_fraction_slows_a_routed_experts_weight_reads_as_its_compute() -> None:
+    # a routed expert's grouped GEMM reaches expert_gemm_fraction of a dense GEMM's roofline on both
+    # sides: at batch 1 (weight-bound) and at a full prefill (compute-bound) half of it doubles the
+    # experts' time, and the dense GEMMs' (attention projections, router, LM head) is unchanged
+    from planner.serving.step import round_cost
+
+    s = _setting("mixtral-8x7b", weights="bf16")
+    lay = Layouts.of(np.full(2, 2.0))
+    cost = round_cost(s, lay, np.array([1.0, 0.0]), np.array([1024.0, 0.0]), np.array([0.0, 8192.0]), 8192)
+    experts = cost.expert_rows[: cost.gemm_pairs]
+    assert experts.any() and not experts.all()
+    for e in (1.0, 0.5):
+        params = FittedParameters(expert_gemm_fraction=e)
+        pair = np.maximum(
+            cost.pair_compute_s / np.where(cost.expert_rows, e, 1.0)[:, None],
+            cost.pair_memory_s / np.where(cost.expert_rows, e, 1.0)[:, None],
+        )[: cost.gemm_pairs]
+        assert cost.terms(params).gemm_s == pytest.approx(pair.sum(axis=0), rel=1e-12)
+    fast, slow = cost.terms(FittedParameters()), cost.terms(FittedParameters(expert_gemm_fraction=0.5))
+    dense = np.maximum(cost.pair_compute_s, cost.pair_memory_s)[: cost.gemm_pairs][~experts].sum(axis=0)
+    assert slow.gemm_s == pytest.approx(2.0 * fast.gemm_s - dense, rel=1e-12)
+    assert (
+        cost.pair_memory_s[: cost.gemm_pairs][experts, 0].sum()
+        > cost.pair_compute_s[: cost.gemm_pairs][experts, 0].sum()
+    )
+
+
 def test_larger_batch_raises_throughput_and_tpot() -> None:
     s = _setting(weights="fp8")
     batch = np.array([1.0, 8.0, 64.0, 256.0])
@@ -334,7 +361,14 @@ def test_library_errors_are_planner_errors() -> None:
 
 
 def test_engine_profiles_are_sourced() -> None:
-    for name in ("vllm", "sglang", "trtllm"):
+    from typing import get_args
+
+    from planner.serving.engine import ENGINES
+    from planner.serving.export import EXPORTS
+    from planner.serving.schemas import EngineName
+
+    assert get_args(EngineName) == ENGINES == EXPORTS  # one list of engines: the type, the loader, the exports
+    for name in ENGINES:
         e = load_engine(name)
         assert e.kv_block_tokens >= 1 and 0 < e.gpu_memory_fraction <= 1
     assert load_engine("vllm").gpu_memory_fraction == 0.9 and load_engine("vllm").kv_block_tokens == 16
@@ -350,6 +384,10 @@ def test_engine_profiles_are_sourced() -> None:
             ("sglang.launch_server --model-path meta-llama/Meta-Llama-3-70B", "--tp-size 4", "--max-running-requests"),
         ),
         ("trtllm", ("trtllm-serve meta-llama/Meta-Llama-3-70B", "--tp_size 4", "--max_batch_size")),
+        (
+            "trtllm-tensorrt",
+            ("trtllm-serve meta-llama/Meta-Llama-3-70B \\\n    --backend tensorrt", "--tp_size 4", "--max_num_tokens"),
+        ),
     ],
 )
 def test_export_launch_flags(cli, engine: str, flags: tuple[str, ...]) -> None:
@@ -402,11 +440,11 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 416
-    # tokens/s per GPU on the curve, 203 replayed (its batch halved to keep the 30 ms target)
+    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 460
+    # tokens/s per GPU on the curve, 270 replayed (at a smaller batch, to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(415.7, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(460.0, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -422,9 +460,9 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     # the table showed TPOT 11014.2 ms (the steady-state round under a full prefill) and 0.1 tok/s per user
     ranked = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1)
     best = ranked.candidates[0]
-    assert best.tpot_s is None and best.ttft_s == pytest.approx(4.946, rel=0.02)
+    assert best.tpot_s is None and best.ttft_s == pytest.approx(5.417, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 4946 ms, its round 95% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 5417 ms, its round 95% gemm")
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
     replayed = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, concurrency=64).candidates[0]
     assert replayed.replayed and replayed.tpot_s is None and replayed.steady_state_tpot_s is None
@@ -502,18 +540,21 @@ def test_a_layout_that_leaves_gpus_idle_says_so() -> None:
 
 
 # ---- the error bar ---------------------------------------------------------------------------------
-def test_the_shipped_fit_keeps_each_architectures_errors_for_its_bands() -> None:
+@pytest.mark.parametrize("name", ["trtllm", "trtllm-tensorrt"])
+def test_the_shipped_fit_keeps_each_architectures_errors_for_its_bands(name: str) -> None:
     from planner.error_bar import MOE_SUFFIX
 
-    cal = load_engine("trtllm").calibration
+    cal = load_engine(name).calibration
     assert cal is not None and {k.removesuffix(MOE_SUFFIX) for k in cal.cv_error_pct} == set(cal.rows)
     for arch, rows in cal.rows.items():
         # one cross-validated error per throughput row the fit used, dense and MoE apart
         errors = cal.cv_error_pct.get(arch, []) + cal.cv_error_pct.get(arch + MOE_SUFFIX, [])
         assert len(errors) == len(rows) > 0
-    # and the TTFT and TPOT rows' errors: the 42 batch-1 TTFT rows and the online table's 72 (H100, H200)
-    assert sum(len(v) for v in cal.latency_error_pct["ttft"].values()) == 114
-    assert len(cal.latency_error_pct["tpot"]["hopper"]) == 72
+    # and the TTFT and TPOT rows' errors: the 42 batch-1 TTFT rows and the online table's 72 (H100, H200),
+    # all of them TensorRT-engine runs; no PyTorch-backend row publishes a latency
+    ttft = sum(len(v) for v in cal.latency_error_pct["ttft"].values())
+    tpot = sum(len(v) for v in cal.latency_error_pct["tpot"].values())
+    assert (ttft, tpot) == ((114, 72) if name == "trtllm-tensorrt" else (0, 0))
 
 
 def test_a_band_reads_the_architectures_runs_of_the_models_kind_first() -> None:
@@ -528,10 +569,17 @@ def test_a_band_reads_the_architectures_runs_of_the_models_kind_first() -> None:
     )
     moe, basis = trtllm.published_errors("throughput", "hopper", moe=True)
     assert moe == cal.cv_error_pct["hopper+moe"] and "of MoE models on hopper" in basis
+    # no PyTorch-backend row publishes a TTFT: the TensorRT-engine runtime's stand in, and the basis says so
     ttft, basis = trtllm.published_errors("ttft", "hopper")
-    assert (
-        ttft == cal.latency_error_pct["ttft"]["hopper"]
-        and basis == f"{len(ttft)} trtllm TTFT runs of dense models on hopper"
+    tensorrt = load_engine("trtllm-tensorrt")
+    assert ttft == tensorrt.calibration.latency_error_pct["ttft"]["hopper"]  # type: ignore[union-attr]
+    assert basis == (
+        f"{len(ttft)} trtllm-tensorrt TTFT runs of dense models on hopper standing in for trtllm's "
+        "(no trtllm row publishes TTFT)"
+    )
+    assert tensorrt.published_errors("ttft", "hopper") == (
+        ttft,
+        f"{len(ttft)} trtllm-tensorrt TTFT runs of dense models on hopper",
     )
     # the TTFT rows no fit sees came in above the prediction far more often than below (ARCHITECTURE 9.7):
     # the band lies wholly above the prediction

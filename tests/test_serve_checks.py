@@ -64,6 +64,7 @@ def test_vllm_runs_expert_parallelism_over_every_rank_or_none() -> None:
         (("--tp", "8", "--ep", "4", "--attention-dp", "--engine", "sglang"), ("attention_dp:", "ep = tp", "ep 4")),
         (("--tp", "8", "--ep", "1", "--attention-dp", "--engine", "sglang"), ("attention_dp:", "ep = tp", "ep 1")),
         (("--tp", "8", "--ep", "3", "--engine", "sglang"), ("ep: 3 must divide",)),
+        (("--attention-dp", "--engine", "trtllm-tensorrt"), ("attention_dp:", "trtllm-tensorrt runs no attention DP")),
     ],
 )
 def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:

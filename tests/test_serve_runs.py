@@ -92,11 +92,31 @@ def test_modes_from_the_workload() -> None:
     assert set(predict(p)) == {"output_tokens_per_s_per_gpu"}
 
 
+@pytest.mark.parametrize(
+    ("prefix", "engine"),
+    [
+        ("trtllm-v0.9/gptj-6b/", "trtllm-tensorrt"),  # gptSessionBenchmark's static batch of a built engine
+        ("trtllm-v0.14-online/", "trtllm-tensorrt"),  # Triton's tensorrtllm_backend
+        ("trtllm-v0.17/llama3.1-8b/", "trtllm-tensorrt"),  # trtllm-bench of a built engine
+        ("trtllm-v1.0/llama3.1-8b/", "trtllm"),  # the PyTorch backend
+        ("trtllm-latest/deepseek-r1/", "trtllm"),
+    ],
+)
+def test_a_tensorrt_llm_row_is_priced_with_the_runtime_it_ran(prefix: str, engine: str) -> None:
+    from planner.serving.runs import engine_from_row
+
+    row = _row(prefix)
+    assert engine_from_row(row).name == engine
+    assert plan_row(row).key.startswith(engine + "/")
+    row["engine"]["backend"] = "pytorch"
+    assert engine_from_row(row).name == "trtllm"
+
+
 def test_fit_and_cross_validation_on_a100_rows() -> None:
     rows = [r for r in _rows() if r["group"].startswith(("a100-trtllm", "l40s-trtllm"))]
     ev = evaluate(rows, cross_validate=True)
     assert ev.overall["coverage"] == 1.0
-    assert {"trtllm/ampere", "trtllm/ada"} <= set(ev.fitted)
+    assert {"trtllm-tensorrt/ampere", "trtllm-tensorrt/ada"} <= set(ev.fitted)  # their rows ran TensorRT engines
     assert ev.overall["mape_pct"] < 25 and ev.overall["cv_mape_pct"] < 40
     for r in ev.runs:
         assert set(r) >= {"name", "group", "metric", "published", "predicted", "error_pct", "cv_error_pct"}
@@ -118,26 +138,39 @@ def test_a_key_with_few_tp_rows_takes_its_engines_all_reduce_speed() -> None:
 
     rows = [r for r in _rows() if r["group"] in ("a100-trtllm-throughput", "l40s-trtllm-static-batch-throughput")]
     plans, _ = translate(rows)
-    assert 0 < sum(p.key == "trtllm/ada" and p.cost.tp_comm_s[0] > 0 for p in plans) < 10
+    assert 0 < sum(p.key == "trtllm-tensorrt/ada" and p.cost.tp_comm_s[0] > 0 for p in plans) < 10
     fitted = fit(plans)
-    ampere, ada = fitted["trtllm/ampere"].tp_comm_fraction, fitted["trtllm/ada"].tp_comm_fraction
+    ampere, ada = (fitted[f"trtllm-tensorrt/{a}"].tp_comm_fraction for a in ("ampere", "ada"))
     assert ampere < 0.95 and ada == ampere  # the all-reduces run slower than the collective model prices
     gh200, _ = translate([r for r in _rows() if r["group"] == "gh200-trtllm-throughput"])
-    assert fit(gh200)["trtllm/hopper"].tp_comm_fraction == 1.0
+    assert fit(gh200)["trtllm-tensorrt/hopper"].tp_comm_fraction == 1.0
 
 
 def test_shipped_fit_names_its_rows() -> None:
     from planner.serving.engine import load_engine
 
-    trt = load_engine("trtllm")
-    assert {"hopper", "blackwell", "ampere"} <= set(trt.fitted)
-    assert trt.calibration is not None and trt.calibration.runs_file == "inference_runs.yaml"
+    # TensorRT-LLM's two runtimes are fitted apart: the PyTorch backend's rows (0.20 and later) on Hopper
+    # and Blackwell, the TensorRT-engine runtime's (0.9, 0.14, 0.17) on Ampere, Ada and Hopper
+    trt, engine_runtime = load_engine("trtllm"), load_engine("trtllm-tensorrt")
+    assert set(trt.fitted) == {"hopper", "blackwell", "blackwell-gb202"}
+    assert set(engine_runtime.fitted) == {"ampere", "ada", "hopper"}
     names = {r["name"] for r in _rows()}
-    for arch, rows in trt.calibration.rows.items():
-        assert rows and set(rows) <= names, arch
-    for p in trt.fitted.values():  # fractions never above the profiles' measured ceilings
-        assert 0 < p.compute_fraction <= 1 and 0 < p.decode_hbm_fraction <= 1 and 0 < p.kv_read_fraction <= 1
+    for e in (trt, engine_runtime):
+        assert e.calibration is not None and e.calibration.runs_file == "inference_runs.yaml"
+        for arch, rows in e.calibration.rows.items():
+            assert rows and set(rows) <= names, arch
+        for p in e.fitted.values():  # fractions never above the profiles' measured ceilings
+            assert 0 < p.compute_fraction <= 1 and 0 < p.decode_hbm_fraction <= 1 and 0 < p.kv_read_fraction <= 1
+    runtime = {r["name"]: str(r["engine"].get("backend")) for r in _rows()}
+    assert all(runtime[n] == "pytorch" for rows in trt.calibration.rows.values() for n in rows)  # type: ignore[union-attr]
+    assert not any(
+        runtime[n] == "pytorch"
+        for rows in engine_runtime.calibration.rows.values()  # type: ignore[union-attr]
+        for n in rows
+    )
     # NVLink TP all-reduces at decode sizes run below the collective model's price (ARCHITECTURE 9.7)
-    assert all(0.4 < trt.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "ampere", "blackwell"))
+    assert all(0.4 < trt.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "blackwell"))
+    assert all(0.4 < engine_runtime.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "ampere"))
+    # vLLM and SGLang borrow the PyTorch backend's fit (a Python executor with CUDA graphs, as theirs)
     assert load_engine("vllm").calibrated_like == "trtllm"
     assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]

@@ -97,7 +97,12 @@ def serve_cmd(
         ),
     ] = None,
     engine: Annotated[
-        str | None, typer.Option("--engine", help="vllm, sglang or trtllm (default: --export's, else vllm).")
+        str | None,
+        typer.Option(
+            "--engine",
+            help="vllm, sglang, trtllm (TensorRT-LLM's PyTorch backend) or trtllm-tensorrt (its TensorRT-engine "
+            "runtime) (default: --export's, else vllm).",
+        ),
     ] = None,
     disaggregate: Annotated[bool, typer.Option("--disaggregate", help="Separate prefill and decode pools.")] = False,
     tp: Annotated[int | None, typer.Option("--tp", min=1, metavar="N", help="Pin tensor parallelism.")] = None,
@@ -116,7 +121,10 @@ def serve_cmd(
         ),
     ] = False,
     export: Annotated[
-        str | None, typer.Option("--export", metavar="ENGINE", help="Print launch flags of #1: vllm, sglang, trtllm.")
+        str | None,
+        typer.Option(
+            "--export", metavar="ENGINE", help="Print launch flags of #1: vllm, sglang, trtllm, trtllm-tensorrt."
+        ),
     ] = None,
     as_json: JsonOpt = False,
     plot: PlotOpt = None,

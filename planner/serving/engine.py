@@ -16,7 +16,10 @@ from planner.schemas.base import Frozen
 from planner.schemas.hardware import check_sources
 from planner.schemas.model import SsmStateDtype
 
-ENGINES = ("vllm", "sglang", "trtllm")
+ENGINES = ("vllm", "sglang", "trtllm", "trtllm-tensorrt")
+"""The engine profiles (engines/<name>.yaml): vLLM, SGLang, and TensorRT-LLM's two runtimes, the
+PyTorch backend (``trtllm``, its default since 1.0) and the TensorRT-engine runtime
+(``trtllm-tensorrt``), whose kernels and executors differ, so each has its own fit."""
 
 
 class FittedParameters(Frozen):
@@ -36,7 +39,10 @@ class FittedParameters(Frozen):
         1.0,
         gt=0,
         le=1.5,
-        description="Routed-expert grouped GEMMs (many small GEMMs, one per expert) vs dense GEMMs of the same FLOPs",
+        description=(
+            "Routed-expert grouped GEMMs (many small GEMMs, one per expert) vs dense GEMMs of the same FLOPs and "
+            "weight bytes: it divides both sides of their roofline, the compute and the weight reads (decode)"
+        ),
     )
     tp_comm_fraction: float = Field(
         1.0,
@@ -163,6 +169,11 @@ class EngineProfile(Frozen):
         description="An engine whose fit stands in for this one where it has too few rows of its own; "
         "the source says why",
     )
+    latency_errors_like: str | None = Field(
+        None,
+        description="An engine whose TTFT and TPOT errors stand in for this one's where none of its own rows "
+        "publishes them (the band's basis says so); the source says why",
+    )
     fitted: dict[str, FittedParameters] = Field(
         default_factory=dict, description="Per GPU architecture (hopper, blackwell, ...): fitted parameters"
     )
@@ -175,7 +186,7 @@ class EngineProfile(Frozen):
             self,
             self.sources,
             skip={"sources", "name", "description", "fitted", "calibration"},
-            required={"calibrated_like"},
+            required={"calibrated_like", "latency_errors_like"},
         )
         if self.fitted and self.calibration is None:
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")
@@ -187,8 +198,9 @@ class EngineProfile(Frozen):
         cross-validated, TTFT's and TPOT's as they are (no fit sees them). The first of these with
         ``error_bar.MIN_INTERVAL_ROWS``: the architecture's runs of that kind, its runs of either
         kind, other architectures' runs of that kind, theirs of either kind. An engine with no fit
-        of its own reads its ``calibrated_like`` engine's, whose parameters it runs with. Returns
-        (errors, what they are); none where too few rows match."""
+        of its own reads its ``calibrated_like`` engine's, whose parameters it runs with; one none of
+        whose rows publishes a TTFT or TPOT reads its ``latency_errors_like`` engine's for them, and
+        says so. Returns (errors, what they are); none where too few rows match."""
         from planner.error_bar import MIN_INTERVAL_ROWS, split_key
 
         if not self.fitted and self.calibrated_like:
@@ -198,6 +210,9 @@ class EngineProfile(Frozen):
             return errors, f"{basis} standing in for {self.name}'s (a floor)"
         cal = self.calibration
         by_key = (cal.cv_error_pct if metric == "throughput" else cal.latency_error_pct.get(metric, {})) if cal else {}
+        if metric != "throughput" and not by_key and self.latency_errors_like:
+            errors, basis = load_engine(self.latency_errors_like).published_errors(metric, architecture, moe)
+            return errors, f"{basis} standing in for {self.name}'s (no {self.name} row publishes {metric.upper()})"
         runs = f"cross-validated {self.name} runs" if metric == "throughput" else f"{self.name} {metric.upper()} runs"
         kind = "MoE" if moe else "dense"
 
@@ -243,7 +258,7 @@ def engines_dir() -> Path:
 
 @cache
 def load_engine(name: str) -> EngineProfile:
-    """An engine profile by name (vllm, sglang, trtllm)."""
+    """An engine profile by name (``ENGINES``)."""
     from planner.catalog import read_yaml
     from planner.errors import validate_as
 

@@ -1,4 +1,4 @@
-"""Launch commands for the top serving candidate (``plan serve --export vllm|sglang|trtllm``).
+"""Launch commands for the top serving candidate (``plan serve --export vllm|sglang|trtllm|trtllm-tensorrt``).
 
 Every flag was checked against the engine's own code at the release named (a reading of the
 argument definitions; the engines do not import on a CPU-only machine without their GPU stacks,
@@ -19,7 +19,9 @@ so the test suite checks the spelling, not the parser):
     --pipeline_parallel_size, --moe_expert_parallel_size), --max_batch_size, --max_seq_len, --max_num_tokens,
     --kv_cache_free_gpu_memory_fraction (alias of --free_gpu_memory_fraction), and
     --extra_llm_api_options (alias of --config) for a YAML of LLM-API fields
-    (enable_attention_dp, kv_cache_config.dtype).
+    (enable_attention_dp, kv_cache_config.dtype); --backend tensorrt for the TensorRT-engine
+    runtime (launch_server: 'tensorrt' or 'trt' runs tensorrt_llm._tensorrt_engine.LLM, which
+    builds the engine with BuildConfig's max_batch_size / max_num_tokens / max_seq_len).
   A hybrid Mamba-2 model's SSM state format, as priced: vLLM ``--mamba-ssm-cache-dtype``
     (vllm/config/cache.py CacheConfig.mamba_ssm_cache_dtype, MambaDType 'auto', 'float32',
     'float16', 'bfloat16'), TensorRT-LLM ``kv_cache_config.mamba_ssm_cache_dtype``
@@ -38,10 +40,12 @@ import re
 from planner.errors import PlannerError
 from planner.figures import rate
 from planner.schemas.model import TORCH_DTYPE_NAMES
-from planner.serving.engine import load_engine
+from planner.serving.engine import ENGINES, load_engine
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
 
-EXPORTS = ("vllm", "sglang", "trtllm")
+EXPORTS = ENGINES
+"""Every engine profile has launch commands (TensorRT-LLM's TensorRT-engine runtime as trtllm-serve
+``--backend tensorrt``, which builds the engine from the checkpoint at start)."""
 
 TORCH_NAMES = {name: torch for torch, name in TORCH_DTYPE_NAMES.items()}
 """The SSM state formats as vLLM's --mamba-ssm-cache-dtype and TensorRT-LLM's
@@ -131,7 +135,7 @@ def _pool(
             args.append(f"--mamba-ssm-dtype {TORCH_NAMES[ssm_dtype]}")
         if role != "both":
             args.append(f"--disaggregation-mode {role}")
-    elif engine == "trtllm":
+    elif engine in ("trtllm", "trtllm-tensorrt"):
         extra = []
         if adp:
             extra.append("enable_attention_dp: true")
@@ -141,6 +145,8 @@ def _pool(
         if cache:
             extra.append("kv_cache_config: {" + ", ".join(cache) + "}")
         args = [f"trtllm-serve {model}", f"--tp_size {tp}", f"--pp_size {pp}"]
+        if engine == "trtllm-tensorrt":
+            args.insert(1, "--backend tensorrt")
         if ep > 1:
             args.append(f"--ep_size {ep}")
         args += [f"--max_batch_size {per_rank}", f"--max_seq_len {length}"]

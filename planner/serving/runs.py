@@ -239,10 +239,21 @@ def cluster_from_row(row: dict[str, Any]) -> ClusterSpec:
         raise UnpriceableError(f"hardware.count: {err}") from None
 
 
+TENSORRT_ENGINE_WORDS = ("tensorrt engine", "tensorrtllm_backend")
+"""Words of a TensorRT-LLM row's ``engine.backend`` that name the TensorRT-engine runtime (built
+engines in the C++ executor: trtllm-bench's and gptSessionBenchmark's builds, Triton's
+tensorrtllm_backend), priced with ``trtllm-tensorrt``; any other backend ('pytorch') is the
+PyTorch backend, ``trtllm``."""
+
+
 def engine_from_row(row: dict[str, Any]) -> EngineProfile:
-    name = str((row.get("engine") or {}).get("name", ""))
+    """The engine profile a row ran: its ``engine.name``, and for TensorRT-LLM its runtime
+    (``engine.backend``, ``TENSORRT_ENGINE_WORDS``)."""
+    engine = row.get("engine") or {}
+    name = str(engine.get("name", ""))
     if name.startswith("TensorRT-LLM"):
-        return load_engine("trtllm")
+        backend = str(engine.get("backend", "")).lower()
+        return load_engine("trtllm-tensorrt" if any(w in backend for w in TENSORRT_ENGINE_WORDS) else "trtllm")
     if name.startswith("vLLM"):
         return load_engine("vllm")
     if name.lower().startswith("sglang"):

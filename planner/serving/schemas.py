@@ -14,7 +14,8 @@ from planner.serving.engine import ErrorMetric
 
 WeightsDtype = Literal["bf16", "fp8", "fp4"]
 KvDtype = Literal["bf16", "fp8"]
-EngineName = Literal["vllm", "sglang", "trtllm"]
+EngineName = Literal["vllm", "sglang", "trtllm", "trtllm-tensorrt"]
+"""``engine.ENGINES`` as a type (a test holds them equal)."""
 
 
 MIN_REQUEST_RATE = 1e-3

@@ -103,7 +103,9 @@ def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
         return f"ep: {model.name} has no experts; leave ep unset"
     if req.ep and (model.num_experts_total % req.ep or (req.tp and req.tp % req.ep)):
         return f"ep: {req.ep} must divide tp and the {model.num_experts_total} experts"
-    if req.attention_dp and not (engine.attention_dp and model.is_moe):
+    if req.attention_dp and not engine.attention_dp:
+        return f"attention_dp: {engine.name} runs no attention DP (engines/{engine.name}.yaml attention_dp: false)"
+    if req.attention_dp and not model.is_moe:
         return f"attention_dp: {engine.name} runs attention DP only for MoE models with ep = tp > 1"
     if req.attention_dp and (req.tp == 1 or (req.ep and req.tp and req.ep != req.tp) or req.ep == 1):
         return (

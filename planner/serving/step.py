@@ -165,7 +165,7 @@ class RoundTerms:
 class RoundCost:
     """A round's time as a function of the fitted parameters (c compute fraction, e expert GEMM
     fraction, h decode HBM fraction, o overhead per stage): sum over roofline pairs of
-    max(compute / c (/ e for routed experts), memory / h), plus
+    max(compute / c, memory / h), both / e for routed experts' grouped GEMMs, plus
     compute-only time / c (prefill attention), plus communication, plus overhead_count x o. The
     pairs are computed at c = h = 1 once, so a fit re-prices a row with arithmetic only."""
 
@@ -186,6 +186,7 @@ class RoundCost:
         compute = self.pair_compute_s / c
         compute[self.expert_rows] /= params.expert_gemm_fraction
         memory = self.pair_memory_s / h
+        memory[self.expert_rows] /= params.expert_gemm_fraction
         memory[self.kv_rows] *= h / params.kv_read_fraction  # decode attention reads the paged KV cache
         pair = np.maximum(compute, memory)
         return RoundTerms(
