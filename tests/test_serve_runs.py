@@ -112,6 +112,28 @@ def test_a_tensorrt_llm_row_is_priced_with_the_runtime_it_ran(prefix: str, engin
     assert engine_from_row(row).name == "trtllm"
 
 
+@pytest.mark.parametrize(
+    ("prefix", "adp", "ep"),
+    [
+        ("trtllm-v1.0/qwen3-235b-a22b/b200x8/tp8/", True, 8),  # MoE at TP 8: the 1.0 MoE recipe's attention DP
+        ("trtllm-v1.0/llama4-maverick/rtxpro6000x8/tp4-pp2/", True, 4),
+        ("trtllm-v1.0/qwen3-30b-a3b/b200x1/tp1/", False, 1),  # one GPU: nothing to run data-parallel
+        ("trtllm-v1.0/llama3.3-70b/h100x2/tp2/", False, 1),  # dense: the dense recipe sets none
+        ("trtllm-v0.20/llama4-maverick/h200x8/tp8/", False, 1),  # says only 'not stated'
+        ("trtllm-latest/deepseek-r1/b200x4/dep4/", True, 4),  # states it
+    ],
+)
+def test_a_moe_row_whose_recipe_sets_attention_dp_runs_it(prefix: str, adp: bool, ep: int) -> None:
+    # TensorRT-LLM 1.0's perf-overview labels its MoE columns TP n, but its MoE recipe runs
+    # trtllm-bench --ep with enable_attention_dp: true, which the rows' parallel.attention_dp says
+    p = plan_row(_row(prefix))
+    assert (bool(p.layout.attention_dp[0]), int(p.layout.ep[0])) == (adp, ep)
+    row = _row(prefix)
+    if row["parallel"].get("attention_dp") is not True:
+        row["parallel"]["attention_dp"] = "not stated"
+        assert not bool(plan_row(row).layout.attention_dp[0])
+
+
 def test_fit_and_cross_validation_on_a100_rows() -> None:
     rows = [r for r in _rows() if r["group"].startswith(("a100-trtllm", "l40s-trtllm"))]
     ev = evaluate(rows, cross_validate=True)

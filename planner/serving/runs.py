@@ -315,6 +315,27 @@ def dtypes_from_row(row: dict[str, Any]) -> tuple[str, str]:
     return weights, kv
 
 
+RECIPE_ATTENTION_DP = "sets enable_attention_dp: true"
+"""What a row's ``parallel.attention_dp`` says where its table states no layout beyond TP but the
+source's recipe for MoE models turns attention DP on: TensorRT-LLM 1.0's perf-overview
+(docs/source/performance/perf-overview.md @00f37686, 'For MoE models': ``trtllm-bench --tp $tp_size
+--pp $pp_size --ep $ep_size ...`` with llm_options ``enable_attention_dp: true``), whose rows say
+'not stated (MoE llm_options example sets enable_attention_dp: true)'. A MoE row at tp > 1 that
+says so runs attention DP, with its unstated ep the TP degree (the DEPn layout every row that
+states attention DP states: ep = tp; the only attention-DP layout the cost model prices). Read so,
+the 132 such rows (Qwen3-235B, Llama 4 Maverick and Scout, Qwen3-30B at TP 2-8) went from -25.1%
+signed, 31.6% MAPE, cross-validated (Maverick on B200 -57%, Qwen3-30B at TP 8 on the RTX PRO 6000
+-54%) to -6.4% and 21.9% (ARCHITECTURE 9.7)."""
+
+
+def _attention_dp(par: dict[str, Any], model: ModelSpec, tp: int) -> bool:
+    """Whether a row ran attention DP: it says so (True), or it is a MoE row at tp > 1 whose
+    source's MoE recipe sets it (``RECIPE_ATTENTION_DP``); 'not stated' alone is the engine's
+    default, off."""
+    stated = par.get("attention_dp")
+    return stated is True or (model.is_moe and tp > 1 and RECIPE_ATTENTION_DP in str(stated))
+
+
 def layout_from_row(row: dict[str, Any], model: ModelSpec, cluster: ClusterSpec) -> Layouts:
     par = row.get("parallel") or {}
     if par.get("disaggregated"):
@@ -323,12 +344,14 @@ def layout_from_row(row: dict[str, Any], model: ModelSpec, cluster: ClusterSpec)
         raise UnpriceableError(f"speculative decoding ({par['speculative']}) is not modelled")
     tp = _int(par.get("tp", 1), "parallel.tp")
     pp = _int(par.get("pp") or 1, "parallel.pp")
+    adp = _attention_dp(par, model, tp)
     ep_raw = par.get("ep")
     if ep_raw is None or (isinstance(ep_raw, str) and ep_raw.startswith("not stated")):
-        ep = 1  # the engines' default: experts tensor-parallel over tp (TensorRT-LLM moe_ep_size 1, vLLM without EP)
+        # the engines' default: experts tensor-parallel over tp (TensorRT-LLM moe_ep_size 1, vLLM
+        # without EP); under attention DP, DEP: experts over the attention group (RECIPE_ATTENTION_DP)
+        ep = tp if adp else 1
     else:
         ep = _int(ep_raw, "parallel.ep")
-    adp = par.get("attention_dp") is True  # 'not stated (...)' is the engine's default: off
     dp_attention = par.get("dp_attention")
     replicas = par.get("dp_replicas") or 1
     replicas = _int(replicas, "parallel.dp_replicas")
