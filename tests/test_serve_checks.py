@@ -64,7 +64,6 @@ def test_vllm_runs_expert_parallelism_over_every_rank_or_none() -> None:
         (("--tp", "8", "--ep", "4", "--attention-dp", "--engine", "sglang"), ("attention_dp:", "ep = tp", "ep 4")),
         (("--tp", "8", "--ep", "1", "--attention-dp", "--engine", "sglang"), ("attention_dp:", "ep = tp", "ep 1")),
         (("--tp", "8", "--ep", "3", "--engine", "sglang"), ("ep: 3 must divide",)),
-        (("--attention-dp", "--engine", "trtllm-tensorrt"), ("attention_dp:", "trtllm-tensorrt runs no attention DP")),
     ],
 )
 def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
@@ -83,6 +82,42 @@ def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ..
 )
 def test_requests_the_engines_would_refuse_are_one_line_errors(cli, args, fragments) -> None:
     assert_one_line_error(cli("serve", *args), *fragments)
+
+
+@pytest.mark.parametrize(
+    ("model", "what"),
+    [
+        ("deepseek-v3", "multi-head latent attention"),
+        ("gpt-oss-120b", "learned attention sinks"),
+        ("nemotron-3-nano", "Mamba-2 layers among its attention layers"),
+        ("llama4-scout", "chunked local attention"),
+    ],
+)
+def test_the_tensorrt_engine_runtime_refuses_models_it_builds_no_engine_for(cli, model: str, what: str) -> None:
+    # TensorRT-LLM's TensorRT-engine model list has none of these; its PyTorch backend runs them
+    r = cli("serve", "--model", model, "--cluster", "dgx-h200", "--engine", "trtllm-tensorrt")
+    assert_one_line_error(r, "engine: trtllm-tensorrt builds no model with", what, "use vllm, sglang or trtllm")
+    mixtral = ("serve", "--model", "mixtral-8x7b", "--cluster", "dgx-h200", "--engine", "trtllm-tensorrt")
+    assert cli(*mixtral).code == 0
+    # and attention DP is a PyTorch-backend option
+    assert_one_line_error(cli(*mixtral, "--attention-dp"), "attention_dp:", "trtllm-tensorrt runs no attention DP")
+
+
+def test_every_model_feature_an_engine_may_lack_is_read_from_the_model() -> None:
+    from typing import get_args
+
+    from planner.serving.engine import ModelFeature
+    from planner.serving.search import MODEL_FEATURES
+
+    assert set(MODEL_FEATURES) == set(get_args(ModelFeature))
+    has = {f: [name for name in ("deepseek-v3", "gpt-oss-120b", "nemotron-3-nano", "llama4-scout", "llama3-70b")
+               if MODEL_FEATURES[f][1](load_model(name))] for f in MODEL_FEATURES}  # fmt: skip
+    assert has == {
+        "mla": ["deepseek-v3"],
+        "attention_sinks": ["gpt-oss-120b"],
+        "hybrid_mamba": ["nemotron-3-nano"],
+        "chunked_attention": ["llama4-scout"],
+    }
 
 
 def test_export_alone_prices_for_its_engine(cli) -> None:

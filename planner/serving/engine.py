@@ -70,6 +70,12 @@ class FittedParameters(Frozen):
         return cls(**{f: sum(getattr(v, f) for v in fits) / len(fits) for f in cls.model_fields})
 
 
+ModelFeature = Literal["mla", "hybrid_mamba", "attention_sinks", "chunked_attention"]
+"""Model features an engine may build no model with (``EngineProfile.unbuilt_model_features``):
+multi-head latent attention (DeepSeek-V2/V3), attention interleaved with Mamba-2 layers
+(Nemotron-H), learned attention sinks (gpt-oss), chunked local attention (Llama 4); each is
+read from the model by ``search.MODEL_FEATURES``."""
+
 ErrorMetric = Literal["throughput", "ttft", "tpot"]
 """What a serving error bar is for: output tokens/s per GPU, time to first token, time per output token."""
 
@@ -168,6 +174,11 @@ class EngineProfile(Frozen):
         None,
         description="An engine whose fit stands in for this one where it has too few rows of its own; "
         "the source says why",
+    )
+    unbuilt_model_features: list[ModelFeature] | None = Field(
+        None,
+        description="Model features the engine builds no model with: a plan of such a model is refused by name; "
+        "None: it builds every model the planner prices",
     )
     latency_errors_like: str | None = Field(
         None,

@@ -22,6 +22,7 @@ decode rate).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ from planner.errors import PlannerError, SchemaError
 from planner.figures import seconds
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
-from planner.serving.engine import EngineProfile, ErrorMetric, load_engine
+from planner.serving.engine import ENGINES, EngineProfile, ErrorMetric, load_engine
 from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts, layout_text
 from planner.serving.memory import MemoryPlan, reserved_context
@@ -521,9 +522,19 @@ def resolve_request(model: ModelSpec, req: ServeRequest) -> ServeRequest:
     return req.model_copy(update={"weights_dtype": model.checkpoint_weights_dtype or "bf16"})
 
 
+MODEL_FEATURES: dict[str, tuple[str, Callable[[ModelSpec], bool]]] = {
+    "mla": ("multi-head latent attention (kv_lora_rank)", lambda m: m.is_mla),
+    "hybrid_mamba": ("Mamba-2 layers among its attention layers (hybrid_override_pattern)", lambda m: m.is_hybrid),
+    "attention_sinks": ("learned attention sinks", lambda m: m.attention_sinks),
+    "chunked_attention": ("chunked local attention (attention_chunk_size)", lambda m: m.num_chunked_layers > 0),
+}
+"""Each ``engine.ModelFeature``: what it is, as an error names it, and whether a model has it."""
+
+
 def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> None:
     """Refuse a question the engines would refuse at launch: a GPU the engine does not run on
-    (``EngineProfile.gpu_architectures``), a request longer than the model's context
+    (``EngineProfile.gpu_architectures``), a model with a feature the engine builds no model with
+    (``EngineProfile.unbuilt_model_features``), a request longer than the model's context
     (``max_position_embeddings``: vLLM refuses a max_model_len beyond it, TensorRT-LLM and SGLang
     likewise), and a disaggregated plan on one GPU."""
     engine = load_engine(req.engine)
@@ -533,6 +544,14 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
             f"engine: {engine.name} runs on {', '.join(engine.gpu_architectures)} GPUs; {cluster.gpu.name} is "
             f"{arch or 'of no stated architecture'}: use vllm or sglang"
         )
+    for feature in engine.unbuilt_model_features or []:
+        what, has = MODEL_FEATURES[feature]
+        if has(model):
+            others = [e for e in ENGINES if feature not in (load_engine(e).unbuilt_model_features or [])]
+            raise PlannerError(
+                f"engine: {engine.name} builds no model with {what}, which {model.name} has "
+                f"(engines/{engine.name}.yaml unbuilt_model_features); use {', '.join(others[:-1])} or {others[-1]}"
+            )
     total = req.input_len + req.output_len
     if total > model.max_position_embeddings:
         raise PlannerError(
