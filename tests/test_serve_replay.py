@@ -92,16 +92,16 @@ def test_a_plan_at_a_request_rate_is_replayed() -> None:
     r = planner.serve("llama3-70b", "dgx-h100x1", input_len=2048, output_len=256, request_rate=8.0, top=20)
     assert r.candidates and all(c.replayed and c.sustains_rate for c in r.candidates)
     best = r.candidates[0]
-    assert best.steady_state_tpot_s is not None and best.tpot_s > 1.5 * best.steady_state_tpot_s
+    assert best.steady_state_tpot_s is not None and best.tpot_s > 1.25 * best.steady_state_tpot_s
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.tpot_s)
     tpots = [c.tpot_s for c in r.candidates]
     assert tpots == sorted(tpots)  # at a fixed rate the lowest TPOT wins
 
 
 def test_a_layout_the_replay_finds_short_of_the_rate_meets_nothing() -> None:
-    """Llama-3-70B at 9.8 req/s of 1K/1K on one DGX H100: the one layout Little's law lets through at
+    """Llama-3-70B at 10.5 req/s of 1K/1K on one DGX H100: the one layout Little's law lets through at
     the steady state is replayed, and its admission queue grows (it held its KV room full: batch =
-    room): it does not sustain the rate and meets no target; at 8 req/s the five that pass keep up.
+    room): it does not sustain the rate and meets no target; at 8.5 req/s the five that pass keep up.
     (DeepSeek-V3 on two DGX H200 had been this test's case, short in the replay only because the
     replay capped a whole attention-DP replica at one engine's batch, where vLLM schedules each
     rank apart.)"""
@@ -116,18 +116,18 @@ def test_a_layout_the_replay_finds_short_of_the_rate_meets_nothing() -> None:
         s = setting_for(model, cluster, req)
         return _colocated_candidates(s, enumerate_layouts(model, cluster, s.engine, req), req)[0]
 
-    short = candidates(9.8)
+    short = candidates(10.5)
     assert len(short) == 1 and short[0].replayed and not short[0].sustains_rate and not short[0].meets_targets
-    kept = candidates(8.0)
+    kept = candidates(8.5)
     assert len(kept) == 5 and all(c.replayed and c.sustains_rate and c.meets_targets for c in kept)
-    # the first of them runs near the edge of its room (2 s to the first token); the others well inside
-    assert short[0].ttft_s > 10 * max(c.ttft_s for c in kept[1:])
+    # the one short of the rate waits seconds for its first token; those that keep up, a fraction of one
+    assert short[0].ttft_s > 10 * max(c.ttft_s for c in kept)
 
 
 def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli) -> None:
-    """At 9.8 req/s one layout keeps up by Little's law at the steady state and none in the replay."""
+    """At 10.5 req/s one layout keeps up by Little's law at the steady state and none in the replay."""
     r = cli("serve", "--model", "llama3-70b", "--cluster", "dgx-h100x1", "--input-len", "1024", "--output-len",
-            "1024", "--request-rate", "9.8")  # fmt: skip
+            "1024", "--request-rate", "10.5")  # fmt: skip
     assert r.code == 2 and r.out == ""  # no candidate: one error line, as scripts need
     assert "no layout keeps up with it when its arrivals are replayed (1 did at the steady-state estimate" in r.err
     # DeepSeek-V3 at 30 req/s on two DGX H200: vLLM schedules each attention-DP rank apart and keeps up
@@ -158,10 +158,10 @@ def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
 
 def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
     """A 30 ms TPOT target for 70B at ISL 2048 / OSL 512 on one DGX H100 (vLLM): at the steady
-    state 2 x TP4 meets it at 48 sequences per replica (26.3 ms); replayed in a closed loop at 48
-    the whole 2K prompts landing in single iterations take it to about 34 ms, so the plan runs the
-    largest batch of the grid whose replay meets it, 32 per replica, and its figures are that
-    replay's: the same as asking for 64 in flight on that layout, while 96 in flight (48 per
+    state 2 x TP4 meets it at 48 sequences per replica (28.8 ms); replayed in a closed loop at 48
+    the whole 2K prompts landing in single iterations take it to about 37 ms, so the plan runs the
+    largest batch of the grid whose replay meets it, 24 per replica, and its figures are that
+    replay's: the same as asking for 48 in flight on that layout, while 64 in flight (32 per
     replica, the next batch of the grid) misses the target."""
     import planner
 
@@ -170,17 +170,17 @@ def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
     (c,) = [c for c in r.candidates if c.config["replicas"] == 2]
     assert c.replayed and c.meets_targets and c.tpot_s <= 0.030
     assert c.steady_state_tpot_s == pytest.approx(
-        0.0221, abs=5e-4
-    )  # the steady state's batch-32 round (28.2 ms replayed)
-    assert c.batch_per_replica == pytest.approx(32.0)
-    at = planner.serve("llama3-70b", "dgx-h100x1", concurrency=64, **kw)
+        0.0237, abs=5e-4
+    )  # the steady state's batch-24 round (28.0 ms replayed)
+    assert c.batch_per_replica == pytest.approx(24.0)
+    at = planner.serve("llama3-70b", "dgx-h100x1", concurrency=48, **kw)
     (same,) = [x for x in at.candidates if x.config["replicas"] == 2]
     assert (c.tpot_s, c.ttft_s, c.output_tokens_per_s_per_gpu) == (
         same.tpot_s,
         same.ttft_s,
         same.output_tokens_per_s_per_gpu,
     )
-    above = planner.serve("llama3-70b", "dgx-h100x1", concurrency=96, **kw)
+    above = planner.serve("llama3-70b", "dgx-h100x1", concurrency=64, **kw)
     (more,) = [x for x in above.candidates if x.config["replicas"] == 2]
     assert more.tpot_s > 0.030
     steady = planner.serve("llama3-70b", "dgx-h100x1", **kw)  # without a target: the steady state at capacity
@@ -202,7 +202,7 @@ def test_a_concurrency_far_beyond_the_room_only_queues() -> None:
     the engine is as saturated, so its throughput is the same and each extra request waits its
     turn at the rate the engine completes them (before, Little's law over a replay of only the
     first 1,600 made the throughput grow with N: 1,644 tokens/s per GPU at 5,000, against a
-    ceiling of about 520)."""
+    ceiling of about 540)."""
     import planner
 
     kw = {"input_len": 2048, "output_len": 512, "tp": 4, "pp": 2}
@@ -211,7 +211,7 @@ def test_a_concurrency_far_beyond_the_room_only_queues() -> None:
     assert queued.output_tokens_per_s_per_gpu == pytest.approx(whole.output_tokens_per_s_per_gpu, rel=1e-4)
     completions_per_s = whole.output_tokens_per_s_per_gpu * 8 / 512
     assert queued.ttft_s - whole.ttft_s == pytest.approx((5000 - 1200) / completions_per_s, rel=1e-3)
-    assert whole.output_tokens_per_s_per_gpu == pytest.approx(524.1, abs=0.5)
+    assert whole.output_tokens_per_s_per_gpu == pytest.approx(539.5, abs=0.5)
 
 
 @pytest.mark.parametrize(("chunked", "osl"), [(True, 64), (False, 64), (True, 1)])

@@ -9,7 +9,7 @@ two engines), ``engine.FittedParameters``
   expert_gemm_fraction  routed experts' grouped GEMMs vs dense GEMMs of the same FLOPs and bytes
   kv_read_fraction      HBM bandwidth decode attention reaches reading the paged KV cache
   tp_comm_fraction      speed the TP all-reduces reach, vs ``step.tp_all_reduce_s``
-  step_overhead_us      fixed time per engine iteration and pipeline stage
+  block_overhead_us     fixed time per block (attention, MLP, Mamba) and iteration (kernel launches, gaps)
   sequence_overhead_us  host time per running sequence and iteration
 fitted by bounded least squares on log(predicted / published output tokens/s per GPU) with a
 soft-L1 (Huber-like) loss, over the throughput rows only (TTFT/TPOT rows are reported with the
@@ -41,13 +41,13 @@ FIT: dict[str, tuple[float, float, float, float]] = {
     "expert_gemm_fraction": (0.05, 1.0, 0.5, 0.1),
     "kv_read_fraction": (0.05, 1.0, 0.6, 0.1),
     "tp_comm_fraction": (0.2, 1.5, 1.0, 0.1),
-    "step_overhead_us": (0.0, 5000.0, 200.0, 100.0),
+    "block_overhead_us": (0.0, 250.0, 20.0, 5.0),
     "sequence_overhead_us": (0.0, 100.0, 2.0, 1.0),
 }
 """The fitted ``FittedParameters`` fields, in the order of the fit's vector, with their bounds,
 starting values and step scales: fractions at most 1 (the profile's figures are measured ceilings:
-MAMF GEMMs, BabelStream copies), overheads up to 5 ms per iteration and 100 us per running
-sequence."""
+MAMF GEMMs, BabelStream copies), overheads up to 250 us per block and iteration (40 ms per
+iteration of an 80-layer transformer) and 100 us per running sequence."""
 FIELDS = tuple(FIT)
 BOUNDS = (tuple(v[0] for v in FIT.values()), tuple(v[1] for v in FIT.values()))
 X0 = np.array([v[2] for v in FIT.values()])

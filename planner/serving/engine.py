@@ -54,8 +54,13 @@ class FittedParameters(Frozen):
             "of that price (ARCHITECTURE 9.7)"
         ),
     )
-    step_overhead_us: NonNegativeFloat = Field(
-        0.0, description="Fixed time per engine iteration and pipeline stage (launch gaps, synchronisation)"
+    block_overhead_us: NonNegativeFloat = Field(
+        0.0,
+        description=(
+            "Fixed time per block (an attention, MLP, MoE or Mamba mixer with its norm and residual; a "
+            "transformer layer has two) and engine iteration outside the priced kernels' work: launches and "
+            "the gaps between a block's kernels, its small element-wise kernels (ARCHITECTURE 9.7)"
+        ),
     )
     sequence_overhead_us: NonNegativeFloat = Field(
         0.0, description="Host time per running sequence per iteration (scheduling, sampling, detokenisation)"

@@ -164,7 +164,7 @@ class RoundTerms:
 @dataclass(frozen=True)
 class RoundCost:
     """A round's time as a function of the fitted parameters (c compute fraction, e expert GEMM
-    fraction, h decode HBM fraction, o overhead per stage): sum over roofline pairs of
+    fraction, h decode HBM fraction, o overhead per block): sum over roofline pairs of
     max(compute / c, memory / h), both / e for routed experts' grouped GEMMs, plus
     compute-only time / c (prefill attention), plus communication, plus overhead_count x o. The
     pairs are computed at c = h = 1 once, so a fit re-prices a row with arithmetic only."""
@@ -175,7 +175,7 @@ class RoundCost:
     tp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
-    overhead_count: np.ndarray
+    overhead_count: np.ndarray  # blocks a round passes through (each micro-batch through every stage's)
     sequence_count: np.ndarray  # running sequences x rounds: the per-sequence host work
     gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention (and Mamba-2 mixing)
     expert_rows: np.ndarray  # bool per pair: routed-expert GEMMs (scaled by expert_gemm_fraction)
@@ -196,7 +196,7 @@ class RoundCost:
             ep_comm_s=self.ep_comm_s,
             pp_comm_s=self.pp_comm_s,
             overhead_s=(
-                self.overhead_count * params.step_overhead_us + self.sequence_count * params.sequence_overhead_us
+                self.overhead_count * params.block_overhead_us + self.sequence_count * params.sequence_overhead_us
             )
             * 1e-6,
         )
@@ -442,7 +442,8 @@ def round_cost(
         tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
         ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
-        overhead_count=np.broadcast_to(pp, (n,)).astype(float),
+        # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
+        overhead_count=np.full(n, float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks),
         sequence_count=np.broadcast_to(decode_sequences, (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False, False]),
