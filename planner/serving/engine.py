@@ -134,6 +134,12 @@ class EngineProfile(Frozen):
         "budget (the replay then runs one rank at 1/tp of the replica's load); False: one scheduler for the "
         "replica, whose max batch is the replica's"
     )
+    moe_token_exchange: Literal["all_gather", "all_to_all_over_mnnvl"] = Field(
+        "all_gather",
+        description="How an attention-DP group exchanges MoE tokens: 'all_gather', the group's tokens gathered "
+        "to every rank and the experts' outputs reduce-scattered; 'all_to_all_over_mnnvl', all-to-alls where EP "
+        "exceeds top-k over multi-node NVLink, else the all-gather (step.ep_exchange_s)",
+    )
     lm_head_tp_under_attention_dp: bool = Field(
         description="Under attention DP, the LM head stays vocab-parallel over the group (each rank holds 1/tp of "
         "it); False: every rank holds it whole, as it holds the embedding"
@@ -202,7 +208,7 @@ class EngineProfile(Frozen):
             self,
             self.sources,
             skip={"sources", "name", "description", "fitted", "calibration"},
-            required={"calibrated_like", "latency_errors_like"},
+            required={"calibrated_like", "latency_errors_like", "moe_token_exchange"},
         )
         if self.fitted and self.calibration is None:
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")

@@ -27,12 +27,15 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
                or the ring's 2(t-1) alpha (``cost.comm.all_reduce_s``) weighs: TP=8 cuts TPOT by
                < 8x; the time divided by the fitted ``tp_comm_fraction`` (the speed the engines'
                all-reduces reach at these sizes, below the collective model's: ARCHITECTURE 9.7).
-  EP           under attention DP, 2 all-to-alls per MoE layer (dispatch in the activation format,
-               combine in bf16) of the rank's tokens x top-k x h (``cost.comm.all_to_all_s``).
+  EP           under attention DP, per MoE layer, the engine's token exchange
+               (``EngineProfile.moe_token_exchange``, ``ep_exchange_s``): 2 all-to-alls
+               (dispatch in the activation format, combine in bf16) of the rank's tokens x top-k x h
+               (``cost.comm.all_to_all_s``), or an all-gather of the group's tokens x h and a
+               reduce-scatter of the experts' outputs (``cost.comm.all_gather_s``).
   PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``).
-  overhead     the engine's fitted per-iteration time per stage (launch gaps, synchronisation) and
-               per running sequence (host-side scheduling, sampling and detokenisation of each
-               request every iteration).
+  overhead     the engine's fitted fixed time per block and iteration (kernel launches and gaps;
+               every block once per round) and per running sequence (host-side scheduling,
+               sampling and detokenisation of each request every iteration).
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.cost.comm import GroupLink, all_reduce_s, all_to_all_s, group_link, send_recv_s
+from planner.cost.comm import GroupLink, all_gather_s, all_reduce_s, all_to_all_s, group_link, send_recv_s
 from planner.cost.compute import mamba_mixer_forward_bytes_per_token, mamba_scan_bytes_per_token
 from planner.cost.flops import attended_keys, attention_dims, chunked_keys, mamba_scan_flops_per_token_fwd
 from planner.schemas.hardware import GPU, ClusterSpec
@@ -397,6 +400,35 @@ def round_terms(
     return round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len).terms(s.params)
 
 
+def multi_node_nvlink(cluster: ClusterSpec) -> bool:
+    """Whether the cluster's NVLink domain spans hosts (GB200 / GB300 NVL72: 72 GPUs over 18 hosts
+    of 4), which TensorRT-LLM's MNNVL all-to-all needs (``MnnvlMemory.supports_mnnvl``)."""
+    p = cluster.profile
+    return p.gpus_per_node > (p.gpus_per_host or p.gpus_per_node)
+
+
+def ep_exchange_s(
+    s: Setting, lay: Layouts, tokens: np.ndarray, top_k: float, width: float, dispatch_bytes: float, link: GroupLink
+) -> np.ndarray:
+    """One MoE layer's token exchange over an attention-DP group of ``tokens`` (the group's, each
+    rank holding tokens / tp), as the engine runs it (``EngineProfile.moe_token_exchange``):
+    'all_gather', every rank gathers the group's tokens (dispatch format) before the routed
+    experts and the outputs are reduce-scattered back in bf16 (vLLM's default
+    allgather_reducescatter, SGLang's DP-attention gather and scatter); 'all_to_all_over_mnnvl',
+    TensorRT-LLM's PyTorch backend: 2 all-to-alls of the rank's tokens x top-k where EP exceeds
+    top-k over multi-node NVLink, else the all-gather (tensorrt_llm/_torch/modules/fused_moe
+    select_alltoall_method_type: moe_ep_size <= top_k, or no MNNVL -> NotEnabled). Priced with
+    an all-to-all everywhere until 2026-12-06 (ARCHITECTURE 9.7)."""
+    gather = all_gather_s(tokens * width * dispatch_bytes, link) + all_gather_s(tokens * width * ACTIVATION_BYTES, link)
+    if s.engine.moe_token_exchange == "all_gather" or not multi_node_nvlink(s.cluster):
+        return gather
+    rank_tokens = tokens / lay.tp
+    a2a = all_to_all_s(rank_tokens * top_k * width * dispatch_bytes, link) + all_to_all_s(
+        rank_tokens * top_k * width * ACTIVATION_BYTES, link
+    )
+    return np.where(lay.ep > top_k, a2a, gather)
+
+
 def round_cost(
     s: Setting,
     lay: Layouts,
@@ -425,13 +457,10 @@ def round_cost(
     tp_comm = np.where(lay.attention_dp, 0.0, all_reduces * tp_all_reduce_s(s, lay, message))
     ep_link = _link(s.cluster, lay.ep, 1)
     k = float(m.num_experts_per_tok or 0)
-    rank_tokens = tokens / lay.tp
     dispatch_bytes = 1.0 if s.weights_dtype in ("fp8", "fp4") else ACTIVATION_BYTES
     width = float(m.expert_input_size)  # a LatentMoE dispatches the latent projection
-    a2a = all_to_all_s(rank_tokens * k * width * dispatch_bytes, ep_link) + all_to_all_s(
-        rank_tokens * k * width * ACTIVATION_BYTES, ep_link
-    )
-    ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * a2a, 0.0)
+    exchange = ep_exchange_s(s, lay, tokens, k, width, dispatch_bytes, ep_link)
+    ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * exchange, 0.0)
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
     n = g_compute.shape[1]
