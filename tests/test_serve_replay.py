@@ -158,7 +158,7 @@ def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
 
 def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
     """A 30 ms TPOT target for 70B at ISL 2048 / OSL 512 on one DGX H100 (vLLM): at the steady
-    state 2 x TP4 meets it at 48 sequences per replica (28.8 ms); replayed in a closed loop at 48
+    state 2 x TP4 meets it at 48 sequences per replica (29.0 ms); replayed in a closed loop at 48
     the whole 2K prompts landing in single iterations take it to about 37 ms, so the plan runs the
     largest batch of the grid whose replay meets it, 24 per replica, and its figures are that
     replay's: the same as asking for 48 in flight on that layout, while 64 in flight (32 per
@@ -171,7 +171,7 @@ def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
     assert c.replayed and c.meets_targets and c.tpot_s <= 0.030
     assert c.steady_state_tpot_s == pytest.approx(
         0.0237, abs=5e-4
-    )  # the steady state's batch-24 round (28.0 ms replayed)
+    )  # the steady state's batch-24 round (28.1 ms replayed)
     assert c.batch_per_replica == pytest.approx(24.0)
     at = planner.serve("llama3-70b", "dgx-h100x1", concurrency=48, **kw)
     (same,) = [x for x in at.candidates if x.config["replicas"] == 2]
