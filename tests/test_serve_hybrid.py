@@ -257,3 +257,25 @@ def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> No
     fitted = evaluate(rows, cross_validate=False)
     assert any(r["inside_interval"] is not None for r in fitted.runs)
     json.dumps(nan_as_null(fitted.as_json()))
+
+
+def test_the_serving_benchmark_reports_each_fitted_key(capsys) -> None:
+    # benchmarks/serving_accuracy.py sums the throughput rows per engine/architecture (TensorRT-LLM's
+    # two runtimes apart): the held-out hybrid file's nine vLLM rows on B200 and one on H200
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("serving_accuracy", root / "benchmarks" / "serving_accuracy.py")
+    bench = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(bench)  # type: ignore[union-attr]
+    assert bench.main(["--runs", str(root / "benchmarks/data/heldout_hybrid_serving.yaml"), "--shipped"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("engine/architecture (throughput rows)"))
+    rows = {line.split()[0]: line.split()[1:] for line in lines[start + 1 : start + 3]}
+    assert set(rows) == {"vllm/blackwell", "vllm/hopper"}
+    assert rows["vllm/blackwell"][0] == "9" and rows["vllm/hopper"][0] == "1"
+    assert rows["vllm/hopper"][2] == "-"  # --shipped: nothing fitted, so no cross-validated figure
+    errors, cv_errors = bench._by_key([{"metric": "output_tokens_per_s_per_gpu", "key": "k", "error_pct": e,
+                                        "cv_error_pct": c} for e, c in ((10.0, 20.0), (-30.0, None))])["k"]  # fmt: skip
+    assert (errors, cv_errors, bench._mean_abs(errors), bench._cv_text([])) == ([10.0, -30.0], [20.0], 20.0, "-")
