@@ -452,9 +452,9 @@ def round_cost(
     a_compute, a_memory = decode_attention_pair(s, lay, dec, np.asarray(decode_context, dtype=float))
     m_compute, m_memory = mamba_pair(s, lay, dec, pf)
     message = tokens * m.hidden_size * ACTIVATION_BYTES
-    all_reduces = float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks
+    blocks = float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks  # one TP all-reduce after each
     moe_layers = float(m.num_moe_layers)
-    tp_comm = np.where(lay.attention_dp, 0.0, all_reduces * tp_all_reduce_s(s, lay, message))
+    tp_comm = np.where(lay.attention_dp, 0.0, blocks * tp_all_reduce_s(s, lay, message))
     ep_link = _link(s.cluster, lay.ep, 1)
     k = float(m.num_experts_per_tok or 0)
     dispatch_bytes = 1.0 if s.weights_dtype in ("fp8", "fp4") else ACTIVATION_BYTES
@@ -472,7 +472,7 @@ def round_cost(
         ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
-        overhead_count=np.full(n, float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks),
+        overhead_count=np.full(n, blocks),
         sequence_count=np.broadcast_to(decode_sequences, (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False, False]),
