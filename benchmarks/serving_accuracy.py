@@ -24,7 +24,6 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from planner.errors import PlannerError  # noqa: E402
 from planner.serving.calibrate import evaluate, nan_as_null  # noqa: E402
-from planner.serving.engine import THROUGHPUT_METRICS  # noqa: E402
 from planner.serving.runs import load_rows  # noqa: E402
 
 
@@ -33,27 +32,6 @@ def _pct(x: float | None, signed: bool = True) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "   -  "
     return f"{x:+6.1f}" if signed else f"{x:6.1f}"
-
-
-def _by_key(runs: list[dict]) -> dict[str, tuple[list[float], list[float]]]:
-    """The throughput rows' errors and cross-validated errors per fitted key (engine/architecture:
-    TensorRT-LLM's two runtimes apart), in key order."""
-    out: dict[str, tuple[list[float], list[float]]] = {}
-    for r in runs:
-        if r["metric"] in THROUGHPUT_METRICS:
-            errors, cv_errors = out.setdefault(str(r["key"]), ([], []))
-            errors.append(r["error_pct"])
-            if r["cv_error_pct"] is not None:
-                cv_errors.append(r["cv_error_pct"])
-    return dict(sorted(out.items()))
-
-
-def _mean_abs(values: list[float]) -> float:
-    return sum(abs(v) for v in values) / len(values)
-
-
-def _cv_text(values: list[float]) -> str:
-    return f"{_mean_abs(values):.1f}%" if values else "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,14 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             f"{_pct(e.get('ttft_mape_pct'), False)}/{_pct(e.get('ttft_cv_mape_pct'), False)}"
             f"  {_pct(e.get('tpot_mape_pct'), False)}/{_pct(e.get('tpot_cv_mape_pct'), False)}"
         )
-    print(f"\n{'engine/architecture (throughput rows)':40} {'rows':>5} {'MAPE':>6} {'CV':>6} {'signed':>7}")
-    for key, (errors, cv_errors) in _by_key(ev.runs).items():
-        signed = sum(errors) / len(errors)
-        print(f"{key:40} {len(errors):5d} {_mean_abs(errors):5.1f}% {_cv_text(cv_errors):>6} {signed:+6.1f}%")
     o = ev.overall
 
     def cv(value: float) -> str:  # no cross-validated figure where nothing was fitted (--shipped, --no-cv)
         return "-" if math.isnan(value) else f"{value:.1f}%"
+
+    print(f"\n{'engine/architecture (throughput rows)':40} {'rows':>5} {'MAPE':>6} {'CV':>6} {'signed':>7}")
+    for key, e in ev.keys.items():
+        print(f"{key:40} {e['rows']:5d} {e['mape_pct']:5.1f}% {cv(e['cv_mape_pct']):>6} {e['signed_pct']:+6.1f}%")
 
     print(
         f"\noverall: {o['priced']}/{o['rows']} rows priced (coverage {o['coverage']:.1%}); throughput per GPU over "

@@ -263,6 +263,7 @@ def test_the_serving_benchmark_reports_each_fitted_key(capsys) -> None:
     # benchmarks/serving_accuracy.py sums the throughput rows per engine/architecture (TensorRT-LLM's
     # two runtimes apart): the held-out hybrid file's nine vLLM rows on B200 and one on H200
     import importlib.util
+    import math
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
@@ -276,6 +277,16 @@ def test_the_serving_benchmark_reports_each_fitted_key(capsys) -> None:
     assert set(rows) == {"vllm/blackwell", "vllm/hopper"}
     assert rows["vllm/blackwell"][0] == "9" and rows["vllm/hopper"][0] == "1"
     assert rows["vllm/hopper"][2] == "-"  # --shipped: nothing fitted, so no cross-validated figure
-    errors, cv_errors = bench._by_key([{"metric": "output_tokens_per_s_per_gpu", "key": "k", "error_pct": e,
-                                        "cv_error_pct": c} for e, c in ((10.0, 20.0), (-30.0, None))])["k"]  # fmt: skip
-    assert (errors, cv_errors, bench._mean_abs(errors), bench._cv_text([])) == ([10.0, -30.0], [20.0], 20.0, "-")
+    # the table is calibrate.evaluate's per-key summary (JSON ``keys``): each key's throughput rows,
+    # their mean absolute and mean error, and the cross-validated one (NaN where nothing was fitted)
+    from planner.serving.calibrate import evaluate
+    from planner.serving.runs import load_rows
+
+    ev = evaluate(load_rows(str(root / "benchmarks/data/heldout_hybrid_serving.yaml")), shipped=True)
+    for key, summary in ev.keys.items():
+        errors = [r["error_pct"] for r in ev.runs if r["key"] == key and r["metric"] == "output_tokens_per_s_per_gpu"]
+        assert summary["rows"] == len(errors) and math.isnan(summary["cv_mape_pct"])
+        assert summary["mape_pct"] == pytest.approx(sum(abs(e) for e in errors) / len(errors))
+        assert summary["signed_pct"] == pytest.approx(sum(errors) / len(errors))
+    assert {k: v["rows"] for k, v in ev.keys.items()} == {"vllm/blackwell": 9, "vllm/hopper": 1}
+    assert "keys" in ev.as_json()

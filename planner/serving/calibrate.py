@@ -159,6 +159,8 @@ class Evaluation:
     runs: list[dict[str, Any]] = field(default_factory=list)
     unpriced: list[dict[str, str]] = field(default_factory=list)
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    keys: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per fitted key (engine/architecture): the throughput rows' count, MAPE, CV MAPE and signed error."""
     overall: dict[str, Any] = field(default_factory=dict)
     fitted: dict[str, FittedParameters] = field(default_factory=dict)
     rows_used: dict[str, list[str]] = field(default_factory=dict)
@@ -171,6 +173,7 @@ class Evaluation:
                 "runs": self.runs,
                 "unpriced": self.unpriced,
                 "groups": self.groups,
+                "keys": self.keys,
                 "overall": self.overall,
                 "fitted": {k: v.model_dump() for k, v in self.fitted.items()},
             }
@@ -276,6 +279,11 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
             entry[_coverage_key(bar)] = float(np.mean(hits))
         ev.groups[g] = entry
     tp = [r for r in ev.runs if r["metric"] in THROUGHPUT_METRICS]
+    for key in sorted({r["key"] for r in tp}):
+        of_key = [r for r in tp if r["key"] == key]
+        key_mape, key_signed = _summary([r["error_pct"] for r in of_key])
+        key_cv, _ = _summary([r["cv_error_pct"] for r in of_key if r["cv_error_pct"] is not None])
+        ev.keys[key] = {"rows": len(of_key), "mape_pct": key_mape, "cv_mape_pct": key_cv, "signed_pct": key_signed}
     lat = {m: [r for r in ev.runs if r["metric"] == m] for m in ("ttft_s", "tpot_s")}
     mape, signed = _summary([r["error_pct"] for r in tp])
     cv_mape, cv_signed = _summary([r["cv_error_pct"] for r in tp if r["cv_error_pct"] is not None])
