@@ -402,16 +402,59 @@ def expert_epilogue_bytes(model: ModelSpec, job: JobSpec) -> dict[str, float]:
     return {"clamp": clamp / 3.0, "bias": bias / 3.0}
 
 
+def elementwise_bytes_per_token(
+    model: ModelSpec,
+    moe: bool,
+    t: np.ndarray,
+    token_share: np.ndarray | float,
+    routed_copies: np.ndarray | float,
+    permute_copies: np.ndarray | float,
+    routed_act: float,
+) -> dict[str, np.ndarray]:
+    """HBM bytes per token of one layer's element-wise passes outside its GEMMs and attention core,
+    by op, on one rank, forward, in 16-bit activations (counts, as ``GLU_BYTES_PER_ELEMENT``):
+    'norms', a norm per block (read + write, 4h); 'residual', a residual add per block (two reads and
+    a write, 6h), both over the ``token_share`` of the tokens the rank holds there (1/t under
+    sequence parallelism or attention DP, else 1); 'rope', the rotation of the rank's queries and
+    keys (read + write); the MLP's activation (``activation_bytes`` per element of its width,
+    split over t): 'dense_activation', or in a MoE layer 'shared_activation' and
+    'routed_activation' (``routed_act`` bytes per element of the expert width for each of the
+    ``routed_copies`` a rank's experts run per token); 'permute', the read and write of the routed
+    copies each rank reorders (``permute_copies`` per token, dispatch and combine counted there).
+    Training's layer (``layer_forward_parts``) and serving's round (``serving.step``) price the
+    same counts."""
+    h = model.hidden_size
+    kind = model.layer_kind(moe)
+    act = activation_bytes(model)
+    zero = np.zeros(np.shape(t))
+    d_qk, _ = attention_dims(model)
+    rope = 4.0 * (model.num_attention_heads / t + kv_heads_per_rank(model, t)) * d_qk
+    out = {
+        "norms": zero + 4.0 * kind.blocks * h * token_share,
+        "residual": zero + 6.0 * kind.blocks * h * token_share,
+        "dense_activation": zero,
+        "routed_activation": zero,
+        "shared_activation": zero,
+        "rope": zero + kind.attention * rope if model.position_embedding_type == "rope" else zero,
+        "permute": zero,
+    }
+    if moe:
+        out["routed_activation"] = zero + routed_act * routed_copies * model.expert_intermediate_size
+        out["shared_activation"] = zero + act * model.shared_expert_width / t
+        # what the dispatch carries: the latent under LatentMoE; bf16 read + write
+        out["permute"] = zero + 4.0 * permute_copies * model.expert_input_size
+    else:
+        out["dense_activation"] = zero + kind.mlp * act * model.intermediate_size / t
+    return out
+
+
 def layer_forward_parts(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, moe: bool
 ) -> LayerForward:
     """Forward time of one layer on one rank for one micro-batch, by part: its GEMMs
     (``layer_gemms``), the attention core and element-wise ops."""
     bw = cluster.gpu.achieved_hbm_bytes_per_s
-    h, a = model.hidden_size, model.num_attention_heads
     t = mesh.tp.astype(float)
-    d_qk, _ = attention_dims(model)
-    kv = kv_heads_per_rank(model, t)
     tokens = mesh.tokens_per_rank(job.seq_len)
     kind = model.layer_kind(moe)
     g = gemm_on(cluster, job)
@@ -419,36 +462,25 @@ def layer_forward_parts(
         gemm.name: gemm.count * g(gemm.m_rows, gemm.n, gemm.k, gemm.concurrent)
         for gemm in layer_gemms(model, job, mesh, moe)
     }
-    act = activation_bytes(model)
     zero = np.zeros(len(mesh))
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
-    rope = 4.0 * (a / t + kv) * d_qk if model.position_embedding_type == "rope" else 0.0
-    bytes_per_token = {
-        "norms": 4.0 * kind.blocks * h * sp,  # a norm per block (two in a transformer layer), read + write
-        "residual": 6.0 * kind.blocks * h * sp,  # a residual add per block, two reads + one write
-        "dense_activation": zero,
-        "routed_activation": zero,
-        "shared_activation": zero,
-        "rope": zero + kind.attention * rope,
-        "permute": zero,
-        "expert_bias": zero,
-        # Mamba-2's mixer outside its GEMMs and scan, forward and backward as a third each
-        # (``mamba_mixer_bytes_per_token``): the convolution, the z gate and norm, the layout copies
-        **{f"mamba_{op}": zero + kind.mamba * b / t for op, b in mamba_mixer_bytes_per_token(model, mesh).items()},
-    }
+    copies = zero
     if moe:
-        top_k = model.num_experts_per_tok or 0
-        load = moe_load_factor(job, mesh)
-        copies = top_k * load  # routed copies of a token
-        epilogue = expert_epilogue_bytes(model, job)
-        routed_act = routed_activation_bytes(model, job)
-        bytes_per_token["routed_activation"] = routed_act * copies * model.expert_intermediate_size / mesh.expert_tp / t
-        bytes_per_token["shared_activation"] = zero + act * model.shared_expert_width / t
-        d = model.expert_input_size  # what the dispatch carries: the latent under LatentMoE
-        bytes_per_token["permute"] = 4.0 * copies * 2.0 * token_reorders(model, mesh) * d / t  # read + write
-        bytes_per_token["expert_bias"] = epilogue["bias"] * copies * d / t
-    else:
-        bytes_per_token["dense_activation"] = zero + kind.mlp * act * model.intermediate_size / t
+        copies = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)  # routed copies of a token
+    bytes_per_token = elementwise_bytes_per_token(
+        model,
+        moe,
+        t,
+        sp,
+        routed_copies=copies / mesh.expert_tp / t,
+        permute_copies=copies * 2.0 * token_reorders(model, mesh) / t,
+        routed_act=routed_activation_bytes(model, job),
+    )
+    bytes_per_token["expert_bias"] = expert_epilogue_bytes(model, job)["bias"] * copies * model.expert_input_size / t
+    # Mamba-2's mixer outside its GEMMs and scan, forward and backward as a third each
+    # (``mamba_mixer_bytes_per_token``): the convolution, the z gate and norm, the layout copies
+    for op, b in mamba_mixer_bytes_per_token(model, mesh).items():
+        bytes_per_token[f"mamba_{op}"] = zero + kind.mamba * b / t
     elementwise = {op: tokens * b / bw for op, b in bytes_per_token.items()}
     return LayerForward(
         gemm_s=np.asarray(sum(times.values())),

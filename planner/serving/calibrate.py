@@ -5,7 +5,8 @@ Seven physically named parameters per (engine, GPU architecture; TensorRT-LLM's 
 two engines), ``engine.FittedParameters``
 (``FIT`` holds their bounds):
   compute_fraction      GEMM/attention throughput in serving, vs the profile's GEMM/attention figures
-  decode_hbm_fraction   HBM bandwidth decode GEMMs reach reading weights, vs the profile's STREAM rate
+  decode_hbm_fraction   HBM bandwidth decode GEMMs reach reading weights (and the element-wise passes
+                        over the activations), vs the profile's STREAM rate
   expert_gemm_fraction  routed experts' grouped GEMMs vs dense GEMMs of the same FLOPs and bytes
   kv_read_fraction      HBM bandwidth decode attention reaches reading the paged KV cache
   tp_comm_fraction      speed the TP all-reduces reach, vs ``step.tp_all_reduce_s``

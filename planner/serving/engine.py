@@ -27,7 +27,11 @@ class FittedParameters(Frozen):
     (``planner.serving.calibrate``); defaults are what an uncalibrated engine assumes (1, 1, 0)."""
 
     decode_hbm_fraction: float = Field(
-        1.0, gt=0, le=1.5, description="HBM bandwidth decode GEMMs reach reading weights, vs the profile's STREAM rate"
+        1.0,
+        gt=0,
+        le=1.5,
+        description="HBM bandwidth decode GEMMs reach reading weights (and the element-wise passes over the "
+        "activations reach), vs the profile's STREAM rate",
     )
     kv_read_fraction: float = Field(
         1.0, gt=0, le=1.5, description="HBM bandwidth decode attention reaches reading the paged KV cache, vs STREAM"

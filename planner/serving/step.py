@@ -45,7 +45,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.cost.comm import GroupLink, all_gather_s, all_reduce_s, all_to_all_s, group_link, send_recv_s
-from planner.cost.compute import mamba_mixer_forward_bytes_per_token, mamba_scan_bytes_per_token
+from planner.cost.compute import (
+    activation_bytes,
+    elementwise_bytes_per_token,
+    mamba_mixer_forward_bytes_per_token,
+    mamba_scan_bytes_per_token,
+)
 from planner.cost.flops import attended_keys, attention_dims, chunked_keys, mamba_scan_flops_per_token_fwd
 from planner.schemas.hardware import GPU, ClusterSpec
 from planner.schemas.model import ModelSpec
@@ -151,6 +156,7 @@ class RoundTerms:
 
     gemm_s: np.ndarray
     attention_s: np.ndarray
+    elementwise_s: np.ndarray
     tp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
@@ -158,7 +164,15 @@ class RoundTerms:
 
     @property
     def total_s(self) -> np.ndarray:
-        return self.gemm_s + self.attention_s + self.tp_comm_s + self.ep_comm_s + self.pp_comm_s + self.overhead_s
+        return (
+            self.gemm_s
+            + self.attention_s
+            + self.elementwise_s
+            + self.tp_comm_s
+            + self.ep_comm_s
+            + self.pp_comm_s
+            + self.overhead_s
+        )
 
     def as_dict(self, i: int) -> dict[str, float]:
         return {k: float(getattr(self, k)[i]) for k in self.__dataclass_fields__}
@@ -169,12 +183,14 @@ class RoundCost:
     """A round's time as a function of the fitted parameters (c compute fraction, e expert GEMM
     fraction, h decode HBM fraction, o overhead per block): sum over roofline pairs of
     max(compute / c, memory / h), both / e for routed experts' grouped GEMMs, plus
-    compute-only time / c (prefill attention), plus communication, plus overhead_count x o. The
-    pairs are computed at c = h = 1 once, so a fit re-prices a row with arithmetic only."""
+    compute-only time / c (prefill attention), plus memory-only time / h (element-wise passes),
+    plus communication, plus overhead_count x o. The pairs are computed at c = h = 1 once, so a
+    fit re-prices a row with arithmetic only."""
 
     pair_compute_s: np.ndarray  # (pairs, n): GEMM groups and decode attention
     pair_memory_s: np.ndarray
     compute_only_s: np.ndarray
+    memory_only_s: np.ndarray  # element-wise passes over the activations (``activation_traffic_s``)
     tp_comm_s: np.ndarray
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
@@ -195,6 +211,7 @@ class RoundCost:
         return RoundTerms(
             gemm_s=pair[: self.gemm_pairs].sum(axis=0),
             attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s / c,
+            elementwise_s=self.memory_only_s / h,
             tp_comm_s=self.tp_comm_s / params.tp_comm_fraction,
             ep_comm_s=self.ep_comm_s,
             pp_comm_s=self.pp_comm_s,
@@ -213,6 +230,7 @@ class RoundCost:
             self.pair_compute_s[:0],
             self.pair_memory_s[:0],
             np.zeros_like(self.compute_only_s),
+            np.zeros_like(self.memory_only_s),
             np.zeros_like(self.tp_comm_s),
             np.zeros_like(self.ep_comm_s),
             np.zeros_like(self.pp_comm_s),
@@ -238,6 +256,7 @@ class RoundCost:
             pair_compute_s=cat(self.pair_compute_s, other.pair_compute_s),
             pair_memory_s=cat(self.pair_memory_s, other.pair_memory_s),
             compute_only_s=self.compute_only_s + w * other.compute_only_s,
+            memory_only_s=self.memory_only_s + w * other.memory_only_s,
             tp_comm_s=self.tp_comm_s + w * other.tp_comm_s,
             ep_comm_s=self.ep_comm_s + w * other.ep_comm_s,
             pp_comm_s=self.pp_comm_s + w * other.pp_comm_s,
@@ -388,6 +407,35 @@ def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len
     return flops / s.attention_flops_per_s(d_qk, d_v)
 
 
+def activation_traffic_s(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
+    """Byte time of a round's element-wise passes over ``tokens`` (per micro-batch) outside the
+    GEMMs and attention, summed over all layers, on one GPU, before the fitted decode HBM
+    fraction: norms, residual adds, RoPE, the MLPs' gated activation and the MoE's token reorders,
+    at the counts training prices (``compute.elementwise_bytes_per_token``). Under TP every rank
+    normalises all the tokens, under attention DP its 1/tp; the MLP widths and heads split over tp;
+    a rank's experts run k/tp routed copies per token at their whole width (the experts split over
+    ep, each over tp/ep) and reorder the k/ep copies routed to them, dispatch and combine
+    (TensorRT-LLM's CUTLASS MoE expands the rows to expert order and finalises them back; under
+    attention DP after the group's tokens are gathered). At 3,000 tokens per iteration a top-8
+    MoE layer of Qwen3-235B moves about 200 KB per token this way, comparable to the rank's
+    expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7)."""
+    m = s.model
+    t = lay.tp.astype(float)
+    share = np.where(lay.attention_dp, 1.0 / t, 1.0)
+    k = float(m.num_experts_per_tok or 0)
+
+    def per_layer(moe: bool) -> np.ndarray:
+        parts = elementwise_bytes_per_token(
+            m, moe, t, share, routed_copies=k / t, permute_copies=2.0 * k / lay.ep, routed_act=activation_bytes(m)
+        )
+        return np.asarray(sum(parts.values()))
+
+    per_token = m.num_dense_layers * per_layer(False)
+    if m.num_moe_layers:
+        per_token = per_token + m.num_moe_layers * per_layer(True)
+    return tokens * per_token / s.hbm_bytes_per_s
+
+
 def round_terms(
     s: Setting,
     lay: Layouts,
@@ -468,6 +516,7 @@ def round_cost(
         pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
         pair_memory_s=np.concatenate([g_memory, a_memory[None, :], m_memory[None, :]]),
         compute_only_s=prefill_attention_s(s, lay, pf, prompt_len),
+        memory_only_s=activation_traffic_s(s, lay, tokens),
         tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
         ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
