@@ -416,9 +416,9 @@ def activation_traffic_s(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.nda
     a rank's experts run k/tp routed copies per token at their whole width (the experts split over
     ep, each over tp/ep) and reorder the k/ep copies routed to them, dispatch and combine
     (TensorRT-LLM's CUTLASS MoE expands the rows to expert order and finalises them back; under
-    attention DP after the group's tokens are gathered). At 3,000 tokens per iteration a top-8
-    MoE layer of Qwen3-235B moves about 200 KB per token this way, comparable to the rank's
-    expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7)."""
+    attention DP after the group's tokens are gathered). Qwen3-235B (top 8) at DEP 4 moves 113 KB
+    per token and layer on each GPU this way: at 3,000 tokens per iteration 32 GB, as much as the
+    rank's FP4 expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7)."""
     m = s.model
     t = lay.tp.astype(float)
     share = np.where(lay.attention_dp, 1.0 / t, 1.0)
