@@ -230,10 +230,10 @@ def test_expert_bias_and_clamp_outside_the_fused_kernels_are_priced_where_the_st
     routed = 8192 * 4 * 2880  # routed copies x width
     assert ops["expert_bias"][0] == pytest.approx(routed * 49 / 3 / bw)
     assert ops["routed_activation"][0] == pytest.approx(routed * (33 + 100) / 3 / bw)
-    # bias and clamp together 0.69 ms of the layer's 3.14 ms forward on a B200 (6.8 TB/s achieved)
+    # bias and clamp together 0.70 ms of the layer's 3.16 ms forward on a B200 (6.67 TB/s achieved)
     parts = layer_forward_parts(oss, cluster, job, mesh, True)
-    assert routed * (49 + 100) / 3 / bw * 1e3 == pytest.approx(0.689, abs=0.001)
-    assert parts.total_s[0] * 1e3 == pytest.approx(3.14, abs=0.02)
+    assert routed * (49 + 100) / 3 / bw * 1e3 == pytest.approx(0.703, abs=0.001)
+    assert parts.total_s[0] * 1e3 == pytest.approx(3.16, abs=0.02)
     # a model without the clamp or the biases pays neither; a stack that does not count them neither,
     # and one without a measured activation pays the count of its passes (6 bytes each)
     plain = oss.model_copy(update={"swiglu_limit": None, "mlp_bias": False})
