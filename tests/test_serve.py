@@ -517,7 +517,7 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     # tokens/s per GPU on the curve, 210 replayed (at a smaller batch, to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(422.3, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(422.1, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -543,9 +543,9 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     # the table showed TPOT 11014.2 ms (the steady-state round under a full prefill) and 0.1 tok/s per user
     ranked = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1)
     best = ranked.candidates[0]
-    assert best.tpot_s is None and best.ttft_s == pytest.approx(5.266, rel=0.02)
+    assert best.tpot_s is None and best.ttft_s == pytest.approx(5.268, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 5266 ms, its round 86% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 5268 ms, its round 86% gemm")
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
     replayed = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, concurrency=64).candidates[0]
     assert replayed.replayed and replayed.tpot_s is None and replayed.steady_state_tpot_s is None
@@ -758,3 +758,41 @@ def test_targets_at_the_band_end_are_met_by_every_candidates_band(cli) -> None:
         none["candidates"] == []
         and "(asked: TPOT any, TTFT 1 ms; searched at the band's slow end: TPOT any, TTFT " in (none["reason"])
     )
+
+
+def test_a_rows_checkpoint_brings_its_chunked_attention() -> None:
+    """A runs row's shape has no key for Llama 4's chunked attention, its checkpoint's config.json
+    has: the catalog model whose hf_repos hold the row's hf_id gives it, where the shape agrees;
+    the row's 32K prompt then pays the chunked layers' attention over 8,192 keys at most."""
+    from planner.serving.runs import model_from_row
+    from planner.serving.step import prefill_attention_s
+
+    shape = {
+        "layers": 48,
+        "hidden": 5120,
+        "heads": 40,
+        "kv_heads": 8,
+        "head_dim": 128,
+        "ffn_dense": 16384,
+        "ffn_expert": 8192,
+        "experts": 128,
+        "top_k": 1,
+        "shared_experts": 1,
+        "moe_every_n_layers": 2,
+        "vocab": 202048,
+    }
+    row = {"name": "r", "model": {"hf_id": "meta-llama/Llama-4-Maverick-17B-128E-Instruct", "shape": shape}}
+    m = model_from_row(row)
+    assert (m.attention_chunk_size, m.num_chunked_layers) == (8192, 36)
+    # a shape that disagrees with the checkpoint's, or states its own window, keeps its own attention
+    other = model_from_row({**row, "model": {**row["model"], "shape": {**shape, "layers": 24, "moe_every_n_layers": 2}}})
+    assert other.num_chunked_layers == 0
+    unknown = model_from_row({**row, "model": {"hf_id": "someone/else", "shape": shape}})
+    assert unknown.num_chunked_layers == 0
+    # 36 chunked layers see 8,192 keys per query at most: a 32K prompt's attention is a fraction
+    full = Setting(unknown, load_cluster("dgx-b200x1"), load_engine("trtllm"), "fp4", "fp8", FittedParameters())
+    chunked = Setting(m, load_cluster("dgx-b200x1"), load_engine("trtllm"), "fp4", "fp8", FittedParameters())
+    lay, tokens = Layouts.of(8), np.array([32768.0])
+    ratio = prefill_attention_s(chunked, lay, tokens, 32768)[0] / prefill_attention_s(full, lay, tokens, 32768)[0]
+    # 12 full layers of s/2 keys per query and 36 of 4 causal chunks (4,096 on average): 0.44
+    assert ratio == pytest.approx((12 * 16384.5 + 36 * 4096.5) / (48 * 16384.5), rel=0.01)

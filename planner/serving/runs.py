@@ -158,6 +158,8 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         spec["gated_mlp"] = False
         spec["hidden_act"] = "gelu"
     window = shape.get("sliding_window")
+    if window is None:
+        spec |= catalog_chunked_attention(spec, hf_id)
     if window is not None:
         m = re.match(r"\s*(\d+)", str(window))
         if not m:
@@ -171,6 +173,29 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     except PlannerError as err:  # a value the schema refuses: the row is unpriceable, as planner.runs reads it
         raise UnpriceableError(str(err)) from None
     return built
+
+
+CHUNK_AGREEMENT = ("num_hidden_layers", "hidden_size", "num_attention_heads", "num_key_value_heads")
+"""What a row's shape must share with the catalog model its hf_id names for that model's chunked
+attention to be read (``catalog_chunked_attention``)."""
+
+
+def catalog_chunked_attention(spec: dict[str, Any], hf_id: str) -> dict[str, Any]:
+    """The chunked attention (``attention_chunk_size``, ``layer_types``) of the catalog model whose
+    ``hf_repos`` hold the row's ``hf_id``, where the row's shape agrees with it on
+    ``CHUNK_AGREEMENT``; else nothing. A row's shape has no key for it, but its checkpoint's
+    config.json does: Llama 4's attention_chunk_size 8192 on three of every four layers, which
+    TensorRT-LLM applies as a mask in context and generation (engines/trtllm.yaml, chunked_kv).
+    Until 2026-12-06 the Llama 4 rows were priced with full attention on every layer (Maverick's
+    and Scout's rows at 20K-33K prompts paid the whole context's prefill attention)."""
+    from planner.catalog import model_for_repo
+
+    known = model_for_repo(hf_id)
+    if known is None or not known.attention_chunk_size:
+        return {}
+    if any(spec.get(f) is not None and spec[f] != getattr(known, f) for f in CHUNK_AGREEMENT):
+        return {}
+    return {"attention_chunk_size": known.attention_chunk_size, "layer_types": known.layer_types}
 
 
 HYBRID_SHAPE_KEYS = {
