@@ -785,8 +785,9 @@ def test_a_rows_checkpoint_brings_its_chunked_attention() -> None:
     m = model_from_row(row)
     assert (m.attention_chunk_size, m.num_chunked_layers) == (8192, 36)
     # a shape that disagrees with the checkpoint's, or states its own window, keeps its own attention
-    other = model_from_row({**row, "model": {**row["model"], "shape": {**shape, "layers": 24, "moe_every_n_layers": 2}}})
-    assert other.num_chunked_layers == 0
+    for own in ({"layers": 24}, {"sliding_window": 4096}):
+        other = model_from_row({**row, "model": {**row["model"], "shape": shape | own}})
+        assert other.num_chunked_layers == 0 and other.attention_chunk_size is None
     unknown = model_from_row({**row, "model": {"hf_id": "someone/else", "shape": shape}})
     assert unknown.num_chunked_layers == 0
     # 36 chunked layers see 8,192 keys per query at most: a 32K prompt's attention is a fraction
