@@ -797,3 +797,20 @@ def test_a_rows_checkpoint_brings_its_chunked_attention() -> None:
     ratio = prefill_attention_s(chunked, lay, tokens, 32768)[0] / prefill_attention_s(full, lay, tokens, 32768)[0]
     # 12 full layers of s/2 keys per query and 36 of 4 causal chunks (4,096 on average): 0.44
     assert ratio == pytest.approx((12 * 16384.5 + 36 * 4096.5) / (48 * 16384.5), rel=0.01)
+
+
+def test_the_lm_head_paces_the_pipeline() -> None:
+    # blocks split evenly over the stages, the head on the last one: that stage is the slowest and
+    # a round lasts pp times it, so the head's time counts pp times and the blocks' once
+    from planner.serving.step import gemm_pairs
+
+    s = _setting()
+    lay = Layouts.of(1, [1, 2, 4])
+    tokens, head_tokens = np.full(3, 64.0), np.full(3, 64.0)
+    compute, memory = gemm_pairs(s, lay, tokens, head_tokens)
+    assert memory[0].tolist() == pytest.approx([memory[0, 0]] * 3)  # all the blocks' weights once a round
+    assert memory[2].tolist() == pytest.approx([memory[2, 0], 2 * memory[2, 0], 4 * memory[2, 0]])
+    assert compute[2].tolist() == pytest.approx([compute[2, 0], 2 * compute[2, 0], 4 * compute[2, 0]])
+    # Llama-3-70B's head (128,256 x 8,192 bf16, 2.1 GB) beside its 80 layers (137 GB): at PP 4 the
+    # weight reads of a decode round grow by 3 x 1.5%
+    assert memory[2, 0] / memory[0, 0] == pytest.approx(128256 * 8192 * 2 / (memory[0, 0] * s.hbm_bytes_per_s))

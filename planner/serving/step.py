@@ -32,7 +32,8 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
                (dispatch in the activation format, combine in bf16) of the rank's tokens x top-k x h
                (``cost.comm.all_to_all_s``), or an all-gather of the group's tokens x h and a
                reduce-scatter of the experts' outputs (``cost.comm.all_gather_s``).
-  PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``).
+  PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``); the LM head
+               on the last stage paces the pipeline, so it counts pp times (``gemm_pairs``).
   overhead     the engine's fitted fixed time per block and iteration (kernel launches and gaps;
                every block once per round) and per running sequence (host-side scheduling,
                sampling and detokenisation of each request every iteration).
@@ -307,7 +308,14 @@ def experts_touched_fraction(model: ModelSpec, tokens: np.ndarray) -> np.ndarray
 def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
     for the non-expert weights, the routed experts and the LM head (see the module docstring).
-    ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits."""
+    ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits.
+    Under pipeline parallelism the head counts pp times: the engines split the blocks evenly
+    over the stages and run the head on the last (TensorRT-LLM's and vLLM's PP), so the last
+    stage is the slowest, and with pp micro-batches in flight a round, in which each passes every
+    stage once, lasts pp times that stage's time: the blocks once and the head pp times, where the
+    sum of the stages had counted the head once. Llama-3.3-70B in FP4 at PP 8 on the RTX PRO
+    6000: the head's 2.1 GB of bf16 weights beside a stage's 4.9 GB of blocks; its 10 rows went
+    +39% -> +27% (ARCHITECTURE 9.7)."""
     m = s.model
     w = weight_params(m)
     non_expert_bytes, expert_bytes = block_weight_bytes_per_gpu(m, lay, s.weights_dtype)
@@ -322,8 +330,9 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     flops_head = 2.0 * lm_head_matrix_params(m) * head_tokens / lay.tp
     touched = experts_touched_fraction(m, tokens)
     rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
-    compute = np.stack([flops_non_expert / rate, flops_experts / rate, flops_head / rate])
-    memory = np.stack([non_expert_bytes / bw, expert_bytes * touched / bw, head_bytes / bw])
+    # the last stage runs the head besides its share of the blocks and sets the pipeline's pace
+    compute = np.stack([flops_non_expert / rate, flops_experts / rate, lay.pp * flops_head / rate])
+    memory = np.stack([non_expert_bytes / bw, expert_bytes * touched / bw, lay.pp * head_bytes / bw])
     return compute, np.broadcast_to(memory, compute.shape)
 
 
