@@ -814,3 +814,31 @@ def test_the_lm_head_paces_the_pipeline() -> None:
     # Llama-3-70B's head (128,256 x 8,192 bf16, 2.1 GB) beside its 80 layers (137 GB): at PP 4 the
     # weight reads of a decode round grow by 3 x 1.5%
     assert memory[2, 0] / memory[0, 0] == pytest.approx(128256 * 8192 * 2 / (memory[0, 0] * s.hbm_bytes_per_s))
+
+
+def test_a_static_batch_faster_than_its_weight_reads_is_refused() -> None:
+    """Each decode step of a static batch reads the weights its GPU holds: at the datasheet HBM
+    bandwidth Mixtral-8x7B at TP 2 on A100 (its blocks' 46.5 GB per GPU, every expert touched by
+    32 tokens) steps at most every 22.8 ms, about 700 output tokens/s per GPU at batch 32; a row
+    that states 801 (TensorRT-LLM 0.9's table) is refused with the reason, one just below the bound
+    is priced."""
+    from planner.serving.memory import block_weight_bytes_per_gpu
+    from planner.serving.runs import RowPlan, UnpriceableError, _check_static_rate_reachable
+
+    model, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-a100-80g")
+    s = Setting(model, cluster, load_engine("trtllm"), "bf16", "bf16", FittedParameters())
+    lay = Layouts.of(2)
+    non_expert, experts = block_weight_bytes_per_gpu(s.model, lay, "bf16")
+    assert float(non_expert[0] + experts[0]) / 1e9 == pytest.approx(46.5, abs=0.1)
+    ceiling = 32 / (float(non_expert[0] + experts[0]) / s.cluster.gpu.hbm_bandwidth_bytes_per_s) / 2
+    assert ceiling == pytest.approx(701, abs=3)
+
+    def plan(rate: float) -> RowPlan:
+        return RowPlan("r", "g", s, lay, "static", 2048, 2048, 32.0, {"output_tokens_per_s_per_gpu": rate})
+
+    said = r"measured.output_tokens_per_s_per_gpu 801 is above 70\d, what a static batch of 32 reaches"
+    with pytest.raises(UnpriceableError, match=said):
+        _check_static_rate_reachable(plan(801.0))
+    with pytest.raises(UnpriceableError):
+        _check_static_rate_reachable(plan(1.001 * ceiling))
+    _check_static_rate_reachable(plan(0.999 * ceiling))
