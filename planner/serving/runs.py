@@ -40,9 +40,9 @@ from planner.schemas.job import MAX_SEQ_LEN
 from planner.schemas.model import TORCH_DTYPE_NAMES, ModelSpec
 from planner.serving.engine import EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
-from planner.serving.memory import block_weight_bytes_per_gpu, reserved_context
+from planner.serving.memory import reserved_context
 from planner.serving.replay import replay
-from planner.serving.step import RoundCost, Setting, experts_touched_fraction, resolve_ssm_dtype, round_cost
+from planner.serving.step import RoundCost, Setting, resolve_ssm_dtype, round_cost, round_weight_bytes
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
     ("GB300", "gb300-nvl72"),
@@ -158,9 +158,9 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         spec["gated_mlp"] = False
         spec["hidden_act"] = "gelu"
     window = shape.get("sliding_window")
-    if window is None:
+    if window is None:  # the shape states no window: the checkpoint's chunked attention, if any
         spec |= catalog_chunked_attention(spec, hf_id)
-    if window is not None:
+    else:
         m = re.match(r"\s*(\d+)", str(window))
         if not m:
             raise UnpriceableError(f"sliding_window not a number ({window})")
@@ -523,7 +523,7 @@ def _check_plausible_rate(published: dict[str, float], model: ModelSpec, cluster
 def _check_static_rate_reachable(plan: RowPlan) -> None:
     """Refuse a static-batch row whose published output rate is faster than its batch can step
     (UnpriceableError): every decode step of a batch of B reads the weights each GPU holds (the
-    routed experts its B / pp tokens touch, ``step.experts_touched_fraction``), at best at the
+    routed experts its B / pp tokens touch: ``step.round_weight_bytes``, as the round prices), at best at the
     GPU's datasheet HBM bandwidth, so a GPU makes at most B / (weights / bandwidth) / GPUs output
     tokens a second, before any KV read, prefill or overhead. TensorRT-LLM 0.9's Mixtral-8x7B at TP 2
     on A100, batch 32 of 2K/2K, states 801 tokens/s per GPU, where its 46.5 GB per GPU at 2.04 TB/s
@@ -531,9 +531,8 @@ def _check_static_rate_reachable(plan: RowPlan) -> None:
     s, lay = plan.setting, plan.layout
     if plan.mode != "static" or "output_tokens_per_s_per_gpu" not in plan.published:
         return
-    non_expert, experts = block_weight_bytes_per_gpu(s.model, lay, s.weights_dtype)
-    touched = experts_touched_fraction(s.model, np.array([plan.batch / float(lay.pp[0])]))[0]
-    step_s = float(non_expert[0] + experts[0] * touched) * float(lay.pp[0]) / s.cluster.gpu.hbm_bandwidth_bytes_per_s
+    non_expert, experts = round_weight_bytes(s, lay, np.array([plan.batch / float(lay.pp[0])]))
+    step_s = float(non_expert[0] + experts[0]) / s.cluster.gpu.hbm_bandwidth_bytes_per_s
     ceiling = plan.batch / step_s / float(lay.gpus_per_replica[0])
     rate = plan.published["output_tokens_per_s_per_gpu"]
     if rate > ceiling:

@@ -305,6 +305,14 @@ def experts_touched_fraction(model: ModelSpec, tokens: np.ndarray) -> np.ndarray
     return 1.0 - np.power(1.0 - k / E, np.maximum(tokens, 0.0))
 
 
+def round_weight_bytes(s: Setting, lay: Layouts, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(non-expert, routed-expert) weight bytes one GPU reads in a round of micro-batches of
+    ``tokens``: every block's once over the pp stages' passes, and of the routed experts those
+    some token picks (``experts_touched_fraction``)."""
+    non_expert, experts = block_weight_bytes_per_gpu(s.model, lay, s.weights_dtype)
+    return non_expert * lay.pp, experts * lay.pp * experts_touched_fraction(s.model, tokens)
+
+
 def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
     for the non-expert weights, the routed experts and the LM head (see the module docstring).
@@ -318,8 +326,7 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     +39% -> +27% (ARCHITECTURE 9.7)."""
     m = s.model
     w = weight_params(m)
-    non_expert_bytes, expert_bytes = block_weight_bytes_per_gpu(m, lay, s.weights_dtype)
-    non_expert_bytes, expert_bytes = non_expert_bytes * lay.pp, expert_bytes * lay.pp
+    non_expert_bytes, expert_bytes = round_weight_bytes(s, lay, tokens)
     head_bytes = lm_head_read_bytes_per_gpu(m, s.engine, lay)
     c = m.parameter_counts
     k = float(m.num_experts_per_tok or 0)
@@ -328,11 +335,10 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     flops_experts = 2.0 * active_expert_params * tokens / lay.tp
     # split over tp, or whole on each attention-DP rank for its 1/tp of the tokens: the same FLOPs per GPU
     flops_head = 2.0 * lm_head_matrix_params(m) * head_tokens / lay.tp
-    touched = experts_touched_fraction(m, tokens)
     rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
     # the last stage runs the head besides its share of the blocks and sets the pipeline's pace
     compute = np.stack([flops_non_expert / rate, flops_experts / rate, lay.pp * flops_head / rate])
-    memory = np.stack([non_expert_bytes / bw, expert_bytes * touched / bw, lay.pp * head_bytes / bw])
+    memory = np.stack([non_expert_bytes / bw, expert_bytes / bw, lay.pp * head_bytes / bw])
     return compute, np.broadcast_to(memory, compute.shape)
 
 
