@@ -271,6 +271,41 @@ def test_an_attention_dp_group_exchanges_moe_tokens_as_its_engine_does() -> None
         assert got == pytest.approx(np.where(all_to_all, a2a, gather)), (model, cluster, engine)
 
 
+def test_a_rank_routes_every_token_it_holds_and_schedules_its_own_sequences() -> None:
+    # the fused MoE gates and sorts all k copies of every token a rank holds (TensorRT-LLM's runMoe
+    # radix-sorts k x num_rows, the other ranks' copies keyed past its experts): Maverick (top 1, 24
+    # MoE layers) and DeepSeek-V3 (top 8, 58) at TP 8, EP 8 over the TP ranks and DEP 8 on a DGX B200
+    # (attention DP gathers the group's tokens) all route tokens x k x layers; only the all-to-all
+    # over a GB200's multi-node NVLink (EP above top-k) leaves a rank its 1/ep
+    from planner.serving.step import round_cost
+
+    lay = Layouts.of(8, 1, [1, 8, 8], [False, False, True])
+    for model, k, layers in (("llama4-maverick", 1, 24), ("deepseek-v3", 8, 58)):
+        s = Setting(
+            load_model(model), load_cluster("dgx-b200"), load_engine("trtllm"), "fp4", "fp8", FittedParameters()
+        )
+        cost = round_cost(s, lay, np.full(3, 512.0), np.full(3, 2048.0), np.zeros(3), 1024)
+        assert cost.routed_copies.tolist() == [512.0 * k * layers] * 3, model
+        ns = cost.terms(FittedParameters(routed_copy_ns=10.0)).overhead_s - cost.terms(FittedParameters()).overhead_s
+        assert ns == pytest.approx(np.full(3, 512 * k * layers * 10e-9), rel=1e-12)
+        # TensorRT-LLM schedules every attention-DP rank apart: the host time is a rank's 64 sequences'
+        assert cost.sequence_count.tolist() == [512.0, 512.0, 64.0]
+    s = Setting(load_model("llama4-maverick"), load_cluster("gb200-nvl72"), load_engine("trtllm"), "fp4", "fp8",
+                FittedParameters())  # fmt: skip
+    cost = round_cost(s, lay, np.full(3, 512.0), np.full(3, 2048.0), np.zeros(3), 1024)
+    assert cost.routed_copies.tolist() == [512.0 * 24, 512.0 * 24, 512.0 * 24 / 8]
+    # SGLang keeps one scheduler per TP group under attention DP: the replica's sequences, whole
+    s = Setting(load_model("deepseek-v3"), load_cluster("dgx-b200"), load_engine("sglang"), "fp8", "fp8",
+                FittedParameters())  # fmt: skip
+    assert (
+        round_cost(s, lay, np.full(3, 512.0), np.full(3, 2048.0), np.zeros(3), 1024).sequence_count.tolist()
+        == [512.0] * 3
+    )
+    # a dense model routes nothing
+    dense = round_cost(_setting(), Layouts.of(8), np.full(1, 512.0), np.full(1, 2048.0), np.zeros(1), 1024)
+    assert dense.routed_copies.tolist() == [0.0]
+
+
 def test_larger_batch_raises_throughput_and_tpot() -> None:
     s = _setting(weights="fp8")
     batch = np.array([1.0, 8.0, 64.0, 256.0])
@@ -513,11 +548,11 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 422
+    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 424
     # tokens/s per GPU on the curve, 210 replayed (at a smaller batch, to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(422.1, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(423.9, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -545,7 +580,7 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     best = ranked.candidates[0]
     assert best.tpot_s is None and best.ttft_s == pytest.approx(5.268, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 5268 ms, its round 86% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 5206 ms, its round 86% gemm")
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
     replayed = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, concurrency=64).candidates[0]
     assert replayed.replayed and replayed.tpot_s is None and replayed.steady_state_tpot_s is None

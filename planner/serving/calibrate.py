@@ -1,7 +1,7 @@
 """Fit the serving engines' per-architecture parameters to published rows and cross-validate
 (ARCHITECTURE 9.7).
 
-Seven physically named parameters per (engine, GPU architecture; TensorRT-LLM's two runtimes are
+Eight physically named parameters per (engine, GPU architecture; TensorRT-LLM's two runtimes are
 two engines), ``engine.FittedParameters``
 (``FIT`` holds their bounds):
   compute_fraction      GEMM/attention throughput in serving, vs the profile's GEMM/attention figures
@@ -11,7 +11,8 @@ two engines), ``engine.FittedParameters``
   kv_read_fraction      HBM bandwidth decode attention reaches reading the paged KV cache
   tp_comm_fraction      speed the TP all-reduces reach, vs ``step.tp_all_reduce_s``
   block_overhead_us     fixed time per block (attention, MLP, Mamba) and iteration (kernel launches, gaps)
-  sequence_overhead_us  host time per running sequence and iteration
+  sequence_overhead_us  host time per running sequence and iteration (per scheduler)
+  routed_copy_ns        time per routed token copy a rank's MoE layer routes (gating, sort, maps)
 fitted by bounded least squares on log(predicted / published output tokens/s per GPU) with a
 soft-L1 (Huber-like) loss, over the throughput rows only (TTFT/TPOT rows are reported with the
 fitted values, never fitted). A key is fitted only where its rows cover at least two models
@@ -44,11 +45,13 @@ FIT: dict[str, tuple[float, float, float, float]] = {
     "tp_comm_fraction": (0.2, 1.5, 1.0, 0.1),
     "block_overhead_us": (0.0, 250.0, 20.0, 5.0),
     "sequence_overhead_us": (0.0, 100.0, 2.0, 1.0),
+    "routed_copy_ns": (0.0, 500.0, 10.0, 5.0),
 }
 """The fitted ``FittedParameters`` fields, in the order of the fit's vector, with their bounds,
 starting values and step scales: fractions at most 1 (the profile's figures are measured ceilings:
 MAMF GEMMs, BabelStream copies), overheads up to 250 us per block and iteration (40 ms per
-iteration of an 80-layer transformer) and 100 us per running sequence."""
+iteration of an 80-layer transformer), 100 us per running sequence and 500 ns per routed token
+copy and MoE layer (a 60-layer top-8 MoE's 4,000 tokens: 120 ms per iteration)."""
 FIELDS = tuple(FIT)
 BOUNDS = (tuple(v[0] for v in FIT.values()), tuple(v[1] for v in FIT.values()))
 X0 = np.array([v[2] for v in FIT.values()])

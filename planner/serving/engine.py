@@ -67,7 +67,20 @@ class FittedParameters(Frozen):
         ),
     )
     sequence_overhead_us: NonNegativeFloat = Field(
-        0.0, description="Host time per running sequence per iteration (scheduling, sampling, detokenisation)"
+        0.0,
+        description=(
+            "Host time per running sequence per iteration (scheduling, sampling, detokenisation), on each "
+            "scheduler: an engine that schedules every attention-DP rank apart pays it for the rank's sequences"
+        ),
+    )
+    routed_copy_ns: NonNegativeFloat = Field(
+        0.0,
+        description=(
+            "Time per routed token copy (a token x each of its top-k experts) a rank's MoE layer routes, outside "
+            "the expert GEMMs and the counted traffic: the top-k gating, the sort of every copy into expert "
+            "order and the expert maps, which the engines run over all the tokens a rank holds, its local "
+            "experts' or not (step.routed_copies, ARCHITECTURE 9.7)"
+        ),
     )
 
     @classmethod

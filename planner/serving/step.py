@@ -35,8 +35,10 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
   PP           pp - 1 sends of T x h x 2 bytes per round (``cost.comm.send_recv_s``); the LM head
                on the last stage paces the pipeline, so it counts pp times (``gemm_pairs``).
   overhead     the engine's fitted fixed time per block and iteration (kernel launches and gaps;
-               every block once per round) and per running sequence (host-side scheduling,
-               sampling and detokenisation of each request every iteration).
+               every block once per round), per running sequence on each scheduler (host-side
+               scheduling, sampling and detokenisation of each request every iteration; an engine
+               that schedules every attention-DP rank apart, its rank's sequences) and per routed
+               token copy a rank's MoE layers route (``routed_copies``).
 """
 
 from __future__ import annotations
@@ -196,7 +198,8 @@ class RoundCost:
     ep_comm_s: np.ndarray
     pp_comm_s: np.ndarray
     overhead_count: np.ndarray  # blocks a round passes through (each micro-batch through every stage's)
-    sequence_count: np.ndarray  # running sequences x rounds: the per-sequence host work
+    sequence_count: np.ndarray  # running sequences x rounds on a scheduler: the per-sequence host work
+    routed_copies: np.ndarray  # token copies x MoE layers a rank routes per round (``routed_copies``)
     gemm_pairs: int  # the first gemm_pairs pairs are GEMMs, the rest attention (and Mamba-2 mixing)
     expert_rows: np.ndarray  # bool per pair: routed-expert GEMMs (scaled by expert_gemm_fraction)
     kv_rows: np.ndarray  # bool per pair: decode attention over the paged KV cache (at kv_read_fraction)
@@ -219,7 +222,8 @@ class RoundCost:
             overhead_s=(
                 self.overhead_count * params.block_overhead_us + self.sequence_count * params.sequence_overhead_us
             )
-            * 1e-6,
+            * 1e-6
+            + self.routed_copies * params.routed_copy_ns * 1e-9,
         )
 
     def total_s(self, params: FittedParameters) -> np.ndarray:
@@ -237,6 +241,7 @@ class RoundCost:
             np.zeros_like(self.pp_comm_s),
             np.zeros_like(self.overhead_count),
             np.zeros_like(self.sequence_count),
+            np.zeros_like(self.routed_copies),
             0,
             self.expert_rows[:0],
             self.kv_rows[:0],
@@ -263,6 +268,7 @@ class RoundCost:
             pp_comm_s=self.pp_comm_s + w * other.pp_comm_s,
             overhead_count=self.overhead_count + w * other.overhead_count,
             sequence_count=self.sequence_count + w * other.sequence_count,
+            routed_copies=self.routed_copies + w * other.routed_copies,
             gemm_pairs=self.gemm_pairs + other.gemm_pairs,
             expert_rows=self._rows(self.expert_rows, other, other.expert_rows),
             kv_rows=self._rows(self.kv_rows, other, other.kv_rows),
@@ -483,13 +489,36 @@ def ep_exchange_s(
     select_alltoall_method_type: moe_ep_size <= top_k, or no MNNVL -> NotEnabled). Priced with
     an all-to-all everywhere until 2026-12-06 (ARCHITECTURE 9.7)."""
     gather = all_gather_s(tokens * width * dispatch_bytes, link) + all_gather_s(tokens * width * ACTIVATION_BYTES, link)
-    if s.engine.moe_token_exchange == "all_gather" or not multi_node_nvlink(s.cluster):
-        return gather
     rank_tokens = tokens / lay.tp
     a2a = all_to_all_s(rank_tokens * top_k * width * dispatch_bytes, link) + all_to_all_s(
         rank_tokens * top_k * width * ACTIVATION_BYTES, link
     )
-    return np.where(lay.ep > top_k, a2a, gather)
+    return np.where(all_to_all_dispatch(s, lay, top_k), a2a, gather)
+
+
+def all_to_all_dispatch(s: Setting, lay: Layouts, top_k: float) -> np.ndarray:
+    """Per layout, whether the engine dispatches a MoE layer's tokens by all-to-all (each rank then
+    holds only the copies routed to its experts) rather than gathering the attention-DP group's
+    tokens on every rank (``ep_exchange_s``)."""
+    if s.engine.moe_token_exchange == "all_gather" or not multi_node_nvlink(s.cluster):
+        return np.zeros(len(lay.ep), dtype=bool)
+    return np.asarray(lay.attention_dp & (lay.ep > top_k))
+
+
+def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
+    """Token copies (each token once per top-k expert) a rank's MoE layers route in a round of
+    ``tokens`` (the replica's, per micro-batch), summed over the MoE layers. The engines' fused MoE
+    runs its gating, the sort of the copies into expert order and the expert maps over every token
+    the rank holds, whichever rank's experts they go to: TensorRT-LLM's CutlassMoeFCRunner::runMoe
+    (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu @03cff08f) gates all num_rows tokens,
+    keys the copies bound for other EP ranks past its own experts and radix-sorts all k x num_rows
+    (``sorter_.run(..., k * num_rows)``) before expanding its own. Under TP every rank holds all the
+    tokens, under attention DP with an all-gather the group's, and only an all-to-all dispatch
+    (``all_to_all_dispatch``) leaves a rank the tokens x k / ep routed to it. The time per copy is
+    fitted (``FittedParameters.routed_copy_ns``; ARCHITECTURE 9.7)."""
+    k = float(s.model.num_experts_per_tok or 0)
+    held = np.where(all_to_all_dispatch(s, lay, k), k / lay.ep, k)
+    return float(s.model.num_moe_layers) * np.asarray(tokens, dtype=float) * held
 
 
 def round_cost(
@@ -526,6 +555,8 @@ def round_cost(
     ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * exchange, 0.0)
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
+    # an engine that schedules each attention-DP rank apart does the ranks' host work side by side
+    schedulers = np.where(lay.attention_dp & s.engine.scheduler_per_attention_dp_rank, lay.tp, 1.0)
     n = g_compute.shape[1]
     return RoundCost(
         pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
@@ -537,7 +568,8 @@ def round_cost(
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
         overhead_count=np.full(n, blocks),
-        sequence_count=np.broadcast_to(decode_sequences, (n,)).astype(float),
+        sequence_count=np.broadcast_to(decode_sequences / schedulers, (n,)).astype(float),
+        routed_copies=np.broadcast_to(routed_copies(s, lay, tokens), (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False, False]),
         kv_rows=np.array([False, False, False, True, False]),
