@@ -673,15 +673,12 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
 
 
 def _latencies(s: Setting, lay: Layouts, batch: float, isl: int, osl: int) -> tuple[float, float]:
-    from planner.serving.search import prefill_chunk
+    from planner.serving.search import first_token_s
 
     b = np.array([batch])
     ctx = np.array([isl + osl / 2.0])
-    tpot = float(round_cost(s, lay, b, ctx, b * isl / osl, isl).total_s(s.params)[0])
-    chunk = float(prefill_chunk(s.engine, isl))
-    first = round_cost(s, lay, np.maximum(b - 1, 0), ctx, np.array([chunk]) * lay.pp, isl).total_s(s.params)[0]
-    ttft = math.ceil(isl / chunk) * float(first) + (0.5 * tpot if batch > 1 else 0.0)
-    return ttft, tpot
+    tpot = round_cost(s, lay, b, ctx, b * isl / osl, isl).total_s(s.params)
+    return float(first_token_s(s, lay, b, ctx, isl, tpot)[0]), float(tpot[0])
 
 
 def _batch_at_load(s: Setting, plan: RowPlan) -> float:

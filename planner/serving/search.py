@@ -169,11 +169,20 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     prefill = batch * isl / osl
     terms = round_terms(s, lay, batch, context, prefill, isl)
     tpot = terms.total_s
-    chunk = float(prefill_chunk(s.engine, req.input_len))
-    chunks = math.ceil(isl / chunk)
-    first = round_terms(s, lay, np.maximum(batch - 1, 0), context, np.full(len(lay), chunk) * lay.pp, isl).total_s
-    ttft = chunks * first + 0.5 * tpot * (batch > 1)
-    return Priced(lay, batch, mem, terms, ttft, tpot)
+    return Priced(lay, batch, mem, terms, first_token_s(s, lay, batch, context, req.input_len, tpot), tpot)
+
+
+def first_token_s(
+    s: Setting, lay: Layouts, batch: np.ndarray, context: np.ndarray, input_len: int, tpot_s: np.ndarray
+) -> np.ndarray:
+    """Steady-state TTFT at ``batch`` running sequences per replica: the prompt's chunks, each in a
+    round beside the other batch - 1 sequences' decode tokens, plus half a round of ``tpot_s`` (a
+    request arrives in the middle of an iteration and joins the next) where others run."""
+    chunk = float(prefill_chunk(s.engine, input_len))
+    first = round_terms(
+        s, lay, np.maximum(batch - 1, 0), context, np.full(len(lay), chunk) * lay.pp, float(input_len)
+    ).total_s
+    return math.ceil(input_len / chunk) * first + 0.5 * tpot_s * (batch > 1)
 
 
 def _grid(lay: Layouts, mem: MemoryPlan, concurrency: int | None = None) -> tuple[Layouts, np.ndarray]:
