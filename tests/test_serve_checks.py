@@ -49,6 +49,21 @@ def test_exports_cap_a_request_at_the_length_the_kv_room_was_sized_for() -> None
         assert _flag(export_commands(ranking, engine), flag) == 4000
 
 
+def test_vllm_starts_with_smaller_batch_limits_on_an_a100_and_below_70_gib() -> None:
+    # vLLM's get_batch_defaults: 1,024 sequences and 8,192 tokens an iteration on a GPU of >= 70 GiB
+    # whose name has no 'a100', else 256 and 2,048; the plan is priced and exported with them
+    vllm = load_engine("vllm")
+    for cluster, seqs, tokens in (("dgx-h100", 1024, 8192), ("dgx-a100-80g", 256, 2048), ("l40s", 256, 2048)):
+        e = vllm.for_gpu(load_cluster(cluster).gpu)
+        assert (e.max_batch_size, e.max_num_batched_tokens) == (seqs, tokens), cluster
+    # the other engines' defaults do not depend on the GPU
+    assert load_engine("trtllm").for_gpu(load_cluster("dgx-a100-80g").gpu) == load_engine("trtllm")
+    ranking = serve_search(load_model("llama3-8b"), load_cluster("dgx-a100-80g"), ServeRequest(engine="vllm"))
+    assert ranking.token_budget == 2048 and all(c.batch_per_replica <= 256 for c in ranking.candidates)
+    assert _flag(export_commands(ranking, "vllm"), "--max-num-batched-tokens") == 2048
+    assert _flag(export_commands(ranking, "vllm"), "--max-num-seqs") <= 256
+
+
 def test_vllm_runs_expert_parallelism_over_every_rank_or_none() -> None:
     model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h200")
     vllm = enumerate_layouts(model, cluster, load_engine("vllm"), ServeRequest(engine="vllm"))

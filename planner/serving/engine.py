@@ -13,7 +13,7 @@ from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_
 
 from planner.errors import PlannerError
 from planner.schemas.base import Frozen
-from planner.schemas.hardware import check_sources
+from planner.schemas.hardware import GPU, check_sources
 from planner.schemas.model import SsmStateDtype
 
 ENGINES = ("vllm", "sglang", "trtllm", "trtllm-tensorrt")
@@ -140,6 +140,18 @@ class EngineCalibration(Frozen):
     )
 
 
+class SmallGpuDefaults(Frozen):
+    """The batch limits an engine defaults to on a smaller GPU (vLLM's ``get_batch_defaults``)."""
+
+    below_memory_gib: PositiveFloat = Field(description="GPUs with less memory than this take these defaults")
+    names: list[str] = Field(
+        default_factory=list,
+        description="Lower-case substrings of a GPU's name that take them whatever its memory (vLLM: 'a100')",
+    )
+    max_num_batched_tokens: PositiveInt
+    max_batch_size: PositiveInt
+
+
 class EngineProfile(Frozen):
     """One serving engine and the defaults it runs with."""
 
@@ -164,6 +176,11 @@ class EngineProfile(Frozen):
     chunked_prefill: bool = Field(description="Splits prompts into chunks mixed with decode by default")
     max_num_batched_tokens: PositiveInt = Field(description="Token budget of one iteration (prefill chunk)")
     max_batch_size: PositiveInt = Field(description="Most sequences one engine instance runs at once by default")
+    small_gpu_defaults: SmallGpuDefaults | None = Field(
+        None,
+        description="Smaller batch limits the engine defaults to on smaller GPUs (``for_gpu``); None: the same "
+        "everywhere",
+    )
     kv_block_tokens: PositiveInt = Field(description="Tokens per KV cache page: a sequence's KV is rounded up to it")
     kv_reservation: Literal["full", "on_demand"] = Field(
         description="'full': a request holds KV for prompt + all output from admission; 'on_demand': as generated"
@@ -277,6 +294,20 @@ class EngineProfile(Frozen):
                 where = ", ".join(f"{arch} {n}" for arch, n in sorted(counts.items(), key=lambda kv: -kv[1]))
                 return errors, f"{len(errors)} {runs}{what} on every GPU architecture ({where})"
         return [], f"no {runs}"
+
+    def for_gpu(self, gpu: GPU) -> EngineProfile:
+        """This engine as it starts on ``gpu``: its ``small_gpu_defaults`` where the GPU has less memory
+        than their bound or a name they list (vLLM caps an A100 80GB at 256 sequences and 2,048 tokens an
+        iteration, where an H100 gets 1,024 and 8,192)."""
+        small = self.small_gpu_defaults
+        name = gpu.name.lower()
+        if small is None or (
+            gpu.hbm_capacity_gib >= small.below_memory_gib and not any(n in name for n in small.names)
+        ):
+            return self
+        return self.model_copy(
+            update={"max_batch_size": small.max_batch_size, "max_num_batched_tokens": small.max_num_batched_tokens}
+        )
 
     def parameters(self, architecture: str | None) -> FittedParameters:
         """Fitted parameters for the architecture; the mean of the fitted ones elsewhere (an

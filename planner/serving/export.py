@@ -85,14 +85,18 @@ def _pool(
     role: str,
     ssm_dtype: str | None = None,
     checkpoint: str | None = None,
+    token_budget: int | None = None,
 ) -> str:
     """One replica kind's launch command. ``batch`` is the replica's sequences: vLLM (one engine per
     data-parallel rank, each with its own scheduler) and TensorRT-LLM (max_batch_size per rank under
     attention DP) take it per attention-DP rank, SGLang whole (it divides max_running_requests by
     the DP size). Every command caps a request at the asked input + output tokens (vLLM
     --max-model-len, SGLang --context-length, TensorRT-LLM --max_seq_len), the length the KV room
-    was sized for: the engines' default is the model's full context, which may not fit."""
+    was sized for: the engines' default is the model's full context, which may not fit. The token
+    budget per iteration is the one priced (``token_budget``: the engine's default on the plan's
+    GPU), else the engine's."""
     e = load_engine(engine)
+    budget = token_budget or e.max_num_batched_tokens
     weights, kv = str(req.weights_dtype), req.kv_dtype
     per_rank = math.ceil(batch / tp) if adp else batch
     length = req.input_len + req.output_len
@@ -107,7 +111,7 @@ def _pool(
                 args.append("--enable-expert-parallel")
         args += [f"--pipeline-parallel-size {pp}", f"--max-num-seqs {per_rank}", f"--max-model-len {length}"]
         args += [
-            f"--max-num-batched-tokens {e.max_num_batched_tokens}",
+            f"--max-num-batched-tokens {budget}",
             f"--gpu-memory-utilization {e.gpu_memory_fraction}",
         ]
         args += quant
@@ -127,7 +131,7 @@ def _pool(
         if ep > 1:
             args.append(f"--ep-size {ep}")
         args += [f"--max-running-requests {batch}", f"--context-length {length}"]
-        args += [f"--chunked-prefill-size {e.max_num_batched_tokens}", f"--mem-fraction-static {e.gpu_memory_fraction}"]
+        args += [f"--chunked-prefill-size {budget}", f"--mem-fraction-static {e.gpu_memory_fraction}"]
         args += quant
         if kv == "fp8":
             args.append("--kv-cache-dtype fp8_e4m3")
@@ -150,7 +154,7 @@ def _pool(
         if ep > 1:
             args.append(f"--ep_size {ep}")
         args += [f"--max_batch_size {per_rank}", f"--max_seq_len {length}"]
-        args += [f"--max_num_tokens {e.max_num_batched_tokens}"]
+        args += [f"--max_num_tokens {budget}"]
         args.append(f"--kv_cache_free_gpu_memory_fraction {e.gpu_memory_fraction}")
         if extra:
             args.append("--extra_llm_api_options extra.yaml")
@@ -220,6 +224,7 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     model = checkpoint_name(ranking.model, model_given)
     ckpt = _checkpoint_format(ranking.model, model_given)
     ssm = ranking.mamba_ssm_dtype
+    budget = ranking.token_budget
     lines = [
         f"# {model} on {ranking.cluster}: top candidate, {rate(c.output_tokens_per_s_per_gpu)} output tokens/s per GPU"
     ]
@@ -228,10 +233,12 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
         prefill = (split["prefill_tp"], split["prefill_pp"], split["prefill_ep"], bool(split["prefill_attention_dp"]))
         # the prompts a prefill replica was priced holding (disagg.prefill_prompts x pp)
-        lines.append(_pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt))
+        lines.append(
+            _pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt, budget)
+        )
         lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt))
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt, budget))
     else:
         lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt))
+        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt, budget))
     return "\n".join(lines) + "\n"

@@ -547,7 +547,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     """Translate one row (see the module docstring); raises UnpriceableError with the reason."""
     model = model_from_row(row)
     cluster = cluster_from_row(row)
-    engine = engine_from_row(row)
+    engine = engine_from_row(row).for_gpu(cluster.gpu)
     tool = str((row.get("engine") or {}).get("tool", ""))
     if "trtllm-bench" in tool:
         engine = engine.model_copy(update={"max_batch_size": TRTLLM_BENCH_MAX_BATCH})

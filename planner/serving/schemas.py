@@ -160,4 +160,9 @@ class ServeRanking(Frozen):
     mamba_ssm_dtype: SsmStateDtype | None = Field(
         None, description="A hybrid model's Mamba-2 SSM state format, as priced (None without Mamba layers)"
     )
+    token_budget: PositiveInt | None = Field(
+        None,
+        description="The engine's tokens per iteration as priced: its default on the cluster's GPU "
+        "(``EngineProfile.for_gpu``), which the exported launch command states",
+    )
     warnings: list[str] = Field(default_factory=list)

@@ -133,7 +133,7 @@ def setting_for(
 ) -> Setting:
     """What ``req`` serves on ``cluster``: its formats (a hybrid's SSM state's by ``resolve_ssm_dtype``)
     and the engine's fitted parameters for the GPU."""
-    engine = engine or load_engine(req.engine)
+    engine = (engine or load_engine(req.engine)).for_gpu(cluster.gpu)
     ssm = resolve_ssm_dtype(model, engine, req.mamba_ssm_dtype)
     params = engine.parameters(cluster.gpu.architecture)
     return Setting(model, cluster, engine, req.weights_dtype, req.kv_dtype, params, ssm)
@@ -633,6 +633,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         interval_basis=bases,
         warnings=warnings,
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
+        token_budget=s.engine.max_num_batched_tokens,
     )
 
 
