@@ -294,6 +294,18 @@ def test_a_rank_routes_every_token_it_holds_and_schedules_its_own_sequences() ->
                 FittedParameters())  # fmt: skip
     cost = round_cost(s, lay, np.full(3, 512.0), np.full(3, 2048.0), np.zeros(3), 1024)
     assert cost.routed_copies.tolist() == [512.0 * 24, 512.0 * 24, 512.0 * 24 / 8]
+    # there a rank receives each token once, with its k choices, if one of its experts is among them:
+    # DeepSeek-V3 (top 8 of 256) at DEP 16 and 32, the share 1 - C(256 - 256/ep, 8) / C(256, 8)
+    s = Setting(load_model("deepseek-v3"), load_cluster("gb200-nvl72"), load_engine("trtllm"), "fp4", "fp8",
+                FittedParameters())  # fmt: skip
+    wide = Layouts.of([16, 32], 1, [16, 32], True)
+    got = round_cost(s, wide, np.full(2, 512.0), np.full(2, 2048.0), np.zeros(2), 1024).routed_copies
+    shares = [1 - math.comb(256 - 256 // ep, 8) / math.comb(256, 8) for ep in (16, 32)]
+    assert shares == pytest.approx([0.4077, 0.2271], abs=1e-4)
+    assert got == pytest.approx([512 * 8 * 58 * share for share in shares], rel=1e-12)
+    # the busiest rank holds a sequence while any runs: one sequence on DEP 8 pays one's host time
+    one = round_cost(s, Layouts.of(8, 1, 8, True), np.ones(1), np.full(1, 2048.0), np.zeros(1), 1024)
+    assert one.sequence_count.tolist() == [1.0]
     # SGLang keeps one scheduler per TP group under attention DP: the replica's sequences, whole
     s = Setting(load_model("deepseek-v3"), load_cluster("dgx-b200"), load_engine("sglang"), "fp8", "fp8",
                 FittedParameters())  # fmt: skip

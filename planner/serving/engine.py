@@ -76,10 +76,10 @@ class FittedParameters(Frozen):
     routed_copy_ns: NonNegativeFloat = Field(
         0.0,
         description=(
-            "Time per routed token copy (a token x each of its top-k experts) a rank's MoE layer routes, outside "
-            "the expert GEMMs and the counted traffic: the top-k gating, the sort of every copy into expert "
-            "order and the expert maps, which the engines run over all the tokens a rank holds, its local "
-            "experts' or not (step.routed_copies, ARCHITECTURE 9.7)"
+            "Time per routed token copy (a token x each of its top-k experts) a rank's MoE layer sorts, outside "
+            "the expert GEMMs and the counted traffic: the sort of every copy into expert order and the expert "
+            "maps, which the engines run over all the tokens a rank holds, its local experts' or not "
+            "(step.routed_copies, ARCHITECTURE 9.7)"
         ),
     )
 

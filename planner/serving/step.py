@@ -506,19 +506,30 @@ def all_to_all_dispatch(s: Setting, lay: Layouts, top_k: float) -> np.ndarray:
 
 
 def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
-    """Token copies (each token once per top-k expert) a rank's MoE layers route in a round of
+    """Token copies (each token once per top-k expert) a rank's MoE layers sort in a round of
     ``tokens`` (the replica's, per micro-batch), summed over the MoE layers. The engines' fused MoE
-    runs its gating, the sort of the copies into expert order and the expert maps over every token
-    the rank holds, whichever rank's experts they go to: TensorRT-LLM's CutlassMoeFCRunner::runMoe
-    (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu @03cff08f) gates all num_rows tokens,
-    keys the copies bound for other EP ranks past its own experts and radix-sorts all k x num_rows
-    (``sorter_.run(..., k * num_rows)``) before expanding its own. Under TP every rank holds all the
-    tokens, under attention DP with an all-gather the group's, and only an all-to-all dispatch
-    (``all_to_all_dispatch``) leaves a rank the tokens x k / ep routed to it. The time per copy is
-    fitted (``FittedParameters.routed_copy_ns``; ARCHITECTURE 9.7)."""
-    k = float(s.model.num_experts_per_tok or 0)
-    held = np.where(all_to_all_dispatch(s, lay, k), k / lay.ep, k)
-    return float(s.model.num_moe_layers) * np.asarray(tokens, dtype=float) * held
+    sorts the k copies of every token the rank holds into expert order and builds the expert maps
+    over them, whichever rank's experts they go to: TensorRT-LLM's CutlassMoeFCRunner::runMoe
+    (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu @03cff08f) keys the copies bound for
+    other EP ranks past its own experts and radix-sorts all k x num_rows (``sorter_.run(..., k *
+    num_rows)``) before expanding its own. Under TP every rank holds all the tokens, under attention
+    DP with an all-gather the group's. An all-to-all dispatch (``all_to_all_dispatch``) sends a
+    token, with its k choices, to each rank that holds one of its experts: under uniform routing a
+    rank receives the share 1 - C(E - E/ep, k) / C(E, k) of the tokens (1/ep at top 1; DeepSeek-V3's
+    top 8 of 256 at EP 16: 0.41). The time per copy is fitted (``FittedParameters.routed_copy_ns``;
+    ARCHITECTURE 9.7)."""
+    m = s.model
+    k = float(m.num_experts_per_tok or 0)
+    if not k:
+        return np.zeros_like(np.asarray(tokens, dtype=float))
+    experts = float(m.num_experts_total)
+    local = experts / lay.ep
+    # C(E - E/ep, k) / C(E, k): none of a token's k distinct experts is among the rank's E/ep
+    none_here = np.ones_like(local)
+    for i in range(int(k)):
+        none_here = none_here * np.clip((experts - local - i) / (experts - i), 0.0, 1.0)
+    received = np.where(all_to_all_dispatch(s, lay, k), 1.0 - none_here, 1.0)
+    return float(m.num_moe_layers) * np.asarray(tokens, dtype=float) * k * received
 
 
 def round_cost(
@@ -556,6 +567,7 @@ def round_cost(
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
     # an engine that schedules each attention-DP rank apart does the ranks' host work side by side
+    # (the busiest rank holds at least one sequence while any runs, as a micro-batch does above)
     schedulers = np.where(lay.attention_dp & s.engine.scheduler_per_attention_dp_rank, lay.tp, 1.0)
     n = g_compute.shape[1]
     return RoundCost(
@@ -568,7 +580,9 @@ def round_cost(
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
         overhead_count=np.full(n, blocks),
-        sequence_count=np.broadcast_to(decode_sequences / schedulers, (n,)).astype(float),
+        sequence_count=np.broadcast_to(
+            np.maximum(decode_sequences / schedulers, np.minimum(decode_sequences, 1.0)), (n,)
+        ).astype(float),
         routed_copies=np.broadcast_to(routed_copies(s, lay, tokens), (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False, False]),
