@@ -266,7 +266,14 @@ def test_an_attention_dp_group_exchanges_moe_tokens_as_its_engine_does() -> None
         link = _link(s.cluster, lay.ep, 1)
         k, h = float(m.num_experts_per_tok), float(m.expert_input_size)
         gather = all_gather_s(tokens * h * 1.0, link) + all_gather_s(tokens * h * 2.0, link)
-        a2a = all_to_all_s(tokens / lay.tp * k * h * 1.0, link) + all_to_all_s(tokens / lay.tp * k * h * 2.0, link)
+        # a token goes once to each rank holding one of its k experts: Maverick (top 1) to one,
+        # DeepSeek-V3 (top 8 of 256) at EP 16 to 16 x (1 - C(240, 8) / C(256, 8)) = 6.52 of 8
+        ranks = np.array([ep * (1 - math.comb(int(m.num_experts_total) - int(m.num_experts_total) // ep, int(k))
+                                / math.comb(int(m.num_experts_total), int(k))) for ep in (8, 16)])  # fmt: skip
+        if model == "deepseek-v3":
+            assert ranks[1] == pytest.approx(6.523, abs=1e-3)
+        sent = tokens / lay.tp * ranks
+        a2a = all_to_all_s(sent * h * 1.0, link) + all_to_all_s(sent * h * 2.0, link)
         got = ep_exchange_s(s, lay, tokens, k, h, 1.0, link)
         assert got == pytest.approx(np.where(all_to_all, a2a, gather)), (model, cluster, engine)
 

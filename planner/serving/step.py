@@ -484,16 +484,32 @@ def ep_exchange_s(
     'all_gather', every rank gathers the group's tokens (dispatch format) before the routed
     experts and the outputs are reduce-scattered back in bf16 (vLLM's default
     allgather_reducescatter, SGLang's DP-attention gather and scatter); 'all_to_all_over_mnnvl',
-    TensorRT-LLM's PyTorch backend: 2 all-to-alls of the rank's tokens x top-k where EP exceeds
+    TensorRT-LLM's PyTorch backend: 2 all-to-alls, each token to every rank holding one of its
+    experts (``received_share``: its top-k copies' ranks, less those that share one), where EP exceeds
     top-k over multi-node NVLink, else the all-gather (tensorrt_llm/_torch/modules/fused_moe
     select_alltoall_method_type: moe_ep_size <= top_k, or no MNNVL -> NotEnabled). Priced with
     an all-to-all everywhere until 2026-12-06 (ARCHITECTURE 9.7)."""
     gather = all_gather_s(tokens * width * dispatch_bytes, link) + all_gather_s(tokens * width * ACTIVATION_BYTES, link)
-    rank_tokens = tokens / lay.tp
-    a2a = all_to_all_s(rank_tokens * top_k * width * dispatch_bytes, link) + all_to_all_s(
-        rank_tokens * top_k * width * ACTIVATION_BYTES, link
-    )
+    # each token goes once to every rank holding one of its experts (at top 1, its one expert's)
+    sent = tokens / lay.tp * lay.ep * received_share(s.model, lay)
+    a2a = all_to_all_s(sent * width * dispatch_bytes, link) + all_to_all_s(sent * width * ACTIVATION_BYTES, link)
     return np.where(all_to_all_dispatch(s, lay, top_k), a2a, gather)
+
+
+def received_share(model: ModelSpec, lay: Layouts) -> np.ndarray:
+    """Share of the tokens with at least one of their top-k (distinct) experts among an EP rank's
+    E/ep under uniform routing: 1 - C(E - E/ep, k) / C(E, k) (1/ep at top 1; DeepSeek-V3's top 8
+    of 256 at EP 16: 0.41). An all-to-all dispatch sends a token, with its k choices, to each such
+    rank (TensorRT-LLM's MNNVL all-to-all, fused_moe_wide_ep.py)."""
+    k = int(model.num_experts_per_tok or 0)
+    experts = float(model.num_experts_total)
+    if not k or not experts:
+        return np.zeros(len(lay.ep))
+    local = experts / lay.ep
+    none_here = np.ones_like(local)
+    for i in range(k):  # C(E - E/ep, k) / C(E, k) as a product
+        none_here = none_here * np.clip((experts - local - i) / (experts - i), 0.0, 1.0)
+    return 1.0 - none_here
 
 
 def all_to_all_dispatch(s: Setting, lay: Layouts, top_k: float) -> np.ndarray:
@@ -514,21 +530,11 @@ def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
     other EP ranks past its own experts and radix-sorts all k x num_rows (``sorter_.run(..., k *
     num_rows)``) before expanding its own. Under TP every rank holds all the tokens, under attention
     DP with an all-gather the group's. An all-to-all dispatch (``all_to_all_dispatch``) sends a
-    token, with its k choices, to each rank that holds one of its experts: under uniform routing a
-    rank receives the share 1 - C(E - E/ep, k) / C(E, k) of the tokens (1/ep at top 1; DeepSeek-V3's
-    top 8 of 256 at EP 16: 0.41). The time per copy is fitted (``FittedParameters.routed_copy_ns``;
-    ARCHITECTURE 9.7)."""
+    token, with its k choices, to each rank that holds one of its experts (``received_share``).
+    The time per copy is fitted (``FittedParameters.routed_copy_ns``; ARCHITECTURE 9.7)."""
     m = s.model
     k = float(m.num_experts_per_tok or 0)
-    if not k:
-        return np.zeros_like(np.asarray(tokens, dtype=float))
-    experts = float(m.num_experts_total)
-    local = experts / lay.ep
-    # C(E - E/ep, k) / C(E, k): none of a token's k distinct experts is among the rank's E/ep
-    none_here = np.ones_like(local)
-    for i in range(int(k)):
-        none_here = none_here * np.clip((experts - local - i) / (experts - i), 0.0, 1.0)
-    received = np.where(all_to_all_dispatch(s, lay, k), 1.0 - none_here, 1.0)
+    received = np.where(all_to_all_dispatch(s, lay, k), received_share(m, lay), 1.0)
     return float(m.num_moe_layers) * np.asarray(tokens, dtype=float) * k * received
 
 
