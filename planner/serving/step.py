@@ -538,6 +538,12 @@ def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
     return float(m.num_moe_layers) * np.asarray(tokens, dtype=float) * k * received
 
 
+def _busiest_share(count: np.ndarray, parts: np.ndarray) -> np.ndarray:
+    """``count`` split over ``parts`` (pipeline micro-batches, attention-DP schedulers), as the
+    busiest part holds it: count / parts, and at least one while any runs."""
+    return np.maximum(count / parts, np.minimum(count, 1.0))
+
+
 def round_cost(
     s: Setting,
     lay: Layouts,
@@ -553,7 +559,7 @@ def round_cost(
     pp = lay.pp
     # a micro-batch holds B / pp sequences, and at least one while any runs
     decode_sequences = np.asarray(decode_sequences, dtype=float)
-    dec = np.maximum(decode_sequences / pp, np.minimum(decode_sequences, 1.0))
+    dec = _busiest_share(decode_sequences, pp)
     pf = np.asarray(prefill_tokens, dtype=float) / pp
     tokens = dec + pf
     head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
@@ -573,7 +579,6 @@ def round_cost(
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
     # an engine that schedules each attention-DP rank apart does the ranks' host work side by side
-    # (the busiest rank holds at least one sequence while any runs, as a micro-batch does above)
     schedulers = np.where(lay.attention_dp & s.engine.scheduler_per_attention_dp_rank, lay.tp, 1.0)
     n = g_compute.shape[1]
     return RoundCost(
@@ -586,9 +591,7 @@ def round_cost(
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
         overhead_count=np.full(n, blocks),
-        sequence_count=np.broadcast_to(
-            np.maximum(decode_sequences / schedulers, np.minimum(decode_sequences, 1.0)), (n,)
-        ).astype(float),
+        sequence_count=np.broadcast_to(_busiest_share(decode_sequences, schedulers), (n,)).astype(float),
         routed_copies=np.broadcast_to(routed_copies(s, lay, tokens), (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False, False]),
