@@ -421,6 +421,33 @@ def test_attention_at_other_head_dims_pays_the_exponentials() -> None:
     assert mi300x.attention_efficiency_at("fused", 64, 64) == mi300x.attention_efficiency
 
 
+def test_an_fp8_fmha_speeds_the_matmuls_not_the_exponentials() -> None:
+    h100, b200, l40s = (load_cluster(n).gpu for n in ("dgx-h100", "dgx-b200", "l40s"))
+    # 1/eff8 = (1/eff - x)/r + x: the matmul share at the fp8/16-bit peak ratio r = 2, the SFUs' x not
+    x, r = 256 / 512, 1978.9 / 989.4  # H100 forward at head dim 128: one exponential per 2 x (128 + 128) FLOPs
+    assert h100.attention_efficiency_at("fused", 128, 128, forward_only=True, fp8=True) == pytest.approx(
+        1 / ((1 / 0.56 - x) / r + x)
+    )
+    # FlashAttention-3's H100 forward at head dim 256: 16-bit 'up to 740 TFLOPs/s', fp8 'close to 1.2
+    # PFLOPs/s' (arXiv:2407.08608); from the profile's 0.56 at 128: 644 and 1,108
+    assert h100.attention_efficiency_at("fused", 256, 256, forward_only=True) * 989.4 == pytest.approx(644, abs=1)
+    assert h100.attention_efficiency_at("fused", 256, 256, forward_only=True, fp8=True) * 989.4 == pytest.approx(
+        1108, abs=1
+    )
+    # B200's SFUs bound the softmax harder (512 tensor FLOPs per exponential): fp8 buys 1.29x, H100's 1.56x
+    gain = {
+        g.name: g.attention_efficiency_at("fused", 128, 128, True, fp8=True)
+        / g.attention_efficiency_at("fused", 128, 128, True)
+        for g in (h100, b200)
+    }
+    assert gain == {h100.name: pytest.approx(1.5625, abs=1e-4), b200.name: pytest.approx(1.2903, abs=1e-4)}
+    # no SFU rate in the profile: no gain claimed
+    assert l40s.tensor_flops_per_exp is None
+    assert l40s.attention_efficiency_at("fused", 128, 128, True, fp8=True) == l40s.attention_efficiency_at(
+        "fused", 128, 128, True
+    )
+
+
 def test_flash_kernels_ramp_with_the_sequence() -> None:
     assert float(flash_length_factor(np.array(float(FLASH_REFERENCE_TOKENS)))) == pytest.approx(1.0)
     short, long = flash_length_factor(np.array([512.0, 65536.0]))

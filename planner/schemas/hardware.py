@@ -297,22 +297,36 @@ class GPU(Frozen):
             return self.attention_efficiency_fa2
         return best
 
-    def attention_efficiency_at(self, kernel: str, d_qk: float, d_v: float, forward_only: bool = False) -> float:
+    def attention_efficiency_at(
+        self, kernel: str, d_qk: float, d_v: float, forward_only: bool = False, fp8: bool = False
+    ) -> float:
         """``attention_efficiency_for(kernel)`` at query/key head dim ``d_qk`` and value head dim
         ``d_v`` instead of the figure's ``ATTENTION_REFERENCE_HEAD_DIM`` (forward alone, or forward
         + backward): the exponentials' time is added to, or taken from, the kernel's time per FLOP,
         1/eff(d) = 1/eff(128) + x(d) - x(128), x = ``exp_time_per_flop`` (``tensor_flops_per_exp``),
         never above the larger of the figure and ``gemm_efficiency`` (a kernel of two GEMMs and a
         softmax does not outrun a lone GEMM: absorbed MLA decode, 576 + 512, would otherwise pass 1
-        on B200). Unchanged where the profile gives no SFU rate."""
+        on B200). Unchanged where the profile gives no SFU rate.
+
+        ``fp8``: the kernel's two GEMMs in fp8 (an FP8 FMHA: e4m3 Q, K and V), still as a fraction
+        of the 16-bit peak: the same serial split with the matmul share sped up by the fp8/16-bit
+        peak ratio r and the exponentials not, 1/eff8 = (1/eff - x)/r + x, so where the SFUs bound
+        the kernel fp8 buys little (B200 at head dim 128 forward: 1.29x; H100: 1.56x). Checked
+        against FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608, abstract), H100 forward at
+        head dim 256: 16-bit 'up to 740 TFLOPs/s', fp8 'close to 1.2 PFLOPs/s'; from the H100
+        profile's 0.56 at 128 this gives 644 and 1,108. No gain where the profile gives no SFU rate
+        or no fp8 peak (a claim the profile cannot back)."""
         efficiency = self.attention_efficiency_for(kernel)
         if self.tensor_flops_per_exp is None:
             return efficiency
         ref = ATTENTION_REFERENCE_HEAD_DIM
-        delta = exp_time_per_flop(self.tensor_flops_per_exp, d_qk, d_v, forward_only) - exp_time_per_flop(
-            self.tensor_flops_per_exp, ref, ref, forward_only
-        )
-        return min(1.0 / (1.0 / efficiency + delta), max(efficiency, self.gemm_efficiency))
+        x = exp_time_per_flop(self.tensor_flops_per_exp, d_qk, d_v, forward_only)
+        delta = x - exp_time_per_flop(self.tensor_flops_per_exp, ref, ref, forward_only)
+        efficiency = min(1.0 / (1.0 / efficiency + delta), max(efficiency, self.gemm_efficiency))
+        if not fp8 or "fp8" not in self.peak_tflops:
+            return efficiency
+        ratio = self.peak_flops_per_s("fp8") / self.peak_flops_per_s("bf16")
+        return 1.0 / (max(1.0 / efficiency - x, 0.0) / ratio + x)
 
     def gemm_efficiency_at(self, flops: np.ndarray) -> np.ndarray:
         """Achievable fraction of peak for GEMMs of ``flops`` FLOPs: the measured curve when the

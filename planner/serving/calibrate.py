@@ -4,7 +4,9 @@
 Eight physically named parameters per (engine, GPU architecture; TensorRT-LLM's two runtimes are
 two engines), ``engine.FittedParameters``
 (``FIT`` holds their bounds):
-  compute_fraction      GEMM/attention throughput in serving, vs the profile's GEMM/attention figures
+  compute_fraction      weight GEMMs' (and decode attention's FLOP side) throughput in serving, vs the
+                        profile's GEMM figures (a prompt's attention runs at the profile's measured
+                        kernel figure: ``step.RoundCost``)
   decode_hbm_fraction   HBM bandwidth decode GEMMs reach reading weights (and the element-wise passes
                         over the activations), vs the profile's STREAM rate
   expert_gemm_fraction  routed experts' grouped GEMMs vs dense GEMMs of the same FLOPs and bytes

@@ -37,7 +37,11 @@ class FittedParameters(Frozen):
         1.0, gt=0, le=1.5, description="HBM bandwidth decode attention reaches reading the paged KV cache, vs STREAM"
     )
     compute_fraction: float = Field(
-        1.0, gt=0, le=1.5, description="GEMM/attention throughput in serving, as a fraction of the profile's figures"
+        1.0,
+        gt=0,
+        le=1.5,
+        description="Weight GEMMs' (and decode attention's FLOP side) throughput in serving, as a fraction of the "
+        "profile's GEMM figures; a prompt's attention runs at the profile's measured kernel figure",
     )
     expert_gemm_fraction: float = Field(
         1.0,
@@ -181,6 +185,11 @@ class EngineProfile(Frozen):
         description="Smaller batch limits the engine defaults to on smaller GPUs (``for_gpu``); None: the same "
         "everywhere",
     )
+    fp8_context_attention: bool = Field(
+        False,
+        description="With an fp8 KV cache, the prompt's (context-phase) attention runs an FP8 FMHA, its GEMMs "
+        "on e4m3 Q, K and V (``GPU.attention_efficiency_at`` fp8); False: 16-bit whatever the cache",
+    )
     kv_block_tokens: PositiveInt = Field(description="Tokens per KV cache page: a sequence's KV is rounded up to it")
     kv_reservation: Literal["full", "on_demand"] = Field(
         description="'full': a request holds KV for prompt + all output from admission; 'on_demand': as generated"
@@ -242,7 +251,7 @@ class EngineProfile(Frozen):
             self,
             self.sources,
             skip={"sources", "name", "description", "fitted", "calibration"},
-            required={"calibrated_like", "latency_errors_like", "moe_token_exchange"},
+            required={"calibrated_like", "latency_errors_like", "moe_token_exchange", "fp8_context_attention"},
         )
         if self.fitted and self.calibration is None:
             raise ValueError("fitted parameters need a calibration block naming the rows they were fitted on")

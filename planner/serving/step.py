@@ -140,12 +140,15 @@ class Setting:
             rate = gpu.peak_flops_per_s(self.weights_dtype) * gpu.gemm_efficiency_for(self.weights_dtype)
         return rate
 
-    def attention_flops_per_s(self, d_qk: float, d_v: float) -> float:
-        """Fused attention forward at the profile's best-kernel efficiency (bf16) for heads of
-        ``d_qk`` and ``d_v`` (``GPU.attention_efficiency_at``: the exponentials per score weigh
-        more at small heads), before the compute fraction."""
+    def attention_flops_per_s(self, d_qk: float, d_v: float, context: bool = False) -> float:
+        """Fused attention forward at the profile's best-kernel efficiency for heads of ``d_qk`` and
+        ``d_v`` (``GPU.attention_efficiency_at``: the exponentials per score weigh more at small
+        heads), 16-bit, or for a prompt (``context``) an FP8 FMHA where the engine runs one over an
+        fp8 KV cache (``EngineProfile.fp8_context_attention``)."""
         gpu = self.cluster.gpu
-        return gpu.peak_flops_per_s("bf16") * gpu.attention_efficiency_at("fused", d_qk, d_v, forward_only=True)
+        fp8 = context and self.engine.fp8_context_attention and self.kv_dtype == "fp8"
+        efficiency = gpu.attention_efficiency_at("fused", d_qk, d_v, forward_only=True, fp8=fp8)
+        return gpu.peak_flops_per_s("bf16") * efficiency
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -186,9 +189,18 @@ class RoundCost:
     """A round's time as a function of the fitted parameters (c compute fraction, e expert GEMM
     fraction, h decode HBM fraction, o overhead per block): sum over roofline pairs of
     max(compute / c, memory / h), both / e for routed experts' grouped GEMMs, plus
-    compute-only time / c (prefill attention), plus memory-only time / h (element-wise passes),
+    compute-only time (prefill attention), plus memory-only time / h (element-wise passes),
     plus communication, plus overhead_count x o. The pairs are computed at c = h = 1 once, so a
-    fit re-prices a row with arithmetic only."""
+    fit re-prices a row with arithmetic only.
+
+    The prompt's attention is not divided by c: its rate is the profile's own measured kernel
+    figure (cuDNN / FlashAttention forward, ``GPU.attention_efficiency_at``), while c stands for
+    what the engine's weight GEMMs reach against the GEMM figures, on Blackwell mostly the FP4
+    GEMMs' rate (``FP4_OVER_FP8``, ARCHITECTURE 9.4), which the attention kernel does not share.
+    Divided by c, a 16-bit prompt's attention on Blackwell was priced at 0.55 x 0.665 = 0.37 of
+    the 16-bit peak, where cuDNN's prefill kernel measured 0.60-0.63 of GB200's at 16K tokens and 32
+    or 64 query heads over 4 or 8 KV heads (1,491 and 1,563 TFLOP/s; NVIDIA/cudnn-frontend
+    benchmark/attention_inference/results/prefill_sweep/gb200 @d6d35d69, cuDNN 9.27)."""
 
     pair_compute_s: np.ndarray  # (pairs, n): GEMM groups and decode attention
     pair_memory_s: np.ndarray
@@ -214,7 +226,7 @@ class RoundCost:
         pair = np.maximum(compute, memory)
         return RoundTerms(
             gemm_s=pair[: self.gemm_pairs].sum(axis=0),
-            attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s / c,
+            attention_s=pair[self.gemm_pairs :].sum(axis=0) + self.compute_only_s,
             elementwise_s=self.memory_only_s / h,
             tp_comm_s=self.tp_comm_s / params.tp_comm_fraction,
             ep_comm_s=self.ep_comm_s,
@@ -425,7 +437,7 @@ def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len
         keys += chunked * chunked_keys(int(prompt_len), m.attention_chunk_size or int(prompt_len))
     per_rank = tokens / np.where(lay.attention_dp, lay.tp, 1.0)
     flops = per_rank * _heads_per_rank(m, lay) * 2.0 * (d_qk + d_v) * keys
-    return flops / s.attention_flops_per_s(d_qk, d_v)
+    return flops / s.attention_flops_per_s(d_qk, d_v, context=True)
 
 
 def activation_traffic_s(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
