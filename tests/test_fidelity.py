@@ -422,7 +422,7 @@ def test_attention_at_other_head_dims_pays_the_exponentials() -> None:
 
 
 def test_an_fp8_fmha_speeds_the_matmuls_not_the_exponentials() -> None:
-    h100, b200, l40s = (load_cluster(n).gpu for n in ("dgx-h100", "dgx-b200", "l40s"))
+    h100, b200, mi300x = (load_cluster(n).gpu for n in ("dgx-h100", "dgx-b200", "mi300x"))
     # 1/eff8 = (1/eff - x)/r + x: the matmul share at the fp8/16-bit peak ratio r = 2, the SFUs' x not
     x, r = 256 / 512, 1978.9 / 989.4  # H100 forward at head dim 128: one exponential per 2 x (128 + 128) FLOPs
     assert h100.attention_efficiency_at("fused", 128, 128, forward_only=True, fp8=True) == pytest.approx(
@@ -442,8 +442,8 @@ def test_an_fp8_fmha_speeds_the_matmuls_not_the_exponentials() -> None:
     }
     assert gain == {h100.name: pytest.approx(1.5625, abs=1e-4), b200.name: pytest.approx(1.2903, abs=1e-4)}
     # no SFU rate in the profile: no gain claimed
-    assert l40s.tensor_flops_per_exp is None
-    assert l40s.attention_efficiency_at("fused", 128, 128, True, fp8=True) == l40s.attention_efficiency_at(
+    assert mi300x.tensor_flops_per_exp is None and "fp8" in mi300x.peak_tflops
+    assert mi300x.attention_efficiency_at("fused", 128, 128, True, fp8=True) == mi300x.attention_efficiency_at(
         "fused", 128, 128, True
     )
 
