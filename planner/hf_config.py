@@ -448,6 +448,28 @@ def checkpoint_weights_dtype(quantization: object) -> str | None:
     return QUANT_METHOD_FORMATS.get(method)
 
 
+UNCONVERTED_MODULE_KEYS = ("modules_to_not_convert", "exclude_modules")
+"""``quantization_config`` lists of the modules a quantized checkpoint leaves 16-bit: transformers'
+(openai/gpt-oss: ``["model.layers.*.self_attn", "model.layers.*.mlp.router",
+"model.embed_tokens", "lm_head"]``) and ModelOpt's."""
+
+
+def keeps_attention_16bit(quantization: object) -> bool:
+    """Whether a quantized checkpoint leaves every layer's attention 16-bit
+    (``ModelSpec.checkpoint_16bit_attention``): an entry of ``UNCONVERTED_MODULE_KEYS`` naming the
+    attention of all layers (a wildcard, or no layer index: 'model.layers.*.self_attn'), not one
+    layer's ('model.layers.0.self_attn', which the planner does not price apart)."""
+    if not isinstance(quantization, dict):
+        return False
+    for key in UNCONVERTED_MODULE_KEYS:
+        names = quantization.get(key)
+        if isinstance(names, list) and any(
+            "attn" in str(n) and ("*" in str(n) or not any(c.isdigit() for c in str(n))) for n in names
+        ):
+            return True
+    return False
+
+
 def _qwen2_window(config: dict[str, Any], spec: dict[str, Any], layers: object, where: str) -> None:
     """Qwen2's switch on its window (transformers Qwen2Config, Qwen2MoeConfig, Qwen3Config):
     ``sliding_window`` applies only with ``use_sliding_window`` true ("self.sliding_window =
@@ -576,6 +598,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     quantised = checkpoint_weights_dtype(config.get("quantization_config"))
     if quantised is not None:
         spec["checkpoint_weights_dtype"] = quantised
+        if keeps_attention_16bit(config.get("quantization_config")):
+            spec["checkpoint_16bit_attention"] = True
     if config.get("topk_method") == NOAUX_TOPK_METHOD:
         spec.setdefault("router_expert_bias", True)
     if model_type in LLAMA4_TYPES:

@@ -7,16 +7,19 @@ from __future__ import annotations
 import math
 import re
 
+import numpy as np
 import pytest
 
 from planner.catalog import load_cluster, load_model
 from planner.errors import PlannerError
 from planner.hf_config import checkpoint_weights_dtype
-from planner.serving.engine import load_engine
+from planner.serving.engine import FittedParameters, load_engine
 from planner.serving.export import export_commands
+from planner.serving.layout import Layouts
 from planner.serving.runs import checkpoint_format
 from planner.serving.schemas import ServeRequest
 from planner.serving.search import enumerate_layouts, serve_search
+from planner.serving.step import Setting
 from tests.conftest import assert_one_line_error
 
 
@@ -166,6 +169,48 @@ def test_weights_default_to_the_checkpoints_format() -> None:
 )
 def test_hf_quantization_config_names_the_checkpoints_format(quantization: object, expected: str | None) -> None:
     assert checkpoint_weights_dtype(quantization) == expected
+
+
+def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
+    """openai/gpt-oss's config.json quantizes the experts alone (modules_to_not_convert lists every
+    layer's self_attn): served in its MXFP4, the attention projections are read and multiplied in
+    bf16, where they had been priced at fp4 (a quarter of the bytes, four times the FP4 rate on
+    Blackwell); served in another format, the re-quantized checkpoint quantizes them too."""
+    from planner.hf_config import keeps_attention_16bit, model_from_hf_config
+    from planner.serving.memory import attention_weights_dtype, block_weight_bytes_per_gpu, weight_params
+    from planner.serving.runs import model_from_row
+    from planner.serving.step import gemm_pairs
+
+    gpt_oss = {"quant_method": "mxfp4", "modules_to_not_convert": ["model.layers.*.self_attn", "lm_head"]}
+    assert keeps_attention_16bit(gpt_oss)
+    assert not keeps_attention_16bit({"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]})
+    assert not keeps_attention_16bit({"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn"]})
+    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
+              "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
+              "quantization_config": gpt_oss}  # fmt: skip
+    assert model_from_hf_config(config, "m", "config.json").checkpoint_16bit_attention
+    model = load_model("gpt-oss-120b")
+    assert model.checkpoint_16bit_attention and model.checkpoint_weights_dtype == "fp4"
+    assert [attention_weights_dtype(model, d) for d in ("fp4", "fp8")] == ["bf16", "fp8"]
+    assert attention_weights_dtype(load_model("deepseek-v3"), "fp8") == "fp8"
+    lay, w = Layouts.of(1), weight_params(model)
+    non_expert, _ = block_weight_bytes_per_gpu(model, lay, "fp4")
+    assert float(non_expert[0]) == pytest.approx(w.attention * 2.0 + w.dense * 0.5625)
+    # its FLOPs at the 16-bit rate: on a B200, a quarter of the FP4 rate's
+    s = Setting(model, load_cluster("dgx-b200"), load_engine("trtllm"), "fp4", "fp8", FittedParameters())
+    compute, _ = gemm_pairs(s, lay, np.full(1, 4096.0), np.zeros(1))
+    assert s.gemm_rate("bf16") / s.gemm_rate("fp4") == pytest.approx(2250 * 0.78 / (4500 * 0.76 * 2))
+    assert float(compute[0, 0]) == pytest.approx(
+        2 * 4096 * (w.attention / s.gemm_rate("bf16") + w.dense / s.gemm_rate("fp4"))
+    )
+    # a runs row of the openai checkpoint reads it from the catalog, one of another shape does not
+    shape = {"layers": 36, "hidden": 2880, "heads": 64, "kv_heads": 8, "head_dim": 64, "vocab": 201088,
+             "experts": 128, "top_k": 4, "ffn_expert": 2880}  # fmt: skip
+    row = {"model": {"key": "gpt-oss-120b", "hf_id": "openai/gpt-oss-120b", "shape": shape,
+                     "checkpoint": "openai/gpt-oss-120b (MXFP4 weights)"}}  # fmt: skip
+    assert model_from_row(row).checkpoint_16bit_attention
+    row["model"]["shape"] = shape | {"layers": 24}
+    assert not model_from_row(row).checkpoint_16bit_attention
 
 
 @pytest.mark.parametrize(

@@ -322,6 +322,12 @@ class ModelSpec(Frozen):
         "quantization_config: fp8, block- or tensor-scaled; fp4, MXFP4 or NVFP4); None: 16-bit. plan serve prices "
         "this format unless --weights-dtype says otherwise; training ignores it",
     )
+    checkpoint_16bit_attention: bool = Field(
+        False,
+        description="The published checkpoint keeps its attention projections 16-bit beside its quantized "
+        "weights (HF quantization_config modules_to_not_convert or ModelOpt exclude_modules naming the attention: "
+        "gpt-oss's MXFP4 covers the experts alone); plan serve prices them so where it serves that format",
+    )
 
     # Multi-head latent attention (DeepSeek-V2/V3).
     q_lora_rank: PositiveInt | None = None

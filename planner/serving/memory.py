@@ -75,12 +75,25 @@ def weight_params(model: ModelSpec) -> WeightParams:
     )
 
 
+def attention_weights_dtype(model: ModelSpec, weights_dtype: str) -> str:
+    """The format the attention projections are served in: 16-bit where the checkpoint keeps them so
+    (``ModelSpec.checkpoint_16bit_attention``: openai/gpt-oss's config.json quantization_config
+    lists ``model.layers.*.self_attn`` in modules_to_not_convert beside mxfp4 experts) and the
+    weights are served in that checkpoint's format; else ``weights_dtype``, as a checkpoint
+    quantized to another format quantizes them too."""
+    if model.checkpoint_16bit_attention and weights_dtype == model.checkpoint_weights_dtype:
+        return "bf16"
+    return weights_dtype
+
+
 def block_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts, weights_dtype: str) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, routed-expert) weight bytes of the transformer blocks one GPU of a stage holds."""
+    """(non-expert, routed-expert) weight bytes of the transformer blocks one GPU of a stage holds,
+    the attention projections in ``attention_weights_dtype``."""
     w = weight_params(model)
     b = WEIGHT_BYTES[weights_dtype]
+    b_attention = WEIGHT_BYTES[attention_weights_dtype(model, weights_dtype)]
     replicated = np.where(lay.attention_dp, 1.0, 1.0 / lay.tp)
-    non_expert = (w.attention + w.dense) * replicated * b / lay.pp
+    non_expert = (w.attention * b_attention + w.dense * b) * replicated / lay.pp
     experts = w.experts / lay.tp * b / lay.pp
     return non_expert, experts
 

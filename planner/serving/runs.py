@@ -157,6 +157,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     if any(f in hf_id.lower() for f in PLAIN_MLP_FAMILIES):
         spec["gated_mlp"] = False
         spec["hidden_act"] = "gelu"
+    spec |= catalog_checkpoint_format(spec, model)
     window = shape.get("sliding_window")
     if window is None:  # the shape states no window: the checkpoint's chunked attention, if any
         spec |= catalog_chunked_attention(spec, hf_id)
@@ -188,14 +189,39 @@ def catalog_chunked_attention(spec: dict[str, Any], hf_id: str) -> dict[str, Any
     TensorRT-LLM applies as a mask in context and generation (engines/trtllm.yaml, chunked_kv).
     Until 2026-12-06 the Llama 4 rows were priced with full attention on every layer (Maverick's
     and Scout's rows at 20K-33K prompts paid the whole context's prefill attention)."""
-    from planner.catalog import model_for_repo
-
-    known = model_for_repo(hf_id)
+    known = _catalog_model(spec, hf_id)
     if known is None or not known.attention_chunk_size:
         return {}
-    if any(spec.get(f) is not None and spec[f] != getattr(known, f) for f in CHUNK_AGREEMENT):
-        return {}
     return {"attention_chunk_size": known.attention_chunk_size, "layer_types": known.layer_types}
+
+
+def catalog_checkpoint_format(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """The formats of the checkpoint a row ran (``checkpoint_weights_dtype``,
+    ``checkpoint_16bit_attention``), from the catalog model whose ``hf_repos`` hold it (the first
+    word of the row's ``model.checkpoint``, else its ``hf_id``) where the row's shape agrees with it
+    on ``CHUNK_AGREEMENT``; else nothing. A row's shape has no key for them, but its checkpoint's
+    config.json does: openai/gpt-oss leaves the attention 16-bit beside its MXFP4 experts
+    (quantization_config modules_to_not_convert), which a row served in MXFP4 runs so
+    (``memory.attention_weights_dtype``)."""
+    words = str(model.get("checkpoint") or model.get("hf_id") or "").split()
+    known = _catalog_model(spec, words[0]) if words else None
+    if known is None or known.checkpoint_weights_dtype is None:
+        return {}
+    return {
+        "checkpoint_weights_dtype": known.checkpoint_weights_dtype,
+        "checkpoint_16bit_attention": known.checkpoint_16bit_attention,
+    }
+
+
+def _catalog_model(spec: dict[str, Any], repo: str) -> ModelSpec | None:
+    """The catalog model whose ``hf_repos`` hold ``repo``, where a row's shape ``spec`` agrees with it
+    on ``CHUNK_AGREEMENT``; else None."""
+    from planner.catalog import model_for_repo
+
+    known = model_for_repo(repo)
+    if known is None or any(spec.get(f) is not None and spec[f] != getattr(known, f) for f in CHUNK_AGREEMENT):
+        return None
+    return known
 
 
 HYBRID_SHAPE_KEYS = {

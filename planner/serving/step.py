@@ -69,6 +69,7 @@ from planner.serving.kv import (
 from planner.serving.layout import Layouts
 from planner.serving.memory import (
     MemoryPlan,
+    attention_weights_dtype,
     block_weight_bytes_per_gpu,
     lm_head_matrix_params,
     lm_head_read_bytes_per_gpu,
@@ -131,14 +132,17 @@ class Setting:
     @property
     def gemm_flops_per_s(self) -> float:
         """Large-GEMM rate in the weight format's compute dtype (before the fitted compute fraction)."""
+        return self.gemm_rate(self.weights_dtype)
+
+    def gemm_rate(self, weights_dtype: str) -> float:
+        """Large-GEMM rate of weights in ``weights_dtype``, in their compute dtype (before the fitted
+        compute fraction)."""
         gpu = self.cluster.gpu
-        if self.weights_dtype == "fp4" and fp4_tensor_cores(gpu):
-            rate = gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8") * FP4_OVER_FP8
-        elif self.weights_dtype == "fp4":  # weight-only: bf16 activations (FP4_OVER_FP8)
-            rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
-        else:
-            rate = gpu.peak_flops_per_s(self.weights_dtype) * gpu.gemm_efficiency_for(self.weights_dtype)
-        return rate
+        if weights_dtype == "fp4" and fp4_tensor_cores(gpu):
+            return gpu.peak_flops_per_s("fp8") * gpu.gemm_efficiency_for("fp8") * FP4_OVER_FP8
+        if weights_dtype == "fp4":  # weight-only: bf16 activations (FP4_OVER_FP8)
+            return gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
+        return gpu.peak_flops_per_s(weights_dtype) * gpu.gemm_efficiency_for(weights_dtype)
 
     def attention_flops_per_s(self, d_qk: float, d_v: float, context: bool = False) -> float:
         """Fused attention forward at the profile's best-kernel efficiency for heads of ``d_qk`` and
@@ -349,13 +353,15 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     c = m.parameter_counts
     k = float(m.num_experts_per_tok or 0)
     active_expert_params = m.num_moe_layers * k * c.moe_expert_each
-    flops_non_expert = 2.0 * (w.attention + w.dense) * tokens / lay.tp
     flops_experts = 2.0 * active_expert_params * tokens / lay.tp
     # split over tp, or whole on each attention-DP rank for its 1/tp of the tokens: the same FLOPs per GPU
     flops_head = 2.0 * lm_head_matrix_params(m) * head_tokens / lay.tp
     rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
+    # the attention projections at their own format's rate (16-bit in gpt-oss's checkpoint)
+    attention_rate = s.gemm_rate(attention_weights_dtype(m, s.weights_dtype))
+    non_expert_s = 2.0 * tokens / lay.tp * (w.attention / attention_rate + w.dense / rate)
     # the last stage runs the head besides its share of the blocks and sets the pipeline's pace
-    compute = np.stack([flops_non_expert / rate, flops_experts / rate, lay.pp * flops_head / rate])
+    compute = np.stack([non_expert_s, flops_experts / rate, lay.pp * flops_head / rate])
     memory = np.stack([non_expert_bytes / bw, expert_bytes / bw, lay.pp * head_bytes / bw])
     return compute, np.broadcast_to(memory, compute.shape)
 
