@@ -345,7 +345,10 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     stage once, lasts pp times that stage's time: the blocks once and the head pp times, where the
     sum of the stages had counted the head once. Llama-3.3-70B in FP4 at PP 8 on the RTX PRO
     6000: the head's 2.1 GB of bf16 weights beside a stage's 4.9 GB of blocks; its 10 rows went
-    +39% -> +27% (ARCHITECTURE 9.7)."""
+    +39% -> +27% (ARCHITECTURE 9.7). Each GEMM runs at its weights' format's rate
+    (``Setting.gemm_rate``): the blocks' format, the attention projections' where the checkpoint keeps
+    them 16-bit (``memory.attention_weights_dtype``, gpt-oss), the head's 16-bit
+    (``memory.EMBEDDING_BYTES``)."""
     m = s.model
     w = weight_params(m)
     non_expert_bytes, expert_bytes = round_weight_bytes(s, lay, tokens)
@@ -360,8 +363,10 @@ def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.nda
     # the attention projections at their own format's rate (16-bit in gpt-oss's checkpoint)
     attention_rate = s.gemm_rate(attention_weights_dtype(m, s.weights_dtype))
     non_expert_s = 2.0 * tokens / lay.tp * (w.attention / attention_rate + w.dense / rate)
-    # the last stage runs the head besides its share of the blocks and sets the pipeline's pace
-    compute = np.stack([non_expert_s, flops_experts / rate, lay.pp * flops_head / rate])
+    # the head stays 16-bit (memory.EMBEDDING_BYTES); the last stage runs it besides its share of
+    # the blocks and sets the pipeline's pace
+    head_rate = s.gemm_rate("bf16")
+    compute = np.stack([non_expert_s, flops_experts / rate, lay.pp * flops_head / head_rate])
     memory = np.stack([non_expert_bytes / bw, expert_bytes / bw, lay.pp * head_bytes / bw])
     return compute, np.broadcast_to(memory, compute.shape)
 
