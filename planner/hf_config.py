@@ -448,10 +448,12 @@ def checkpoint_weights_dtype(quantization: object) -> str | None:
     return QUANT_METHOD_FORMATS.get(method)
 
 
-UNCONVERTED_MODULE_KEYS = ("modules_to_not_convert", "exclude_modules")
+UNCONVERTED_MODULE_KEYS = ("modules_to_not_convert", "exclude_modules", "ignore")
 """``quantization_config`` lists of the modules a quantized checkpoint leaves 16-bit: transformers'
 (openai/gpt-oss: ``["model.layers.*.self_attn", "model.layers.*.mlp.router",
-"model.embed_tokens", "lm_head"]``) and ModelOpt's."""
+"model.embed_tokens", "lm_head"]``), ModelOpt's hf_quant_config.json ``exclude_modules`` and the
+``ignore`` of compressed-tensors and of ModelOpt's config.json (which SGLang's ModelOptFp4Config
+reads as its exclude_modules)."""
 
 
 def keeps_attention_16bit(quantization: object) -> bool:

@@ -185,6 +185,7 @@ def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
     assert keeps_attention_16bit(gpt_oss)
     assert not keeps_attention_16bit({"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]})
     assert not keeps_attention_16bit({"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn"]})
+    assert keeps_attention_16bit({"quant_algo": "NVFP4", "ignore": ["lm_head", "*.self_attn.*"]})
     config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
               "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
               "quantization_config": gpt_oss}  # fmt: skip
