@@ -5,6 +5,7 @@ layouts it does not express)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from planner.errors import PlannerError, shown_value, validate_as
@@ -456,17 +457,27 @@ UNCONVERTED_MODULE_KEYS = ("modules_to_not_convert", "exclude_modules", "ignore"
 reads as its exclude_modules)."""
 
 
+EVERY_LAYERS_ATTENTION = re.compile(r"^(?:re:)?(?:\*\.?|.*\blayers\.\*\.)(?:self_attn|attn|attention)(?:\.?\*)?$")
+"""A module name that covers the whole attention block of every layer: 'model.layers.*.self_attn',
+'*.self_attn.*', '*self_attn*'; not one layer's ('model.layers.0.self_attn*'), one projection's
+('model.layers.*.self_attn.o_proj') or a linear-attention block's ('model.layers.*.linear_attn')."""
+
+NOT_THE_LANGUAGE_MODEL = ("vision", "visual")
+"""Module-name words of a multimodal checkpoint's encoder, whose attention is not the language
+model's."""
+
+
 def keeps_attention_16bit(quantization: object) -> bool:
     """Whether a quantized checkpoint leaves every layer's attention 16-bit
     (``ModelSpec.checkpoint_16bit_attention``): an entry of ``UNCONVERTED_MODULE_KEYS`` naming the
-    attention of all layers (a wildcard, or no layer index: 'model.layers.*.self_attn'), not one
-    layer's ('model.layers.0.self_attn', which the planner does not price apart)."""
+    whole attention block of all the language model's layers (``EVERY_LAYERS_ATTENTION``); one
+    layer's, one projection's or an encoder's is not priced apart."""
     if not isinstance(quantization, dict):
         return False
     for key in UNCONVERTED_MODULE_KEYS:
         names = quantization.get(key)
         if isinstance(names, list) and any(
-            "attn" in str(n) and ("*" in str(n) or not any(c.isdigit() for c in str(n))) for n in names
+            EVERY_LAYERS_ATTENTION.match(str(n)) and not any(w in str(n) for w in NOT_THE_LANGUAGE_MODEL) for n in names
         ):
             return True
     return False

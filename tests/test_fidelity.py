@@ -428,12 +428,17 @@ def test_an_fp8_fmha_speeds_the_matmuls_not_the_exponentials() -> None:
     assert h100.attention_efficiency_at("fused", 128, 128, forward_only=True, fp8=True) == pytest.approx(
         1 / ((1 / 0.56 - x) / r + x)
     )
-    # FlashAttention-3's H100 forward at head dim 256: 16-bit 'up to 740 TFLOPs/s', fp8 'close to 1.2
-    # PFLOPs/s' (arXiv:2407.08608); from the profile's 0.56 at 128: 644 and 1,108
-    assert h100.attention_efficiency_at("fused", 256, 256, forward_only=True) * 989.4 == pytest.approx(644, abs=1)
-    assert h100.attention_efficiency_at("fused", 256, 256, forward_only=True, fp8=True) * 989.4 == pytest.approx(
-        1108, abs=1
-    )
+    # FlashAttention-3's H100 forward at head dim 256 (arXiv:2407.08608): 16-bit 'up to 740 TFLOPs/s', fp8
+    # 'close to 1.2 PFLOPs/s', a 1.62x gain; from the profile's 0.56 at 128 the model gives 644 and 1,108
+    # TFLOP/s, 1.72x: within 7% of the measured gain, each figure 8-13% under the measured maxima
+    bf16_256 = h100.attention_efficiency_at("fused", 256, 256, forward_only=True) * 989.4
+    fp8_256 = h100.attention_efficiency_at("fused", 256, 256, forward_only=True, fp8=True) * 989.4
+    assert fp8_256 / bf16_256 == pytest.approx(1200 / 740, rel=0.07)
+    assert bf16_256 == pytest.approx(740, rel=0.14) and fp8_256 == pytest.approx(1200, rel=0.14)
+    assert (round(bf16_256), round(fp8_256)) == (644, 1108)
+    # never below the 16-bit figure, never above the fp8 GEMMs'
+    fp8_gemm = h100.model_copy(update={"gemm_efficiency_fp8": 0.3})
+    assert fp8_gemm.attention_efficiency_at("fused", 256, 256, True, fp8=True) == pytest.approx(2 * 0.3, rel=1e-3)
     # B200's SFUs bound the softmax harder (512 tensor FLOPs per exponential): fp8 buys 1.29x, H100's 1.56x
     gain = {
         g.name: g.attention_efficiency_at("fused", 128, 128, True, fp8=True)

@@ -299,6 +299,16 @@ def test_a_prompt_attends_at_its_kernels_speed_in_fp8_over_an_fp8_cache() -> Non
     assert gain == pytest.approx(ratio) == pytest.approx(1.5625, abs=1e-4)
     assert prefill("trtllm-tensorrt", "fp8") == prefill("trtllm", "fp8")
     assert prefill("vllm", "fp8") == prefill("vllm", "bf16") == prefill("trtllm", "bf16")
+    # 16-bit weights over an fp8 cache: the PyTorch backend's paged context FMHA (KV-cache reuse, on by
+    # default) still takes fp8; a TensorRT engine builds it only for an fp8 or fp4 quant_algo
+    sixteen_bit = [
+        Setting(model, cluster, load_engine(e), "bf16", "fp8", FittedParameters()).fp8_context_attention
+        for e in ("trtllm", "trtllm-tensorrt")
+    ]
+    assert sixteen_bit == [True, False]
+    oss, b200 = load_model("gpt-oss-120b"), load_cluster("dgx-b200")
+    gpt_oss = Setting(oss, b200, load_engine("trtllm-tensorrt"), "fp4", "fp8", FittedParameters())
+    assert not gpt_oss.fp8_context_attention  # its attention stays 16-bit: no e4m3 output asked for
     s = Setting(model, cluster, load_engine("trtllm"), "fp8", "fp8", FittedParameters())
     cost = round_cost(s, lay, np.full(1, 64.0), np.full(1, 8192.0), prompts, 8192)
     slow = cost.terms(FittedParameters(compute_fraction=0.5))
@@ -306,6 +316,22 @@ def test_a_prompt_attends_at_its_kernels_speed_in_fp8_over_an_fp8_cache() -> Non
     # the attention term is the decode pairs (compute side / c) plus the prompt's, undivided
     decode = np.maximum(cost.pair_compute_s[cost.gemm_pairs :] / 0.5, cost.pair_memory_s[cost.gemm_pairs :]).sum(0)
     assert slow.attention_s == pytest.approx(decode + cost.compute_only_s, rel=1e-12)
+
+
+def test_the_lm_head_multiplies_at_the_16bit_rate_its_weights_are_read_at() -> None:
+    # ModelOpt's FP8/NVFP4 configs skip lm_head: its bytes were read at 16 bits (EMBEDDING_BYTES), and
+    # its FLOPs now run at the 16-bit rate too, on the last stage pp times (gemm_pairs)
+    from planner.serving.memory import lm_head_matrix_params
+    from planner.serving.step import gemm_pairs
+
+    model = load_model("llama3-70b")
+    for weights in ("fp8", "fp4"):
+        s = Setting(model, load_cluster("dgx-b200"), load_engine("trtllm"), weights, "fp8", FittedParameters())
+        lay = Layouts.of(2, [1, 4])
+        compute, _ = gemm_pairs(s, lay, np.full(2, 1024.0), np.full(2, 256.0))
+        head = 2.0 * lm_head_matrix_params(model) * 256.0 / 2 / s.gemm_rate("bf16")
+        assert compute[2].tolist() == pytest.approx([head, 4 * head], rel=1e-12), weights
+        assert s.gemm_rate("bf16") < s.gemm_rate(weights)
 
 
 def test_a_rank_routes_every_token_it_holds_and_schedules_its_own_sequences() -> None:

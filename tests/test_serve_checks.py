@@ -186,6 +186,30 @@ def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
     assert not keeps_attention_16bit({"quant_method": "mxfp4", "modules_to_not_convert": ["lm_head"]})
     assert not keeps_attention_16bit({"quant_algo": "NVFP4", "exclude_modules": ["model.layers.0.self_attn"]})
     assert keeps_attention_16bit({"quant_algo": "NVFP4", "ignore": ["lm_head", "*.self_attn.*"]})
+    for one_part in (  # one layer's, one projection's, an encoder's or a linear attention's: not every layer's
+        "model.layers.0.self_attn*",
+        "model.layers.*.self_attn.o_proj",
+        "vision_model.model.layers.*.self_attn",
+        "model.visual.blocks.*.attn",
+        "model.layers.*.linear_attn",
+        "re:model.layers.[0-3].self_attn.*",
+    ):
+        assert not keeps_attention_16bit({"quant_method": "mxfp4", "modules_to_not_convert": [one_part]}), one_part
+    with pytest.raises(PlannerError, match="checkpoint_16bit_attention: true needs checkpoint_weights_dtype"):
+        model_from_hf_config(
+            {
+                "model_type": "llama",
+                "num_hidden_layers": 2,
+                "hidden_size": 256,
+                "num_attention_heads": 4,
+                "intermediate_size": 512,
+                "vocab_size": 1000,
+                "max_position_embeddings": 4096,
+                "checkpoint_16bit_attention": True,
+            },
+            "m",
+            "model.yaml",
+        )
     config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 256, "num_attention_heads": 4,
               "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
               "quantization_config": gpt_oss}  # fmt: skip
@@ -212,6 +236,9 @@ def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
     assert model_from_row(row).checkpoint_16bit_attention
     row["model"]["shape"] = shape | {"layers": 24}
     assert not model_from_row(row).checkpoint_16bit_attention
+    # a checkpoint word that names no catalog repository falls back to the row's hf_id
+    row["model"] |= {"shape": shape, "checkpoint": "not stated (native weights)"}
+    assert model_from_row(row).checkpoint_16bit_attention
 
 
 @pytest.mark.parametrize(

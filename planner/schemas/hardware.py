@@ -311,11 +311,13 @@ class GPU(Frozen):
         ``fp8``: the kernel's two GEMMs in fp8 (an FP8 FMHA: e4m3 Q, K and V), still as a fraction
         of the 16-bit peak: the same serial split with the matmul share sped up by the fp8/16-bit
         peak ratio r and the exponentials not, 1/eff8 = (1/eff - x)/r + x, so where the SFUs bound
-        the kernel fp8 buys little (B200 at head dim 128 forward: 1.29x; H100: 1.56x). Checked
+        the kernel fp8 buys little (B200 at head dim 128 forward: 1.29x; H100: 1.56x); never below
+        the 16-bit figure, never above the fp8 GEMMs' (r x ``gemm_efficiency_for('fp8')``). Checked
         against FlashAttention-3 (Shah et al. 2024, arXiv:2407.08608, abstract), H100 forward at
-        head dim 256: 16-bit 'up to 740 TFLOPs/s', fp8 'close to 1.2 PFLOPs/s'; from the H100
-        profile's 0.56 at 128 this gives 644 and 1,108. No gain where the profile gives no SFU rate
-        or no fp8 peak (a claim the profile cannot back)."""
+        head dim 256: 16-bit 'up to 740 TFLOPs/s', fp8 'close to 1.2 PFLOPs/s', a 1.62x gain where
+        this gives 1.72x (644 and 1,108 TFLOP/s from the H100 profile's 0.56 at 128, each 8-13%
+        under those maxima): about 6% optimistic on the gain. No gain where the profile gives no SFU
+        rate or no fp8 peak (a claim the profile cannot back)."""
         efficiency = self.attention_efficiency_for(kernel)
         if self.tensor_flops_per_exp is None:
             return efficiency
@@ -326,7 +328,8 @@ class GPU(Frozen):
         if not fp8 or "fp8" not in self.peak_tflops:
             return efficiency
         ratio = self.peak_flops_per_s("fp8") / self.peak_flops_per_s("bf16")
-        return 1.0 / (max(1.0 / efficiency - x, 0.0) / ratio + x)
+        fp8_efficiency = 1.0 / (max(1.0 / efficiency - x, 0.0) / ratio + x)
+        return min(max(fp8_efficiency, efficiency), ratio * self.gemm_efficiency_for("fp8"))
 
     def gemm_efficiency_at(self, flops: np.ndarray) -> np.ndarray:
         """Achievable fraction of peak for GEMMs of ``flops`` FLOPs: the measured curve when the

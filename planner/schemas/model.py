@@ -375,6 +375,11 @@ class ModelSpec(Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
+        if self.checkpoint_16bit_attention and self.checkpoint_weights_dtype is None:
+            raise ValueError(
+                "checkpoint_16bit_attention: true needs checkpoint_weights_dtype (fp8 or fp4), the format beside "
+                "which the attention stays 16-bit; a 16-bit checkpoint keeps everything 16-bit"
+            )
         if self.num_attention_heads % self.num_kv_heads:
             raise ValueError(
                 f"num_attention_heads {self.num_attention_heads} is not divisible by "

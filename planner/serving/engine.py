@@ -185,10 +185,11 @@ class EngineProfile(Frozen):
         description="Smaller batch limits the engine defaults to on smaller GPUs (``for_gpu``); None: the same "
         "everywhere",
     )
-    fp8_context_attention: bool = Field(
-        False,
-        description="With an fp8 KV cache, the prompt's (context-phase) attention runs an FP8 FMHA, its GEMMs "
-        "on e4m3 Q, K and V (``GPU.attention_efficiency_at`` fp8); False: 16-bit whatever the cache",
+    fp8_context_attention: Literal["never", "fp8_kv", "fp8_kv_and_weights"] = Field(
+        "never",
+        description="When the prompt's (context-phase) attention runs an FP8 FMHA, its GEMMs on e4m3 Q, K and V "
+        "(``GPU.attention_efficiency_at`` fp8): 'fp8_kv', over any fp8 KV cache; 'fp8_kv_and_weights', over an "
+        "fp8 KV cache with fp8 or fp4 weights; 'never', 16-bit whatever the cache",
     )
     kv_block_tokens: PositiveInt = Field(description="Tokens per KV cache page: a sequence's KV is rounded up to it")
     kv_reservation: Literal["full", "on_demand"] = Field(

@@ -198,13 +198,16 @@ def catalog_chunked_attention(spec: dict[str, Any], hf_id: str) -> dict[str, Any
 def catalog_checkpoint_format(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     """The formats of the checkpoint a row ran (``checkpoint_weights_dtype``,
     ``checkpoint_16bit_attention``), from the catalog model whose ``hf_repos`` hold it (the first
-    word of the row's ``model.checkpoint``, else its ``hf_id``) where the row's shape agrees with it
+    word of the row's ``model.checkpoint``, else, where that names no repository the catalog holds,
+    its ``hf_id``) where the row's shape agrees with it
     on ``CHUNK_AGREEMENT``; else nothing. A row's shape has no key for them, but its checkpoint's
     config.json does: openai/gpt-oss leaves the attention 16-bit beside its MXFP4 experts
     (quantization_config modules_to_not_convert), which a row served in MXFP4 runs so
     (``memory.attention_weights_dtype``)."""
-    words = str(model.get("checkpoint") or model.get("hf_id") or "").split()
+    words = str(model.get("checkpoint") or "").split()
     known = _catalog_model(spec, words[0]) if words else None
+    if known is None:  # no checkpoint named, or not a repository the catalog holds: the model's own
+        known = _catalog_model(spec, str(model.get("hf_id", "")))
     if known is None or known.checkpoint_weights_dtype is None:
         return {}
     return {

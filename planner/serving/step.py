@@ -150,9 +150,22 @@ class Setting:
         heads), 16-bit, or for a prompt (``context``) an FP8 FMHA where the engine runs one over an
         fp8 KV cache (``EngineProfile.fp8_context_attention``)."""
         gpu = self.cluster.gpu
-        fp8 = context and self.engine.fp8_context_attention and self.kv_dtype == "fp8"
+        fp8 = context and self.fp8_context_attention
         efficiency = gpu.attention_efficiency_at("fused", d_qk, d_v, forward_only=True, fp8=fp8)
         return gpu.peak_flops_per_s("bf16") * efficiency
+
+    @property
+    def fp8_context_attention(self) -> bool:
+        """Whether the engine runs the prompt's attention as an FP8 FMHA here
+        (``EngineProfile.fp8_context_attention``): over an fp8 KV cache, and where the engine asks for
+        it, with fp8 or fp4 weights, never with a checkpoint whose attention stays 16-bit
+        (``memory.attention_weights_dtype``) in an engine that keys it on the weights."""
+        mode = self.engine.fp8_context_attention
+        if mode == "never" or self.kv_dtype != "fp8":
+            return False
+        if mode == "fp8_kv":
+            return True
+        return attention_weights_dtype(self.model, self.weights_dtype) in ("fp8", "fp4")
 
     @property
     def hbm_bytes_per_s(self) -> float:
@@ -204,7 +217,11 @@ class RoundCost:
     Divided by c, a 16-bit prompt's attention on Blackwell was priced at 0.55 x 0.665 = 0.37 of
     the 16-bit peak, where cuDNN's prefill kernel measured 0.60-0.63 of GB200's at 16K tokens and 32
     or 64 query heads over 4 or 8 KV heads (1,491 and 1,563 TFLOP/s; NVIDIA/cudnn-frontend
-    benchmark/attention_inference/results/prefill_sweep/gb200 @d6d35d69, cuDNN 9.27)."""
+    benchmark/attention_inference/results/prefill_sweep/gb200 @d6d35d69, cuDNN 9.27). Decode
+    attention's FLOP side (a pair) is still divided by c, which the same argument says it should
+    not be: it rarely binds (a decode query reads its whole KV for a few FLOPs per byte; absorbed
+    MLA is the exception), and undivided the throughput CV moved 10.44% -> 10.43% with the RTX PRO
+    6000 group 14.9% -> 15.4%, so it was left, a known inconsistency (ARCHITECTURE 9.7)."""
 
     pair_compute_s: np.ndarray  # (pairs, n): GEMM groups and decode attention
     pair_memory_s: np.ndarray
