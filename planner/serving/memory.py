@@ -80,7 +80,10 @@ def attention_weights_dtype(model: ModelSpec, weights_dtype: str) -> str:
     (``ModelSpec.checkpoint_16bit_attention``: openai/gpt-oss's config.json quantization_config
     lists ``model.layers.*.self_attn`` in modules_to_not_convert beside mxfp4 experts) and the
     weights are served in that checkpoint's format; else ``weights_dtype``, as a checkpoint
-    quantized to another format quantizes them too."""
+    quantized to another format quantizes them too. Keyed on the format alone: a re-quantization to
+    the same format (an NVFP4 gpt-oss from ModelOpt) is priced as the published checkpoint, 16-bit
+    attention included, the slower case; the router, also 16-bit in gpt-oss's, stays at the blocks'
+    format (13 million parameters, negligible)."""
     if model.checkpoint_16bit_attention and weights_dtype == model.checkpoint_weights_dtype:
         return "bf16"
     return weights_dtype
