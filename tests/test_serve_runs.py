@@ -194,6 +194,13 @@ def test_shipped_fit_names_its_rows() -> None:
         for rows in engine_runtime.calibration.rows.values()  # type: ignore[union-attr]
         for n in rows
     )
+    # the request path: fitted to the 72 Triton online rows, the TensorRT-engine runtime's server, and
+    # the same on each of its architectures; borrowed by the PyTorch backend, which names no rows
+    paths = {p.request_path_ms for e in (trt, engine_runtime) for p in e.fitted.values()}
+    assert len(paths) == 1 and paths.pop() > 0
+    served = engine_runtime.calibration.request_path_rows  # type: ignore[union-attr]
+    assert len(served) == 72 and all(n.startswith("trtllm-v0.14-online/") for n in served)
+    assert trt.calibration.request_path_rows == []  # type: ignore[union-attr]
     # NVLink TP all-reduces at decode sizes run below the collective model's price (ARCHITECTURE 9.7)
     assert all(0.4 < trt.fitted[a].tp_comm_fraction < 0.9 for a in ("hopper", "blackwell"))
     assert 0.4 < engine_runtime.fitted["hopper"].tp_comm_fraction < 0.9
@@ -202,3 +209,63 @@ def test_shipped_fit_names_its_rows() -> None:
     # vLLM and SGLang borrow the PyTorch backend's fit (a Python executor with CUDA graphs, as theirs)
     assert load_engine("vllm").calibrated_like == "trtllm"
     assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]
+
+
+def test_a_ttft_measured_through_a_server_holds_the_request_path() -> None:
+    """A client of Triton's tensorrtllm_backend (or of ``vllm bench serve``) measures the TTFT through
+    the server: the fitted request path adds to the engine's first token there, and nowhere else:
+    not to an in-process benchmark's TTFT (gptSessionBenchmark), a TPOT or a throughput."""
+    from planner.serving.engine import FittedParameters
+    from planner.serving.runs import through_server
+
+    online = _row("trtllm-v0.14-online/llama3.1-8b/h100x1/tp1/bf16/isl467-osl16/qps2")
+    session = _row("trtllm-v0.9/llama2-7b/h100x1/tp1/fp8/bs1/isl128-ttft")
+    bench = _row("trtllm-v1.0/llama3.1-8b/h100x1")
+    served = next(r for r in _rows() if r["name"].startswith("vllm/llama3.1-8b/h100x1/kv-bf16"))
+    assert [through_server(r) for r in (online, served, session, bench)] == [True, True, False, False]
+    for row, holds in ((online, True), (session, False)):
+        p = plan_row(row)
+        base = FittedParameters(**(p.setting.params.model_dump() | {"request_path_ms": 0.0}))
+        with_path = base.model_copy(update={"request_path_ms": 7.0})
+        without, withp = predict(p, base), predict(p, with_path)
+        assert withp["ttft_s"] - without["ttft_s"] == pytest.approx(0.007 if holds else 0.0, abs=1e-12)
+        assert {k: v for k, v in withp.items() if k != "ttft_s"} == {k: v for k, v in without.items() if k != "ttft_s"}
+        assert p.engine_ttft_s(with_path) == pytest.approx(without["ttft_s"], rel=1e-12)
+
+
+def test_the_request_path_is_fitted_per_engine_and_borrowed_where_no_row_measures_it() -> None:
+    """The online table's 72 TTFTs (two models, H100 and H200) fit the TensorRT-engine runtime's
+    path, a few ms, and every architecture of it takes it; the PyTorch backend, none of whose
+    rows is measured through a server, borrows it; with the online table left out, no row fits
+    one and the path is 0 (an in-process engine)."""
+    import numpy as np
+
+    from planner.serving.calibrate import _request_path_ms, fit, translate
+
+    rows = [
+        r
+        for r in _rows()
+        if r["group"] in ("h100-trtllm-online-latency", "h200-trtllm-online-latency", "h100-trtllm-throughput")
+    ]
+    plans, _ = translate(rows)
+    fitted = fit(plans)
+    paths = {k: v.request_path_ms for k, v in fitted.items()}
+    assert set(paths) >= {"trtllm-tensorrt/hopper", "trtllm/hopper"}
+    assert len(set(paths.values())) == 1 and 3.0 < paths["trtllm-tensorrt/hopper"] < 10.0
+    # the optimum of the soft-L1 loss on log errors: half a millisecond either way fits worse
+    online = [p for p in plans if p.through_server]
+    assert len(online) == 72 and len({p.setting.model.name for p in online}) == 2
+    engine_s = np.array([p.engine_ttft_s(fitted[p.key]) for p in online])
+    published = np.array([p.published["ttft_s"] for p in online])
+
+    def loss(ms: float) -> float:
+        z = np.log((engine_s + ms * 1e-3) / published) ** 2 / 0.1**2
+        return float(np.sum(2.0 * (np.sqrt(1.0 + z) - 1.0)))
+
+    best = _request_path_ms(online, fitted)
+    assert best == pytest.approx(paths["trtllm-tensorrt/hopper"], rel=1e-9)
+    assert loss(best) < min(loss(best - 0.5), loss(best + 0.5))
+    # the engine's TTFTs alone came in low in every row: the path is what they miss
+    assert np.all(engine_s < published)
+    in_process, _ = translate([r for r in rows if r["group"] == "h100-trtllm-throughput"])
+    assert all(v.request_path_ms == 0.0 for v in fit(in_process).values())

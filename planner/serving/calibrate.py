@@ -16,11 +16,16 @@ two engines), ``engine.FittedParameters``
   sequence_overhead_us  host time per running sequence and iteration (per scheduler)
   routed_copy_ns        time per routed token copy a rank's MoE layer routes (gating, sort, maps)
 fitted by bounded least squares on log(predicted / published output tokens/s per GPU) with a
-soft-L1 (Huber-like) loss, over the throughput rows only (TTFT/TPOT rows are reported with the
-fitted values, never fitted). A key is fitted only where its rows cover at least two models
-(else its parameters would be one model's factor); other keys use the mean of the fitted ones
-(``EngineProfile.parameters``). Cross-validation leaves one group out at a time (the runs
-file's ``group``: one GPU x engine x benchmark kind), refits without it and prices it.
+soft-L1 (Huber-like) loss, over the throughput rows only. A key is fitted only where its rows
+cover at least two models (else its parameters would be one model's factor); other keys use the
+mean of the fitted ones (``EngineProfile.parameters``). Then one per engine, set on each of its
+architectures (``fit_request_path``):
+  request_path_ms       time a request's first token spends outside the engine's iterations when
+                        served (HTTP/gRPC, tokenizer, detokenizer, queue hand-off)
+fitted the same way to log(predicted / published TTFT) of the rows measured through a server
+(``runs.through_server``: TensorRT-LLM's Triton online table), the throughput parameters held.
+No fit sees a TPOT. Cross-validation leaves one group out at a time (the runs file's ``group``:
+one GPU x engine x benchmark kind), refits without it and prices it.
 """
 
 from __future__ import annotations
@@ -150,7 +155,53 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
             x[FIELDS.index("expert_gemm_fraction")] = 1.0
             x[FIELDS.index("routed_copy_ns")] = 0.0
         fitted[key] = _params(x)
-    return fitted
+    return fit_request_path(plans, fitted)
+
+
+REQUEST_PATH_MS_MAX = 1000.0
+"""The request path's upper bound: a second per request (the fits come out at a few ms)."""
+
+
+def _server_ttft_rows(plans: list[RowPlan]) -> list[RowPlan]:
+    return [p for p in plans if p.through_server and "ttft_s" in p.published]
+
+
+def _request_path_ms(rows: list[RowPlan], fitted: dict[str, FittedParameters]) -> float:
+    """The request path (ms) that fits ``rows``' TTFTs best at their keys' fitted parameters:
+    bounded least squares on log(predicted / published) with the throughput fit's soft-L1 loss,
+    one constant added to each row's engine TTFT (``RowPlan.engine_ttft_s``)."""
+    engine_s = np.array([p.engine_ttft_s(params_for(p.key, fitted)) for p in rows])
+    published_s = np.array([p.published["ttft_s"] for p in rows])
+    res = least_squares(
+        lambda x: np.log((engine_s + x[0] * 1e-3) / published_s),
+        x0=[1.0],
+        bounds=([0.0], [REQUEST_PATH_MS_MAX]),
+        loss="soft_l1",
+        f_scale=0.1,
+    )
+    return float(res.x[0])
+
+
+def request_path_rows(plans: list[RowPlan]) -> dict[str, list[RowPlan]]:
+    """Per engine, its TTFT rows measured through a server, where they inform a fit (``_informs``)."""
+    by_engine: dict[str, list[RowPlan]] = defaultdict(list)
+    for p in _server_ttft_rows(plans):
+        by_engine[p.setting.engine.name].append(p)
+    return {e: rows for e, rows in sorted(by_engine.items()) if _informs(rows)}
+
+
+def fit_request_path(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> dict[str, FittedParameters]:
+    """``fitted`` with each engine's ``request_path_ms`` fitted to its TTFT rows measured through a
+    server (``runs.through_server``) where they inform it (``_informs``: ``MIN_ROWS`` rows of
+    ``MIN_MODELS`` models), and set on every architecture of the engine: the path is host work
+    (HTTP/gRPC, tokenizer, detokenizer, queues), not the GPU's. An engine without such rows borrows
+    the mean of the engines that have them, weighted by their rows: an estimate, one server's path
+    standing for another's. No engine with such rows: 0, an engine called in-process."""
+    own = {e: (_request_path_ms(rows, fitted), len(rows)) for e, rows in request_path_rows(plans).items()}
+    total = sum(n for _, n in own.values())
+    borrowed = sum(ms * n for ms, n in own.values()) / total if total else 0.0
+    path_ms = {key: own[key.split("/")[0]][0] if key.split("/")[0] in own else borrowed for key in fitted}
+    return {key: v.model_copy(update={"request_path_ms": path_ms[key]}) for key, v in fitted.items()}
 
 
 def params_for(key: str, fitted: dict[str, FittedParameters]) -> FittedParameters:
@@ -172,6 +223,8 @@ class Evaluation:
     overall: dict[str, Any] = field(default_factory=dict)
     fitted: dict[str, FittedParameters] = field(default_factory=dict)
     rows_used: dict[str, list[str]] = field(default_factory=dict)
+    request_path_rows_used: dict[str, list[str]] = field(default_factory=dict)
+    """Per engine, the TTFT rows its ``request_path_ms`` was fitted to (``request_path_rows``)."""
 
     def as_json(self) -> dict[str, Any]:
         """The evaluation as JSON, an average over no rows (NaN: no throughput row, or --no-cv)
@@ -223,6 +276,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
     for p in _throughput_rows(plans):
         if p.key in fitted:
             ev.rows_used.setdefault(p.key, []).append(p.name)
+    if not shipped:
+        ev.request_path_rows_used = {e: [p.name for p in rows] for e, rows in request_path_rows(plans).items()}
     groups = sorted({p.group for p in plans})
     cv_params: dict[str, dict[str, FittedParameters]] = {}
     if cross_validate:
@@ -356,9 +411,10 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
                 "command": command,
                 "runs_file": runs_file,
                 "rows": {k.split("/")[1]: ev.rows_used.get(k, []) for k in keys},
+                "request_path_rows": ev.request_path_rows_used.get(name, []),
                 "cv_mape_pct": cv,
-                "cv_error_pct": _band_errors(ev, name, "throughput", cross_validated=True),
-                "latency_error_pct": {bar: _band_errors(ev, name, bar, False) for bar in ("ttft", "tpot")},
+                "cv_error_pct": _band_errors(ev, name, "throughput"),
+                "latency_error_pct": {bar: _band_errors(ev, name, bar) for bar in ("ttft", "tpot")},
             },
         }
         path.write_text(
@@ -376,14 +432,15 @@ def _coverage_key(bar: str) -> str:
     return "interval_coverage" if bar == "throughput" else f"{bar}_interval_coverage"
 
 
-def _band_errors(ev: Evaluation, engine: str, bar: str, cross_validated: bool) -> dict[str, list[float]]:
-    """The engine's rows' errors for one error bar (percent, 2 decimals), keyed by GPU architecture,
-    ``+moe`` for MoE models (as the training bars keep them apart): throughput's cross-validated,
-    the latencies' as they are, which no fit sees."""
+def _band_errors(ev: Evaluation, engine: str, bar: str) -> dict[str, list[float]]:
+    """The engine's rows' cross-validated errors for one error bar (percent, 2 decimals), keyed by
+    GPU architecture, ``+moe`` for MoE models (as the training bars keep them apart): each row
+    priced by the fit without its group. A TTFT's fitted part is the request path
+    (``fit_request_path``); no fit sees a TPOT, whose cross-validated error is its error."""
     out: dict[str, list[float]] = {}
     for r in ev.runs:
         engine_of, _, arch = str(r["key"]).partition("/")
-        value = r["cv_error_pct"] if cross_validated else r["error_pct"]
+        value = r["cv_error_pct"]
         if engine_of != engine or error_metric(r["metric"]) != bar or value is None or not np.isfinite(value):
             continue
         out.setdefault(calibration_key(arch, r["moe"]), []).append(round(float(value), 2))

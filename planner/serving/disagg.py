@@ -54,7 +54,8 @@ def prefill_pool(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarra
     context = np.full(len(lay), float(isl))
     round_s = round_terms(s, lay, zeros, context, np.full(len(lay), float(prompts * isl)) * lay.pp, isl).total_s
     rate = prompts * lay.pp / round_s
-    ttft = round_s + kv_transfer_s(s, lay, isl)
+    # the TTFT a client measures: the server's request path too
+    ttft = round_s + kv_transfer_s(s, lay, isl) + s.params.request_path_s
     return rate, ttft, fits
 
 

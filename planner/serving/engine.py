@@ -86,6 +86,21 @@ class FittedParameters(Frozen):
             "(step.routed_copies, ARCHITECTURE 9.7)"
         ),
     )
+    request_path_ms: NonNegativeFloat = Field(
+        0.0,
+        description=(
+            "Time a request's first token spends outside the engine's iterations when it is served through a "
+            "server: the HTTP/gRPC request and the streamed response, the tokenizer and detokenizer (Triton's "
+            "ensemble runs them as Python-backend models around the engine), the hand-off to the executor's "
+            "queue. It adds to the TTFT a client measures, not to the engine's batch or throughput "
+            "(``request_path_s``; fitted to the rows measured through a server, calibrate.fit_request_path)"
+        ),
+    )
+
+    @property
+    def request_path_s(self) -> float:
+        """``request_path_ms`` in seconds: what a client's TTFT adds to the engine's first token."""
+        return self.request_path_ms * 1e-3
 
     @classmethod
     def mean(cls, fits: list[FittedParameters]) -> FittedParameters:
@@ -130,6 +145,12 @@ class EngineCalibration(Frozen):
     command: str
     runs_file: str
     rows: dict[str, list[str]] = Field(default_factory=dict)
+    request_path_rows: list[str] = Field(
+        default_factory=list,
+        description="The TTFT rows measured through this engine's server that ``request_path_ms`` was fitted to "
+        "(one value for every architecture); empty: borrowed from the engines that have such rows "
+        "(``calibrate.fit_request_path``)",
+    )
     cv_mape_pct: dict[str, float] = Field(default_factory=dict)
     cv_error_pct: dict[str, list[float]] = Field(
         default_factory=dict,
@@ -139,8 +160,10 @@ class EngineCalibration(Frozen):
     )
     latency_error_pct: dict[Literal["ttft", "tpot"], dict[str, list[float]]] = Field(
         default_factory=dict,
-        description="Per latency (ttft, tpot) and GPU architecture (``+moe`` as above): the errors (percent, "
-        "predicted vs published) of the rows that publish it, which no fit sees: their error bars",
+        description="Per latency (ttft, tpot) and GPU architecture (``+moe`` as above): the cross-validated errors "
+        "(percent, predicted vs published, each row priced by the fit without its group) of the rows that publish "
+        "it: their error bars. A TTFT's fitted part is the request path (``FittedParameters.request_path_ms``); no "
+        "fit sees a TPOT",
     )
 
 
@@ -260,8 +283,8 @@ class EngineProfile(Frozen):
 
     def published_errors(self, metric: ErrorMetric, architecture: str, moe: bool = False) -> tuple[list[float], str]:
         """Errors (percent, predicted vs published) of this engine's runs that match a plan's
-        ``metric`` on ``architecture`` for a dense or MoE model (``moe``): throughput's
-        cross-validated, TTFT's and TPOT's as they are (no fit sees them). The first of these with
+        ``metric`` on ``architecture`` for a dense or MoE model (``moe``), cross-validated (of a
+        TTFT only the request path is fitted, of a TPOT nothing). The first of these with
         ``error_bar.MIN_INTERVAL_ROWS``: the architecture's runs of that kind, its runs of either
         kind, other architectures' runs of that kind, theirs of either kind. An engine with no fit
         of its own reads its ``calibrated_like`` engine's, whose parameters it runs with; one none of

@@ -439,6 +439,18 @@ class RowPlan:
     tokens: float = 0.0  # tokens (of the scored kind) produced per ``cost`` per replica
     notes: list[str] = field(default_factory=list)
     requests: int | None = None  # a rate or concurrency row's stated request count: its latencies are replayed
+    through_server: bool = False  # its latencies were measured by a client of a server (``through_server``)
+    engine_ttft_cache: dict[tuple[float, ...], float] = field(default_factory=dict, repr=False)
+
+    def engine_ttft_s(self, params: FittedParameters) -> float:
+        """The row's predicted TTFT at ``params`` without the server's request path: the engine's
+        first token, which the request path adds to (``calibrate.fit_request_path``). Kept per
+        parameters, so that a fit that varies only the request path replays the row once."""
+        engine_only = params.model_copy(update={"request_path_ms": 0.0})
+        key = tuple(float(v) for v in engine_only.model_dump().values())
+        if key not in self.engine_ttft_cache:
+            self.engine_ttft_cache[key] = predict(self, engine_only)["ttft_s"]
+        return self.engine_ttft_cache[key]
 
     @property
     def architecture(self) -> str:
@@ -448,6 +460,21 @@ class RowPlan:
     def key(self) -> str:
         """The (engine, architecture) whose fitted parameters price this row."""
         return f"{self.setting.engine.name}/{self.architecture}"
+
+
+SERVER_WORDS = ("serv", "triton")
+"""Words of a row's ``engine.backend``, ``engine.tool`` or ``workload.tool`` that say a client measured
+it through a server: Triton's tensorrtllm_backend ("online serving"), ``vllm bench serve``,
+``trtllm-serve``, SGLang's ``bench_serving``. The in-process benchmarks (trtllm-bench,
+gptManagerBenchmark, gptSessionBenchmark) hold neither word."""
+
+
+def through_server(row: dict[str, Any]) -> bool:
+    """Whether the row's latencies were measured by a client through a server, so that its TTFT
+    holds the request path (``FittedParameters.request_path_ms``) beside the engine's first token."""
+    engine, wl = row.get("engine") or {}, row.get("workload") or {}
+    text = " ".join(str(v) for v in (engine.get("backend"), engine.get("tool"), wl.get("tool")) if v).lower()
+    return any(word in text for word in SERVER_WORDS)
 
 
 def _mode(row: dict[str, Any]) -> tuple[str, float]:
@@ -598,6 +625,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     published = _published(row, cluster.num_gpus, mode)
     _check_plausible_rate(published, model, cluster)
     plan = RowPlan(str(row.get("name")), str(row.get("group")), s, lay, mode, isl, osl, load, published)
+    plan.through_server = through_server(row)
     if mode == "max_throughput":
         mem = s.memory(lay, reserved_context(engine, isl, osl))
         batch = float(mem.max_concurrency[0])
@@ -682,9 +710,10 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
     if not want_latency:
         return out
     s_p = Setting(s.model, s.cluster, s.engine, s.weights_dtype, s.kv_dtype, p, s.ssm_state_dtype)
+    path_s = p.request_path_s if plan.through_server else 0.0  # a client's TTFT holds the server's request path
     if plan.mode == "ttft":
         c = round_cost(s_p, lay, np.zeros(1), np.zeros(1), np.array([float(isl)]) * lay.pp, isl)
-        out["ttft_s"] = float(c.total_s(p)[0])
+        out["ttft_s"] = float(c.total_s(p)[0]) + path_s
         return out
     if plan.mode in ("rate", "concurrency") and plan.requests is not None:
         if plan.mode == "rate":
@@ -695,7 +724,7 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
     else:
         ttft, tpot = _latencies(s_p, lay, _batch_at_load(s_p, plan), isl, osl)
     if "ttft_s" in plan.published:
-        out["ttft_s"] = ttft
+        out["ttft_s"] = ttft + path_s
     if "tpot_s" in plan.published:
         out["tpot_s"] = tpot
     return out

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from planner.schemas.base import Frozen
 from planner.schemas.model import SsmStateDtype
@@ -95,7 +95,7 @@ class ServeCandidate(Frozen):
     ttft_s_interval: tuple[float, float] | None = Field(
         None,
         description="The central 80% of what published runs measured where the planner predicted this TTFT (the "
-        "errors of TensorRT-LLM's batch-1 and online-serving rows, which no fit sees); None without enough rows",
+        "cross-validated errors of TensorRT-LLM's batch-1 and online-serving rows); None without enough rows",
     )
     tpot_s_interval: tuple[float, float] | None = Field(
         None,
@@ -164,5 +164,11 @@ class ServeRanking(Frozen):
         None,
         description="The engine's tokens per iteration as priced: its default on the cluster's GPU "
         "(``EngineProfile.for_gpu``), which the exported launch command states",
+    )
+    request_path_s: NonNegativeFloat = Field(
+        0.0,
+        description="What every candidate's TTFT holds beside the engine's first token: a request's path through "
+        "the engine's server (HTTP/gRPC, tokenizer, detokenizer, queue hand-off; ``FittedParameters.request_path_ms``, "
+        "fitted to the rows measured through a server)",
     )
     warnings: list[str] = Field(default_factory=list)

@@ -169,7 +169,9 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     prefill = batch * isl / osl
     terms = round_terms(s, lay, batch, context, prefill, isl)
     tpot = terms.total_s
-    return Priced(lay, batch, mem, terms, first_token_s(s, lay, batch, context, req.input_len, tpot), tpot)
+    # the TTFT a client of the engine's server measures: the engine's first token and the request path
+    ttft = first_token_s(s, lay, batch, context, req.input_len, tpot) + s.params.request_path_s
+    return Priced(lay, batch, mem, terms, ttft, tpot)
 
 
 def first_token_s(
@@ -390,12 +392,13 @@ def _replayed(
         # Little's law over the replay; a replica's share beyond those replayed waits behind them at
         # the rate the saturated engine completes them: the throughput stops growing with N, the TTFT
         # does not
-        completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
-        ttft = r.ttft_s + (in_flight - simulated) / completions_per_s
+        first_s = r.ttft_s + s.params.request_path_s  # as its client measures it, the server's request path in
+        completions_per_s = simulated / (first_s + (osl - 1) * tpot)
+        ttft = first_s + (in_flight - simulated) / completions_per_s
         rate = replicas * completions_per_s * osl / float(one.num_gpus[0])
         sustains = None
     else:
-        ttft, rate = r.ttft_s, c.output_tokens_per_s_per_gpu
+        ttft, rate = r.ttft_s + s.params.request_path_s, c.output_tokens_per_s_per_gpu
         sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
     meets = sustains is not False and bool(_meets(req, np.array([ttft]), np.array([tpot]))[0])
     return c.model_copy(
@@ -634,6 +637,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         warnings=warnings,
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
         token_budget=s.engine.max_num_batched_tokens,
+        request_path_s=s.params.request_path_s,
     )
 
 
