@@ -3,9 +3,10 @@ published) of every row of a runs file in the schema of shared/groundtruth/infer
 
 Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/OSL, load) by
 planner/serving/runs.py, never by its name; a row the translator cannot express is listed with the
-reason. The engines' per-architecture parameters are fitted on the file's throughput rows
-(planner/serving/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships) and each row's
-cross-validated error comes from a fit that left the row's whole group out.
+reason. The engines' per-architecture parameters are fitted on the file's throughput rows, and each
+engine's server request path on its TTFT rows measured through a server (planner/serving/calibrate.py,
+what `plan serve-calibrate --runs FILE --write` ships); each row's cross-validated error comes from a
+fit that left the row's whole group out.
 
 Run: python benchmarks/serving_accuracy.py --runs ../shared/groundtruth/inference_runs.yaml [--json] [--no-cv]
 A file kept aside (benchmarks/data/heldout_hybrid_serving.yaml) is checked with --shipped: nothing

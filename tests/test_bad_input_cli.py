@@ -445,3 +445,9 @@ def test_a_serving_row_past_the_replayed_requests_is_unpriced(cli, tmp_path: Pat
     row["workload"]["num_requests"] = 500
     path.write_text(yaml.safe_dump({"runs": [row]}))
     assert "requests a row is replayed with" not in cli("serve-calibrate", "--runs", str(path), "--no-cv").err
+    # the written error bars are cross-validated errors: --write without cross-validation is refused, and
+    # nothing is written
+    engines = {p: p.read_bytes() for p in (ROOT / "engines").glob("*.yaml")}
+    r = cli("serve-calibrate", "--runs", str(path), "--no-cv", "--write")
+    assert_one_line_error(r, "--write: the engine profiles' error bars are the rows' cross-validated errors")
+    assert {p: p.read_bytes() for p in engines} == engines

@@ -141,16 +141,17 @@ def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli) -> None:
 
 def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
     """64 in flight on one DGX H100: each layout is replayed with its share in flight, each
-    finished request sending the next; its throughput is Little's law over the replayed figures,
-    and where the share exceeds a replica's KV room (4 replicas of 16 on room for 8) the wait in
-    the queue is in its TTFT."""
+    finished request sending the next; its throughput is Little's law over the replayed figures
+    (the engine's: the server's request path in the TTFT holds no slot of it), and where the share
+    exceeds a replica's KV room (4 replicas of 16 on room for 8) the wait in the queue is in its
+    TTFT."""
     import planner
 
     r = planner.serve("llama3-70b", "dgx-h100x1", input_len=2048, output_len=256, concurrency=64, top=20)
     assert all(c.replayed and c.sustains_rate is None for c in r.candidates)
     for c in r.candidates:
         replicas = int(c.config["replicas"])
-        per_gpu = 64 // replicas * replicas * 256 / (c.ttft_s + 255 * c.tpot_s) / 8
+        per_gpu = 64 // replicas * replicas * 256 / (c.ttft_s - r.request_path_s + 255 * c.tpot_s) / 8
         assert c.output_tokens_per_s_per_gpu == pytest.approx(per_gpu)
     rates = [c.output_tokens_per_s_per_gpu for c in r.candidates]
     assert rates == sorted(rates, reverse=True)
@@ -254,3 +255,44 @@ def test_an_attention_dp_replica_is_replayed_one_rank_at_a_time_where_each_sched
     one = planner.serve("deepseek-v3", "dgx-h200", tp=4, pp=2, attention_dp=True, concurrency=2000, top=1,
                         engine="sglang").candidates[0]  # fmt: skip
     assert one.max_concurrency <= 1024
+
+
+@pytest.mark.parametrize(
+    "request_kwargs",
+    [
+        {"tpot_s": 0.03},  # targets without a load: the closed-loop replay at each layout's batch
+        {"request_rate": 4.0},  # Poisson arrivals
+        {"concurrency": 64},  # a closed loop, Little's law over the replay
+        {"disaggregate": True, "tpot_s": 0.03},  # prefill and decode pools, not replayed
+    ],
+)
+def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, request_kwargs) -> None:
+    """The request path (``FittedParameters.request_path_ms``) is a client's: plan serve adds it once
+    to every TTFT, steady state, replayed, at a concurrency or disaggregated, and to nothing else (a
+    request on it holds no slot of the engine: the same batch, TPOT and throughput without it)."""
+    import planner
+    from planner.serving.engine import EngineProfile
+
+    shipped = EngineProfile.parameters
+
+    def without_path(self: EngineProfile, architecture: str | None):  # type: ignore[no-untyped-def]
+        return shipped(self, architecture).model_copy(update={"request_path_ms": 0.0})
+
+    args = ("llama3-70b", "dgx-h100x1")
+    kwargs = {"input_len": 2048, "output_len": 256, "top": 20} | request_kwargs
+    served = planner.serve(*args, **kwargs)
+    path_s = served.request_path_s
+    assert path_s == pytest.approx(6.582e-3, rel=1e-3)  # the shipped fit (engines/trtllm.yaml, borrowed by vllm)
+    monkeypatch.setattr(EngineProfile, "parameters", without_path)
+    engine = planner.serve(*args, **kwargs)
+    assert engine.request_path_s == 0.0 and len(served.candidates) == len(engine.candidates) > 0
+    for c, e in zip(served.candidates, engine.candidates, strict=True):
+        assert c.config == e.config
+        assert c.ttft_s - e.ttft_s == pytest.approx(path_s, rel=1e-9)
+        if c.steady_state_ttft_s is not None:
+            assert c.steady_state_ttft_s - e.steady_state_ttft_s == pytest.approx(path_s, rel=1e-9)  # type: ignore[operator]
+        assert (c.tpot_s, c.batch_per_replica, c.output_tokens_per_s_per_gpu) == (
+            e.tpot_s,
+            e.batch_per_replica,
+            e.output_tokens_per_s_per_gpu,
+        )

@@ -269,3 +269,7 @@ def test_the_request_path_is_fitted_per_engine_and_borrowed_where_no_row_measure
     assert np.all(engine_s < published)
     in_process, _ = translate([r for r in rows if r["group"] == "h100-trtllm-throughput"])
     assert all(v.request_path_ms == 0.0 for v in fit(in_process).values())
+    # the online rows alone fit no throughput key: no parameters carry a path, and no row is named for one
+    online_only = [r for r in rows if r["group"] != "h100-trtllm-throughput"]
+    assert fit(translate(online_only)[0]) == {}
+    assert evaluate(online_only, cross_validate=False).request_path_rows_used == {}

@@ -218,6 +218,10 @@ def serve_calibrate_cmd(
     from planner.serving.calibrate import evaluate, write_engine_fits
     from planner.serving.runs import load_rows
 
+    if write and not cross_validate:
+        raise PlannerError(
+            "--write: the engine profiles' error bars are the rows' cross-validated errors; drop --no-cv to write"
+        )
     ev = evaluate(load_rows(runs), cross_validate=cross_validate)
     if not ev.overall["priced"]:
         raise nothing_priced(runs, ev.unpriced)

@@ -182,11 +182,14 @@ def _request_path_ms(rows: list[RowPlan], fitted: dict[str, FittedParameters]) -
     return float(res.x[0])
 
 
-def request_path_rows(plans: list[RowPlan]) -> dict[str, list[RowPlan]]:
-    """Per engine, its TTFT rows measured through a server, where they inform a fit (``_informs``)."""
+def request_path_rows(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> dict[str, list[RowPlan]]:
+    """Per engine with a fitted key, its TTFT rows measured through a server, where they inform a fit
+    (``_informs``): an engine none of whose keys is fitted has no parameters to carry a path."""
     by_engine: dict[str, list[RowPlan]] = defaultdict(list)
+    engines = {key.split("/")[0] for key in fitted}
     for p in _server_ttft_rows(plans):
-        by_engine[p.setting.engine.name].append(p)
+        if p.setting.engine.name in engines:
+            by_engine[p.setting.engine.name].append(p)
     return {e: rows for e, rows in sorted(by_engine.items()) if _informs(rows)}
 
 
@@ -197,7 +200,7 @@ def fit_request_path(plans: list[RowPlan], fitted: dict[str, FittedParameters]) 
     (HTTP/gRPC, tokenizer, detokenizer, queues), not the GPU's. An engine without such rows borrows
     the mean of the engines that have them, weighted by their rows: an estimate, one server's path
     standing for another's. No engine with such rows: 0, an engine called in-process."""
-    own = {e: (_request_path_ms(rows, fitted), len(rows)) for e, rows in request_path_rows(plans).items()}
+    own = {e: (_request_path_ms(rows, fitted), len(rows)) for e, rows in request_path_rows(plans, fitted).items()}
     total = sum(n for _, n in own.values())
     borrowed = sum(ms * n for ms, n in own.values()) / total if total else 0.0
     path_ms = {key: own[key.split("/")[0]][0] if key.split("/")[0] in own else borrowed for key in fitted}
@@ -277,7 +280,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
         if p.key in fitted:
             ev.rows_used.setdefault(p.key, []).append(p.name)
     if not shipped:
-        ev.request_path_rows_used = {e: [p.name for p in rows] for e, rows in request_path_rows(plans).items()}
+        ev.request_path_rows_used = {e: [p.name for p in rows] for e, rows in request_path_rows(plans, fitted).items()}
     groups = sorted({p.group for p in plans})
     cv_params: dict[str, dict[str, FittedParameters]] = {}
     if cross_validate:

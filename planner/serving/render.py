@@ -148,9 +148,9 @@ def band_lines(ranking: ServeRanking) -> list[str]:
     if ranking.request_path_s > 0:
         lines.append(
             f"TTFT holds {ranking.request_path_s * 1e3:.1f} ms of a request's path through the server (HTTP/gRPC, "
-            "tokenizer, detokenizer, queue hand-off), fitted to TensorRT-LLM's Triton online-serving table, the only "
-            "published rows measured through a server (other engines' servers borrow it, an estimate; ARCHITECTURE.md "
-            "9.7)"
+            "tokenizer, detokenizer, queue hand-off), fitted to the TTFTs of TensorRT-LLM's Triton online-serving "
+            "table, the published rows measured through a server numerous enough to fit (other engines' servers "
+            "borrow it, an estimate; ARCHITECTURE.md 9.7)"
         )
     if best.ttft_s_interval is not None or best.tpot_s_interval is not None:
         lines.append(

@@ -440,7 +440,7 @@ class RowPlan:
     notes: list[str] = field(default_factory=list)
     requests: int | None = None  # a rate or concurrency row's stated request count: its latencies are replayed
     through_server: bool = False  # its latencies were measured by a client of a server (``through_server``)
-    engine_ttft_cache: dict[tuple[float, ...], float] = field(default_factory=dict, repr=False)
+    engine_ttft_cache: dict[tuple[float, ...], float] = field(default_factory=dict, repr=False, compare=False)
 
     def engine_ttft_s(self, params: FittedParameters) -> float:
         """The row's predicted TTFT at ``params`` without the server's request path: the engine's

@@ -4,13 +4,15 @@ per GPU among those that meet the latency targets.
 
 Load (``ServeRequest``): a concurrency N puts ceil(N / replicas) sequences on each replica; a
 request rate R is served at the smallest batch B whose rate B / (TTFT + osl x TPOT) reaches
-R / replicas (Little's law, L = lambda W); with neither, each layout runs the largest batch that
+R / replicas (Little's law, L = lambda W; the engine's TTFT, without the server's request path, in
+which a request holds no slot of the engine); with neither, each layout runs the largest batch that
 meets the targets and its memory allows (maximum throughput), judged at latency targets on a
 closed-loop replay at that batch (``_replayed_at_targets``). Under continuous batching with
 chunked prefill each round carries B decode tokens plus B x isl / osl prompt tokens on average
 (every finished request is replaced by one whose prompt must be prefilled), so prefill slows
 TPOT as it does in the engines; TTFT is the prompt's chunks at that mixed round plus half a round
-of waiting to be admitted.
+of waiting to be admitted, plus the server's request path a client measures it through
+(``FittedParameters.request_path_ms``).
 
 Disaggregation (``disaggregate``, DistServe, Zhong et al. OSDI 2024; Splitwise, Patel et al.
 ISCA 2024): prefill replicas run prompts only, decode replicas decode only, the KV cache moves
@@ -147,8 +149,9 @@ class Priced:
     batch: np.ndarray
     memory: MemoryPlan
     terms: RoundTerms
-    ttft_s: np.ndarray
+    ttft_s: np.ndarray  # as a client measures it: the engine's first token and the request path
     tpot_s: np.ndarray
+    request_path_s: float = 0.0  # the server's part of ttft_s (``FittedParameters.request_path_ms``)
 
     @property
     def tokens_per_s_per_gpu(self) -> np.ndarray:
@@ -170,8 +173,10 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     terms = round_terms(s, lay, batch, context, prefill, isl)
     tpot = terms.total_s
     # the TTFT a client of the engine's server measures: the engine's first token and the request path
-    ttft = first_token_s(s, lay, batch, context, req.input_len, tpot) + s.params.request_path_s
-    return Priced(lay, batch, mem, terms, ttft, tpot)
+    path_s = s.params.request_path_s
+    return Priced(
+        lay, batch, mem, terms, first_token_s(s, lay, batch, context, req.input_len, tpot) + path_s, tpot, path_s
+    )
 
 
 def first_token_s(
@@ -392,9 +397,12 @@ def _replayed(
         # Little's law over the replay; a replica's share beyond those replayed waits behind them at
         # the rate the saturated engine completes them: the throughput stops growing with N, the TTFT
         # does not
-        first_s = r.ttft_s + s.params.request_path_s  # as its client measures it, the server's request path in
-        completions_per_s = simulated / (first_s + (osl - 1) * tpot)
-        ttft = first_s + (in_flight - simulated) / completions_per_s
+        # (the engine's: a request on the server's path holds no slot of the engine; its client's TTFT
+        # adds the path. A client semaphore held through the path, as vllm bench serve's
+        # --max-concurrency is, would see about path / (TTFT + osl x TPOT) less, 0.1% at 6.6 ms
+        # against seconds a request: not priced)
+        completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
+        ttft = r.ttft_s + (in_flight - simulated) / completions_per_s + s.params.request_path_s
         rate = replicas * completions_per_s * osl / float(one.num_gpus[0])
         sustains = None
     else:
@@ -435,7 +443,7 @@ def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
         ok = p.batch <= want
         ok |= p.batch == p.memory.max_concurrency  # capacity below the asked batch: run full
     elif req.request_rate is not None:
-        rate = p.batch / (p.ttft_s + req.output_len * p.tpot_s)
+        rate = p.batch / (p.ttft_s - p.request_path_s + req.output_len * p.tpot_s)  # a slot's time in the engine
         ok = rate * p.lay.replicas >= req.request_rate
         score = -p.batch  # the smallest batch that keeps up
     else:
