@@ -223,6 +223,8 @@ def test_a_ttft_measured_through_a_server_holds_the_request_path() -> None:
     bench = _row("trtllm-v1.0/llama3.1-8b/h100x1")
     served = next(r for r in _rows() if r["name"].startswith("vllm/llama3.1-8b/h100x1/kv-bf16"))
     assert [through_server(r) for r in (online, served, session, bench)] == [True, True, False, False]
+    said = ("trtllm-serve", "python -m sglang.bench_serving", "KV cache reserved 0.9", "observed")
+    assert [through_server({"engine": {"tool": t}}) for t in said] == [True, True, False, False]  # whole words
     for row, holds in ((online, True), (session, False)):
         p = plan_row(row)
         base = FittedParameters(**(p.setting.params.model_dump() | {"request_path_ms": 0.0}))

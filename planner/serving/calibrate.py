@@ -439,7 +439,8 @@ def _band_errors(ev: Evaluation, engine: str, bar: str) -> dict[str, list[float]
     """The engine's rows' cross-validated errors for one error bar (percent, 2 decimals), keyed by
     GPU architecture, ``+moe`` for MoE models (as the training bars keep them apart): each row
     priced by the fit without its group. A TTFT's fitted part is the request path
-    (``fit_request_path``); no fit sees a TPOT, whose cross-validated error is its error."""
+    (``fit_request_path``); no fit sees a TPOT, whose cross-validated error moves only with the
+    refit throughput parameters."""
     out: dict[str, list[float]] = {}
     for r in ev.runs:
         engine_of, _, arch = str(r["key"]).partition("/")

@@ -462,11 +462,11 @@ class RowPlan:
         return f"{self.setting.engine.name}/{self.architecture}"
 
 
-SERVER_WORDS = ("serv", "triton")
-"""Words of a row's ``engine.backend``, ``engine.tool`` or ``workload.tool`` that say a client measured
-it through a server: Triton's tensorrtllm_backend ("online serving"), ``vllm bench serve``,
-``trtllm-serve``, SGLang's ``bench_serving``. The in-process benchmarks (trtllm-bench,
-gptManagerBenchmark, gptSessionBenchmark) hold neither word."""
+SERVER_WORDS = re.compile(r"(?<![a-z])serv(e|er|ers|ing)(?![a-z])|triton")
+"""Words of a row's ``engine.backend``, ``engine.tool`` or ``workload.tool`` (lower-cased) that say a
+client measured it through a server: Triton's tensorrtllm_backend ("online serving"), ``vllm bench
+serve``, ``trtllm-serve``, SGLang's ``bench_serving``; whole words, so "reserved" is none. The
+in-process benchmarks (trtllm-bench, gptManagerBenchmark, gptSessionBenchmark) hold none."""
 
 
 def through_server(row: dict[str, Any]) -> bool:
@@ -474,7 +474,7 @@ def through_server(row: dict[str, Any]) -> bool:
     holds the request path (``FittedParameters.request_path_ms``) beside the engine's first token."""
     engine, wl = row.get("engine") or {}, row.get("workload") or {}
     text = " ".join(str(v) for v in (engine.get("backend"), engine.get("tool"), wl.get("tool")) if v).lower()
-    return any(word in text for word in SERVER_WORDS)
+    return SERVER_WORDS.search(text) is not None
 
 
 def _mode(row: dict[str, Any]) -> tuple[str, float]:
