@@ -203,8 +203,10 @@ def fit_request_path(plans: list[RowPlan], fitted: dict[str, FittedParameters]) 
     own = {e: (_request_path_ms(rows, fitted), len(rows)) for e, rows in request_path_rows(plans, fitted).items()}
     total = sum(n for _, n in own.values())
     borrowed = sum(ms * n for ms, n in own.values()) / total if total else 0.0
-    path_ms = {key: own[key.split("/")[0]][0] if key.split("/")[0] in own else borrowed for key in fitted}
-    return {key: v.model_copy(update={"request_path_ms": path_ms[key]}) for key, v in fitted.items()}
+    return {
+        key: v.model_copy(update={"request_path_ms": own.get(key.split("/")[0], (borrowed, 0))[0]})
+        for key, v in fitted.items()
+    }
 
 
 def params_for(key: str, fitted: dict[str, FittedParameters]) -> FittedParameters:

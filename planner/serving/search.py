@@ -397,17 +397,17 @@ def _replayed(
         # Little's law over the replay; a replica's share beyond those replayed waits behind them at
         # the rate the saturated engine completes them: the throughput stops growing with N, the TTFT
         # does not
-        # (the engine's: a request on the server's path holds no slot of the engine; its client's TTFT
-        # adds the path. A client semaphore held through the path, as vllm bench serve's
-        # --max-concurrency is, would see about path / (TTFT + osl x TPOT) less, 0.1% at 6.6 ms
-        # against seconds a request: not priced)
+        # (the engine's: a request on the server's path holds no slot of the engine. A client semaphore
+        # held through the path, as vllm bench serve's --max-concurrency is, would see about path /
+        # (TTFT + osl x TPOT) less, 0.1% at 6.6 ms against seconds a request: not priced)
         completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
-        ttft = r.ttft_s + (in_flight - simulated) / completions_per_s + s.params.request_path_s
+        ttft = r.ttft_s + (in_flight - simulated) / completions_per_s
         rate = replicas * completions_per_s * osl / float(one.num_gpus[0])
         sustains = None
     else:
-        ttft, rate = r.ttft_s + s.params.request_path_s, c.output_tokens_per_s_per_gpu
+        ttft, rate = r.ttft_s, c.output_tokens_per_s_per_gpu
         sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
+    ttft += s.params.request_path_s  # the TTFT its client measures: the server's request path too
     meets = sustains is not False and bool(_meets(req, np.array([ttft]), np.array([tpot]))[0])
     return c.model_copy(
         update={
