@@ -624,8 +624,8 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     s = Setting(model, cluster, engine, weights, kv, params, resolve_ssm_dtype(model, engine, ssm_dtype_from_row(row)))
     published = _published(row, cluster.num_gpus, mode)
     _check_plausible_rate(published, model, cluster)
-    plan = RowPlan(str(row.get("name")), str(row.get("group")), s, lay, mode, isl, osl, load, published)
-    plan.through_server = through_server(row)
+    name, group = str(row.get("name")), str(row.get("group"))
+    plan = RowPlan(name, group, s, lay, mode, isl, osl, load, published, through_server=through_server(row))
     if mode == "max_throughput":
         mem = s.memory(lay, reserved_context(engine, isl, osl))
         batch = float(mem.max_concurrency[0])

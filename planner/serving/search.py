@@ -149,9 +149,15 @@ class Priced:
     batch: np.ndarray
     memory: MemoryPlan
     terms: RoundTerms
-    ttft_s: np.ndarray  # as a client measures it: the engine's first token and the request path
+    engine_ttft_s: np.ndarray  # the engine's first token, in which a request holds a slot
     tpot_s: np.ndarray
-    request_path_s: float = 0.0  # the server's part of ttft_s (``FittedParameters.request_path_ms``)
+    request_path_s: float = 0.0  # the server's part of the client's TTFT (``FittedParameters.request_path_ms``)
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """The TTFT a client of the engine's server measures: the engine's first token and the
+        request path."""
+        return self.engine_ttft_s + self.request_path_s
 
     @property
     def tokens_per_s_per_gpu(self) -> np.ndarray:
@@ -172,11 +178,8 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     prefill = batch * isl / osl
     terms = round_terms(s, lay, batch, context, prefill, isl)
     tpot = terms.total_s
-    # the TTFT a client of the engine's server measures: the engine's first token and the request path
-    path_s = s.params.request_path_s
-    return Priced(
-        lay, batch, mem, terms, first_token_s(s, lay, batch, context, req.input_len, tpot) + path_s, tpot, path_s
-    )
+    first = first_token_s(s, lay, batch, context, req.input_len, tpot)
+    return Priced(lay, batch, mem, terms, first, tpot, s.params.request_path_s)
 
 
 def first_token_s(
@@ -443,7 +446,7 @@ def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
         ok = p.batch <= want
         ok |= p.batch == p.memory.max_concurrency  # capacity below the asked batch: run full
     elif req.request_rate is not None:
-        rate = p.batch / (p.ttft_s - p.request_path_s + req.output_len * p.tpot_s)  # a slot's time in the engine
+        rate = p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)  # a slot's time in the engine
         ok = rate * p.lay.replicas >= req.request_rate
         score = -p.batch  # the smallest batch that keeps up
     else:
