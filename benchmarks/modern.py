@@ -49,7 +49,7 @@ import numpy as np
 
 from planner.errors import PlannerError
 from planner.fit_runs import fit_and_cross_validate
-from planner.runs import RunCase, cases_from_runs, check_groups, load_runs, price_case
+from planner.runs import RunCase, cases_from_runs, check_groups, load_runs, nothing_priced, price_case
 from planner.schemas.base import GIB_BYTES
 
 PUBLISHED_RESOLUTION = 0.013
@@ -373,6 +373,8 @@ def report(path: str, group: str | None = None, exact_cv: bool = False) -> dict[
                 "_mesh": (mesh.tp, mesh.pp, mesh.cp, mesh.ep, mesh.virtual_stages, mesh.micro_batch_size),
             }
         )
+    if not rows:  # no error to report: one line, exit 2, as plan calibrate --from-runs ends it
+        raise nothing_priced(path, unpriced)
     fitted = calibrated_rows()
     used = [i for i, r in enumerate(rows) if r["name"] in fitted]
     if used:

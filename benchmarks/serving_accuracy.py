@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from planner.errors import PlannerError  # noqa: E402
+from planner.runs import nothing_priced  # noqa: E402
 from planner.serving.calibrate import evaluate, nan_as_null  # noqa: E402
 from planner.serving.runs import load_rows  # noqa: E402
 
@@ -50,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         ev = evaluate(load_rows(args.runs), cross_validate=not args.no_cv, shipped=args.shipped)
+        if not ev.overall["priced"]:  # no error to report, as plan serve-calibrate ends it
+            raise nothing_priced(args.runs, ev.unpriced)
     except PlannerError as err:  # a bad runs file: one line, exit 2, as the CLI ends it
         sys.stderr.write(f"error: {err}\n")
         return 2
@@ -77,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     o = ev.overall
 
-    def cv(value: float) -> str:  # no cross-validated figure where nothing was fitted (--shipped, --no-cv)
-        return "-" if math.isnan(value) else f"{value:.1f}%"
+    def cv(value: float, sign: str = "") -> str:  # no figure where nothing was fitted (--shipped, --no-cv)
+        return "-" if math.isnan(value) else f"{value:{sign}.1f}%"  # or no row has the metric
 
     print(f"\n{'engine/architecture (throughput rows)':40} {'rows':>5} {'MAPE':>6} {'CV':>6} {'signed':>7}")
     for key, e in ev.keys.items():
@@ -86,8 +89,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(
         f"\noverall: {o['priced']}/{o['rows']} rows priced (coverage {o['coverage']:.1%}); throughput per GPU over "
-        f"{o['throughput_rows']} rows: MAPE {o['mape_pct']:.1f}%, cross-validated MAPE {cv(o['cv_mape_pct'])}, "
-        f"signed {o['signed_pct']:+.1f}%" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
+        f"{o['throughput_rows']} rows: MAPE {cv(o['mape_pct'])}, cross-validated MAPE {cv(o['cv_mape_pct'])}, "
+        f"signed {cv(o['signed_pct'], '+')}" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
     )
     if o.get("interval_coverage") is not None:
         whose = "no row in the fit" if args.shipped else "a fitted row's own is among them"

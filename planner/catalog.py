@@ -71,13 +71,26 @@ def _check_nesting(path: Path, text: str) -> None:
             )
 
 
+MAX_INPUT_BYTES = 64 * 2**20
+"""The largest YAML or JSON file read: 64 MiB, 25x the largest file the project reads
+(shared/groundtruth/inference_runs.yaml, 2.6 MB, 1,247 rows). Not a measurement but a bound: a
+stream that never ends (``--workload /dev/zero``) had been read until memory ran out."""
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """Parse a YAML (or JSON) file with safe_load; the top level must be a mapping. A shipped
     catalog file is parsed once: later runs read its parsed form from the cache (``_cached``). A
     pipe is read as any file (``--workload <(...)``, ``/dev/stdin``): one that no process writes
-    to waits, as ``cat`` would."""
+    to waits, as ``cat`` would; one that writes more than ``MAX_INPUT_BYTES`` is refused."""
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as stream:
+            raw = stream.read(MAX_INPUT_BYTES + 1)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise PlannerError(
+                f"{path}: larger than {MAX_INPUT_BYTES // 2**20} MiB, the most a YAML or JSON input may hold "
+                "(a stream that does not end?)"
+            )
+        text = raw.decode("utf-8")
     except OSError as err:
         raise PlannerError(f"{path}: cannot read: {err.strerror or err}") from None
     except UnicodeDecodeError as err:

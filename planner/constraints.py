@@ -496,6 +496,17 @@ RULES: tuple[Rule, ...] = (
         degrees_only=True,
     ),
     Rule(
+        "seq_divisible_by_sequence_parallel",
+        # Megatron-Core tensor_parallel/mappings.py _reduce_scatter_along_first_dim: "First
+        # dimension of the tensor should be divisible by tensor parallel size"; the first dimension
+        # of a sequence-parallel activation [s/cp, b, h] is the rank's share of the sequence
+        lambda m, c, j, x: ~x.sequence_parallel | ((j.seq_len // x.cp) % x.tp == 0),
+        lambda m, c, j, p: (
+            f"sequence_parallel splits each rank's {j.seq_len // p.cp} tokens (seq_len {j.seq_len} / cp {p.cp}) "
+            f"over tp {p.tp}, which does not divide them"
+        ),
+    ),
+    Rule(
         "ep_needs_experts",
         lambda m, c, j, x: ((x.ep == 1) & (x.expert_tp == 1)) | (m.num_experts_total > 0),
         lambda m, c, j, p: (

@@ -66,6 +66,20 @@ def test_the_serving_accuracy_benchmark_ends_a_bad_runs_file_in_one_line(tmp_pat
     assert capsys.readouterr().err == f"error: {runs}: runs[0]: expected a run mapping, got int\n"
 
 
+def test_the_benchmarks_end_a_file_with_nothing_to_price_in_one_line(tmp_path: Path) -> None:
+    # both had printed an empty table (serving_accuracy.py: 'MAPE nan%') and exited 0
+    runs = tmp_path / "runs.yaml"
+    runs.write_text("runs: []\n")
+    for script in ("accuracy.py", "serving_accuracy.py"):
+        done = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / script), "--runs", str(runs)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (done.returncode, done.stderr) == (2, f"error: {runs}: no row can be priced\n"), script
+
+
 SHAPE = {"layers": 4, "hidden": 256, "heads": 8, "vocab": 1000, "ffn": 512}
 
 

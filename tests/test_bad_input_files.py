@@ -189,6 +189,24 @@ def test_an_unknown_cluster_profile_names_file_and_field(cli, tmp_path: Path) ->
     )
 
 
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="needs a stream that never ends")
+def test_a_stream_that_never_ends_is_refused_not_read_until_memory_runs_out(cli) -> None:
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100", "--workload", "/dev/zero")
+    assert_one_line_error(r, "/dev/zero: larger than 64 MiB, the most a YAML or JSON input may hold")
+
+
+def test_a_gpu_profile_without_a_16_bit_peak_is_refused(cli, tmp_path: Path) -> None:
+    """A profile listing fp32 alone had priced bf16 at the fp32 peak (an H100 at 63% MFU)."""
+    profile = read_yaml(Path(__file__).parent.parent / "hardware_profiles" / "dgx-h100.yaml")
+    profile["gpu"]["peak_tflops"] = {"fp32": 67.0}
+    path = _write(tmp_path, "p.yaml", json.dumps(profile))
+    r = cli("--model", "llama3-8b", "--cluster", str(path))
+    assert_one_line_error(r, f"{path}: field 'gpu': peak_tflops must list bf16 (or fp16)")
+    profile["gpu"]["peak_tflops"] = {"fp16": 989.0, "fp32": 67.0}  # a V100-style profile: fp16 is the 16-bit rate
+    path.write_text(json.dumps(profile))
+    assert cli("show", "cluster", str(path)).code == 0
+
+
 # ---- 4. Falcon flags and sizes --------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("extra", "message"),

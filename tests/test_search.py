@@ -41,6 +41,7 @@ def test_schedule_pin() -> None:
         (("--schedule", "1f1b", "--virtual-stages", "2"), ("schedule_matches_virtual_stages",)),
         (("--schedule", "gpipe", "--virtual-stages", "4"), ("schedule_matches_virtual_stages",)),
         (("--tp", "1", "--sequence-parallel"), ("sequence_parallel_needs_tp",)),
+        (("--tp", "8", "--seq-len", "12", "--sequence-parallel"), ("seq_divisible_by_sequence_parallel",)),
     ],
 )
 def test_conflicting_pins_explain_themselves(cli, args: tuple[str, ...], fragments: tuple[str, ...]) -> None:

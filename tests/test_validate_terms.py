@@ -231,6 +231,10 @@ def test_calibrate_names_what_it_leaves_out_and_refuses_absurd_times(cli, tmp_pa
     huge = intra[1].model_copy(update={"measured_s": 1e308})
     r = cli("calibrate", "--from", report([huge, *intra[2:]]), *args)
     assert_one_line_error(r, f"term '{intra[1].spec.name}': field 'measured_s': 1e+308 s", "at most 86400 s")
+    # a message of 1e200 bytes overflowed the fit (OverflowError traceback): refused when read
+    vast = intra[1].model_copy(update={"spec": intra[1].spec.model_copy(update={"message_bytes": 1e200})})
+    r = cli("calibrate", "--from", report([vast, *intra[2:]]), *args)
+    assert_one_line_error(r, "points.0.result.spec.message_bytes", "less than or equal to 1099511627776")
     # collectives that all moved 0 bytes time the latency alone: no bandwidth was fitted from them
     empty = [t.model_copy(update={"spec": t.spec.model_copy(update={"message_bytes": 0.0})}) for t in intra]
     collectives = sum(t.spec.op not in ("gemm", "layer") for t in intra)

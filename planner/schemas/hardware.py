@@ -237,8 +237,11 @@ class GPU(Frozen):
 
     @model_validator(mode="after")
     def _sources_and_bf16(self) -> GPU:
-        if "bf16" not in self.peak_tflops and "fp32" not in self.peak_tflops:
-            raise ValueError("peak_tflops must list bf16 (or fp32 for CPU profiles)")
+        if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
+            # a 16-bit job falls back to no other rate: fp32's is 2-16x off a tensor core's 16-bit
+            # one (H100 SXM 67 vs 989 TFLOPS) and hundreds of times off an emulated CPU bf16
+            # (localhost-cpu: 70.9 vs 0.275 GFLOP/s)
+            raise ValueError("peak_tflops must list bf16 (or fp16): the 16-bit rate a bf16 job is priced at")
         if self.reserved_memory_gib >= self.hbm_capacity_gib:
             raise ValueError("reserved_memory_gib must be below hbm_capacity_gib")
         if self.host_link_gb_per_s is not None and self.host_memory_gib is None:
@@ -373,7 +376,7 @@ class GPU(Frozen):
         for key in (dtype, "bf16", "fp16", "fp32"):
             if key in self.peak_tflops:
                 return self.peak_tflops[key] * TERA  # type: ignore[index]
-        raise KeyError(dtype)  # unreachable: the validator requires bf16 or fp32
+        raise KeyError(dtype)  # unreachable: the validator requires bf16 or fp16
 
 
 MAX_LINK_LATENCY_US = 1e6

@@ -57,6 +57,13 @@ class LayerShard(Frozen):
     moe: bool = False
 
 
+MAX_MESSAGE_BYTES = float(2**40)
+"""The largest message a replayed term may state: 1 TiB. Not a measurement but a sanity bound: a
+replay allocates the message in one device's memory (the largest shipped profile, GB300, holds
+277.55 GiB), so a larger figure (1e200, say) is a broken or hand-edited report, whose fit would
+overflow; the plan's own message (``plan_message_bytes``) is not bounded."""
+
+
 class TermSpec(Frozen):
     """One operation to time and its prediction on the replay's own hardware profile.
 
@@ -77,7 +84,7 @@ class TermSpec(Frozen):
     plan_group_size: PositiveInt
     tier: Tier = "none"
     per_domain: PositiveInt = 1
-    message_bytes: NonNegativeFloat = 0.0
+    message_bytes: NonNegativeFloat = Field(0.0, le=MAX_MESSAGE_BYTES)
     plan_message_bytes: NonNegativeFloat = 0.0
     gemm_mnk: tuple[int, int, int] | None = None
     plan_gemm_mnk: tuple[int, int, int] | None = None
