@@ -349,8 +349,9 @@ RULES: tuple[Rule, ...] = (
         # get_attention_backend disables FlashAttention for softmax_type 'learnable')
         lambda m, c, j, x: np.full(len(x), (not m.attention_sinks) or j.software.sink_attention is not None),
         lambda m, c, j, p: (
-            f"{m.name} has attention sinks, which stack {j.software.name} does not run (its attention takes no "
-            "sink logit); megatron-core runs them (Transformer Engine >= 2.8)"
+            f"{m.name} has attention sinks, and the planner prices no sink attention for stack {j.software.name} "
+            "(its kernel takes no sink logit or runs at a rate no profile measures: the stack's sink_attention "
+            "source); megatron-core runs them (Transformer Engine >= 2.8)"
         ),
     ),
     Rule(
@@ -527,6 +528,16 @@ RULES: tuple[Rule, ...] = (
         degrees_only=True,
     ),
     Rule(
+        "stack_trains_mtp",
+        # Stack.trains_mtp: torchtitan's, DeepSpeed's and llm-foundry's models build no MTP module
+        lambda m, c, j, x: np.asarray(not mtp_layers(m, j) or j.software.trains_mtp),
+        lambda m, c, j, p: (
+            f"{mtp_layers(m, j)} MTP layer(s) (--mtp-layers): stack {j.software.name} builds no multi-token-prediction "
+            "module; use --mtp-layers 0 or a stack that does, such as megatron-core"
+        ),
+        degrees_only=True,
+    ),
+    Rule(
         "experts_divisible_by_ep",
         lambda m, c, j, x: (m.num_experts_total == 0) | (m.num_experts_total % x.ep == 0),
         lambda m, c, j, p: f"{m.num_experts_total} experts are not divisible by ep {p.ep}",
@@ -544,14 +555,58 @@ RULES: tuple[Rule, ...] = (
         # "disable full recomputation when enabling overlap_moe_expert_parallel_comm".
         # DualPipe and DualPipeV pair one micro-batch's forward with another's backward by design
         # (DeepSeek-V3 section 3.2.1), the pairing the overlap needs.
+        # Megatron-Core 0.17 transformer_config.py: "disable moe in recompute_modules when enabling
+        # overlap_moe_expert_parallel_comm" (the MoE recompute re-runs the dispatch).
         lambda m, c, j, x: (
             (not j.ep_comm_overlap)
-            | ((x.pp == 1) | (x.schedule == INTERLEAVED) | is_dual(x)) & (x.recompute != RECOMPUTE_FULL)
+            | ((x.pp == 1) | (x.schedule == INTERLEAVED) | is_dual(x))
+            & (x.recompute != RECOMPUTE_FULL)
+            & ((x.recompute != RECOMPUTE_SELECTIVE) | ("moe" not in (j.recompute_modules or ())))
         ),
         lambda m, c, j, p: (
             "ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) needs an interleaved pipeline, DualPipe(V) "
-            f"(or pp 1) and no full recompute; this mesh has pp {p.pp} {p.schedule}, recompute {p.recompute}"
+            "(or pp 1), no full recompute and no 'moe' among the selective recompute modules; this mesh has "
+            f"pp {p.pp} {p.schedule}, recompute {p.recompute}"
+            + (f" of {', '.join(j.recompute_modules)}" if p.recompute == "selective" and j.recompute_modules else "")
         ),
+    ),
+    Rule(
+        "ep_overlap_job",
+        # Megatron-Core 0.17 transformer_config.py, with overlap_moe_expert_parallel_comm:
+        # "overlap_moe_expert_parallel_comm is supported with alltoall/flex token dispatcher" and "MTP
+        # layernum only supports 1 when enabling overlap_moe_expert_parallel_comm"
+        lambda m, c, j, x: np.asarray(
+            not j.ep_comm_overlap or (j.moe_dispatcher in ("alltoall", "flex") and mtp_layers(m, j) <= 1)
+        ),
+        lambda m, c, j, p: (
+            "ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) runs with the alltoall or flex dispatcher "
+            f"and at most 1 MTP layer; this job has the {j.moe_dispatcher} dispatcher and {mtp_layers(m, j)} MTP layers"
+        ),
+        degrees_only=True,
+    ),
+    Rule(
+        "ep_overlap_mtp_pipeline",
+        # Megatron-Core 0.17 transformer_config.py: "Pipeline model parallel size must be larger
+        # than 1 when enabling overlap_moe_expert_parallel_comm with MTP layer"
+        lambda m, c, j, x: (not j.ep_comm_overlap or not mtp_layers(m, j)) | (x.pp > 1),
+        lambda m, c, j, p: (
+            f"ep_comm_overlap (Megatron --overlap-moe-expert-parallel-comm) with {mtp_layers(m, j)} MTP layer needs "
+            "pp > 1 (Megatron-Core 0.17); use pp 2 or more, or --mtp-layers 0"
+        ),
+        degrees_only=True,
+    ),
+    Rule(
+        "moe_bias_expert_tp",
+        # Megatron-Core transformer_config.py: "Bias in Moe is only supported when ETP==1"
+        # (num_moe_experts with add_bias_linear, which a model with MLP biases sets)
+        lambda m, c, j, x: (
+            (not (m.is_moe and m.mlp_bias and j.software.export_format == "megatron")) | (x.expert_tp == 1)
+        ),
+        lambda m, c, j, p: (
+            f"expert_tp {p.expert_tp} with {m.name}'s MLP biases: Megatron-Core runs biased experts only with "
+            "expert_tp 1 ('Bias in Moe is only supported when ETP==1')"
+        ),
+        degrees_only=True,
     ),
     Rule(
         "zero_with_pipeline",

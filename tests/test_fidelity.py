@@ -1231,7 +1231,7 @@ def test_runs_rows_with_sliding_windows_and_sinks_are_priced() -> None:
     assert case_from_row(row).model.num_sliding_layers == case.model.num_hidden_layers
     row["model"]["attention"] = "alternating full / sliding-window(128) attention with sinks"
     # a torchtitan row (its FlexAttention has no measured rate): refused by name, listed unpriced
-    with pytest.raises(PlannerError, match="attention sinks, which stack torchtitan does not run"):
+    with pytest.raises(PlannerError, match="prices no sink attention for stack torchtitan"):
         case_from_row(row)
     # Megatron-Core runs them in cuDNN fused attention: the price of the same model without sinks
     bridge = case_from_row(ROWS[GPT_OSS])

@@ -100,3 +100,18 @@ def test_layer_types_must_match_the_layers_and_name_a_window() -> None:
         ModelSpec(**{**base, "layer_types": ["sliding_attention", "full_attention"]})
     with pytest.raises(ValueError, match="sliding_window is not set"):
         ModelSpec(**{**base, "sliding_window": None, "layer_types": ["sliding_attention"] * 32})
+
+
+@pytest.mark.parametrize(
+    ("stack", "trained"), [("megatron-core", 1), ("torchtitan", 0), ("deepspeed", 0), ("llm-foundry", 0)]
+)
+def test_a_model_trains_its_mtp_depth_only_on_a_stack_that_builds_mtp(stack: str, trained: int) -> None:
+    """DeepSeek-V3's one MTP module: Megatron-Core builds it (--mtp-num-layers); torchtitan's and
+    Hugging Face's DeepSeek-V3 have none, so a plan there had priced a layer they never run."""
+    from planner.cost.flops import mtp_layers
+    from planner.schemas.job import JobSpec
+
+    model = load_model("deepseek-v3")
+    assert model.num_nextn_predict_layers == 1
+    assert mtp_layers(model, JobSpec(global_batch_size=64, seq_len=4096, stack=stack)) == trained
+    assert mtp_layers(model, JobSpec(global_batch_size=64, seq_len=4096, mtp_layers=0)) == 0

@@ -55,6 +55,19 @@ def test_conflicting_pins_explain_themselves(cli, args: tuple[str, ...], fragmen
         ("mixtral-8x7b", "dgx-h100x2", ("--ep", "8", "--expert-tp", "4"), "experts_fold_into_stage"),
         ("llama3-8b", "dgx-h100", ("--expert-tp", "2", "--pp", "8"), "experts_fold_into_stage"),
         ("gpt2-124m", "dgx-h100x1000", (), "batch_divisible"),
+        # Megatron-Core's startup asserts with --overlap-moe-expert-parallel-comm, and on biased experts
+        ("qwen3-30b-a3b", "dgx-h100x2", ("--ep-comm-overlap", "--moe-dispatcher", "allgather"), "ep_overlap_job"),
+        ("nemotron-3-super-120b-a12b", "dgx-h100x16", ("--ep-comm-overlap",), "ep_overlap_job"),
+        ("deepseek-v3", "dgx-b200x16", ("--ep-comm-overlap", "--pp", "1"), "ep_overlap_mtp_pipeline"),
+        (
+            "qwen3-30b-a3b",
+            "dgx-h100x2",
+            ("--ep-comm-overlap", "--recompute", "selective", "--recompute-modules", "moe"),
+            "ep_overlap_schedule",
+        ),
+        ("gpt-oss-120b", "dgx-h100x16", ("--tp", "2", "--expert-tp", "2"), "moe_bias_expert_tp"),
+        # torchtitan builds no MTP module: asked for, refused; unasked, the model's MTP goes untrained
+        ("deepseek-v3", "dgx-h100x64", ("--stack", "torchtitan", "--mtp-layers", "1"), "stack_trains_mtp"),
     ],
 )
 def test_impossible_pins_name_the_rule(cli, model: str, cluster: str, args: tuple[str, ...], fragment: str) -> None:

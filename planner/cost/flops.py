@@ -169,8 +169,12 @@ def residual_output_matmul_params(model: ModelSpec) -> int:
 
 
 def mtp_layers(model: ModelSpec, job: JobSpec) -> int:
-    """MTP layers the job trains: its ``mtp_layers``, else the model's ``num_nextn_predict_layers``."""
-    return model.num_nextn_predict_layers if job.mtp_layers is None else job.mtp_layers
+    """MTP layers the job trains: its ``mtp_layers``, else the model's ``num_nextn_predict_layers``
+    where the stack builds MTP modules (``Stack.trains_mtp``) and none where it does not (a job
+    asking for them there is refused, ``constraints``: ``stack_trains_mtp``)."""
+    if job.mtp_layers is not None:
+        return job.mtp_layers
+    return model.num_nextn_predict_layers if job.software.trains_mtp else 0
 
 
 def mtp_block_counts(model: ModelSpec) -> tuple[int, int]:

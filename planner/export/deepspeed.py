@@ -2,7 +2,7 @@
 
 Key names: deepspeedai/DeepSpeed ``docs/_pages/config-json.md`` as stored at commit
 00376da49967bc6a15d70a550200ac67277b1fb4 (train_batch_size, train_micro_batch_size_per_gpu,
-gradient_accumulation_steps; zero_optimization.stage and .overlap_comm; bf16.enabled,
+gradient_accumulation_steps; zero_optimization.stage and .overlap_comm (ZeRO-1 to 3); bf16.enabled,
 fp16.enabled; activation_checkpointing), and ``deepspeed/runtime/config.py``
 get_pipeline_config for ``pipeline.activation_checkpoint_interval``. A DeepSpeed config alone
 covers data parallelism, ZeRO and the pipeline engine's batch: tensor, context and expert
@@ -170,6 +170,17 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
         # parallelism on the last (innermost) dimension.
         if config.dp > 1 and not axis_inside(config, "dp", "pp"):
             raise refuse(TARGET, f"--order {config.order}", "DeepSpeed's pipeline topology keeps dp inside pp")
+        # deepspeed/runtime/engine.py _do_optimizer_sanity_check: without ZeRO, a bf16 model whose
+        # gradients accumulate in bf16 under pipeline parallelism gets the BF16_Optimizer, which
+        # shards the fp32 master weights and Adam moments over dp (as ZeRO-1 does) and keeps fp32
+        # gradients: not the replicated optimizer a ZeRO-0 plan priced.
+        if zero == 0 and job.dtype == "bf16" and config.dp > 1:
+            raise refuse(
+                TARGET,
+                f"--zero-stage 0 with pp {config.pp} in bf16",
+                "DeepSpeed trains a bf16 pipeline without ZeRO through its BF16_Optimizer, which shards the optimizer "
+                "states over dp as ZeRO-1 does; use --zero-stage 1",
+            )
     num_microbatches(TARGET, job, config)
 
 
@@ -184,8 +195,10 @@ def deepspeed_config(job: JobSpec, config: ParallelConfig) -> dict[str, Any]:
     _check(job, config)
     zero = effective_zero_stage(config)
     zero_section: dict[str, Any] = {"stage": zero}
-    if zero >= 2:
-        # overlap_comm: "Attempts to overlap the reduction of the gradients with backward computation".
+    if zero >= 1:
+        # overlap_comm: "Attempts to overlap the reduction of the gradients with backward computation";
+        # its default is stage == 3 (zero/config.py overlap_comm_valid); ZeRO-1 and 2 run it alike
+        # (zero/stage_1_and_2.py installs the reduce hooks when overlap_comm is set)
         zero_section["overlap_comm"] = config.overlap_grad_reduce
     ds: dict[str, Any] = {
         "train_batch_size": job.batch_size,
@@ -237,9 +250,9 @@ def deepspeed_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> l
             "the model's gradient checkpointing); activation_checkpointing only configures it"
         )
     zero = effective_zero_stage(config)
-    if config.overlap_grad_reduce and zero < 2 and config.dp > 1:
+    if config.overlap_grad_reduce and zero == 0 and config.dp > 1:
         notes.append(
-            f"zero_optimization.overlap_comm is exported for ZeRO-2/3 only; check that stage {zero} overlaps the "
+            "zero_optimization.overlap_comm is a ZeRO setting; without ZeRO check that the engine overlaps the "
             "gradient reduction as the plan assumed"
         )
     return notes

@@ -143,6 +143,16 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
         raise refuse(
             TARGET, f"{mtp_layers(model, job)} MTP layer(s)", "torchtitan trains none: --mtp-layers 0", mesh_bound=False
         )
+    if job.dtype == "fp4":
+        # 0.2.2 holds no NVFP4 converter; 0.3.0 has one, set only by a config function
+        # (torchtitan03.CONFIG_FUNCTIONS: llama3_8b_first_85_pct_layers_nvfp4)
+        raise refuse(
+            TARGET,
+            "--dtype fp4",
+            "torchtitan 0.2 has no NVFP4 converter (0.3 trains Llama-3 8B in NVFP4 as its "
+            "llama3_8b_first_85_pct_layers_nvfp4 config function: plan export -f torchtitan)",
+            mesh_bound=False,
+        )
     check_shared(TARGET, job, config)
     if job.dtype == "fp8" and job.fp8_scaling != "block" and model.is_moe and (config.pp > 1 or config.cp > 1):
         # torchtitan 0.2.2 components/quantization/float8.py Float8GroupedMMConverter asserts pp and
@@ -238,16 +248,6 @@ def check_shared(target: str, job: JobSpec, config: ParallelConfig) -> None:
             target,
             "--no-overlap-grad-reduce",
             "FSDP2 always overlaps its gathers and reduce-scatters with compute",
-        )
-    if job.dtype == "fp4":
-        # NVFP4 arrived after 0.3.0 as a config function (torchtitan/components/quantization/nvfp4.md:
-        # llama3_8b_nvfp4_mixed, torchao's prototype NVFP4 training)
-        raise refuse(
-            target,
-            "--dtype fp4",
-            "this torchtitan release has no NVFP4 converter (later torchtitan runs it as the "
-            "llama3_8b_nvfp4_mixed config function on torchao's prototype)",
-            mesh_bound=False,
         )
     if job.dtype == "fp16":
         # Training.mixed_precision_param: Literal["bfloat16", "float32"].

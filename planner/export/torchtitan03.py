@@ -64,12 +64,14 @@ class ConfigFunction:
     """One function of a torchtitan 0.3 ``config_registry``: the module (``--module``), the
     function (``--config``), the flavor it builds and the precision of its converters
     ("bf16": none; "fp8-row": torchao Float8Linear, whose 0.3 ``recipe_name`` defaults to
-    "rowwise"; "fp8-block": MXFP8)."""
+    "rowwise"; "fp8-block": MXFP8; "fp4": NVFP4), and how many of the last decoder layers its
+    converter leaves in bf16 (its ``fqns``)."""
 
     module: str
     function: str
     flavor: str
     precision: str
+    bf16_last_layers: int = 0
 
 
 CONFIG_FUNCTIONS = (
@@ -78,6 +80,10 @@ CONFIG_FUNCTIONS = (
     # filter_fqns ["lm_head"]: the only 405B function, so 405B trains fp8 in 0.3)
     ConfigFunction("llama3", "llama3_8b", "8B", "bf16"),
     ConfigFunction("llama3", "llama3_8b_mxfp8", "8B", "fp8-block"),
+    # llama3_8b_first_85_pct_layers_nvfp4: NVFP4LinearConverter over the layers that
+    # components/quantization/nvfp4.py nvfp4_bf16_tail_fqns(32, 0.15) lists, keeping the last
+    # ceil(32 x 0.15) = 5 and the lm_head in bf16 (qwen3's NVFP4 function is a fine-tuning one)
+    ConfigFunction("llama3", "llama3_8b_first_85_pct_layers_nvfp4", "8B", "fp4", bf16_last_layers=5),
     ConfigFunction("llama3", "llama3_70b", "70B", "bf16"),
     ConfigFunction("llama3", "llama3_405b", "405B", "fp8-row"),
     # torchtitan/models/qwen3/config_registry.py: qwen3_0_6b, qwen3_1_7b, qwen3_14b, qwen3_32b,
@@ -123,12 +129,15 @@ def config_function(model: ModelSpec, job: JobSpec) -> ConfigFunction:
 def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> ConfigFunction:
     """Refuse what torchtitan 0.3 cannot run as planned; the config function otherwise."""
     function = config_function(model, job)
-    if job.bf16_last_layers:
+    if job.bf16_last_layers != function.bf16_last_layers:
         # the converters, and which linears they skip, are the config function's
+        kept = function.bf16_last_layers
         raise refuse(
             TARGET,
             f"bf16_last_layers {job.bf16_last_layers}",
-            f"{function.function} converts the linears its config function lists and model_spec is no override",
+            f"{function.function} converts the linears its config function lists"
+            + (f" (all but the last {kept} layers' and the lm_head's)" if kept else "")
+            + f" and model_spec is no override: use --bf16-last-layers {kept}",
             mesh_bound=False,
         )
     if mtp_layers(model, job):

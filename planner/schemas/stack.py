@@ -96,6 +96,11 @@ class Stack(Frozen):
         description="Token dispatchers the stack runs for expert parallelism (``JobSpec.moe_dispatcher``); "
         "empty: it trains no MoE models"
     )
+    trains_mtp: bool = Field(
+        description="Builds multi-token-prediction modules (``ModelSpec.num_nextn_predict_layers``, Megatron-Core's "
+        "--mtp-num-layers); False: a model's MTP depth goes untrained (``cost.flops.mtp_layers`` 0) and a job "
+        "asking for it is refused"
+    )
     overlap_slowdown: float = Field(
         ge=0, le=1, description="Compute slows by this fraction while a collective runs beside it (shared SMs and HBM)"
     )
