@@ -178,6 +178,24 @@ NOAUX_TOPK_METHOD = "noaux_tc"
 ``e_score_correction_bias`` added to the sigmoid scores for the top-k choice): ``router_expert_bias``."""
 
 
+def _refuse_disagreeing_aliases(config: dict[str, Any], where: str) -> None:
+    """Raise where two keys naming one ModelSpec key (``HF_KEY_ALIASES``: n_layer and
+    num_hidden_layers, n_head and num_attention_heads) state different values: the later had
+    silently replaced the earlier. The same value under both is read once; the norms' epsilon,
+    which prices nothing, is not checked (a config may carry an RMSNorm and a LayerNorm one)."""
+    seen: dict[str, str] = {}
+    for key, value in config.items():
+        name = HF_KEY_ALIASES.get(key, key)
+        if name == "norm_eps":
+            continue
+        first = seen.setdefault(name, key)
+        if first != key and config[first] != value:
+            raise PlannerError(
+                f"{where}: keys '{first}' ({shown_value(config[first])}) and '{key}' ({shown_value(value)}) both "
+                f"state {name}, differently; give one"
+            )
+
+
 def _refuse_unread_moe_keys(config: dict[str, Any], where: str) -> None:
     """Raise on a key that names experts or MoE layers (``expert`` in it, or a ``moe_`` prefix) and
     that neither ModelSpec, ``UNMODELLED_COUNT_KEYS`` nor ``UNREAD_MOE_KEYS_ALLOWED`` reads: ERNIE
@@ -567,6 +585,7 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
                 f"{where}: key '{key}' ({what}) changes the parameter count and is not modelled; supported MoE "
                 "layouts: every layer, first_k_dense_replace, decoder_sparse_step"
             )
+    _refuse_disagreeing_aliases(config, where)
     data = {HF_KEY_ALIASES.get(k, k): v for k, v in config.items()}
     # A dense model may carry expert keys set to 0 (e.g. num_experts: 0): that means no experts.
     for key in ("num_local_experts", "n_routed_experts", "num_experts", "num_experts_per_tok"):

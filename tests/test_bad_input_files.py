@@ -229,6 +229,15 @@ def test_falcon_flags_and_sizes_are_read_as_stated_or_refused(extra: dict[str, A
     assert str(err.value) == f"f/config.json: {message}"
 
 
+def test_two_keys_stating_one_count_differently_are_refused(tmp_path: Path) -> None:
+    # n_layer 12 beside num_hidden_layers 24 had been read as 24, silently
+    gpt2 = {"model_type": "gpt2", "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+    with pytest.raises(PlannerError, match=r"keys 'n_layer' \(12\) and 'num_hidden_layers' \(24\) both state"):
+        model_from_hf_config({**gpt2, "n_layer": 12, "num_hidden_layers": 24}, "gpt2", "c.json")
+    same = model_from_hf_config({**gpt2, "n_layer": 12, "num_hidden_layers": 12}, "gpt2", "c.json")
+    assert same.num_hidden_layers == 12
+
+
 def test_falcon_null_keeps_the_class_default() -> None:
     m = model_from_hf_config({**FALCON, "bias": None, "ffn_hidden_size": None, "multi_query": None}, "f", "f")
     assert (m.attention_bias, m.intermediate_size, m.num_kv_heads) == (False, 4 * 4544, 1)

@@ -127,6 +127,14 @@ def test_compile_loss_is_refused_where_the_stack_cannot_compile_its_loss() -> No
     assert eager.compiled and not eager.loss_compiled
 
 
+def test_compile_is_refused_where_the_stack_has_no_compiled_figures() -> None:
+    # --compile on megatron-core had been accepted, shown as 'compiled' and priced as eager
+    for stack in ("megatron-core", "deepspeed", "llm-foundry"):
+        with pytest.raises(ValueError, match=f"compile: stack '{stack}' has no compiled layer figures"):
+            JobSpec(global_batch_size=8, seq_len=4096, stack=stack, compile=True)
+    assert JobSpec(global_batch_size=8, seq_len=4096, stack="torchtitan", compile=True).compiled
+
+
 def test_the_stack_line_says_whether_the_loss_is_compiled() -> None:
     from planner.render import describe_stack
 

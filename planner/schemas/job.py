@@ -218,6 +218,16 @@ class JobSpec(Frozen):
     )
 
     @model_validator(mode="after")
+    def _compile_needs_the_stack(self) -> JobSpec:
+        # --compile on megatron-core had been accepted and shown as 'compiled', priced as eager
+        if self.compile and not self.software.compiles_model:
+            raise ValueError(
+                f"compile: stack '{self.software.name}' has no compiled layer figures (its kernels_per_layer_compiled "
+                "equals kernels_per_layer_eager: the stack file says why); leave it unset or false"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _compiled_loss_needs_compile(self) -> JobSpec:
         if self.compile_loss and not (self.compiled and self.software.compiles_loss):
             raise ValueError(

@@ -411,6 +411,13 @@ class Stack(Frozen):
         return self.default_zero_stage if pp == 1 else min(self.default_zero_stage, self.zero_with_pipeline)
 
     @property
+    def compiles_model(self) -> bool:
+        """torch.compile changes what this stack's layers launch (``kernels_per_layer_compiled``
+        below ``kernels_per_layer_eager``); where the two agree the stack compiles no model
+        (Megatron-Core) or the planner has no compiled figure for it (DeepSpeed's opt-in compile)."""
+        return self.kernels_per_layer_compiled < self.kernels_per_layer_eager
+
+    @property
     def compiles_loss(self) -> bool:
         """torch.compile can cover this stack's loss (its compiled figures are set)."""
         return self.compiled_loss_bytes_per_logit is not None
