@@ -96,6 +96,9 @@ def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ..
         (("--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "1", "--disaggregate"), ("disaggregate:",)),
         (("--model", "llama3-8b", "--cluster", "dgx-h100", "--engine", "vllm", "--export", "trtllm"), ("--export",)),
         (("--model", "llama3-8b", "--cluster", "dgx-h100", "--export", "tgi"), ("--export: unknown engine 'tgi'",)),
+        # spelled as --engine is: VLLM had failed as field 'engine', '' had been read as unset (vllm)
+        (("--model", "llama3-8b", "--cluster", "dgx-h100", "--export", "VLLM"), ("--export: unknown engine 'VLLM'",)),
+        (("--model", "llama3-8b", "--cluster", "dgx-h100", "--engine", ""), ("field 'engine'", "'vllm'")),
     ],
 )
 def test_requests_the_engines_would_refuse_are_one_line_errors(cli, args, fragments) -> None:

@@ -142,14 +142,14 @@ def serve_cmd(
     if export is not None:
         from planner.serving.export import EXPORTS
 
-        if export.lower() not in EXPORTS:
+        if export not in EXPORTS:  # spelled as the engine field is (VLLM had failed as field 'engine')
             raise PlannerError(f"--export: unknown engine '{export}'; allowed: {', '.join(EXPORTS)}")
-    if export is not None and engine is not None and export.lower() != engine.lower():
+    if export is not None and engine is not None and export != engine:
         raise PlannerError(
             f"--export {export}: the plan is priced for --engine {engine} (its memory fraction, batch cap and fitted "
             f"rates); give the same engine to both, or --export {export} alone"
         )
-    engine = engine or export
+    engine = export if engine is None else engine  # '' is no engine: refused by name, not read as unset
     fields: dict[str, Any] = _workload(workload) if workload is not None else {}
     given = {
         "input_len": input_len,
