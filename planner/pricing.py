@@ -205,6 +205,8 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "--ep-comm-overlap has nothing to overlap: "
             + (f"{model.name} has no experts" if not model.is_moe else "this mesh runs no expert parallelism (ep 1)")
         )
+    if job.tp_comm_overlap and config.tp == 1:  # asked for, not the stack's default
+        notes.append("--tp-comm-overlap has nothing to overlap: this mesh runs no tensor parallelism (tp 1)")
     if model.attention_sinks and not flash_attention_runs(model, job):
         notes.append(
             f"{model.name}'s attention sinks run on {job.software.name}'s unfused attention (every s x s score "

@@ -339,6 +339,10 @@ def test_a_stack_refusal_comes_before_a_batch_hint_and_a_void_overlap_is_named(c
     assert "--moe-dispatcher and --moe-routing route nothing: llama3-8b has no experts" in " ".join(routed.out.split())
     r = cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100", "--ep", "1", "--ep-comm-overlap")
     assert "runs no expert parallelism (ep 1)" in " ".join(r.out.split())
+    r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100", "--tp", "1", "--tp-comm-overlap")
+    assert "--tp-comm-overlap has nothing to overlap: this mesh runs no tensor parallelism (tp 1)" in " ".join(
+        r.out.split()
+    )
 
 
 def test_a_stack_without_sequence_parallelism_runs_tp_unsharded(cli) -> None:  # type: ignore[no-untyped-def]
