@@ -238,8 +238,8 @@ class GPU(Frozen):
     @model_validator(mode="after")
     def _sources_and_bf16(self) -> GPU:
         if "bf16" not in self.peak_tflops and "fp16" not in self.peak_tflops:
-            # a 16-bit job falls back to no other rate: fp32's is 2-16x off a tensor core's 16-bit
-            # one (H100 SXM 67 vs 989 TFLOPS) and hundreds of times off an emulated CPU bf16
+            # a 16-bit job falls back to no other rate: fp32's is 4-16x below a tensor core's 16-bit
+            # one (L40S 91.6 vs 362, H100 SXM 67 vs 989 TFLOPS) and 258x above an emulated CPU bf16
             # (localhost-cpu: 70.9 vs 0.275 GFLOP/s)
             raise ValueError("peak_tflops must list bf16 (or fp16): the 16-bit rate a bf16 job is priced at")
         if self.reserved_memory_gib >= self.hbm_capacity_gib:
