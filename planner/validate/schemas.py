@@ -57,11 +57,12 @@ class LayerShard(Frozen):
     moe: bool = False
 
 
-MAX_MESSAGE_BYTES = float(2**40)
-"""The largest message a replayed term may state: 1 TiB. Not a measurement but a sanity bound: a
-replay allocates the message in one device's memory (the largest shipped profile, GB300, holds
-277.55 GiB), so a larger figure (1e200, say) is a broken or hand-edited report, whose fit would
-overflow; the plan's own message (``plan_message_bytes``) is not bounded."""
+MAX_MESSAGE_BYTES = 2**40
+"""The largest message a replay sends or a replayed term may state: 1 TiB. Not a measurement but
+a sanity bound: a replay allocates the message in one device's memory (the largest shipped
+profile, GB300, holds 277.55 GiB). ``plan validate sweep --sizes`` had accepted 1e15 bytes, and a
+report's term of 1e200 bytes (broken or hand-edited) overflowed ``plan calibrate --from``'s fit;
+the plan's own message (``plan_message_bytes``) is not bounded."""
 
 
 class TermSpec(Frozen):

@@ -14,13 +14,10 @@ import numpy as np
 from planner.cost import comm
 from planner.errors import PlannerError
 from planner.schemas.hardware import ClusterSpec
-from planner.validate.schemas import COLLECTIVE_OPS, TermSpec
+from planner.validate.schemas import COLLECTIVE_OPS, MAX_MESSAGE_BYTES, TermSpec
 from planner.validate.terms import collective_term
 
 SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
-MAX_MESSAGE_BYTES = 2**40
-"""The largest message a sweep sends, 1 TiB: more than any GPU's memory holds (a bound; 1e15
-bytes had been accepted)."""
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 
