@@ -619,6 +619,22 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "stack_bf16_pipeline_zero",
+        # Stack.bf16_pipeline_min_zero: DeepSpeed trains a bf16 pipeline without ZeRO through its
+        # BF16_Optimizer, sharded over dp, not the replicated optimizer ZeRO-0 would price
+        lambda m, c, j, x: (
+            (x.pp == 1)
+            | (j.dtype != "bf16")
+            | shards_nothing(m.is_moe, x)
+            | (x.zero_stage >= j.software.bf16_pipeline_min_zero)
+        ),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} trains a bf16 pipeline at ZeRO-{j.software.bf16_pipeline_min_zero} or above "
+            f"(DeepSpeed's BF16_Optimizer shards the optimizer over dp without ZeRO); this mesh has zero_stage "
+            f"{p.zero_stage} with pp {p.pp}"
+        ),
+    ),
+    Rule(
         "stack_partial_recompute",
         # Stack.partial_recompute: Megatron any first r layers, torchtitan every n-th layer
         lambda m, c, j, x: (

@@ -66,6 +66,8 @@ def test_conflicting_pins_explain_themselves(cli, args: tuple[str, ...], fragmen
             "ep_overlap_schedule",
         ),
         ("gpt-oss-120b", "dgx-h100x16", ("--tp", "2", "--expert-tp", "2"), "moe_bias_expert_tp"),
+        # DeepSpeed runs a bf16 pipeline without ZeRO through its BF16_Optimizer, sharded over dp
+        ("llama3-70b", "dgx-h100x16", ("--stack", "deepspeed", "--pp", "8", "-z", "0"), "stack_bf16_pipeline_zero"),
         # torchtitan builds no MTP module: asked for, refused; unasked, the model's MTP goes untrained
         ("deepseek-v3", "dgx-h100x64", ("--stack", "torchtitan", "--mtp-layers", "1"), "stack_trains_mtp"),
     ],

@@ -246,6 +246,13 @@ class Stack(Frozen):
         "distributed optimizer (1) but not Megatron-FSDP, DeepSpeed's pipeline engine below ZeRO-2, FSDP2 with "
         "torch's pipelining up to 3",
     )
+    bf16_pipeline_min_zero: int = Field(
+        ge=0,
+        le=1,
+        description="Lowest ZeRO stage the stack runs a bf16 pipeline (pp > 1) at: DeepSpeed's engine trains one "
+        "without ZeRO through its BF16_Optimizer, which shards the optimizer over dp as ZeRO-1 does (1); 0 where "
+        "a pipeline without ZeRO keeps the optimizer whole on every rank",
+    )
     zero_stages: tuple[Literal[0, 1, 2, 3], ...] = Field(
         min_length=1,
         description="ZeRO stages the stack runs at all (0 plain data parallelism, 1 sharded optimizer states, 2 "
