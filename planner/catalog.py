@@ -176,7 +176,17 @@ def _unique_key_loader() -> type:
                 _check_unique_keys(self, node)
             super().flatten_mapping(node)
 
+    UniqueKeyLoader.add_implicit_resolver("tag:yaml.org,2002:float", _EXPONENT_FLOAT, list("-+0123456789."))
     return UniqueKeyLoader
+
+
+_EXPONENT_FLOAT = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+r"""A number in exponent form that YAML 1.1, which PyYAML implements, reads as text: its float needs
+a dot and a signed exponent (``1.0e+3``), so ``input_len: 1e3`` or ``1.5e3`` came to a field as the
+string '1e3'. YAML 1.2's core schema (yaml.org/spec/1.2.2, section 10.3.2, tag resolution:
+``[-+]? ( \. [0-9]+ | [0-9]+ ( \. [0-9]* )? ) ( [eE] [-+]? [0-9]+ )?``) reads them as floats, as
+JSON does; the loader adds that form (PyYAML's own floats keep their resolver, underscores as it
+allows them). No shipped file holds such a value, so the cache of parsed catalog files is unchanged."""
 
 
 def _check_unique_keys(loader: Any, node: Any) -> None:

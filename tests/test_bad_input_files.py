@@ -63,6 +63,32 @@ def test_keys_that_read_the_same_are_the_same_key(tmp_path: Path) -> None:
             read_yaml(_write(tmp_path, "same.yaml", text))
 
 
+def test_numbers_in_exponent_form_read_as_yaml_1_2_floats(tmp_path: Path) -> None:
+    # YAML 1.1 (PyYAML) reads 1e3 and 1.5e3 as text; YAML 1.2 and JSON read them as numbers
+    text = "a: 1e3\nb: -1.5E-3\nc: .5e2\nd: 1.0e-6\ne: 1e\nf: '1e3'\ng: 1e3e3\nh: 12\n"
+    assert read_yaml(_write(tmp_path, "exp.yaml", text)) == {
+        "a": 1000.0, "b": -0.0015, "c": 50.0, "d": 1e-6, "e": "1e", "f": "1e3", "g": "1e3e3", "h": 12,
+    }  # fmt: skip
+
+
+def test_a_workload_length_in_exponent_form_is_a_number(cli, tmp_path: Path) -> None:
+    path = _write(tmp_path, "w.yaml", "input_len: 1e3\noutput_len: 2.5e2\n")
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--workload", str(path), "--top", "1")
+    assert r.code == 0, r.err
+    assert "ISL 1000 / OSL 250" in r.out
+    r = cli(
+        "serve",
+        "--model",
+        "llama3-8b",
+        "--cluster",
+        "dgx-h100x1",
+        "--workload",
+        str(_write(tmp_path, "x.yaml", "input_len: 1.0005e3\noutput_len: 250\n")),
+    )
+    assert_one_line_error(r)
+    assert "input_len" in r.err
+
+
 def test_a_cluster_file_with_a_key_twice(cli, tmp_path: Path) -> None:
     path = _write(tmp_path, "c.yaml", "profile: dgx-h100\nnum_nodes: 2\nnum_nodes: 4\n")
     assert_one_line_error(cli("show", "cluster", str(path)), f"{path}: key 'num_nodes' appears twice (lines 2 and 3)")

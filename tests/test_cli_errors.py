@@ -518,6 +518,8 @@ def test_a_profile_rate_too_small_for_any_machine_is_refused(cli, tmp_path: Path
     ("folder", "file", "field", "new", "said"),
     [
         ("hardware_profiles", "dgx-h100.yaml", r"bf16: [0-9.]+", "bf16: 1.0e+300", "field 'gpu.peak_tflops.bf16'"),
+        ("hardware_profiles", "dgx-h100.yaml", r"^  hbm_capacity_gib: [0-9.]+", "  hbm_capacity_gib: 1e300",
+         "field 'gpu.hbm_capacity_gib': Input should be less than or equal to 1000000"),
         ("stacks", "megatron-core.yaml", r"^overlap_slowdown: .*$", "overlap_slowdown: 1.0e+300",
          "field 'overlap_slowdown': Input should be less than or equal to 1"),
         ("stacks", "megatron-core.yaml", r"^layer_overhead_us: .*$", "layer_overhead_us: 1.0e+300",

@@ -117,6 +117,11 @@ bound, so that a mistyped 1e300 fails when the profile loads instead of pricing 
 Rate = Annotated[float, Field(ge=MIN_RATE, le=MAX_RATE, allow_inf_nan=False)]
 """A peak or bandwidth a profile states: finite, from ``MIN_RATE`` to ``MAX_RATE``."""
 
+MAX_HBM_CAPACITY_GIB = 1e6
+"""The most memory a profile may give one GPU, GiB (a million: a PiB per GPU, some 3,700x the
+largest shipped, B300's 268.6 GiB): a bound, not a measurement, so that a mistyped 1e300 fails when
+the profile loads, by name, instead of the estimate coming out infinite memory."""
+
 MAX_GEMM_GFLOP = 1e9
 """The largest GEMM a ``gemm_efficiency_curve`` point may name, GFLOP (1e18 FLOPs, hours on any
 GPU): a bound against typos (1e300 overflowed numpy when the curve was read)."""
@@ -141,7 +146,7 @@ class GPU(Frozen):
         description="The GPU's architecture generation (ampere, hopper, blackwell, cdna3, ...): kernels are "
         "written per architecture, so a fitted kernel parameter needs runs on two of them",
     )
-    hbm_capacity_gib: PositiveFloat
+    hbm_capacity_gib: float = Field(gt=0, le=MAX_HBM_CAPACITY_GIB, allow_inf_nan=False)
     hbm_bandwidth_tb_per_s: Rate
     peak_tflops: dict[Dtype, Rate]
     reserved_memory_gib: float = Field(ge=0)
