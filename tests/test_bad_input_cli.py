@@ -154,15 +154,11 @@ def test_serving_token_counts_and_figures_that_are_not_finite_are_refused() -> N
 # ---- 2. extreme but finite profile numbers in `plan serve` -------------------------------------------
 @pytest.mark.parametrize("extra", [(), ("--disaggregate",), ("--json",)])
 def test_serve_on_a_profile_whose_memory_overflows_is_one_line(cli, tmp_path: Path, extra: tuple[str, ...]) -> None:
-    # pydantic's ValidationError traceback (input_value=inf at serving/memory.py); now the training
-    # estimate's guard (pricing.out_of_range)
+    # pydantic's ValidationError traceback (input_value=inf at serving/memory.py); then the training
+    # estimate's guard (pricing.out_of_range: "kv_cache came out inf"); now the profile's bound on it
     profile = _profile(tmp_path, "hbm_capacity_gib: 79.65", "hbm_capacity_gib: 1.0e300")
     r = cli("serve", "--model", "llama8b", "--cluster", profile, *extra)
-    assert_one_line_error(
-        r,
-        "the estimate's kv_cache came out inf: an input is out of range (--price, or a hardware profile's memory, "
-        "peak TFLOP/s or bandwidth)",
-    )
+    assert_one_line_error(r, "field 'gpu.hbm_capacity_gib': Input should be less than or equal to 1000000")
     assert r.out == ""
 
 

@@ -338,7 +338,7 @@ def test_out_of_range_inputs_from_review_are_one_line_errors(cli, tmp_path: Path
     text = (Path(planner.__file__).parents[1] / "hardware_profiles" / "dgx-h100.yaml").read_text()
     profile.write_text(text.replace("hbm_capacity_gib: 79.65", "hbm_capacity_gib: 1.0e300"))
     assert "hbm_capacity_gib: 1.0e300" in profile.read_text()
-    assert_one_line_error(cli("-m", "llama3-8b", "-c", str(profile)), "came out inf", "out of range")
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", str(profile)), "field 'gpu.hbm_capacity_gib'", "1000000")
     moe = ("estimate", "-m", "mixtral-8x7b", "-c", "dgx-h100x4", "--tp", "2", "--ep", "4")
     assert_one_line_error(cli(*moe, "--moe-routing", "imbalance:1e300"), "moe_load_imbalance", "1024")
     with pytest.raises(PlannerError, match="moe_capacity_factor"):
@@ -538,3 +538,22 @@ def test_a_number_too_large_for_any_machine_or_stack_is_refused(
     assert new in path.read_text()
     where = ("-c", str(path)) if folder == "hardware_profiles" else ("-c", "dgx-h100", "--stack", str(path))
     assert_one_line_error(cli("-m", "llama3-8b", *where), said)
+
+
+def test_an_estimate_that_comes_out_infinite_names_the_quantity() -> None:
+    """The guard behind every profile bound (pricing.out_of_range): a quantity the schemas refuse as
+    infinite is named with the inputs that can drive it there (a profile's 1e300 GiB of memory had
+    reached it through kv_cache before the profile bound it)."""
+    from pydantic import BaseModel, Field, ValidationError
+
+    from planner.pricing import out_of_range
+
+    class Kv(BaseModel):
+        kv_cache: float = Field(allow_inf_nan=False)
+
+    with pytest.raises(ValidationError) as err:
+        Kv(kv_cache=float("inf"))
+    assert out_of_range(err.value) == (
+        "the estimate's kv_cache came out inf: an input is out of range (--price, or a hardware profile's memory, "
+        "peak TFLOP/s or bandwidth)"
+    )
