@@ -211,7 +211,8 @@ def plot_serving(
     the targets solid, the others hollow, the TPOT target as a vertical line and the winner's
     layout in bold. ``replayed``: the table's candidates whose figures come from a replay
     (label, tokens/s per user, per GPU), drawn as crosses in their layout's colour: where they sit
-    below their curve is the steady state's optimism."""
+    below their curve is the steady state's optimism (above it, for a MoE model, its pessimism:
+    rounds of decode tokens alone read fewer experts than its even spread of prompts)."""
     plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
     best = sorted(curves, key=lambda c: -float(np.max(c.tokens_per_s_per_gpu)))[:MAX_SERVING_CURVES]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -418,6 +419,38 @@ def test_library_ranks_by_tokens_per_gpu_meeting_targets() -> None:
     assert rates == sorted(rates, reverse=True)
     assert all(c.tpot_s <= 0.03 and c.meets_targets for c in r.candidates)
     assert all(c.config["tp"] * c.config["pp"] * c.config["replicas"] <= 8 for c in r.candidates)
+
+
+def test_a_moe_target_search_takes_the_batches_its_replay_allows() -> None:
+    """DeepSeek-V3's replay runs rounds of decode tokens alone, which read far fewer experts than the
+    steady state's even spread of prompts (17.5 ms replayed against 43.8 ms steady at 6 sequences a
+    replica): the search had stopped at the steady state's batch 6 (42 tokens/s per GPU) where its
+    own replay meets a 50 ms TPOT at 32 (80 tokens/s per GPU)."""
+    r = planner.serve("deepseek-v3", "dgx-h200x2", engine="trtllm", tpot_s=0.05, tp=8, pp=1, ep=8)
+    best = r.candidates[0]
+    assert best.meets_targets and best.tpot_s <= 0.05
+    assert best.batch_per_replica >= 24
+    assert best.output_tokens_per_s_per_gpu > 1.5 * 42.0
+    assert best.steady_state_tpot_s is not None and best.steady_state_tpot_s > 0.05  # the steady state refuses it
+
+
+def test_the_batch_bisection_probes_the_largest_after_the_first_that_meets() -> None:
+    from types import SimpleNamespace
+
+    from planner.serving.search import _largest_meeting
+
+    for limit in range(-1, 10):  # batches 0..limit meet the targets
+        probed: list[int] = []
+
+        def probe(k: int, probed: list[int] = probed, limit: int = limit) -> Any:
+            probed.append(k)
+            return SimpleNamespace(meets_targets=k <= limit, k=k)
+
+        best, last = _largest_meeting(10, 3, probe)
+        assert (best.k if best else None) == (limit if limit >= 0 else None)
+        assert last is not None and len(probed) <= 6
+        assert probed[0] == 3 and (limit < 3 or probed[1] == 9)
+    assert _largest_meeting(0, 0, lambda k: None) == (None, None)  # type: ignore[arg-type, return-value]
 
 
 def test_concurrency_and_rate_set_the_batch() -> None:

@@ -324,39 +324,70 @@ the layouts of 70B at 8 req/s in ``REPLAY_MIN_REQUESTS``)."""
 
 def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> list[ServeCandidate]:
     """Maximum throughput at latency targets, replayed: per layout, the largest batch of the grid
-    whose closed-loop replay at that batch (``_replayed`` at a concurrency of the batch on every
-    replica) meets the targets, found by bisection over the batches whose steady-state round meets
-    them (the replay's latencies come out as the steady state's or longer, so a larger batch is
-    not tried). The
-    steady-state round spreads every prompt evenly over the rounds, under the decode's weight reads;
-    the engine runs a prompt whole in one iteration, which every running sequence waits for: 70B at
-    ISL 2048 / OSL 512 on one DGX H100 (vLLM), 2 x TP4 at 48 sequences per replica has a
-    steady-state TPOT of 26.2 ms and a replayed one of 36 ms, so a 30 ms target is met at 24 (27.5
-    ms), not 48. The replayed latencies are the ones the benchmark checks against published
-    online runs (``runs.predict``); the steady state prices no latency row. A layout none of whose
-    batches meets the targets on the replay keeps its smallest one's replay, which meets none."""
+        whose closed-loop replay at that batch (``_replayed`` at a concurrency of the batch on every
+        replica) meets the targets, found by bisection, the steady state's pick probed first.
+        The steady-state round spreads every prompt evenly over the rounds, under the decode's weight
+        reads; the engine runs a prompt whole in one iteration, which every running sequence waits for:
+        70B at ISL 2048 / OSL 512 on one DGX H100 (vLLM), 2 x TP4 at 48 sequences per replica has a
+        steady-state TPOT of 26.2 ms and a replayed one of 36 ms, so a 30 ms target is met at 24 (27.5
+        ms), not 48. For a MoE model the replay can come out faster than the steady state instead: the
+        experts a round reads grow slower than its tokens (``experts_touched_fraction``), so rounds of
+        decode tokens alone read far fewer of them than the even spread's every round does (DeepSeek-V3
+        on 2 x 8 H200, TP8 EP8, 6 sequences a replica: 17.5 ms replayed, 43.8 ms steady). So the
+        bisection runs over every batch whose TTFT meets the target at the steady state and whose round
+        of decode tokens alone (the replay's fastest iteration at that batch) meets the TPOT target,
+        not only over those the steady state accepts; where the steady state accepts none, the smallest
+    is probed first, and where its replay fails the layout has none. The replayed latencies are the ones the benchmark
+        checks against published online runs (``runs.predict``); the steady state prices no latency
+        row. A layout none of whose batches meets the targets on the replay keeps the replay of the
+        smallest it probed, which meets none."""
     group = _layout_groups(p)
-    meets = _meets(req, p.ttft_s, p.tpot_s)
+    steady = _meets(req, p.ttft_s, p.tpot_s)
+    context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
+    decode_only = round_terms(s, p.lay, p.batch, context, np.zeros(len(p.batch)), float(req.input_len)).total_s
+    possible = _meets(req, p.ttft_s, np.minimum(decode_only, p.tpot_s))
     out = []
     for g in range(group.max() + 1):
-        rows = np.flatnonzero((group == g) & meets)
+        rows = np.flatnonzero((group == g) & possible)
         rows = rows[np.argsort(p.batch[rows], kind="stable")]
-        lo, hi, best, last = 0, len(rows) - 1, None, None
+        accepted = np.flatnonzero(steady[rows])
         prices: dict[tuple[int, int], np.ndarray] = {}  # one layout's iterations, priced once for every probe
-        while lo <= hi:
-            mid = hi if last is None else (lo + hi) // 2  # the steady state's pick first
-            i = int(rows[mid])
-            in_flight = int(p.batch[i] * p.lay.replicas[i])
-            c = _candidate(p, i, s, req, True, "")
-            load = req.model_copy(update={"concurrency": in_flight})
-            last = _replayed(c, s, p.lay.take(np.array([i])), load, prices)
-            if last.meets_targets:
-                best, lo = last, mid + 1
-            else:
-                hi = mid - 1
+
+        def probe(k: int, rows: np.ndarray = rows, prices: dict = prices) -> ServeCandidate:
+            i = int(rows[k])
+            load = req.model_copy(update={"concurrency": int(p.batch[i] * p.lay.replicas[i])})
+            return _replayed(_candidate(p, i, s, req, True, ""), s, p.lay.take(np.array([i])), load, prices)
+
+        # first the steady state's pick (where it accepts none, the smallest batch, so that a layout
+        # whose replay meets no target costs one replay)
+        best, last = _largest_meeting(len(rows), int(accepted[-1]) if len(accepted) else 0, probe)
         if last is not None:
             out.append(best or last)
     return out
+
+
+def _largest_meeting(
+    n: int, first: int, probe: Callable[[int], ServeCandidate]
+) -> tuple[ServeCandidate | None, ServeCandidate | None]:
+    """Bisection for the largest of ``n`` batches (ascending) whose replay meets the targets, taken
+    to hold up to some batch and fail beyond it: ``first`` is probed first, and after the first
+    batch that meets them the largest (a MoE layout's replay often meets them up to its memory, two
+    replays where halving would take log2 n). Returns (the largest that meets, or None; the last
+    probed)."""
+    lo, hi, mid = 0, n - 1, first
+    best = last = None
+    tried_largest = False
+    while lo <= hi:
+        last = probe(mid)
+        if last.meets_targets:
+            best, lo = last, mid + 1
+            if not tried_largest and hi >= lo:
+                tried_largest, mid = True, hi
+                continue
+        else:
+            hi = mid - 1
+        mid = (lo + hi) // 2
+    return best, last
 
 
 def _replayed(
@@ -754,7 +785,8 @@ def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
     """Every co-located layout that fits, priced over the batch grid at the steady-state round
     (``price_colocated``), from which the ranking starts: the curves ``plan serve --plot`` draws.
     A ranked candidate whose figures are replayed (at a load, or at latency targets) lies on or
-    below its layout's curve."""
+    below its layout's curve for a dense model; a MoE model's can lie above it (rounds of decode
+    tokens alone read fewer experts than the steady round's, ``_replayed_at_targets``)."""
     req = resolve_request(model, req)
     engine = load_engine(req.engine)
     s = setting_for(model, cluster, req, engine)
