@@ -70,6 +70,17 @@ def shards_nothing(moe: bool, x: Any) -> Any:
     return alone & (x.expert_dp == 1) if moe else alone
 
 
+def pipeline_holds_fsdp_state(holds: bool, mesh: MeshArrays) -> np.ndarray:
+    """Meshes whose FSDP stage a pipeline runtime keeps whole through the step (columns): a stack
+    whose runtime does (``Stack.pipeline_holds_fsdp_state``, ``holds``: torch.distributed.pipelining
+    under torchtitan), pp > 1 and ZeRO-2/3. From the first backward to the step's end such a rank
+    holds its stage's weights gathered and its gradients unsharded, as ZeRO-1 does, and
+    reduce-scatters them once, after the last backward; ZeRO-2 (torchtitan's default
+    reshard_after_forward with a pipeline: never) gathers the weights once per step, ZeRO-3
+    (always) gathers them again for every backward and for the forwards before the first one."""
+    return holds & (mesh.pp > 1) & (mesh.zero_stage >= 2)
+
+
 def constant_column(value: int | bool, n: int) -> np.ndarray:
     """A read-only column of ``n`` meshes that all hold ``value`` (int64, or bool for a bool):
     one element broadcast, so ``MeshArrays.take`` selects it without copying. Columns are never

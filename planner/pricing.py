@@ -247,7 +247,14 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"timing): without it the step takes {seconds_text(est.step_time_s + hidden)}"
         )
     exposed_dp = est.time_breakdown_s.dp_comm
-    if config.zero_stage == 3 and exposed_dp > ZERO3_ADVICE_SHARE * est.step_time_s:
+    if config.zero_stage == 3 and config.pp > 1 and job.software.pipeline_holds_fsdp_state:
+        notes.append(
+            f"with a pipeline, {job.software.name}'s runtime keeps the stage's weights gathered and its gradients "
+            "whole from the first backward to the step's end (torch.distributed.pipelining), so ZeRO-3 holds what "
+            "ZeRO-2 does and gathers the weights again for every backward: --zero-stage 2 sends less for the same "
+            "memory"
+        )
+    elif config.zero_stage == 3 and exposed_dp > ZERO3_ADVICE_SHARE * est.step_time_s:
         stack = job.software
         lower = [z for z in stack.zero_stages if z in (1, 2)]
         notes.append(

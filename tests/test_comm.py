@@ -192,6 +192,37 @@ def test_zero2_reduce_scatters_every_micro_batch() -> None:
     assert z2.memory_breakdown_bytes.gradients == pytest.approx(z1.memory_breakdown_bytes.gradients / 8, rel=1e-9)
 
 
+def test_torch_pipelining_holds_an_fsdp_stage_through_the_step() -> None:
+    """torchtitan runs FSDP2 under torch.distributed.pipelining, which switches gradient sync and the
+    reshard after backward off for every backward but the last and reduces once after it
+    (stage.py backward_maybe_with_nosync, perform_reduce_grad): the stage's weights stay gathered
+    and its gradients whole in fp32, as ZeRO-1's. Llama-3 70B at tp 8, pp 2, dp 8 on 16 DGX H100,
+    64 micro-batches: 4.41e9 parameters a stage. ZeRO-3 had been priced at two gathers and an fp32
+    reduce-scatter per layer and micro-batch, 2.02 TB a step, with a ZeRO-3 rank's sharded state."""
+    import planner
+
+    run = {"tp": 8, "pp": 2, "dp": 8, "stack": "torchtitan", "sequence_parallel": True}
+    z2 = planner.estimate("llama70b", "dgx-h100x16", zero_stage=2, **run)
+    z3 = planner.estimate("llama70b", "dgx-h100x16", zero_stage=3, **run)
+    m = z3.num_microbatches
+    assert m == 64
+    stage = z3.memory_breakdown_bytes.weights / 2  # bf16 weights of the whole stage, gathered
+    assert stage == pytest.approx(70.55e9 / 16, rel=0.03)
+    for est in (z2, z3):
+        mem = est.memory_breakdown_bytes
+        assert mem.gradients == pytest.approx(4 * stage, rel=1e-9)  # whole, in the fp32 reduce format
+        assert mem.optimizer == pytest.approx(12 * stage / 8, rel=1e-9)  # master and Adam, sharded
+    send = 7 / 8 * 2 * stage  # one all-gather of the stage's bf16 weights over 8
+    assert z2.comm_bytes_per_gpu.dp == pytest.approx(send + 2 * send, rel=1e-6)  # + one fp32 reduce-scatter
+    # ZeRO-3 reshards after every forward: a gather for every backward and the first stage's 2 warmup forwards
+    assert z3.comm_bytes_per_gpu.dp == pytest.approx((m + 2) * send + 2 * send, rel=1e-6)
+    assert z2.step_time_s < z3.step_time_s
+    assert any("ZeRO-3 holds what ZeRO-2 does" in w for w in z3.warnings)
+    # without a pipeline FSDP reduces every micro-batch and ZeRO-3 shards the weights
+    flat = planner.estimate("llama3-8b", "dgx-h100", dp=8, zero_stage=3, stack="torchtitan")
+    assert flat.memory_breakdown_bytes.gradients == pytest.approx(4 * 8.03e9 / 8, rel=0.01)
+
+
 def test_streams_hidden_on_one_link_share_the_compute_they_hide_behind() -> None:
     """ZeRO-3 gathers over dp x cp and CP's ring steps both cross the nodes here: DP had 50.3 s
     hidden behind 50.3 s of compute and CP 6.5 s more on the same NICs."""

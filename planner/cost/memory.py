@@ -61,7 +61,7 @@ from planner.cost.pipeline import (
 )
 from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
-from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays, shards_nothing
+from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, MeshArrays, pipeline_holds_fsdp_state, shards_nothing
 from planner.schedules import per_schedule_constant
 from planner.schemas.hardware import MXFP8_ARCHITECTURES, NON_TN_FP8_ARCHITECTURES, ClusterSpec
 from planner.schemas.job import JobSpec
@@ -468,13 +468,18 @@ def model_state_bytes(
     bytes hold the full-precision master copy; the weights are the copy the model computes with,
     which FSDP stacks keep only for the gathered layers under ZeRO-3
     (``Stack.sharded_weights_are_master``): 16-bit, its linears' under fp8 as
-    ``linear_weight_bytes_per_param`` says (on a GPU of ``architecture``)."""
+    ``linear_weight_bytes_per_param`` says (on a GPU of ``architecture``). Where a pipeline runtime
+    holds the FSDP stage whole through the step (``mesh.pipeline_holds_fsdp_state``), weights and
+    gradients are the whole stage's, the gradients in their reduce format."""
     dpc = (mesh.dp * mesh.cp).astype(float)
     edp = mesh.expert_dp.astype(float)
     z = mesh.zero_stage
+    # a pipeline runtime that holds an FSDP stage whole through the step leaves it ZeRO-1's state
+    held = pipeline_holds_fsdp_state(job.software.pipeline_holds_fsdp_state, mesh)
 
     def shard(stage: int) -> tuple[np.ndarray, np.ndarray]:
-        return np.where(z >= stage, dpc, 1.0), np.where(z >= stage, edp, 1.0)
+        on = (z >= stage) & ~held if stage >= 2 else z >= stage
+        return np.where(on, dpc, 1.0), np.where(on, edp, 1.0)
 
     w_d, w_e = shard(3)
     g_d, g_e = shard(2)
@@ -483,11 +488,11 @@ def model_state_bytes(
     linear_w = linear_weight_bytes_per_param(job, mesh, architecture, moe)
     # the gathered working set and the own shard, their linear weights at linear_w (a gathered layer
     # is taken as all linear: its norms and biases are a rounding error)
-    gathered = np.where(z >= 3, 2.0 * params.largest_layer, 0.0) * linear_w
+    gathered = np.where((z >= 3) & ~held, 2.0 * params.largest_layer, 0.0) * linear_w
     own = (params.dense - params.dense_linear) / w_d * w + (params.dense_linear / w_d + params.expert / w_e) * linear_w
     # FSDP's shard is the optimizer's master copy (Stack.sharded_weights_are_master): only the
     # gathered working set is kept for compute
-    own = np.where((z >= 3) & job.software.sharded_weights_are_master, 0.0, own)
+    own = np.where((z >= 3) & ~held & job.software.sharded_weights_are_master, 0.0, own)
     weights = own + gathered
     grads = (params.dense / g_d + params.expert / g_e) * job.gradient_bytes_per_param
     optimizer = (params.dense / o_d + params.expert / o_e) * job.optimizer_state_bytes_per_param

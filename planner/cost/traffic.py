@@ -29,7 +29,10 @@ Volumes (bytes of 16-bit activations unless stated), priced with ``planner.cost.
        micro-step's backward; FSDP SHARD_GRAD_OP and Megatron-FSDP optim_grads reduce-scatter each
        backward unless gradient sync is switched off, which keeps the unsharded gradients the
        memory count does not hold); ZeRO-3 gathers weights in forward and backward and
-       reduce-scatters gradients for every micro-batch (FSDP).
+       reduce-scatters gradients for every micro-batch (FSDP). Under a pipeline runtime that
+       switches FSDP's gradient sync off until the step's end (torch.distributed.pipelining,
+       ``mesh.pipeline_holds_fsdp_state``) the stage holds ZeRO-1's state and reduce-scatters
+       once, after its last backward, exposed; ZeRO-3 still gathers for every backward.
 TP overlap: the stack's hidden fraction of the TP time when the job overlaps TP (see
 ``tp_per_microbatch``).
 ZeRO-3 collectives run per layer, each paying the ring latency. Overlap, a first-order model
@@ -50,7 +53,7 @@ from planner.cost.flops import attention_dims
 from planner.cost.memory import RankParams, fp8_parameter_gather_bytes, fp8_parameters, kv_heads_per_rank
 from planner.cost.recompute import recomputes_dispatch
 from planner.cost.routing import moe_load_factor
-from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays
+from planner.mesh import RECOMPUTE_SELECTIVE, MeshArrays, pipeline_holds_fsdp_state
 from planner.schedules import per_schedule_constant
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -525,11 +528,19 @@ def dp_collectives(
     reduce-scatter of them and an all-gather of the updated weights (ZeRO-1/2; ZeRO-2, holding only
     its gradient shard, reduce-scatters every micro-batch's); ZeRO-3/FSDP runs them layer by layer
     (one FSDP unit per transformer block, as FSDP, torchtitan and llm-foundry wrap), every
-    micro-batch, the weights gathered for forward and again for backward."""
+    micro-batch, the weights gathered for forward and again for backward. Where a pipeline runtime
+    holds the FSDP stage through the step (``mesh.pipeline_holds_fsdp_state``: torch's pipelining)
+    the gradients are reduce-scattered once, whole, and ZeRO-2's weights gathered once; ZeRO-3's,
+    resharded after every forward, are gathered layer by layer for every backward and for the
+    forwards before the first backward (the first stage's warmup of 1F1B, min(m, pp); GPipe's
+    m - 1 of them find the weights gathered, an over-count of its gathers by at most pp - 1 of m + pp)."""
     grads, weights = dp_buffers_bytes(job, mesh, params, moe, architecture)
     z = mesh.zero_stage
+    held = pipeline_holds_fsdp_state(job.software.pipeline_holds_fsdp_state, mesh)
     units = np.maximum(layers, 1)
     sharded = np.where(z >= 1, 1.0, 0.0)
+    layered = (z >= 3) & ~held  # reduced layer by layer, every micro-batch
+    gathers = np.where(held, m + np.minimum(m, mesh.pp), 2.0 * m)  # ZeRO-3's, per layer
     out: list[Collective] = []
     for group, grad, weight in (("dp", grads[0], weights[0]), ("edp", grads[1], weights[1])):
         out += [
@@ -538,8 +549,8 @@ def dp_collectives(
                 f"{group}.reduce_scatter",
                 "reduce_scatter",
                 group,
-                np.where(z >= 3, grad / units, grad),
-                np.where(z >= 3, m * units, np.where(z == 2, m, sharded)),
+                np.where(layered, grad / units, grad),
+                np.where(layered, m * units, np.where((z == 2) & ~held, m, sharded)),
                 False,
             ),
             Collective(
@@ -547,7 +558,7 @@ def dp_collectives(
                 "all_gather",
                 group,
                 np.where(z >= 3, weight / units, weight),
-                np.where(z >= 3, 2.0 * m * units, sharded),
+                np.where(z >= 3, gathers * units, sharded),
                 False,
             ),
         ]
@@ -595,17 +606,22 @@ def dp_per_step(
     reduce_s = serial_s([c for c in collectives if c.op != "all_gather"], links)
     gather_s = serial_s([c for c in collectives if c.op == "all_gather"], links)
     z = mesh.zero_stage
+    held = pipeline_holds_fsdp_state(job.software.pipeline_holds_fsdp_state, mesh)
     buckets = np.maximum(layers, 1)
-    reductions = np.where(z == 2, np.maximum(m, 1), 1)  # ZeRO-2: one per micro-batch, each behind its backward
+    # ZeRO-2: one per micro-batch, each behind its backward
+    reductions = np.where((z == 2) & ~held, np.maximum(m, 1), 1)
     per_reduction = reduce_s / reductions
-    exposed_012 = reductions * np.maximum(per_reduction - bwd_mb_s, per_reduction / buckets) + np.maximum(
-        gather_s - fwd_mb_s, gather_s / buckets
-    )
+    first_gather = np.maximum(gather_s - fwd_mb_s, gather_s / buckets)
+    exposed_012 = reductions * np.maximum(per_reduction - bwd_mb_s, per_reduction / buckets) + first_gather
     # ZeRO-3/FSDP's are layer by layer, each paying the ring's latency (``dp_collectives``)
     serial = reduce_s + gather_s
     exposed_3 = np.maximum(serial - m * (fwd_mb_s + bwd_mb_s), serial / (m * buckets))
+    # a held stage reduces after its last backward (torch's REDUCE_GRAD action), behind nothing; its
+    # ZeRO-3 gathers are prefetched layer by layer as FSDP's are
+    gathers_3 = np.maximum(gather_s - m * (fwd_mb_s + bwd_mb_s), gather_s / (m * buckets))
+    exposed_held = reduce_s + np.where(z >= 3, gathers_3, first_gather)
     sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
-    overlapped = np.where(z >= 3, exposed_3, exposed_012)
+    overlapped = np.where(held, exposed_held, np.where(z >= 3, exposed_3, exposed_012))
     exposed = np.where(mesh.overlap_grad_reduce, overlapped, serial)
     return Traffic(exposed, sent, serial - exposed)
 

@@ -246,6 +246,14 @@ class Stack(Frozen):
         "distributed optimizer (1) but not Megatron-FSDP, DeepSpeed's pipeline engine below ZeRO-2, FSDP2 with "
         "torch's pipelining up to 3",
     )
+    pipeline_holds_fsdp_state: bool = Field(
+        description="Whether, with pp > 1, the stack's pipeline runtime keeps an FSDP (ZeRO-2/3) stage's weights "
+        "gathered and its gradients unsharded (accumulated in the reduce dtype) from the first backward to the "
+        "step's end and reduces them once per step: torch.distributed.pipelining runs every backward but the "
+        "last without gradient sync or reshard after backward (stage.py backward_maybe_with_nosync, "
+        "perform_reduce_grad). Such a stage holds ZeRO-1's state, gathers once per step at ZeRO-2 and once per "
+        "micro-batch's backward at ZeRO-3 (``mesh.pipeline_holds_fsdp_state``)",
+    )
     bf16_pipeline_min_zero: int = Field(
         ge=0,
         le=1,
