@@ -65,7 +65,7 @@ def describe_stack(job: JobSpec, est: Estimate | None = None) -> str:
     return (
         f"{stack.name} ({kernel}, TP overlap {overlap}, gradients reduced in "
         f"{job.gradient_format}, {compiled}; compute slows "
-        f"{stack.overlap_slowdown:.0%} under overlapped communication; {mfu_convention(job)})"
+        f"{stack.overlap_slowdown:.0%} while each overlapped collective runs; {mfu_convention(job)})"
     )
 
 
