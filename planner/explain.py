@@ -25,8 +25,9 @@ def dominant_terms(est: Estimate, count: int = 3) -> str:
 def where_it_loses(winner: Estimate, other: Estimate) -> str:
     """The time term that costs ``other`` most relative to the winner, and the memory trade; where
     that term alone is more than the whole difference, the terms that lose (up to two) and what
-    the mesh gains back ('layer_overhead +3.31 s, ep_comm +689 ms, offset by compute -3.54 s'); times in
-    prose (``figures.seconds``)."""
+    the mesh gains back (up to two: 'layer_overhead +3.31 s, ep_comm +689 ms, offset by compute
+    -3.54 s'), and the other terms' sum where it is 0.5% of the difference or more, so the figures
+    add up to it; times in prose (``figures.seconds``)."""
     mine, theirs = winner.time_breakdown_s.model_dump(), other.time_breakdown_s.model_dump()
     delta = {k: theirs[k] - mine.get(k, 0.0) for k in theirs}
     term = max(delta, key=lambda k: delta[k])
@@ -39,9 +40,12 @@ def where_it_loses(winner: Estimate, other: Estimate) -> str:
     if extra <= behind * (1.0 + 1e-6):
         return f"{seconds_text(behind)} slower, most of it {term} (+{seconds_text(extra)}){trade}"
     losses = sorted((k for k in delta if delta[k] > 0), key=lambda k: -delta[k])[:2]
-    gain = min(delta, key=lambda k: delta[k])
+    gains = sorted((k for k in delta if delta[k] < 0), key=lambda k: delta[k])[:2]
+    rest = behind - sum(delta[k] for k in losses + gains)  # the terms not named, so the sentence adds up
     lost = ", ".join(f"{k} +{seconds_text(delta[k])}" for k in losses)
-    return f"{seconds_text(behind)} slower: {lost}, offset by {gain} {seconds_text(delta[gain])}{trade}"
+    gained = " and ".join(f"{k} {seconds_text(delta[k])}" for k in gains)
+    others = f", other terms {'+' if rest > 0 else ''}{seconds_text(rest)}" if abs(rest) >= 0.005 * behind else ""
+    return f"{seconds_text(behind)} slower: {lost}, offset by {gained}{others}{trade}"
 
 
 def versus_best(best: Estimate, est: Estimate) -> str:

@@ -180,9 +180,10 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
                 else (
                     "no split of these layers over these stages does better"
                     if est.layers_per_stage[-1] > config.virtual_stages - 1 or job.software.export_format != "megatron"
-                    else f"the last rank already holds its fewest layers with one in each of its chunks but the "
-                    f"loss's ({est.layers_per_stage[-1]}); a --pipeline-layout with empty chunks, which Megatron-Core "
-                    "takes, could move more to the others (each empty chunk still costs its pipeline hops)"
+                    else f"the last rank already holds the fewest layers a split without empty chunks leaves it, "
+                    f"{est.layers_per_stage[-1]}: one in each of its model chunks but the one that runs the LM head "
+                    "and loss; a --pipeline-layout with empty chunks, which Megatron-Core takes, could move more to "
+                    "the others (each empty chunk still costs its pipeline hops)"
                 )
                 if config.pipeline_layout is None and not job.low_precision
                 else f"its bf16 GEMM runs slower per FLOP than the {job.dtype} layers, which the split's FLOP count "

@@ -194,9 +194,11 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     comm.add_column("bytes sent", justify="right")
     comm.add_column("link")
     sizes = {"tp": cfg.tp, "pp": cfg.pp, "dp": cfg.dp * cfg.cp, "cp": cfg.cp, "ep": cfg.ep}
+    # gradients reduce over dp x cp, as Megatron's do: the row says so where cp > 1
+    names = {"dp": "dp x cp"} if cfg.cp > 1 else {}
     links = est.links.model_dump()
     for group, value in est.comm_bytes_per_gpu.model_dump().items():
-        comm.add_row(group, str(sizes[group]), si(value, "B"), links[group])
+        comm.add_row(names.get(group, group), str(sizes[group]), si(value, "B"), links[group])
     console.print(times, mem, comm)
     for warning in est.warnings:
         console.print(f"[yellow]warning:[/] {warning}")

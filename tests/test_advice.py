@@ -92,7 +92,8 @@ def test_a_last_rank_at_its_fewest_layers_is_pointed_at_empty_chunks() -> None:
     est = estimate_mesh(oss, load_cluster("dgx-h100x8"), default_job(oss), config)
     assert est.layers_per_stage[-1] == 3
     (note,) = [w for w in est.warnings if w.startswith("pipeline stages are unbalanced")]
-    assert "the last rank already holds its fewest layers with one in each of its chunks but the loss's (3)" in note
+    said = "the last rank already holds the fewest layers a split without empty chunks leaves it, 3: one in each "
+    assert said + "of its model chunks but the one that runs the LM head and loss" in note
     assert "no split of these layers over these stages does better" not in note
 
 

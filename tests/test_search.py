@@ -156,6 +156,13 @@ def test_a_loss_larger_than_the_whole_difference_names_what_offsets_it() -> None
     behind = other.step_time_s - one.step_time_s
     assert text.startswith(f"{seconds(behind)} slower: layer_overhead +") and ", offset by compute -" in text
     assert "most of it" not in text
+    # the figures named add up to the difference (a review found two larger offsets left out)
+    import re
+
+    named = [float(x) for x in re.findall(r"([+-][0-9.]+) ms", text)] + [
+        1e3 * float(x) for x in re.findall(r"([+-][0-9.]+) s\b", text)
+    ]
+    assert sum(named) == pytest.approx(behind * 1e3, abs=0.02 * behind * 1e3 + 2)
 
 
 def test_identically_priced_meshes_are_grouped() -> None:
