@@ -36,7 +36,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _whole_numbers_in_range(fn: F) -> F:
-    """Take numpy scalars as the Python numbers they hold; refuse, by the argument's name, an
+    """Refuse a call the function's signature does not take (an unknown keyword, a missing
+    argument, too many positional ones) with a PlannerError, as any bad input, not Python's
+    TypeError; take numpy scalars as the Python numbers they hold; refuse, by the argument's name, an
     integer argument past a 64-bit integer (``price=10**400``,
     ``tp=10**5000``): float() overflows past about 10**308 and Python will not print one of more
     than 4,300 digits, so the checks further in raised OverflowError and ValueError instead of a
@@ -51,7 +53,10 @@ def _whole_numbers_in_range(fn: F) -> F:
         # whole number while tp=np.int64(8) passed
         args = tuple(a.item() if isinstance(a, np.generic) else a for a in args)
         kwargs = {k: v.item() if isinstance(v, np.generic) else v for k, v in kwargs.items()}
-        bound = signature.bind_partial(*args, **kwargs)
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError as err:  # a call its signature refuses: one line, as every bad input
+            raise PlannerError(f"{fn.__name__}(): {err}; see help(planner.{fn.__name__})") from None
         for name, value in bound.arguments.items():
             spread = signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD
             given = value.items() if spread else [(name, value)]
@@ -217,6 +222,9 @@ def serve(model: str | ModelSpec, cluster: str | ClusterSpec, price: float | Non
 
     return serve_ranking(model, _priced(cluster, price), **request)
 
+
+load_cluster = _whole_numbers_in_range(load_cluster)
+load_model = _whole_numbers_in_range(load_model)
 
 __all__ = [
     "ClusterSpec",

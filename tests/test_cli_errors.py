@@ -557,3 +557,30 @@ def test_an_estimate_that_comes_out_infinite_names_the_quantity() -> None:
         "the estimate's kv_cache came out inf: an input is out of range (--price, or a hardware profile's memory, "
         "peak TFLOP/s or bandwidth)"
     )
+
+
+def test_a_library_call_its_signature_refuses_is_a_planner_error() -> None:
+    """Python's TypeError had reached the caller of load_cluster(racks=2), plan_capacity without its
+    token budget and estimate with five positional arguments, where every other bad input is a
+    PlannerError of one line."""
+    import planner
+
+    for call, said in (
+        (
+            lambda: planner.load_cluster("dgx-h100", racks=2),
+            "load_cluster(): got an unexpected keyword argument 'racks'",
+        ),
+        (
+            lambda: planner.plan_capacity("llama70b", "dgx-h100"),
+            "plan_capacity(): missing a required argument: 'training_tokens'",
+        ),
+        (
+            lambda: planner.estimate("llama70b", "dgx-h100x16", None, None, 5),
+            "estimate(): too many positional arguments",
+        ),
+        (lambda: planner.load_model(), "load_model(): missing a required argument: 'name_or_path'"),
+    ):
+        with pytest.raises(PlannerError) as err:
+            call()
+        assert str(err.value).startswith(said) and "\n" not in str(err.value)
+    assert planner.load_cluster("dgx-h100x2").num_gpus == 16  # a call it takes is unchanged
