@@ -217,9 +217,9 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     elif model.attention_sinks and job.software.export_format == "megatron":
         notes.append(
             f"known miss: Megatron-Bridge's published runs of a model like {model.name} (GPT-OSS-120B: attention "
-            "sinks, biased experts, a clamped activation) measured from 4% above to 16% below the planner on H100 "
-            "(NeMo 25.11-26.04) and 11-23% below on GB200, GB300, B200 and B300 (25.11-26.04.01; 35% below on "
-            "B300 at EP 64 across nodes, 43% on the 25.11 B200 row as stated, which ran the EP-64 figure): on "
+            "sinks, biased experts, a clamped activation) measured from 4% above to 15% below the planner on H100 "
+            "(NeMo 25.11-26.04) and 12-24% below on GB200, GB300, B200 and B300 (25.11-26.04.01; 36% below on "
+            "B300 at EP 64 across nodes, 44% on the 25.11 B200 row as stated, which ran the EP-64 figure): on "
             "Megatron-Core expect 10-25% below this throughput (ARCHITECTURE.md sections 4 and 6)"
         )
     if model.is_hybrid and job.software.export_format == "megatron":
