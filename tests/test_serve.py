@@ -434,7 +434,7 @@ def test_a_moe_target_search_takes_the_batches_its_replay_allows() -> None:
     assert best.steady_state_tpot_s is not None and best.steady_state_tpot_s > 0.05  # the steady state refuses it
 
 
-def test_the_batch_bisection_probes_the_largest_after_the_first_that_meets() -> None:
+def test_the_batch_search_gallops_from_the_steady_pick() -> None:
     from types import SimpleNamespace
 
     from planner.serving.search import _largest_meeting
@@ -449,8 +449,25 @@ def test_the_batch_bisection_probes_the_largest_after_the_first_that_meets() -> 
         best, last = _largest_meeting(10, 3, probe)
         assert (best.k if best else None) == (limit if limit >= 0 else None)
         assert last is not None and len(probed) <= 6
-        assert probed[0] == 3 and (limit < 3 or probed[1] == 9)
+        # the first guess, then the next batch up, then the largest
+        assert probed[0] == 3 and (limit < 3 or probed[1] == 4) and (limit < 4 or probed[2] == 9)
+        assert limit != 3 or len(probed) == 2  # the guess was the answer: two replays settle it
+        # below a failed guess: 1, 2, 4, ... under it, so an answer next to the guess costs two too
+        assert limit >= 3 or probed[1] == 2
+        assert limit != 2 or len(probed) == 2
     assert _largest_meeting(0, 0, lambda k: None) == (None, None)  # type: ignore[arg-type, return-value]
+
+
+def test_layouts_that_cannot_rank_are_not_replayed() -> None:
+    """A layout whose throughput bound (its largest batch searched, over a round of decode tokens
+    alone) is below the top-th found is not replayed: the same ranks as a search that replays every
+    layout, in a fraction of the replays (DeepSeek-V3 on a GB200 rack had taken 28 s)."""
+    few = planner.serve("qwen3-30b-a3b", "dgx-h100x1", tpot_s=0.03, top=3)
+    every = planner.serve("qwen3-30b-a3b", "dgx-h100x1", tpot_s=0.03, top=1000)
+    assert every.unreplayed == 0 and few.unreplayed > 0
+    assert few.feasible + few.unreplayed >= every.feasible > few.feasible
+    ranks = [(c.config, c.output_tokens_per_s_per_gpu, c.batch_per_replica) for c in few.candidates]
+    assert ranks == [(c.config, c.output_tokens_per_s_per_gpu, c.batch_per_replica) for c in every.candidates[:3]]
 
 
 def test_concurrency_and_rate_set_the_batch() -> None:

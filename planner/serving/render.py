@@ -108,7 +108,13 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     console.print(
         f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} "
         f"{'layout meets' if ranking.feasible == 1 else 'layouts meet'} the targets "
-        f"({ranking.considered} layout x batch points priced)"
+        f"({ranking.considered} layout x batch points priced"
+        + (
+            f"; {ranking.unreplayed} more not replayed: their throughput, bounded by rounds of decode alone, "
+            f"cannot reach the top {ranking.request.top})"
+            if ranking.unreplayed
+            else ")"
+        )
     )
 
 

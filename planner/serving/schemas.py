@@ -147,6 +147,12 @@ class ServeRanking(Frozen):
     candidates: list[ServeCandidate]
     considered: int
     feasible: int
+    unreplayed: int = Field(
+        0,
+        description="At latency targets: layouts not replayed, since a bound on their throughput (their largest "
+        "batch searched, over a round of decode tokens alone) is below the top-th found meeting the targets; "
+        "whether they meet the targets is not known, so feasible counts the replayed ones",
+    )
     reason: str = Field("", description="Why the ranking is empty, when it is")
     searched_targets: dict[ErrorMetric, float] = Field(
         default_factory=dict,

@@ -322,33 +322,50 @@ the end of an 800-request window, averaged over the four arrival draws: -2 to +1
 the layouts of 70B at 8 req/s in ``REPLAY_MIN_REQUESTS``)."""
 
 
-def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> list[ServeCandidate]:
+def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list[ServeCandidate], int]:
     """Maximum throughput at latency targets, replayed: per layout, the largest batch of the grid
-        whose closed-loop replay at that batch (``_replayed`` at a concurrency of the batch on every
-        replica) meets the targets, found by bisection, the steady state's pick probed first.
-        The steady-state round spreads every prompt evenly over the rounds, under the decode's weight
-        reads; the engine runs a prompt whole in one iteration, which every running sequence waits for:
-        70B at ISL 2048 / OSL 512 on one DGX H100 (vLLM), 2 x TP4 at 48 sequences per replica has a
-        steady-state TPOT of 26.2 ms and a replayed one of 36 ms, so a 30 ms target is met at 24 (27.5
-        ms), not 48. For a MoE model the replay can come out faster than the steady state instead: the
-        experts a round reads grow slower than its tokens (``experts_touched_fraction``), so rounds of
-        decode tokens alone read far fewer of them than the even spread's every round does (DeepSeek-V3
-        on 2 x 8 H200, TP8 EP8, 6 sequences a replica: 17.5 ms replayed, 43.8 ms steady). So the
-        bisection runs over every batch whose TTFT meets the target at the steady state and whose round
-        of decode tokens alone (the replay's fastest iteration at that batch) meets the TPOT target,
-        not only over those the steady state accepts; where the steady state accepts none, the smallest
-    is probed first, and where its replay fails the layout has none. The replayed latencies are the ones the benchmark
-        checks against published online runs (``runs.predict``); the steady state prices no latency
-        row. A layout none of whose batches meets the targets on the replay keeps the replay of the
-        smallest it probed, which meets none."""
+    whose closed-loop replay at that batch (``_replayed`` at a concurrency of the batch on every
+    replica) meets the targets, found by ``_largest_meeting``, the steady state's pick probed first.
+    The steady-state round spreads every prompt evenly over the rounds, under the decode's weight
+    reads; the engine runs a prompt whole in one iteration, which every running sequence waits for:
+    70B at ISL 2048 / OSL 512 on one DGX H100 (vLLM), 2 x TP4 at 48 sequences per replica has a
+    steady-state TPOT of 26.2 ms and a replayed one of 36 ms, so a 30 ms target is met at 24 (27.5
+    ms), not 48; a dense model's search runs over the batches the steady state accepts. For a MoE
+    model the replay can come out faster than the steady state instead: the experts a round reads
+    grow slower than its tokens (``experts_touched_fraction``), so rounds of decode tokens alone read
+    far fewer of them than the even spread's every round does (DeepSeek-V3 on 2 x 8 H200, TP8 EP8, 6
+    sequences a replica: 17.5 ms replayed, 43.8 ms steady). So a MoE model's search runs over every
+    batch whose TTFT meets the target at the steady state and whose round of decode tokens alone (the
+    replay's fastest iteration at that batch) meets the TPOT target; where the steady state accepts
+    none of them, the smallest is probed first, and where its replay fails the layout has none. The
+    replayed latencies are the ones the benchmark checks against published online runs
+    (``runs.predict``); the steady state prices no latency row. A layout none of whose batches meets
+    the targets on the replay keeps the replay of the smallest it probed, which meets none.
+    Layouts are searched from the highest bound on their throughput down (their largest batch
+    searched, over a round of its decode tokens alone: a replay's iterations are no faster, and fewer
+    running sequences make fewer tokens); one whose bound is below the ``top``-th throughput found
+    meeting the targets cannot rank and is not replayed. Returns the candidates and how many layouts
+    were not replayed so (a MoE model on a 72-GPU rack: 97 layouts, 262 replays, 24 s before)."""
     group = _layout_groups(p)
     steady = _meets(req, p.ttft_s, p.tpot_s)
     context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
     decode_only = round_terms(s, p.lay, p.batch, context, np.zeros(len(p.batch)), float(req.input_len)).total_s
-    possible = _meets(req, p.ttft_s, np.minimum(decode_only, p.tpot_s))
-    out = []
-    for g in range(group.max() + 1):
-        rows = np.flatnonzero((group == g) & possible)
+    if s.model.is_moe:
+        possible = _meets(req, p.ttft_s, np.minimum(decode_only, p.tpot_s))
+    else:  # a dense model's replay is the steady round or slower: the batches it accepts bound the search
+        possible = steady
+    # what no replay of a layout can beat: its largest batch searched over a round of decode alone
+    bound = np.where(possible, p.batch / decode_only / p.lay.gpus_per_replica, 0.0)
+    layouts = [np.flatnonzero((group == g) & possible) for g in range(group.max() + 1)]
+    layouts = [rows for rows in layouts if len(rows)]
+    layouts.sort(key=lambda rows: -float(bound[rows].max()))
+    out: list[ServeCandidate] = []
+    met: list[float] = []  # the throughputs found meeting the targets
+    unreplayed = 0
+    for rows in layouts:
+        if float(bound[rows].max()) < _rank_floor(met, req.top) * (1.0 - 1e-6):
+            unreplayed += 1
+            continue
         rows = rows[np.argsort(p.batch[rows], kind="stable")]
         accepted = np.flatnonzero(steady[rows])
         prices: dict[tuple[int, int], np.ndarray] = {}  # one layout's iterations, priced once for every probe
@@ -363,30 +380,57 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> list[Serve
         best, last = _largest_meeting(len(rows), int(accepted[-1]) if len(accepted) else 0, probe)
         if last is not None:
             out.append(best or last)
-    return out
+        if best is not None:
+            met.append(best.output_tokens_per_s_per_gpu)
+    return out, unreplayed
+
+
+def _rank_floor(met: list[float], top: int) -> float:
+    """The throughput a layout must reach to enter the ``top`` ranks, given those found so far that
+    meet the targets (``met``): the ``top``-th largest of their distinct values (layouts priced
+    alike share one rank, ``merge_equivalents``), 0 until there are that many."""
+    distinct: list[float] = []
+    for value in sorted(met, reverse=True):
+        if not distinct or abs(distinct[-1] - value) > 1e-9 * max(abs(value), 1e-30):
+            distinct.append(value)
+    return distinct[top - 1] if len(distinct) >= top else 0.0
 
 
 def _largest_meeting(
     n: int, first: int, probe: Callable[[int], ServeCandidate]
 ) -> tuple[ServeCandidate | None, ServeCandidate | None]:
-    """Bisection for the largest of ``n`` batches (ascending) whose replay meets the targets, taken
-    to hold up to some batch and fail beyond it: ``first`` is probed first, and after the first
-    batch that meets them the largest (a MoE layout's replay often meets them up to its memory, two
-    replays where halving would take log2 n). Returns (the largest that meets, or None; the last
-    probed)."""
-    lo, hi, mid = 0, n - 1, first
-    best = last = None
-    tried_largest = False
-    while lo <= hi:
-        last = probe(mid)
+    """The largest of ``n`` batches (ascending) whose replay meets the targets, taken to hold up to
+    some batch and fail beyond it, by a search from the guess ``first`` outwards: where it meets them
+    the next batch up, then the largest (a MoE layout's replay often meets them up to its memory);
+    where it fails, the batches 1, 2, 4, ... below it, the replay usually landing near the steady
+    state's pick; then halving between the largest met and the smallest failed. Two replays settle a
+    layout whose answer is the guess or next to it. Returns (the largest that meets, or None; the
+    last probed)."""
+    if n == 0:
+        return None, None
+    met, failed = -1, n  # the answer lies in [met, failed - 1]
+    best: ServeCandidate | None = None
+    last: ServeCandidate | None = None
+
+    def trial(k: int) -> bool:
+        nonlocal met, failed, best, last
+        last = probe(k)
         if last.meets_targets:
-            best, lo = last, mid + 1
-            if not tried_largest and hi >= lo:
-                tried_largest, mid = True, hi
-                continue
-        else:
-            hi = mid - 1
-        mid = (lo + hi) // 2
+            met, best = k, last
+            return True
+        failed = k
+        return False
+
+    if trial(first):
+        for k in (first + 1, n - 1):
+            if not met < k < failed or not trial(k):
+                break
+    else:
+        step = 1
+        while met + 1 < failed and not trial(max(first - step, met + 1)) and failed > 0:
+            step *= 2
+    while failed - met > 1:
+        trial((met + failed) // 2)
     return best, last
 
 
@@ -632,8 +676,9 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         from planner.serving.disagg import disaggregated_candidates
 
         cands, considered, reason = disaggregated_candidates(s, lay, req)
+        unreplayed = 0
     else:
-        cands, considered, reason = _colocated_candidates(s, lay, req)
+        cands, considered, reason, unreplayed = _colocated_candidates(s, lay, req)
     price = cluster.profile.price_per_gpu_hour_usd
     if price is not None:
         cands = [c.model_copy(update={"cost_per_million_output_tokens_usd": cost_per_million(c, price)}) for c in cands]
@@ -674,6 +719,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         candidates=ranked,
         considered=considered,
         feasible=len(ok),
+        unreplayed=unreplayed,
         reason=reason,
         interval_basis=bases,
         warnings=warnings,
@@ -806,7 +852,9 @@ def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
     return curves
 
 
-def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
+def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str, int]:
+    """Colocated layouts priced at the request: (candidates, layout x batch points priced, why none
+    when none, layouts not replayed at targets, ``_replayed_at_targets``)."""
     mem = s.memory(lay, reserved_context(s.engine, req.input_len, req.output_len))
     if not mem.fits.any():
         need = float(mem.weights_bytes.min()) / 2**30
@@ -820,13 +868,15 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
                 + (", --kv-dtype fp8" if req.kv_dtype == "bf16" else "")
                 + " or a shorter context"
             ),
+            0,
         )
     glay, batch = _grid(lay, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     loaded = req.request_rate is not None or req.concurrency is not None
     cands = []
+    unreplayed = 0
     if not loaded and (req.ttft_s is not None or req.tpot_s is not None):
-        cands = _replayed_at_targets(p, s, req)
+        cands, unreplayed = _replayed_at_targets(p, s, req)
     else:
         meets = _meets(req, p.ttft_s, p.tpot_s)
         for i in _select_batch(p, req):
@@ -834,7 +884,8 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
                 c = _candidate(p, int(i), s, req, bool(meets[i]), "")
                 cands.append(_replayed(c, s, p.lay.take(np.array([i])), req) if loaded else c)
     if not cands and req.request_rate is not None:
-        return [], len(p.batch), f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
+        too_fast = f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
+        return [], len(p.batch), too_fast, 0
     if not cands:
         best_tpot = float(p.tpot_s.min()) * 1e3
         best_ttft = float(p.ttft_s.min()) * 1e3
@@ -845,8 +896,9 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
                 f"no layout meets the targets: the lowest TPOT any layout reaches is {best_tpot:.1f} ms and the lowest "
                 f"TTFT {best_ttft:.0f} ms ({_asked(req)})"
             ),
+            unreplayed,
         )
-    return cands, len(p.batch), ""
+    return cands, len(p.batch), "", unreplayed
 
 
 def _smaller_weights_hint(s: Setting, req: ServeRequest) -> str:
