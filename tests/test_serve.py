@@ -630,6 +630,16 @@ def test_export_launch_flags(cli, engine: str, flags: tuple[str, ...]) -> None:
         assert flag in r.out
 
 
+def test_the_exported_batch_cap_is_the_batch_replayed(cli) -> None:
+    """A replayed batch is a time average (48.00000000000021 at 48 in flight): the export had capped
+    vLLM at 49 sequences (found by a review)."""
+    r = cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--tpot-ms", "30", "--json")
+    best = r.json()["candidates"][0]
+    assert best["batch_per_replica"] == pytest.approx(48, rel=1e-9)
+    r = cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--tpot-ms", "30", "--export", "vllm")
+    assert "--max-num-seqs 48 " in r.out
+
+
 def test_export_disaggregated_and_attention_dp(cli) -> None:
     r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--disaggregate", "--export", "sglang")
     assert r.code == 0 and "--disaggregation-mode prefill" in r.out and "--disaggregation-mode decode" in r.out

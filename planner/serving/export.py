@@ -219,7 +219,9 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     c: ServeCandidate = ranking.candidates[0]
     cfg = c.config
     tp, pp, ep, adp = int(cfg["tp"]), int(cfg["pp"]), int(cfg["ep"]), bool(cfg["attention_dp"])  # type: ignore[arg-type]
-    batch = max(1, math.ceil(c.batch_per_replica))
+    # a replayed batch is a time average (48.00000000000021 for 48 in flight): its float noise is not
+    # a sequence more
+    batch = max(1, math.ceil(round(c.batch_per_replica, 6)))
     split = cfg.get("prefill_decode_split")
     model = checkpoint_name(ranking.model, model_given)
     ckpt = _checkpoint_format(ranking.model, model_given)
