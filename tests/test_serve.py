@@ -511,6 +511,72 @@ def test_disaggregation_balances_the_pools() -> None:
     assert s2["prefill_gpus"] / 16 < split["prefill_gpus"] / 16
 
 
+def test_a_light_load_prefills_the_prompts_it_has() -> None:
+    """At 1 request/s a prefill replica runs one prompt a round, not its full token budget: 70B on two
+    DGX H100 had been refused a 300 ms TTFT (a full round of 4 prompts, 395 ms) that one prompt on
+    TP8 meets (the colocated plan meets it too); and a lone prompt passes every pipeline stage one
+    after the other, so a TP1 x PP8 prefill replica takes PP8's round for it (found by a review)."""
+    from planner.serving.disagg import prefill_at, prefill_rounds
+    from planner.serving.layout import Layouts
+    from planner.serving.schemas import ServeRequest
+
+    r = planner.serve("llama70b", "dgx-h100x2", disaggregate=True, request_rate=1.0, ttft_s=0.3)
+    best = r.candidates[0]
+    split = best.config["prefill_decode_split"]
+    assert (split["prefill_tp"], split["prefill_pp"]) == (8, 1)
+    assert 0.1 < best.ttft_s < 0.13
+    full = planner.serve("llama70b", "dgx-h100x2", disaggregate=True, concurrency=16, tp=8)
+    assert full.candidates[0].ttft_s > 3 * best.ttft_s  # the engine at capacity runs full rounds
+    s = _setting("llama70b", "dgx-h100x2")
+    req = ServeRequest(input_len=2048, output_len=512)
+    rounds, _ = prefill_rounds(s, Layouts.of(np.array([8.0, 1.0]), pp=np.array([1.0, 8.0])), req)
+    # TP8 holds 4 prompts a round (8,192 tokens), TP1 x PP8 4 in each of its 8 stages
+    assert np.isfinite(rounds[0]).sum() == 4 and np.isfinite(rounds[1]).sum() == 32
+    assert rounds[1][0] == rounds[1][7] < rounds[1][8]  # fewer prompts than stages: a lone prompt's pass
+    rate, round_s = prefill_at(rounds, 1.0)
+    assert round_s[0] == rounds[0][0] and rate[0] == pytest.approx(4 / rounds[0][3])  # one prompt; full rate
+    assert prefill_at(rounds, 1e9)[1][0] == rounds[0][3]  # beyond what it sustains: full rounds
+
+
+def test_a_disaggregated_closed_loop_counts_the_prompt_in_a_requests_time() -> None:
+    """At a concurrency N the rate is at most N / (TTFT + (osl - 1) x TPOT) (Little's law): the
+    disaggregated plan had counted all 16 requests decoding all the time, 22% high."""
+    r = planner.serve("llama70b", "dgx-h100x2", disaggregate=True, concurrency=16, tp=8)
+    c = r.candidates[0]
+    little = 16 * 512 / (c.ttft_s + 511 * c.tpot_s) / 16
+    assert c.output_tokens_per_s_per_gpu == pytest.approx(little, rel=1e-6)
+
+
+def test_the_kv_moves_at_the_pace_of_its_busier_end() -> None:
+    """MLA's latent is whole on every decode rank: under attention DP one rank takes a sequence's
+    whole cache through one link, where the transfer had divided it over the 8 prefill GPUs."""
+    from planner.serving.disagg import kv_transfer_s
+    from planner.serving.kv import kv_bytes_per_token
+    from planner.serving.layout import Layouts
+
+    s = _setting("deepseek-v3", weights="fp8")
+    prefill = Layouts.of(np.array([8.0]))
+    decode = Layouts.of(np.array([8.0]), ep=np.array([8.0]), attention_dp=np.array([True]))
+    whole = 2048 * kv_bytes_per_token(s.model, s.kv_dtype, 2048.0, s.engine.chunked_kv)
+    link = s.cluster.intra_node if s.cluster.num_gpus <= s.cluster.fast_domain_gpus else s.cluster.inter_node
+    assert kv_transfer_s(s, prefill, decode, 2048)[0] == pytest.approx(
+        whole / link.bus_bandwidth_bytes_per_s + link.latency_s, rel=1e-9
+    )
+
+
+def test_a_disaggregated_plan_says_it_counts_its_idle_gpus() -> None:
+    """Its figures are per GPU of the cluster, idle ones included; the warning had said they were
+    left out (found by a review). Llama-3 70B at TP16 on a GB200 rack: 4 replicas of 16, 8 idle."""
+    from planner.serving.search import gpus_used
+
+    r = planner.serve("llama70b", "gb200-nvl72", disaggregate=True, tp=16)
+    best = r.candidates[0]
+    assert gpus_used(best) == 64
+    (note,) = [w for w in r.warnings if "idle" in w]
+    assert note.startswith("#1 runs on 64 of the 72 GPUs: the other 8 idle, which its tokens/s per GPU and $/Mtok "
+                           "count as serving nothing")  # fmt: skip
+
+
 def test_seed_command_ranks_in_a_table(cli) -> None:
     r = cli(*SEED, "--tpot-ms", "30")
     assert r.code == 0, r.err

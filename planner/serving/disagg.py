@@ -2,39 +2,52 @@
 Zhong et al., OSDI 2024, arXiv:2401.09670; Splitwise, Patel et al., ISCA 2024).
 
   prefill pool  each replica runs batches of whole prompts, the engine's token budget at a time
-                (at least one prompt): rate_p = prompts per round / round time; TTFT = that round
-                + the KV transfer.
+                (at least one prompt): rate_p = prompts per round / round time; TTFT = a round
+                + the KV transfer + the server's request path. At a request rate a replica's round
+                holds the fewest prompts that keep up with its share (a light load prefills one
+                prompt at a time); otherwise, the engine at capacity, a full budget. Fewer prompts
+                than pipeline stages still pass every stage in turn: a round of pp prompts.
   KV transfer   isl x KV bytes per token (all layers), and a hybrid's Mamba-2 state (the same at any
-                length), from the prefill replica to a decode replica,
-                each prefill GPU sending its shard over its own link: NVLink inside one fast
-                domain, else its NIC (NIXL/UCX over RDMA, one NIC per GPU on DGX-class nodes).
+                length), from the prefill replica to a decode replica, each prefill GPU sending its
+                share and each decode GPU receiving the share it keeps (MLA's latent or a sequence
+                under attention DP whole), over its own link: NVLink inside one fast domain, else
+                its NIC (NIXL/UCX over RDMA, one NIC per GPU on DGX-class nodes); the busier end.
   decode pool   each replica decodes B sequences with no prompt in its rounds:
                 rate_d = B / (osl x TPOT).
   split         the integer numbers of prefill and decode replicas (n_p g_p + n_d g_d <= N) that
-                maximise min(n_p rate_p, n_d rate_d): the pool ratio that balances them.
-Output tokens/s per GPU counts every GPU of the cluster.
+                maximise min(n_p rate_p, n_d rate_d): the pool ratio that balances them; at a
+                concurrency C also at most C / (TTFT + (osl - 1) x TPOT) (Little's law); ties go to
+                the shorter TTFT.
+Output tokens/s per GPU counts every GPU of the cluster, idle ones included. Priced at the steady
+state: disaggregated plans are not replayed.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from planner.serving.kv import kv_bytes_per_token, sequence_state_bytes_per_gpu
+from planner.serving.kv import kv_bytes_per_token, kv_split, sequence_state_bytes_per_gpu
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRequest
 from planner.serving.step import Setting, round_terms
 
 
-def kv_transfer_s(s: Setting, prefill: Layouts, input_len: int) -> np.ndarray:
+def kv_transfer_s(s: Setting, prefill: Layouts, decode: Layouts, input_len: int) -> np.ndarray:
     """Seconds to move one prompt's KV cache (and a hybrid's Mamba-2 state) from a prefill replica to
-    a decode replica."""
-    nbytes = input_len * kv_bytes_per_token(s.model, s.kv_dtype, float(input_len), s.engine.chunked_kv)
-    nbytes += float(sequence_state_bytes_per_gpu(s.model, s.ssm_state_dtype, 1.0, 1.0, False))  # the whole state
+    a decode replica (pairs of layouts, columns): each prefill GPU sends its share and each decode
+    GPU receives the share it keeps (its stage's layers, its heads unless MLA or attention DP, where
+    one rank keeps the sequence's whole cache: ``kv.kv_split``), each over its own link; the busier
+    side sets the time."""
+    whole = input_len * kv_bytes_per_token(s.model, s.kv_dtype, float(input_len), s.engine.chunked_kv)
+    state = float(sequence_state_bytes_per_gpu(s.model, s.ssm_state_dtype, 1.0, 1.0, False))  # the whole state
+    send = (whole + state) / prefill.gpus_per_replica
+    receive = whole * kv_split(s.model, decode.tp, decode.attention_dp) / decode.pp + sequence_state_bytes_per_gpu(
+        s.model, s.ssm_state_dtype, decode.tp, decode.pp, decode.attention_dp
+    )
     one_domain = s.cluster.num_gpus <= s.cluster.fast_domain_gpus
     link = s.cluster.intra_node if one_domain else s.cluster.inter_node
-    latency = link.latency_s
-    return nbytes / (link.bus_bandwidth_bytes_per_s * prefill.gpus_per_replica) + latency
+    return np.maximum(send, receive) / link.bus_bandwidth_bytes_per_s + link.latency_s
 
 
 def prefill_prompts(s: Setting, req: ServeRequest) -> int:
@@ -43,33 +56,55 @@ def prefill_prompts(s: Setting, req: ServeRequest) -> int:
     return max(1, s.engine.max_num_batched_tokens // req.input_len)
 
 
-def prefill_pool(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(requests/s per replica, TTFT s, fits) of each layout as a prefill-only replica, which holds
-    ``prefill_prompts`` x pp prompts at a time (one round in each pipeline stage)."""
+def prefill_rounds(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarray, np.ndarray]:
+    """(round seconds, fits) of each layout as a prefill-only replica holding q = 1 .. Q prompts at a
+    time (columns q - 1; Q = ``prefill_prompts`` x pp, one round in each pipeline stage): a replica
+    at a light load runs the prompts it has, not a full budget. A round is priced as its prompts
+    spread over the pp stages at once (``round_terms``), the prompt's latency where every stage has
+    one; fewer than pp prompts still pass every stage one after the other, so they take pp's round."""
     isl = req.input_len
-    prompts = prefill_prompts(s, req)
+    most = prefill_prompts(s, req) * lay.pp
     mem = s.memory(lay, float(isl))
-    fits = mem.max_concurrency >= prompts * lay.pp
+    fits = mem.max_concurrency >= most
     zeros = np.zeros(len(lay))
     context = np.full(len(lay), float(isl))
-    round_s = round_terms(s, lay, zeros, context, np.full(len(lay), float(prompts * isl)) * lay.pp, isl).total_s
-    rate = prompts * lay.pp / round_s
-    # the TTFT a client measures: the server's request path too
-    ttft = round_s + kv_transfer_s(s, lay, isl) + s.params.request_path_s
-    return rate, ttft, fits
+    rounds = np.full((len(lay), int(most.max())), np.inf)
+    for q in range(1, int(most.max()) + 1):
+        on = q <= most
+        rounds[:, q - 1] = np.where(
+            on, round_terms(s, lay, zeros, context, np.maximum(q, lay.pp) * float(isl), isl).total_s, np.inf
+        )
+    return rounds, fits
+
+
+def prefill_at(rounds: np.ndarray, rate: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """(requests/s a prefill replica sustains, its round in seconds) of each layout (rows of
+    ``prefill_rounds``) at ``rate`` requests/s per replica: the fewest prompts a round whose rate
+    keeps up with it, or the full round where none does or no rate is given (the engine at
+    capacity)."""
+    q = np.arange(1, rounds.shape[1] + 1, dtype=float)
+    rates = q / rounds  # inf rounds (beyond a layout's Q) give 0
+    full = np.argmax(np.where(np.isfinite(rounds), q, 0.0), axis=1)
+    pick = full if rate is None else np.where((rates >= rate).any(axis=1), np.argmax(rates >= rate, axis=1), full)
+    rows = np.arange(len(rounds))
+    return rates[rows, full], rounds[rows, pick]
 
 
 def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
-    """One candidate per decode layout: its best prefill layout, split and batch."""
+    """One candidate per decode layout: its best prefill layout, split and batch. At a request
+    rate, among the splits that sustain it the smallest decode batch (the shortest TPOT), then the
+    shortest TTFT; otherwise the highest rate, then the shortest TTFT. A prefill replica's TTFT is its
+    round at the prompts its share of a request rate needs (``prefill_at``), else a full round. At a
+    concurrency N the rate is also at most N / (TTFT + (osl - 1) x TPOT), Little's law over a
+    request's time in the system, its prompt's included."""
     from planner.serving.search import BATCH_GRID, _kv_per_token, _meets
 
     N = s.cluster.num_gpus
     if N < 2:
         return [], 0, "disaggregation needs at least 2 GPUs (one prefill, one decode replica)"
     isl, osl = float(req.input_len), float(req.output_len)
-    p_rate, p_ttft, p_fits = prefill_pool(s, lay, req)
-    if req.ttft_s is not None:
-        p_fits &= p_ttft <= req.ttft_s
+    rounds, p_fits = prefill_rounds(s, lay, req)
+    p_rate, _ = prefill_at(rounds, None)
     mem = s.memory(lay, reserved_context(s.engine, isl, osl))
     cands: list[ServeCandidate] = []
     considered = 0
@@ -83,18 +118,24 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
         tpot = terms.total_s
         d_rate = batches / (osl * tpot)
         g_d = float(lay.gpus_per_replica[j])
-        best: tuple[float, int, int, int, int] | None = None
+        # the server's request path and the KV's move to this decode layout, per prefill layout
+        extra = kv_transfer_s(s, lay, lay.take(np.full(len(lay), j)), req.input_len) + s.params.request_path_s
+        best: tuple[tuple[float, float], int, int, int, int, float, float] | None = None
         for i in np.flatnonzero(p_fits):
             g_p = float(lay.gpus_per_replica[i])
             for n_p in range(1, int((N - g_d) // g_p) + 1):
                 n_d = int((N - n_p * g_p) // g_d)
                 if n_d < 1:
                     continue
+                share = None if req.request_rate is None else req.request_rate / n_p
+                ttft = float(prefill_at(rounds[i : i + 1], share)[1][0] + extra[i])
                 rate = np.minimum(n_p * p_rate[i], n_d * d_rate)
+                if req.concurrency is not None:  # Little's law: a request's prompt is part of its time
+                    rate = np.minimum(rate, req.concurrency / (ttft + (osl - 1.0) * tpot))
                 considered += len(rate)
-                ok = _meets(req, np.full(len(rate), p_ttft[i]), tpot)
+                ok = _meets(req, np.full(len(rate), ttft), tpot)
                 if req.request_rate is not None:
-                    ok &= rate >= req.request_rate
+                    ok &= rate >= req.request_rate * (1.0 - 1e-9)
                     score = np.where(ok, -batches, -np.inf)
                 elif req.concurrency is not None:
                     ok &= batches * n_d <= max(req.concurrency, n_d)
@@ -102,12 +143,12 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 else:
                     score = np.where(ok, rate, -np.inf)
                 k = int(np.argmax(score))
-                if np.isfinite(score[k]) and (best is None or score[k] > best[0]):
-                    best = (float(score[k]), int(i), n_p, n_d, k)
+                key = (float(score[k]), -ttft)
+                if np.isfinite(score[k]) and (best is None or key > best[0]):
+                    best = (key, int(i), n_p, n_d, k, ttft, float(rate[k]))
         if best is None:
             continue
-        _, i, n_p, n_d, k = best
-        rate = min(n_p * p_rate[i], n_d * d_rate[k])
+        _, i, n_p, n_d, k, ttft, rate = best
         if req.request_rate is not None:
             rate = req.request_rate
         split = {
@@ -130,11 +171,12 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
             "gpus_per_replica": int(g_d),
             "prefill_decode_split": split,
         }
+        transfer = float(extra[i]) - s.params.request_path_s
         cands.append(
             ServeCandidate(
                 config=cfg,
                 batch_per_replica=float(batches[k]),
-                ttft_s=float(p_ttft[i]),
+                ttft_s=ttft,
                 tpot_s=float(tpot[k]),
                 output_tokens_per_s_per_gpu=float(rate * osl / N),
                 output_tokens_per_s_per_user=float(1.0 / tpot[k]),
@@ -146,7 +188,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 meets_targets=True,
                 warnings=[
                     f"prefill:decode GPUs {split['prefill_gpus']}:{split['decode_gpus']}; KV transfer "
-                    f"{float(kv_transfer_s(s, lay.take(np.array([i])), req.input_len)[0]) * 1e3:.2f} ms per request",
+                    f"{transfer * 1e3:.2f} ms per request",
                 ],
             )
         )

@@ -692,15 +692,24 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         ranked[0] = ranked[0].model_copy(update={"why": _why(ranked[0], ranked[1:], req)})
         used = gpus_used(ranked[0])
         if used < cluster.num_gpus:
+            counted = (
+                "which its tokens/s per GPU and $/Mtok count as serving nothing (a disaggregated plan's figures are "
+                "per GPU of the cluster)"
+                if req.disaggregate
+                else "which its tokens/s per GPU and $/Mtok leave out (they count the GPUs it uses)"
+            )
             warnings.append(
-                f"#1 runs on {used} of the {cluster.num_gpus} GPUs: the other {cluster.num_gpus - used} idle, which "
-                "its tokens/s per GPU and $/Mtok leave out (they count the GPUs it uses)"
+                f"#1 runs on {used} of the {cluster.num_gpus} GPUs: the other {cluster.num_gpus - used} idle, {counted}"
             )
         if req.concurrency is not None and ranked[0].max_concurrency < req.concurrency:
+            wait = (
+                "a wait its TTFT leaves out (disaggregated plans are priced at the steady state, not replayed)"
+                if req.disaggregate
+                else "a wait its replayed TTFT includes"
+            )
             warnings.append(
                 f"concurrency {req.concurrency} exceeds the KV room of #1 ({ranked[0].max_concurrency} sequences "
-                "over the cluster): it runs that many at once and the rest wait in the engine's queue, a wait "
-                "its replayed TTFT includes"
+                f"over the cluster): it runs at most that many at once and the rest wait in the engine's queue, {wait}"
             )
     elif not reason:
         reason = _empty_reason(cands, req)
