@@ -577,6 +577,18 @@ def test_a_disaggregated_plan_says_it_counts_its_idle_gpus() -> None:
                            "count as serving nothing")  # fmt: skip
 
 
+def test_weights_too_large_for_any_layout_say_so(cli) -> None:
+    """The shard alone exceeds the GPU: the KV cache's format and the context are beside the point
+    (the message had offered --kv-dtype fp8 and a shorter context, with the sequence counted in full
+    where vLLM reserves half the output)."""
+    r = cli("serve", "--model", "llama3-405b", "--cluster", "dgx-h100x1")
+    assert_one_line_error(
+        r,
+        "no layout fits: the smallest weight shard is 94.5 GiB per GPU, more than the 79.7 GiB a GPU holds; use "
+        "more GPUs or --weights-dtype fp8",
+    )
+
+
 def test_seed_command_ranks_in_a_table(cli) -> None:
     r = cli(*SEED, "--tpot-ms", "30")
     assert r.code == 0, r.err

@@ -864,21 +864,25 @@ def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
 def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str, int]:
     """Colocated layouts priced at the request: (candidates, layout x batch points priced, why none
     when none, layouts not replayed at targets, ``_replayed_at_targets``)."""
-    mem = s.memory(lay, reserved_context(s.engine, req.input_len, req.output_len))
+    context = reserved_context(s.engine, req.input_len, req.output_len)
+    mem = s.memory(lay, context)
     if not mem.fits.any():
         need = float(mem.weights_bytes.min()) / 2**30
-        return (
-            [],
-            len(lay),
-            (
-                f"no layout fits: the smallest weight shard is {need:.1f} GiB per GPU and no layout leaves room "
-                f"for one sequence of {req.input_len + req.output_len} tokens; use more GPUs"
-                + _smaller_weights_hint(s, req)
-                + (", --kv-dtype fp8" if req.kv_dtype == "bf16" else "")
-                + " or a shorter context"
-            ),
-            0,
-        )
+        held = s.cluster.gpu.hbm_capacity_gib
+        if need >= held:  # the weights alone: the KV cache's format and the context are beside the point
+            room, remedies = f"more than the {held:.1f} GiB a GPU holds", ["more GPUs"]
+        else:
+            reserved = "all" if s.engine.kv_reservation == "full" else "half"
+            room = (
+                f"and no layout leaves room for one sequence's {context:,.0f} tokens of KV cache ({s.engine.name} "
+                f"reserves the prompt and {reserved} of the output)"
+            )
+            remedies = ["more GPUs", *(["--kv-dtype fp8"] if req.kv_dtype == "bf16" else []), "a shorter context"]
+        hint = _smaller_weights_hint(s, req).removeprefix(", ")
+        remedies[1:1] = [hint] if hint else []
+        listed = remedies[0] if len(remedies) == 1 else ", ".join(remedies[:-1]) + " or " + remedies[-1]
+        why = f"no layout fits: the smallest weight shard is {need:.1f} GiB per GPU, {room}; use {listed}"
+        return [], len(lay), why, 0
     glay, batch = _grid(lay, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     loaded = req.request_rate is not None or req.concurrency is not None
