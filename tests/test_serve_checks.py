@@ -301,8 +301,12 @@ def test_no_fit_hint_suggests_a_format_not_already_asked() -> None:
     fp8 = serve_search(load_model("llama3-70b"), one, asked)
     assert not fp8.candidates
     assert "--weights-dtype" not in fp8.reason and "--kv-dtype" not in fp8.reason and "more GPUs" in fp8.reason
+    assert "tokens of KV cache" in fp8.reason  # the fp8 shard fits; a sequence's cache does not
+    kv = serve_search(load_model("llama3-70b"), one, ServeRequest(engine="sglang", weights_dtype="fp8"))
+    assert "--kv-dtype fp8" in kv.reason and "--weights-dtype" not in kv.reason
     bf16 = serve_search(load_model("llama3-70b"), one, ServeRequest(engine="sglang"))
-    assert "--weights-dtype fp8" in bf16.reason and "--kv-dtype fp8" in bf16.reason
+    # the bf16 shard alone exceeds the GPU: smaller weights, not a smaller cache
+    assert "--weights-dtype fp8" in bf16.reason and "--kv-dtype" not in bf16.reason
 
 
 def test_workload_file_load_yields_to_the_command_line(tmp_path, cli) -> None:
