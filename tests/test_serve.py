@@ -719,6 +719,9 @@ def test_the_exported_batch_cap_is_the_batch_replayed(cli) -> None:
 
 
 def test_export_disaggregated_and_attention_dp(cli) -> None:
+    table = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--disaggregate")
+    # the pools' GPUs and the KV's move, which the JSON's warnings held alone (found by a review)
+    assert table.code == 0 and "#1: prefill:decode GPUs " in table.out and " ms per request" in table.out
     r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100x2", "--disaggregate", "--export", "sglang")
     assert r.code == 0 and "--disaggregation-mode prefill" in r.out and "--disaggregation-mode decode" in r.out
     r = cli(

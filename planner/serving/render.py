@@ -83,6 +83,9 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         if c.equivalent_layouts:
             console.print(f"#{i} is priced the same as {', '.join(c.equivalent_layouts)}")
     console.print(f"why #1 wins: {ranking.candidates[0].why}")
+    if "prefill_decode_split" in ranking.candidates[0].config:  # the pools and the KV's move, in the candidate's words
+        for note in ranking.candidates[0].warnings:
+            console.print(f"#1: {note}")
     for line in band_lines(ranking):
         console.print(line)
     best = ranking.candidates[0]
