@@ -11,13 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, get_args
+from typing import TYPE_CHECKING, Any, get_args
 
 import numpy as np
 
 from planner.cost.layout import parse_layout, rank_layer_counts
 from planner.schedules import per_schedule
 from planner.schemas.parallel import DEFAULT_ORDER, ParallelConfig, Recompute, Schedule
+
+if TYPE_CHECKING:
+    from planner.schemas.job import JobSpec
 
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 RECOMPUTES: tuple[str, ...] = get_args(Recompute)
@@ -70,15 +73,16 @@ def shards_nothing(moe: bool, x: Any) -> Any:
     return alone & (x.expert_dp == 1) if moe else alone
 
 
-def pipeline_holds_fsdp_state(holds: bool, mesh: MeshArrays) -> np.ndarray:
-    """Meshes whose FSDP stage a pipeline runtime keeps whole through the step (columns): a stack
-    whose runtime does (``Stack.pipeline_holds_fsdp_state``, ``holds``: torch.distributed.pipelining
-    under torchtitan), pp > 1 and ZeRO-2/3. From the first backward to the step's end such a rank
-    holds its stage's weights gathered and its gradients unsharded, as ZeRO-1 does, and
-    reduce-scatters them once, after the last backward; ZeRO-2 (torchtitan's default
-    reshard_after_forward with a pipeline: never) gathers the weights once per step, ZeRO-3
-    (always) gathers them again for every backward and for the forwards before the first one."""
-    return holds & (mesh.pp > 1) & (mesh.zero_stage >= 2)
+def pipeline_holds_fsdp_state(job: JobSpec, x: Any) -> Any:
+    """Whether a mesh (``ParallelConfig``, or ``MeshArrays`` column by column) has its FSDP stage
+    kept whole through the step by the job's stack's pipeline runtime
+    (``Stack.pipeline_holds_fsdp_state``: torch.distributed.pipelining under torchtitan), pp > 1 and
+    ZeRO-2/3. From the first backward to the step's end such a rank holds its stage's weights
+    gathered and its gradients unsharded, as ZeRO-1 does, and reduce-scatters them once, after the
+    last backward; ZeRO-2 (torchtitan's default reshard_after_forward with a pipeline: never)
+    gathers the weights once per step, ZeRO-3 (always) gathers them again for every backward and for
+    the forwards before the first one."""
+    return job.software.pipeline_holds_fsdp_state & (x.pp > 1) & (x.zero_stage >= 2)
 
 
 def constant_column(value: int | bool, n: int) -> np.ndarray:

@@ -33,7 +33,7 @@ from planner.error_bar import error_bar, interval, pooled_stack_errors, relative
 from planner.errors import PlannerError, SchemaError
 from planner.figures import rate
 from planner.figures import seconds as seconds_text
-from planner.mesh import MeshArrays
+from planner.mesh import MeshArrays, pipeline_holds_fsdp_state
 from planner.schedules import microbatch_group_size
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import (
@@ -248,7 +248,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"timing): without it the step takes {seconds_text(est.step_time_s + hidden)}"
         )
     exposed_dp = est.time_breakdown_s.dp_comm
-    if config.zero_stage == 3 and config.pp > 1 and job.software.pipeline_holds_fsdp_state:
+    if config.zero_stage == 3 and pipeline_holds_fsdp_state(job, config):
         notes.append(
             f"with a pipeline, {job.software.name}'s runtime keeps the stage's weights gathered and its gradients "
             "whole from the first backward to the step's end (torch.distributed.pipelining), so ZeRO-3 holds what "

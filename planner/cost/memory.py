@@ -475,7 +475,7 @@ def model_state_bytes(
     edp = mesh.expert_dp.astype(float)
     z = mesh.zero_stage
     # a pipeline runtime that holds an FSDP stage whole through the step leaves it ZeRO-1's state
-    held = pipeline_holds_fsdp_state(job.software.pipeline_holds_fsdp_state, mesh)
+    held = pipeline_holds_fsdp_state(job, mesh)
 
     def shard(stage: int) -> tuple[np.ndarray, np.ndarray]:
         on = (z >= stage) & ~held if stage >= 2 else z >= stage

@@ -536,7 +536,7 @@ def dp_collectives(
     m - 1 of them find the weights gathered, an over-count of its gathers by at most pp - 1 of m + pp)."""
     grads, weights = dp_buffers_bytes(job, mesh, params, moe, architecture)
     z = mesh.zero_stage
-    held = pipeline_holds_fsdp_state(job.software.pipeline_holds_fsdp_state, mesh)
+    held = pipeline_holds_fsdp_state(job, mesh)
     units = np.maximum(layers, 1)
     sharded = np.where(z >= 1, 1.0, 0.0)
     layered = (z >= 3) & ~held  # reduced layer by layer, every micro-batch
@@ -606,7 +606,7 @@ def dp_per_step(
     reduce_s = serial_s([c for c in collectives if c.op != "all_gather"], links)
     gather_s = serial_s([c for c in collectives if c.op == "all_gather"], links)
     z = mesh.zero_stage
-    held = pipeline_holds_fsdp_state(job.software.pipeline_holds_fsdp_state, mesh)
+    held = pipeline_holds_fsdp_state(job, mesh)
     buckets = np.maximum(layers, 1)
     # ZeRO-2: one per micro-batch, each behind its backward
     reductions = np.where((z == 2) & ~held, np.maximum(m, 1), 1)

@@ -104,7 +104,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
         return [], 0, "disaggregation needs at least 2 GPUs (one prefill, one decode replica)"
     isl, osl = float(req.input_len), float(req.output_len)
     rounds, p_fits = prefill_rounds(s, lay, req)
-    p_rate, _ = prefill_at(rounds, None)
+    p_rate, full_round = prefill_at(rounds, None)
     mem = s.memory(lay, reserved_context(s.engine, isl, osl))
     cands: list[ServeCandidate] = []
     considered = 0
@@ -127,8 +127,11 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 n_d = int((N - n_p * g_p) // g_d)
                 if n_d < 1:
                     continue
-                share = None if req.request_rate is None else req.request_rate / n_p
-                ttft = float(prefill_at(rounds[i : i + 1], share)[1][0] + extra[i])
+                # at capacity a full round; at a rate the round its share of it needs
+                if req.request_rate is None:
+                    ttft = float(full_round[i] + extra[i])
+                else:
+                    ttft = float(prefill_at(rounds[i : i + 1], req.request_rate / n_p)[1][0] + extra[i])
                 rate = np.minimum(n_p * p_rate[i], n_d * d_rate)
                 if req.concurrency is not None:  # Little's law: a request's prompt is part of its time
                     rate = np.minimum(rate, req.concurrency / (ttft + (osl - 1.0) * tpot))
