@@ -6,7 +6,7 @@ Load (``ServeRequest``): a concurrency N puts ceil(N / replicas) sequences on ea
 request rate R is served at the smallest batch B whose rate B / (TTFT + osl x TPOT) reaches
 R / replicas (Little's law, L = lambda W; the engine's TTFT, without the server's request path, in
 which a request holds no slot of the engine); with neither, each layout runs the largest batch that
-meets the targets and its memory allows (maximum throughput), judged at latency targets on a
+meets the targets and its memory allows (maximum throughput), judged, with targets or without, on a
 closed-loop replay at that batch (``_replayed_at_targets``). Under continuous batching with
 chunked prefill each round carries B decode tokens plus B x isl / osl prompt tokens on average
 (every finished request is replaced by one whose prompt must be prefilled), so prefill slows
@@ -345,7 +345,20 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
     searched, over a round of its decode tokens alone: a replay's iterations are no faster, and fewer
     running sequences make fewer tokens); one whose bound is below the ``top``-th throughput found
     meeting the targets cannot rank and is not replayed. Returns the candidates and how many layouts
-    were not replayed so (DeepSeek-V3 on a GB200 rack: 97 layouts, 262 replays and 28 s before, 8 s so)."""
+    were not replayed so (DeepSeek-V3 on a GB200 rack: 97 layouts, 262 replays and 28 s before, 8 s so).
+
+    Without targets every batch meets them, so each layout is replayed once, at its largest batch:
+    the maximum throughput is the replay's, not the steady round's. Until 2026-12-06 it was the
+    steady round's, which hides the prompts' compute under the decode's weight reads; under a
+    pipeline a micro-batch holds B / pp of the decode tokens, far below the roofline's ridge, so
+    the whole prompt work hid there: 70B at 2K/512 on one DGX H100 (vLLM), 2 x TP1 x PP4 at 200
+    sequences a replica was priced at 638 tokens/s per GPU and replays at 450, TP1 x PP8 640 and
+    533, where TP8 (428 and 438) and 2 x TP4 (531 and 525) agree; the ranking had put the two
+    pipelines first, the replay puts TP2 x PP4 (585) first. The published throughput rows are
+    priced by their waves (``runs._waves``, 979 of 1,031 rows), which the replay at capacity tracks
+    within 6% on those eight layouts, the steady round 42%. One-token requests (``output_len`` 1)
+    keep the steady round: with no decode for a prompt to hide under, it is the replay's mean
+    iteration, and a closed loop at the KV room would only queue prompts behind the token budget."""
     group = _layout_groups(p)
     steady = _meets(req, p.ttft_s, p.tpot_s)
     context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
@@ -888,7 +901,8 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     loaded = req.request_rate is not None or req.concurrency is not None
     cands = []
     unreplayed = 0
-    if not loaded and (req.ttft_s is not None or req.tpot_s is not None):
+    if not loaded and (req.ttft_s is not None or req.tpot_s is not None or req.output_len > 1):
+        # without targets too: every batch meets them, so each layout's largest is replayed, once
         cands, unreplayed = _replayed_at_targets(p, s, req)
     else:
         meets = _meets(req, p.ttft_s, p.tpot_s)
