@@ -324,3 +324,19 @@ def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, req
             e.batch_per_replica,
             e.output_tokens_per_s_per_gpu,
         )
+
+
+def test_a_closed_loop_beyond_the_token_budget_is_replayed_at_what_the_engine_ran() -> None:
+    """An iteration's token budget admits the prompts of about max_num_batched_tokens x osl / (isl +
+    osl) running sequences a scheduler; a loop of more at the KV room only queues the rest, whose
+    wait the TTFT holds (61 s here). The candidate is the replay at the batch the engine ran: the
+    same throughput, a TTFT without the queue."""
+    import planner
+
+    kw = {"engine": "trtllm", "tp": 4, "pp": 4, "attention_dp": True, "top": 1}
+    (full,) = planner.serve("deepseek-v3", "dgx-h200x2", concurrency=8136, **kw).candidates
+    (best,) = planner.serve("deepseek-v3", "dgx-h200x2", **kw).candidates
+    assert full.batch_per_replica == pytest.approx(6144, rel=0.01) and full.ttft_s > 30
+    assert best.max_concurrency == 8136 and best.batch_per_replica == pytest.approx(6144, rel=0.01)
+    assert best.ttft_s < 1.0
+    assert best.output_tokens_per_s_per_gpu == pytest.approx(full.output_tokens_per_s_per_gpu, rel=0.01)

@@ -117,9 +117,10 @@ class ServeCandidate(Frozen):
     replayed: bool = Field(
         False,
         description="TTFT, TPOT and batch are a replay of the offered load (serving.replay: Poisson arrivals at a "
-        "request rate, a closed loop at a concurrency, or at latency targets without a load a closed loop at the "
-        "largest batch whose replay meets them; the middle half of the requests measured); else the "
-        "steady-state round's",
+        "request rate, a closed loop at a concurrency, or without a load a closed loop at the largest batch whose "
+        "replay meets the targets, every batch without targets, at the batch the engine ran where its token budget "
+        "queued the rest; the middle half of the requests measured); else the steady-state round's (one output "
+        "token without a target, a disaggregated plan)",
     )
     sustains_rate: bool | None = Field(
         None,
