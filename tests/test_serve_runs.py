@@ -92,6 +92,29 @@ def test_modes_from_the_workload() -> None:
     assert set(predict(p)) == {"output_tokens_per_s_per_gpu"}
 
 
+def test_a_trtllm_bench_row_without_a_request_count_runs_the_documented_one_in_waves() -> None:
+    """TensorRT-LLM's performance overview lists its dataset's requests per input / output length;
+    a table row of lengths the list leaves out takes the nearest listed (1000/1000: 1024/1024's
+    3,000). At a KV room of 4,568 sequences, 3,000 requests are one partial wave: the steady round
+    at the room prices DeepSeek-R1 on 4 B200 8% above its published 6,463 tokens/s per GPU, the
+    wave 2% below."""
+    from planner.serving.runs import bench_requests
+
+    assert (bench_requests(1000, 1000), bench_requests(1024, 2048), bench_requests(128, 128)) == (3000, 1500, 30000)
+    row = _row("trtllm-latest/deepseek-r1/b200x4/dep4/fp4/isl1000-osl1000")
+    assert not isinstance(row["workload"]["num_requests"], int)
+    p = plan_row(row)
+    assert any("requests not stated: 3000" in n for n in p.notes)
+    waves = predict(p)["output_tokens_per_s_per_gpu"]
+    assert waves == pytest.approx(6463, rel=0.04)
+    unstated = row["workload"]["num_requests"]
+    row["workload"]["num_requests"] = 3000
+    assert predict(plan_row(row))["output_tokens_per_s_per_gpu"] == waves
+    row["workload"]["num_requests"] = unstated
+    row["engine"]["tool"] = "a tool that states no count"  # priced at the steady round, as before
+    assert predict(plan_row(row))["output_tokens_per_s_per_gpu"] > 1.08 * waves
+
+
 @pytest.mark.parametrize(
     ("prefix", "engine"),
     [

@@ -7,8 +7,11 @@ translator cannot express raises ``UnpriceableError`` with the reason.
 Modes, from the row's workload and tool:
   max_throughput  offline runs at an unbounded request rate (trtllm-bench throughput,
                   gptManagerBenchmark with request_rate -1): the engine runs as many sequences as
-                  its KV cache and max batch allow (``memory.plan_memory``); tokens/s per GPU =
-                  B / TPOT / GPUs at the mixed round of ``search.price_colocated``.
+                  its KV cache and max batch allow (``memory.plan_memory``); the stated requests
+                  run in waves of B (``_waves``: a prefill of the wave's prompts, osl decode
+                  rounds), a trtllm-bench row that states none at TensorRT-LLM's count for its
+                  lengths (``bench_requests``); other rows that state none at B / TPOT / GPUs of
+                  the mixed round of ``search.price_colocated``.
   static          gptSessionBenchmark's static batch: one prefill of B prompts, then osl decode
                   rounds of B sequences.
   ttft            batch-1 time to first token: one prefill round of the prompt.
@@ -72,6 +75,34 @@ TRTLLM_BENCH_MAX_BATCH = 4096
 """trtllm-bench caps the batch it builds for at 4096 requests over the pipeline stages
 (tensorrt_llm/bench/build/tuning.py finetune_setting: raw_bs = min(kv_cache_max_requests, 4096) /
 pp_size), above TensorRT-LLM's serving default of 2048 (engines/trtllm.yaml)."""
+
+TRTLLM_BENCH_REQUESTS = {
+    (128, 128): 30000,
+    (128, 2048): 3000,
+    (128, 4096): 1500,
+    (500, 2000): 3000,
+    (1000, 1000): 3000,
+    (1000, 2000): 1500,
+    (1024, 1024): 3000,
+    (2048, 128): 3000,
+    (2048, 2048): 1500,
+    (5000, 500): 1500,
+    (8192, 1024): 1500,
+    (1024, 8192): 1500,
+    (20000, 2000): 1000,
+    (32768, 1024): 1000,
+    (1024, 32768): 1000,
+}
+"""Requests per trtllm-bench throughput run by input / output length, as TensorRT-LLM's performance
+overview lists them for its dataset step (docs/source/performance/perf-overview.md, v0.20, read at
+ab4143e1 in a fork snapshot, and
+docs/source/developer-guide/perf-overview.md @03e27c7, 'Preparing a Dataset': "For shorter input
+and output lengths, a larger number of messages were used to guarantee that the system hit a
+steady state"). A row of those tables whose lengths the list leaves out (1000/1000 in the later
+doc, 1024/2048 in v0.20) is priced at the count of the nearest listed lengths (``bench_requests``):
+an inference from the same document, not a statement. The count matters: at a KV room of
+thousands of sequences 3,000 requests run as one full wave and a partial one, which the steady
+round (what those 52 rows had been priced at) leaves out."""
 
 KV_FRACTION = re.compile(r"kv_cache_free_gpu_mem_fraction\s*(0?\.\d+)")
 """A KV memory fraction the row states (trtllm-bench's extra options)."""
@@ -637,6 +668,9 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.batch = batch
     requests = (row.get("workload") or {}).get("num_requests")
     stated = isinstance(requests, int) and not isinstance(requests, bool) and requests > 0
+    if mode == "max_throughput" and not stated and "trtllm-bench" in tool:
+        requests, stated = bench_requests(isl, osl), True
+        plan.notes.append(f"requests not stated: {requests}, TensorRT-LLM's count for the nearest listed lengths")
     if stated and requests > MAX_REPLAYED_REQUESTS:
         raise UnpriceableError(
             f"workload.num_requests {requests:,} is more than the {MAX_REPLAYED_REQUESTS:,} requests a row is "
@@ -664,6 +698,16 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.tokens *= (isl + osl) / osl
     _check_static_rate_reachable(plan)
     return plan
+
+
+def bench_requests(isl: int, osl: int) -> int:
+    """``TRTLLM_BENCH_REQUESTS`` at the listed input / output lengths nearest ``isl`` / ``osl`` (on a
+    log scale: 1000/1000 takes 1024/1024's 3,000, 1024/2048 takes 1000/2000's 1,500)."""
+
+    def distance(lengths: tuple[int, int]) -> float:
+        return math.hypot(math.log(isl / lengths[0]), math.log(osl / lengths[1]))
+
+    return TRTLLM_BENCH_REQUESTS[min(TRTLLM_BENCH_REQUESTS, key=distance)]
 
 
 def _waves(s: Setting, lay: Layouts, batch: float, requests: float, isl: int, osl: int) -> tuple[RoundCost, float]:
