@@ -363,10 +363,10 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
     steady = _meets(req, p.ttft_s, p.tpot_s)
     context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
     decode_only = round_terms(s, p.lay, p.batch, context, np.zeros(len(p.batch)), float(req.input_len)).total_s
-    if s.model.is_moe:
-        possible = _meets(req, p.ttft_s, np.minimum(decode_only, p.tpot_s))
-    else:  # a dense model's replay is the steady round or slower: the batches it accepts bound the search
-        possible = steady
+    # a replay's TPOT can come out below the steady round's: a MoE model's far below, a dense model's
+    # a few % (its iterations of decode tokens alone), so the search runs up to the batches whose
+    # round of decode tokens alone meets the target
+    possible = _meets(req, p.ttft_s, np.minimum(decode_only, p.tpot_s))
     # what no replay of a layout can beat: its largest batch searched over a round of decode alone
     bound = np.where(possible, p.batch / decode_only / p.lay.gpus_per_replica, 0.0)
     layouts = [np.flatnonzero((group == g) & possible) for g in range(group.max() + 1)]
@@ -421,7 +421,7 @@ def _without_queue(
     replayed a TTFT of 61 s, at 6,144 the same 1,049 tokens/s per GPU and 434 ms."""
     if c.batch_per_replica >= QUEUED * batch:
         return c
-    ran = float(math.ceil(c.batch_per_replica))
+    ran = float(math.ceil(c.batch_per_replica * (1.0 - 1e-9)))  # 6,144.0000000003 ran 6,144, not 6,145
     q = price_colocated(s, one, np.array([ran]), req)
     again = _replayed(_candidate(q, 0, s, req, True, ""), s, one, _sent(req, ran, one), prices)
     keeps = again.output_tokens_per_s_per_gpu >= 0.99 * c.output_tokens_per_s_per_gpu
@@ -931,8 +931,7 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     loaded = req.request_rate is not None or req.concurrency is not None
     cands = []
     unreplayed = 0
-    if not loaded and (req.ttft_s is not None or req.tpot_s is not None or req.output_len > 1):
-        # without targets too: every batch meets them, so each layout's largest is replayed, once
+    if not loaded:  # without targets too: every batch meets them, so each layout's largest is replayed
         cands, unreplayed = _replayed_at_targets(p, s, req)
     else:
         meets = _meets(req, p.ttft_s, p.tpot_s)
