@@ -193,8 +193,25 @@ def plot_ranking(
 
 
 MAX_SERVING_CURVES = 8
-"""The serving plot draws the 8 layouts that reach the most tokens/s per GPU (readable; the rest
-are in the table and JSON)."""
+"""The serving plot draws 8 layouts: the table's first, then those whose curves reach the most
+tokens/s per GPU (readable; the rest are in the table and JSON)."""
+
+
+def serving_curves_shown(
+    curves: list[Curve], winner_label: str | None, replayed: list[tuple[str, float, float]] | None
+) -> list[Curve]:
+    """The ``MAX_SERVING_CURVES`` curves ``plot_serving`` draws: the winner's and the table's
+    (``replayed``) first, in the table's order (the ranking is the replay's, not the curves' peaks:
+    a pipeline's steady curve can peak far above its replay), then those that reach the most
+    tokens/s per GPU."""
+    ranked = list(dict.fromkeys([winner_label, *(label for label, _, _ in replayed or [])]))
+
+    def order(c: Curve) -> tuple[int, float]:
+        if c.label in ranked:
+            return ranked.index(c.label), 0.0
+        return len(ranked), -float(np.max(c.tokens_per_s_per_gpu))
+
+    return sorted(curves, key=order)[:MAX_SERVING_CURVES]
 
 
 def plot_serving(
@@ -215,7 +232,7 @@ def plot_serving(
     rounds of decode tokens alone read fewer experts than its even spread of prompts)."""
     plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
-    best = sorted(curves, key=lambda c: -float(np.max(c.tokens_per_s_per_gpu)))[:MAX_SERVING_CURVES]
+    best = serving_curves_shown(curves, winner_label, replayed)
     for curve in best:
         order = np.argsort(curve.tokens_per_s_per_user)
         x, y, ok = curve.tokens_per_s_per_user[order], curve.tokens_per_s_per_gpu[order], curve.meets[order]

@@ -72,3 +72,24 @@ def test_plan_serve_draws_the_throughput_interactivity_curves(cli, tmp_path: Pat
     assert r.code == 0, r.err
     assert len(_png(png)) > 30_000  # one curve per layout over the batch grid
     assert_one_line_error(cli("serve", "-m", "llama70b", "-c", "dgx-h100x1", "--plot", str(tmp_path / "x.txt")), ".png")
+
+
+def test_the_serving_plot_draws_the_tables_layouts_first() -> None:
+    """The ranking is the replay's: 70B on one DGX H100 ranks TP2 x PP4 first, while the steady
+    curves of TP1 x PP8 and 2 x TP1 x PP4 peak highest (640 and 638 tokens/s per GPU, replayed 533
+    and 450). The plot draws the table's layouts, in its order, before the highest curves."""
+    import planner
+    from planner.catalog import load_cluster, load_model
+    from planner.plots import MAX_SERVING_CURVES, serving_curves_shown
+    from planner.serving.render import layout_label
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import layout_curves
+
+    ranking = planner.serve("llama3-70b", "dgx-h100x1", top=3)
+    table = [layout_label(c) for c in ranking.candidates]
+    replayed = [(label, 1.0, 1.0) for label in table]
+    curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest())
+    peak = max(curves, key=lambda c: float(c.tokens_per_s_per_gpu.max())).label
+    assert table[0] == "1x tp2 pp4" and peak == "1x tp1 pp8" and peak not in table
+    shown = [c.label for c in serving_curves_shown(curves, table[0], replayed)]
+    assert shown[:3] == table and shown[3] == peak and len(shown) == min(MAX_SERVING_CURVES, len(curves))

@@ -764,8 +764,8 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # the plot's steady-state curves bound the table's replayed figures from above: 2 x TP4 at 416
-    # tokens/s per GPU on the curve, 208 replayed (at a smaller batch, to keep the 30 ms target)
+    # here the steady-state curves lie above the table's replayed figures (2 x TP4 at 416
+    # tokens/s per GPU on the curve, 208 replayed, at a smaller batch to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
     assert steady["2x tp4 pp1"] == pytest.approx(416.7, abs=0.1)

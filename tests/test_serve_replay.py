@@ -195,7 +195,8 @@ def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
 def test_without_a_target_the_maximum_throughput_is_the_replay_at_capacity() -> None:
     """The steady round hides the prompts' compute under the decode's weight reads; a pipeline's
     micro-batch holds B / pp of the decode tokens, far below the roofline's ridge, so it hid all of
-    it there: 2 x TP1 x PP4 was priced at 638 tokens/s per GPU and ranked first. The replay at its
+    it there: 2 x TP1 x PP4 was priced at 638 tokens/s per GPU and ranked second (TP1 x PP8 first, at
+    640, replayed 533). The replay at its
     largest batch (what a concurrency of that batch replays) comes out at 450, near the price of the
     offline benchmark's waves the published throughput rows are fitted with (``runs._waves``)."""
     import planner
@@ -340,3 +341,8 @@ def test_a_closed_loop_beyond_the_token_budget_is_replayed_at_what_the_engine_ra
     assert best.max_concurrency == 8136 and best.batch_per_replica == pytest.approx(6144, rel=0.01)
     assert best.ttft_s < 1.0
     assert best.output_tokens_per_s_per_gpu == pytest.approx(full.output_tokens_per_s_per_gpu, rel=0.01)
+    # and says why it ran fewer than its KV room: the budget admits the prompts of about 8,192 x 512 /
+    # 2,560 = 1,638 a rank, 6,554 over the four (whole prompts: 1,536 a rank ran)
+    (note,) = best.warnings
+    assert note.startswith("ran 6,144 of the 8,136 sequences a replica's KV cache holds: trtllm's token budget of")
+    assert "about 6,554 running sequences" in note and note.endswith("or chunked prefill runs more")

@@ -95,9 +95,14 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         elif req.concurrency is not None:
             load = f"at {req.concurrency} requests in flight: each finished one sends the next"
         else:
+            chosen = (
+                "the largest batch of the grid whose replay meets the targets"
+                if req.ttft_s is not None or req.tpot_s is not None
+                else "no target: the largest batch that fits"
+            )
             load = (
                 "at each layout's batch on every replica, in a closed loop (each finished request sends the next; "
-                "the largest batch of the grid whose replay meets the targets)"
+                f"{chosen}, or the batch the engine ran where its token budget queued the rest)"
             )
         console.print(
             f"TTFT, TPOT (mean inter-token latency) and batch replayed {load} through the engine's admission and "

@@ -117,10 +117,10 @@ class ServeCandidate(Frozen):
     replayed: bool = Field(
         False,
         description="TTFT, TPOT and batch are a replay of the offered load (serving.replay: Poisson arrivals at a "
-        "request rate, a closed loop at a concurrency, or without a load a closed loop at the largest batch whose "
-        "replay meets the targets, every batch without targets, at the batch the engine ran where its token budget "
-        "queued the rest; the middle half of the requests measured); else the steady-state round's (one output "
-        "token without a target, a disaggregated plan)",
+        "request rate, a closed loop at a concurrency; without a load, a closed loop at the largest batch whose "
+        "replay meets the targets (without targets, the largest that fits), or at the batch the engine ran where "
+        "its token budget queued the rest; the middle half of the requests measured); else the steady-state "
+        "round's (a disaggregated plan)",
     )
     sustains_rate: bool | None = Field(
         None,
@@ -150,7 +150,7 @@ class ServeRanking(Frozen):
     feasible: int
     unreplayed: int = Field(
         0,
-        description="At latency targets: layouts not replayed, since a bound on their throughput (their largest "
+        description="Without a load: layouts not replayed, since a bound on their throughput (their largest "
         "batch searched, over a round of decode tokens alone) is below the top-th found meeting the targets; "
         "whether they meet the targets is not known, so feasible counts the replayed ones",
     )

@@ -7,7 +7,8 @@ request rate R is served at the smallest batch B whose rate B / (TTFT + osl x TP
 R / replicas (Little's law, L = lambda W; the engine's TTFT, without the server's request path, in
 which a request holds no slot of the engine); with neither, each layout runs the largest batch that
 meets the targets and its memory allows (maximum throughput), judged, with targets or without, on a
-closed-loop replay at that batch (``_replayed_at_targets``). Under continuous batching with
+closed-loop replay at that batch (``_replayed_at_targets``), or at the batch the engine ran where
+its token budget queued the rest (``_without_queue``). Under continuous batching with
 chunked prefill each round carries B decode tokens plus B x isl / osl prompt tokens on average
 (every finished request is replaced by one whose prompt must be prefilled), so prefill slows
 TPOT as it does in the engines; TTFT is the prompt's chunks at that mixed round plus half a round
@@ -323,20 +324,22 @@ the layouts of 70B at 8 req/s in ``REPLAY_MIN_REQUESTS``)."""
 
 
 def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list[ServeCandidate], int]:
-    """Maximum throughput at latency targets, replayed: per layout, the largest batch of the grid
+    """Maximum throughput, at latency targets or without them, replayed: per layout, the largest batch of the grid
     whose closed-loop replay at that batch (``_replayed`` at a concurrency of the batch on every
     replica) meets the targets, found by ``_largest_meeting``, the steady state's pick probed first.
     The steady-state round spreads every prompt evenly over the rounds, under the decode's weight
     reads; the engine runs a prompt whole in one iteration, which every running sequence waits for:
     70B at ISL 2048 / OSL 512 on one DGX H100 (vLLM), 2 x TP4 at 48 sequences per replica has a
     steady-state TPOT of 26.2 ms and a replayed one of 36 ms, so a 30 ms target is met at 24 (27.5
-    ms), not 48; a dense model's search runs over the batches the steady state accepts. For a MoE
-    model the replay can come out faster than the steady state instead: the experts a round reads
-    grow slower than its tokens (``experts_touched_fraction``), so rounds of decode tokens alone read
-    far fewer of them than the even spread's every round does (DeepSeek-V3 on 2 x 8 H200, TP8 EP8, 6
-    sequences a replica: 17.5 ms replayed, 43.8 ms steady). So a MoE model's search runs over every
-    batch whose TTFT meets the target at the steady state and whose round of decode tokens alone (the
-    replay's fastest iteration at that batch) meets the TPOT target; where the steady state accepts
+    ms), not 48. The replay can come out faster than the steady state too: a dense model's a few %
+    (its iterations of decode tokens alone; 70B TP1 x PP2 on two DGX H200 at 128/2,048: 61.0 ms
+    replayed, 61.3 steady, which had cost a target the no-target plan met 16% of its throughput), a
+    MoE model's far more, as the experts a round reads grow slower than its tokens
+    (``experts_touched_fraction``), so rounds of decode tokens alone read far fewer of them than the
+    even spread's every round does (DeepSeek-V3 on 2 x 8 H200, TP8 EP8, 6 sequences a replica: 17.5
+    ms replayed, 43.8 ms steady). So the search runs over every batch whose TTFT meets the target at
+    the steady state and whose round of decode tokens alone (the replay's fastest iteration at that
+    batch) meets the TPOT target; where the steady state accepts
     none of them, the smallest is probed first, and where its replay fails the layout has none. The
     replayed latencies are the ones the benchmark checks against published online runs
     (``runs.predict``); the steady state prices no latency row. A layout none of whose batches meets
@@ -355,10 +358,9 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
     sequences a replica was priced at 638 tokens/s per GPU and replays at 450, TP1 x PP8 640 and
     533, where TP8 (428 and 438) and 2 x TP4 (531 and 525) agree; the ranking had put the two
     pipelines first, the replay puts TP2 x PP4 (585) first. The published throughput rows are
-    priced by their waves (``runs._waves``, 979 of 1,031 rows), which the replay at capacity tracks
-    within 6% on those eight layouts, the steady round 42%. One-token requests (``output_len`` 1)
-    keep the steady round: with no decode for a prompt to hide under, it is the replay's mean
-    iteration, and a closed loop at the KV room would only queue prompts behind the token budget."""
+    priced by their waves (``runs._waves``), which the replay at capacity tracks within 6% on those
+    eight layouts, the steady round 42%. A probe whose engine ran fewer than it was sent is replayed
+    at what it ran (``_without_queue``)."""
     group = _layout_groups(p)
     steady = _meets(req, p.ttft_s, p.tpot_s)
     context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
@@ -425,7 +427,32 @@ def _without_queue(
     q = price_colocated(s, one, np.array([ran]), req)
     again = _replayed(_candidate(q, 0, s, req, True, ""), s, one, _sent(req, ran, one), prices)
     keeps = again.output_tokens_per_s_per_gpu >= 0.99 * c.output_tokens_per_s_per_gpu
-    return again if keeps and (again.meets_targets or not c.meets_targets) else c
+    chosen = again if keeps and (again.meets_targets or not c.meets_targets) else c
+    return chosen.model_copy(update={"warnings": [*chosen.warnings, _budget_note(s, one, req, batch, ran)]})
+
+
+def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: float) -> str:
+    """Why a replica ran ``ran`` of the ``room`` sequences its KV cache holds: the engine's token
+    budget, and what raises it."""
+    e = s.engine
+    ranks = int(one.tp[0]) if bool(one.attention_dp[0]) and e.scheduler_per_attention_dp_rank else 1
+    each = " on each attention-DP rank" if ranks > 1 else ""
+    budget = e.max_num_batched_tokens
+    per_rank = budget * req.output_len / (req.input_len + req.output_len)  # the prompts of as many as finish
+    how = "budget x osl / (isl + osl)"
+    if not e.chunked_prefill:  # a prompt runs whole, beside the running ones' decode tokens
+        piece = prefill_chunk(e, req.input_len)
+        beside = budget - piece
+        per_rank = min(per_rank, max(beside, 1))
+        how += f"; a whole prompt of {piece:,} tokens beside at most {beside:,} others"
+    admits = f"admits the prompts of about {ranks * per_rank:,.0f} running sequences a replica ({how})"
+    remedy = "a larger budget (max_num_batched_tokens, which --export writes)" + (
+        "" if e.chunked_prefill else " or chunked prefill"
+    )
+    return (
+        f"ran {ran:,.0f} of the {room:,.0f} sequences a replica's KV cache holds: {e.name}'s token budget of "
+        f"{budget:,} tokens an iteration{each} {admits}, and more only queue; {remedy} runs more"
+    )
 
 
 def _rank_floor(met: list[float], top: int) -> float:
@@ -882,9 +909,10 @@ class Curve:
 def layout_curves(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> list[Curve]:
     """Every co-located layout that fits, priced over the batch grid at the steady-state round
     (``price_colocated``), from which the ranking starts: the curves ``plan serve --plot`` draws.
-    A ranked candidate whose figures are replayed (at a load, or at latency targets) lies on or
-    below its layout's curve for a dense model; a MoE model's can lie above it (rounds of decode
-    tokens alone read fewer experts than the steady round's, ``_replayed_at_targets``)."""
+    A ranked candidate's figures are replayed (``_replayed_at_targets``): a dense model's lie on,
+    below or a few % above its layout's curve (below it most under a pipeline, whose steady round
+    hides the prompts under the decode's weight reads), a MoE model's can lie far above it (rounds
+    of decode tokens alone read fewer experts than the steady round's)."""
     req = resolve_request(model, req)
     engine = load_engine(req.engine)
     s = setting_for(model, cluster, req, engine)
