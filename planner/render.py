@@ -534,6 +534,27 @@ def print_models(console: Console, models: list[ModelSpec]) -> None:
     console.print(table)
 
 
+def _more_nodes_advice(report: CapacityReport, job: JobSpec) -> str:
+    """What to change where no count searched meets the deadline: more nodes, or, where the largest
+    counts train no faster than a smaller one, the global batch, which caps how many GPUs can split
+    it (Llama-3.1 405B on DGX H100 at 512 sequences: 69.7 days at 2,048 nodes, where "raise
+    --max-nodes" had been the advice)."""
+    timed = [r for r in report.rows if r.time_to_train_s is not None]
+    if timed:
+        fastest = min(timed, key=lambda r: r.time_to_train_s or 0.0)
+        batch = f"a global batch of {job.global_batch_size:,} sequences"
+        if fastest.nodes < timed[-1].nodes:
+            return f"more nodes stop helping past {fastest.nodes} ({batch} splits no further): a larger -B, or --days"
+        best = max(timed, key=lambda r: r.mfu or 0.0)
+        last = timed[-1]
+        if (last.mfu or 0.0) < 0.9 * (best.mfu or 0.0):  # each GPU holds ever less of the batch
+            return (
+                f"raise --max-nodes, -B ({batch} splits ever thinner: {last.mfu or 0.0:.1%} MFU at {last.nodes} "
+                f"nodes against {best.mfu or 0.0:.1%} at {best.nodes}) or --days"
+            )
+    return "raise --max-nodes or --days"
+
+
 def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> None:
     """The node counts tried, with the best mesh, time to train and cost of each."""
     price = report.price_per_gpu_hour_usd
@@ -568,7 +589,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             f"{(r.time_to_train_s or 0.0) / 86400:,.1f}" + ("*" if slower else ""),
             "" if span is None else f"{span[0] / 86400:,.1f}-{span[1] / 86400:,.1f}",
             "" if r.cost_to_train_usd is None else f"{r.cost_to_train_usd / 1e6:,.2f}",
-            ("yes" if r.meets_deadline_slow_end else "likely") if r.meets_deadline else "no",
+            ("yes" if r.meets_deadline_slow_end else "maybe") if r.meets_deadline else "no",
         )
     console.print(table)
     unfit = [r for r in report.rows if r.mesh is None and r.why_not]
@@ -579,7 +600,8 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     if banded:
         console.print(
             "80% band: the days at the ends of the best mesh's tokens/s band (published runs priced alike); meets: "
-            "yes within the deadline at the band's slow end, likely at the prediction only"
+            "yes within the deadline at the band's slow end, maybe at the prediction only (about an even chance: "
+            "the prediction sits near the middle of its band)"
         )
     if dominated:
         console.print(
@@ -590,7 +612,9 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     if segment_note:
         console.print(segment_note)
     if report.answer is None:
-        console.print(f"no node count up to {report.rows[-1].nodes} meets the deadline; raise --max-nodes or --days")
+        console.print(
+            f"no node count up to {report.rows[-1].nodes} meets the deadline; {_more_nodes_advice(report, job)}"
+        )
         return
     a = report.answer
     cost = "" if a.cost_to_train_usd is None else f" for ${a.cost_to_train_usd / 1e6:,.2f} M"
@@ -609,7 +633,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     elif sure is None and banded:
         console.print(
             f"no count up to {report.rows[-1].nodes} nodes meets the deadline at the slow end of its band; "
-            "raise --max-nodes or --days for that margin"
+            f"{_more_nodes_advice(report, job)} for that margin"
         )
     if report.cheapest is not None and report.cheapest.nodes != a.nodes:
         c = report.cheapest

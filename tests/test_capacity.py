@@ -59,6 +59,7 @@ def test_cost_objective_orders_as_time_on_one_cluster_and_needs_a_price(cli) -> 
 def test_node_counts() -> None:
     assert node_counts(64) == [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64]
     assert node_counts(1) == [1]
+    assert node_counts(5) == [1, 2, 3, 4, 5] and node_counts(1000)[-2:] == [768, 1000]  # the cap itself
 
 
 def test_capacity_finds_the_fewest_nodes_meeting_the_deadline() -> None:
@@ -204,3 +205,18 @@ def test_capacity_refuses_a_format_the_gpu_lacks_before_searching(cli) -> None:
     args = ("capacity", "-m", "llama3-70b", "--training-tokens", "1T", "--days", "30")
     assert_one_line_error(cli(*args, "-c", "dgx-h100", "--dtype", "fp4"), "dtype fp4 (NVFP4) needs FP4 tensor cores")
     assert_one_line_error(cli(*args, "-c", "dgx-a100-80g", "--dtype", "fp8"), "dtype fp8 needs FP8 tensor cores")
+
+
+def test_where_no_count_meets_the_deadline_the_advice_names_a_thinly_split_batch(cli) -> None:
+    """A global batch of 16 sequences over 16 DGX H100 holds an eighth of a sequence per GPU: MFU falls
+    from 55.9% on one node to 35.9%, so the advice names -B beside more nodes (it had said only "raise
+    --max-nodes or --days"); and a cap that is not a power of two (or 1.5 x one) is searched too."""
+    args = ("capacity", "-m", "llama3-8b", "-c", "dgx-h100", "--training-tokens", "1T")
+    r = cli(*args, "--days", "1", "--max-nodes", "16", "-B", "16")
+    assert r.code == 0
+    assert (
+        "no node count up to 16 meets the deadline; raise --max-nodes, -B (a global batch of 16 sequences splits "
+        "ever thinner: 35.9% MFU at 16 nodes against 55.9% at 1) or --days" in " ".join(r.out.split())
+    )
+    five = cli(*args, "--days", "30", "--max-nodes", "5")
+    assert "answer: 5 nodes (40 GPUs)" in five.out and "maybe" in five.out
