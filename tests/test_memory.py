@@ -342,3 +342,26 @@ def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layer
     c = m.parameter_counts
     assert est.memory_breakdown_bytes.weights == pytest.approx(2 * 21 * c.dense_layer / 4)
     assert est.memory_breakdown_bytes.weights < 2 * (21 * c.dense_layer + c.embedding) / 4
+
+
+def test_a_rank_running_mtp_layers_holds_its_own_embedding() -> None:
+    """Megatron-Core's GPTModel builds the embedding on every stage that runs MTP layers (`if
+    self.pre_process or self.mtp_process`), to embed the shifted tokens each depth reads: DeepSeek-V3's
+    last stage holds 129,280 x 7,168 = 0.93B more parameters (beside its untied LM head), a tied
+    model's none (its last stage holds the embedding as its head already)."""
+    from planner.cost.memory import rank_params
+    from planner.cost.flops import mtp_projection_params
+
+    for name, extra in (("deepseek-v3", True), ("gpt2-124m", False)):
+        model = load_model(name)
+        mesh = MeshArrays.from_configs([ParallelConfig(tp=2, pp=4, dp=1)])
+        c = model.parameter_counts
+        last = np.array([True])
+        args = (model, mesh, np.array([4]), np.array([0]))
+        without = rank_params(*args, 0, ~last, last).dense[0]
+        with_mtp = rank_params(*args, 1, ~last, last).dense[0]
+        embedding = c.embedding / 2 if extra else 0.0
+        assert with_mtp - without == pytest.approx(mtp_projection_params(model) / 2 + embedding)
+        first = rank_params(*args, 1, last, ~last).dense[0] - rank_params(*args, 0, last, ~last).dense[0]
+        assert first == pytest.approx(mtp_projection_params(model) / 2)  # the first stage holds it already
+    assert load_model("deepseek-v3").parameter_counts.embedding == 129280 * 7168

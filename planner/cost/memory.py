@@ -417,6 +417,12 @@ def rank_params(
     head_params = c.lm_head if c.lm_head else np.where(mesh.pp > 1, c.embedding, 0)
     dense = dense + np.where(embedding, c.embedding / t, 0.0) + np.where(head, head_params / t + c.final_norm, 0.0)
     dense = dense + np.asarray(mtp) * mtp_projection_params(model) / t
+    # A rank that runs MTP layers builds the embedding too, to embed the shifted tokens each MTP depth
+    # reads (Megatron-Core GPTModel: `if self.pre_process or self.mtp_process: self.embedding = ...`):
+    # a copy on the last stage where the first holds the original, beside an untied LM head (a tied
+    # model's last stage already holds the embedding as its head)
+    mtp_embedding = (np.asarray(mtp) > 0) & ~np.asarray(embedding) & ~(np.asarray(head) & (not c.lm_head))
+    dense = dense + np.where(mtp_embedding, c.embedding / t, 0.0)
     experts_on_rank = c.moe_experts_per_layer / (mesh.ep * mesh.expert_tp)
     expert = moe_layers * experts_on_rank
     largest = np.maximum(
