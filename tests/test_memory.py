@@ -349,8 +349,8 @@ def test_a_rank_running_mtp_layers_holds_its_own_embedding() -> None:
     self.pre_process or self.mtp_process`), to embed the shifted tokens each depth reads: DeepSeek-V3's
     last stage holds 129,280 x 7,168 = 0.93B more parameters (beside its untied LM head), a tied
     model's none (its last stage holds the embedding as its head already)."""
-    from planner.cost.memory import rank_params
     from planner.cost.flops import mtp_projection_params
+    from planner.cost.memory import rank_params
 
     for name, extra in (("deepseek-v3", True), ("gpt2-124m", False)):
         model = load_model(name)
@@ -365,3 +365,29 @@ def test_a_rank_running_mtp_layers_holds_its_own_embedding() -> None:
         first = rank_params(*args, 1, last, ~last).dense[0] - rank_params(*args, 0, last, ~last).dense[0]
         assert first == pytest.approx(mtp_projection_params(model) / 2)  # the first stage holds it already
     assert load_model("deepseek-v3").parameter_counts.embedding == 129280 * 7168
+
+
+def test_the_first_stage_holds_the_models_leading_dense_layers() -> None:
+    """DeepSeek-V3's first three layers are dense (first_k_dense_replace): at pp 16 its first stage
+    (4 layers and the embedding) holds one MoE layer, not four, 8.0 GiB of bf16 weights at tp 1 and ep 8
+    where it had been priced at 14.0 (more than the 12.2 of a stage of four MoE layers)."""
+    from planner.cost.memory import stage_layers, stage_memory
+
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h100x128")
+    job = JobSpec(global_batch_size=4096, seq_len=4096)
+    configs = [
+        ParallelConfig(tp=1, pp=16, dp=64, ep=8, recompute="full"),
+        ParallelConfig(tp=1, pp=8, dp=128, ep=8, virtual_stages=2, recompute="full", schedule="interleaved-1f1b"),
+        ParallelConfig(tp=1, pp=16, dp=64, ep=8, recompute="full", schedule="dualpipev"),
+    ]
+    mesh = MeshArrays.from_configs(configs)
+    layers, moe, _ = stage_layers(model, job, mesh, "first")
+    assert layers.tolist()[:2] == [4, 8] and moe.tolist()[:2] == [1, 5]
+    assert moe[2] == min(layers[2], model.num_moe_layers)  # DualPipe's rank 0, priced as the busiest
+    one = MeshArrays.from_configs(configs[:1])
+    gib = [float(stage_memory(model, cluster, job, one, np.array([64.0]), r).weights[0]) / 2**30 for r in
+           ("first", "body")]  # fmt: skip
+    assert gib == pytest.approx([8.05, 12.24], abs=0.01)
+    qwen = load_model("qwen3-30b-a3b")  # no leading dense layer: every layer of the first stage is MoE
+    layers, moe, _ = stage_layers(qwen, job, one, "first")
+    assert moe.tolist() == layers.tolist() == [3]

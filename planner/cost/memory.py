@@ -55,6 +55,7 @@ from planner.cost.pipeline import (
     RankLayers,
     is_dual,
     layers_with_mtp,
+    leading_dense_layers,
     microbatches_in_flight,
     moe_layers_of,
     rank_layers,
@@ -539,7 +540,11 @@ def stage_layers(
     first = rank == "first"
     decoders = np.where(on_last, ranks.last, ranks.first if first else ranks.body)
     mtp = np.where(on_last, ranks.last_mtp, ranks.first_mtp if first else ranks.body_mtp)
-    return layers_with_mtp(model, decoders, mtp), moe_layers_of(model, decoders, mtp), mtp
+    moe = moe_layers_of(model, decoders, mtp)
+    if first:  # the model's leading dense layers are the first rank's (DualPipe's rank 0 is priced as the busiest)
+        leading = leading_dense_layers(model, decoders, mesh.virtual_stages)
+        moe = np.where(on_last | is_dual(mesh), moe, moe - leading)
+    return layers_with_mtp(model, decoders, mtp), moe, mtp
 
 
 @dataclass(frozen=True)

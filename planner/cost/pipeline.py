@@ -344,6 +344,21 @@ def moe_layers_of(model: ModelSpec, layers: np.ndarray, mtp: np.ndarray | int = 
     return np.minimum(layers, model.num_moe_layers) + (np.asarray(mtp) if mtp_layer_is_moe(model) else 0)
 
 
+def leading_dense_layers(model: ModelSpec, decoders: np.ndarray, virtual_stages: np.ndarray) -> np.ndarray:
+    """Of the first pipeline rank's ``decoders`` layers, the dense ones that lead the model
+    (DeepSeek's ``first_k_dense_replace``: layers 0 to k-1 dense, every later one MoE), which its
+    first model chunk holds: min(k, decoders / v), the chunk's share floored (a chunk of an even
+    split holds at least that many; fewer counted dense is the safe side). ``moe_layers_of`` takes
+    every layer of a rank as MoE where the model has that many, which priced DeepSeek-V3's first
+    stage of 3 dense layers and 1 MoE layer (with the embedding) at four MoE layers' weights: 14.0
+    GiB at tp 1, ep 8, where it holds about 8. 0 for models whose dense layers interleave
+    (``decoder_sparse_step``) or hybrids (their MoE blocks spread through the pattern)."""
+    k = model.first_k_dense_replace or 0
+    if model.is_hybrid or not model.is_moe or k == 0 or (model.decoder_sparse_step or 1) != 1:
+        return np.zeros(np.shape(decoders))
+    return np.minimum(float(k), np.floor(np.asarray(decoders) / np.asarray(virtual_stages)))
+
+
 def layers_with_mtp(model: ModelSpec, decoders: np.ndarray, mtp: np.ndarray | int) -> np.ndarray:
     """Layers a rank runs: its decoder layers and its MTP modules' (``flops.mtp_block_counts``: one
     each in a transformer, the blocks of the MTP pattern in a hybrid)."""
