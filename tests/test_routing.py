@@ -315,6 +315,13 @@ def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_othe
     args = megatron_args(MODEL, _job(moe_dispatcher="flex"), config)
     at = args.index("--moe-token-dispatcher-type")
     assert args[at + 1 : at + 4] == ["flex", "--moe-flex-dispatcher-backend", "deepep"]
+    # an NVLink domain wider than DeepEP's 8 peers (an NVL72 rack) runs HybridEP, as Megatron-Bridge's
+    # GB200/GB300 recipes do and as the flex price (every rank of the domain over NVLink) assumes
+    from planner.catalog import load_cluster
+
+    for cluster, backend in (("gb200-nvl72x1", "hybridep"), ("dgx-b200x8", "deepep")):
+        on = megatron_args(MODEL, _job(moe_dispatcher="flex"), config, load_cluster(cluster))
+        assert on[on.index("--moe-flex-dispatcher-backend") + 1] == backend
     default = megatron_args(MODEL, _job(), config)
     assert default[default.index("--moe-token-dispatcher-type") + 1] == "alltoall"  # Megatron's default is allgather
     titan_job = _job(moe_dispatcher="allgather").model_copy(update={"stack": "torchtitan"})

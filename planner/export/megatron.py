@@ -340,7 +340,7 @@ def megatron_args(
     ]
     if model.is_moe:
         args += ["--expert-model-parallel-size", str(config.ep), "--expert-tensor-parallel-size", str(config.expert_tp)]
-        args += _moe_routing_args(job) + _dispatcher_args(job)
+        args += _moe_routing_args(job) + _dispatcher_args(job, cluster)
         if job.ep_comm_overlap and config.ep > 1:
             args.append("--overlap-moe-expert-parallel-comm")  # _add_moe_args
     if config.order == "tp-cp-pp-dp":
@@ -690,12 +690,28 @@ def _moe_routing_args(job: JobSpec) -> list[str]:
     return []
 
 
-def _dispatcher_args(job: JobSpec) -> list[str]:
+def _dispatcher_args(job: JobSpec, cluster: ClusterSpec | None) -> list[str]:
     """_add_moe_args --moe-token-dispatcher-type, always written: Megatron's default is allgather,
     and the plan priced the job's (alltoall unless --moe-dispatcher says otherwise); flex runs
-    DeepEP (--moe-flex-dispatcher-backend deepep, Megatron's default backend)."""
+    DeepEP (--moe-flex-dispatcher-backend deepep, Megatron's default backend), or HybridEP where the
+    NVLink domain spans nodes (GB200/GB300 NVL72; megatron-core 0.16 TransformerConfig
+    moe_flex_dispatcher_backend: "Currently only 'hybridep' backend supports the MNNVL case"): the
+    flex price sends a token over NVLink to every
+    rank of the domain (``cost.traffic.ep_dispatch``), which HybridEP's kernels do across an NVL72
+    rack, and Megatron-Bridge's GB200/GB300 performance recipes run it (e.g.
+    qwen3_vl_235b_a22b_pretrain_64gpu_gb300_fp8cs_config: expert_model_parallel_size 64,
+    moe_flex_dispatcher_backend "hybridep"), where DeepEP's normal kernels reach at most 8 NVLink
+    peers (deepseek-ai/DeepEP csrc/kernels/configs.cuh NUM_MAX_NVL_PEERS 8) and the rest over RDMA."""
     args = ["--moe-token-dispatcher-type", job.moe_dispatcher]
-    return args + (["--moe-flex-dispatcher-backend", "deepep"] if job.moe_dispatcher == "flex" else [])
+    if job.moe_dispatcher != "flex":
+        return args
+    wide = cluster is not None and cluster.fast_domain_gpus > DEEPEP_NVL_PEERS
+    return [*args, "--moe-flex-dispatcher-backend", "hybridep" if wide else "deepep"]
+
+
+DEEPEP_NVL_PEERS = 8
+"""NVLink peers DeepEP's normal kernels reach (deepseek-ai/DeepEP csrc/kernels/configs.cuh:
+NUM_MAX_NVL_PEERS 8): a wider NVLink domain is HybridEP's (``_dispatcher_args``)."""
 
 
 def megatron_environment(config: ParallelConfig, architecture: str | None = None) -> dict[str, str]:
