@@ -119,6 +119,7 @@ class CapacityReport(Frozen):
         "where a late finish costs more than a node",
     )
     cheapest: CapacityRow | None = Field(description="Lowest cost among the counts that meet it")
+    moe: bool = Field(description="The model is a MoE (error_bar.LARGEST_CALIBRATED_GPUS reads the kind)")
 
 
 def capacity(
@@ -166,6 +167,7 @@ def capacity(
         answer=meeting[0] if meeting else None,
         answer_slow_end=next((r for r in rows if r.meets_deadline_slow_end), None),
         cheapest=min(costed, key=lambda r: r.cost_to_train_usd or 0.0) if costed else None,
+        moe=model.is_moe,
     )
 
 

@@ -14,6 +14,30 @@ widest interval n rows give, their smallest to their largest error, covers a new
 probability (n - 1) / (n + 1) (``quantile``), which reaches the 80% the bar states from n = 9."""
 
 
+LARGEST_CALIBRATED_GPUS = {False: 512, True: 256}
+"""The most GPUs of any run the shipped calibrations list (their ``calibration.rows``), dense and
+MoE (``ModelSpec.is_moe``): llm-foundry's MPT runs on 512 H100; Megatron-Bridge's DeepSeek-V3 and
+Qwen3-235B on 256 GB200/GB300 (a test checks both against modern_runs.yaml where it is present).
+A job on more GPUs meets what none of them had, which no band covers: stragglers, failures and
+restarts, contention over a larger fabric, the batch split thinner. Meta's Llama 3 405B on 16,384
+H100 (TP8 PP16 DP128, 16M-token batch) reports 38-43% MFU (Dubey et al. 2024, 'The Llama 3 Herd of
+Models', table 4), where the planner prices that mesh at about 51% (``pricing.advice`` says so)."""
+
+
+def beyond_calibration(gpus: int, moe: bool) -> str | None:
+    """What a prediction on ``gpus`` GPUs says of its band where the job is larger than any run the
+    band rests on (``LARGEST_CALIBRATED_GPUS``), else None."""
+    largest = LARGEST_CALIBRATED_GPUS[moe]
+    if gpus <= largest:
+        return None
+    return (
+        f"{gpus:,} GPUs, {gpus / largest:.0f}x the {largest} of the largest {'MoE' if moe else 'dense'} run the "
+        "bands rest on: they do not cover what larger jobs meet (stragglers, failures and restarts, contention over "
+        "a larger fabric); Meta's Llama 3 405B on 16,384 H100 reports 38-43% MFU where the planner prices its mesh "
+        "at about 51%"
+    )
+
+
 MOE_SUFFIX = "+moe"
 """Calibration keys of MoE rows: ``<stack>+moe`` in a profile's ``cv_error_pct``, ``<profile>+moe``
 in a stack's. Dense and MoE predictions err differently (dispatch, expert GEMMs, routing), so a

@@ -29,7 +29,7 @@ from planner.cost.pipeline import (
 )
 from planner.cost.recompute import CHEAP_MODULES, applicable
 from planner.cost.step import Columns, evaluate
-from planner.error_bar import error_bar, interval, pooled_stack_errors, relative_band
+from planner.error_bar import beyond_calibration, error_bar, interval, pooled_stack_errors, relative_band
 from planner.errors import PlannerError, SchemaError
 from planner.figures import rate
 from planner.figures import seconds as seconds_text
@@ -158,6 +158,9 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"(cost.memory.MEMORY_UNDERCOUNT), which would need {worst_peak / GIB_BYTES:.1f} GiB: it may run out of "
             f"memory; --memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
         )
+    beyond = beyond_calibration(est.config.num_gpus, model.is_moe)
+    if beyond is not None and est.tokens_per_s_per_gpu_interval is not None:
+        notes.append(beyond)
     m, p = est.num_microbatches, config.pp
     if p > 1 and m < MICROBATCHES_PER_STAGE_ADVICE * p:
         notes.append(

@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.cost.memory import headroom_clause, host_offload_capacity_bytes
-from planner.error_bar import relative_band
+from planner.error_bar import beyond_calibration, relative_band
 from planner.figures import rate
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
@@ -623,6 +623,9 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         f"answer: {a.nodes} node{'' if a.nodes == 1 else 's'} ({used} GPUs) "
         f"with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
     )
+    beyond = beyond_calibration(a.gpus, report.moe)
+    if beyond is not None and a.time_to_train_interval_s is not None:
+        console.print(beyond)
     sure = report.answer_slow_end
     if sure is not None and sure.nodes != a.nodes:
         span = sure.time_to_train_interval_s or (0.0, 0.0)

@@ -220,3 +220,13 @@ def test_where_no_count_meets_the_deadline_the_advice_names_a_thinly_split_batch
     )
     five = cli(*args, "--days", "30", "--max-nodes", "5")
     assert "answer: 5 nodes (40 GPUs)" in five.out and "maybe" in five.out
+    assert "the largest dense run the bands rest on" not in five.out  # 40 GPUs: inside what the bands saw
+
+
+def test_an_answer_larger_than_any_calibrated_run_says_its_days_are_not_covered(cli) -> None:
+    """Llama-3 8B on 15T tokens in 7 days takes 512 DGX H100 nodes, 4,096 GPUs: 8x the largest run the
+    bands rest on, which the answer says (Meta's 16,384-GPU Llama 3 405B ran below its price)."""
+    r = cli("capacity", "-m", "llama3-8b", "-c", "dgx-h100", "--training-tokens", "15T", "--days", "7")
+    text = " ".join(r.out.split())
+    assert r.code == 0 and "answer: 512 nodes (4096 GPUs)" in text
+    assert "4,096 GPUs, 8x the 512 of the largest dense run the bands rest on: they do not cover" in text

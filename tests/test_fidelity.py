@@ -1339,3 +1339,38 @@ def test_a_runs_row_with_a_malformed_section_or_figure_is_refused(tmp_path: Path
         row["measured"]["tokens_per_s_per_gpu"] = figure
         with pytest.raises(UnpriceableError, match="not a positive finite number"):
             case_from_row(row)
+
+
+@pytest.mark.skipif(not MODERN_RUNS.is_file(), reason="shared/groundtruth/modern_runs.yaml not present")
+def test_the_largest_calibrated_job_is_the_largest_row_the_calibrations_list() -> None:
+    import glob
+
+    import yaml
+
+    from planner.error_bar import LARGEST_CALIBRATED_GPUS
+
+    rows = yaml.safe_load(MODERN_RUNS.read_text())
+    by_name = {r["name"]: r for r in (rows["runs"] if isinstance(rows, dict) else rows)}
+    listed: set[str] = set()
+    for path in glob.glob(str(ROOT / "stacks" / "*.yaml")) + glob.glob(str(ROOT / "hardware_profiles" / "*.yaml")):
+        listed |= set(((yaml.safe_load(Path(path).read_text()) or {}).get("calibration") or {}).get("rows") or [])
+    largest: dict[bool, int] = {}
+    for name in listed:
+        row = by_name[name]
+        moe = (row["model"].get("experts") or 1) > 1
+        largest[moe] = max(largest.get(moe, 0), int(row["hardware"]["count"]))
+    assert largest == LARGEST_CALIBRATED_GPUS
+
+
+def test_a_job_larger_than_any_calibrated_run_says_its_band_does_not_cover_it() -> None:
+    """The bands rest on runs of at most 512 GPUs (dense): Llama-3.1 405B on 16,384 H100, as Meta ran
+    it (38-43% MFU reported), is priced at 50.8%, above the band's reach; the estimate says so."""
+    import planner
+
+    mesh = {"tp": 8, "pp": 16, "dp": 128, "virtual_stages": 8}
+    big = planner.estimate("llama3-405b", "dgx-h100x2048", global_batch_size=2048, **mesh)
+    (note,) = [w for w in big.warnings if "largest dense run" in w]
+    assert note.startswith("16,384 GPUs, 32x the 512 of the largest dense run the bands rest on")
+    assert big.mfu == pytest.approx(0.508, abs=0.005)
+    small = planner.estimate("llama3-70b", "dgx-h100x16", tp=4, pp=4, dp=8)
+    assert not any("largest dense run" in w for w in small.warnings)
