@@ -459,7 +459,7 @@ def row_estimate(
         time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
         hidden_comm_s=HiddenComm(**{k: float(np.asarray(v)[i]) for k, v in cols.hidden.items()}),
         comm_bytes_per_gpu=CommBytes(**{k: float(np.asarray(v)[i]) for k, v in cols.comm_bytes.items()}),
-        links=GroupLinks(**{k: TIER_NAMES[int(cols.links[k].tier[i])] for k in ("tp", "cp", "dp", "pp", "ep")}),
+        links=GroupLinks(**{k: TIER_NAMES[int(cols.links[k].tier[i])] for k in GroupLinks.model_fields}),
         fits=bool(cols.fits[i]),
         price_per_gpu_hour_usd=price,
         cost_per_step_usd=gpu_hours_usd(cluster, step),

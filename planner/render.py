@@ -9,6 +9,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 
+from planner.cost.comm import TIER_NAMES
 from planner.cost.memory import headroom_clause, host_offload_capacity_bytes
 from planner.error_bar import beyond_calibration, relative_band
 from planner.figures import rate
@@ -197,6 +198,9 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     # gradients reduce over dp x cp, as Megatron's do: the row says so where cp > 1
     names = {"dp": "dp x cp"} if cfg.cp > 1 else {}
     links = est.links.model_dump()
+    if cfg.expert_tp != cfg.tp and cfg.expert_tp > 1:  # the tp bytes hold the expert layers' TP too
+        names["tp"], sizes["tp"] = "tp + expert tp", f"{cfg.tp} / {cfg.expert_tp}"  # type: ignore[assignment]
+        links["tp"] = max(links["tp"], links["etp"], key=TIER_NAMES.index)  # the slower of the two
     for group, value in est.comm_bytes_per_gpu.model_dump().items():
         comm.add_row(names.get(group, group), str(sizes[group]), si(value, "B"), links[group])
     console.print(times, mem, comm)

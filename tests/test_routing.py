@@ -333,3 +333,16 @@ def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_othe
         PlannerError, match="torchtitan cannot express --moe-dispatcher allgather: torchtitan runs alltoall"
     ):
         torchtitan_args(TITAN_MOE, titan_job, config)
+
+
+def test_the_communication_table_names_the_expert_tp_group_its_bytes_hold(cli) -> None:
+    """At tp 1 with --expert-tp 2 the tp row held 1.9 TB of the expert layers' TP traffic beside a
+    group of size 1 over no link; it now names both groups and the expert-TP group's link."""
+    args = ("estimate", "-m", "qwen3-30b-a3b", "-c", "dgx-h100", "--tp", "1", "--ep", "4", "--expert-tp", "2")
+    r = cli(*args, "--dp", "8")
+    row = next(line for line in r.out.splitlines() if "tp + expert tp" in line)
+    assert row.split("│")[2].strip() == "1 / 2" and row.split("│")[4].strip() == "intra_node"
+    est = cli(*args, "--dp", "8", "--json").json()
+    assert est["links"]["etp"] == "intra_node" and est["links"]["tp"] == "none"
+    plain = cli("estimate", "-m", "qwen3-30b-a3b", "-c", "dgx-h100", "--tp", "2", "--ep", "4", "--dp", "4")
+    assert "tp + expert tp" not in plain.out  # expert TP follows tp (Megatron's default): one group

@@ -82,6 +82,11 @@ class GroupLinks(Frozen):
     dp: Tier
     pp: Tier
     ep: Tier
+    etp: Tier = Field(
+        "none",
+        description="The expert-TP group's (expert layers' TP, --expert-tp), whose traffic "
+        "CommBytes.tp holds beside the dense layers' TP",
+    )
 
 
 class EstimateConfig(Frozen):
