@@ -24,6 +24,7 @@ from planner.catalog import load_cluster
 from planner.constraints import format_message, format_runs
 from planner.errors import PlannerError
 from planner.fewer_gpus import best_or_reason, segment_count
+from planner.pricing import tight_memory_note
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
@@ -101,6 +102,9 @@ class CapacityRow(Frozen):
         False, description="The slow end of the interval is within the deadline too (False without an interval)"
     )
     why_not: str | None = Field(None, description="Why no mesh fits at this count")
+    warnings: list[str] = Field(
+        default_factory=list, description="The best mesh's memory warning, where its peak leaves little margin"
+    )
 
 
 class CapacityReport(Frozen):
@@ -255,4 +259,5 @@ def _row(
         cost_to_train_usd=best.cost_to_train_usd,
         meets_deadline=train_s <= deadline_s,
         meets_deadline_slow_end=span is not None and span[1] <= deadline_s,
+        warnings=[w for w in [tight_memory_note(best.memory_per_gpu_bytes, cluster)] if w is not None],
     )

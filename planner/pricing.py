@@ -112,6 +112,20 @@ def moe_routing_asked(job: JobSpec) -> dict[str, bool]:
     }
 
 
+def tight_memory_note(memory_per_gpu_bytes: float, cluster: ClusterSpec) -> str | None:
+    """Where a fitting mesh's predicted peak leaves less than ``MEMORY_UNDERCOUNT`` of the GPU
+    free, the warning that it may run out of memory, else None."""
+    if memory_per_gpu_bytes <= undercount_safe_bytes(cluster.gpu.hbm_capacity_bytes):
+        return None
+    worst_peak = memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)
+    return (
+        f"tight memory: {memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
+        f"GiB per GPU; the planner's count has fallen up to {MEMORY_UNDERCOUNT:.1%} short of measured peaks "
+        f"(cost.memory.MEMORY_UNDERCOUNT), which would need {worst_peak / GIB_BYTES:.1f} GiB: it may run out of "
+        f"memory; --memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
+    )
+
+
 def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig, est: Estimate) -> list[str]:
     """Warnings from the field for one estimated mesh (beyond the soft feasibility rules);
     ``job`` is the job as asked, ``est`` may run a grown batch."""
@@ -150,14 +164,8 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
         )
         notes += module_recompute_hint(model, cluster, job, config)
         notes += group_size_memory_hint(model, cluster, job, config, est)
-    elif est.memory_per_gpu_bytes > undercount_safe_bytes(cluster.gpu.hbm_capacity_bytes):
-        worst_peak = est.memory_per_gpu_bytes / (1.0 - MEMORY_UNDERCOUNT)
-        notes.append(
-            f"tight memory: {est.memory_per_gpu_bytes / GIB_BYTES:.1f} of {cluster.gpu.hbm_capacity_gib:.1f} "
-            f"GiB per GPU; the planner's count has fallen up to {MEMORY_UNDERCOUNT:.1%} short of measured peaks "
-            f"(cost.memory.MEMORY_UNDERCOUNT), which would need {worst_peak / GIB_BYTES:.1f} GiB: it may run out of "
-            f"memory; --memory-headroom {MEMORY_UNDERCOUNT:g} ranks only meshes with that margin"
-        )
+    elif (tight := tight_memory_note(est.memory_per_gpu_bytes, cluster)) is not None:
+        notes.append(tight)
     beyond = beyond_calibration(est.config.num_gpus, model.is_moe)
     if beyond is not None and est.tokens_per_s_per_gpu_interval is not None:
         notes.append(beyond)

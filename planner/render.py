@@ -569,6 +569,9 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
         + f"; {mfu_convention(job)}"
     )
+    console.print(
+        "days: whole optimizer steps at the steady state, no restarts, checkpoints or evaluation (a lower bound)"
+    )
     table = Table(box=None, padding=(0, 1), header_style="bold")
     for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "80% band", "$M", "meets"):
         table.add_column(col, justify="left" if col == "best mesh" else "right")
@@ -627,6 +630,8 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         f"answer: {a.nodes} node{'' if a.nodes == 1 else 's'} ({used} GPUs) "
         f"with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
     )
+    for note in a.warnings:
+        console.print(f"warning (answer): {note}")
     beyond = beyond_calibration(a.gpus, report.moe)
     if beyond is not None and a.time_to_train_interval_s is not None:
         console.print(beyond)
