@@ -34,9 +34,10 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 CATALOG_KINDS = ("models", "hardware_profiles", "stacks")
 T = TypeVar("T", bound=BaseModel)
 
-CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>[0-9]+)$")  # ASCII digits (\\d takes full-width ones)
+CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>-?[0-9]+)$")  # ASCII digits (\\d takes full-width ones)
 """``<profile>x<N>``: N nodes of a profile. The profile part is matched first as a whole name,
-so a profile that itself ends in 'x' (mi300x) reads as mi300xx4 for four nodes."""
+so a profile that itself ends in 'x' (mi300x) reads as mi300xx4 for four nodes. A negative N is
+matched too, to be refused as a node count (dgx-h100x-1 had read as an unknown cluster)."""
 
 
 def catalog_dir(kind: str) -> Path:

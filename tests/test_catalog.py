@@ -191,6 +191,10 @@ def test_unknown_names_suggest_close_matches() -> None:
         load_model("llama3-70")
     with pytest.raises(PlannerError, match=r"unknown cluster 'dgx-h10x16'.*dgx-h100x16"):
         load_cluster("dgx-h10x16")
+    # a known profile with a node count below 1 says so (x-1 had read as an unknown cluster)
+    for name in ("dgx-h100x0", "dgx-h100x-1"):
+        with pytest.raises(PlannerError, match=f"^cluster '{name}': node count must be at least 1$"):
+            load_cluster(name)
 
 
 def test_gpus_flag_alone_rederives_the_node_count() -> None:
