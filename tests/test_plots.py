@@ -76,8 +76,8 @@ def test_plan_serve_draws_the_throughput_interactivity_curves(cli, tmp_path: Pat
 
 def test_the_serving_plot_draws_the_tables_layouts_first() -> None:
     """The ranking is the replay's: 70B on one DGX H100 ranks TP2 x PP4 first, while the steady
-    curves of TP1 x PP8 and 2 x TP1 x PP4 peak highest (640 and 638 tokens/s per GPU, replayed 533
-    and 450). The plot draws the table's layouts, in its order, before the highest curves."""
+    curves of TP1 x PP8 and 2 x TP1 x PP4 peak highest (644 and 642 tokens/s per GPU, replayed 535
+    and 451). The plot draws the table's layouts, in its order, before the highest curves."""
     import planner
     from planner.catalog import load_cluster, load_model
     from planner.plots import MAX_SERVING_CURVES, serving_curves_shown

@@ -195,8 +195,8 @@ def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
 def test_without_a_target_the_maximum_throughput_is_the_replay_at_capacity() -> None:
     """The steady round hides the prompts' compute under the decode's weight reads; a pipeline's
     micro-batch holds B / pp of the decode tokens, far below the roofline's ridge, so it hid all of
-    it there: 2 x TP1 x PP4 was priced at 638 tokens/s per GPU and ranked second (TP1 x PP8 first, at
-    640, replayed 533). The replay at its
+    it there: 2 x TP1 x PP4 was priced at 642 tokens/s per GPU and ranked second (TP1 x PP8 first, at
+    644, replayed 535). The replay at its
     largest batch (what a concurrency of that batch replays) comes out at 450, near the price of the
     offline benchmark's waves the published throughput rows are fitted with (``runs._waves``)."""
     import planner

@@ -355,9 +355,9 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
     steady round's, which hides the prompts' compute under the decode's weight reads; under a
     pipeline a micro-batch holds B / pp of the decode tokens, far below the roofline's ridge, so
     the whole prompt work hid there: 70B at 2K/512 on one DGX H100 (vLLM), 2 x TP1 x PP4 at 200
-    sequences a replica was priced at 638 tokens/s per GPU and replays at 450, TP1 x PP8 640 and
-    533, where TP8 (428 and 438) and 2 x TP4 (531 and 525) agree; the ranking had put the two
-    pipelines first, the replay puts TP2 x PP4 (585) first. The published throughput rows are
+    sequences a replica was priced at 642 tokens/s per GPU and replays at 451, TP1 x PP8 644 and
+    535, where TP8 (428 and 439) and 2 x TP4 (532 and 527) agree; the ranking had put the two
+    pipelines first, the replay puts TP2 x PP4 (588) first. The published throughput rows are
     priced by their waves (``runs._waves``), which the replay at capacity tracks within 6% on those
     eight layouts, the steady round 42%. A probe whose engine ran fewer than it was sent is replayed
     at what it ran (``_without_queue``)."""
@@ -420,7 +420,7 @@ def _without_queue(
     max_num_batched_tokens x osl / (isl + osl) running sequences a replica (a scheduler), and a loop
     of more only queues the rest, which adds their wait to the TTFT: DeepSeek-V3 on two DGX H200
     (TensorRT-LLM, TP4 x PP4 with attention DP, 2K/512) at its KV room of 8,136 ran 6,144 and
-    replayed a TTFT of 61 s, at 6,144 the same 1,049 tokens/s per GPU and 434 ms."""
+    replayed a TTFT of 60 s, at 6,144 the same 1,060 tokens/s per GPU and 429 ms."""
     if c.batch_per_replica >= QUEUED * batch:
         return c
     ran = float(math.ceil(c.batch_per_replica * (1.0 - 1e-9)))  # 6,144.0000000003 ran 6,144, not 6,145
