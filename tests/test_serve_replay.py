@@ -330,7 +330,7 @@ def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, req
 def test_a_closed_loop_beyond_the_token_budget_is_replayed_at_what_the_engine_ran() -> None:
     """An iteration's token budget admits the prompts of about max_num_batched_tokens x osl / (isl +
     osl) running sequences a scheduler; a loop of more at the KV room only queues the rest, whose
-    wait the TTFT holds (61 s here). The candidate is the replay at the batch the engine ran: the
+    wait the TTFT holds (60 s here). The candidate is the replay at the batch the engine ran: the
     same throughput, a TTFT without the queue."""
     import planner
 
