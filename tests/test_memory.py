@@ -388,6 +388,14 @@ def test_the_first_stage_holds_the_models_leading_dense_layers() -> None:
     gib = [float(stage_memory(model, cluster, job, one, np.array([64.0]), r).weights[0]) / 2**30 for r in
            ("first", "body")]  # fmt: skip
     assert gib == pytest.approx([8.05, 12.24], abs=0.01)
+    # an explicit interleaved layout whose first chunk holds the embedding alone: the first rank's 8
+    # decoders are its second chunk's (layers 32-39), all MoE
+    odd = ParallelConfig(tp=1, pp=4, dp=64, ep=8, virtual_stages=2, schedule="interleaved-1f1b", recompute="full",
+                         pipeline_layout="E|(t*8|)*6t*13L")  # fmt: skip
+    layers, moe, _ = stage_layers(
+        model, job.model_copy(update={"mtp_layers": 0}), MeshArrays.from_configs([odd]), "first"
+    )
+    assert layers.tolist() == [8] and moe.tolist() == [8]
     qwen = load_model("qwen3-30b-a3b")  # no leading dense layer: every layer of the first stage is MoE
     layers, moe, _ = stage_layers(qwen, job, one, "first")
     assert moe.tolist() == layers.tolist() == [3]

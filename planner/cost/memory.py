@@ -543,7 +543,10 @@ def stage_layers(
     moe = moe_layers_of(model, decoders, mtp)
     if first:  # the model's leading dense layers are the first rank's (DualPipe's rank 0 is priced as the busiest)
         leading = leading_dense_layers(model, decoders, mesh.virtual_stages)
-        moe = np.where(on_last | is_dual(mesh), moe, moe - leading)
+        # an explicit layout's first chunk may hold the embedding alone (Megatron's 'E|...'): under
+        # interleaving the first rank's decoders are then later chunks', all MoE, so none is counted
+        unknown_first_chunk = (mesh.layout_last >= 0) & (mesh.virtual_stages > 1)
+        moe = np.where(on_last | is_dual(mesh) | unknown_first_chunk, moe, moe - leading)
     return layers_with_mtp(model, decoders, mtp), moe, mtp
 
 
