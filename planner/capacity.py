@@ -124,6 +124,11 @@ class CapacityReport(Frozen):
     )
     cheapest: CapacityRow | None = Field(description="Lowest cost among the counts that meet it")
     moe: bool = Field(description="The model is a MoE (error_bar.LARGEST_CALIBRATED_GPUS reads the kind)")
+    unit: str = Field(
+        "node",
+        description="What the profile's node is: 'rack' where it is a whole NVLink domain of more than 8 GPUs "
+        "(GB200/GB300 NVL72: 72 GPUs, 18 compute trays), else 'node'",
+    )
 
 
 def capacity(
@@ -172,6 +177,7 @@ def capacity(
         answer_slow_end=next((r for r in rows if r.meets_deadline_slow_end), None),
         cheapest=min(costed, key=lambda r: r.cost_to_train_usd or 0.0) if costed else None,
         moe=model.is_moe,
+        unit="rack" if node.gpus_per_node > 8 and node.intra_node.domain_size_gpus == node.gpus_per_node else "node",
     )
 
 

@@ -563,7 +563,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     """The node counts tried, with the best mesh, time to train and cost of each."""
     price = report.price_per_gpu_hour_usd
     console.print(
-        f"[bold]{report.model}[/] on {report.profile} nodes: {report.training_tokens:.3g} tokens within "
+        f"[bold]{report.model}[/] on {report.profile} {report.unit}s: {report.training_tokens:.3g} tokens within "
         f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}, stack {report.stack}, "
         f"{precision_words(job)}"
         + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
@@ -627,7 +627,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     cost = "" if a.cost_to_train_usd is None else f" for ${a.cost_to_train_usd / 1e6:,.2f} M"
     used = a.gpus if a.gpus == a.node_gpus else f"{a.gpus} of their {a.node_gpus}"
     console.print(
-        f"answer: {a.nodes} node{'' if a.nodes == 1 else 's'} ({used} GPUs) "
+        f"answer: {a.nodes} {report.unit}{'' if a.nodes == 1 else 's'} ({used} GPUs) "
         f"with {a.mesh} train in {days(a.time_to_train_s or 0.0)}{cost}"
     )
     for note in a.warnings:
@@ -639,7 +639,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     if sure is not None and sure.nodes != a.nodes:
         span = sure.time_to_train_interval_s or (0.0, 0.0)
         console.print(
-            f"to meet the deadline at the slow end of the band too: {sure.nodes} nodes with {sure.mesh}, "
+            f"to meet the deadline at the slow end of the band too: {sure.nodes} {report.unit}s with {sure.mesh}, "
             f"{days(span[1])} at worst"
         )
     elif sure is None and banded:
@@ -650,7 +650,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     if report.cheapest is not None and report.cheapest.nodes != a.nodes:
         c = report.cheapest
         console.print(
-            f"cheapest within the deadline: {c.nodes} nodes, {days(c.time_to_train_s or 0.0)}, "
+            f"cheapest within the deadline: {c.nodes} {report.unit}s, {days(c.time_to_train_s or 0.0)}, "
             f"${(c.cost_to_train_usd or 0.0) / 1e6:,.2f} M"
         )
 
@@ -670,5 +670,6 @@ def capacity_segment_note(report: CapacityReport) -> str | None:
     return (
         f"GPUs 'N of M': the {r.gpus // r.nodes}-GPU segment of each {r.node_gpus // r.nodes}-GPU rack that block "
         f"scheduling gives a large job trains faster{by} (M's odd factor must go to pipeline or tensor parallelism); "
-        "time and $ count the N GPUs used, the rest of each rack is free for other jobs"
+        f"time and $ count the N GPUs used, the rest of each rack is free for other jobs (whole racks bought cost "
+        f"{r.node_gpus / r.gpus:.3g}x the $ shown)"
     )

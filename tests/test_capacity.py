@@ -163,8 +163,12 @@ def test_capacity_on_nvl72_racks_keeps_their_64_gpu_segments_where_faster(cli) -
     assert human.code == 0, human.err
     assert "64 of 72" in human.out and "128 of 144" in human.out
     assert "the 64-GPU segment of each 72-GPU rack" in " ".join(human.out.split())
-    assert "answer: 1 node (64 of their 72 GPUs)" in human.out
+    # the profile's node is a whole NVL72 rack, and the output says so (a GB200 tray, 4 GPUs, is the
+    # 'node' of most price lists), as it says what whole racks would cost
+    assert "answer: 1 rack (64 of their 72 GPUs)" in human.out and "gb200-nvl72 racks:" in human.out
+    assert report.unit == "rack" and "(whole racks bought cost 1.12x the $ shown)" in " ".join(human.out.split())
     dgx = capacity(llama8, load_cluster("dgx-h100"), job, deadline_s=10 * SECONDS_PER_DAY, max_nodes=3)
+    assert dgx.unit == "node"
     assert all(r.gpus == r.node_gpus == 8 * r.nodes and r.all_gpus_step_time_s is None for r in dgx.rows)
 
 
