@@ -42,7 +42,7 @@ import numpy as np
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
 from planner.serving.search import prefill_chunk
-from planner.serving.step import Setting, round_cost
+from planner.serving.step import Setting, round_cost, schedulers
 
 REPLAY_SEEDS = (0, 1, 2, 3)
 """The arrival draws averaged (fixed, so a row prices the same every time). One draw of 500
@@ -94,7 +94,7 @@ def replay(
     # an engine that schedules each attention-DP rank apart runs one rank here, at its share of the
     # replica's load, its own max batch and token budget; every rank alike, the replica's round has
     # ``ranks`` times the rank's sequences and prompt tokens
-    ranks = int(lay.tp[0]) if bool(lay.attention_dp[0]) and s.engine.scheduler_per_attention_dp_rank else 1
+    ranks = int(schedulers(s, lay)[0])
     replicas = float(lay.replicas[0]) * ranks
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))
@@ -142,9 +142,7 @@ def replay(
             seen.add((decoding, prompt_tokens, round(context / CONTEXT_BUCKET_TOKENS)))
             return 1.0
 
-        _Engine(room, budget, piece, s.engine.chunked_prefill, input_len, output_len, note).run(
-            list(arrivals), n, first, last
-        )
+        replace(engine, iteration_s=note).run(list(arrivals), n, first, last)
         todo = [k for k in seen if k[1:] not in rows or math.isnan(rows[k[1:]][k[0]])]
         if not todo:
             return

@@ -635,8 +635,8 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     model = model_from_row(row)
     cluster = cluster_from_row(row)
     engine = engine_from_row(row).for_gpu(cluster.gpu)
-    tool = str((row.get("engine") or {}).get("tool", ""))
-    if "trtllm-bench" in tool:
+    bench = "trtllm-bench" in str((row.get("engine") or {}).get("tool", ""))
+    if bench:
         engine = engine.model_copy(update={"max_batch_size": TRTLLM_BENCH_MAX_BATCH})
     stated = KV_FRACTION.search(str((row.get("workload") or {}).get("batch_size", "")))
     if stated:
@@ -668,7 +668,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.batch = batch
     requests = (row.get("workload") or {}).get("num_requests")
     stated = isinstance(requests, int) and not isinstance(requests, bool) and requests > 0
-    if mode == "max_throughput" and not stated and "trtllm-bench" in tool:
+    if mode == "max_throughput" and not stated and bench:
         requests, stated = bench_requests(isl, osl), True
         plan.notes.append(f"requests not stated: {requests}, TensorRT-LLM's count for the nearest listed lengths")
     if stated and requests > MAX_REPLAYED_REQUESTS:

@@ -40,7 +40,14 @@ from planner.serving.kv import kv_bytes_per_token
 from planner.serving.layout import Layouts, layout_text
 from planner.serving.memory import MemoryPlan, reserved_context
 from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
-from planner.serving.step import RoundTerms, Setting, fp4_tensor_cores, resolve_ssm_dtype, round_terms
+from planner.serving.step import (
+    RoundTerms,
+    Setting,
+    fp4_tensor_cores,
+    resolve_ssm_dtype,
+    round_terms,
+    schedulers,
+)
 
 BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
 """Batch sizes tried per replica (1, 2, 3, 4, 6, 8, 12, ... 8192), plus each layout's max
@@ -435,7 +442,7 @@ def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: 
     """Why a replica ran ``ran`` of the ``room`` sequences its KV cache holds: the engine's token
     budget, and what raises it."""
     e = s.engine
-    ranks = int(one.tp[0]) if bool(one.attention_dp[0]) and e.scheduler_per_attention_dp_rank else 1
+    ranks = int(schedulers(s, one)[0])
     each = " on each attention-DP rank" if ranks > 1 else ""
     budget = e.max_num_batched_tokens
     per_rank = budget * req.output_len / (req.input_len + req.output_len)  # the prompts of as many as finish
@@ -581,22 +588,20 @@ def _layout_groups(p: Priced) -> np.ndarray:
 
 
 def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
-    """Per layout (one row each), the index into ``p`` of the batch it runs at (-1: none)."""
+    """Per layout (one row each), the index into ``p`` of the batch it runs at under the request's
+    load (a concurrency or a request rate; without one ``_replayed_at_targets`` picks it) (-1: none)."""
     group = _layout_groups(p)
     chosen = np.full(group.max() + 1, -1)
-    meets = _meets(req, p.ttft_s, p.tpot_s)
     if req.concurrency is not None:
         want = np.ceil(req.concurrency / p.lay.replicas)
         score = -np.abs(p.batch - want)  # the grid point nearest the asked batch, at or below capacity
         ok = p.batch <= want
         ok |= p.batch == p.memory.max_concurrency  # capacity below the asked batch: run full
-    elif req.request_rate is not None:
+    else:
+        assert req.request_rate is not None
         rate = p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)  # a slot's time in the engine
         ok = rate * p.lay.replicas >= req.request_rate
         score = -p.batch  # the smallest batch that keeps up
-    else:
-        ok = meets
-        score = p.tokens_per_s_per_gpu
     for g in range(group.max() + 1):
         rows = np.flatnonzero((group == g) & ok)
         if len(rows):
@@ -961,12 +966,10 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     unreplayed = 0
     if not loaded:  # without targets too: every batch meets them, so each layout's largest is replayed
         cands, unreplayed = _replayed_at_targets(p, s, req)
-    else:
-        meets = _meets(req, p.ttft_s, p.tpot_s)
+    else:  # the replay of the load judges the targets
         for i in _select_batch(p, req):
             if i >= 0:
-                c = _candidate(p, int(i), s, req, bool(meets[i]), "")
-                cands.append(_replayed(c, s, p.lay.take(np.array([i])), req) if loaded else c)
+                cands.append(_replayed(_candidate(p, int(i), s, req, True, ""), s, p.lay.take(np.array([i])), req))
     if not cands and req.request_rate is not None:
         too_fast = f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
         return [], len(p.batch), too_fast, 0

@@ -578,6 +578,13 @@ def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
     return float(m.num_moe_layers) * np.asarray(tokens, dtype=float) * k * received
 
 
+def schedulers(s: Setting, lay: Layouts) -> np.ndarray:
+    """Schedulers of each layout's replica: one per attention-DP rank where the engine schedules
+    each apart (``EngineProfile.scheduler_per_attention_dp_rank``: each with its own batch cap and
+    token budget), else one."""
+    return np.where(lay.attention_dp & s.engine.scheduler_per_attention_dp_rank, lay.tp, 1.0)
+
+
 def _busiest_share(count: np.ndarray, parts: np.ndarray) -> np.ndarray:
     """``count`` split over ``parts`` (pipeline micro-batches, attention-DP schedulers), as the
     busiest part holds it: count / parts, and at least one while any runs."""
@@ -619,7 +626,7 @@ def round_cost(
     pp_link = _link(s.cluster, pp, lay.tp)
     pp_comm = (pp - 1) * send_recv_s(message, pp_link)
     # an engine that schedules each attention-DP rank apart does the ranks' host work side by side
-    schedulers = np.where(lay.attention_dp & s.engine.scheduler_per_attention_dp_rank, lay.tp, 1.0)
+    per_scheduler = schedulers(s, lay)
     n = g_compute.shape[1]
     return RoundCost(
         pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
@@ -631,7 +638,7 @@ def round_cost(
         pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
         # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
         overhead_count=np.full(n, blocks),
-        sequence_count=np.broadcast_to(_busiest_share(decode_sequences, schedulers), (n,)).astype(float),
+        sequence_count=np.broadcast_to(_busiest_share(decode_sequences, per_scheduler), (n,)).astype(float),
         routed_copies=np.broadcast_to(routed_copies(s, lay, tokens), (n,)).astype(float),
         gemm_pairs=3,
         expert_rows=np.array([False, True, False, False, False]),
