@@ -363,7 +363,9 @@ def model_for_repo(hf_id: str) -> ModelSpec | None:
 @cache
 def _load_model_file(path: Path) -> ModelSpec:
     if path.suffix == ".json":
-        return model_from_hf_config(read_yaml(path), name=path.parent.name or path.stem, where=str(path))
+        # a checkpoint's config.json is named for its folder (Meta-Llama-3-8B/config.json), another file for itself
+        folder = path.name == "config.json" and path.parent.name
+        return model_from_hf_config(read_yaml(path), name=folder or path.stem, where=str(path))
     return validate_as(ModelSpec, read_yaml(path), str(path))
 
 

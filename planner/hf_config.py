@@ -81,6 +81,17 @@ models), rotary positions unless ``alibi``, tied embeddings (PretrainedConfig's 
 KV heads: one with ``multi_query`` (Falcon-7B), ``num_kv_heads`` with ``new_decoder_architecture``
 (Falcon-40B, 180B), else one per head."""
 
+BLOOM_TYPES = frozenset({"bloom"})
+"""BLOOM, whose config (transformers BloomConfig: n_layer, n_head, hidden_size, vocab_size) leaves
+its class the rest: a 4h GELU MLP (BloomMLP: dense_h_to_4h, bloom_gelu_forward), LayerNorm, biases
+on every linear, ALiBi positions (no position parameters), tied embeddings (PretrainedConfig's
+default) and no max_position_embeddings key: ``BLOOM_TRAINED_SEQUENCE`` stands for it."""
+
+BLOOM_TRAINED_SEQUENCE = 2048
+"""The sequence length the BLOOM models were trained at (arXiv:2211.05100 section 3.4, 'sequence
+length of 2048 tokens'; bigscience-workshop/bigscience train/tr11-176B-ml/README.md SEQ_LEN=2048),
+read as the context of a BLOOM config, which has no position-count key."""
+
 STATE_SPACE_TYPES = frozenset({"mamba", "mamba2", "jamba", "falcon_mamba", "zamba", "zamba2", "bamba"})
 """HF model types built from state-space (Mamba) layers, alone or between attention layers, that the
 planner does not read (NemotronH's, ``NEMOTRON_H_TYPES``, it does)."""
@@ -284,6 +295,25 @@ def _falcon_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
         fields["num_key_value_heads"] = _hf_size(config, "num_kv_heads", where) or spec.get("num_attention_heads")
     elif _hf_flag(config, "multi_query", True, where):  # FalconConfig defaults multi_query to True
         fields["num_key_value_heads"] = 1
+    return fields
+
+
+def _bloom_defaults(spec: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """ModelSpec fields a BLOOM config leaves to its class (``BLOOM_TYPES``), for those it leaves
+    out or states as null (n_inner: null is the 4h MLP)."""
+    hidden = spec.get("hidden_size")
+    fields: dict[str, Any] = {
+        "norm_type": "layernorm",
+        "attention_bias": True,
+        "mlp_bias": True,
+        "tie_word_embeddings": True,
+        "hidden_act": "gelu",
+        "position_embedding_type": "alibi",
+    }
+    if "seq_length" not in config:  # read below as the context where a config states it
+        fields["max_position_embeddings"] = BLOOM_TRAINED_SEQUENCE
+    if isinstance(hidden, int):
+        fields["intermediate_size"] = 4 * hidden
     return fields
 
 
@@ -525,6 +555,48 @@ def _qwen2_window(config: dict[str, Any], spec: dict[str, Any], layers: object, 
         spec["layer_types"] = ["sliding_attention" if i >= first else "full_attention" for i in range(layers)]
 
 
+LLAMA_LIKE_TYPES = frozenset(
+    {
+        "llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen2_vl", "qwen2_5_vl", "qwen3", "qwen3_moe",
+        "deepseek_v2", "deepseek_v3", "phi3",
+    }
+)  # fmt: skip
+"""HF model types whose config classes and modelling files follow Llama's (transformers
+LlamaConfig keys; RMSNorm, rotary positions, a SiLU-gated MLP, no biases but those the config or
+``QKV_BIAS_MODELS`` state; DeepSeek's MLA and MoE keys read as ModelSpec names them; Phi-3's fused
+qkv and gate_up projections hold the same weights as separate ones)."""
+
+READ_TYPES = (
+    LLAMA_LIKE_TYPES | LEARNED_POSITION_MODELS | TIED_BY_DEFAULT | ALTERNATING_SLIDING_WINDOW | QKV_BIAS_MODELS
+    | SINK_ATTENTION_TYPES | FALCON_TYPES | BLOOM_TYPES | NEMOTRON_H_TYPES | LLAMA4_TYPES | {"gemma3"}
+)  # fmt: skip
+"""HF model types whose config.json the planner reads knowing its family: Llama's
+(``LLAMA_LIKE_TYPES``) and those whose class defaults ``model_from_hf_config`` fills in by type.
+A config of another type (Phi-2, StableLM, Cohere, OLMo, InternLM, ...) is read from the keys it
+shares with Llama's config and Llama's defaults for the rest, which its own class may not
+follow (a LayerNorm, a plain GELU MLP, a partial rotary or parallel block, biases, tied
+embeddings): the plan says so (``unfamiliar_type_note``)."""
+
+
+def unfamiliar_type_note(model: ModelSpec) -> str | None:
+    """A warning for a model whose stated ``model_type`` is not one ``READ_TYPES`` knows: its
+    parameters were counted with Llama's defaults where its config is silent. None otherwise,
+    and for a model that states no type (the catalog's YAMLs and a user's own spell out every
+    field they mean)."""
+    kind = model.model_type
+    if kind is None or kind in READ_TYPES:
+        return None
+    mlp = "SiLU-gated" if model.is_gated_mlp else "plain"
+    return (
+        f"model_type '{kind}' is not a family the planner reads by name: {model.name} was counted from the keys "
+        f"its config shares with Llama's ({model.parameter_counts.total / 1e9:.2f} B parameters: {model.norm_type}, "
+        f"{mlp} MLP, {model.position_embedding_type} positions, biases "
+        f"{'on' if model.attention_bias or model.mlp_bias else 'off'}, embeddings "
+        f"{'tied' if model.tie_word_embeddings else 'untied'}); compare with its model card, or give a model YAML "
+        "(`plan show model` on the file prints what was read)"
+    )
+
+
 def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config.json mapping.
 
@@ -616,6 +688,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             spec["intermediate_size"] = 4 * spec["hidden_size"]
     if model_type in QKV_BIAS_MODELS:
         spec.setdefault("attention_bias", True)
+    if model_type in BLOOM_TYPES:
+        spec.update({k: v for k, v in _bloom_defaults(spec, config).items() if spec.get(k) is None})
     if "layer_norm_eps" in config or "layer_norm_epsilon" in config:
         spec.setdefault("norm_type", "layernorm")
     if spec.get("scoring_func", "") is None:  # stated null: the default softmax

@@ -33,6 +33,7 @@ from planner.error_bar import beyond_calibration, error_bar, interval, pooled_st
 from planner.errors import PlannerError, SchemaError
 from planner.figures import rate
 from planner.figures import seconds as seconds_text
+from planner.hf_config import unfamiliar_type_note
 from planner.mesh import MeshArrays, pipeline_holds_fsdp_state
 from planner.schedules import microbatch_group_size
 from planner.schemas.base import GIB_BYTES
@@ -169,6 +170,8 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
     beyond = beyond_calibration(est.config.num_gpus, model.is_moe)
     if beyond is not None and est.tokens_per_s_per_gpu_interval is not None:
         notes.append(beyond)
+    if (unfamiliar := unfamiliar_type_note(model)) is not None:
+        notes.append(unfamiliar)
     m, p = est.num_microbatches, config.pp
     if p > 1 and m < MICROBATCHES_PER_STAGE_ADVICE * p:
         notes.append(

@@ -13,6 +13,7 @@ from planner.cost.comm import TIER_NAMES
 from planner.cost.memory import headroom_clause, host_offload_capacity_bytes
 from planner.error_bar import beyond_calibration, relative_band
 from planner.figures import rate
+from planner.hf_config import unfamiliar_type_note
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -460,6 +461,8 @@ def print_model(
     table.add_row("source", model.source)
     if model.notes:
         table.add_row("notes", model.notes)
+    if (unfamiliar := unfamiliar_type_note(model)) is not None:
+        table.add_row("warning", unfamiliar)
     console.print(table)
 
 

@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+import planner
 from planner.catalog import catalog_dir, list_profiles, load_cluster, load_model, model_names, profile_names
 from planner.errors import PlannerError
+from planner.hf_config import unfamiliar_type_note
 from planner.schemas.base import misread_value
 
 REQUIRED_MODELS = {
@@ -183,7 +185,9 @@ def test_model_yaml_path_and_hf_config(tmp_path: Path) -> None:
         "n_inner": None,
     }
     (tmp_path / "gpt2.json").write_text(json.dumps(gpt2))
-    assert load_model(str(tmp_path / "gpt2.json")).parameter_counts.total == 124_439_808
+    m = load_model(str(tmp_path / "gpt2.json"))
+    assert m.parameter_counts.total == 124_439_808
+    assert m.name == "gpt2"  # a file not named config.json names the model itself, not its folder
 
 
 def test_unknown_names_suggest_close_matches() -> None:
@@ -253,6 +257,59 @@ def _hf(tmp_path: Path, name: str, config: dict) -> Path:
     path.parent.mkdir()
     path.write_text(json.dumps(config))
     return path
+
+
+def test_bloom_config_reads_as_the_catalog_bloom(tmp_path: Path) -> None:
+    """bigscience/bloom's config.json states no MLP width, biases, position scheme or context
+    (BloomConfig leaves them to its class): read as the catalog's BLOOM, 176,247,242,752 parameters
+    (the paper's 176,247,271,424 less the embedding LayerNorm the catalog notes it leaves out)."""
+    bloom = {
+        "architectures": ["BloomForCausalLM"],
+        "model_type": "bloom",
+        "hidden_size": 14336,
+        "n_head": 112,
+        "n_inner": None,
+        "n_layer": 70,
+        "layer_norm_epsilon": 1e-05,
+        "vocab_size": 250880,
+        "offset_alibi": 100,
+        "pretraining_tp": 4,
+    }
+    m = load_model(str(_hf(tmp_path, "bloom", bloom)))
+    ref = load_model("bloom-176b")
+    assert m.parameter_counts.total == ref.parameter_counts.total == 176_247_242_752
+    read = ("intermediate_size", "position_embedding_type", "max_position_embeddings", "mlp_bias", "hidden_act")
+    assert [getattr(m, k) for k in read] == [57344, "alibi", 2048, True, "gelu"]
+    assert unfamiliar_type_note(m) is None
+    # a stated seq_length is its context (bigscience/bloom-560m's configs carry one in some revisions)
+    assert load_model(str(_hf(tmp_path, "bloom-4k", {**bloom, "seq_length": 4096}))).max_position_embeddings == 4096
+
+
+def test_an_unfamiliar_model_type_is_priced_with_a_warning(tmp_path: Path) -> None:
+    """A type no reading knows is counted from Llama's keys and defaults, and every plan says so
+    (EleutherAI/gpt-neox-20b's config: its LayerNorm is read from layer_norm_eps; its partial
+    rotary and parallel block change no parameter count)."""
+    neox = {
+        "model_type": "gpt_neox",
+        "hidden_size": 6144,
+        "num_attention_heads": 64,
+        "num_hidden_layers": 44,
+        "intermediate_size": 24576,
+        "vocab_size": 50432,
+        "hidden_act": "gelu_fast",
+        "layer_norm_eps": 1e-05,
+        "max_position_embeddings": 2048,
+        "rotary_pct": 0.25,
+        "use_parallel_residual": True,
+    }
+    m = load_model(str(_hf(tmp_path, "gpt-neox-20b", neox)))
+    note = unfamiliar_type_note(m)
+    assert note is not None and note.startswith("model_type 'gpt_neox' is not a family the planner reads by name")
+    assert "layernorm, plain MLP, rope positions, biases off, embeddings untied" in note
+    est = planner.estimate(m, "dgx-h100x2", tp=8, pp=2, global_batch_size=64, seq_len=2048)
+    assert note in est.warnings
+    assert unfamiliar_type_note(load_model("llama3-8b")) is None  # a family read by name
+    assert unfamiliar_type_note(load_model("gpt3-175b")) is None  # a catalog model stating no type
 
 
 def test_hf_families_follow_their_config_class_defaults(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ import numpy as np
 from planner.error_bar import INTERVAL_QUANTILES, interval, quantile
 from planner.errors import PlannerError, SchemaError
 from planner.figures import seconds
+from planner.hf_config import unfamiliar_type_note
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.model import ModelSpec
 from planner.serving.engine import ENGINES, EngineProfile, ErrorMetric, load_engine
@@ -267,6 +268,8 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
         out.append(f"prompts of {req.input_len} tokens exceed {s.engine.name}'s token budget: enable chunked prefill")
     if s.model.blocks_of("M"):
         out.append(_hybrid_note(s))
+    if (unfamiliar := unfamiliar_type_note(s.model)) is not None:
+        out.append(unfamiliar)
     return out
 
 
