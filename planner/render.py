@@ -323,6 +323,10 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         table.add_column("days", justify="right")
     if costed:
         table.add_column("$M", justify="right")
+    # ranked by cost: what a million trained tokens cost at the price (per step / tokens per step)
+    per_token = ranking.objective == "cost" and bool(ranking.candidates)
+    if per_token:
+        table.add_column("$/Mtok", justify="right")
     for c in ranking.candidates:
         p = c.config.parallel
         extra = [str(c.config.job.batch_size)] if grown else []
@@ -330,6 +334,8 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             extra.append(f"{(c.time_to_train_s or 0.0) / 86400:,.1f}")
         if costed:
             extra.append(f"{(c.cost_to_train_usd or 0.0) / 1e6:,.2f}")
+        if per_token:
+            extra.append(f"{(c.cost_per_step_usd or 0.0) / c.config.job.tokens_per_step * 1e6:,.3f}")
         table.add_row(
             str(c.rank),
             str(p.tp),

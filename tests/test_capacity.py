@@ -54,6 +54,13 @@ def test_cost_objective_orders_as_time_on_one_cluster_and_needs_a_price(cli) -> 
     assert costs == sorted(costs)
     result = cli("-m", "llama3-8b", "-c", "localhost-cpux2", "--objective", "cost")
     assert_one_line_error(result, "--objective cost needs a price", "--price")
+    # the table ranked by cost shows what it ranks by: $ per million tokens at the price
+    shown = cli("-m", "llama3-70b", "-c", "dgx-h100x16", "--objective", "cost", "--price", "2.5", "--top", "1")
+    assert shown.code == 0, shown.err
+    header, row = (line.split() for line in shown.out.splitlines()[4:6])
+    per_mtok = by_cost.candidates[0].cost_per_step_usd / 4 / by_cost.candidates[0].config.job.tokens_per_step * 1e6
+    assert header[-1] == "$/Mtok" and float(row[-1]) == pytest.approx(per_mtok, abs=6e-4)
+    assert 0.5 < per_mtok < 0.7  # $2.50 per GPU-hour at ~1,200 tokens/s per GPU
 
 
 def test_node_counts() -> None:
