@@ -114,3 +114,15 @@ def test_the_options_made_from_fields_keep_their_choices_and_ranges(cli) -> None
     ]:
         r = cli("estimate", "-m", "llama8b", "-c", "dgx-h100", *args)
         assert r.code == 2 and r.err.startswith(f"error: Invalid value for '{flag}'"), r.err
+
+
+@pytest.mark.parametrize(
+    "command", [(), ("estimate",), ("capacity",), ("export",), ("serve",), ("calibrate",), ("serve-calibrate",)]
+)
+def test_no_option_shows_a_bare_type_for_its_value(cli, command: tuple[str, ...]) -> None:
+    """Every option's value is named (N, X, DTYPE, ENGINE, ...) or lists its choices: a bare type
+    (click's '<str>', '<float>') tells a user nothing about what to give."""
+    text = cli(*command, "--help").out
+    assert "Options:" in text
+    for bare in ("<str>", "<float>", "<int>", "<path>", "TEXT", "FLOAT", "INTEGER"):
+        assert bare not in text, (command, bare)

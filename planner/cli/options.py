@@ -513,4 +513,6 @@ WriteOpt = Annotated[
     bool, typer.Option("--write", help="With --from-runs: write the fit into the shipped profiles and stacks.")
 ]
 ProfileOutOpt = Annotated[Path | None, typer.Option("--out", metavar="YAML", help="The calibrated hardware profile.")]
-NameOpt = Annotated[str | None, typer.Option("--name", help="Profile name (default: the --out file's stem).")]
+NameOpt = Annotated[
+    str | None, typer.Option("--name", metavar="NAME", help="Profile name (default: the --out file's stem).")
+]

@@ -63,10 +63,17 @@ def serve_cmd(
         Path | None, typer.Option("--workload", metavar="FILE", help="YAML/JSON with input_len, output_len, ...")
     ] = None,
     ttft_ms: Annotated[
-        float | None, typer.Option("--ttft-ms", metavar="X", callback=positive_finite, help="TTFT target, ms.")
+        float | None,
+        typer.Option("--ttft-ms", metavar="X", callback=positive_finite, help="Time-to-first-token (TTFT) target, ms."),
     ] = None,
     tpot_ms: Annotated[
-        float | None, typer.Option("--tpot-ms", metavar="X", callback=positive_finite, help="TPOT target, ms.")
+        float | None,
+        typer.Option(
+            "--tpot-ms",
+            metavar="X",
+            callback=positive_finite,
+            help="Time-per-output-token (TPOT, mean inter-token latency) target, ms.",
+        ),
     ] = None,
     request_rate: Annotated[
         float | None,
@@ -84,14 +91,16 @@ def serve_cmd(
         str | None,
         typer.Option(
             "--weights-dtype",
+            metavar="DTYPE",
             help="bf16, fp8 or fp4 (default: the checkpoint's format: fp8 DeepSeek-V3, fp4 gpt-oss, else bf16).",
         ),
     ] = None,
-    kv_dtype: Annotated[str, typer.Option("--kv-dtype", help="bf16 or fp8.")] = "bf16",
+    kv_dtype: Annotated[str, typer.Option("--kv-dtype", metavar="DTYPE", help="bf16 or fp8.")] = "bf16",
     mamba_ssm_dtype: Annotated[
         str | None,
         typer.Option(
             "--mamba-ssm-dtype",
+            metavar="DTYPE",
             help="Hybrid models: the Mamba-2 SSM state's format, bf16, fp16 or fp32 (default: the checkpoint's, "
             "else the engine's).",
         ),
@@ -100,6 +109,7 @@ def serve_cmd(
         str | None,
         typer.Option(
             "--engine",
+            metavar="ENGINE",
             help="vllm, sglang, trtllm (TensorRT-LLM's PyTorch backend) or trtllm-tensorrt (its TensorRT-engine "
             "runtime) (default: --export's, else vllm).",
         ),
