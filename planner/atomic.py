@@ -44,7 +44,7 @@ def atomic_path(path: str | Path, flag: str = "--out") -> Iterator[Path]:
     succeeds, give it the mode the file has or a new one would (``_file_mode``) and rename it over
     ``path``. A link at ``path`` is written through, to the file it names; a device or pipe there
     is refused (``_not_a_regular_file``): renaming over it would replace it, /dev/null included."""
-    target = _through_link(Path(path))
+    target = _through_link(Path(path), flag)
     _not_a_regular_file(target, flag)
     tmp = _temporary_beside(target, flag)
     try:
@@ -66,7 +66,7 @@ def write_texts_atomic(texts: dict[Path, str], flag: str) -> None:
     where: Path | str = ""
     try:
         for path, text in texts.items():
-            where = target = _through_link(Path(path))
+            where = target = _through_link(Path(path), flag)
             _not_a_regular_file(target, flag)
             tmp = _temporary_beside(target, flag)
             staged.append((tmp, target))
@@ -92,7 +92,7 @@ def make_parent(path: str | Path, flag: str = "--out") -> Path:
     if target.name in ("", ".", ".."):
         raise PlannerError(f"{flag} '{path}': give a file name")
     try:
-        target = _through_link(target)
+        target = _through_link(target, flag)
         _not_a_regular_file(target, flag)
         _check_writable(target, flag)
     except OSError as err:
@@ -122,10 +122,15 @@ def _check_writable(target: Path, flag: str) -> None:
     os.unlink(probe)
 
 
-def _through_link(path: Path) -> Path:
+def _through_link(path: Path, flag: str = "--out") -> Path:
     """The file a link at ``path`` names (the write goes there, as a shell's ``>`` would), else
-    ``path``."""
-    return path.resolve() if path.is_symlink() else path
+    ``path``. A loop of links names no file (``Path.resolve`` raises RuntimeError, not OSError)."""
+    if not path.is_symlink():
+        return path
+    try:
+        return path.resolve(strict=False)
+    except RuntimeError:
+        raise PlannerError(f"{flag} {path}: cannot write: the link loops (it names itself through links)") from None
 
 
 def _not_a_regular_file(target: Path, flag: str) -> None:

@@ -10,6 +10,7 @@ model YAML or a Hugging Face config.json; ``--cluster`` takes ``<profile>`` (one
 from __future__ import annotations
 
 import difflib
+import errno
 import hashlib
 import json
 import numbers
@@ -314,6 +315,15 @@ def _not_a_file(path: Path, expected: str) -> str:
         return f"is a directory, not {expected}"
     if path.exists():
         return f"is not a regular file (a device or pipe), not {expected}"
+    if path.is_symlink():
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # a loop of links, as Python 3.11 reports it (3.13: OSError ELOOP)
+            return "is a link that loops (it names itself through links)"
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                return "is a link that loops (it names itself through links)"
+            return f"is a link to '{os.readlink(path)}', which does not exist"
     return "does not exist"
 
 
@@ -529,6 +539,11 @@ def _cluster(name: str, profile: HardwareProfile, nodes: object, gpus: object, w
             f"{where}: num_gpus {integer_shown(num_gpus)} is more than the {MAX_CLUSTER_GPUS:,} GPUs planned at most"
         )
     gpn = profile.gpus_per_node
+    if num_nodes is not None and num_nodes * gpn > MAX_CLUSTER_GPUS:  # before the schema's 64-bit bound names it
+        raise PlannerError(
+            f"{where}: num_nodes {integer_shown(num_nodes)} x {gpn} GPUs is more than the {MAX_CLUSTER_GPUS:,} GPUs "
+            "planned at most"
+        )
     if num_nodes is None:
         num_nodes = -(-num_gpus // gpn) if num_gpus is not None else 1
     if num_gpus is None:

@@ -239,6 +239,8 @@ def _refuse_unmodelled_layers(config: dict[str, Any], where: str) -> None:
                 f"allowed: {', '.join(sorted(PRICED_LAYER_TYPES))}"
             )
     attn_types = config.get("attn_type_list")
+    if attn_types is not None and not isinstance(attn_types, list):  # else its linear layers went unread
+        raise PlannerError(f"{where}: key 'attn_type_list': expected a list of 0 and 1, got {shown_value(attn_types)}")
     linear = (
         sum(1 for t in attn_types if t == LINEAR_ATTENTION_TYPE and not isinstance(t, bool))
         if isinstance(attn_types, list)
@@ -627,6 +629,11 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             "planner does not model; supported: decoder-only transformers (dense, MoE, MLA, sliding-window attention)"
         )
     notes = ""
+    if config.get("text_config") is not None and not isinstance(config["text_config"], dict):
+        # read only as a mapping: another value had been dropped, the top level priced alone
+        raise PlannerError(
+            f"{where}: key 'text_config': expected a mapping or null, got {shown_value(config['text_config'])}"
+        )
     towers = [k for k in ("vision_config", "audio_config") if k in config]
     if isinstance(config.get("text_config"), dict):  # Llava, Llama-4, Gemma-3: the language model is nested
         text = config["text_config"]

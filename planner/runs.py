@@ -42,7 +42,7 @@ from planner.schemas.base import GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
 from planner.schemas.job import JobSpec
-from planner.schemas.model import ModelSpec
+from planner.schemas.model import MAX_MODEL_DIMENSION, ModelSpec
 from planner.schemas.parallel import ParallelConfig
 from planner.schemas.stack import Stack
 
@@ -416,7 +416,8 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     if window is not None:
         size, alternating = window
         spec["sliding_window"] = size
-        if alternating:  # HF's order for GPT-OSS: sliding first (config.json layer_types)
+        if alternating and 0 < layers <= MAX_MODEL_DIMENSION:  # else ModelSpec names the count
+            # HF's order for GPT-OSS: sliding first (config.json layer_types)
             spec["layer_types"] = [("sliding_attention", "full_attention")[i % 2] for i in range(layers)]
     if mpt:
         spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import yaml
@@ -432,11 +433,10 @@ def test_torchtitan_refuses_what_its_config_cannot_say(cli) -> None:
     assert deepspeed.code == 0 and "note: the plan priced unfused attention" in deepspeed.err
 
 
-def test_a_serving_row_past_the_replayed_requests_is_unpriced(cli, tmp_path: Path) -> None:
-    # num_requests 1e30 had ended in numpy's 'Maximum allowed dimension exceeded'
-    from planner.serving.runs import MAX_REPLAYED_REQUESTS
-
-    row = {
+def _online_row() -> dict[str, Any]:
+    """One row of TensorRT-LLM's Triton online-serving table (Llama 3.1 70B on four H100 at 2 req/s), as
+    inference_runs.yaml writes it."""
+    return {
         "name": "online/llama3.1-70b/h100x4/tp4/qps2",
         "group": "h100-online",
         "engine": {"name": "TensorRT-LLM", "version": "0.14.0", "backend": "Triton tensorrtllm_backend"},
@@ -446,8 +446,16 @@ def test_a_serving_row_past_the_replayed_requests_is_unpriced(cli, tmp_path: Pat
             "ffn": 28672, "head_dim": 128, "heads": 64, "hidden": 8192, "kv_heads": 8, "layers": 80, "vocab": 128256}},
         "parallel": {"tp": 4, "pp": 1, "ep": None, "attention_dp": False, "dp_replicas": 1, "disaggregated": False},
         "precision": {"weights": "bf16", "activations": "bf16", "kv_cache": "bf16"},
-        "workload": {"isl": 467, "osl": 256, "request_rate_qps": 2, "num_requests": 10**30},
+        "workload": {"isl": 467, "osl": 256, "request_rate_qps": 2, "num_requests": 500},
     }  # fmt: skip
+
+
+def test_a_serving_row_past_the_replayed_requests_is_unpriced(cli, tmp_path: Path) -> None:
+    # num_requests 1e30 had ended in numpy's 'Maximum allowed dimension exceeded'
+    from planner.serving.runs import MAX_REPLAYED_REQUESTS
+
+    row = _online_row()
+    row["workload"]["num_requests"] = 10**30
     path = tmp_path / "runs.yaml"
     path.write_text(yaml.safe_dump({"runs": [row]}))
     r = cli("serve-calibrate", "--runs", str(path), "--no-cv")
@@ -461,3 +469,152 @@ def test_a_serving_row_past_the_replayed_requests_is_unpriced(cli, tmp_path: Pat
     r = cli("serve-calibrate", "--runs", str(path), "--no-cv", "--write")
     assert_one_line_error(r, "--write: the engine profiles' error bars are the rows' cross-validated errors")
     assert {p: p.read_bytes() for p in engines} == engines
+
+
+# ---- 4. a fuzzing review (2026-12-07) ------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("section", "changes", "reason"),
+    [
+        # -1 x -1 GPUs made a one-GPU layout: priced at 3.7x, or scipy's 'Residuals are not finite'
+        ("parallel", {"tp": -1, "pp": -1, "dp_replicas": 4}, "parallel.tp -1 is not a positive count"),
+        ("parallel", {"ep": 0}, "parallel.ep 0 is not a positive count"),  # numpy's divide warning on stderr
+        ("parallel", {"ep": 4}, "parallel.ep 4 on a dense model"),
+        ("workload", {"osl": 1.5}, "workload.osl 1.5 is not a whole count of tokens >= 1"),  # had read as 1
+        ("measured", {"itl_ms_mean": 21.0}, None),  # a TPOT beside osl 256 is read
+    ],
+)
+def test_a_serving_row_with_degrees_or_lengths_that_are_no_counts_is_unpriced(
+    section: str, changes: dict[str, Any], reason: str | None
+) -> None:
+    from planner.serving.calibrate import translate
+
+    row = _online_row()
+    row[section] |= changes
+    plans, unpriced = translate([row])
+    if reason is None:
+        assert len(plans) == 1 and "tpot_s" in plans[0].published
+        # at one output token there is no second token to time: the TPOT is refused, as `plan serve` does
+        row["workload"]["osl"] = 1
+        plans, unpriced = translate([row])
+        reason = "a TPOT at workload.osl 1"
+    assert not plans and unpriced[0]["reason"].startswith(reason), unpriced
+
+
+def test_a_serving_row_stating_a_top_k_without_experts_is_unpriced() -> None:
+    # experts 0 beside top_k 8 had priced DeepSeek-R1 as a dense model, 1.8x too fast
+    from planner.serving.runs import model_from_row
+
+    shape = {**SHAPE, "experts": 0, "top_k": 8}
+    with pytest.raises(UnpriceableError, match=r"^model shape: top_k 8 with experts 0; give both or neither$"):
+        model_from_row({"name": "x", "model": {"shape": shape}})
+
+
+def test_serve_calibrate_write_that_fits_nothing_is_refused(cli, tmp_path: Path) -> None:
+    # exit 0 with no 'wrote' line: a TTFT-only row prices but fits no engine parameter
+    row = _online_row()
+    row["measured"] = {"ttft_ms_mean": 62}
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": [row]}))
+    engines = {p: p.read_bytes() for p in (ROOT / "engines").glob("*.yaml")}
+    r = cli("serve-calibrate", "--runs", str(path), "--write")
+    assert_one_line_error(r, "--write: the rows of runs.yaml fit no engine's parameters", "nothing written")
+    assert {p: p.read_bytes() for p in engines} == engines
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field"),
+    [
+        ("compute_units: 132", "compute_units: 1000000000000000", "gpu.compute_units"),  # a 1.6e12 s step
+        ("tensor_flops_per_exp: 256", "tensor_flops_per_exp: 1.0e+300", "gpu.tensor_flops_per_exp"),
+        ("domain_size_gpus: 8", "domain_size_gpus: 1000000000000", "intra_node.domain_size_gpus"),
+        ("gpus_per_node: 8", "gpus_per_node: 1000000000000", "gpus_per_node"),
+        # a switchless domain of 8 GPUs links each to 7 peers at most (MI300X's xGMI)
+        ("domain_size_gpus: 8", "domain_size_gpus: 8\n  point_to_point_links: 9", "point_to_point_links 9"),
+    ],
+)
+def test_profile_counts_past_any_machine_are_refused_when_it_loads(cli, tmp_path: Path, old, new, field) -> None:  # type: ignore[no-untyped-def]
+    text = (ROOT / "hardware_profiles" / "dgx-h100.yaml").read_text()
+    if "point_to_point_links" in new:
+        text = text.replace("    domain_size_gpus:", "    point_to_point_links: estimate\n    domain_size_gpus:", 1)
+    assert old in text
+    path = tmp_path / "edited.yaml"
+    path.write_text(text.replace(old, new, 1))
+    r = cli("estimate", "-m", "llama3-8b", "-c", str(path), "--tp", "8")
+    assert_one_line_error(r, field)
+
+
+def test_a_host_link_or_attention_scale_near_zero_is_refused(cli, tmp_path: Path) -> None:
+    # host_link_gb_per_s 1e-300 priced a 5.8e302 s step with numpy's overflow warning on stderr
+    gb200 = (ROOT / "hardware_profiles" / "gb200-nvl72.yaml").read_text()
+    path = tmp_path / "gb200.yaml"
+    path.write_text(gb200.replace("host_link_gb_per_s: 200", "host_link_gb_per_s: 1.0e-300", 1))
+    assert_one_line_error(cli("estimate", "-m", "llama3-8b", "-c", str(path)), "gpu.host_link_gb_per_s")
+    stack = yaml.safe_load((ROOT / "stacks" / "megatron-core.yaml").read_text())
+    for key, value, said in [
+        ("attention_efficiency_scale", 1e-300, "greater than or equal to 0.01"),  # an 8e300 s step
+        ("adam_moments", [], "at least 1 item"),  # every job then failed mid-sentence
+    ]:
+        edited = tmp_path / f"{key}.yaml"
+        edited.write_text(yaml.safe_dump({**stack, key: value}))
+        r = cli("estimate", "-m", "llama3-8b", "-c", "dgx-h100", "--stack", str(edited))
+        assert_one_line_error(r, f"field '{key}'", said)
+
+
+def test_a_link_that_loops_is_named_as_input_and_refused_as_output(cli, tmp_path: Path) -> None:
+    # Path.resolve's RuntimeError('Symlink loop') had been a traceback: --plot, export -o, calibrate --out
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop)
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    a.symlink_to(b)
+    b.symlink_to(a)
+    said = "cannot write: the link loops"
+    assert_one_line_error(cli("-m", "llama3-8b", "-c", "dgx-h100", "--plot", str(a)), "--plot", said)
+    assert_one_line_error(cli("export", "-f", "megatron", "-m", "llama3-8b", "-c", "dgx-h100", "-o", str(loop)), said)
+    assert_one_line_error(cli("-m", str(loop), "-c", "dgx-h100"), "is a link that loops")  # had read 'does not exist'
+    gone = tmp_path / "gone.yaml"
+    gone.symlink_to(tmp_path / "missing.yaml")
+    assert_one_line_error(cli("-m", str(gone), "-c", "dgx-h100"), "is a link to", "which does not exist")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        # past 64 bits these named the schema's field and 2**63 - 1, not the option and its range
+        (("-m", "llama3-8b", "-c", "dgx-h100", "--nodes", "9" * 23), "num_nodes 99999999999999999999999 x 8 GPUs is "
+         "more than the 1,048,576 GPUs planned at most"),
+        (("-m", "llama3-8b", "-c", "dgx-h100", "--top", "9" * 23), "'--top'"),
+        (("serve", "-m", "llama3-8b", "-c", "dgx-h100", "--input-len", "9" * 20), "'--input-len'"),
+        (("serve", "-m", "llama3-8b", "-c", "dgx-h100", "--concurrency", str(2**63 - 1)), "'--concurrency'"),
+        (("estimate", "-m", "llama3-8b", "-c", "dgx-h100", "--recompute", "selective", "--recompute-modules", ""),
+         "--recompute-modules '': an empty name is no module; allowed, comma-separated: core_attn"),
+        (("estimate", "-m", "llama3-8b", "-c", "dgx-h100", "--recompute", "selective", "--recompute-modules",
+          "mlp,foo"), "'foo' is no module"),
+        # a pinned tp may span domains (tp 16 on two DGX is priced): the bound is the cluster's GPUs
+        (("serve", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "32"), "tp: pinned 32 exceeds the cluster's 16 GPUs"),
+    ],
+)  # fmt: skip
+def test_options_past_their_range_name_the_option(cli, args: tuple[str, ...], said: str) -> None:
+    assert_one_line_error(cli(*args), said)
+
+
+def test_hf_keys_of_the_wrong_kind_are_refused_not_dropped() -> None:
+    from planner.hf_config import model_from_hf_config
+
+    base = {"model_type": "llama", "hidden_size": 256, "num_attention_heads": 8, "num_hidden_layers": 4,
+            "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 2048}  # fmt: skip
+    for extra, said in [
+        ({"text_config": [1]}, "key 'text_config': expected a mapping or null, got [1]"),
+        ({"attn_type_list": "linear"}, "key 'attn_type_list': expected a list of 0 and 1, got 'linear'"),
+    ]:
+        with pytest.raises(PlannerError, match=re.escape(said)):
+            model_from_hf_config({**base, **extra}, "m", "test")
+
+
+def test_a_training_row_of_too_many_alternating_layers_is_unpriced_not_out_of_memory() -> None:
+    # model_from_row listed range(10**30) layer kinds before the count was checked: MemoryError
+    from planner.runs import model_from_row
+
+    row = next(r for r in yaml.safe_load(SAMPLE_RUNS.read_text())["runs"] if "gpt-oss" in r["name"])
+    row["model"]["layers"] = 10**30
+    with pytest.raises(PlannerError, match="num_hidden_layers"):
+        model_from_row(row)

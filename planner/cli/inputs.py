@@ -4,10 +4,11 @@ values given as text (token counts, MoE routing, Adam's moment format, the stack
 from __future__ import annotations
 
 import math
+import typing
 from typing import TYPE_CHECKING, Any
 
 from planner.errors import PlannerError, shown
-from planner.schemas.job import MIN_MOE_CAPACITY_FACTOR
+from planner.schemas.job import MIN_MOE_CAPACITY_FACTOR, RecomputeModule
 
 if TYPE_CHECKING:
     from planner.cli.options import Job, Mesh, Split, Target
@@ -42,7 +43,16 @@ def job_spec(job: Job, model: ModelSpec) -> JobSpec:
     tokens = fields.pop("training_tokens")
     modules = fields.pop("recompute_modules")
     if modules is not None:  # Megatron's --recompute-modules, comma-separated: mla_up_proj,layernorm
-        fields["recompute_modules"] = tuple(m.strip() for m in modules.split(","))
+        names = tuple(m.strip() for m in modules.split(","))
+        allowed = typing.get_args(RecomputeModule)
+        wrong = next((m for m in names if m not in allowed), None)
+        if wrong is not None:
+            what = "an empty name" if not wrong else f"'{shown(wrong)}'"
+            raise PlannerError(
+                f"--recompute-modules '{shown(modules)}': {what} is no module; allowed, comma-separated: "
+                + ", ".join(allowed)
+            )
+        fields["recompute_modules"] = names
     scaling = fields.pop("fp8_scaling")
     if scaling is not None:
         if fields["dtype"] != "fp8":

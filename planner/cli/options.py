@@ -228,7 +228,15 @@ CLUSTER = option(
     metavar="NAME|PATH",
     help="<profile> (one node), <profile>x<N> (N nodes, e.g. dgx-h100x16), or a YAML path.",
 )
-NODES = option("nodes", int | None, None, "--nodes", min=1, metavar="N", help="Override the node count of --cluster.")
+NODES = option(
+    "nodes",
+    int | None,
+    None,
+    "--nodes",
+    min=1,
+    metavar="N",
+    help="Override the node count of --cluster.",
+)
 GPUS = option(
     "gpus",
     int | None,
@@ -421,7 +429,13 @@ PlotOpt = Annotated[
         "--plot", metavar="FILE.png", callback=plot_file, help="Also draw the plan (needs the plot extra: matplotlib)."
     ),
 ]
-TopOpt = Annotated[int, typer.Option("--top", "-k", min=1, metavar="N", help="How many candidates to show.")]
+MAX_TOP = 1_000_000
+"""The most candidates a table may ask for (a bound against typos: the searches rank at most a few
+hundred thousand meshes or layouts; 10**23 had reached the schema as a 64-bit overflow)."""
+
+TopOpt = Annotated[
+    int, typer.Option("--top", "-k", min=1, max=MAX_TOP, metavar="N", help="How many candidates to show.")
+]
 ObjectiveOpt = Annotated[
     Literal["time", "cost", "memory"],
     typer.Option("--objective", help="Rank by step time, by cost (needs a price) or by memory per GPU."),

@@ -14,7 +14,9 @@ from planner.cli.app import app, console, emit_json
 from planner.cli.inputs import model_and_cluster
 from planner.cli.options import JsonOpt, PlotOpt, Target, TopOpt, command, finite_in, positive_finite
 from planner.errors import PlannerError
-from planner.serving.schemas import MIN_REQUEST_RATE
+from planner.schemas.hardware import MAX_CLUSTER_GPUS
+from planner.schemas.job import MAX_SEQ_LEN
+from planner.serving.schemas import MAX_CONCURRENCY, MIN_REQUEST_RATE
 
 
 def _workload(path: Path) -> dict[str, Any]:
@@ -54,10 +56,10 @@ def serve_cmd(
     *,
     target: Target,
     input_len: Annotated[
-        int | None, typer.Option("--input-len", min=1, metavar="N", help="Prompt tokens [2048].")
+        int | None, typer.Option("--input-len", min=1, max=MAX_SEQ_LEN, metavar="N", help="Prompt tokens [2048].")
     ] = None,
     output_len: Annotated[
-        int | None, typer.Option("--output-len", min=1, metavar="N", help="Generated tokens [512].")
+        int | None, typer.Option("--output-len", min=1, max=MAX_SEQ_LEN, metavar="N", help="Generated tokens [512].")
     ] = None,
     workload: Annotated[
         Path | None, typer.Option("--workload", metavar="FILE", help="YAML/JSON with input_len, output_len, ...")
@@ -85,7 +87,10 @@ def serve_cmd(
         ),
     ] = None,
     concurrency: Annotated[
-        int | None, typer.Option("--concurrency", min=1, metavar="N", help="Requests in flight over the cluster.")
+        int | None,
+        typer.Option(
+            "--concurrency", min=1, max=MAX_CONCURRENCY, metavar="N", help="Requests in flight over the cluster."
+        ),
     ] = None,
     weights_dtype: Annotated[
         str | None,
@@ -115,9 +120,15 @@ def serve_cmd(
         ),
     ] = None,
     disaggregate: Annotated[bool, typer.Option("--disaggregate", help="Separate prefill and decode pools.")] = False,
-    tp: Annotated[int | None, typer.Option("--tp", min=1, metavar="N", help="Pin tensor parallelism.")] = None,
-    pp: Annotated[int | None, typer.Option("--pp", min=1, metavar="N", help="Pin pipeline parallelism.")] = None,
-    ep: Annotated[int | None, typer.Option("--ep", min=1, metavar="N", help="Pin expert parallelism.")] = None,
+    tp: Annotated[
+        int | None, typer.Option("--tp", min=1, max=MAX_CLUSTER_GPUS, metavar="N", help="Pin tensor parallelism.")
+    ] = None,
+    pp: Annotated[
+        int | None, typer.Option("--pp", min=1, max=MAX_CLUSTER_GPUS, metavar="N", help="Pin pipeline parallelism.")
+    ] = None,
+    ep: Annotated[
+        int | None, typer.Option("--ep", min=1, max=MAX_CLUSTER_GPUS, metavar="N", help="Pin expert parallelism.")
+    ] = None,
     attention_dp: Annotated[
         bool | None, typer.Option("--attention-dp/--no-attention-dp", help="Pin attention data parallelism.")
     ] = None,
@@ -236,6 +247,11 @@ def serve_calibrate_cmd(
     if not ev.overall["priced"]:
         raise nothing_priced(runs, ev.unpriced)
     written: list[str] = []
+    if write and not ev.fitted:  # as `plan calibrate --from-runs --write` refuses a fit of nothing
+        raise PlannerError(
+            f"--write: the rows of {runs.name} fit no engine's parameters (a fit needs rows of its engine and GPU "
+            "architecture that publish a throughput); nothing written, the shipped fits kept"
+        )
     if write:
         written = write_engine_fits(ev, runs.name, f"plan serve-calibrate --runs {runs.name} --write")
     if as_json:

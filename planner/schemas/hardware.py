@@ -122,6 +122,26 @@ MAX_HBM_CAPACITY_GIB = 1e6
 largest shipped, B300's 268.6 GiB): a bound, not a measurement, so that a mistyped 1e300 fails when
 the profile loads, by name, instead of the estimate coming out infinite memory."""
 
+MAX_CLUSTER_GPUS = 2**20
+"""The largest cluster planned, 1,048,576 GPUs: several times the largest built (publicly
+reported training clusters hold about 100,000-200,000 GPUs in 2025), so no real plan is refused,
+while a mistyped node count fails at once instead of enumerating a billion meshes. A bound, not
+a measurement."""
+
+
+MAX_COMPUTE_UNITS = 1_000_000
+"""The most SMs or CUs a profile may give one GPU (a million, some 3,300x the largest shipped,
+MI300X's 304): a bound, not a measurement, so that a mistyped 10**15 fails when the profile loads
+instead of wave-quantising every GEMM into a step of 1e12 s."""
+
+MAX_FLOPS_PER_EXP = 1e6
+"""The most tensor FLOPs per exponential a profile may state (the shipped parts 64-512): a bound
+against typos, as ``MAX_COMPUTE_UNITS``."""
+
+MAX_POINT_TO_POINT_LINKS = 4096
+"""The most point-to-point links a switchless domain may give one GPU (MI300X's mesh has 7): a
+bound against typos; a domain of n GPUs fully connected has n - 1 (checked with its size)."""
+
 MAX_GEMM_GFLOP = 1e9
 """The largest GEMM a ``gemm_efficiency_curve`` point may name, GFLOP (1e18 FLOPs, hours on any
 GPU): a bound against typos (1e300 overflowed numpy when the curve was read)."""
@@ -195,8 +215,11 @@ class GPU(Frozen):
         description="FlashAttention-2 (flash-attn 2, PyTorch SDPA's flash backend) forward+backward as a fraction "
         "of 16-bit peak, where it differs from the GPU's best fused kernel; None: attention_efficiency",
     )
-    tensor_flops_per_exp: PositiveFloat | None = Field(
+    tensor_flops_per_exp: float | None = Field(
         None,
+        gt=0,
+        le=MAX_FLOPS_PER_EXP,
+        allow_inf_nan=False,
         description="16-bit dense tensor-core FLOPs per exponential the special function units compute in the "
         "same time (per SM and clock): softmax's exponentials run on the SFUs (MUFU.EX2), far slower than the "
         "tensor cores, so attention at a small head dim, with fewer FLOPs per score, runs below the profile's "
@@ -215,16 +238,22 @@ class GPU(Frozen):
         description="Measured (GFLOP per GEMM, efficiency) points, tile-quantization removed; replaces "
         "gemm_efficiency for GEMMs, interpolated in log(FLOPs) and clamped at the ends",
     )
-    compute_units: PositiveInt | None = Field(
-        None, description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization"
+    compute_units: int | None = Field(
+        None,
+        gt=0,
+        le=MAX_COMPUTE_UNITS,
+        description="SMs (NVIDIA) or CUs (AMD) a GEMM's tiles are spread over; None: no wave quantization",
     )
-    host_link_gb_per_s: PositiveFloat | None = Field(
+    host_link_gb_per_s: Rate | None = Field(
         None,
         description="GB/s one GPU moves to or from host memory in one direction while every GPU of the node does "
         "(activation offloading, ``ParallelConfig.offload_layers``); None: not priced, no offloading planned",
     )
-    host_memory_gib: PositiveFloat | None = Field(
+    host_memory_gib: float | None = Field(
         None,
+        gt=0,
+        le=MAX_HBM_CAPACITY_GIB,
+        allow_inf_nan=False,
         description="Host memory per GPU (its CPU's memory over the GPUs sharing it) that offloaded activations "
         "may fill, less ``memory.HOST_MEMORY_RESERVE``; needed with host_link_gb_per_s",
     )
@@ -409,14 +438,18 @@ class Interconnect(Frozen):
     bandwidth_gb_per_s: Rate
     bus_efficiency: float = Field(ge=MIN_EFFICIENCY, le=1)
     latency_us: float = Field(ge=0, le=MAX_LINK_LATENCY_US)
-    domain_size_gpus: PositiveInt | None = None
-    job_segment_gpus: PositiveInt | None = Field(
+    domain_size_gpus: int | None = Field(None, gt=0, le=MAX_CLUSTER_GPUS)
+    job_segment_gpus: int | None = Field(
         None,
+        gt=0,
+        le=MAX_CLUSTER_GPUS,
         description="GPUs of one fast domain a job larger than the domain is given (a scheduler's aligned "
         "segment, e.g. 16 trays = 64 GPUs of an NVL72 rack); None: the whole domain",
     )
-    point_to_point_links: PositiveInt | None = Field(
+    point_to_point_links: int | None = Field(
         None,
+        gt=0,
+        le=MAX_POINT_TO_POINT_LINKS,
         description="A switchless, fully connected domain (AMD MI300X's xGMI: 7 links to 7 peers): "
         "bandwidth_gb_per_s is this many point-to-point links together, so a collective over m GPUs of the "
         "domain drives m - 1 of them and a send one (``cost.comm.group_link``); None: a switch (NVSwitch) gives "
@@ -438,6 +471,12 @@ class Interconnect(Frozen):
             raise ValueError("give in_network_efficiency and in_network_latency_us together")
         if all(priced) and self.in_network_reduction == "none":
             raise ValueError("in_network_efficiency needs in_network_reduction nvls or sharp")
+        links, size = self.point_to_point_links, self.domain_size_gpus
+        if links is not None and size is not None and links > max(size - 1, 1):
+            raise ValueError(
+                f"point_to_point_links {links}: a GPU of a fully connected domain of {size} links to at most "
+                f"{max(size - 1, 1)} peers"
+            )
         check_sources(self, self.sources, skip={"sources", "name", "in_network_reduction"})
         return self
 
@@ -505,9 +544,11 @@ class HardwareProfile(Frozen):
 
     name: str
     description: str
-    gpus_per_node: PositiveInt
-    gpus_per_host: PositiveInt | None = Field(
+    gpus_per_node: int = Field(gt=0, le=MAX_CLUSTER_GPUS)
+    gpus_per_host: int | None = Field(
         None,
+        gt=0,
+        le=MAX_CLUSTER_GPUS,
         description="GPUs one host (one operating system, one torchrun) drives where a node of the profile spans "
         "several: an NVL72 rack's compute trays hold 4; None: the node is one host",
     )
@@ -541,13 +582,6 @@ class HardwareProfile(Frozen):
                 "a node is whole hosts"
             )
         return self
-
-
-MAX_CLUSTER_GPUS = 2**20
-"""The largest cluster planned, 1,048,576 GPUs: several times the largest built (publicly
-reported training clusters hold about 100,000-200,000 GPUs in 2025), so no real plan is refused,
-while a mistyped node count fails at once instead of enumerating a billion meshes. A bound, not
-a measurement."""
 
 
 class ClusterSpec(Frozen):

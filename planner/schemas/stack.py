@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, model_validator
 
 from planner.schemas.base import Frozen
-from planner.schemas.hardware import RunCalibration, check_sources
+from planner.schemas.hardware import MIN_EFFICIENCY, RunCalibration, check_sources
 from planner.schemas.parallel import Schedule
 
 AttentionKernel = Literal["fa2", "fused", "sdpa"]
@@ -195,8 +195,9 @@ class Stack(Frozen):
         "the stack trains no fp8"
     )
     adam_moments: tuple[Literal["fp32", "bf16"], ...] = Field(
+        min_length=1,
         description="Formats the stack's Adam keeps its two moments in (``JobSpec.optimizer_state_bytes_per_param``: "
-        "12 or 8 bytes per parameter with the fp32 master, ``ADAM_STATE_BYTES_PER_PARAM``)"
+        "12 or 8 bytes per parameter with the fp32 master, ``ADAM_STATE_BYTES_PER_PARAM``)",
     )
     dropout: bool = Field(description="The stack's models have dropout layers (``JobSpec.dropout``)")
     causal_model_flops: bool = Field(
@@ -356,8 +357,9 @@ class Stack(Frozen):
         "waits on the GPU once per MoE layer for the tokens each expert received, so what of it exceeds the "
         "layer's GPU time is exposed; None: not calibrated, 0",
     )
-    attention_efficiency_scale: PositiveFloat | None = Field(
+    attention_efficiency_scale: float | None = Field(
         None,
+        ge=MIN_EFFICIENCY,  # a mistyped 1e-300 had priced an 8e300 s step; the fit keeps it within 0.3-1
         description="Fitted: the attention kernel's throughput inside this stack's training steps relative to the "
         "GPU's published figure for it; None: not calibrated, 1",
     )

@@ -125,12 +125,18 @@ def parse_tokens(value: Any, what: str) -> int:
         n = float(m.group(1)) * (1024 if m.group(2) else 1)
     if not n <= MAX_SEQ_LEN:  # also NaN
         raise UnpriceableError(f"{what} {value!r} is not a token count up to {MAX_SEQ_LEN:,}")
+    if n < 1 or n != int(n):  # 1.5 had read as 1, 0.5 as no tokens
+        raise UnpriceableError(f"{what} {value!r} is not a whole count of tokens >= 1")
     return int(n)
 
 
 def _int(value: Any, what: str) -> int:
+    """A positive whole count of the row (a GPU count, a parallel degree, a batch): -1 x -1 GPUs
+    had made a layout of one GPU, priced at nonsense."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise UnpriceableError(f"{what} not a number ({str(value)[:60]})")
+    if value < 1:
+        raise UnpriceableError(f"{what} {value} is not a positive count")
     return value
 
 
@@ -171,6 +177,8 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
             if key in shape:
                 spec[key] = shape[key]
     experts = shape.get("experts")
+    if not experts and shape.get("top_k"):  # experts 0 beside a top-k: a dense price of a MoE row
+        raise UnpriceableError(f"model shape: top_k {shape['top_k']} with experts {experts!r}; give both or neither")
     spec["intermediate_size"] = shape.get("ffn") or shape.get("ffn_dense") or shape.get("ffn_expert")
     if spec["intermediate_size"] is None:
         raise UnpriceableError("model shape lacks the FFN width (ffn / ffn_dense / ffn_expert)")
@@ -446,8 +454,10 @@ def layout_from_row(row: dict[str, Any], model: ModelSpec, cluster: ClusterSpec)
         raise UnpriceableError(
             f"layout tp {tp} x pp {pp} x replicas {replicas} does not use the {cluster.num_gpus} GPUs"
         )
-    if model.is_moe and (ep < 1 or tp % ep or model.num_experts_total % ep):
+    if model.is_moe and (tp % ep or model.num_experts_total % ep):
         raise UnpriceableError(f"ep {ep} does not divide tp {tp} and the {model.num_experts_total} experts")
+    if not model.is_moe and ep != 1:  # no experts to spread; the engines take no EP for a dense model
+        raise UnpriceableError(f"parallel.ep {ep} on a dense model: expert parallelism needs experts")
     if not adp and model.num_attention_heads % tp:
         raise UnpriceableError(f"tp {tp} does not divide the {model.num_attention_heads} heads")
     return Layouts.of(tp, pp, ep, adp, replicas)
@@ -516,10 +526,7 @@ def _mode(row: dict[str, Any]) -> tuple[str, float]:
     if "request_rate_qps" in wl:
         return "rate", _request_rate(wl["request_rate_qps"])
     if "static batch" in str(conc).lower():
-        batch = _int(wl.get("batch_size"), "workload.batch_size")
-        if batch < 1:
-            raise UnpriceableError(f"workload.batch_size {batch} is not a positive count")
-        return "static", float(batch)
+        return "static", float(_int(wl.get("batch_size"), "workload.batch_size"))
     if isinstance(conc, int) and not isinstance(conc, bool):
         if conc < 1:
             raise UnpriceableError(f"workload.concurrency {conc} is not a positive count")
@@ -646,14 +653,14 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     wl = row.get("workload") or {}
     isl = parse_tokens(wl.get("isl"), "workload.isl")
     osl = parse_tokens(wl.get("osl"), "workload.osl")
-    if isl < 1 or osl < 1:
-        raise UnpriceableError("isl and osl must be at least 1")
     mode, load = _mode(row)
     arch = cluster.gpu.architecture
     key = f"{engine.name}/{arch}"
     params = (fitted or {}).get(key) or engine.parameters(arch)
     s = Setting(model, cluster, engine, weights, kv, params, resolve_ssm_dtype(model, engine, ssm_dtype_from_row(row)))
     published = _published(row, cluster.num_gpus, mode)
+    if osl == 1 and "tpot_s" in published:  # as `plan serve` refuses a TPOT target at output_len 1
+        raise UnpriceableError("a TPOT at workload.osl 1: a request of one output token has no token after the first")
     _check_plausible_rate(published, model, cluster)
     name, group = str(row.get("name")), str(row.get("group"))
     plan = RowPlan(name, group, s, lay, mode, isl, osl, load, published, through_server=through_server(row))

@@ -23,6 +23,11 @@ MIN_REQUEST_RATE = 1e-3
 an engine idles, and 1e-300 requests/s had printed a table of hundreds of zeros and $4e301 per
 million tokens. A judgement."""
 
+MAX_CONCURRENCY = 2**24
+"""The most requests in flight a plan may ask for (16,777,216: thousands of times the largest
+batch an engine runs, which vLLM caps at max_num_seqs, 256-1,024 by default): a bound against
+typos, not a measurement; 2**63 - 1 had been replayed into a TTFT of 1.4e20 ms."""
+
 
 class ServeRequest(Frozen):
     """A serving question: the workload, the latency targets, the load and the formats."""
@@ -34,7 +39,7 @@ class ServeRequest(Frozen):
     request_rate: float | None = Field(
         None, ge=MIN_REQUEST_RATE, description="Offered load, requests/s over the cluster"
     )
-    concurrency: PositiveInt | None = Field(None, description="Requests in flight over the cluster")
+    concurrency: int | None = Field(None, ge=1, le=MAX_CONCURRENCY, description="Requests in flight over the cluster")
     weights_dtype: WeightsDtype | None = Field(
         None,
         description="Weight format; None: the checkpoint's (ModelSpec.checkpoint_weights_dtype: fp8 DeepSeek-V3, "

@@ -107,8 +107,8 @@ def _splits_mamba(model: ModelSpec, tp: int) -> bool:
 
 def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProfile, req: ServeRequest) -> str:
     n = cluster.num_gpus
-    if req.tp and req.tp > min(n, cluster.fast_domain_gpus):
-        return f"tp: pinned {req.tp} exceeds the {min(n, cluster.fast_domain_gpus)} GPUs of one fast domain"
+    if req.tp and req.tp > n:  # a pinned tp may span domains (priced over the slow links, step.py)
+        return f"tp: pinned {req.tp} exceeds the cluster's {n} GPUs"
     if (req.tp or 1) * (req.pp or 1) > n:
         return f"tp x pp: pinned {(req.tp or 1) * (req.pp or 1)} GPUs, the cluster has {n}"
     if req.ep and not model.is_moe:
