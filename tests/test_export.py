@@ -160,8 +160,11 @@ def megatron_parser() -> argparse.ArgumentParser:
         "--qk-layernorm",
         "--multi-latent-attention",
         "--moe-grouped-gemm",
+        "--cross-entropy-loss-fusion",
+        "--moe-permute-fusion",
     ):
         p.add_argument(flag, action="store_true")
+    p.add_argument("--cross-entropy-fusion-impl", choices=["native", "te"], default="native")
     # _add_training_args: the moments' formats under the precision-aware optimizer
     for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
         p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"], default="fp32")
@@ -220,6 +223,9 @@ def test_megatron_arguments_round_trip(model: ModelSpec, config: ParallelConfig)
         check_layout(stages, model.num_hidden_layers, config.pp, ns.mtp_num_layers or 0)
     assert ns.bf16 and not ns.fp16
     assert ns.attention_dropout == ns.hidden_dropout == 0.0  # the job has no dropout; Megatron's default is 0.1
+    # the fused loss the stack's loss bytes count (Megatron's defaults: off, native); the fused permute for MoE
+    assert ns.cross_entropy_loss_fusion and ns.cross_entropy_fusion_impl == "te"
+    assert ns.moe_permute_fusion == model.is_moe
     assert ns.overlap_grad_reduce == (config.dp * config.cp > 1)
     if config.zero_stage >= 2:
         assert ns.ckpt_format == "fsdp_dtensor" and not ns.gradient_accumulation_fusion
@@ -1168,3 +1174,30 @@ def test_fp8_parameters_are_exported_where_they_were_priced() -> None:
     assert "--fp8-param-gather" in cs and "--reuse-grad-buf-for-mxfp8-param-ag" not in cs
     alone = argv("dgx-h100x8", "tensor", tp=8, pp=8, dp=1, zero_stage=1)
     assert "--fp8-param-gather" not in alone and "--use-distributed-optimizer" not in alone
+
+
+def test_exports_say_what_the_launch_line_changes_from_the_plan() -> None:
+    """An export review (2026-12-07): what the plan priced and the framework runs by default differ."""
+    from planner.export.megatron import megatron_notes
+    from planner.export.torchtitan import torchtitan_notes
+    from planner.export.torchtitan03 import torchtitan_args_notes
+
+    mixtral = load_model("mixtral-8x7b")
+    ep = mesh(tp=2, dp=16, ep=8, sequence_parallel=True, zero_stage=1)
+    # Megatron's --moe-aux-loss-coeff defaults to 0: a model without an expert bias is told to set one
+    notes = " ".join(megatron_notes(mixtral, JOB, ep))
+    assert "default --moe-aux-loss-coeff is 0" in notes and "router_aux_loss_coef" in notes
+    dsv3_mesh = mesh(tp=8, pp=4, dp=4, ep=8, zero_stage=1, sequence_parallel=True)
+    assert "--moe-aux-loss-coeff" not in " ".join(megatron_notes(DSV3, JOB, dsv3_mesh))  # its expert bias balances
+    # force-balanced routing trains no model: said where the flag is written
+    balanced = JOB.model_copy(update={"moe_load_imbalance": 1.0})
+    assert "--moe-router-force-load-balancing" in megatron_args(mixtral, balanced, ep)
+    assert any("trains no model" in n for n in megatron_notes(mixtral, balanced, ep))
+    assert not any("trains no model" in n for n in megatron_notes(mixtral, JOB, ep))
+    # torchtitan's llama3 flavors scale RoPE as Llama 3.1: said for Llama 3, not for Llama 3.1
+    dense = mesh(dp=8, zero_stage=3)
+    for notes_of in (torchtitan_notes, torchtitan_args_notes):
+        assert any("scale RoPE as Llama 3.1 does" in n for n in notes_of(load_model("llama3-8b"), JOB_NO_MTP, dense))
+        assert not any("RoPE" in n for n in notes_of(load_model("llama3.1-8b"), JOB_NO_MTP, dense))
+    # torchtitan 0.3's runtime differs from the 0.2-era runs its calibration rests on
+    assert any("FlexAttention" in n for n in torchtitan_args_notes(load_model("llama3.1-8b"), JOB_NO_MTP, dense))

@@ -307,6 +307,12 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
         args.append("--tp-comm-overlap")
     if job.gradient_format == "bf16":
         args.append("--grad-reduce-in-bf16")
+    if job.software.cross_entropy_fusion == "te":
+        # the fused loss the stack's loss figures count (Stack.cross_entropy_fusion); Megatron's defaults are
+        # off and native, the vocab-parallel loss on fp32 logits (model_parallel_config.py)
+        args += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te"]
+    if model.is_moe and job.software.moe_permute_fusion:
+        args.append("--moe-permute-fusion")  # the one read and write of the routed tokens priced
     if job.optimizer_state_bytes_per_param == ADAM_STATE_BYTES_PER_PARAM["bf16"]:
         # _add_training_args: TE FusedAdam keeping m and v in bf16, the master weight in fp32
         args += ["--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16"]
@@ -765,6 +771,19 @@ def megatron_notes(
             "table by it): training longer than the checkpoint's context, set its RoPE scaling to match"
         )
     notes += routing_note(job, config, flags_written=True)
+    if model.is_moe and "--moe-router-force-load-balancing" in _moe_routing_args(job):
+        notes.append(
+            "--moe-router-force-load-balancing routes by random logits (Megatron: 'only for benchmark'): it "
+            "measures the step the plan priced but trains no model; drop it, and the natural routing's busiest rank "
+            "then takes more tokens (plan with --moe-routing natural)"
+        )
+    if model.is_moe and not model.router_expert_bias:
+        notes.append(
+            "load balancing: Megatron-Core's default --moe-aux-loss-coeff is 0, which balances nothing; the plan "
+            "priced natural routing near a balanced model's (--moe-routing), so set the auxiliary loss the model "
+            "trained with (--moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff, e.g. its Hugging Face "
+            "config's router_aux_loss_coef; Megatron's MoE guide starts from 1e-2)"
+        )
     if model.is_hybrid:
         notes.append(
             f"a hybrid Mamba-2 model: launch pretrain_mamba.py of Megatron-LM {HYBRID_RELEASE} or later (earlier "

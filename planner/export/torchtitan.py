@@ -179,12 +179,28 @@ def _check(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> None:
     num_microbatches(TARGET, job, config)
 
 
-def shared_notes(job: JobSpec, config: ParallelConfig, async_tp_refusal: str, left_off: str) -> list[str]:
+TORCHTITAN_LLAMA3_ROPE_FACTOR = 8.0
+"""The RoPE scaling factor torchtitan's llama3 flavors apply, Llama 3.1's, whatever the model
+(0.2.2 models/llama3/model/args.py ``rope_scaling_args`` on by default; 0.3 models/llama3
+``ComplexRoPE(scaling="llama")`` with factor 8, low and high frequency factors 1 and 4, original
+context 8192)."""
+
+
+def shared_notes(
+    model: ModelSpec, job: JobSpec, config: ParallelConfig, async_tp_refusal: str, left_off: str
+) -> list[str]:
     """What both torchtitan releases do differently from the plan, alike: async TP only with
     compile (``async_tp_refusal``: the release's own words, from the code that raises them), so
-    the export leaves it off (``left_off`` says where); and gradients reduced in float32, the
-    only ``mixed_precision_reduce`` either accepts."""
+    the export leaves it off (``left_off`` says where); gradients reduced in float32, the only
+    ``mixed_precision_reduce`` either accepts; and the llama3 flavors' RoPE, Llama 3.1's scaling
+    for a Llama 3 model too (the same cost, another model)."""
     notes: list[str] = []
+    scaling = model.rope_scaling or {}
+    if flavor_of(model).name == "llama3" and scaling.get("factor") != TORCHTITAN_LLAMA3_ROPE_FACTOR:
+        notes.append(
+            f"torchtitan's llama3 flavors scale RoPE as Llama 3.1 does (factor {TORCHTITAN_LLAMA3_ROPE_FACTOR:g}), "
+            f"which {model.name}'s card does not: the run trains Llama 3.1's positions, at the cost priced"
+        )
     if config.tp > 1 and job.tp_overlap and not job.compiled:
         notes.append(f"async TP runs only with compile ({async_tp_refusal}): the plan priced it on, {left_off}")
     if job.gradient_format != "fp32" and effective_zero_stage(config) >= 2:
@@ -494,10 +510,8 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
         )
     if job.dtype == "fp8":
         notes.append("the fp8 converters need torchao")
-    notes += shared_notes(
-        job, config, "parallelize_llama: 'Async TP requires 'model' in --compile.components and --compile.enable'",
-        "the job file leaves it off",
-    )  # fmt: skip
+    refusal = "parallelize_llama: 'Async TP requires 'model' in --compile.components and --compile.enable'"
+    notes += shared_notes(model, job, config, refusal, "the job file leaves it off")
     chunks = config.pp * config.virtual_stages
     if config.pp > 1 and model.num_hidden_layers % chunks:
         notes.append(f"{model.num_hidden_layers} layers do not divide into {chunks} stages: the chunks are spelt out")

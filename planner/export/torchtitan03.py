@@ -308,9 +308,15 @@ def torchtitan_args_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig
     if function.precision != "bf16":
         notes.append(f"{function.function} builds its {function.precision} converters: they need torchao")
     notes += shared_notes(
-        job, config, "CompileConfig: 'Async TP requires model in --compile.components and --compile.enable'",
+        model, job, config, "CompileConfig: 'Async TP requires model in --compile.components and --compile.enable'",
         "the overrides leave it off",
     )  # fmt: skip
+    notes.append(
+        "torchtitan 0.3 runs its language models' attention as FlexAttention with per-document masks (its SDPA "
+        "path is gone: models/common/config_utils.py), context parallelism over it as a K/V all-gather, and the step "
+        "as a CUDA graph where pp and ep are 1; the plan priced the fused SDPA kernel, a K/V ring and eager "
+        "launches, as the 0.2-era runs its torchtitan calibration rests on measured"
+    )
     if config.pp > 1 or config.ep > 1:
         notes.append("CUDA graphs are off (--training.disable_cuda_graphs): torchtitan refuses them with pp or ep > 1")
     notes += routing_note(job, config, flags_written=False)

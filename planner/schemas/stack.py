@@ -113,6 +113,17 @@ class Stack(Frozen):
     cross_entropy_bytes_per_logit: PositiveFloat = Field(
         description="HBM bytes the loss moves per logit element, forward and backward together"
     )
+    cross_entropy_fusion: Literal["te"] | None = Field(
+        None,
+        description="The fused loss the stack runs, which its loss figures count: 'te', Transformer Engine's "
+        "Triton cross entropy on the bf16 logits (Megatron --cross-entropy-loss-fusion --cross-entropy-fusion-impl "
+        "te, written by the export); None: the framework's own",
+    )
+    moe_permute_fusion: bool | None = Field(
+        None,
+        description="The stack permutes routed tokens with one fused kernel, a read and a write of them, as the "
+        "cost counts (Megatron --moe-permute-fusion, written by the export); None: not a setting of the stack",
+    )
     loss_bytes_per_logit: PositiveFloat = Field(
         description="Bytes per logit element (of the last stage's tokens x V/t) the loss holds at its peak: the "
         "head's output and every copy and gradient of it alive at the same time (``cost.memory.stage_memory``)"

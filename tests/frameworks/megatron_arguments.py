@@ -18,7 +18,8 @@ TransformerConfig from the arguments as ``pretrain_gpt.py`` does
 (``core_transformer_config_from_args``), whose ``__post_init__`` holds Megatron-Core's own
 refusals (moe_act recompute without grouped GEMMs, delayed fp8 scaling with layernorm recompute,
 flex dispatch with capacity padding); Transformer Engine is absent, so its version checks
-(``is_te_min_version``) answer yes and RoPE fusion, a TE kernel, is off.
+(``is_te_min_version``) answer yes, its fused permutation kernels are stood in for
+(``FUSED_PERMUTATION``) and RoPE fusion, a TE kernel, is off.
 
 validate_args asks the GPU twice (``get_device_arch_version`` for the CUDA_DEVICE_MAX_CONNECTIONS
 rule, which changes with Blackwell, and ``torch.cuda.get_device_capability`` for grouped GEMM);
@@ -48,6 +49,18 @@ assert arguments.__file__.startswith(sys.argv[1]), f"megatron.training read from
 from megatron.core.transformer import transformer_config  # noqa: E402
 
 transformer_config.is_te_min_version = lambda *args, **kwargs: True  # type: ignore[attr-defined]
+from megatron.core.transformer.moe import moe_utils  # noqa: E402
+
+FUSED_PERMUTATION = (
+    "fused_permute", "fused_permute_with_probs", "fused_sort_chunks_by_index",
+    "fused_sort_chunks_by_index_with_probs", "fused_unpermute",
+)  # fmt: skip
+"""Transformer Engine's permutation kernels, None in moe_utils without it: TransformerConfig refuses
+--moe-permute-fusion where one is missing, as it would on a machine without TE >= 2.1; stood in for,
+as the TE version checks are answered yes."""
+for _name in FUSED_PERMUTATION:
+    if getattr(moe_utils, _name, None) is None:
+        setattr(moe_utils, _name, lambda *args, **kwargs: None)
 
 HOPPER = (9, 0)
 arguments.get_device_arch_version = lambda: HOPPER[0]  # type: ignore[attr-defined]
