@@ -171,14 +171,15 @@ softmax one (sglang MiniMaxText01Config.linear_layer_ids: ``attn_type == 0``).""
 
 UNREAD_MOE_KEYS_ALLOWED = frozenset(
     {
-        "router_aux_loss_coef", "output_router_logits",
+        "output_router_logits",
         "router_jitter_noise", "input_jitter_noise", "aux_loss_alpha", "seq_aux", "topk_method",
         "score_function", "ep_size", "moe_router_enable_expert_bias", "use_routing_bias",
         "router_z_loss_coef", "moe_aux_loss_coeff", "moe_z_loss_coeff", "experts_per_token", "moe_layers",
     }
 )  # fmt: skip
 """MoE keys of HF configs that change how tokens are routed or the loss, not which weights a
-token multiplies (load-balancing coefficients, GPT-OSS's ``experts_per_token`` beside its
+token multiplies (load-balancing coefficients other than ``router_aux_loss_coef``, a ModelSpec key
+the Megatron export writes, GPT-OSS's ``experts_per_token`` beside its
 num_experts_per_tok; Llama 4's ``moe_layers``, read by ``_llama4_fields``; ``topk_method``, read
 for its 'noaux_tc' expert bias). The router's score function, renormalisation and scale are
 ModelSpec keys (``scoring_func``, ``norm_topk_prob``, ``routed_scaling_factor``), read for the

@@ -165,6 +165,10 @@ def megatron_parser() -> argparse.ArgumentParser:
     ):
         p.add_argument(flag, action="store_true")
     p.add_argument("--cross-entropy-fusion-impl", choices=["native", "te"], default="native")
+    p.add_argument(
+        "--moe-router-load-balancing-type", choices=["aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"]
+    )
+    p.add_argument("--moe-aux-loss-coeff", type=float, default=0.0)
     # _add_training_args: the moments' formats under the precision-aware optimizer
     for flag in ("--exp-avg-dtype", "--exp-avg-sq-dtype"):
         p.add_argument(flag, choices=["fp32", "fp16", "bf16", "fp8"], default="fp32")
@@ -990,7 +994,10 @@ def test_megatron_writes_the_checkpoints_router() -> None:
     assert router(load_model("llama4-scout")) == [
         "--moe-router-topk", "1", "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input"
     ]  # fmt: skip
-    qwen = load_model("qwen3-30b-a3b")
+    # Qwen3-MoE's load-balancing loss (config.json router_aux_loss_coef 0.001), then its router alone
+    args = " ".join(megatron_args(load_model("qwen3-30b-a3b"), job, ParallelConfig(dp=8, ep=8)))
+    assert "--moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 0.001" in args
+    qwen = load_model("qwen3-30b-a3b").model_copy(update={"router_aux_loss_coef": None})
     assert router(qwen) == ["--moe-router-topk", "8"]
     v2 = qwen.model_copy(update={"norm_topk_prob": False, "routed_scaling_factor": 16.0})
     assert router(v2) == [
@@ -1184,11 +1191,18 @@ def test_exports_say_what_the_launch_line_changes_from_the_plan() -> None:
 
     mixtral = load_model("mixtral-8x7b")
     ep = mesh(tp=2, dp=16, ep=8, sequence_parallel=True, zero_stage=1)
-    # Megatron's --moe-aux-loss-coeff defaults to 0: a model without an expert bias is told to set one
-    notes = " ".join(megatron_notes(mixtral, JOB, ep))
-    assert "default --moe-aux-loss-coeff is 0" in notes and "router_aux_loss_coef" in notes
+    # Megatron's --moe-aux-loss-coeff defaults to 0: the model's own coefficient is written (Mixtral's
+    # config.json: 0.02), and a model stating none is told to set one
+    args = " ".join(megatron_args(mixtral, JOB, ep))
+    assert "--moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff 0.02" in args
+    assert not any("--moe-aux-loss-coeff is 0" in n for n in megatron_notes(mixtral, JOB, ep))
+    unstated = mixtral.model_copy(update={"router_aux_loss_coef": None})
+    assert "--moe-aux-loss-coeff" not in megatron_args(unstated, JOB, ep)
+    notes = " ".join(megatron_notes(unstated, JOB, ep))
+    assert "default --moe-aux-loss-coeff is 0" in notes and "states no coefficient" in notes
     dsv3_mesh = mesh(tp=8, pp=4, dp=4, ep=8, zero_stage=1, sequence_parallel=True)
-    assert "--moe-aux-loss-coeff" not in " ".join(megatron_notes(DSV3, JOB, dsv3_mesh))  # its expert bias balances
+    dsv3_said = " ".join(megatron_notes(DSV3, JOB, dsv3_mesh) + megatron_args(DSV3, JOB, dsv3_mesh))
+    assert "--moe-aux-loss-coeff" not in dsv3_said  # its expert bias balances
     # force-balanced routing trains no model: said where the flag is written
     balanced = JOB.model_copy(update={"moe_load_imbalance": 1.0})
     assert "--moe-router-force-load-balancing" in megatron_args(mixtral, balanced, ep)

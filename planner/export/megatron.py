@@ -546,7 +546,9 @@ def _router_args(model: ModelSpec) -> list[str]:
     expert before the top-k, left unnormalised (HF norm_topk_prob false, and a top-1 softmax router,
     which TransformerConfig refuses otherwise: a softmax over one logit has no gradient). Megatron
     renormalises sigmoid top-k weights always, and applies Llama 4's weight to the expert's input
-    with --moe-apply-probs-on-input (Megatron-Bridge's Llama 4 provider sets it)."""
+    with --moe-apply-probs-on-input (Megatron-Bridge's Llama 4 provider sets it). A model balanced
+    by an auxiliary loss gets its coefficient (--moe-router-load-balancing-type aux_loss
+    --moe-aux-loss-coeff, ``ModelSpec.router_aux_loss_coef``)."""
     top_k = model.num_experts_per_tok or 1
     if model.scoring_func not in ROUTER_SCORE_FUNCTIONS:
         raise refuse(
@@ -579,6 +581,15 @@ def _router_args(model: ModelSpec) -> list[str]:
         args += ["--moe-router-topk-scaling-factor", f"{model.routed_scaling_factor:g}"]
     if model.model_type in LLAMA4_TYPES:
         args.append("--moe-apply-probs-on-input")
+    if model.router_aux_loss_coef and not model.router_expert_bias:
+        # the model's load-balancing loss (Switch Transformer's, HF router_aux_loss_coef): Megatron-Core's
+        # default coefficient is 0 (transformer_config.py moe_aux_loss_coeff), which balances nothing
+        args += [
+            "--moe-router-load-balancing-type",
+            "aux_loss",
+            "--moe-aux-loss-coeff",
+            f"{model.router_aux_loss_coef:g}",
+        ]
     return args
 
 
@@ -777,12 +788,12 @@ def megatron_notes(
             "measures the step the plan priced but trains no model; drop it, and the natural routing's busiest rank "
             "then takes more tokens (plan with --moe-routing natural)"
         )
-    if model.is_moe and not model.router_expert_bias:
+    if model.is_moe and not model.router_expert_bias and not model.router_aux_loss_coef:
         notes.append(
-            "load balancing: Megatron-Core's default --moe-aux-loss-coeff is 0, which balances nothing; the plan "
-            "priced natural routing near a balanced model's (--moe-routing), so set the auxiliary loss the model "
-            "trained with (--moe-router-load-balancing-type aux_loss --moe-aux-loss-coeff, e.g. its Hugging Face "
-            "config's router_aux_loss_coef; Megatron's MoE guide starts from 1e-2)"
+            f"load balancing: Megatron-Core's default --moe-aux-loss-coeff is 0, which balances nothing, and "
+            f"{model.name} states no coefficient; the plan priced natural routing near a balanced model's "
+            "(--moe-routing), so set the auxiliary loss the model trained with (--moe-router-load-balancing-type "
+            "aux_loss --moe-aux-loss-coeff; Megatron's MoE guide starts from 1e-2)"
         )
     if model.is_hybrid:
         notes.append(

@@ -36,6 +36,10 @@ Transformer'). GPT-2/3 and BLOOM use plain ``gelu``/``gelu_new`` with a 2-matrix
 GELU model (Gemma) sets ``gated_mlp: true`` explicitly."""
 
 
+MAX_AUX_LOSS_COEF = 100.0
+"""The largest auxiliary-loss coefficient a model may state (published ones run 0.001-0.9): a bound
+against typos, not a measurement."""
+
 MAX_MODEL_DIMENSION = 2**24
 """The largest layer count, width, head count, vocabulary or context a model may state,
 16,777,216: far above any model built (hidden sizes up to about 32K, vocabularies up to about
@@ -271,6 +275,15 @@ class ModelSpec(Frozen):
         None,
         description="Factor on the routed experts' weights (HF config.json; DeepSeek-V3 and Nemotron 3 Nano 2.5, "
         "Super 5.0; Megatron --moe-router-topk-scaling-factor); None: 1. Not priced",
+    )
+    router_aux_loss_coef: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_AUX_LOSS_COEF,
+        allow_inf_nan=False,
+        description="The load-balancing auxiliary loss's coefficient the model trained with (HF config.json; "
+        "Mixtral-8x7B 0.02, Qwen3-MoE 0.001, gpt-oss 0.9; Megatron --moe-aux-loss-coeff, whose default 0 "
+        "balances nothing); None: not stated. Written by the Megatron export, not priced",
     )
     router_expert_bias: bool = Field(
         False,
