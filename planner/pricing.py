@@ -416,8 +416,10 @@ def row_estimate(
 ) -> Estimate:
     """Row ``i`` of evaluated columns as an Estimate (without advice). A pipeline split the
     framework must be told (``cost.pipeline.plan_layout``) is written into the config's
-    ``pipeline_layout``, so the export runs what was priced."""
-    if config.pipeline_layout is None and config.schedule not in DUAL_SCHEDULES:
+    ``pipeline_layout``, so the export runs what was priced; not for a stack that takes no layout
+    (``Stack.pipeline_layouts``: DeepSpeed partitions its own split in code, and its export had
+    refused the search's best meshes for a layout nobody asked for)."""
+    if config.pipeline_layout is None and config.schedule not in DUAL_SCHEDULES and job.software.pipeline_layouts:
         layout = plan_layout(model, job, config.pp, config.virtual_stages)
         if layout is not None:
             config = config.model_copy(update={"pipeline_layout": layout})

@@ -1215,3 +1215,18 @@ def test_exports_say_what_the_launch_line_changes_from_the_plan() -> None:
         assert not any("RoPE" in n for n in notes_of(load_model("llama3.1-8b"), JOB_NO_MTP, dense))
     # torchtitan 0.3's runtime differs from the 0.2-era runs its calibration rests on
     assert any("FlexAttention" in n for n in torchtitan_args_notes(load_model("llama3.1-8b"), JOB_NO_MTP, dense))
+
+
+def test_a_deepspeed_export_names_why_no_searched_mesh_fits(cli) -> None:
+    """The search's best meshes carried the plan's own uneven split as a Megatron layout string,
+    which the DeepSpeed export refused as '--pipeline-layout', a flag nobody gave: a stack that
+    takes no layout gets none written, and the refusal is that of the best mesh within
+    DeepSpeed's degrees (its partition cannot reproduce the plan's split)."""
+    from planner.search import default_job, search
+
+    model = load_model("deepseek-v3")
+    ranking = search(model, load_cluster("gb200-nvl72x2"), default_job(model, stack="deepspeed"), {}, top=3)
+    assert all(c.config.parallel.pipeline_layout is None for c in ranking.candidates)
+    r = cli("export", "-f", "deepspeed", "-m", "deepseek-v3", "-c", "gb200-nvl72x2")
+    assert_one_line_error(r, "no PipelineModule partition_method reproduces", "with --tp 1, --cp 1, --ep 1")
+    assert "--pipeline-layout" not in r.err

@@ -188,8 +188,10 @@ def _best_mesh(
         for knob in (k for k in limits if k in pins):
             check_degree(knob, pins[knob])
     limits = {k: v for k, v in limits.items() if k not in pins}
+    last_refusal: PlannerError | None = None  # the last search's best: within the target's degrees, if limited
     for attempt in (pins, {**pins, **limits}) if limits else (pins,):
         ranking = search(model, cluster, job, attempt, top=CANDIDATES_TRIED, objective=objective)
+        last_refusal = None
         for est in ranking.candidates:
             try:
                 header = _header(fmt, model, cluster, est)
@@ -198,10 +200,13 @@ def _best_mesh(
                 if not err.mesh_bound:  # the model or the job is what the target lacks: no mesh would do
                     raise
                 first_refusal = first_refusal or err
+                last_refusal = last_refusal or err
                 continue
             if first_refusal is not None:
                 sys.stderr.write(f"note: the open search's best mesh was skipped: {first_refusal}; exporting "
                                  f"{est.config.parallel.short()}\n")  # fmt: skip
             return est, exported
-    assert first_refusal is not None  # the search returns at least one candidate or raises
-    raise PlannerError(f"{first_refusal} (so do the other best meshes; pin knobs {fmt} supports)")
+    refusal = last_refusal or first_refusal
+    assert refusal is not None  # the search returns at least one candidate or raises
+    within = f" with {', '.join(f'--{k} {v}' for k, v in limits.items())}" if limits else ""
+    raise PlannerError(f"{refusal} (so do the other best meshes{within}; pin knobs {fmt} supports)")
