@@ -122,15 +122,33 @@ def _check_writable(target: Path, flag: str) -> None:
     os.unlink(probe)
 
 
+LINK_LOOPS = "loops (it names itself through links)"
+"""What a link that names no file, only itself through links, is called: as an input
+(``catalog``) and as an output (``_through_link``)."""
+
+
+def link_loops(path: Path) -> bool:
+    """Whether ``path`` is a link that names itself through links: ``Path.resolve`` raises
+    RuntimeError for it on Python 3.11 (OSError ELOOP from 3.13), which no OSError handler caught."""
+    if not path.is_symlink():
+        return False
+    try:
+        path.resolve(strict=True)
+    except RuntimeError:
+        return True
+    except OSError as err:
+        return err.errno == errno.ELOOP
+    return False
+
+
 def _through_link(path: Path, flag: str = "--out") -> Path:
     """The file a link at ``path`` names (the write goes there, as a shell's ``>`` would), else
-    ``path``. A loop of links names no file (``Path.resolve`` raises RuntimeError, not OSError)."""
+    ``path``; a loop of links names no file (``link_loops``)."""
     if not path.is_symlink():
         return path
-    try:
-        return path.resolve(strict=False)
-    except RuntimeError:
-        raise PlannerError(f"{flag} {path}: cannot write: the link loops (it names itself through links)") from None
+    if link_loops(path):
+        raise PlannerError(f"{flag} {path}: cannot write: the link {LINK_LOOPS}")
+    return path.resolve()
 
 
 def _not_a_regular_file(target: Path, flag: str) -> None:

@@ -10,7 +10,6 @@ model YAML or a Hugging Face config.json; ``--cluster`` takes ``<profile>`` (one
 from __future__ import annotations
 
 import difflib
-import errno
 import hashlib
 import json
 import numbers
@@ -24,6 +23,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from planner.atomic import LINK_LOOPS, link_loops
 from planner.errors import PlannerError, shown, shown_value, validate_as
 from planner.hf_config import model_from_hf_config
 from planner.schemas.base import integer_shown
@@ -315,15 +315,10 @@ def _not_a_file(path: Path, expected: str) -> str:
         return f"is a directory, not {expected}"
     if path.exists():
         return f"is not a regular file (a device or pipe), not {expected}"
+    if link_loops(path):
+        return f"is a link that {LINK_LOOPS}"
     if path.is_symlink():
-        try:
-            path.resolve(strict=True)
-        except RuntimeError:  # a loop of links, as Python 3.11 reports it (3.13: OSError ELOOP)
-            return "is a link that loops (it names itself through links)"
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                return "is a link that loops (it names itself through links)"
-            return f"is a link to '{os.readlink(path)}', which does not exist"
+        return f"is a link to '{os.readlink(path)}', which does not exist"
     return "does not exist"
 
 

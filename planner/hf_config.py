@@ -369,7 +369,7 @@ def _llama4_fields(config: dict[str, Any], spec: dict[str, Any], where: str) -> 
                 "chunked_attention" if r else "full_attention" for r in _rope_flags(rope, layers, where)
             ]
         else:
-            fields["layer_types"] = _full_every(interval, layers, "chunked_attention")
+            fields["layer_types"] = full_every(interval, layers, "chunked_attention")
     return fields
 
 
@@ -458,10 +458,11 @@ def _block_pattern(config: dict[str, Any], key: str, names_key: str, where: str)
     return "".join(NEMOTRON_H_BLOCK_TYPES[k] for k in kinds)
 
 
-def _full_every(period: int, layers: int, other: str) -> list[str]:
+def full_every(period: int, layers: int, other: str) -> list[str]:
     """``layer_types`` with full attention on every ``period``-th layer (layer i when (i + 1) %
     period == 0) and ``other`` on the rest: Gemma 3's and Cohere2's sliding_window_pattern, Llama 4's
-    no_rope_layer_interval."""
+    no_rope_layer_interval, and at period 2 the alternation that slides first (Gemma 2's, GPT-OSS's
+    layer_types, the runs files' 'alternating' windows)."""
     return ["full_attention" if (i + 1) % period == 0 else other for i in range(layers)]
 
 
@@ -681,9 +682,9 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     if windowed and isinstance(layers, int) and 0 < layers <= MAX_MODEL_DIMENSION:  # else ModelSpec names it
         period = _hf_size(config, SLIDING_WINDOW_PATTERN, where)
         if model_type in ALTERNATING_SLIDING_WINDOW:
-            spec["layer_types"] = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(layers)]
+            spec["layer_types"] = full_every(2, layers, "sliding_attention")
         elif period is not None:
-            spec["layer_types"] = _full_every(period, layers, "sliding_attention")
+            spec["layer_types"] = full_every(period, layers, "sliding_attention")
     if notes:
         spec["notes"] = notes
     if model_type in LEARNED_POSITION_MODELS:

@@ -38,6 +38,7 @@ from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
 from planner.cost.pipeline import layers_per_chunk
 from planner.errors import PlannerError, SchemaError, UnpriceableError, shown, shown_value
+from planner.hf_config import full_every
 from planner.schemas.base import GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -418,7 +419,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
         spec["sliding_window"] = size
         if alternating and 0 < layers <= MAX_MODEL_DIMENSION:  # else ModelSpec names the count
             # HF's order for GPT-OSS: sliding first (config.json layer_types)
-            spec["layer_types"] = [("sliding_attention", "full_attention")[i % 2] for i in range(layers)]
+            spec["layer_types"] = full_every(2, layers, "sliding_attention")
     if mpt:
         spec.update(norm_type="layernorm", attention_bias=True, mlp_bias=True, position_embedding_type="learned")
     if _text(m.get("hf_id")).startswith("qwen/qwen3"):

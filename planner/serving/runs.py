@@ -36,6 +36,7 @@ import numpy as np
 
 from planner.catalog import load_cluster, read_yaml
 from planner.errors import PlannerError, UnpriceableError, shown_value, validate_as
+from planner.hf_config import full_every
 from planner.runs import check_row_names
 from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
@@ -208,7 +209,7 @@ def model_from_row(row: dict[str, Any]) -> ModelSpec:
     try:
         built = validate_as(ModelSpec, spec, "model")
         if window is not None and "alternating" in str(window):  # the layer count validated first
-            kinds = ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(built.num_hidden_layers)]
+            kinds = full_every(2, built.num_hidden_layers, "sliding_attention")
             built = validate_as(ModelSpec, spec | {"layer_types": kinds}, "model")
     except PlannerError as err:  # a value the schema refuses: the row is unpriceable, as planner.runs reads it
         raise UnpriceableError(str(err)) from None
