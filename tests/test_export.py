@@ -466,7 +466,7 @@ def test_torchtitan_03_fp8_picks_the_config_function_that_builds_its_converters(
 def test_deepspeed_json_round_trip(config: ParallelConfig) -> None:
     out = render("deepspeed", LLAMA70B, DS_JOB, config, header="ignored: JSON has no comments")
     ds = json.loads(out.text)
-    assert ds == deepspeed_config(DS_JOB, config)
+    assert ds == deepspeed_config(LLAMA70B, DS_JOB, config)
     b, gas = ds["train_micro_batch_size_per_gpu"], ds["gradient_accumulation_steps"]
     assert b == config.micro_batch_size and ds["train_batch_size"] == JOB.batch_size
     assert ds["train_batch_size"] == b * gas * config.dp  # config-json.md: batch = micro * accumulation * dp
@@ -478,6 +478,37 @@ def test_deepspeed_json_round_trip(config: ParallelConfig) -> None:
     if config.pp > 1:
         assert any(f"num_stages={config.pp}" in note for note in out.notes)
         assert ds.get("pipeline") == ({"activation_checkpoint_interval": 1} if config.recompute == "full" else None)
+
+
+def test_deepspeed_zero3_names_the_moe_block_a_leaf() -> None:
+    """ZeRO-3 of a MoE model whose HF block calls only the routed experts (DeepSeek-V3 skips an
+    expert with no tokens, Mixtral loops over the experts hit) names that block in
+    zero_optimization.leaf_module.classes; ZeRO-1 and dense models, and GPT-OSS (one fused expert
+    parameter), write no leaf; a MoE model of no known type gets a note instead."""
+    z3 = mesh(dp=64, zero_stage=3, recompute="full")
+    leaf = {
+        name: render("deepspeed", model, DS_JOB.model_copy(update={"mtp_layers": 0}), z3)
+        for name, model in [("dsv3", DSV3), ("mixtral", MIXTRAL), ("llama", LLAMA70B),
+                            ("gpt-oss", load_model("gpt-oss-120b")),
+                            ("custom", MIXTRAL.model_copy(update={"model_type": None, "name": "my-moe"}))]
+    }  # fmt: skip
+    zero = {name: json.loads(out.text)["zero_optimization"] for name, out in leaf.items()}
+    assert zero["dsv3"]["leaf_module"] == {
+        "classes": ["transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3MoE"]
+    }
+    assert zero["mixtral"]["leaf_module"] == {
+        "classes": ["transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock"]
+    }
+    assert all("leaf_module" not in zero[name] for name in ("llama", "gpt-oss", "custom"))
+    assert [note for note in leaf["custom"].notes if "leaf_module" in note] == [
+        "name your MoE block in zero_optimization.leaf_module.classes: my-moe (no model type) has no Hugging Face "
+        "block the export knows, and a block that calls only the experts its tokens chose changes ZeRO-3's traced "
+        "fetch order every step; as a leaf it is gathered whole, as the plan priced"
+    ]
+    known = ("dsv3", "mixtral", "llama", "gpt-oss")
+    assert not any("leaf_module" in note for name in known for note in leaf[name].notes)
+    z1 = json.loads(render("deepspeed", MIXTRAL, DS_JOB, mesh(dp=64, zero_stage=1)).text)
+    assert "leaf_module" not in z1["zero_optimization"]
 
 
 def test_deepspeed_refuses_a_split_its_partition_methods_cannot_make() -> None:

@@ -255,10 +255,16 @@ DEEPSPEED_MESHES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("deepseek-v3", dict(pp=4, dp=16, zero_stage=1), {"mtp_layers": 0}),
     ("deepseek-v3", dict(pp=8, dp=8, zero_stage=1), {"mtp_layers": 0}),
     ("llama3-405b", dict(pp=8, dp=8, zero_stage=1), {}),
+    ("deepseek-v3", dict(dp=64, zero_stage=3, recompute="full"), {"mtp_layers": 0}),
 ]
 """ZeRO 0-3, bf16 and fp16, with and without a pipeline (DeepSpeed's own grid: dp = world / pp), and
 PipelineModule's partition of 80, 61 and 126 layers (even and odd splits), on the deepspeed stack
-(what ``plan export --format deepspeed`` plans with)."""
+(what ``plan export --format deepspeed`` plans with), and DeepSeek-V3 under ZeRO-3 (its MoE block a
+leaf module)."""
+
+HF_MOE_BLOCKS = {"deepseek-v3": "transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3MoE"}
+"""The block each MoE model's Hugging Face code routes through (transformers 4.57.1): the class a
+ZeRO-3 export must make a leaf module."""
 
 DEEPSPEED_CLASSES = {
     "<embedding class>": "Embedding", "<decoder layer class>": "DecoderLayer", "<LM head class>": "Head",
@@ -288,8 +294,9 @@ def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
     methods = [_deepspeed_method(pipeline_partition(*plan)) if plan[2].pp > 1 else None for plan in plans]
     cases = [
         {"config": json.loads(render("deepspeed", *plan).text), "pp": plan[2].pp, "dp": plan[2].dp,
-         "layers": plan[0].num_hidden_layers, "partitions": [method] if method else []}
-        for plan, method in zip(plans, methods, strict=True)
+         "layers": plan[0].num_hidden_layers, "partitions": [method] if method else [],
+         "blocks": [HF_MOE_BLOCKS[name]] if name in HF_MOE_BLOCKS else []}
+        for (name, _, _), plan, method in zip(DEEPSPEED_MESHES, plans, methods, strict=True)
     ]  # fmt: skip
     for (name, pins, _), (model, job, config), method, read in zip(
         DEEPSPEED_MESHES, plans, methods, _run_megatron(cases, DEEPSPEED_SCRIPT), strict=True
@@ -299,6 +306,8 @@ def test_deepspeed_accepts_every_export_on_its_own_grid() -> None:
         assert read["batch"] == [job.batch_size, config.micro_batch_size, accumulation], name
         assert read["data_parallel"] == config.dp and read["zero_stage"] == config.zero_stage
         assert (read["bf16"], read["fp16"]) == (job.dtype == "bf16", job.dtype == "fp16")
+        if name in HF_MOE_BLOCKS:  # DeepSpeed's own leaf-module matching flags the HF block under ZeRO-3
+            assert read["leaf_blocks"] == ([HF_MOE_BLOCKS[name]] if config.zero_stage == 3 else []), f"{name} {pins}"
         if method is not None:  # DeepSpeed's own partition: the plan's split, stage by stage
             from planner.cost.pipeline import split_stages
 

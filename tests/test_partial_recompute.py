@@ -94,7 +94,7 @@ def test_exports_write_the_partial_recompute() -> None:
     # 80 layers on one rank, 20 recomputed: every 4th layer
     assert titan["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "4"}
     with pytest.raises(PlannerError, match="DeepSpeed's activation checkpointing recomputes every layer"):
-        deepspeed_config(JOB, ParallelConfig(dp=64, zero_stage=3, recompute="full", recompute_layers=20))
+        deepspeed_config(MODEL, JOB, ParallelConfig(dp=64, zero_stage=3, recompute="full", recompute_layers=20))
 
 
 def test_the_cli_takes_recompute_layers(cli) -> None:  # type: ignore[no-untyped-def]

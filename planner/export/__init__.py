@@ -82,7 +82,7 @@ def render(
         return Exported(fmt, torchtitan_toml(model, job, config, header), tuple(notes))
     if fmt == "deepspeed":
         notes = deepspeed_notes(model, job, config)
-        return Exported(fmt, json.dumps(deepspeed_config(job, config), indent=2) + "\n", tuple(notes))
+        return Exported(fmt, json.dumps(deepspeed_config(model, job, config), indent=2) + "\n", tuple(notes))
     raise PlannerError(f"--format '{fmt}' is not one of {', '.join(FORMATS)}")
 
 

@@ -107,6 +107,36 @@ def pipeline_partition(model: ModelSpec, job: JobSpec, config: ParallelConfig) -
     )
 
 
+ZERO3_LEAF_MODULES: dict[str, str] = {
+    "mixtral": "transformers.models.mixtral.modeling_mixtral.MixtralSparseMoeBlock",
+    "qwen2_moe": "transformers.models.qwen2_moe.modeling_qwen2_moe.Qwen2MoeSparseMoeBlock",
+    "qwen3_moe": "transformers.models.qwen3_moe.modeling_qwen3_moe.Qwen3MoeSparseMoeBlock",
+    "deepseek_v2": "transformers.models.deepseek_v2.modeling_deepseek_v2.DeepseekV2MoE",
+    "deepseek_v3": "transformers.models.deepseek_v3.modeling_deepseek_v3.DeepseekV3MoE",
+}
+"""Hugging Face MoE blocks (transformers 4.57.1's modeling files) that call only the experts their
+tokens were routed to: Mixtral's and the Qwen-MoE blocks loop over ``expert_hit``, DeepSeek-V2's
+and V3's skip an expert whose token count is 0. ZeRO-3 installs a fetch hook on every module and
+prefetches in the order it traced (deepspeed/utils/z3_leaf_module.py ``set_z3_leaf_modules``: "the
+computation order of experts varies across forward passes ... By designating a module as a 'leaf'
+node, ZeRO3 will prefetch parameters for all child modules upon entering the module"), so each
+block must be a leaf: one gather of the whole block, which is what the plan prices. DeepSpeed
+0.19.8's own default list (runtime/zero/leaf_module_config.py ``DEFAULT_LEAF_MODULE_CLASSES``)
+holds the first three; the export writes the class anyway, since a list it writes replaces the
+default."""
+
+EXPERTS_CALLED_ALIKE = frozenset({"gpt_oss", "llama4_text", "llama4", "olmoe"})
+"""MoE model types whose Hugging Face block runs the same modules every step (transformers
+4.57.1): GPT-OSS's ``GptOssExperts`` and Llama 4's ``Llama4TextExperts`` hold every expert's
+weights in one parameter, OLMoE's block calls every expert, routed tokens or none; ZeRO-3's
+traced order holds without a leaf module."""
+
+
+def zero3_leaf_module(model: ModelSpec) -> str | None:
+    """The ``ZERO3_LEAF_MODULES`` class of a MoE model, or None (dense, or not a known type)."""
+    return ZERO3_LEAF_MODULES.get(model.model_type or "") if model.is_moe else None
+
+
 DEGREES_OF_ONE: dict[str, str] = {
     "tp": "a DeepSpeed config trains data and pipeline parallel only (TP needs Megatron-DeepSpeed); use --tp 1",
     "cp": "DeepSpeed has no ring context parallelism; use --cp 1",
@@ -184,8 +214,9 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
     num_microbatches(TARGET, job, config)
 
 
-def deepspeed_config(job: JobSpec, config: ParallelConfig) -> dict[str, Any]:
-    """The DeepSpeed config dict for ``config``.
+def deepspeed_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> dict[str, Any]:
+    """The DeepSpeed config dict for ``config``; under ZeRO-3 a MoE model's block of
+    ``ZERO3_LEAF_MODULES`` is named in ``zero_optimization.leaf_module.classes``.
 
     config-json.md: train_batch_size = train_micro_batch_size_per_gpu * gradient_accumulation_steps
     * data-parallel GPUs, so gradient_accumulation_steps = B / (b * dp) = m; the pipeline engine
@@ -200,6 +231,11 @@ def deepspeed_config(job: JobSpec, config: ParallelConfig) -> dict[str, Any]:
         # its default is stage == 3 (zero/config.py overlap_comm_valid); ZeRO-1 and 2 run it alike
         # (zero/stage_1_and_2.py installs the reduce hooks when overlap_comm is set)
         zero_section["overlap_comm"] = config.overlap_grad_reduce
+    leaf = zero3_leaf_module(model)
+    if zero == 3 and leaf is not None:
+        # runtime/zero/config.py: zero_optimization.leaf_module (DeepSpeedZeroLeafModuleConfig);
+        # utils/z3_leaf_module.py matches a class by its name or its module-qualified name
+        zero_section["leaf_module"] = {"classes": [leaf]}
     ds: dict[str, Any] = {
         "train_batch_size": job.batch_size,
         "train_micro_batch_size_per_gpu": config.micro_batch_size,
@@ -250,6 +286,13 @@ def deepspeed_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> l
             "the model's gradient checkpointing); activation_checkpointing only configures it"
         )
     zero = effective_zero_stage(config)
+    if zero == 3 and model.is_moe and zero3_leaf_module(model) is None and model.model_type not in EXPERTS_CALLED_ALIKE:
+        kind = f"model type '{model.model_type}'" if model.model_type else "no model type"
+        notes.append(
+            f"name your MoE block in zero_optimization.leaf_module.classes: {model.name} ({kind}) has no Hugging "
+            "Face block the export knows, and a block that calls only the experts its tokens chose changes ZeRO-3's "
+            "traced fetch order every step; as a leaf it is gathered whole, as the plan priced"
+        )
     if config.overlap_grad_reduce and zero == 0 and config.dp > 1:
         notes.append(
             "zero_optimization.overlap_comm is a ZeRO setting; without ZeRO check that the engine overlaps the "

@@ -6,7 +6,8 @@ degree}. torch's fake process-group backend stands in for pp*dp ranks (rank 0 of
 ``PipelineParallelGrid`` (deepspeed/runtime/pipe/topology.py, what ``PipelineModule`` builds)
 give the data-parallel group, and ``DeepSpeedConfig(config, mpu=grid)`` runs DeepSpeed's batch
 and ZeRO checks (``_configure_train_batch_size``). Prints the resolved values or the error. Run
-as a subprocess by tests/test_frameworks.py.
+as a subprocess by tests/test_frameworks.py. A case's ``blocks`` (Hugging Face MoE block classes)
+are checked against the config's ZeRO-3 leaf modules (``leaf_blocks``).
 
 With pp > 1 it also builds DeepSpeed's ``deepspeed.pipe.PipelineModule`` as the export's note
 says to, over the case's ``layers`` decoder layers between an embedding and a head (one-weight
@@ -55,6 +56,20 @@ def stage_layers(layers: int, topology: object, method: str) -> list[int]:
     return [kinds[a:b].count("DecoderLayer") for a, b in itertools.pairwise(bounds)]
 
 
+def leaf_blocks(config: object, blocks: list[str]) -> list[str]:
+    """Which of ``blocks`` (module-qualified class names) DeepSpeed's own ZeRO leaf-module config
+    flags as leaves, on a stand-in model holding one module of each class (a class of that name and
+    module, as ``z3_leaf_module._fully_qualified_class_name`` reads it)."""
+    from deepspeed.utils.z3_leaf_module import apply_zero_leaf_module_config, z3_leaf_module
+
+    modules = []
+    for block in blocks:
+        where, _, name = block.rpartition(".")
+        modules.append(type(name, (torch.nn.Linear,), {"__module__": where})(1, 1))
+    apply_zero_leaf_module_config(torch.nn.Sequential(*modules), config.zero_config.leaf_module)
+    return [block for block, module in zip(blocks, modules, strict=True) if z3_leaf_module(module)]
+
+
 def read(case: dict) -> dict:
     import deepspeed.comm as dist
     from deepspeed.runtime.config import DeepSpeedConfig
@@ -76,6 +91,7 @@ def read(case: dict) -> dict:
         "bf16": config.bfloat16_config.enabled,
         "fp16": config.float16_config.enabled,
         "stage_layers": stages,
+        "leaf_blocks": leaf_blocks(config, case.get("blocks", [])),
     }
 
 
