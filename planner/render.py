@@ -283,6 +283,25 @@ def recompute_cell(c: RankedEstimate) -> str:
     return p.recompute[:4]
 
 
+def ranking_legend(ranking: Ranking) -> str:
+    """One line naming the ranking's terse columns (v, Z, recomp, SP, GiB, free, bubble); of the
+    recompute codes (``recompute_cell``), those a candidate shows."""
+    cells = {recompute_cell(c) for c in ranking.candidates}
+    codes = ["sele selective"]
+    if "sel+" in cells:
+        codes.append("sel+ selective of named modules")
+    if any(cell.startswith("f:") for cell in cells):
+        codes.append("f:N full on N layers of each chunk")
+    if any(cell.startswith("o:") for cell in cells):
+        codes.append("o:N N layers' activations offloaded to host")
+    usable = gib(ranking.candidates[0].memory_usable_bytes) if ranking.candidates else "?"
+    return (
+        "columns: v virtual stages per pipeline rank, Z ZeRO stage (1 optimizer, 2 +gradients, 3 +weights sharded), "
+        f"recomp {', '.join(codes)}, SP sequence parallel, GiB peak per GPU, free GiB left of {usable} usable"
+        f"{headroom_clause(ranking.job)}, bubble (p-1)/(v m+p-1)"
+    )
+
+
 def print_ranking(console: Console, ranking: Ranking) -> None:
     """Top candidates as one compact table (about 100 columns), then the search's bookkeeping."""
     job = ranking.job
@@ -358,6 +377,8 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
             *extra,
         )
     print_table(console, table)
+    if ranking.candidates:
+        console.print(ranking_legend(ranking))
     modules = sorted({c.config.job.recompute_modules for c in ranking.candidates if c.config.job.recompute_modules})
     for names in modules:
         console.print(f"sel+: selective recompute of {', '.join(names)} (Megatron --recompute-modules)")
@@ -373,10 +394,6 @@ def print_ranking(console: Console, ranking: Ranking) -> None:
         console.print(
             "band: where published runs priced like this landed, relative to the prediction (their central 80%): "
             f"{ranking.candidates[0].interval_basis}"
-        )
-    if ranking.candidates and job.memory_headroom:
-        console.print(
-            f"free: GiB below the {gib(ranking.candidates[0].memory_usable_bytes)} usable per GPU{headroom_clause(job)}"
         )
     if ranking.pareto:
         fastest, leanest = ranking.pareto[0], ranking.pareto[-1]

@@ -203,8 +203,19 @@ def test_compare_best_says_when_the_best_is_tight_on_memory(cli) -> None:
     assert r.code == 0 and "tight on memory" not in r.out
     # the ranking's free column counts below the usable memory, and says so where headroom is kept
     r = cli("-m", "llama3-8b", "-c", "dgx-h100", "--memory-headroom", "0.125")
-    assert "free: GiB below the 69.7 usable per GPU (12.5% kept free by --memory-headroom)" in r.out
-    assert "free: GiB below" not in cli("-m", "llama3-8b", "-c", "dgx-h100").out
+    assert "free GiB left of 69.7 usable (12.5% kept free by --memory-headroom)," in " ".join(r.out.split())
+    plain = " ".join(cli("-m", "llama3-8b", "-c", "dgx-h100").out.split())
+    assert "free GiB left of 79.7 usable, bubble (p-1)/(v m+p-1)" in plain and "kept free" not in plain
+
+
+def test_the_ranking_names_its_terse_columns(cli) -> None:
+    """Under the table, one legend line names v, Z, recomp, SP, GiB, free and bubble; the recompute
+    codes f:N and o:N only where a candidate shows them."""
+    text = " ".join(cli("-m", "llama70b", "-c", "dgx-h100x16").out.split())
+    assert "columns: v virtual stages per pipeline rank, Z ZeRO stage (1 optimizer, 2 +gradients, 3 +weights " in text
+    assert "recomp sele selective, SP sequence parallel, GiB peak per GPU" in text and "f:N" not in text
+    pinned = cli("-m", "llama70b", "-c", "dgx-h100x16", "--recompute", "full", "--recompute-layers", "2")
+    assert "f:2" in pinned.out and "f:N full on N layers of each chunk" in " ".join(pinned.out.split())
 
 
 def test_hfu_above_the_sustained_gemm_rate_is_explained(cli, tmp_path) -> None:
