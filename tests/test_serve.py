@@ -928,7 +928,13 @@ def test_a_band_reads_the_architectures_runs_of_the_models_kind_first() -> None:
     assert low < 0.1 < high and high - 0.1 > 0.1 - low
     # vLLM has no fit of its own: TensorRT-LLM's errors stand in, and the basis says so
     stand_in, basis = load_engine("vllm").published_errors("throughput", "hopper")
-    assert stand_in == errors and "standing in for vllm's (a floor)" in basis
+    assert stand_in == errors and basis.endswith("standing in for vllm's (a floor: vllm has no fit of its own)")
+    # two stand-ins on the way (vLLM reads TensorRT-LLM's, whose TTFTs are its TensorRT runtime's): one clause
+    assert load_engine("vllm").published_errors("ttft", "hopper") == (
+        ttft,
+        f"{len(ttft)} trtllm-tensorrt TTFT runs of dense models on hopper standing in for vllm's (a floor: vllm "
+        "has no fit of its own, and no trtllm row publishes TTFT)",
+    )
 
     def calibrated(errors_by_key: dict[str, list[float]]) -> tuple[list[float], str]:
         engine = trtllm.model_copy(update={"calibration": cal.model_copy(update={"cv_error_pct": errors_by_key})})

@@ -289,19 +289,26 @@ class EngineProfile(Frozen):
         kind, other architectures' runs of that kind, theirs of either kind. An engine with no fit
         of its own reads its ``calibrated_like`` engine's, whose parameters it runs with; one none of
         whose rows publishes a TTFT or TPOT reads its ``latency_errors_like`` engine's for them, and
-        says so. Returns (errors, what they are); none where too few rows match."""
+        says so once, with each reason along the way. Returns (errors, what they are); none where too
+        few rows match."""
+        errors, basis, reasons = self._own_errors(metric, architecture, moe)
+        if errors and reasons:
+            return errors, f"{basis} standing in for {self.name}'s ({', and '.join(reasons)})"
+        return errors, basis
+
+    def _own_errors(self, metric: ErrorMetric, architecture: str, moe: bool) -> tuple[list[float], str, list[str]]:
+        """``published_errors`` of the engine whose rows stand in, and why each engine on the way
+        reads another's: (errors, their basis, reasons from this engine on)."""
         from planner.error_bar import MIN_INTERVAL_ROWS, split_key
 
         if not self.fitted and self.calibrated_like:
-            errors, basis = load_engine(self.calibrated_like).published_errors(metric, architecture, moe)
-            if not errors:
-                return errors, basis
-            return errors, f"{basis} standing in for {self.name}'s (a floor)"
+            errors, basis, reasons = load_engine(self.calibrated_like)._own_errors(metric, architecture, moe)
+            return errors, basis, [f"a floor: {self.name} has no fit of its own", *reasons]
         cal = self.calibration
         by_key = (cal.cv_error_pct if metric == "throughput" else cal.latency_error_pct.get(metric, {})) if cal else {}
         if metric != "throughput" and not by_key and self.latency_errors_like:
-            errors, basis = load_engine(self.latency_errors_like).published_errors(metric, architecture, moe)
-            return errors, f"{basis} standing in for {self.name}'s (no {self.name} row publishes {metric.upper()})"
+            errors, basis, reasons = load_engine(self.latency_errors_like)._own_errors(metric, architecture, moe)
+            return errors, basis, [f"no {self.name} row publishes {metric.upper()}", *reasons]
         runs = f"cross-validated {self.name} runs" if metric == "throughput" else f"{self.name} {metric.upper()} runs"
         kind = "MoE" if moe else "dense"
 
@@ -319,14 +326,14 @@ class EngineProfile(Frozen):
                 if len(errors) < MIN_INTERVAL_ROWS:
                     continue
                 if only_here:
-                    return errors, f"{len(errors)} {runs}{what} on {architecture}"
+                    return errors, f"{len(errors)} {runs}{what} on {architecture}", []
                 counts: dict[str, int] = {}
                 for key, errs in matched.items():
                     counts[split_key(key)[0]] = counts.get(split_key(key)[0], 0) + len(errs)
                 counts.setdefault(architecture, 0)
                 where = ", ".join(f"{arch} {n}" for arch, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-                return errors, f"{len(errors)} {runs}{what} on every GPU architecture ({where})"
-        return [], f"no {runs}"
+                return errors, f"{len(errors)} {runs}{what} on every GPU architecture ({where})", []
+        return [], f"no {runs}", []
 
     def for_gpu(self, gpu: GPU) -> EngineProfile:
         """This engine as it starts on ``gpu``: its ``small_gpu_defaults`` where the GPU has less memory
