@@ -185,6 +185,21 @@ for its 'noaux_tc' expert bias). The router's score function, renormalisation an
 ModelSpec keys (``scoring_func``, ``norm_topk_prob``, ``routed_scaling_factor``), read for the
 Megatron export, not priced."""
 
+ROUTER_AUX_LOSS_DEFAULTS: dict[str, float] = {
+    "mixtral": 0.001,
+    "qwen2_moe": 0.001,
+    "qwen3_moe": 0.001,
+    "llama4": 0.001,
+    "llama4_text": 0.001,
+    "gpt_oss": 0.9,
+    "olmoe": 0.01,
+}
+"""``router_aux_loss_coef`` as each model type's config class defaults it where config.json leaves it
+out (transformers 4.57.1: configuration_mixtral.py, configuration_qwen2_moe.py,
+configuration_qwen3_moe.py, configuration_llama4.py Llama4TextConfig, configuration_gpt_oss.py,
+configuration_olmoe.py): the coefficient the model's own code would train with. Mixtral-8x7B's
+config.json states 0.02 over the class's 0.001."""
+
 NOAUX_TOPK_METHOD = "noaux_tc"
 """DeepSeek-V3's ``topk_method`` for aux-loss-free balancing (modeling_deepseek.py MoEGate:
 ``e_score_correction_bias`` added to the sigmoid scores for the top-k choice): ``router_expert_bias``."""
@@ -717,6 +732,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
             spec["checkpoint_16bit_attention"] = True
     if config.get("topk_method") == NOAUX_TOPK_METHOD:
         spec.setdefault("router_expert_bias", True)
+    if model_type in ROUTER_AUX_LOSS_DEFAULTS and spec.get("router_aux_loss_coef") is None:
+        spec["router_aux_loss_coef"] = ROUTER_AUX_LOSS_DEFAULTS[model_type]
     if model_type in LLAMA4_TYPES:
         spec.update(_llama4_fields(config, spec, where))
     if model_type in FALCON_TYPES:

@@ -549,6 +549,22 @@ def test_routing_keys_and_the_ling_shared_expert_spelling_are_read(tmp_path: Pat
     assert (m.num_experts_total, m.n_shared_experts, m.shared_expert_width) == (16, 1, 512)
 
 
+def test_the_load_balancing_coefficient_follows_the_config_class(tmp_path: Path) -> None:
+    # a Mixtral or Llama 4 config.json without router_aux_loss_coef trains with its class's default
+    # (transformers 4.57.1 MixtralConfig and Llama4TextConfig: 0.001), which the Megatron export
+    # writes; a stated value wins (Mixtral-8x7B's 0.02); a type of no known class states none
+    mixtral = {**_BASE, "model_type": "mixtral", "num_local_experts": 8, "num_experts_per_tok": 2}
+    assert load_model(str(_hf(tmp_path, "m", mixtral))).router_aux_loss_coef == 0.001
+    stated = {**mixtral, "router_aux_loss_coef": 0.02}
+    assert load_model(str(_hf(tmp_path, "s", stated))).router_aux_loss_coef == 0.02
+    scout = {**_LLAMA4_TEXT, "num_local_experts": 16, "interleave_moe_layer_step": 1}
+    assert load_model(str(_hf(tmp_path, "l4", scout))).router_aux_loss_coef == 0.001
+    other = {**mixtral, "model_type": "my_moe"}
+    assert load_model(str(_hf(tmp_path, "o", other))).router_aux_loss_coef is None
+    # the catalog's Mixtral-8x22B and Llama 4 state it (their config.json copies: 0.001)
+    assert {load_model(n).router_aux_loss_coef for n in ("mixtral-8x22b", "llama4-scout", "llama4-maverick")} == {0.001}
+
+
 def test_softmax_only_attn_type_list_is_priced(tmp_path: Path) -> None:
     # attn_type_list 1 marks softmax attention: a list without 0 declares no linear layer
     m = load_model(str(_hf(tmp_path, "m", {**_BASE, "attn_type_list": [1, 1, 1, 1]})))

@@ -1023,7 +1023,8 @@ def test_megatron_writes_the_checkpoints_router() -> None:
     assert "--moe-router-topk-scaling-factor 2.5" in " ".join(router(load_model("deepseek-v3")))
     assert "--moe-router-topk-scaling-factor 5" in " ".join(router(load_model("nemotron-3-super-120b-a12b")))
     assert router(load_model("llama4-scout")) == [
-        "--moe-router-topk", "1", "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input"
+        "--moe-router-topk", "1", "--moe-router-score-function", "sigmoid", "--moe-apply-probs-on-input",
+        "--moe-router-load-balancing-type", "aux_loss",  # its config.json's router_aux_loss_coef 0.001
     ]  # fmt: skip
     # Qwen3-MoE's load-balancing loss (config.json router_aux_loss_coef 0.001), then its router alone
     args = " ".join(megatron_args(load_model("qwen3-30b-a3b"), job, ParallelConfig(dp=8, ep=8)))
