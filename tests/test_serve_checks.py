@@ -94,6 +94,15 @@ def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ..
         (("--model", "llama2-7b", "--cluster", "dgx-h100", "--input-len", "8000"), ("8512 tokens", "context of 4096")),
         (("--model", "llama3-70b", "--cluster", "mi300x", "--engine", "trtllm"), ("engine: trtllm runs on", "cdna3")),
         (("--model", "llama3-8b", "--cluster", "dgx-h100", "--gpus", "1", "--disaggregate"), ("disaggregate:",)),
+        # TensorRT-LLM's support matrix: no FP8 on Ampere (vLLM runs FP8 weights there weight-only)
+        (
+            ("--model", "llama3-8b", "--cluster", "dgx-a100-80g", "--engine", "trtllm", "--weights-dtype", "fp8"),
+            ("--weights-dtype fp8: trtllm runs fp8 on ada, hopper, blackwell", "A100 SXM4 80GB is ampere"),
+        ),
+        (
+            ("--model", "llama3-8b", "--cluster", "dgx-a100-80g", "--engine", "trtllm-tensorrt", "--kv-dtype", "fp8"),
+            ("--kv-dtype fp8: trtllm-tensorrt runs fp8", "use --kv-dtype bf16, or vllm or sglang"),
+        ),
         (("--model", "llama3-8b", "--cluster", "dgx-h100", "--engine", "vllm", "--export", "trtllm"), ("--export",)),
         (("--model", "llama3-8b", "--cluster", "dgx-h100", "--export", "tgi"), ("--export: unknown engine 'tgi'",)),
         # spelled as --engine is: VLLM had failed as field 'engine', '' had been read as unset (vllm)
@@ -103,6 +112,12 @@ def test_layout_pins_an_engine_cannot_run_name_the_rule(cli, args: tuple[str, ..
 )
 def test_requests_the_engines_would_refuse_are_one_line_errors(cli, args, fragments) -> None:
     assert_one_line_error(cli("serve", *args), *fragments)
+
+
+def test_formats_an_engine_runs_weight_only_are_priced_with_a_warning(cli) -> None:
+    # vLLM runs FP8 weights on an A100 weight-only (no FP8 tensor cores): priced so, and said
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-a100-80g", "--weights-dtype", "fp8")
+    assert r.code == 0 and "no FP8 tensor cores, priced as weight-only at the BF16 rate" in r.out
 
 
 @pytest.mark.parametrize(

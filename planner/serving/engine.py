@@ -241,6 +241,12 @@ class EngineProfile(Frozen):
     gpu_architectures: list[str] | None = Field(
         None, description="GPU architectures the engine runs on (the profiles' `architecture`); None: any"
     )
+    format_architectures: dict[Literal["fp8", "fp4"], list[str]] | None = Field(
+        None,
+        description="Per weight or KV format below 16 bits, the GPU architectures the engine runs it on (a plan "
+        "of it elsewhere is refused); a format not named, or None: every architecture, weight-only where the GPU "
+        "has no tensor cores for it",
+    )
     gpu_memory_fraction: float = Field(gt=0, le=1)
     memory_fraction_of: Literal["total", "free"] = Field(
         description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"

@@ -398,8 +398,7 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
         def probe(k: int, rows: np.ndarray = rows, prices: dict = prices) -> ServeCandidate:
             i = int(rows[k])
             one = p.lay.take(np.array([i]))
-            c = _replayed(_candidate(p, i, s, req, True, ""), s, one, _sent(req, p.batch[i], one), prices)
-            return _without_queue(c, float(p.batch[i]), s, one, req, prices)
+            return _closed_loop(_candidate(p, i, s, req, True, ""), float(p.batch[i]), s, one, req, prices)
 
         # first the steady state's pick (where it accepts none, the smallest batch, so that a layout
         # whose replay meets no target costs one replay)
@@ -418,6 +417,24 @@ whole batch bar the ramp (70B on one DGX H100 at its KV room: 99-100% of it on e
 it limits well under it (DeepSeek-V3 TP4 x PP4: 6,144 of 8,136; 8B at one output token: 4 of 214).
 The rerun is kept where its throughput is within 1% of the loop's, also a judgement (DeepSeek-V3's
 rerun came within 0.1%: 1,059 against 1,060 tokens/s per GPU)."""
+
+
+def _closed_loop(
+    c: ServeCandidate, batch: float, s: Setting, one: Layouts, req: ServeRequest, prices: dict
+) -> ServeCandidate:
+    """``c`` (layout ``one`` at ``batch`` per replica) replayed as a closed loop of that batch on
+    every replica (``_replayed``), or of as many as the engine ran (``_without_queue``)."""
+    replayed = _replayed(c, s, one, _sent(req, batch, one), prices)
+    return _without_queue(replayed, batch, s, one, req, prices)
+
+
+def replay_at_batch(s: Setting, one: Layouts, req: ServeRequest, batch: float) -> ServeCandidate:
+    """What a plan without targets reports for layout ``one`` (one row) at ``batch`` sequences per
+    replica: its closed-loop replay (``_closed_loop``), as ``_replayed_at_targets`` probes each
+    batch. The serving benchmark prices a published maximum-throughput row so (``runs.served``),
+    which makes the band of ``plan serve``'s throughput the errors of the number it prints."""
+    q = price_colocated(s, one, np.array([batch]), req)
+    return _closed_loop(_candidate(q, 0, s, req, True, ""), batch, s, one, req, {})
 
 
 def _sent(req: ServeRequest, batch: float, one: Layouts) -> ServeRequest:
@@ -713,7 +730,8 @@ MODEL_FEATURES: dict[str, tuple[str, Callable[[ModelSpec], bool]]] = {
 
 def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> None:
     """Refuse a question the engines would refuse at launch: a GPU the engine does not run on
-    (``EngineProfile.gpu_architectures``), a model with a feature the engine builds no model with
+    (``EngineProfile.gpu_architectures``), a weight or KV format it does not run on that GPU
+    (``EngineProfile.format_architectures``), a model with a feature the engine builds no model with
     (``EngineProfile.unbuilt_model_features``), a request longer than the model's context
     (``max_position_embeddings``: vLLM refuses a max_model_len beyond it, TensorRT-LLM and SGLang
     likewise), and a disaggregated plan on one GPU."""
@@ -724,6 +742,14 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
             f"engine: {engine.name} runs on {', '.join(engine.gpu_architectures)} GPUs; {cluster.gpu.name} is "
             f"{arch or 'of no stated architecture'}: use vllm or sglang"
         )
+    formats = engine.format_architectures or {}
+    for what, dtype in (("--weights-dtype", req.weights_dtype), ("--kv-dtype", req.kv_dtype)):
+        if dtype in formats and arch not in formats[dtype]:
+            raise PlannerError(
+                f"{what} {dtype}: {engine.name} runs {dtype} on {', '.join(formats[dtype])} GPUs; {cluster.gpu.name} "
+                f"is {arch or 'of no stated architecture'} (engines/{engine.name}.yaml format_architectures): use "
+                f"{what} bf16, or vllm or sglang"
+            )
     for feature in engine.unbuilt_model_features or []:
         what, has = MODEL_FEATURES[feature]
         if has(model):
