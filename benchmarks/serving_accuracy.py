@@ -3,10 +3,12 @@ published) of every row of a runs file in the schema of shared/groundtruth/infer
 
 Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/OSL, load) by
 planner/serving/runs.py, never by its name; a row the translator cannot express is listed with the
-reason. The engines' per-architecture parameters are fitted on the file's throughput rows, and each
-engine's server request path on its TTFT rows measured through a server (planner/serving/calibrate.py,
-what `plan serve-calibrate --runs FILE --write` ships); each row's cross-validated error comes from a
-fit that left the row's whole group out.
+reason. A maximum-throughput row's predicted throughput is what `plan serve` reports for its layout
+without targets (the closed-loop replay, planner/serving/runs.py ``served``); the fit prices it by
+its waves (``predict``), faster. The engines' per-architecture parameters are fitted on the file's
+throughput rows, and each engine's server request path on its TTFT rows measured through a server
+(planner/serving/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships); each row's
+cross-validated error comes from a fit that left the row's whole group out.
 
 Run: python benchmarks/serving_accuracy.py --runs ../shared/groundtruth/inference_runs.yaml [--json] [--no-cv]
 A file kept aside (benchmarks/data/heldout_hybrid_serving.yaml) is checked with --shipped: nothing
@@ -91,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\noverall: {o['priced']}/{o['rows']} rows priced (coverage {o['coverage']:.1%}); throughput per GPU over "
         f"{o['throughput_rows']} rows: MAPE {cv(o['mape_pct'])}, cross-validated MAPE {cv(o['cv_mape_pct'])}, "
         f"signed {cv(o['signed_pct'], '+')}" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
+    )
+    print(
+        "  (a maximum-throughput row as plan serve replays its layout without targets; the fit prices it by its "
+        f"waves: MAPE {cv(o['fit_mape_pct'])}, signed {cv(o['fit_signed_pct'], '+')})"
     )
     if o.get("interval_coverage") is not None:
         whose = "no row in the fit" if args.shipped else "a fitted row's own is among them"

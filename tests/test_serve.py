@@ -764,11 +764,11 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # here the steady-state curves lie above the table's replayed figures (2 x TP4 at 416
-    # tokens/s per GPU on the curve, 208 replayed, at a smaller batch to keep the 30 ms target)
+    # here the steady-state curves lie above the table's replayed figures (2 x TP4 at 408
+    # tokens/s per GPU on the curve, 204 replayed, at a smaller batch to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(416.7, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(408.2, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -800,7 +800,7 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     assert best.tpot_s is None and best.replayed and best.batch_per_replica == pytest.approx(4.0)
     assert best.ttft_s == pytest.approx(0.206, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 206 ms, its round 86% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 205 ms, its round 86% gemm")
     loose = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, ttft_s=100.0).candidates[0]
     assert loose.output_tokens_per_s_per_gpu == pytest.approx(best.output_tokens_per_s_per_gpu, rel=0.01)
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None
@@ -1112,3 +1112,14 @@ def test_a_static_batch_faster_than_its_weight_reads_is_refused() -> None:
     with pytest.raises(UnpriceableError):
         _check_static_rate_reachable(plan(1.001 * ceiling))
     _check_static_rate_reachable(plan(0.999 * ceiling))
+
+
+def test_a_replayed_candidates_breakdown_is_its_steady_rounds() -> None:
+    """tpot_breakdown_s prices the steady-state round by term: replayed, it sums to steady_state_tpot_s
+    (a review had read it against tpot_s, which the replay prices whole)."""
+    import planner
+
+    c = planner.serve("qwen3-30b-a3b", "dgx-h100", concurrency=64).candidates[0]
+    assert c.replayed and c.steady_state_tpot_s is not None
+    assert sum(c.tpot_breakdown_s.values()) == pytest.approx(c.steady_state_tpot_s, rel=1e-9)
+    assert c.tpot_s != pytest.approx(c.steady_state_tpot_s, rel=1e-6)

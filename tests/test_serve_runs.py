@@ -190,7 +190,7 @@ def test_a_key_with_few_tp_rows_takes_its_engines_all_reduce_speed() -> None:
     assert 0 < sum(p.key == "trtllm-tensorrt/ada" and p.cost.tp_comm_s[0] > 0 for p in plans) < 10
     fitted = fit(plans)
     ampere, ada = (fitted[f"trtllm-tensorrt/{a}"].tp_comm_fraction for a in ("ampere", "ada"))
-    assert ampere < 0.95 and ada == ampere  # the all-reduces run slower than the collective model prices
+    assert ampere < 0.98 and ada == ampere  # the all-reduces run slower than the collective model prices
     gh200, _ = translate([r for r in _rows() if r["group"] == "gh200-trtllm-throughput"])
     assert fit(gh200)["trtllm-tensorrt/hopper"].tp_comm_fraction == 1.0
 

@@ -7,11 +7,14 @@ translator cannot express raises ``UnpriceableError`` with the reason.
 Modes, from the row's workload and tool:
   max_throughput  offline runs at an unbounded request rate (trtllm-bench throughput,
                   gptManagerBenchmark with request_rate -1): the engine runs as many sequences as
-                  its KV cache and max batch allow (``memory.plan_memory``); the stated requests
-                  run in waves of B (``_waves``: a prefill of the wave's prompts, osl decode
-                  rounds), a trtllm-bench row that states none at TensorRT-LLM's count for its
-                  lengths (``bench_requests``); other rows that state none at B / TPOT / GPUs of
-                  the mixed round of ``search.price_colocated``.
+                  its KV cache and max batch allow (``memory.plan_memory``), with the token budget
+                  trtllm-bench sizes (``trtllm_bench_max_num_tokens``); scored as ``plan serve``
+                  reports that layout without targets, the closed-loop replay at that batch
+                  (``served``); fitted by the faster waves of B the stated requests run in
+                  (``_waves``: a prefill of the wave's prompts, osl decode rounds), a trtllm-bench
+                  row that states none at TensorRT-LLM's count for its lengths
+                  (``bench_requests``); other rows that state none at B / TPOT / GPUs of the mixed
+                  round of ``search.price_colocated``.
   static          gptSessionBenchmark's static batch: one prefill of B prompts, then osl decode
                   rounds of B sequences.
   ttft            batch-1 time to first token: one prefill round of the prompt.
@@ -28,7 +31,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +45,7 @@ from planner.schemas.base import positive_figure
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import MAX_SEQ_LEN
 from planner.schemas.model import TORCH_DTYPE_NAMES, ModelSpec
-from planner.serving.engine import EngineProfile, FittedParameters, load_engine
+from planner.serving.engine import THROUGHPUT_METRICS, EngineProfile, FittedParameters, load_engine
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
 from planner.serving.replay import replay
@@ -76,6 +79,47 @@ TRTLLM_BENCH_MAX_BATCH = 4096
 """trtllm-bench caps the batch it builds for at 4096 requests over the pipeline stages
 (tensorrt_llm/bench/build/tuning.py finetune_setting: raw_bs = min(kv_cache_max_requests, 4096) /
 pp_size), above TensorRT-LLM's serving default of 2048 (engines/trtllm.yaml)."""
+
+CHUNKED_CONTEXT = "chunked context"
+"""A row's ``engine.tool`` text saying its benchmark ran TensorRT-LLM's chunked context (the GH200
+rows of TensorRT-LLM 0.17's perf overview: 'gptManagerBenchmark (IFB, request_rate -1, chunked
+context)'): a prompt longer than the token budget runs in pieces (``EngineProfile.chunked_prefill``)."""
+
+TRTLLM_BENCH_MAX_TOKENS = 32768
+"""trtllm-bench caps the token budget it builds for at 32,768 tokens an iteration
+(tensorrt_llm/bench/build/tuning.py finetune_setting: ``min(raw_bs * (1 + input_len / output_len),
+32768)``, "to avoid TRT activation buffer becoming too large")."""
+
+
+def trtllm_bench_max_num_tokens(batch_per_replica: float, input_len: int, output_len: int, pp: int) -> int:
+    """The max_num_tokens trtllm-bench runs with (tensorrt_llm/bench/build/tuning.py
+    ``finetune_setting``, read at 04cba882): the prompts of as many sequences as finish an iteration
+    at the batch it sizes, ``min(requests, 4096) / pp x (1 + isl / osl)``, capped at
+    ``TRTLLM_BENCH_MAX_TOKENS`` and rounded up (to 256 below 4,096, at least 2,048; to 512 below
+    8,192; to 1,024 above); without chunked prefill (its default) at least the longest prompt and
+    the max batch beside it (bench/benchmark/utils/general.py ``get_settings``: ``max(max_num_tokens,
+    max_isl + max_batch_size)``, the batch rounded up as ``finetune_setting`` rounds it). trtllm-bench
+    sizes the requests from its own estimate of the KV cache (``calc_engine_setting``: the free
+    memory over a sequence's KV at isl + osl); the planner's KV room at the row's lengths stands in
+    for it. At the serving default (8,192) a replay at the bench's batch had queued most of it where
+    prompts are long: 218 of 1,031 published rows ran under 90% of their batch, replayed 53% below
+    the waves' price."""
+    raw_bs = min(batch_per_replica, TRTLLM_BENCH_MAX_BATCH) / pp
+    raw = min(raw_bs * (1.0 + input_len / output_len), TRTLLM_BENCH_MAX_TOKENS)
+    if raw < 4096:
+        tokens = max(2048, 256 * math.ceil(raw / 256))
+    elif raw < 8192:
+        tokens = 512 * math.ceil(raw / 512)
+    else:
+        tokens = 1024 * math.ceil(raw / 1024)
+    if raw_bs < 256:
+        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        max_bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        max_bs = 256 * math.ceil(raw_bs / 256)
+    return max(tokens, input_len + max_bs)
+
 
 TRTLLM_BENCH_REQUESTS = {
     (128, 128): 30000,
@@ -643,9 +687,12 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     model = model_from_row(row)
     cluster = cluster_from_row(row)
     engine = engine_from_row(row).for_gpu(cluster.gpu)
-    bench = "trtllm-bench" in str((row.get("engine") or {}).get("tool", ""))
+    tool = str((row.get("engine") or {}).get("tool", ""))
+    bench = "trtllm-bench" in tool
     if bench:
         engine = engine.model_copy(update={"max_batch_size": TRTLLM_BENCH_MAX_BATCH})
+    if CHUNKED_CONTEXT in tool:  # gptManagerBenchmark's --enable_chunked_context, as the row states it
+        engine = engine.model_copy(update={"chunked_prefill": True})
     stated = KV_FRACTION.search(str((row.get("workload") or {}).get("batch_size", "")))
     if stated:
         engine = engine.model_copy(update={"gpu_memory_fraction": float(stated.group(1))})
@@ -667,6 +714,12 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     plan = RowPlan(name, group, s, lay, mode, isl, osl, load, published, through_server=through_server(row))
     if mode == "max_throughput":
         mem = s.memory(lay, reserved_context(engine, isl, osl))
+        if bench:  # the token budget trtllm-bench builds for at this batch (its activations take memory)
+            budget = trtllm_bench_max_num_tokens(float(mem.max_concurrency[0]), isl, osl, int(lay.pp[0]))
+            engine = engine.model_copy(update={"max_num_batched_tokens": budget})
+            s = replace(s, engine=engine)
+            plan.setting = s
+            mem = s.memory(lay, reserved_context(engine, isl, osl))
         batch = float(mem.max_concurrency[0])
         if batch < 1:
             raise UnpriceableError(
@@ -779,6 +832,31 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
         out["ttft_s"] = ttft + path_s
     if "tpot_s" in plan.published:
         out["tpot_s"] = tpot
+    return out
+
+
+def served(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, float]:
+    """A maximum-throughput row's throughput as ``plan serve`` reports the row's layout without
+    targets (``search.replay_at_batch``: the closed-loop replay at the row's batch, or at as many as
+    the engine's token budget runs), at ``params`` (default: the plan's); ``predict`` prices the row
+    by its waves, the fit's fast stand-in. Where a replay ran its whole batch, it came within 2% of
+    the waves' price (median over 813 rows; 90% within -1% .. +11%): the prompts an iteration takes
+    beside the running sequences, which a wave runs together. Other modes: ``predict``'s."""
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import replay_at_batch
+
+    out = predict(plan, params)
+    if plan.mode != "max_throughput" or not set(THROUGHPUT_METRICS) & set(out):
+        return out
+    s = plan.setting
+    s_p = replace(s, params=params or s.params)
+    isl, osl = plan.input_len, plan.output_len
+    request = ServeRequest(input_len=isl, output_len=osl)
+    c = replay_at_batch(s_p, plan.layout, request, plan.batch / float(plan.layout.replicas[0]))
+    rate = c.output_tokens_per_s_per_gpu
+    for key in THROUGHPUT_METRICS:
+        if key in out:
+            out[key] = rate * ((isl + osl) / osl if key == "total_tokens_per_s_per_gpu" else 1.0)
     return out
 
 

@@ -114,7 +114,11 @@ class ServeCandidate(Frozen):
     memory_per_gpu_bytes: float
     memory_breakdown_bytes: MemoryBreakdown
     kv_cache_bytes_per_token: float
-    tpot_breakdown_s: dict[str, float]
+    tpot_breakdown_s: dict[str, float] = Field(
+        description="The steady-state round's seconds by term (GEMMs, attention, communication, overheads): "
+        "they sum to steady_state_tpot_s where the candidate was replayed (the replay's iterations are priced "
+        "whole, not by term), else to tpot_s"
+    )
     cost_per_million_output_tokens_usd: float | None = Field(
         None, description="GPU-hours per million output tokens at the cluster's price (None without a price)"
     )
