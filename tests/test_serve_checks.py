@@ -342,3 +342,30 @@ def test_workload_file_load_yields_to_the_command_line(tmp_path, cli) -> None:
 def test_library_refuses_a_request_longer_than_the_context() -> None:
     with pytest.raises(PlannerError, match="exceed llama3-70b's context of 8192"):
         serve_search(load_model("llama3-70b"), load_cluster("dgx-h100"), ServeRequest(input_len=8000, output_len=512))
+
+
+def test_a_replica_over_several_hosts_is_launched_on_each() -> None:
+    """A review (2026-12-07): 405B at a 50 ms TPOT on two DGX H100 runs one TP8 x PP2 replica over
+    both hosts, and the export printed one single-host command. Each engine's own multi-host launch
+    now follows it: vLLM on a Ray cluster (or its data-parallel deployment's per-host commands),
+    SGLang with --nnodes / --node-rank / --dist-init-addr, TensorRT-LLM as one MPI job."""
+    from planner.serving.export import across_hosts
+
+    cluster, model = load_cluster("dgx-h100x2"), load_model("llama3-405b")
+    texts = {}
+    for engine in ("vllm", "sglang", "trtllm"):
+        ranking = serve_search(model, cluster, ServeRequest(engine=engine, tpot_s=0.05))
+        assert ranking.gpus_per_host == 8 and ranking.candidates[0].config["gpus_per_replica"] == 16
+        texts[engine] = export_commands(ranking, engine)
+    assert "# the replica spans 2 hosts of 8 GPUs: start a Ray cluster" in texts["vllm"]
+    assert texts["vllm"].rstrip().endswith("--distributed-executor-backend ray")
+    assert "--nnodes 2 --node-rank HOST_RANK --dist-init-addr HEAD_IP:5000" in texts["sglang"]
+    assert "\nmpirun -n 16 --host HOSTS trtllm-llmapi-launch trtllm-serve " in texts["trtllm"]
+    # attention DP over hosts: vLLM's data-parallel deployment, the first host serving, the rest headless
+    dp = across_hosts("vllm", "vllm serve m \\\n    --data-parallel-size 16\n# a note", 16, 8, 16, 1, True)
+    assert dp.count("vllm serve m") == 2 and dp.count("--data-parallel-size-local 8") == 2
+    assert "--data-parallel-start-rank $((8 * HOST_RANK)) --headless" in dp and dp.endswith("\n# a note")
+    # one host: the command as it was
+    assert (
+        across_hosts("sglang", "python -m sglang.launch_server", 8, 8, 8, 1, False) == "python -m sglang.launch_server"
+    )

@@ -166,6 +166,55 @@ def _pool(
     return " \\\n    ".join(args) + "".join(f"\n# {note}" for note in notes)
 
 
+HEAD = "HEAD_IP"
+"""Where a multi-host replica's commands name its first host's address (the user fills it in)."""
+
+
+def across_hosts(engine: str, command: str, gpus: int, per_host: int, tp: int, pp: int, adp: bool) -> str:
+    """``command`` (one replica's, from ``_pool``, its notes as comment lines after it) as launched
+    on a replica of ``gpus`` GPUs over hosts of ``per_host``: the engines start one process group
+    per replica, whose other hosts must join it. vLLM: attention DP over hosts as its data-parallel
+    deployment guide runs it (the first host with --data-parallel-size-local and
+    --data-parallel-address, the others --headless from their --data-parallel-start-rank;
+    vllm/engine/arg_utils.py), TP/PP over hosts on a Ray cluster (--distributed-executor-backend
+    ray, with pipelined attention-DP ranks --data-parallel-backend ray too; ``ray start`` on each
+    host, the command on the head); SGLang: the same command on every
+    host with --nnodes, --node-rank and --dist-init-addr (server_args.py); TensorRT-LLM: one MPI
+    job over the hosts' GPUs through trtllm-llmapi-launch (its multi-node trtllm-serve launcher).
+    A replica within one host: ``command`` unchanged."""
+    if gpus <= per_host:
+        return command
+    hosts = math.ceil(gpus / per_host)
+    cmd, _, notes = command.partition("\n# ")
+    tail = f"\n# {notes}" if notes else ""
+    more = " \\\n    "  # the next flag on its own line, as _pool writes them
+    head = f"# the replica spans {hosts} hosts of {per_host} GPUs"
+    address = f"--data-parallel-address {HEAD} --data-parallel-rpc-port 13345"
+    if engine == "vllm" and adp and pp == 1:
+        first = f"{cmd}{more}--data-parallel-size-local {per_host}{more}{address}"
+        rank = f"--data-parallel-start-rank $(({per_host} * HOST_RANK))"
+        rest = f"{cmd}{more}--data-parallel-size-local {per_host}{more}{rank} --headless{more}{address}"
+        return (
+            f"{head}: {tp} data-parallel ranks, {per_host} a host\n# on the first host:\n{first}\n"
+            f"# on each other host, HOST_RANK = 1 .. {hosts - 1}:\n{rest}{tail}"
+        )
+    if engine == "vllm":  # data-parallel ranks of several stages too: Ray places the ranks as well
+        ray = "--distributed-executor-backend ray" + (" --data-parallel-backend ray" if adp else "")
+        return (
+            f"{head}: start a Ray cluster over them (on the head host: ray start --head --port 6379; on the others: "
+            f"ray start --address {HEAD}:6379), then on the head host:\n{cmd}{more}{ray}{tail}"
+        )
+    if engine == "sglang":
+        return (
+            f"{head}: run on each, HOST_RANK = 0 .. {hosts - 1}:\n{cmd}{more}--nnodes {hosts} --node-rank HOST_RANK "
+            f"--dist-init-addr {HEAD}:5000{tail}"
+        )
+    return (
+        f"{head}: one MPI job over their {gpus} GPUs (srun under Slurm likewise)\n"
+        f"mpirun -n {gpus} --host HOSTS trtllm-llmapi-launch {cmd}{tail}"
+    )
+
+
 HF_REPO = re.compile(r"huggingface\.co/([\w.-]+/[\w.-]+)")
 """A Hugging Face repository in a catalog model's ``source`` (models/*.yaml cite the config.json
 they were read from)."""
@@ -235,12 +284,15 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
         prefill = (split["prefill_tp"], split["prefill_pp"], split["prefill_ep"], bool(split["prefill_attention_dp"]))
         # the prompts a prefill replica was priced holding (disagg.prefill_prompts x pp)
-        lines.append(
-            _pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt, budget)
-        )
+        command = _pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt, budget)
+        lines.append(across_hosts(engine, command, per, ranking.gpus_per_host or per, *prefill[:2], prefill[3]))
         lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt, budget))
+        command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt, budget)
+        gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
+        lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host or gpus, tp, pp, adp))
     else:
         lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
-        lines.append(_pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt, budget))
+        command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt, budget)
+        gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
+        lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host or gpus, tp, pp, adp))
     return "\n".join(lines) + "\n"

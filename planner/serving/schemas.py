@@ -181,6 +181,11 @@ class ServeRanking(Frozen):
         description="The engine's tokens per iteration as priced: its default on the cluster's GPU "
         "(``EngineProfile.for_gpu``), which the exported launch command states",
     )
+    gpus_per_host: PositiveInt | None = Field(
+        None,
+        description="GPUs one host drives (ClusterSpec.gpus_per_host: the node, or an NVL72 rack's compute tray): "
+        "a replica wider than one host is launched on each of its hosts (--export)",
+    )
     request_path_s: NonNegativeFloat = Field(
         0.0,
         description="What every candidate's TTFT holds beside the engine's first token: a request's path through "

@@ -844,6 +844,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         warnings=warnings,
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
         token_budget=s.engine.max_num_batched_tokens,
+        gpus_per_host=cluster.gpus_per_host,
         request_path_s=s.params.request_path_s,
     )
 
