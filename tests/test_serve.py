@@ -1123,3 +1123,13 @@ def test_a_replayed_candidates_breakdown_is_its_steady_rounds() -> None:
     assert c.replayed and c.steady_state_tpot_s is not None
     assert sum(c.tpot_breakdown_s.values()) == pytest.approx(c.steady_state_tpot_s, rel=1e-9)
     assert c.tpot_s != pytest.approx(c.steady_state_tpot_s, rel=1e-6)
+
+
+def test_a_plan_without_target_says_what_its_users_wait(cli) -> None:
+    """Without a target #1 runs its largest batch: the first screen says what each user then gets,
+    and how to ask for interactive serving; a target or a load drops the line."""
+    r = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100")
+    text = " ".join(r.out.split())
+    assert r.code == 0 and "no target: ranked by throughput at each layout's largest batch, so #1's users wait" in text
+    assert "give --tpot-ms (50 ms is 20 tokens/s a user) and --ttft-ms" in text
+    assert "no target: ranked" not in cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100", "--tpot-ms", "30").out
