@@ -144,6 +144,7 @@ def test_calibration_on_part_of_a_sweep_predicts_the_rest_within_2x(sweep, cli, 
     r = cli("calibrate", "--from", str(subset), "--cluster", "localhost-cpu", "--out", str(out))
     assert r.code == 0, r.err
     assert "before (localhost-cpu)" in r.out and "after  (calibrated)" in r.out
+    assert "cross-validated (10 folds, each term priced by a fit without it): median |error|" in r.out
     profile = load_profile(str(out))
     assert profile.intra_node.sources["latency_us"].startswith("measured on ")
     # Error against each held-out term's measured band [p10, p90], not its median alone: on a
@@ -331,3 +332,26 @@ def test_the_issue_run_gpt2_top3_on_localhost(cli, tmp_path) -> None:
     report = json.loads(out.read_text())
     assert report["status"] == "complete" and len(report["candidates"]) == 3
     assert all(c["complete"] for c in report["candidates"]) and report["kendall_tau"] is not None
+
+
+def test_calibrate_warns_where_the_fit_spreads_the_terms_errors(sweep, cli, tmp_path) -> None:
+    """A review (2026-12-07): a CPU sweep whose fit moved the bias (geomean 1.43 -> 1.03) but widened
+    the median error (28% -> 34%) and the max (93% -> 153%) was written with no word. Terms that
+    disagree with one another (every other one timed 4x slower, as ranks fighting for cores do)
+    draw the warning, and the JSON gives the error on terms each fold's fit did not see."""
+    report, _ = sweep
+
+    def slowed(point, factor: float):  # type: ignore[no-untyped-def]
+        r = point.result
+        times = {k: getattr(r, k) * factor for k in ("measured_s", "p10_s", "p90_s")}
+        return point.model_copy(update={"result": r.model_copy(update=times)})
+
+    noisy = [slowed(p, 4.0 if i % 2 else 0.25) for i, p in enumerate(report.points)]
+    path = tmp_path / "noisy.json"
+    path.write_text(report.model_copy(update={"points": noisy}).model_dump_json())
+    r = cli("calibrate", "--from", str(path), "--cluster", "localhost-cpu", "--out", str(tmp_path / "noisy.yaml"))
+    assert r.code == 0 and "warning: the fit moves the bias" in r.err and "spreads the terms' errors" in r.err
+    again = ("calibrate", "--from", str(path), "--cluster", "localhost-cpu", "--out", str(tmp_path / "n2.yaml"))
+    j = cli(*again, "--json")
+    summary = json.loads(j.out)
+    assert summary["error_cross_validated"]["median"] > summary["error_after"]["median"]

@@ -60,10 +60,12 @@ def calibrate_cmd(
 
     from planner.catalog import load_cluster, load_profile, read_yaml
     from planner.validate.calibrate import (
+        CV_FOLDS,
         ErrorStats,
         base_attention_efficiency,
         calibrated_profile,
         check_measured_on,
+        cross_validated,
         fit,
         fits_attention,
         fitted_link_tiers,
@@ -113,12 +115,14 @@ def calibrate_cmd(
     write_profile_yaml(out, profile)
     written = load_profile(str(out.resolve()))  # what was written must load, and is what "after" prices
     after = ErrorStats.of(predict(written, initial_params(written), results), np.array([r.measured_s for r in results]))
+    held_out = cross_validated(base, results)
     summary = {
         "profile": str(out),
         "samples": len(results),
         "partial": samples.error is not None,
         "error_before": vars(before),
         "error_after": vars(after),
+        "error_cross_validated": None if held_out is None else vars(held_out),
         "links": {
             t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw}
             for t, (lat, bw) in params.links.items()
@@ -134,6 +138,18 @@ def calibrate_cmd(
     typer.echo(f"fit to {len(results)} measured terms of {from_}")
     typer.echo(f"before ({base.name}): {before}")
     typer.echo(f"after  ({profile.name}): {after}")
+    if held_out is not None:
+        folds = min(CV_FOLDS, len(results))
+        typer.echo(f"cross-validated ({folds} folds, each term priced by a fit without it): {held_out}")
+    if after.median > before.median or after.max > before.max:
+        typer.echo(
+            f"warning: the fit moves the bias (measured/predicted geomean {before.geomean_ratio:.2f} -> "
+            f"{after.geomean_ratio:.2f}) but spreads the terms' errors (median {before.median:.0%} -> "
+            f"{after.median:.0%}, max {before.max:.0%} -> {after.max:.0%}): the terms disagree with one another more "
+            f"than with {base.name} (contended links, ranks sharing cores); check the terms of the largest errors "
+            "in the report before using the profile",
+            err=True,
+        )
     for tier, (lat, bw) in params.links.items():
         if tier in fitted_tiers:
             typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")

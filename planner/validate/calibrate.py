@@ -269,6 +269,27 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
     return params, before, ErrorStats.of(predict(profile, params, results), measured)
 
 
+CV_FOLDS = 10
+"""Folds of ``cross_validated`` (every k-th term held out together; leave-one-out below 10 terms)."""
+
+
+def cross_validated(profile: HardwareProfile, results: list[TermResult]) -> ErrorStats | None:
+    """The fit's error on terms it did not see: ``CV_FOLDS`` folds (term i in fold i mod k), each
+    refitted without its terms and priced on them. None below 3 terms (a fold would leave too few
+    to fit)."""
+    n = len(results)
+    if n < 3:
+        return None
+    folds = min(CV_FOLDS, n)
+    predicted = np.empty(n)
+    for k in range(folds):
+        held = [i for i in range(n) if i % folds == k]
+        kept = [r for i, r in enumerate(results) if i % folds != k]
+        params, _, _ = fit(profile, kept)
+        predicted[held] = predict(profile, params, [results[i] for i in held])
+    return ErrorStats.of(predicted, np.array([r.measured_s for r in results]))
+
+
 def _tier_update(link: Interconnect, latency_s: float, bus_bytes_per_s: float, source: str) -> dict[str, Any]:
     data = link.model_dump(mode="json", exclude_none=True)
     efficiency = bus_bytes_per_s / (link.bandwidth_gb_per_s * 1e9)
