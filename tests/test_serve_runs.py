@@ -298,3 +298,24 @@ def test_the_request_path_is_fitted_per_engine_and_borrowed_where_no_row_measure
     online_only = [r for r in rows if r["group"] != "h100-trtllm-throughput"]
     assert fit(translate(online_only)[0]) == {}
     assert evaluate(online_only, cross_validate=False).request_path_rows_used == {}
+
+
+def test_serve_calibrate_marks_parameters_on_their_bound(cli, tmp_path: Path) -> None:
+    """A review (2026-12-07): kv_read_fraction sat at its upper bound 1.0 in every fitted key, with
+    nothing in the table saying so. The text output marks such a value and gives each key's
+    cross-validated error, and TTFT and TPOT where rows publish them."""
+    import yaml
+
+    from planner.serving.calibrate import at_bound
+
+    assert at_bound("kv_read_fraction", 1.0) and at_bound("block_overhead_us", 0.0)
+    assert not at_bound("compute_fraction", 0.6)
+    rows = [r for r in _rows() if r["group"] in ("l40s-trtllm-throughput", "l40s-trtllm-batch1-ttft")]
+    path = tmp_path / "l40s.yaml"
+    path.write_text(yaml.safe_dump({"runs": rows}))
+    r = cli("serve-calibrate", "--runs", str(path), "--no-cv")
+    assert r.code == 0, r.err
+    line = next(x for x in r.out.splitlines() if x.startswith("trtllm-tensorrt/ada"))
+    assert " rows, CV none, signed " in line and "kv_read_fraction 1*" in line
+    assert "* on its fit bound (serving/calibrate.py FIT)" in r.out
+    assert "TTFT over 10 rows: MAPE" in r.out and "the fit's waves" in " ".join(r.out.split())

@@ -236,7 +236,7 @@ def serve_calibrate_cmd(
 ) -> None:
     """Fit the serving engines' per-architecture parameters to published rows (planner/serving/calibrate.py)."""
     from planner.runs import nothing_priced
-    from planner.serving.calibrate import evaluate, write_engine_fits
+    from planner.serving.calibrate import FIT, at_bound, evaluate, write_engine_fits
     from planner.serving.runs import load_rows
 
     if write and not cross_validate:
@@ -258,14 +258,33 @@ def serve_calibrate_cmd(
         emit_json(ev.as_json() | {"written": written})
         return
     out = console()
+    bounded = False
     for key, params in ev.fitted.items():
         rows = len(ev.rows_used.get(key, []))
-        out.print(f"{key:28} {rows:4d} rows  " + "  ".join(f"{k} {v:.3g}" for k, v in params.model_dump().items()))
+        k = ev.keys.get(key, {})
+        error = f"CV {_pct(k.get('cv_mape_pct', math.nan))}, signed {_pct(k.get('signed_pct', math.nan), '+')}"
+        values = []
+        for name, value in params.model_dump().items():
+            mark = "*" if name in FIT and at_bound(name, value) else ""
+            bounded = bounded or bool(mark)
+            values.append(f"{name} {value:.3g}{mark}")
+        out.print(f"{key:28} {rows:4d} rows, {error}:  " + "  ".join(values))
+    if bounded:
+        out.print(
+            "* on its fit bound (serving/calibrate.py FIT): the rows push it past, so it stands for more than it names"
+        )
     o = ev.overall
     out.print(
         f"coverage {o['coverage']:.1%} ({o['priced']}/{o['rows']}); throughput per GPU MAPE {_pct(o['mape_pct'])}, "
-        f"cross-validated {_pct(o['cv_mape_pct'])}, signed {_pct(o['signed_pct'], '+')}"
+        f"cross-validated {_pct(o['cv_mape_pct'])}, signed {_pct(o['signed_pct'], '+')} (as plan serve prices each "
+        f"row's layout; the fit's waves {_pct(o['fit_mape_pct'])}, {_pct(o['fit_signed_pct'], '+')})"
     )
+    for m in ("ttft", "tpot"):
+        if f"{m}_rows" in o:
+            out.print(
+                f"{m.upper()} over {o[f'{m}_rows']} rows: MAPE {_pct(o[f'{m}_mape_pct'])}, cross-validated "
+                f"{_pct(o[f'{m}_cv_mape_pct'])}, signed {_pct(o[f'{m}_signed_pct'], '+')}"
+            )
     for path in written:
         out.print(f"wrote {path}")
 

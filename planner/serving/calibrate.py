@@ -64,6 +64,15 @@ MAMF GEMMs, BabelStream copies), overheads up to 250 us per block and iteration 
 iteration of an 80-layer transformer), 100 us per running sequence and 500 ns per routed token
 copy and MoE layer (a 60-layer top-8 MoE's 4,000 tokens: 0.96 s per iteration)."""
 FIELDS = tuple(FIT)
+
+
+def at_bound(field: str, value: float) -> bool:
+    """Whether a fitted ``value`` of ``field`` sits on its ``FIT`` bound (within a thousandth of a
+    step): the rows push it past, and it says less about the hardware than an interior value."""
+    low, high, _, step = FIT[field]
+    return min(abs(value - low), abs(value - high)) < 1e-3 * step
+
+
 BOUNDS = (tuple(v[0] for v in FIT.values()), tuple(v[1] for v in FIT.values()))
 X0 = np.array([v[2] for v in FIT.values()])
 X_SCALE = np.array([v[3] for v in FIT.values()])
