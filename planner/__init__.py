@@ -154,7 +154,7 @@ def _priced(cluster: str | ClusterSpec, price: object) -> ClusterSpec:
     """``load_cluster`` at ``price`` USD per GPU-hour where given (``ClusterSpec.with_price``)."""
     if price is not None and (isinstance(price, bool) or not isinstance(price, int | float)):
         raise PlannerError(f"price: expected USD per GPU-hour, a number > 0, got {price!r}")
-    return load_cluster(cluster).with_price(None if price is None else float(price))
+    return load_cluster(cluster).with_price(None if price is None else float(price), "price")
 
 
 @_whole_numbers_in_range
@@ -217,7 +217,10 @@ def serve(model: str | ModelSpec, cluster: str | ClusterSpec, price: float | Non
     """Rank serving layouts (``plan serve``): ``planner.serve("llama70b", "dgx-h100x1",
     input_len=2048, output_len=512, tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields
     (planner.serving.schemas), ``price`` USD per GPU-hour as in ``plan`` (`plan serve --price`).
-    Returns a ``ServeRanking``."""
+    Returns a ``ServeRanking``; where no layout meets the targets its ``candidates`` are empty and
+    its ``reason`` says why, as `plan serve --json` prints it (the table ends in that error), where
+    ``plan`` raises: no mesh fitting is a question without an answer, no layout meeting a target an
+    answer about the target."""
     from planner.serving import serve as serve_ranking
 
     return serve_ranking(model, _priced(cluster, price), **request)

@@ -466,8 +466,11 @@ def test_objects_names_and_defaults_the_library_is_given(cli, tmp_path: Path) ->
     assert ranked.cost_to_train_usd == pytest.approx(ranked.time_to_train_s * 8 * 3.0 / 3600, rel=1e-12)  # type: ignore[operator]
     with pytest.raises(PlannerError, match="price: expected USD per GPU-hour, a number > 0, got '3'"):
         planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 30, price="3")  # type: ignore[arg-type]
-    with pytest.raises(PlannerError, match="--price must be a finite number from 1e-06 to 1,000,000"):
+    # the library names its argument, not the command line's option
+    with pytest.raises(PlannerError, match=r"^price must be a finite number from 1e-06 to 1,000,000"):
         planner.plan("llama3-8b", "dgx-h100", price=float("nan"))
+    with pytest.raises(PlannerError, match=r"^price must be a finite number"):
+        planner.serve("llama3-8b", "dgx-h100", price=-1)
     # a denormal price had ranked every candidate at 1e-321 dollars
     with pytest.raises(PlannerError, match="got 1e-320"):
         planner.plan("llama3-8b", "dgx-h100", price=1e-320)

@@ -616,8 +616,9 @@ class ClusterSpec(Frozen):
     def gpu(self) -> GPU:
         return self.profile.gpu
 
-    def with_price(self, price_per_gpu_hour_usd: float | None) -> ClusterSpec:
-        """This cluster at another price per GPU-hour (``--price``); None keeps the profile's."""
+    def with_price(self, price_per_gpu_hour_usd: float | None, option: str = "--price") -> ClusterSpec:
+        """This cluster at another price per GPU-hour (``--price``; the library's argument ``price``
+        names itself as ``option``); None keeps the profile's."""
         if price_per_gpu_hour_usd is None:
             return self
         price = price_per_gpu_hour_usd
@@ -625,7 +626,7 @@ class ClusterSpec(Frozen):
         if not number or not MIN_PRICE_PER_GPU_HOUR_USD <= price <= MAX_PRICE_PER_GPU_HOUR_USD:
             shown = integer_shown(price) if number and isinstance(price, int) else repr(price)
             raise PlannerError(
-                f"--price must be a finite number from {MIN_PRICE_PER_GPU_HOUR_USD:g} to "
+                f"{option} must be a finite number from {MIN_PRICE_PER_GPU_HOUR_USD:g} to "
                 f"{MAX_PRICE_PER_GPU_HOUR_USD:,.0f} USD per GPU-hour, got {shown}"
             )
         profile = self.profile.model_copy(update={"price_per_gpu_hour_usd": price_per_gpu_hour_usd})

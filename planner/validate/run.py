@@ -279,7 +279,11 @@ def build_validation(
     priced = f"every predicted_s is priced on {machine.profile_name}, the replay's hardware"
     notes = [f"{priced}; plan_step_time_s on {cluster.name}"]
     if not replay_job.gemm_on_all_ranks:
-        notes.append(f"{world} ranks share {cores} CPU cores: GEMMs are timed on rank 0 alone, the others waiting")
+        notes.append(
+            f"{world} ranks share {cores} CPU cores: GEMMs are timed on rank 0 alone, the others waiting; the "
+            "collectives run on every rank at once and time-slice the cores, so their measured times hold that "
+            "contention (calibrating from them fits this machine under load, not its links)"
+        )
     if with_layers:
         notes.append(
             "layer.* terms replay one layer shard forward+backward each; the GEMMs inside it (*) are "
