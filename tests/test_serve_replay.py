@@ -96,6 +96,9 @@ def test_a_plan_at_a_request_rate_is_replayed() -> None:
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.tpot_s)
     tpots = [c.tpot_s for c in r.candidates]
     assert tpots == sorted(tpots)  # at a fixed rate the lowest TPOT wins
+    # and the why line gives the margin over the next, to weigh against the band
+    gap = 100 * (tpots[1] / tpots[0] - 1)
+    assert f"the next's {tpots[1] * 1e3:.1f} ms is {gap:.1f}% slower: weigh the gap against the TPOT band" in best.why
 
 
 def test_a_layout_the_replay_finds_short_of_the_rate_meets_nothing() -> None:

@@ -663,7 +663,16 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
     room = f"KV room for {best.max_concurrency}" + (f" over its {replicas} replicas" if replicas > 1 else "")
     parts.append(f"batch {best.batch_per_replica:.0f} per replica ({room})")
     if others and req.request_rate is not None:
-        parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins")
+        nxt = others[0]
+        margin = ""
+        if best.tpot_s is not None and nxt.tpot_s is not None:
+            # a review: 2 x TP4 x PP8 over four nodes won on 46.2 ms against one node's TP4 at 49.3, well
+            # inside the TPOT band; the gap is what a reader weighs against a simpler layout
+            margin = (
+                f" ({best.tpot_s * 1e3:.1f} ms; the next's {nxt.tpot_s * 1e3:.1f} ms is "
+                f"{100 * (nxt.tpot_s / best.tpot_s - 1):.1f}% slower: weigh the gap against the TPOT band below)"
+            )
+        parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins{margin}")
     elif others:
         nxt = others[0]
         parts.append(f"{best.output_tokens_per_s_per_gpu / max(nxt.output_tokens_per_s_per_gpu, 1e-9):.2f}x the next")
