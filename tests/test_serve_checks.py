@@ -369,3 +369,13 @@ def test_a_replica_over_several_hosts_is_launched_on_each() -> None:
     assert (
         across_hosts("sglang", "python -m sglang.launch_server", 8, 8, 8, 1, False) == "python -m sglang.launch_server"
     )
+
+
+def test_an_instruct_alias_exports_the_instruct_weights(cli) -> None:
+    """A review (2026-12-07): `--model llama3-70b-instruct --export vllm` served the base repository.
+    The alias now picks the catalog model's instruct repository; the plain name keeps the base."""
+    out = {m: cli("serve", "--model", m, "--cluster", "dgx-h100x2", "--export", "vllm").out for m in
+           ("llama3-70b-instruct", "llama3-70b", "mixtral-8x7b-instruct")}  # fmt: skip
+    assert "vllm serve meta-llama/Meta-Llama-3-70B-Instruct \\" in out["llama3-70b-instruct"]
+    assert "vllm serve meta-llama/Meta-Llama-3-70B \\" in out["llama3-70b"]
+    assert "vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 \\" in out["mixtral-8x7b-instruct"]

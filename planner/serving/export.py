@@ -223,8 +223,9 @@ they were read from)."""
 def checkpoint_name(model_name: str, given: str | None = None) -> str:
     """The repository an engine loads: where the model was given as a Hugging Face config.json or
     its folder (``given``), that folder (the engines load a local checkpoint folder); for a
-    catalog model its source's Hugging Face repository, else the first of its ``hf_repos``; else
-    the name as given."""
+    catalog model its source's Hugging Face repository, else the first of its ``hf_repos``, and
+    where ``given`` names an instruct alias (llama3-70b-instruct) the first of those that is an
+    instruct repository (a review: the alias had exported the base weights); else the name as given."""
     from pathlib import Path
 
     from planner.catalog import load_model
@@ -237,10 +238,12 @@ def checkpoint_name(model_name: str, given: str | None = None) -> str:
         model = load_model(model_name)
     except PlannerError:
         return model_name
-    found = HF_REPO.search(model.source or "")
-    if found:
-        return found.group(1)
-    return model.hf_repos[0] if model.hf_repos else model_name
+    repos = [*HF_REPO.findall(model.source or ""), *model.hf_repos]
+    if given is not None and "instruct" in given.lower():  # an instruct alias serves the instruct weights
+        tuned = [r for r in repos if "instruct" in r.lower()]
+        if tuned:
+            return tuned[0]
+    return repos[0] if repos else model_name
 
 
 def _checkpoint_format(model_name: str, given: str | None) -> str | None:
