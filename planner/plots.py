@@ -5,6 +5,7 @@ simulation (``planner.cost.simulate``) at the estimate's per-micro-batch times."
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,11 +54,13 @@ def check_plot_path(path: str | Path) -> Path:
 
 
 def _save(fig: Any, path: str | Path) -> None:
-    """Write the figure atomically (``atomic_path``), in the format of the path's suffix."""
+    """Write the figure atomically (``atomic_path``), in the format of the path's suffix, and say
+    where (a review: a plot into a new folder was written without a word)."""
     target = check_plot_path(path)
     make_parent(target, "--plot")
     with atomic_path(target, "--plot") as tmp:
         fig.savefig(tmp, dpi=110, bbox_inches="tight")
+    sys.stderr.write(f"wrote {target}\n")  # on stderr: --json's stdout stays one object
 
 
 def draw_timeline(ax: Any, est: Estimate) -> None:

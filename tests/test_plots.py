@@ -27,6 +27,7 @@ def test_plan_and_estimate_draw_pngs(cli, tmp_path: Path) -> None:
     args = ("estimate", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "2", "--pp", "4", "-v", "2", "-b", "1")
     e = cli(*args, "--plot", str(estimate_png))
     assert e.code == 0, e.err
+    assert r.err.endswith(f"wrote {ranking_png}\n") and e.err.endswith(f"wrote {estimate_png}\n")  # said where
     assert len(_png(estimate_png)) > 20_000
     files = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file())
     assert files == ["rank.png", "sub/est.png"]  # the atomic writes left no temporary file
