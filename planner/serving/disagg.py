@@ -159,7 +159,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
             "prefill_tp": int(lay.tp[i]),
             "prefill_pp": int(lay.pp[i]),
             "prefill_ep": int(lay.ep[i]),
-            "prefill_attention_dp": int(bool(lay.attention_dp[i])),
+            "prefill_attention_dp": bool(lay.attention_dp[i]),
             "prefill_gpus": int(n_p * lay.gpus_per_replica[i]),
             "prefill_batch": prefill_prompts(s, req) * int(lay.pp[i]),
             "decode_replicas": n_d,

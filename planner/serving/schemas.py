@@ -84,7 +84,7 @@ class MemoryBreakdown(Frozen):
 class ServeCandidate(Frozen):
     """One ranked layout at the batch it runs."""
 
-    config: dict[str, int | bool | dict[str, int] | None]
+    config: dict[str, int | bool | dict[str, int | bool] | None]
     batch_per_replica: float
     ttft_s: float
     tpot_s: float | None = Field(

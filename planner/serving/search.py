@@ -234,7 +234,9 @@ def _kv_per_token(s: Setting, req: ServeRequest) -> float:
     return kv_bytes_per_token(s.model, s.kv_dtype, float(req.input_len + req.output_len), s.engine.chunked_kv)
 
 
-def _config(lay: Layouts, i: int, split: dict[str, int] | None = None) -> dict[str, int | bool | dict[str, int] | None]:
+def _config(
+    lay: Layouts, i: int, split: dict[str, int | bool] | None = None
+) -> dict[str, int | bool | dict[str, int | bool] | None]:
     return {
         "tp": int(lay.tp[i]),
         "pp": int(lay.pp[i]),
@@ -596,7 +598,7 @@ def _replayed(
             "tpot_s": tpot,
             "output_tokens_per_s_per_gpu": rate,
             "output_tokens_per_s_per_user": 1.0 / tpot,
-            "batch_per_replica": r.running,
+            "batch_per_replica": round(r.running, 9),  # a time average: 47.99999999999954 for 48 in flight
             "meets_targets": meets,
             "replayed": True,
             "sustains_rate": sustains,
