@@ -233,14 +233,14 @@ def test_bad_ssm_state_formats_are_one_line_errors(cli) -> None:
 def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> None:
     import math
 
-    from planner.serving.calibrate import evaluate, nan_as_null, predict
-    from planner.serving.runs import load_rows, plan_row
+    from planner.serving.calibrate import evaluate, nan_as_null
+    from planner.serving.runs import load_rows, plan_row, served
 
     rows = load_rows("benchmarks/data/heldout_hybrid_serving.yaml")
     ev = evaluate(rows, shipped=True)
     assert ev.fitted == {} and ev.overall["priced"] == 10 and math.isnan(ev.overall["cv_mape_pct"])
     first = plan_row(rows[0])
-    shipped = predict(first, load_engine("vllm").parameters("blackwell"))
+    shipped = served(first, load_engine("vllm").parameters("blackwell"))  # as plan serve --concurrency prices it
     assert ev.runs[0]["predicted"] == shipped[ev.runs[0]["metric"]]
     # measured 2026-12-05: 24.1% over the ten rows (section 9.8); a change that doubles it is a regression
     assert ev.overall["mape_pct"] < 35
@@ -255,8 +255,10 @@ def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> No
     # 1,024 comes inside) and 3 of 10 TPOT rows. With the refit over TensorRT-LLM's stated request counts
     # (the trtllm-bench rows that state none, 2026-12-06): 7 of 10, the H200 row at concurrency 1,024
     # (published 15,828) 1% below the band's low end, 15,975; 4 of 10 TPOT rows. With the throughput
-    # band drawn from the replay plan serve shows (runs.served, 2026-12-07): 8 of 10
-    assert ev.overall["interval_coverage"] == pytest.approx(0.8)
+    # band drawn from the replay plan serve shows (runs.served, 2026-12-07): 8 of 10; and these
+    # concurrency rows priced as plan serve --concurrency prices them (the closed-loop replay, not the
+    # steady round): 10 of 10
+    assert ev.overall["interval_coverage"] == pytest.approx(1.0)
     assert ev.overall["tpot_interval_coverage"] == pytest.approx(0.4)
     json.dumps(nan_as_null(ev.as_json()))  # plain Python numbers and booleans
     # and where the rows are fitted, whose predictions come out of numpy

@@ -838,22 +838,32 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
 def served(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, float]:
     """A maximum-throughput row's throughput as ``plan serve`` reports the row's layout without
     targets (``search.replay_at_batch``: the closed-loop replay at the row's batch, or at as many as
-    the engine's token budget runs), at ``params`` (default: the plan's); ``predict`` prices the row
-    by its waves, the fit's fast stand-in. Where a replay ran its whole batch, it came within 2% of
+    the engine's token budget runs), a concurrency row's as ``plan serve --concurrency`` does
+    (``search.replay_at_load``), at ``params`` (default: the plan's); ``predict`` prices the rows by
+    their waves and steady round, the fit's fast stand-ins. Where a replay ran its whole batch, it came within 2% of
     the waves' price (median over 813 rows; 90% within -1% .. +11%): the prompts an iteration takes
     beside the running sequences, which a wave runs together. Other modes: ``predict``'s."""
     from planner.serving.schemas import ServeRequest
-    from planner.serving.search import replay_at_batch
+    from planner.serving.search import replay_at_batch, replay_at_load
 
     out = predict(plan, params)
-    if plan.mode != "max_throughput" or not set(THROUGHPUT_METRICS) & set(out):
+    if plan.mode not in ("max_throughput", "concurrency") or not set(THROUGHPUT_METRICS) & set(out):
         return out
     s = plan.setting
     s_p = replace(s, params=params or s.params)
     isl, osl = plan.input_len, plan.output_len
-    request = ServeRequest(input_len=isl, output_len=osl)
-    c = replay_at_batch(s_p, plan.layout, request, plan.batch / float(plan.layout.replicas[0]))
-    rate = c.output_tokens_per_s_per_gpu
+    if plan.mode == "concurrency":  # as plan serve --concurrency prices the layout
+        loaded = replay_at_load(
+            s_p, plan.layout, ServeRequest(input_len=isl, output_len=osl, concurrency=round(plan.batch))
+        )
+        if loaded is None:
+            return out
+        rate = loaded.output_tokens_per_s_per_gpu
+    else:
+        request = ServeRequest(input_len=isl, output_len=osl)
+        rate = replay_at_batch(
+            s_p, plan.layout, request, plan.batch / float(plan.layout.replicas[0])
+        ).output_tokens_per_s_per_gpu
     for key in THROUGHPUT_METRICS:
         if key in out:
             out[key] = rate * ((isl + osl) / osl if key == "total_tokens_per_s_per_gpu" else 1.0)

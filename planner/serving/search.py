@@ -441,6 +441,22 @@ def replay_at_batch(s: Setting, one: Layouts, req: ServeRequest, batch: float) -
     return _closed_loop(_candidate(q, 0, s, req, True, ""), batch, s, one, req, {})
 
 
+def replay_at_load(s: Setting, one: Layouts, req: ServeRequest) -> ServeCandidate | None:
+    """What a plan at ``req``'s load (a concurrency or a request rate) reports for layout ``one``
+    (one row), as ``_colocated_candidates`` prices each layout: its batch of the grid
+    (``_grid``, ``_select_batch``) replayed at the load (``_replayed``); None where no batch of it
+    fits or keeps up. The serving benchmark prices a published concurrency row so (``runs.served``)."""
+    mem = s.memory(one, reserved_context(s.engine, req.input_len, req.output_len))
+    if not mem.fits.any():
+        return None
+    glay, batch = _grid(one, mem, req.concurrency)
+    p = price_colocated(s, glay, batch, req)
+    (i,) = _select_batch(p, req)
+    if i < 0:
+        return None
+    return _replayed(_candidate(p, int(i), s, req, True, ""), s, p.lay.take(np.array([i])), req)
+
+
 def _sent(req: ServeRequest, batch: float, one: Layouts) -> ServeRequest:
     """``req`` as a closed loop of ``batch`` requests in flight on every replica of ``one``."""
     return req.model_copy(update={"concurrency": int(batch * one.replicas[0])})
