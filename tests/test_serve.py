@@ -1134,3 +1134,16 @@ def test_a_plan_without_target_says_what_its_users_wait(cli) -> None:
     assert "give --tpot-ms (50 ms is 20 tokens/s a user) and --ttft-ms" in text
     targeted = cli("serve", "--model", "llama3-8b", "--cluster", "dgx-h100", "--tpot-ms", "30")
     assert "no target: ranked" not in targeted.out
+
+
+def test_trtllm_bench_sizes_its_token_budget_as_its_tuning_code_does() -> None:
+    """tensorrt_llm/bench/build/tuning.py finetune_setting and bench/benchmark/utils/general.py
+    get_settings, by hand: 367 requests of 20K/2K on one stage, 367 x 11 = 4,037 tokens -> 4,096, a
+    batch of 384 (rounded to 128), and without chunked prefill at least 20,000 + 384 = 20,384; 1,000
+    of 128/128 2,000 -> 2,048; 4,096 requests (the cap) of 128/2,048 4,352 -> 4,608 (rounded to 512)."""
+    from planner.serving.runs import trtllm_bench_max_num_tokens
+
+    assert trtllm_bench_max_num_tokens(367, 20000, 2000, 1) == 20384
+    assert trtllm_bench_max_num_tokens(1000, 128, 128, 1) == 2048
+    assert trtllm_bench_max_num_tokens(5000, 128, 2048, 1) == 4608
+    assert trtllm_bench_max_num_tokens(5000, 128, 2048, 4) == 2048  # 1,024 a stage x 1.0625 = 1,088

@@ -106,19 +106,16 @@ def trtllm_bench_max_num_tokens(batch_per_replica: float, input_len: int, output
     the waves' price."""
     raw_bs = min(batch_per_replica, TRTLLM_BENCH_MAX_BATCH) / pp
     raw = min(raw_bs * (1.0 + input_len / output_len), TRTLLM_BENCH_MAX_TOKENS)
-    if raw < 4096:
-        tokens = max(2048, 256 * math.ceil(raw / 256))
-    elif raw < 8192:
-        tokens = 512 * math.ceil(raw / 512)
-    else:
-        tokens = 1024 * math.ceil(raw / 1024)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
+    tokens = _rounded_up(raw, ((4096, 256), (8192, 512), (math.inf, 1024)), 2048)
+    max_bs = _rounded_up(raw_bs, ((256, 32), (1024, 128), (math.inf, 256)), 64)
     return max(tokens, input_len + max_bs)
+
+
+def _rounded_up(value: float, tiers: tuple[tuple[float, int], ...], least: int) -> int:
+    """``value`` rounded up to the step of the first tier whose bound it is below, at least
+    ``least`` (``finetune_setting``'s rounding of the token budget and the max batch)."""
+    step = next(step for bound, step in tiers if value < bound)
+    return max(least, step * math.ceil(value / step))
 
 
 TRTLLM_BENCH_REQUESTS = {
