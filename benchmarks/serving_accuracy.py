@@ -3,9 +3,9 @@ published) of every row of a runs file in the schema of shared/groundtruth/infer
 
 Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/OSL, load) by
 planner/serving/runs.py, never by its name; a row the translator cannot express is listed with the
-reason. A maximum-throughput row's predicted throughput is what `plan serve` reports for its layout
-without targets (the closed-loop replay, planner/serving/runs.py ``served``); the fit prices it by
-its waves (``predict``), faster. The engines' per-architecture parameters are fitted on the file's
+reason. A maximum-throughput or concurrency row's predicted throughput is what `plan serve` reports
+for its layout at that load (the closed-loop replay, planner/serving/runs.py ``served``); the fit
+prices them by their waves and steady round (``predict``), faster. The engines' per-architecture parameters are fitted on the file's
 throughput rows, and each engine's server request path on its TTFT rows measured through a server
 (planner/serving/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships); each row's
 cross-validated error comes from a fit that left the row's whole group out.
@@ -95,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         f"signed {cv(o['signed_pct'], '+')}" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
     )
     print(
-        "  (a maximum-throughput row as plan serve replays its layout without targets; the fit prices it by its "
-        f"waves: MAPE {cv(o['fit_mape_pct'])}, signed {cv(o['fit_signed_pct'], '+')})"
+        "  (a maximum-throughput or concurrency row as plan serve replays its layout at that load; the fit prices "
+        f"them by their waves and steady round: MAPE {cv(o['fit_mape_pct'])}, signed {cv(o['fit_signed_pct'], '+')})"
     )
     if o.get("interval_coverage") is not None:
         whose = "no row in the fit" if args.shipped else "a fitted row's own is among them"
