@@ -5,10 +5,11 @@ Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/O
 planner/serving/runs.py, never by its name; a row the translator cannot express is listed with the
 reason. A maximum-throughput or concurrency row's predicted throughput is what `plan serve` reports
 for its layout at that load (the closed-loop replay, planner/serving/runs.py ``served``); the fit
-prices them by their waves and steady round (``predict``), faster. The engines' per-architecture parameters are fitted on the file's
-throughput rows, and each engine's server request path on its TTFT rows measured through a server
-(planner/serving/calibrate.py, what `plan serve-calibrate --runs FILE --write` ships); each row's
-cross-validated error comes from a fit that left the row's whole group out.
+prices them by their waves and steady round (``predict``), faster. The engines' per-architecture
+parameters are fitted on the file's throughput rows, and each engine's server request path on its
+TTFT rows measured through a server (planner/serving/calibrate.py, what `plan serve-calibrate --runs
+FILE --write` ships); each row's cross-validated error comes from a fit that left the row's whole
+group out.
 
 Run: python benchmarks/serving_accuracy.py --runs ../shared/groundtruth/inference_runs.yaml [--json] [--no-cv]
 A file kept aside (benchmarks/data/heldout_hybrid_serving.yaml) is checked with --shipped: nothing
