@@ -26,10 +26,10 @@ fitted the same way to log(predicted / published TTFT) of the rows measured thro
 (``runs.through_server``: TensorRT-LLM's Triton online table), the throughput parameters held.
 No fit sees a TPOT. Cross-validation leaves one group out at a time (the runs file's ``group``:
 one GPU x engine x benchmark kind), refits without it and prices it. The fit prices a
-maximum-throughput row by its waves (``runs.predict``, vectorised, hundreds of times a fit); the
-errors reported, and the throughput band ``plan serve`` draws from them, price it as ``plan serve``
-reports its layout, the closed-loop replay (``runs.served``), once per row at the fitted and once at
-the cross-validated parameters.
+maximum-throughput row by its waves and a concurrency row by the steady round (``runs.predict``,
+vectorised, hundreds of times a fit); the errors reported, and the throughput band ``plan serve``
+draws from them, price it as ``plan serve`` reports its layout at that load, the closed-loop replay
+(``runs.served``), once per row at the fitted and once at the cross-validated parameters.
 """
 
 from __future__ import annotations
@@ -66,13 +66,6 @@ copy and MoE layer (a 60-layer top-8 MoE's 4,000 tokens: 0.96 s per iteration)."
 FIELDS = tuple(FIT)
 
 
-def at_bound(field: str, value: float) -> bool:
-    """Whether a fitted ``value`` of ``field`` sits on its ``FIT`` bound (within a thousandth of a
-    step): the rows push it past, and it says less about the hardware than an interior value."""
-    low, high, _, step = FIT[field]
-    return min(abs(value - low), abs(value - high)) < 1e-3 * step
-
-
 BOUNDS = (tuple(v[0] for v in FIT.values()), tuple(v[1] for v in FIT.values()))
 X0 = np.array([v[2] for v in FIT.values()])
 X_SCALE = np.array([v[3] for v in FIT.values()])
@@ -80,6 +73,13 @@ MIN_ROWS = 10
 """A key needs at least this many throughput rows, of ``MIN_MODELS`` models, to be fitted; a
 ``MOVED_BY`` parameter as many rows that move it (``_informs``)."""
 MIN_MODELS = 2
+
+
+def at_bound(field: str, value: float) -> bool:
+    """Whether a fitted ``value`` of ``field`` sits on its ``FIT`` bound (within a thousandth of a
+    step): the rows push it past, and it says less about the hardware than an interior value."""
+    low, high, _, step = FIT[field]
+    return min(abs(value - low), abs(value - high)) < 1e-3 * step
 
 
 def _params(x: np.ndarray) -> FittedParameters:
@@ -283,8 +283,9 @@ def _summary(errs: list[float]) -> tuple[float, float]:
 
 def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: bool = False) -> Evaluation:
     """Fit on every priced throughput row, then (optionally) leave each group out and refit;
-    per row, group and overall errors (percent, predicted vs published; a maximum-throughput row's
-    prediction is ``runs.served``'s, the fit's waves in ``overall['fit_mape_pct']``). With ``shipped``, nothing
+    per row, group and overall errors (percent, predicted vs published; a maximum-throughput or
+    concurrency row's throughput is ``runs.served``'s, the fit's own pricing in
+    ``overall['fit_mape_pct']``). With ``shipped``, nothing
     is fitted: each row is priced with the parameters the engine profiles ship (a held-out file's
     check; every error is then out of sample, and no cross-validated figure is given)."""
     plans, unpriced = translate(rows)
@@ -308,8 +309,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
     surrogate_errors: list[float] = []
     for p in plans:
         at = p.setting.params if shipped else params_for(p.key, fitted)
-        # a maximum-throughput row is scored as plan serve reports its layout (runs.served: the
-        # closed-loop replay); the fit prices it by its waves (runs.predict), whose error is kept
+        # a maximum-throughput or concurrency row is scored as plan serve reports its layout (runs.served:
+        # the closed-loop replay); the fit prices it by its waves or steady round (runs.predict), kept too
         pred = served(p, at)
         fit_pred = predict(p, at)
         cv = served(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}

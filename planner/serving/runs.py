@@ -20,7 +20,8 @@ Modes, from the row's workload and tool:
   ttft            batch-1 time to first token: one prefill round of the prompt.
   concurrency     a fixed number of requests in flight (vllm bench serve --max-concurrency): TTFT
                   and TPOT of the stated number of requests replayed in a closed loop (each
-                  finished request sends the next), else at that batch.
+                  finished request sends the next), else at that batch; the throughput scored as
+                  ``plan serve --concurrency`` reports it (``served``), fitted by the steady round.
   rate            a fixed request rate (Triton online rows): TTFT and TPOT of the stated number of
                   requests replayed iteration by iteration (``replay.replay``), else at
                   the batch Little's law gives; their throughput is the offered rate, so it is
