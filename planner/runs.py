@@ -475,10 +475,11 @@ def hybrid_model_from_row(row: dict[str, Any]) -> ModelSpec:
     m = row.get("model") or {}
     hf_id = _text(m.get("hf_id"))
     model = model_for_repo(hf_id)
-    if model is None:
+    if model is None or not model.is_hybrid:  # a dense catalog model under that id has no pattern to read
         raise UnpriceableError(
             f"model '{m.get('name')}': a hybrid Mamba-2 model is priced from its layer pattern, which the row does not "
             f"give and no catalog model holds for hf_id '{m.get('hf_id')}'"
+            + (f" (catalog model {model.name}, under that id, is not hybrid)" if model is not None else "")
         )
     stated = {key: _count(m, key, "model") for key in HYBRID_CHECKED_KEYS}
     stated["vocab"] = _count(m, "vocab_padded", "model") or _count(m, "vocab", "model")
