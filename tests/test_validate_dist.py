@@ -88,6 +88,8 @@ def test_validate_replays_and_reports_every_term(cli, tmp_path) -> None:
     report = r.json()
     assert json.loads(out.read_text()) == report
     assert report["status"] == "complete" and report["context"]["replay_profile"] == "localhost-cpu"
+    # the plan prices bf16, the CPU replay fp32: the notes say why plan step and replay differ
+    assert any(n.startswith("the plan prices bf16 and the replay runs fp32") for n in report["context"]["notes"])
     (cand,) = report["candidates"]
     names = {t["spec"]["name"] for t in cand["terms"]}
     assert {"tp.reduce_scatter", "tp.all_gather", "cp.ring_exchange", "dp.reduce_scatter", "dp.all_gather"} <= names

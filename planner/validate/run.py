@@ -245,7 +245,7 @@ def build_validation(
     """The replay of the meshes the plan ranks first (or of the one mesh the degree pins name):
     each candidate's collectives and GEMMs (and layer shards), fitted into the world at hand and
     priced on the replay's hardware profile."""
-    from planner.validate.gemms import gemm_terms
+    from planner.validate.gemms import gemm_terms, replay_dtype
     from planner.validate.replica import fit_replica, replica_config
     from planner.validate.report import CandidateInfo
     from planner.validate.shard import counted_once
@@ -278,6 +278,13 @@ def build_validation(
     replay_job = settings.replay_job(blocks, gemm_on_all_ranks=on_gpu or world <= cores)
     priced = f"every predicted_s is priced on {machine.profile_name}, the replay's hardware"
     notes = [f"{priced}; plan_step_time_s on {cluster.name}"]
+    if (replayed := replay_dtype(job, on_gpu)) != job.dtype:
+        # a review: gpt2 on CPU showed a plan step of 7.98e+05 s (bf16 at the CPU's emulated rate) over
+        # a replay priced at 2.74e+03 s (fp32), with nothing saying why the two differ 290x
+        notes.append(
+            f"the plan prices {job.dtype} and the replay runs {replayed} (gemms.replay_dtype), so plan_step_time_s "
+            f"and the replay time per step differ by the profile's {job.dtype} and {replayed} rates, not by a miss"
+        )
     if not replay_job.gemm_on_all_ranks:
         notes.append(
             f"{world} ranks share {cores} CPU cores: GEMMs are timed on rank 0 alone, the others waiting; the "
