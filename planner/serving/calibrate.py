@@ -311,8 +311,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
         at = p.setting.params if shipped else params_for(p.key, fitted)
         # a maximum-throughput or concurrency row is scored as plan serve reports its layout (runs.served:
         # the closed-loop replay); the fit prices it by its waves or steady round (runs.predict), kept too
-        pred = served(p, at)
         fit_pred = predict(p, at)
+        pred = served(p, at, fit_pred)
         cv = served(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}
         moe = p.setting.model.is_moe
         for metric, published in p.published.items():

@@ -170,7 +170,7 @@ HEAD = "HEAD_IP"
 """Where a multi-host replica's commands name its first host's address (the user fills it in)."""
 
 
-def across_hosts(engine: str, command: str, gpus: int, per_host: int, tp: int, pp: int, adp: bool) -> str:
+def across_hosts(engine: str, command: str, gpus: int, per_host: int | None, tp: int, pp: int, adp: bool) -> str:
     """``command`` (one replica's, from ``_pool``, its notes as comment lines after it) as launched
     on a replica of ``gpus`` GPUs over hosts of ``per_host``: the engines start one process group
     per replica, whose other hosts must join it. vLLM: attention DP over hosts as its data-parallel
@@ -181,8 +181,8 @@ def across_hosts(engine: str, command: str, gpus: int, per_host: int, tp: int, p
     host, the command on the head); SGLang: the same command on every
     host with --nnodes, --node-rank and --dist-init-addr (server_args.py); TensorRT-LLM: one MPI
     job over the hosts' GPUs through trtllm-llmapi-launch (its multi-node trtllm-serve launcher).
-    A replica within one host: ``command`` unchanged."""
-    if gpus <= per_host:
+    A replica within one host (or of a cluster that states no host size): ``command`` unchanged."""
+    if per_host is None or gpus <= per_host:
         return command
     hosts = math.ceil(gpus / per_host)
     cmd, _, notes = command.partition("\n# ")
@@ -288,14 +288,13 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         prefill = (split["prefill_tp"], split["prefill_pp"], split["prefill_ep"], bool(split["prefill_attention_dp"]))
         # the prompts a prefill replica was priced holding (disagg.prefill_prompts x pp)
         command = _pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt, budget)
-        lines.append(across_hosts(engine, command, per, ranking.gpus_per_host or per, *prefill[:2], prefill[3]))
+        lines.append(across_hosts(engine, command, per, ranking.gpus_per_host, *prefill[:2], prefill[3]))
         lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
-        command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt, budget)
-        gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
-        lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host or gpus, tp, pp, adp))
+        role = "decode"
     else:
         lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
-        command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt, budget)
-        gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
-        lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host or gpus, tp, pp, adp))
+        role = "both"
+    command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, role, ssm, ckpt, budget)
+    gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
+    lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host, tp, pp, adp))
     return "\n".join(lines) + "\n"

@@ -833,18 +833,22 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
     return out
 
 
-def served(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, float]:
+def served(
+    plan: RowPlan, params: FittedParameters | None = None, predicted: dict[str, float] | None = None
+) -> dict[str, float]:
     """A maximum-throughput row's throughput as ``plan serve`` reports the row's layout without
     targets (``search.replay_at_batch``: the closed-loop replay at the row's batch, or at as many as
     the engine's token budget runs), a concurrency row's as ``plan serve --concurrency`` does
     (``search.replay_at_load``), at ``params`` (default: the plan's); ``predict`` prices the rows by
     their waves and steady round, the fit's fast stand-ins. Where a replay ran its whole batch, it came within 2% of
     the waves' price (median over 813 rows; 90% within -1% .. +11%): the prompts an iteration takes
-    beside the running sequences, which a wave runs together. Other modes: ``predict``'s."""
+    beside the running sequences, which a wave runs together. Other modes: ``predict``'s, or
+    ``predicted`` where the caller has it at the same parameters (a concurrency row's latencies are
+    replayed there: not twice)."""
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import replay_at_batch, replay_at_load
 
-    out = predict(plan, params)
+    out = dict(predict(plan, params) if predicted is None else predicted)
     if plan.mode not in ("max_throughput", "concurrency") or not set(THROUGHPUT_METRICS) & set(out):
         return out
     s = plan.setting

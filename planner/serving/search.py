@@ -452,9 +452,12 @@ def replay_at_load(s: Setting, one: Layouts, req: ServeRequest) -> ServeCandidat
     glay, batch = _grid(one, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     (i,) = _select_batch(p, req)
-    if i < 0:
-        return None
-    return _replayed(_candidate(p, int(i), s, req, True, ""), s, p.lay.take(np.array([i])), req)
+    return None if i < 0 else _replayed_at_load(p, int(i), s, req)
+
+
+def _replayed_at_load(p: Priced, i: int, s: Setting, req: ServeRequest) -> ServeCandidate:
+    """Row ``i`` of ``p`` (the batch ``_select_batch`` chose for its layout) replayed at ``req``'s load."""
+    return _replayed(_candidate(p, i, s, req, True, ""), s, p.lay.take(np.array([i])), req)
 
 
 def _sent(req: ServeRequest, batch: float, one: Layouts) -> ServeRequest:
@@ -1025,14 +1028,11 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     glay, batch = _grid(lay, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     loaded = req.request_rate is not None or req.concurrency is not None
-    cands = []
     unreplayed = 0
     if not loaded:  # without targets too: every batch meets them, so each layout's largest is replayed
         cands, unreplayed = _replayed_at_targets(p, s, req)
     else:  # the replay of the load judges the targets
-        for i in _select_batch(p, req):
-            if i >= 0:
-                cands.append(_replayed(_candidate(p, int(i), s, req, True, ""), s, p.lay.take(np.array([i])), req))
+        cands = [_replayed_at_load(p, int(i), s, req) for i in _select_batch(p, req) if i >= 0]
     if not cands and req.request_rate is not None:
         too_fast = f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
         return [], len(p.batch), too_fast, 0
