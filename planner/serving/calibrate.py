@@ -46,6 +46,7 @@ from planner.error_bar import calibration_key, interval
 from planner.runs import translate_rows
 from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict, served
+from planner.serving.step import RoundCost
 
 FIT: dict[str, tuple[float, float, float, float]] = {
     # field: (lower bound, upper bound, start, scale of a step)
@@ -90,15 +91,33 @@ def _throughput_rows(plans: list[RowPlan]) -> list[RowPlan]:
     return [p for p in plans if p.cost is not None and any(k in p.published for k in THROUGHPUT_METRICS)]
 
 
-def _log_errors(x: np.ndarray, plans: list[RowPlan]) -> np.ndarray:
-    params = _params(x)
-    out = []
-    for p in plans:
-        t = float(p.cost.total_s(params)[0])  # type: ignore[union-attr]
-        pred = p.tokens / t / float(p.layout.gpus_per_replica[0])
-        pub = next(p.published[k] for k in THROUGHPUT_METRICS if k in p.published)
-        out.append(np.log(pred / pub))
-    return np.asarray(out)
+@dataclass(frozen=True)
+class _Priced:
+    """Throughput rows as a fit prices them: their costs side by side, one ``RoundCost`` per shape of
+    pairs (``RoundCost.side_by_side``), and what turns a cost's seconds into the log error."""
+
+    costs: list[tuple[np.ndarray, RoundCost]]  # (the rows' places, their costs side by side)
+    log_scale: np.ndarray  # per row: log(tokens / GPUs / published)
+
+    @classmethod
+    def of(cls, plans: list[RowPlan]) -> _Priced:
+        shapes: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+        for i, p in enumerate(plans):
+            c = p.cost
+            assert c is not None
+            shapes[(c.gemm_pairs, c.expert_rows.tobytes(), c.kv_rows.tobytes())].append(i)
+        costs = [(np.array(idx), RoundCost.side_by_side([plans[i].cost for i in idx])) for idx in shapes.values()]  # type: ignore[misc]
+        published = [next(p.published[k] for k in THROUGHPUT_METRICS if k in p.published) for p in plans]
+        scale = [p.tokens / float(p.layout.gpus_per_replica[0]) / pub for p, pub in zip(plans, published, strict=True)]
+        return cls(costs, np.log(np.asarray(scale, dtype=float)))
+
+    def log_errors(self, x: np.ndarray) -> np.ndarray:
+        """log(predicted / published) of each row at the parameter vector ``x``."""
+        params = _params(x)
+        seconds = np.empty(len(self.log_scale))
+        for idx, cost in self.costs:
+            seconds[idx] = cost.total_s(params)
+        return self.log_scale - np.log(seconds)
 
 
 def _fit_rows(rows: list[RowPlan], fixed: dict[str, float]) -> np.ndarray:
@@ -114,8 +133,9 @@ def _fit_rows(rows: list[RowPlan], fixed: dict[str, float]) -> np.ndarray:
         return x
 
     lo, hi = np.array(BOUNDS[0]), np.array(BOUNDS[1])
+    priced = _Priced.of(rows)
     res = least_squares(
-        lambda xf: _log_errors(full(xf), rows),
+        lambda xf: priced.log_errors(full(xf)),
         x0=np.clip(held[free], lo[free], hi[free]),
         bounds=(lo[free], hi[free]),
         loss="soft_l1",

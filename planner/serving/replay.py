@@ -42,7 +42,7 @@ import numpy as np
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
 from planner.serving.search import prefill_chunk
-from planner.serving.step import Setting, round_cost, schedulers
+from planner.serving.step import RoundPricer, Setting, schedulers
 
 REPLAY_SEEDS = (0, 1, 2, 3)
 """The arrival draws averaged (fixed, so a row prices the same every time). One draw of 500
@@ -104,7 +104,8 @@ def replay(
     room = max(1, min(int(mem.max_concurrency[0]) // ranks, s.engine.max_batch_size))
     budget = s.engine.max_num_batched_tokens
     piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
-    many = lay.take(np.zeros(room + 1, dtype=int))
+    # one layout's rounds at every load: the layout's own terms (links, weight bytes, shares) worked out once
+    pricer = RoundPricer(s, lay.take(np.zeros(1, dtype=int)))
     decoding_counts = np.arange(room + 1, dtype=float) * ranks
     rows: dict[tuple[int, int], np.ndarray] = {} if prices is None else prices
 
@@ -117,9 +118,7 @@ def replay(
         bucket = round(context / CONTEXT_BUCKET_TOKENS)
         row = rows.get((prompt_tokens, bucket))
         if row is None or math.isnan(row[decoding]):
-            cost = round_cost(
-                s,
-                many,
+            cost = pricer.cost(
                 decoding_counts,
                 np.full(room + 1, float(max(bucket, 1) * CONTEXT_BUCKET_TOKENS)),
                 np.full(room + 1, float(prompt_tokens * ranks)),
@@ -147,9 +146,7 @@ def replay(
         if not todo:
             return
         decoding, prompt_tokens, bucket = (np.array(column, dtype=float) for column in zip(*todo, strict=True))
-        cost = round_cost(
-            s,
-            lay.take(np.zeros(len(todo), dtype=int)),
+        cost = pricer.cost(
             decoding * ranks,
             np.maximum(bucket, 1.0) * CONTEXT_BUCKET_TOKENS,
             prompt_tokens * ranks,

@@ -43,6 +43,7 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -307,6 +308,38 @@ class RoundCost:
             kv_rows=self._rows(self.kv_rows, other, other.kv_rows),
         )
 
+    @staticmethod
+    def side_by_side(costs: list[RoundCost]) -> RoundCost:
+        """``costs`` of the same pairs (their ``gemm_pairs``, ``expert_rows`` and ``kv_rows`` alike) as
+        one cost whose columns are theirs in order: a fit prices hundreds of rows in one ``total_s``."""
+        head = costs[0]
+        for c in costs[1:]:
+            if not (
+                c.gemm_pairs == head.gemm_pairs
+                and np.array_equal(c.expert_rows, head.expert_rows)
+                and np.array_equal(c.kv_rows, head.kv_rows)
+            ):
+                raise ValueError("side_by_side: costs of different pairs")
+
+        def cat(name: str) -> np.ndarray:
+            return np.concatenate([getattr(c, name) for c in costs], axis=-1)
+
+        return RoundCost(
+            pair_compute_s=cat("pair_compute_s"),
+            pair_memory_s=cat("pair_memory_s"),
+            compute_only_s=cat("compute_only_s"),
+            memory_only_s=cat("memory_only_s"),
+            tp_comm_s=cat("tp_comm_s"),
+            ep_comm_s=cat("ep_comm_s"),
+            pp_comm_s=cat("pp_comm_s"),
+            overhead_count=cat("overhead_count"),
+            sequence_count=cat("sequence_count"),
+            routed_copies=cat("routed_copies"),
+            gemm_pairs=head.gemm_pairs,
+            expert_rows=head.expert_rows,
+            kv_rows=head.kv_rows,
+        )
+
     def _rows(self, mine: np.ndarray, other: RoundCost, theirs: np.ndarray) -> np.ndarray:
         """A per-pair mask of this cost and ``other`` in ``plus``'s order of pairs."""
         return np.concatenate(
@@ -320,21 +353,6 @@ def _link(cluster: ClusterSpec, size: np.ndarray, stride: object) -> GroupLink:
     return group_link(cluster, size_i, np.broadcast_to(np.asarray(stride).astype(np.int64), size_i.shape))
 
 
-def tp_all_reduce_s(s: Setting, lay: Layouts, message_bytes: np.ndarray) -> np.ndarray:
-    """One TP all-reduce: the ring/NVLS price of ``cost.comm.all_reduce_s``, or the engine's
-    one-shot kernel inside one node (latency + (t-1) x M over the link: each rank reads every
-    peer's whole buffer), whichever is faster, as the engines pick by message size (one-shot for
-    decode's KiB messages, ring/NVLS for prefill's MiB ones)."""
-    link = _link(s.cluster, lay.tp, 1)
-    ring = all_reduce_s(message_bytes, link)
-    if not s.engine.custom_all_reduce or s.engine.custom_all_reduce_latency_us is None:
-        return ring
-    # (t-1) buffers over the links among the group (all of a switch's, t-1 of a switchless mesh's)
-    one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) * message_bytes / link.intra_bytes_per_s
-    inside = lay.tp <= s.cluster.fast_domain_gpus
-    return np.where((lay.tp > 1) & inside, np.minimum(ring, one_shot), ring)
-
-
 def experts_touched_fraction(model: ModelSpec, tokens: np.ndarray) -> np.ndarray:
     """Share of a MoE layer's experts at least one of ``tokens`` routes to: 1 - (1 - k/E)^T, for
     uniform independent routing (an estimate; real routing is skewed, which touches fewer)."""
@@ -344,169 +362,10 @@ def experts_touched_fraction(model: ModelSpec, tokens: np.ndarray) -> np.ndarray
     return 1.0 - np.power(1.0 - k / E, np.maximum(tokens, 0.0))
 
 
-def round_weight_bytes(s: Setting, lay: Layouts, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(non-expert, routed-expert) weight bytes one GPU reads in a round of micro-batches of
-    ``tokens``: every block's once over the pp stages' passes, and of the routed experts those
-    some token picks (``experts_touched_fraction``)."""
-    non_expert, experts = block_weight_bytes_per_gpu(s.model, lay, s.weights_dtype)
-    return non_expert * lay.pp, experts * lay.pp * experts_touched_fraction(s.model, tokens)
-
-
-def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
-    for the non-expert weights, the routed experts and the LM head (see the module docstring).
-    ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits.
-    Under pipeline parallelism the head counts pp times: the engines split the blocks evenly
-    over the stages and run the head on the last (TensorRT-LLM's and vLLM's PP), so the last
-    stage is the slowest, and with pp micro-batches in flight a round, in which each passes every
-    stage once, lasts pp times that stage's time: the blocks once and the head pp times, where the
-    sum of the stages had counted the head once. Llama-3.3-70B in FP4 at PP 8 on the RTX PRO
-    6000: the head's 2.1 GB of bf16 weights beside a stage's 4.9 GB of blocks; its 10 rows went
-    +39% -> +27% (ARCHITECTURE 9.7). Each GEMM runs at its weights' format's rate
-    (``Setting.gemm_rate``): the blocks' format, the attention projections' where the checkpoint keeps
-    them 16-bit (``memory.attention_weights_dtype``, gpt-oss), the head's 16-bit
-    (``memory.EMBEDDING_BYTES``)."""
-    m = s.model
-    w = weight_params(m)
-    non_expert_bytes, expert_bytes = round_weight_bytes(s, lay, tokens)
-    head_bytes = lm_head_read_bytes_per_gpu(m, s.engine, lay)
-    c = m.parameter_counts
-    k = float(m.num_experts_per_tok or 0)
-    active_expert_params = m.num_moe_layers * k * c.moe_expert_each
-    flops_experts = 2.0 * active_expert_params * tokens / lay.tp
-    # split over tp, or whole on each attention-DP rank for its 1/tp of the tokens: the same FLOPs per GPU
-    flops_head = 2.0 * lm_head_matrix_params(m) * head_tokens / lay.tp
-    rate, bw = s.gemm_flops_per_s, s.hbm_bytes_per_s
-    # the attention projections at their own format's rate (16-bit in gpt-oss's checkpoint)
-    attention_rate = s.gemm_rate(attention_weights_dtype(m, s.weights_dtype))
-    non_expert_s = 2.0 * tokens / lay.tp * (w.attention / attention_rate + w.dense / rate)
-    # the head stays 16-bit (memory.EMBEDDING_BYTES); the last stage runs it besides its share of
-    # the blocks and sets the pipeline's pace
-    head_rate = s.gemm_rate("bf16")
-    compute = np.stack([non_expert_s, flops_experts / rate, lay.pp * flops_head / head_rate])
-    memory = np.stack([non_expert_bytes / bw, expert_bytes / bw, lay.pp * head_bytes / bw])
-    return compute, np.broadcast_to(memory, compute.shape)
-
-
-def _heads_per_rank(m: ModelSpec, lay: Layouts) -> np.ndarray:
-    return np.where(lay.attention_dp, float(m.num_attention_heads), np.ceil(m.num_attention_heads / lay.tp))
-
-
-def decode_attention_pair(
-    s: Setting, lay: Layouts, sequences: np.ndarray, context: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(FLOP time, byte time) of a round's decode attention: every sequence's KV read once."""
-    m = s.model
-    per_rank = sequences / np.where(lay.attention_dp, lay.tp, 1.0)
-    kv_bytes = per_rank * sequence_kv_bytes_per_gpu(
-        m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp, s.engine.chunked_kv
-    )
-    kv_bytes = kv_bytes * lay.pp
-    if m.is_mla:
-        # absorbed: scores over [latent; rope] keys, values the latent itself
-        d_qk, d_v = float(m.kv_lora_rank + m.qk_rope_head_dim), float(m.kv_lora_rank)  # type: ignore[operator]
-    else:
-        d_qk, d_v = attention_dims(m)
-    per_key = 2.0 * (d_qk + d_v)
-    keys = layer_cached_tokens(m, context, chunked_kv="chunk")  # the mask, whatever the cache keeps
-    flops = per_rank * _heads_per_rank(m, lay) * per_key * keys
-    return flops / s.attention_flops_per_s(d_qk, d_v), kv_bytes / s.hbm_bytes_per_s
-
-
 STATE_UPDATE_FLOPS_PER_ELEMENT = 5.0
 """FLOPs per SSM state element of one decode step: decay and input, h' = exp(dt A) h + dt B x
 (3), and the readout C h (2) (Dao and Gu 2024, 'Transformers are SSMs', the recurrent form of
 SSD; vLLM's selective_state_update kernel, which reads and writes the state once)."""
-
-
-def mamba_pair(
-    s: Setting, lay: Layouts, sequences: np.ndarray, prompt_tokens: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(FLOP time, byte time) of a round's Mamba-2 mixing over all the hybrid's Mamba blocks on one
-    GPU per micro-batch: each decoding sequence's conv and SSM state read and written once
-    (``kv.mamba_state_bytes``, 2x: vLLM's causal_conv1d_update and selective_state_update update
-    them in place) with ``STATE_UPDATE_FLOPS_PER_ELEMENT`` per SSM element, and the prompt tokens'
-    SSD chunk scan forward (``flops.mamba_scan_flops_per_token_fwd``, its traffic
-    ``compute.mamba_scan_bytes_per_token``, the conv and gate ``compute.mamba_mixer_forward_bytes
-    _per_token``, the counts training's forward prices) at the 16-bit rate (the scan's matmuls are
-    16-bit whatever the weights). Heads split over tp, whole per rank under attention DP. Zero for a
-    transformer."""
-    m = s.model
-    zero = np.zeros(len(lay))
-    n_mamba = float(m.blocks_of("M"))
-    if not n_mamba:
-        return zero, zero
-    t = mixer_tp(lay.tp, lay.attention_dp)
-    share = np.where(lay.attention_dp, lay.tp, 1.0)  # sequences (and prompts) per attention rank
-    sequences, prompt_tokens = sequences / share, prompt_tokens / share
-    _, ssm = mamba_state_elements(m, t)
-    state_flops = sequences * STATE_UPDATE_FLOPS_PER_ELEMENT * ssm
-    scan_flops = prompt_tokens * mamba_scan_flops_per_token_fwd(m, 1.0) / t
-    state_bytes = 2.0 * sequences * mamba_state_bytes(m, t, s.ssm_state_dtype)
-    token_bytes = (sequences + prompt_tokens) * mamba_mixer_forward_bytes_per_token(m) / t
-    scan_bytes = prompt_tokens * mamba_scan_bytes_per_token(m, t)
-    gpu = s.cluster.gpu
-    rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
-    compute = n_mamba * (state_flops + scan_flops) / rate
-    memory = n_mamba * (state_bytes + token_bytes + scan_bytes) / s.hbm_bytes_per_s
-    return compute, memory
-
-
-def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len: float) -> np.ndarray:
-    """Prefill attention of ``tokens`` prompt tokens per micro-batch from prompts of ``prompt_len``:
-    causal score FLOPs 2 a (d_qk + d_v) x keys per query per layer (``flops.attended_keys``)."""
-    m = s.model
-    d_qk, d_v = attention_dims(m)
-    sliding, chunked = m.num_sliding_layers, m.num_chunked_layers
-    keys = (kv_layers(m) - sliding - chunked) * attended_keys(int(prompt_len), None)
-    if sliding:
-        keys += sliding * attended_keys(int(prompt_len), m.sliding_window)
-    if chunked:
-        keys += chunked * chunked_keys(int(prompt_len), m.attention_chunk_size or int(prompt_len))
-    per_rank = tokens / np.where(lay.attention_dp, lay.tp, 1.0)
-    flops = per_rank * _heads_per_rank(m, lay) * 2.0 * (d_qk + d_v) * keys
-    return flops / s.attention_flops_per_s(d_qk, d_v, context=True)
-
-
-def activation_traffic_s(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
-    """Byte time of a round's element-wise passes over ``tokens`` (per micro-batch) outside the
-    GEMMs and attention, summed over all layers, on one GPU, before the fitted decode HBM
-    fraction: norms, residual adds, RoPE, the MLPs' gated activation and the MoE's token reorders,
-    at the counts training prices (``compute.elementwise_bytes_per_token``). Under TP every rank
-    normalises all the tokens, under attention DP its 1/tp; the MLP widths and heads split over tp;
-    a rank's experts run k/tp routed copies per token at their whole width (the experts split over
-    ep, each over tp/ep) and reorder the k/ep copies routed to them, dispatch and combine
-    (TensorRT-LLM's CUTLASS MoE expands the rows to expert order and finalises them back; under
-    attention DP after the group's tokens are gathered). Qwen3-235B (top 8) at DEP 4 moves 113 KB
-    per token and layer on each GPU this way: at 3,000 tokens per iteration 32 GB, as much as the
-    rank's FP4 expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7)."""
-    m = s.model
-    t = lay.tp.astype(float)
-    share = np.where(lay.attention_dp, 1.0 / t, 1.0)
-    k = float(m.num_experts_per_tok or 0)
-
-    def per_layer(moe: bool) -> np.ndarray:
-        parts = elementwise_bytes_per_token(
-            m, moe, t, share, routed_copies=k / t, permute_copies=2.0 * k / lay.ep, routed_act=activation_bytes(m)
-        )
-        return np.asarray(sum(parts.values()))
-
-    per_token = m.num_dense_layers * per_layer(False)
-    if m.num_moe_layers:
-        per_token = per_token + m.num_moe_layers * per_layer(True)
-    return tokens * per_token / s.hbm_bytes_per_s
-
-
-def round_terms(
-    s: Setting,
-    lay: Layouts,
-    decode_sequences: np.ndarray,
-    decode_context: np.ndarray,
-    prefill_tokens: np.ndarray,
-    prompt_len: float,
-) -> RoundTerms:
-    """Terms of one round at the setting's fitted parameters (``round_cost``)."""
-    return round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len).terms(s.params)
 
 
 def multi_node_nvlink(cluster: ClusterSpec) -> bool:
@@ -514,26 +373,6 @@ def multi_node_nvlink(cluster: ClusterSpec) -> bool:
     of 4), which TensorRT-LLM's MNNVL all-to-all needs (``MnnvlMemory.supports_mnnvl``)."""
     p = cluster.profile
     return p.gpus_per_node > (p.gpus_per_host or p.gpus_per_node)
-
-
-def ep_exchange_s(
-    s: Setting, lay: Layouts, tokens: np.ndarray, top_k: float, width: float, dispatch_bytes: float, link: GroupLink
-) -> np.ndarray:
-    """One MoE layer's token exchange over an attention-DP group of ``tokens`` (the group's, each
-    rank holding tokens / tp), as the engine runs it (``EngineProfile.moe_token_exchange``):
-    'all_gather', every rank gathers the group's tokens (dispatch format) before the routed
-    experts and the outputs are reduce-scattered back in bf16 (vLLM's default
-    allgather_reducescatter, SGLang's DP-attention gather and scatter); 'all_to_all_over_mnnvl',
-    TensorRT-LLM's PyTorch backend: 2 all-to-alls, each token to every rank holding one of its
-    experts (``received_share``: its top-k copies' ranks, less those that share one), where EP exceeds
-    top-k over multi-node NVLink, else the all-gather (tensorrt_llm/_torch/modules/fused_moe
-    select_alltoall_method_type: moe_ep_size <= top_k, or no MNNVL -> NotEnabled). Priced with
-    an all-to-all everywhere until 2026-12-06 (ARCHITECTURE 9.7)."""
-    gather = all_gather_s(tokens * width * dispatch_bytes, link) + all_gather_s(tokens * width * ACTIVATION_BYTES, link)
-    # each token goes once to every rank holding one of its experts (at top 1, its one expert's)
-    sent = tokens / lay.tp * lay.ep * received_share(s.model, lay)
-    a2a = all_to_all_s(sent * width * dispatch_bytes, link) + all_to_all_s(sent * width * ACTIVATION_BYTES, link)
-    return np.where(all_to_all_dispatch(s, lay, top_k), a2a, gather)
 
 
 def received_share(model: ModelSpec, lay: Layouts) -> np.ndarray:
@@ -561,23 +400,6 @@ def all_to_all_dispatch(s: Setting, lay: Layouts, top_k: float) -> np.ndarray:
     return np.asarray(lay.attention_dp & (lay.ep > top_k))
 
 
-def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
-    """Token copies (each token once per top-k expert) a rank's MoE layers sort in a round of
-    ``tokens`` (the replica's, per micro-batch), summed over the MoE layers. The engines' fused MoE
-    sorts the k copies of every token the rank holds into expert order and builds the expert maps
-    over them, whichever rank's experts they go to: TensorRT-LLM's CutlassMoeFCRunner::runMoe
-    (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu @03cff08f) keys the copies bound for
-    other EP ranks past its own experts and radix-sorts all k x num_rows (``sorter_.run(..., k *
-    num_rows)``) before expanding its own. Under TP every rank holds all the tokens, under attention
-    DP with an all-gather the group's. An all-to-all dispatch (``all_to_all_dispatch``) sends a
-    token, with its k choices, to each rank that holds one of its experts (``received_share``).
-    The time per copy is fitted (``FittedParameters.routed_copy_ns``; ARCHITECTURE 9.7)."""
-    m = s.model
-    k = float(m.num_experts_per_tok or 0)
-    received = np.where(all_to_all_dispatch(s, lay, k), received_share(m, lay), 1.0)
-    return float(m.num_moe_layers) * np.asarray(tokens, dtype=float) * k * received
-
-
 def schedulers(s: Setting, lay: Layouts) -> np.ndarray:
     """Schedulers of each layout's replica: one per attention-DP rank where the engine schedules
     each apart (``EngineProfile.scheduler_per_attention_dp_rank``: each with its own batch cap and
@@ -591,6 +413,367 @@ def _busiest_share(count: np.ndarray, parts: np.ndarray) -> np.ndarray:
     return np.maximum(count / parts, np.minimum(count, 1.0))
 
 
+class RoundPricer:
+    """The terms of rounds of one setting's layouts (the module docstring), as functions of the
+    round's load. What depends on the layouts alone (the groups' links, the weight bytes and FLOP
+    times per token, the shares and per-token traffic) is worked out once, the first time a round
+    needs it, so that a replay pricing hundreds of rounds of one layout at different loads
+    (``replay.replay``) pays for it once: ``round_cost`` on a fresh pricer is the one price, and
+    each module-level term (``gemm_pairs``, ``tp_all_reduce_s``, ...) this class's method of it."""
+
+    def __init__(self, s: Setting, lay: Layouts) -> None:
+        self.s = s
+        self.lay = lay
+
+    # -- what the layouts alone decide ------------------------------------------------------------
+
+    @functools.cached_property
+    def tp_link(self) -> GroupLink:
+        return _link(self.s.cluster, self.lay.tp, 1)
+
+    @functools.cached_property
+    def ep_link(self) -> GroupLink:
+        return _link(self.s.cluster, self.lay.ep, 1)
+
+    @functools.cached_property
+    def pp_link(self) -> GroupLink:
+        return _link(self.s.cluster, self.lay.pp, self.lay.tp)
+
+    @functools.cached_property
+    def received_share(self) -> np.ndarray:
+        return received_share(self.s.model, self.lay)
+
+    @functools.cached_property
+    def top_k(self) -> float:
+        return float(self.s.model.num_experts_per_tok or 0)
+
+    @functools.cached_property
+    def all_to_all(self) -> np.ndarray:
+        """``all_to_all_dispatch`` at the model's top-k."""
+        return all_to_all_dispatch(self.s, self.lay, self.top_k)
+
+    @functools.cached_property
+    def schedulers(self) -> np.ndarray:
+        return schedulers(self.s, self.lay)
+
+    @functools.cached_property
+    def attention_share(self) -> np.ndarray:
+        """Ranks a replica's sequences (and prompts) are split over for attention: tp under attention
+        DP (each rank holds whole sequences), else 1."""
+        return np.where(self.lay.attention_dp, self.lay.tp, 1.0)
+
+    @functools.cached_property
+    def heads_per_rank(self) -> np.ndarray:
+        m = self.s.model
+        return np.where(
+            self.lay.attention_dp, float(m.num_attention_heads), np.ceil(m.num_attention_heads / self.lay.tp)
+        )
+
+    @functools.cached_property
+    def _block_weight_bytes(self) -> tuple[np.ndarray, np.ndarray]:
+        """(non-expert, routed-expert) bytes of the blocks one GPU of a stage holds, times pp."""
+        non_expert, experts = block_weight_bytes_per_gpu(self.s.model, self.lay, self.s.weights_dtype)
+        return non_expert * self.lay.pp, experts * self.lay.pp
+
+    @functools.cached_property
+    def _gemm_s_per_token(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(non-expert, routed-expert, LM head FLOP seconds per token through the blocks, per token
+        that needs logits; head byte seconds) of ``gemm_pairs``."""
+        s, lay, m = self.s, self.lay, self.s.model
+        w = weight_params(m)
+        active_expert_params = m.num_moe_layers * self.top_k * m.parameter_counts.moe_expert_each
+        rate = s.gemm_flops_per_s
+        # the attention projections at their own format's rate (16-bit in gpt-oss's checkpoint)
+        attention_rate = s.gemm_rate(attention_weights_dtype(m, s.weights_dtype))
+        non_expert = 2.0 / lay.tp * (w.attention / attention_rate + w.dense / rate)
+        # split over tp, or whole on each attention-DP rank for its 1/tp of the tokens: the same FLOPs per GPU
+        experts = 2.0 * active_expert_params / lay.tp / rate
+        # the head stays 16-bit (memory.EMBEDDING_BYTES); the last stage runs it besides its share of
+        # the blocks and sets the pipeline's pace
+        head = lay.pp * (2.0 * lm_head_matrix_params(m) / lay.tp) / s.gemm_rate("bf16")
+        head_bytes_s = lay.pp * lm_head_read_bytes_per_gpu(m, s.engine, lay) / s.hbm_bytes_per_s
+        return non_expert, experts, head, head_bytes_s
+
+    @functools.cached_property
+    def _activation_bytes_per_token(self) -> np.ndarray:
+        """Bytes per token (per micro-batch) of ``activation_traffic_s``'s passes over all layers."""
+        m, lay = self.s.model, self.lay
+        t = lay.tp.astype(float)
+        share = np.where(lay.attention_dp, 1.0 / t, 1.0)
+        k = self.top_k
+
+        def per_layer(moe: bool) -> np.ndarray:
+            parts = elementwise_bytes_per_token(
+                m, moe, t, share, routed_copies=k / t, permute_copies=2.0 * k / lay.ep, routed_act=activation_bytes(m)
+            )
+            return np.asarray(sum(parts.values()))
+
+        per_token = m.num_dense_layers * per_layer(False)
+        if m.num_moe_layers:
+            per_token = per_token + m.num_moe_layers * per_layer(True)
+        return per_token
+
+    # -- the terms ----------------------------------------------------------------------------------
+
+    def tp_all_reduce_s(self, message_bytes: np.ndarray) -> np.ndarray:
+        """One TP all-reduce: the ring/NVLS price of ``cost.comm.all_reduce_s``, or the engine's
+        one-shot kernel inside one node (latency + (t-1) x M over the link: each rank reads every
+        peer's whole buffer), whichever is faster, as the engines pick by message size (one-shot for
+        decode's KiB messages, ring/NVLS for prefill's MiB ones)."""
+        s, lay, link = self.s, self.lay, self.tp_link
+        ring = all_reduce_s(message_bytes, link)
+        if not s.engine.custom_all_reduce or s.engine.custom_all_reduce_latency_us is None:
+            return ring
+        # (t-1) buffers over the links among the group (all of a switch's, t-1 of a switchless mesh's)
+        one_shot = s.engine.custom_all_reduce_latency_us * 1e-6 + (lay.tp - 1) * message_bytes / link.intra_bytes_per_s
+        inside = lay.tp <= s.cluster.fast_domain_gpus
+        return np.where((lay.tp > 1) & inside, np.minimum(ring, one_shot), ring)
+
+    def round_weight_bytes(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(non-expert, routed-expert) weight bytes one GPU reads in a round of micro-batches of
+        ``tokens``: every block's once over the pp stages' passes, and of the routed experts those
+        some token picks (``experts_touched_fraction``)."""
+        non_expert, experts = self._block_weight_bytes
+        return non_expert, experts * experts_touched_fraction(self.s.model, tokens)
+
+    def gemm_pairs(self, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
+        for the non-expert weights, the routed experts and the LM head (see the module docstring).
+        ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits.
+        Under pipeline parallelism the head counts pp times: the engines split the blocks evenly
+        over the stages and run the head on the last (TensorRT-LLM's and vLLM's PP), so the last
+        stage is the slowest, and with pp micro-batches in flight a round, in which each passes every
+        stage once, lasts pp times that stage's time: the blocks once and the head pp times, where the
+        sum of the stages had counted the head once. Llama-3.3-70B in FP4 at PP 8 on the RTX PRO
+        6000: the head's 2.1 GB of bf16 weights beside a stage's 4.9 GB of blocks; its 10 rows went
+        +39% -> +27% (ARCHITECTURE 9.7). Each GEMM runs at its weights' format's rate
+        (``Setting.gemm_rate``): the blocks' format, the attention projections' where the checkpoint keeps
+        them 16-bit (``memory.attention_weights_dtype``, gpt-oss), the head's 16-bit
+        (``memory.EMBEDDING_BYTES``)."""
+        non_expert_bytes, expert_bytes = self.round_weight_bytes(tokens)
+        non_expert_s, experts_s, head_s, head_bytes_s = self._gemm_s_per_token
+        bw = self.s.hbm_bytes_per_s
+        compute = np.stack(np.broadcast_arrays(non_expert_s * tokens, experts_s * tokens, head_s * head_tokens))
+        memory = np.stack(np.broadcast_arrays(non_expert_bytes / bw, expert_bytes / bw, head_bytes_s))
+        return compute, np.broadcast_to(memory, compute.shape)
+
+    def decode_attention_pair(self, sequences: np.ndarray, context: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOP time, byte time) of a round's decode attention: every sequence's KV read once."""
+        s, lay, m = self.s, self.lay, self.s.model
+        per_rank = sequences / self.attention_share
+        kv_bytes = per_rank * sequence_kv_bytes_per_gpu(
+            m, s.kv_dtype, context, 1, lay.tp, lay.pp, lay.attention_dp, s.engine.chunked_kv
+        )
+        kv_bytes = kv_bytes * lay.pp
+        if m.is_mla:
+            # absorbed: scores over [latent; rope] keys, values the latent itself
+            d_qk, d_v = float(m.kv_lora_rank + m.qk_rope_head_dim), float(m.kv_lora_rank)  # type: ignore[operator]
+        else:
+            d_qk, d_v = attention_dims(m)
+        per_key = 2.0 * (d_qk + d_v)
+        keys = layer_cached_tokens(m, context, chunked_kv="chunk")  # the mask, whatever the cache keeps
+        flops = per_rank * self.heads_per_rank * per_key * keys
+        return flops / s.attention_flops_per_s(d_qk, d_v), kv_bytes / s.hbm_bytes_per_s
+
+    def mamba_pair(self, sequences: np.ndarray, prompt_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(FLOP time, byte time) of a round's Mamba-2 mixing over all the hybrid's Mamba blocks on one
+        GPU per micro-batch: each decoding sequence's conv and SSM state read and written once
+        (``kv.mamba_state_bytes``, 2x: vLLM's causal_conv1d_update and selective_state_update update
+        them in place) with ``STATE_UPDATE_FLOPS_PER_ELEMENT`` per SSM element, and the prompt tokens'
+        SSD chunk scan forward (``flops.mamba_scan_flops_per_token_fwd``, its traffic
+        ``compute.mamba_scan_bytes_per_token``, the conv and gate ``compute.mamba_mixer_forward_bytes
+        _per_token``, the counts training's forward prices) at the 16-bit rate (the scan's matmuls are
+        16-bit whatever the weights). Heads split over tp, whole per rank under attention DP. Zero for a
+        transformer."""
+        s, lay, m = self.s, self.lay, self.s.model
+        n_mamba = float(m.blocks_of("M"))
+        if not n_mamba:
+            zero = np.zeros(np.broadcast_shapes(np.shape(sequences), np.shape(prompt_tokens), lay.tp.shape))
+            return zero, zero
+        t = mixer_tp(lay.tp, lay.attention_dp)
+        sequences, prompt_tokens = sequences / self.attention_share, prompt_tokens / self.attention_share
+        _, ssm = mamba_state_elements(m, t)
+        state_flops = sequences * STATE_UPDATE_FLOPS_PER_ELEMENT * ssm
+        scan_flops = prompt_tokens * mamba_scan_flops_per_token_fwd(m, 1.0) / t
+        state_bytes = 2.0 * sequences * mamba_state_bytes(m, t, s.ssm_state_dtype)
+        token_bytes = (sequences + prompt_tokens) * mamba_mixer_forward_bytes_per_token(m) / t
+        scan_bytes = prompt_tokens * mamba_scan_bytes_per_token(m, t)
+        gpu = s.cluster.gpu
+        rate = gpu.peak_flops_per_s("bf16") * gpu.gemm_efficiency_for("bf16")
+        compute = n_mamba * (state_flops + scan_flops) / rate
+        memory = n_mamba * (state_bytes + token_bytes + scan_bytes) / s.hbm_bytes_per_s
+        return compute, memory
+
+    def prefill_attention_s(self, tokens: np.ndarray, prompt_len: float) -> np.ndarray:
+        """Prefill attention of ``tokens`` prompt tokens per micro-batch from prompts of ``prompt_len``:
+        causal score FLOPs 2 a (d_qk + d_v) x keys per query per layer (``flops.attended_keys``)."""
+        m = self.s.model
+        d_qk, d_v = attention_dims(m)
+        sliding, chunked = m.num_sliding_layers, m.num_chunked_layers
+        keys = (kv_layers(m) - sliding - chunked) * attended_keys(int(prompt_len), None)
+        if sliding:
+            keys += sliding * attended_keys(int(prompt_len), m.sliding_window)
+        if chunked:
+            keys += chunked * chunked_keys(int(prompt_len), m.attention_chunk_size or int(prompt_len))
+        flops = tokens / self.attention_share * self.heads_per_rank * 2.0 * (d_qk + d_v) * keys
+        return flops / self.s.attention_flops_per_s(d_qk, d_v, context=True)
+
+    def activation_traffic_s(self, tokens: np.ndarray) -> np.ndarray:
+        """Byte time of a round's element-wise passes over ``tokens`` (per micro-batch) outside the
+        GEMMs and attention, summed over all layers, on one GPU, before the fitted decode HBM
+        fraction: norms, residual adds, RoPE, the MLPs' gated activation and the MoE's token reorders,
+        at the counts training prices (``compute.elementwise_bytes_per_token``). Under TP every rank
+        normalises all the tokens, under attention DP its 1/tp; the MLP widths and heads split over tp;
+        a rank's experts run k/tp routed copies per token at their whole width (the experts split over
+        ep, each over tp/ep) and reorder the k/ep copies routed to them, dispatch and combine
+        (TensorRT-LLM's CUTLASS MoE expands the rows to expert order and finalises them back; under
+        attention DP after the group's tokens are gathered). Qwen3-235B (top 8) at DEP 4 moves 113 KB
+        per token and layer on each GPU this way: at 3,000 tokens per iteration 32 GB, as much as the
+        rank's FP4 expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7)."""
+        return tokens * self._activation_bytes_per_token / self.s.hbm_bytes_per_s
+
+    def ep_exchange_s(
+        self, tokens: np.ndarray, top_k: float, width: float, dispatch_bytes: float, link: GroupLink
+    ) -> np.ndarray:
+        """One MoE layer's token exchange over an attention-DP group of ``tokens`` (the group's, each
+        rank holding tokens / tp), as the engine runs it (``EngineProfile.moe_token_exchange``):
+        'all_gather', every rank gathers the group's tokens (dispatch format) before the routed
+        experts and the outputs are reduce-scattered back in bf16 (vLLM's default
+        allgather_reducescatter, SGLang's DP-attention gather and scatter); 'all_to_all_over_mnnvl',
+        TensorRT-LLM's PyTorch backend: 2 all-to-alls, each token to every rank holding one of its
+        experts (``received_share``: its top-k copies' ranks, less those that share one), where EP exceeds
+        top-k over multi-node NVLink, else the all-gather (tensorrt_llm/_torch/modules/fused_moe
+        select_alltoall_method_type: moe_ep_size <= top_k, or no MNNVL -> NotEnabled). Priced with
+        an all-to-all everywhere until 2026-12-06 (ARCHITECTURE 9.7)."""
+        dispatch = self.all_to_all if top_k == self.top_k else all_to_all_dispatch(self.s, self.lay, top_k)
+        gather = np.zeros(0)
+        if not dispatch.all():
+            gather = all_gather_s(tokens * width * dispatch_bytes, link) + all_gather_s(
+                tokens * width * ACTIVATION_BYTES, link
+            )
+            if not dispatch.any():
+                return gather
+        # each token goes once to every rank holding one of its experts (at top 1, its one expert's)
+        sent = tokens / self.lay.tp * self.lay.ep * self.received_share
+        a2a = all_to_all_s(sent * width * dispatch_bytes, link) + all_to_all_s(sent * width * ACTIVATION_BYTES, link)
+        return a2a if dispatch.all() else np.where(dispatch, a2a, gather)
+
+    def routed_copies(self, tokens: np.ndarray) -> np.ndarray:
+        """Token copies (each token once per top-k expert) a rank's MoE layers sort in a round of
+        ``tokens`` (the replica's, per micro-batch), summed over the MoE layers. The engines' fused MoE
+        sorts the k copies of every token the rank holds into expert order and builds the expert maps
+        over them, whichever rank's experts they go to: TensorRT-LLM's CutlassMoeFCRunner::runMoe
+        (cpp/tensorrt_llm/kernels/mixtureOfExperts/moe_kernels.cu @03cff08f) keys the copies bound for
+        other EP ranks past its own experts and radix-sorts all k x num_rows (``sorter_.run(..., k *
+        num_rows)``) before expanding its own. Under TP every rank holds all the tokens, under attention
+        DP with an all-gather the group's. An all-to-all dispatch (``all_to_all_dispatch``) sends a
+        token, with its k choices, to each rank that holds one of its experts (``received_share``).
+        The time per copy is fitted (``FittedParameters.routed_copy_ns``; ARCHITECTURE 9.7)."""
+        received = np.where(self.all_to_all, self.received_share, 1.0)
+        return float(self.s.model.num_moe_layers) * np.asarray(tokens, dtype=float) * self.top_k * received
+
+    def cost(
+        self, decode_sequences: np.ndarray, decode_context: np.ndarray, prefill_tokens: np.ndarray, prompt_len: float
+    ) -> RoundCost:
+        """One round of a replica: ``decode_sequences`` running sequences at mean context
+        ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica, split over pp
+        micro-batches)."""
+        s, lay, m = self.s, self.lay, self.s.model
+        pp = lay.pp
+        # a micro-batch holds B / pp sequences, and at least one while any runs
+        decode_sequences = np.asarray(decode_sequences, dtype=float)
+        dec = _busiest_share(decode_sequences, pp)
+        pf = np.asarray(prefill_tokens, dtype=float) / pp
+        tokens = dec + pf
+        head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
+        g_compute, g_memory = self.gemm_pairs(tokens, head_tokens)
+        a_compute, a_memory = self.decode_attention_pair(dec, np.asarray(decode_context, dtype=float))
+        m_compute, m_memory = self.mamba_pair(dec, pf)
+        message = tokens * m.hidden_size * ACTIVATION_BYTES
+        blocks = float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks  # one TP all-reduce after each
+        n = g_compute.shape[1]
+        zero = np.zeros(n)
+        tp_comm = (
+            zero if lay.attention_dp.all() else np.where(lay.attention_dp, 0.0, blocks * self.tp_all_reduce_s(message))
+        )
+        exchanging = lay.attention_dp & (lay.ep > 1)
+        ep_comm = zero
+        if exchanging.any():
+            dispatch_bytes = 1.0 if s.weights_dtype in ("fp8", "fp4") else ACTIVATION_BYTES
+            width = float(m.expert_input_size)  # a LatentMoE dispatches the latent projection
+            exchange = self.ep_exchange_s(tokens, self.top_k, width, dispatch_bytes, self.ep_link)
+            ep_comm = np.where(exchanging, float(m.num_moe_layers) * exchange, 0.0)
+        pp_comm = (pp - 1) * send_recv_s(message, self.pp_link)
+        # an engine that schedules each attention-DP rank apart does the ranks' host work side by side
+        return RoundCost(
+            pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
+            pair_memory_s=np.concatenate([g_memory, a_memory[None, :], m_memory[None, :]]),
+            compute_only_s=self.prefill_attention_s(pf, prompt_len),
+            memory_only_s=self.activation_traffic_s(tokens),
+            tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
+            ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
+            pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
+            # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
+            overhead_count=np.full(n, blocks),
+            sequence_count=np.broadcast_to(_busiest_share(decode_sequences, self.schedulers), (n,)).astype(float),
+            routed_copies=np.broadcast_to(self.routed_copies(tokens), (n,)).astype(float),
+            gemm_pairs=3,
+            expert_rows=np.array([False, True, False, False, False]),
+            kv_rows=np.array([False, False, False, True, False]),
+        )
+
+
+def tp_all_reduce_s(s: Setting, lay: Layouts, message_bytes: np.ndarray) -> np.ndarray:
+    """``RoundPricer.tp_all_reduce_s``."""
+    return RoundPricer(s, lay).tp_all_reduce_s(message_bytes)
+
+
+def round_weight_bytes(s: Setting, lay: Layouts, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``RoundPricer.round_weight_bytes``."""
+    return RoundPricer(s, lay).round_weight_bytes(tokens)
+
+
+def gemm_pairs(s: Setting, lay: Layouts, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``RoundPricer.gemm_pairs``."""
+    return RoundPricer(s, lay).gemm_pairs(tokens, head_tokens)
+
+
+def decode_attention_pair(
+    s: Setting, lay: Layouts, sequences: np.ndarray, context: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``RoundPricer.decode_attention_pair``."""
+    return RoundPricer(s, lay).decode_attention_pair(sequences, context)
+
+
+def mamba_pair(
+    s: Setting, lay: Layouts, sequences: np.ndarray, prompt_tokens: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``RoundPricer.mamba_pair``."""
+    return RoundPricer(s, lay).mamba_pair(sequences, prompt_tokens)
+
+
+def prefill_attention_s(s: Setting, lay: Layouts, tokens: np.ndarray, prompt_len: float) -> np.ndarray:
+    """``RoundPricer.prefill_attention_s``."""
+    return RoundPricer(s, lay).prefill_attention_s(tokens, prompt_len)
+
+
+def activation_traffic_s(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
+    """``RoundPricer.activation_traffic_s``."""
+    return RoundPricer(s, lay).activation_traffic_s(tokens)
+
+
+def ep_exchange_s(
+    s: Setting, lay: Layouts, tokens: np.ndarray, top_k: float, width: float, dispatch_bytes: float, link: GroupLink
+) -> np.ndarray:
+    """``RoundPricer.ep_exchange_s``."""
+    return RoundPricer(s, lay).ep_exchange_s(tokens, top_k, width, dispatch_bytes, link)
+
+
+def routed_copies(s: Setting, lay: Layouts, tokens: np.ndarray) -> np.ndarray:
+    """``RoundPricer.routed_copies``."""
+    return RoundPricer(s, lay).routed_copies(tokens)
+
+
 def round_cost(
     s: Setting,
     lay: Layouts,
@@ -599,48 +782,17 @@ def round_cost(
     prefill_tokens: np.ndarray,
     prompt_len: float,
 ) -> RoundCost:
-    """One round of a replica: ``decode_sequences`` running sequences at mean context
-    ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica, split over pp
-    micro-batches)."""
-    m = s.model
-    pp = lay.pp
-    # a micro-batch holds B / pp sequences, and at least one while any runs
-    decode_sequences = np.asarray(decode_sequences, dtype=float)
-    dec = _busiest_share(decode_sequences, pp)
-    pf = np.asarray(prefill_tokens, dtype=float) / pp
-    tokens = dec + pf
-    head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
-    g_compute, g_memory = gemm_pairs(s, lay, tokens, head_tokens)
-    a_compute, a_memory = decode_attention_pair(s, lay, dec, np.asarray(decode_context, dtype=float))
-    m_compute, m_memory = mamba_pair(s, lay, dec, pf)
-    message = tokens * m.hidden_size * ACTIVATION_BYTES
-    blocks = float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks  # one TP all-reduce after each
-    moe_layers = float(m.num_moe_layers)
-    tp_comm = np.where(lay.attention_dp, 0.0, blocks * tp_all_reduce_s(s, lay, message))
-    ep_link = _link(s.cluster, lay.ep, 1)
-    k = float(m.num_experts_per_tok or 0)
-    dispatch_bytes = 1.0 if s.weights_dtype in ("fp8", "fp4") else ACTIVATION_BYTES
-    width = float(m.expert_input_size)  # a LatentMoE dispatches the latent projection
-    exchange = ep_exchange_s(s, lay, tokens, k, width, dispatch_bytes, ep_link)
-    ep_comm = np.where(lay.attention_dp & (lay.ep > 1), moe_layers * exchange, 0.0)
-    pp_link = _link(s.cluster, pp, lay.tp)
-    pp_comm = (pp - 1) * send_recv_s(message, pp_link)
-    # an engine that schedules each attention-DP rank apart does the ranks' host work side by side
-    per_scheduler = schedulers(s, lay)
-    n = g_compute.shape[1]
-    return RoundCost(
-        pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
-        pair_memory_s=np.concatenate([g_memory, a_memory[None, :], m_memory[None, :]]),
-        compute_only_s=prefill_attention_s(s, lay, pf, prompt_len),
-        memory_only_s=activation_traffic_s(s, lay, tokens),
-        tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
-        ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
-        pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
-        # every micro-batch passes its stage's share of the blocks at each of pp pipeline steps: all per round
-        overhead_count=np.full(n, blocks),
-        sequence_count=np.broadcast_to(_busiest_share(decode_sequences, per_scheduler), (n,)).astype(float),
-        routed_copies=np.broadcast_to(routed_copies(s, lay, tokens), (n,)).astype(float),
-        gemm_pairs=3,
-        expert_rows=np.array([False, True, False, False, False]),
-        kv_rows=np.array([False, False, False, True, False]),
-    )
+    """``RoundPricer.cost`` (a pricer kept for many rounds of the same layouts prices them faster)."""
+    return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len)
+
+
+def round_terms(
+    s: Setting,
+    lay: Layouts,
+    decode_sequences: np.ndarray,
+    decode_context: np.ndarray,
+    prefill_tokens: np.ndarray,
+    prompt_len: float,
+) -> RoundTerms:
+    """Terms of one round at the setting's fitted parameters (``round_cost``)."""
+    return round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len).terms(s.params)
