@@ -124,8 +124,13 @@ def test_a_layout_the_replay_finds_short_of_the_rate_meets_nothing() -> None:
 
     short = candidates(16.86)
     assert len(short) == 1 and short[0].replayed and not short[0].sustains_rate and not short[0].meets_targets
-    kept = candidates(13.0)
-    assert len(kept) == 6 and all(c.replayed and c.sustains_rate and c.meets_targets for c in kept)
+    # at 13 req/s six pass at the steady state; replayed, the TP1 pipelines fall behind (a prompt passes
+    # their stages one GPU at a time: a round that holds one lasts its whole pass), the other four keep up
+    at_13 = candidates(13.0)
+    kept = [c for c in at_13 if c.sustains_rate]
+    assert len(at_13) == 6 and all(c.replayed and c.meets_targets for c in kept)
+    assert sorted((c.config["tp"], c.config["pp"]) for c in at_13 if c not in kept) == [(1, 4), (1, 8)]
+    assert sorted((c.config["tp"], c.config["pp"]) for c in kept) == [(2, 2), (2, 4), (4, 1), (4, 2)]
     # the one short of the rate waits seconds for its first token; those that keep up, a fraction of one
     assert short[0].ttft_s > 10 * max(c.ttft_s for c in kept)
 
@@ -161,7 +166,7 @@ def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
     assert rates == sorted(rates, reverse=True)
     crowded = [c for c in r.candidates if c.max_concurrency < 64]
     roomy = [c for c in r.candidates if c.max_concurrency >= 64]
-    assert crowded and roomy and min(c.ttft_s for c in crowded) > 10 * max(c.ttft_s for c in roomy)
+    assert crowded and roomy and min(c.ttft_s for c in crowded) > 5 * max(c.ttft_s for c in roomy)
 
 
 def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
@@ -248,7 +253,7 @@ def test_a_concurrency_far_beyond_the_room_only_queues() -> None:
     assert queued.output_tokens_per_s_per_gpu == pytest.approx(whole.output_tokens_per_s_per_gpu, rel=1e-4)
     completions_per_s = whole.output_tokens_per_s_per_gpu * 8 / 512
     assert queued.ttft_s - whole.ttft_s == pytest.approx((5000 - 1200) / completions_per_s, rel=1e-3)
-    assert whole.output_tokens_per_s_per_gpu == pytest.approx(540.8, abs=0.5)
+    assert whole.output_tokens_per_s_per_gpu == pytest.approx(541.4, abs=0.5)
 
 
 @pytest.mark.parametrize(("chunked", "osl"), [(True, 64), (False, 64), (True, 1)])
@@ -334,19 +339,67 @@ def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, req
 def test_a_closed_loop_beyond_the_token_budget_is_replayed_at_what_the_engine_ran() -> None:
     """An iteration's token budget admits the prompts of about max_num_batched_tokens x osl / (isl +
     osl) running sequences a scheduler; a loop of more at the KV room only queues the rest, whose
-    wait the TTFT holds (60 s here). The candidate is the replay at the batch the engine ran: the
-    same throughput, a TTFT without the queue."""
+    wait the TTFT holds (12 s here). The candidate is the replay at the batch the engine ran: the
+    same throughput, a TTFT without the queue. (DeepSeek-V3 at TP4 x PP4 on two DGX H200 had been the
+    case, until each of a round's pipeline micro-batches got a budget of its own, 2026-12-07: its
+    four budgets admit the whole KV room.)"""
     import planner
 
-    kw = {"engine": "trtllm", "tp": 4, "pp": 4, "attention_dp": True, "top": 1}
-    (full,) = planner.serve("deepseek-v3", "dgx-h200x2", concurrency=8136, **kw).candidates
-    (best,) = planner.serve("deepseek-v3", "dgx-h200x2", **kw).candidates
-    assert full.batch_per_replica == pytest.approx(6144, rel=0.01) and full.ttft_s > 30
-    assert best.max_concurrency == 8136 and best.batch_per_replica == pytest.approx(6144, rel=0.01)
+    kw = {"engine": "trtllm", "tp": 2, "pp": 1, "ep": 2, "attention_dp": False, "top": 1}
+    (full,) = planner.serve("gpt-oss-120b", "dgx-b200x1", concurrency=8192, **kw).candidates
+    (best,) = planner.serve("gpt-oss-120b", "dgx-b200x1", **kw).candidates
+    assert full.batch_per_replica == pytest.approx(1536, rel=0.01) and full.ttft_s > 5
+    assert best.max_concurrency == 8192 and best.batch_per_replica == pytest.approx(1536, rel=0.01)
     assert best.ttft_s < 1.0
     assert best.output_tokens_per_s_per_gpu == pytest.approx(full.output_tokens_per_s_per_gpu, rel=0.01)
     # and says why it ran fewer than its KV room: the budget admits the prompts of about 8,192 x 512 /
-    # 2,560 = 1,638 a rank, 6,554 over the four (whole prompts: 1,536 a rank ran)
+    # 2,560 = 1,638 (whole prompts of 2,048: 1,536 ran), and names TensorRT-LLM's own flag
     (note,) = best.warnings
-    assert note.startswith("ran 6,144 of the 8,136 sequences a replica's KV cache holds: trtllm's token budget of")
-    assert "about 6,554 running sequences" in note and note.endswith("or chunked prefill runs more")
+    assert note.startswith("ran 1,536 of the 2,048 sequences a replica's KV cache holds: trtllm's token budget of")
+    assert "about 1,638 running sequences" in note and "beside at most 6,144 decode tokens" in note
+    assert "(--max_num_tokens, which --export writes)" in note and note.endswith("or chunked prefill runs more")
+
+
+def test_fewer_in_flight_than_replicas_leave_replicas_idle() -> None:
+    """N in flight over R replicas: N mod R of them hold ceil(N / R), the rest floor(N / R). At 1 in
+    flight, 8B on one DGX H100 as 8 replicas of TP1 runs one request on one of them: its tokens over
+    the 8 GPUs (every replica had been given one, 121 tokens/s per GPU for 1 user's 122); at 12, four
+    replicas hold 2 and four hold 1."""
+    import planner
+
+    def eight(n: int):  # the 8 x TP1 layout at n in flight
+        r = planner.serve("llama3-8b", "dgx-h100x1", concurrency=n, tp=1, pp=1, top=1)
+        return r.candidates[0], r.request_path_s
+
+    one, path = eight(1)
+    assert one.config["replicas"] == 8 and one.batch_per_replica == pytest.approx(1 / 8, rel=1e-6)
+    a_request_s = one.ttft_s - path + 511 * one.tpot_s
+    assert one.output_tokens_per_s_per_gpu == pytest.approx(512 / a_request_s / 8, rel=1e-6)
+    assert one.output_tokens_per_s_per_gpu < one.output_tokens_per_s_per_user / 7
+    twelve, _ = eight(12)
+    assert twelve.batch_per_replica == pytest.approx(1.5, rel=1e-3)
+    # between one replica of 1 and 8 of 2 (16 in flight): 12 requests' worth
+    sixteen, _ = eight(16)
+    assert 12 / 16 * sixteen.output_tokens_per_s_per_gpu < twelve.output_tokens_per_s_per_gpu
+    assert twelve.output_tokens_per_s_per_gpu < 12 * one.output_tokens_per_s_per_gpu
+
+
+def test_a_lone_prompt_passes_the_pipeline_stages_in_turn() -> None:
+    """One 2K prompt of Llama-3.1 405B (fp8) on TP1 x PP8 runs in one micro-batch through the 8
+    stages one after another: its replayed TTFT is its pass (the steady state's first token, 1.5 s),
+    not the prompt spread over the stages at once (0.22 s, under the FLOP floor of 0.84 s at the fp8
+    peak); on fewer GPUs at a time than TP8, slower than TP8's. 8B on TP1 x PP2 is no faster than on
+    TP1."""
+    import planner
+
+    r = planner.serve("llama3.1-405b", "dgx-h100x1", weights_dtype="fp8", concurrency=1, top=10)
+    by = {(c.config["tp"], c.config["pp"]): c for c in r.candidates}
+    pipeline, tensor = by[(1, 8)], by[(8, 1)]
+    flops = 2 * 405e9 * 2048  # the weights' FLOPs alone, every layer once
+    assert pipeline.ttft_s > flops / 1979e12  # one H100's dense fp8 peak at a time
+    assert pipeline.ttft_s == pytest.approx(pipeline.steady_state_ttft_s, rel=0.05)
+    assert pipeline.ttft_s > 3 * tensor.ttft_s
+    small = {
+        (c.config["tp"], c.config["pp"]): c for c in planner.serve("llama3-8b", "dgx-h100x1", concurrency=1).candidates
+    }
+    assert small[(1, 2)].ttft_s >= small[(1, 1)].ttft_s

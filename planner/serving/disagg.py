@@ -59,9 +59,9 @@ def prefill_prompts(s: Setting, req: ServeRequest) -> int:
 def prefill_rounds(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndarray, np.ndarray]:
     """(round seconds, fits) of each layout as a prefill-only replica holding q = 1 .. Q prompts at a
     time (columns q - 1; Q = ``prefill_prompts`` x pp, one round in each pipeline stage): a replica
-    at a light load runs the prompts it has, not a full budget. A round is priced as its prompts
-    spread over the pp stages at once (``round_terms``), the prompt's latency where every stage has
-    one; fewer than pp prompts still pass every stage one after the other, so they take pp's round."""
+    at a light load runs the prompts it has, not a full budget. A round's prompts are spread over
+    the pp micro-batches, a whole prompt in each at least (``step.RoundPricer.cost``): fewer than pp
+    prompts still pass every stage one after the other, so they take pp's round."""
     isl = req.input_len
     most = prefill_prompts(s, req) * lay.pp
     mem = s.memory(lay, float(isl))
@@ -72,7 +72,7 @@ def prefill_rounds(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndar
     for q in range(1, int(most.max()) + 1):
         on = q <= most
         rounds[:, q - 1] = np.where(
-            on, round_terms(s, lay, zeros, context, np.maximum(q, lay.pp) * float(isl), isl).total_s, np.inf
+            on, round_terms(s, lay, zeros, context, np.full(len(lay), q * float(isl)), isl).total_s, np.inf
         )
     return rounds, fits
 

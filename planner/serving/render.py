@@ -69,7 +69,9 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         table.add_row(
             str(i),
             layout_label(c),
-            f"{c.batch_per_replica:.0f}",
+            f"{c.batch_per_replica:.0f}"
+            if c.batch_per_replica >= 1 or not c.batch_per_replica
+            else f"{c.batch_per_replica:.2g}",
             f"{c.ttft_s * 1e3:.0f}",
             "-" if c.tpot_s is None else f"{c.tpot_s * 1e3:.1f}",
             rate(c.output_tokens_per_s_per_gpu),
@@ -95,7 +97,10 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         if req.request_rate is not None:
             load = f"at {req.request_rate:g} req/s: Poisson arrivals"
         elif req.concurrency is not None:
-            load = f"at {req.concurrency} requests in flight: each finished one sends the next"
+            load = (
+                f"at {req.concurrency} requests in flight over the replicas (batch: a replica's mean), each finished "
+                "one sending the next"
+            )
         else:
             chosen = (
                 "the largest batch of the grid whose replay meets the targets"

@@ -18,8 +18,13 @@ say. The replay keeps the round's price and changes only the load:
              room (``memory.plan_memory``'s concurrency and the engine's max batch) and the
              iteration's prompt tokens within the engine's token budget
              (``max_num_batched_tokens``: vLLM's max_num_batched_tokens and TensorRT-LLM's
-             max_num_tokens count decode and prompt tokens together); an engine without chunked
-             prefill runs a prompt whole (a longer one than the budget in budget-sized pieces, as
+             max_num_tokens count decode and prompt tokens together), a budget for each of the
+             pp micro-batches of an iteration (a round: every running sequence one token): under
+             pipeline parallelism both engines schedule each micro-batch apart with the whole
+             budget (vLLM V1's EngineCore.step_with_batch_queue schedules a batch whenever its
+             queue of pp batches has room; TensorRT-LLM's PyExecutor._executor_loop_pp calls
+             _schedule once per micro-batch); an engine without chunked prefill runs a prompt
+             whole (a longer one than the budget in budget-sized pieces, as
              ``search.prefill_chunk`` prices it), one with it fills the room left.
   iteration  ``step.round_cost`` of the running sequences' decode tokens (at their mean context)
              and the admitted prompt tokens; a prompt's first token comes at the end of the
@@ -102,7 +107,7 @@ def replay(
     rate = rate_per_s / replicas
     mem = s.memory(lay, reserved_context(s.engine, input_len, output_len))
     room = max(1, min(int(mem.max_concurrency[0]) // ranks, s.engine.max_batch_size))
-    budget = s.engine.max_num_batched_tokens
+    budget = s.engine.max_num_batched_tokens * int(lay.pp[0])  # each micro-batch its own (module docstring)
     piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
     # one layout's rounds at every load: the layout's own terms (links, weight bytes, shares) worked out once
     pricer = RoundPricer(s, lay.take(np.zeros(1, dtype=int)))

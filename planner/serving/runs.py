@@ -745,7 +745,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
     elif mode in ("max_throughput", "concurrency"):
         b = np.array([plan.batch / lay.replicas[0]])
         ctx = np.array([isl + osl / 2.0])
-        plan.cost = round_cost(s, lay, b, ctx, b * isl / osl, isl)
+        plan.cost = round_cost(s, lay, b, ctx, b * isl / osl, isl, mean_prompts=True)
         plan.tokens = float(b[0])
     elif mode == "static":
         b = np.array([plan.batch])
@@ -877,7 +877,7 @@ def _latencies(s: Setting, lay: Layouts, batch: float, isl: int, osl: int) -> tu
 
     b = np.array([batch])
     ctx = np.array([isl + osl / 2.0])
-    tpot = round_cost(s, lay, b, ctx, b * isl / osl, isl).total_s(s.params)
+    tpot = round_cost(s, lay, b, ctx, b * isl / osl, isl, mean_prompts=True).total_s(s.params)
     return float(first_token_s(s, lay, b, ctx, isl, tpot)[0]), float(tpot[0])
 
 

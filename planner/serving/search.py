@@ -185,7 +185,7 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     mem = s.memory(lay, reserved_context(s.engine, isl, osl))
     context = np.full(len(lay), isl + osl / 2.0)
     prefill = batch * isl / osl
-    terms = round_terms(s, lay, batch, context, prefill, isl)
+    terms = round_terms(s, lay, batch, context, prefill, isl, mean_prompts=True)
     tpot = terms.total_s
     first = first_token_s(s, lay, batch, context, req.input_len, tpot)
     return Priced(lay, batch, mem, terms, first, tpot, s.params.request_path_s)
@@ -492,20 +492,24 @@ def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: 
     ranks = int(schedulers(s, one)[0])
     each = " on each attention-DP rank" if ranks > 1 else ""
     budget = e.max_num_batched_tokens
-    per_rank = budget * req.output_len / (req.input_len + req.output_len)  # the prompts of as many as finish
-    how = "budget x osl / (isl + osl)"
+    pp = int(one.pp[0])  # each micro-batch of a round its own budget (replay.replay)
+    per_rank = pp * budget * req.output_len / (req.input_len + req.output_len)  # the prompts of as many as finish
+    how = ("pp x " if pp > 1 else "") + "budget x osl / (isl + osl)"
     if not e.chunked_prefill:  # a prompt runs whole, beside the running ones' decode tokens
         piece = prefill_chunk(e, req.input_len)
         beside = budget - piece
-        per_rank = min(per_rank, max(beside, 1))
-        how += f"; a whole prompt of {piece:,} tokens beside at most {beside:,} others"
+        per_rank = min(per_rank, pp * max(beside, 1))
+        whole = "a whole prompt" if piece == req.input_len else "a budget-sized piece of a prompt"
+        how += f"; {whole} of {piece:,} tokens beside " + (
+            f"at most {beside:,} decode tokens" if beside > 0 else "no decode token"
+        )
     admits = f"admits the prompts of about {ranks * per_rank:,.0f} running sequences a replica ({how})"
-    remedy = "a larger budget (max_num_batched_tokens, which --export writes)" + (
-        "" if e.chunked_prefill else " or chunked prefill"
-    )
+    flag = {"sglang": "--chunked-prefill-size", "vllm": "--max-num-batched-tokens"}.get(e.name, "--max_num_tokens")
+    remedy = f"a larger budget ({flag}, which --export writes)" + ("" if e.chunked_prefill else " or chunked prefill")
+    per = "a micro-batch" if pp > 1 else "an iteration"
     return (
         f"ran {ran:,.0f} of the {room:,.0f} sequences a replica's KV cache holds: {e.name}'s token budget of "
-        f"{budget:,} tokens an iteration{each} {admits}, and more only queue; {remedy} runs more"
+        f"{budget:,} tokens {per}{each} {admits}, and more only queue; {remedy} runs more"
     )
 
 
@@ -570,44 +574,35 @@ def _replayed(
     and, at a request rate, Poisson bursts, which the steady-state round at the batch averages
     away. At a request rate a replica that does not keep up with its share of it
     (``QUEUE_GROWTH_TOLERANCE``) meets no target; at a concurrency the load is a closed loop (each
-    request finished sends the next, one deterministic draw), whose throughput is the replica's
-    concurrency over a request's time in it (Little's law: ceil(N / replicas) x osl / (TTFT +
-    (osl - 1) x TPOT)), and a share beyond the requests replayed waits in the queue at the rate the
-    saturated replay completes them (in flight beyond twice the batch are not replayed, they only
-    queue: the throughput stops growing with N, the TTFT does not). Whether it meets
-    the targets is judged on the replay."""
+    request finished sends the next, one deterministic draw) on each replica of its share of the N
+    in flight (``_closed_loop_at``), whose throughput is that share over a request's time in it
+    (Little's law: share x osl / (TTFT + (osl - 1) x TPOT)), summed over the replicas: N below the
+    replicas leaves some idle (8B on one DGX H100 at 1 in flight, 8 replicas of TP1: one busy, 15
+    tokens/s per GPU, where every replica had been given ceil(N / replicas) = 1, 121). Whether it
+    meets the targets is judged on the replay."""
     from planner.serving.replay import replay
 
     replicas = int(one.replicas[0])
     isl, osl = req.input_len, req.output_len
     if req.concurrency is not None:
-        # a closed loop reaches its steady state only with more requests than in flight; beyond
-        # twice the batch the engine is saturated and the rest only queue (below)
-        in_flight = math.ceil(req.concurrency / replicas)
-        simulated = min(in_flight, 2 * math.ceil(c.batch_per_replica))
-        per_replica = max(REPLAY_MIN_REQUESTS, 4 * simulated)
-        n = per_replica * replicas
-        r = replay(
-            s, one, isl, osl, math.inf, n, REPLAY_MEASURED, draws=1, concurrency=simulated * replicas, prices=prices
-        )
+        # N in flight over R replicas: N mod R replicas hold ceil(N / R), the others floor(N / R)
+        # (none where N < R: those replicas idle); the means are over the requests, weighted by the
+        # rate each replica completes them
+        low, high = divmod(req.concurrency, replicas)
+        loops = [(n, count) for n, count in ((low + 1, high), (low, replicas - high)) if n and count]
+        runs = [(count, _closed_loop_at(c, s, one, req, n, prices)) for n, count in loops]
+        completed = sum(count * done for count, (done, _, _, _) in runs)
+        ttft = sum(count * done * t for count, (done, t, _, _) in runs) / completed
+        tpot = sum(count * done * g for count, (done, _, g, _) in runs) / completed
+        running = sum(count * b for count, (_, _, _, b) in runs) / replicas
+        rate = completed * osl / float(one.num_gpus[0])
+        sustains = None
     else:
         assert req.request_rate is not None
         per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(c.batch_per_replica))
         r = replay(s, one, isl, osl, req.request_rate, per_replica * replicas, REPLAY_MEASURED)
-    tpot = r.itl_s if math.isfinite(r.itl_s) else c.tpot_s  # one output token: no gap to measure
-    if req.concurrency is not None:
-        # Little's law over the replay; a replica's share beyond those replayed waits behind them at
-        # the rate the saturated engine completes them: the throughput stops growing with N, the TTFT
-        # does not
-        # (the engine's: a request on the server's path holds no slot of the engine. A client semaphore
-        # held through the path, as vllm bench serve's --max-concurrency is, would see about path /
-        # (TTFT + osl x TPOT) less, 0.1% at 6.6 ms against seconds a request: not priced)
-        completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
-        ttft = r.ttft_s + (in_flight - simulated) / completions_per_s
-        rate = replicas * completions_per_s * osl / float(one.num_gpus[0])
-        sustains = None
-    else:
-        ttft, rate = r.ttft_s, c.output_tokens_per_s_per_gpu
+        tpot = r.itl_s if math.isfinite(r.itl_s) else c.tpot_s  # one output token: no gap to measure
+        ttft, rate, running = r.ttft_s, c.output_tokens_per_s_per_gpu, r.running
         sustains = r.queue_growth <= QUEUE_GROWTH_TOLERANCE * per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
     ttft += s.params.request_path_s  # the TTFT its client measures: the server's request path too
     meets = sustains is not False and bool(_meets(req, np.array([ttft]), np.array([tpot]))[0])
@@ -617,7 +612,7 @@ def _replayed(
             "tpot_s": tpot,
             "output_tokens_per_s_per_gpu": rate,
             "output_tokens_per_s_per_user": 1.0 / tpot,
-            "batch_per_replica": round(r.running, 9),  # a time average: 47.99999999999954 for 48 in flight
+            "batch_per_replica": round(running, 9),  # a time average: 47.99999999999954 for 48 in flight
             "meets_targets": meets,
             "replayed": True,
             "sustains_rate": sustains,
@@ -625,6 +620,41 @@ def _replayed(
             "steady_state_tpot_s": c.tpot_s,
         }
     )
+
+
+def _closed_loop_at(
+    c: ServeCandidate, s: Setting, one: Layouts, req: ServeRequest, in_flight: int, prices: dict | None
+) -> tuple[float, float, float, float]:
+    """One replica of ``one`` (``c``'s layout) under a closed loop of ``in_flight`` requests (a
+    replay, ``replay.replay``, of one deterministic draw): (requests it completes per second, mean
+    TTFT, mean inter-token latency, time-mean batch). A closed loop reaches its steady state only with
+    more requests than in flight; beyond twice ``c``'s batch the engine is saturated and the rest only
+    queue: Little's law over the replay, the share beyond those replayed waiting behind them at the
+    rate the saturated engine completes them (the throughput stops growing with N, the TTFT does
+    not). The engine's TTFT: a request on the server's path holds no slot of the engine (a client
+    semaphore held through the path, as vllm bench serve's --max-concurrency is, would see about path
+    / (TTFT + osl x TPOT) less, 0.1% at 6.6 ms against seconds a request: not priced)."""
+    from planner.serving.replay import replay
+
+    replicas = int(one.replicas[0])
+    isl, osl = req.input_len, req.output_len
+    simulated = min(in_flight, 2 * math.ceil(c.batch_per_replica))
+    per_replica = max(REPLAY_MIN_REQUESTS, 4 * simulated)
+    r = replay(
+        s,
+        one,
+        isl,
+        osl,
+        math.inf,
+        per_replica * replicas,
+        REPLAY_MEASURED,
+        draws=1,
+        concurrency=simulated * replicas,
+        prices=prices,
+    )
+    tpot = r.itl_s if math.isfinite(r.itl_s) else c.tpot_s  # one output token: no gap to measure
+    completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
+    return completions_per_s, r.ttft_s + (in_flight - simulated) / completions_per_s, tpot, r.running
 
 
 def _layout_groups(p: Priced) -> np.ndarray:

@@ -673,17 +673,34 @@ class RoundPricer:
         return float(self.s.model.num_moe_layers) * np.asarray(tokens, dtype=float) * self.top_k * received
 
     def cost(
-        self, decode_sequences: np.ndarray, decode_context: np.ndarray, prefill_tokens: np.ndarray, prompt_len: float
+        self,
+        decode_sequences: np.ndarray,
+        decode_context: np.ndarray,
+        prefill_tokens: np.ndarray,
+        prompt_len: float,
+        mean_prompts: bool = False,
     ) -> RoundCost:
         """One round of a replica: ``decode_sequences`` running sequences at mean context
-        ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica, split over pp
-        micro-batches)."""
+        ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica), split over the pp
+        micro-batches as the busiest holds them (``_busiest_share``): B / pp sequences and at least one
+        while any runs; P / pp prompt tokens and at least one piece of a prompt, the whole prompt or
+        the chunk the engine's token budget cuts it to (``search.prefill_chunk``), while any prefills.
+        A piece runs in one micro-batch through every stage in turn (vLLM's and TensorRT-LLM's
+        pipeline parallelism schedule a request into one micro-batch), so a round whose prompt tokens
+        are fewer than pp pieces lasts as long as its busiest micro-batch's pass, the stages' share of
+        which the others wait on: a lone 2K prompt of Llama-3.1 405B on TP1 x PP8 takes its pass
+        through the 8 stages, where spread over them at once it had come out at 0.22 s against a
+        FLOP floor of 0.84 s (a review of `plan serve`, 2026-12-07; ARCHITECTURE 9.4). With
+        ``mean_prompts`` the prompt tokens are a steady state's mean per round (B x isl / osl), not
+        an iteration's pieces: how the prompts of later rounds bunch into micro-batches is the
+        replay's to say (``replay.replay``), so they are shared evenly, P / pp."""
         s, lay, m = self.s, self.lay, self.s.model
         pp = lay.pp
-        # a micro-batch holds B / pp sequences, and at least one while any runs
         decode_sequences = np.asarray(decode_sequences, dtype=float)
         dec = _busiest_share(decode_sequences, pp)
-        pf = np.asarray(prefill_tokens, dtype=float) / pp
+        prompt = np.asarray(prefill_tokens, dtype=float)
+        piece = 0.0 if mean_prompts else min(max(prompt_len, 1.0), float(s.engine.max_num_batched_tokens))
+        pf = np.maximum(prompt / pp, np.minimum(prompt, piece))
         tokens = dec + pf
         head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
         g_compute, g_memory = self.gemm_pairs(tokens, head_tokens)
@@ -781,9 +798,10 @@ def round_cost(
     decode_context: np.ndarray,
     prefill_tokens: np.ndarray,
     prompt_len: float,
+    mean_prompts: bool = False,
 ) -> RoundCost:
     """``RoundPricer.cost`` (a pricer kept for many rounds of the same layouts prices them faster)."""
-    return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len)
+    return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len, mean_prompts)
 
 
 def round_terms(
@@ -793,6 +811,8 @@ def round_terms(
     decode_context: np.ndarray,
     prefill_tokens: np.ndarray,
     prompt_len: float,
+    mean_prompts: bool = False,
 ) -> RoundTerms:
     """Terms of one round at the setting's fitted parameters (``round_cost``)."""
-    return round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len).terms(s.params)
+    cost = round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len, mean_prompts)
+    return cost.terms(s.params)
