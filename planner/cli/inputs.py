@@ -17,18 +17,21 @@ if TYPE_CHECKING:
     from planner.schemas.model import ModelSpec
 
 
-def require(value: str | None, flag: str) -> str:
+def require(value: str | None, flag: str, command: str = "plan") -> str:
+    """``value``, or the error that ``flag`` is required, pointing at ``command``'s help (`plan
+    serve --help` for plan serve: its options are not the training plan's)."""
     if value is None:
-        raise PlannerError(f"{flag} is required (see `plan --help`)")
+        raise PlannerError(f"{flag} is required (see `{command} --help`)")
     return value
 
 
-def model_and_cluster(target: Target) -> tuple[ModelSpec, ClusterSpec]:
-    """The model and cluster (at --price, where given) that --model, --cluster, --nodes and --gpus name."""
+def model_and_cluster(target: Target, command: str = "plan") -> tuple[ModelSpec, ClusterSpec]:
+    """The model and cluster (at --price, where given) that --model, --cluster, --nodes and --gpus name
+    (``command``: the one whose help a missing one points at)."""
     from planner.catalog import load_cluster, load_model
 
-    model = load_model(require(target.model, "--model"))
-    cluster = load_cluster(require(target.cluster, "--cluster"), nodes=target.nodes, gpus=target.gpus)
+    model = load_model(require(target.model, "--model", command))
+    cluster = load_cluster(require(target.cluster, "--cluster", command), nodes=target.nodes, gpus=target.gpus)
     return model, cluster.with_price(target.price)
 
 

@@ -195,7 +195,7 @@ def serve_cmd(
         fields = {k: v for k, v in fields.items() if k not in ("request_rate", "concurrency")}
     fields |= {k: v for k, v in given.items() if v is not None}
     req = validate_as(ServeRequest, fields, "serve")
-    spec, clus = model_and_cluster(target)
+    spec, clus = model_and_cluster(target, "plan serve")
     ranking = serve_search(spec, clus, req)
     if plot is not None:
         from planner.plots import plot_serving
@@ -210,7 +210,7 @@ def serve_cmd(
             if c.replayed
         ]
         plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot, replayed)
-    if not as_json and not ranking.candidates:  # JSON carries the empty ranking and its reason
+    if not as_json and not ranking.candidates:  # JSON prints the empty ranking and its reason first (below)
         raise PlannerError(f"no candidate{', nothing to export' if export else ''}: {ranking.reason}")
     if export is not None:  # the table prints them; launch flags go to stdout, so these to stderr
         for warning in dict.fromkeys([*ranking.warnings, *ranking.candidates[0].warnings]):
@@ -223,6 +223,8 @@ def serve_cmd(
         return
     if as_json:
         emit_json(ranking_json(ranking))
+        if not ranking.candidates:  # the empty ranking and its reason are printed; the status says none
+            raise PlannerError(f"no candidate: {ranking.reason}")
     else:
         print_serve_ranking(console(), ranking)
 

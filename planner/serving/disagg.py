@@ -24,6 +24,8 @@ state: disaggregated plans are not replayed.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from planner.serving.kv import kv_bytes_per_token, kv_split, sequence_state_bytes_per_gpu
@@ -94,9 +96,12 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
     """One candidate per decode layout: its best prefill layout, split and batch. At a request
     rate, among the splits that sustain it the smallest decode batch (the shortest TPOT), then the
     shortest TTFT; otherwise the highest rate, then the shortest TTFT. A prefill replica's TTFT is its
-    round at the prompts its share of a request rate needs (``prefill_at``), else a full round. At a
-    concurrency N the rate is also at most N / (TTFT + (osl - 1) x TPOT), Little's law over a
-    request's time in the system, its prompt's included."""
+    round at the prompts its share of a request rate needs (``prefill_at``), at a concurrency N its
+    round of at most ceil(N / prefill replicas) prompts (70B on two DGX H100 at 1 in flight had been
+    priced at a full round of 4 prompts, 392 ms, where its one prompt takes 116 ms: a review of
+    `plan serve`, 2026-12-07), else a full round. At a concurrency N the rate is also at most N /
+    (TTFT + (osl - 1) x TPOT), Little's law over a request's time in the system, its prompt's
+    included."""
     from planner.serving.search import BATCH_GRID, _kv_per_token, _meets
 
     N = s.cluster.num_gpus
@@ -127,11 +132,15 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 n_d = int((N - n_p * g_p) // g_d)
                 if n_d < 1:
                     continue
-                # at capacity a full round; at a rate the round its share of it needs
-                if req.request_rate is None:
-                    ttft = float(full_round[i] + extra[i])
-                else:
+                # at capacity a full round; at a rate the round its share of it needs; at a concurrency
+                # a round of at most the replica's share of the requests in flight
+                if req.request_rate is not None:
                     ttft = float(prefill_at(rounds[i : i + 1], req.request_rate / n_p)[1][0] + extra[i])
+                elif req.concurrency is not None:
+                    q = min(int(np.isfinite(rounds[i]).sum()), math.ceil(req.concurrency / n_p))
+                    ttft = float(rounds[i, q - 1] + extra[i])
+                else:
+                    ttft = float(full_round[i] + extra[i])
                 rate = np.minimum(n_p * p_rate[i], n_d * d_rate)
                 if req.concurrency is not None:  # Little's law: a request's prompt is part of its time
                     rate = np.minimum(rate, req.concurrency / (ttft + (osl - 1.0) * tpot))

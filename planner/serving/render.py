@@ -81,6 +81,12 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             *([_dollars(c.cost_per_million_output_tokens_usd)] if priced else []),
         )
     console.print(table)
+    console.print(
+        "columns: layout replicas x tp pp (ep, adp attention data-parallel; P: | D: prefill and decode pools), "
+        "batch sequences per replica (replayed: its time mean), TPOT mean inter-token latency, max conc the KV "
+        "room over all replicas, GiB/GPU weights + KV cache + activations + runtime"
+        + (", $/Mtok per million output tokens at the cluster's price" if priced else "")
+    )
     for i, c in enumerate(ranking.candidates, 1):
         if c.equivalent_layouts:
             console.print(f"#{i} is priced the same as {', '.join(c.equivalent_layouts)}")
