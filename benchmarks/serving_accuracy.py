@@ -97,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         "  (a maximum-throughput or concurrency row as plan serve replays its layout at that load; the fit prices "
-        f"them by their waves and steady round: MAPE {cv(o['fit_mape_pct'])}, signed {cv(o['fit_signed_pct'], '+')})"
+        "them by their waves and steady round at the replay's ratio to them at a first fit: MAPE "
+        f"{cv(o['fit_mape_pct'])}, signed {cv(o['fit_signed_pct'], '+')})"
     )
     if o.get("interval_coverage") is not None:
         whose = "no row in the fit" if args.shipped else "a fitted row's own is among them"

@@ -425,12 +425,13 @@ def test_a_moe_target_search_takes_the_batches_its_replay_allows() -> None:
     """DeepSeek-V3's replay runs rounds of decode tokens alone, which read far fewer experts than the
     steady state's even spread of prompts (17.5 ms replayed against 43.8 ms steady at 6 sequences a
     replica): the search had stopped at the steady state's batch 6 (42 tokens/s per GPU) where its
-    own replay meets a 50 ms TPOT at 32 (80 tokens/s per GPU)."""
+    own replay meets a 50 ms TPOT at 24 (61 tokens/s per GPU since the fit on the replay, 2026-12-07;
+    80 at 32 before)."""
     r = planner.serve("deepseek-v3", "dgx-h200x2", engine="trtllm", tpot_s=0.05, tp=8, pp=1, ep=8)
     best = r.candidates[0]
     assert best.meets_targets and best.tpot_s <= 0.05
     assert best.batch_per_replica >= 24
-    assert best.output_tokens_per_s_per_gpu > 1.5 * 42.0
+    assert best.output_tokens_per_s_per_gpu > 1.4 * 42.0
     assert best.steady_state_tpot_s is not None and best.steady_state_tpot_s > 0.05  # the steady state refuses it
 
 
@@ -764,11 +765,11 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # here the steady-state curves lie above the table's replayed figures (2 x TP4 at 408
-    # tokens/s per GPU on the curve, 204 replayed, at a smaller batch to keep the 30 ms target)
+    # here the steady-state curves lie above the table's replayed figures (2 x TP4 at 287
+    # tokens/s per GPU on the curve, 142 replayed, at a smaller batch to keep the 30 ms target)
     for c in r.candidates:
         assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(408.2, abs=0.1)
+    assert steady["2x tp4 pp1"] == pytest.approx(287.2, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:
@@ -798,9 +799,9 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     ranked = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1)
     best = ranked.candidates[0]
     assert best.tpot_s is None and best.replayed and best.batch_per_replica == pytest.approx(4.0)
-    assert best.ttft_s == pytest.approx(0.206, rel=0.02)
+    assert best.ttft_s == pytest.approx(0.199, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 205 ms, its round 86% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 199 ms, its round 85% gemm")
     loose = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, ttft_s=100.0).candidates[0]
     assert loose.output_tokens_per_s_per_gpu == pytest.approx(best.output_tokens_per_s_per_gpu, rel=0.01)
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None

@@ -257,9 +257,10 @@ def test_the_held_out_hybrid_rows_are_priced_with_the_shipped_parameters() -> No
     # (published 15,828) 1% below the band's low end, 15,975; 4 of 10 TPOT rows. With the throughput
     # band drawn from the replay plan serve shows (runs.served, 2026-12-07): 8 of 10; and these
     # concurrency rows priced as plan serve --concurrency prices them (the closed-loop replay, not the
-    # steady round): 10 of 10
-    assert ev.overall["interval_coverage"] == pytest.approx(1.0)
-    assert ev.overall["tpot_interval_coverage"] == pytest.approx(0.4)
+    # steady round): 10 of 10; with the fit on the replay's ratio to the waves (2026-12-07): 9 of 10,
+    # and 2 of 10 TPOT rows (its TPOT band narrower, its TPOTs further over: MAPE 46.9% -> see 9.8)
+    assert ev.overall["interval_coverage"] == pytest.approx(0.9)
+    assert ev.overall["tpot_interval_coverage"] == pytest.approx(0.2)
     json.dumps(nan_as_null(ev.as_json()))  # plain Python numbers and booleans
     # and where the rows are fitted, whose predictions come out of numpy
     fitted = evaluate(rows, cross_validate=False)

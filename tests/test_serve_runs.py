@@ -97,7 +97,8 @@ def test_a_trtllm_bench_row_without_a_request_count_runs_the_documented_one_in_w
     a table row of lengths the list leaves out takes the nearest listed (1000/1000: 1024/1024's
     3,000). At a KV room of 4,568 sequences, 3,000 requests are one partial wave: the steady round
     at the room prices DeepSeek-R1 on 4 B200 8% above its published 6,463 tokens/s per GPU, the
-    wave 2% below."""
+    wave 2% below (9% below since the fit prices the waves at the replay's ratio to them, 2026-12-07:
+    the parameters fitted so are slower, the replay of this row faster than its waves)."""
     from planner.serving.runs import bench_requests
 
     assert (bench_requests(1000, 1000), bench_requests(1024, 2048), bench_requests(128, 128)) == (3000, 1500, 30000)
@@ -106,7 +107,7 @@ def test_a_trtllm_bench_row_without_a_request_count_runs_the_documented_one_in_w
     p = plan_row(row)
     assert any("requests not stated: 3000" in n for n in p.notes)
     waves = predict(p)["output_tokens_per_s_per_gpu"]
-    assert waves == pytest.approx(6463, rel=0.04)
+    assert waves == pytest.approx(5888, rel=0.02)
     unstated = row["workload"]["num_requests"]
     row["workload"]["num_requests"] = 3000
     assert predict(plan_row(row))["output_tokens_per_s_per_gpu"] == waves
@@ -318,4 +319,4 @@ def test_serve_calibrate_marks_parameters_on_their_bound(cli, tmp_path: Path) ->
     line = next(x for x in r.out.splitlines() if x.startswith("trtllm-tensorrt/ada"))
     assert " rows, CV none, signed " in line and "kv_read_fraction 1*" in line
     assert "* on its fit bound (serving/calibrate.py FIT)" in r.out
-    assert "TTFT over 10 rows: MAPE" in r.out and "the fit's waves" in " ".join(r.out.split())
+    assert "TTFT over 10 rows: MAPE" in r.out and "its waves at the replay's ratio to them" in " ".join(r.out.split())

@@ -524,6 +524,9 @@ class RowPlan:
     notes: list[str] = field(default_factory=list)
     requests: int | None = None  # a rate or concurrency row's stated request count: its latencies are replayed
     through_server: bool = False  # its latencies were measured by a client of a server (``through_server``)
+    # the throughput plan serve reports for the row (``served``) over the fit's stand-in (``cost``), at a
+    # first fit's parameters: the fit prices the row at cost x this (``calibrate.replay_ratios``)
+    replay_ratio: float = 1.0
     engine_ttft_cache: dict[tuple[float, ...], float] = field(default_factory=dict, repr=False, compare=False)
 
     def engine_ttft_s(self, params: FittedParameters) -> float:
