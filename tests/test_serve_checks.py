@@ -264,8 +264,20 @@ def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
     [
         ("llama3-8b", "vllm", "fp8", ("--quantization fp8",), ("# weights",)),
         ("llama3-8b", "sglang", "fp8", ("--quantization fp8",), ("# weights",)),
-        ("llama3-8b", "trtllm", "fp8", ("# weights fp8: serve a pre-quantised fp8 checkpoint", "-FP8"), ("--quant",)),
-        ("llama3-8b", "vllm", "fp4", ("# weights fp4: serve a pre-quantised fp4 checkpoint", "nvfp4"), ("--quant",)),
+        (
+            "llama3-8b",
+            "trtllm",
+            "fp8",
+            ("trtllm-serve FP8_CHECKPOINT", "# FP8_CHECKPOINT: a pre-quantised fp8 checkpoint of meta-llama/", "-FP8"),
+            ("--quant", "trtllm-serve meta-llama"),
+        ),
+        (
+            "llama3-8b",
+            "vllm",
+            "fp4",
+            ("vllm serve FP4_CHECKPOINT", "# FP4_CHECKPOINT: a pre-quantised fp4 checkpoint of", "nvfp4"),
+            ("--quant", "vllm serve meta-llama"),
+        ),
         ("deepseek-v3", "vllm", "fp8", (), ("--quantization", "# weights")),  # the checkpoint is fp8
         ("deepseek-v3", "vllm", "bf16", ("# weights bf16: the published checkpoint is fp8",), ("--quantization",)),
     ],
@@ -379,3 +391,34 @@ def test_an_instruct_alias_exports_the_instruct_weights(cli) -> None:
     assert "vllm serve meta-llama/Meta-Llama-3-70B-Instruct \\" in out["llama3-70b-instruct"]
     assert "vllm serve meta-llama/Meta-Llama-3-70B \\" in out["llama3-70b"]
     assert "vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 \\" in out["mixtral-8x7b-instruct"]
+
+
+@pytest.mark.parametrize(
+    ("engine", "cluster", "hosts"),
+    [("vllm", "dgx-h100", "on the host"), ("trtllm", "dgx-h100x2", "on each of 2 hosts")],
+)
+def test_replicas_sharing_a_host_get_their_own_gpus_and_ports(engine: str, cluster: str, hosts: str) -> None:
+    """A review (2026-12-07): several replicas on one host had one command, whose copies all took GPU
+    0 and port 8000. Each now runs on its own GPUs and port, in one shell loop a host."""
+    ranking = serve_search(load_model("llama3-8b"), load_cluster(cluster), ServeRequest(engine=engine, tp=1, pp=1))
+    c = ranking.candidates[0]
+    assert c.config["gpus_per_replica"] == 1 and c.config["replicas"] == load_cluster(cluster).num_gpus
+    text = export_commands(ranking, engine)
+    assert f"# 8 replicas {hosts}, each on its own 1 GPU(s) and port 8000.." in text
+    assert "for i in $(seq 0 7); do\n  CUDA_VISIBLE_DEVICES=$i " in text
+    assert text.rstrip().endswith("--port $((8000 + i)) &\ndone\nwait")
+    # two GPUs a replica: the devices of the i-th pair
+    two = serve_search(load_model("llama3-8b"), load_cluster("dgx-h100"), ServeRequest(engine=engine, tp=2, pp=1))
+    assert "CUDA_VISIBLE_DEVICES=$(seq -s, $((i * 2)) $((i * 2 + 1)))" in export_commands(two, engine)
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "trtllm-tensorrt"])
+def test_prompts_beyond_the_token_budget_export_chunked_prefill(engine: str) -> None:
+    """Prompts longer than TensorRT-LLM's token budget are priced in budget-sized pieces; the export
+    turns chunked prefill on, which runs them so (it had said to, and exported without it)."""
+    req = ServeRequest(engine=engine, input_len=16000, output_len=256, weights_dtype="bf16")
+    ranking = serve_search(load_model("llama3.1-70b"), load_cluster("dgx-h100"), req)
+    assert any("priced in budget-sized chunks" in w and "--export turns it on" in w for w in ranking.warnings)
+    assert "# extra.yaml: enable_chunked_prefill: true" in export_commands(ranking, engine)
+    short = serve_search(load_model("llama3.1-70b"), load_cluster("dgx-h100"), ServeRequest(engine=engine))
+    assert "enable_chunked_prefill" not in export_commands(short, engine)

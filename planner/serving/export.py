@@ -52,7 +52,7 @@ TORCH_NAMES = {name: torch for torch, name in TORCH_DTYPE_NAMES.items()}
 KvCacheConfig.mamba_ssm_cache_dtype spell them (torch names)."""
 
 
-def _quantisation(engine: str, weights: str, checkpoint: str | None) -> tuple[list[str], list[str]]:
+def _quantisation(engine: str, weights: str, checkpoint: str | None, model: str) -> tuple[list[str], list[str]]:
     """(flags, notes) that make ``engine`` serve ``weights`` from a checkpoint published in
     ``checkpoint`` (None: 16-bit). vLLM and SGLang quantise 16-bit weights to fp8 at load
     (``--quantization fp8``: vLLM's Fp8Config without a serialized fp8 checkpoint, per-tensor
@@ -68,9 +68,18 @@ def _quantisation(engine: str, weights: str, checkpoint: str | None) -> tuple[li
         return ["--quantization fp8"], []
     qformat, suffix = ("fp8", "-FP8") if weights == "fp8" else ("nvfp4", "-NVFP4")
     return [], [
-        f"weights {weights}: serve a pre-quantised {weights} checkpoint (ModelOpt hf_ptq.py --qformat {qformat}, "
-        f"or a published {suffix} repository)"
+        f"{quantised_placeholder(weights)}: a pre-quantised {weights} checkpoint of {model} (ModelOpt hf_ptq.py "
+        f"--qformat {qformat}, or a published {suffix} repository), not {model} itself ({checkpoint or 'bf16'}), "
+        "which would load at its own size"
     ]
+
+
+def quantised_placeholder(weights: str) -> str:
+    """What a command names where it needs a pre-quantised checkpoint the catalog does not list (the
+    user fills it in, as HEAD_IP): a review (2026-12-07) had pasted an fp4 plan's command, which
+    named the bf16 repository, and served 141 GB of bf16 weights with 20 GiB of KV cache where 135
+    GiB were planned."""
+    return f"{weights.upper()}_CHECKPOINT"
 
 
 def _pool(
@@ -100,7 +109,9 @@ def _pool(
     weights, kv = str(req.weights_dtype), req.kv_dtype
     per_rank = math.ceil(batch / tp) if adp else batch
     length = req.input_len + req.output_len
-    quant, notes = _quantisation(engine, weights, checkpoint)  # notes: comment lines after the command
+    quant, notes = _quantisation(engine, weights, checkpoint, model)  # notes: comment lines after the command
+    if notes and notes[0].startswith(quantised_placeholder(weights)):
+        model = quantised_placeholder(weights)
     if engine == "vllm":
         args = [f"vllm serve {model}"]
         if adp:
@@ -143,6 +154,8 @@ def _pool(
         extra = []
         if adp:
             extra.append("enable_attention_dp: true")
+        if req.input_len > budget and not e.chunked_prefill:  # priced in budget-sized pieces (search.prefill_chunk)
+            extra.append("enable_chunked_prefill: true")
         cache = ["dtype: fp8"] if kv == "fp8" else []
         if ssm_dtype:
             cache.append(f"mamba_ssm_cache_dtype: {TORCH_NAMES[ssm_dtype]}")
@@ -212,6 +225,35 @@ def across_hosts(engine: str, command: str, gpus: int, per_host: int | None, tp:
     return (
         f"{head}: one MPI job over their {gpus} GPUs (srun under Slurm likewise)\n"
         f"mpirun -n {gpus} --host HOSTS trtllm-llmapi-launch {cmd}{tail}"
+    )
+
+
+BASE_PORT = 8000
+"""The port of a host's first replica (vLLM's, SGLang's 30000 aside, each engine's --port)."""
+
+
+def side_by_side(engine: str, command: str, gpus: int, per_host: int | None, replicas: int, adp: bool) -> str:
+    """``command`` (one replica's, its notes as comment lines after it) as the replicas that share a
+    host run it: each on its own GPUs (CUDA_VISIBLE_DEVICES) and port (--port, which vLLM's ``vllm
+    serve``, SGLang's launch_server and ``trtllm-serve`` all take; a vLLM data-parallel deployment's
+    --data-parallel-rpc-port too), in one shell loop a host, a load balancer over the ports. A review
+    (2026-12-07): 8 replicas of TP1 on one DGX H100 had printed one command, whose copies all took
+    GPU 0 and port 8000. Unchanged: one replica, a replica of a whole host or more
+    (``across_hosts``), or a cluster that states no host size."""
+    if per_host is None or replicas <= 1 or gpus >= per_host:
+        return command
+    cmd, _, notes = command.partition("\n# ")
+    tail = f"\n# {notes}" if notes else ""
+    if engine == "vllm" and adp:
+        cmd += " \\\n    --data-parallel-rpc-port $((13345 + i))"
+    here = min(replicas, per_host // gpus)
+    devices = "$i" if gpus == 1 else f"$(seq -s, $((i * {gpus})) $((i * {gpus} + {gpus - 1})))"
+    hosts = math.ceil(replicas / here)
+    where = "on the host" if hosts == 1 else f"on each of {hosts} hosts"
+    return (
+        f"# {here} replicas {where}, each on its own {gpus} GPU(s) and port {BASE_PORT}.. (a load balancer over "
+        f"them):\nfor i in $(seq 0 {here - 1}); do\n  CUDA_VISIBLE_DEVICES={devices} {cmd} \\\n    --port "
+        f"$(({BASE_PORT} + i)) &\ndone\nwait{tail}"
     )
 
 
@@ -296,5 +338,7 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         role = "both"
     command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, role, ssm, ckpt, budget)
     gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
+    replicas = int(cfg["replicas"])  # type: ignore[call-overload]
+    command = side_by_side(engine, command, gpus, ranking.gpus_per_host, replicas, adp)
     lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host, tp, pp, adp))
     return "\n".join(lines) + "\n"

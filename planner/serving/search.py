@@ -267,7 +267,11 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
         what = "uncalibrated defaults" if not fitted else "the mean of its other architectures' fits"
         out.append(f"no fitted parameters for {gpu.architecture}: {what}")
     if req.input_len > s.engine.max_num_batched_tokens and not s.engine.chunked_prefill:
-        out.append(f"prompts of {req.input_len} tokens exceed {s.engine.name}'s token budget: enable chunked prefill")
+        out.append(
+            f"prompts of {req.input_len} tokens exceed {s.engine.name}'s token budget of "
+            f"{s.engine.max_num_batched_tokens}: priced in budget-sized chunks, as chunked prefill runs them "
+            "(--export turns it on)"
+        )
     if s.model.blocks_of("M"):
         out.append(_hybrid_note(s))
     if (unfamiliar := unfamiliar_type_note(s.model)) is not None:
