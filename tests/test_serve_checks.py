@@ -422,3 +422,21 @@ def test_prompts_beyond_the_token_budget_export_chunked_prefill(engine: str) -> 
     assert "# extra.yaml: enable_chunked_prefill: true" in export_commands(ranking, engine)
     short = serve_search(load_model("llama3.1-70b"), load_cluster("dgx-h100"), ServeRequest(engine=engine))
     assert "enable_chunked_prefill" not in export_commands(short, engine)
+
+
+def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
+    """SGLang's mem_fraction_static unset depends on the TP size (server_args.py: 0.88 at 1, 0.87 at 2,
+    0.85 at 4, 0.81 at 8, 0.79 at 16); the plan prices it so and the export writes the value priced (a
+    review: 0.88 at every TP had overstated TP8's KV room by 7% of HBM)."""
+    from planner.serving.engine import load_engine
+
+    sglang = load_engine("sglang")
+    assert sglang.memory_fraction(np.array([1, 2, 4, 8, 16, 32])).tolist() == [0.88, 0.87, 0.85, 0.81, 0.79, 0.79]
+    assert load_engine("vllm").memory_fraction(np.array([1, 8])).tolist() == [0.9, 0.9]
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100")
+    ranking = serve_search(model, cluster, ServeRequest(engine="sglang", tp=8, pp=1))
+    assert "--mem-fraction-static 0.81" in export_commands(ranking, "sglang")
+    # the weights, KV room, activations and runtime the plan gives TP8 take 0.81 of each GPU, not 0.88
+    m = ranking.candidates[0].memory_breakdown_bytes
+    used = m.weights + m.kv_cache + m.activations + m.runtime
+    assert used / cluster.gpu.hbm_capacity_bytes == pytest.approx(0.81, rel=1e-9)

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from functools import cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, model_validator
 
 from planner.errors import PlannerError
@@ -248,6 +249,11 @@ class EngineProfile(Frozen):
         "has no tensor cores for it",
     )
     gpu_memory_fraction: float = Field(gt=0, le=1)
+    gpu_memory_fraction_by_tp: dict[PositiveInt, Annotated[float, Field(gt=0, le=1)]] | None = Field(
+        None,
+        description="The fraction at a TP size of at least each key, where the engine's default depends on it "
+        "(SGLang's mem_fraction_static); below the smallest key, gpu_memory_fraction",
+    )
     memory_fraction_of: Literal["total", "free"] = Field(
         description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"
     )
@@ -340,6 +346,16 @@ class EngineProfile(Frozen):
                 where = ", ".join(f"{arch} {n}" for arch, n in sorted(counts.items(), key=lambda kv: -kv[1]))
                 return errors, f"{len(errors)} {runs}{what} on every GPU architecture ({where})", []
         return [], f"no {runs}", []
+
+    def memory_fraction(self, tp: np.ndarray) -> np.ndarray:
+        """The fraction of memory (``memory_fraction_of``) the engine takes at each of ``tp``: its
+        ``gpu_memory_fraction``, or where ``gpu_memory_fraction_by_tp`` says so, the value of the
+        largest key at most tp."""
+        tp = np.asarray(tp, dtype=float)
+        out = np.full(tp.shape, self.gpu_memory_fraction)
+        for least, fraction in sorted((self.gpu_memory_fraction_by_tp or {}).items()):
+            out = np.where(tp >= least, fraction, out)
+        return out
 
     def for_gpu(self, gpu: GPU) -> EngineProfile:
         """This engine as it starts on ``gpu``: its ``small_gpu_defaults`` where the GPU has less memory

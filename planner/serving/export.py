@@ -123,7 +123,7 @@ def _pool(
         args += [f"--pipeline-parallel-size {pp}", f"--max-num-seqs {per_rank}", f"--max-model-len {length}"]
         args += [
             f"--max-num-batched-tokens {budget}",
-            f"--gpu-memory-utilization {e.gpu_memory_fraction}",
+            f"--gpu-memory-utilization {float(e.memory_fraction(tp)):g}",
         ]
         args += quant
         if kv == "fp8":
@@ -142,7 +142,7 @@ def _pool(
         if ep > 1:
             args.append(f"--ep-size {ep}")
         args += [f"--max-running-requests {batch}", f"--context-length {length}"]
-        args += [f"--chunked-prefill-size {budget}", f"--mem-fraction-static {e.gpu_memory_fraction}"]
+        args += [f"--chunked-prefill-size {budget}", f"--mem-fraction-static {float(e.memory_fraction(tp)):g}"]
         args += quant
         if kv == "fp8":
             args.append("--kv-cache-dtype fp8_e4m3")
@@ -168,7 +168,7 @@ def _pool(
             args.append(f"--ep_size {ep}")
         args += [f"--max_batch_size {per_rank}", f"--max_seq_len {length}"]
         args += [f"--max_num_tokens {budget}"]
-        args.append(f"--kv_cache_free_gpu_memory_fraction {e.gpu_memory_fraction}")
+        args.append(f"--kv_cache_free_gpu_memory_fraction {float(e.memory_fraction(tp)):g}")
         if extra:
             args.append("--extra_llm_api_options extra.yaml")
             notes.append("extra.yaml: " + "; ".join(extra))

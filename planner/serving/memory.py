@@ -240,9 +240,10 @@ def plan_memory(
 
     def kv_room(acts: np.ndarray) -> np.ndarray:
         used = weights + acts + runtime
+        fraction = engine.memory_fraction(lay.tp)
         if engine.memory_fraction_of == "free":
-            return engine.gpu_memory_fraction * (capacity - used)
-        return engine.gpu_memory_fraction * capacity - used
+            return fraction * (capacity - used)
+        return fraction * capacity - used
 
     # the logits buffer holds the batch the KV cache allows (capped by the engine): one pass of
     # the fixed point, sized from the room left without it

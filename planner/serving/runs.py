@@ -696,7 +696,9 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         engine = engine.model_copy(update={"chunked_prefill": True})
     stated = KV_FRACTION.search(str((row.get("workload") or {}).get("batch_size", "")))
     if stated:
-        engine = engine.model_copy(update={"gpu_memory_fraction": float(stated.group(1))})
+        engine = engine.model_copy(
+            update={"gpu_memory_fraction": float(stated.group(1)), "gpu_memory_fraction_by_tp": None}
+        )
     weights, kv = dtypes_from_row(row)
     lay = layout_from_row(row, model, cluster)
     wl = row.get("workload") or {}
