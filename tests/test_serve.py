@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -1148,3 +1149,21 @@ def test_trtllm_bench_sizes_its_token_budget_as_its_tuning_code_does() -> None:
     assert trtllm_bench_max_num_tokens(1000, 128, 128, 1) == 2048
     assert trtllm_bench_max_num_tokens(5000, 128, 2048, 1) == 4608
     assert trtllm_bench_max_num_tokens(5000, 128, 2048, 4) == 2048  # 1,024 a stage x 1.0625 = 1,088
+
+
+def test_a_rate_no_layout_sustains_names_the_most_any_does(cli) -> None:
+    """A review (2026-12-07): 70B at 14 req/s of 2K/256 on one DGX H100 was refused as 'more than any
+    layout sustains within memory'; the error gives the most any layout sustains at the steady state,
+    which one, and what bounds it."""
+    r = cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--request-rate", "14", "--output-len", "256")
+    assert r.code == 2 and r.out == ""
+    match = re.search(
+        r"exceeds what any layout sustains at the steady state: at most ([\d.]+)/s, (\dx tp\d pp\d)", r.err
+    )
+    assert match is not None, r.err
+    most = float(match.group(1))
+    assert 10 < most < 14 and "use more GPUs or a lower rate" in r.err
+    # below it the steady state takes the rate (the replay then judges it)
+    below = cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--request-rate", str(0.9 * most),
+                "--output-len", "256")  # fmt: skip
+    assert below.code == 0 or "when its arrivals are replayed" in below.err, below.err

@@ -1068,8 +1068,7 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     else:  # the replay of the load judges the targets
         cands = [_replayed_at_load(p, int(i), s, req) for i in _select_batch(p, req) if i >= 0]
     if not cands and req.request_rate is not None:
-        too_fast = f"request rate {req.request_rate:g}/s exceeds what any layout sustains within memory"
-        return [], len(p.batch), too_fast, 0
+        return [], len(p.batch), _too_fast(p, req), 0
     if not cands:
         best_tpot = float(p.tpot_s.min()) * 1e3
         best_ttft = float(p.ttft_s.min()) * 1e3
@@ -1083,6 +1082,26 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
             unreplayed,
         )
     return cands, len(p.batch), "", unreplayed
+
+
+def _too_fast(p: Priced, req: ServeRequest) -> str:
+    """Why no layout takes ``req``'s rate at the steady state, with the most any does: a replica's
+    batch over a slot's time in the engine (``_select_batch``'s Little's law), over the replicas,
+    at its best batch of the grid, and whether its KV room or its rounds' time bounds it (a review:
+    70B at 14 req/s had been told the rate exceeded what any layout sustains 'within memory', where
+    the rounds' prefill compute bound it)."""
+    assert req.request_rate is not None
+    rates = p.lay.replicas * p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)
+    i = int(np.argmax(rates))
+    at_room = p.batch[i] >= p.memory.max_concurrency[i]
+    bound = "its KV room" if at_room else "its rounds' time, which grows faster than the batch beyond it"
+    layout = layout_text(
+        int(p.lay.replicas[i]), int(p.lay.tp[i]), int(p.lay.pp[i]), int(p.lay.ep[i]), bool(p.lay.attention_dp[i])
+    )
+    return (
+        f"request rate {req.request_rate:g}/s exceeds what any layout sustains at the steady state: at most "
+        f"{rates[i]:.3g}/s, {layout} at {p.batch[i]:.0f} a replica (bound by {bound}); use more GPUs or a lower rate"
+    )
 
 
 def _smaller_weights_hint(s: Setting, req: ServeRequest) -> str:
