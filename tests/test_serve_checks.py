@@ -440,3 +440,45 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
     m = ranking.candidates[0].memory_breakdown_bytes
     used = m.weights + m.kv_cache + m.activations + m.runtime
     assert used / cluster.gpu.hbm_capacity_bytes == pytest.approx(0.81, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("engine", "fragments"),
+    [
+        (
+            "trtllm",
+            (
+                "--extra_llm_api_options extra-prefill.yaml",
+                "# extra-prefill.yaml: cache_transceiver_config: {backend: UCX}; disable_overlap_scheduler: true",
+                "# extra-decode.yaml: cache_transceiver_config: {backend: UCX}",
+                'context_servers:\n  num_instances: 1\n  urls: ["PREFILL_1:8000"]',
+                'generation_servers:\n  num_instances: 1\n  urls: ["DECODE_1:8000"]\nEOF\n',
+                "EOF\ntrtllm-serve disaggregated -c disagg.yaml",
+            ),
+        ),
+        (
+            "sglang",
+            (
+                "--disaggregation-mode prefill",
+                "sglang_router.launch_router --pd-disaggregation \\\n    --prefill http://PREFILL_1:8000 8998",
+                "--decode http://DECODE_1:8000 \\\n    --host 0.0.0.0 --port 8080",
+            ),
+        ),
+        (
+            "vllm",
+            ("NixlConnector", "# the front end: a proxy that sends each request to one of the 1 prefill server(s)"),
+        ),
+    ],
+)
+def test_a_disaggregated_export_joins_its_pools(engine: str, fragments: tuple[str, ...]) -> None:
+    """A review (2026-12-07): a disaggregated plan's export printed the two pools' servers and nothing
+    that joins them. TensorRT-LLM gets each pool's cache transceiver and its ``trtllm-serve
+    disaggregated`` front end over the servers' URLs, SGLang its PD router, vLLM a note on the proxy
+    its NIXL P/D takes."""
+    req = ServeRequest(engine=engine, disaggregate=True, ttft_s=0.5, tpot_s=0.03)
+    ranking = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100x2"), req)
+    split = ranking.candidates[0].config["prefill_decode_split"]
+    assert split["prefill_replicas"] == 1 and split["decode_replicas"] == 1
+    text = export_commands(ranking, engine)
+    for fragment in fragments:
+        assert fragment in text, text

@@ -161,6 +161,10 @@ def _pool(
             cache.append(f"mamba_ssm_cache_dtype: {TORCH_NAMES[ssm_dtype]}")
         if cache:
             extra.append("kv_cache_config: {" + ", ".join(cache) + "}")
+        if role != "both":  # the KV cache moves from the context to the generation servers
+            extra.append("cache_transceiver_config: {backend: UCX}")
+            if role == "prefill":  # TensorRT-LLM's disaggregated-serving guide runs context servers without it
+                extra.append("disable_overlap_scheduler: true")
         args = [f"trtllm-serve {model}", f"--tp_size {tp}", f"--pp_size {pp}"]
         if engine == "trtllm-tensorrt":
             args.insert(1, "--backend tensorrt")
@@ -170,10 +174,9 @@ def _pool(
         args += [f"--max_num_tokens {budget}"]
         args.append(f"--kv_cache_free_gpu_memory_fraction {float(e.memory_fraction(tp)):g}")
         if extra:
-            args.append("--extra_llm_api_options extra.yaml")
-            notes.append("extra.yaml: " + "; ".join(extra))
-        if role != "both":
-            notes.append(f"{role} pool: run under trtllm-serve disaggregated (context/generation servers)")
+            name = "extra.yaml" if role == "both" else f"extra-{role}.yaml"
+            args.append(f"--extra_llm_api_options {name}")
+            notes.append(f"{name}: " + "; ".join(extra))
     else:
         raise PlannerError(f"export: unknown engine '{engine}'; allowed: {', '.join(EXPORTS)}")
     return " \\\n    ".join(args) + "".join(f"\n# {note}" for note in notes)
@@ -230,6 +233,55 @@ def across_hosts(engine: str, command: str, gpus: int, per_host: int | None, tp:
 
 BASE_PORT = 8000
 """The port of a host's first replica (vLLM's, SGLang's 30000 aside, each engine's --port)."""
+
+FRONT_PORT = 8080
+"""The port a disaggregated plan's front end serves on (``front_end``), apart from the servers'."""
+
+
+def front_end(engine: str, prefill: int, decode: int) -> str:
+    """What sends each request of a disaggregated plan to a prefill replica and then a decode replica,
+    over the ``prefill`` and ``decode`` replicas' addresses (placeholders the user fills in, as
+    HEAD_IP): TensorRT-LLM's ``trtllm-serve disaggregated`` over a YAML of its context and
+    generation servers (its disaggregated-serving guide: hostname, port, backend, context_servers and
+    generation_servers with num_instances and urls); SGLang's router (the sglang-router package:
+    ``python -m sglang_router.launch_router --pd-disaggregation``, each --prefill URL with its
+    bootstrap port, 8998 by default, each --decode URL); vLLM's NIXL P/D takes a proxy that sends a
+    request to a prefill server with max_tokens 1 and then to a decode server (its
+    examples/online_serving/disaggregated_serving), not one command. A review (2026-12-07): the
+    pools' commands had been printed without what joins them."""
+    p_urls = [f"PREFILL_{i}:{BASE_PORT}" for i in range(1, prefill + 1)]
+    d_urls = [f"DECODE_{i}:{BASE_PORT}" for i in range(1, decode + 1)]
+    if engine in ("trtllm", "trtllm-tensorrt"):
+        listed = "\n".join(
+            [
+                "hostname: 0.0.0.0",
+                f"port: {FRONT_PORT}",
+                "backend: pytorch",
+                "context_servers:",
+                f"  num_instances: {prefill}",
+                "  urls: [" + ", ".join(f'"{u}"' for u in p_urls) + "]",
+                "generation_servers:",
+                f"  num_instances: {decode}",
+                "  urls: [" + ", ".join(f'"{u}"' for u in d_urls) + "]",
+            ]
+        )
+        return (
+            "# the front end, on any host that reaches the servers (each started with --host 0.0.0.0 --port "
+            f"{BASE_PORT}, or the port its URL gives), serving port {FRONT_PORT}:\n"
+            f"cat > disagg.yaml <<'EOF'\n{listed}\nEOF\ntrtllm-serve disaggregated -c disagg.yaml"
+        )
+    if engine == "sglang":
+        flags = [f"--prefill http://{u} 8998" for u in p_urls] + [f"--decode http://{u}" for u in d_urls]
+        return (
+            f"# the router (pip install sglang-router; each server started with --host 0.0.0.0 --port {BASE_PORT}, or "
+            f"the port its URL gives), serving port {FRONT_PORT}:\n"
+            + " \\\n    ".join(["python -m sglang_router.launch_router --pd-disaggregation", *flags])
+            + f" \\\n    --host 0.0.0.0 --port {FRONT_PORT}"
+        )
+    return (
+        f"# the front end: a proxy that sends each request to one of the {prefill} prefill server(s) with max_tokens "
+        f"1, then to one of the {decode} decode server(s) (vLLM's examples/online_serving/disaggregated_serving)"
+    )
 
 
 def side_by_side(engine: str, command: str, gpus: int, per_host: int | None, replicas: int, adp: bool) -> str:
@@ -341,4 +393,6 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     replicas = int(cfg["replicas"])  # type: ignore[call-overload]
     command = side_by_side(engine, command, gpus, ranking.gpus_per_host, replicas, adp)
     lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host, tp, pp, adp))
+    if isinstance(split, dict):
+        lines.append(front_end(engine, int(split["prefill_replicas"]), int(split["decode_replicas"])))
     return "\n".join(lines) + "\n"
