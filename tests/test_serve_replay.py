@@ -405,3 +405,26 @@ def test_a_lone_prompt_passes_the_pipeline_stages_in_turn() -> None:
         (c.config["tp"], c.config["pp"]): c for c in planner.serve("llama3-8b", "dgx-h100x1", concurrency=1).candidates
     }
     assert small[(1, 2)].ttft_s >= small[(1, 1)].ttft_s
+
+
+def test_a_rate_plan_says_how_few_gpus_keep_up() -> None:
+    """At a request rate every layout that keeps up serves the same tokens per GPU of the cluster; the
+    capacity planner's question is how few GPUs would. Each candidate carries the fewest replicas of
+    its layout that keep up at the steady state, and #1's why names the fewest GPUs of any: 8B at 2
+    req/s on one DGX H100 ranks TP8 first (the lowest TPOT) and needs 1 GPU, which its own replay on
+    one GPU confirms."""
+    import planner
+
+    r = planner.serve("llama3-8b", "dgx-h100x1", request_rate=2, top=20)
+    assert all(c.replicas_for_rate is not None and c.replicas_for_rate >= 1 for c in r.candidates)
+    best = r.candidates[0]
+    assert best.config["tp"] == 8 and best.replicas_for_rate == 1
+    assert (
+        "the fewest GPUs that keep up with the rate at the steady state: 1 (1x tp1 pp1; #1's layout on 8;" in best.why
+    )
+    (alone,) = planner.serve("llama3-8b", load_cluster("dgx-h100", gpus=1), request_rate=2).candidates
+    assert alone.replayed and alone.sustains_rate and alone.meets_targets
+    # and at 16 req/s one TP1 replica no longer keeps up
+    busier = planner.serve("llama3-8b", "dgx-h100x1", request_rate=16, top=20)
+    by = {(c.config["tp"], c.config["pp"]): c.replicas_for_rate for c in busier.candidates}
+    assert by[(1, 1)] > 1

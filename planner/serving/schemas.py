@@ -137,6 +137,11 @@ class ServeCandidate(Frozen):
         "queue does not grow over the measured requests, serving.search.QUEUE_GROWTH_TOLERANCE); a layout that "
         "does not never meets the targets",
     )
+    replicas_for_rate: PositiveInt | None = Field(
+        None,
+        description="At a request rate: the fewest replicas of this layout that keep up with it at the steady state "
+        "(Little's law at the layout's best batch: serving.search.replicas_for_rate); the replay may need more",
+    )
     steady_state_ttft_s: float | None = Field(None, description="Where replayed: the steady-state round's TTFT")
     steady_state_tpot_s: float | None = Field(None, description="Where replayed: the steady-state round's TPOT")
     equivalent_layouts: list[str] = Field(

@@ -680,8 +680,7 @@ def _select_batch(p: Priced, req: ServeRequest) -> np.ndarray:
         ok |= p.batch == p.memory.max_concurrency  # capacity below the asked batch: run full
     else:
         assert req.request_rate is not None
-        rate = p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)  # a slot's time in the engine
-        ok = rate * p.lay.replicas >= req.request_rate
+        ok = _steady_rates(p, req) * p.lay.replicas >= req.request_rate  # Little's law over a slot's time
         score = -p.batch  # the smallest batch that keeps up
     for g in range(group.max() + 1):
         rows = np.flatnonzero((group == g) & ok)
@@ -728,6 +727,26 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
                 f"{100 * (nxt.tpot_s / best.tpot_s - 1):.1f}% slower: weigh the gap against the TPOT band below)"
             )
         parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins{margin}")
+    sized = [x for x in (best, *others) if x.replicas_for_rate is not None]
+    if req.request_rate is not None and sized:
+        # how few GPUs would keep up: a capacity planner's question, which the ranking by TPOT does not answer
+        def gpus(x: ServeCandidate) -> int:
+            return int(x.replicas_for_rate or 0) * int(x.config["gpus_per_replica"])  # type: ignore[call-overload]
+
+        least = min(sized, key=gpus)
+        x = least.config
+        layout = layout_text(
+            int(least.replicas_for_rate or 0),
+            int(x["tp"]),
+            int(x["pp"]),
+            int(x["ep"]),
+            bool(x["attention_dp"]),  # type: ignore[call-overload]
+        )
+        mine = f"; #1's layout on {gpus(best)}" if least is not best and best.replicas_for_rate else ""
+        parts.append(
+            f"the fewest GPUs that keep up with the rate at the steady state: {gpus(least)} ({layout}{mine}; the "
+            "replay may need more)"
+        )
     elif others:
         nxt = others[0]
         parts.append(f"{best.output_tokens_per_s_per_gpu / max(nxt.output_tokens_per_s_per_gpu, 1e-9):.2f}x the next")
@@ -1067,6 +1086,12 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
         cands, unreplayed = _replayed_at_targets(p, s, req)
     else:  # the replay of the load judges the targets
         cands = [_replayed_at_load(p, int(i), s, req) for i in _select_batch(p, req) if i >= 0]
+        if req.request_rate is not None:
+            fewest = replicas_for_rate(p, req)
+            picked = [int(i) for i in _select_batch(p, req) if i >= 0]
+            cands = [
+                c.model_copy(update={"replicas_for_rate": int(fewest[i])}) for c, i in zip(cands, picked, strict=True)
+            ]
     if not cands and req.request_rate is not None:
         return [], len(p.batch), _too_fast(p, req), 0
     if not cands:
@@ -1084,6 +1109,27 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     return cands, len(p.batch), "", unreplayed
 
 
+def _steady_rates(p: Priced, req: ServeRequest) -> np.ndarray:
+    """Requests/s each row's replica completes at the steady state: its batch over a slot's time in
+    the engine (Little's law, as ``_select_batch`` judges a rate)."""
+    return p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)
+
+
+def replicas_for_rate(p: Priced, req: ServeRequest) -> np.ndarray:
+    """Per row of ``p``, the fewest replicas of its layout that keep up with ``req``'s rate at the
+    steady state: the rate over the most a replica of the layout completes at any batch of the grid
+    (``_steady_rates``). At a rate every layout that keeps up serves the same tokens per GPU of the
+    cluster, so what a capacity planner asks is how few GPUs would (a review, 2026-12-07: DeepSeek-V3
+    at 10 req/s on a GB200 rack tied at 80 tokens/s per GPU on 64 GPUs, with no word of how many
+    the rate needs)."""
+    assert req.request_rate is not None
+    rates = _steady_rates(p, req)
+    group = _layout_groups(p)
+    best = np.zeros(group.max() + 1)
+    np.maximum.at(best, group, rates)
+    return np.ceil(req.request_rate / np.maximum(best[group], 1e-300) * (1.0 - 1e-9)).astype(int)
+
+
 def _too_fast(p: Priced, req: ServeRequest) -> str:
     """Why no layout takes ``req``'s rate at the steady state, with the most any does: a replica's
     batch over a slot's time in the engine (``_select_batch``'s Little's law), over the replicas,
@@ -1091,7 +1137,7 @@ def _too_fast(p: Priced, req: ServeRequest) -> str:
     70B at 14 req/s had been told the rate exceeded what any layout sustains 'within memory', where
     the rounds' prefill compute bound it)."""
     assert req.request_rate is not None
-    rates = p.lay.replicas * p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)
+    rates = p.lay.replicas * _steady_rates(p, req)
     i = int(np.argmax(rates))
     at_room = p.batch[i] >= p.memory.max_concurrency[i]
     bound = "its KV room" if at_room else "its rounds' time, which grows faster than the batch beyond it"
