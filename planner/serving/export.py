@@ -139,6 +139,7 @@ def _pool(
         args = [f"python -m sglang.launch_server --model-path {model}", f"--tp-size {tp}", f"--pp-size {pp}"]
         if adp:
             args.append(f"--attn-dp-size {tp}")
+            notes.append(f"--attn-dp-size: SGLang 0.5.23 or later; before, --dp-size {tp} --enable-dp-attention")
         if ep > 1:
             args.append(f"--ep-size {ep}")
         args += [f"--max-running-requests {batch}", f"--context-length {length}"]
@@ -212,7 +213,12 @@ def across_hosts(engine: str, command: str, gpus: int, per_host: int | None, tp:
         rest = f"{cmd}{more}--data-parallel-size-local {per_host}{more}{rank} --headless{more}{address}"
         return (
             f"{head}: {tp} data-parallel ranks, {per_host} a host\n# on the first host:\n{first}\n"
-            f"# on each other host, HOST_RANK = 1 .. {hosts - 1}:\n{rest}{tail}"
+            + (
+                "# on the other host, HOST_RANK = 1:"
+                if hosts == 2
+                else f"# on each other host, HOST_RANK = 1 .. {hosts - 1}:"
+            )
+            + f"\n{rest}{tail}"
         )
     if engine == "vllm":  # data-parallel ranks of several stages too: Ray places the ranks as well
         ray = "--distributed-executor-backend ray" + (" --data-parallel-backend ray" if adp else "")

@@ -507,7 +507,9 @@ def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: 
         how += f"; {whole} of {piece:,} tokens beside " + (
             f"at most {beside:,} decode tokens" if beside > 0 else "no decode token"
         )
-    admits = f"admits the prompts of about {ranks * per_rank:,.0f} running sequences a replica ({how})"
+    admitted = ranks * per_rank
+    plural = "s" if round(admitted) != 1 else ""
+    admits = f"admits the prompts of about {admitted:,.0f} running sequence{plural} a replica ({how})"
     flag = {"sglang": "--chunked-prefill-size", "vllm": "--max-num-batched-tokens"}.get(e.name, "--max_num_tokens")
     remedy = f"a larger budget ({flag}, which --export writes)" + ("" if e.chunked_prefill else " or chunked prefill")
     per = "a micro-batch" if pp > 1 else "an iteration"
