@@ -43,6 +43,7 @@ Per round, per GPU, over all layers (the terms of ``round_terms``):
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -321,24 +322,13 @@ class RoundCost:
             ):
                 raise ValueError("side_by_side: costs of different pairs")
 
-        def cat(name: str) -> np.ndarray:
-            return np.concatenate([getattr(c, name) for c in costs], axis=-1)
-
-        return RoundCost(
-            pair_compute_s=cat("pair_compute_s"),
-            pair_memory_s=cat("pair_memory_s"),
-            compute_only_s=cat("compute_only_s"),
-            memory_only_s=cat("memory_only_s"),
-            tp_comm_s=cat("tp_comm_s"),
-            ep_comm_s=cat("ep_comm_s"),
-            pp_comm_s=cat("pp_comm_s"),
-            overhead_count=cat("overhead_count"),
-            sequence_count=cat("sequence_count"),
-            routed_copies=cat("routed_copies"),
-            gemm_pairs=head.gemm_pairs,
-            expert_rows=head.expert_rows,
-            kv_rows=head.kv_rows,
-        )
+        shared = ("gemm_pairs", "expert_rows", "kv_rows")  # the pairs' shape, the same in every cost
+        columns = {
+            f.name: np.concatenate([getattr(c, f.name) for c in costs], axis=-1)
+            for f in dataclasses.fields(RoundCost)
+            if f.name not in shared
+        }
+        return RoundCost(**columns, **{name: getattr(head, name) for name in shared})
 
     def _rows(self, mine: np.ndarray, other: RoundCost, theirs: np.ndarray) -> np.ndarray:
         """A per-pair mask of this cost and ``other`` in ``plus``'s order of pairs."""
