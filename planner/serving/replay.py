@@ -138,10 +138,10 @@ def replay(
         the clock), so one run at a stand-in price lists them (``_Trace``), every iteration not yet
         priced is priced in one ``round_cost`` call, and the run's figures are the trace's at those
         prices: the same figures as a run at them (to float rounding), in one pass of the loop
-        instead of two (Qwen3-30B-A3B on one DGX H100 at a 50 ms TPOT, the whole plan 1.11 -> 0.86 s of CPU). At
-        capacity the prompt tokens an iteration takes are the budget the running sequences leave, a
-        different count nearly every iteration, and one call per (prompt tokens, context bucket) had
-        cost 0.3 s a replay (2,014 sequences of 2K/512: 400 calls), 0.03 s so."""
+        instead of two (Qwen3-30B-A3B on one DGX H100 at a 50 ms TPOT, the whole plan 1.11 -> 0.86 s
+        of CPU). At capacity the prompt tokens an iteration takes are the budget the running
+        sequences leave, a different count nearly every iteration, and one call per (prompt tokens,
+        context bucket) had cost 0.3 s a replay (2,014 sequences of 2K/512: 400 calls), 0.03 s so."""
         trace = _Trace()
         replace(engine, iteration_s=trace.note).run(list(arrivals), n, first, last, trace)
         keys = list(dict.fromkeys(trace.keys))
