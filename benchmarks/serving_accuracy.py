@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from planner.errors import PlannerError  # noqa: E402
 from planner.runs import nothing_priced  # noqa: E402
-from planner.serving.calibrate import evaluate, nan_as_null  # noqa: E402
+from planner.serving.calibrate import MIN_MODELS, MIN_ROWS, evaluate, nan_as_null  # noqa: E402
 from planner.serving.runs import load_rows  # noqa: E402
 
 
@@ -119,6 +119,13 @@ def main(argv: list[str] | None = None) -> int:
             )
     for key, p in ev.fitted.items():
         print(f"fitted {key}: " + ", ".join(f"{k} {v:.3g}" for k, v in p.model_dump().items()))
+    if not args.shipped and not ev.fitted:
+        # no engine/architecture key had the rows a fit needs: the rows were priced at the uncalibrated
+        # defaults, which is no check of the model; a held-out file is checked with --shipped
+        print(
+            f"fitted nothing: no engine/architecture key has {MIN_ROWS} throughput rows of {MIN_MODELS} models; "
+            "priced at the uncalibrated defaults (check a held-out file with --shipped)"
+        )
     return 0
 
 
