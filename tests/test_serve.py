@@ -748,7 +748,9 @@ def test_export_disaggregated_and_attention_dp(cli) -> None:
         "--tp", "8", "--export", "sglang",
     )  # fmt: skip
     assert r.code == 0, r.err
-    assert "--attn-dp-size 8" in r.out and "--enable-dp-attention" not in r.out
+    commands = "\n".join(line for line in r.out.splitlines() if not line.startswith("#"))
+    assert "--attn-dp-size 8" in commands and "--enable-dp-attention" not in commands
+    assert "# --attn-dp-size: SGLang 0.5.23 or later; before, --dp-size 8 --enable-dp-attention" in r.out
     assert_one_line_error(cli(*SEED, "--export", "tgi"), "export", "vllm")
     assert_one_line_error(cli(*SEED, "--tpot-ms", "0.5", "--export", "vllm"), "nothing to export")
 
@@ -1163,7 +1165,7 @@ def test_a_rate_no_layout_sustains_names_the_most_any_does(cli) -> None:
     assert match is not None, r.err
     most = float(match.group(1))
     assert 10 < most < 14 and "use more GPUs or a lower rate" in r.err
-    # below it the steady state takes the rate (the replay then judges it)
+    # below it the steady state takes the rate: a plan, or the replay's refusal, never the steady state's
     below = cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--request-rate", str(0.9 * most),
                 "--output-len", "256")  # fmt: skip
     assert below.code == 0 or "when its arrivals are replayed" in below.err, below.err

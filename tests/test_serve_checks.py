@@ -451,8 +451,8 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
                 "--extra_llm_api_options extra-prefill.yaml",
                 "# extra-prefill.yaml: cache_transceiver_config: {backend: UCX}; disable_overlap_scheduler: true",
                 "# extra-decode.yaml: cache_transceiver_config: {backend: UCX}",
-                'context_servers:\n  num_instances: 1\n  urls: ["PREFILL_1:8000"]',
-                'generation_servers:\n  num_instances: 1\n  urls: ["DECODE_1:8000"]\nEOF\n',
+                'context_servers:\n  num_instances: 1\n  urls: ["PREFILL_1"]',
+                'generation_servers:\n  num_instances: 1\n  urls: ["DECODE_1"]\nEOF\n',
                 "EOF\ntrtllm-serve disaggregated -c disagg.yaml",
             ),
         ),
@@ -460,8 +460,8 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
             "sglang",
             (
                 "--disaggregation-mode prefill",
-                "sglang_router.launch_router --pd-disaggregation \\\n    --prefill http://PREFILL_1:8000 8998",
-                "--decode http://DECODE_1:8000 \\\n    --host 0.0.0.0 --port 8080",
+                "sglang_router.launch_router --pd-disaggregation \\\n    --prefill http://PREFILL_1 8998",
+                "--decode http://DECODE_1 \\\n    --host 0.0.0.0 --port 8080",
             ),
         ),
         (

@@ -380,10 +380,11 @@ def test_fewer_in_flight_than_replicas_leave_replicas_idle() -> None:
     assert one.output_tokens_per_s_per_gpu < one.output_tokens_per_s_per_user / 7
     twelve, _ = eight(12)
     assert twelve.batch_per_replica == pytest.approx(1.5, rel=1e-3)
-    # between one replica of 1 and 8 of 2 (16 in flight): 12 requests' worth
+    # four replicas at 2 in flight and four at 1: half of 16 in flight's tokens and half of 8's
     sixteen, _ = eight(16)
-    assert 12 / 16 * sixteen.output_tokens_per_s_per_gpu < twelve.output_tokens_per_s_per_gpu
-    assert twelve.output_tokens_per_s_per_gpu < 12 * one.output_tokens_per_s_per_gpu
+    eight_in_flight, _ = eight(8)
+    half_and_half = (sixteen.output_tokens_per_s_per_gpu + eight_in_flight.output_tokens_per_s_per_gpu) / 2
+    assert twelve.output_tokens_per_s_per_gpu == pytest.approx(half_and_half, rel=1e-9)
 
 
 def test_a_lone_prompt_passes_the_pipeline_stages_in_turn() -> None:

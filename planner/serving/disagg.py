@@ -63,8 +63,15 @@ def prefill_rounds(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndar
     time (columns q - 1; Q = ``prefill_prompts`` x pp, one round in each pipeline stage): a replica
     at a light load runs the prompts it has, not a full budget. A round's prompts are spread over
     the pp micro-batches, a whole prompt in each at least (``step.RoundPricer.cost``): fewer than pp
-    prompts still pass every stage one after the other, so they take pp's round."""
+    prompts still pass every stage one after the other, so they take pp's round. A prompt longer than
+    the token budget runs in budget-sized pieces one after another (``search.prefill_chunk``), so its
+    round is that many rounds of a piece each (a review, 2026-12-07: a 16K prompt on TensorRT-LLM's
+    8K budget at TP4 x PP2 had been priced as one piece's pass, 657 ms against 1,268 at PP1)."""
+    from planner.serving.search import prefill_chunk
+
     isl = req.input_len
+    piece = prefill_chunk(s.engine, isl)
+    pieces = math.ceil(isl / piece)
     most = prefill_prompts(s, req) * lay.pp
     mem = s.memory(lay, float(isl))
     fits = mem.max_concurrency >= most
@@ -74,7 +81,7 @@ def prefill_rounds(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[np.ndar
     for q in range(1, int(most.max()) + 1):
         on = q <= most
         rounds[:, q - 1] = np.where(
-            on, round_terms(s, lay, zeros, context, np.full(len(lay), q * float(isl)), isl).total_s, np.inf
+            on, pieces * round_terms(s, lay, zeros, context, np.full(len(lay), q * float(piece)), isl).total_s, np.inf
         )
     return rounds, fits
 

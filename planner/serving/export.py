@@ -255,8 +255,14 @@ def front_end(engine: str, prefill: int, decode: int) -> str:
     request to a prefill server with max_tokens 1 and then to a decode server (its
     examples/online_serving/disaggregated_serving), not one command. A review (2026-12-07): the
     pools' commands had been printed without what joins them."""
-    p_urls = [f"PREFILL_{i}:{BASE_PORT}" for i in range(1, prefill + 1)]
-    d_urls = [f"DECODE_{i}:{BASE_PORT}" for i in range(1, decode + 1)]
+    # each server on GPUs of its own (CUDA_VISIBLE_DEVICES) and a port of its own (--host 0.0.0.0 --port):
+    # PREFILL_k and DECODE_k stand for their host:port (the pools may share a host)
+    p_urls = [f"PREFILL_{i}" for i in range(1, prefill + 1)]
+    d_urls = [f"DECODE_{i}" for i in range(1, decode + 1)]
+    where = (
+        "each server started on GPUs of its own (CUDA_VISIBLE_DEVICES) with --host 0.0.0.0 --port of its own; "
+        "PREFILL_k and DECODE_k stand for their host:port"
+    )
     if engine in ("trtllm", "trtllm-tensorrt"):
         listed = "\n".join(
             [
@@ -272,15 +278,15 @@ def front_end(engine: str, prefill: int, decode: int) -> str:
             ]
         )
         return (
-            "# the front end, on any host that reaches the servers (each started with --host 0.0.0.0 --port "
-            f"{BASE_PORT}, or the port its URL gives), serving port {FRONT_PORT}:\n"
+            f"# the front end, serving port {FRONT_PORT} on any host that reaches the servers ({where}):\n"
             f"cat > disagg.yaml <<'EOF'\n{listed}\nEOF\ntrtllm-serve disaggregated -c disagg.yaml"
         )
     if engine == "sglang":
-        flags = [f"--prefill http://{u} 8998" for u in p_urls] + [f"--decode http://{u}" for u in d_urls]
+        flags = [f"--prefill http://{u} {8998 + i}" for i, u in enumerate(p_urls)]
+        flags += [f"--decode http://{u}" for u in d_urls]
         return (
-            f"# the router (pip install sglang-router; each server started with --host 0.0.0.0 --port {BASE_PORT}, or "
-            f"the port its URL gives), serving port {FRONT_PORT}:\n"
+            f"# the router (pip install sglang-router), serving port {FRONT_PORT} ({where}; prefill server k with "
+            "--disaggregation-bootstrap-port 8997 + k):\n"
             + " \\\n    ".join(["python -m sglang_router.launch_router --pd-disaggregation", *flags])
             + f" \\\n    --host 0.0.0.0 --port {FRONT_PORT}"
         )
@@ -372,9 +378,18 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     cfg = c.config
     tp, pp, ep, adp = int(cfg["tp"]), int(cfg["pp"]), int(cfg["ep"]), bool(cfg["attention_dp"])  # type: ignore[arg-type]
     # a replayed batch is a time average (48.00000000000021 for 48 in flight): its float noise is not
-    # a sequence more
-    batch = max(1, math.ceil(round(c.batch_per_replica, 6)))
+    # a sequence more. At a request rate the replay admitted up to the KV room (or the engine's cap),
+    # whose peak a time average of it understates (8B at 2 req/s: a mean of 5.1, where a cap of 6 had
+    # queued the Poisson bursts, TTFT 22 ms -> 2.1 s, a review of 2026-12-07); at a concurrency up to
+    # the replica's share of the requests in flight
     split = cfg.get("prefill_decode_split")
+    replicas = int(cfg["replicas"])  # type: ignore[call-overload]
+    room = max(1, min(c.max_concurrency // max(replicas, 1), load_engine(engine).max_batch_size))
+    batch = max(1, math.ceil(round(c.batch_per_replica, 6)))
+    if ranking.request.request_rate is not None and not split:
+        batch = room
+    elif ranking.request.concurrency is not None and not split:
+        batch = min(room, max(batch, math.ceil(ranking.request.concurrency / max(replicas, 1))))
     model = checkpoint_name(ranking.model, model_given)
     ckpt = _checkpoint_format(ranking.model, model_given)
     ssm = ranking.mamba_ssm_dtype
@@ -396,8 +411,8 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         role = "both"
     command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, role, ssm, ckpt, budget)
     gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
-    replicas = int(cfg["replicas"])  # type: ignore[call-overload]
-    command = side_by_side(engine, command, gpus, ranking.gpus_per_host, replicas, adp)
+    if not isinstance(split, dict):  # a disaggregated plan's pools share hosts: front_end says how to place them
+        command = side_by_side(engine, command, gpus, ranking.gpus_per_host, replicas, adp)
     lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host, tp, pp, adp))
     if isinstance(split, dict):
         lines.append(front_end(engine, int(split["prefill_replicas"]), int(split["decode_replicas"])))

@@ -31,6 +31,15 @@ def layout_label(c: ServeCandidate) -> str:
     return decode
 
 
+def batch_text(batch: float) -> str:
+    """A replica's batch as the table shows it: whole where it is (a replayed time mean of
+    47.99999999999954 is 48), else to two figures below ten (1.5 for 12 in flight over 8 replicas,
+    which a whole number had shown as 2)."""
+    if abs(batch - round(batch)) < 1e-6 or batch >= 10:
+        return f"{batch:.0f}"
+    return f"{batch:.2g}"
+
+
 def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     req = ranking.request
     head = (
@@ -69,9 +78,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         table.add_row(
             str(i),
             layout_label(c),
-            f"{c.batch_per_replica:.0f}"
-            if c.batch_per_replica >= 1 or not c.batch_per_replica
-            else f"{c.batch_per_replica:.2g}",
+            batch_text(c.batch_per_replica),
             f"{c.ttft_s * 1e3:.0f}",
             "-" if c.tpot_s is None else f"{c.tpot_s * 1e3:.1f}",
             rate(c.output_tokens_per_s_per_gpu),

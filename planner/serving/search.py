@@ -422,9 +422,11 @@ QUEUED = 0.95
 """A closed loop whose replay ran under this share of the batch it sent on average queued the rest
 (``_without_queue``). A judgement, not a measurement: a loop the budget does not limit runs its
 whole batch bar the ramp (70B on one DGX H100 at its KV room: 99-100% of it on eight layouts), one
-it limits well under it (DeepSeek-V3 TP4 x PP4: 6,144 of 8,136; 8B at one output token: 4 of 214).
-The rerun is kept where its throughput is within 1% of the loop's, also a judgement (DeepSeek-V3's
-rerun came within 0.1%: 1,059 against 1,060 tokens/s per GPU)."""
+it limits well under it (GPT-OSS-120B on one DGX B200 as 4 x TP2 x EP2 with TensorRT-LLM: 1,536 of
+2,048; 8B at one output token: 4 of 214; DeepSeek-V3 TP4 x PP4 on two DGX H200 had run 6,144 of
+8,136 until each pipeline micro-batch got a budget of its own, 2026-12-07). The rerun is kept where
+its throughput is within 1% of the loop's, also a judgement (DeepSeek-V3's rerun had come within
+0.1%: 1,059 against 1,060 tokens/s per GPU)."""
 
 
 def _closed_loop(
@@ -476,9 +478,9 @@ def _without_queue(
     fewer (``QUEUED``) the replay of as many as it ran, which keeps its throughput (within 1%) and
     meets the targets where ``c`` does. An iteration's token budget admits the prompts of about
     max_num_batched_tokens x osl / (isl + osl) running sequences a replica (a scheduler), and a loop
-    of more only queues the rest, which adds their wait to the TTFT: DeepSeek-V3 on two DGX H200
-    (TensorRT-LLM, TP4 x PP4 with attention DP, 2K/512) at its KV room of 8,136 ran 6,144 and
-    replayed a TTFT of 60 s, at 6,144 the same 1,060 tokens/s per GPU and 429 ms."""
+    of more only queues the rest, which adds their wait to the TTFT: GPT-OSS-120B on one DGX B200
+    (TensorRT-LLM, 4 x TP2 x EP2, 2K/512) at its KV room of 2,048 a replica ran 1,536 and replayed a
+    TTFT of 12 s, at 1,536 the same throughput and 87 ms (tests/test_serve_replay.py)."""
     if c.batch_per_replica >= QUEUED * batch:
         return c
     ran = float(math.ceil(c.batch_per_replica * (1.0 - 1e-9)))  # 6,144.0000000003 ran 6,144, not 6,145
@@ -582,25 +584,28 @@ def _replayed(
     (``QUEUE_GROWTH_TOLERANCE``) meets no target; at a concurrency the load is a closed loop (each
     request finished sends the next, one deterministic draw) on each replica of its share of the N
     in flight (``_closed_loop_at``), whose throughput is that share over a request's time in it
-    (Little's law: share x osl / (TTFT + (osl - 1) x TPOT)), summed over the replicas: N below the
-    replicas leaves some idle (8B on one DGX H100 at 1 in flight, 8 replicas of TP1: one busy, 15
-    tokens/s per GPU, where every replica had been given ceil(N / replicas) = 1, 121). Whether it
-    meets the targets is judged on the replay."""
+    (Little's law: share x osl / (TTFT + (osl - 1) x TPOT)), summed over the replicas (and an
+    engine's attention-DP schedulers): N below them leaves some idle (8B on one DGX H100 at 1 in
+    flight, 8 replicas of TP1: one busy, 14 tokens/s per GPU, where every replica had been given
+    ceil(N / replicas) = 1, 121). Whether it meets the targets is judged on the replay."""
     from planner.serving.replay import replay
 
     replicas = int(one.replicas[0])
     isl, osl = req.input_len, req.output_len
     if req.concurrency is not None:
-        # N in flight over R replicas: N mod R replicas hold ceil(N / R), the others floor(N / R)
-        # (none where N < R: those replicas idle); the means are over the requests, weighted by the
-        # rate each replica completes them
-        low, high = divmod(req.concurrency, replicas)
-        loops = [(n, count) for n, count in ((low + 1, high), (low, replicas - high)) if n and count]
-        runs = [(count, _closed_loop_at(c, s, one, req, n, prices)) for n, count in loops]
-        completed = sum(count * done for count, (done, _, _, _) in runs)
-        ttft = sum(count * done * t for count, (done, t, _, _) in runs) / completed
-        tpot = sum(count * done * g for count, (done, _, g, _) in runs) / completed
-        running = sum(count * b for count, (_, _, _, b) in runs) / replicas
+        # N in flight over the R replicas' S schedulers each (an engine that schedules each
+        # attention-DP rank apart: its ranks): N mod RS of them hold ceil(N / RS), the others
+        # floor(N / RS), none where N < RS (those idle); a replica is replayed with every scheduler
+        # at a share (``_closed_loop_at``), and the means are over the requests, weighted by the rate
+        # each scheduler completes them
+        ranks = int(schedulers(s, one)[0])
+        low, high = divmod(req.concurrency, replicas * ranks)
+        loops = [(n, count) for n, count in ((low + 1, high), (low, replicas * ranks - high)) if n and count]
+        runs = [(count / ranks, _closed_loop_at(c, s, one, req, n * ranks, prices)) for n, count in loops]
+        completed = sum(share * done for share, (done, _, _, _) in runs)
+        ttft = sum(share * done * t for share, (done, t, _, _) in runs) / completed
+        tpot = sum(share * done * g for share, (done, _, g, _) in runs) / completed
+        running = sum(share * b for share, (_, _, _, b) in runs) / replicas
         rate = completed * osl / float(one.num_gpus[0])
         sustains = None
     else:
@@ -634,7 +639,7 @@ def _closed_loop_at(
     """One replica of ``one`` (``c``'s layout) under a closed loop of ``in_flight`` requests (a
     replay, ``replay.replay``, of one deterministic draw): (requests it completes per second, mean
     TTFT, mean inter-token latency, time-mean batch). A closed loop reaches its steady state only with
-    more requests than in flight; beyond twice ``c``'s batch the engine is saturated and the rest only
+    more requests than in flight; beyond twice its KV room the engine is saturated and the rest only
     queue: Little's law over the replay, the share beyond those replayed waiting behind them at the
     rate the saturated engine completes them (the throughput stops growing with N, the TTFT does
     not). The engine's TTFT: a request on the server's path holds no slot of the engine (a client
@@ -644,7 +649,9 @@ def _closed_loop_at(
 
     replicas = int(one.replicas[0])
     isl, osl = req.input_len, req.output_len
-    simulated = min(in_flight, 2 * math.ceil(c.batch_per_replica))
+    # beyond twice a replica's KV room the engine is saturated (the room, not c's batch: a replica
+    # replayed with each attention-DP rank at its share holds the ranks' shares, more than a batch of 1)
+    simulated = min(in_flight, 2 * max(1, math.ceil(c.max_concurrency / replicas)))
     per_replica = max(REPLAY_MIN_REQUESTS, 4 * simulated)
     r = replay(
         s,
@@ -717,7 +724,9 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
         parts.append(f"TPOT {best.tpot_s * 1e3:.1f} ms is {share}")
     replicas = int(c["replicas"])  # type: ignore[call-overload]
     room = f"KV room for {best.max_concurrency}" + (f" over its {replicas} replicas" if replicas > 1 else "")
-    parts.append(f"batch {best.batch_per_replica:.0f} per replica ({room})")
+    from planner.serving.render import batch_text
+
+    parts.append(f"batch {batch_text(best.batch_per_replica)} per replica ({room})")
     if others and req.request_rate is not None:
         nxt = others[0]
         margin = ""
@@ -729,6 +738,9 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
                 f"{100 * (nxt.tpot_s / best.tpot_s - 1):.1f}% slower: weigh the gap against the TPOT band below)"
             )
         parts.append(f"every layout serves the offered {req.request_rate:g} req/s; the lowest TPOT wins{margin}")
+    elif others:
+        nxt = others[0]
+        parts.append(f"{best.output_tokens_per_s_per_gpu / max(nxt.output_tokens_per_s_per_gpu, 1e-9):.2f}x the next")
     sized = [x for x in (best, *others) if x.replicas_for_rate is not None]
     if req.request_rate is not None and sized:
         # how few GPUs would keep up: a capacity planner's question, which the ranking by TPOT does not answer
@@ -749,9 +761,6 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
             f"the fewest GPUs that keep up with the rate at the steady state: {gpus(least)} ({layout}{mine}; the "
             "replay may need more)"
         )
-    elif others:
-        nxt = others[0]
-        parts.append(f"{best.output_tokens_per_s_per_gpu / max(nxt.output_tokens_per_s_per_gpu, 1e-9):.2f}x the next")
     return "; ".join(parts)
 
 
@@ -1091,9 +1100,7 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
         if req.request_rate is not None:
             fewest = replicas_for_rate(p, req)
             picked = [int(i) for i in _select_batch(p, req) if i >= 0]
-            cands = [
-                c.model_copy(update={"replicas_for_rate": int(fewest[i])}) for c, i in zip(cands, picked, strict=True)
-            ]
+            cands = [c.model_copy(update={"replicas_for_rate": fewest[i]}) for c, i in zip(cands, picked, strict=True)]
     if not cands and req.request_rate is not None:
         return [], len(p.batch), _too_fast(p, req), 0
     if not cands:
@@ -1117,19 +1124,20 @@ def _steady_rates(p: Priced, req: ServeRequest) -> np.ndarray:
     return p.batch / (p.engine_ttft_s + req.output_len * p.tpot_s)
 
 
-def replicas_for_rate(p: Priced, req: ServeRequest) -> np.ndarray:
+def replicas_for_rate(p: Priced, req: ServeRequest) -> list[int | None]:
     """Per row of ``p``, the fewest replicas of its layout that keep up with ``req``'s rate at the
     steady state: the rate over the most a replica of the layout completes at any batch of the grid
-    (``_steady_rates``). At a rate every layout that keeps up serves the same tokens per GPU of the
-    cluster, so what a capacity planner asks is how few GPUs would (a review, 2026-12-07: DeepSeek-V3
-    at 10 req/s on a GB200 rack tied at 80 tokens/s per GPU on 64 GPUs, with no word of how many
-    the rate needs)."""
+    that meets the targets (``_steady_rates``; None where none does). At a rate every layout that
+    keeps up serves the same tokens per GPU of the cluster, so what a capacity planner asks is how few
+    GPUs would (a review, 2026-12-07: DeepSeek-V3 at 10 req/s on a GB200 rack tied at 80 tokens/s per
+    GPU on 64 GPUs, with no word of how many the rate needs)."""
     assert req.request_rate is not None
-    rates = _steady_rates(p, req)
+    rates = np.where(_meets(req, p.ttft_s, p.tpot_s), _steady_rates(p, req), 0.0)
     group = _layout_groups(p)
     best = np.zeros(group.max() + 1)
     np.maximum.at(best, group, rates)
-    return np.ceil(req.request_rate / np.maximum(best[group], 1e-300) * (1.0 - 1e-9)).astype(int)
+    most = best[group]
+    return [math.ceil(req.request_rate / m * (1.0 - 1e-9)) if m > 0 else None for m in most]
 
 
 def _too_fast(p: Priced, req: ServeRequest) -> str:
