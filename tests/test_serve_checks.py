@@ -482,3 +482,36 @@ def test_a_disaggregated_export_joins_its_pools(engine: str, fragments: tuple[st
     text = export_commands(ranking, engine)
     for fragment in fragments:
         assert fragment in text, text
+
+
+def test_a_long_prompt_in_a_pipelined_prefill_pool_runs_its_pieces_in_turn() -> None:
+    """A 16K prompt on TensorRT-LLM's 8K budget runs as two pieces one after the other, at PP 2 as at
+    PP 1 (a review: PP 2 had been priced as one piece's pass, 657 ms against 1,268)."""
+    from planner.serving.disagg import prefill_rounds
+    from planner.serving.layout import Layouts
+    from planner.serving.search import resolve_request, setting_for
+
+    model, cluster = load_model("llama3.1-70b"), load_cluster("dgx-h100x2")
+    req = resolve_request(model, ServeRequest(engine="trtllm", input_len=16000, output_len=256, disaggregate=True))
+    s = setting_for(model, cluster, req)
+    rounds, _ = prefill_rounds(s, Layouts.of(4, [1, 2]), req)
+    assert rounds[1, 0] > 0.9 * rounds[0, 0]
+
+
+def test_a_rate_plan_exports_its_kv_room_as_the_batch_cap() -> None:
+    """A rate plan's batch is the replay's time mean (5 for 8B at 2 req/s on TP8); the replay admitted
+    up to the KV room, so the export caps the batch there (a cap at the mean had queued the Poisson
+    bursts: TTFT 22 ms -> 2.1 s)."""
+    ranking = serve_search(load_model("llama3-8b"), load_cluster("dgx-h100"), ServeRequest(request_rate=2, tp=8))
+    c = ranking.candidates[0]
+    assert c.batch_per_replica < 10 and c.max_concurrency >= 1024
+    assert "--max-num-seqs 1024" in export_commands(ranking, "vllm")  # the room, at vLLM's cap of 1,024
+
+
+def test_a_disaggregated_rate_plan_says_why_once() -> None:
+    """The why line of a rate plan gives the rate's clause, not the throughput ratio as well (a review:
+    disaggregated rate plans ended '...; 1.00x the next')."""
+    req = ServeRequest(disaggregate=True, request_rate=1, ttft_s=0.3)
+    ranking = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100x2"), req)
+    why = ranking.candidates[0].why
+    assert "x the next" not in why and "every layout serves the offered 1 req/s" in why

@@ -429,3 +429,34 @@ def test_a_rate_plan_says_how_few_gpus_keep_up() -> None:
     busier = planner.serve("llama3-8b", "dgx-h100x1", request_rate=16, top=20)
     by = {(c.config["tp"], c.config["pp"]): c.replicas_for_rate for c in busier.candidates}
     assert by[(1, 1)] > 1
+
+
+def test_a_lone_prompt_on_each_attention_dp_rank_passes_the_stages_in_turn() -> None:
+    """Under attention DP each rank holds whole prompts, so a round's piece is a rank's: one 2K prompt
+    on each of DeepSeek-V3's 8 ranks takes about as long at PP 2 as at PP 1 (a review: priced on the
+    replica's prompt tokens, PP 2 had come out at half of PP 1's round, 219 against 424 ms)."""
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import resolve_request, setting_for
+    from planner.serving.step import round_cost
+
+    model, cluster = load_model("deepseek-v3"), load_cluster("dgx-h200x2")
+    s = setting_for(model, cluster, resolve_request(model, ServeRequest(engine="trtllm")))
+    lay = Layouts.of(8, [1, 2], 8, True)
+    rounds = round_cost(s, lay, np.zeros(2), np.zeros(2), np.full(2, 8 * 2048.0), 2048).total_s(s.params)
+    assert rounds[1] > 0.9 * rounds[0]
+    # spread over the stages at once (a steady state's mean prompt tokens) it is about half
+    mean = round_cost(s, lay, np.zeros(2), np.zeros(2), np.full(2, 8 * 2048.0), 2048, mean_prompts=True)
+    assert mean.total_s(s.params)[1] < 0.6 * rounds[1]
+
+
+def test_attention_dp_ranks_take_their_share_of_a_concurrency() -> None:
+    """An engine that schedules each attention-DP rank apart gets the N in flight over its ranks:
+    DeepSeek-V3 with TensorRT-LLM at TP8 with attention DP on one DGX H200 at 1 in flight runs one
+    rank (batch 1, an eighth of 8 in flight's tokens), where every rank had run one."""
+    import planner
+
+    kw = {"engine": "trtllm", "tp": 8, "attention_dp": True, "top": 1}
+    (one,) = planner.serve("deepseek-v3", "dgx-h200x1", concurrency=1, **kw).candidates
+    (eight,) = planner.serve("deepseek-v3", "dgx-h200x1", concurrency=8, **kw).candidates
+    assert one.batch_per_replica == pytest.approx(1.0, rel=1e-6) and eight.batch_per_replica == pytest.approx(8.0)
+    assert one.output_tokens_per_s_per_gpu == pytest.approx(eight.output_tokens_per_s_per_gpu / 8, rel=1e-9)
