@@ -804,7 +804,7 @@ def test_one_output_token_has_no_tpot_and_its_user_waits_the_ttft(cli) -> None:
     assert best.tpot_s is None and best.replayed and best.batch_per_replica == pytest.approx(4.0)
     assert best.ttft_s == pytest.approx(0.199, rel=0.02)
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.ttft_s, rel=1e-12)
-    assert best.why.startswith("tp1 pp1; one output token: TTFT 199 ms, its round 85% gemm")
+    assert best.why.startswith("tp1 pp1; one output token: TTFT 201 ms, its round 85% gemm")
     loose = planner.serve("llama8b", "dgx-h100", input_len=2048, output_len=1, ttft_s=100.0).candidates[0]
     assert loose.output_tokens_per_s_per_gpu == pytest.approx(best.output_tokens_per_s_per_gpu, rel=0.01)
     assert json.loads(ranked.model_dump_json())["candidates"][0]["tpot_s"] is None

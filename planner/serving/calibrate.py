@@ -15,8 +15,10 @@ two engines), ``engine.FittedParameters``
   block_overhead_us     fixed time per block (attention, MLP, Mamba) and iteration (kernel launches, gaps)
   sequence_overhead_us  host time per running sequence and iteration (per scheduler)
   routed_copy_ns        time per routed token copy a rank's MoE layer routes (gating, sort, maps)
-fitted by bounded least squares on log(predicted / published output tokens/s per GPU) with a
-soft-L1 (Huber-like) loss, over the throughput rows only. A key is fitted only where its rows
+fitted by bounded least squares on log(predicted / published) with a soft-L1 (Huber-like) loss,
+over the throughput rows (output tokens/s per GPU) and the replayed TPOT rows (``_tpot_rows``:
+TensorRT-LLM's online-serving table, vLLM's latency rows; since 2026-12-07, when the fit on the
+replay's throughput had raised the time per block and left the TPOTs +7.6% slow). A key is fitted only where its rows
 cover at least two models (else its parameters would be one model's factor); other keys use the
 mean of the fitted ones (``EngineProfile.parameters``). Then one per engine, set on each of its
 architectures (``fit_request_path``):
@@ -24,19 +26,22 @@ architectures (``fit_request_path``):
                         served (HTTP/gRPC, tokenizer, detokenizer, queue hand-off)
 fitted the same way to log(predicted / published TTFT) of the rows measured through a server
 (``runs.through_server``: TensorRT-LLM's Triton online table), the throughput parameters held.
-No fit sees a TPOT. Cross-validation leaves one group out at a time (the runs file's ``group``:
+Cross-validation leaves one group out at a time (the runs file's ``group``:
 one GPU x engine x benchmark kind), refits without it and prices it. The fit prices a
 maximum-throughput row by its waves and a concurrency row by the steady round (``runs.predict``,
 vectorised, hundreds of times a fit); the errors reported, and the throughput band ``plan serve``
 draws from them, price it as ``plan serve`` reports its layout at that load, the closed-loop replay
-(``runs.served``), once per row at the fitted and once at the cross-validated parameters.
+(``runs.served``), once per row at the fitted and once at the cross-validated parameters (the fit
+at the replay's ratio to the waves: ``replay_ratios``). A TPOT row is priced in the fit by its
+steady round at its load (``runs._batch_at_load``) at the replay's ratio to it, and scored by its
+replay.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -45,8 +50,8 @@ from scipy.optimize import least_squares
 from planner.error_bar import calibration_key, interval
 from planner.runs import translate_rows
 from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
-from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict, served
-from planner.serving.step import RoundCost
+from planner.serving.runs import RowPlan, UnpriceableError, _batch_at_load, plan_row, predict, served
+from planner.serving.step import RoundCost, round_cost
 
 FIT: dict[str, tuple[float, float, float, float]] = {
     # field: (lower bound, upper bound, start, scale of a step)
@@ -91,28 +96,37 @@ def _throughput_rows(plans: list[RowPlan]) -> list[RowPlan]:
     return [p for p in plans if p.cost is not None and any(k in p.published for k in THROUGHPUT_METRICS)]
 
 
+def _tpot_rows(plans: list[RowPlan]) -> list[RowPlan]:
+    """The rows whose TPOT a fit prices: a replayed TPOT row with its steady round (``replay_ratios``)."""
+    return [p for p in plans if p.tpot_cost is not None and "tpot_s" in p.published]
+
+
 @dataclass(frozen=True)
 class _Priced:
-    """Throughput rows as a fit prices them: their costs side by side, one ``RoundCost`` per shape of
-    pairs (``RoundCost.side_by_side``), and what turns a cost's seconds into the log error."""
+    """Rows as a fit prices them: their costs side by side, one ``RoundCost`` per shape of pairs
+    (``RoundCost.side_by_side``), and what turns a cost's seconds into the log error: a throughput
+    row's tokens over them, a TPOT row's seconds themselves (``sign``)."""
 
     costs: list[tuple[np.ndarray, RoundCost]]  # (the rows' places, their costs side by side)
-    log_scale: np.ndarray  # per row: log(tokens / GPUs / published)
+    log_scale: np.ndarray  # per row: log(ratio x tokens / GPUs / published), or log(ratio / published TPOT)
+    sign: np.ndarray  # per row: -1 where the prediction is inverse in the seconds (throughput), +1 (TPOT)
 
     @classmethod
-    def of(cls, plans: list[RowPlan]) -> _Priced:
+    def of(cls, plans: list[RowPlan], tpot: list[RowPlan] | None = None) -> _Priced:
+        tpot = tpot or []
+        every = [p.cost for p in plans] + [p.tpot_cost for p in tpot]
         shapes: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-        for i, p in enumerate(plans):
-            c = p.cost
+        for i, c in enumerate(every):
             assert c is not None
             shapes[(c.gemm_pairs, c.expert_rows.tobytes(), c.kv_rows.tobytes())].append(i)
-        costs = [(np.array(idx), RoundCost.side_by_side([plans[i].cost for i in idx])) for idx in shapes.values()]  # type: ignore[misc]
+        costs = [(np.array(idx), RoundCost.side_by_side([every[i] for i in idx])) for idx in shapes.values()]  # type: ignore[misc]
         published = [next(p.published[k] for k in THROUGHPUT_METRICS if k in p.published) for p in plans]
         scale = [
             p.replay_ratio * p.tokens / float(p.layout.gpus_per_replica[0]) / pub
             for p, pub in zip(plans, published, strict=True)
-        ]
-        return cls(costs, np.log(np.asarray(scale, dtype=float)))
+        ] + [p.tpot_ratio / p.published["tpot_s"] for p in tpot]
+        sign = np.concatenate([np.full(len(plans), -1.0), np.ones(len(tpot))])
+        return cls(costs, np.log(np.asarray(scale, dtype=float)), sign)
 
     def log_errors(self, x: np.ndarray) -> np.ndarray:
         """log(predicted / published) of each row at the parameter vector ``x``."""
@@ -120,11 +134,12 @@ class _Priced:
         seconds = np.empty(len(self.log_scale))
         for idx, cost in self.costs:
             seconds[idx] = cost.total_s(params)
-        return self.log_scale - np.log(seconds)
+        return self.log_scale + self.sign * np.log(seconds)
 
 
-def _fit_rows(rows: list[RowPlan], fixed: dict[str, float]) -> np.ndarray:
-    """The parameter vector (``FIELDS`` order) fitted to ``rows`` with the ``fixed`` fields held."""
+def _fit_rows(rows: list[RowPlan], fixed: dict[str, float], tpot: list[RowPlan] | None = None) -> np.ndarray:
+    """The parameter vector (``FIELDS`` order) fitted to the throughput ``rows`` and the ``tpot`` rows
+    with the ``fixed`` fields held."""
     free = np.array([f not in fixed for f in FIELDS])
     held = X0.copy()
     for f, v in fixed.items():
@@ -136,7 +151,7 @@ def _fit_rows(rows: list[RowPlan], fixed: dict[str, float]) -> np.ndarray:
         return x
 
     lo, hi = np.array(BOUNDS[0]), np.array(BOUNDS[1])
-    priced = _Priced.of(rows)
+    priced = _Priced.of(rows, tpot)
     res = least_squares(
         lambda xf: priced.log_errors(full(xf)),
         x0=np.clip(held[free], lo[free], hi[free]),
@@ -163,7 +178,10 @@ def replay_ratios(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> 
     within how the ratio moves with the parameters (over the published rows, a second pass at the
     parameters fitted with the first's ratios moved them by 0.2% at the median, under 1.1% for 90%
     of the rows, at most 5.5%), at the price of one replay per row: the fit on the waves alone had
-    left the replayed throughput +3.9% above the published rows (the waves +1.0%)."""
+    left the replayed throughput +3.9% above the published rows (the waves +1.0%). Likewise each
+    replayed TPOT row's ``tpot_cost`` (its steady round at its load) and ``tpot_ratio`` (the replay's
+    TPOT over that round's): fitted so, the TPOT rows went 17.3% / +7.6% -> 13.0% / 0.0% (CV 13.7%)
+    and the throughput rows 9.0% / +1.0% -> 9.2% / +1.2% (CV 10.6% both)."""
     for p in _throughput_rows(plans):
         if p.mode not in ("max_throughput", "concurrency"):
             continue
@@ -171,6 +189,15 @@ def replay_ratios(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> 
         waves = predict(p, at)
         metric = next(k for k in THROUGHPUT_METRICS if k in waves)
         p.replay_ratio = float(served(p, at, waves)[metric] / waves[metric])
+    for p in plans:  # a replayed TPOT row: its steady round at the load, and the replay's TPOT over it
+        if "tpot_s" not in p.published or p.mode not in ("rate", "concurrency") or p.requests is None:
+            continue
+        at = params_for(p.key, fitted)
+        s = replace(p.setting, params=at)
+        batch = np.array([_batch_at_load(s, p)])
+        isl, osl = p.input_len, p.output_len
+        p.tpot_cost = round_cost(s, p.layout, batch, np.array([isl + osl / 2.0]), batch * isl / osl, isl, True)
+        p.tpot_ratio = float(predict(p, at)["tpot_s"] / p.tpot_cost.total_s(at)[0])
 
 
 def _informs(rows: list[RowPlan]) -> bool:
@@ -186,16 +213,22 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
     parameter are too few to fix it (``_informs``) takes the mean of its engine's keys that have
     enough, weighted by those rows, and fits the rest: held out of a fold, the L40S group's own
     rows had left the Ada key eight TP rows of one benchmark, whose fit came out 22.8% off the
-    group (3.5% with the mean)."""
+    group (3.5% with the mean). A key's replayed TPOT rows (``_tpot_rows``, where ``replay_ratios``
+    gave them a steady round) join its throughput rows in the fit."""
     by_key: dict[str, list[RowPlan]] = defaultdict(list)
     for p in _throughput_rows(plans):
         by_key[p.key].append(p)
+    tpot: dict[str, list[RowPlan]] = defaultdict(list)
+    for p in _tpot_rows(plans):
+        tpot[p.key].append(p)
     keys = {key: rows for key, rows in sorted(by_key.items()) if _informs(rows)}
     moving = {key: {f: [p for p in rows if moves(p)] for f, moves in MOVED_BY.items()} for key, rows in keys.items()}
     short = {key: {f for f, rows in by.items() if not _informs(rows)} for key, by in moving.items()}
     # a key that borrows a parameter is fitted once, after the keys it borrows from
     borrows = {key: {f for f in short[key] if moving[key][f]} for key in keys}
-    first = {key: _fit_rows(rows, {f: 1.0 for f in short[key]}) for key, rows in keys.items() if not borrows[key]}
+    first = {
+        key: _fit_rows(rows, {f: 1.0 for f in short[key]}, tpot[key]) for key, rows in keys.items() if not borrows[key]
+    }
     fitted: dict[str, FittedParameters] = {}
     for key, rows in keys.items():
         engine = key.split("/")[0]
@@ -204,7 +237,7 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
             weights = {k: len(moving[k][f]) for k in first if k.split("/")[0] == engine and f not in short[k]}
             total = sum(weights.values())
             held[f] = sum(first[k][FIELDS.index(f)] * n for k, n in weights.items()) / total if total else 1.0
-        x = first[key] if key in first else _fit_rows(rows, held)
+        x = first[key] if key in first else _fit_rows(rows, held, tpot[key])
         if not any(p.setting.model.is_moe for p in rows):
             x[FIELDS.index("expert_gemm_fraction")] = 1.0
             x[FIELDS.index("routed_copy_ns")] = 0.0
@@ -323,7 +356,8 @@ def _summary(errs: list[float]) -> tuple[float, float]:
 
 
 def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: bool = False) -> Evaluation:
-    """Fit on every priced throughput row, then (optionally) leave each group out and refit;
+    """Fit on every priced throughput row and replayed TPOT row, then (optionally) leave each group
+    out and refit;
     per row, group and overall errors (percent, predicted vs published; a maximum-throughput or
     concurrency row's throughput is ``runs.served``'s, the fit's own pricing in
     ``overall['fit_mape_pct']``). With ``shipped``, nothing
@@ -337,8 +371,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
         replay_ratios(plans, fit(plans))
         fitted = fit(plans)
     ev = Evaluation(unpriced=unpriced, fitted=fitted)
-    for p in _throughput_rows(plans):
-        if p.key in fitted:
+    for p in [*_throughput_rows(plans), *_tpot_rows(plans)]:  # a row that informs both is listed once
+        if p.key in fitted and p.name not in ev.rows_used.get(p.key, []):
             ev.rows_used.setdefault(p.key, []).append(p.name)
     if not shipped:
         ev.request_path_rows_used = {e: [p.name for p in rows] for e, rows in request_path_rows(plans, fitted).items()}

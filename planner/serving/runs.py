@@ -527,6 +527,10 @@ class RowPlan:
     # the throughput plan serve reports for the row (``served``) over the fit's stand-in (``cost``), at a
     # first fit's parameters: the fit prices the row at cost x this (``calibrate.replay_ratios``)
     replay_ratio: float = 1.0
+    # a replayed TPOT row's steady round at its load and the replay's TPOT over it, at a first fit's
+    # parameters: the fit prices the row's TPOT at the round x this (``calibrate.replay_ratios``)
+    tpot_cost: RoundCost | None = None
+    tpot_ratio: float = 1.0
     engine_ttft_cache: dict[tuple[float, ...], float] = field(default_factory=dict, repr=False, compare=False)
 
     def engine_ttft_s(self, params: FittedParameters) -> float:
