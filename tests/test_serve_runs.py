@@ -320,3 +320,29 @@ def test_serve_calibrate_marks_parameters_on_their_bound(cli, tmp_path: Path) ->
     assert " rows, CV none, signed " in line and "kv_read_fraction 1*" in line
     assert "* on its fit bound (serving/calibrate.py FIT)" in r.out
     assert "TTFT over 10 rows: MAPE" in r.out and "its waves at the replay's ratio to them" in " ".join(r.out.split())
+
+
+def test_the_fit_prices_a_replayed_tpot_row_as_its_replay() -> None:
+    """A replayed TPOT row joins the fit as its steady round at its load times the replay's ratio to
+    it: at the parameters the ratio was taken at, the fit's log error is the replay's own, and the
+    rows are listed among those the shipped fit used."""
+    import numpy as np
+
+    from planner.serving.calibrate import X0, _params, _Priced, _tpot_rows, replay_ratios, translate
+
+    rows = [r for r in _rows() if r["group"] == "h100-trtllm-online-latency"][:6]
+    plans, _ = translate(rows)
+    at = _params(X0)
+    fitted = {plans[0].key: at}
+    replay_ratios(plans, fitted)
+    tpot = _tpot_rows(plans)
+    assert len(tpot) == 6 and all(p.tpot_cost is not None and np.isfinite(p.tpot_ratio) for p in tpot)
+    errors = _Priced.of([], tpot).log_errors(X0)
+    replayed = [predict(p, at)["tpot_s"] / p.published["tpot_s"] for p in tpot]
+    assert errors == pytest.approx(np.log(replayed), rel=1e-9, abs=1e-12)
+    # the replay is not the steady round: the ratio moves the fit's price
+    assert any(abs(p.tpot_ratio - 1.0) > 0.01 for p in tpot)
+    from planner.serving.engine import load_engine
+
+    shipped = load_engine("trtllm-tensorrt").calibration
+    assert shipped is not None and rows[0]["name"] in shipped.rows["hopper"]
