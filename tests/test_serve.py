@@ -891,9 +891,11 @@ def test_the_shipped_fit_keeps_each_architectures_errors_for_its_bands(name: str
     cal = load_engine(name).calibration
     assert cal is not None and {k.removesuffix(MOE_SUFFIX) for k in cal.cv_error_pct} == set(cal.rows)
     for arch, rows in cal.rows.items():
-        # one cross-validated error per throughput row the fit used, dense and MoE apart
+        # one cross-validated error per throughput row the fit used, dense and MoE apart, and one per
+        # TPOT row it used (TensorRT-LLM's online table: rate rows, none of which publishes a throughput)
         errors = cal.cv_error_pct.get(arch, []) + cal.cv_error_pct.get(arch + MOE_SUFFIX, [])
-        assert len(errors) == len(rows) > 0
+        tpot_rows = cal.latency_error_pct["tpot"].get(arch, [])
+        assert len(errors) + len(tpot_rows) == len(rows) > 0
     # and the TTFT and TPOT rows' errors: the 42 batch-1 TTFT rows and the online table's 72 (H100, H200),
     # all of them TensorRT-engine runs; no PyTorch-backend row publishes a latency
     ttft = sum(len(v) for v in cal.latency_error_pct["ttft"].values())
