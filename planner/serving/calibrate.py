@@ -18,9 +18,9 @@ two engines), ``engine.FittedParameters``
 fitted by bounded least squares on log(predicted / published) with a soft-L1 (Huber-like) loss,
 over the throughput rows (output tokens/s per GPU) and the replayed TPOT rows (``_tpot_rows``:
 TensorRT-LLM's online-serving table, vLLM's latency rows; since 2026-12-07, when the fit on the
-replay's throughput had raised the time per block and left the TPOTs +7.6% slow). A key is fitted only where its rows
-cover at least two models (else its parameters would be one model's factor); other keys use the
-mean of the fitted ones (``EngineProfile.parameters``). Then one per engine, set on each of its
+replay's throughput had raised the time per block and left the TPOTs +7.6% slow). A key is fitted
+only where its rows cover at least two models (else its parameters would be one model's factor);
+other keys use the mean of the fitted ones (``EngineProfile.parameters``). Then one per engine, set on each of its
 architectures (``fit_request_path``):
   request_path_ms       time a request's first token spends outside the engine's iterations when
                         served (HTTP/gRPC, tokenizer, detokenizer, queue hand-off)
@@ -51,7 +51,7 @@ from planner.error_bar import calibration_key, interval
 from planner.runs import translate_rows
 from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
 from planner.serving.runs import RowPlan, UnpriceableError, _batch_at_load, plan_row, predict, served
-from planner.serving.step import RoundCost, round_cost
+from planner.serving.step import RoundCost, steady_round
 
 FIT: dict[str, tuple[float, float, float, float]] = {
     # field: (lower bound, upper bound, start, scale of a step)
@@ -194,9 +194,7 @@ def replay_ratios(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> 
             continue
         at = params_for(p.key, fitted)
         s = replace(p.setting, params=at)
-        batch = np.array([_batch_at_load(s, p)])
-        isl, osl = p.input_len, p.output_len
-        p.tpot_cost = round_cost(s, p.layout, batch, np.array([isl + osl / 2.0]), batch * isl / osl, isl, True)
+        p.tpot_cost = steady_round(s, p.layout, np.array([_batch_at_load(s, p)]), p.input_len, p.output_len)
         p.tpot_ratio = float(predict(p, at)["tpot_s"] / p.tpot_cost.total_s(at)[0])
 
 

@@ -50,7 +50,7 @@ from planner.serving.engine import THROUGHPUT_METRICS, EngineProfile, FittedPara
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
 from planner.serving.replay import replay
-from planner.serving.step import RoundCost, Setting, resolve_ssm_dtype, round_cost, round_weight_bytes
+from planner.serving.step import RoundCost, Setting, resolve_ssm_dtype, round_cost, round_weight_bytes, steady_round
 
 GPU_PROFILES: tuple[tuple[str, str], ...] = (
     ("GB300", "gb300-nvl72"),
@@ -753,8 +753,7 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
         plan.notes.append(f"{requests} requests in waves of {plan.batch:.0f}")
     elif mode in ("max_throughput", "concurrency"):
         b = np.array([plan.batch / lay.replicas[0]])
-        ctx = np.array([isl + osl / 2.0])
-        plan.cost = round_cost(s, lay, b, ctx, b * isl / osl, isl, mean_prompts=True)
+        plan.cost = steady_round(s, lay, b, isl, osl)
         plan.tokens = float(b[0])
     elif mode == "static":
         b = np.array([plan.batch])
@@ -885,9 +884,8 @@ def _latencies(s: Setting, lay: Layouts, batch: float, isl: int, osl: int) -> tu
     from planner.serving.search import first_token_s
 
     b = np.array([batch])
-    ctx = np.array([isl + osl / 2.0])
-    tpot = round_cost(s, lay, b, ctx, b * isl / osl, isl, mean_prompts=True).total_s(s.params)
-    return float(first_token_s(s, lay, b, ctx, isl, tpot)[0]), float(tpot[0])
+    tpot = steady_round(s, lay, b, isl, osl).total_s(s.params)
+    return float(first_token_s(s, lay, b, np.array([isl + osl / 2.0]), isl, tpot)[0]), float(tpot[0])
 
 
 def _batch_at_load(s: Setting, plan: RowPlan) -> float:

@@ -48,6 +48,7 @@ from planner.serving.step import (
     resolve_ssm_dtype,
     round_terms,
     schedulers,
+    steady_round,
 )
 
 BATCH_GRID = tuple(sorted({2**i for i in range(14)} | {3 * 2**i for i in range(12)}))
@@ -184,8 +185,7 @@ def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeReque
     isl, osl = float(req.input_len), float(req.output_len)
     mem = s.memory(lay, reserved_context(s.engine, isl, osl))
     context = np.full(len(lay), isl + osl / 2.0)
-    prefill = batch * isl / osl
-    terms = round_terms(s, lay, batch, context, prefill, isl, mean_prompts=True)
+    terms = steady_round(s, lay, batch, isl, osl).terms(s.params)
     tpot = terms.total_s
     first = first_token_s(s, lay, batch, context, req.input_len, tpot)
     return Priced(lay, batch, mem, terms, first, tpot, s.params.request_path_s)
@@ -1096,10 +1096,10 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     if not loaded:  # without targets too: every batch meets them, so each layout's largest is replayed
         cands, unreplayed = _replayed_at_targets(p, s, req)
     else:  # the replay of the load judges the targets
-        cands = [_replayed_at_load(p, int(i), s, req) for i in _select_batch(p, req) if i >= 0]
+        picked = [int(i) for i in _select_batch(p, req) if i >= 0]
+        cands = [_replayed_at_load(p, i, s, req) for i in picked]
         if req.request_rate is not None:
             fewest = replicas_for_rate(p, req)
-            picked = [int(i) for i in _select_batch(p, req) if i >= 0]
             cands = [c.model_copy(update={"replicas_for_rate": fewest[i]}) for c, i in zip(cands, picked, strict=True)]
     if not cands and req.request_rate is not None:
         return [], len(p.batch), _too_fast(p, req), 0

@@ -798,6 +798,18 @@ def round_cost(
     return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len, mean_prompts)
 
 
+def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, output_len: float) -> RoundCost:
+    """A replica's steady round at ``batch`` running sequences of ``input_len`` / ``output_len``
+    tokens: their decode tokens at the mean context isl + osl / 2, and the mean prompt tokens a round
+    takes, B x isl / osl (Little's law: every osl rounds each sequence is replaced), shared evenly
+    over the micro-batches (``mean_prompts``). The one round ``search.price_colocated``, the serving
+    fit's concurrency and TPOT rows (``runs.plan_row``, ``calibrate.replay_ratios``) and a row's
+    latencies at its load (``runs._latencies``) price."""
+    batch = np.asarray(batch, dtype=float)
+    context = np.full(batch.shape, input_len + output_len / 2.0)
+    return round_cost(s, lay, batch, context, batch * input_len / output_len, input_len, mean_prompts=True)
+
+
 def round_terms(
     s: Setting,
     lay: Layouts,
