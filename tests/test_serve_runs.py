@@ -12,7 +12,15 @@ from typing import Any
 import pytest
 
 from planner.serving.calibrate import evaluate, nan_as_null
-from planner.serving.runs import UnpriceableError, dtypes_from_row, model_from_row, parse_tokens, plan_row, predict
+from planner.serving.runs import (
+    UnpriceableError,
+    dtypes_from_row,
+    model_from_row,
+    parse_tokens,
+    plan_row,
+    predict,
+    served,
+)
 
 RUNS = Path(__file__).resolve().parents[2] / "shared" / "groundtruth" / "inference_runs.yaml"
 pytestmark = pytest.mark.skipif(not RUNS.is_file(), reason="shared/groundtruth/inference_runs.yaml not present")
@@ -346,3 +354,30 @@ def test_the_fit_prices_a_replayed_tpot_row_as_its_replay() -> None:
 
     shipped = load_engine("trtllm-tensorrt").calibration
     assert shipped is not None and rows[0]["name"] in shipped.rows["hopper"]
+
+
+def test_a_load_row_without_a_request_count_is_scored_as_plan_serve_replays_it() -> None:
+    """A concurrency row that states no request count scores the TTFT and TPOT plan serve
+    --concurrency prints (the replay at the load, ``replay_at_load``), not the steady round
+    ``predict`` fits; a row that states its count keeps the replay of that count (``predict``)."""
+    from planner.serving.schemas import ServeRequest
+    from planner.serving.search import replay_at_load
+
+    row = _row("vllm/llama3.1-8b/h100x1")  # vLLM's latency rows: 8 in flight, the request count stated
+    counted = plan_row(row)
+    assert counted.mode == "concurrency" and counted.requests is not None
+    assert served(counted)["tpot_s"] == predict(counted)["tpot_s"]
+    del row["workload"]["num_requests"]
+    plan = plan_row(row)
+    assert plan.requests is None
+    req = ServeRequest(input_len=plan.input_len, output_len=plan.output_len, concurrency=round(plan.batch))
+    loaded = replay_at_load(plan.setting, plan.layout, req)
+    assert loaded is not None and loaded.tpot_s is not None
+    scored = served(plan)
+    assert scored["tpot_s"] == loaded.tpot_s
+    # vllm bench serve measures through the server: the TTFT holds its request path as the replay's does
+    assert plan.through_server and scored["ttft_s"] == pytest.approx(loaded.ttft_s)
+    plan.through_server = False  # measured in process: the replay's TTFT less the request path
+    in_process = served(plan)["ttft_s"]
+    assert in_process == pytest.approx(loaded.ttft_s - plan.setting.params.request_path_s)
+    assert scored["tpot_s"] != pytest.approx(predict(plan)["tpot_s"], rel=1e-3)  # the steady round differs

@@ -20,11 +20,14 @@ Modes, from the row's workload and tool:
   ttft            batch-1 time to first token: one prefill round of the prompt.
   concurrency     a fixed number of requests in flight (vllm bench serve --max-concurrency): TTFT
                   and TPOT of the stated number of requests replayed in a closed loop (each
-                  finished request sends the next), else at that batch; the throughput scored as
-                  ``plan serve --concurrency`` reports it (``served``), fitted by the steady round.
+                  finished request sends the next), else scored as ``plan serve --concurrency``
+                  replays the load (``served``) and fitted at that batch's steady round; the
+                  throughput scored as ``plan serve --concurrency`` reports it (``served``),
+                  fitted by the steady round.
   rate            a fixed request rate (Triton online rows): TTFT and TPOT of the stated number of
-                  requests replayed iteration by iteration (``replay.replay``), else at
-                  the batch Little's law gives; their throughput is the offered rate, so it is
+                  requests replayed iteration by iteration (``replay.replay``), else scored as
+                  ``plan serve --request-rate`` replays the load (``served``) and fitted at the
+                  batch Little's law gives; their throughput is the offered rate, so it is
                   not scored.
 """
 
@@ -844,39 +847,50 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
 def served(
     plan: RowPlan, params: FittedParameters | None = None, predicted: dict[str, float] | None = None
 ) -> dict[str, float]:
-    """A maximum-throughput row's throughput as ``plan serve`` reports the row's layout without
-    targets (``search.replay_at_batch``: the closed-loop replay at the row's batch, or at as many as
-    the engine's token budget runs), a concurrency row's as ``plan serve --concurrency`` does
-    (``search.replay_at_load``), at ``params`` (default: the plan's); ``predict`` prices the rows by
-    their waves and steady round, the fit's fast stand-ins. Where a replay ran its whole batch, it came within 2% of
-    the waves' price (median over 813 rows; 90% within -1% .. +11%): the prompts an iteration takes
-    beside the running sequences, which a wave runs together. Other modes: ``predict``'s, or
-    ``predicted`` where the caller has it at the same parameters (a concurrency row's latencies are
-    replayed there: not twice)."""
+    """A row's metrics as ``plan serve`` reports them. A maximum-throughput row's throughput as
+    ``plan serve`` reports the row's layout without targets (``search.replay_at_batch``: the
+    closed-loop replay at the row's batch, or at as many as the engine's token budget runs); a
+    concurrency row's as ``plan serve --concurrency`` does (``search.replay_at_load``), at ``params``
+    (default: the plan's); ``predict`` prices the rows by their waves and steady round, the fit's
+    fast stand-ins. Where a replay ran its whole batch, it came within 2% of the waves' price
+    (median over 813 rows; 90% within -1% .. +11%): the prompts an iteration takes beside the
+    running sequences, which a wave runs together. A concurrency or rate row that states no request
+    count takes its TTFT and TPOT from the same replay at its load (``plan serve --concurrency`` /
+    ``--request-rate``'s figures), where ``predict`` gives the steady round's; one that states its
+    count is replayed with that count in ``predict``. Other modes: ``predict``'s, or ``predicted``
+    where the caller has it at the same parameters (not replayed twice)."""
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import replay_at_batch, replay_at_load
 
     out = dict(predict(plan, params) if predicted is None else predicted)
-    if plan.mode not in ("max_throughput", "concurrency") or not set(THROUGHPUT_METRICS) & set(out):
+    scores_rate = plan.mode in ("max_throughput", "concurrency") and bool(set(THROUGHPUT_METRICS) & set(out))
+    at_load = plan.mode in ("concurrency", "rate") and plan.requests is None and bool({"ttft_s", "tpot_s"} & set(out))
+    if not (scores_rate or at_load):
         return out
     s = plan.setting
     s_p = replace(s, params=params or s.params)
     isl, osl = plan.input_len, plan.output_len
-    if plan.mode == "concurrency":  # as plan serve --concurrency prices the layout
-        loaded = replay_at_load(
-            s_p, plan.layout, ServeRequest(input_len=isl, output_len=osl, concurrency=round(plan.batch))
-        )
+    if plan.mode in ("concurrency", "rate"):  # as plan serve --concurrency / --request-rate prices the layout
+        load = {"concurrency": round(plan.batch)} if plan.mode == "concurrency" else {"request_rate": plan.batch}
+        loaded = replay_at_load(s_p, plan.layout, ServeRequest(input_len=isl, output_len=osl, **load))
         if loaded is None:
             return out
         rate = loaded.output_tokens_per_s_per_gpu
+        if at_load:
+            if "ttft_s" in out:  # the replay's TTFT holds the request path; a row measured in process does not
+                path_s = s_p.params.request_path_s if plan.through_server else 0.0
+                out["ttft_s"] = loaded.ttft_s - s_p.params.request_path_s + path_s
+            if "tpot_s" in out and loaded.tpot_s is not None:
+                out["tpot_s"] = loaded.tpot_s
     else:
         request = ServeRequest(input_len=isl, output_len=osl)
         rate = replay_at_batch(
             s_p, plan.layout, request, plan.batch / float(plan.layout.replicas[0])
         ).output_tokens_per_s_per_gpu
-    for key in THROUGHPUT_METRICS:
-        if key in out:
-            out[key] = rate * ((isl + osl) / osl if key == "total_tokens_per_s_per_gpu" else 1.0)
+    if scores_rate:
+        for key in THROUGHPUT_METRICS:
+            if key in out:
+                out[key] = rate * ((isl + osl) / osl if key == "total_tokens_per_s_per_gpu" else 1.0)
     return out
 
 
