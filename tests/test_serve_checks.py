@@ -506,6 +506,14 @@ def test_a_rate_plan_exports_its_kv_room_as_the_batch_cap() -> None:
     c = ranking.candidates[0]
     assert c.batch_per_replica < 10 and c.max_concurrency >= 1024
     assert "--max-num-seqs 1024" in export_commands(ranking, "vllm")  # the room, at vLLM's cap of 1,024
+    # under attention DP the room is each rank's: vLLM's cap of 1,024 holds per DP engine, not per
+    # replica (capped per replica, Qwen3-30B-A3B at TP8 with attention DP had exported 1,024 / 8 = 128
+    # sequences a rank where the replay admitted 284)
+    adp = ServeRequest(request_rate=4, tp=8, attention_dp=True, engine="vllm")
+    ranking = serve_search(load_model("qwen3-30b-a3b"), load_cluster("dgx-h100"), adp)
+    c = ranking.candidates[0]
+    assert c.config["attention_dp"] and c.config["replicas"] == 1 and c.max_concurrency > 1024
+    assert _flag(export_commands(ranking, "vllm"), "--max-num-seqs") == math.ceil(c.max_concurrency / 8)
 
 
 def test_a_disaggregated_rate_plan_says_why_once() -> None:

@@ -381,10 +381,14 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     # a sequence more. At a request rate the replay admitted up to the KV room (or the engine's cap),
     # whose peak a time average of it understates (8B at 2 req/s: a mean of 5.1, where a cap of 6 had
     # queued the Poisson bursts, TTFT 22 ms -> 2.1 s, a review of 2026-12-07); at a concurrency up to
-    # the replica's share of the requests in flight
+    # the replica's share of the requests in flight. The room is the candidate's as priced: its KV cache's,
+    # capped by the engine's batch limit for the plan's GPU (``EngineProfile.for_gpu``) on each
+    # attention-DP rank that schedules apart; capping it again by the engine's large-GPU limit for the
+    # whole replica had exported DeepSeek-V3 on vLLM at TP8 with attention DP at 4 req/s with 128
+    # sequences a rank where the replay had admitted 200 (its KV room)
     split = cfg.get("prefill_decode_split")
     replicas = int(cfg["replicas"])  # type: ignore[call-overload]
-    room = max(1, min(c.max_concurrency // max(replicas, 1), load_engine(engine).max_batch_size))
+    room = max(1, c.max_concurrency // max(replicas, 1))
     batch = max(1, math.ceil(round(c.batch_per_replica, 6)))
     if ranking.request.request_rate is not None and not split:
         batch = room
