@@ -591,6 +591,7 @@ def test_a_link_that_loops_is_named_as_input_and_refused_as_output(cli, tmp_path
           "mlp,foo"), "'foo' is no module"),
         # a pinned tp may span domains (tp 16 on two DGX is priced): the bound is the cluster's GPUs
         (("serve", "-m", "llama3-8b", "-c", "dgx-h100x2", "--tp", "32"), "tp: pinned 32 exceeds the cluster's 16 GPUs"),
+        (("serve", "-m", "deepseek-v3", "-c", "dgx-h200", "--ep", "16"), "ep: pinned 16 exceeds the cluster's 8 GPUs"),
     ],
 )  # fmt: skip
 def test_options_past_their_range_name_the_option(cli, args: tuple[str, ...], said: str) -> None:

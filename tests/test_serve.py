@@ -768,11 +768,15 @@ def test_a_price_gives_cost_per_million_tokens_in_the_order_of_throughput() -> N
     assert costs == sorted(costs)
     curves = layout_curves(load_model("llama3-70b"), load_cluster("dgx-h100x1"), ServeRequest(tpot_s=0.03))
     steady = {c.label: float(c.tokens_per_s_per_gpu[c.meets].max()) for c in curves if c.meets.any()}
-    # here the steady-state curves lie above the table's replayed figures (2 x TP4 at 287
-    # tokens/s per GPU on the curve, 142 replayed, at a smaller batch to keep the 30 ms target)
+    # the steady-state curves agree with the table's replayed figures where no pipeline runs (2 x TP4
+    # at 143.3 tokens/s per GPU on the curve, 142.3 replayed). Until the steady round took its prompts
+    # in whole pieces (step.steady_round, 2026-12-07) the curve, its prompt tokens spread over every
+    # round, lay above them: 287 against 142, TP8 270 against 203
     for c in r.candidates:
-        assert c.replayed and c.output_tokens_per_s_per_gpu <= steady[layout_label(c)] + 1e-6
-    assert steady["2x tp4 pp1"] == pytest.approx(287.2, abs=0.1)
+        assert c.replayed
+        if c.config["pp"] == 1:
+            assert c.output_tokens_per_s_per_gpu == pytest.approx(steady[layout_label(c)], rel=0.02)
+    assert steady["2x tp4 pp1"] == pytest.approx(143.3, abs=0.1)
 
 
 def test_layouts_priced_alike_are_shown_once() -> None:

@@ -33,8 +33,8 @@ vectorised, hundreds of times a fit); the errors reported, and the throughput ba
 draws from them, price it as ``plan serve`` reports its layout at that load, the closed-loop replay
 (``runs.served``), once per row at the fitted and once at the cross-validated parameters (the fit
 at the replay's ratio to the waves: ``replay_ratios``). A TPOT row is priced in the fit by its
-steady round at its load (``runs._batch_at_load``) at the replay's ratio to it, and scored by its
-replay.
+steady round at the batch its replay ran (``Replayed.running``) at the replay's ratio to it, and
+scored by its replay.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from scipy.optimize import least_squares
 from planner.error_bar import calibration_key, interval
 from planner.runs import translate_rows
 from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
-from planner.serving.runs import RowPlan, UnpriceableError, _batch_at_load, plan_row, predict, served
+from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict, replayed_load, served
 from planner.serving.step import RoundCost, steady_round
 
 FIT: dict[str, tuple[float, float, float, float]] = {
@@ -179,9 +179,15 @@ def replay_ratios(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> 
     parameters fitted with the first's ratios moved them by 0.2% at the median, under 1.1% for 90%
     of the rows, at most 5.5%), at the price of one replay per row: the fit on the waves alone had
     left the replayed throughput +3.9% above the published rows (the waves +1.0%). Likewise each
-    replayed TPOT row's ``tpot_cost`` (its steady round at its load) and ``tpot_ratio`` (the replay's
-    TPOT over that round's): fitted so, the TPOT rows went 17.3% / +7.6% -> 13.0% / 0.0% (CV 13.7%)
-    and the throughput rows 9.0% / +1.0% -> 9.2% / +1.2% (CV 10.6% both)."""
+    replayed TPOT row's ``tpot_cost`` (its steady round at the time-mean batch its replay ran) and
+    ``tpot_ratio`` (the replay's TPOT over that round's): fitted so, the TPOT rows went 17.3% / +7.6%
+    -> 13.0% / 0.0% (CV 13.7%) and the throughput rows 9.0% / +1.0% -> 9.2% / +1.2% (CV 10.6% both).
+    Until 2026-12-07 (session 55) the round was at the batch Little's law gives the load, at most
+    the KV room, which at TensorRT-LLM's overloaded online rows (500 requests at an unbounded rate)
+    is a batch the replay never runs: the ratios spread 0.22 .. 1.14 (10th .. 90th percentile, the
+    fewest 0.10), so the fit moved those rows' TPOT as a 2,048-sequence round moves; at the
+    replay's batch (and with the steady round's prompts in whole pieces, ``step.steady_round``)
+    0.97 .. 1.05."""
     for p in _throughput_rows(plans):
         if p.mode not in ("max_throughput", "concurrency"):
             continue
@@ -189,13 +195,14 @@ def replay_ratios(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> 
         waves = predict(p, at)
         metric = next(k for k in THROUGHPUT_METRICS if k in waves)
         p.replay_ratio = float(served(p, at, waves)[metric] / waves[metric])
-    for p in plans:  # a replayed TPOT row: its steady round at the load, and the replay's TPOT over it
+    for p in plans:  # a replayed TPOT row: its steady round at the replay's batch, and the replay's TPOT over it
         if "tpot_s" not in p.published or p.mode not in ("rate", "concurrency") or p.requests is None:
             continue
         at = params_for(p.key, fitted)
         s = replace(p.setting, params=at)
-        p.tpot_cost = steady_round(s, p.layout, np.array([_batch_at_load(s, p)]), p.input_len, p.output_len)
-        p.tpot_ratio = float(predict(p, at)["tpot_s"] / p.tpot_cost.total_s(at)[0])
+        r = replayed_load(p, s)
+        p.tpot_cost = steady_round(s, p.layout, np.array([max(r.running, 1.0)]), p.input_len, p.output_len)
+        p.tpot_ratio = float(r.itl_s / p.tpot_cost.total_s(at)[0])
 
 
 def _informs(rows: list[RowPlan]) -> bool:

@@ -290,9 +290,11 @@ def front_end(engine: str, prefill: int, decode: int) -> str:
             + " \\\n    ".join(["python -m sglang_router.launch_router --pd-disaggregation", *flags])
             + f" \\\n    --host 0.0.0.0 --port {FRONT_PORT}"
         )
+    # vLLM: a data-parallel server's engines also talk over an RPC port, one per server on a host
     return (
         f"# the front end: a proxy that sends each request to one of the {prefill} prefill server(s) with max_tokens "
-        f"1, then to one of the {decode} decode server(s) (vLLM's examples/online_serving/disaggregated_serving)"
+        f"1, then to one of the {decode} decode server(s) (vLLM's examples/online_serving/disaggregated_serving); "
+        f"{where}, and a --data-parallel-rpc-port of its own where it runs --data-parallel-size"
     )
 
 

@@ -26,7 +26,13 @@ def layout_label(c: ServeCandidate) -> str:
         bool(cfg["attention_dp"]),
     )
     if isinstance(split, dict):
-        prefill = layout_text(split["prefill_replicas"], split["prefill_tp"], split["prefill_pp"])
+        prefill = layout_text(
+            split["prefill_replicas"],
+            split["prefill_tp"],
+            split["prefill_pp"],
+            int(split.get("prefill_ep", 1)),
+            bool(split.get("prefill_attention_dp", False)),
+        )
         return f"P: {prefill} | D: {decode}"
     return decode
 

@@ -24,8 +24,8 @@ say. The replay keeps the round's price and changes only the load:
              budget (vLLM V1's EngineCore.step_with_batch_queue schedules a batch whenever its
              queue of pp batches has room; TensorRT-LLM's PyExecutor._executor_loop_pp calls
              _schedule once per micro-batch); an engine without chunked prefill runs a prompt
-             whole (a longer one than the budget in budget-sized pieces, as
-             ``search.prefill_chunk`` prices it), one with it fills the room left.
+             whole, one with it fills the room left (a prompt longer than the budget runs
+             chunked in any engine, ``search.runs_chunked``).
   iteration  ``step.round_cost`` of the running sequences' decode tokens (at their mean context)
              and the admitted prompt tokens; a prompt's first token comes at the end of the
              iteration that finishes it, and each running sequence gets one token per iteration.
@@ -46,7 +46,7 @@ import numpy as np
 
 from planner.serving.layout import Layouts
 from planner.serving.memory import reserved_context
-from planner.serving.search import prefill_chunk
+from planner.serving.search import prefill_chunk, runs_chunked
 from planner.serving.step import RoundPricer, Setting, schedulers
 
 REPLAY_SEEDS = (0, 1, 2, 3)
@@ -158,7 +158,8 @@ def replay(
                 rows.setdefault((tokens, b), np.full(room + 1, math.nan))[d] = price
         return trace.figures(np.array([rows[(p, b)][d] for d, p, b in trace.keys]))
 
-    engine = _Engine(room, budget, piece, s.engine.chunked_prefill, input_len, output_len, iteration_s)
+    chunked = runs_chunked(s.engine, input_len)
+    engine = _Engine(room, budget, piece, chunked, input_len, output_len, iteration_s)
     if concurrency is not None or math.isinf(rate):
         sent = [0.0] * (n if concurrency is None else min(n, math.ceil(concurrency / replicas)))
         runs = [all_at_once(sent)]

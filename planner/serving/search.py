@@ -112,6 +112,8 @@ def _no_layout_reason(model: ModelSpec, cluster: ClusterSpec, engine: EngineProf
         return f"tp: pinned {req.tp} exceeds the cluster's {n} GPUs"
     if (req.tp or 1) * (req.pp or 1) > n:
         return f"tp x pp: pinned {(req.tp or 1) * (req.pp or 1)} GPUs, the cluster has {n}"
+    if req.ep and req.ep > n:  # the experts split over a replica's tp ranks: ep divides tp
+        return f"ep: pinned {req.ep} exceeds the cluster's {n} GPUs (ep divides a replica's tp)"
     if req.ep and not model.is_moe:
         return f"ep: {model.name} has no experts; leave ep unset"
     if req.ep and (model.num_experts_total % req.ep or (req.tp and req.tp % req.ep)):
@@ -178,6 +180,17 @@ def prefill_chunk(engine: EngineProfile, input_len: int) -> int:
     """Prompt tokens one iteration takes: the engine's token budget (TensorRT-LLM without chunked
     prefill runs a prompt whole; longer prompts than its budget need chunking, priced the same)."""
     return min(input_len, engine.max_num_batched_tokens)
+
+
+def runs_chunked(engine: EngineProfile, input_len: int) -> bool:
+    """Whether the engine runs prompts of ``input_len`` tokens in chunks beside the running
+    sequences' decode tokens: by default, or where a prompt exceeds its token budget, which only
+    chunked prefill admits (the plan's warning says so and ``--export`` turns it on for TensorRT-LLM:
+    ``enable_chunked_prefill``). Run whole instead, a budget-sized piece fits beside no decode token,
+    so the replay held each 32K prompt of Llama-3.1-70B (TensorRT-LLM, 8,192 tokens) until every
+    running sequence had finished: 0.3 req/s on one DGX H100 replayed TTFTs of 5,600-6,500 s on the
+    layouts the steady state let through."""
+    return engine.chunked_prefill or input_len > engine.max_num_batched_tokens
 
 
 def price_colocated(s: Setting, lay: Layouts, batch: np.ndarray, req: ServeRequest) -> Priced:
@@ -491,6 +504,23 @@ def _without_queue(
     return chosen.model_copy(update={"warnings": [*chosen.warnings, _budget_note(s, one, req, batch, ran)]})
 
 
+def budget_batch(s: Setting, one: Layouts, input_len: int, output_len: int) -> float:
+    """Running sequences a replica (layout ``one``) sustains under its engine's token budget: each
+    of its schedulers (attention-DP ranks scheduled apart) admits pp x budget tokens a round (each
+    micro-batch its own, ``replay.replay``), and in a steady state the prompts of the osl-th of its
+    sequences that finish each round, B x isl / osl, beside their B decode tokens: B = pp x budget
+    x osl / (isl + osl). An engine without chunked prefill runs a prompt (or a budget-sized piece
+    of one) whole beside at most budget - piece decode tokens. More in flight only queue
+    (``_without_queue``: GPT-OSS-120B at its KV room of 2,048 a replica ran 1,536)."""
+    e = s.engine
+    budget = e.max_num_batched_tokens
+    pp = int(one.pp[0])
+    per_rank = pp * budget * output_len / (input_len + output_len)  # the prompts of as many as finish
+    if not runs_chunked(e, input_len):  # a prompt runs whole, beside the running ones' decode tokens
+        per_rank = min(per_rank, pp * max(budget - prefill_chunk(e, input_len), 1))
+    return int(schedulers(s, one)[0]) * per_rank
+
+
 def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: float) -> str:
     """Why a replica ran ``ran`` of the ``room`` sequences its KV cache holds: the engine's token
     budget, and what raises it."""
@@ -499,21 +529,21 @@ def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: 
     each = " on each attention-DP rank" if ranks > 1 else ""
     budget = e.max_num_batched_tokens
     pp = int(one.pp[0])  # each micro-batch of a round its own budget (replay.replay)
-    per_rank = pp * budget * req.output_len / (req.input_len + req.output_len)  # the prompts of as many as finish
     how = ("pp x " if pp > 1 else "") + "budget x osl / (isl + osl)"
-    if not e.chunked_prefill:  # a prompt runs whole, beside the running ones' decode tokens
+    if not runs_chunked(e, req.input_len):  # a prompt runs whole, beside the running ones' decode tokens
         piece = prefill_chunk(e, req.input_len)
         beside = budget - piece
-        per_rank = min(per_rank, pp * max(beside, 1))
         whole = "a whole prompt" if piece == req.input_len else "a budget-sized piece of a prompt"
         how += f"; {whole} of {piece:,} tokens beside " + (
             f"at most {beside:,} decode tokens" if beside > 0 else "no decode token"
         )
-    admitted = ranks * per_rank
+    admitted = budget_batch(s, one, req.input_len, req.output_len)
     plural = "s" if round(admitted) != 1 else ""
     admits = f"admits the prompts of about {admitted:,.0f} running sequence{plural} a replica ({how})"
     flag = {"sglang": "--chunked-prefill-size", "vllm": "--max-num-batched-tokens"}.get(e.name, "--max_num_tokens")
-    remedy = f"a larger budget ({flag}, which --export writes)" + ("" if e.chunked_prefill else " or chunked prefill")
+    remedy = f"a larger budget ({flag}, which --export writes)" + (
+        "" if runs_chunked(e, req.input_len) else " or chunked prefill"
+    )
     per = "a micro-batch" if pp > 1 else "an iteration"
     return (
         f"ran {ran:,.0f} of the {room:,.0f} sequences a replica's KV cache holds: {e.name}'s token budget of "

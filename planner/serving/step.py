@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -264,8 +265,8 @@ class RoundCost:
     def total_s(self, params: FittedParameters) -> np.ndarray:
         return self.terms(params).total_s
 
-    def scaled(self, weight: float) -> RoundCost:
-        """``weight`` x this cost (``weight`` >= 0)."""
+    def scaled(self, weight: float | np.ndarray) -> RoundCost:
+        """``weight`` x this cost (``weight`` >= 0, or one per column)."""
         zero = RoundCost(
             self.pair_compute_s[:0],
             self.pair_memory_s[:0],
@@ -668,7 +669,6 @@ class RoundPricer:
         decode_context: np.ndarray,
         prefill_tokens: np.ndarray,
         prompt_len: float,
-        mean_prompts: bool = False,
     ) -> RoundCost:
         """One round of a replica: ``decode_sequences`` running sequences at mean context
         ``decode_context`` plus ``prefill_tokens`` prompt tokens (whole replica), split over the pp
@@ -680,10 +680,7 @@ class RoundPricer:
         are fewer than pp pieces lasts as long as its busiest micro-batch's pass, the stages' share of
         which the others wait on: a lone 2K prompt of Llama-3.1 405B on TP1 x PP8 takes its pass
         through the 8 stages, where spread over them at once it had come out at 0.22 s against a
-        FLOP floor of 0.84 s (a review of `plan serve`, 2026-12-07; ARCHITECTURE 9.4). With
-        ``mean_prompts`` the prompt tokens are a steady state's mean per round (B x isl / osl), not
-        an iteration's pieces: how the prompts of later rounds bunch into micro-batches is the
-        replay's to say (``replay.replay``), so they are shared evenly, P / pp."""
+        FLOP floor of 0.84 s (a review of `plan serve`, 2026-12-07; ARCHITECTURE 9.4)."""
         s, lay, m = self.s, self.lay, self.s.model
         pp = lay.pp
         decode_sequences = np.asarray(decode_sequences, dtype=float)
@@ -693,7 +690,7 @@ class RoundPricer:
         # replica's P, one 2K prompt on each of 8 ranks at TP8 x PP2 came out 219 ms against 424 at PP1)
         share = self.attention_share
         prompt = np.asarray(prefill_tokens, dtype=float) / share
-        piece = 0.0 if mean_prompts else min(max(prompt_len, 1.0), float(s.engine.max_num_batched_tokens))
+        piece = min(max(prompt_len, 1.0), float(s.engine.max_num_batched_tokens))
         pf = np.maximum(prompt / pp, np.minimum(prompt, piece)) * share
         tokens = dec + pf
         head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
@@ -792,22 +789,52 @@ def round_cost(
     decode_context: np.ndarray,
     prefill_tokens: np.ndarray,
     prompt_len: float,
-    mean_prompts: bool = False,
 ) -> RoundCost:
     """``RoundPricer.cost`` (a pricer kept for many rounds of the same layouts prices them faster)."""
-    return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len, mean_prompts)
+    return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len)
 
 
 def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, output_len: float) -> RoundCost:
     """A replica's steady round at ``batch`` running sequences of ``input_len`` / ``output_len``
-    tokens: their decode tokens at the mean context isl + osl / 2, and the mean prompt tokens a round
-    takes, B x isl / osl (Little's law: every osl rounds each sequence is replaced), shared evenly
-    over the micro-batches (``mean_prompts``). The one round ``search.price_colocated``, the serving
-    fit's concurrency and TPOT rows (``runs.plan_row``, ``calibrate.replay_ratios``) and a row's
-    latencies at its load (``runs._latencies``) price."""
+    tokens: their decode tokens at the mean context isl + osl / 2, and the prompts a round takes,
+    B x isl / osl tokens on the mean (Little's law: every osl rounds each sequence is replaced), in
+    whole pieces as the engines run them (a prompt, or the chunk the token budget cuts it to,
+    ``search.prefill_chunk``). A scheduler takes q = (B / its share) x pieces per prompt / osl pieces
+    a round on the mean, K of them in a round drawn as arrivals at random come (Poisson, mean q):
+    a round without one decodes only (probability e^-q); a round with K >= 1 lasts as long as its
+    busiest micro-batch (``RoundPricer.cost``), one piece while K <= pp (the pieces of a round fill
+    the pp micro-batches side by side), K / pp beyond, so the rounds with a piece are priced once at
+    their mean, E[max(K, pp) | K >= 1] pieces (the price is linear in the pieces past pp). Spread
+    evenly over every round instead (until 2026-12-07), the mean prompt tokens made each decode
+    round of a MoE read the routed experts of its few prompt tokens too (Nemotron 3 Nano at
+    concurrency 1, 2K / 512 on B200 TP2: four prompt tokens a round beside the one decoded, 1.01 ms
+    of weight reads where a decode round reads 0.35), each round of a dense model at a small batch
+    bound by its weights where the rounds with a prompt are bound by its FLOPs, and a pipeline's
+    prompt pass shared by its stages at once: 70B on one DGX H100 with a 30 ms TPOT target had a
+    steady curve at 287 tokens/s per GPU for 2 x TP4 where the replay gave 142 (now 143). The one
+    round ``search.price_colocated``, the serving fit's concurrency and TPOT rows
+    (``runs.plan_row``, ``calibrate.replay_ratios``) and a row's latencies at its load
+    (``runs._latencies``) price."""
     batch = np.asarray(batch, dtype=float)
+    pricer = RoundPricer(s, lay)
     context = np.full(batch.shape, input_len + output_len / 2.0)
-    return round_cost(s, lay, batch, context, batch * input_len / output_len, input_len, mean_prompts=True)
+    piece = min(max(input_len, 1.0), float(s.engine.max_num_batched_tokens))
+    pieces = math.ceil(max(input_len, 1.0) / piece)
+    q = batch / pricer.attention_share * pieces / output_len  # a scheduler's pieces a round, on the mean
+    none = np.exp(-q)  # Poisson: P(K = 0)
+    pp = np.broadcast_to(lay.pp, q.shape).astype(float)
+    # E[max(K, pp); K >= 1] = q + sum over 1 <= k < pp of P(K = k) (pp - k)
+    below = np.zeros_like(q)
+    pmf = none.copy()
+    for k in range(1, int(pp.max())):
+        pmf = pmf * q / k
+        below += np.where(k < pp, pmf * (pp - k), 0.0)
+    some = 1.0 - none
+    mean_pieces = np.where(some > 0, (q + below) / np.maximum(some, 1e-300), pp)  # E[max(K, pp) | K >= 1]
+    tokens = max(input_len, 1.0) / pieces * pricer.attention_share  # a piece on every scheduler: the replica's
+    decode_only = pricer.cost(batch, context, np.zeros_like(q), input_len)
+    with_prompts = pricer.cost(batch, context, mean_pieces * tokens, input_len)
+    return decode_only.scaled(none).plus(with_prompts, some)
 
 
 def round_terms(
@@ -817,8 +844,7 @@ def round_terms(
     decode_context: np.ndarray,
     prefill_tokens: np.ndarray,
     prompt_len: float,
-    mean_prompts: bool = False,
 ) -> RoundTerms:
     """Terms of one round at the setting's fitted parameters (``round_cost``)."""
-    cost = round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len, mean_prompts)
+    cost = round_cost(s, lay, decode_sequences, decode_context, prefill_tokens, prompt_len)
     return cost.terms(s.params)
