@@ -540,6 +540,50 @@ def test_a_light_load_prefills_the_prompts_it_has() -> None:
     assert prefill_at(rounds, 1e9)[1][0] == rounds[0][3]  # beyond what it sustains: full rounds
 
 
+def test_a_ttft_target_runs_fewer_prompts_a_prefill_round() -> None:
+    """At capacity under a TTFT target a prefill replica runs the most prompts a round whose first
+    token is within it (``disagg.prefill_within``): 70B on four DGX H100 at 300 ms had been refused,
+    every prefill pool priced at a full budget's round (388 ms); now one prompt a round, and the
+    launch command caps the prefill server there. Without a target the full round."""
+    r = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, ttft_s=0.3)
+    best = r.candidates[0]
+    split = best.config["prefill_decode_split"]
+    assert best.ttft_s <= 0.3 and split["prefill_batch"] == 1
+    prefill = export_commands(r, "vllm").split("# decode pool")[0]
+    assert "--max-num-seqs 1 " in prefill
+    full = planner.serve("llama70b", "dgx-h100x4", disaggregate=True).candidates[0]
+    assert full.ttft_s > 0.3 and full.config["prefill_decode_split"]["prefill_batch"] > 1
+
+
+def test_a_disaggregated_plan_runs_the_decode_batch_its_rate_needs() -> None:
+    """Where the prefill pool bounds the rate, a decode replica runs the batch that serves it (Little's
+    law B = rate x osl x TPOT(B)), not the grid's next batch: a review (2026-12-07) found 192 a decode
+    replica at 29.2 ms printed beside 337 tokens/s per GPU, which 192 would have served at 411. Each
+    row's throughput is its decode replicas' batch over their TPOT."""
+    for kw in ({"tpot_s": 0.03, "ttft_s": 0.5}, {}, {"request_rate": 10.0}):
+        r = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, top=3, **kw)
+        for c in r.candidates:
+            n_d = c.config["prefill_decode_split"]["decode_replicas"]
+            served = n_d * c.batch_per_replica / c.tpot_s * 1.0 / 32
+            assert c.output_tokens_per_s_per_gpu == pytest.approx(served, rel=1e-6), kw
+
+
+def test_a_disaggregated_plan_no_split_meets_names_the_target(cli) -> None:
+    """No candidate: the error names the target no split reaches and the shortest any gives (it had
+    said 'within memory' whatever bound it); a budget of more prompts than the engine's batch limit
+    (8B's 4-token prompts: 2,048 a round beyond vLLM's 1,024) prefills as many as it holds."""
+    assert_one_line_error(
+        cli("serve", "-m", "llama70b", "-c", "dgx-h100x4", "--disaggregate", "--ttft-ms", "50"),
+        "no prefill/decode split meets the TTFT target of 50 ms: the shortest is",
+    )
+    assert_one_line_error(
+        cli("serve", "-m", "llama70b", "-c", "dgx-h100x4", "--disaggregate", "--tpot-ms", "5"),
+        "no prefill/decode split meets the TPOT target of 5 ms: the shortest is",
+    )
+    r = planner.serve("llama3-8b", "dgx-h100x1", disaggregate=True, input_len=4)
+    assert r.candidates and r.candidates[0].config["prefill_decode_split"]["prefill_batch"] <= 1024
+
+
 def test_a_disaggregated_closed_loop_counts_the_prompt_in_a_requests_time() -> None:
     """At a concurrency N the rate is at most N / (TTFT + (osl - 1) x TPOT) (Little's law): the
     disaggregated plan had counted all 16 requests decoding all the time, 22% high."""
