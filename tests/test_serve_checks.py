@@ -451,7 +451,7 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
                 "--extra_llm_api_options extra-prefill.yaml",
                 "# extra-prefill.yaml: cache_transceiver_config: {backend: UCX}; disable_overlap_scheduler: true",
                 "# extra-decode.yaml: cache_transceiver_config: {backend: UCX}",
-                'context_servers:\n  num_instances: 1\n  urls: ["PREFILL_1"]',
+                'context_servers:\n  num_instances: 4\n  urls: ["PREFILL_1", "PREFILL_2", "PREFILL_3", "PREFILL_4"]',
                 'generation_servers:\n  num_instances: 1\n  urls: ["DECODE_1"]\nEOF\n',
                 "EOF\ntrtllm-serve disaggregated -c disagg.yaml",
             ),
@@ -466,7 +466,7 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
         ),
         (
             "vllm",
-            ("NixlConnector", "# the front end: a proxy that sends each request to one of the 1 prefill server(s)"),
+            ("NixlConnector", "# the front end: a proxy that sends each request to one of the 4 prefill server(s)"),
         ),
     ],
 )
@@ -474,11 +474,13 @@ def test_a_disaggregated_export_joins_its_pools(engine: str, fragments: tuple[st
     """A review (2026-12-07): a disaggregated plan's export printed the two pools' servers and nothing
     that joins them. TensorRT-LLM gets each pool's cache transceiver and its ``trtllm-serve
     disaggregated`` front end over the servers' URLs, SGLang its PD router, vLLM a note on the proxy
-    its NIXL P/D takes."""
+    its NIXL P/D takes. 70B on two DGX H100 at a 500 ms TTFT target: 4 prefill replicas of TP2, one
+    prompt a round (265 ms), and one decode replica of TP8 (one prefill replica of TP8 at a full
+    round of 4 prompts, 388 ms, until 2026-12-07)."""
     req = ServeRequest(engine=engine, disaggregate=True, ttft_s=0.5, tpot_s=0.03)
     ranking = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100x2"), req)
     split = ranking.candidates[0].config["prefill_decode_split"]
-    assert split["prefill_replicas"] == 1 and split["decode_replicas"] == 1
+    assert split["prefill_replicas"] == 4 and split["decode_replicas"] == 1
     text = export_commands(ranking, engine)
     for fragment in fragments:
         assert fragment in text, text

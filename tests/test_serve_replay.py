@@ -94,9 +94,11 @@ def test_a_plan_at_a_request_rate_is_replayed() -> None:
     assert r.candidates and all(c.replayed and c.sustains_rate for c in r.candidates)
     best = r.candidates[0]
     assert best.steady_state_tpot_s is not None and best.tpot_s != best.steady_state_tpot_s
-    # without a pipeline (whose lone prompts the steady round passes through the stages one at a time,
-    # where Poisson bursts fill its micro-batches side by side: 170 ms against 120 replayed at TP4 x PP2)
-    assert best.config["pp"] == 1 and best.steady_state_tpot_s == pytest.approx(best.tpot_s, rel=0.3)
+    # the steady round at the batch of the grid its screen chose (Little's law over its own estimate, a
+    # batch at or above the replay's): 2 x TP4 82.7 ms against 64.4 replayed, TP4 x PP2 123.4 against
+    # 120.2 (170 before the steady round's pieces bunched as Poisson arrivals bunch them)
+    for c in r.candidates:
+        assert c.steady_state_tpot_s is not None and 1.0 < c.steady_state_tpot_s / c.tpot_s < 1.35
     assert best.output_tokens_per_s_per_user == pytest.approx(1.0 / best.tpot_s)
     tpots = [c.tpot_s for c in r.candidates]
     assert tpots == sorted(tpots)  # at a fixed rate the lowest TPOT wins
@@ -174,7 +176,7 @@ def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli, monkeypatch: 
     monkeypatch.undo()
     # DeepSeek-V3 at 25 req/s on two DGX H200: vLLM schedules each attention-DP rank apart and keeps up
     # (at 30 until 2026-12-07; its steady round, a pipeline's lone prompts passing the stages in turn,
-    # now sustains at most 28.4)
+    # now sustains at most 28.7)
     ds = cli("serve", "--model", "deepseek-v3", "--cluster", "dgx-h200x2", "--input-len", "1024", "--output-len",
              "1024", "--request-rate", "25")  # fmt: skip
     assert ds.code == 0, ds.err
@@ -240,7 +242,7 @@ def test_without_a_target_the_maximum_throughput_is_the_replay_at_capacity() -> 
     fitted with (``runs._waves``). Its steady round prices random arrivals, a piece or two a round,
     each pass of a lone prompt through the 4 stages in turn (``step.steady_round``); the closed loop's
     requests of one length finish and are replaced together, so their prompts fill the micro-batches
-    side by side, and the replay comes out about twice the steady state. (Until 2026-12-07 the steady
+    side by side, and the replay comes out about 1.6 times the steady state. (Until 2026-12-07 the steady
     round shared the prompts over every round and micro-batch, so a pipeline's prompts hid under its
     decode's weight reads: 642 tokens/s per GPU, ranked second, TP1 x PP8 first at 644, replayed 535.)"""
     import planner
@@ -261,7 +263,7 @@ def test_without_a_target_the_maximum_throughput_is_the_replay_at_capacity() -> 
     waves = tokens / float(cost.total_s(s.params)[0]) / 4
     assert c.output_tokens_per_s_per_gpu == pytest.approx(waves, rel=0.06)
     steady = c.steady_state_tpot_s
-    assert steady is not None and batch / steady / 4 < 0.6 * c.output_tokens_per_s_per_gpu
+    assert steady is not None and batch / steady / 4 < 0.7 * c.output_tokens_per_s_per_gpu  # 270 against 437
 
 
 def test_a_rate_so_low_the_clock_reaches_1e15_s_prices_a_trickle() -> None:

@@ -96,8 +96,10 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
     console.print(table)
     console.print(
         "columns: layout replicas x tp pp (ep, adp attention data-parallel; P: | D: prefill and decode pools), "
-        "batch sequences per replica (replayed: its time mean), TPOT mean inter-token latency, max conc the KV "
-        "room over all replicas, GiB/GPU weights + KV cache + activations + runtime"
+        "batch sequences per replica (replayed: its time mean), TPOT mean inter-token latency, max conc the "
+        "sequences the KV room holds over all replicas, at most the engine's max batch a scheduler (vLLM "
+        "--max-num-seqs, SGLang --max-running-requests, TensorRT-LLM max_batch_size), GiB/GPU weights + KV "
+        "cache + activations + runtime"
         + (", $/Mtok per million output tokens at the cluster's price" if priced else "")
     )
     for i, c in enumerate(ranking.candidates, 1):

@@ -533,8 +533,7 @@ def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: 
     if not runs_chunked(e, req.input_len):  # a prompt runs whole, beside the running ones' decode tokens
         piece = prefill_chunk(e, req.input_len)
         beside = budget - piece
-        whole = "a whole prompt" if piece == req.input_len else "a budget-sized piece of a prompt"
-        how += f"; {whole} of {piece:,} tokens beside " + (
+        how += f"; a whole prompt of {piece:,} tokens beside " + (
             f"at most {beside:,} decode tokens" if beside > 0 else "no decode token"
         )
     admitted = budget_batch(s, one, req.input_len, req.output_len)
