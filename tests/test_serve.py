@@ -925,10 +925,23 @@ def test_a_tied_heads_logits_read_the_embedding_matrix() -> None:
 
 
 def test_a_layout_that_leaves_gpus_idle_says_so() -> None:
+    from planner.serving.render import layout_label
+    from planner.serving.search import gpus_used
+
     # EP 64 on an NVL72 rack runs on 64 of its 72 GPUs; its tokens/s per GPU and $/Mtok count 64
     r = planner.serve("deepseek-v3", "gb200-nvl72", ep=64, weights_dtype="fp8")
     assert any(w.startswith("#1 runs on 64 of the 72 GPUs: the other 8 idle") for w in r.warnings)
     assert not any("idle" in w for w in planner.serve("llama3-8b", "dgx-h100").warnings)
+    # and names the layout that serves the most over the whole cluster where it is another (a review:
+    # 70B on 12 H100, #1 on 8 at 583 tokens/s per GPU, 4,664 in all; 3 x TP2 x PP2 on all 12, 6,358)
+    twelve = planner.serve("llama3-70b", load_cluster("dgx-h100x2", gpus=12), top=4)
+    (note,) = [w for w in twelve.warnings if w.startswith("#1 runs on 8 of the 12 GPUs")]
+    most = max(twelve.candidates, key=lambda c: c.output_tokens_per_s_per_gpu * gpus_used(c))
+    assert gpus_used(most) == 12 and most is not twelve.candidates[0]
+    total = most.output_tokens_per_s_per_gpu * 12
+    first = twelve.candidates[0].output_tokens_per_s_per_gpu * 8
+    said = f"over the whole cluster {layout_label(most)} serves the most, {total:,.0f} tokens/s on 12 GPUs"
+    assert note.endswith(f"{said} against #1's {first:,.0f}")
 
 
 # ---- the error bar ---------------------------------------------------------------------------------
