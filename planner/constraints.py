@@ -118,9 +118,13 @@ def _dual_microbatches(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
 
 
 def _kv_ok(model: ModelSpec, mesh: MeshArrays) -> np.ndarray:
-    """KV heads split over TP, or replicated when k_v < t (then t must be a multiple of k_v)."""
-    k_v = model.num_kv_heads
-    return np.where(mesh.tp <= k_v, k_v % mesh.tp == 0, mesh.tp % k_v == 0)
+    """TP divides the KV heads: training frameworks split the query groups over the TP ranks and
+    never replicate them (Megatron-Core ``Attention.__init__``: num_query_groups_per_partition =
+    divide(num_query_groups, tp), an assertion; torchtitan's TP plan shards wk / wv column-wise and
+    views each rank's share as whole heads). Serving engines replicate KV heads beyond their count
+    (``serving.kv.kv_heads_per_rank``); training had allowed a multiple too, so Qwen3-235B-A22B (4
+    KV heads) ranked and exported TP 8, which Megatron refuses at model build (a review, 2026-12-07)."""
+    return model.num_kv_heads % mesh.tp == 0
 
 
 AXES = ("tp", "pp", "cp", "ep")
@@ -385,7 +389,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "kv_heads_vs_tp",
         lambda m, c, j, x: _kv_ok(m, x),
-        lambda m, c, j, p: f"num_key_value_heads {m.num_kv_heads} and tp {p.tp}: one must divide the other",
+        lambda m, c, j, p: (
+            f"tp {p.tp} must divide num_key_value_heads {m.num_kv_heads} (training splits the KV heads over tp "
+            "and does not replicate them)"
+        ),
         degrees_only=True,
     ),
     Rule(

@@ -132,11 +132,18 @@ def enumerate_meshes(model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any
 
 
 def _mesh_product(
-    model: ModelSpec, cluster: ClusterSpec, pins: dict[str, Any], sequence_parallel: bool = True
+    model: ModelSpec,
+    cluster: ClusterSpec,
+    pins: dict[str, Any],
+    sequence_parallel: bool = True,
+    overlap_grad_reduce: bool = True,
 ) -> tuple[MeshArrays, int]:
     """Every degree tuple crossed with every knob row, interleaving on one stage included, tuple
     by tuple; and the number of knob rows each tuple is crossed with. ``sequence_parallel``: the
-    stack has Megatron's sequence parallelism (``Stack.sequence_parallel``)."""
+    stack has Megatron's sequence parallelism (``Stack.sequence_parallel``); ``overlap_grad_reduce``:
+    the stack overlaps the gradient reduction by default (``Stack.overlap_grad_reduce``: Megatron-LM
+    2021's local DDP all-reduces after the backward pass, which the search had priced overlapped
+    unless --no-overlap-grad-reduce was given; a review, 2026-12-07)."""
     degrees = np.array(_degree_tuples(model, cluster, pins), dtype=np.int64).reshape(-1, 6)
     knobs = _knob_rows(pins)
     n_deg, n_knob = len(degrees), len(knobs["schedule"])
@@ -151,7 +158,8 @@ def _mesh_product(
         if "sequence_parallel" in pins
         else (cols["tp"] > 1) & sequence_parallel
     )
-    cols["overlap_grad_reduce"] = constant_column(bool(pins.get("overlap_grad_reduce", True)), n_deg * n_knob)
+    overlap = bool(pins.get("overlap_grad_reduce", overlap_grad_reduce))
+    cols["overlap_grad_reduce"] = constant_column(overlap, n_deg * n_knob)
     cols["recompute_layers"] = constant_column(int(pins.get("recompute_layers") or 0), n_deg * n_knob)
     cols["offload_layers"] = constant_column(int(pins.get("offload_layers") or 0), n_deg * n_knob)
     return MeshArrays(**cols, order=pins.get("order", DEFAULT_ORDER)), n_knob
@@ -461,7 +469,9 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     """Enumerate, prune by the hard rules, add partial recompute, price memory then time; raise
     with the diagnosis where nothing fits."""
     # the enumeration without one-stage interleaving and moot ZeRO stages, in one selection
-    product, n_knob = _mesh_product(model, cluster, pins, job.software.sequence_parallel)
+    product, n_knob = _mesh_product(
+        model, cluster, pins, job.software.sequence_parallel, job.software.overlap_grad_reduce
+    )
     keep = np.flatnonzero(_meaningful_schedule(product, pins) & _zero_that_matters(model, job, product, pins))
     mesh = product.take(keep)
     degrees = DegreeRows(product.take(np.arange(0, len(product), n_knob)), keep // n_knob)
@@ -674,6 +684,7 @@ def pinned_mesh(pins: dict[str, Any], num_gpus: int, job: JobSpec) -> ParallelCo
         pins["zero_stage"] = job.software.unasked_zero_stage(pins.get("pp", 1))
     if "sequence_parallel" not in pins and not job.software.sequence_parallel:
         pins["sequence_parallel"] = False  # a stack without it (DeepSpeed) runs TP unsharded
+    pins.setdefault("overlap_grad_reduce", job.software.overlap_grad_reduce)  # the stack's, where unpinned
     return validate_as(ParallelConfig, ParallelConfig.with_defaults(pins, num_gpus), "mesh")
 
 

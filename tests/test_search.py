@@ -77,9 +77,19 @@ def test_impossible_pins_name_the_rule(cli, model: str, cluster: str, args: tupl
 
 
 def test_search_carries_the_cross_node_tp_warning() -> None:
-    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 16}, top=5)
+    # GPT-3 175B's 96 heads (no grouped KV) split over TP 16, which spans two DGX nodes
+    gpt3 = load_model("gpt3-175b")
+    ranking = search(gpt3, H100X16, default_job(gpt3), {"tp": 16}, top=5)
     assert ranking.candidates
     assert all(any("fast domains" in w for w in c.warnings) for c in ranking.candidates)
+
+
+def test_training_tp_divides_the_kv_heads() -> None:
+    """Megatron-Core asserts that TP divides the query groups (``divide(num_query_groups, tp)``);
+    training does not replicate KV heads as serving engines do, so Llama-3 70B's 8 KV heads refuse
+    TP 16 (a review: Qwen3-235B-A22B's 4 KV heads had ranked and exported TP 8)."""
+    with pytest.raises(PlannerError, match="tp 16 must divide num_key_value_heads 8"):
+        search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 16}, top=5)
 
 
 def test_search_skips_cross_node_tp_unless_pinned() -> None:
@@ -131,10 +141,11 @@ def test_explanation_names_the_dominant_terms_and_the_losses() -> None:
     assert len(lines) == len(ranking.candidates) == 5
     assert lines[0].startswith("#1 tp8 pp2") and "step is compute" in lines[0]
     assert "assumes TP " in lines[0]  # the TP traffic it hides behind compute
-    # TP across nodes loses on TP communication, and says so.
-    job = default_job(LLAMA70)
-    winner = estimate_mesh(LLAMA70, H100X16, job, ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True))
-    loser = estimate_mesh(LLAMA70, H100X16, job, ParallelConfig(tp=16, dp=8, sequence_parallel=True))
+    # TP across nodes loses on TP communication, and says so (GPT-3 175B: 96 KV heads split over 16)
+    gpt3 = load_model("gpt3-175b")
+    job = default_job(gpt3)
+    winner = estimate_mesh(gpt3, H100X16, job, ParallelConfig(tp=8, pp=2, dp=8, sequence_parallel=True))
+    loser = estimate_mesh(gpt3, H100X16, job, ParallelConfig(tp=16, dp=8, sequence_parallel=True))
     assert "slower, most of it tp_comm" in where_it_loses(winner, loser)
 
 
