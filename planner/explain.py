@@ -6,8 +6,11 @@ prints them.
 
 from __future__ import annotations
 
+import numpy as np
+
 from planner.cost.memory import MEMORY_UNDERCOUNT, undercount_safe_bytes
 from planner.cost.pipeline import layers_per_chunk
+from planner.cost.routing import most_imbalance
 from planner.figures import ordinal
 from planner.figures import rate as rate_text
 from planner.figures import seconds as seconds_text
@@ -138,7 +141,7 @@ DISPATCHER_WORDS = {
 }
 
 
-def routing_assumed(est: Estimate) -> str:
+def routing_assumed(est: Estimate, model: ModelSpec) -> str:
     """'; routes ...' for an expert-parallel mesh: the dispatcher and the share of the routed
     tokens its busiest rank was priced with (``cost.traffic.ep_dispatch``, ``cost.routing``)."""
     if est.config.parallel.ep <= 1:
@@ -150,9 +153,15 @@ def routing_assumed(est: Estimate) -> str:
     if job.moe_dropless_imbalance == 1.0:
         return f"; routes MoE tokens force-balanced (every expert-parallel rank gets the mean){by}"
     source = "natural routing" if job.moe_load_imbalance is None else "the given imbalance"
+    most = float(most_imbalance(model, np.array([float(est.config.parallel.ep)]))[0])
+    if job.moe_dropless_imbalance > most:  # priced at the most the busiest rank can get (cost.routing)
+        source = (
+            f"the given {job.moe_dropless_imbalance:g}x capped at the most one of {est.config.parallel.ep} ranks can "
+            f"get: ep x min(experts per rank, top-k) / top-k"
+        )
     return (
-        f"; routes MoE tokens dropless, the busiest expert-parallel rank getting {job.moe_dropless_imbalance:g}x "
-        f"the mean ({source}){by}"
+        f"; routes MoE tokens dropless, the busiest expert-parallel rank getting "
+        f"{min(job.moe_dropless_imbalance, most):g}x the mean ({source}){by}"
     )
 
 
@@ -164,7 +173,7 @@ def explain(candidates: list[Estimate], model: ModelSpec) -> list[str]:
     lines = [
         f"#1 {winner.config.parallel.short()}: step is {dominant_terms(winner)}; {overlap_assumed(winner)}"
         + recompute_chosen(winner, model)
-        + routing_assumed(winner)
+        + routing_assumed(winner, model)
     ]
     for rank, other in enumerate(candidates[1:], start=2):
         lines.append(f"#{rank} {other.config.parallel.short()}: {where_it_loses(winner, other)}")

@@ -268,7 +268,7 @@ def layer_gemms(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> 
     experts, top_k = model.num_experts_total, model.num_experts_per_tok or 0
     # the busiest expert-parallel rank's share: even routing x the job's load factor (the
     # capacity factor under token drop, the load imbalance of dropless routing)
-    routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts * moe_load_factor(job, mesh)
+    routed_rows = tokens / t * top_k * mesh.ep * mesh.expert_tp / experts * moe_load_factor(job, mesh, model)
     width = model.expert_intermediate_size / mesh.expert_tp
     local_experts = experts / mesh.ep
     d = np.asarray(float(model.expert_input_size))  # the latent under LatentMoE
@@ -466,7 +466,7 @@ def layer_forward_parts(
     sp = np.where(mesh.sequence_parallel, 1.0 / t, 1.0)
     copies = zero
     if moe:
-        copies = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)  # routed copies of a token
+        copies = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model)  # routed copies of a token
     bytes_per_token = elementwise_bytes_per_token(
         model,
         moe,

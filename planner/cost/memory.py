@@ -263,7 +263,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         # Each routed token is processed by all expert_tp ranks of its expert: they each keep
         # the full permuted input (2h) and 1/expert_tp of the expert's MLP activations; the
         # busiest rank holds the job's MoE load factor x the even share.
-        routed = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh) * mesh.expert_tp / t
+        routed = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model) * mesh.expert_tp / t
         width = model.expert_intermediate_size / mesh.expert_tp
         parts["routed_input"] = routed * lin * model.expert_input_size
         if model.moe_latent_size:  # fc1_latent_proj's input is the norm output counted above

@@ -217,7 +217,7 @@ def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np
     the all-to-all waits for) x h (the latent under LatentMoE, ``routed_width_share``): the
     expert-TP all-reduce and the EP dispatch/combine buffers."""
     local = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model)
-    return local * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh)
+    return local * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model)
 
 
 def routed_width_share(model: ModelSpec) -> float:
@@ -266,7 +266,7 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
         return Dispatch("all_gather", local * mesh.ep)
     if job.moe_dispatcher == "flex":
         fanout = comm.Fanout(float(model.num_experts_total), int(model.num_experts_per_tok or 0), *model.routing_groups)
-        return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh), fanout)
+        return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh, model), fanout)
     return Dispatch("all_to_all", routed_message_bytes(model, job, mesh))
 
 
