@@ -322,7 +322,7 @@ def test_the_library_refuses_a_sequence_past_learned_positions_too() -> None:
 # ---- 6. TP overlap only inside one NVLink domain ----------------------------------------------------------
 def test_tp_comm_overlap_is_written_only_for_a_tp_group_inside_one_nvlink_domain(cli) -> None:
     across = cli(
-        "export", "--format", "megatron", "-m", "llama3-405b", "-c", "dgx-h100x16",
+        "export", "--format", "megatron", "-m", "gpt3-175b", "-c", "dgx-h100x16",
         "--tp", "16", "--pp", "8", "--dp", "1", "--ignore-memory",
     )  # fmt: skip
     assert across.code == 0, across.err
@@ -331,7 +331,7 @@ def test_tp_comm_overlap_is_written_only_for_a_tp_group_inside_one_nvlink_domain
     # what the plan did hide there is the weight-gradient input gathers, which the note and the
     # estimate's stack line both say (the line had read 'TP overlap on, 80% hidden')
     assert "but for the weight-gradient input all-gathers" in across.out
-    shown = cli("estimate", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "16", "--pp", "1", "--dp", "8")
+    shown = cli("estimate", "-m", "gpt3-175b", "-c", "dgx-h100x16", "--tp", "16", "--pp", "1", "--dp", "8")
     assert "TP overlap on, but not for this mesh's TP group, which spans NVLink domains" in " ".join(shown.out.split())
     inside = cli("export", "--format", "megatron", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2",
                  "--dp", "8", "--sequence-parallel")  # fmt: skip

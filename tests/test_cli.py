@@ -243,7 +243,7 @@ def test_hfu_above_the_sustained_gemm_rate_is_explained(cli, tmp_path) -> None:
 
 def test_cross_node_tp_is_warned(cli) -> None:
     r = cli(
-        "estimate", "--model", "llama70b", "--cluster", "dgx-h100x16", "--tp", "16", "--sequence-parallel", "--json"
+        "estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100x16", "--tp", "16", "--sequence-parallel", "--json"
     )
     data = r.json()
     assert any("fast domain" in w for w in data["warnings"])
@@ -280,9 +280,10 @@ def test_console_script_runs_without_torch() -> None:
 
 def test_tp16_across_two_nodes_is_slower_than_tp8_pp2(cli) -> None:
     # The classic disaster configuration (shared/reference strategy notes): TP over two 8-GPU
-    # nodes. Every layer's all-reduces cross InfiniBand, and each GPU runs all 80 layers' TP
-    # traffic where TP=8, PP=2 splits them over two stages.
-    args = ("estimate", "--model", "llama70b", "--cluster", "dgx-h100x2", "-B", "64", "--sequence-parallel", "--json")
+    # nodes. Every layer's all-reduces cross InfiniBand, and each GPU runs all 96 layers' TP
+    # traffic where TP=8, PP=2 splits them over two stages (GPT-3 175B: 96 KV heads, which TP 16
+    # divides; Llama-3 70B's 8 do not split over 16 in training).
+    args = ("estimate", "--model", "gpt3-175b", "--cluster", "dgx-h100x2", "-B", "64", "--sequence-parallel", "--json")
     tp16 = cli(*args, "--tp", "16", "--dp", "1").json()
     tp8 = cli(*args, "--tp", "8", "--pp", "2", "--dp", "1").json()
     assert tp16["step_time_s"] > 1.25 * tp8["step_time_s"]

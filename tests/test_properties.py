@@ -55,7 +55,7 @@ def test_memory_does_not_rise_when_tp_or_pp_doubles(
     uneven split can give the worst stage more than its share)."""
     model = load_model(model_name)
     assume(model.num_hidden_layers % (2 * pp) == 0)
-    assume(model.num_attention_heads % (2 * tp) == 0 and model.num_kv_heads % (2 * tp) in (0, model.num_kv_heads))
+    assume(model.num_attention_heads % (2 * tp) == 0 and model.num_kv_heads % (2 * tp) == 0)  # tp divides the KV heads
     assume(model.intermediate_size % (2 * tp) == 0)
     base = {"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "recompute": recompute, "micro_batch_size": mbs}
     before = _memory(model_name, **base)
@@ -91,7 +91,7 @@ def test_every_figure_is_finite_nonnegative_and_round_trips(
     model_name: str, profile: str, tp: int, pp: int, cp: int, zero: int, recompute: str, sp: bool
 ) -> None:
     model = load_model(model_name)
-    assume(model.num_attention_heads % tp == 0 and model.intermediate_size % tp == 0)
+    assume(model.num_attention_heads % tp == 0 and model.num_kv_heads % tp == 0 and model.intermediate_size % tp == 0)
     assume(tp > 1 or not sp)
     gpus = tp * pp * cp * 2
     cluster = load_cluster(profile, gpus=gpus)
