@@ -42,10 +42,17 @@ def test_recompute_layers_needs_full_recompute() -> None:
 def test_memory_and_time_lie_between_none_and_full_linearly_in_the_layers() -> None:
     # 80 layers over pp 4: 20 per stage, one chunk.
     none, every = _columns(recompute="none"), _columns(recompute="full")
-    parts = {r: _columns(recompute="full", recompute_layers=r) for r in (5, 10, 15, 20)}
+    parts = {r: _columns(recompute="full", recompute_layers=r) for r in (5, 10, 15, 19, 20)}
     act = {r: float(c.memory.activations[0]) for r, c in parts.items()}
     assert act[20] == pytest.approx(float(every.memory.activations[0]))
-    assert act[5] - act[10] == pytest.approx(act[10] - act[15]) == pytest.approx(act[15] - act[20])
+    step = (act[5] - act[10]) / 5  # a recomputed layer's saving
+    assert act[10] - act[15] == pytest.approx(5 * step) and act[15] - act[19] == pytest.approx(4 * step)
+    # the last saves less by the one layer full recompute re-materialises on top of the inputs; while a
+    # layer of the chunk keeps everything, it is freed before the recomputed ones run again (a review,
+    # 2026-12-07: recomputing the first layer had needed more memory than none)
+    buffer = step - (act[19] - act[20])
+    assert 0 < buffer < step
+    assert float(none.memory.activations[0]) - act[5] == pytest.approx(5 * step)
     assert float(none.memory.activations[0]) > act[5] > act[20]
     # each recomputed layer adds one more forward of that layer: 3 passes + the share
     compute = {r: float(c.time["compute"][0]) for r, c in parts.items()}

@@ -30,8 +30,8 @@ kv latents, the rope key). Selective recompute frees what its modules free (``co
 the default, Megatron's core_attn, the attention core); full recompute keeps each layer's input (2h,
 split by t under SP) plus one layer's activations while it is recomputed; recomputing only the
 first r layers of each chunk (``recompute_layers``) keeps the inputs of those and everything of
-the others. KV heads fewer than t are replicated (k_v/t rounds up to 1 per rank). CP divides
-tokens by c.
+the others, which are freed before the recomputed ones run again (no buffer on top then). KV
+heads fewer than t are replicated (k_v/t rounds up to 1 per rank). CP divides tokens by c.
 """
 
 from __future__ import annotations
@@ -518,11 +518,11 @@ def ep_overlap_extra_in_flight(job: JobSpec, mesh: MeshArrays) -> np.ndarray:
 
 @dataclass(frozen=True)
 class StageActivations:
-    """A stage's activation bytes for one micro-batch through its layers, and for one layer
-    re-materialised during backward under full recompute (columns)."""
+    """A stage's activation bytes for one micro-batch through its layers, and what re-materialising
+    a layer during backward adds to the peak under full recompute (columns)."""
 
     per_microbatch: np.ndarray
-    one_layer: np.ndarray
+    recompute_buffer: np.ndarray
 
 
 STAGE_RANKS = ("first", "body", "last")
@@ -596,9 +596,16 @@ def stage_activations(
         return np.where(full, share * as_set + (1.0 - share) * everything, as_set)
 
     dense, moe = kept(per_layer.kept_dense, per_layer.all_dense), kept(per_layer.kept_moe, per_layer.all_moe)
+    # one layer re-materialised at a time during backward; recomputing only the first r layers of each
+    # chunk, the chunk's other layers, which keep everything, have been freed by then for that
+    # micro-batch, so the buffer adds to the peak only where fewer than one layer a chunk keeps
+    # everything (a review, 2026-12-07: recomputing the first layer had come out above no recompute,
+    # one layer's input more, for Llama-3 8B on GH200)
+    kept_whole = np.maximum(np.asarray(layers, dtype=float) / mesh.virtual_stages, 1.0) * (1.0 - share)
+    buffer = np.where(full, np.maximum(1.0 - kept_whole, 0.0), 0.0)
     return StageActivations(
         per_microbatch=tokens * ((layers - moe_layers) * dense + moe_layers * moe) * offload_kept_share(mesh, layers),
-        one_layer=tokens * (per_layer.all_moe if model.is_moe else per_layer.all_dense),
+        recompute_buffer=tokens * (per_layer.all_moe if model.is_moe else per_layer.all_dense) * buffer,
     )
 
 
@@ -672,7 +679,7 @@ def stage_memory(
         microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh), np.maximum(m, 1)
     )
     # Full recompute re-materialises one layer at a time during backward.
-    activations = acts.per_microbatch * in_flight + np.where(mesh.recompute == RECOMPUTE_FULL, acts.one_layer, 0.0)
+    activations = acts.per_microbatch * in_flight + acts.recompute_buffer
     heads = 1 + mtp_layers(model, job)
     logits = np.where(
         on_last, heads * tokens * model.vocab_size / mesh.tp * job.software.loss_bytes(job.loss_compiled, mesh.tp), 0.0
