@@ -191,12 +191,13 @@ def _zero_that_matters(model: ModelSpec, job: JobSpec, mesh: MeshArrays, pins: d
 def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays) -> MeshArrays:
     """For each mesh that recomputes every layer, the same mesh recomputing only the first r
     layers of each chunk, r the fewest whose memory fits the GPU (none where that is every
-    layer, where no r fits, or where the mesh fits without recompute). Memory is linear in r
-    (each recomputed layer drops the same activations per micro-batch in flight), so the two
-    ends r = 1 and r = all fix it per stage; the peak is the larger of the first and last stage,
-    so r is the larger of their two answers, raised to the nearest count the stack's partial
-    recompute runs (``Stack.partial_recompute``, ``pipeline.recomputable_layers``); none where the
-    stack has none."""
+    layer, where no r fits, or where the mesh fits without recompute). Memory is linear in r from
+    0 to all but one layer of a chunk (each recomputed layer drops the same activations per
+    micro-batch in flight); recomputing them all adds the one layer re-materialised on top
+    (``memory.stage_activations``), so r = 1 and r = all - 1 fix the line per stage, and r = all
+    whether any r fits; the peak is the larger of the first and last stage, so r is the larger of
+    their answers, raised to the nearest count the stack's partial recompute runs
+    (``Stack.partial_recompute``, ``pipeline.recomputable_layers``); none where the stack has none."""
     rows = np.flatnonzero((mesh.recompute == RECOMPUTE_FULL) & (mesh.recompute_layers == 0))
     if job.software.partial_recompute is None:
         rows = rows[:0]
@@ -206,19 +207,28 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     ranks = rank_layers(model, job, full)
     per_chunk = ranks.busiest // full.virtual_stages
     one = full.with_recompute_layers(np.ones(len(full), dtype=np.int64))
+    # all but one layer of a chunk: the far end of the line (one layer where a chunk has two or fewer)
+    most = full.with_recompute_layers(np.maximum(per_chunk - 1, 1).astype(np.int64))
     m = num_microbatches(mesh_batch_size(job, full), full)
     cap = usable_memory_bytes(cluster, job)
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
-    acts_all, acts_one = layer_activations(model, job, full), layer_activations(model, job, one)
+    acts = [(x, layer_activations(model, job, x)) for x in (full, one, most)]
     for rank in STAGE_RANKS:
-        at_all = stage_memory(model, cluster, job, full, m, rank, ranks=ranks, per_layer=acts_all).total
-        at_one = stage_memory(model, cluster, job, one, m, rank, ranks=ranks, per_layer=acts_one).total
-        per_layer = (at_one - at_all) / np.maximum(per_chunk - 1, 1)  # what one recomputed layer saves
-        spare = cap - at_all
-        fits_all &= spare >= 0
-        spared = np.floor(np.where(per_layer > 0, spare / np.where(per_layer > 0, per_layer, 1.0), per_chunk))
-        need = np.maximum(need, per_chunk - spared)
+        at_all, at_one, at_most = (
+            stage_memory(model, cluster, job, x, m, rank, ranks=ranks, per_layer=a).total for x, a in acts
+        )
+        # what one recomputed layer saves: along the line where it has two points, else to r = all
+        per_layer = np.where(
+            per_chunk > 2,
+            (at_one - at_most) / np.maximum(per_chunk - 2, 1),
+            (at_one - at_all) / np.maximum(per_chunk - 1, 1),
+        )
+        fits_all &= at_all <= cap
+        # memory at r (1 <= r < all) = at_one - (r - 1) x per_layer: the fewest r within the cap, 0
+        # where none is needed (the line's r = 0, at_one + per_layer, fits)
+        over = np.where(per_layer > 0, (at_one - cap) / np.where(per_layer > 0, per_layer, 1.0), per_chunk)
+        need = np.maximum(need, np.where(at_one + per_layer <= cap, 0.0, 1.0 + np.ceil(np.maximum(over, 0.0))))
     r = need.astype(np.int64)
     keep = fits_all & (r >= 1)  # r < 1: the mesh fits without recompute
     chunk = layers_per_chunk(model.num_hidden_layers, full.pp * full.virtual_stages)
