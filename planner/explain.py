@@ -6,14 +6,13 @@ prints them.
 
 from __future__ import annotations
 
-import numpy as np
-
 from planner.cost.memory import MEMORY_UNDERCOUNT, undercount_safe_bytes
 from planner.cost.pipeline import layers_per_chunk
-from planner.cost.routing import most_imbalance
+from planner.cost.routing import moe_load_factor
 from planner.figures import ordinal
 from planner.figures import rate as rate_text
 from planner.figures import seconds as seconds_text
+from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.model import ModelSpec
@@ -153,16 +152,13 @@ def routing_assumed(est: Estimate, model: ModelSpec) -> str:
     if job.moe_dropless_imbalance == 1.0:
         return f"; routes MoE tokens force-balanced (every expert-parallel rank gets the mean){by}"
     source = "natural routing" if job.moe_load_imbalance is None else "the given imbalance"
-    most = float(most_imbalance(model, np.array([float(est.config.parallel.ep)]))[0])
-    if job.moe_dropless_imbalance > most:  # priced at the most the busiest rank can get (cost.routing)
+    priced = float(moe_load_factor(job, MeshArrays.from_configs([est.config.parallel]), model)[0])
+    if priced < job.moe_dropless_imbalance:  # capped at the most the busiest rank can get
         source = (
             f"the given {job.moe_dropless_imbalance:g}x capped at the most one of {est.config.parallel.ep} ranks can "
             f"get: ep x min(experts per rank, top-k) / top-k"
         )
-    return (
-        f"; routes MoE tokens dropless, the busiest expert-parallel rank getting "
-        f"{min(job.moe_dropless_imbalance, most):g}x the mean ({source}){by}"
-    )
+    return f"; routes MoE tokens dropless, the busiest expert-parallel rank getting {priced:g}x the mean ({source}){by}"
 
 
 def explain(candidates: list[Estimate], model: ModelSpec) -> list[str]:

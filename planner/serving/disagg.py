@@ -155,26 +155,27 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
         if p_fits.any():
             fastest_ttft_s = min(fastest_ttft_s, float(np.min((rounds[:, 0] + extra)[p_fits])))
         fastest_tpot_s = min(fastest_tpot_s, float(tpot[0]))
-        best: tuple[tuple[float, float], int, int, int, int, float, float] | None = None
+        best: tuple[tuple[float, float], int, int, int, int, float, float, int] | None = None
         for i in np.flatnonzero(p_fits):
             g_p = float(lay.gpus_per_replica[i])
+            full = int(np.isfinite(rounds[i]).sum())  # a round at capacity: the full budget
+            # at capacity without a load, the most prompts a round within the TTFT target
+            within = prefill_within(rounds[i], float(extra[i]), req.ttft_s)
             for n_p in range(1, int((N - g_d) // g_p) + 1):
                 n_d = int((N - n_p * g_p) // g_d)
                 if n_d < 1:
                     continue
                 # at capacity a full round; at a rate the round its share of it needs; at a concurrency
                 # a round of at most the replica's share of the requests in flight
-                prompts = int(np.isfinite(rounds[i]).sum())  # a round at capacity: the full budget
-                p_rate_i = p_rate[i]
+                prompts, p_rate_i = full, p_rate[i]
                 if req.request_rate is not None:
                     ttft = float(prefill_at(rounds[i : i + 1], req.request_rate / n_p)[1][0] + extra[i])
                 elif req.concurrency is not None:
-                    q = min(prompts, math.ceil(req.concurrency / n_p))
+                    q = min(full, math.ceil(req.concurrency / n_p))
                     ttft = float(rounds[i, q - 1] + extra[i])
-                else:  # at capacity: the most prompts a round within the TTFT target
-                    prompts = prefill_within(rounds[i], float(extra[i]), req.ttft_s)
-                    p_rate_i = prompts / rounds[i, prompts - 1]
-                    ttft = float(rounds[i, prompts - 1] + extra[i])
+                else:
+                    prompts, p_rate_i = within, within / rounds[i, within - 1]
+                    ttft = float(rounds[i, within - 1] + extra[i])
                 rate = np.minimum(n_p * p_rate_i, n_d * d_rate)
                 if req.concurrency is not None:  # Little's law: a request's prompt is part of its time
                     rate = np.minimum(rate, req.concurrency / (ttft + (osl - 1.0) * tpot))

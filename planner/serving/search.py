@@ -45,6 +45,7 @@ from planner.serving.step import (
     RoundTerms,
     Setting,
     fp4_tensor_cores,
+    prompt_piece,
     resolve_ssm_dtype,
     round_terms,
     schedulers,
@@ -177,9 +178,8 @@ class Priced:
 
 
 def prefill_chunk(engine: EngineProfile, input_len: int) -> int:
-    """Prompt tokens one iteration takes: the engine's token budget (TensorRT-LLM without chunked
-    prefill runs a prompt whole; longer prompts than its budget need chunking, priced the same)."""
-    return min(input_len, engine.max_num_batched_tokens)
+    """Prompt tokens one iteration takes (``step.prompt_piece``), whole."""
+    return int(prompt_piece(engine, input_len))
 
 
 def runs_chunked(engine: EngineProfile, input_len: int) -> bool:

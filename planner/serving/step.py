@@ -690,7 +690,7 @@ class RoundPricer:
         # replica's P, one 2K prompt on each of 8 ranks at TP8 x PP2 came out 219 ms against 424 at PP1)
         share = self.attention_share
         prompt = np.asarray(prefill_tokens, dtype=float) / share
-        piece = prompt_piece(s, prompt_len)
+        piece = prompt_piece(s.engine, prompt_len)
         pf = np.maximum(prompt / pp, np.minimum(prompt, piece)) * share
         tokens = dec + pf
         head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
@@ -794,10 +794,11 @@ def round_cost(
     return RoundPricer(s, lay).cost(decode_sequences, decode_context, prefill_tokens, prompt_len)
 
 
-def prompt_piece(s: Setting, prompt_len: float) -> float:
+def prompt_piece(engine: EngineProfile, prompt_len: float) -> float:
     """Tokens of a prompt one iteration takes: the prompt, or the chunk the engine's token budget cuts
-    it to (``search.prefill_chunk``), at least one."""
-    return min(max(prompt_len, 1.0), float(s.engine.max_num_batched_tokens))
+    it to, at least one (TensorRT-LLM without chunked prefill runs a prompt whole; longer prompts
+    than its budget need chunking, priced the same: ``search.runs_chunked``)."""
+    return min(max(prompt_len, 1.0), float(engine.max_num_batched_tokens))
 
 
 def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, output_len: float) -> RoundCost:
@@ -818,9 +819,8 @@ def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, 
     weights). Against the replay of Poisson arrivals at the batch it ran (70B, 8 req/s of 2K / 256 on
     one DGX H100): 2 x TP4 69.5 ms against 70.3, TP4 x PP2 121.9 against 115.9 (127.7 with the pieces
     of each round drawn apart, Poisson(q)), TP2 x PP4 238.5 against 229.6 (252.3), TP8 157.0
-    against 143.3. Spread
-    evenly over every round instead (until 2026-12-07), the mean prompt tokens made each decode
-    round of a MoE read the routed experts of its few prompt tokens too (Nemotron 3 Nano at
+    against 143.3. Spread evenly over every round instead (until 2026-12-07), the mean prompt
+    tokens made each decode round of a MoE read the routed experts of its few prompt tokens too (Nemotron 3 Nano at
     concurrency 1, 2K / 512 on B200 TP2: four prompt tokens a round beside the one decoded, 1.01 ms
     of weight reads where a decode round reads 0.35), each round of a dense model at a small batch
     bound by its weights where the rounds with a prompt are bound by its FLOPs, and a pipeline's
@@ -832,7 +832,7 @@ def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, 
     batch = np.asarray(batch, dtype=float)
     pricer = RoundPricer(s, lay)
     context = np.full(batch.shape, input_len + output_len / 2.0)
-    piece = prompt_piece(s, input_len)
+    piece = prompt_piece(s.engine, input_len)
     pieces = math.ceil(max(input_len, 1.0) / piece)
     q = batch / pricer.attention_share * pieces / output_len  # a scheduler's pieces a round, on the mean
     pp = np.broadcast_to(lay.pp, q.shape).astype(float)
@@ -840,16 +840,20 @@ def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, 
     decode_only = pricer.cost(batch, context, np.zeros_like(q), input_len)
     t0 = decode_only.total_s(s.params)
     t1 = pricer.cost(batch, context, pp * tokens, input_len).total_s(s.params)  # up to pp pieces: one pass
+
     # arrivals at random (Poisson, lam pieces a second) into rounds of two kinds: a round after one of
     # length T holds Poisson(lam T) pieces, so long rounds (with pieces) draw more into the next and the
     # pieces bunch; the chain's share of rounds with a piece, and lam from q = lam x the mean round
+    def chain(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(P(a piece after a round without one), the share of rounds with a piece) at ``lam``."""
+        a, b = -np.expm1(-lam * t0), -np.expm1(-lam * t1)
+        return a, a / np.maximum(1.0 - b + a, 1e-300)
+
     lam = q / t0
     for _ in range(30):
-        a, b = -np.expm1(-lam * t0), -np.expm1(-lam * t1)
-        share = a / np.maximum(1.0 - b + a, 1e-300)
+        _, share = chain(lam)
         lam = q / ((1.0 - share) * t0 + share * t1)
-    a, b = -np.expm1(-lam * t0), -np.expm1(-lam * t1)
-    share = a / np.maximum(1.0 - b + a, 1e-300)
+    a, share = chain(lam)
     after_short = (1.0 - share) * a / np.maximum(share, 1e-300)  # of the rounds with a piece, those after one without
     mean_pieces = after_short * _busiest_pieces(lam * t0, pp) + (1.0 - after_short) * _busiest_pieces(lam * t1, pp)
     with_prompts = pricer.cost(batch, context, mean_pieces * tokens, input_len)
