@@ -15,7 +15,7 @@ import numpy as np
 
 from planner.cost.comm import crosses_domains
 from planner.cost.flops import mtp_layers
-from planner.cost.layout import check_layout, parse_layout
+from planner.cost.layout import check_layout, parse_layout, placement_notes
 from planner.cost.pipeline import (
     is_dual,
     layers_per_chunk,
@@ -739,15 +739,15 @@ def rule_masks(
 
 def check_config(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
     """Raise PlannerError on the first hard rule ``config`` breaks; return soft-rule messages."""
+    soft: list[str] = []
     if config.pipeline_layout is not None:
+        stages = parse_layout(config.pipeline_layout)
         try:
-            check_layout(
-                parse_layout(config.pipeline_layout), model.num_hidden_layers, config.pp, mtp_layers(model, job)
-            )
+            check_layout(stages, model.num_hidden_layers, config.pp, mtp_layers(model, job))
         except PlannerError as err:
             raise PlannerError(f"impossible mesh: {err}") from None
+        soft += placement_notes(stages)
     mesh = MeshArrays.from_configs([config])
-    soft: list[str] = []
     for rule in RULES:
         if bool(np.all(rule.passes(model, cluster, job, mesh))):
             continue

@@ -242,3 +242,30 @@ def test_an_empty_layout_or_an_open_parenthesis_says_so(layout: str, said: str) 
     groups are allowed."""
     with pytest.raises(PlannerError, match=re.escape(said)):
         parse_layout(layout)
+
+
+def test_an_end_kind_off_its_chunk_is_priced_where_it_runs_and_said() -> None:
+    """Megatron-LM accepts 'E|t*80|L|' (its check flattens the chunks) but builds the LM head into
+    the last chunk (get_model's post_process): the estimate prices it there, says so once per
+    misplaced kind, and the torchtitan export writes the head into the last part."""
+    from planner.catalog import load_cluster
+    from planner.cost.layout import ends_placed, placement_notes
+    from planner.export.torchtitan import model_parts
+    from planner.pricing import estimate_mesh
+    from planner.schemas import JobSpec
+
+    model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100", gpus=64)
+    job = JobSpec(global_batch_size=128, seq_len=4096)
+    base = ParallelConfig(tp=4, pp=4, dp=4, sequence_parallel=True)
+    off = estimate_mesh(model, cluster, job, base.model_copy(update={"pipeline_layout": "E|t*80|L|"}))
+    right = estimate_mesh(model, cluster, job, base.model_copy(update={"pipeline_layout": "E|t*80||L"}))
+    notes = [w for w in off.warnings if w.startswith("pipeline_layout writes")]
+    assert len(notes) == 1 and "'L' in model chunk 3 of 4" in notes[0] and "runs on the last chunk" in notes[0]
+    assert not [w for w in right.warnings if w.startswith("pipeline_layout writes")]
+    assert off.step_time_s == pytest.approx(right.step_time_s, rel=1e-12)
+    assert off.layers_per_stage == right.layers_per_stage == [0, 80, 0, 0]
+    both = placement_notes(parse_layout("|Et*80|L|"))
+    assert [n.split("'")[1] for n in both] == ["E", "L"]
+    assert ends_placed(parse_layout("|Et*80|L|")) == [["E"], ["t"] * 80, [], ["L"]]
+    parts = model_parts(model, job, base.model_copy(update={"pipeline_layout": "E|t*80|L|"}), head=["norm", "output"])
+    assert parts is not None and parts[0] == ["tok_embeddings"] and parts[2] == [] and parts[3] == ["norm", "output"]

@@ -126,6 +126,35 @@ def check_layout(stages: list[list[str]], num_layers: int, pp: int, mtp_layers: 
     return len(stages) // pp
 
 
+def placement_notes(stages: list[list[str]]) -> list[str]:
+    """Where a layout writes the embedding or the loss off its end chunks. Megatron-LM's
+    ``validate_layer_layout`` checks only the flattened order, but ``training.get_model`` builds
+    the embedding into the first model chunk (``pre_process = is_pipeline_first_stage``) and the
+    LM head and loss into the last (``post_process = is_pipeline_last_stage``) whatever the layout
+    says; the torchtitan export writes them there too (``ends_placed``). The planner prices them
+    there. One line per misplaced kind; none when 'E' is in the first chunk and 'L' in the last."""
+    notes = []
+    for kind, chunk, where, flag in (("E", 0, "first", "pre_process"), ("L", len(stages) - 1, "last", "post_process")):
+        found = next(c for c, stage in enumerate(stages) if kind in stage)
+        if found != chunk:
+            notes.append(
+                f"pipeline_layout writes '{kind}' in model chunk {found + 1} of {len(stages)}, but the "
+                f"{LAYER_KINDS[kind]}{' (with the LM head)' if kind == 'L' else ''} runs on the {where} chunk "
+                f"(Megatron-LM's training.get_model builds it there by {flag}, whatever the layout says; the "
+                f"torchtitan export writes it there), and is priced there; move '{kind}' into the {where} chunk"
+            )
+    return notes
+
+
+def ends_placed(stages: list[list[str]]) -> list[list[str]]:
+    """``stages`` with the embedding opening the first chunk and the loss closing the last, where
+    the model runs them (``placement_notes``); the decoder and MTP layers stay where they are."""
+    placed = [[kind for kind in stage if kind not in ("E", "L")] for stage in stages]
+    placed[0].insert(0, "E")
+    placed[-1].append("L")
+    return placed
+
+
 def rank_layer_counts(stages: list[list[str]], pp: int, kind: str = "t") -> list[int]:
     """Layers of ``kind`` on each pipeline rank: the sum over its chunks c = rank, rank + p, ..."""
     return [sum(stages[c].count(kind) for c in range(rank, len(stages), pp)) for rank in range(pp)]

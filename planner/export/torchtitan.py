@@ -27,7 +27,7 @@ import json
 from dataclasses import dataclass
 
 from planner.cost.flops import mtp_layers
-from planner.cost.layout import parse_layout
+from planner.cost.layout import ends_placed, parse_layout
 from planner.cost.pipeline import chunk_layer_counts, plan_layout
 from planner.export.common import (
     check_adam_state,
@@ -347,7 +347,8 @@ def model_parts(model: ModelSpec, job: JobSpec, config: ParallelConfig, head: li
     """The plan's pipeline chunks as torchtitan module names (``tok_embeddings``, ``layers.<i>``
     and the ``head`` modules after the last layer), or None when the split is the even one.
     DualPipeV runs 2p half-stages split evenly (``cost.pipeline.chunk_layer_counts``); any other
-    schedule the layout given or the plan's own (``cost.pipeline.plan_layout``)."""
+    schedule the layout given (its embedding and head moved to the end chunks, where they are
+    priced: ``cost.layout.ends_placed``) or the plan's own (``cost.pipeline.plan_layout``)."""
     if config.schedule == "dualpipev":
         sizes = chunk_layer_counts(model.num_hidden_layers, config.pp, 2)
         stages = None if len(set(sizes)) == 1 else [["t"] * n for n in sizes]
@@ -355,7 +356,7 @@ def model_parts(model: ModelSpec, job: JobSpec, config: ParallelConfig, head: li
             stages[0], stages[-1] = ["E", *stages[0]], [*stages[-1], "L"]
     else:
         text = config.pipeline_layout or plan_layout(model, job, config.pp, config.virtual_stages)
-        stages = None if text is None else parse_layout(text)
+        stages = None if text is None else ends_placed(parse_layout(text))
     if stages is None:
         return None
     names = {"E": ["tok_embeddings"], "L": head}
