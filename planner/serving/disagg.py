@@ -21,21 +21,25 @@ Zhong et al., OSDI 2024, arXiv:2401.09670; Splitwise, Patel et al., ISCA 2024).
                 maximise min(n_p rate_p, n_d rate_d): the pool ratio that balances them; at a
                 concurrency C also at most C / (TTFT + (osl - 1) x TPOT) (Little's law); ties go to
                 the shorter TTFT.
-Output tokens/s per GPU counts every GPU of the cluster, idle ones included. Priced at the steady
-state: disaggregated plans are not replayed.
+Output tokens/s per GPU counts every GPU of the cluster, idle ones included. At a request rate the
+chosen split is then replayed (``replayed_split``): each pool through the engine's admission at its
+share of the rate, its TTFT and TPOT the replay's; without a load or at a concurrency it is priced
+at the steady state (a closed loop through two pools is not replayed).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
 from planner.serving.kv import kv_bytes_per_token, kv_split, sequence_state_bytes_per_gpu
 from planner.serving.layout import Layouts
-from planner.serving.memory import reserved_context
+from planner.serving.memory import MemoryPlan, reserved_context
+from planner.serving.replay import Replayed, replay
 from planner.serving.schemas import ServeCandidate, ServeRequest
-from planner.serving.step import Setting, round_terms
+from planner.serving.step import RoundTerms, Setting, round_terms
 
 
 def kv_transfer_s(s: Setting, prefill: Layouts, decode: Layouts, input_len: int) -> np.ndarray:
@@ -105,6 +109,18 @@ def prefill_within(rounds: np.ndarray, extra_s: float, ttft_s: float | None) -> 
     return int(within[-1]) + 1 if len(within) else 1
 
 
+def queue_wait_s(rate: float, capacity: float) -> float:
+    """Mean wait in the queue of a server of ``capacity`` requests/s offered Poisson arrivals at
+    ``rate``: the Pollaczek-Khinchine formula for a deterministic service time (M/D/1), rho / (2 mu
+    (1 - rho)), rho = rate / capacity; inf at or past capacity. The steady state's stand-in for a
+    prefill replica's queue at a request rate, which ranks the splits before their replay
+    (``replayed_split``): a replica at 80% of its capacity waits two service times on average
+    before its round, which the round alone had left out (70B on 16 DGX H100 at 30 req/s: a split
+    priced at 261 ms replayed at 1.0 s)."""
+    rho = rate / capacity
+    return math.inf if rho >= 1.0 else rho / (2.0 * capacity * (1.0 - rho))
+
+
 def prefill_at(rounds: np.ndarray, rate: float | None) -> tuple[np.ndarray, np.ndarray]:
     """(requests/s a prefill replica sustains, its round in seconds) of each layout (rows of
     ``prefill_rounds``) at ``rate`` requests/s per replica: the fewest prompts a round whose rate
@@ -118,6 +134,15 @@ def prefill_at(rounds: np.ndarray, rate: float | None) -> tuple[np.ndarray, np.n
     return rates[rows, full], rounds[rows, pick]
 
 
+SPLITS_REPLAYED = 4
+"""At a request rate, the splits of one decode layout replayed at most, in the steady state's order,
+until one meets the targets on its replay: the steady state leaves out a prompt's wait for
+admission, so its first split may be one whose prefill pool queues (70B on 16 DGX H100 at 30 req/s
+with a 500 ms TTFT target: two decode layouts' first splits replayed at 885 and 913 ms, their second
+at 214 and 241). Ranked by the round alone, before ``queue_wait_s``, their first four had all
+replayed at 0.9-2.1 s. A bound on the work, not a measurement."""
+
+
 def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
     """One candidate per decode layout: its best prefill layout, split and batch. At a request
     rate, among the splits that sustain it the smallest decode batch (the shortest TPOT), then the
@@ -128,7 +153,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
     `plan serve`, 2026-12-07), else a full round. At a concurrency N the rate is also at most N /
     (TTFT + (osl - 1) x TPOT), Little's law over a request's time in the system, its prompt's
     included."""
-    from planner.serving.search import BATCH_GRID, _kv_per_token, _meets
+    from planner.serving.search import BATCH_GRID, _meets
 
     N = s.cluster.num_gpus
     if N < 2:
@@ -140,6 +165,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
     cands: list[ServeCandidate] = []
     considered = 0
     fastest_ttft_s = fastest_tpot_s = math.inf  # what the targets could be met at: one prompt, one sequence
+    replays: dict[tuple[str, int, int], tuple[Replayed, bool]] = {}  # pools shared by the splits tried
     for j in range(len(lay)):
         cap = mem.max_concurrency[j]
         if cap < 1:
@@ -155,7 +181,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
         if p_fits.any():
             fastest_ttft_s = min(fastest_ttft_s, float(np.min((rounds[:, 0] + extra)[p_fits])))
         fastest_tpot_s = min(fastest_tpot_s, float(tpot[0]))
-        best: tuple[tuple[float, float], int, int, int, int, float, float, int] | None = None
+        options: list[tuple[tuple[float, float], int, int, int, int, float, float, int]] = []
         for i in np.flatnonzero(p_fits):
             g_p = float(lay.gpus_per_replica[i])
             full = int(np.isfinite(rounds[i]).sum())  # a round at capacity: the full budget
@@ -169,7 +195,8 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 # a round of at most the replica's share of the requests in flight
                 prompts, p_rate_i = full, p_rate[i]
                 if req.request_rate is not None:
-                    ttft = float(prefill_at(rounds[i : i + 1], req.request_rate / n_p)[1][0] + extra[i])
+                    share = req.request_rate / n_p
+                    ttft = float(prefill_at(rounds[i : i + 1], share)[1][0] + extra[i] + queue_wait_s(share, p_rate[i]))
                 elif req.concurrency is not None:
                     q = min(full, math.ceil(req.concurrency / n_p))
                     ttft = float(rounds[i, q - 1] + extra[i])
@@ -190,62 +217,162 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 else:
                     score = np.where(ok, rate, -np.inf)
                 k = int(np.argmax(score))
-                key = (float(score[k]), -ttft)
-                if np.isfinite(score[k]) and (best is None or key > best[0]):
-                    best = (key, int(i), n_p, n_d, k, ttft, float(rate[k]), prompts)
-        if best is None:
-            continue
-        _, i, n_p, n_d, k, ttft, rate, prompts = best
-        if req.request_rate is not None:
-            rate = req.request_rate
-        bound = float(n_p * p_rate[i])  # the prefill pool's rate at capacity, which a concurrency's may not pass
-        batch, tpot_s, tpot_terms, rate = _decode_at(
-            s, lay, j, n_d, bound, rate, float(batches[k]), float(tpot[k]), ttft, req
-        )
-        if tpot_terms is None:
-            tpot_terms = terms.as_dict(k)
-        split = {
-            "prefill_replicas": n_p,
-            "prefill_tp": int(lay.tp[i]),
-            "prefill_pp": int(lay.pp[i]),
-            "prefill_ep": int(lay.ep[i]),
-            "prefill_attention_dp": bool(lay.attention_dp[i]),
-            "prefill_gpus": int(n_p * lay.gpus_per_replica[i]),
-            "prefill_batch": prompts,
-            "decode_replicas": n_d,
-            "decode_gpus": int(n_d * g_d),
-        }
-        cfg = {
-            "tp": int(lay.tp[j]),
-            "pp": int(lay.pp[j]),
-            "ep": int(lay.ep[j]),
-            "attention_dp": bool(lay.attention_dp[j]),
-            "replicas": n_d,
-            "gpus_per_replica": int(g_d),
-            "prefill_decode_split": split,
-        }
-        transfer = float(extra[i]) - s.params.request_path_s
-        cands.append(
-            ServeCandidate(
-                config=cfg,
-                batch_per_replica=batch,
-                ttft_s=ttft,
-                tpot_s=tpot_s,
-                output_tokens_per_s_per_gpu=float(rate * osl / N),
-                output_tokens_per_s_per_user=float(1.0 / tpot_s),
-                max_concurrency=int(cap * n_d),
-                memory_per_gpu_bytes=float(mem.total_bytes[j]),
-                memory_breakdown_bytes=mem.breakdown(j),
-                kv_cache_bytes_per_token=_kv_per_token(s, req),
-                tpot_breakdown_s=tpot_terms,
-                meets_targets=True,
-                warnings=[
-                    f"prefill:decode GPUs {split['prefill_gpus']}:{split['decode_gpus']}; KV transfer "
-                    f"{transfer * 1e3:.2f} ms per request",
-                ],
-            )
-        )
+                if np.isfinite(score[k]):
+                    options.append(((float(score[k]), -ttft), int(i), n_p, n_d, k, ttft, float(rate[k]), prompts))
+        options.sort(key=lambda o: o[0], reverse=True)  # stable: ties keep the loop's order
+        c = None
+        for option in options[: SPLITS_REPLAYED if req.request_rate is not None else 1]:
+            tried = _split_candidate(s, lay, req, option, j, batches, tpot, terms, mem, p_rate, extra, replays)
+            c = c or tried  # where none meets the targets on its replay, the steady state's first
+            if tried.meets_targets:
+                c = tried
+                break
+        if c is not None:
+            cands.append(c)
     return cands, considered, "" if cands else _no_split_reason(req, fastest_ttft_s, fastest_tpot_s)
+
+
+def _split_candidate(
+    s: Setting,
+    lay: Layouts,
+    req: ServeRequest,
+    option: tuple[tuple[float, float], int, int, int, int, float, float, int],
+    j: int,
+    batches: np.ndarray,
+    tpot: np.ndarray,
+    terms: RoundTerms,
+    mem: MemoryPlan,
+    p_rate: np.ndarray,
+    extra: np.ndarray,
+    replays: dict[tuple[str, int, int], tuple[Replayed, bool]],
+) -> ServeCandidate:
+    """The candidate of decode layout ``j`` and one split ``option`` (its steady-state key, prefill
+    layout ``i``, pool sizes, the decode grid's batch index ``k``, TTFT, rate and prompts a prefill
+    round), at a request rate replayed (``replayed_split``, its pools' replays kept in ``replays``)."""
+    from planner.serving.search import _kv_per_token
+
+    _, i, n_p, n_d, k, ttft, rate, prompts = option
+    N, osl, g_d, cap = s.cluster.num_gpus, float(req.output_len), float(lay.gpus_per_replica[j]), mem.max_concurrency[j]
+    if req.request_rate is not None:
+        rate = req.request_rate
+    bound = float(n_p * p_rate[i])  # the prefill pool's rate at capacity, which a concurrency's may not pass
+    batch, tpot_s, tpot_terms, rate = _decode_at(
+        s, lay, j, n_d, bound, rate, float(batches[k]), float(tpot[k]), ttft, req
+    )
+    if tpot_terms is None:
+        tpot_terms = terms.as_dict(k)
+    split = {
+        "prefill_replicas": n_p,
+        "prefill_tp": int(lay.tp[i]),
+        "prefill_pp": int(lay.pp[i]),
+        "prefill_ep": int(lay.ep[i]),
+        "prefill_attention_dp": bool(lay.attention_dp[i]),
+        "prefill_gpus": int(n_p * lay.gpus_per_replica[i]),
+        "prefill_batch": prompts,
+        "decode_replicas": n_d,
+        "decode_gpus": int(n_d * g_d),
+    }
+    cfg = {
+        "tp": int(lay.tp[j]),
+        "pp": int(lay.pp[j]),
+        "ep": int(lay.ep[j]),
+        "attention_dp": bool(lay.attention_dp[j]),
+        "replicas": n_d,
+        "gpus_per_replica": int(g_d),
+        "prefill_decode_split": split,
+    }
+    transfer = float(extra[i]) - s.params.request_path_s
+    c = ServeCandidate(
+        config=cfg,
+        batch_per_replica=batch,
+        ttft_s=ttft,
+        tpot_s=tpot_s,
+        output_tokens_per_s_per_gpu=float(rate * osl / N),
+        output_tokens_per_s_per_user=float(1.0 / tpot_s),
+        max_concurrency=int(cap * n_d),
+        memory_per_gpu_bytes=float(mem.total_bytes[j]),
+        memory_breakdown_bytes=mem.breakdown(j),
+        kv_cache_bytes_per_token=_kv_per_token(s, req),
+        tpot_breakdown_s=tpot_terms,
+        meets_targets=True,
+        warnings=[
+            f"prefill:decode GPUs {split['prefill_gpus']}:{split['decode_gpus']}; KV transfer "
+            f"{transfer * 1e3:.2f} ms per request",
+        ],
+    )
+    if req.request_rate is None:
+        return c
+    p_pool = replace(lay.take(np.array([i])), replicas=np.array([float(n_p)]))
+    d_pool = replace(lay.take(np.array([j])), replicas=np.array([float(n_d)]))
+    return replayed_split(c, s, p_pool, d_pool, req, transfer, replays, ((i, n_p), (j, n_d)))
+
+
+def replayed_split(
+    c: ServeCandidate,
+    s: Setting,
+    prefill: Layouts,
+    decode: Layouts,
+    req: ServeRequest,
+    transfer_s: float,
+    replays: dict[tuple[str, int, int], tuple[Replayed, bool]] | None = None,
+    keys: tuple[tuple[int, int], tuple[int, int]] | None = None,
+) -> ServeCandidate:
+    """``c`` (a split at ``req``'s request rate) with its TTFT, TPOT and decode batch from replays of
+    its two pools (``replay.replay``, as ``search._replayed`` replays a colocated layout; the same
+    requests per replica and measured middle half): the prefill pool (``prefill``, one row, its
+    replicas) at the rate with one output token, whose mean TTFT is a prompt's wait for admission
+    and its rounds, Poisson bursts included, which the steady round at the prompts its share needs
+    (``prefill_at``) leaves out; then the decode pool (``decode``) at the same rate, each request
+    arriving with its KV cache (``prompt_done``) and joining the next iteration, whose first
+    iteration gives the first token. So TTFT = prefill replay + the KV's move (``transfer_s``) +
+    the decode replica's wait and first iteration + the server's request path, the path of vLLM's
+    disaggregated serving, where the prefill instance runs the prompt for one token and the decode
+    instance, given the KV cache, generates every token the client sees (examples/online_serving/
+    disaggregated_serving, the proxy's max_tokens=1 to the prefiller); TPOT = the decode replay's
+    mean inter-token latency. Arrivals at the decode pool are taken as Poisson at the rate (what
+    leaves the prefill pool is smoother, so its waits come out no shorter). A pool whose admission
+    queue grows does not sustain the rate and meets no target. ``replays``: each pool's replay and
+    whether it keeps up, by (pool, layout index, replicas) of ``keys`` (the prefill pool's, the
+    decode pool's), kept across the splits tried (``SPLITS_REPLAYED``), which share pools."""
+    from planner.serving.search import QUEUE_GROWTH_TOLERANCE, REPLAY_MEASURED, REPLAY_MIN_REQUESTS, _meets
+
+    assert req.request_rate is not None
+    isl, osl, rate = req.input_len, req.output_len, req.request_rate
+    split = c.config["prefill_decode_split"]
+    assert isinstance(split, dict)
+    memo = {} if replays is None else replays
+    pools = []
+    for name, pool, out, in_flight, key in (
+        ("prefill", prefill, 1, float(split["prefill_batch"]), None if keys is None else keys[0]),
+        ("decode", decode, osl, c.batch_per_replica, None if keys is None else keys[1]),
+    ):
+        held = None if key is None else memo.get((name, *key))
+        if held is None:
+            per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(in_flight))
+            window = per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
+            requests = per_replica * int(pool.replicas[0])
+            r = replay(s, pool, isl, out, rate, requests, REPLAY_MEASURED, prompt_done=name == "decode")
+            held = (r, r.queue_growth <= QUEUE_GROWTH_TOLERANCE * window)
+            if key is not None:
+                memo[(name, *key)] = held
+        pools.append(held)
+    (p, p_keeps), (d, d_keeps) = pools
+    ttft = p.ttft_s + transfer_s + d.ttft_s + s.params.request_path_s
+    tpot = d.itl_s if math.isfinite(d.itl_s) else c.tpot_s  # one output token: no gap to measure
+    sustains = p_keeps and d_keeps
+    return c.model_copy(
+        update={
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "output_tokens_per_s_per_user": 1.0 / tpot,
+            "batch_per_replica": round(d.running, 9),
+            "meets_targets": sustains and bool(_meets(req, np.array([ttft]), np.array([tpot]))[0]),
+            "replayed": True,
+            "sustains_rate": sustains,
+            "steady_state_ttft_s": c.ttft_s,
+            "steady_state_tpot_s": c.tpot_s,
+        }
+    )
 
 
 def _no_split_reason(req: ServeRequest, fastest_ttft_s: float, fastest_tpot_s: float) -> str:

@@ -139,7 +139,10 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             + ("" if best.steady_state_tpot_s is None else f", TPOT {best.steady_state_tpot_s * 1e3:.1f} ms")
         )
     elif req.request_rate is not None or req.concurrency is not None:
-        console.print("TTFT and TPOT at the steady state of the offered load (disaggregated plans are not replayed)")
+        console.print(
+            "TTFT and TPOT at the steady state of the offered load (a disaggregated plan is replayed at a request "
+            "rate only: a closed loop through two pools is not)"
+        )
     kv = ranking.candidates[0].kv_cache_bytes_per_token
     console.print(
         f"KV cache {kv / 1024:.1f} KiB per token; {ranking.feasible} "

@@ -82,6 +82,7 @@ def replay(
     draws: int = len(REPLAY_SEEDS),
     concurrency: int | None = None,
     prices: dict[tuple[int, int], np.ndarray] | None = None,
+    prompt_done: bool = False,
 ) -> Replayed:
     """The mean TTFT and inter-token latency (``Replayed``) of ``requests`` requests of
     ``input_len`` prompt and ``output_len`` output tokens sent at ``rate_per_s`` (inf: all at once)
@@ -95,7 +96,11 @@ def replay(
     finished sends the next, as ``vllm bench serve --max-concurrency`` does at an unbounded rate (a
     semaphore around its requests); the one draw is deterministic. ``prices``: iteration prices
     already computed for this setting and layout at the same input and output lengths (filled in
-    here), so that replays of one layout at several loads price each iteration once."""
+    here), so that replays of one layout at several loads price each iteration once. With
+    ``prompt_done`` the replica is a disaggregated decode pool's (``disagg.replayed_split``): each
+    request arrives with its prompt's KV cache already computed elsewhere and joins the next
+    iteration as one more decode token (its first token at that iteration's end, then one an
+    iteration), up to the replica's room, no token budget applying."""
     # an engine that schedules each attention-DP rank apart runs one rank here, at its share of the
     # replica's load, its own max batch and token budget; every rank alike, the replica's round has
     # ``ranks`` times the rank's sequences and prompt tokens
@@ -109,6 +114,9 @@ def replay(
     room = max(1, min(int(mem.max_concurrency[0]) // ranks, s.engine.max_batch_size))
     budget = s.engine.max_num_batched_tokens * int(lay.pp[0])  # each micro-batch its own (module docstring)
     piece = prefill_chunk(s.engine, input_len)  # a chunked engine's is further cut to the room left
+    chunked = runs_chunked(s.engine, input_len)
+    if prompt_done:  # a whole prompt's worth of budget for every sequence the room holds: no budget binds
+        budget, piece, chunked = (room + 1) * input_len, input_len, False
     # one layout's rounds at every load: the layout's own terms (links, weight bytes, shares) worked out once
     pricer = RoundPricer(s, lay.take(np.zeros(1, dtype=int)))
     decoding_counts = np.arange(room + 1, dtype=float) * ranks
@@ -158,8 +166,7 @@ def replay(
                 rows.setdefault((tokens, b), np.full(room + 1, math.nan))[d] = price
         return trace.figures(np.array([rows[(p, b)][d] for d, p, b in trace.keys]))
 
-    chunked = runs_chunked(s.engine, input_len)
-    engine = _Engine(room, budget, piece, chunked, input_len, output_len, iteration_s)
+    engine = _Engine(room, budget, piece, chunked, input_len, output_len, iteration_s, not prompt_done)
     if concurrency is not None or math.isinf(rate):
         sent = [0.0] * (n if concurrency is None else min(n, math.ceil(concurrency / replicas)))
         runs = [all_at_once(sent)]
@@ -224,6 +231,7 @@ class _Engine:
     input_len: int
     output_len: int
     iteration_s: Callable[[int, int, float], float]
+    prompts_priced: bool = True  # False: a decode pool's, whose admitted requests decode in their first iteration
     alone_shortcut: bool = True  # book lone requests with ``alone`` (False: step through them)
 
     def _decode_run(
@@ -341,7 +349,11 @@ class _Engine:
                 chunks.append((req, take))
                 left -= take
             context = self.input_len + ((it * running - joined_sum) / running if running else 0.0)
-            price = self.iteration_s(running, sum(t for _, t in chunks), context)
+            price = (
+                self.iteration_s(running, sum(t for _, t in chunks), context)
+                if self.prompts_priced
+                else self.iteration_s(running + len(chunks), 0, context)  # the admitted decode their first token
+            )
             in_batch = running + len(prefilling)
             # decode-only iterations repeat at one price until an arrival, a departure or the next
             # context bucket: run them here at once, as many as the loop would run one by one

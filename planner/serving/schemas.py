@@ -128,12 +128,14 @@ class ServeCandidate(Frozen):
         description="TTFT, TPOT and batch are a replay of the offered load (serving.replay: Poisson arrivals at a "
         "request rate, a closed loop at a concurrency; without a load, a closed loop at the largest batch whose "
         "replay meets the targets (without targets, the largest that fits), or at the batch the engine ran where "
-        "its token budget queued the rest; the middle half of the requests measured); else the steady-state "
-        "round's (a disaggregated plan)",
+        "its token budget queued the rest; the middle half of the requests measured; a disaggregated plan at a "
+        "request rate, each pool apart: serving.disagg.replayed_split); else the steady-state round's (a "
+        "disaggregated plan without a load or at a concurrency)",
     )
     sustains_rate: bool | None = Field(
         None,
-        description="Where replayed: whether the replica keeps up with its share of the rate (its admission "
+        description="Where replayed: whether the replica (a disaggregated plan: each pool's) keeps up with its "
+        "share of the rate (its admission "
         "queue does not grow over the measured requests, serving.search.QUEUE_GROWTH_TOLERANCE); a layout that "
         "does not never meets the targets",
     )
