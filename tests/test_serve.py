@@ -575,8 +575,17 @@ def test_a_disaggregated_plan_at_a_rate_is_replayed_pool_by_pool() -> None:
     assert r.feasible == 18 and all(c.replayed and c.sustains_rate for c in r.candidates)
     for c in r.candidates:  # the replay adds the queue and the decode replica's first iteration
         assert c.ttft_s <= 0.5 and c.ttft_s > c.steady_state_ttft_s + 0.9 * c.tpot_s
-    slow = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, request_rate=8.0, top=20).candidates
-    assert max(c.ttft_s / c.steady_state_ttft_s for c in slow) > 2  # no target: a hot prefill pool is shown so
+    slow = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, request_rate=8.0, top=20)
+    assert max(c.ttft_s / c.steady_state_ttft_s for c in slow.candidates) > 2  # no target: a hot prefill pool
+    # the launch commands cap each pool where its replay admitted: the decode servers at their KV room
+    # (not the time-mean batch, which would queue the bursts), the prefill servers at the budget's prompts
+    best = slow.candidates[0]
+    split = best.config["prefill_decode_split"]
+    prefill, decode = export_commands(slow, "vllm").split("# decode pool")[:2]
+    assert f"--max-num-seqs {best.max_concurrency // split['decode_replicas']} " in decode
+    assert best.max_concurrency // split["decode_replicas"] > 10 * best.batch_per_replica
+    assert f"--max-num-seqs {split['prefill_batch']} " in prefill
+    assert split["prefill_batch"] == 4 * split["prefill_pp"]  # 8,192 tokens of 2K prompts in each stage
 
 
 def test_a_ttft_target_runs_fewer_prompts_a_prefill_round() -> None:

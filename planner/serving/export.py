@@ -387,12 +387,15 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     # capped by the engine's batch limit for the plan's GPU (``EngineProfile.for_gpu``) on each
     # attention-DP rank that schedules apart; capping it again by the engine's large-GPU limit for the
     # whole replica had exported DeepSeek-V3 on vLLM at TP8 with attention DP at 4 req/s with 128
-    # sequences a rank where the replay had admitted 200 (its KV room)
+    # sequences a rank where the replay had admitted 200 (its KV room). A disaggregated plan's decode
+    # pool at a rate likewise (``disagg.replayed_split`` admits up to its room: a cap at its time-mean
+    # batch, 27 where 70B's decode replicas at 8 req/s admit 600, had queued its bursts too); its
+    # prefill pool runs the budget's prompts a round, as its replay admits them (``prefill_batch``)
     split = cfg.get("prefill_decode_split")
     replicas = int(cfg["replicas"])  # type: ignore[call-overload]
     room = max(1, c.max_concurrency // max(replicas, 1))
     batch = max(1, math.ceil(round(c.batch_per_replica, 6)))
-    if ranking.request.request_rate is not None and not split:
+    if ranking.request.request_rate is not None:
         batch = room
     elif ranking.request.concurrency is not None and not split:
         batch = min(room, max(batch, math.ceil(ranking.request.concurrency / max(replicas, 1))))
