@@ -339,6 +339,7 @@ def test_an_attention_dp_replica_is_replayed_one_rank_at_a_time_where_each_sched
         {"request_rate": 4.0},  # Poisson arrivals
         {"concurrency": 64},  # a closed loop, Little's law over the replay
         {"disaggregate": True, "tpot_s": 0.03},  # prefill and decode pools, not replayed
+        {"disaggregate": True, "request_rate": 2.0},  # each pool replayed (disagg.replayed_split)
     ],
 )
 def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, request_kwargs) -> None:
