@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
 from planner.errors import PlannerError
 from planner.figures import rate
@@ -244,7 +245,120 @@ FRONT_PORT = 8080
 """The port a disaggregated plan's front end serves on (``front_end``), apart from the servers'."""
 
 
-def front_end(engine: str, prefill: int, decode: int) -> str:
+@dataclass(frozen=True)
+class Pool:
+    """One pool of a disaggregated plan as launched: its role ('prefill' or 'decode'), one server's
+    command (``_pool``, its notes as comment lines after it), GPUs a server, servers, and whether
+    it runs attention data-parallel (a vLLM data-parallel server's RPC port)."""
+
+    role: str
+    command: str
+    gpus: int
+    replicas: int
+    attention_dp: bool
+
+
+def place_servers(sizes: list[int], per_host: int, hosts: int) -> list[tuple[int, int]] | None:
+    """(host, first GPU) of each server of ``sizes`` GPUs on ``hosts`` hosts of ``per_host``: each on
+    one host, the largest first, each on the first host with room (so servers of powers of two sit
+    on aligned GPUs); None where one spans hosts or they do not fit."""
+    free = [0] * hosts  # the next free GPU of each host
+    placed: list[tuple[int, int]] = [(-1, -1)] * len(sizes)
+    for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
+        host = next((h for h in range(hosts) if free[h] + sizes[k] <= per_host), None)
+        if host is None:
+            return None
+        placed[k] = (host, free[host])
+        free[host] += sizes[k]
+    return placed
+
+
+OwnPort = tuple[str, int, int]
+"""A port a server needs of its own on a host: (its flag, or its environment variable's name,
+upper case), the first server's value, the step between a host's servers."""
+
+
+def _own_ports(engine: str, pool: Pool) -> list[OwnPort]:
+    """The ports beside --port that each server of ``pool`` needs of its own on a host: vLLM's NIXL
+    side channel (``VLLM_NIXL_SIDE_CHANNEL_PORT``, 5600 by default, its handshake listener; a
+    prefill and a decode server on one host both at the default fail with 'Address already in use':
+    vLLM's examples start them 100 apart, 5600 and 5700, which leaves room for a server's data-parallel
+    ranks, each its own offset) and a data-parallel server's engines' RPC port
+    (``--data-parallel-rpc-port``, as ``side_by_side``); SGLang's prefill servers' KV bootstrap port
+    (``--disaggregation-bootstrap-port``, 8998 by default, server_args.py), which its router pairs with
+    each prefill URL."""
+    if engine == "vllm":
+        nixl: list[OwnPort] = [("VLLM_NIXL_SIDE_CHANNEL_PORT", 5600, 100)]
+        return nixl + ([("--data-parallel-rpc-port", 13345, 1)] if pool.attention_dp else [])
+    if engine == "sglang" and pool.role == "prefill":
+        return [("--disaggregation-bootstrap-port", 8998, 1)]
+    return []
+
+
+def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, num_gpus: int) -> str | None:
+    """A disaggregated plan's servers placed on the cluster's hosts (``place_servers``) and started
+    there, with what joins them (``front_end`` over their addresses): one shell function a pool that
+    starts a server on the GPUs (CUDA_VISIBLE_DEVICES) and ports given, then each host's servers, each
+    on GPUs and ports of its own (``_own_ports``); HOST_h stands for host h's address. A review
+    (2026-12-07) had found the pools printed as one command each, every copy of a pool on a host on
+    GPU 0 and port 8000 (colocated replicas got their loop, ``side_by_side``, the same day). None
+    where the cluster states no host size or a server spans hosts (``across_hosts`` starts those)."""
+    sizes = [p.gpus for p in pools for _ in range(p.replicas)]
+    if per_host is None or max(sizes) > per_host:
+        return None
+    hosts = math.ceil(num_gpus / per_host)
+    where = place_servers(sizes, per_host, hosts)
+    if where is None:
+        return None
+    head = f"# the servers on {hosts} host(s) of {per_host} GPUs (HOST_h: host h's address)"
+    lines = [f"{head}, each on GPUs and ports of its own"]
+    for pool in pools:
+        cmd, _, notes = pool.command.partition("\n# ")
+        own = _own_ports(engine, pool)
+        named = [f"${i} its {name}" for i, (name, _, _) in enumerate(own, start=3)]
+        env = "".join(f" {name}=${i}" for i, (name, _, _) in enumerate(own, start=3) if name.isupper())
+        flags = "".join(f" {name} ${i}" for i, (name, _, _) in enumerate(own, start=3) if not name.isupper())
+        args = ", ".join(["$1 its GPUs (CUDA_VISIBLE_DEVICES)", "$2 its port", *named])
+        body = cmd.replace("\n", "\n  ") + f" \\\n      --host 0.0.0.0 --port $2{flags}"
+        lines.append(f"# {pool.role} pool: {pool.replicas} server(s) of {pool.gpus} GPUs")
+        lines.append(f"{pool.role}_server() {{  # {args}\n  CUDA_VISIBLE_DEVICES=$1{env} {body}\n}}")
+        kept = [n for n in notes.split("\n# ") if n and n != f"{pool.role} pool"] if notes else []
+        lines.extend(f"# {n}" for n in kept)
+    starts: list[list[str]] = [[] for _ in range(hosts)]
+    urls: dict[str, list[str]] = {"prefill": [], "decode": []}
+    bootstraps: list[int] = []
+    on_host = [0] * hosts
+    servers = iter(where)
+    for pool in pools:
+        for _ in range(pool.replicas):
+            host, first = next(servers)
+            n = on_host[host]
+            on_host[host] += 1
+            ports = [base + step * n for _, base, step in _own_ports(engine, pool)]
+            if engine == "sglang" and pool.role == "prefill":
+                bootstraps.append(ports[0])
+            gpus = ",".join(str(g) for g in range(first, first + pool.gpus))
+            starts[host].append(" ".join([f"{pool.role}_server", gpus, str(BASE_PORT + n), *map(str, ports), "&"]))
+            urls[pool.role].append(f"HOST_{host}:{BASE_PORT + n}")
+    # vLLM's NIXL handshake listens on VLLM_NIXL_SIDE_CHANNEL_HOST, localhost unless set (vllm/envs.py),
+    # which a server on another host cannot reach
+    side = engine == "vllm" and sum(1 for started in starts if started) > 1
+    for host, started in enumerate(starts):
+        if started:
+            export = [f"export VLLM_NIXL_SIDE_CHANNEL_HOST=HOST_{host}"] if side else []
+            lines.append("\n".join([f"# on HOST_{host}:", *export, *started, "wait"]))
+    lines.append(front_end(engine, pools[0].replicas, pools[1].replicas, urls["prefill"], urls["decode"], bootstraps))
+    return "\n".join(lines)
+
+
+def front_end(
+    engine: str,
+    prefill: int,
+    decode: int,
+    prefill_urls: list[str] | None = None,
+    decode_urls: list[str] | None = None,
+    bootstrap_ports: list[int] | None = None,
+) -> str:
     """What sends each request of a disaggregated plan to a prefill replica and then a decode replica,
     over the ``prefill`` and ``decode`` replicas' addresses (placeholders the user fills in, as
     HEAD_IP): TensorRT-LLM's ``trtllm-serve disaggregated`` over a YAML of its context and
@@ -256,11 +370,15 @@ def front_end(engine: str, prefill: int, decode: int) -> str:
     examples/online_serving/disaggregated_serving), not one command. A review (2026-12-07): the
     pools' commands had been printed without what joins them."""
     # each server on GPUs of its own (CUDA_VISIBLE_DEVICES) and a port of its own (--host 0.0.0.0 --port):
-    # PREFILL_k and DECODE_k stand for their host:port (the pools may share a host)
-    p_urls = [f"PREFILL_{i}" for i in range(1, prefill + 1)]
-    d_urls = [f"DECODE_{i}" for i in range(1, decode + 1)]
+    # PREFILL_k and DECODE_k stand for their host:port (the pools may share a host), unless placed
+    # (``placed_pools``: the addresses of the servers it started)
+    p_urls = prefill_urls or [f"PREFILL_{i}" for i in range(1, prefill + 1)]
+    d_urls = decode_urls or [f"DECODE_{i}" for i in range(1, decode + 1)]
+    boots = bootstrap_ports or [8998 + i for i in range(prefill)]
     where = (
-        "each server started on GPUs of its own (CUDA_VISIBLE_DEVICES) with --host 0.0.0.0 --port of its own; "
+        "the servers above"
+        if prefill_urls
+        else "each server started on GPUs of its own (CUDA_VISIBLE_DEVICES) with --host 0.0.0.0 --port of its own; "
         "PREFILL_k and DECODE_k stand for their host:port"
     )
     if engine in ("trtllm", "trtllm-tensorrt"):
@@ -282,20 +400,23 @@ def front_end(engine: str, prefill: int, decode: int) -> str:
             f"cat > disagg.yaml <<'EOF'\n{listed}\nEOF\ntrtllm-serve disaggregated -c disagg.yaml"
         )
     if engine == "sglang":
-        flags = [f"--prefill http://{u} {8998 + i}" for i, u in enumerate(p_urls)]
+        flags = [f"--prefill http://{u} {b}" for u, b in zip(p_urls, boots, strict=True)]
         flags += [f"--decode http://{u}" for u in d_urls]
         return (
-            f"# the router (pip install sglang-router), serving port {FRONT_PORT} ({where}; prefill server k with "
-            "--disaggregation-bootstrap-port 8997 + k):\n"
+            f"# the router (pip install sglang-router), serving port {FRONT_PORT} ({where}"
+            + ("" if prefill_urls else "; prefill server k with --disaggregation-bootstrap-port 8997 + k")
+            + "):\n"
             + " \\\n    ".join(["python -m sglang_router.launch_router --pd-disaggregation", *flags])
             + f" \\\n    --host 0.0.0.0 --port {FRONT_PORT}"
         )
     # vLLM: a data-parallel server's engines also talk over an RPC port, one per server on a host
-    return (
+    proxy = (
         f"# the front end: a proxy that sends each request to one of the {prefill} prefill server(s) with max_tokens "
-        f"1, then to one of the {decode} decode server(s) (vLLM's examples/online_serving/disaggregated_serving); "
-        f"{where}, and a --data-parallel-rpc-port of its own where it runs --data-parallel-size"
+        f"1, then to one of the {decode} decode server(s) (vLLM's examples/online_serving/disaggregated_serving)"
     )
+    if prefill_urls:
+        return f"{proxy}: prefill servers {', '.join(p_urls)}; decode servers {', '.join(d_urls)}"
+    return f"{proxy}; {where}, and a --data-parallel-rpc-port of its own where it runs --data-parallel-size"
 
 
 def side_by_side(engine: str, command: str, gpus: int, per_host: int | None, replicas: int, adp: bool) -> str:
@@ -406,23 +527,30 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
     lines = [
         f"# {model} on {ranking.cluster}: top candidate, {rate(c.output_tokens_per_s_per_gpu)} output tokens/s per GPU"
     ]
+    gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
     if isinstance(split, dict):
         per = split["prefill_gpus"] // split["prefill_replicas"]
-        lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
         prefill = (split["prefill_tp"], split["prefill_pp"], split["prefill_ep"], bool(split["prefill_attention_dp"]))
         # the prompts a prefill replica was priced holding (disagg.prefill_prompts x pp)
-        command = _pool(engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt, budget)
-        lines.append(across_hosts(engine, command, per, ranking.gpus_per_host, *prefill[:2], prefill[3]))
-        lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs")
-        role = "decode"
-    else:
-        lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
-        role = "both"
-    command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, role, ssm, ckpt, budget)
-    gpus = int(cfg["gpus_per_replica"])  # type: ignore[call-overload]
-    if not isinstance(split, dict):  # a disaggregated plan's pools share hosts: front_end says how to place them
-        command = side_by_side(engine, command, gpus, ranking.gpus_per_host, replicas, adp)
-    lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host, tp, pp, adp))
-    if isinstance(split, dict):
+        p_command = _pool(
+            engine, model, *prefill, split["prefill_batch"], ranking.request, "prefill", ssm, ckpt, budget
+        )
+        d_command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt, budget)
+        pools = (
+            Pool("prefill", p_command, per, int(split["prefill_replicas"]), prefill[3]),
+            Pool("decode", d_command, gpus, int(split["decode_replicas"]), adp),
+        )
+        placed = placed_pools(engine, pools, ranking.gpus_per_host, ranking.num_gpus)
+        if placed is not None:
+            return "\n".join([*lines, placed]) + "\n"
+        lines.append(f"# prefill pool: {split['prefill_replicas']} replica(s) of {per} GPUs")
+        lines.append(across_hosts(engine, p_command, per, ranking.gpus_per_host, *prefill[:2], prefill[3]))
+        lines.append(f"# decode pool: {split['decode_replicas']} replica(s) of {gpus} GPUs")
+        lines.append(across_hosts(engine, d_command, gpus, ranking.gpus_per_host, tp, pp, adp))
         lines.append(front_end(engine, int(split["prefill_replicas"]), int(split["decode_replicas"])))
+        return "\n".join(lines) + "\n"
+    lines.append(f"# {cfg['replicas']} replica(s) of {cfg['gpus_per_replica']} GPUs behind a load balancer")
+    command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "both", ssm, ckpt, budget)
+    command = side_by_side(engine, command, gpus, ranking.gpus_per_host, replicas, adp)
+    lines.append(across_hosts(engine, command, gpus, ranking.gpus_per_host, tp, pp, adp))
     return "\n".join(lines) + "\n"
