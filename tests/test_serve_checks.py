@@ -451,7 +451,7 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
                 "--extra_llm_api_options extra-prefill.yaml",
                 "# extra-prefill.yaml: cache_transceiver_config: {backend: UCX}; disable_overlap_scheduler: true",
                 "# extra-decode.yaml: cache_transceiver_config: {backend: UCX}",
-                'context_servers:\n  num_instances: 4\n'
+                "context_servers:\n  num_instances: 4\n"
                 '  urls: ["HOST_1:8000", "HOST_1:8001", "HOST_1:8002", "HOST_1:8003"]',
                 'generation_servers:\n  num_instances: 1\n  urls: ["HOST_0:8000"]\nEOF\n',
                 "EOF\ntrtllm-serve disaggregated -c disagg.yaml",
