@@ -588,6 +588,23 @@ def test_a_disaggregated_plan_at_a_rate_is_replayed_pool_by_pool() -> None:
     assert split["prefill_batch"] == 4 * split["prefill_pp"]  # 8,192 tokens of 2K prompts in each stage
 
 
+def test_a_disaggregated_plan_at_a_concurrency_waits_by_littles_law() -> None:
+    """A closed loop of N requests through a split spends N / rate in the system each
+    (``disagg.concurrency_ttft_s``): where the pools bound the rate, the requests they cannot hold
+    wait for admission, and the first token comes N / rate - (osl - 1) x TPOT after the request was
+    sent. 70B on four DGX H100 at 2,000 in flight (the decode pool holds 820) had printed the prefill
+    round's 1.8 s; at 16 in flight the loop bounds the rate and the TTFT is the round's."""
+    r = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, concurrency=2000)
+    osl, gpus = r.request.output_len, r.num_gpus
+    for c in r.candidates:
+        rate = c.output_tokens_per_s_per_gpu * gpus / osl
+        assert c.ttft_s == pytest.approx(2000 / rate - (osl - 1) * c.tpot_s, rel=1e-6)
+    assert r.candidates[0].ttft_s > 30.0
+    light = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, concurrency=16).candidates[0]
+    rate = light.output_tokens_per_s_per_gpu * 32 / osl
+    assert light.ttft_s < 1.0 and 16 / rate - (osl - 1) * light.tpot_s == pytest.approx(light.ttft_s, rel=1e-6)
+
+
 def test_a_ttft_target_runs_fewer_prompts_a_prefill_round() -> None:
     """At capacity under a TTFT target a prefill replica runs the most prompts a round whose first
     token is within it (``disagg.prefill_within``): 70B on four DGX H100 at 300 ms had been refused,

@@ -109,6 +109,20 @@ def prefill_within(rounds: np.ndarray, extra_s: float, ttft_s: float | None) -> 
     return int(within[-1]) + 1 if len(within) else 1
 
 
+def concurrency_ttft_s(req: ServeRequest, ttft_s: float, rate: np.ndarray, tpot_s: np.ndarray) -> np.ndarray:
+    """The TTFT of a closed loop of ``req.concurrency`` requests through a split serving ``rate``
+    requests/s at ``tpot_s``: by Little's law each request spends N / rate in the system, of which
+    (osl - 1) x TPOT decoding after its first token, so its first token comes N / rate - (osl - 1) x
+    TPOT after it was sent, the round's TTFT (``ttft_s``) where the loop is what bounds the rate and
+    more where a pool is: the requests the pools cannot hold wait for admission. A review
+    (2026-12-07): 70B on four DGX H100 at 2,000 in flight, bound by its decode pool's KV room (820
+    sequences), printed the prefill round's 1.8 s as its TTFT: 2,000 in flight at 36.6 requests/s
+    spend 55 s each, 19 s of them decoding 511 tokens at 37.9 ms, so the first token comes after 35 s."""
+    osl = float(req.output_len)
+    assert req.concurrency is not None
+    return np.maximum(ttft_s, req.concurrency / rate - (osl - 1.0) * tpot_s)
+
+
 def queue_wait_s(rate: float, capacity: float) -> float:
     """Mean wait in the queue of a server of ``capacity`` requests/s offered Poisson arrivals at
     ``rate``: the Pollaczek-Khinchine formula for a deterministic service time (M/D/1), rho / (2 mu
@@ -204,10 +218,12 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     prompts, p_rate_i = within, within / rounds[i, within - 1]
                     ttft = float(rounds[i, within - 1] + extra[i])
                 rate = np.minimum(n_p * p_rate_i, n_d * d_rate)
+                waited = np.full(len(rate), ttft)
                 if req.concurrency is not None:  # Little's law: a request's prompt is part of its time
                     rate = np.minimum(rate, req.concurrency / (ttft + (osl - 1.0) * tpot))
+                    waited = concurrency_ttft_s(req, ttft, rate, tpot)
                 considered += len(rate)
-                ok = _meets(req, np.full(len(rate), ttft), tpot)
+                ok = _meets(req, waited, tpot)
                 if req.request_rate is not None:
                     ok &= rate >= req.request_rate * (1.0 - 1e-9)
                     score = np.where(ok, -batches, -np.inf)
@@ -218,7 +234,8 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     score = np.where(ok, rate, -np.inf)
                 k = int(np.argmax(score))
                 if np.isfinite(score[k]):
-                    options.append(((float(score[k]), -ttft), int(i), n_p, n_d, k, ttft, float(rate[k]), prompts))
+                    key = (float(score[k]), -float(waited[k]))
+                    options.append((key, int(i), n_p, n_d, k, ttft, float(rate[k]), prompts))
         options.sort(key=lambda o: o[0], reverse=True)  # stable: ties keep the loop's order
         c = None
         for option in options[: SPLITS_REPLAYED if req.request_rate is not None else 1]:
@@ -259,6 +276,8 @@ def _split_candidate(
     batch, tpot_s, tpot_terms, rate = _decode_at(
         s, lay, j, n_d, bound, rate, float(batches[k]), float(tpot[k]), ttft, req
     )
+    if req.concurrency is not None:
+        ttft = float(concurrency_ttft_s(req, ttft, np.array([rate]), np.array([tpot_s]))[0])
     if tpot_terms is None:
         tpot_terms = terms.as_dict(k)
     split = {

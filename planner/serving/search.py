@@ -960,7 +960,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
             )
         if req.concurrency is not None and ranked[0].max_concurrency < req.concurrency:
             wait = (
-                "a wait its TTFT leaves out (disaggregated plans are priced at the steady state, not replayed)"
+                "a wait its TTFT holds by Little's law (a disaggregated plan at a concurrency is not replayed)"
                 if req.disaggregate
                 else "a wait its replayed TTFT includes"
             )
