@@ -140,8 +140,8 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         )
     elif req.request_rate is not None or req.concurrency is not None:
         console.print(
-            "TTFT and TPOT at the steady state of the offered load (a disaggregated plan is replayed at a request "
-            "rate only: a closed loop through two pools is not)"
+            "TTFT and TPOT at the steady state of the offered load, the TTFT with the wait for admission by Little's "
+            "law (a disaggregated plan is replayed at a request rate only: a closed loop through two pools is not)"
         )
     kv = ranking.candidates[0].kv_cache_bytes_per_token
     console.print(
