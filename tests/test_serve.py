@@ -588,6 +588,23 @@ def test_a_disaggregated_plan_at_a_rate_is_replayed_pool_by_pool() -> None:
     assert split["prefill_batch"] == 4 * split["prefill_pp"]  # 8,192 tokens of 2K prompts in each stage
 
 
+def test_decode_layouts_that_cannot_reach_the_top_are_not_replayed(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At a rate the decode layouts are replayed in the order of their steady TPOT until the next,
+    at ``REPLAYED_TPOT_FLOOR`` of it, cannot reach the top: the ranking is the one replaying every
+    layout gives (Qwen3-30B-A3B on two DGX H100 at 20 req/s: 7 of 22 layouts not replayed)."""
+    from planner.serving import disagg
+
+    kw = {"disaggregate": True, "request_rate": 20.0}
+    pruned = planner.serve("qwen3-30b-a3b", "dgx-h100x2", **kw)
+    monkeypatch.setattr(disagg, "REPLAYED_TPOT_FLOOR", 0.0)
+    every = planner.serve("qwen3-30b-a3b", "dgx-h100x2", **kw)
+    assert (pruned.unreplayed, every.unreplayed, pruned.feasible, every.feasible) == (7, 0, 15, 22)
+    assert [(c.config, c.tpot_s, c.ttft_s) for c in pruned.candidates] == [
+        (c.config, c.tpot_s, c.ttft_s) for c in every.candidates
+    ]
+    assert disagg._top_tpot_s([0.02, 0.01, 0.01, 0.03], 2) == 0.02 and disagg._top_tpot_s([0.01], 2) == math.inf
+
+
 def test_a_disaggregated_plan_at_a_concurrency_waits_by_littles_law() -> None:
     """A closed loop of N requests through a split spends N / rate in the system each
     (``disagg.concurrency_ttft_s``): where the pools bound the rate, the requests they cannot hold

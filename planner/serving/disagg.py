@@ -30,7 +30,7 @@ at the steady state (a closed loop through two pools is not replayed).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -157,7 +157,7 @@ at 214 and 241). Ranked by the round alone, before ``queue_wait_s``, their first
 replayed at 0.9-2.1 s. A bound on the work, not a measurement."""
 
 
-def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str]:
+def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[list[ServeCandidate], int, str, int]:
     """One candidate per decode layout: its best prefill layout, split and batch. At a request
     rate, among the splits that sustain it the smallest decode batch (the shortest TPOT), then the
     shortest TTFT; otherwise the highest rate, then the shortest TTFT. A prefill replica's TTFT is its
@@ -166,12 +166,13 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
     priced at a full round of 4 prompts, 392 ms, where its one prompt takes 116 ms: a review of
     `plan serve`, 2026-12-07), else a full round. At a concurrency N the rate is also at most N /
     (TTFT + (osl - 1) x TPOT), Little's law over a request's time in the system, its prompt's
-    included."""
+    included. Returns the candidates, the points priced, why none where none, and how many decode
+    layouts were not replayed (at a rate: ``REPLAYED_TPOT_FLOOR``)."""
     from planner.serving.search import BATCH_GRID, _meets
 
     N = s.cluster.num_gpus
     if N < 2:
-        return [], 0, "disaggregation needs at least 2 GPUs (one prefill, one decode replica)"
+        return [], 0, "disaggregation needs at least 2 GPUs (one prefill, one decode replica)", 0
     isl, osl = float(req.input_len), float(req.output_len)
     rounds, p_fits = prefill_rounds(s, lay, req)
     p_rate, _ = prefill_at(rounds, None)
@@ -180,6 +181,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
     considered = 0
     fastest_ttft_s = fastest_tpot_s = math.inf  # what the targets could be met at: one prompt, one sequence
     replays: dict[tuple[str, int, int], tuple[Replayed, bool]] = {}  # pools shared by the splits tried
+    pending: list[_Splits] = []
     for j in range(len(lay)):
         cap = mem.max_concurrency[j]
         if cap < 1:
@@ -195,7 +197,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
         if p_fits.any():
             fastest_ttft_s = min(fastest_ttft_s, float(np.min((rounds[:, 0] + extra)[p_fits])))
         fastest_tpot_s = min(fastest_tpot_s, float(tpot[0]))
-        options: list[tuple[tuple[float, float], int, int, int, int, float, float, int]] = []
+        options: list[_Option] = []
         for i in np.flatnonzero(p_fits):
             g_p = float(lay.gpus_per_replica[i])
             full = int(np.isfinite(rounds[i]).sum())  # a round at capacity: the full budget
@@ -237,23 +239,84 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     key = (float(score[k]), -float(waited[k]))
                     options.append((key, int(i), n_p, n_d, k, ttft, float(rate[k]), prompts))
         options.sort(key=lambda o: o[0], reverse=True)  # stable: ties keep the loop's order
+        if options:
+            pending.append(_Splits(j, options, batches, tpot, terms, extra))
+    reason = "" if pending else _no_split_reason(req, fastest_ttft_s, fastest_tpot_s)
+
+    def candidate(p: _Splits, option: _Option, replay: bool) -> ServeCandidate:
+        memo = replays if replay else None
+        return _split_candidate(s, lay, req, option, p.j, p.batches, p.tpot, p.terms, mem, p_rate, p.extra, memo)
+
+    if req.request_rate is None:
+        return [candidate(p, p.options[0], False) for p in pending], considered, reason, 0
+    # at a rate every split serves the rate, and the shortest TPOT ranks first: the decode layouts are
+    # replayed in the order of their first split's steady TPOT, until the next cannot reach the top
+    steady = sorted(((candidate(p, p.options[0], False).tpot_s, n, p) for n, p in enumerate(pending)))
+    met: list[float] = []
+    unreplayed = 0
+    for steady_tpot_s, _, p in steady:
+        if REPLAYED_TPOT_FLOOR * steady_tpot_s > _top_tpot_s(met, req.top):
+            unreplayed += 1
+            continue
         c = None
-        for option in options[: SPLITS_REPLAYED if req.request_rate is not None else 1]:
-            tried = _split_candidate(s, lay, req, option, j, batches, tpot, terms, mem, p_rate, extra, replays)
+        for option in p.options[:SPLITS_REPLAYED]:
+            tried = candidate(p, option, True)
             c = c or tried  # where none meets the targets on its replay, the steady state's first
             if tried.meets_targets:
                 c = tried
                 break
-        if c is not None:
-            cands.append(c)
-    return cands, considered, "" if cands else _no_split_reason(req, fastest_ttft_s, fastest_tpot_s)
+        assert c is not None
+        cands.append(c)
+        if c.meets_targets:
+            met.append(c.tpot_s)  # type: ignore[arg-type]
+    return cands, considered, reason, unreplayed
+
+
+REPLAYED_TPOT_FLOOR = 0.95
+"""A decode pool's replayed TPOT over its steady round's is at least this: its iterations decode
+the running batch alone, whose time mean is Little's law's batch, and a round's time grows with
+its batch, so the Poisson swings of the batch cost more than they save. Measured on this planner
+(2026-12-07, the 103 replayed candidates of DeepSeek-V3 on a GB200 rack at 10 req/s, 70B on 16
+DGX H100 at 30 req/s and Qwen3-30B-A3B on two DGX H100 at 20 req/s): 0.993 to 1.214; the margin
+below 0.993 is a judgement. A decode layout whose steady TPOT times this cannot reach the top
+ranks found so far is not replayed (``disaggregated_candidates``)."""
+
+
+def _top_tpot_s(met: list[float], top: int) -> float:
+    """The TPOT a split must beat to enter the ``top`` ranks, given the replayed TPOTs of those found
+    so far that meet the targets (``met``): the ``top``-th shortest of their distinct values (splits
+    priced alike share one rank, ``search.merge_equivalents``), inf until there are that many."""
+    distinct: list[float] = []
+    for value in sorted(met):
+        if not distinct or abs(value - distinct[-1]) > 1e-9 * value:
+            distinct.append(value)
+    return distinct[top - 1] if len(distinct) >= top else math.inf
+
+
+_Option = tuple[tuple[float, float], int, int, int, int, float, float, int]
+"""A split of one decode layout (``disaggregated_candidates``): its steady-state key, prefill layout
+index, prefill and decode replicas, the decode grid's batch index, TTFT, rate and prompts a
+prefill round."""
+
+
+@dataclass(frozen=True)
+class _Splits:
+    """A decode layout's splits in the steady state's order, with the grid arrays ``_split_candidate``
+    prices them from."""
+
+    j: int
+    options: list[_Option]
+    batches: np.ndarray
+    tpot: np.ndarray
+    terms: RoundTerms
+    extra: np.ndarray
 
 
 def _split_candidate(
     s: Setting,
     lay: Layouts,
     req: ServeRequest,
-    option: tuple[tuple[float, float], int, int, int, int, float, float, int],
+    option: _Option,
     j: int,
     batches: np.ndarray,
     tpot: np.ndarray,
@@ -261,11 +324,10 @@ def _split_candidate(
     mem: MemoryPlan,
     p_rate: np.ndarray,
     extra: np.ndarray,
-    replays: dict[tuple[str, int, int], tuple[Replayed, bool]],
+    replays: dict[tuple[str, int, int], tuple[Replayed, bool]] | None,
 ) -> ServeCandidate:
-    """The candidate of decode layout ``j`` and one split ``option`` (its steady-state key, prefill
-    layout ``i``, pool sizes, the decode grid's batch index ``k``, TTFT, rate and prompts a prefill
-    round), at a request rate replayed (``replayed_split``, its pools' replays kept in ``replays``)."""
+    """The candidate of decode layout ``j`` and one split ``option`` (``_Option``), at a request rate
+    replayed (``replayed_split``, its pools' replays kept in ``replays``; None: the steady state's)."""
     from planner.serving.search import _kv_per_token
 
     _, i, n_p, n_d, k, ttft, rate, prompts = option
@@ -319,7 +381,7 @@ def _split_candidate(
             f"{transfer * 1e3:.2f} ms per request",
         ],
     )
-    if req.request_rate is None:
+    if req.request_rate is None or replays is None:
         return c
     p_pool = replace(lay.take(np.array([i])), replicas=np.array([float(n_p)]))
     d_pool = replace(lay.take(np.array([j])), replicas=np.array([float(n_d)]))

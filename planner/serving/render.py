@@ -10,6 +10,7 @@ from rich.table import Table
 from planner.figures import rate, seconds
 from planner.render import relative_band_cell
 from planner.schemas.base import GIB_BYTES
+from planner.serving.disagg import REPLAYED_TPOT_FLOOR
 from planner.serving.layout import layout_text
 from planner.serving.schemas import ServeCandidate, ServeRanking
 from planner.serving.search import REPLAY_MIN_REQUESTS
@@ -149,8 +150,13 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         f"{'layout meets' if ranking.feasible == 1 else 'layouts meet'} the targets "
         f"({ranking.considered} layout x batch points priced"
         + (
-            f"; {ranking.unreplayed} more not replayed: their throughput, bounded by rounds of decode alone, "
-            f"cannot reach the top {ranking.request.top})"
+            f"; {ranking.unreplayed} more not replayed: "
+            + (
+                "their decode pools' TPOT, at least "
+                f"{REPLAYED_TPOT_FLOOR:g} of their steady rounds', cannot reach the top {ranking.request.top})"
+                if ranking.request.disaggregate
+                else f"their throughput, bounded by rounds of decode alone, cannot reach the top {ranking.request.top})"
+            )
             if ranking.unreplayed
             else ")"
         )

@@ -168,7 +168,9 @@ class ServeRanking(Frozen):
         0,
         description="Without a load: layouts not replayed, since a bound on their throughput (their largest "
         "batch searched, over a round of decode tokens alone) is below the top-th found meeting the targets; "
-        "whether they meet the targets is not known, so feasible counts the replayed ones",
+        "a disaggregated plan at a request rate: decode layouts not replayed, since their TPOT (at least "
+        "serving.disagg.REPLAYED_TPOT_FLOOR of the steady round's) cannot reach the top; whether they meet the "
+        "targets is not known, so feasible counts the replayed ones",
     )
     reason: str = Field("", description="Why the ranking is empty, when it is")
     searched_targets: dict[ErrorMetric, float] = Field(

@@ -931,8 +931,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
     if req.disaggregate:
         from planner.serving.disagg import disaggregated_candidates
 
-        cands, considered, reason = disaggregated_candidates(s, lay, req)
-        unreplayed = 0
+        cands, considered, reason, unreplayed = disaggregated_candidates(s, lay, req)
     else:
         cands, considered, reason, unreplayed = _colocated_candidates(s, lay, req)
     price = cluster.profile.price_per_gpu_hour_usd
