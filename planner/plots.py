@@ -224,6 +224,7 @@ def plot_serving(
     title: str,
     path: str | Path,
     replayed: list[tuple[str, float, float]] | None = None,
+    splits: list[tuple[float, float]] | None = None,
 ) -> None:
     """``plan serve --plot``: each layout's trade-off over the batch grid at the steady-state
     round, output tokens/s per user (1 / TPOT) against output tokens/s per GPU, as the serving
@@ -232,7 +233,10 @@ def plot_serving(
     layout in bold. ``replayed``: the table's candidates whose figures come from a replay
     (label, tokens/s per user, per GPU), drawn as crosses in their layout's colour: where they sit
     below their curve is the steady state's optimism (above it, for a MoE model, its pessimism:
-    rounds of decode tokens alone read fewer experts than its even spread of prompts)."""
+    rounds of decode tokens alone read fewer experts than its even spread of prompts). ``splits``: a
+    disaggregated plan's candidates in the table's order (tokens/s per user, per GPU of the cluster),
+    drawn as numbered diamonds over the co-located layouts' curves, which they are weighed against
+    (a split has no curve: its pools' sizes change with the load)."""
     plt = require_pyplot()
     fig, ax = plt.subplots(figsize=(9, 6))
     best = serving_curves_shown(curves, winner_label, replayed)
@@ -248,6 +252,11 @@ def plot_serving(
                 ax.scatter([per_user], [per_gpu], marker="x", color=line.get_color(), s=60)
     if replayed:
         ax.scatter([], [], marker="x", color="k", s=60, label="replayed (the table's figures)")
+    for rank, (per_user, per_gpu) in enumerate(splits or [], start=1):
+        ax.scatter([per_user], [per_gpu], marker="D", color="k", s=30, zorder=3)
+        ax.annotate(f"#{rank}", (per_user, per_gpu), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    if splits:
+        ax.scatter([], [], marker="D", color="k", s=30, label="disaggregated splits (#: the table's rank)")
     if tpot_target_s is not None:
         ax.axvline(1.0 / tpot_target_s, color="k", ls="--", lw=1, label=f"TPOT target {tpot_target_s * 1e3:g} ms")
     ax.set_xlabel("output tokens/s per user (1 / TPOT)")

@@ -97,3 +97,26 @@ def test_the_serving_plot_draws_the_tables_layouts_first() -> None:
     assert table[0] == "1x tp2 pp4" and peak == "2x tp4 pp1" and peak not in table
     shown = [c.label for c in serving_curves_shown(curves, table[0], replayed)]
     assert shown[:3] == table and shown[3] == peak and len(shown) == min(MAX_SERVING_CURVES, len(curves))
+
+
+def test_a_disaggregated_plan_is_drawn_as_its_splits_over_the_colocated_curves(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A split has no curve (its pools' sizes change with the load): --plot of a disaggregated plan
+    draws the table's splits as numbered diamonds at their figures over the co-located layouts'
+    curves, which they are weighed against (it had drawn the curves alone, none of them the plan's)."""
+    pytest.importorskip("matplotlib")
+    from typer.testing import CliRunner
+
+    from planner import plots
+    from planner.cli.app import app
+
+    drawn: dict = {}
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.update(ax=fig.axes[0]))
+    args = ["serve", "-m", "llama70b", "-c", "dgx-h100x2", "--disaggregate", "--tpot-ms", "30", "--ttft-ms", "500"]
+    r = CliRunner().invoke(app, [*args, "--plot", "x.png", "--top", "3"])
+    assert r.exit_code == 0, r.output
+    ax = drawn["ax"]
+    assert ax.get_title().endswith(": disaggregated splits against co-located layouts")
+    assert [t.get_text() for t in ax.texts] == ["#1", "#2", "#3"]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "disaggregated splits (#: the table's rank)" in labels and not any(" | " in t for t in labels)
+    assert not any(label.endswith("(#1)") for label in labels)  # no co-located layout is the plan's winner

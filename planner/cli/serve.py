@@ -204,12 +204,14 @@ def serve_cmd(
 
         winner = layout_label(ranking.candidates[0]) if ranking.candidates else None
         title = f"{ranking.model} on {ranking.cluster}, {ranking.engine}, ISL {req.input_len} / OSL {req.output_len}"
-        replayed = [
-            (layout_label(c), c.output_tokens_per_s_per_user, c.output_tokens_per_s_per_gpu)
-            for c in ranking.candidates
-            if c.replayed
-        ]
-        plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot, replayed)
+        points = [(c.output_tokens_per_s_per_user, c.output_tokens_per_s_per_gpu) for c in ranking.candidates]
+        if req.disaggregate:  # the splits over the co-located layouts' curves, which have none of them
+            colocated = req.model_copy(update={"disaggregate": False})
+            title += ": disaggregated splits against co-located layouts"
+            plot_serving(layout_curves(spec, clus, colocated), None, req.tpot_s, title, plot, None, points)
+        else:
+            replayed = [(layout_label(c), *p) for c, p in zip(ranking.candidates, points, strict=True) if c.replayed]
+            plot_serving(layout_curves(spec, clus, req), winner, req.tpot_s, title, plot, replayed)
     if not as_json and not ranking.candidates:  # JSON prints the empty ranking and its reason first (below)
         raise PlannerError(f"no candidate{', nothing to export' if export else ''}: {ranking.reason}")
     if export is not None:  # the table prints them; launch flags go to stdout, so these to stderr
