@@ -541,3 +541,28 @@ def test_a_disaggregated_rate_plan_says_why_once() -> None:
     ranking = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100x2"), req)
     why = ranking.candidates[0].why
     assert "x the next" not in why and "every layout serves the offered 1 req/s" in why
+
+
+def test_servers_are_placed_on_whole_hosts_where_they_span_them() -> None:
+    """On an NVL72 rack (trays of 4 GPUs) most servers span trays: a wide server takes a run of whole
+    hosts of its own, its first host the head (``export.place_servers``), started as a multi-host
+    replica with its hosts named; hosts that start the same servers are written once."""
+    from planner.serving.export import place_servers
+
+    assert place_servers([4, 8, 2, 2], 4, 4) == [(2, 0), (0, 0), (3, 0), (3, 2)]
+    assert place_servers([8, 8], 4, 3) is None and place_servers([6], 4, 4) is None  # no room; not whole hosts
+    req = ServeRequest(engine="trtllm", disaggregate=True)
+    ranking = serve_search(load_model("deepseek-v3"), load_cluster("gb200-nvl72"), req)
+    split = ranking.candidates[0].config["prefill_decode_split"]
+    assert (split["prefill_replicas"], split["prefill_gpus"], split["decode_gpus"]) == (10, 40, 32)
+    text = export_commands(ranking, "trtllm")
+    hosts = ",".join(f"HOST_{h}:4" for h in range(8))
+    for fragment in (
+        "# on each of HOST_8 .. HOST_17:\nprefill_server 0,1,2,3 8000 &\nwait",
+        "# decode server 1 on HOST_0 .. HOST_7 (head HOST_0)",
+        f"mpirun -n 32 --host {hosts} trtllm-llmapi-launch trtllm-serve",
+        "--host 0.0.0.0 --port 8000\n# extra-decode.yaml",
+        '  urls: ["HOST_0:8000"]',
+    ):
+        assert fragment in text, text
+    assert "PREFILL_" not in text and "HEAD_IP" not in text and "HOSTS" not in text

@@ -256,20 +256,31 @@ class Pool:
     gpus: int
     replicas: int
     attention_dp: bool
+    tp: int
+    pp: int
 
 
 def place_servers(sizes: list[int], per_host: int, hosts: int) -> list[tuple[int, int]] | None:
-    """(host, first GPU) of each server of ``sizes`` GPUs on ``hosts`` hosts of ``per_host``: each on
-    one host, the largest first, each on the first host with room (so servers of powers of two sit
-    on aligned GPUs); None where one spans hosts or they do not fit."""
+    """(host, first GPU) of each server of ``sizes`` GPUs on ``hosts`` hosts of ``per_host``, the
+    largest first: a server of a host or less on the first host with room (so servers of powers of
+    two sit on aligned GPUs), a wider one on the first run of whole hosts left empty (its first
+    host given, GPU 0); None where they do not fit or a wide one is not whole hosts."""
     free = [0] * hosts  # the next free GPU of each host
     placed: list[tuple[int, int]] = [(-1, -1)] * len(sizes)
     for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
-        host = next((h for h in range(hosts) if free[h] + sizes[k] <= per_host), None)
+        span, rest = divmod(sizes[k], per_host)
+        if span and rest:
+            return None
+        span = max(span, 1)
+        room = sizes[k] if span == 1 else per_host
+        host = next(
+            (h for h in range(hosts - span + 1) if all(free[h + i] + room <= per_host for i in range(span))), None
+        )
         if host is None:
             return None
         placed[k] = (host, free[host])
-        free[host] += sizes[k]
+        for i in range(span):
+            free[host + i] += room
     return placed
 
 
@@ -299,20 +310,23 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
     """A disaggregated plan's servers placed on the cluster's hosts (``place_servers``) and started
     there, with what joins them (``front_end`` over their addresses): one shell function a pool that
     starts a server on the GPUs (CUDA_VISIBLE_DEVICES) and ports given, then each host's servers, each
-    on GPUs and ports of its own (``_own_ports``); HOST_h stands for host h's address. A review
+    on GPUs and ports of its own (``_own_ports``); HOST_h stands for host h's address. A server wider
+    than a host has its hosts to itself and is started as ``across_hosts`` starts a replica, its first
+    host the head (an NVL72 rack's trays hold 4 GPUs, so most of its servers span trays). A review
     (2026-12-07) had found the pools printed as one command each, every copy of a pool on a host on
     GPU 0 and port 8000 (colocated replicas got their loop, ``side_by_side``, the same day). None
-    where the cluster states no host size or a server spans hosts (``across_hosts`` starts those)."""
-    sizes = [p.gpus for p in pools for _ in range(p.replicas)]
-    if per_host is None or max(sizes) > per_host:
+    where the cluster states no host size or the servers do not fit its hosts (``place_servers``)."""
+    if per_host is None:
         return None
     hosts = math.ceil(num_gpus / per_host)
-    where = place_servers(sizes, per_host, hosts)
+    where = place_servers([p.gpus for p in pools for _ in range(p.replicas)], per_host, hosts)
     if where is None:
         return None
     head = f"# the servers on {hosts} host(s) of {per_host} GPUs (HOST_h: host h's address)"
     lines = [f"{head}, each on GPUs and ports of its own"]
     for pool in pools:
+        if pool.gpus > per_host:
+            continue  # started whole, below
         cmd, _, notes = pool.command.partition("\n# ")
         own = _own_ports(engine, pool)
         named = [f"${i} its {name}" for i, (name, _, _) in enumerate(own, start=3)]
@@ -329,9 +343,16 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
     bootstraps: list[int] = []
     on_host = [0] * hosts
     servers = iter(where)
+    wide: list[str] = []
     for pool in pools:
-        for _ in range(pool.replicas):
+        for k in range(pool.replicas):
             host, first = next(servers)
+            if pool.gpus > per_host:
+                wide.append(_wide_server(engine, pool, k, host, per_host))
+                urls[pool.role].append(f"HOST_{host}:{BASE_PORT}")
+                if engine == "sglang" and pool.role == "prefill":
+                    bootstraps.append(_own_ports(engine, pool)[0][1])
+                continue
             n = on_host[host]
             on_host[host] += 1
             ports = [base + step * n for _, base, step in _own_ports(engine, pool)]
@@ -342,13 +363,42 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
             urls[pool.role].append(f"HOST_{host}:{BASE_PORT + n}")
     # vLLM's NIXL handshake listens on VLLM_NIXL_SIDE_CHANNEL_HOST, localhost unless set (vllm/envs.py),
     # which a server on another host cannot reach
-    side = engine == "vllm" and sum(1 for started in starts if started) > 1
-    for host, started in enumerate(starts):
-        if started:
-            export = [f"export VLLM_NIXL_SIDE_CHANNEL_HOST=HOST_{host}"] if side else []
-            lines.append("\n".join([f"# on HOST_{host}:", *export, *started, "wait"]))
+    side = engine == "vllm" and (sum(1 for started in starts if started) > 1 or bool(wide))
+    host = 0
+    while host < hosts:  # runs of hosts that start the same servers, written once
+        last = host
+        while last + 1 < hosts and starts[last + 1] == starts[host]:
+            last += 1
+        if starts[host]:
+            one = last == host
+            where = f"HOST_{host}" if one else f"each of HOST_{host} .. HOST_{last}"
+            address = f"HOST_{host}" if one else "<its own address>"
+            export = [f"export VLLM_NIXL_SIDE_CHANNEL_HOST={address}"] if side else []
+            lines.append("\n".join([f"# on {where}:", *export, *starts[host], "wait"]))
+        host = last + 1
+    lines.extend(wide)
     lines.append(front_end(engine, pools[0].replicas, pools[1].replicas, urls["prefill"], urls["decode"], bootstraps))
     return "\n".join(lines)
+
+
+def _wide_server(engine: str, pool: Pool, k: int, host: int, per_host: int) -> str:
+    """Server ``k`` of ``pool``, wider than a host, on hosts ``host`` .. as ``across_hosts`` starts a
+    replica over hosts, its first host the head (HEAD_IP) and its hosts named (MPI's HOSTS): on hosts
+    of its own, so its other ports are the engine's defaults and --port the first server's (``BASE_PORT``); vLLM's
+    NIXL side channel must listen on each host's own address (VLLM_NIXL_SIDE_CHANNEL_HOST, localhost
+    unless set), set where each host's processes start (before ``ray start`` under Ray)."""
+    span = pool.gpus // per_host
+    names = [f"HOST_{host + i}" for i in range(span)]
+    cmd, _, notes = pool.command.partition("\n# ")
+    kept = [n for n in notes.split("\n# ") if n and n != f"{pool.role} pool"]
+    command = f"{cmd} \\\n    --host 0.0.0.0 --port {BASE_PORT}" + "".join(f"\n# {n}" for n in kept)
+    text = across_hosts(engine, command, pool.gpus, per_host, pool.tp, pool.pp, pool.attention_dp)
+    slots = ",".join(f"{name}:{per_host}" for name in names)  # MPI's host:slots, the host's GPUs
+    text = text.replace(HEAD, names[0]).replace("--host HOSTS", f"--host {slots}")
+    first = f"# {pool.role} server {k + 1} on {names[0]} .. {names[-1]} (head {names[0]})"
+    if engine == "vllm":
+        first += "; on each of its hosts first: export VLLM_NIXL_SIDE_CHANNEL_HOST=<that host's address>"
+    return f"{first}\n{text}"
 
 
 def front_end(
@@ -537,8 +587,8 @@ def export_commands(ranking: ServeRanking, engine: str, model_given: str | None 
         )
         d_command = _pool(engine, model, tp, pp, ep, adp, batch, ranking.request, "decode", ssm, ckpt, budget)
         pools = (
-            Pool("prefill", p_command, per, int(split["prefill_replicas"]), prefill[3]),
-            Pool("decode", d_command, gpus, int(split["decode_replicas"]), adp),
+            Pool("prefill", p_command, per, int(split["prefill_replicas"]), prefill[3], *prefill[:2]),
+            Pool("decode", d_command, gpus, int(split["decode_replicas"]), adp, tp, pp),
         )
         placed = placed_pools(engine, pools, ranking.gpus_per_host, ranking.num_gpus)
         if placed is not None:
