@@ -248,8 +248,9 @@ FRONT_PORT = 8080
 @dataclass(frozen=True)
 class Pool:
     """One pool of a disaggregated plan as launched: its role ('prefill' or 'decode'), one server's
-    command (``_pool``, its notes as comment lines after it), GPUs a server, servers, and whether
-    it runs attention data-parallel (a vLLM data-parallel server's RPC port)."""
+    command (``_pool``, its notes as comment lines after it), GPUs a server, servers, whether it
+    runs attention data-parallel (a vLLM data-parallel server's RPC port), and its tp and pp (how
+    ``across_hosts`` starts a server wider than a host)."""
 
     role: str
     command: str
@@ -371,10 +372,10 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
             last += 1
         if starts[host]:
             one = last == host
-            where = f"HOST_{host}" if one else f"each of HOST_{host} .. HOST_{last}"
+            on = f"HOST_{host}" if one else f"each of HOST_{host} .. HOST_{last}"
             address = f"HOST_{host}" if one else "<its own address>"
             export = [f"export VLLM_NIXL_SIDE_CHANNEL_HOST={address}"] if side else []
-            lines.append("\n".join([f"# on {where}:", *export, *starts[host], "wait"]))
+            lines.append("\n".join([f"# on {on}:", *export, *starts[host], "wait"]))
         host = last + 1
     lines.extend(wide)
     lines.append(front_end(engine, pools[0].replicas, pools[1].replicas, urls["prefill"], urls["decode"], bootstraps))
@@ -383,10 +384,11 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
 
 def _wide_server(engine: str, pool: Pool, k: int, host: int, per_host: int) -> str:
     """Server ``k`` of ``pool``, wider than a host, on hosts ``host`` .. as ``across_hosts`` starts a
-    replica over hosts, its first host the head (HEAD_IP) and its hosts named (MPI's HOSTS): on hosts
-    of its own, so its other ports are the engine's defaults and --port the first server's (``BASE_PORT``); vLLM's
-    NIXL side channel must listen on each host's own address (VLLM_NIXL_SIDE_CHANNEL_HOST, localhost
-    unless set), set where each host's processes start (before ``ray start`` under Ray)."""
+    replica over hosts, its first host the head (HEAD_IP) and its hosts named (MPI's HOSTS, as
+    host:slots): on hosts of its own, so its other ports are the engine's defaults and --port the
+    first server's (``BASE_PORT``); vLLM's NIXL side channel must listen on each host's own address
+    (VLLM_NIXL_SIDE_CHANNEL_HOST, localhost unless set), set where each host's processes start
+    (before ``ray start`` under Ray)."""
     span = pool.gpus // per_host
     names = [f"HOST_{host + i}" for i in range(span)]
     cmd, _, notes = pool.command.partition("\n# ")
