@@ -549,8 +549,10 @@ def test_servers_are_placed_on_whole_hosts_where_they_span_them() -> None:
     replica with its hosts named; hosts that start the same servers are written once."""
     from planner.serving.export import place_servers
 
-    assert place_servers([4, 8, 2, 2], 4, 4) == [(2, 0), (0, 0), (3, 0), (3, 2)]
-    assert place_servers([8, 8], 4, 3) is None and place_servers([6], 4, 4) is None  # no room; not whole hosts
+    assert place_servers([4, 8, 2, 2], 4, 16) == [(2, 0), (0, 0), (3, 0), (3, 2)]
+    assert place_servers([8, 8], 4, 12) is None and place_servers([6], 4, 16) is None  # no room; not whole hosts
+    assert place_servers([4, 4, 4], 8, 12) == [(0, 0), (0, 4), (1, 0)]  # the last host has 4 GPUs
+    assert place_servers([8, 8], 8, 12) is None and place_servers([2, 2], 8, 2) is None
     req = ServeRequest(engine="trtllm", disaggregate=True)
     ranking = serve_search(load_model("deepseek-v3"), load_cluster("gb200-nvl72"), req)
     split = ranking.candidates[0].config["prefill_decode_split"]

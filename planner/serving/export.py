@@ -261,12 +261,15 @@ class Pool:
     pp: int
 
 
-def place_servers(sizes: list[int], per_host: int, hosts: int) -> list[tuple[int, int]] | None:
-    """(host, first GPU) of each server of ``sizes`` GPUs on ``hosts`` hosts of ``per_host``, the
-    largest first: a server of a host or less on the first host with room (so servers of powers of
-    two sit on aligned GPUs), a wider one on the first run of whole hosts left empty (its first
-    host given, GPU 0); None where they do not fit or a wide one is not whole hosts."""
-    free = [0] * hosts  # the next free GPU of each host
+def place_servers(sizes: list[int], per_host: int, num_gpus: int) -> list[tuple[int, int]] | None:
+    """(host, first GPU) of each server of ``sizes`` GPUs on ``num_gpus`` GPUs in hosts of
+    ``per_host`` (the last host partly used where they do not divide), the largest first: a server
+    of a host or less on the first host with room (so servers of powers of two sit on aligned GPUs),
+    a wider one on the first run of whole hosts left empty (its first host given, GPU 0); None where
+    they do not fit or a wide one is not whole hosts."""
+    hosts = math.ceil(num_gpus / per_host)
+    # the next free GPU of each host; the GPUs a partly used last host lacks count as taken
+    free = [0] * (hosts - 1) + [per_host * hosts - num_gpus]
     placed: list[tuple[int, int]] = [(-1, -1)] * len(sizes)
     for k in sorted(range(len(sizes)), key=lambda k: -sizes[k]):
         span, rest = divmod(sizes[k], per_host)
@@ -279,7 +282,7 @@ def place_servers(sizes: list[int], per_host: int, hosts: int) -> list[tuple[int
         )
         if host is None:
             return None
-        placed[k] = (host, free[host])
+        placed[k] = (host, free[host] if host < hosts - 1 else free[host] - (per_host * hosts - num_gpus))
         for i in range(span):
             free[host + i] += room
     return placed
@@ -320,7 +323,7 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
     if per_host is None:
         return None
     hosts = math.ceil(num_gpus / per_host)
-    where = place_servers([p.gpus for p in pools for _ in range(p.replicas)], per_host, hosts)
+    where = place_servers([p.gpus for p in pools for _ in range(p.replicas)], per_host, num_gpus)
     if where is None:
         return None
     head = f"# the servers on {hosts} host(s) of {per_host} GPUs (HOST_h: host h's address)"
