@@ -568,3 +568,17 @@ def test_servers_are_placed_on_whole_hosts_where_they_span_them() -> None:
     ):
         assert fragment in text, text
     assert "PREFILL_" not in text and "HEAD_IP" not in text and "HOSTS" not in text
+
+
+def test_an_attention_dp_export_says_what_the_plan_assumes_of_its_ranks() -> None:
+    """The replay prices attention-DP ranks in step (each rank's prompts in the same iterations);
+    TensorRT-LLM's in-flight batching runs them apart unless its ADP balance is on, so a co-located
+    export says so, and a disaggregated one (no prompt beside the decode) does not."""
+    note = "the plan prices the attention-DP ranks in step"
+    req = ServeRequest(engine="trtllm", request_rate=4.0, attention_dp=True, tp=8)
+    ranking = serve_search(load_model("deepseek-v3"), load_cluster("dgx-h200"), req)
+    assert ranking.candidates[0].config["attention_dp"] and note in export_commands(ranking, "trtllm")
+    split = serve_search(
+        load_model("deepseek-v3"), load_cluster("dgx-h200x2"), req.model_copy(update={"disaggregate": True})
+    )
+    assert note not in export_commands(split, "trtllm")
