@@ -144,7 +144,11 @@ class ServeCandidate(Frozen):
         description="At a request rate: the fewest replicas of this layout that keep up with it at the steady state "
         "(Little's law at the layout's best batch: serving.search.replicas_for_rate); the replay may need more",
     )
-    steady_state_ttft_s: float | None = Field(None, description="Where replayed: the steady-state round's TTFT")
+    steady_state_ttft_s: float | None = Field(
+        None,
+        description="Where replayed: the steady-state round's TTFT (a disaggregated split's: its prefill round, "
+        "the prefill replica's M/D/1 queue wait, serving.disagg.queue_wait_s, the KV's move and the server's path)",
+    )
     steady_state_tpot_s: float | None = Field(None, description="Where replayed: the steady-state round's TPOT")
     equivalent_layouts: list[str] = Field(
         default_factory=list,
