@@ -577,6 +577,10 @@ def test_a_disaggregated_plan_at_a_rate_is_replayed_pool_by_pool() -> None:
         assert c.ttft_s <= 0.5 and c.ttft_s > c.steady_state_ttft_s + 0.9 * c.tpot_s
     slow = planner.serve("llama70b", "dgx-h100x4", disaggregate=True, request_rate=8.0, top=20)
     assert max(c.ttft_s / c.steady_state_ttft_s for c in slow.candidates) > 2  # no target: a hot prefill pool
+    # the why line names both pools and the replayed TTFT beside its steady estimate
+    first = slow.candidates[0]
+    assert first.why.startswith("decode 3x tp8 pp1 beside prefill 1x tp4 pp2; TTFT ")
+    assert f"TTFT {first.ttft_s * 1e3:.0f} ms replayed (its steady-state estimate " in first.why
     # the launch commands cap each pool where its replay admitted: the decode servers at their KV room
     # (not the time-mean batch, which would queue the bursts), the prefill servers at the budget's prompts
     best = slow.candidates[0]
