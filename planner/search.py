@@ -213,10 +213,10 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     cap = usable_memory_bytes(cluster, job)
     need = np.zeros(len(full))
     fits_all = np.ones(len(full), dtype=bool)
-    acts = [(x, layer_activations(model, job, x)) for x in (full, one, most)]
+    acts = layer_activations(model, job, full)  # per layer: the same whichever layers a chunk recomputes
     for rank in STAGE_RANKS:
         at_all, at_one, at_most = (
-            stage_memory(model, cluster, job, x, m, rank, ranks=ranks, per_layer=a).total for x, a in acts
+            stage_memory(model, cluster, job, x, m, rank, ranks=ranks, per_layer=acts).total for x in (full, one, most)
         )
         # what one recomputed layer saves: along the line where it has two points, else to r = all
         per_layer = np.where(
