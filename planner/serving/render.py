@@ -27,15 +27,19 @@ def layout_label(c: ServeCandidate) -> str:
         bool(cfg["attention_dp"]),
     )
     if isinstance(split, dict):
-        prefill = layout_text(
-            split["prefill_replicas"],
-            split["prefill_tp"],
-            split["prefill_pp"],
-            int(split.get("prefill_ep", 1)),
-            bool(split.get("prefill_attention_dp", False)),
-        )
-        return f"P: {prefill} | D: {decode}"
+        return f"P: {prefill_text(split)} | D: {decode}"
     return decode
+
+
+def prefill_text(split: dict[str, int | bool]) -> str:
+    """A disaggregated split's prefill pool as the table names it: '4x tp2 pp1'."""
+    return layout_text(
+        int(split["prefill_replicas"]),
+        int(split["prefill_tp"]),
+        int(split["prefill_pp"]),
+        int(split.get("prefill_ep", 1)),
+        bool(split.get("prefill_attention_dp", False)),
+    )
 
 
 def batch_text(batch: float) -> str:

@@ -767,14 +767,9 @@ def _why(best: ServeCandidate, others: list[ServeCandidate], req: ServeRequest) 
     ]
     split = c.get("prefill_decode_split")
     if isinstance(split, dict):  # the decode layout above, its replicas and the prefill pool beside it
-        prefill = layout_text(
-            int(split["prefill_replicas"]),
-            int(split["prefill_tp"]),
-            int(split["prefill_pp"]),
-            int(split["prefill_ep"]),
-            bool(split["prefill_attention_dp"]),
-        )
-        parts[0] = f"decode {split['decode_replicas']}x {parts[0]} beside prefill {prefill}"
+        from planner.serving.render import prefill_text
+
+        parts[0] = f"decode {split['decode_replicas']}x {parts[0]} beside prefill {prefill_text(split)}"
         if best.replayed and best.steady_state_ttft_s is not None:
             steady_ms = best.steady_state_ttft_s * 1e3
             parts.append(f"TTFT {best.ttft_s * 1e3:.0f} ms replayed (its steady-state estimate {steady_ms:.0f} ms)")
