@@ -3,9 +3,11 @@ published) of every row of a runs file in the schema of shared/groundtruth/infer
 
 Each row is priced from its own fields (model shape, GPU, layout, formats, ISL/OSL, load) by
 planner/serving/runs.py, never by its name; a row the translator cannot express is listed with the
-reason. A maximum-throughput or concurrency row's predicted throughput is what `plan serve` reports
-for its layout at that load (the closed-loop replay, planner/serving/runs.py ``served``); the fit
-prices them by their waves and steady round (``predict``), faster. The engines' per-architecture
+reason. A maximum-throughput or concurrency row's predicted throughput is its run replayed
+iteration by iteration (planner/serving/runs.py ``served``): where the row states its request count
+(or trtllm-bench's is known), that whole run, its last requests' tail included, as the benchmark
+reports it; else what `plan serve` reports for its layout at that load. The fit prices them by
+their waves and steady round (``predict``), faster. The engines' per-architecture
 parameters are fitted on the file's throughput rows, and each engine's server request path on its
 TTFT rows measured through a server (planner/serving/calibrate.py, what `plan serve-calibrate --runs
 FILE --write` ships); each row's cross-validated error comes from a fit that left the row's whole
@@ -96,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         f"signed {cv(o['signed_pct'], '+')}" + (" (shipped parameters: no row in a fit)" if args.shipped else "")
     )
     print(
-        "  (a maximum-throughput or concurrency row as plan serve replays its layout at that load; the fit prices "
+        "  (a maximum-throughput or concurrency row by the replay of its run, or where it states no request count "
+        "as plan serve replays its layout at that load; the fit prices "
         "them by their waves and steady round at the replay's ratio to them at a first fit: MAPE "
         f"{cv(o['fit_mape_pct'])}, signed {cv(o['fit_signed_pct'], '+')})"
     )

@@ -558,13 +558,16 @@ def test_servers_are_placed_on_whole_hosts_where_they_span_them() -> None:
     split = ranking.candidates[0].config["prefill_decode_split"]
     assert (split["prefill_replicas"], split["prefill_gpus"], split["decode_gpus"]) == (10, 40, 32)
     text = export_commands(ranking, "trtllm")
-    hosts = ",".join(f"HOST_{h}:4" for h in range(8))
+    # two decode servers of 16 GPUs, each on four trays of its own (one of 32 on eight before the fit
+    # took each published run's replay, 2026-12-07; the decode layouts tie, the prefill pool bounds the rate)
     for fragment in (
         "# on each of HOST_8 .. HOST_17:\nprefill_server 0,1,2,3 8000 &\nwait",
-        "# decode server 1 on HOST_0 .. HOST_7 (head HOST_0)",
-        f"mpirun -n 32 --host {hosts} trtllm-llmapi-launch trtllm-serve",
+        "# decode server 1 on HOST_0 .. HOST_3 (head HOST_0)",
+        "mpirun -n 16 --host HOST_0:4,HOST_1:4,HOST_2:4,HOST_3:4 trtllm-llmapi-launch trtllm-serve",
+        "# decode server 2 on HOST_4 .. HOST_7 (head HOST_4)",
+        "mpirun -n 16 --host HOST_4:4,HOST_5:4,HOST_6:4,HOST_7:4 trtllm-llmapi-launch trtllm-serve",
         "--host 0.0.0.0 --port 8000\n# extra-decode.yaml",
-        '  urls: ["HOST_0:8000"]',
+        '  urls: ["HOST_0:8000", "HOST_4:8000"]',
     ):
         assert fragment in text, text
     assert "PREFILL_" not in text and "HEAD_IP" not in text and "HOSTS" not in text

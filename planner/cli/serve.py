@@ -280,9 +280,9 @@ def serve_calibrate_cmd(
     o = ev.overall
     out.print(
         f"coverage {o['coverage']:.1%} ({o['priced']}/{o['rows']}); throughput per GPU MAPE {_pct(o['mape_pct'])}, "
-        f"cross-validated {_pct(o['cv_mape_pct'])}, signed {_pct(o['signed_pct'], '+')} (as plan serve prices each "
-        f"row's layout; as the fit prices it, its waves at the replay's ratio to them, {_pct(o['fit_mape_pct'])}, "
-        f"{_pct(o['fit_signed_pct'], '+')})"
+        f"cross-validated {_pct(o['cv_mape_pct'])}, signed {_pct(o['signed_pct'], '+')} (each row's run replayed "
+        f"as its benchmark ran it; as the fit prices it, its waves at the replay's ratio to them, "
+        f"{_pct(o['fit_mape_pct'])}, {_pct(o['fit_signed_pct'], '+')})"
     )
     for m in ("ttft", "tpot"):
         if f"{m}_rows" in o:

@@ -30,11 +30,12 @@ Cross-validation leaves one group out at a time (the runs file's ``group``:
 one GPU x engine x benchmark kind), refits without it and prices it. The fit prices a
 maximum-throughput row by its waves and a concurrency row by the steady round (``runs.predict``,
 vectorised, hundreds of times a fit); the errors reported, and the throughput band ``plan serve``
-draws from them, price it as ``plan serve`` reports its layout at that load, the closed-loop replay
-(``runs.served``), once per row at the fitted and once at the cross-validated parameters (the fit
-at the replay's ratio to the waves: ``replay_ratios``). A TPOT row is priced in the fit by its
-steady round at the batch its replay ran (``Replayed.running``) at the replay's ratio to it, and
-scored by its replay.
+draws from them, price it by the replay (``runs.served``): of the row's run where it states a
+request count (all its requests, the tail included, as its benchmark reports them), else as ``plan
+serve`` reports its layout at that load, once per row at the fitted and once at the
+cross-validated parameters (the fit at the replay's ratio to the waves: ``replay_ratios``). A TPOT
+row is priced in the fit by its steady round at the batch its replay ran (``Replayed.running``) at
+the replay's ratio to it, and scored by its replay.
 """
 
 from __future__ import annotations
@@ -171,8 +172,8 @@ all-reduces over TP."""
 
 
 def replay_ratios(plans: list[RowPlan], fitted: dict[str, FittedParameters]) -> None:
-    """Set each throughput row's ``replay_ratio``: the throughput ``plan serve`` reports for its layout
-    (``runs.served``: the closed-loop replay of a maximum-throughput or concurrency row) over its
+    """Set each throughput row's ``replay_ratio``: the throughput its replay gives (``runs.served``: of
+    the row's run where it states a request count, else the closed loop plan serve reports) over its
     waves' or steady round's (``runs.predict``, what the fit prices hundreds of times), both at its
     key's ``fitted`` parameters. A fit with the ratios then prices each row as plan serve does, to
     within how the ratio moves with the parameters (over the published rows, a second pass at the
@@ -392,8 +393,8 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
     surrogate_errors: list[float] = []
     for p in plans:
         at = p.setting.params if shipped else params_for(p.key, fitted)
-        # a maximum-throughput or concurrency row is scored as plan serve reports its layout (runs.served:
-        # the closed-loop replay); the fit prices it by its waves or steady round (runs.predict), kept too
+        # a maximum-throughput or concurrency row is scored by its replay (runs.served: of its run where it
+        # states a request count); the fit prices it by its waves or steady round (runs.predict), kept too
         fit_pred = predict(p, at)
         pred = served(p, at, fit_pred)
         cv = served(p, params_for(p.key, cv_params[p.group])) if cross_validate else {}

@@ -31,7 +31,13 @@ say. The replay keeps the round's price and changes only the load:
              iteration that finishes it, and each running sequence gets one token per iteration.
   metrics    mean TTFT over the requests; mean inter-token latency over every gap between a
              sequence's successive tokens (TensorRT-LLM's and vLLM's ITL); every request counts,
-             as the clients count them, or a plan's middle half only (``replay``'s ``measured``).
+             as the clients count them, or a plan's middle half only (``replay``'s ``measured``);
+             and the output tokens of the whole run over its duration, from the first request
+             sent to the last token out, as trtllm-bench reports its throughput (total output
+             tokens over the latest request end less the earliest request start,
+             tensorrt_llm/bench/dataclasses/reporting.py StatsKeeper.generate_statistics_summary
+             @02499765) and vLLM's benchmark_serving.py its output token throughput (over the
+             benchmark duration).
 """
 
 from __future__ import annotations
@@ -69,6 +75,9 @@ class Replayed:
     itl_s: float  # mean inter-token latency (NaN: no request generated a second token)
     running: float  # sequences in the replica's batch (decoding or prefilling), time-averaged
     queue_growth: float  # requests waiting to be admitted at the last measured arrival, less at the first
+    # the replica's output tokens over the whole run (every request, measured or not), from its first
+    # request sent to its last token out: what a benchmark of a fixed request count reports
+    output_tokens_per_s: float = math.nan
 
 
 def replay(
@@ -140,7 +149,7 @@ def replay(
             row = rows[(prompt_tokens, bucket)] = cost.total_s(s.params)
         return float(row[decoding])
 
-    def all_at_once(arrivals: list[float]) -> tuple[float, float, float, float]:
+    def all_at_once(arrivals: list[float]) -> tuple[float, float, float, float, float]:
         """A run of ``arrivals`` all sent at once (a closed loop's or an infinite rate's): which
         iterations it takes depends on token counts alone, not on their prices (no arrival waits on
         the clock), so one run at a stand-in price lists them (``_Trace``), every iteration not yet
@@ -173,8 +182,9 @@ def replay(
     else:
         gaps = (np.random.default_rng(seed).exponential(1.0 / rate, n) for seed in REPLAY_SEEDS[:draws])
         runs = [engine.run(np.cumsum(g).tolist(), n, first, last) for g in gaps]
-    ttft, itl, running, growth = (float(np.mean(column)) for column in zip(*runs, strict=True))
-    return Replayed(ttft, itl, running * ranks, growth * ranks)  # the replica's, every rank alike
+    ttft, itl, running, growth, duration = (float(np.mean(column)) for column in zip(*runs, strict=True))
+    tokens_per_s = n * output_len * ranks / duration if duration > 0 else math.nan
+    return Replayed(ttft, itl, running * ranks, growth * ranks, tokens_per_s)  # the replica's, every rank alike
 
 
 @dataclass
@@ -202,9 +212,9 @@ class _Trace:
         """The iterations stepped so far, less one: the last one's place (-1 before the first)."""
         return len(self.keys) - 1
 
-    def figures(self, prices: np.ndarray) -> tuple[float, float, float, float]:
-        """``_Engine.run``'s (mean TTFT, mean gap, time-mean batch, queue growth) at ``prices`` (one a
-        key of ``keys``, in order)."""
+    def figures(self, prices: np.ndarray) -> tuple[float, float, float, float, float]:
+        """``_Engine.run``'s (mean TTFT, mean gap, time-mean batch, queue growth, duration) at
+        ``prices`` (one a key of ``keys``, in order)."""
         steps = np.asarray(self.steps, dtype=float)
         dt = steps * prices
         clock = np.concatenate([[0.0], np.cumsum(dt)])  # clock[j + 1]: the time after iteration j
@@ -217,7 +227,7 @@ class _Trace:
         (j0, q0), (j1, q1) = self.marks
         t0, t1 = clock[j0 + 1], clock[j1 + 1]
         batch = (batch_s[j1 + 1] - batch_s[j0 + 1]) / (t1 - t0) if t1 > t0 else batch_s[-1] / clock[-1]
-        return ttft, gap, float(batch), q1 - q0
+        return ttft, gap, float(batch), q1 - q0, float(clock[-1])
 
 
 @dataclass(frozen=True)
@@ -272,14 +282,14 @@ class _Engine:
         arrives to an idle engine and is done before the next arrival with these, where the loop
         would step through its prefill and every decode context bucket again (at a trickle, 4 x
         1,600 requests on each of 24 layouts: 70B on 16 DGX H100 at 0.05 req/s, 14 s -> 6.8 s)."""
-        ttft_s, gap_s, _, _ = replace(self, alone_shortcut=False).run([0.0], 1, 0, 1)
+        ttft_s, gap_s, _, _, _ = replace(self, alone_shortcut=False).run([0.0], 1, 0, 1)
         return ttft_s, (gap_s * (self.output_len - 1) if self.output_len > 1 else 0.0)
 
     def run(
         self, arrivals: list[float], n: int, first: int, last: int, trace: _Trace | None = None
-    ) -> tuple[float, float, float, float]:
+    ) -> tuple[float, float, float, float, float]:
         """One draw of ``n`` requests through the engine: (mean TTFT, mean gap, time-mean batch,
-        queue growth) of the requests ``first`` to ``last`` - 1, the batch over the span from the
+        queue growth, duration) of the requests ``first`` to ``last`` - 1, the batch over the span from the
         first one's arrival to the last one's (over the whole run where they all arrive at once),
         the growth of the queue waiting for admission over that span (a replica that does not keep
         up with the rate queues ever more: rate minus capacity times the span). ``arrivals`` holds
@@ -403,4 +413,5 @@ class _Engine:
                     after.extend([trace.done if trace is not None else -1] * more)
         (t0, w0, q0), (t1, w1, q1) = marks
         batch = (w1 - w0) / (t1 - t0) if t1 > t0 else whole_s / (base + now)  # all sent at once: the run's
-        return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan), batch, q1 - q0
+        duration = base + now - (float(arrivals[0]) if arrivals else 0.0)  # first sent to last token out
+        return float(np.mean(ttft)), (gap_sum / gaps if gaps else math.nan), batch, q1 - q0, duration

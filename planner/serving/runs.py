@@ -747,13 +747,14 @@ def plan_row(row: dict[str, Any], fitted: dict[str, FittedParameters] | None = N
             f"workload.num_requests {requests:,} is more than the {MAX_REPLAYED_REQUESTS:,} requests a row is "
             "replayed with"
         )
-    if mode in ("rate", "concurrency") and stated:
+    if mode in ("rate", "concurrency", "max_throughput") and stated:
         plan.requests = requests
+    if mode in ("rate", "concurrency") and stated:
         at = f"at {load:g}/s" if mode == "rate" else f"{load:g} at a time"
         plan.notes.append(f"{requests} requests {at} replayed iteration by iteration")
     if mode == "max_throughput" and stated:
         plan.cost, plan.tokens = _waves(s, lay, plan.batch / lay.replicas[0], requests / lay.replicas[0], isl, osl)
-        plan.notes.append(f"{requests} requests in waves of {plan.batch:.0f}")
+        plan.notes.append(f"{requests} requests at once, replayed iteration by iteration (waves of {plan.batch:.0f})")
     elif mode in ("max_throughput", "concurrency"):
         b = np.array([plan.batch / lay.replicas[0]])
         plan.cost = steady_round(s, lay, b, isl, osl)
@@ -807,12 +808,15 @@ def _waves(s: Setting, lay: Layouts, batch: float, requests: float, isl: int, os
 
 
 def replayed_load(plan: RowPlan, s: Setting) -> Replayed:
-    """A rate or concurrency row's stated request count replayed at its load (``replay.replay``) in
-    setting ``s``: at its request rate, or as a closed loop of its concurrency."""
-    assert plan.mode in ("rate", "concurrency") and plan.requests is not None
+    """A row's stated request count replayed at its load (``replay.replay``) in setting ``s``, every
+    request measured, as its benchmark ran: at its request rate, as a closed loop of its
+    concurrency, or (a maximum-throughput row) all sent at once."""
+    assert plan.mode in ("rate", "concurrency", "max_throughput") and plan.requests is not None
     isl, osl = plan.input_len, plan.output_len
     if plan.mode == "rate":
         return replay(s, plan.layout, isl, osl, plan.batch, plan.requests)
+    if plan.mode == "max_throughput":
+        return replay(s, plan.layout, isl, osl, math.inf, plan.requests)
     return replay(s, plan.layout, isl, osl, math.inf, plan.requests, concurrency=round(plan.batch))
 
 
@@ -854,18 +858,28 @@ def predict(plan: RowPlan, params: FittedParameters | None = None) -> dict[str, 
 def served(
     plan: RowPlan, params: FittedParameters | None = None, predicted: dict[str, float] | None = None
 ) -> dict[str, float]:
-    """A row's metrics as ``plan serve`` reports them. A maximum-throughput row's throughput as
-    ``plan serve`` reports the row's layout without targets (``search.replay_at_batch``: the
-    closed-loop replay at the row's batch, or at as many as the engine's token budget runs); a
-    concurrency row's as ``plan serve --concurrency`` does (``search.replay_at_load``), at ``params``
-    (default: the plan's); ``predict`` prices the rows by their waves and steady round, the fit's
-    fast stand-ins. Where a replay ran its whole batch, it came within 2% of the waves' price
-    (median over 813 rows; 90% within -1% .. +11%): the prompts an iteration takes beside the
-    running sequences, which a wave runs together. A concurrency or rate row that states no request
-    count takes its TTFT and TPOT from the same replay at its load (``plan serve --concurrency`` /
-    ``--request-rate``'s figures), where ``predict`` gives the steady round's; one that states its
-    count is replayed with that count in ``predict``. Other modes: ``predict``'s, or ``predicted``
-    where the caller has it at the same parameters (not replayed twice)."""
+    """A row's metrics as the engine's replay prices its run, at ``params`` (default: the plan's);
+    ``predict`` prices the rows by their waves and steady round, the fit's fast stand-ins.
+
+    A maximum-throughput or concurrency row that states its request count (or, run by trtllm-bench,
+    takes TensorRT-LLM's count, ``bench_requests``) reports the output tokens of that whole run over
+    its duration, so its throughput is the replay of that run (``replayed_load``: every request
+    sent at once, or the closed loop of its concurrency; ``Replayed.output_tokens_per_s``), tail
+    included: the last requests, fewer than the batch, decoding at a small batch to the end. From
+    session 55 to 57 (2026-12-07) such a row was scored by the steady state ``plan serve`` prints
+    for its layout instead, which leaves the tail out: Llama-3.3-70B in FP4 on eight RTX PRO 6000
+    at TP1 x PP8, 1,500 requests of 1,000 / 2,000 tokens in a KV room of 1,420, runs one full wave
+    and then 80 requests for as long again; the steady state came out 40% above the published 868
+    tokens/s per GPU, the run replayed 7%, and the fit, pulled down by such rows, left the
+    single-GPU rows of the same key 10-30% under theirs (ARCHITECTURE 9.7). A row without a count
+    is scored as ``plan serve`` reports its layout: a maximum-throughput row without targets
+    (``search.replay_at_batch``: the closed-loop replay at the row's batch, or at as many as the
+    engine's token budget runs), a concurrency row as ``plan serve --concurrency`` does
+    (``search.replay_at_load``), whose TTFT and TPOT come from the same replay at its load (a rate
+    row's from ``plan serve --request-rate``'s), where ``predict`` gives the steady round's; a row
+    that states its count has its latencies replayed with it in ``predict``. Other modes:
+    ``predict``'s, or ``predicted`` where the caller has it at the same parameters (not replayed
+    twice)."""
     from planner.serving.schemas import ServeRequest
     from planner.serving.search import replay_at_batch, replay_at_load
 
@@ -877,7 +891,9 @@ def served(
     s = plan.setting
     s_p = replace(s, params=params or s.params)
     isl, osl = plan.input_len, plan.output_len
-    if plan.mode in ("concurrency", "rate"):  # as plan serve --concurrency / --request-rate prices the layout
+    if scores_rate and plan.requests is not None:  # the run of its count, as its benchmark reports it
+        rate = replayed_load(plan, s_p).output_tokens_per_s / float(plan.layout.gpus_per_replica[0])
+    elif plan.mode in ("concurrency", "rate"):  # as plan serve --concurrency / --request-rate prices the layout
         load = {"concurrency": round(plan.batch)} if plan.mode == "concurrency" else {"request_rate": plan.batch}
         loaded = replay_at_load(s_p, plan.layout, ServeRequest(input_len=isl, output_len=osl, **load))
         if loaded is None:

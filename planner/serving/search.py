@@ -387,11 +387,12 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
     sequences a replica was priced at 642 tokens/s per GPU and replays at 451, TP1 x PP8 644 and
     535, where TP8 (428 and 439) and 2 x TP4 (532 and 527) agree; the ranking had put the two
     pipelines first, the replay puts TP2 x PP4 (588) first. The serving benchmark scores a published
-    maximum-throughput row by this same replay at the row's batch (``replay_at_batch``,
-    ``runs.served``), so the throughput band is the errors of the number shown; the fit prices the
-    rows by their waves (``runs._waves``), which the replay tracks within 2% (median of 1,031 rows;
-    -1% to +11% for 90% of those that ran their whole batch). A probe whose engine ran fewer than it
-    was sent is replayed at what it ran (``_without_queue``)."""
+    maximum-throughput row by the same replay: of its run where the row states a request count
+    (every request sent at once, the tail of the last requests included, ``runs.served``), else at
+    the row's batch (``replay_at_batch``); the fit prices the rows by their waves
+    (``runs._waves``), which the replay of the run tracks (median 0.0% over 1,031 rows, 90% within
+    -3% .. +3%). A probe
+    whose engine ran fewer than it was sent is replayed at what it ran (``_without_queue``)."""
     group = _layout_groups(p)
     steady = _meets(req, p.ttft_s, p.tpot_s)
     context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
