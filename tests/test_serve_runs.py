@@ -266,6 +266,12 @@ def test_shipped_fit_names_its_rows() -> None:
     # vLLM and SGLang borrow the PyTorch backend's fit (a Python executor with CUDA graphs, as theirs)
     assert load_engine("vllm").calibrated_like == "trtllm"
     assert load_engine("vllm").parameters("hopper") == trt.fitted["hopper"]
+    # and the benchmark prices their rows with the same (it had taken the mean of every fitted key)
+    from planner.serving.calibrate import params_for
+
+    fits = {f"{e.name}/{a}": p for e in (trt, engine_runtime) for a, p in e.fitted.items()}
+    assert params_for("vllm/hopper", fits) == trt.fitted["hopper"] == params_for("sglang/hopper", fits)
+    assert params_for("vllm/ada", fits) == load_engine("vllm").parameters("ada")  # the backend's mean
 
 
 def test_a_ttft_measured_through_a_server_holds_the_request_path() -> None:

@@ -50,7 +50,7 @@ from scipy.optimize import least_squares
 
 from planner.error_bar import calibration_key, interval
 from planner.runs import translate_rows
-from planner.serving.engine import THROUGHPUT_METRICS, FittedParameters, error_metric
+from planner.serving.engine import ENGINES, THROUGHPUT_METRICS, FittedParameters, error_metric, load_engine
 from planner.serving.runs import RowPlan, UnpriceableError, plan_row, predict, replayed_load, served
 from planner.serving.step import RoundCost, steady_round
 
@@ -303,12 +303,20 @@ def fit_request_path(plans: list[RowPlan], fitted: dict[str, FittedParameters]) 
 
 
 def params_for(key: str, fitted: dict[str, FittedParameters]) -> FittedParameters:
-    """The key's fit, else the mean of the same engine's fitted keys, else of all, else defaults."""
+    """The key's fit, else as ``EngineProfile.parameters`` falls back, so that a row is priced with
+    the parameters ``plan serve`` would use: an engine with no fitted key of its own takes its
+    ``calibrated_like`` engine's for the architecture (vLLM and SGLang: TensorRT-LLM's PyTorch
+    backend), else the mean of the same engine's fitted keys, else of all, else defaults. Until
+    2026-12-07 an engine without a fit of its own took the mean of every fitted key, so the
+    benchmark priced vLLM's rows on H100 with other parameters than `plan serve --engine vllm`."""
     if key in fitted:
         return fitted[key]
-    engine = key.split("/")[0]
-    same = [v for k, v in fitted.items() if k.startswith(engine + "/")] or list(fitted.values())
-    return FittedParameters.mean(same)
+    engine, architecture = key.split("/", 1)
+    same = [v for k, v in fitted.items() if k.startswith(engine + "/")]
+    like = load_engine(engine).calibrated_like if engine in ENGINES else None
+    if not same and like:
+        return params_for(f"{like}/{architecture}", fitted)
+    return FittedParameters.mean(same or list(fitted.values()))
 
 
 @dataclass
@@ -500,7 +508,7 @@ def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]
     previous run wrote below FIT_MARKER. Returns the files written."""
     import yaml
 
-    from planner.serving.engine import ENGINES, engines_dir, load_engine
+    from planner.serving.engine import engines_dir
 
     written = []
     for name in ENGINES:
