@@ -136,7 +136,8 @@ def plan(
     if split.given:
         raise PlannerError(
             "decoder_first/last_pipeline_num_layers and account_for_embedding/loss_in_pipeline_split price one "
-            "mesh: give them to planner.estimate with tp, pp and dp (the search splits layers as evenly as they go)"
+            "mesh: give them to planner.estimate with tp, pp and dp (the search prices its own split, "
+            "cost.pipeline.rank_layer_split)"
         )
     return search(
         spec,

@@ -387,7 +387,7 @@ def search_with_points(
     if "pipeline_layout" in pins:
         raise PlannerError(
             "--pipeline-layout prices one mesh: give it with --tp, --pp and --dp to `plan estimate` or `plan export` "
-            "(the search splits layers as evenly as they go)"
+            "(the search prices its own split, cost.pipeline.rank_layer_split)"
         )
     try:
         passes = [_price_pass(model, cluster, job, pins)]

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from planner import __version__
+from planner.schemas.hardware import MAX_PRICE_PER_GPU_HOUR_USD, MIN_PRICE_PER_GPU_HOUR_USD
 from planner.schemas.job import MAX_MOE_ROUTING_RATIO, JobSpec
 from planner.schemas.parallel import ParallelConfig, PipelineSplit
 from planner.validate.settings import ReplaySettings, ValidationSettings
@@ -264,9 +265,10 @@ TARGET = [
         float | None,
         None,
         "--price",
-        callback=positive_finite,
+        callback=finite_in(MIN_PRICE_PER_GPU_HOUR_USD, MAX_PRICE_PER_GPU_HOUR_USD),
         metavar="USD",
-        help="Price per GPU-hour (default: the profile's list price).",
+        help=f"Price per GPU-hour in USD (default: the profile's list price); a number >= "
+        f"{MIN_PRICE_PER_GPU_HOUR_USD:g} and <= {MAX_PRICE_PER_GPU_HOUR_USD:g}.",
     ),
 ]
 

@@ -95,7 +95,10 @@ class ParallelConfig(Frozen):
         None,
         description="Megatron-LM's --pipeline-model-parallel-layout, e.g. 'Et*3|(t*4|)*14t*2L': the layers of each "
         "model chunk (E embedding, t decoder layer, L loss, '|' between chunks); it sets the virtual stages "
-        "(stages / pp). Unset: layers split as evenly as they go, extra layers in the middle chunks",
+        "(stages / pp). Unset: the plan's own split (cost.pipeline.rank_layer_split): where the stack takes any "
+        "split (Megatron-Core), the last stage's decoder layers balanced against the LM head and loss by forward "
+        "FLOPs, as --decoder-last-pipeline-num-layers sets by hand, the rest as evenly as they go; else as evenly as "
+        "they go, extra layers in the middle chunks",
     )
 
     @model_validator(mode="before")

@@ -929,6 +929,12 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
         raise PlannerError(
             f"disaggregate: needs at least 2 GPUs (one prefill, one decode replica); the cluster has {cluster.num_gpus}"
         )
+    replica = (req.tp or 1) * (req.pp or 1)  # a pinned tp and pp hold for the replicas of both pools
+    if req.disaggregate and 2 * replica > cluster.num_gpus:
+        raise PlannerError(
+            f"disaggregate: tp x pp pinned at {replica} GPUs a replica, so a prefill and a decode replica need "
+            f"{2 * replica}; the cluster has {cluster.num_gpus}"
+        )
 
 
 def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> ServeRanking:
@@ -1165,15 +1171,14 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     if not cands and req.request_rate is not None:
         return [], len(p.batch), _too_fast(p, req), 0
     if not cands:
-        best_tpot = float(p.tpot_s.min()) * 1e3
-        best_ttft = float(p.ttft_s.min()) * 1e3
+        labels = [
+            layout_text(int(r), int(t), int(q), int(e), bool(a))
+            for r, t, q, e, a in zip(p.lay.replicas, p.lay.tp, p.lay.pp, p.lay.ep, p.lay.attention_dp, strict=True)
+        ]
         return (
             [],
             len(p.batch),
-            (
-                f"no layout meets the targets: the lowest TPOT any layout reaches is {best_tpot:.1f} ms and the lowest "
-                f"TTFT {best_ttft:.0f} ms ({_asked(req)})"
-            ),
+            f"no layout meets the targets: {_extremes(p.tpot_s, p.ttft_s, labels)} ({_asked(req)})",
             unreplayed,
         )
     return cands, len(p.batch), "", unreplayed
@@ -1255,9 +1260,24 @@ def _empty_reason(cands: list[ServeCandidate], req: ServeRequest) -> str:
             f"({steady} did at the steady-state estimate, which spreads every prompt evenly over the rounds); "
             "use more GPUs or a lower rate"
         )
-    tpot = min(c.tpot_s for c in cands) * 1e3
-    ttft = min(c.ttft_s for c in cands) * 1e3
+    from planner.serving.render import layout_label
+
+    tpots, ttfts = (np.array([getattr(c, f) for c in cands]) for f in ("tpot_s", "ttft_s"))
+    extremes = _extremes(tpots, ttfts, [layout_label(c) for c in cands])
+    return f"no layout meets the targets at this load: {extremes} ({_asked(req)})"
+
+
+def _extremes(tpot_s: np.ndarray, ttft_s: np.ndarray, labels: list[str]) -> str:
+    """The lowest TPOT and the lowest TTFT among layouts (``labels``, one a row), each with its layout
+    and that layout's other latency, so a reason tells which target to relax: the two minima come
+    from different layouts where the targets conflict (70B on two DGX H100 at 512 in flight: 8 x TP2
+    the lowest TPOT, 35.5 ms, its KV room 64 a replica, so the rest queue for seconds; 2 x TP8 the
+    lowest TTFT, 525 ms, at a TPOT of 76 ms), and the bare minima had each read as inside targets
+    of TPOT 40 ms and TTFT 2 s (a review, 2026-12-07)."""
+    i, j = int(np.argmin(tpot_s)), int(np.argmin(ttft_s))
+    if i == j:
+        return f"the lowest TPOT and TTFT are {labels[i]}'s, {tpot_s[i] * 1e3:.1f} ms and {ttft_s[i] * 1e3:,.0f} ms"
     return (
-        f"no layout meets the targets at this load: the lowest TPOT is {tpot:.1f} ms and the lowest TTFT "
-        f"{ttft:.0f} ms ({_asked(req)})"
+        f"the lowest TPOT is {tpot_s[i] * 1e3:.1f} ms ({labels[i]}, its TTFT {ttft_s[i] * 1e3:,.0f} ms) and the lowest "
+        f"TTFT {ttft_s[j] * 1e3:,.0f} ms ({labels[j]}, its TPOT {tpot_s[j] * 1e3:.1f} ms)"
     )
