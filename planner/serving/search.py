@@ -391,8 +391,8 @@ def _replayed_at_targets(p: Priced, s: Setting, req: ServeRequest) -> tuple[list
     (every request sent at once, the tail of the last requests included, ``runs.served``), else at
     the row's batch (``replay_at_batch``); the fit prices the rows by their waves
     (``runs._waves``), which the replay of the run tracks (median 0.0% over 1,031 rows, 90% within
-    -3% .. +3%). A probe
-    whose engine ran fewer than it was sent is replayed at what it ran (``_without_queue``)."""
+    -3% .. +3%). A probe whose engine ran fewer than it was sent is replayed at what it ran
+    (``_without_queue``)."""
     group = _layout_groups(p)
     steady = _meets(req, p.ttft_s, p.tpot_s)
     context = np.full(len(p.batch), req.input_len + req.output_len / 2.0)
