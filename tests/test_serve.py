@@ -1335,3 +1335,21 @@ def test_a_rate_no_layout_sustains_names_the_most_any_does(cli) -> None:
     below = cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--request-rate", str(0.9 * most),
                 "--output-len", "256")  # fmt: skip
     assert below.code == 0 or "when its arrivals are replayed" in below.err, below.err
+
+
+def test_a_moe_plan_of_an_engine_without_a_fit_says_whose_expert_rate_it_borrows() -> None:
+    """vLLM and SGLang borrow TensorRT-LLM's PyTorch-backend fit; its routed-expert rate was fitted to
+    TensorRT-LLM's own MoE kernels, and vLLM's published GPT-OSS-20B rows on H100 run well above it
+    (ARCHITECTURE 9.7): a MoE plan says so, with the rate, and where no published row checks it, that."""
+    from planner.serving.engine import load_engine
+
+    hopper = load_engine("trtllm").fitted["hopper"].expert_gemm_fraction
+    r = planner.serve("gpt-oss-20b", "dgx-h100x1", engine="vllm", concurrency=8, top=1)
+    (note,) = [w for w in r.warnings if "routed experts" in w]
+    assert f"trtllm's fitted rate on hopper, {hopper:.2f} of the dense GEMMs'" in note and "41-45% above" in note
+    r = planner.serve("qwen3-30b-a3b", "dgx-b200x1", engine="sglang", top=1)
+    assert any("no published sglang MoE row checks it" in w for w in r.warnings)
+    dense = planner.serve("llama8b", "dgx-h100x1", engine="vllm", top=1)
+    assert not any("routed experts" in w for w in dense.warnings)
+    own = planner.serve("gpt-oss-20b", "dgx-h100x1", engine="trtllm", concurrency=8, top=1)
+    assert not any("routed experts" in w for w in own.warnings)

@@ -274,6 +274,8 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
     if s.engine.calibrated_like and not s.engine.fitted:
         out.append(f"{s.engine.name} has no fit of its own: {s.engine.calibrated_like}'s fitted parameters stand in")
         fitted = load_engine(s.engine.calibrated_like).fitted
+        if s.model.is_moe:
+            out.append(_borrowed_expert_rate_note(s))
     else:
         fitted = s.engine.fitted
     if gpu.architecture not in fitted:
@@ -290,6 +292,29 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
     if (unfamiliar := unfamiliar_type_note(s.model)) is not None:
         out.append(unfamiliar)
     return out
+
+
+BORROWED_MOE_CHECKS = {
+    ("vllm", "hopper"): "its three published GPT-OSS-20B rows (one H100, 8 in flight of 20K / 2K) ran 41-45% "
+    "above their throughput priced so, their TTFTs and TPOTs 38-43% below theirs: expect its MoE plans to be slow",
+}
+"""Published rows of an engine without a fit of its own that check its borrowed routed-expert rate,
+by (engine, GPU architecture): what `benchmarks/serving_accuracy.py` measured on 2026-12-07 with
+the borrowed parameters (ARCHITECTURE 9.7). A report of a check, not a fitted figure."""
+
+
+def _borrowed_expert_rate_note(s: Setting) -> str:
+    """What a MoE plan of an engine that borrows another's fit assumes of its experts' kernels: the
+    routed-expert rate (``FittedParameters.expert_gemm_fraction``) is the other engine's own MoE
+    kernels' (TensorRT-LLM's PyTorch backend on Hopper: 0.35 of the dense GEMMs'), and what the
+    published rows, where any, say of it (``BORROWED_MOE_CHECKS``)."""
+    arch = s.cluster.gpu.architecture
+    checked = BORROWED_MOE_CHECKS.get((s.engine.name, arch), f"no published {s.engine.name} MoE row checks it")
+    return (
+        f"{s.engine.name} prices its routed experts at {s.engine.calibrated_like}'s fitted rate on {arch}, "
+        f"{s.params.expert_gemm_fraction:.2f} of the dense GEMMs' (expert_gemm_fraction, fitted to "
+        f"{s.engine.calibrated_like}'s own MoE kernels): {checked}"
+    )
 
 
 def _hybrid_note(s: Setting) -> str:
