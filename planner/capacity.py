@@ -102,8 +102,14 @@ class CapacityRow(Frozen):
         False, description="The slow end of the interval is within the deadline too (False without an interval)"
     )
     why_not: str | None = Field(None, description="Why no mesh fits at this count")
+    global_batch_size: int | None = Field(
+        None,
+        description="The global batch in sequences the best mesh runs: the job's, or more where "
+        "--max-batch-growth lets it grow to a multiple of dp x micro-batch (None when nothing fits)",
+    )
     warnings: list[str] = Field(
-        default_factory=list, description="The best mesh's memory warning, where its peak leaves little margin"
+        default_factory=list,
+        description="The best mesh's memory warning, where its peak leaves little margin, and its batch's growth",
     )
 
 
@@ -265,5 +271,11 @@ def _row(
         cost_to_train_usd=best.cost_to_train_usd,
         meets_deadline=train_s <= deadline_s,
         meets_deadline_slow_end=span is not None and span[1] <= deadline_s,
-        warnings=[w for w in [tight_memory_note(best.memory_per_gpu_bytes, cluster)] if w is not None],
+        global_batch_size=best.config.job.batch_size,
+        warnings=[
+            w
+            for w in [tight_memory_note(best.memory_per_gpu_bytes, cluster)]
+            + [w for w in best.warnings if w.startswith("global batch grown")]
+            if w is not None
+        ],
     )

@@ -589,9 +589,12 @@ def _more_nodes_advice(report: CapacityReport, job: JobSpec) -> str:
 def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> None:
     """The node counts tried, with the best mesh, time to train and cost of each."""
     price = report.price_per_gpu_hour_usd
+    # a batch grown to a multiple of dp x micro-batch (--max-batch-growth) runs in its own column
+    grown = any(r.global_batch_size not in (None, job.batch_size) for r in report.rows)
+    asked = f"batch {job.batch_size}" + (" (grown where a row's batch column says)" if grown else "")
     console.print(
         f"[bold]{report.model}[/] on {report.profile} {report.unit}s: {report.training_tokens:.3g} tokens within "
-        f"{days(report.deadline_s)}; batch {job.batch_size} x seq {job.seq_len}, stack {report.stack}, "
+        f"{days(report.deadline_s)}; {asked} x seq {job.seq_len}, stack {report.stack}, "
         f"{precision_words(job)}"
         + (f"; ${price:.2f} per GPU-hour" if price is not None else "; no price (give --price)")
         + f"; {mfu_convention(job)}"
@@ -600,7 +603,8 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         "days: whole optimizer steps at the steady state, no restarts, checkpoints or evaluation (a lower bound)"
     )
     table = Table(box=None, padding=(0, 1), header_style="bold")
-    for col in ("nodes", "GPUs", "best mesh", "step", "MFU", "days", "80% band", "$M", "meets"):
+    columns = ("nodes", "GPUs", "best mesh", *(("batch",) if grown else ()), "step", "MFU", "days", "80% band", "$M")
+    for col in (*columns, "meets"):
         table.add_column(col, justify="left" if col == "best mesh" else "right")
     fastest_so_far = float("inf")
     dominated = False
@@ -611,13 +615,14 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
             fastest_so_far = min(fastest_so_far, r.time_to_train_s)
         dominated |= slower
         if r.mesh is None:
-            table.add_row(str(r.nodes), str(r.gpus), "nothing fits", "", "", "", "", "", "no")
+            table.add_row(str(r.nodes), str(r.gpus), "nothing fits", *[""] * (len(columns) - 3), "no")
             continue
         span = r.time_to_train_interval_s
         table.add_row(
             str(r.nodes),
             str(r.gpus) if r.gpus == r.node_gpus else f"{r.gpus} of {r.node_gpus}",
             r.mesh,
+            *((f"{r.global_batch_size:,}",) if grown else ()),
             duration(r.step_time_s or 0.0),
             f"{r.mfu or 0.0:.1%}",
             f"{(r.time_to_train_s or 0.0) / 86400:,.1f}" + ("*" if slower else ""),

@@ -612,6 +612,8 @@ def default_job(
     # context, whichever is shorter (GPT-2's 1,024 learned positions)
     fallback = min(DEFAULT_SEQ_LEN, model.max_position_embeddings)
     s = seq_len if seq_len is not None else model.default_seq_len or fallback
+    if isinstance(s, float) and s.is_integer():  # a whole float is the int JobSpec's fields take it for
+        s = int(s)
     if isinstance(s, bool) or not isinstance(s, int) or s < 1:
         raise PlannerError(f"job: field 'seq_len': expected a whole number >= 1, got {s!r}")
     if global_batch_size is None and global_batch_tokens is None:

@@ -254,3 +254,23 @@ def test_the_answer_says_its_days_are_a_lower_bound_and_when_its_mesh_is_tight_o
     assert "warning (answer): tight memory: 76.3 of 79.7 GiB per GPU" in text
     answer = cli(*args, "--json").json()["answer"]
     assert answer["nodes"] == 44 and answer["warnings"][0].startswith("tight memory: 76.3 of 79.7 GiB")
+
+
+def test_a_batch_grown_to_fit_each_mesh_is_shown_per_row(cli) -> None:
+    """With --max-batch-growth each node count's best mesh may run more sequences than asked (504 or
+    512 of an asked 500 on 8-GPU multiples); the rows were priced so while the header said 'batch
+    500' and the growth warning was dropped (a review, 2026-12-07): each row now carries its batch
+    (a column where any grew) and the warning. One node: 1e12 / (504 x 8192) steps of 47.461 s."""
+    args = ("capacity", "-m", "llama3-8b", "-c", "dgx-h100", "--training-tokens", "1T", "--days", "30", "-B", "500")
+    grown = cli(*args, "--max-batch-growth", "0.1", "--max-nodes", "4")
+    lines = grown.out.splitlines()
+    assert "batch 500 (grown where a row's batch column says)" in " ".join(grown.out.split())
+    header = next(line for line in lines if line.split()[:3] == ["nodes", "GPUs", "best"])
+    assert "batch" in header.split()
+    one = next(line for line in lines if line.split()[:2] == ["1", "8"]).split()
+    assert one[one.index("1f1b") + 1] == "504" and one[one.index("1f1b") + 5] == "133.0"  # after "47.461 s"
+    rows = cli(*args, "--max-batch-growth", "0.1", "--max-nodes", "4", "--json").json()["rows"]
+    assert [r["global_batch_size"] for r in rows] == [504, 512, 504, 512]
+    assert all(any(w.startswith("global batch grown from 500 to") for w in r["warnings"]) for r in rows)
+    exact = cli(*args, "--max-nodes", "4")
+    assert "batch 500 x seq 8192" in exact.out and "batch" not in exact.out.splitlines()[2].split()

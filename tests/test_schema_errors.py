@@ -101,6 +101,31 @@ def test_integers_no_float_or_text_can_hold_are_planner_errors(call, named: str)
     assert "\n" not in str(caught.value) and "Exceeds the limit" not in str(caught.value)
 
 
+def test_a_whole_float_batch_or_length_is_the_integer_it_holds() -> None:
+    """JobSpec's int fields take 512.0 as 512 (pydantic's lax int), so the batch's two forms derive
+    each other from a whole float too: global_batch_tokens=4194304.0 had left the batch in sequences
+    unset and failed an assertion (a review, 2026-12-07), and seq_len=8192.0 had been refused where
+    global_batch_size=512.0 passed."""
+    whole = planner.estimate("llama3-8b", "dgx-h100x2", global_batch_tokens=4194304)
+    for kw in ({"global_batch_tokens": 4194304.0}, {"global_batch_size": 512.0}, {"seq_len": 8192.0}):
+        est = planner.estimate("llama3-8b", "dgx-h100x2", **kw)
+        assert (est.config.job.global_batch_size, est.config.job.global_batch_tokens) == (512, 4194304)
+        assert est.step_time_s == whole.step_time_s
+    with pytest.raises(PlannerError, match="global_batch_tokens"):
+        planner.estimate("llama3-8b", "dgx-h100x2", global_batch_tokens=4194304.5)
+    with pytest.raises(PlannerError, match="seq_len"):
+        planner.estimate("llama3-8b", "dgx-h100x2", seq_len=8192.5)
+
+
+def test_the_library_refuses_an_fp8_scaling_without_fp8_as_the_cli_does() -> None:
+    """`plan --fp8-scaling block` without --dtype fp8 is an error; planner.estimate(fp8_scaling='block')
+    on a bf16 job had been accepted and ignored (a review, 2026-12-07)."""
+    with pytest.raises(PlannerError, match="fp8_scaling 'block': scales fp8 matmuls only; set dtype 'fp8'"):
+        planner.estimate("llama3-8b", "dgx-h100x2", fp8_scaling="block")
+    fp8 = planner.estimate("llama3-8b", "dgx-h100x2", fp8_scaling="block", dtype="fp8")
+    assert fp8.config.job.fp8_scaling == "block"
+
+
 def test_a_schema_field_past_a_64_bit_integer_names_the_field() -> None:
     shape = {"hidden_size": 256, "num_attention_heads": 8, "num_key_value_heads": 2, "intermediate_size": 512,
              "vocab_size": 1000, "max_position_embeddings": 512}  # fmt: skip

@@ -87,6 +87,8 @@ def test_gemm_caps_keep_the_flops_per_step_and_the_reduction_dim() -> None:
         assert term.calls_per_step * m * n == pytest.approx(plain[term.name].calls_per_step * pm * pn)
     assert {"gemm.attn.qkv", "gemm.attn.out", "gemm.mlp.in", "gemm.mlp.out", "gemm.lm_head"} <= set(plain)
     assert capped_shape((1024, 50257, 768), 2e9) == (1024, 1271, 768)
+    # both M and N past the square's side: cut to it, not the larger alone to a thin 8,192 x 14
+    assert capped_shape((8192, 28672, 8192), 2e9) == (349, 349, 8192)
 
 
 @pytest.mark.parametrize(

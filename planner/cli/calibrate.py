@@ -240,7 +240,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         return
     typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
     for label, value in params.items():
-        typer.echo(f"  {label} = {value:.4g}")
+        typer.echo(f"  {label} = {0.0 if abs(value) < 1e-9 else value:.4g}")  # a fit at its bound of 0: 0, as written
     for label, value in moved_in.items():
         typer.echo(f"  {label} = {value:.4g} (not fitted: the median of the fitted values of its field)")
     if unfitted:

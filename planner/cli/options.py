@@ -404,7 +404,7 @@ def _version(value: bool) -> None:
 
 
 VersionOpt = Annotated[bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version.")]
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object (SI units) instead of tables.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (SI units) instead of tables.")]
 CompareBestOpt = Annotated[
     bool,
     typer.Option(

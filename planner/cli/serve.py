@@ -271,11 +271,13 @@ def serve_calibrate_cmd(
         for name, value in params.model_dump().items():
             mark = "*" if name in FIT and at_bound(name, value) else ""
             bounded = bounded or bool(mark)
-            values.append(f"{name} {value:.3g}{mark}")
+            shown = 0.0 if mark and abs(value) < 1e-9 else value  # a lower bound of 0 reached: 3.75e-25 read as 0
+            values.append(f"{name} {shown:.3g}{mark}")
         out.print(f"{key:28} {rows:4d} rows, {error}:  " + "  ".join(values))
     if bounded:
         out.print(
-            "* on its fit bound (serving/calibrate.py FIT): the rows push it past, so it stands for more than it names"
+            "* on its fit bound (serving/calibrate.py FIT): the rows push it past, so it stands for more than it names "
+            "(at an upper bound) or less (at a lower one)"
         )
     o = ev.overall
     out.print(

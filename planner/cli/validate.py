@@ -114,7 +114,11 @@ def _write(outcome: Outcome[Any], out: Path) -> None:
 
 
 @validate_app.callback(invoke_without_command=True)
-@command(without=["price", "training_tokens", "max_batch_growth", "stack", "tp_comm_overlap", "compile"])
+# the replay runs its own torch layers, not a stack's: no --stack, so no --compile, nor --compile-loss,
+# which needs compile (a review, 2026-12-07: validate took --compile-loss and always refused it)
+@command(
+    without=["price", "training_tokens", "max_batch_growth", "stack", "tp_comm_overlap", "compile", "compile_loss"]
+)
 def validate_main(
     *,
     ctx: typer.Context,

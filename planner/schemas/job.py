@@ -212,7 +212,8 @@ class JobSpec(Frozen):
         le=10,
         description=(
             "How far the global batch may grow, as a fraction (0.05 = 5%), to become a multiple of "
-            "dp*micro_batch_size (times pp for interleaved 1F1B); 0 keeps it exact; at most 10 (an 11x "
+            "dp*micro_batch_size (times pp for interleaved 1F1B on a stack without micro-batch groups; on "
+            "Megatron-Core at least pp micro-batches); 0 keeps it exact; at most 10 (an 11x "
             "batch is another job, a judgement)"
         ),
     )
@@ -224,6 +225,15 @@ class JobSpec(Frozen):
             raise ValueError(
                 f"compile: stack '{self.software.name}' has no compiled layer figures (its kernels_per_layer_compiled "
                 "equals kernels_per_layer_eager: the stack file says why); leave it unset or false"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _fp8_scaling_needs_fp8(self) -> JobSpec:
+        # the CLI refused --fp8-scaling without --dtype fp8, the library ignored it (a review, 2026-12-07)
+        if "fp8_scaling" in self.model_fields_set and self.fp8_scaling != "tensor" and self.dtype != "fp8":
+            raise ValueError(
+                f"fp8_scaling '{self.fp8_scaling}': scales fp8 matmuls only; set dtype 'fp8' (the job: {self.dtype})"
             )
         return self
 
@@ -343,7 +353,13 @@ class JobSpec(Frozen):
     def _batch_in_sequences(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        seqs, tokens, seq_len = data.get("global_batch_size"), data.get("global_batch_tokens"), data.get("seq_len")
+        # a whole float (4194304.0) is the int the fields take it for (pydantic's lax int), so the two
+        # batch forms derive each other from it too: it had left the batch in sequences unset (a review,
+        # 2026-12-07: planner.estimate(..., global_batch_tokens=4194304.0) failed an assertion)
+        seqs, tokens, seq_len = (
+            int(v) if isinstance(v, float) and v.is_integer() else v
+            for v in (data.get("global_batch_size"), data.get("global_batch_tokens"), data.get("seq_len"))
+        )
         if seqs is None and tokens is None:
             raise ValueError("give global_batch_size (sequences) or global_batch_tokens")
         if tokens is not None and isinstance(tokens, int) and isinstance(seq_len, int) and seq_len > 0:
