@@ -90,7 +90,10 @@ class ValidationSettings(ReplaySettings):
         description="Replay larger messages at this size, counted as buckets (default 8MiB with gloo, none with nccl)",
     )
     max_gemm_flops: float | None = Field(
-        None, ge=1.0, description="Replay larger GEMMs with fewer rows (default 2e9 with gloo, none with nccl)"
+        None,
+        ge=1.0,
+        description="Replay GEMMs of more FLOPs than this cut to it, the reduction dim kept and M x N as square "
+        "as the shape allows (default 2e9 with gloo, none with nccl)",
     )
     layer_shard: bool | None = Field(
         None,
