@@ -190,8 +190,8 @@ def print_validation(console: Console, report: ValidationReport) -> None:
         console.print(f"  note: {note}")
     for cand in report.candidates:
         # to the millisecond: at .3g a CPU's emulated bf16 steps all read 7.98e+05 s (a review, 2026-12-07)
-        t = cand.plan_step_time_s
-        step = f"{t:,.3f} s" if t >= 1 else f"{t * 1e3:.2f} ms"
+        step_s = cand.plan_step_time_s
+        step = f"{step_s:,.3f} s" if step_s >= 1 else f"{step_s * 1e3:.2f} ms"
         console.print(terms_table(f"#{cand.rank} {cand.mesh} (plan step {step})", cand.terms))
         if not all(t.spec.in_step_sum for t in cand.terms):
             console.print("  *: inside the layer shard, not counted again in the replay time per step")
