@@ -210,7 +210,7 @@ def plan_capacity(
     check_one_node(node, f"cluster '{node.name}'")
     job_fields, mesh = _split(pins)
     work = _job(spec, job, {**job_fields, "training_tokens": training_tokens})
-    return capacity_report(spec, node, work, deadline_seconds(days), max_nodes, pins_from_config_fields(**mesh))
+    return capacity_report(spec, node, work, deadline_seconds(days, "days"), max_nodes, pins_from_config_fields(**mesh))
 
 
 @_whole_numbers_in_range

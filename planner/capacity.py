@@ -39,12 +39,13 @@ not a training run; 1e300 days had printed a 300-digit figure, and 1e-300 search
 count for nothing. A judgement."""
 
 
-def deadline_seconds(days: float) -> float:
-    """``--days`` in seconds, within ``DEADLINE_DAYS`` (a non-finite number is refused as such)."""
+def deadline_seconds(days: float, option: str = "--days") -> float:
+    """``--days`` in seconds, within ``DEADLINE_DAYS`` (a non-finite number is refused as such); the
+    library's argument names itself as ``option`` (``days``)."""
     low, high = DEADLINE_DAYS
     if not (math.isfinite(days) and low <= days <= high):
         raise PlannerError(
-            f"--days must be a number of days from {low:.4g} (an hour) to {high:g} (a century), got {days:g}"
+            f"{option} must be a number of days from {low:.4g} (an hour) to {high:g} (a century), got {days:g}"
         )
     return days * SECONDS_PER_DAY
 
@@ -153,7 +154,7 @@ def capacity(
         raise PlannerError("capacity needs --training-tokens (the token budget to train on)")
     if not format_runs(node, job):  # no node count would change the GPU's tensor cores
         raise PlannerError(format_message(node, job))
-    deadline_seconds(deadline_s / SECONDS_PER_DAY)  # within DEADLINE_DAYS, as the library's callers give it
+    deadline_seconds(deadline_s / SECONDS_PER_DAY, "days")  # within DEADLINE_DAYS, as the library gives it
     if max_nodes * node.gpus_per_node > MAX_CLUSTER_GPUS:
         raise PlannerError(
             f"--max-nodes {max_nodes}: {max_nodes} x {node.gpus_per_node} GPUs is more than the "

@@ -81,7 +81,7 @@ def test_library_job_overrides_are_revalidated() -> None:
         ("plan", {"seq_len": 0}, "job: field 'seq_len': expected a whole number >= 1, got 0"),
         ("estimate", {"tp": True}, "mesh: field 'tp': expected int, got True"),
         ("estimate", {"tp": 8, "pp": 2, "dp": 3}, "impossible mesh"),
-        ("plan_capacity", {"training_tokens": 1e12, "days": float("nan")}, "--days must be a number of days from"),
+        ("plan_capacity", {"training_tokens": 1e12, "days": float("nan")}, "days must be a number of days from"),
         ("plan_capacity", {"training_tokens": 1e12, "days": 9, "max_nodes": 0}, "max_nodes: expected a whole number"),
         ("plan_capacity", {"training_tokens": 0, "days": 9}, "job: field 'training_tokens': Input should be greater"),
         ("plan_capacity", {"training_tokens": 1e12, "days": "9"}, "days: expected a finite number > 0, got '9'"),
