@@ -243,24 +243,24 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
             pending.append(_Splits(j, options, batches, tpot, terms, extra))
     reason = "" if pending else _no_split_reason(req, fastest_ttft_s, fastest_tpot_s)
 
-    def candidate(p: _Splits, option: _Option, replay: bool) -> ServeCandidate:
-        memo = replays if replay else None
-        return _split_candidate(s, lay, req, option, p.j, p.batches, p.tpot, p.terms, mem, p_rate, p.extra, memo)
+    def steady(p: _Splits, option: _Option) -> ServeCandidate:
+        return _split_candidate(s, lay, req, option, p.j, p.batches, p.tpot, p.terms, mem, p_rate, p.extra)
 
     if req.request_rate is None:
-        return [candidate(p, p.options[0], False) for p in pending], considered, reason, 0
+        return [steady(p, p.options[0]) for p in pending], considered, reason, 0
     # at a rate every split serves the rate, and the shortest TPOT ranks first: the decode layouts are
     # replayed in the order of their first split's steady TPOT, until the next cannot reach the top
-    steady = sorted(((candidate(p, p.options[0], False).tpot_s, n, p) for n, p in enumerate(pending)))
+    firsts = sorted(((steady(p, p.options[0]), n, p) for n, p in enumerate(pending)), key=lambda f: (f[0].tpot_s, f[1]))
     met: list[float] = []
     unreplayed = 0
-    for steady_tpot_s, _, p in steady:
-        if REPLAYED_TPOT_FLOOR * steady_tpot_s > _top_tpot_s(met, req.top):
+    for first, _, p in firsts:
+        if REPLAYED_TPOT_FLOOR * first.tpot_s > _top_tpot_s(met, req.top):
             unreplayed += 1
             continue
         c = None
-        for option in p.options[:SPLITS_REPLAYED]:
-            tried = candidate(p, option, True)
+        for m, option in enumerate(p.options[:SPLITS_REPLAYED]):
+            at_steady = first if m == 0 else steady(p, option)  # the first split's priced once
+            tried = _replayed_option(s, lay, req, at_steady, option, p, replays)
             c = c or tried  # where none meets the targets on its replay, the steady state's first
             if tried.meets_targets:
                 c = tried
@@ -324,10 +324,9 @@ def _split_candidate(
     mem: MemoryPlan,
     p_rate: np.ndarray,
     extra: np.ndarray,
-    replays: dict[tuple[str, int, int], tuple[Replayed, bool]] | None,
 ) -> ServeCandidate:
-    """The candidate of decode layout ``j`` and one split ``option`` (``_Option``), at a request rate
-    replayed (``replayed_split``, its pools' replays kept in ``replays``; None: the steady state's)."""
+    """The candidate of decode layout ``j`` and one split ``option`` (``_Option``) at the steady state
+    (``_replayed_option`` replays it at a request rate)."""
     from planner.serving.search import _kv_per_token
 
     _, i, n_p, n_d, k, ttft, rate, prompts = option
@@ -381,11 +380,25 @@ def _split_candidate(
             f"{transfer * 1e3:.2f} ms per request",
         ],
     )
-    if req.request_rate is None or replays is None:
-        return c
+    return c
+
+
+def _replayed_option(
+    s: Setting,
+    lay: Layouts,
+    req: ServeRequest,
+    c: ServeCandidate,
+    option: _Option,
+    p: _Splits,
+    replays: dict[tuple[str, int, int], tuple[Replayed, bool]],
+) -> ServeCandidate:
+    """``c``, the steady-state candidate of decode layout ``p.j`` and split ``option``, replayed at the
+    request rate (``replayed_split``; its pools' replays kept in ``replays``)."""
+    _, i, n_p, n_d, *_ = option
     p_pool = replace(lay.take(np.array([i])), replicas=np.array([float(n_p)]))
-    d_pool = replace(lay.take(np.array([j])), replicas=np.array([float(n_d)]))
-    return replayed_split(c, s, p_pool, d_pool, req, transfer, replays, ((i, n_p), (j, n_d)))
+    d_pool = replace(lay.take(np.array([p.j])), replicas=np.array([float(n_d)]))
+    transfer = float(p.extra[i]) - s.params.request_path_s
+    return replayed_split(c, s, p_pool, d_pool, req, transfer, replays, ((i, n_p), (p.j, n_d)))
 
 
 def replayed_split(
@@ -395,8 +408,8 @@ def replayed_split(
     decode: Layouts,
     req: ServeRequest,
     transfer_s: float,
-    replays: dict[tuple[str, int, int], tuple[Replayed, bool]] | None = None,
-    keys: tuple[tuple[int, int], tuple[int, int]] | None = None,
+    replays: dict[tuple[str, int, int], tuple[Replayed, bool]],
+    keys: tuple[tuple[int, int], tuple[int, int]],
 ) -> ServeCandidate:
     """``c`` (a split at ``req``'s request rate) with its TTFT, TPOT and decode batch from replays of
     its two pools (``replay.replay``, as ``search._replayed`` replays a colocated layout; the same
@@ -421,21 +434,18 @@ def replayed_split(
     isl, osl, rate = req.input_len, req.output_len, req.request_rate
     split = c.config["prefill_decode_split"]
     assert isinstance(split, dict)
-    memo = {} if replays is None else replays
     pools = []
     for name, pool, out, in_flight, key in (
-        ("prefill", prefill, 1, float(split["prefill_batch"]), None if keys is None else keys[0]),
-        ("decode", decode, osl, c.batch_per_replica, None if keys is None else keys[1]),
+        ("prefill", prefill, 1, float(split["prefill_batch"]), keys[0]),
+        ("decode", decode, osl, c.batch_per_replica, keys[1]),
     ):
-        held = None if key is None else memo.get((name, *key))
+        held = replays.get((name, *key))
         if held is None:
             per_replica = max(REPLAY_MIN_REQUESTS, 4 * math.ceil(in_flight))
             window = per_replica * (REPLAY_MEASURED[1] - REPLAY_MEASURED[0])
             requests = per_replica * int(pool.replicas[0])
             r = replay(s, pool, isl, out, rate, requests, REPLAY_MEASURED, prompt_done=name == "decode")
-            held = (r, r.queue_growth <= QUEUE_GROWTH_TOLERANCE * window)
-            if key is not None:
-                memo[(name, *key)] = held
+            held = replays[(name, *key)] = (r, r.queue_growth <= QUEUE_GROWTH_TOLERANCE * window)
         pools.append(held)
     (p, p_keeps), (d, d_keeps) = pools
     ttft = p.ttft_s + transfer_s + d.ttft_s + s.params.request_path_s
