@@ -341,7 +341,7 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
     for pool in pools:
         if pool.gpus > per_host:
             continue  # started whole, below
-        cmd, _, notes = pool.command.partition("\n# ")
+        cmd, kept = _command_notes(pool)
         own = _own_ports(engine, pool)
         named = [f"${i} its {name}" for i, (name, _, _) in enumerate(own, start=3)]
         env = "".join(f" {name}=${i}" for i, (name, _, _) in enumerate(own, start=3) if name.isupper())
@@ -350,7 +350,6 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
         body = cmd.replace("\n", "\n  ") + f" \\\n      --host 0.0.0.0 --port $2{flags}"
         lines.append(f"# {pool.role} pool: {pool.replicas} server(s) of {pool.gpus} GPUs")
         lines.append(f"{pool.role}_server() {{  # {args}\n  CUDA_VISIBLE_DEVICES=$1{env} {body}\n}}")
-        kept = [n for n in notes.split("\n# ") if n and n != f"{pool.role} pool"] if notes else []
         lines.extend(f"# {n}" for n in kept)
     starts: list[list[str]] = [[] for _ in range(hosts)]
     urls: dict[str, list[str]] = {"prefill": [], "decode": []}
@@ -395,6 +394,13 @@ def placed_pools(engine: str, pools: tuple[Pool, Pool], per_host: int | None, nu
     return "\n".join(lines)
 
 
+def _command_notes(pool: Pool) -> tuple[str, list[str]]:
+    """``pool``'s server command and its notes (``_pool`` writes them as '# ' lines after it), less
+    the pool's own name ('prefill pool'), which ``placed_pools`` heads the pool's lines with."""
+    cmd, _, notes = pool.command.partition("\n# ")
+    return cmd, [n for n in notes.split("\n# ") if n and n != f"{pool.role} pool"]
+
+
 def _wide_server(engine: str, pool: Pool, k: int, host: int, per_host: int) -> str:
     """Server ``k`` of ``pool``, wider than a host, on hosts ``host`` .. as ``across_hosts`` starts a
     replica over hosts, its first host the head (HEAD_IP) and its hosts named (MPI's HOSTS, as
@@ -404,8 +410,7 @@ def _wide_server(engine: str, pool: Pool, k: int, host: int, per_host: int) -> s
     (before ``ray start`` under Ray)."""
     span = pool.gpus // per_host
     names = [f"HOST_{host + i}" for i in range(span)]
-    cmd, _, notes = pool.command.partition("\n# ")
-    kept = [n for n in notes.split("\n# ") if n and n != f"{pool.role} pool"]
+    cmd, kept = _command_notes(pool)
     command = f"{cmd} \\\n    --host 0.0.0.0 --port {BASE_PORT}" + "".join(f"\n# {n}" for n in kept)
     text = across_hosts(engine, command, pool.gpus, per_host, pool.tp, pool.pp, pool.attention_dp)
     slots = ",".join(f"{name}:{per_host}" for name in names)  # MPI's host:slots, the host's GPUs
