@@ -48,6 +48,12 @@ class Layouts:
     def take(self, index: np.ndarray) -> Layouts:
         return Layouts(self.tp[index], self.pp[index], self.ep[index], self.attention_dp[index], self.replicas[index])
 
+    def text(self, i: int) -> str:
+        """Row ``i`` as ``layout_text`` names it."""
+        return layout_text(
+            int(self.replicas[i]), int(self.tp[i]), int(self.pp[i]), int(self.ep[i]), bool(self.attention_dp[i])
+        )
+
 
 def layout_text(replicas: int, tp: int, pp: int, ep: int = 1, attention_dp: bool = False) -> str:
     """A layout as the table, the plot and the equivalents name it: '2x tp4 pp1 ep4 adp'."""

@@ -1196,14 +1196,10 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
     if not cands and req.request_rate is not None:
         return [], len(p.batch), _too_fast(p, req), 0
     if not cands:
-        labels = [
-            layout_text(int(r), int(t), int(q), int(e), bool(a))
-            for r, t, q, e, a in zip(p.lay.replicas, p.lay.tp, p.lay.pp, p.lay.ep, p.lay.attention_dp, strict=True)
-        ]
         return (
             [],
             len(p.batch),
-            f"no layout meets the targets: {_extremes(p.tpot_s, p.ttft_s, labels)} ({_asked(req)})",
+            f"no layout meets the targets: {_extremes(p.tpot_s, p.ttft_s, p.lay.text)} ({_asked(req)})",
             unreplayed,
         )
     return cands, len(p.batch), "", unreplayed
@@ -1242,9 +1238,7 @@ def _too_fast(p: Priced, req: ServeRequest) -> str:
     i = int(np.argmax(rates))
     at_room = p.batch[i] >= p.memory.max_concurrency[i]
     bound = "its KV room" if at_room else "its rounds' time, which grows faster than the batch beyond it"
-    layout = layout_text(
-        int(p.lay.replicas[i]), int(p.lay.tp[i]), int(p.lay.pp[i]), int(p.lay.ep[i]), bool(p.lay.attention_dp[i])
-    )
+    layout = p.lay.text(i)
     return (
         f"request rate {req.request_rate:g}/s exceeds what any layout sustains at the steady state: at most "
         f"{rates[i]:.3g}/s, {layout} at {p.batch[i]:.0f} a replica (bound by {bound}); use more GPUs or a lower rate"
@@ -1288,12 +1282,12 @@ def _empty_reason(cands: list[ServeCandidate], req: ServeRequest) -> str:
     from planner.serving.render import layout_label
 
     tpots, ttfts = (np.array([getattr(c, f) for c in cands]) for f in ("tpot_s", "ttft_s"))
-    extremes = _extremes(tpots, ttfts, [layout_label(c) for c in cands])
+    extremes = _extremes(tpots, ttfts, lambda k: layout_label(cands[k]))
     return f"no layout meets the targets at this load: {extremes} ({_asked(req)})"
 
 
-def _extremes(tpot_s: np.ndarray, ttft_s: np.ndarray, labels: list[str]) -> str:
-    """The lowest TPOT and the lowest TTFT among layouts (``labels``, one a row), each with its layout
+def _extremes(tpot_s: np.ndarray, ttft_s: np.ndarray, label: Callable[[int], str]) -> str:
+    """The lowest TPOT and the lowest TTFT among layouts (``label`` names row i), each with its layout
     and that layout's other latency, so a reason tells which target to relax: the two minima come
     from different layouts where the targets conflict (70B on two DGX H100 at 512 in flight: 8 x TP2
     the lowest TPOT, 35.5 ms, its KV room 64 a replica, so the rest queue for seconds; 2 x TP8 the
@@ -1301,8 +1295,8 @@ def _extremes(tpot_s: np.ndarray, ttft_s: np.ndarray, labels: list[str]) -> str:
     of TPOT 40 ms and TTFT 2 s (a review, 2026-12-07)."""
     i, j = int(np.argmin(tpot_s)), int(np.argmin(ttft_s))
     if i == j:
-        return f"the lowest TPOT and TTFT are {labels[i]}'s, {tpot_s[i] * 1e3:.1f} ms and {ttft_s[i] * 1e3:,.0f} ms"
+        return f"the lowest TPOT and TTFT are {label(i)}'s, {tpot_s[i] * 1e3:.1f} ms and {ttft_s[i] * 1e3:,.0f} ms"
     return (
-        f"the lowest TPOT is {tpot_s[i] * 1e3:.1f} ms ({labels[i]}, its TTFT {ttft_s[i] * 1e3:,.0f} ms) and the lowest "
-        f"TTFT {ttft_s[j] * 1e3:,.0f} ms ({labels[j]}, its TPOT {tpot_s[j] * 1e3:.1f} ms)"
+        f"the lowest TPOT is {tpot_s[i] * 1e3:.1f} ms ({label(i)}, its TTFT {ttft_s[i] * 1e3:,.0f} ms) and the lowest "
+        f"TTFT {ttft_s[j] * 1e3:,.0f} ms ({label(j)}, its TPOT {tpot_s[j] * 1e3:.1f} ms)"
     )
