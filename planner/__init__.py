@@ -70,6 +70,23 @@ def _whole_numbers_in_range(fn: F) -> F:
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(job fields, mesh knobs) of the keyword arguments; a keyword that is neither is refused with
+    the near names of both (a review, 2026-12-07: 'moe_load_imbalanc' was refused as an unknown mesh
+    knob, the list naming mesh knobs alone, though job fields are accepted too)."""
+    import difflib
+
+    from planner.errors import PlannerError
+
+    mesh_keys = set(ParallelConfig.model_fields) | set(PipelineSplit.model_fields)
+    unknown = sorted(k for k in kwargs if k not in _JOB_KEYS and k not in mesh_keys)
+    if unknown:
+        names = sorted(_JOB_KEYS | mesh_keys)
+        near = sorted({m for k in unknown for m in difflib.get_close_matches(k, names, n=3, cutoff=0.6)})
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise PlannerError(
+            f"unknown keyword(s) {', '.join(unknown)}: neither a job field (JobSpec) nor a mesh knob "
+            f"(ParallelConfig, PipelineSplit){hint}; allowed: {', '.join(names)}"
+        )
     job = {k: v for k, v in kwargs.items() if k in _JOB_KEYS}
     mesh = {k: v for k, v in kwargs.items() if k not in _JOB_KEYS}
     return job, mesh

@@ -86,9 +86,13 @@ def _cp_divisor(mesh: MeshArrays) -> np.ndarray:
 def _growth_hint(job: JobSpec, unit: int, least: int = 0) -> str:
     """How far the batch would have to grow for a mesh whose batch unit does not divide it (and, for
     Megatron-Core's interleaving, to at least ``least`` sequences: pp micro-batches)."""
-    grown = max(round_up(job.batch_size, unit), least)
+    divisible = round_up(job.batch_size, unit)
+    grown = max(divisible, least)
+    # where interleaving's pp micro-batches set it, say so: a batch of 6 over dp 4 'runs 16', not 8
+    # (a review, 2026-12-07, read the bare figure as an arithmetic error)
+    why = f" (interleaved-1f1b runs at least pp micro-batches: {least})" if least > divisible else ""
     return (
-        f"; the nearest batch it runs is {grown} (+{grown / job.batch_size - 1:.1%}), "
+        f"; the nearest batch it runs is {grown}{why} (+{grown / job.batch_size - 1:.1%}), "
         f"allowed up to {job.max_batch_size} by max_batch_growth {job.max_batch_growth:g}"
     )
 

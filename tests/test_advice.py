@@ -385,3 +385,17 @@ def test_the_exports_formats_are_their_stacks() -> None:
     assert set(FP8_RECIPES) == set(load_stack("megatron-core").fp8_scalings)
     assert load_stack("megatron-core").adam_moments == ("fp32", "bf16")  # the export's --exp-avg-dtype bf16
     assert load_stack("torchtitan").adam_moments == ("fp32",) and load_stack("deepspeed").fp8_scalings == ()
+
+
+def test_torchtitans_pipeline_zero_2_says_it_holds_the_gradients_whole() -> None:
+    # torch.distributed.pipelining keeps an FSDP stage's gradients unsharded through the step, so the
+    # table's Z 2 prices ZeRO-1's gradient memory; the warning says so (a review, 2026-12-07)
+    import planner
+
+    est = planner.estimate("llama3-8b", "dgx-h100x1", stack="torchtitan", pp=2, dp=4, zero_stage=2, micro_batch_size=1)
+    said = [w for w in est.warnings if w.startswith("ZeRO-2 with pp 2 on torchtitan")]
+    assert len(said) == 1 and "holds each stage's gradients unsharded" in said[0]
+    flat = planner.estimate("llama3-8b", "dgx-h100x1", stack="torchtitan", pp=1, dp=8, zero_stage=2)
+    assert not any(w.startswith("ZeRO-2 with") for w in flat.warnings)
+    megatron = planner.estimate("llama3-8b", "dgx-h100x1", pp=2, dp=4, zero_stage=1, micro_batch_size=1)
+    assert not any(w.startswith("ZeRO-") for w in megatron.warnings)

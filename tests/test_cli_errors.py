@@ -589,3 +589,48 @@ def test_a_library_call_its_signature_refuses_is_a_planner_error() -> None:
             call()
         assert str(err.value).startswith(said) and "\n" not in str(err.value)
     assert planner.load_cluster("dgx-h100x2").num_gpus == 16  # a call it takes is unchanged
+
+
+def test_a_batch_error_says_where_interleaving_sets_the_batch(cli) -> None:
+    # 6 over dp 4 would run 8, but an interleaved pipeline of pp 4 runs at least 4 micro-batches: 16
+    # (the bare '16' had read as an arithmetic error to a review, 2026-12-07)
+    r = cli("estimate", "--model", "qwen3-30b-a3b", "--cluster", "dgx-h100x2", "--pp", "4", "-v", "2", "-B", "6")
+    assert_one_line_error(
+        r, "the nearest batch it runs is 16 (interleaved-1f1b runs at least pp micro-batches: 16) (+166.7%)"
+    )
+    r = cli("estimate", "--model", "llama3-8b", "--cluster", "dgx-h100x1", "--dp", "8", "-B", "6")
+    assert_one_line_error(r, "the nearest batch it runs is 8 (+33.3%)")
+
+
+def test_the_header_says_which_gpus_of_the_nodes_a_job_holds() -> None:
+    from planner.catalog import load_cluster
+
+    # 256 GPUs of four NVL72 racks are the profile's job segments, 64 of each (not 'the last node partly used')
+    racks = load_cluster("gb200-nvl72x4").model_copy(update={"num_gpus": 256})
+    assert racks.describe().endswith("= 256 GPUs (64 of each node's 72: the profile's job segments)")
+    nodes = load_cluster("dgx-h100x2").model_copy(update={"num_gpus": 12})
+    assert nodes.describe().endswith("= 12 GPUs (the last node's 4 of 8)")
+    assert load_cluster("dgx-h100x2").describe().endswith("= 16 GPUs")
+
+
+def test_a_job_segment_larger_than_its_domain_is_refused(cli, tmp_path: Path) -> None:
+    from planner.catalog import catalog_dir
+
+    text = (catalog_dir("hardware_profiles") / "gb200-nvl72.yaml").read_text()
+    assert "job_segment_gpus: 64" in text
+    bad = tmp_path / "gb200-bad.yaml"
+    bad.write_text(text.replace("job_segment_gpus: 64", "job_segment_gpus: 80"))
+    assert_one_line_error(
+        cli("--model", "llama3-8b", "--cluster", str(bad)),
+        "intra_node.job_segment_gpus 80 is more than the 72 GPUs of a fast domain",
+    )
+
+
+def test_the_library_names_a_near_job_field_or_mesh_knob() -> None:
+    import planner
+
+    with pytest.raises(PlannerError, match=r"unknown keyword\(s\) moe_load_imbalanc: neither a job field") as e:
+        planner.plan("llama3-8b", "dgx-h100x1", moe_load_imbalanc=1.0)
+    assert "did you mean moe_load_imbalance?" in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(PlannerError, match="did you mean pp, tp"):
+        planner.estimate("llama3-8b", "dgx-h100x1", tpp=2)

@@ -16,7 +16,7 @@ from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
 from planner.runs import case_from_row
 from planner.schemas import JobSpec, ParallelConfig
-from planner.search import partial_recompute, search
+from planner.search import default_job, partial_recompute, search
 from planner.validate.shard import recompute_split
 from tests.conftest import assert_one_line_error, sample_rows
 
@@ -177,3 +177,16 @@ def test_ordinals(n: int, text: str) -> None:
     from planner.figures import ordinal
 
     assert ordinal(n) == text
+
+
+def test_partial_recompute_stays_below_a_chunks_decoder_layers_beside_mtp() -> None:
+    # Nemotron 3 Super (88 layers and 2 MTP layers on the last rank): at ep 64, micro-batch 8, ZeRO-3
+    # on 8 DGX B200 the line of memory against r reached 89 of the rank's 90 layers, which the search
+    # ranked first and check_config refused ('recompute_layers 89: ... at most 88'), so a plain `plan`
+    # of the model on that cluster failed (a review, 2026-12-07); r of all 88 is plain full recompute
+    model, cluster = load_model("nemotron-3-super"), load_cluster("dgx-b200x8")
+    job = default_job(model)
+    config = ParallelConfig(tp=1, pp=1, dp=64, ep=64, micro_batch_size=8, zero_stage=3, recompute="full")
+    assert len(partial_recompute(model, cluster, job, MeshArrays.from_configs([config]))) == 0
+    best = search(model, cluster, job, {}, top=1).candidates[0].config.parallel
+    assert best.recompute_layers is None or best.recompute_layers < model.num_hidden_layers

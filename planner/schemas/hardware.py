@@ -581,6 +581,14 @@ class HardwareProfile(Frozen):
                 f"gpus_per_host {self.gpus_per_host} does not divide gpus_per_node {self.gpus_per_node}: "
                 "a node is whole hosts"
             )
+        segment, whole = self.intra_node.job_segment_gpus, domain or self.gpus_per_node
+        if segment is not None and segment > whole:
+            # a segment is part of one fast domain; a larger one had been read as the domain in one place
+            # and as no segments in another (a review, 2026-12-07: 80 on an NVL72 rack of 72)
+            raise ValueError(
+                f"intra_node.job_segment_gpus {segment} is more than the {whole} GPUs of a fast domain "
+                "(domain_size_gpus, else gpus_per_node): a job's segment is part of one domain"
+            )
         return self
 
 
@@ -668,8 +676,18 @@ class ClusterSpec(Frozen):
         return self.profile.price_per_gpu_hour_usd
 
     def describe(self) -> str:
-        """How the name was read, e.g. 'dgx-h100x16: 16 nodes x 8 H100 SXM 80GB = 128 GPUs'."""
-        partial = "" if self.num_gpus == self.num_nodes * self.gpus_per_node else " (last node partly used)"
+        """How the name was read, e.g. 'dgx-h100x16: 16 nodes x 8 H100 SXM 80GB = 128 GPUs'; where fewer
+        GPUs than the nodes hold are used, which: the profile's job segments of every node
+        (``fast_domain_gpus``; 256 GPUs of four NVL72 racks are 64 of each, which the header had called
+        the last node partly used, a review, 2026-12-07), else the last node's share."""
+        partial = ""
+        if self.num_gpus != self.num_nodes * self.gpus_per_node:
+            segment = self.fast_domain_gpus
+            if segment < self.gpus_per_node and self.num_gpus == segment * self.num_nodes:
+                partial = f" ({segment} of each node's {self.gpus_per_node}: the profile's job segments)"
+            else:
+                last = self.num_gpus - (self.num_nodes - 1) * self.gpus_per_node
+                partial = f" (the last node's {last} of {self.gpus_per_node})"
         return (
             f"{self.name}: {self.num_nodes} node{'s' if self.num_nodes > 1 else ''} x "
             f"{self.gpus_per_node} {self.gpu.name} = {self.num_gpus} GPUs{partial}"
