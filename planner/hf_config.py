@@ -504,6 +504,21 @@ QUANTIZATION_NAME_KEYS = ("quant_method", "quant_algo")
 strings in transformers' quantization configs and ModelOpt's; another type is refused by key."""
 
 
+FP4_FORMATS = {"mxfp4": "mxfp4", "NVFP4": "nvfp4"}
+"""The 4-bit format (``ModelSpec.checkpoint_fp4_format``) by transformers' quant_method or ModelOpt's
+quant_algo."""
+
+
+def checkpoint_fp4_format(quantization: object) -> str | None:
+    """MXFP4 or NVFP4 where ``quantization`` (config.json quantization_config) is an fp4 checkpoint's."""
+    if not isinstance(quantization, dict):
+        return None
+    method = str(quantization.get("quant_method", "")).lower()
+    if method == "modelopt":
+        return FP4_FORMATS.get(str(quantization.get("quant_algo", "")).upper())
+    return FP4_FORMATS.get(method)
+
+
 def checkpoint_weights_dtype(quantization: object) -> str | None:
     """The weight format a checkpoint ships in (``ModelSpec.checkpoint_weights_dtype``) from its
     config.json ``quantization_config``; None for 16-bit weights or a method the planner has no rate
@@ -728,6 +743,8 @@ def model_from_hf_config(config: dict[str, Any], name: str, where: str) -> Model
     quantised = checkpoint_weights_dtype(config.get("quantization_config"))
     if quantised is not None:
         spec["checkpoint_weights_dtype"] = quantised
+        if quantised == "fp4":
+            spec["checkpoint_fp4_format"] = checkpoint_fp4_format(config.get("quantization_config"))
         if keeps_attention_16bit(config.get("quantization_config")):
             spec["checkpoint_16bit_attention"] = True
     if config.get("topk_method") == NOAUX_TOPK_METHOD:

@@ -585,3 +585,82 @@ def test_an_attention_dp_export_says_what_the_plan_assumes_of_its_ranks() -> Non
         load_model("deepseek-v3"), load_cluster("dgx-h200x2"), req.model_copy(update={"disaggregate": True})
     )
     assert note not in export_commands(split, "trtllm")
+
+
+def test_trtllm_exports_the_batch_per_pipeline_micro_batch() -> None:
+    # TensorRT-LLM admits pp x max_batch_size active requests (PyTorchModelEngine.get_max_num_sequences),
+    # so 70B at TP4 x PP2 priced at its batch for a 30 ms TPOT exports half of it (it had exported the
+    # whole batch, which admits twice what was priced: a review, 2026-12-07)
+    ranking = serve_search(
+        load_model("llama3-70b"), load_cluster("dgx-h100"), ServeRequest(engine="trtllm", tp=4, pp=2, tpot_s=0.03)
+    )
+    top = ranking.candidates[0]
+    assert (top.config["tp"], top.config["pp"]) == (4, 2)
+    batch = math.ceil(round(top.batch_per_replica, 6))
+    assert batch > 2
+    assert _flag(export_commands(ranking, "trtllm"), "--max_batch_size") == math.ceil(batch / 2)
+    vllm = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100"), ServeRequest(tp=4, pp=2, tpot_s=0.03))
+    # vLLM's --max-num-seqs caps the running requests of its one scheduler, every micro-batch's together
+    assert _flag(export_commands(vllm, "vllm"), "--max-num-seqs") == math.ceil(
+        round(vllm.candidates[0].batch_per_replica, 6)
+    )
+
+
+def test_a_closed_loop_holds_the_servers_request_path_in_its_cycle() -> None:
+    # 64 in flight of 128 prompt and 2 output tokens: a client's cycle is its TTFT (the path included)
+    # and one TPOT, so the throughput is Little's law over the printed figures (it had left the 6.9 ms
+    # path out of the cycle: 451 tokens/s per GPU where the printed TTFT and TPOT give 377)
+    req = ServeRequest(input_len=128, output_len=2, concurrency=64, tp=1)
+    top = serve_search(load_model("llama3-8b"), load_cluster("dgx-h100"), req).candidates[0]
+    gpus = top.config["replicas"] * top.config["tp"] * top.config["pp"]
+    cycle_s = top.ttft_s + (req.output_len - 1) * top.tpot_s
+    assert top.output_tokens_per_s_per_gpu == pytest.approx(64 / cycle_s * req.output_len / gpus, rel=1e-9)
+    assert load_engine("vllm").parameters("hopper").request_path_s > 0.005
+
+
+def test_an_mxfp4_checkpoint_is_priced_at_its_32_value_blocks() -> None:
+    from planner.serving.memory import MXFP4_WEIGHT_BYTES, WEIGHT_BYTES, weight_bytes
+
+    gpt_oss, llama = load_model("gpt-oss-120b"), load_model("llama3-70b")
+    assert gpt_oss.checkpoint_fp4_format == "mxfp4"
+    assert weight_bytes(gpt_oss, "fp4") == MXFP4_WEIGHT_BYTES == 0.5 + 1 / 32
+    assert weight_bytes(llama, "fp4") == WEIGHT_BYTES["fp4"] == 0.5 + 1 / 16  # NVFP4, what fp4 quantizes to
+    assert weight_bytes(gpt_oss, "fp8") == 1.0
+    # one H100: 114.7 B routed-expert weights at 0.53125 bytes, the attention and embeddings 16-bit
+    ranking = serve_search(gpt_oss, load_cluster("dgx-h100").model_copy(update={"num_gpus": 1}), ServeRequest(tp=1))
+    weights_gib = ranking.candidates[0].memory_breakdown_bytes.weights / 2**30
+    assert 60.5 < weights_gib < 61.5, weights_gib  # 64.0 GiB at NVFP4's bytes
+    from planner.hf_config import checkpoint_fp4_format
+
+    assert checkpoint_fp4_format({"quant_method": "mxfp4"}) == "mxfp4"
+    assert checkpoint_fp4_format({"quant_method": "modelopt", "quant_algo": "NVFP4"}) == "nvfp4"
+    assert checkpoint_fp4_format({"quant_method": "fp8"}) is None
+    with pytest.raises(ValueError, match="checkpoint_fp4_format mxfp4 needs checkpoint_weights_dtype fp4"):
+        type(llama).model_validate(llama.model_dump() | {"checkpoint_fp4_format": "mxfp4"})
+
+
+def test_trtllm_refuses_nvfp4_off_blackwell_but_runs_gpt_oss_mxfp4(cli) -> None:  # type: ignore[no-untyped-def]
+    assert_one_line_error(
+        cli("serve", "--model", "llama70b", "--cluster", "dgx-h100x1", "--weights-dtype", "fp4", "--engine", "trtllm"),
+        "--weights-dtype fp4: trtllm runs NVFP4 on blackwell",
+        "nvfp4_architectures",
+    )
+    assert serve_search(load_model("gpt-oss-120b"), load_cluster("dgx-h100"), ServeRequest(engine="trtllm")).candidates
+    assert serve_search(
+        load_model("llama3-70b"), load_cluster("dgx-b200"), ServeRequest(engine="trtllm", weights_dtype="fp4")
+    ).candidates
+    # vLLM runs NVFP4 weight-only on Hopper (its Marlin kernels): priced so, with the W4A16 warning
+    vllm = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100"), ServeRequest(weights_dtype="fp4"))
+    assert any("W4A16" in w for w in vllm.warnings)
+
+
+def test_sglang_takes_its_static_fraction_of_the_memory_free_at_start() -> None:
+    # mem_fraction_static bounds weights + KV pool (model_runner profile_max_num_token); the
+    # activations and CUDA graphs come out of the rest, not out of the pool
+    cluster = load_cluster("dgx-h100")
+    ranking = serve_search(load_model("llama3-70b"), cluster, ServeRequest(engine="sglang", tp=8, tpot_s=0.03))
+    m = ranking.candidates[0].memory_breakdown_bytes
+    fraction = load_engine("sglang").memory_fraction(np.array([8.0]))[0]
+    hbm = cluster.gpu.hbm_capacity_bytes
+    assert m.kv_cache == pytest.approx(fraction * (hbm - m.runtime) - m.weights, rel=1e-9)
+    assert m.activations > 0  # outside the pool

@@ -335,6 +335,14 @@ class ModelSpec(Frozen):
         "quantization_config: fp8, block- or tensor-scaled; fp4, MXFP4 or NVFP4); None: 16-bit. plan serve prices "
         "this format unless --weights-dtype says otherwise; training ignores it",
     )
+    checkpoint_fp4_format: Literal["mxfp4", "nvfp4"] | None = Field(
+        None,
+        description="Which 4-bit format an fp4 checkpoint ships in (HF quantization_config quant_method 'mxfp4': "
+        "the OCP MX format, an E8M0 scale per 32 values, 0.53125 bytes a weight; ModelOpt quant_algo 'NVFP4': an E4M3 "
+        "scale per 16, 0.5625); None: not an fp4 checkpoint, or not stated (priced as NVFP4, what --weights-dtype fp4 "
+        "quantizes to). plan serve prices the stated format's bytes where it serves the checkpoint's fp4, and refuses "
+        "NVFP4 on TensorRT-LLM off Blackwell",
+    )
     checkpoint_16bit_attention: bool = Field(
         False,
         description="The published checkpoint keeps its attention projections 16-bit beside its quantized "
@@ -388,6 +396,11 @@ class ModelSpec(Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelSpec:
+        if self.checkpoint_fp4_format is not None and self.checkpoint_weights_dtype != "fp4":
+            raise ValueError(
+                f"checkpoint_fp4_format {self.checkpoint_fp4_format} needs checkpoint_weights_dtype fp4 (it is "
+                f"{self.checkpoint_weights_dtype or 'unset, 16-bit'})"
+            )
         if self.checkpoint_16bit_attention and self.checkpoint_weights_dtype is None:
             raise ValueError(
                 "checkpoint_16bit_attention: true needs checkpoint_weights_dtype (fp8 or fp4), the format beside "

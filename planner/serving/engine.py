@@ -248,14 +248,21 @@ class EngineProfile(Frozen):
         "of it elsewhere is refused); a format not named, or None: every architecture, weight-only where the GPU "
         "has no tensor cores for it",
     )
+    nvfp4_architectures: list[str] | None = Field(
+        None,
+        description="The GPU architectures the engine runs NVFP4 weights on (fp4 of a model whose checkpoint is not "
+        "MXFP4, ``ModelSpec.checkpoint_fp4_format``; a plan of it elsewhere is refused); None: every architecture, "
+        "weight-only where the GPU has no FP4 tensor cores",
+    )
     gpu_memory_fraction: float = Field(gt=0, le=1)
     gpu_memory_fraction_by_tp: dict[PositiveInt, Annotated[float, Field(gt=0, le=1)]] | None = Field(
         None,
         description="The fraction at a TP size of at least each key, where the engine's default depends on it "
         "(SGLang's mem_fraction_static); below the smallest key, gpu_memory_fraction",
     )
-    memory_fraction_of: Literal["total", "free"] = Field(
-        description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left"
+    memory_fraction_of: Literal["total", "free", "static"] = Field(
+        description="'total': the fraction bounds weights+activations+KV; 'free': KV gets it of what is left; "
+        "'static': it bounds weights+KV of the memory free at start, the activations taking the rest"
     )
     runtime_reserve_gib: NonNegativeFloat = Field(description="CUDA graphs and runtime buffers beyond the profile's")
     custom_all_reduce: bool = Field(description="Has a one-shot NVLink all-reduce for small messages")

@@ -100,11 +100,16 @@ def _pool(
     """One replica kind's launch command. ``batch`` is the replica's sequences: vLLM (one engine per
     data-parallel rank, each with its own scheduler) and TensorRT-LLM (max_batch_size per rank under
     attention DP) take it per attention-DP rank, SGLang whole (it divides max_running_requests by
-    the DP size). Every command caps a request at the asked input + output tokens (vLLM
-    --max-model-len, SGLang --context-length, TensorRT-LLM --max_seq_len), the length the KV room
-    was sized for: the engines' default is the model's full context, which may not fit. The token
-    budget per iteration is the one priced (``token_budget``: the engine's default on the plan's
-    GPU), else the engine's."""
+    the DP size). TensorRT-LLM's max_batch_size is also per pipeline micro-batch: its executor
+    admits pp times it (``PyTorchModelEngine.get_max_num_sequences``: ``num_batches =
+    self.mapping.pp_size; return num_batches * self.batch_size``, PyExecutor's
+    max_num_active_requests; the TensorRT-engine runtime's the same), so a replica of pp > 1
+    exports ceil(batch / pp), which admits the batch priced (a review, 2026-12-07: 70B at TP4 x PP2
+    priced at 48 sequences for a 30 ms TPOT exported --max_batch_size 48, which admits 96). Every
+    command caps a request at the asked input + output tokens (vLLM --max-model-len, SGLang
+    --context-length, TensorRT-LLM --max_seq_len), the length the KV room was sized for: the
+    engines' default is the model's full context, which may not fit. The token budget per iteration
+    is the one priced (``token_budget``: the engine's default on the plan's GPU), else the engine's."""
     e = load_engine(engine)
     budget = token_budget or e.max_num_batched_tokens
     weights, kv = str(req.weights_dtype), req.kv_dtype
@@ -172,7 +177,7 @@ def _pool(
             args.insert(1, "--backend tensorrt")
         if ep > 1:
             args.append(f"--ep_size {ep}")
-        args += [f"--max_batch_size {per_rank}", f"--max_seq_len {length}"]
+        args += [f"--max_batch_size {math.ceil(per_rank / pp)}", f"--max_seq_len {length}"]
         args += [f"--max_num_tokens {budget}"]
         args.append(f"--kv_cache_free_gpu_memory_fraction {float(e.memory_fraction(tp)):g}")
         if extra:

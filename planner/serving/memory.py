@@ -37,7 +37,23 @@ from planner.serving.schemas import MemoryBreakdown
 WEIGHT_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 """Bytes per stored weight: bf16 2, fp8 1 (per-tensor or per-channel scales negligible), fp4
 0.5 + one fp8 scale per 16 values = 0.5625 (NVFP4, NVIDIA 'Introducing NVFP4', 2025: 16-element
-micro-blocks with an E4M3 scale; MXFP4's 32-element E8M0 blocks give 0.53)."""
+micro-blocks with an E4M3 scale), what --weights-dtype fp4 quantizes to; an MXFP4 checkpoint served
+in its own format is ``MXFP4_WEIGHT_BYTES``."""
+
+MXFP4_WEIGHT_BYTES = 0.53125
+"""Bytes per MXFP4 weight: 0.5 + one E8M0 scale byte per 32 values (OCP Microscaling Formats (MX)
+Specification v1.0, 2023: block size 32, shared 8-bit exponent scale), gpt-oss's experts
+(``ModelSpec.checkpoint_fp4_format``). A review (2026-12-07) found gpt-oss-120b on one H100 priced at
+NVFP4's 0.5625: 3.6 GB more weights, a KV room of 63 sequences where about 100 fit."""
+
+
+def weight_bytes(model: ModelSpec, weights_dtype: str) -> float:
+    """Bytes per stored weight of ``model`` served in ``weights_dtype``: an MXFP4 checkpoint's own
+    fp4 at its 32-value blocks, else ``WEIGHT_BYTES``."""
+    if weights_dtype == "fp4" and model.checkpoint_weights_dtype == "fp4" and model.checkpoint_fp4_format == "mxfp4":
+        return MXFP4_WEIGHT_BYTES
+    return WEIGHT_BYTES[weights_dtype]
+
 
 EMBEDDING_BYTES = 2.0
 """Embedding and LM head stay bf16 under ModelOpt FP8/NVFP4 (its default quantisation config
@@ -93,8 +109,8 @@ def block_weight_bytes_per_gpu(model: ModelSpec, lay: Layouts, weights_dtype: st
     """(non-expert, routed-expert) weight bytes of the transformer blocks one GPU of a stage holds,
     the attention projections in ``attention_weights_dtype``."""
     w = weight_params(model)
-    b = WEIGHT_BYTES[weights_dtype]
-    b_attention = WEIGHT_BYTES[attention_weights_dtype(model, weights_dtype)]
+    b = weight_bytes(model, weights_dtype)
+    b_attention = weight_bytes(model, attention_weights_dtype(model, weights_dtype))
     replicated = np.where(lay.attention_dp, 1.0, 1.0 / lay.tp)
     non_expert = (w.attention * b_attention + w.dense * b) * replicated / lay.pp
     experts = w.experts / lay.tp * b / lay.pp
@@ -243,6 +259,14 @@ def plan_memory(
         fraction = engine.memory_fraction(lay.tp)
         if engine.memory_fraction_of == "free":
             return fraction * (capacity - used)
+        if engine.memory_fraction_of == "static":
+            # SGLang: the KV pool is what is free after loading the weights less (1 - f) of what was free
+            # at start (model_runner profile_max_num_token: rest_memory = available_gpu_memory -
+            # total_gpu_memory * (1 - mem_fraction_static)), so f x (HBM - runtime) - weights, the
+            # activations (and CUDA graphs, captured later) in the rest; the runtime is taken as in use
+            # at start (a review, 2026-12-07: 70B TP8 on an H100 had taken its activations out of the
+            # pool too, 45.6 GiB of KV where 46.5 fit)
+            return fraction * (capacity - runtime) - weights
         return fraction * capacity - used
 
     # the logits buffer holds the batch the KV cache allows (capped by the engine): one pass of

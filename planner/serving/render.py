@@ -105,6 +105,11 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
         "sequences the KV room holds over all replicas, at most the engine's max batch a scheduler (vLLM "
         "--max-num-seqs, SGLang --max-running-requests, TensorRT-LLM max_batch_size), GiB/GPU weights + KV "
         "cache + activations + runtime"
+        + (
+            "; a disaggregated row's batch, max conc and GiB/GPU are its decode pool's"
+            if any(isinstance(c.config.get("prefill_decode_split"), dict) for c in ranking.candidates)
+            else ""
+        )
         + (", $/Mtok per million output tokens at the cluster's price" if priced else "")
     )
     for i, c in enumerate(ranking.candidates, 1):

@@ -282,10 +282,10 @@ def catalog_chunked_attention(spec: dict[str, Any], hf_id: str) -> dict[str, Any
 
 def catalog_checkpoint_format(spec: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
     """The formats of the checkpoint a row ran (``checkpoint_weights_dtype``,
-    ``checkpoint_16bit_attention``), from the catalog model whose ``hf_repos`` hold it (the first
-    word of the row's ``model.checkpoint``, else, where that names no repository the catalog holds,
-    its ``hf_id``) where the row's shape agrees with it
-    on ``CHUNK_AGREEMENT``; else nothing. A row's shape has no key for them, but its checkpoint's
+    ``checkpoint_16bit_attention``, ``checkpoint_fp4_format``), from the catalog model whose
+    ``hf_repos`` hold it (the first word of the row's ``model.checkpoint``, else, where that names no
+    repository the catalog holds, its ``hf_id``) where the row's shape agrees with it on
+    ``CHUNK_AGREEMENT``; else nothing. A row's shape has no key for them, but its checkpoint's
     config.json does: openai/gpt-oss leaves the attention 16-bit beside its MXFP4 experts
     (quantization_config modules_to_not_convert), which a row served in MXFP4 runs so
     (``memory.attention_weights_dtype``)."""
@@ -298,6 +298,7 @@ def catalog_checkpoint_format(spec: dict[str, Any], model: dict[str, Any]) -> di
     return {
         "checkpoint_weights_dtype": known.checkpoint_weights_dtype,
         "checkpoint_16bit_attention": known.checkpoint_16bit_attention,
+        "checkpoint_fp4_format": known.checkpoint_fp4_format,
     }
 
 
@@ -895,13 +896,13 @@ def served(
         rate = replayed_load(plan, s_p).output_tokens_per_s / float(plan.layout.gpus_per_replica[0])
     elif plan.mode in ("concurrency", "rate"):  # as plan serve --concurrency / --request-rate prices the layout
         load = {"concurrency": round(plan.batch)} if plan.mode == "concurrency" else {"request_rate": plan.batch}
-        loaded = replay_at_load(s_p, plan.layout, ServeRequest(input_len=isl, output_len=osl, **load))
+        path_s = s_p.params.request_path_s if plan.through_server else 0.0  # in process: no server path
+        loaded = replay_at_load(s_p, plan.layout, ServeRequest(input_len=isl, output_len=osl, **load), path_s)
         if loaded is None:
             return out
         rate = loaded.output_tokens_per_s_per_gpu
         if at_load:
             if "ttft_s" in out:  # the replay's TTFT holds the request path; a row measured in process does not
-                path_s = s_p.params.request_path_s if plan.through_server else 0.0
                 out["ttft_s"] = loaded.ttft_s - s_p.params.request_path_s + path_s
             if "tpot_s" in out and loaded.tpot_s is not None:
                 out["tpot_s"] = loaded.tpot_s

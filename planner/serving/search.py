@@ -486,23 +486,27 @@ def replay_at_batch(s: Setting, one: Layouts, req: ServeRequest, batch: float) -
     return _closed_loop(_candidate(q, 0, s, req, True, ""), batch, s, one, req, {})
 
 
-def replay_at_load(s: Setting, one: Layouts, req: ServeRequest) -> ServeCandidate | None:
+def replay_at_load(s: Setting, one: Layouts, req: ServeRequest, path_s: float | None = None) -> ServeCandidate | None:
     """What a plan at ``req``'s load (a concurrency or a request rate) reports for layout ``one``
     (one row), as ``_colocated_candidates`` prices each layout: its batch of the grid
     (``_grid``, ``_select_batch``) replayed at the load (``_replayed``); None where no batch of it
-    fits or keeps up. The serving benchmark prices a published concurrency row so (``runs.served``)."""
+    fits or keeps up. ``path_s``: the server's request path in a closed loop's cycle (unset, the
+    engine's fitted one, as plan serve prices it; 0 for a client in the engine's process). The
+    serving benchmark prices a published concurrency row so (``runs.served``)."""
     mem = s.memory(one, reserved_context(s.engine, req.input_len, req.output_len))
     if not mem.fits.any():
         return None
     glay, batch = _grid(one, mem, req.concurrency)
     p = price_colocated(s, glay, batch, req)
     (i,) = _select_batch(p, req)
-    return None if i < 0 else _replayed_at_load(p, int(i), s, req)
+    path = s.params.request_path_s if path_s is None else path_s
+    return None if i < 0 else _replayed_at_load(p, int(i), s, req, path)
 
 
-def _replayed_at_load(p: Priced, i: int, s: Setting, req: ServeRequest) -> ServeCandidate:
-    """Row ``i`` of ``p`` (the batch ``_select_batch`` chose for its layout) replayed at ``req``'s load."""
-    return _replayed(_candidate(p, i, s, req, True, ""), s, p.lay.take(np.array([i])), req)
+def _replayed_at_load(p: Priced, i: int, s: Setting, req: ServeRequest, path_s: float) -> ServeCandidate:
+    """Row ``i`` of ``p`` (the batch ``_select_batch`` chose for its layout) replayed at ``req``'s load,
+    a closed loop's cycle holding ``path_s`` of the server's request path."""
+    return _replayed(_candidate(p, i, s, req, True, ""), s, p.lay.take(np.array([i])), req, path_s=path_s)
 
 
 def _sent(req: ServeRequest, batch: float, one: Layouts) -> ServeRequest:
@@ -631,6 +635,7 @@ def _replayed(
     one: Layouts,
     req: ServeRequest,
     prices: dict[tuple[int, int], np.ndarray] | None = None,
+    path_s: float = 0.0,
 ) -> ServeCandidate:
     """``c`` with its TTFT, TPOT (mean inter-token latency) and batch from a replay of the offered
     load (``replay.replay``): queueing, whole prompts landing in some iterations and not others,
@@ -656,7 +661,7 @@ def _replayed(
         ranks = int(schedulers(s, one)[0])
         low, high = divmod(req.concurrency, replicas * ranks)
         loops = [(n, count) for n, count in ((low + 1, high), (low, replicas * ranks - high)) if n and count]
-        runs = [(count / ranks, _closed_loop_at(c, s, one, req, n * ranks, prices)) for n, count in loops]
+        runs = [(count / ranks, _closed_loop_at(c, s, one, req, n * ranks, prices, path_s)) for n, count in loops]
         completed = sum(share * done for share, (done, _, _, _) in runs)
         ttft = sum(share * done * t for share, (done, t, _, _) in runs) / completed
         tpot = sum(share * done * g for share, (done, _, g, _) in runs) / completed
@@ -689,7 +694,13 @@ def _replayed(
 
 
 def _closed_loop_at(
-    c: ServeCandidate, s: Setting, one: Layouts, req: ServeRequest, in_flight: int, prices: dict | None
+    c: ServeCandidate,
+    s: Setting,
+    one: Layouts,
+    req: ServeRequest,
+    in_flight: int,
+    prices: dict | None,
+    path_s: float = 0.0,
 ) -> tuple[float, float, float, float]:
     """One replica of ``one`` (``c``'s layout) under a closed loop of ``in_flight`` requests (a
     replay, ``replay.replay``, of one deterministic draw): (requests it completes per second, mean
@@ -697,9 +708,13 @@ def _closed_loop_at(
     more requests than in flight; beyond twice its KV room the engine is saturated and the rest only
     queue: Little's law over the replay, the share beyond those replayed waiting behind them at the
     rate the saturated engine completes them (the throughput stops growing with N, the TTFT does
-    not). The engine's TTFT: a request on the server's path holds no slot of the engine (a client
-    semaphore held through the path, as vllm bench serve's --max-concurrency is, would see about path
-    / (TTFT + osl x TPOT) less, 0.1% at 6.6 ms against seconds a request: not priced)."""
+    not). The engine's TTFT. A client's semaphore is held through the server's request path
+    (``path_s``; vllm bench serve's --max-concurrency wraps the whole request), so a request's cycle
+    is path + TTFT + (osl - 1) x TPOT: the loop completes that much fewer, path / cycle, 0.05% at
+    2K/512 and 20% at 128/2 (a review, 2026-12-07: 8B at 64 in flight, 128 in and 2 out, printed a
+    TTFT of 34 ms with the path and a throughput without it, 451 tokens/s per GPU where Little's law
+    over the printed figures gives 377). The replay itself keeps every request in the engine (the
+    engine's batch a little above the loop's, its latencies a little long: an upper bound)."""
     from planner.serving.replay import replay
 
     replicas = int(one.replicas[0])
@@ -721,7 +736,7 @@ def _closed_loop_at(
         prices=prices,
     )
     tpot = r.itl_s if math.isfinite(r.itl_s) else c.tpot_s  # one output token: no gap to measure
-    completions_per_s = simulated / (r.ttft_s + (osl - 1) * tpot)
+    completions_per_s = simulated / (r.ttft_s + path_s + (osl - 1) * tpot)
     return completions_per_s, r.ttft_s + (in_flight - simulated) / completions_per_s, tpot, r.running
 
 
@@ -913,10 +928,10 @@ MODEL_FEATURES: dict[str, tuple[str, Callable[[ModelSpec], bool]]] = {
 def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> None:
     """Refuse a question the engines would refuse at launch: a GPU the engine does not run on
     (``EngineProfile.gpu_architectures``), a weight or KV format it does not run on that GPU
-    (``EngineProfile.format_architectures``), a model with a feature the engine builds no model with
-    (``EngineProfile.unbuilt_model_features``), a request longer than the model's context
-    (``max_position_embeddings``: vLLM refuses a max_model_len beyond it, TensorRT-LLM and SGLang
-    likewise), and a disaggregated plan on one GPU."""
+    (``EngineProfile.format_architectures``; NVFP4, ``EngineProfile.nvfp4_architectures``), a model
+    with a feature the engine builds no model with (``EngineProfile.unbuilt_model_features``), a
+    request longer than the model's context (``max_position_embeddings``: vLLM refuses a
+    max_model_len beyond it, TensorRT-LLM and SGLang likewise), and a disaggregated plan on one GPU."""
     engine = load_engine(req.engine)
     arch = cluster.gpu.architecture
     if engine.gpu_architectures is not None and arch not in engine.gpu_architectures:
@@ -932,6 +947,14 @@ def check_request(model: ModelSpec, cluster: ClusterSpec, req: ServeRequest) -> 
                 f"is {arch or 'of no stated architecture'} (engines/{engine.name}.yaml format_architectures): use "
                 f"{what} bf16, or vllm or sglang"
             )
+    nvfp4 = req.weights_dtype == "fp4" and model.checkpoint_fp4_format != "mxfp4"
+    if nvfp4 and engine.nvfp4_architectures is not None and arch not in engine.nvfp4_architectures:
+        raise PlannerError(
+            f"--weights-dtype fp4: {engine.name} runs NVFP4 on {', '.join(engine.nvfp4_architectures)} GPUs and "
+            f"{cluster.gpu.name} is {arch or 'of no stated architecture'} (engines/{engine.name}.yaml "
+            f"nvfp4_architectures); {model.name}'s checkpoint is not MXFP4 (checkpoint_fp4_format), the fp4 it runs "
+            "elsewhere: use --weights-dtype fp8, or vllm"
+        )
     for feature in engine.unbuilt_model_features or []:
         what, has = MODEL_FEATURES[feature]
         if has(model):
@@ -1189,7 +1212,7 @@ def _colocated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tuple[
         cands, unreplayed = _replayed_at_targets(p, s, req)
     else:  # the replay of the load judges the targets
         picked = [int(i) for i in _select_batch(p, req) if i >= 0]
-        cands = [_replayed_at_load(p, i, s, req) for i in picked]
+        cands = [_replayed_at_load(p, i, s, req, s.params.request_path_s) for i in picked]
         if req.request_rate is not None:
             fewest = replicas_for_rate(p, req)
             cands = [c.model_copy(update={"replicas_for_rate": fewest[i]}) for c, i in zip(cands, picked, strict=True)]
@@ -1241,7 +1264,8 @@ def _too_fast(p: Priced, req: ServeRequest) -> str:
     layout = p.lay.text(i)
     return (
         f"request rate {req.request_rate:g}/s exceeds what any layout sustains at the steady state: at most "
-        f"{rates[i]:.3g}/s, {layout} at {p.batch[i]:.0f} a replica (bound by {bound}); use more GPUs or a lower rate"
+        f"{rates[i]:.3g}/s, {layout} at {p.batch[i]:.0f} in flight a replica (bound by {bound}); use more GPUs or "
+        "a lower rate"
     )
 
 
