@@ -30,8 +30,10 @@ def beyond_calibration(gpus: int, moe: bool) -> str | None:
     largest = LARGEST_CALIBRATED_GPUS[moe]
     if gpus <= largest:
         return None
+    ratio = gpus / largest  # 288 of 256 is 1.1x (whole numbers had printed '1x the 256', a review, 2026-12-07)
+    times = f"{ratio:.1f}".removesuffix(".0") if ratio < 10 else f"{ratio:.0f}"
     return (
-        f"{gpus:,} GPUs, {gpus / largest:.0f}x the {largest} of the largest {'MoE' if moe else 'dense'} run the "
+        f"{gpus:,} GPUs, {times}x the {largest} of the largest {'MoE' if moe else 'dense'} run the "
         "bands rest on: they do not cover what larger jobs meet (stragglers, failures and restarts, contention over "
         "a larger fabric); Meta's Llama 3 405B on 16,384 H100 reports 38-43% MFU where the planner prices its mesh "
         "at about 51%"

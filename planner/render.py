@@ -449,18 +449,23 @@ def print_model(
         table.add_row(
             "layers", f"{model.num_hidden_layers} ({model.num_moe_layers} MoE, {model.num_dense_layers} dense)"
         )
-        table.add_row(
-            "per layer",
-            f"dense {c.dense_layer / 1e6:.1f} M"
-            + (f", MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)" if model.is_moe else ""),
-        )
+        # a model of MoE layers alone has no dense layer to size (a review, 2026-12-07: 'dense 222.3 M' for
+        # Qwen3-235B-A22B, every layer MoE)
+        sizes = [f"dense {c.dense_layer / 1e6:.1f} M"] if model.num_dense_layers else []
+        if model.is_moe:
+            sizes.append(f"MoE {c.moe_layer / 1e6:.1f} M ({c.moe_layer_active / 1e6:.1f} M active)")
+        table.add_row("per layer", ", ".join(sizes))
     table.add_row(
         "hidden / heads / kv heads / head dim",
         f"{model.hidden_size} / {model.num_attention_heads} / {model.num_kv_heads} / {model.head_dim_resolved}",
     )
-    table.add_row(
-        "MLP", f"{'gated' if model.is_gated_mlp else 'plain'} {model.hidden_act}, width {model.intermediate_size}"
+    activation = f"{'gated' if model.is_gated_mlp else 'plain'} {model.hidden_act}" + (
+        f", clamped at {model.swiglu_limit:g} (swiglu_limit)" if model.swiglu_limit else ""
     )
+    if model.num_dense_layers or not model.is_moe:
+        table.add_row("MLP", f"{activation}, width {model.intermediate_size}")
+    else:  # its config's intermediate_size sizes no layer; the experts' width is theirs
+        table.add_row("expert MLP", activation)
     windowed = [(model.num_sliding_layers, f"sliding window {model.sliding_window}")]
     windowed.append((model.num_chunked_layers, f"chunked ({model.attention_chunk_size}-token chunks)"))
     kinds = [f"{what} on {n}" for n, what in windowed if n]
@@ -666,7 +671,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         console.print(f"warning (answer): {note}")
     beyond = beyond_calibration(a.gpus, report.moe)
     if beyond is not None and a.time_to_train_interval_s is not None:
-        console.print(beyond)
+        console.print(f"warning (answer): {beyond}")
     sure = report.answer_slow_end
     if sure is not None and sure.nodes != a.nodes:
         span = sure.time_to_train_interval_s or (0.0, 0.0)

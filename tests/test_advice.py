@@ -319,7 +319,10 @@ def test_advice_after_a_later_fuzz_names_only_what_the_job_can_take(cli) -> None
     said = " ".join(r.out.split())
     assert "try --recompute full, more tp, a smaller --micro-batch-size" in said and "tp/pp" not in said
     mesh = ("--model", "llama3-70b", "--cluster", "dgx-h100x4", "--tp", "8", "--pp", "4", "--dp", "1", "-v", "2")
-    assert_one_line_error(cli("estimate", *mesh, "-B", "5", "-b", "2"), "the nearest batch it runs is 8 (+60.0%)")
+    assert_one_line_error(
+        cli("estimate", *mesh, "-B", "5", "-b", "2"),
+        "the nearest batch it runs is 8 (interleaved-1f1b runs at least pp micro-batches: 8) (+60.0%)",
+    )
     r = cli("estimate", *mesh, "-B", "9", "-b", "2", "--max-batch-growth", "0.2")
     said = " ".join(r.out.split())
     assert "so that dp*micro_batch_size divides it and interleaving has at least pp micro-batches" in said

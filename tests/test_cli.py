@@ -60,6 +60,10 @@ def test_show_model_by_alias_human(cli) -> None:
     assert "full on 12 layers, chunked (8192-token chunks) on 36" in maverick
     oss = " ".join(cli("show", "model", "gpt-oss-120b").out.split())
     assert "full on 18 layers, sliding window 128 on 18, with sinks" in oss and "full on" not in r.out
+    # a model of MoE layers alone sizes no dense layer and names its experts' activation, clamp included
+    assert "per layer │ MoE 3213.1 M (126.5 M active)" in oss and "dense" not in oss.split("per layer")[1][:30]
+    assert "expert MLP │ gated silu, clamped at 7 (swiglu_limit)" in oss
+    assert "MLP │ gated silu, width 18432" in " ".join(r.out.split())  # DeepSeek-V3's 3 dense layers
 
 
 def test_list_json(cli) -> None:

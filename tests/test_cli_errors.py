@@ -634,3 +634,8 @@ def test_the_library_names_a_near_job_field_or_mesh_knob() -> None:
     assert "did you mean moe_load_imbalance?" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(PlannerError, match="did you mean pp, tp"):
         planner.estimate("llama3-8b", "dgx-h100x1", tpp=2)
+
+
+def test_a_group_without_its_command_names_its_commands(cli) -> None:
+    assert_one_line_error(cli("list"), "Missing command: one of clusters, models, stacks.", "plan list --help")
+    assert_one_line_error(cli("show"), "Missing command: one of cluster, model, stack.")

@@ -1375,3 +1375,12 @@ def test_a_job_larger_than_any_calibrated_run_says_its_band_does_not_cover_it() 
     assert big.mfu == pytest.approx(0.508, abs=0.005)
     small = planner.estimate("llama3-70b", "dgx-h100x16", tp=4, pp=4, dp=8)
     assert not any("largest dense run" in w for w in small.warnings)
+
+
+def test_the_scale_note_keeps_a_decimal_below_ten_times() -> None:
+    from planner.error_bar import LARGEST_CALIBRATED_GPUS, beyond_calibration
+
+    largest = LARGEST_CALIBRATED_GPUS[True]
+    assert beyond_calibration(largest, True) is None
+    assert beyond_calibration(largest + largest // 8, True).startswith(f"{largest + largest // 8:,} GPUs, 1.1x the")
+    assert beyond_calibration(4 * largest, True).startswith(f"{4 * largest:,} GPUs, 4x the")

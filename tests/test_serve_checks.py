@@ -238,7 +238,8 @@ def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
     assert attention_weights_dtype(load_model("deepseek-v3"), "fp8") == "fp8"
     lay, w = Layouts.of(1), weight_params(model)
     non_expert, _ = block_weight_bytes_per_gpu(model, lay, "fp4")
-    assert float(non_expert[0]) == pytest.approx(w.attention * 2.0 + w.dense * 0.5625)
+    # the router and the rest beside the experts at MXFP4's bytes (an E8M0 scale per 32), not NVFP4's 0.5625
+    assert float(non_expert[0]) == pytest.approx(w.attention * 2.0 + w.dense * 0.53125)
     # its FLOPs at the 16-bit rate: on a B200, a quarter of the FP4 rate's
     s = Setting(model, load_cluster("dgx-b200"), load_engine("trtllm"), "fp4", "fp8", FittedParameters())
     compute, _ = gemm_pairs(s, lay, np.full(1, 4096.0), np.zeros(1))
@@ -251,7 +252,7 @@ def test_a_checkpoint_that_leaves_its_attention_16bit_is_served_so() -> None:
              "experts": 128, "top_k": 4, "ffn_expert": 2880}  # fmt: skip
     row = {"model": {"key": "gpt-oss-120b", "hf_id": "openai/gpt-oss-120b", "shape": shape,
                      "checkpoint": "openai/gpt-oss-120b (MXFP4 weights)"}}  # fmt: skip
-    assert model_from_row(row).checkpoint_16bit_attention
+    assert model_from_row(row).checkpoint_16bit_attention and model_from_row(row).checkpoint_fp4_format == "mxfp4"
     row["model"]["shape"] = shape | {"layers": 24}
     assert not model_from_row(row).checkpoint_16bit_attention
     # a checkpoint word that names no catalog repository falls back to the row's hf_id
@@ -324,12 +325,15 @@ def test_concurrency_beyond_the_kv_room_says_the_rest_queue() -> None:
 
 def test_no_fit_hint_suggests_a_format_not_already_asked() -> None:
     one = load_cluster("dgx-h100", gpus=1)
-    asked = ServeRequest(engine="sglang", weights_dtype="fp8", kv_dtype="fp8")
+    # 7,680 in and 512 out: SGLang's pool (mem_fraction_static of the memory free at start, less the
+    # weights) holds three 2K/512 sequences of fp8 70B beside its fp8 shard, not one of 7,936 tokens
+    long = {"input_len": 7680, "output_len": 512}
+    asked = ServeRequest(engine="sglang", weights_dtype="fp8", kv_dtype="fp8", **long)
     fp8 = serve_search(load_model("llama3-70b"), one, asked)
     assert not fp8.candidates
     assert "--weights-dtype" not in fp8.reason and "--kv-dtype" not in fp8.reason and "more GPUs" in fp8.reason
     assert "tokens of KV cache" in fp8.reason  # the fp8 shard fits; a sequence's cache does not
-    kv = serve_search(load_model("llama3-70b"), one, ServeRequest(engine="sglang", weights_dtype="fp8"))
+    kv = serve_search(load_model("llama3-70b"), one, ServeRequest(engine="sglang", weights_dtype="fp8", **long))
     assert "--kv-dtype fp8" in kv.reason and "--weights-dtype" not in kv.reason
     bf16 = serve_search(load_model("llama3-70b"), one, ServeRequest(engine="sglang"))
     # the bf16 shard alone exceeds the GPU: smaller weights, not a smaller cache
@@ -436,10 +440,10 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
     model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100")
     ranking = serve_search(model, cluster, ServeRequest(engine="sglang", tp=8, pp=1))
     assert "--mem-fraction-static 0.81" in export_commands(ranking, "sglang")
-    # the weights, KV room, activations and runtime the plan gives TP8 take 0.81 of each GPU, not 0.88
+    # the weights and KV pool the plan gives TP8 take 0.81 of the memory free at start, not 0.88
     m = ranking.candidates[0].memory_breakdown_bytes
-    used = m.weights + m.kv_cache + m.activations + m.runtime
-    assert used / cluster.gpu.hbm_capacity_bytes == pytest.approx(0.81, rel=1e-9)
+    free = cluster.gpu.hbm_capacity_bytes - m.runtime
+    assert (m.weights + m.kv_cache) / free == pytest.approx(0.81, rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -664,3 +668,14 @@ def test_sglang_takes_its_static_fraction_of_the_memory_free_at_start() -> None:
     hbm = cluster.gpu.hbm_capacity_bytes
     assert m.kv_cache == pytest.approx(fraction * (hbm - m.runtime) - m.weights, rel=1e-9)
     assert m.activations > 0  # outside the pool
+
+
+def test_a_config_file_of_any_name_exports_its_folder(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from planner.serving.export import checkpoint_name
+
+    config = tmp_path / "cfg_llama.json"
+    config.write_text("{}")
+    # its stem ('cfg_llama') is neither a path nor a Hub repository, which an engine would try to download
+    assert checkpoint_name("cfg_llama", str(config)) == str(tmp_path)
+    assert checkpoint_name("llama3-70b", str(tmp_path / "config.json")) == str(tmp_path)
+    assert checkpoint_name("llama3-70b", "llama70b") == "meta-llama/Meta-Llama-3-70B"

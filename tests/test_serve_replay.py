@@ -183,10 +183,18 @@ def test_no_layout_sustaining_the_rate_says_the_replay_is_why(cli, monkeypatch: 
     assert ds.code == 0, ds.err
 
 
+def _without_path(c, path_s: float, output_len: int) -> float:  # type: ignore[no-untyped-def]
+    """The share of an engine's closed loop (``c``, its TTFT with the server's path) that clients
+    holding their slots through that path complete: cycle / (cycle + path), the cycle the engine's."""
+    cycle_s = c.ttft_s - path_s + (output_len - 1) * c.tpot_s
+    return cycle_s / (cycle_s + path_s)
+
+
 def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
     """64 in flight on one DGX H100: each layout is replayed with its share in flight, each
-    finished request sending the next; its throughput is Little's law over the replayed figures
-    (the engine's: the server's request path in the TTFT holds no slot of it), and where the share
+    finished request sending the next; its throughput is Little's law over the printed figures
+    (a client's cycle: its TTFT, the server's request path included, then the output's tokens;
+    until 2026-12-07 the path had been left out of the cycle), and where the share
     exceeds a replica's KV room (4 replicas of 16 on room for 8) the wait in the queue is in its
     TTFT."""
     import planner
@@ -195,7 +203,7 @@ def test_a_plan_at_a_concurrency_is_a_closed_loop_replay() -> None:
     assert all(c.replayed and c.sustains_rate is None for c in r.candidates)
     for c in r.candidates:
         replicas = int(c.config["replicas"])
-        per_gpu = 64 // replicas * replicas * 256 / (c.ttft_s - r.request_path_s + 255 * c.tpot_s) / 8
+        per_gpu = 64 // replicas * replicas * 256 / (c.ttft_s + 255 * c.tpot_s) / 8
         assert c.output_tokens_per_s_per_gpu == pytest.approx(per_gpu)
     rates = [c.output_tokens_per_s_per_gpu for c in r.candidates]
     assert rates == sorted(rates, reverse=True)
@@ -224,10 +232,10 @@ def test_a_latency_target_is_met_on_the_replay_not_the_steady_state() -> None:
     assert c.batch_per_replica == pytest.approx(24.0)
     at = planner.serve("llama3-70b", "dgx-h100x1", concurrency=48, **kw)
     (same,) = [x for x in at.candidates if x.config["replicas"] == 2]
-    assert (c.tpot_s, c.ttft_s, c.output_tokens_per_s_per_gpu) == (
-        same.tpot_s,
-        same.ttft_s,
-        same.output_tokens_per_s_per_gpu,
+    assert (c.tpot_s, c.ttft_s) == pytest.approx((same.tpot_s, same.ttft_s), rel=1e-12)
+    # 48 clients hold their slots through the server's path too: that much fewer requests a second
+    assert same.output_tokens_per_s_per_gpu == pytest.approx(
+        c.output_tokens_per_s_per_gpu * _without_path(c, at.request_path_s, 512), rel=1e-9
     )
     above = planner.serve("llama3-70b", "dgx-h100x1", concurrency=64, **kw)
     (more,) = [x for x in above.candidates if x.config["replicas"] == 2]
@@ -259,7 +267,9 @@ def test_without_a_target_the_maximum_throughput_is_the_replay_at_capacity() -> 
     batch = 200  # the KV room per replica, which the closed loop keeps in flight
     at = planner.serve("llama3-70b", "dgx-h100x1", concurrency=2 * batch, **kw)
     (same,) = [x for x in at.candidates if x.config["replicas"] == 2]
-    assert c.output_tokens_per_s_per_gpu == same.output_tokens_per_s_per_gpu
+    assert same.output_tokens_per_s_per_gpu == pytest.approx(
+        c.output_tokens_per_s_per_gpu * _without_path(c, at.request_path_s, 512), rel=1e-9
+    )
     model, cluster = load_model("llama3-70b"), load_cluster("dgx-h100x1")
     s = setting_for(model, cluster, resolve_request(model, ServeRequest(**kw)))
     cost, tokens = _waves(s, Layouts.of(1, 4, 1, False, 2), batch, 4 * batch, 2048, 512)
@@ -348,7 +358,9 @@ def test_an_attention_dp_replica_is_replayed_one_rank_at_a_time_where_each_sched
 def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, request_kwargs) -> None:
     """The request path (``FittedParameters.request_path_ms``) is a client's: plan serve adds it once
     to every TTFT, steady state, replayed, at a concurrency or disaggregated, and to nothing else (a
-    request on it holds no slot of the engine: the same batch, TPOT and throughput without it)."""
+    request on it holds no slot of the engine: the same batch and TPOT without it). A throughput
+    changes with it only at a concurrency, whose clients hold their slots through it (the loop's
+    cycle is longer by it)."""
     import planner
     from planner.serving.engine import EngineProfile
 
@@ -370,11 +382,13 @@ def test_every_ttft_plan_serve_gives_holds_the_server_path_once(monkeypatch, req
         assert c.ttft_s - e.ttft_s == pytest.approx(path_s, rel=1e-9)
         if c.steady_state_ttft_s is not None:
             assert c.steady_state_ttft_s - e.steady_state_ttft_s == pytest.approx(path_s, rel=1e-9)  # type: ignore[operator]
-        assert (c.tpot_s, c.batch_per_replica, c.output_tokens_per_s_per_gpu) == (
-            e.tpot_s,
-            e.batch_per_replica,
-            e.output_tokens_per_s_per_gpu,
-        )
+        assert (c.tpot_s, c.batch_per_replica) == (e.tpot_s, e.batch_per_replica)
+        if "concurrency" in request_kwargs:
+            share = _without_path(c, path_s, 256)
+            assert c.output_tokens_per_s_per_gpu == pytest.approx(e.output_tokens_per_s_per_gpu * share, rel=1e-3)
+            assert share < 1.0
+        else:
+            assert c.output_tokens_per_s_per_gpu == e.output_tokens_per_s_per_gpu
 
 
 def test_a_closed_loop_beyond_the_token_budget_is_replayed_at_what_the_engine_ran() -> None:
@@ -412,9 +426,9 @@ def test_fewer_in_flight_than_replicas_leave_replicas_idle() -> None:
         r = planner.serve("llama3-8b", "dgx-h100x1", concurrency=n, tp=1, pp=1, top=1)
         return r.candidates[0], r.request_path_s
 
-    one, path = eight(1)
+    one, _ = eight(1)
     assert one.config["replicas"] == 8 and one.batch_per_replica == pytest.approx(1 / 8, rel=1e-6)
-    a_request_s = one.ttft_s - path + 511 * one.tpot_s
+    a_request_s = one.ttft_s + 511 * one.tpot_s  # a client's cycle: the server's path too
     assert one.output_tokens_per_s_per_gpu == pytest.approx(512 / a_request_s / 8, rel=1e-6)
     assert one.output_tokens_per_s_per_gpu < one.output_tokens_per_s_per_user / 7
     twelve, _ = eight(12)

@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             ctx = getattr(err, "ctx", None)
             where = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(err.format_message().split())  # type: ignore[attr-defined]
+            commands = getattr(getattr(ctx, "command", None), "commands", None)
+            if message == "Missing command." and commands:  # a group: name what it runs (`plan list`)
+                message = f"Missing command: one of {', '.join(sorted(commands))}."
             sys.stderr.write(f"error: {message}{where}\n")
             return 2
         if _is_a(err, "Abort"):  # click's Ctrl-C: 130 = 128 + SIGINT, the shell's convention

@@ -534,7 +534,11 @@ def checkpoint_name(model_name: str, given: str | None = None) -> str:
 
     from planner.catalog import load_model
 
-    if given is not None and Path(given).name == "config.json":
+    if given is not None and (
+        Path(given).name == "config.json" or (Path(given).suffix == ".json" and Path(given).is_file())
+    ):
+        # a config file of another name: its folder too, the checkpoint the engine loads beside it (its
+        # stem, 'cfg_llama', is neither a path nor a Hub repository: a review, 2026-12-07)
         return str(Path(given).parent)
     if given is not None and (Path(given) / "config.json").is_file():
         return given

@@ -12,8 +12,32 @@ from planner.render import relative_band_cell
 from planner.schemas.base import GIB_BYTES
 from planner.serving.disagg import REPLAYED_TPOT_FLOOR
 from planner.serving.layout import layout_text
-from planner.serving.schemas import ServeCandidate, ServeRanking
+from planner.serving.schemas import ServeCandidate, ServeRanking, ServeRequest
 from planner.serving.search import REPLAY_MIN_REQUESTS
+
+SIDE_BY_SIDE_RATIO = 1.2
+"""A pipelined #1 whose steady-state TPOT is this much above its closed loop's says why (a judgement:
+the closed loop's own spread is a few percent)."""
+
+
+def _side_by_side_note(best: ServeCandidate, req: ServeRequest) -> str:
+    """Where #1 is a pipeline (pp > 1) replayed as a closed loop of equal requests and its steady
+    state's TPOT is well above the replay's: the loop's requests arrive and finish together, so its
+    pp micro-batches fill side by side and each prompt wave runs apart from the decode, which
+    requests arriving apart do not (a review, 2026-12-07: 70B on one DGX H100 ranked 1 x TP2 x PP4
+    first at 580 tokens/s per GPU, TPOT 126 ms, where at a request rate the same layout sustains 5.68
+    req/s, 363 tokens/s per GPU, about its steady state's 204 ms)."""
+    pp = int(best.config.get("pp", 1))  # type: ignore[call-overload]
+    steady, tpot = best.steady_state_tpot_s, best.tpot_s
+    if req.request_rate is not None or req.concurrency is not None or pp < 2 or steady is None or tpot is None:
+        return ""
+    if steady < SIDE_BY_SIDE_RATIO * tpot:
+        return ""
+    return (
+        f"; #1's {pp} pipeline micro-batches fill side by side in a closed loop of equal requests (as trtllm-bench "
+        "runs one), which requests arriving apart do not: for them expect about the steady state, and price a "
+        "load with --request-rate"
+    )
 
 
 def layout_label(c: ServeCandidate) -> str:
@@ -147,6 +171,7 @@ def print_serve_ranking(console: Console, ranking: ServeRanking) -> None:
             f"token budget, the middle half of at least {REPLAY_MIN_REQUESTS:,} requests per replica measured; #1's "
             f"steady-state estimate was TTFT {best.steady_state_ttft_s * 1e3:.0f} ms"  # type: ignore[operator]
             + ("" if best.steady_state_tpot_s is None else f", TPOT {best.steady_state_tpot_s * 1e3:.1f} ms")
+            + _side_by_side_note(best, req)
         )
     elif req.request_rate is not None or req.concurrency is not None:
         console.print(
