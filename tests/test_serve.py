@@ -1347,7 +1347,7 @@ def test_a_moe_plan_of_an_engine_without_a_fit_says_whose_expert_rate_it_borrows
     hopper = load_engine("trtllm").fitted["hopper"].expert_gemm_fraction
     r = planner.serve("gpt-oss-20b", "dgx-h100x1", engine="vllm", concurrency=8, top=1)
     (note,) = [w for w in r.warnings if "routed experts" in w]
-    assert f"trtllm's fitted rate on hopper, {hopper:.2f} of the dense GEMMs'" in note and "41-45% above" in note
+    assert f"trtllm's fitted rate on hopper, {hopper:.2f} of the dense GEMMs'" in note and "37-41% above" in note
     r = planner.serve("qwen3-30b-a3b", "dgx-b200x1", engine="sglang", top=1)
     assert any("no published sglang MoE row checks it" in w for w in r.warnings)
     dense = planner.serve("llama8b", "dgx-h100x1", engine="vllm", top=1)

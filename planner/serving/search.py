@@ -295,12 +295,13 @@ def _warnings(s: Setting, req: ServeRequest) -> list[str]:
 
 
 BORROWED_MOE_CHECKS = {
-    ("vllm", "hopper"): "its three published GPT-OSS-20B rows (one H100, 8 in flight of 20K / 2K) ran 41-45% "
-    "above their throughput priced so, their TTFTs and TPOTs 38-43% below theirs: expect its MoE plans to be slow",
+    ("vllm", "hopper"): "its three published GPT-OSS-20B rows (one H100, 8 in flight of 20K / 2K) ran 37-41% "
+    "above their throughput priced so, their TTFTs and TPOTs 36-43% below theirs: expect its MoE plans to be slow",
 }
 """Published rows of an engine without a fit of its own that check its borrowed routed-expert rate,
 by (engine, GPU architecture): what `benchmarks/serving_accuracy.py` measured on 2026-12-07 with
-the borrowed parameters (ARCHITECTURE 9.7). A report of a check, not a fitted figure."""
+the borrowed parameters (ARCHITECTURE 9.7; 41-45% and 38-43% before MXFP4's own bytes, session 58).
+A report of a check, not a fitted figure."""
 
 
 def _borrowed_expert_rate_note(s: Setting) -> str:
