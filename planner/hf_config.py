@@ -504,31 +504,32 @@ QUANTIZATION_NAME_KEYS = ("quant_method", "quant_algo")
 strings in transformers' quantization configs and ModelOpt's; another type is refused by key."""
 
 
-FP4_FORMATS = {"mxfp4": "mxfp4", "NVFP4": "nvfp4"}
+FP4_METHODS, FP4_ALGOS = {"mxfp4": "mxfp4"}, {"NVFP4": "nvfp4"}
 """The 4-bit format (``ModelSpec.checkpoint_fp4_format``) by transformers' quant_method or ModelOpt's
 quant_algo."""
 
 
-def checkpoint_fp4_format(quantization: object) -> str | None:
-    """MXFP4 or NVFP4 where ``quantization`` (config.json quantization_config) is an fp4 checkpoint's."""
+def _named(quantization: object, methods: dict[str, str], algos: dict[str, str]) -> str | None:
+    """What ``methods`` (by quant_method) or, for ModelOpt, ``algos`` (by quant_algo) say of a
+    config.json ``quantization_config``; None where it names neither or is no mapping."""
     if not isinstance(quantization, dict):
         return None
     method = str(quantization.get("quant_method", "")).lower()
     if method == "modelopt":
-        return FP4_FORMATS.get(str(quantization.get("quant_algo", "")).upper())
-    return FP4_FORMATS.get(method)
+        return algos.get(str(quantization.get("quant_algo", "")).upper())
+    return methods.get(method)
+
+
+def checkpoint_fp4_format(quantization: object) -> str | None:
+    """MXFP4 or NVFP4 where ``quantization`` (config.json quantization_config) is an fp4 checkpoint's."""
+    return _named(quantization, FP4_METHODS, FP4_ALGOS)
 
 
 def checkpoint_weights_dtype(quantization: object) -> str | None:
     """The weight format a checkpoint ships in (``ModelSpec.checkpoint_weights_dtype``) from its
     config.json ``quantization_config``; None for 16-bit weights or a method the planner has no rate
     for (int4 AWQ/GPTQ, int8: priced as 16-bit, as `plan serve` says of such rows)."""
-    if not isinstance(quantization, dict):
-        return None
-    method = str(quantization.get("quant_method", "")).lower()
-    if method == "modelopt":
-        return MODELOPT_ALGO_FORMATS.get(str(quantization.get("quant_algo", "")).upper())
-    return QUANT_METHOD_FORMATS.get(method)
+    return _named(quantization, QUANT_METHOD_FORMATS, MODELOPT_ALGO_FORMATS)
 
 
 UNCONVERTED_MODULE_KEYS = ("modules_to_not_convert", "exclude_modules", "ignore")
