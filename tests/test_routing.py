@@ -340,9 +340,15 @@ def test_megatron_export_names_the_priced_dispatcher_and_torchtitan_refuses_othe
     # GB200/GB300 recipes do and as the flex price (every rank of the domain over NVLink) assumes
     from planner.catalog import load_cluster
 
-    for cluster, backend in (("gb200-nvl72x1", "hybridep"), ("dgx-b200x8", "deepep")):
+    # on AMD GPUs neither CUDA backend runs: ROCm's Megatron-LM fork runs MORI (its PR #135), which the
+    # notes say (the MI300X export had written deepep: a review, 2026-12-07)
+    from planner.export import megatron_notes
+
+    for cluster, backend in (("gb200-nvl72x1", "hybridep"), ("dgx-b200x8", "deepep"), ("mi300xx8", "mori")):
         on = megatron_args(MODEL, _job(moe_dispatcher="flex"), config, load_cluster(cluster))
         assert on[on.index("--moe-flex-dispatcher-backend") + 1] == backend
+        said = megatron_notes(MODEL, _job(moe_dispatcher="flex"), config, load_cluster(cluster))
+        assert any("ROCm/Megatron-LM" in n for n in said) == (backend == "mori")
     default = megatron_args(MODEL, _job(), config)
     assert default[default.index("--moe-token-dispatcher-type") + 1] == "alltoall"  # Megatron's default is allgather
     titan_job = _job(moe_dispatcher="allgather").model_copy(update={"stack": "torchtitan"})

@@ -718,12 +718,27 @@ def _dispatcher_args(job: JobSpec, cluster: ClusterSpec | None) -> list[str]:
     rack, and Megatron-Bridge's GB200/GB300 performance recipes run it (e.g.
     qwen3_vl_235b_a22b_pretrain_64gpu_gb300_fp8cs_config: expert_model_parallel_size 64,
     moe_flex_dispatcher_backend "hybridep"), where DeepEP's normal kernels reach at most 8 NVLink
-    peers (deepseek-ai/DeepEP csrc/kernels/configs.cuh NUM_MAX_NVL_PEERS 8) and the rest over RDMA."""
+    peers (deepseek-ai/DeepEP csrc/kernels/configs.cuh NUM_MAX_NVL_PEERS 8) and the rest over RDMA.
+    On AMD GPUs (``ROCM_FLEX_BACKEND``) neither runs: ROCm's fork takes MORI."""
     args = ["--moe-token-dispatcher-type", job.moe_dispatcher]
     if job.moe_dispatcher != "flex":
         return args
+    if cluster is not None and on_rocm(cluster):
+        return [*args, "--moe-flex-dispatcher-backend", ROCM_FLEX_BACKEND]
     wide = cluster is not None and cluster.fast_domain_gpus > DEEPEP_NVL_PEERS
     return [*args, "--moe-flex-dispatcher-backend", "hybridep" if wide else "deepep"]
+
+
+ROCM_FLEX_BACKEND = "mori"
+"""The flex dispatcher's backend on AMD GPUs: DeepEP and HybridEP are CUDA kernels over NVSHMEM, and
+ROCm's Megatron-LM fork adds MORI EP (ROCm/mori) as a third (ROCm/Megatron-LM PR #135, 2026-05:
+'--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend mori'; 'The flex dispatcher previously
+only supported deepep and hybridep'). A review (2026-12-07) found the MI300X export writing deepep."""
+
+
+def on_rocm(cluster: ClusterSpec) -> bool:
+    """Whether the cluster's GPUs are AMD's (a CDNA architecture), which run ROCm builds."""
+    return (cluster.gpu.architecture or "").startswith("cdna")
 
 
 DEEPEP_NVL_PEERS = 8
@@ -794,6 +809,11 @@ def megatron_notes(
             f"{model.name} states no coefficient; the plan priced natural routing near a balanced model's "
             "(--moe-routing), so set the auxiliary loss the model trained with (--moe-router-load-balancing-type "
             "aux_loss --moe-aux-loss-coeff; Megatron's MoE guide starts from 1e-2)"
+        )
+    if job.moe_dispatcher == "flex" and cluster is not None and on_rocm(cluster):
+        notes.append(
+            f"--moe-flex-dispatcher-backend {ROCM_FLEX_BACKEND}: ROCm/Megatron-LM (its PR #135) with MORI installed; "
+            "NVIDIA's Megatron-LM runs no flex backend on AMD GPUs (use --moe-dispatcher alltoall there)"
         )
     if model.is_hybrid:
         notes.append(
