@@ -283,9 +283,12 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "bf16_last_layers",
-        lambda m, c, j, x: np.asarray(j.bf16_last_layers <= m.num_hidden_layers),
+        # every layer in bf16 is a bf16 job: priced so it had read its MFU against the fp8 peak, half
+        # the bf16 run's, and exported fp8 flags (a review, 2026-12-07)
+        lambda m, c, j, x: np.asarray(j.bf16_last_layers < m.num_hidden_layers),
         lambda m, c, j, p: (
-            f"bf16_last_layers {j.bf16_last_layers}: {m.name} has {m.num_hidden_layers} transformer layers"
+            f"bf16_last_layers {j.bf16_last_layers}: {m.name} has {m.num_hidden_layers} transformer layers, so at "
+            f"most {m.num_hidden_layers - 1} stay bf16 (all of them is --dtype bf16)"
         ),
     ),
     Rule(

@@ -499,7 +499,7 @@ def print_cluster(console: Console, cluster: ClusterSpec) -> None:
     table = Table(title=cluster.describe(), show_header=False)
     table.add_row(
         "GPU",
-        f"{gpu.name}: {gpu.hbm_capacity_gib:.1f} GiB HBM at {gpu.hbm_bandwidth_tb_per_s} TB/s, "
+        f"{gpu.name}: {gpu.hbm_capacity_gib:.1f} GiB of memory at {gpu.hbm_bandwidth_tb_per_s} TB/s, "
         f"{gpu.reserved_memory_gib} GiB reserved",
     )
     table.add_row("peak dense TFLOP/s", ", ".join(f"{k} {v:g}" for k, v in gpu.peak_tflops.items()))
@@ -533,7 +533,7 @@ def print_cluster(console: Console, cluster: ClusterSpec) -> None:
 
 def print_profiles(console: Console, profiles: list[HardwareProfile]) -> None:
     table = Table(title="hardware profiles (use <name> or <name>x<nodes>, e.g. dgx-h100x16)")
-    for col in ("name", "GPU", "GPUs/node", "HBM GiB", "bf16 TFLOP/s", "intra GB/s", "inter GB/s"):
+    for col in ("name", "GPU", "GPUs/node", "memory GiB", "bf16 TFLOP/s", "intra GB/s", "inter GB/s"):
         table.add_column(col)
     for p in profiles:
         table.add_row(

@@ -402,3 +402,28 @@ def test_torchtitans_pipeline_zero_2_says_it_holds_the_gradients_whole() -> None
     assert not any(w.startswith("ZeRO-2 with") for w in flat.warnings)
     megatron = planner.estimate("llama3-8b", "dgx-h100x1", pp=2, dp=4, zero_stage=1, micro_batch_size=1)
     assert not any(w.startswith("ZeRO-") for w in megatron.warnings)
+
+
+def test_a_low_precision_job_priced_slower_than_bf16_says_so() -> None:
+    # torchao's row-scaled fp8 GEMMs on H100 carry a fitted rate of about half the fp8 peak, so torchtitan's
+    # row-scaled Llama-3 8B on 32 H100 is priced slower than bf16 on the same mesh (a review, 2026-12-07)
+    import planner
+
+    kw = {"stack": "torchtitan", "dp": 32, "zero_stage": 2, "recompute": "selective"}
+    row = planner.estimate("llama3-8b", "dgx-h100x4", dtype="fp8", fp8_scaling="row", **kw)
+    bf16 = planner.estimate("llama3-8b", "dgx-h100x4", **kw)
+    assert row.step_time_s > bf16.step_time_s
+    (said,) = [w for w in row.warnings if "priced slower than bf16" in w]
+    assert said.startswith(f"fp8 (row scaling) is priced slower than bf16 on this mesh: {row.step_time_s:.3f} s")
+    assert f"against {bf16.step_time_s:.3f} s" in said
+    tensor = planner.estimate("llama3-8b", "dgx-h100x4", dtype="fp8", **kw)
+    assert tensor.step_time_s < bf16.step_time_s and not any("priced slower" in w for w in tensor.warnings)
+
+
+def test_the_offload_of_a_gh200_reads_its_grace_memory() -> None:
+    # the superchip's NVLink-C2C to its own Grace's LPDDR5X: a GH200 plan had refused offloading for want
+    # of a host link in its profile (a review, 2026-12-07)
+    import planner
+
+    est = planner.estimate("llama3.1-8b", "gh200x16", seq_len=131072, global_batch_size=16, cp=16, offload_layers=20)
+    assert est.host_offload_bytes_per_gpu > 0 and est.fits

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -639,3 +640,14 @@ def test_the_library_names_a_near_job_field_or_mesh_knob() -> None:
 def test_a_group_without_its_command_names_its_commands(cli) -> None:
     assert_one_line_error(cli("list"), "Missing command: one of clusters, models, stacks.", "plan list --help")
     assert_one_line_error(cli("show"), "Missing command: one of cluster, model, stack.")
+
+
+@pytest.mark.parametrize("size", [0, 3, 1e9])
+def test_adam_state_is_one_of_its_formats_sizes(size: float) -> None:
+    # 0 bytes of optimizer state had let meshes fit that cannot run, on any stack (a review, 2026-12-07)
+    import planner
+
+    said = re.escape(f"optimizer_state_bytes_per_param {size:g}: Adam with an fp32 master")
+    with pytest.raises(PlannerError, match=said):
+        planner.estimate("llama3-8b", "dgx-h100", optimizer_state_bytes_per_param=size)
+    assert planner.estimate("llama3-8b", "dgx-h100", optimizer_state_bytes_per_param=8).fits is not None

@@ -1133,6 +1133,17 @@ def test_a_pinned_degree_deepspeed_lacks_is_named_before_any_mesh(cli, pins: tup
     assert "--tp" not in r.err and "other best meshes" not in r.err
 
 
+def test_an_export_whose_degrees_fit_nothing_says_why_the_open_search_was_refused(cli) -> None:
+    """8B at 64K tokens on 16 H100 fits at tp 4, which a DeepSpeed config cannot write; at tp 1 nothing
+    fits. The export had said only 'no mesh fits in memory ... try more GPUs' (a review, 2026-12-07)."""
+    r = cli("export", "-f", "deepspeed", "--stack", "deepspeed", "--model", "llama3.1-8b", "--cluster", "dgx-h100x2",
+            "-s", "65536", "-B", "64")  # fmt: skip
+    assert_one_line_error(
+        r, "deepspeed cannot write the open search's meshes (deepspeed cannot express --tp ", "and with --tp 1",
+        "no mesh fits in memory",
+    )  # fmt: skip
+
+
 def test_interleaving_groups_reach_every_megatron_export_and_no_torchtitan_one(cli) -> None:
     """A hybrid's pattern path returned before the group size was written (Megatron's default pp
     would leave a last group of 2 < pp and raise); torchtitan's Interleaved1F1B runs its own

@@ -190,7 +190,18 @@ def _best_mesh(
     limits = {k: v for k, v in limits.items() if k not in pins}
     last_refusal: PlannerError | None = None  # the last search's best: within the target's degrees, if limited
     for attempt in (pins, {**pins, **limits}) if limits else (pins,):
-        ranking = search(model, cluster, job, attempt, top=CANDIDATES_TRIED, objective=objective)
+        try:
+            ranking = search(model, cluster, job, attempt, top=CANDIDATES_TRIED, objective=objective)
+        except PlannerError as err:
+            if attempt is pins or first_refusal is None:
+                raise
+            # the open search had meshes, the target can write none of them, and none within its degrees
+            # passes: say both (a review, 2026-12-07: a DeepSpeed export of an 8B at 64K tokens said only
+            # 'no mesh fits in memory ... try more GPUs', where tp 4, which DeepSpeed cannot write, fits)
+            within = ", ".join(f"--{k} {v}" for k, v in limits.items())
+            raise PlannerError(
+                f"{fmt} cannot write the open search's meshes ({first_refusal}), and with {within} {err}"
+            ) from err
         last_refusal = None
         for est in ranking.candidates:
             try:

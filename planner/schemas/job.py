@@ -277,7 +277,15 @@ class JobSpec(Frozen):
         moments = next(
             (k for k, v in ADAM_STATE_BYTES_PER_PARAM.items() if v == self.optimizer_state_bytes_per_param), None
         )
-        if moments is not None and moments not in stack.adam_moments:
+        if moments is None:
+            # Adam's state is one of its formats' sizes; another (0 or 3 bytes) had been priced as given and
+            # let meshes fit that cannot run (a review, 2026-12-07)
+            sizes = ", ".join(f"{v:g} ({k} moments)" for k, v in ADAM_STATE_BYTES_PER_PARAM.items())
+            raise ValueError(
+                f"optimizer_state_bytes_per_param {self.optimizer_state_bytes_per_param:g}: Adam with an fp32 master "
+                f"weight keeps {sizes} bytes per parameter (--adam-moments fp32|bf16)"
+            )
+        if moments not in stack.adam_moments:
             raise ValueError(
                 f"Adam moments in {moments} (--adam-moments, optimizer_state_bytes_per_param "
                 f"{self.optimizer_state_bytes_per_param:g}): stack {stack.name} keeps them in "
