@@ -377,6 +377,21 @@ RULES: tuple[Rule, ...] = (
         degrees_only=True,
     ),
     Rule(
+        "sliding_window_without_ring_cp",
+        # Transformer Engine's attn_forward_func_with_cp: 'assert not sliding_window_attn or cp_comm_type in
+        # ["a2a", "all_gather"]' ('The context parallel running configs cannot support sliding window
+        # attention'); the planner prices the ring (Megatron's default --cp-comm-type p2p), so a windowed
+        # model's cp > 1 on Transformer Engine's fused attention would fail at its first step (a review,
+        # 2026-12-07: Mistral-7B at cp 4 exported --window-size with the ring)
+        lambda m, c, j, x: (m.num_sliding_layers == 0) | (j.software.attention_kernel != "fused") | (x.cp == 1),
+        lambda m, c, j, p: (
+            f"cp {p.cp} with {m.name}'s sliding-window layers on {j.software.name}: Transformer Engine runs a window "
+            "under context parallelism only with cp_comm_type a2a or all_gather, not the ring the planner prices; "
+            "use cp 1"
+        ),
+        degrees_only=True,
+    ),
+    Rule(
         "sequence_parallel_needs_tp",
         lambda m, c, j, x: ~x.sequence_parallel | (x.tp > 1),
         lambda m, c, j, p: "sequence_parallel needs tp > 1",

@@ -651,3 +651,17 @@ def test_adam_state_is_one_of_its_formats_sizes(size: float) -> None:
     with pytest.raises(PlannerError, match=said):
         planner.estimate("llama3-8b", "dgx-h100", optimizer_state_bytes_per_param=size)
     assert planner.estimate("llama3-8b", "dgx-h100", optimizer_state_bytes_per_param=8).fits is not None
+
+
+def test_a_windowed_model_takes_no_ring_context_parallelism_on_transformer_engine(cli) -> None:
+    # Transformer Engine asserts a sliding window under CP runs a2a or all_gather, not the ring the planner
+    # prices: Mistral-7B at cp 4 had been priced and exported with --window-size (a review, 2026-12-07)
+    args = ("--model", "mistral-7b", "--cluster", "dgx-h100x4", "-s", "65536", "-B", "64")
+    assert_one_line_error(
+        cli("estimate", *args, "--cp", "4"),
+        "cp 4 with mistral-7b's sliding-window layers on megatron-core",
+        "a2a or all_gather",
+        "use cp 1",
+    )
+    r = cli(*args, "--json")
+    assert r.code == 0 and all(c["config"]["parallel"]["cp"] == 1 for c in r.json()["candidates"])
