@@ -69,6 +69,16 @@ def _whole_numbers_in_range(fn: F) -> F:
     return checked  # type: ignore[return-value]
 
 
+CLI_ONLY_KEYWORDS = {
+    "nodes": "the cluster's: planner.load_cluster(name, nodes=N)",
+    "gpus": "the cluster's: planner.load_cluster(name, gpus=N)",
+    "adam_moments": "optimizer_state_bytes_per_param here: 12 (fp32 moments) or 8 (bf16)",
+    "moe_routing": "moe_load_imbalance (natural, imbalance:R; balanced is 1.0) or moe_capacity_factor (drop:C) here",
+}
+"""CLI options whose library spelling differs, by the keyword a caller may try: where the unknown
+keyword's message points (a review, 2026-12-07, tried nodes=, gpus=, adam_moments= and moe_routing=)."""
+
+
 def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(job fields, mesh knobs) of the keyword arguments; a keyword that is neither is refused with
     the near names of both (a review, 2026-12-07: 'moe_load_imbalanc' was refused as an unknown mesh
@@ -81,8 +91,10 @@ def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     unknown = sorted(k for k in kwargs if k not in _JOB_KEYS and k not in mesh_keys)
     if unknown:
         names = sorted(_JOB_KEYS | mesh_keys)
-        near = sorted({m for k in unknown for m in difflib.get_close_matches(k, names, n=3, cutoff=0.6)})
+        guessed = [k for k in unknown if k not in CLI_ONLY_KEYWORDS]
+        near = sorted({m for k in guessed for m in difflib.get_close_matches(k, names, n=3, cutoff=0.6)})
         hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        hint += "".join(f"; {k} is {CLI_ONLY_KEYWORDS[k]}" for k in unknown if k in CLI_ONLY_KEYWORDS)
         raise PlannerError(
             f"unknown keyword(s) {', '.join(unknown)}: neither a job field (JobSpec) nor a mesh knob "
             f"(ParallelConfig, PipelineSplit){hint}; allowed: {', '.join(names)}"

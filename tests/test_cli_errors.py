@@ -665,3 +665,13 @@ def test_a_windowed_model_takes_no_ring_context_parallelism_on_transformer_engin
     )
     r = cli(*args, "--json")
     assert r.code == 0 and all(c["config"]["parallel"]["cp"] == 1 for c in r.json()["candidates"])
+
+
+def test_the_library_points_a_cli_only_keyword_to_its_own_spelling() -> None:
+    import planner
+
+    with pytest.raises(PlannerError, match=r"nodes is the cluster's: planner.load_cluster\(name, nodes=N\)") as e:
+        planner.plan("llama3-8b", "dgx-h100x1", nodes=2)
+    assert "did you mean" not in str(e.value)
+    with pytest.raises(PlannerError, match="adam_moments is optimizer_state_bytes_per_param here: 12"):
+        planner.estimate("llama3-8b", "dgx-h100x1", adam_moments="bf16")
