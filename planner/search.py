@@ -555,8 +555,10 @@ def _nothing_fits(
     if blockers:
         # Every mesh breaks it: the first mesh's message shows how (it may break ParallelConfig's
         # own checks too, so build it without validation).
+        # the rule's own words first: most such rules are the job's (a format, a layer count), which no
+        # mesh could fix, and had read as a mesh's failure (a review, 2026-12-07)
         example = mesh.row(0, validate=False)
-        return f"every candidate mesh breaks '{blockers[0].name}': {blockers[0].message(model, cluster, job, example)}"
+        return f"{blockers[0].message(model, cluster, job, example)} (no candidate mesh passes '{blockers[0].name}')"
     if len(candidates):
         lean = int(np.argmin(memory.total))
         best = float(memory.total[lean])

@@ -675,3 +675,11 @@ def test_the_library_points_a_cli_only_keyword_to_its_own_spelling() -> None:
     assert "did you mean" not in str(e.value)
     with pytest.raises(PlannerError, match="adam_moments is optimizer_state_bytes_per_param here: 12"):
         planner.estimate("llama3-8b", "dgx-h100x1", adam_moments="bf16")
+
+
+def test_a_rule_no_mesh_passes_leads_with_its_own_words(cli) -> None:
+    # a job no mesh can fix (fp8 on an A100) had read "every candidate mesh breaks 'format_tensor_cores': ..."
+    r = cli("--model", "llama3-8b", "--cluster", "dgx-a100-80gx2", "--dtype", "fp8")
+    assert_one_line_error(
+        r, "error: dtype fp8 needs FP8 tensor cores", "(no candidate mesh passes 'format_tensor_cores')"
+    )
