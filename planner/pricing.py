@@ -177,15 +177,15 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             "trained; run it as a context extension, from a card whose RoPE scaling reaches it"
             + (" (its rope_scaling does not)" if model.rope_scaling else "")
         )
-    if pipeline_holds_fsdp_state(job, config):
+    if config.zero_stage == 2 and pipeline_holds_fsdp_state(job, config):
         # the table's Z column names the stage torchtitan is given, the legend what it shards alone
-        # (a review, 2026-12-07, read equal ZeRO-1 and ZeRO-2 figures as a mispricing)
+        # (a review, 2026-12-07, read equal ZeRO-1 and ZeRO-2 figures as a mispricing); ZeRO-3's own
+        # note is below
         notes.append(
-            f"ZeRO-{config.zero_stage} with pp {config.pp} on {job.software.name}: its pipeline runtime "
+            f"ZeRO-2 with pp {config.pp} on {job.software.name}: its pipeline runtime "
             "(torch.distributed.pipelining) holds each stage's gradients unsharded from the first backward to the "
             "step's end and reduce-scatters them once, so memory holds them whole as ZeRO-1 does "
             "(Stack.pipeline_holds_fsdp_state)"
-            + ("" if config.zero_stage < 3 else "; the weights are gathered again for every backward")
         )
     host_cap = host_offload_capacity_bytes(cluster)
     if config.offload_layers is not None and est.host_offload_bytes_per_gpu > host_cap:
