@@ -233,11 +233,12 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     keep = fits_all & (r >= 1)  # r < 1: the mesh fits without recompute
     chunk = layers_per_chunk(model.num_hidden_layers, full.pp * full.virtual_stages)
     r = np.where(keep, recomputable_layers(job.software.partial_recompute, chunk, r), r)
-    # fewer than a chunk's decoder layers: the busiest rank's count holds the MTP layers, which
+    # fewer than the busiest chunk's layers (all of them is plain full), and at most a chunk's decoder
+    # layers (``recompute_layers_within_chunk``): the busiest rank's count holds the MTP layers, which
     # Megatron's block method does not recompute (multi_token_prediction.py: 'not supported for MTP
-    # yet'), so r of them all would be plain full; a review (2026-12-07) found Nemotron 3 Super on
-    # 8 DGX B200 ranked first at r = 89 of its 88 decoder layers, which check_config then refused
-    keep &= r < np.minimum(per_chunk, chunk)
+    # yet'); a review (2026-12-07) found Nemotron 3 Super on 8 DGX B200 ranked first at r = 89 of its
+    # 88 decoder layers, which check_config then refused
+    keep &= (r < per_chunk) & (r <= chunk)
     return full.with_recompute_layers(r).take(keep)
 
 
