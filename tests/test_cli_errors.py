@@ -609,6 +609,8 @@ def test_the_header_says_which_gpus_of_the_nodes_a_job_holds() -> None:
     # 256 GPUs of four NVL72 racks are the profile's job segments, 64 of each (not 'the last node partly used')
     racks = load_cluster("gb200-nvl72x4").model_copy(update={"num_gpus": 256})
     assert racks.describe().endswith("= 256 GPUs (64 of each node's 72: the profile's job segments)")
+    part = load_cluster("gb200-nvl72x2", gpus=100)  # ranks 0-63 on the first rack's segment, 64-99 on the second
+    assert part.describe().endswith("= 100 GPUs (64 of each node's 72: the profile's job segments; the last node's 36)")
     nodes = load_cluster("dgx-h100x2").model_copy(update={"num_gpus": 12})
     assert nodes.describe().endswith("= 12 GPUs (the last node's 4 of 8)")
     assert load_cluster("dgx-h100x2").describe().endswith("= 16 GPUs")

@@ -683,8 +683,11 @@ class ClusterSpec(Frozen):
         partial = ""
         if self.num_gpus != self.num_nodes * self.gpus_per_node:
             segment = self.fast_domain_gpus
-            if segment < self.gpus_per_node and self.num_gpus == segment * self.num_nodes:
-                partial = f" ({segment} of each node's {self.gpus_per_node}: the profile's job segments)"
+            if segment < self.gpus_per_node:  # placed in segments of each node, the last node's partly filled
+                last = self.num_gpus - (self.num_nodes - 1) * segment
+                partial = f" ({segment} of each node's {self.gpus_per_node}: the profile's job segments" + (
+                    ")" if last == segment else f"; the last node's {last})"
+                )
             else:
                 last = self.num_gpus - (self.num_nodes - 1) * self.gpus_per_node
                 partial = f" (the last node's {last} of {self.gpus_per_node})"
