@@ -24,7 +24,7 @@ from planner.catalog import load_cluster
 from planner.constraints import format_message, format_runs
 from planner.errors import PlannerError
 from planner.fewer_gpus import best_or_reason, segment_count
-from planner.pricing import tight_memory_note
+from planner.pricing import GROWN_BATCH_NOTE, tight_memory_note
 from planner.schemas.base import Frozen
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
@@ -274,9 +274,7 @@ def _row(
         meets_deadline_slow_end=span is not None and span[1] <= deadline_s,
         global_batch_size=best.config.job.batch_size,
         warnings=[
-            w
-            for w in [tight_memory_note(best.memory_per_gpu_bytes, cluster)]
-            + [w for w in best.warnings if w.startswith("global batch grown")]
-            if w is not None
+            *filter(None, [tight_memory_note(best.memory_per_gpu_bytes, cluster)]),
+            *(w for w in best.warnings if w.startswith(GROWN_BATCH_NOTE)),
         ],
     )

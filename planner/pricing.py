@@ -155,6 +155,10 @@ def low_precision_slower_note(
     )
 
 
+GROWN_BATCH_NOTE = "global batch grown"
+"""How ``advice``'s note of a batch grown past the job's begins (``capacity`` keeps it on its rows)."""
+
+
 def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: ParallelConfig, est: Estimate) -> list[str]:
     """Warnings from the field for one estimated mesh (beyond the soft feasibility rules);
     ``job`` is the job as asked, ``est`` may run a grown batch."""
@@ -165,7 +169,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
         unit = "dp*micro_batch_size" + ("*pp" if interleaved and needs_pp_multiple(job) else "")
         least = " and interleaving has at least pp micro-batches" if interleaved and not needs_pp_multiple(job) else ""
         notes.append(
-            f"global batch grown from {job.batch_size} to {ran} sequences (+{ran / job.batch_size - 1:.1%}) so that "
+            f"{GROWN_BATCH_NOTE} from {job.batch_size} to {ran} sequences (+{ran / job.batch_size - 1:.1%}) so that "
             f"{unit} divides it{least}; a larger batch changes "
             "the optimisation (learning rate, critical batch size): re-tune it, or pin a mesh that divides "
             f"{job.batch_size}"

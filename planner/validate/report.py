@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 from planner.atomic import make_parent, write_text_atomic
+from planner.render import duration
 from planner.validate.schemas import (
     CandidateReport,
     Measurement,
@@ -189,9 +190,9 @@ def print_validation(console: Console, report: ValidationReport) -> None:
     for note in ctx.notes:
         console.print(f"  note: {note}")
     for cand in report.candidates:
-        # to the millisecond: at .3g a CPU's emulated bf16 steps all read 7.98e+05 s (a review, 2026-12-07)
-        step_s = cand.plan_step_time_s
-        step = f"{step_s:,.3f} s" if step_s >= 1 else f"{step_s * 1e3:.2f} ms"
+        # to the millisecond, as the tables elsewhere: at .3g a CPU's emulated bf16 steps all read
+        # 7.98e+05 s (a review, 2026-12-07)
+        step = duration(cand.plan_step_time_s)
         console.print(terms_table(f"#{cand.rank} {cand.mesh} (plan step {step})", cand.terms))
         if not all(t.spec.in_step_sum for t in cand.terms):
             console.print("  *: inside the layer shard, not counted again in the replay time per step")
