@@ -135,14 +135,16 @@ def low_precision_slower_note(
     torchao's row-scaled kernels on H100, fitted over 5 rows) can outweigh the faster tensor cores,
     and a user who asked for the format should hear that the plan prices bf16 faster (a review,
     2026-12-07: Llama-3 8B on 32 H100 under torchtitan, fp8 row scaling 20.67 s a step against bf16's
-    19.75). Priced once more in bf16 on the same mesh; None where that is not slower or cannot run."""
+    19.75). Priced once more in bf16 on the same mesh (its step alone: no rules or advice of its own);
+    None where that is not slower or cannot be priced."""
     if not job.low_precision:
         return None
     try:
         bf16_job = validate_as(
             JobSpec, job.model_dump(exclude={"fp8_scaling", "bf16_last_layers"}) | {"dtype": "bf16"}, "job"
         )
-        bf16 = estimate_mesh(model, cluster, bf16_job, config)
+        cols = evaluate(model, cluster, bf16_job, MeshArrays.from_configs([config]))
+        bf16 = row_estimate(cols, 0, model, cluster, bf16_job, config)
     except PlannerError:
         return None
     if bf16.step_time_s >= est.step_time_s:
