@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -24,6 +23,7 @@ from planner.cost.pipeline import (
     num_microbatches,
     recomputable_layers,
     round_up,
+    smallest_chunk_layers,
 )
 from planner.cost.recompute import inapplicable
 from planner.errors import PlannerError
@@ -151,11 +151,11 @@ def _axes_missing(job: JobSpec, p: ParallelConfig) -> str:
     return ", ".join(f"{a} {degrees[a]}" for a in AXES if a not in job.software.parallelisms and degrees[a] > 1)
 
 
-def _recomputable(model: ModelSpec, job: JobSpec, chunks: Any, wanted: Any) -> Any:
-    """``pipeline.recomputable_layers`` for the busiest of ``chunks`` model chunks."""
-    return recomputable_layers(
-        job.software.partial_recompute, layers_per_chunk(model.num_hidden_layers, chunks), wanted
-    )
+def _recomputable(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """``pipeline.recomputable_layers`` of each mesh's ``recompute_layers``, on its smallest chunk
+    (``pipeline.smallest_chunk_layers``), the one a stack recomputing every n-th layer fixes n by."""
+    smallest = smallest_chunk_layers(model, job, mesh)
+    return recomputable_layers(job.software.partial_recompute, smallest, mesh.recompute_layers)
 
 
 def _partial_recompute_message(model: ModelSpec, job: JobSpec, p: ParallelConfig) -> str:
@@ -166,11 +166,17 @@ def _partial_recompute_message(model: ModelSpec, job: JobSpec, p: ParallelConfig
             f"recompute_layers {r}: stack {name} recomputes every layer or none; use recompute full without "
             "recompute_layers"
         )
-    chunk = layers_per_chunk(model.num_hidden_layers, p.pp * p.virtual_stages)
-    return (
-        f"recompute_layers {r}: stack {name} recomputes every n-th layer, floor({chunk}/n) of a chunk's {chunk}; "
-        f"the nearest count at or above {r} is {_recomputable(model, job, p.pp * p.virtual_stages, r)}"
+    mesh = MeshArrays.from_configs([p])
+    chunk = int(smallest_chunk_layers(model, job, mesh)[0])
+    head = (
+        f"recompute_layers {r}: stack {name} recomputes every n-th layer, floor({chunk}/n) of its smallest chunk's "
+        f"{chunk}"
     )
+    if r is not None and r > chunk:
+        return f"{head}, so at most {chunk} (recompute full without recompute_layers recomputes them all)"
+    nearest = int(_recomputable(model, job, mesh)[0])
+    every = " (n = 1, every layer: recompute full without recompute_layers)" if nearest == chunk else ""
+    return f"{head}; the nearest count at or above {r} is {nearest}{every}"
 
 
 def _offload_message(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, p: ParallelConfig) -> str:
@@ -666,10 +672,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "stack_partial_recompute",
         # Stack.partial_recompute: Megatron any first r layers, torchtitan every n-th layer
-        lambda m, c, j, x: (
-            (j.software.partial_recompute is not None)
-            & (x.recompute_layers == _recomputable(m, j, x.pp * x.virtual_stages, x.recompute_layers))
-        ),
+        lambda m, c, j, x: (j.software.partial_recompute is not None) & (x.recompute_layers == _recomputable(m, j, x)),
         lambda m, c, j, p: _partial_recompute_message(m, j, p),
         applies=lambda m, c, j, x: x.recompute_layers != 0,
     ),

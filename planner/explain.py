@@ -98,11 +98,12 @@ def recompute_chosen(est: Estimate, model: ModelSpec) -> str:
         from planner.export.torchtitan import every_nth_layer
 
         n = every_nth_layer(model, est.config.job, cfg)
-        every = "every layer" if n == 1 else f"every {ordinal(n)}"
+        busiest = max(est.layers_per_stage)
+        every = "every layer" if n == 1 else f"every {ordinal(n)} layer"
         return (
-            f"; recomputes the forward of at least {cfg.recompute_layers} of each chunk's {per_chunk} layers, "
-            f"{every} (torchtitan 0.2's selective_ac_option {n}; 0.3 has no per-layer option: plan export -f "
-            "torchtitan-0.2), the fewest that fit"
+            f"; recomputes the forward of {every} a rank builds, {busiest // n} of the busiest "
+            f"rank's {busiest} (at least {cfg.recompute_layers} of each chunk; torchtitan 0.2's selective_ac_option "
+            f"{n}; 0.3 has no per-layer option: plan export -f torchtitan-0.2), the fewest that fit"
         )
     return (
         f"; recomputes the forward of the first {cfg.recompute_layers} of each chunk's {per_chunk} layers "

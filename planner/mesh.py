@@ -41,20 +41,22 @@ LAYOUT_COLUMNS = (
     "layout_last_mtp",
     "layout_first",
     "layout_first_mtp",
+    "layout_smallest_chunk",
 )
 
 
-def _layout_ranks(config: ParallelConfig) -> tuple[int, int, int, int, int, int]:
+def _layout_ranks(config: ParallelConfig) -> tuple[int, int, int, int, int, int, int]:
     """A config's explicit layout as (decoder, MTP) layers on its busiest rank other than the
-    last (by their sum), on the last rank, then on the first; -1 each without a layout."""
+    last (by their sum), on the last rank, then on the first, and the decoder layers of its
+    smallest chunk; -1 each without a layout."""
     if config.pipeline_layout is None:
-        return -1, -1, -1, -1, -1, -1
+        return -1, -1, -1, -1, -1, -1, -1
     stages = parse_layout(config.pipeline_layout)
     t, m = rank_layer_counts(stages, config.pp, "t"), rank_layer_counts(stages, config.pp, "m")
     others = [(t[r] + m[r], t[r], m[r]) for r in range(config.pp - 1)] or [(0, 0, 0)]
     _, body, body_mtp = max(others)
     first = (t[0], m[0]) if config.pp > 1 else (0, 0)
-    return body, body_mtp, t[-1], m[-1], *first
+    return body, body_mtp, t[-1], m[-1], *first, min(stage.count("t") for stage in stages)
 
 
 def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
@@ -111,6 +113,9 @@ class MeshArrays:
     schedule: np.ndarray
     overlap_grad_reduce: np.ndarray  # bool
     recompute_layers: np.ndarray | None = None  # per chunk under full recompute; 0 (or None): every layer
+    # how a stack that checkpoints every n-th layer runs recompute_layers: n (counting the layers a
+    # rank builds, ``cost.pipeline.with_recompute_every``); 0: the first recompute_layers of each chunk
+    recompute_every: np.ndarray | None = None
     offload_layers: np.ndarray | None = None  # layers whose activations go to host memory; 0 (or None): none
     # an explicit layout's decoder and MTP layers on the busiest rank but the last, on the last
     # rank and on the first (``cost.pipeline.rank_layers``); -1: none, the plan's own split
@@ -120,10 +125,11 @@ class MeshArrays:
     layout_last_mtp: np.ndarray | None = None
     layout_first: np.ndarray | None = None  # the first rank's (with the embedding)
     layout_first_mtp: np.ndarray | None = None
+    layout_smallest_chunk: np.ndarray | None = None  # the decoder layers of its smallest chunk
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        for name in ("recompute_layers", "offload_layers"):
+        for name in ("recompute_layers", "recompute_every", "offload_layers"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, constant_column(0, len(self.tp)))
         for name in LAYOUT_COLUMNS:
@@ -210,9 +216,17 @@ class MeshArrays:
         """The same meshes moving the activations of ``layers`` layers to host memory."""
         return replace(self, offload_layers=np.asarray(layers, dtype=np.int64))
 
+    def with_recompute_every(self, every: np.ndarray) -> MeshArrays:
+        """The same meshes recomputing every ``every``-th layer a rank builds where they recompute
+        some layers (0: the first ``recompute_layers`` of each chunk)."""
+        return replace(self, recompute_every=np.asarray(every, dtype=np.int64))
+
     def with_recompute_layers(self, layers: np.ndarray) -> MeshArrays:
-        """The same meshes recomputing the first ``layers`` of each chunk (full recompute)."""
-        return replace(self, recompute_layers=np.asarray(layers, dtype=np.int64))
+        """The same meshes recomputing the first ``layers`` of each chunk (full recompute); an
+        every-n-th stride derived for other counts is dropped (the cost entry points derive it
+        again: ``cost.pipeline.with_recompute_every``)."""
+        column = np.asarray(layers, dtype=np.int64)
+        return replace(self, recompute_layers=column, recompute_every=constant_column(0, len(column)))
 
     @property
     def num_gpus(self) -> np.ndarray:
@@ -221,10 +235,15 @@ class MeshArrays:
     def recomputed_share(self, layers: np.ndarray | int) -> np.ndarray:
         """Share of a stage's ``layers`` (v chunks of layers/v) whose forward full recompute runs
         again: 1 when every layer is (``recompute_layers`` 0), r / (layers per chunk) when the
-        first r of each chunk are (Megatron-LM's block method), 0 without full recompute."""
-        per_chunk = np.maximum(np.asarray(layers) / self.virtual_stages, 1.0)
-        r = np.asarray(self.recompute_layers)
-        share = np.where(r > 0, np.minimum(r, per_chunk) / per_chunk, 1.0)
+        first r of each chunk are (Megatron-LM's block method), floor(layers / n) / layers when
+        every n-th layer the rank builds is (``recompute_every`` n: torchtitan's selective layer
+        checkpointing counts on across a rank's chunks, activation_checkpoint.py
+        ``_layer_sac_count``), 0 without full recompute."""
+        stage = np.asarray(layers, dtype=float)
+        per_chunk = np.maximum(stage / self.virtual_stages, 1.0)
+        r, every = np.asarray(self.recompute_layers), np.asarray(self.recompute_every)
+        nth = np.minimum(np.floor(stage / np.maximum(every, 1)) / np.maximum(stage, 1.0), 1.0)
+        share = np.where(r > 0, np.where(every > 0, nth, np.minimum(r, per_chunk) / per_chunk), 1.0)
         return np.where(self.recompute == RECOMPUTE_FULL, share, 0.0)
 
     @property

@@ -36,7 +36,14 @@ from planner.cost.memory import (
     undercount_safe_bytes,
     usable_memory_bytes,
 )
-from planner.cost.pipeline import layers_per_chunk, mesh_batch_size, num_microbatches, rank_layers, recomputable_layers
+from planner.cost.pipeline import (
+    layers_per_chunk,
+    mesh_batch_size,
+    num_microbatches,
+    rank_layers,
+    recomputable_layers,
+    smallest_chunk_layers,
+)
 from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
 from planner.errors import PlannerError
@@ -232,13 +239,17 @@ def partial_recompute(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh
     r = need.astype(np.int64)
     keep = fits_all & (r >= 1)  # r < 1: the mesh fits without recompute
     chunk = layers_per_chunk(model.num_hidden_layers, full.pp * full.virtual_stages)
-    r = np.where(keep, recomputable_layers(job.software.partial_recompute, chunk, r), r)
+    smallest = smallest_chunk_layers(model, job, full)
+    r = np.where(keep, recomputable_layers(job.software.partial_recompute, smallest, r), r)
     # fewer than the busiest chunk's layers (all of them is plain full), and at most a chunk's decoder
     # layers (``recompute_layers_within_chunk``): the busiest rank's count holds the MTP layers, which
     # Megatron's block method does not recompute (multi_token_prediction.py: 'not supported for MTP
     # yet'); a review (2026-12-07) found Nemotron 3 Super on 8 DGX B200 ranked first at r = 89 of its
-    # 88 decoder layers, which check_config then refused
+    # 88 decoder layers, which check_config then refused. Every n-th layer needs n >= 2, r below the
+    # smallest chunk's layers (n = 1 recomputes every layer: plain full)
     keep &= (r < per_chunk) & (r <= chunk)
+    if job.software.partial_recompute == "every_nth":
+        keep &= r < smallest
     return full.with_recompute_layers(r).take(keep)
 
 

@@ -114,12 +114,12 @@ def test_the_cli_takes_recompute_layers(cli) -> None:  # type: ignore[no-untyped
 
 def test_the_validator_replays_recomputed_and_kept_layers_apart() -> None:
     plan = ParallelConfig(**BASE, recompute="full", recompute_layers=5, pipeline_layout=EVEN)
-    split = recompute_split(plan, 20)
+    split = recompute_split(MODEL, JOB, plan, 20)
     assert [(s, p.recompute, p.recompute_layers, share) for s, p, share in split] == [
         (".recomputed", "full", None, 0.25),
         ("", "none", None, 0.75),
     ]
-    assert recompute_split(ParallelConfig(**BASE), 20)[0][2] == 1.0
+    assert recompute_split(MODEL, JOB, ParallelConfig(**BASE), 20)[0][2] == 1.0
 
 
 def test_torchtitan_selective_layer_ac_recomputes_every_second_layer() -> None:
@@ -145,7 +145,8 @@ def test_a_recipe_recomputes_some_layers_only_with_the_block_method() -> None:
 
 @pytest.mark.parametrize(("stack", "said"), [
     ("megatron-core", "the first 26 of each chunk's 80 layers (Megatron --recompute-method block)"),
-    ("torchtitan", "at least 26 of each chunk's 80 layers, every 3rd (torchtitan 0.2's selective_ac_option 3;"),
+    ("torchtitan", "every 3rd layer a rank builds, 26 of the busiest rank's 80 (at least 26 of each chunk; "
+                   "torchtitan 0.2's selective_ac_option 3;"),
 ])  # fmt: skip
 def test_the_explanation_names_the_stacks_own_partial_recompute(stack: str, said: str) -> None:
     """torchtitan's winner was said to run Megatron's block method, which torchtitan has not."""
@@ -158,17 +159,21 @@ def test_the_explanation_names_the_stacks_own_partial_recompute(stack: str, said
 
 
 def test_the_explained_every_nth_is_the_exported_one() -> None:
-    """pp 3 splits 80 layers 27, 27, 26: with 9 recomputed the export writes selective_ac_option 2
-    (floor(26/9)), where the explanation had said 3 from the even share."""
+    """pp 3 splits 80 layers 27, 27, 26 (the last rank lighter by its LM head): n is fixed by the
+    smallest chunk, so 9 recomputed layers are refused (n = 26 // 9 = 2 recomputes 13 of each), 13
+    export selective_ac_option 2, where the explanation had said 3 from the even share."""
     from planner.explain import recompute_chosen
     from planner.export.torchtitan import every_nth_layer
 
     model = load_model("llama3-70b")
     job = JobSpec(global_batch_size=512, seq_len=8192, stack="torchtitan")
-    mesh = ParallelConfig(pp=3, dp=16, zero_stage=3, recompute="full", recompute_layers=9)
+    mesh = ParallelConfig(pp=3, dp=16, zero_stage=3, recompute="full", recompute_layers=13)
     n = every_nth_layer(model, job, mesh)
     said = recompute_chosen(estimate_mesh(model, load_cluster("dgx-h100x6"), job, mesh), model)
-    assert n == 2 and f"selective_ac_option {n};" in said and "every 2nd" in said
+    assert n == 2 and f"selective_ac_option {n};" in said and "every 2nd layer a rank builds, 13 of the busiest" in said
+    refused = "floor\\(26/n\\) of its smallest chunk's 26; the nearest count at or above 9 is 13"
+    with pytest.raises(PlannerError, match=refused):
+        estimate_mesh(model, load_cluster("dgx-h100x6"), job, mesh.model_copy(update={"recompute_layers": 9}))
 
 
 @pytest.mark.parametrize(("n", "text"), [(1, "1st"), (2, "2nd"), (3, "3rd"), (4, "4th"), (11, "11th"), (13, "13th"),
@@ -190,3 +195,59 @@ def test_partial_recompute_stays_below_a_chunks_decoder_layers_beside_mtp() -> N
     assert len(partial_recompute(model, cluster, job, MeshArrays.from_configs([config]))) == 0
     best = search(model, cluster, job, {}, top=1).candidates[0].config.parallel
     assert best.recompute_layers is None or best.recompute_layers < model.num_hidden_layers
+
+
+def test_every_nth_prices_what_the_count_across_a_ranks_chunks_recomputes() -> None:
+    """torchtitan's n is fixed by the smallest chunk (8 layers of Qwen3-235B-A22B's last rank at pp
+    9, its LM head beside them): r = 4 runs n = 2, so the busiest rank recomputes 5 of its 11
+    layers, not the 4 of the first r (until 2026-12-07 the search ranked r = 3 first at 12.0 s, where
+    n = 2 runs 12.7 s)."""
+    from planner.cost.pipeline import smallest_chunk_layers, with_recompute_every
+
+    model, cluster = load_model("qwen3-235b"), load_cluster("gb200-nvl72x2")
+    job = default_job(model).model_copy(update={"stack": "torchtitan"})
+    base = {"pp": 9, "dp": 16, "ep": 8, "micro_batch_size": 2, "zero_stage": 2}
+    knobs = {"none": {}, "r": {"recompute": "full", "recompute_layers": 4}, "full": {"recompute": "full"}}
+    meshes = {name: MeshArrays.from_configs([ParallelConfig(**base, **k)]) for name, k in knobs.items()}
+    assert int(smallest_chunk_layers(model, job, meshes["r"])[0]) == 8
+    assert int(with_recompute_every(model, job, meshes["r"]).recompute_every[0]) == 2
+    cols = {name: evaluate(model, cluster, job, mesh) for name, mesh in meshes.items()}
+    assert int(cols["r"].ranks.body[0]) == 11 and not bool(cols["r"].last_is_slowest[0])
+    compute = {name: float(c.time["compute"][0]) for name, c in cols.items()}
+    assert (compute["r"] - compute["none"]) / (compute["full"] - compute["none"]) == pytest.approx(5 / 11)
+    assert float(cols["r"].step_time_s[0]) == pytest.approx(12.687, abs=0.01)
+    # under Megatron's block method the same r recomputes the first 4 of each chunk
+    block = evaluate(model, cluster, job.model_copy(update={"stack": "megatron-core"}), meshes["r"])
+    assert float(block.time["compute"][0]) < compute["r"]
+    # the search keeps r below the smallest chunk (n >= 2) and never prices one stride and exports another
+    for cand in search(model, cluster, job, {"pp": 9}, top=20).candidates:
+        p = cand.config.parallel
+        if p.recompute_layers is not None:
+            assert p.recompute_layers < 8 and 8 // (8 // p.recompute_layers) == p.recompute_layers
+
+
+@pytest.mark.parametrize(("model_name", "pp", "v", "schedule", "layout"), [
+    ("llama3-70b", 1, 1, "1f1b", None),
+    ("llama3-70b", 3, 1, "1f1b", None),
+    ("llama3-70b", 4, 3, "interleaved-1f1b", None),
+    ("qwen3-235b", 9, 1, "1f1b", None),
+    ("qwen3-235b", 4, 2, "interleaved-1f1b", None),
+    ("qwen3-235b", 4, 1, "dualpipev", None),
+    ("llama3-70b", 4, 1, "1f1b", "Et*18|t*21|t*21|t*20L"),
+])  # fmt: skip
+def test_the_priced_smallest_chunk_is_the_exported_ones(
+    model_name: str, pp: int, v: int, schedule: str, layout: str | None
+) -> None:
+    """The n the plan prices (``pipeline.smallest_chunk_layers``) comes from the chunks torchtitan's
+    job file builds (``export.torchtitan.chunk_sizes``: its module lists, or the even split)."""
+    from planner.cost.pipeline import smallest_chunk_layers
+    from planner.export.torchtitan import chunk_sizes
+
+    model = load_model(model_name)
+    job = JobSpec(global_batch_size=512, seq_len=4096, stack="torchtitan")
+    config = ParallelConfig(
+        pp=pp, dp=8, virtual_stages=v, schedule=schedule, pipeline_layout=layout, recompute="full", recompute_layers=1
+    )
+    assert int(smallest_chunk_layers(model, job, MeshArrays.from_configs([config]))[0]) == min(
+        chunk_sizes(model, job, config)
+    )

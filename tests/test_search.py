@@ -271,8 +271,8 @@ def test_a_stack_ranks_only_meshes_it_runs(stack: str, allowed: dict) -> None:
         (
             "torchtitan",
             {"tp": 1, "pp": 1, "dp": 128, "zero_stage": 3, "recompute": "full", "recompute_layers": 73},
-            "stack torchtitan recomputes every n-th layer, floor(80/n) of a chunk's 80; the nearest count at or "
-            "above 73 is 80",
+            "stack torchtitan recomputes every n-th layer, floor(80/n) of its smallest chunk's 80; the nearest count "
+            "at or above 73 is 80 (n = 1, every layer",
         ),
     ],
 )

@@ -59,6 +59,7 @@ from planner.cost.pipeline import (
     microbatches_in_flight,
     moe_layers_of,
     rank_layers,
+    with_recompute_every,
 )
 from planner.cost.recompute import freed_parts
 from planner.cost.routing import moe_load_factor
@@ -705,7 +706,9 @@ def peak_memory(
     """The most loaded GPU: per mesh, whichever of ``STAGE_RANKS`` needs most (the first rank with
     its own layers and the embedding; the busiest other rank had been priced with the embedding
     too, a GPU no pipeline has: Llama-3-70B at pp 4, v 8, split [20, 20, 21, 19], had counted 21
-    layers and the embedding)."""
+    layers and the embedding). A stack that recomputes every n-th layer is priced at its n
+    (``pipeline.with_recompute_every``)."""
+    mesh = with_recompute_every(model, job, mesh)
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     per_layer = layer_activations(model, job, mesh)
     worst: StageMemory | None = None

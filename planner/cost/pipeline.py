@@ -104,8 +104,10 @@ def recomputable_layers(kind: str | None, chunk_layers: Any, wanted: Any) -> Any
     stack's partial recompute (``Stack.partial_recompute``) can recompute: any count under
     'block' (Megatron's first r layers); under 'every_nth' floor(c/n) for an integer n
     (torchtitan's selective layer checkpointing wraps every n-th block), which for r is
-    c // (c // r), the largest n whose share still reaches r. None: no partial recompute, so
-    the whole chunk. Ints or arrays, as the arguments."""
+    c // (c // r), the largest n whose share still reaches r, c the smallest chunk's layers
+    (``smallest_chunk_layers``: the n that ``recompute_every`` derives from it); above c, c
+    (n = 1, every layer). None: no partial recompute, so the whole chunk. Ints or arrays, as the
+    arguments."""
     if kind == "block":
         return wanted
     if kind == "every_nth":
@@ -320,6 +322,57 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         first=np.where(explicit, mesh.layout_first, first),
         first_mtp=np.where(explicit, mesh.layout_first_mtp, 0),
     )
+
+
+def smallest_chunk_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Decoder layers of each mesh's smallest model chunk: its explicit layout's
+    (``MeshArrays.layout_smallest_chunk``), else DualPipeV's 2p half-stages and DualPipe's p stages
+    split evenly (``chunk_layer_counts``), else the plan's own split (``split_stages``); with
+    p = 1 every layer."""
+    dual = np.where(mesh.schedule == DUALPIPE_V, 2, np.where(mesh.schedule == DUALPIPE, 1, 0))
+    keys, inverse = np.unique((mesh.pp * 4096 + mesh.virtual_stages) * 4 + dual, return_inverse=True)
+    sizes = []
+    for key in keys.tolist():
+        pp, v, halves = key // 4 // 4096, key // 4 % 4096, key % 4
+        if halves:
+            sizes.append(min(chunk_layer_counts(model.num_hidden_layers, pp, halves)))
+        else:
+            sizes.append(min(stage.count("t") for stage in split_stages(model, job, pp, v)))
+    split = np.array(sizes, dtype=np.int64)[inverse.reshape(-1)]
+    return np.where(mesh.layout_smallest_chunk >= 0, mesh.layout_smallest_chunk, split)
+
+
+def recompute_every(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """The n of a stack that recomputes every n-th layer (``Stack.partial_recompute``
+    'every_nth') for each mesh recomputing some layers (``recompute_layers`` r): the largest n
+    that still recomputes r layers of the smallest chunk s, s // r (at least 1), so that every
+    chunk recomputes at least r (``export.torchtitan.every_nth_layer`` writes it); 0 where the
+    stack recomputes the first r of each chunk or the mesh recomputes all or none."""
+    r = mesh.recompute_layers
+    if job.software.partial_recompute != "every_nth" or not np.any(r > 0):
+        return np.zeros(len(mesh), dtype=np.int64)
+    rows = np.flatnonzero(r > 0)
+    every = np.zeros(len(mesh), dtype=np.int64)
+    every[rows] = every_nth_stride(smallest_chunk_layers(model, job, mesh.take(rows)), r[rows])
+    return every
+
+
+def every_nth_stride(smallest: np.ndarray, recomputed: Any) -> np.ndarray:
+    """The largest n whose every-n-th layer recomputes ``recomputed`` (r >= 1) layers of a chunk
+    of ``smallest``: s // r, at least 1 (every layer)."""
+    return np.maximum(np.asarray(smallest) // np.maximum(recomputed, 1), 1)
+
+
+def with_recompute_every(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> MeshArrays:
+    """``mesh`` with the every-n-th stride its stack runs (``recompute_every``), which
+    ``MeshArrays.recomputed_share`` reads: a rank then recomputes floor(layers / n) of all its
+    layers, as torchtitan's count runs on across its chunks, where the first r of each chunk
+    were priced until 2026-12-07 (Qwen3-235B-A22B on two GB200 racks at PP 9: n = 2 recomputes
+    5 of the busiest chunk's 11 layers, priced as 3). The cost entry points call it; a mesh it
+    leaves alone is returned as is."""
+    if job.software.partial_recompute != "every_nth" or not np.any(mesh.recompute_layers > 0):
+        return mesh
+    return mesh.with_recompute_every(recompute_every(model, job, mesh))
 
 
 def is_dual(mesh: MeshArrays) -> np.ndarray:

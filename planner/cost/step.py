@@ -58,6 +58,7 @@ from planner.cost.pipeline import (
     moe_layers_of,
     num_microbatches,
     rank_layers,
+    with_recompute_every,
 )
 from planner.cost.recompute import selected
 from planner.mesh import RECOMPUTE_FULL, RECOMPUTE_SELECTIVE, RECOMPUTES, MeshArrays
@@ -356,7 +357,9 @@ def evaluate(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, mesh: MeshArrays, memory: StageMemory | None = None
 ) -> Columns:
     """Price every mesh of ``mesh`` (assumed feasible by ``planner.constraints``); ``memory`` is
-    their ``peak_memory`` where the caller has it already (the search prices memory first)."""
+    their ``peak_memory`` where the caller has it already (the search prices memory first). A
+    stack that recomputes every n-th layer is priced at its n (``pipeline.with_recompute_every``)."""
+    mesh = with_recompute_every(model, job, mesh)
     batch = mesh_batch_size(job, mesh)
     m = num_microbatches(batch, mesh)
     links = comm.mesh_links(cluster, mesh)

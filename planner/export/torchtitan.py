@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from planner.cost.flops import mtp_layers
 from planner.cost.layout import ends_placed, parse_layout
-from planner.cost.pipeline import chunk_layer_counts, plan_layout
+from planner.cost.pipeline import chunk_layer_counts, every_nth_stride, plan_layout, smallest_chunk_layers
 from planner.export.common import (
     check_adam_state,
     check_dispatcher,
@@ -40,6 +40,7 @@ from planner.export.common import (
     zero_note,
 )
 from planner.figures import ordinal
+from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
@@ -482,9 +483,10 @@ def every_nth_layer(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> i
     a chunk of c blocks then gets at least floor(c/n) of them wrapped wherever the count stands.
     So n is the largest with floor(c/n) >= r for the smallest chunk c of every rank: at least the
     plan's r recomputed layers in each chunk (a rank of 15 layers under n = 16 // 4 = 4 would
-    recompute 3)."""
-    smallest = min(chunk_sizes(model, job, config))
-    return max(smallest // (config.recompute_layers or 1), 1)
+    recompute 3). The n the plan priced (``cost.pipeline.recompute_every``; tests check its
+    smallest chunk against this file's module lists, ``chunk_sizes``), whichever stack priced it."""
+    smallest = smallest_chunk_layers(model, job, MeshArrays.from_configs([config]))
+    return int(every_nth_stride(smallest, config.recompute_layers or 1)[0])
 
 
 def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:

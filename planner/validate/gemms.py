@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from planner.cost.compute import Gemm, gemm_s, layer_gemms, lm_head_gemm
-from planner.cost.pipeline import moe_layers_of, num_microbatches
+from planner.cost.pipeline import moe_layers_of, num_microbatches, with_recompute_every
 from planner.cost.step import RankLoad, slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import BYTES_PER_ELEMENT, ClusterSpec
@@ -128,7 +128,7 @@ def gemm_terms(
     max_gemm_flops: float | None = None,
 ) -> list[TermSpec]:
     """One term per GEMM shape of ``plan``, priced on ``replay_cluster`` (module docstring)."""
-    pm = MeshArrays.from_configs([plan])
+    pm = with_recompute_every(model, job, MeshArrays.from_configs([plan]))
     m = float(num_microbatches(job.batch_size, pm)[0])
     rank = slowest_rank(model, replay_cluster, job, plan)
     passes = float(pm.forward_passes(rank.layers)[0])

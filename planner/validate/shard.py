@@ -23,7 +23,7 @@ from planner.cost.compute import (
     selective_recompute_forward_s,
     unfused_softmax_forward_s,
 )
-from planner.cost.pipeline import num_microbatches
+from planner.cost.pipeline import num_microbatches, with_recompute_every
 from planner.cost.recompute import is_default
 from planner.cost.step import slowest_rank, training_s
 from planner.errors import PlannerError
@@ -90,7 +90,7 @@ def layer_terms(
     dtype = replay_dtype(job, on_gpu)
     terms = []
     rank = slowest_rank(model, replay_cluster, job, plan)
-    split = recompute_split(plan, rank.layers)
+    split = recompute_split(model, job, plan, rank.layers)
     for is_moe, count in stage_layer_kinds(model, rank):
         for suffix, shard_plan, share in split:
             shard = LayerShard(model=model, job=job, plan=shard_plan, moe=is_moe)
@@ -100,13 +100,16 @@ def layer_terms(
     return terms
 
 
-def recompute_split(plan: ParallelConfig, layers: int) -> list[tuple[str, ParallelConfig, float]]:
+def recompute_split(
+    model: ModelSpec, job: JobSpec, plan: ParallelConfig, layers: int
+) -> list[tuple[str, ParallelConfig, float]]:
     """A plan that fully recomputes only some layers (``recompute_layers``) replays two shards, one
-    recomputed and one not, each for its share of the ``layers`` of the rank the step waits for;
-    any other plan one shard."""
+    recomputed and one not, each for its share of the ``layers`` of the rank the step waits for
+    (the stack's every-n-th stride where it has one, ``pipeline.with_recompute_every``); any
+    other plan one shard."""
     if plan.recompute_layers is None:
         return [("", plan, 1.0)]
-    pm = MeshArrays.from_configs([plan])
+    pm = with_recompute_every(model, job, MeshArrays.from_configs([plan]))
     share = float(pm.recomputed_share(layers)[0])
     recomputed = plan.model_copy(update={"recompute_layers": None})
     kept = plan.model_copy(update={"recompute": "none", "recompute_layers": None})
