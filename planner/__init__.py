@@ -74,9 +74,11 @@ CLI_ONLY_KEYWORDS = {
     "gpus": "the cluster's: planner.load_cluster(name, gpus=N)",
     "adam_moments": "optimizer_state_bytes_per_param here: 12 (fp32 moments) or 8 (bf16)",
     "moe_routing": "moe_load_imbalance (natural, imbalance:R; balanced is 1.0) or moe_capacity_factor (drop:C) here",
+    "v": "virtual_stages here (the tables' column v)",
 }
 """CLI options whose library spelling differs, by the keyword a caller may try: where the unknown
-keyword's message points (a review, 2026-12-07, tried nodes=, gpus=, adam_moments= and moe_routing=)."""
+keyword's message points (a review, 2026-12-07, tried nodes=, gpus=, adam_moments= and moe_routing=, and
+another v=, which the docstring of ``estimate`` had named)."""
 
 
 def _split(kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -198,7 +200,7 @@ def estimate(
     """Price one mesh; ``fields`` are ParallelConfig fields (tp, pp, dp, ...), Megatron-LM's split
     options (``PipelineSplit``: decoder_first_pipeline_num_layers, ...) and job fields; ``price``
     is USD per GPU-hour (None: the profile's). As
-    `plan estimate` reads them: dp takes the GPUs tp*pp*cp leave, v > 1 implies interleaved 1F1B,
+    `plan estimate` reads them: dp takes the GPUs tp*pp*cp leave, virtual_stages > 1 implies interleaved 1F1B,
     sequence parallelism is on with tp > 1, an unset zero_stage is the stack's (``search.pinned_mesh``)."""
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh, pins_from_config_fields, split_pins

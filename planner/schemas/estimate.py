@@ -1,7 +1,9 @@
 """Estimate: what the cost engine predicts for one mesh, with its breakdowns (SI units).
 
 Key names are those ``plan estimate --json`` prints; ``Estimate.model_validate_json`` reads them
-back (tests round-trip them).
+back (tests round-trip them). With ``--compare-best`` the object holds one key more,
+``compared_with_best`` (the search's #1 as a ``RankedEstimate`` under ``best``, and the
+``explanation``), which an Estimate does not read: pop it first.
 """
 
 from __future__ import annotations
@@ -119,8 +121,11 @@ class Estimate(Frozen):
     model_flops_per_step: NonNegativeFloat
     hardware_flops_per_step: NonNegativeFloat
     model_tflops_per_gpu: NonNegativeFloat
-    mfu: NonNegativeFloat
-    hfu: NonNegativeFloat
+    mfu: NonNegativeFloat = Field(
+        description="Model FLOPs per second over the cluster's dense peak in the job's dtype (an fp8 job's against "
+        "the fp8 peak, twice bf16's on Hopper and Blackwell: compare MFU across dtypes by tokens/s instead)"
+    )
+    hfu: NonNegativeFloat = Field(description="As mfu, with the recomputed FLOPs counted")
     flops_count: Literal["causal", "full_square"] = Field(
         "full_square",
         description="How model_flops_per_step, model_tflops_per_gpu, mfu and hfu count a causal layer's attention, "

@@ -347,6 +347,15 @@ class JobSpec(Frozen):
                 f"moe_dispatcher '{self.moe_dispatcher}': stack {self.software.name} runs "
                 f"{', '.join(allowed) or 'no MoE dispatcher'}; megatron-core runs alltoall, allgather and flex"
             )
+        if self.moe_capacity_factor is not None and self.moe_load_imbalance is not None:
+            # each names a routing: the capacity factor pads every expert to c x its share and drops the
+            # rest, so no rank runs more, and the dropless imbalance would go unpriced (a review,
+            # 2026-12-07: both were taken, the imbalance echoed in the job and never priced)
+            raise ValueError(
+                f"moe_load_imbalance {self.moe_load_imbalance:g} with moe_capacity_factor "
+                f"{self.moe_capacity_factor:g}: the first prices dropless routing, the second token drop, where every "
+                "expert runs the capacity factor's share; give one"
+            )
         if self.moe_dispatcher == "flex" and self.moe_capacity_factor is not None:
             # megatron/core/transformer/transformer_config.py __post_init__: "Flex token dispatcher with
             # deepep backend does not support moe_pad_expert_input_to_capacity"

@@ -120,7 +120,8 @@ class ServeCandidate(Frozen):
         "whole, not by term), else to tpot_s"
     )
     cost_per_million_output_tokens_usd: float | None = Field(
-        None, description="GPU-hours per million output tokens at the cluster's price (None without a price)"
+        None,
+        description="USD per million output tokens at the ranking's price_per_gpu_hour_usd (None without a price)",
     )
     meets_targets: bool
     replayed: bool = Field(
@@ -193,6 +194,11 @@ class ServeRanking(Frozen):
         None,
         description="The engine's tokens per iteration as priced: its default on the cluster's GPU "
         "(``EngineProfile.for_gpu``), which the exported launch command states",
+    )
+    price_per_gpu_hour_usd: PositiveFloat | None = Field(
+        None,
+        description="USD per GPU-hour the candidates' cost_per_million_output_tokens_usd is at: --price, else the "
+        "profile's (None: no price)",
     )
     gpus_per_host: PositiveInt | None = Field(
         None,

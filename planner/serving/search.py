@@ -1055,6 +1055,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         mamba_ssm_dtype=s.ssm_state_dtype if model.blocks_of("M") else None,  # type: ignore[arg-type]
         token_budget=s.engine.max_num_batched_tokens,
         gpus_per_host=cluster.gpus_per_host,
+        price_per_gpu_hour_usd=cluster.profile.price_per_gpu_hour_usd,
         request_path_s=s.params.request_path_s,
     )
 

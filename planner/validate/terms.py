@@ -20,7 +20,7 @@ import numpy as np
 
 from planner.cost import comm, traffic
 from planner.cost.memory import step_params
-from planner.cost.pipeline import moe_layers_of, num_microbatches, rank_layers
+from planner.cost.pipeline import moe_layers_of, num_microbatches, rank_layers, with_recompute_every
 from planner.cost.step import slowest_rank
 from planner.mesh import MeshArrays
 from planner.schemas.hardware import ClusterSpec
@@ -83,7 +83,7 @@ def comm_terms(
 ) -> list[TermSpec]:
     """Every collective of one step of ``plan`` on its worst stage, replayed on ``replica``'s
     groups and priced on ``replay_cluster`` (see the module docstring)."""
-    pm = MeshArrays.from_configs([plan])
+    pm = with_recompute_every(model, job, MeshArrays.from_configs([plan]))
     links = comm.mesh_links(replay_cluster, MeshArrays.from_configs([replica]))
     m = num_microbatches(job.batch_size, pm)
     rank = slowest_rank(model, replay_cluster, job, plan)  # the rank the step waits for, as the GEMM terms
