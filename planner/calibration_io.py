@@ -108,19 +108,50 @@ def _drop_field(lines: list[str], key: str, indent: str, start: int) -> None:
                 break
 
 
+def _files_of(result: FitResult, j: int) -> list[str]:
+    """The shipped profiles (or the stack) parameter ``j`` of the fit is written to."""
+    from planner.fit_runs import profiles_of
+
+    param, cases = result.problem.params[j], result.problem.cases
+    if param.kind == "stack":
+        return [param.target]
+    names = profiles_of(param.kind, param.target)
+    return [n for n in names if param.kind != "architecture" or any(c.profile == n for c in cases)]
+
+
+def dropped_values(result: FitResult) -> list[str]:
+    """The shipped fitted values writing ``result`` would remove, as 'file.field value': the
+    parameters of the files it writes that its rows do not determine (neither fitted nor
+    transferred). A fit over a subset of the rows the shipped calibration used (one --group) had
+    wiped, written, the values the rest had fixed (a review, 2026-12-07: dgx-h100's sustained
+    tensor fraction, Hopper's row-wise fp8 fraction and two of torchtitan's)."""
+    from planner.catalog import load_profile, load_stack
+
+    out = []
+    for j, param in enumerate(result.problem.params):
+        if result.free[j] or result.transferred[j]:
+            continue
+        for name in _files_of(result, j):
+            spec = load_stack(name) if param.kind == "stack" else load_profile(name).gpu
+            value = getattr(spec, param.field, None)
+            if value is not None:
+                out.append(f"{name}.{param.field} {value:.4g}")
+    return out
+
+
 def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
-    """Write every fitted parameter (a parameter the rows do not determine loses any value it
-    had: it is uncalibrated), and once per file the rows of its target with their
-    cross-validated errors; returns the files written."""
-    from planner.fit_runs import profiles_of, target_of
+    """Write every fitted parameter, and once per file the rows of its target with their
+    cross-validated errors; returns the files written. A parameter the rows do not determine
+    loses any value it had (it is uncalibrated): the command refuses to write where that drops
+    a shipped value (``dropped_values``)."""
+    from planner.fit_runs import target_of
 
     problem = result.problem
     edits: dict[Path, list[str]] = {}
     rows_of: dict[Path, tuple[str, np.ndarray]] = {}
     for j, param in enumerate(problem.params):
         gpu = param.kind != "stack"
-        names = profiles_of(param.kind, param.target) if gpu else [param.target]
-        names = [n for n in names if param.kind != "architecture" or any(c.profile == n for c in problem.cases)]
+        names = _files_of(result, j)
         rows = int(problem.uses[:, j].sum())
         source = source_text(command, runs_file, rows)
         if param.kind == "architecture":

@@ -245,6 +245,27 @@ def test_calibrate_refuses_options_its_mode_ignores(cli, tmp_path: Path) -> None
     assert_one_line_error(cli(*from_, "--group", "g"), f"error: --group goes {said}")
 
 
+def test_calibrate_write_refuses_to_drop_what_its_rows_do_not_determine(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A fit over a subset of the runs (one --group, or a runs file of one's own) had written, with
+    --write, the files it touched without the values its rows do not fix: the shipped dgx-h100
+    sustained fraction, Hopper's row-wise fp8 fraction and torchtitan's TP overhead went (a review,
+    2026-12-07). The dry run names them; --write refuses and writes nothing."""
+    import planner.calibration_io as io
+
+    def no_write(*args: object) -> None:
+        raise AssertionError("the refused fit was written")
+
+    monkeypatch.setattr(io, "write_texts_atomic", no_write)
+    shipped = {p: p.read_bytes() for kind in ("hardware_profiles", "stacks") for p in (ROOT / kind).glob("*.yaml")}
+    dry = cli("calibrate", "--from-runs", str(SAMPLE_RUNS), "--json")
+    assert dry.code == 0
+    dropped = dry.json()["dropped"]
+    assert "torchtitan.tp_layer_overhead_us 6508" in dropped and "dgx-h100.fp8_rowwise_gemm_fraction 0.5549" in dropped
+    r = cli("calibrate", "--from-runs", str(SAMPLE_RUNS), "--write")
+    assert_one_line_error(r, "--write: the rows of runs_sample.yaml do not determine 7", "dgx-h100.fp8_rowwise")
+    assert {p: p.read_bytes() for p in shipped} == shipped
+
+
 @pytest.mark.parametrize("name", ["", "a/b", "../up", ".hidden", "two words", "x" * 81])
 def test_calibrate_refuses_a_profile_name_that_is_not_a_plain_word(cli, tmp_path: Path, name: str) -> None:
     out = tmp_path / "fitted.yaml"

@@ -412,3 +412,25 @@ def test_a_load_row_without_a_request_count_is_scored_as_plan_serve_replays_it()
     in_process = served(plan)["ttft_s"]
     assert in_process == pytest.approx(loaded.ttft_s - plan.setting.params.request_path_s)
     assert scored["tpot_s"] != pytest.approx(predict(plan)["tpot_s"], rel=1e-3)  # the steady round differs
+
+
+def test_serve_calibrate_write_refuses_to_drop_the_fits_its_rows_do_not_hold(cli, tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """35 GH200 rows of TensorRT-LLM had replaced, written, the engine file's whole fitted block: its
+    Ada and Ampere fits and its 6.9 ms request path (no TTFT row among them) went (a review,
+    2026-12-07). The text names them; --write refuses and writes nothing."""
+    import yaml
+
+    import planner.serving.calibrate as calibrate
+
+    def no_write(*args: object) -> list[str]:
+        raise AssertionError("the refused fit was written")
+
+    monkeypatch.setattr(calibrate, "write_engine_fits", no_write)
+    rows = [r for r in yaml.safe_load(RUNS.read_text())["runs"] if "GH200" in str(r.get("hardware", {}).get("gpu"))]
+    path = tmp_path / "gh200.yaml"
+    path.write_text(yaml.safe_dump({"runs": rows}))
+    said = cli("serve-calibrate", "--runs", str(path))
+    text = " ".join(said.out.split())
+    assert said.code == 0 and "--write would drop, and so refuses: trtllm-tensorrt ada fit" in text
+    r = cli("serve-calibrate", "--runs", str(path), "--write")
+    assert r.code == 2 and "trtllm-tensorrt ampere fit, trtllm-tensorrt request_path_ms 6.93" in r.err

@@ -196,7 +196,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
 
     import numpy as np
 
-    from planner.calibration_io import write_fit
+    from planner.calibration_io import dropped_values, write_fit
     from planner.fit_runs import fit_and_cross_validate
     from planner.runs import cases_from_runs, check_groups, load_runs, nothing_priced
 
@@ -217,6 +217,14 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
             f"--write: the rows of {path.name} fit no parameter (a parameter needs rows of at least two models "
             "that move it); nothing written, the shipped calibration kept"
         )
+    dropped = dropped_values(result)
+    if write and dropped:
+        raise PlannerError(
+            f"--write: the rows of {path.name}{' in ' + ', '.join(groups) if groups else ''} do not determine "
+            f"{len(dropped)} shipped fitted value(s), which writing would drop ({', '.join(dropped[:4])}"
+            f"{', ...' if len(dropped) > 4 else ''}); fit a runs file that holds the rows they were fitted to as well "
+            "(each file's calibration.rows lists them); nothing written"
+        )
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
     moved = result.problem.uses.any(axis=0)
     pairs = list(zip(result.problem.params, result.theta, result.free, moved, result.transferred, strict=True))
@@ -233,6 +241,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         "mape_pct": float(100 * np.mean(np.abs(result.error))),
         "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
         "signed_pct": float(100 * np.mean(result.error)),
+        "dropped": dropped,
         "written": written,
     }
     if as_json:
@@ -251,5 +260,11 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     typer.echo(
         f"MAPE {summary['mape_pct']:.1f}% in sample, {summary['cv_mape_pct']:.1f}% cross-validated "
         f"(leave one model of one source out); mean signed {summary['signed_pct']:+.1f}%"
+        + ("" if params or moved_in else ": nothing fitted, so these price the rows uncalibrated, not as shipped")
     )
+    if dropped:
+        typer.echo(
+            f"  --write would drop these shipped values, which the rows do not determine, and so refuses: "
+            f"{', '.join(dropped)}"
+        )
     typer.echo(f"wrote {', '.join(written)}" if written else "dry run: --write records the fit in the shipped files")

@@ -240,7 +240,7 @@ def serve_calibrate_cmd(
 ) -> None:
     """Fit the serving engines' per-architecture parameters to published rows (planner/serving/calibrate.py)."""
     from planner.runs import nothing_priced
-    from planner.serving.calibrate import FIT, at_bound, evaluate, write_engine_fits
+    from planner.serving.calibrate import FIT, at_bound, dropped_engine_fits, evaluate, write_engine_fits
     from planner.serving.runs import load_rows
 
     if write and not cross_validate:
@@ -256,10 +256,17 @@ def serve_calibrate_cmd(
             f"--write: the rows of {runs.name} fit no engine's parameters (a fit needs rows of its engine and GPU "
             "architecture that publish a throughput); nothing written, the shipped fits kept"
         )
+    dropped = dropped_engine_fits(ev)
+    if write and dropped:
+        raise PlannerError(
+            f"--write: the rows of {runs.name} do not fit what the engine files hold ({', '.join(dropped)}), which "
+            "writing would drop; fit a runs file that holds the rows those were fitted to as well (each file's "
+            "calibration.rows lists them); nothing written"
+        )
     if write:
         written = write_engine_fits(ev, runs.name, f"plan serve-calibrate --runs {runs.name} --write")
     if as_json:
-        emit_json(ev.as_json() | {"written": written})
+        emit_json(ev.as_json() | {"dropped": dropped, "written": written})
         return
     out = console()
     bounded = False
@@ -286,12 +293,19 @@ def serve_calibrate_cmd(
         f"as its benchmark ran it; as the fit prices it, its waves at the replay's ratio to them, "
         f"{_pct(o['fit_mape_pct'])}, {_pct(o['fit_signed_pct'], '+')})"
     )
+    if cross_validate and len(ev.groups) < 2:
+        out.print(
+            "the rows are one group: leaving it out leaves no row to fit, so its cross-validated errors price it with "
+            "the engines' unfitted defaults"
+        )
     for m in ("ttft", "tpot"):
         if f"{m}_rows" in o:
             out.print(
                 f"{m.upper()} over {o[f'{m}_rows']} rows: MAPE {_pct(o[f'{m}_mape_pct'])}, cross-validated "
                 f"{_pct(o[f'{m}_cv_mape_pct'])}, signed {_pct(o[f'{m}_signed_pct'], '+')}"
             )
+    if dropped:
+        out.print(f"--write would drop, and so refuses: {', '.join(dropped)} (the rows do not fit them)")
     for path in written:
         out.print(f"wrote {path}")
 

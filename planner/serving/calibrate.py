@@ -502,6 +502,26 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
 FIT_MARKER = "# ---- fitted by `plan serve-calibrate` (do not edit by hand; rerun it) ----"
 
 
+def dropped_engine_fits(ev: Evaluation) -> list[str]:
+    """What writing ``ev`` would drop of the shipped engine fits: an architecture an engine's file
+    holds a fit for and the rows do not fit, and a fitted request path the rows have no
+    server-measured TTFT for (written as the default). A fit over part of the rows (35 GH200 rows
+    of TensorRT-LLM) had replaced the file's whole block, its Ada and Ampere fits and its 6.9 ms
+    request path with them (a review, 2026-12-07)."""
+    out = []
+    for name in ENGINES:
+        keys = [k.split("/")[1] for k in ev.fitted if k.split("/")[0] == name]
+        if not keys:
+            continue
+        shipped = load_engine(name)
+        out += [f"{name} {arch} fit" for arch in sorted(shipped.fitted) if arch not in keys]
+        cal = shipped.calibration
+        if cal is not None and cal.request_path_rows and not ev.request_path_rows_used.get(name):
+            path_ms = max(p.request_path_ms for p in shipped.fitted.values())
+            out.append(f"{name} request_path_ms {path_ms:.3g}")
+    return out
+
+
 def write_engine_fits(ev: Evaluation, runs_file: str, command: str) -> list[str]:
     """Write each engine's fitted parameters, the rows used per architecture and the
     leave-one-group-out CV MAPE of its groups into engines/<engine>.yaml, replacing what a
