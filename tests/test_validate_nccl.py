@@ -25,6 +25,13 @@ def test_nccl_without_cuda_is_a_one_line_error(cli) -> None:
     assert_one_line_error(r, "--backend nccl", "CUDA", "--backend gloo")
 
 
+def test_a_gloo_replay_is_not_priced_on_a_gpu_profile(cli) -> None:
+    """gloo on CPU priced on dgx-h100 had come out at 310x its prediction, the note calling dgx-h100
+    'the replay's hardware' (a review, 2026-12-07); plan calibrate refuses the same mismatch."""
+    r = cli("validate", "--local-ranks", "2", "--model", "gpt2", "--cluster", "localhost-cpu", "--profile", "dgx-h100")
+    assert_one_line_error(r, "--profile dgx-h100: a GPU profile, but --backend gloo replays on CPU worker processes")
+
+
 def test_local_ranks_are_gloo_only(cli) -> None:
     if not HAS_NCCL:
         pytest.skip("check_backend refuses nccl first without CUDA")

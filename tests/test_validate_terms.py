@@ -94,7 +94,11 @@ def test_gemm_caps_keep_the_flops_per_step_and_the_reduction_dim() -> None:
 @pytest.mark.parametrize(
     ("config", "world", "expected", "replicas"),
     [
-        (ParallelConfig(tp=8, pp=2, dp=8), 4, (4, 1, 1), 1),  # innermost axis kept first
+        # every planned axis at 2 while the world has room, innermost first, before any grows back: the
+        # pipeline had always been dropped on one node (a review, 2026-12-07: tp4 pp4 dp8 on 8 -> tp4 dp2)
+        (ParallelConfig(tp=8, pp=2, dp=8), 4, (2, 1, 2), 1),
+        (ParallelConfig(tp=4, pp=4, dp=8), 8, (2, 2, 2), 1),
+        (ParallelConfig(tp=8, pp=2, dp=4), 64, (8, 2, 4), 1),  # room for the whole plan: as planned
         (ParallelConfig(tp=2, pp=2, dp=2), 4, (2, 1, 2), 1),  # tp, then dp (order tp-cp-dp-pp)
         (ParallelConfig(tp=2, pp=2, dp=2, order="tp-pp-dp-cp"), 4, (2, 2, 1), 1),
         (ParallelConfig(cp=2), 4, (1, 1, 1), 2),  # a 2-rank plan on 4 ranks: two replicas
@@ -161,6 +165,26 @@ def test_calibration_recovers_known_alpha_beta_and_gemm_rate(tmp_path) -> None:
     assert loaded.gpu.gemm_efficiency == pytest.approx(0.7, rel=0.02)
     assert loaded.intra_node.sources["latency_us"].startswith("measured on test at now")
     assert load_cluster(str(path), gpus=4).num_nodes == 2
+
+
+def test_alpha_is_held_where_one_message_size_cannot_tell_it_from_bandwidth(tmp_path) -> None:
+    """At one message size t = steps x alpha + factor x M / bandwidth holds for any pair on a line:
+    a review (2026-12-07) fitted one 1 MiB term to alpha 905 -> 230 us and bandwidth 1 -> 2.9 GB/s
+    at '0% error'. A tier with fewer than 3 collectives or one size keeps the profile's alpha and its
+    source; the synthetic sweep's four sizes fit it."""
+    from planner.validate.calibrate import alpha_fitted_tiers
+
+    results, _ = _synthetic("localhost-cpu")
+    base = load_profile("localhost-cpu")
+    one_size = [r for r in results if r.spec.op in ("gemm", "layer") or r.spec.message_bytes == 2**20]
+    assert alpha_fitted_tiers(results) == ["inter_node", "intra_node"] and alpha_fitted_tiers(one_size) == []
+    params, _, _ = fit(base, one_size)
+    for tier in ("intra_node", "inter_node"):
+        assert params.links[tier][0] == getattr(base, tier).latency_s
+    written = calibrated_profile(base, params, one_size, "one-size", "measured on test at now")
+    assert written.intra_node.latency_us == base.intra_node.latency_us
+    assert written.intra_node.sources["latency_us"] == base.intra_node.sources["latency_us"]
+    assert written.intra_node.sources["bus_efficiency"].startswith("measured on test at now")
 
 
 def test_sweep_argument_errors_name_the_flag() -> None:
@@ -300,7 +324,7 @@ def test_a_link_measured_under_a_hundredth_of_its_datasheet_becomes_the_datashee
 
     profile = load_profile("dgx-h100")
     data = profile.model_dump(mode="json", exclude_none=True)
-    data["intra_node"] = _tier_update(profile.intra_node, 20e-6, 3e9, "measured")
+    data["intra_node"] = _tier_update(profile.intra_node, 20e-6, 3e9, "measured", alpha_fitted=True)
     link = validate_as(HardwareProfile, data, "calibrated").intra_node
     assert (link.bandwidth_gb_per_s, link.bus_efficiency) == (3.0, 1.0)
     assert "under a hundredth" in link.sources["bandwidth_gb_per_s"]

@@ -60,8 +60,11 @@ def calibrate_cmd(
 
     from planner.catalog import load_cluster, load_profile, read_yaml
     from planner.validate.calibrate import (
+        ALPHA_MIN_SIZES,
+        ALPHA_MIN_TERMS,
         CV_FOLDS,
         ErrorStats,
+        alpha_fitted_tiers,
         base_attention_efficiency,
         calibrated_profile,
         check_measured_on,
@@ -124,7 +127,7 @@ def calibrate_cmd(
         "error_after": vars(after),
         "error_cross_validated": None if held_out is None else vars(held_out),
         "links": {
-            t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw}
+            t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw, "latency_fitted": t in alpha_fitted_tiers(results)}
             for t, (lat, bw) in params.links.items()
             if t in fitted_tiers
         },
@@ -141,6 +144,12 @@ def calibrate_cmd(
     if held_out is not None:
         folds = min(CV_FOLDS, len(results))
         typer.echo(f"cross-validated ({folds} folds, each term priced by a fit without it): {held_out}")
+    else:
+        typer.echo(
+            f"warning: {len(results)} measured term(s) are too few to cross-validate (3 at least): the fit reproduces "
+            "them by construction, and its error on other terms is not known",
+            err=True,
+        )
     if after.median > before.median or after.max > before.max:
         typer.echo(
             f"warning: the fit moves the bias (measured/predicted geomean {before.geomean_ratio:.2f} -> "
@@ -150,9 +159,25 @@ def calibrate_cmd(
             "in the report before using the profile",
             err=True,
         )
+    alphas = alpha_fitted_tiers(results)
+    for tier, (_, bw) in params.links.items():
+        stated = getattr(base, tier).bandwidth_gb_per_s * 1e9
+        if tier in fitted_tiers and bw > LINK_EXCESS * stated:
+            typer.echo(
+                f"warning: {tier}'s fitted bus bandwidth {bw / 1e9:.3g} GB/s is {bw / stated:.0f}x the link "
+                f"{base.name} states ({stated / 1e9:.3g} GB/s): the terms are faster than its alpha allows, so the "
+                "bandwidth soaks up what alpha cannot; measure more message sizes before using the profile",
+                err=True,
+            )
     for tier, (lat, bw) in params.links.items():
-        if tier in fitted_tiers:
+        if tier in alphas:
             typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
+        elif tier in fitted_tiers:
+            typer.echo(
+                f"  {tier}: bus bandwidth {bw / 1e9:.3g} GB/s; alpha {lat * 1e6:.1f} us held at the profile's (its "
+                f"terms have fewer than {ALPHA_MIN_TERMS} collectives of {ALPHA_MIN_SIZES} message sizes, at which "
+                "alpha and bandwidth cannot be told apart)"
+            )
         else:
             typer.echo(f"  {tier}: unchanged (no term was measured on it)")
     for dtype, scale in params.gemm_scale.items():
@@ -163,6 +188,12 @@ def calibrate_cmd(
             "(fitted from the layer shards)"
         )
     typer.echo(f"wrote {out}: use it with --cluster {out} or --profile {out}")
+
+
+LINK_EXCESS = 2.0
+"""How far over a profile's stated link a fitted bus bandwidth may come before ``plan calibrate
+--from`` warns: a fit of loopback gloo on a 2-core CPU wrote 264 GB/s (a review, 2026-12-07). A
+judgement, not a measurement."""
 
 
 def _given(options: dict[str, object]) -> str:
@@ -248,6 +279,8 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         emit_json(summary)
         return
     typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
+    for s in skipped:  # each with its reason, as --json and the benchmark list them (a review: text named none)
+        typer.echo(f"  not priced: {s['name']}: {s['reason']}")
     for label, value in params.items():
         typer.echo(f"  {label} = {0.0 if abs(value) < 1e-9 else value:.4g}")  # a fit at its bound of 0: 0, as written
     for label, value in moved_in.items():

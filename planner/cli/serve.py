@@ -240,7 +240,15 @@ def serve_calibrate_cmd(
 ) -> None:
     """Fit the serving engines' per-architecture parameters to published rows (planner/serving/calibrate.py)."""
     from planner.runs import nothing_priced
-    from planner.serving.calibrate import FIT, at_bound, dropped_engine_fits, evaluate, write_engine_fits
+    from planner.serving.calibrate import (
+        FIT,
+        MIN_MODELS,
+        MIN_ROWS,
+        at_bound,
+        dropped_engine_fits,
+        evaluate,
+        write_engine_fits,
+    )
     from planner.serving.runs import load_rows
 
     if write and not cross_validate:
@@ -293,7 +301,13 @@ def serve_calibrate_cmd(
         f"as its benchmark ran it; as the fit prices it, its waves at the replay's ratio to them, "
         f"{_pct(o['fit_mape_pct'])}, {_pct(o['fit_signed_pct'], '+')})"
     )
-    if cross_validate and len(ev.groups) < 2:
+    if not ev.fitted:
+        out.print(
+            f"nothing fitted (a fit needs {MIN_ROWS} rows of {MIN_MODELS} models of its engine and GPU architecture "
+            "that publish a throughput): these errors price the rows with the engines' unfitted defaults, not as "
+            "shipped"
+        )
+    elif cross_validate and len(ev.groups) < 2:
         out.print(
             "the rows are one group: leaving it out leaves no row to fit, so its cross-validated errors price it with "
             "the engines' unfitted defaults"
@@ -304,6 +318,8 @@ def serve_calibrate_cmd(
                 f"{m.upper()} over {o[f'{m}_rows']} rows: MAPE {_pct(o[f'{m}_mape_pct'])}, cross-validated "
                 f"{_pct(o[f'{m}_cv_mape_pct'])}, signed {_pct(o[f'{m}_signed_pct'], '+')}"
             )
+    for u in ev.unpriced:  # each with its reason, as --json lists them (a review: the text named none)
+        out.print(f"not priced: {u['name']}: {u['reason']}", soft_wrap=True)
     if dropped:
         out.print(f"--write would drop, and so refuses: {', '.join(dropped)} (the rows do not fit them)")
     for path in written:

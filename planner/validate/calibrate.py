@@ -119,11 +119,16 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
     return Samples(results, report.context, status, unmeasurable)
 
 
+def is_cpu_profile(profile: HardwareProfile) -> bool:
+    """Whether a profile describes CPU workers (gloo's hardware) rather than GPUs (NCCL's)."""
+    return "cpu" in (profile.gpu.architecture or "").lower()
+
+
 def check_measured_on(context: ReplayContext, profile: HardwareProfile, where: str) -> None:
     """Measurements calibrate only hardware of their own kind: a gloo report (CPU worker processes)
     cannot set a GPU profile's links and rates (a CPU sweep made an H100's NVLink 0.19 GB/s), nor
     an NCCL report a CPU profile's."""
-    cpu_profile = "cpu" in (profile.gpu.architecture or "").lower()
+    cpu_profile = is_cpu_profile(profile)
     if (context.backend == "gloo") != cpu_profile:
         measured = f"with {context.backend} on {context.device_name or context.device}"
         target = f"{profile.name} ({profile.gpu.name})"
@@ -241,12 +246,36 @@ def fitted_link_tiers(results: list[TermResult]) -> list[str]:
     return sorted({r.spec.tier for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier in TIERS})
 
 
+ALPHA_MIN_TERMS = 3
+"""Collectives a tier needs, of ``ALPHA_MIN_SIZES`` message sizes at least, for its alpha to be
+fitted beside its bandwidth."""
+
+ALPHA_MIN_SIZES = 2
+"""Distinct message sizes a tier's collectives need for alpha to be fitted: at one size, alpha and
+bandwidth trade one for the other (t = steps x alpha + factor x M / bandwidth), so any pair on a
+line reproduces the terms. A review (2026-12-07) fitted one 1 MiB term: alpha 905 -> 230 us and
+bandwidth 1 -> 2.9 GB/s, 'after: 0% error'; `plan validate` reports cap every message at one size."""
+
+
+def alpha_fitted_tiers(results: list[TermResult]) -> list[str]:
+    """The fitted link tiers (``fitted_link_tiers``) whose collectives determine alpha too:
+    ``ALPHA_MIN_TERMS`` terms of ``ALPHA_MIN_SIZES`` message sizes; the others fit bandwidth
+    alone, alpha held at the profile's."""
+    out = []
+    for tier in fitted_link_tiers(results):
+        terms = [r for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier == tier]
+        if len(terms) >= ALPHA_MIN_TERMS and len({r.spec.message_bytes for r in terms}) >= ALPHA_MIN_SIZES:
+            out.append(tier)
+    return out
+
+
 def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, ErrorStats, ErrorStats]:
     """Least-squares fit (module docstring); returns the parameters and the error before and after."""
     from scipy.optimize import least_squares
 
     start = initial_params(profile)
     tiers = fitted_link_tiers(results)
+    alphas = alpha_fitted_tiers(results)
     dtypes = sorted({r.spec.dtype for r in results if r.spec.op in COMPUTE_OPS})
     layers = fits_attention(results)
     x0 = [math.log(v) for t in tiers for v in start.links[t]] + [0.0] * (len(dtypes) + layers)
@@ -254,8 +283,8 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
 
     def unpack(x: np.ndarray) -> Params:
         links = dict(start.links)
-        for i, t in enumerate(tiers):
-            links[t] = (math.exp(x[2 * i]), math.exp(x[2 * i + 1]))
+        for i, t in enumerate(tiers):  # an alpha the terms do not determine stays the profile's
+            links[t] = (math.exp(x[2 * i]) if t in alphas else start.links[t][0], math.exp(x[2 * i + 1]))
         scale = {d: math.exp(x[2 * len(tiers) + j]) for j, d in enumerate(dtypes)}
         return Params(links=links, gemm_scale=scale, attention_scale=math.exp(x[-1]) if layers else 1.0)
 
@@ -290,7 +319,9 @@ def cross_validated(profile: HardwareProfile, results: list[TermResult]) -> Erro
     return ErrorStats.of(predicted, np.array([r.measured_s for r in results]))
 
 
-def _tier_update(link: Interconnect, latency_s: float, bus_bytes_per_s: float, source: str) -> dict[str, Any]:
+def _tier_update(
+    link: Interconnect, latency_s: float, bus_bytes_per_s: float, source: str, alpha_fitted: bool
+) -> dict[str, Any]:
     data = link.model_dump(mode="json", exclude_none=True)
     efficiency = bus_bytes_per_s / (link.bandwidth_gb_per_s * 1e9)
     if efficiency > 1.0 or efficiency < MIN_EFFICIENCY:  # the link is not the datasheet's: the measurement is
@@ -298,9 +329,10 @@ def _tier_update(link: Interconnect, latency_s: float, bus_bytes_per_s: float, s
         data["bandwidth_gb_per_s"], efficiency = round(bus_bytes_per_s / 1e9, 6), 1.0
         data["sources"]["bandwidth_gb_per_s"] = f"{source}: fitted bus bandwidth {beyond} the old datasheet value"
     data["bus_efficiency"] = round(efficiency, 6)
-    data["latency_us"] = round(latency_s * 1e6, 3)
     data["sources"]["bus_efficiency"] = f"{source}: fitted bus bandwidth / bandwidth_gb_per_s"
-    data["sources"]["latency_us"] = f"{source}: fitted alpha (per ring step)"
+    if alpha_fitted:  # else the profile's alpha and its source stay (``alpha_fitted_tiers``)
+        data["latency_us"] = round(latency_s * 1e6, 3)
+        data["sources"]["latency_us"] = f"{source}: fitted alpha (per ring step)"
     return data
 
 
@@ -312,9 +344,10 @@ def calibrated_profile(
     data = profile.model_dump(mode="json", exclude_none=True)
     data["name"] = name
     data["description"] = f"{profile.description} (calibrated: {source})"
+    alphas = alpha_fitted_tiers(results)
     for tier in fitted_link_tiers(results):
         latency_s, bus = params.links[tier]
-        data[tier] = _tier_update(getattr(profile, tier), latency_s, bus, source)
+        data[tier] = _tier_update(getattr(profile, tier), latency_s, bus, source, tier in alphas)
     gpu = data["gpu"]
     raised: dict[str, float] = {}
     for dtype, scale in params.gemm_scale.items():

@@ -1,8 +1,12 @@
 """Fit a plan's mesh into the world that replays it (the issue's 'scaled-down replica').
 
-Axes are taken innermost first in the plan's rank order (tp before cp, dp, pp by default), so
-the groups that matter most for placement keep their size: each axis keeps its degree while the
-world has room and otherwise shrinks to its largest divisor that fits. EP and expert-TP are then
+Every axis the plan runs above 1 first gets its smallest degree above 1 (a divisor of its own)
+while the world has room, innermost first in the plan's rank order (tp before cp, dp, pp by
+default), so each kind of the plan's traffic is replayed: a review (2026-12-07) found the pipeline
+always dropped on one node (tp4 pp4 dp8 on 8 ranks had become tp4 dp2, pp 16 pp 1), its send/recv
+never measured. Then, in the same order, the groups that matter most for placement grow back:
+each axis to the plan's degree while the world has room, else to its largest divisor that fits.
+An axis the world has no room for is said in a note with the traffic left unreplayed. EP and expert-TP are then
 refolded into the replica's tp*cp*dp ranks of a stage (ARCHITECTURE 8.1). When the plan needs
 fewer ranks than the world, the world holds ``world // ranks`` replicas of it, side by side as
 the outermost axis (their groups communicate at the same time, as a larger job's would), and
@@ -14,6 +18,14 @@ from __future__ import annotations
 from planner.schemas.parallel import ParallelConfig
 from planner.validate.schemas import ReplicaMesh
 
+UNREPLAYED = {
+    "tp": "tensor-parallel traffic",
+    "cp": "context-parallel ring",
+    "dp": "gradient reduction and sharded-weight gathers",
+    "pp": "pipeline send/recv",
+}
+"""What the plan sends on an axis the replica drops to 1, for the note that says so."""
+
 
 def _largest_divisor_at_most(n: int, cap: int) -> int:
     return max(d for d in range(1, n + 1) if n % d == 0 and d <= max(cap, 1))
@@ -22,15 +34,23 @@ def _largest_divisor_at_most(n: int, cap: int) -> int:
 def fit_replica(config: ParallelConfig, world_size: int) -> tuple[ReplicaMesh, list[str]]:
     """The replica mesh for ``config`` on ``world_size`` ranks, and notes on what changed."""
     notes: list[str] = []
-    degrees: dict[str, int] = {}
+    axes = config.order.split("-")
+    planned = {axis: int(getattr(config, axis)) for axis in axes}
+    degrees = dict.fromkeys(axes, 1)
     used = 1
-    for axis in config.order.split("-"):
-        planned = int(getattr(config, axis))
-        kept = _largest_divisor_at_most(planned, world_size // used)
-        if kept != planned:
-            notes.append(f"{axis} {planned} -> {kept}: the world has {world_size} rank{'' if world_size == 1 else 's'}")
-        degrees[axis] = kept
-        used *= kept
+    for axis in axes:  # each axis the plan runs, at its smallest degree above 1 the world has room for
+        if planned[axis] > 1:
+            least = min(d for d in range(2, planned[axis] + 1) if planned[axis] % d == 0)
+            if used * least <= world_size:
+                degrees[axis], used = least, used * least
+    for axis in axes:  # then grown back to the plan's degree, innermost first
+        others = used // degrees[axis]
+        degrees[axis] = _largest_divisor_at_most(planned[axis], world_size // others)
+        used = others * degrees[axis]
+        if degrees[axis] != planned[axis]:
+            ranks = f"{world_size} rank{'' if world_size == 1 else 's'}"
+            lost = f"; not replayed: its {UNREPLAYED[axis]}" if degrees[axis] == 1 else ""
+            notes.append(f"{axis} {planned[axis]} -> {degrees[axis]}: the world has {ranks}{lost}")
     fold = degrees["tp"] * degrees["cp"] * degrees["dp"]
     etp = _largest_divisor_at_most(config.expert_tp, fold)
     ep = max(d for d in range(1, config.ep + 1) if config.ep % d == 0 and (fold // etp) % d == 0)
