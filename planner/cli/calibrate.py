@@ -165,8 +165,8 @@ def calibrate_cmd(
         if tier in fitted_tiers and bw > LINK_EXCESS * stated:
             typer.echo(
                 f"warning: {tier}'s fitted bus bandwidth {bw / 1e9:.3g} GB/s is {bw / stated:.0f}x the link "
-                f"{base.name} states ({stated / 1e9:.3g} GB/s): the terms are faster than its alpha allows, so the "
-                "bandwidth soaks up what alpha cannot; measure more message sizes before using the profile",
+                f"{base.name} states ({stated / 1e9:.3g} GB/s): ranks on one host (loopback) copy through memory, "
+                "not that link, so such a profile describes that machine alone; check the terms before using it",
                 err=True,
             )
     for tier, (lat, bw) in params.links.items():
@@ -174,9 +174,9 @@ def calibrate_cmd(
             typer.echo(f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s")
         elif tier in fitted_tiers:
             typer.echo(
-                f"  {tier}: bus bandwidth {bw / 1e9:.3g} GB/s; alpha {lat * 1e6:.1f} us held at the profile's (its "
-                f"terms have fewer than {ALPHA_MIN_TERMS} collectives of {ALPHA_MIN_SIZES} message sizes, at which "
-                "alpha and bandwidth cannot be told apart)"
+                f"  {tier}: alpha {lat * 1e6:.1f} us, bus bandwidth {bw / 1e9:.3g} GB/s, scaled together from the "
+                f"profile's (its terms have fewer than {ALPHA_MIN_TERMS} collectives of {ALPHA_MIN_SIZES} message "
+                "sizes, at which alpha and bandwidth cannot be told apart)"
             )
         else:
             typer.echo(f"  {tier}: unchanged (no term was measured on it)")

@@ -258,9 +258,11 @@ bandwidth 1 -> 2.9 GB/s, 'after: 0% error'; `plan validate` reports cap every me
 
 
 def alpha_fitted_tiers(results: list[TermResult]) -> list[str]:
-    """The fitted link tiers (``fitted_link_tiers``) whose collectives determine alpha too:
-    ``ALPHA_MIN_TERMS`` terms of ``ALPHA_MIN_SIZES`` message sizes; the others fit bandwidth
-    alone, alpha held at the profile's."""
+    """The fitted link tiers (``fitted_link_tiers``) whose collectives determine alpha apart from
+    bandwidth: ``ALPHA_MIN_TERMS`` terms of ``ALPHA_MIN_SIZES`` message sizes. The others fit
+    one factor on both, time = factor x the profile's alpha-beta time (alpha x f, bandwidth / f),
+    which keeps the profile's ratio of the two: holding alpha instead had sent a 2-core CPU's
+    loopback bandwidth to 342 GB/s, its profile's alpha being larger than the terms."""
     out = []
     for tier in fitted_link_tiers(results):
         terms = [r for r in results if r.spec.op not in COMPUTE_OPS and r.spec.tier == tier]
@@ -283,8 +285,10 @@ def fit(profile: HardwareProfile, results: list[TermResult]) -> tuple[Params, Er
 
     def unpack(x: np.ndarray) -> Params:
         links = dict(start.links)
-        for i, t in enumerate(tiers):  # an alpha the terms do not determine stays the profile's
-            links[t] = (math.exp(x[2 * i]) if t in alphas else start.links[t][0], math.exp(x[2 * i + 1]))
+        for i, t in enumerate(tiers):  # where the terms do not tell alpha apart, one factor on both
+            bandwidth = math.exp(x[2 * i + 1])
+            scaled = start.links[t][0] * start.links[t][1] / bandwidth
+            links[t] = (math.exp(x[2 * i]) if t in alphas else scaled, bandwidth)
         scale = {d: math.exp(x[2 * len(tiers) + j]) for j, d in enumerate(dtypes)}
         return Params(links=links, gemm_scale=scale, attention_scale=math.exp(x[-1]) if layers else 1.0)
 
@@ -330,9 +334,12 @@ def _tier_update(
         data["sources"]["bandwidth_gb_per_s"] = f"{source}: fitted bus bandwidth {beyond} the old datasheet value"
     data["bus_efficiency"] = round(efficiency, 6)
     data["sources"]["bus_efficiency"] = f"{source}: fitted bus bandwidth / bandwidth_gb_per_s"
-    if alpha_fitted:  # else the profile's alpha and its source stay (``alpha_fitted_tiers``)
-        data["latency_us"] = round(latency_s * 1e6, 3)
-        data["sources"]["latency_us"] = f"{source}: fitted alpha (per ring step)"
+    data["latency_us"] = round(latency_s * 1e6, 3)
+    data["sources"]["latency_us"] = (
+        f"{source}: fitted alpha (per ring step)"
+        if alpha_fitted
+        else f"{source}: the old alpha scaled as the fitted bandwidth (one message size cannot tell them apart)"
+    )
     return data
 
 
