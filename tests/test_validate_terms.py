@@ -298,6 +298,11 @@ def test_kendall_tau_counts_each_distinct_replay_once() -> None:
     assert kendall_tau(same[:2]) is None  # one distinct replay: no order to test
     swapped = [cand(1, [a], 1.0, 3.0), cand(2, [b], 2.0, 2.0), cand(3, [c], 3.0, 4.0)]
     assert kendall_tau(swapped) == pytest.approx(1 / 3)
+    # predictions within 1% tie: the planner claims no order between them (a review read 'tau 0.71,
+    # order held' off replays predicted 0.09% apart)
+    close = [cand(1, [a], 171.582, 300.0), cand(2, [b], 171.733, 250.0), cand(3, [c], 171.6, 350.0)]
+    assert kendall_tau(close) is None
+    assert kendall_tau([*close, cand(4, [a, b], 200.0, 400.0)]) == pytest.approx(1 / 2**0.5)
 
 
 @pytest.mark.parametrize("dispatcher", ["allgather", "flex"])

@@ -138,7 +138,7 @@ def calibrate_cmd(
     if as_json:
         emit_json(summary)
         return
-    typer.echo(f"fit to {len(results)} measured terms of {from_}")
+    typer.echo(f"fit to {len(results)} measured term{'' if len(results) == 1 else 's'} of {from_}")
     typer.echo(f"before ({base.name}): {before}")
     typer.echo(f"after  ({profile.name}): {after}")
     if held_out is not None:
