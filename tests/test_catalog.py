@@ -210,12 +210,29 @@ def test_gpus_flag_alone_rederives_the_node_count() -> None:
 
 def test_node_overrides_rename_catalog_clusters_only(tmp_path: Path) -> None:
     assert load_cluster("dgx-h100x2", nodes=16).name == "dgx-h100x16"
-    assert load_cluster("dgx-h100x16", gpus=12).name == "dgx-h100x2"
+    assert load_cluster("dgx-h100x16", gpus=12).name == "dgx-h100x2-12gpus"  # loads back as 12 GPUs
     assert load_cluster("dgx-h100", nodes=3).name == "dgx-h100x3"
     assert load_cluster("DGX-H100x2").name == "DGX-H100x2"  # as typed where nothing overrides it
     assert load_cluster(load_cluster("dgx-h100x4"), nodes=1).name == "dgx-h100x1"
     (tmp_path / "pod.yaml").write_text("name: my-pod\nprofile: dgx-h100\nnum_nodes: 2\n")
     assert load_cluster(str(tmp_path / "pod.yaml"), nodes=4).name == "my-pod"
+
+
+@pytest.mark.parametrize(("name", "gpus", "echoed"), [
+    ("dgx-h100", 12, "dgx-h100x2-12gpus"),
+    ("dgx-h100", 3, "dgx-h100x1-3gpus"),
+    ("gb200-nvl72", 256, "gb200-nvl72x4-256gpus"),  # four racks' job segments of 64
+    ("dgx-h100", 16, "dgx-h100x2"),
+])  # fmt: skip
+def test_a_cluster_loads_back_from_the_name_it_is_echoed_under(name: str, gpus: int, echoed: str) -> None:
+    """12 GPUs of DGX H100 had been echoed as dgx-h100x2 (in every ranking, estimate and serve
+    result), which loads 16 (a review, 2026-12-07)."""
+    cluster = load_cluster(name, gpus=gpus)
+    again = load_cluster(cluster.name)
+    assert cluster.name == echoed and (again.name, again.num_nodes, again.num_gpus) == (echoed, cluster.num_nodes, gpus)
+    assert load_cluster(echoed, nodes=3).name == f"{name}x3"  # --nodes wins over both of the name's counts
+    with pytest.raises(PlannerError, match="dgx-h100x1-12gpus: num_gpus 12 exceeds 1 nodes x 8 GPUs"):
+        load_cluster("dgx-h100x1-12gpus")
 
 
 def test_hf_config_quirks(tmp_path: Path) -> None:
