@@ -49,11 +49,20 @@ def validation_detail(err: ValidationError) -> str:
     Pydantic reports every failing field; one line with the first (and a count of the rest) is
     what a person can act on.
     """
-    first = err.errors()[0]
+    import difflib
+
+    errors = err.errors()
+    missing = [".".join(str(part) for part in e["loc"]) for e in errors if e["type"] == "missing"]
+    unknown = [e for e in errors if e["type"] == "extra_forbidden"]
+    # a misspelt key is both an unknown key and a missing one: the unknown key names the mistake (a
+    # review, 2026-12-07: JobSpec(seqlen=4096) had been told 'seq_len: required key is missing')
+    first = unknown[0] if unknown and missing else errors[0]
     loc = ".".join(str(part) for part in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        msg = "unknown key (not allowed here; check the spelling)"
+        near = difflib.get_close_matches(loc, missing, n=1, cutoff=0.6)
+        hint = f"did you mean '{near[0]}'?" if near else "not allowed here; check the spelling"
+        msg = f"unknown key ({hint})"
     elif first["type"] == "missing":
         msg = "required key is missing"
     more = len(err.errors()) - 1

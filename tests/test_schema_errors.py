@@ -34,6 +34,9 @@ def test_unknown_keys_non_finite_numbers_and_flags_read_as_numbers_are_refused_b
         JobSpec(global_batch_size=math.inf, seq_len=4096)
     with pytest.raises(PlannerError, match=r"^ParallelConfig: field 'dp': expected a number, got true$"):
         ParallelConfig(dp=True)
+    # a misspelt required key is named, not the key it leaves missing (a review, 2026-12-07)
+    with pytest.raises(PlannerError, match=r"^JobSpec: field 'seqlen': unknown key \(did you mean 'seq_len'\?\)"):
+        JobSpec(seqlen=4096, global_batch_size=512)
 
 
 def test_a_model_built_from_a_catalog_models_fields_reports_the_first_problem_and_counts_the_rest() -> None:
