@@ -86,7 +86,7 @@ def test_the_mesh_options_are_the_parallel_config_fields_and_say_what_the_fields
     assert [opt.name for opt in REPLAY + CAPS] == list(ValidationSettings.model_fields)
     assert [opt.name for opt in REPLAY] == list(ReplaySettings.model_fields)
     made = [*MESH, *(opt for opt in JOB if opt.name in JobSpec.model_fields and opt.name != "training_tokens")]
-    assert len(made) == 17 + 18  # every ParallelConfig field; 18 JobSpec fields set by one option each
+    assert len(made) == 17 + 19  # every ParallelConfig field; 19 JobSpec fields set by one option each
     for opt in made:
         field = {**ParallelConfig.model_fields, **JobSpec.model_fields}[opt.name]
         # a float field's range is said after its description (click's FloatRange, which would show

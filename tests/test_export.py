@@ -1273,3 +1273,16 @@ def test_a_deepspeed_export_names_why_no_searched_mesh_fits(cli) -> None:
     r = cli("export", "-f", "deepspeed", "-m", "deepseek-v3", "-c", "gb200-nvl72x2")
     assert_one_line_error(r, "no PipelineModule partition_method reproduces", "with --tp 1, --cp 1, --ep 1")
     assert "--pipeline-layout" not in r.err
+
+
+def test_the_gradient_format_is_a_job_option_priced_and_exported(cli) -> None:  # type: ignore[no-untyped-def]
+    """Megatron-LM's default keeps an fp32 main_grad; the megatron-core stack runs Megatron-Bridge's
+    --grad-reduce-in-bf16. --gradient-dtype had no option (a review, 2026-12-07: JobSpec.gradient_dtype
+    was library-only), so a Megatron-LM user's 8B on one DGX H100 was priced with half its gradients."""
+    args = ("--model", "llama3-8b", "--cluster", "dgx-h100x1", "--dp", "8")
+    bf16, fp32 = (cli("estimate", *args, *extra, "--json").json() for extra in ((), ("--gradient-dtype", "fp32")))
+    params = 8_030_261_248
+    assert bf16["memory_breakdown_bytes"]["gradients"] == 2 * params
+    assert fp32["memory_breakdown_bytes"]["gradients"] == 4 * params
+    assert "--grad-reduce-in-bf16" in cli("export", "-f", "megatron", *args).out
+    assert "--grad-reduce-in-bf16" not in cli("export", "-f", "megatron", *args, "--gradient-dtype", "fp32").out

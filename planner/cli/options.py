@@ -325,6 +325,7 @@ JOB = [
         "default) or bf16 (8; Megatron --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16).",
     ),
     field_option(JobSpec, "mtp_layers"),
+    field_option(JobSpec, "gradient_dtype"),
     field_option(JobSpec, "recompute_modules", annotation=str | None, default=None, metavar="MODULE,..."),
 ]
 """The JobSpec fields one option sets are made from the field; --training-tokens (a count with a

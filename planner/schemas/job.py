@@ -122,8 +122,9 @@ class JobSpec(Frozen):
     weight_dtype: Literal["bf16", "fp16", "fp32"] = Field("bf16", description="Format of the working weights")
     gradient_dtype: Literal["bf16", "fp16", "fp32"] | None = Field(
         None,
-        description="Format gradients are kept and reduced in (Megatron's main_grad is fp32); None: the stack's "
-        "grad_reduce_dtype",
+        description="Format gradients are kept and reduced in: Megatron-LM's default keeps an fp32 main_grad, "
+        "--grad-reduce-in-bf16 (as the Megatron-Bridge recipes run) bf16; unset: the stack's grad_reduce_dtype "
+        "(`plan show stack`)",
     )
     stack: str | Stack = Field(
         "megatron-core",

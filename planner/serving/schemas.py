@@ -84,13 +84,22 @@ class MemoryBreakdown(Frozen):
 class ServeCandidate(Frozen):
     """One ranked layout at the batch it runs."""
 
-    config: dict[str, int | bool | dict[str, int | bool] | None]
-    batch_per_replica: float
-    ttft_s: float
+    config: dict[str, int | bool | dict[str, int | bool] | None] = Field(
+        description="The layout: tp, pp, ep, attention_dp and replicas (the cluster's GPUs are replicas x tp x pp), "
+        "and a disaggregated plan's prefill_decode_split"
+    )
+    batch_per_replica: float = Field(
+        description="Sequences one replica runs at once, as priced (a replay's mean over its measured requests, so "
+        "not always whole)"
+    )
+    ttft_s: float = Field(description="Time to first token, seconds (the request path through the server included)")
     tpot_s: float | None = Field(
         description="Mean time per output token after the first; None where a request has one output token"
     )
-    output_tokens_per_s_per_gpu: float
+    output_tokens_per_s_per_gpu: float = Field(
+        description="Output tokens per second over the whole cluster, per GPU (at a stated request rate, the "
+        "offered load)"
+    )
     output_tokens_per_s_per_gpu_interval: tuple[float, float] | None = Field(
         None,
         description="The central 80% of what published serving runs measured where the planner predicted this "
@@ -110,10 +119,17 @@ class ServeCandidate(Frozen):
     output_tokens_per_s_per_user: float = Field(
         description="One user's decode rate, 1 / TPOT (with one output token, 1 / TTFT)"
     )
-    max_concurrency: int
-    memory_per_gpu_bytes: float
-    memory_breakdown_bytes: MemoryBreakdown
-    kv_cache_bytes_per_token: float
+    max_concurrency: int = Field(
+        description="Sequences the whole cluster's KV cache holds at once (every replica's), each at the context the "
+        "engine reserves for a running sequence (serving.memory.reserved_context: prompt + all the output where it "
+        "reserves at admission, prompt + half where it allocates as tokens come)"
+    )
+    memory_per_gpu_bytes: float = Field(description="Peak memory of one GPU (the memory_breakdown_bytes summed)")
+    memory_breakdown_bytes: MemoryBreakdown = Field(description="One GPU's memory by kind")
+    kv_cache_bytes_per_token: float = Field(
+        description="KV cache bytes one token of context holds over the whole model (every layer, all GPUs of a "
+        "replica together) in the KV format, averaged over a sequence of the request's length"
+    )
     tpot_breakdown_s: dict[str, float] = Field(
         description="The steady-state round's seconds by term (GEMMs, attention, communication, overheads): "
         "they sum to steady_state_tpot_s where the candidate was replayed (the replay's iterations are priced "
@@ -123,7 +139,7 @@ class ServeCandidate(Frozen):
         None,
         description="USD per million output tokens at the ranking's price_per_gpu_hour_usd (None without a price)",
     )
-    meets_targets: bool
+    meets_targets: bool = Field(description="Whether TTFT and TPOT meet the request's targets (true without targets)")
     replayed: bool = Field(
         False,
         description="TTFT, TPOT and batch are a replay of the offered load (serving.replay: Poisson arrivals at a "
@@ -156,8 +172,8 @@ class ServeCandidate(Frozen):
         description="Other layouts priced exactly the same (e.g. EP without attention DP, which the model does not "
         "tell from expert TP): shown once, these listed",
     )
-    why: str = ""
-    warnings: list[str] = Field(default_factory=list)
+    why: str = Field("", description="The first candidate's: why it ranks first, against the others; empty for them")
+    warnings: list[str] = Field(default_factory=list, description="What the numbers leave out, for this layout")
 
 
 class ServeRanking(Frozen):
