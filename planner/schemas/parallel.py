@@ -57,7 +57,9 @@ class ParallelConfig(Frozen):
     cp: PositiveInt = Field(1, description="Context-parallel degree")
     ep: PositiveInt = Field(1, description="Expert-parallel degree (folds into tp*cp*dp)")
     expert_tp: PositiveInt = Field(
-        1, description="Tensor-parallel degree of expert layers (Megatron --expert-tensor-parallel-size)"
+        1,
+        description="Tensor-parallel degree of expert layers (Megatron --expert-tensor-parallel-size, whose own "
+        "default is tp; exports write it); unset: 1",
     )
     micro_batch_size: PositiveInt = Field(1, description="Micro-batch size (sequences)")
     virtual_stages: PositiveInt = Field(1, description="Model chunks per pipeline rank (interleaved 1F1B)")
@@ -82,7 +84,10 @@ class ParallelConfig(Frozen):
         "the model's layers). Unset: none",
     )
     sequence_parallel: bool = Field(
-        False, description="Megatron sequence parallelism: shards what TP leaves replicated (needs tp > 1)"
+        False,
+        description="Megatron sequence parallelism: shards what TP leaves replicated (needs tp > 1); unset, a plan "
+        "or estimate runs it with tp > 1 where the stack has it (Megatron-LM's own default is off; exports write "
+        "it)",
     )
     schedule: Schedule = Field("1f1b", description="Pipeline schedule")
     order: str = Field(DEFAULT_ORDER, description=f"Rank placement, innermost axis first (default {DEFAULT_ORDER})")
