@@ -7,8 +7,8 @@ Each entry gives, as functions of numpy columns p (pipeline ranks), v (model chu
 the mesh's virtual stages) and m (micro-batches per step):
 
   bubble_slots     idle time of a step in slots (one micro-batch's forward and backward on a rank)
-  first_in_flight  micro-batches' worth of activations the first stage holds at its peak
-  last_in_flight   the same on the last stage
+  in_flight        micro-batches' worth of activations rank i holds at its peak (a fourth column, i:
+                   0 the first stage, p - 1 the last)
   chunks_per_rank  model chunks a rank runs per micro-batch (PP sends scale with it)
 
 and as constants: ``async_sends`` (the steady state's sends may run behind the next chunk's
@@ -17,7 +17,8 @@ states a rank keeps), ``head_share`` (the share of micro-batches whose LM head a
 head's rank runs) and ``batch_times_pp`` (the global batch must also be a multiple of p where
 the stack's interleaving needs p | m: one without a micro-batch group size,
 ``Stack.interleaved_group_size``). Sources are in each entry's ``source``;
-``tests/test_simulate.py`` checks the bubble and in-flight figures against the event simulation.
+``tests/test_simulate.py`` checks the bubble and every rank's in-flight figure against the event
+simulation.
 """
 
 from __future__ import annotations
@@ -28,13 +29,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 Columns = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+RankColumns = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
 
 @dataclass(frozen=True)
 class ScheduleShape:
     bubble_slots: Columns
-    first_in_flight: Columns
-    last_in_flight: Columns
+    in_flight: RankColumns
     chunks_per_rank: Columns
     parameter_copies: float
     head_share: float
@@ -78,14 +79,20 @@ def _one(p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
     return np.ones_like(p, dtype=float)
 
 
-def _stages_or_m(p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
-    return np.minimum(p, m).astype(float)
+def _stages_left_or_m(p: np.ndarray, v: np.ndarray, m: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """1F1B's rank i: p - i micro-batches of warm-up and steady state, at most m."""
+    return np.minimum(p - i, m).astype(float)
+
+
+def _interleaved_in_flight(p: np.ndarray, v: np.ndarray, m: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Megatron-Core's interleaved warm-up on rank i, 2(p-i-1) + (v-1)N chunks and the one running,
+    each 1/v of the rank's layers, at most m micro-batches."""
+    return np.minimum(((v - 1) * microbatch_group_size(p, m) + 2.0 * (p - 1 - i) + 1.0) / v, m)
 
 
 ONE_F_ONE_B = ScheduleShape(
     bubble_slots=lambda p, v, m: p - 1.0,
-    first_in_flight=_stages_or_m,
-    last_in_flight=_one,
+    in_flight=_stages_left_or_m,
     chunks_per_rank=_one,
     parameter_copies=1.0,
     head_share=1.0,
@@ -97,8 +104,7 @@ ONE_F_ONE_B = ScheduleShape(
 SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
     "gpipe": ScheduleShape(
         bubble_slots=lambda p, v, m: p - 1.0,
-        first_in_flight=lambda p, v, m: m.astype(float),
-        last_in_flight=lambda p, v, m: m.astype(float),
+        in_flight=lambda p, v, m, i: m.astype(float),
         chunks_per_rank=_one,
         parameter_copies=1.0,
         head_share=1.0,
@@ -108,8 +114,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
     "1f1b": ONE_F_ONE_B,
     "interleaved-1f1b": ScheduleShape(
         bubble_slots=lambda p, v, m: (p - 1.0) / v,
-        first_in_flight=lambda p, v, m: np.minimum(((v - 1) * microbatch_group_size(p, m) + 2 * p - 1.0) / v, m),
-        last_in_flight=lambda p, v, m: ((v - 1) * microbatch_group_size(p, m) + 1.0) / v,
+        in_flight=_interleaved_in_flight,
         chunks_per_rank=lambda p, v, m: v.astype(float),
         parameter_copies=1.0,
         head_share=1.0,
@@ -131,8 +136,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
     ),
     "dualpipe": ScheduleShape(
         bubble_slots=lambda p, v, m: np.maximum(p - 2.0, 0.0) / 3.0,
-        first_in_flight=lambda p, v, m: p + 1.0,
-        last_in_flight=lambda p, v, m: p + 1.0,
+        in_flight=lambda p, v, m, i: p + 1.0,
         chunks_per_rank=_one,
         parameter_copies=2.0,
         head_share=0.5,
@@ -145,8 +149,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
     ),
     "dualpipev": ScheduleShape(
         bubble_slots=lambda p, v, m: (p - 1.0) / 3.0,
-        first_in_flight=lambda p, v, m: p + 0.5,
-        last_in_flight=lambda p, v, m: p + 0.5,
+        in_flight=lambda p, v, m, i: p + 0.5,
         chunks_per_rank=lambda p, v, m: np.full_like(p, 2.0, dtype=float),
         parameter_copies=1.0,
         head_share=1.0,
@@ -161,16 +164,24 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
 
 
 def per_schedule(
-    schedule: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray, pick: Callable[[ScheduleShape], Columns]
+    schedule: np.ndarray,
+    p: np.ndarray,
+    v: np.ndarray,
+    m: np.ndarray,
+    pick: Callable[[ScheduleShape], Callable[..., np.ndarray]],
+    rank: np.ndarray | None = None,
 ) -> np.ndarray:
     """Per mesh, ``pick(shape)(p, v, m)`` of the mesh's schedule (``schedule``: codes into
-    ``SCHEDULE_SHAPES`` in declaration order)."""
-    schedule, p, v, m = np.broadcast_arrays(schedule, *(np.asarray(x, dtype=float) for x in (p, v, m)))
+    ``SCHEDULE_SHAPES`` in declaration order), ``pick(shape)(p, v, m, rank)`` where a pipeline
+    ``rank`` is given (``ScheduleShape.in_flight``)."""
+    columns = [np.asarray(x, dtype=float) for x in (p, v, m, 0 if rank is None else rank)]
+    schedule, p, v, m, i = np.broadcast_arrays(schedule, *columns)
     out = np.zeros(schedule.shape)
     for code, shape in enumerate(SCHEDULE_SHAPES.values()):
         on = schedule == code
         if np.any(on):  # each schedule's formula on its own meshes only
-            out[on] = np.broadcast_to(pick(shape)(p[on], v[on], m[on]), (int(np.count_nonzero(on)),))
+            args = (p[on], v[on], m[on]) if rank is None else (p[on], v[on], m[on], i[on])
+            out[on] = np.broadcast_to(pick(shape)(*args), (int(np.count_nonzero(on)),))
     return out
 
 

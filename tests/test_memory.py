@@ -14,7 +14,7 @@ from planner.cost.memory import (
     model_state_bytes,
     rank_params,
 )
-from planner.cost.pipeline import bubble_fraction, microbatches_in_flight
+from planner.cost.pipeline import bubble_fraction, microbatches_in_flight, rank_layers
 from planner.mesh import MeshArrays
 from planner.pricing import estimate_mesh
 from planner.schemas import JobSpec, ParallelConfig
@@ -331,8 +331,10 @@ def test_fp8_linear_weights_at_rest_and_gathered(
 def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layers() -> None:
     """Llama-3-70B at tp 4, pp 4, v 8 splits its 80 layers [20, 20, 21, 19]: the first rank holds 20
     and the embedding, rank 2 holds 21. The peak had paired the embedding with 21 layers (4.75 B
-    parameters a rank, a GPU no pipeline has); now each rank is priced with its own (rank 2 with the
-    first rank's micro-batches in flight, the most any rank holds: an upper bound)."""
+    parameters a rank, a GPU no pipeline has); then each rank was priced with its own, rank 2 with
+    the first rank's micro-batches in flight (an upper bound, which made it the peak); now with its
+    own, ((v-1)p + 2(p-1-2) + 1)/v = 3.875 against the first's 4.375, so the first rank is the peak:
+    20 layers and the embedding."""
     m = load_model("llama3-70b")
     config = ParallelConfig(
         tp=4, pp=4, dp=8, virtual_stages=8, schedule="interleaved-1f1b", zero_stage=1, sequence_parallel=True
@@ -340,8 +342,18 @@ def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layer
     est = estimate_mesh(m, load_cluster("dgx-h100x16"), JobSpec(global_batch_size=512, seq_len=8192), config)
     assert est.layers_per_stage == [20, 20, 21, 19]
     c = m.parameter_counts
-    assert est.memory_breakdown_bytes.weights == pytest.approx(2 * 21 * c.dense_layer / 4)
-    assert est.memory_breakdown_bytes.weights < 2 * (21 * c.dense_layer + c.embedding) / 4
+    assert est.memory_breakdown_bytes.weights == pytest.approx(2 * (20 * c.dense_layer + c.embedding) / 4)
+    mesh = MeshArrays.from_configs([config])
+    job = JobSpec(global_batch_size=512, seq_len=8192)
+    ranks = rank_layers(m, job, mesh)
+    assert (int(ranks.body[0]), int(ranks.body_index[0]), int(ranks.second[0]), int(ranks.second_index[0])) == (
+        21,
+        2,
+        20,
+        1,
+    )
+    held = [float(microbatches_in_flight(np.array([64]), mesh, rank=np.array([i]))[0]) for i in range(4)]
+    assert held == [4.375, 4.125, 3.875, 3.625]
 
 
 def test_a_rank_running_mtp_layers_holds_its_own_embedding() -> None:

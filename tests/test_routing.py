@@ -39,9 +39,10 @@ def test_capacity_pads_every_rank_and_imbalance_needs_experts_spread() -> None:
     assert moe_load_factor(_job(moe_load_imbalance=1.4), MESHES, MODEL).tolist() == [1.0, 1.4]
     assert moe_load_factor(_job(moe_load_imbalance=1.0), MESHES, MODEL).tolist() == [1.0, 1.0]
     assert moe_load_factor(_job(), MESHES, MODEL).tolist() == [1.0, NATURAL_ROUTING_IMBALANCE]
-    # token drop wins over an imbalance: the capacity bounds what any expert runs
-    both = _job(moe_capacity_factor=1.0, moe_load_imbalance=2.0)
-    assert moe_load_factor(both, MESHES, MODEL).tolist() == [1.0, 1.0]
+    # each names a routing: token drop pads every expert to the capacity, so a dropless imbalance
+    # beside it would go unpriced while the job echoed it (a review, 2026-12-07); refused
+    with pytest.raises(PlannerError, match=r"moe_load_imbalance 2 with moe_capacity_factor 1: .*; give one"):
+        _job(moe_capacity_factor=1.0, moe_load_imbalance=2.0)
 
 
 def test_the_busiest_rank_computes_receives_and_keeps_its_share() -> None:

@@ -526,10 +526,15 @@ class StageActivations:
     recompute_buffer: np.ndarray
 
 
-STAGE_RANKS = ("first", "body", "last")
-"""The pipeline ranks ``peak_memory`` prices: the first (the embedding, the most micro-batches in
-flight), the busiest other but the last (its layers, with the first's micro-batches in flight: an
-upper bound, the first holding the most), and the last (the LM head and loss)."""
+STAGE_RANKS = ("first", "second", "body", "last")
+"""The pipeline ranks ``peak_memory`` prices, each with the micro-batches its position holds
+(``microbatches_in_flight`` at ``RankLayers.*_index``): the first (the embedding, the most in
+flight), rank 1 (its own layers: where the first's are lighter, a MoE model's leading dense
+ones, it may hold more with one micro-batch fewer), the busiest other but the last (its layers at
+the first rank with that many), and the last (the LM head and loss). Until 2026-12-07 the
+busiest other was priced with the first's micro-batches, an upper bound 2-6% over on pipelined
+meshes, whose extra layers sit on the ranks nearest the last (a review against Megatron's 1F1B,
+where rank i holds p - i: 70B at pp 8 +4.7%, DeepSeek-V3 at pp 16 +5.8%)."""
 
 
 def stage_layers(
@@ -539,8 +544,10 @@ def stage_layers(
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     on_last = (mesh.pp == 1) | (rank == "last")
     first = rank == "first"
-    decoders = np.where(on_last, ranks.last, ranks.first if first else ranks.body)
-    mtp = np.where(on_last, ranks.last_mtp, ranks.first_mtp if first else ranks.body_mtp)
+    mine = {"first": (ranks.first, ranks.first_mtp), "second": (ranks.second, ranks.second_mtp)}
+    own, own_mtp = mine.get(rank, (ranks.body, ranks.body_mtp))
+    decoders = np.where(on_last, ranks.last, own)
+    mtp = np.where(on_last, ranks.last_mtp, own_mtp)
     moe = moe_layers_of(model, decoders, mtp)
     if first:  # the model's leading dense layers are the first rank's (DualPipe's rank 0 is priced as the busiest)
         leading = leading_dense_layers(model, decoders, mesh.virtual_stages)
@@ -661,13 +668,14 @@ def stage_memory(
     per_layer: LayerActivations | None = None,
 ) -> StageMemory:
     """Memory of one of ``STAGE_RANKS``: the first stage (embedding, the most micro-batches in
-    flight), the busiest other but the last (the first's micro-batches in flight), or the last stage
-    (LM head, the loss's peak once per head: the stack's ``loss_bytes_per_logit``, counted from its
-    loss code, eager or compiled; one micro-batch in flight unless GPipe), each with its own
-    layers (``stage_layers``). With p = 1 all are one rank; under DualPipe and DualPipeV rank 0
+    flight), rank 1, the busiest other but the last (each with the micro-batches its rank holds),
+    or the last stage (LM head, the loss's peak once per head: the stack's ``loss_bytes_per_logit``,
+    counted from its loss code, eager or compiled; one micro-batch in flight unless GPipe), each
+    with its own layers (``stage_layers``). With p = 1 all are one rank; under DualPipe and DualPipeV rank 0
     holds the first and the last stage, so both carry the embedding, the LM head and the logits."""
+    ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     both_ends = (mesh.pp == 1) | is_dual(mesh)
-    first = rank != "last"
+    position = {"first": np.zeros(len(mesh)), "second": ranks.second_index, "body": ranks.body_index}
     on_first, on_last = both_ends | (rank == "first"), both_ends | (rank == "last")
     layers, moe_layers, mtp = stage_layers(model, job, mesh, rank, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
@@ -677,7 +685,8 @@ def stage_memory(
     # the EP overlap's extra warm-up chunk, within the step's micro-batches (Megatron-Core caps the
     # warm-up at all of them: 'are_all_microbatches_in_warmup')
     in_flight = np.minimum(
-        microbatches_in_flight(m, mesh, first=first) + ep_overlap_extra_in_flight(job, mesh), np.maximum(m, 1)
+        microbatches_in_flight(m, mesh, rank=position.get(rank, mesh.pp - 1)) + ep_overlap_extra_in_flight(job, mesh),
+        np.maximum(m, 1),
     )
     # Full recompute re-materialises one layer at a time during backward.
     activations = acts.per_microbatch * in_flight + acts.recompute_buffer

@@ -127,6 +127,13 @@ class RankLayers:
     last_mtp: np.ndarray
     first: np.ndarray  # the first rank's (with the embedding)
     first_mtp: np.ndarray
+    # where the memory's ranks stand, for the micro-batches they hold (``microbatches_in_flight``):
+    # the body's rank (the first of the others but the last with its count) and rank 1 with its own
+    # layers (the first rank's own layers may be lighter: a MoE model's leading dense ones)
+    body_index: np.ndarray
+    second: np.ndarray
+    second_mtp: np.ndarray
+    second_index: np.ndarray
 
     @property
     def busiest(self) -> np.ndarray:
@@ -200,6 +207,18 @@ def first_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: i
     if job.software.pipeline_layouts:
         return (model.num_hidden_layers - last) // (pp - 1)
     return stage_layer_counts(model.num_hidden_layers, pp, virtual_stages)[0]
+
+
+def split_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> list[int]:
+    """Decoder layers of every pipeline rank of the split the plan runs without a layout
+    (``rank_layer_split``): the others' share evenly, the extra ones on the ranks nearest the last
+    (``split_stages``), where the stack takes any split; the even split otherwise."""
+    if pp == 1:
+        return [model.num_hidden_layers]
+    if not job.software.pipeline_layouts:
+        return stage_layer_counts(model.num_hidden_layers, pp, virtual_stages)
+    _, last = rank_layer_split(model, job, pp, virtual_stages)
+    return [*_spread(model.num_hidden_layers - last, pp - 1, front=False), last]
 
 
 def rank_layer_split(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> tuple[int, int]:
@@ -302,8 +321,12 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     splits = []
     for p_k, v_k in ((int(k) // 4096, int(k) % 4096) for k in keys):
         body_k, last_k = rank_layer_split(model, job, p_k, v_k)
-        splits.append((body_k, last_k, first_rank_layers(model, job, p_k, v_k, last_k)))
-    body, last, first = np.array(splits, dtype=np.int64).reshape(-1, 3)[inverse.reshape(-1)].T
+        counts = split_rank_layers(model, job, p_k, v_k)
+        at = counts[:-1].index(body_k) if p_k > 1 else 0
+        second_k = 1 if p_k > 2 else 0
+        first_k = first_rank_layers(model, job, p_k, v_k, last_k)
+        splits.append((body_k, last_k, first_k, at, counts[second_k], second_k))
+    body, last, first, at, second, second_at = np.array(splits, dtype=np.int64).reshape(-1, 6)[inverse.reshape(-1)].T
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
         # a set, not np.unique: without return_index/inverse, np.unique asks np.ma whether the
@@ -311,7 +334,8 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         for pp in sorted(set(mesh.pp[on].tolist())):
             rows = on & (mesh.pp == pp)
             body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, SCHEDULES[code])
-            first[rows] = body[rows]  # rank 0 holds both ends: priced as the busiest
+            first[rows] = second[rows] = body[rows]  # rank 0 holds both ends: priced as the busiest
+            at[rows] = second_at[rows] = 0  # every rank holds the same micro-batches
     explicit = mesh.layout_last >= 0
     mtp = mtp_layers(model, job)
     return RankLayers(
@@ -321,6 +345,10 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         last_mtp=np.where(explicit, mesh.layout_last_mtp, mtp),
         first=np.where(explicit, mesh.layout_first, first),
         first_mtp=np.where(explicit, mesh.layout_first_mtp, 0),
+        body_index=np.where(explicit, mesh.layout_body_index, at),
+        second=np.where(explicit, mesh.layout_second, second),
+        second_mtp=np.where(explicit, mesh.layout_second_mtp, 0),
+        second_index=np.where(explicit, mesh.layout_second_index, second_at),
     )
 
 
@@ -418,22 +446,26 @@ def layers_with_mtp(model: ModelSpec, decoders: np.ndarray, mtp: np.ndarray | in
     return decoders + np.asarray(mtp) * mtp_block_counts(model)[0]
 
 
-def microbatches_in_flight(m: np.ndarray, mesh: MeshArrays, first: bool = True) -> np.ndarray:
-    """Micro-batches' worth of a stage's activations held at its peak (ARCHITECTURE 8.3).
+def microbatches_in_flight(
+    m: np.ndarray, mesh: MeshArrays, first: bool = True, rank: np.ndarray | None = None
+) -> np.ndarray:
+    """Micro-batches' worth of a stage's activations held at its peak (ARCHITECTURE 8.3), on the
+    first stage (``first``), the last, or pipeline rank ``rank`` (a column) where given.
 
     First stage: GPipe keeps all m; 1F1B and ZB-H1 keep min(p, m) (stage i keeps p - i);
     interleaved 1F1B keeps min(((v-1)N + 2p - 1)/v, m) with micro-batch groups of N
     (``schedules.microbatch_group_size``, p where p | m: then p * (1 + (p-1)/(p*v)), Korthikanti
-    et al. 2022 section 4.2.3). Last stage: GPipe m, 1F1B 1, interleaved ((v-1)N + 1)/v:
-    Megatron-Core's warm-up runs (v-1)N + 1 model chunks of 1/v of the stage each before the
-    first backward.
+    et al. 2022 section 4.2.3), rank i min(((v-1)N + 2(p-1-i) + 1)/v, m). Last stage: GPipe m,
+    1F1B 1, interleaved ((v-1)N + 1)/v: Megatron-Core's warm-up runs (v-1)N + 1 model chunks of
+    1/v of the stage each before the first backward.
     DualPipe holds p + 1 and DualPipeV p + 1/2 on every rank (both ends of the pipeline are busy
     on every rank; deepseek-ai/DualPipe README, 'Activation per device': PP + 1 stages, a DualPipeV
     stage being half a rank's layers).
     With p = 1 every schedule is plain gradient accumulation: one micro-batch at a time.
     """
-    pick = (lambda s: s.first_in_flight) if first else (lambda s: s.last_in_flight)
-    held = per_schedule(mesh.schedule, mesh.pp, mesh.virtual_stages, m, pick)
+    if rank is None:
+        rank = np.zeros(len(mesh)) if first else mesh.pp - 1
+    held = per_schedule(mesh.schedule, mesh.pp, mesh.virtual_stages, m, lambda s: s.in_flight, rank)
     return np.where(mesh.pp == 1, 1.0, held)
 
 
