@@ -134,8 +134,9 @@ def low_precision_slower_note(
     passes and the stack's fitted rate of the format's GEMMs (``fp8_rowwise_gemm_fraction`` 0.55 for
     torchao's row-scaled kernels on H100, fitted over 5 rows) can outweigh the faster tensor cores,
     and a user who asked for the format should hear that the plan prices bf16 faster (a review,
-    2026-12-07: Llama-3 8B on 32 H100 under torchtitan, fp8 row scaling 20.67 s a step against bf16's
-    19.75). Priced once more in bf16 on the same mesh (its step alone: no rules or advice of its own);
+    2026-12-07: Llama-3 8B on 32 H100 under torchtitan, the plan's tp1 dp32 ZeRO-3 at micro-batch 2
+    recomputing 5 layers, fp8 row scaling 17.754 s a step against bf16's 16.888). Priced once more
+    in bf16 on the same mesh (its step alone: no rules or advice of its own);
     None where that is not slower or cannot be priced."""
     if not job.low_precision:
         return None

@@ -133,7 +133,7 @@ def replay(
 
     def iteration_s(decoding: int, prompt_tokens: int, context: float) -> float:
         """The price of an iteration. The first at a (prompt tokens, context bucket) not priced ahead
-        (``price_ahead``) prices every decode count from 0 to the room in one vectorised ``round_cost``
+        (``replay``'s ``all_at_once``) prices every decode count from 0 to the room in one vectorised ``round_cost``
         call, which later ones read: the same prices as one call per iteration (each column is that
         call's arithmetic), the replay 3x faster (70B TP8 on one DGX H100, 500 requests at 8 req/s:
         0.78 -> 0.24 s)."""

@@ -647,7 +647,7 @@ def _replayed(
     in flight (``_closed_loop_at``), whose throughput is that share over a request's time in it
     (Little's law: share x osl / (TTFT + (osl - 1) x TPOT)), summed over the replicas (and an
     engine's attention-DP schedulers): N below them leaves some idle (8B on one DGX H100 at 1 in
-    flight, 8 replicas of TP1: one busy, 14 tokens/s per GPU, where every replica had been given
+    flight, 8 replicas of TP1: one busy, 14.9 tokens/s per GPU, where every replica had been given
     ceil(N / replicas) = 1, 121). Whether it meets the targets is judged on the replay."""
     from planner.serving.replay import replay
 

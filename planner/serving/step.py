@@ -817,9 +817,10 @@ def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, 
     E[max(K, pp) | K >= 1] over the chain (``_busiest_pieces``; the price is linear past pp). The
     chain's weights are taken at the setting's parameters (a fit re-prices the two rounds, not the
     weights). Against the replay of Poisson arrivals at the batch it ran (70B, 8 req/s of 2K / 256 on
-    one DGX H100): 2 x TP4 69.5 ms against 70.3, TP4 x PP2 121.9 against 115.9 (127.7 with the pieces
-    of each round drawn apart, Poisson(q)), TP2 x PP4 238.5 against 229.6 (252.3), TP8 157.0
-    against 143.3. Spread evenly over every round instead (until 2026-12-07), the mean prompt
+    one DGX H100): 2 x TP4 62.0 ms against 61.6, TP4 x PP2 126.5 against 120.0, TP2 x PP4 248.8
+    against 241.7, TP8 147.5 against 135.5 (when the chain landed: 69.5 against 70.3, 121.9 against
+    115.9, 127.7 with the pieces of each round drawn apart, Poisson(q), 238.5 against 229.6).
+    Spread evenly over every round instead (until 2026-12-07), the mean prompt
     tokens made each decode round of a MoE read the routed experts of its few prompt tokens too (Nemotron 3 Nano at
     concurrency 1, 2K / 512 on B200 TP2: four prompt tokens a round beside the one decoded, 1.01 ms
     of weight reads where a decode round reads 0.35), each round of a dense model at a small batch
