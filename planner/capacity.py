@@ -29,6 +29,7 @@ from planner.schemas.base import Frozen
 from planner.schemas.hardware import MAX_CLUSTER_GPUS, ClusterSpec
 from planner.schemas.job import JobSpec
 from planner.schemas.model import ModelSpec
+from planner.schemas.parallel import ParallelConfig
 
 SECONDS_PER_DAY = 86400.0
 
@@ -87,6 +88,11 @@ class CapacityRow(Frozen):
         "(None where nothing fits there)",
     )
     mesh: str | None = Field(description="Best mesh (None when nothing fits)")
+    parallel: ParallelConfig | None = Field(
+        None,
+        description="The best mesh in full: planner.estimate(model, load_cluster(profile, gpus=gpus), "
+        "**parallel.model_dump()) gives its whole Estimate; None when nothing fits",
+    )
     step_time_s: float | None
     tokens_per_s: float | None
     mfu: float | None
@@ -264,6 +270,7 @@ def _row(
         node_gpus=cluster.num_gpus,
         all_gpus_step_time_s=all_gpus_step_s,
         mesh=best.config.parallel.short(),
+        parallel=best.config.parallel,
         step_time_s=best.step_time_s,
         tokens_per_s=best.tokens_per_s,
         mfu=best.mfu,

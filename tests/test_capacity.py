@@ -274,3 +274,16 @@ def test_a_batch_grown_to_fit_each_mesh_is_shown_per_row(cli) -> None:
     assert all(any(w.startswith("global batch grown from 500 to") for w in r["warnings"]) for r in rows)
     exact = cli(*args, "--max-nodes", "4")
     assert "batch 500 x seq 8192" in exact.out and "batch" not in exact.out.splitlines()[2].split()
+
+
+def test_a_rows_mesh_comes_in_full_and_prices_the_same_again() -> None:
+    """A capacity row's mesh was a short string with no parser, so a script wanting its whole
+    Estimate had to search again (a library review, 2026-12-07); the row carries the ParallelConfig."""
+    import planner
+
+    report = planner.plan_capacity("llama3-8b", "dgx-h100", 1e12, 30, max_nodes=4)
+    rows = [r for r in report.rows if r.parallel is not None]
+    assert rows and all(r.mesh == r.parallel.short() for r in rows)
+    row = rows[-1]
+    again = planner.estimate("llama3-8b", planner.load_cluster("dgx-h100", gpus=row.gpus), **row.parallel.model_dump())
+    assert again.step_time_s == pytest.approx(row.step_time_s, rel=1e-12)
