@@ -27,6 +27,7 @@ from planner.schemas.ranking import Ranking
 
 if TYPE_CHECKING:
     from planner.capacity import CapacityReport
+    from planner.serving.schemas import ServeRanking
 
 __version__ = "0.1.0"
 
@@ -245,7 +246,9 @@ def plan_capacity(
 
 
 @_whole_numbers_in_range
-def serve(model: str | ModelSpec, cluster: str | ClusterSpec, price: float | None = None, **request: Any) -> Any:
+def serve(
+    model: str | ModelSpec, cluster: str | ClusterSpec, price: float | None = None, **request: Any
+) -> ServeRanking:
     """Rank serving layouts (``plan serve``): ``planner.serve("llama70b", "dgx-h100x1",
     input_len=2048, output_len=512, tpot_s=0.03)``; ``request`` holds ``ServeRequest`` fields
     (planner.serving.schemas), ``price`` USD per GPU-hour as in ``plan`` (`plan serve --price`).
@@ -261,14 +264,38 @@ def serve(model: str | ModelSpec, cluster: str | ClusterSpec, price: float | Non
 load_cluster = _whole_numbers_in_range(load_cluster)
 load_model = _whole_numbers_in_range(load_model)
 
+_RESULT_TYPES = {
+    "CapacityReport": "planner.capacity",
+    "CapacityRow": "planner.capacity",
+    "RankedEstimate": "planner.schemas.ranking",
+    "ServeCandidate": "planner.serving.schemas",
+    "ServeRanking": "planner.serving.schemas",
+}
+"""Result types a script may name for hints or isinstance checks, imported on first use (the serving
+schemas are not loaded by `plan` itself): a review (2026-12-07) had to reach into the modules."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _RESULT_TYPES:
+        import importlib
+
+        return getattr(importlib.import_module(_RESULT_TYPES[name]), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+
+
 __all__ = [
+    "CapacityReport",
+    "CapacityRow",
     "ClusterSpec",
     "Estimate",
     "JobSpec",
     "ModelSpec",
     "ParallelConfig",
     "PlannerError",
+    "RankedEstimate",
     "Ranking",
+    "ServeCandidate",
+    "ServeRanking",
     "__version__",
     "estimate",
     "load_cluster",
