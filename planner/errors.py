@@ -54,14 +54,19 @@ def validation_detail(err: ValidationError) -> str:
     errors = err.errors()
     missing = [".".join(str(part) for part in e["loc"]) for e in errors if e["type"] == "missing"]
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
-    # a misspelt key is both an unknown key and a missing one: the unknown key names the mistake (a
-    # review, 2026-12-07: JobSpec(seqlen=4096) had been told 'seq_len: required key is missing')
-    first = unknown[0] if unknown and missing else errors[0]
+
+    def near(e: Any) -> list[str]:
+        return difflib.get_close_matches(".".join(str(part) for part in e["loc"]), missing, n=1, cutoff=0.6)
+
+    # a misspelt key is both an unknown key and a missing one: the unknown key names the mistake, the
+    # one with a near missing name first (a review, 2026-12-07: JobSpec(seqlen=4096) had been told
+    # 'seq_len: required key is missing')
+    first = next((e for e in unknown if near(e)), unknown[0]) if unknown and missing else errors[0]
     loc = ".".join(str(part) for part in first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
-        near = difflib.get_close_matches(loc, missing, n=1, cutoff=0.6)
-        hint = f"did you mean '{near[0]}'?" if near else "not allowed here; check the spelling"
+        close = near(first)
+        hint = f"did you mean '{close[0]}'?" if close else "not allowed here; check the spelling"
         msg = f"unknown key ({hint})"
     elif first["type"] == "missing":
         msg = "required key is missing"

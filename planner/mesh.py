@@ -42,29 +42,29 @@ LAYOUT_COLUMNS = (
     "layout_first",
     "layout_first_mtp",
     "layout_smallest_chunk",
-    "layout_body_index",
+    "layout_middle",
+    "layout_middle_mtp",
     "layout_second",
     "layout_second_mtp",
-    "layout_second_index",
 )
 
 
 def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     """A config's explicit layout as (decoder, MTP) layers on its busiest rank other than the
     last (by their sum), on the last rank, then on the first, the decoder layers of its smallest
-    chunk, the busiest's rank (the first with that load), and rank 1's (decoder, MTP) layers and
-    index (rank 0's where p <= 2): ``LAYOUT_COLUMNS``; -1 each without a layout."""
+    chunk that holds any, and (decoder, MTP) layers on the busiest of ranks 1 to p-2 and on rank 1
+    (0 where p <= 2: no such rank): ``LAYOUT_COLUMNS``; -1 each without a layout."""
     if config.pipeline_layout is None:
         return (-1,) * len(LAYOUT_COLUMNS)
     stages = parse_layout(config.pipeline_layout)
     t, m = rank_layer_counts(stages, config.pp, "t"), rank_layer_counts(stages, config.pp, "m")
     others = [(t[r] + m[r], t[r], m[r]) for r in range(config.pp - 1)] or [(0, 0, 0)]
-    busiest = max(others)
-    _, body, body_mtp = busiest
+    _, body, body_mtp = max(others)
+    _, middle, middle_mtp = max(others[1:], default=(0, 0, 0))
     first = (t[0], m[0]) if config.pp > 1 else (0, 0)
-    second = 1 if config.pp > 2 else 0
-    smallest = min(stage.count("t") for stage in stages)
-    return body, body_mtp, t[-1], m[-1], *first, smallest, others.index(busiest), t[second], m[second], second
+    second = (t[1], m[1]) if config.pp > 2 else (0, 0)
+    smallest = min((n for n in (stage.count("t") for stage in stages) if n > 0), default=0)
+    return body, body_mtp, t[-1], m[-1], *first, smallest, middle, middle_mtp, *second
 
 
 def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
@@ -134,10 +134,10 @@ class MeshArrays:
     layout_first: np.ndarray | None = None  # the first rank's (with the embedding)
     layout_first_mtp: np.ndarray | None = None
     layout_smallest_chunk: np.ndarray | None = None  # the decoder layers of its smallest chunk
-    layout_body_index: np.ndarray | None = None  # the busiest other rank's index
-    layout_second: np.ndarray | None = None  # rank 1's decoder and MTP layers (rank 0's where p <= 2)
+    layout_middle: np.ndarray | None = None  # the busiest of ranks 1..p-2: decoder and MTP layers
+    layout_middle_mtp: np.ndarray | None = None
+    layout_second: np.ndarray | None = None  # rank 1's decoder and MTP layers (0 where p <= 2)
     layout_second_mtp: np.ndarray | None = None
-    layout_second_index: np.ndarray | None = None
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:

@@ -36,9 +36,10 @@ from typing import Any, TypeVar
 
 from planner.catalog import load_cluster, load_stack, model_for_repo, read_yaml
 from planner.constraints import format_message, format_runs
-from planner.cost.pipeline import layers_per_chunk
+from planner.cost.pipeline import layers_per_chunk, smallest_chunk_layers
 from planner.errors import PlannerError, SchemaError, UnpriceableError, shown, shown_value
 from planner.hf_config import full_every
+from planner.mesh import MeshArrays
 from planner.schemas.base import GIB_BYTES, positive_figure
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -862,9 +863,7 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         pins["recompute"] = recompute
     every = layer_ac_every(knobs.get("activation_checkpointing"))
     per_chunk = layers_per_chunk(model.num_hidden_layers, degrees["pp"] * vp)
-    if every is not None:
-        pins["recompute_layers"] = max(per_chunk // every, 1)
-    elif recompute == "full" and block_layers:
+    if every is None and recompute == "full" and block_layers:
         pins["recompute_layers"] = min(block_layers, per_chunk)
     overrides: dict[str, Any] = {}
     # true/false, else unpriceable by name: text such as 'false' or 0 had been read as not stated
@@ -904,6 +903,11 @@ def case_from_row(row: dict[str, Any]) -> RunCase:
         raise UnpriceableError(f"job: {err.detail}") from None
     if not format_runs(cluster, job):
         raise UnpriceableError(format_message(cluster, job))
+    if every is not None:
+        # every n-th layer: the count of the smallest chunk that n recomputes (``cost.pipeline.recompute_every``
+        # reads n back from it), which the chunks' even share had missed on uneven splits (a review, 2026-12-07)
+        smallest = int(smallest_chunk_layers(model, job, MeshArrays.from_configs([pinned_config(pins)]))[0])
+        pins["recompute_layers"] = max(smallest // every, 1)
     pinned_config(pins)  # a mesh the row states but the planner cannot express fails here
     check_within_peak(float(published), model, cluster, job)
     memory = published_peak_memory_bytes(measured, cluster)

@@ -346,12 +346,7 @@ def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layer
     mesh = MeshArrays.from_configs([config])
     job = JobSpec(global_batch_size=512, seq_len=8192)
     ranks = rank_layers(m, job, mesh)
-    assert (int(ranks.body[0]), int(ranks.body_index[0]), int(ranks.second[0]), int(ranks.second_index[0])) == (
-        21,
-        2,
-        20,
-        1,
-    )
+    assert (int(ranks.middle[0]), int(ranks.middle_index[0]), int(ranks.second[0])) == (21, 2, 20)
     held = [float(microbatches_in_flight(np.array([64]), mesh, rank=np.array([i]))[0]) for i in range(4)]
     assert held == [4.375, 4.125, 3.875, 3.625]
 
@@ -411,3 +406,28 @@ def test_the_first_stage_holds_the_models_leading_dense_layers() -> None:
     qwen = load_model("qwen3-30b-a3b")  # no leading dense layer: every layer of the first stage is MoE
     layers, moe, _ = stage_layers(qwen, job, one, "first")
     assert moe.tolist() == layers.tolist() == [3]
+
+
+def test_the_ranks_between_are_priced_at_their_own_positions_and_bound_every_rank() -> None:
+    """DeepSeek-V3 at pp 8 splits its non-last ranks evenly: the busiest other rank had been looked
+    for from rank 0, and priced there without the embedding but with its leading dense layers
+    counted as MoE, 7.7% over the true peak, rank 1 (a review, 2026-12-07); at pp 2 the ranks
+    between hold nothing. An explicit layout's counts need not grow towards the last: its busiest
+    middle rank is priced at rank 1's micro-batches, the most any of them holds, so a lighter rank
+    holding more is covered (Llama-3 8B 'Et*2|t*2|t*6|t*2|t*8|...' had fit at 78.4 GiB while its rank
+    2 alone needs 83.0)."""
+    model, job = load_model("deepseek-v3"), JobSpec(global_batch_size=1024, seq_len=4096)
+    for pp, middle, at in ((8, 8, 1), (2, 0, 0)):
+        mesh = MeshArrays.from_configs([ParallelConfig(pp=pp, dp=8, ep=8, recompute="selective")])
+        ranks = rank_layers(model, job, mesh)
+        assert (int(ranks.middle[0]), int(ranks.middle_index[0])) == (middle, at)
+        assert int(ranks.second[0]) == middle  # rank 1, as busy as any between at pp 8; none at pp 2
+    llama = load_model("llama3-8b")
+    tight = ParallelConfig(pp=8, dp=4, micro_batch_size=1, pipeline_layout="Et*2|t*2|t*6|t*2|t*8|t*4|t*4|t*4L")
+    job8 = JobSpec(global_batch_size=64, seq_len=14336)
+    ranks = rank_layers(llama, job8, MeshArrays.from_configs([tight]))
+    assert (int(ranks.middle[0]), int(ranks.middle_index[0]), int(ranks.second[0])) == (8, 1, 2)
+    heavier = tight.model_copy(update={"pipeline_layout": "Et*2|t*2|t*6|t*6|t*8|t*4|t*4|t*0L"})
+    cluster = load_cluster("dgx-h100x4")
+    peak, other = (estimate_mesh(llama, cluster, job8, c).memory_per_gpu_bytes for c in (tight, heavier))
+    assert not estimate_mesh(llama, cluster, job8, tight).fits and peak == pytest.approx(other)

@@ -526,15 +526,17 @@ class StageActivations:
     recompute_buffer: np.ndarray
 
 
-STAGE_RANKS = ("first", "second", "body", "last")
+STAGE_RANKS = ("first", "second", "middle", "last")
 """The pipeline ranks ``peak_memory`` prices, each with the micro-batches its position holds
-(``microbatches_in_flight`` at ``RankLayers.*_index``): the first (the embedding, the most in
-flight), rank 1 (its own layers: where the first's are lighter, a MoE model's leading dense
-ones, it may hold more with one micro-batch fewer), the busiest other but the last (its layers at
-the first rank with that many), and the last (the LM head and loss). Until 2026-12-07 the
-busiest other was priced with the first's micro-batches, an upper bound 2-6% over on pipelined
-meshes, whose extra layers sit on the ranks nearest the last (a review against Megatron's 1F1B,
-where rank i holds p - i: 70B at pp 8 +4.7%, DeepSeek-V3 at pp 16 +5.8%)."""
+(``microbatches_in_flight``): the first (the embedding, the most in flight), rank 1 (its own
+layers: where the first's are lighter, a MoE model's leading dense ones, it may hold more with one
+micro-batch fewer), the busiest of ranks 1..p-2 (``RankLayers.middle``: at the first rank with
+that many layers, an explicit layout's at rank 1), and the last (the LM head and loss); where
+p <= 2 the two between hold nothing. The plan's own split and the even one give ranks 1..p-2 two
+counts at most, so these bound every rank. Until 2026-12-07 the busiest other but the last was
+priced with the first's micro-batches, an upper bound 2-6% over on pipelined meshes, whose extra
+layers sit on the ranks nearest the last (a review against Megatron's 1F1B, where rank i holds
+p - i: 70B at pp 8 +4.7%, DeepSeek-V3 at pp 16 +5.8%)."""
 
 
 def stage_layers(
@@ -545,7 +547,7 @@ def stage_layers(
     on_last = (mesh.pp == 1) | (rank == "last")
     first = rank == "first"
     mine = {"first": (ranks.first, ranks.first_mtp), "second": (ranks.second, ranks.second_mtp)}
-    own, own_mtp = mine.get(rank, (ranks.body, ranks.body_mtp))
+    own, own_mtp = mine.get(rank, (ranks.middle, ranks.middle_mtp))
     decoders = np.where(on_last, ranks.last, own)
     mtp = np.where(on_last, ranks.last_mtp, own_mtp)
     moe = moe_layers_of(model, decoders, mtp)
@@ -610,7 +612,10 @@ def stage_activations(
     # everything (a review, 2026-12-07: recomputing the first layer had come out above no recompute,
     # one layer's input more, for Llama-3 8B on GH200)
     kept_whole = np.maximum(np.asarray(layers, dtype=float) / mesh.virtual_stages, 1.0) * (1.0 - share)
-    buffer = np.where(full, np.maximum(1.0 - kept_whole, 0.0), 0.0)
+    # every n-th layer (torchtitan) may wrap a chunk's last: backward re-materialises it first, while
+    # every other layer still holds what it saved, so the buffer adds on top (a review, 2026-12-07:
+    # 2.1 GiB left out of Llama-3 8B's 67.1 at full:16); priced so, an upper bound where it does not
+    buffer = np.where(full, np.where(mesh.recompute_every > 0, 1.0, np.maximum(1.0 - kept_whole, 0.0)), 0.0)
     return StageActivations(
         per_microbatch=tokens * ((layers - moe_layers) * dense + moe_layers * moe) * offload_kept_share(mesh, layers),
         recompute_buffer=tokens * (per_layer.all_moe if model.is_moe else per_layer.all_dense) * buffer,
@@ -668,14 +673,14 @@ def stage_memory(
     per_layer: LayerActivations | None = None,
 ) -> StageMemory:
     """Memory of one of ``STAGE_RANKS``: the first stage (embedding, the most micro-batches in
-    flight), rank 1, the busiest other but the last (each with the micro-batches its rank holds),
+    flight), rank 1, the busiest of ranks 1..p-2 (each with the micro-batches its rank holds),
     or the last stage (LM head, the loss's peak once per head: the stack's ``loss_bytes_per_logit``,
     counted from its loss code, eager or compiled; one micro-batch in flight unless GPipe), each
     with its own layers (``stage_layers``). With p = 1 all are one rank; under DualPipe and DualPipeV rank 0
     holds the first and the last stage, so both carry the embedding, the LM head and the logits."""
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     both_ends = (mesh.pp == 1) | is_dual(mesh)
-    position = {"first": np.zeros(len(mesh)), "second": ranks.second_index, "body": ranks.body_index}
+    position = {"first": np.zeros(len(mesh)), "second": np.ones(len(mesh)), "middle": ranks.middle_index}
     on_first, on_last = both_ends | (rank == "first"), both_ends | (rank == "last")
     layers, moe_layers, mtp = stage_layers(model, job, mesh, rank, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)

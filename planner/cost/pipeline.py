@@ -127,13 +127,16 @@ class RankLayers:
     last_mtp: np.ndarray
     first: np.ndarray  # the first rank's (with the embedding)
     first_mtp: np.ndarray
-    # where the memory's ranks stand, for the micro-batches they hold (``microbatches_in_flight``):
-    # the body's rank (the first of the others but the last with its count) and rank 1 with its own
-    # layers (the first rank's own layers may be lighter: a MoE model's leading dense ones)
-    body_index: np.ndarray
+    # the ranks between the first and the last that memory prices (0 layers where p <= 2: none),
+    # each with the micro-batches its position holds (``microbatches_in_flight``): the busiest of
+    # ranks 1..p-2 at the first of them with that count (an explicit layout's at rank 1, the most
+    # any of them holds: its counts need not grow towards the last), and rank 1 with its own layers
+    # (more in flight; the first rank's own may be lighter, a MoE model's leading dense ones)
+    middle: np.ndarray
+    middle_mtp: np.ndarray
+    middle_index: np.ndarray
     second: np.ndarray
     second_mtp: np.ndarray
-    second_index: np.ndarray
 
     @property
     def busiest(self) -> np.ndarray:
@@ -321,12 +324,12 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     splits = []
     for p_k, v_k in ((int(k) // 4096, int(k) % 4096) for k in keys):
         body_k, last_k = rank_layer_split(model, job, p_k, v_k)
-        counts = split_rank_layers(model, job, p_k, v_k)
-        at = counts[:-1].index(body_k) if p_k > 1 else 0
-        second_k = 1 if p_k > 2 else 0
+        between = split_rank_layers(model, job, p_k, v_k)[1:-1]  # ranks 1..p-2, none where p <= 2
+        middle_k = max(between, default=0)
+        at = 1 + between.index(middle_k) if between else 0
         first_k = first_rank_layers(model, job, p_k, v_k, last_k)
-        splits.append((body_k, last_k, first_k, at, counts[second_k], second_k))
-    body, last, first, at, second, second_at = np.array(splits, dtype=np.int64).reshape(-1, 6)[inverse.reshape(-1)].T
+        splits.append((body_k, last_k, first_k, middle_k, at, between[0] if between else 0))
+    body, last, first, middle, at, second = np.array(splits, dtype=np.int64).reshape(-1, 6)[inverse.reshape(-1)].T
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
         # a set, not np.unique: without return_index/inverse, np.unique asks np.ma whether the
@@ -334,8 +337,8 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         for pp in sorted(set(mesh.pp[on].tolist())):
             rows = on & (mesh.pp == pp)
             body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, SCHEDULES[code])
-            first[rows] = second[rows] = body[rows]  # rank 0 holds both ends: priced as the busiest
-            at[rows] = second_at[rows] = 0  # every rank holds the same micro-batches
+            first[rows] = body[rows]  # rank 0 holds both ends: priced as the busiest, every rank
+            middle[rows] = second[rows] = 0  # holding the same micro-batches
     explicit = mesh.layout_last >= 0
     mtp = mtp_layers(model, job)
     return RankLayers(
@@ -345,27 +348,31 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         last_mtp=np.where(explicit, mesh.layout_last_mtp, mtp),
         first=np.where(explicit, mesh.layout_first, first),
         first_mtp=np.where(explicit, mesh.layout_first_mtp, 0),
-        body_index=np.where(explicit, mesh.layout_body_index, at),
+        middle=np.where(explicit, mesh.layout_middle, middle),
+        middle_mtp=np.where(explicit, mesh.layout_middle_mtp, 0),
+        middle_index=np.where(explicit, np.minimum(mesh.pp - 2, 1).clip(0), at),
         second=np.where(explicit, mesh.layout_second, second),
         second_mtp=np.where(explicit, mesh.layout_second_mtp, 0),
-        second_index=np.where(explicit, mesh.layout_second_index, second_at),
     )
 
 
 def smallest_chunk_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
-    """Decoder layers of each mesh's smallest model chunk: its explicit layout's
-    (``MeshArrays.layout_smallest_chunk``), else DualPipeV's 2p half-stages and DualPipe's p stages
-    split evenly (``chunk_layer_counts``), else the plan's own split (``split_stages``); with
-    p = 1 every layer."""
+    """Decoder layers of each mesh's smallest model chunk that holds any (a chunk of the embedding
+    or the loss alone recomputes nothing whatever n is: counted, it had made n = 1 and refused every
+    count, gpt2 at pp 4 under torchtitan): its explicit layout's (``MeshArrays.layout_smallest_chunk``),
+    else DualPipeV's 2p half-stages and DualPipe's p stages split evenly (``chunk_layer_counts``),
+    else the plan's own split (``split_stages``); with p = 1 every layer."""
     dual = np.where(mesh.schedule == DUALPIPE_V, 2, np.where(mesh.schedule == DUALPIPE, 1, 0))
     keys, inverse = np.unique((mesh.pp * 4096 + mesh.virtual_stages) * 4 + dual, return_inverse=True)
     sizes = []
     for key in keys.tolist():
         pp, v, halves = key // 4 // 4096, key // 4 % 4096, key % 4
-        if halves:
-            sizes.append(min(chunk_layer_counts(model.num_hidden_layers, pp, halves)))
-        else:
-            sizes.append(min(stage.count("t") for stage in split_stages(model, job, pp, v)))
+        counts = (
+            chunk_layer_counts(model.num_hidden_layers, pp, halves)
+            if halves
+            else [stage.count("t") for stage in split_stages(model, job, pp, v)]
+        )
+        sizes.append(min((c for c in counts if c > 0), default=0))
     split = np.array(sizes, dtype=np.int64)[inverse.reshape(-1)]
     return np.where(mesh.layout_smallest_chunk >= 0, mesh.layout_smallest_chunk, split)
 

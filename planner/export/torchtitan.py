@@ -507,9 +507,8 @@ def torchtitan_notes(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
     if config.recompute_layers is not None:
         n = every_nth_layer(model, job, config)
         notes.append(
-            f"selective_ac_option {n} recomputes every {ordinal(n)} layer: at least the plan's "
-            f"{config.recompute_layers} per chunk, so memory is at most and recompute time at least what the plan "
-            "priced"
+            f"selective_ac_option {n} recomputes every {ordinal(n)} layer a rank builds, as the plan priced it: at "
+            f"least {config.recompute_layers} of each chunk"
         )
     if job.dtype == "fp8":
         notes.append("the fp8 converters need torchao")

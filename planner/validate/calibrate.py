@@ -338,7 +338,8 @@ def _tier_update(
     data["sources"]["latency_us"] = (
         f"{source}: fitted alpha (per ring step)"
         if alpha_fitted
-        else f"{source}: the old alpha scaled as the fitted bandwidth (one message size cannot tell them apart)"
+        else f"{source}: the old alpha scaled as the fitted bandwidth (too few collectives or message sizes to tell "
+        "them apart)"
     )
     return data
 
