@@ -133,7 +133,7 @@ class MeshArrays:
     layout_last_mtp: np.ndarray | None = None
     layout_first: np.ndarray | None = None  # the first rank's (with the embedding)
     layout_first_mtp: np.ndarray | None = None
-    layout_smallest_chunk: np.ndarray | None = None  # the decoder layers of its smallest chunk
+    layout_smallest_chunk: np.ndarray | None = None  # the decoder layers of its smallest chunk that holds any
     layout_middle: np.ndarray | None = None  # the busiest of ranks 1..p-2: decoder and MTP layers
     layout_middle_mtp: np.ndarray | None = None
     layout_second: np.ndarray | None = None  # rank 1's decoder and MTP layers (0 where p <= 2)
