@@ -200,18 +200,6 @@ def balanced_last_layers(num_layers: int, pp: int, virtual_stages: int, extra: f
     return lo
 
 
-def first_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int, last: int) -> int:
-    """Decoder layers on the first rank (with the embedding) of the split ``rank_layer_split``
-    prices, whose last rank holds ``last``: the fewest of the other ranks' share where the stack
-    takes any split (``split_stages`` puts the extra ones nearest the last rank), the first rank's
-    of the even split otherwise; with p = 1 every layer."""
-    if pp == 1:
-        return model.num_hidden_layers
-    if job.software.pipeline_layouts:
-        return (model.num_hidden_layers - last) // (pp - 1)
-    return stage_layer_counts(model.num_hidden_layers, pp, virtual_stages)[0]
-
-
 def split_rank_layers(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> list[int]:
     """Decoder layers of every pipeline rank of the split the plan runs without a layout
     (``rank_layer_split``): the others' share evenly, the extra ones on the ranks nearest the last
@@ -323,12 +311,12 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     keys, inverse = np.unique(mesh.pp * 4096 + mesh.virtual_stages, return_inverse=True)  # v < 4096
     splits = []
     for p_k, v_k in ((int(k) // 4096, int(k) % 4096) for k in keys):
-        body_k, last_k = rank_layer_split(model, job, p_k, v_k)
-        between = split_rank_layers(model, job, p_k, v_k)[1:-1]  # ranks 1..p-2, none where p <= 2
+        # every rank's count once: the busiest other and the last (``rank_layer_split``'s) and the first
+        counts = split_rank_layers(model, job, p_k, v_k)
+        between = counts[1:-1]  # ranks 1..p-2, none where p <= 2
         middle_k = max(between, default=0)
         at = 1 + between.index(middle_k) if between else 0
-        first_k = first_rank_layers(model, job, p_k, v_k, last_k)
-        splits.append((body_k, last_k, first_k, middle_k, at, between[0] if between else 0))
+        splits.append((max(counts[:-1], default=0), counts[-1], counts[0], middle_k, at, between[0] if between else 0))
     body, last, first, middle, at, second = np.array(splits, dtype=np.int64).reshape(-1, 6)[inverse.reshape(-1)].T
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
