@@ -3,8 +3,8 @@
 Every axis the plan runs above 1 first gets its smallest degree above 1 (a divisor of its own)
 while the world has room, innermost first in the plan's rank order (tp before cp, dp, pp by
 default), so each kind of the plan's traffic is replayed: a review (2026-12-07) found the pipeline
-always dropped on one node (tp4 pp4 dp8 on 8 ranks had become tp4 dp2, pp 16 pp 1), its send/recv
-never measured. Then, in the same order, the groups that matter most for placement grow back:
+always dropped on one node (tp4 pp4 dp8 on 8 ranks had become tp4 dp2, and pp 16 had become pp 1),
+its send/recv never measured. Then, in the same order, the groups that matter most for placement grow back:
 each axis to the plan's degree while the world has room, else to its largest divisor that fits.
 An axis the world has no room for is said in a note with the traffic left unreplayed. EP and expert-TP are then
 refolded into the replica's tp*cp*dp ranks of a stage (ARCHITECTURE 8.1). When the plan needs
