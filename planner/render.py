@@ -164,8 +164,14 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
         )
     gpu_fits = est.memory_per_gpu_bytes <= est.memory_usable_bytes
     verdict = "[green]fits[/]" if gpu_fits else "[red]does NOT fit[/]"
+    pp = est.config.parallel.pp
+    where = ""
+    if pp > 1:
+        rank = est.memory_peak_rank
+        which = f"rank {rank}" if rank is not None else "one between the first and the last, bounded at rank 1's load"
+        where = f" (the most loaded of {pp} pipeline ranks: {which})"
     summary.add_row(
-        "memory per GPU", f"{gib(est.memory_per_gpu_bytes)} of {gib(est.memory_usable_bytes)} GiB, {verdict}"
+        "memory per GPU", f"{gib(est.memory_per_gpu_bytes)} of {gib(est.memory_usable_bytes)} GiB, {verdict}{where}"
     )
     if est.host_offload_bytes_per_gpu:
         host_cap = host_offload_capacity_bytes(cluster)

@@ -343,6 +343,7 @@ def test_the_most_loaded_gpu_is_one_rank_not_the_embedding_and_the_busiest_layer
     assert est.layers_per_stage == [20, 20, 21, 19]
     c = m.parameter_counts
     assert est.memory_breakdown_bytes.weights == pytest.approx(2 * (20 * c.dense_layer + c.embedding) / 4)
+    assert est.memory_peak_rank == 0
     mesh = MeshArrays.from_configs([config])
     job = JobSpec(global_batch_size=512, seq_len=8192)
     ranks = rank_layers(m, job, mesh)
@@ -427,6 +428,12 @@ def test_the_ranks_between_are_priced_at_their_own_positions_and_bound_every_ran
     job8 = JobSpec(global_batch_size=64, seq_len=14336)
     ranks = rank_layers(llama, job8, MeshArrays.from_configs([tight]))
     assert (int(ranks.middle[0]), int(ranks.middle_index[0]), int(ranks.second[0])) == (8, 1, 2)
+    # the estimate names the rank its memory is: DeepSeek-V3's rank 1, the layout's bound none
+    deep = estimate_mesh(
+        model, load_cluster("dgx-b200x32"), job, ParallelConfig(pp=8, dp=32, ep=8, recompute="selective")
+    )
+    assert deep.memory_peak_rank == 1
+    assert estimate_mesh(llama, load_cluster("dgx-h100x4"), job8, tight).memory_peak_rank is None
     heavier = tight.model_copy(update={"pipeline_layout": "Et*2|t*2|t*6|t*6|t*8|t*4|t*4|t*0L"})
     cluster = load_cluster("dgx-h100x4")
     peak, other = (estimate_mesh(llama, cluster, job8, c).memory_per_gpu_bytes for c in (tight, heavier))

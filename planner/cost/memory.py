@@ -366,6 +366,9 @@ class StageMemory:
     activations: np.ndarray
     logits: np.ndarray
     overhead: np.ndarray
+    # the pipeline rank these bytes are (0 the first), -1 where they bound an explicit layout's ranks
+    # between the first and the last; not a kind of memory (``total`` leaves it out)
+    rank: np.ndarray
 
     @cached_property
     def total(self) -> np.ndarray:
@@ -699,6 +702,8 @@ def stage_memory(
     logits = np.where(
         on_last, heads * tokens * model.vocab_size / mesh.tp * job.software.loss_bytes(job.loss_compiled, mesh.tp), 0.0
     )
+    bound = (rank == "middle") & (mesh.layout_last >= 0)  # an explicit layout's: a bound over its ranks between
+    where = np.where(mesh.pp == 1, 0, np.where(bound, -1, position.get(rank, mesh.pp - 1)))
     return StageMemory(
         weights=weights,
         gradients=grads,
@@ -706,6 +711,7 @@ def stage_memory(
         activations=activations,
         logits=logits,
         overhead=np.full(len(mesh), cluster.gpu.reserved_memory_bytes),
+        rank=where.astype(np.int64),
     )
 
 

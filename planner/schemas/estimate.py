@@ -143,6 +143,13 @@ class Estimate(Frozen):
         0.0, description="Host memory the offloaded activations fill per GPU (ParallelConfig.offload_layers)"
     )
     memory_breakdown_bytes: MemoryBreakdown
+    memory_peak_rank: int | None = Field(
+        None,
+        ge=0,
+        description="The pipeline rank whose memory memory_per_gpu_bytes is (0 the first, with the embedding and "
+        "the most micro-batches in flight); None where it bounds an explicit layout's ranks between the first and "
+        "the last (their busiest counted at rank 1's micro-batches)",
+    )
     time_breakdown_s: TimeBreakdown
     comm_bytes_per_gpu: CommBytes
     hidden_comm_s: HiddenComm
