@@ -516,7 +516,7 @@ def row_estimate(
         memory_usable_bytes=usable_memory_bytes(cluster, job),
         host_offload_bytes_per_gpu=float(cols.host_offload_bytes[i]),
         memory_breakdown_bytes=MemoryBreakdown(**{k: float(getattr(mem, k)[i]) for k in MemoryBreakdown.model_fields}),
-        memory_peak_rank=int(mem.rank[i]) if int(mem.rank[i]) >= 0 else None,
+        memory_peak_rank=None if (peak_rank := int(mem.rank[i])) < 0 else peak_rank,
         time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
         hidden_comm_s=HiddenComm(**{k: float(np.asarray(v)[i]) for k, v in cols.hidden.items()}),
         comm_bytes_per_gpu=CommBytes(**{k: float(np.asarray(v)[i]) for k, v in cols.comm_bytes.items()}),

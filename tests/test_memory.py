@@ -394,7 +394,7 @@ def test_the_first_stage_holds_the_models_leading_dense_layers() -> None:
     assert moe[2] == min(layers[2], model.num_moe_layers)  # DualPipe's rank 0, priced as the busiest
     one = MeshArrays.from_configs(configs[:1])
     gib = [float(stage_memory(model, cluster, job, one, np.array([64.0]), r).weights[0]) / 2**30 for r in
-           ("first", "body")]  # fmt: skip
+           ("first", "middle")]  # fmt: skip
     assert gib == pytest.approx([8.05, 12.24], abs=0.01)
     # an explicit interleaved layout whose first chunk holds the embedding alone: the first rank's 8
     # decoders are its second chunk's (layers 32-39), all MoE

@@ -110,7 +110,7 @@ def calibrate_cmd(
             f"resolution) and are left out of the fit: {shown}",
             err=True,
         )
-    fitted_tiers = fitted_link_tiers(results)
+    fitted_tiers, alphas = fitted_link_tiers(results), alpha_fitted_tiers(results)
     params, before, _ = fit(base, results)
     where = measured_where(context.host, context.created_at, context.device_name, context.torch_version)
     source = f"{where}: plan calibrate fit to {len(results)} terms of {from_.name}"
@@ -127,7 +127,7 @@ def calibrate_cmd(
         "error_after": vars(after),
         "error_cross_validated": None if held_out is None else vars(held_out),
         "links": {
-            t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw, "latency_fitted": t in alpha_fitted_tiers(results)}
+            t: {"latency_s": lat, "bus_bandwidth_bytes_per_s": bw, "latency_fitted": t in alphas}
             for t, (lat, bw) in params.links.items()
             if t in fitted_tiers
         },
@@ -159,7 +159,6 @@ def calibrate_cmd(
             "in the report before using the profile",
             err=True,
         )
-    alphas = alpha_fitted_tiers(results)
     for tier, (_, bw) in params.links.items():
         stated = getattr(base, tier).bandwidth_gb_per_s * 1e9
         if tier in fitted_tiers and bw > LINK_EXCESS * stated:

@@ -549,10 +549,7 @@ def stage_layers(
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     on_last = (mesh.pp == 1) | (rank == "last")
     first = rank == "first"
-    mine = {"first": (ranks.first, ranks.first_mtp), "second": (ranks.second, ranks.second_mtp)}
-    own, own_mtp = mine.get(rank, (ranks.middle, ranks.middle_mtp))
-    decoders = np.where(on_last, ranks.last, own)
-    mtp = np.where(on_last, ranks.last_mtp, own_mtp)
+    decoders, mtp, _ = ranks.stage(rank, mesh.pp)
     moe = moe_layers_of(model, decoders, mtp)
     if first:  # the model's leading dense layers are the first rank's (DualPipe's rank 0 is priced as the busiest)
         leading = leading_dense_layers(model, decoders, mesh.virtual_stages)
@@ -683,7 +680,7 @@ def stage_memory(
     holds the first and the last stage, so both carry the embedding, the LM head and the logits."""
     ranks = rank_layers(model, job, mesh) if ranks is None else ranks
     both_ends = (mesh.pp == 1) | is_dual(mesh)
-    position = {"first": np.zeros(len(mesh)), "second": np.ones(len(mesh)), "middle": ranks.middle_index}
+    position = ranks.stage(rank, mesh.pp)[2]
     on_first, on_last = both_ends | (rank == "first"), both_ends | (rank == "last")
     layers, moe_layers, mtp = stage_layers(model, job, mesh, rank, ranks)
     params = rank_params(model, mesh, layers, moe_layers, mtp, on_first, on_last)
@@ -693,7 +690,7 @@ def stage_memory(
     # the EP overlap's extra warm-up chunk, within the step's micro-batches (Megatron-Core caps the
     # warm-up at all of them: 'are_all_microbatches_in_warmup')
     in_flight = np.minimum(
-        microbatches_in_flight(m, mesh, rank=position.get(rank, mesh.pp - 1)) + ep_overlap_extra_in_flight(job, mesh),
+        microbatches_in_flight(m, mesh, rank=position) + ep_overlap_extra_in_flight(job, mesh),
         np.maximum(m, 1),
     )
     # Full recompute re-materialises one layer at a time during backward.
@@ -702,8 +699,8 @@ def stage_memory(
     logits = np.where(
         on_last, heads * tokens * model.vocab_size / mesh.tp * job.software.loss_bytes(job.loss_compiled, mesh.tp), 0.0
     )
-    bound = (rank == "middle") & (mesh.layout_last >= 0)  # an explicit layout's: a bound over its ranks between
-    where = np.where(mesh.pp == 1, 0, np.where(bound, -1, position.get(rank, mesh.pp - 1)))
+    bound = (rank == "middle") & (mesh.layout_last >= 0) & (mesh.pp > 1)  # a layout's bound over its ranks between
+    where = np.where(bound, -1, position)
     return StageMemory(
         weights=weights,
         gradients=grads,

@@ -144,6 +144,22 @@ class RankLayers:
         activation and weight memory."""
         return np.maximum(self.body + self.body_mtp, self.last + self.last_mtp)
 
+    def stage(self, kind: str, pp: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(decoder layers, MTP layers, pipeline rank) of one of the ranks memory prices
+        (``memory.STAGE_RANKS``: 'first', 'second', 'middle', 'last'); with p = 1 the one rank."""
+        decoders, mtp, index = {
+            "first": (self.first, self.first_mtp, 0),
+            "second": (self.second, self.second_mtp, 1),
+            "middle": (self.middle, self.middle_mtp, self.middle_index),
+            "last": (self.last, self.last_mtp, pp - 1),
+        }[kind]
+        alone = pp == 1
+        return (
+            np.where(alone, self.last, decoders),
+            np.where(alone, self.last_mtp, mtp),
+            np.where(alone, 0, np.broadcast_to(index, pp.shape)),
+        )
+
 
 def layer_weight_flops(model: ModelSpec, seq_len: int, moe: bool) -> float:
     """Forward FLOPs per token of one decoder layer of a kind (matmuls and attention scores), the
