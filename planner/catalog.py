@@ -35,15 +35,14 @@ _PACKAGE_DIR = Path(__file__).resolve().parent
 CATALOG_KINDS = ("models", "hardware_profiles", "stacks")
 T = TypeVar("T", bound=BaseModel)
 
-CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>-?[0-9]+)$")  # ASCII digits (\\d takes full-width ones)
+# ASCII digits (\\d takes full-width ones)
+CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>-?[0-9]+)(?:-(?P<gpus>[0-9]+)gpus)?$")
 """``<profile>x<N>``: N nodes of a profile. The profile part is matched first as a whole name,
 so a profile that itself ends in 'x' (mi300x) reads as mi300xx4 for four nodes. A negative N is
-matched too, to be refused as a node count (dgx-h100x-1 had read as an unknown cluster)."""
-
-PARTIAL_CLUSTER_NAME = re.compile(r"^(?P<profile>.+)x(?P<nodes>[0-9]+)-(?P<gpus>[0-9]+)gpus$")
-"""``<profile>x<N>-<G>gpus``: G GPUs on N nodes of a profile, the name a cluster whose GPUs do not
-fill its nodes is echoed under (``_recounted``), so that it loads back as it was planned: 12 GPUs of
-DGX H100 had been named dgx-h100x2, which loads 16 (a review, 2026-12-07)."""
+matched too, to be refused as a node count (dgx-h100x-1 had read as an unknown cluster).
+``<profile>x<N>-<G>gpus``: G GPUs on N nodes, the name a cluster whose GPUs do not fill its nodes
+is echoed under (``_recounted``), so that it loads back as it was planned: 12 GPUs of DGX H100 had
+been named dgx-h100x2, which loads 16 (a review, 2026-12-07)."""
 
 
 def catalog_dir(kind: str) -> Path:
@@ -591,7 +590,7 @@ def _catalog_profile_of(key: str) -> str | None:
 def _recounted(cluster: ClusterSpec, profile_key: str | None) -> ClusterSpec:
     """A catalog cluster renamed for the node count it has after ``--nodes`` / ``--gpus``
     (``dgx-h100x2 --nodes 16`` is dgx-h100x16, not "dgx-h100x2: 16 nodes"), and for its GPUs where
-    they do not fill the nodes (``PARTIAL_CLUSTER_NAME``: dgx-h100x2-12gpus); a file's own name stays."""
+    they do not fill the nodes (``CLUSTER_NAME``'s dgx-h100x2-12gpus); a file's own name stays."""
     if profile_key is None:
         return cluster
     name = f"{profile_key}x{cluster.num_nodes}"
@@ -645,19 +644,14 @@ def load_cluster(
         return _recounted(cluster, key) if nodes is not None or gpus is not None else cluster
     if len(text) > 200:
         raise PlannerError(f"unknown cluster '{shown(text)}': names are short; {hint}")
-    partial = PARTIAL_CLUSTER_NAME.match(key)
-    if partial and partial["profile"] in _profile_files():
-        named_nodes, named_gpus = int(partial["nodes"]), int(partial["gpus"])
-        if nodes is None and gpus is None:  # --nodes or --gpus given wins over both counts of the name
-            nodes, gpus = named_nodes, named_gpus
-        cluster = _cluster(text, load_profile(partial["profile"]), nodes, gpus, text)
-        return _recounted(cluster, partial["profile"])
     match = CLUSTER_NAME.match(key)
     if match and match["profile"] in _profile_files():
         count = int(match["nodes"])
         if count < 1:
             raise PlannerError(f"cluster '{text}': node count must be at least 1")
-        # --gpus alone re-derives the node count; --nodes wins over the name's count.
+        if match["gpus"] is not None and nodes is None and gpus is None:  # both of the name's counts
+            nodes, gpus = count, int(match["gpus"])
+        # --gpus alone re-derives the node count; --nodes wins over the name's count (over both of them).
         named = count if gpus is None else None
         cluster = _cluster(text, load_profile(match["profile"]), nodes if nodes is not None else named, gpus, text)
         return _recounted(cluster, match["profile"])

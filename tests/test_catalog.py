@@ -231,6 +231,7 @@ def test_a_cluster_loads_back_from_the_name_it_is_echoed_under(name: str, gpus: 
     again = load_cluster(cluster.name)
     assert cluster.name == echoed and (again.name, again.num_nodes, again.num_gpus) == (echoed, cluster.num_nodes, gpus)
     assert load_cluster(echoed, nodes=3).name == f"{name}x3"  # --nodes wins over both of the name's counts
+    assert load_cluster(cluster, nodes=3).name == f"{name}x3"  # as it does over a ClusterSpec of that name
     with pytest.raises(PlannerError, match="dgx-h100x1-12gpus: num_gpus 12 exceeds 1 nodes x 8 GPUs"):
         load_cluster("dgx-h100x1-12gpus")
 
