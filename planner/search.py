@@ -43,6 +43,7 @@ from planner.cost.pipeline import (
     rank_layers,
     recomputable_layers,
     smallest_chunk_layers,
+    with_recompute_every,
 )
 from planner.cost.recompute import cheap_set_to_try
 from planner.cost.step import Columns, evaluate
@@ -521,6 +522,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit;
     # where none does, the diagnosis needs their memory alone.
     m = num_microbatches(mesh_batch_size(job, candidates), candidates)
+    candidates = with_recompute_every(model, job, candidates)  # derived once for memory and the step
     memory = peak_memory(model, cluster, job, candidates, m)
     fit = memory.total <= usable_memory_bytes(cluster, job)
     if not fit.any():

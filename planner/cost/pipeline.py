@@ -408,8 +408,11 @@ def with_recompute_every(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Me
     layers, as torchtitan's count runs on across its chunks, where the first r of each chunk
     were priced until 2026-12-07 (Qwen3-235B-A22B on two GB200 racks at PP 9: n = 2 recomputes
     5 of the busiest chunk's 11 layers, priced as 3). The cost entry points call it; a mesh it
-    leaves alone is returned as is."""
+    leaves alone, or whose stride is derived already (``evaluate`` passes its mesh on to
+    ``peak_memory``; ``MeshArrays.with_recompute_layers`` clears a stride), is returned as is."""
     if job.software.partial_recompute != "every_nth" or not np.any(mesh.recompute_layers > 0):
+        return mesh
+    if np.all((mesh.recompute_every > 0) | (mesh.recompute_layers <= 0)):
         return mesh
     return mesh.with_recompute_every(recompute_every(model, job, mesh))
 
