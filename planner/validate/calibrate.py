@@ -248,7 +248,9 @@ def fitted_link_tiers(results: list[TermResult]) -> list[str]:
 
 ALPHA_MIN_TERMS = 3
 """Collectives a tier needs, of ``ALPHA_MIN_SIZES`` message sizes at least, for its alpha to be
-fitted beside its bandwidth."""
+fitted beside its bandwidth: two parameters and one term more than they need, so that a term the
+fit did not see can check it (the cross-validation's own minimum, ``cross_validated``). A
+judgement, not a measurement."""
 
 ALPHA_MIN_SIZES = 2
 """Distinct message sizes a tier's collectives need for alpha to be fitted: at one size, alpha and
