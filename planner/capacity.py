@@ -97,7 +97,7 @@ class CapacityRow(Frozen):
     tokens_per_s: float | None
     mfu: float | None
     time_to_train_s: float | None
-    time_to_train_interval_s: tuple[float, float] | None = Field(
+    time_to_train_s_interval: tuple[float, float] | None = Field(
         None,
         description="The time to train at the ends of the best mesh's tokens/s interval (the central 80% of "
         "what published runs priced alike measured, ``error_bar.interval``): fast end, slow end; None where "
@@ -275,7 +275,7 @@ def _row(
         tokens_per_s=best.tokens_per_s,
         mfu=best.mfu,
         time_to_train_s=train_s,
-        time_to_train_interval_s=span,
+        time_to_train_s_interval=span,
         cost_to_train_usd=best.cost_to_train_usd,
         meets_deadline=train_s <= deadline_s,
         meets_deadline_slow_end=span is not None and span[1] <= deadline_s,

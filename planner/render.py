@@ -628,7 +628,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
         if r.mesh is None:
             table.add_row(str(r.nodes), str(r.gpus), "nothing fits", *[""] * (len(columns) - 3), "no")
             continue
-        span = r.time_to_train_interval_s
+        span = r.time_to_train_s_interval
         table.add_row(
             str(r.nodes),
             str(r.gpus) if r.gpus == r.node_gpus else f"{r.gpus} of {r.node_gpus}",
@@ -646,7 +646,7 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     if unfit:  # the largest count that fits nothing says how far off the smaller ones are
         last = unfit[-1]
         console.print(f"nothing fits on {last.nodes} node{'' if last.nodes == 1 else 's'}: {last.why_not}")
-    banded = any(r.time_to_train_interval_s is not None for r in report.rows)
+    banded = any(r.time_to_train_s_interval is not None for r in report.rows)
     if banded:
         console.print(
             "80% band: the days at the ends of the best mesh's tokens/s band (published runs priced alike); meets: "
@@ -676,11 +676,11 @@ def print_capacity(console: Console, report: CapacityReport, job: JobSpec) -> No
     for note in a.warnings:
         console.print(f"warning (answer): {note}")
     beyond = beyond_calibration(a.gpus, report.moe)
-    if beyond is not None and a.time_to_train_interval_s is not None:
+    if beyond is not None and a.time_to_train_s_interval is not None:
         console.print(f"warning (answer): {beyond}")
     sure = report.answer_slow_end
     if sure is not None and sure.nodes != a.nodes:
-        span = sure.time_to_train_interval_s or (0.0, 0.0)
+        span = sure.time_to_train_s_interval or (0.0, 0.0)
         console.print(
             f"to meet the deadline at the slow end of the band too: {sure.nodes} {report.unit}s with {sure.mesh}, "
             f"{days(span[1])} at worst"

@@ -640,3 +640,33 @@ def test_a_training_row_of_too_many_alternating_layers_is_unpriced_not_out_of_me
     row["model"]["layers"] = 10**30
     with pytest.raises(PlannerError, match="num_hidden_layers"):
         model_from_row(row)
+
+
+def test_serve_calibrate_marks_only_fitted_values_on_their_bounds(cli, tmp_path: Path) -> None:
+    # a key without a MoE row takes expert_gemm_fraction 1 and routed_copy_ns 0, both FIT bounds, without
+    # a fit: serve-calibrate's '*' ('the rows push it past') had marked them as if the rows had
+    from planner.serving.calibrate import FIT, UNMOVED_MOE, at_bound, fit, held_fields, translate
+
+    rows = []
+    for i, (hf_id, shape) in enumerate(
+        [("meta-llama/Llama-3.1-70B-Instruct", _online_row()["model"]["shape"]),
+         ("meta-llama/Llama-3.1-8B-Instruct", {"ffn": 14336, "head_dim": 128, "heads": 32, "hidden": 4096,
+                                               "kv_heads": 8, "layers": 32, "vocab": 128256})] * 5
+    ):  # fmt: skip
+        row = _online_row()
+        row["name"] = f"online/{i}"
+        row["model"] = {"key": hf_id.split("/")[1], "arch": "dense", "hf_id": hf_id, "shape": shape}
+        row["measured"] = {"output_tokens_per_s_per_gpu": 300.0 + 50 * i}
+        row["workload"] = {"isl": 128, "osl": 128, "concurrency": 8 * (1 + i)}
+        rows.append(row)
+    plans, unpriced = translate(rows)
+    assert len(plans) == 10 and not unpriced
+    held = held_fields(plans)
+    assert set(UNMOVED_MOE) <= held
+    (params,) = fit(plans).values()
+    for name, value in UNMOVED_MOE.items():
+        assert getattr(params, name) == value and at_bound(name, value) and name in FIT
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"runs": rows}))
+    r = cli("serve-calibrate", "--runs", str(path), "--no-cv")
+    assert r.code == 0 and "expert_gemm_fraction 1  " in r.out and "routed_copy_ns 0  " in r.out, r.out

@@ -90,14 +90,14 @@ def test_capacity_finds_the_fewest_nodes_meeting_the_deadline() -> None:
     # The band: time to train at the ends of the best mesh's tokens/s interval, and the fewest nodes
     # that meet the deadline at its slow end (bisected like the answer)
     band = best.tokens_per_s_per_gpu_interval
-    assert band is not None and answer.time_to_train_interval_s is not None
-    fast, slow = answer.time_to_train_interval_s
+    assert band is not None and answer.time_to_train_s_interval is not None
+    fast, slow = answer.time_to_train_s_interval
     assert fast == pytest.approx(answer.time_to_train_s * best.tokens_per_s_per_gpu / band[1], rel=1e-12)
     assert slow == pytest.approx(answer.time_to_train_s * best.tokens_per_s_per_gpu / band[0], rel=1e-12)
     assert fast < answer.time_to_train_s < slow
     sure = report.answer_slow_end
     assert sure is not None and sure.nodes > answer.nodes and sure.meets_deadline_slow_end
-    assert sure.time_to_train_interval_s is not None and sure.time_to_train_interval_s[1] <= 30 * SECONDS_PER_DAY
+    assert sure.time_to_train_s_interval is not None and sure.time_to_train_s_interval[1] <= 30 * SECONDS_PER_DAY
     assert sure.nodes - 1 in nodes and all(not r.meets_deadline_slow_end for r in report.rows if r.nodes < sure.nodes)
     assert (report.stack, report.dtype) == ("megatron-core", "bf16")
 

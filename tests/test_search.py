@@ -149,6 +149,15 @@ def test_explanation_names_the_dominant_terms_and_the_losses() -> None:
     assert "slower, most of it tp_comm" in where_it_loses(winner, loser)
 
 
+def test_a_rankings_repr_counts_its_candidates_instead_of_spelling_them_out() -> None:
+    ranking = search(LLAMA70, H100X16, default_job(LLAMA70), {"tp": 8, "pp": 2}, top=5)
+    shown = repr(ranking)
+    assert "candidates=[5 RankedEstimate]" in shown and f"pareto=[{len(ranking.pareto)} ParetoPoint]" in shown
+    assert "feasible=" in shown and len(shown) < 5_000  # every estimate spelt out: about 37,000
+    few = ranking.model_copy(update={"candidates": ranking.candidates[:2]})
+    assert "candidates=[RankedEstimate(" in repr(few)  # up to REPR_ITEMS models are shown in full
+
+
 def test_a_loss_larger_than_the_whole_difference_names_what_offsets_it() -> None:
     # EP 8 at micro-batch 2 against EP 2 at 16 on 16 H100: 3.3 s more layer overhead, 0.69 s more
     # all-to-all, and 3.5 s less compute; '0.682 s slower, most of it layer_overhead (+3.3 s)' had

@@ -284,7 +284,8 @@ def serve_calibrate_cmd(
         error = f"CV {_pct(k.get('cv_mape_pct', math.nan))}, signed {_pct(k.get('signed_pct', math.nan), '+')}"
         values = []
         for name, value in params.model_dump().items():
-            mark = "*" if name in FIT and at_bound(name, value) else ""
+            fitted = name in FIT and name not in ev.held.get(key, [])  # a held or forced value is on no bound
+            mark = "*" if fitted and at_bound(name, value) else ""
             bounded = bounded or bool(mark)
             shown = 0.0 if mark and abs(value) < 1e-9 else value  # a lower bound of 0 reached: 3.75e-25 read as 0
             values.append(f"{name} {shown:.3g}{mark}")

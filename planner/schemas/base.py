@@ -74,6 +74,17 @@ def integer_shown(value: int) -> str:
     return f"{'-' if value < 0 else ''}an integer of about {digits:,} digits"
 
 
+REPR_ITEMS = 3
+"""Models a list field's repr spells out before it shows only their count (``Frozen.__repr_args__``)."""
+
+
+class Brief(str):
+    """Text a repr shows as is, without quotes."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
 class Frozen(BaseModel):
     """Immutable pydantic model that rejects unknown keys (``extra="forbid"``).
 
@@ -102,6 +113,16 @@ class Frozen(BaseModel):
             raise SchemaError(type(self).__name__, err) from None
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def __repr_args__(self) -> Any:
+        """pydantic's, with a list of more than ``REPR_ITEMS`` models shown by count and type: a
+        ranking's repr had spelt out every candidate's estimate (37,000 characters for the main
+        plan), which buried the answer in a notebook; the items stay in the object and its JSON."""
+        for name, value in super().__repr_args__():
+            if isinstance(value, list) and len(value) > REPR_ITEMS and isinstance(value[0], BaseModel):
+                yield name, Brief(f"[{len(value)} {type(value[0]).__name__}]")
+            else:
+                yield name, value
 
     @classmethod
     def model_validate(cls, obj: Any, **kwargs: Any) -> Self:  # type: ignore[override]

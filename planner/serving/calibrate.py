@@ -211,6 +211,21 @@ def _informs(rows: list[RowPlan]) -> bool:
     return len(rows) >= MIN_ROWS and len({p.setting.model.name for p in rows}) >= MIN_MODELS
 
 
+UNMOVED_MOE = {"expert_gemm_fraction": 1.0, "routed_copy_ns": 0.0}
+"""The parameters only MoE rows move, and the values a key without one takes (not fitted)."""
+
+
+def short_fields(rows: list[RowPlan]) -> set[str]:
+    """The ``MOVED_BY`` parameters too few of ``rows`` move to fix (``_informs``)."""
+    return {f for f, moves in MOVED_BY.items() if not _informs([p for p in rows if moves(p)])}
+
+
+def held_fields(rows: list[RowPlan]) -> set[str]:
+    """The parameters ``fit`` does not fit to ``rows``, one key's: ``short_fields`` (held at 1 or
+    borrowed from the engine's other keys) and, without a MoE row, ``UNMOVED_MOE``."""
+    return short_fields(rows) | (set() if any(p.setting.model.is_moe for p in rows) else set(UNMOVED_MOE))
+
+
 def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
     """Parameters per engine/architecture key from the throughput rows among ``plans``: every
     field at once where the key's rows inform it. A parameter no row moves is not fitted (the
@@ -229,7 +244,7 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
         tpot[p.key].append(p)
     keys = {key: rows for key, rows in sorted(by_key.items()) if _informs(rows)}
     moving = {key: {f: [p for p in rows if moves(p)] for f, moves in MOVED_BY.items()} for key, rows in keys.items()}
-    short = {key: {f for f, rows in by.items() if not _informs(rows)} for key, by in moving.items()}
+    short = {key: short_fields(rows) for key, rows in keys.items()}
     # a key that borrows a parameter is fitted once, after the keys it borrows from
     borrows = {key: {f for f in short[key] if moving[key][f]} for key in keys}
     first = {
@@ -245,8 +260,8 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
             held[f] = sum(first[k][FIELDS.index(f)] * n for k, n in weights.items()) / total if total else 1.0
         x = first[key] if key in first else _fit_rows(rows, held, tpot[key])
         if not any(p.setting.model.is_moe for p in rows):
-            x[FIELDS.index("expert_gemm_fraction")] = 1.0
-            x[FIELDS.index("routed_copy_ns")] = 0.0
+            for f, value in UNMOVED_MOE.items():
+                x[FIELDS.index(f)] = value
         fitted[key] = _params(x)
     return fit_request_path(plans, fitted)
 
@@ -331,6 +346,8 @@ class Evaluation:
     rows_used: dict[str, list[str]] = field(default_factory=dict)
     request_path_rows_used: dict[str, list[str]] = field(default_factory=dict)
     """Per engine, the TTFT rows its ``request_path_ms`` was fitted to (``request_path_rows``)."""
+    held: dict[str, list[str]] = field(default_factory=dict)
+    """Per fitted key, the parameters its rows do not fit (``held_fields``): held, borrowed or forced."""
 
     def as_json(self) -> dict[str, Any]:
         """The evaluation as JSON, an average over no rows (NaN: no throughput row, or --no-cv)
@@ -390,6 +407,10 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
             ev.rows_used.setdefault(p.key, []).append(p.name)
     if not shipped:
         ev.request_path_rows_used = {e: [p.name for p in rows] for e, rows in request_path_rows(plans, fitted).items()}
+        by_key: dict[str, list[RowPlan]] = defaultdict(list)
+        for p in _throughput_rows(plans):
+            by_key[p.key].append(p)
+        ev.held = {key: sorted(held_fields(by_key[key])) for key in fitted}
     groups = sorted({p.group for p in plans})
     cv_params: dict[str, dict[str, FittedParameters]] = {}
     if cross_validate:

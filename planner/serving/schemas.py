@@ -62,7 +62,7 @@ class ServeRequest(Frozen):
         False,
         description="Meet the TTFT/TPOT targets at the slow end of each candidate's band (where 90% of the published "
         "runs priced alike came in faster), not at the prediction: the search runs at the targets scaled by the "
-        "band's near-side factor (ServeRanking.searched_targets)",
+        "band's near-side factor (ServeRanking.searched_targets_s)",
     )
 
     @model_validator(mode="after")
@@ -194,7 +194,7 @@ class ServeRanking(Frozen):
         "targets is not known, so feasible counts the replayed ones",
     )
     reason: str = Field("", description="Why the ranking is empty, when it is")
-    searched_targets: dict[ErrorMetric, float] = Field(
+    searched_targets_s: dict[ErrorMetric, float] = Field(
         default_factory=dict,
         description="With targets_at_band_end: the TTFT/TPOT targets (seconds) the search ran at, each the asked "
         "target times 1 + the 10th percentile error of its band's runs",

@@ -1044,7 +1044,7 @@ def _ranked(model: ModelSpec, cluster: ClusterSpec, asked: ServeRequest) -> Serv
         engine=engine.name,
         num_gpus=cluster.num_gpus,
         request=asked,
-        searched_targets=searched,
+        searched_targets_s=searched,
         candidates=ranked,
         considered=considered,
         feasible=len(ok),
