@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from planner.atomic import atomic_path, make_parent
-from planner.cost.pipeline import layers_per_chunk, needs_pp_multiple
+from planner.cost.pipeline import layers_per_chunk, needs_pp_multiple, with_recompute_every
 from planner.cost.simulate import SIMULATED_SCHEDULES, simulate
 from planner.errors import PlannerError
 from planner.mesh import MeshArrays
@@ -21,6 +21,7 @@ from planner.schemas.estimate import Estimate
 from planner.schemas.parallel import DUAL_SCHEDULES
 
 if TYPE_CHECKING:
+    from planner.schemas.model import ModelSpec
     from planner.serving.search import Curve
 
 MAX_MICROBATCHES_DRAWN = 4
@@ -63,9 +64,12 @@ def _save(fig: Any, path: str | Path) -> None:
     sys.stderr.write(f"wrote {target}\n")  # on stderr: --json's stdout stays one object
 
 
-def draw_timeline(ax: Any, est: Estimate) -> None:
+def draw_timeline(ax: Any, est: Estimate, model: ModelSpec | None = None) -> None:
     """Per pipeline rank, the forward and backward of each micro-batch (chunk-coloured when
-    interleaved); white gaps are the bubble."""
+    interleaved); white gaps are the bubble. Forward and backward split the busiest rank's slot
+    as the engine does (``MeshArrays.forward_passes``); with the ``model``, at the every-n-th
+    stride of a stack that recomputes so (``pipeline.with_recompute_every``, torchtitan), which
+    the mesh alone does not carry (without it, at the first r layers of each chunk)."""
     cfg = est.config.parallel
     p, m = cfg.pp, est.num_microbatches
     shown = min(m, MAX_MICROBATCHES_DRAWN * p)
@@ -78,7 +82,10 @@ def draw_timeline(ax: Any, est: Estimate) -> None:
     slot = (t.compute + t.tp_comm + t.cp_comm + t.ep_comm) / m
     # the busiest rank, as the engine prices it: ceil(L / (p v)) layers in each of its v chunks
     busiest = layers_per_chunk(sum(est.layers_per_stage), p * cfg.virtual_stages) * cfg.virtual_stages
-    passes = float(MeshArrays.from_configs([cfg]).forward_passes(busiest)[0])
+    mesh = MeshArrays.from_configs([cfg])
+    if model is not None:
+        mesh = with_recompute_every(model, est.config.job, mesh)
+    passes = float(mesh.forward_passes(busiest)[0])
     timeline = simulate(schedule, p, shown, slot / passes, slot - slot / passes, cfg.virtual_stages)
     colors = {
         "F": ["#4c72b0", "#64b5cd", "#8172b2", "#55a868"],
@@ -156,11 +163,12 @@ def draw_pareto(ax: Any, times_s: np.ndarray, memory_bytes: np.ndarray, front: l
     ax.legend(fontsize=7)
 
 
-def plot_estimate(est: Estimate, path: str | Path) -> None:
-    """``plan estimate --plot``: the timeline, memory and step-time of one mesh."""
+def plot_estimate(est: Estimate, path: str | Path, model: ModelSpec | None = None) -> None:
+    """``plan estimate --plot``: the timeline, memory and step-time of one mesh (``draw_timeline``
+    reads the ``model``)."""
     plt = require_pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(16, 4.5), gridspec_kw={"width_ratios": [3, 1, 1]})
-    draw_timeline(axes[0], est)
+    draw_timeline(axes[0], est, model)
     draw_memory(axes[1], [est], [None])
     draw_step_time(axes[2], [est], [None])
     fig.suptitle(f"{est.config.model} on {est.config.cluster}: {est.config.parallel.short()}", fontsize=10)
@@ -176,14 +184,15 @@ def plot_ranking(
     front: list[tuple[float, float]],
     title: str,
     path: str | Path,
+    model: ModelSpec | None = None,
 ) -> None:
     """``plan --plot``: the winner's timeline, the top candidates' memory and step time, and the
-    Pareto scatter of all feasible meshes."""
+    Pareto scatter of all feasible meshes (``draw_timeline`` reads the ``model``)."""
     plt = require_pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(15, 10))
     ranks: list[int | None] = list(range(1, len(ests) + 1))
     piped = next((i for i, e in enumerate(ests) if e.config.parallel.pp > 1), 0)
-    draw_timeline(axes[0, 0], ests[piped])
+    draw_timeline(axes[0, 0], ests[piped], model)
     if piped:
         axes[0, 0].set_title(f"#{piped + 1} (the best with a pipeline): " + axes[0, 0].get_title(), fontsize=9)
     draw_pareto(axes[0, 1], times_s, memory_bytes, front)

@@ -120,3 +120,46 @@ def test_a_disaggregated_plan_is_drawn_as_its_splits_over_the_colocated_curves(m
     labels = [t.get_text() for t in ax.get_legend().get_texts()]
     assert "disaggregated splits (#: the table's rank)" in labels and not any(" | " in t for t in labels)
     assert not any(label.endswith("(#1)") for label in labels)  # no co-located layout is the plan's winner
+
+
+def test_the_timeline_splits_forward_and_backward_at_torchtitans_every_nth_stride() -> None:
+    # torchtitan recomputes every n-th layer a rank builds (n from its smallest chunk), which the mesh
+    # alone does not carry: drawn without the model, the slot had split at the first r of each chunk
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from planner.catalog import load_cluster, load_model
+    from planner.mesh import MeshArrays
+    from planner.plots import draw_timeline
+    from planner.pricing import estimate_mesh
+    from planner.schemas import JobSpec, ParallelConfig
+
+    model = load_model("llama3-8b")
+    job = JobSpec(global_batch_size=64, seq_len=4096, stack="torchtitan")
+    config = ParallelConfig(
+        pp=2, dp=8, virtual_stages=3, schedule="interleaved-1f1b", recompute="full", recompute_layers=2
+    )
+    est = estimate_mesh(model, load_cluster("dgx-h100x2"), job, config)
+    # the busiest rank is drawn with 3 chunks of 6 layers: every n-th layer, n = 2 from the smallest chunk
+    # (r = 2 of at most 5), recomputes 9 of its 18, a share of 1/2; the block method's 2 of each 6, 1/3
+    assert float(MeshArrays.from_configs([config]).recomputed_share(18)[0]) == pytest.approx(1 / 3)
+
+    def widths(model_given: bool) -> dict[str, float]:
+        fig, ax = plt.subplots()
+        try:
+            draw_timeline(ax, est, model if model_given else None)
+            colours = {"F": "#4c72b0", "B": "#dd8452"}  # chunk 0's forward and backward
+            out = {}
+            for kind, colour in colours.items():
+                bar = next(c for c in ax.collections if tuple(c.get_facecolor()[0][:3]) == to_rgb(colour))
+                xs = bar.get_paths()[0].vertices[:, 0]
+                out[kind] = float(xs.max() - xs.min())
+            return out
+        finally:
+            plt.close(fig)
+
+    to_rgb = matplotlib.colors.to_rgb
+    drawn = widths(True)
+    assert drawn["B"] / drawn["F"] == pytest.approx(2.5)  # 3 + 1/2 passes: forward 1, backward 2.5
+    assert widths(False)["B"] / widths(False)["F"] == pytest.approx(2 + 1 / 3)

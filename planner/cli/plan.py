@@ -56,7 +56,7 @@ def plan_main(
 
         front = [(pt.step_time_s, pt.memory_per_gpu_bytes) for pt in ranking.pareto]
         title = f"{ranking.model} on {ranking.cluster_description}"
-        plot_ranking(list(ranking.candidates[: min(top, 6)]), times, memory, front, title, plot)
+        plot_ranking(list(ranking.candidates[: min(top, 6)]), times, memory, front, title, plot, spec)
     if as_json:
         emit_json(ranking.model_dump(mode="json"))
     else:
@@ -103,7 +103,7 @@ def estimate_cmd(
     if plot is not None:
         from planner.plots import plot_estimate
 
-        plot_estimate(est, plot)
+        plot_estimate(est, plot, spec)
     if as_json:
         out = est.model_dump(mode="json")
         if versus is not None:
