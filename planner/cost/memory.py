@@ -25,8 +25,11 @@ Under fp8 with a stack whose linears keep their fp8 input for the weight gradien
 Engine: ``Stack.fp8_saves_quantized_inputs``), the inputs of the four linears (the two norm outputs
 2h + 2h, the output projection's input 2*a*d_v, the MLP's product 2f, and a routed expert's
 permuted input 2h) are kept at 1 byte per element instead of 2.
-MLA keeps its up-projected Q, K, V as above plus the latents the up-projections read (the q and
-kv latents, the rope key). Selective recompute frees what its modules free (``cost.recompute``;
+MLA keeps its up-projected Q, K, V as above plus what its two up-projections keep (Megatron-Core
+fuses the q and kv latents' norms into them, Transformer Engine's LayerNormLinear, which saves
+both the norm's input and its output; ``MLA_LATENT_NORM_INPUT_BYTES``) and the rope key. A MoE
+layer's router keeps fp32 score tensors of the experts' width (``ROUTER_SCORE_BYTES_PER_EXPERT``).
+Selective recompute frees what its modules free (``cost.recompute``;
 the default, Megatron's core_attn, the attention core); full recompute keeps each layer's input (2h,
 split by t under SP) plus one layer's activations while it is recomputed; recomputing only the
 first r layers of each chunk (``recompute_layers``) keeps the inputs of those and everything of
@@ -203,10 +206,12 @@ class ActivationParts:
     # where the stack gathers them again in backward, Stack.sp_regathers_input)
     dropout: np.ndarray  # dropout masks h + h (split by SP)
     qkv: np.ndarray  # Q and K for the scores, V (MLA: the up-projected ones)
-    mla_latents: np.ndarray  # MLA's up-projection inputs: the q and kv latents, the rope key
+    mla_latents: np.ndarray  # MLA: the q and kv latents the up-projections' fused norms read, the rope key
+    mla_normed: np.ndarray  # MLA: those norms' outputs, the up-projections' GEMM inputs
     attn_proj_input: np.ndarray  # the output projection's input
     core: np.ndarray  # the attention core's state (flash: the log-sum-exp)
     dense_mlp: np.ndarray  # a dense layer's MLP
+    router: np.ndarray  # MoE: the router's fp32 scores
     routed_input: np.ndarray  # MoE: each routed token's permuted input at its experts
     routed_activation: np.ndarray  # MoE: the inputs of the experts' activation (gate and up)
     routed_product: np.ndarray  # MoE: the activation output, the second expert linear's input
@@ -217,6 +222,29 @@ class ActivationParts:
 
     def total(self, freed: frozenset[str] | set[str] = frozenset()) -> np.ndarray:
         return sum((getattr(self, f.name) for f in fields(self) if f.name not in freed), np.zeros(()))
+
+
+MLA_LATENT_NORM_INPUT_BYTES = 2.0
+"""Bytes per latent element the q and kv latents' norms keep of their 16-bit input, beside their
+output (``ActivationParts.mla_normed``, at the linear-input width, 1 byte under a quantising
+fp8 stack). Megatron-Core's MLA spec (gpt_layer_specs.py, 0.16) builds linear_q_up_proj and
+linear_kv_up_proj as TELayerNormColumnParallelLinear with q_layernorm and kv_layernorm the
+identity, and Transformer Engine's LayerNormLinear forward (layernorm_linear.py, 2.9:
+``prepare_for_saving(inputmat, ..., ln_out, mu, rsigma)``) saves the norm's input and output
+both. Recomputing mla_up_proj checkpoints the up-projections from the latents: it frees the
+outputs and keeps the inputs (``recompute.MODULES``). DeepSeek-V3: 4 kB per token and layer at
+t = 1, 0.8% of its MoE layer's 483 kB; counted since 2026-12-07."""
+
+ROUTER_SCORE_BYTES_PER_EXPERT = 8.0
+"""Bytes per token and routed expert a MoE router keeps for backward: two fp32 score tensors of
+the experts' width, the routing's (Megatron-Core moe_utils.py ``topk_routing_with_score_function``:
+the sigmoid of DeepSeek-V3's logits, or the softmax before top-k; a softmax after top-k keeps only
+k) and the load-balancing loss's (``compute_routing_scores_for_aux_loss``: a softmax or sigmoid over
+all experts, fp32), over the tokens of one TP rank; the router's input is the norm output counted
+already. A count from the code, not a measurement: it leaves out the permutation's index map
+(Transformer Engine's fused permute keeps an int32 map of the experts' width, unfused Megatron
+a bool mask) and a post-top-k softmax model's smaller routing scores. Qwen3-30B-A3B: 1 kB per
+token and MoE layer, 0.9% of 115 kB; counted since 2026-12-07."""
 
 
 def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool) -> ActivationParts:
@@ -236,22 +264,26 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
     linear_inputs = sp if job.software.sp_regathers_input else 1.0
     kv = kv_heads_per_rank(model, t)
     zero = np.zeros(len(mesh))
-    latents = 0.0
-    if model.is_mla:  # the normalised q and kv latents the up-projections keep, and the rope key
-        latents = lin * ((model.q_lora_rank or 0) + (model.kv_lora_rank or 0)) + 2.0 * (model.qk_rope_head_dim or 0)
+    latent_width = (model.q_lora_rank or 0) + (model.kv_lora_rank or 0) if model.is_mla else 0
+    rope_key = 2.0 * (model.qk_rope_head_dim or 0) if model.is_mla else 0.0
     attention = kind.attention  # per layer: one in a transformer, a share of a hybrid's dense kind
     parts = {
         "norm_inputs": 2.0 * kind.blocks * h * sp,
         "norm_outputs": lin * kind.blocks * h * linear_inputs,
         "dropout": kind.blocks * h * sp * (1.0 if job.dropout else 0.0),
         "qkv": attention * (2.0 * a * d_qk / t + 2.0 * kv * d_qk + 2.0 * kv * d_v),
-        "mla_latents": zero + attention * latents,
+        # the latents run on the rank's SP shard, as the layer's norms do (Megatron-Core
+        # multi_latent_attention.py: q_compressed [s / TP, b, q_lora_rank] from the duplicated down
+        # projection); the up-projections gather them again in backward where the stack does so
+        "mla_latents": attention * (MLA_LATENT_NORM_INPUT_BYTES * latent_width * linear_inputs + rope_key),
+        "mla_normed": attention * lin * latent_width * linear_inputs,
         "attn_proj_input": attention * lin * a * d_v / t,
         "core": attention
         * np.where(
             flash_attention_runs(model, job), 4.0 * a / t, (2.0 + 3.0 * (1.0 if job.dropout else 0.0)) * a * s / t
         ),
         "dense_mlp": zero,
+        "router": zero,
         "routed_input": zero,
         "routed_activation": zero,
         "routed_product": zero,
@@ -267,6 +299,7 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         routed = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model) * mesh.expert_tp / t
         width = model.expert_intermediate_size / mesh.expert_tp
         parts["routed_input"] = routed * lin * model.expert_input_size
+        parts["router"] = zero + ROUTER_SCORE_BYTES_PER_EXPERT * model.num_experts_total / t
         if model.moe_latent_size:  # fc1_latent_proj's input is the norm output counted above
             parts["latent"] = zero + lin * model.moe_latent_size / t
         parts["routed_activation"] = routed * (4.0 if model.is_gated_mlp else 2.0) * width

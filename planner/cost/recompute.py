@@ -57,11 +57,11 @@ class Module:
 MODULES: dict[str, Module] = {
     "core_attn": Module(frees=("core",), core=True),
     "layernorm": Module(frees=("norm_outputs",), ops=("norms",)),
-    "mla_up_proj": Module(frees=("qkv",), gemms=("attn.q_b", "attn.kv_b"), ops=("rope",), needs="mla"),
+    "mla_up_proj": Module(frees=("qkv", "mla_normed"), gemms=("attn.q_b", "attn.kv_b"), ops=("rope",), needs="mla"),
     "moe_act": Module(frees=("routed_product", "routed_clamped"), ops=("routed_activation",), needs="moe"),
     "mlp": Module(frees=("dense_mlp",), gemms=("mlp.in", "mlp.out"), ops=("dense_activation",), needs="dense"),
     "moe": Module(
-        frees=("routed_input", "routed_activation", "routed_product", "routed_clamped", "shared", "latent"),
+        frees=("router", "routed_input", "routed_activation", "routed_product", "routed_clamped", "shared", "latent"),
         gemms=(
             "moe.router",
             "moe.latent_down",
