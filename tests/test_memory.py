@@ -438,3 +438,19 @@ def test_the_ranks_between_are_priced_at_their_own_positions_and_bound_every_ran
     cluster = load_cluster("dgx-h100x4")
     peak, other = (estimate_mesh(llama, cluster, job8, c).memory_per_gpu_bytes for c in (tight, heavier))
     assert not estimate_mesh(llama, cluster, job8, tight).fits and peak == pytest.approx(other)
+
+
+def test_mla_latents_and_router_scores_sit_where_each_stack_runs_them() -> None:
+    # Megatron-Core: the latents (their norms' 16-bit inputs and outputs) and the router run on the SP
+    # shard; torchtitan replicates both over TP (DTensor Replicate inputs, a NoParallel router gate)
+    from planner.cost.memory import activation_parts
+
+    model = load_model("deepseek-v3")  # q_lora 1536 + kv_lora 512 = 2,048 latent elements, rope key 64, 256 experts
+    mesh = MeshArrays.from_configs([ParallelConfig(tp=4, dp=1, sequence_parallel=True)])
+    for stack, share in (("megatron-core", 1 / 4), ("torchtitan", 1.0)):
+        parts = activation_parts(model, JobSpec(global_batch_size=64, seq_len=4096, stack=stack), mesh, moe=True)
+        assert parts.mla_latents[0] == pytest.approx(2 * 2048 * share + 2 * 64), stack
+        assert parts.mla_normed[0] == pytest.approx(2 * 2048 * share), stack
+        assert parts.router[0] == pytest.approx(8 * 256 * share), stack
+    dense = activation_parts(model, JobSpec(global_batch_size=64, seq_len=4096), mesh, moe=False)
+    assert dense.router[0] == 0.0

@@ -240,7 +240,9 @@ ROUTER_SCORE_BYTES_PER_EXPERT = 8.0
 the experts' width, the routing's (Megatron-Core moe_utils.py ``topk_routing_with_score_function``:
 the sigmoid of DeepSeek-V3's logits, or the softmax before top-k; a softmax after top-k keeps only
 k) and the load-balancing loss's (``compute_routing_scores_for_aux_loss``: a softmax or sigmoid over
-all experts, fp32), over the tokens of one TP rank; the router's input is the norm output counted
+all experts, fp32), over the tokens of one TP rank under Megatron-Core (MoE with TP runs with
+SP) and over all of them under torchtitan (its TP plan replicates the router: ``NoParallel``
+gate, deepseek_v3 and llama4 parallelize.py); the router's input is the norm output counted
 already. A count from the code, not a measurement: it leaves out the permutation's index map
 (Transformer Engine's fused permute keeps an int32 map of the experts' width, unfused Megatron
 a bool mask) and a post-top-k softmax model's smaller routing scores. Qwen3-30B-A3B: 1 kB per
@@ -299,7 +301,11 @@ def activation_parts(model: ModelSpec, job: JobSpec, mesh: MeshArrays, moe: bool
         routed = (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model) * mesh.expert_tp / t
         width = model.expert_intermediate_size / mesh.expert_tp
         parts["routed_input"] = routed * lin * model.expert_input_size
-        parts["router"] = zero + ROUTER_SCORE_BYTES_PER_EXPERT * model.num_experts_total / t
+        # Megatron-Core routes the rank's SP shard (MoE with TP runs with SP); torchtitan's TP plan
+        # replicates the router's input and computation on every TP rank (NoParallel gate), the
+        # DTensor input the stack's linears also keep whole (``Stack.sp_regathers_input``)
+        routed_tokens = 1.0 / t if job.software.sp_regathers_input else 1.0
+        parts["router"] = zero + ROUTER_SCORE_BYTES_PER_EXPERT * model.num_experts_total * routed_tokens
         if model.moe_latent_size:  # fc1_latent_proj's input is the norm output counted above
             parts["latent"] = zero + lin * model.moe_latent_size / t
         parts["routed_activation"] = routed * (4.0 if model.is_gated_mlp else 2.0) * width

@@ -15,11 +15,13 @@ the whole submodule, keeping only its input. Default ["core_attn"].
 Activation parts (``memory.ActivationParts``) a module frees:
   core_attn       the attention core's saved state (scores and masks without flash attention)
   layernorm       the two norms' outputs (the inputs of the QKV and first MLP linears)
-  mla_up_proj     MLA's up-projected Q, K and V (the latents that produce them stay)
+  mla_up_proj     MLA's up-projected Q, K and V and the normalised latents the up-projections read
+                  (the latents before their norms, which the checkpoint keeps, and the rope key stay)
   moe_act         the routed experts' activation output (the second expert linear's input), and the
                   clamped copy of its input a clamp outside the fused activation makes
   mlp             a dense layer's MLP activations (its input, the norm output, stays)
-  moe             everything of the MoE layer but its input: routed inputs, activations, the shared experts
+  moe             everything of the MoE layer but its input: the router's scores, routed inputs,
+                  activations, the shared experts
   shared_experts  the shared experts' activations
 A module that does not apply to a layer (mla_up_proj without MLA, the MoE ones in a dense layer,
 mlp in a MoE layer) frees nothing there and runs nothing again.
