@@ -3,6 +3,7 @@ computes a figure the engine did not produce."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from rich.cells import cell_len
@@ -14,6 +15,7 @@ from planner.cost.memory import headroom_clause, host_offload_capacity_bytes
 from planner.error_bar import beyond_calibration, relative_band
 from planner.figures import rate
 from planner.hf_config import unfamiliar_type_note
+from planner.schedules import SCHEDULE_SHAPES
 from planner.schemas.base import GIB_BYTES
 from planner.schemas.estimate import Estimate
 from planner.schemas.hardware import ClusterSpec, HardwareProfile
@@ -304,8 +306,19 @@ def ranking_legend(ranking: Ranking) -> str:
     return (
         "columns: v virtual stages per pipeline rank, Z ZeRO stage (1 optimizer, 2 +gradients, 3 +weights sharded), "
         f"recomp {', '.join(codes)}, SP sequence parallel, GiB peak per GPU, free GiB left of {usable} usable"
-        f"{headroom_clause(ranking.job)}, bubble (p-1)/(v m+p-1)"
+        f"{headroom_clause(ranking.job)}, {bubble_legend(c.config.parallel.schedule for c in ranking.candidates)}"
     )
+
+
+def bubble_legend(schedules: Iterable[str]) -> str:
+    """How the bubble column is read for the ``schedules`` shown (``ScheduleShape.bubble_text``):
+    1F1B and interleaved as (p-1)/(v m+p-1), any other schedule by name."""
+    shown = [s for s in SCHEDULE_SHAPES if s in set(schedules)]
+    classic = "bubble (p-1)/(v m+p-1)"
+    others = [f"{s} {SCHEDULE_SHAPES[s].bubble_text}" for s in shown if s not in ("1f1b", "interleaved-1f1b")]
+    if not others:
+        return classic
+    return (classic + ", " if len(others) < len(shown) else "bubble ") + ", ".join(others)
 
 
 def print_ranking(console: Console, ranking: Ranking) -> None:

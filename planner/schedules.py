@@ -41,6 +41,7 @@ class ScheduleShape:
     head_share: float
     batch_times_pp: bool
     source: str
+    bubble_text: str  # the bubble fraction, bubble_slots / (m + bubble_slots), as the tables' legend writes it
     async_sends: bool = False
 
 
@@ -98,6 +99,7 @@ ONE_F_ONE_B = ScheduleShape(
     head_share=1.0,
     batch_times_pp=False,
     source="Narayanan et al. 2021 section 2.2.1: (p-1)/(m+p-1) idle; stage i holds p-i micro-batches",
+    bubble_text="(p-1)/(m+p-1)",
 )
 
 
@@ -110,6 +112,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
         head_share=1.0,
         batch_times_pp=False,
         source="Huang et al. 2019 (GPipe), figure 2: every forward, then every backward",
+        bubble_text="(p-1)/(m+p-1)",
     ),
     "1f1b": ONE_F_ONE_B,
     "interleaved-1f1b": ScheduleShape(
@@ -127,12 +130,14 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
             "group size, ``microbatch_group_size``); async sends: Megatron-LM arguments.py keeps "
             "overlap_p2p_comm only for the interleaved schedule"
         ),
+        bubble_text="(p-1)/(v m+p-1)",
         async_sends=True,
     ),
     "zb-h1": replace(
         ONE_F_ONE_B,
         bubble_slots=lambda p, v, m: (p - 1.0) / 3.0,
         source="Qi et al. 2024 (Zero Bubble), ZB-H1: 1F1B's memory, a third of its bubble (F = B = W)",
+        bubble_text="(p-1)/(3m+p-1)",
     ),
     "dualpipe": ScheduleShape(
         bubble_slots=lambda p, v, m: np.maximum(p - 2.0, 0.0) / 3.0,
@@ -146,6 +151,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
             "PP + 1 micro-batches of activations and 2x parameters per rank; each end rank ends one "
             "direction's micro-batches"
         ),
+        bubble_text="(p-2)/(3m+p-2)",
     ),
     "dualpipev": ScheduleShape(
         bubble_slots=lambda p, v, m: (p - 1.0) / 3.0,
@@ -158,6 +164,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
             "deepseek-ai/DualPipe dualpipev.py: p-1 stage-forwards idle, PP + 1 half-stages of activations, "
             "one copy of the parameters, two half-stages a rank"
         ),
+        bubble_text="(p-1)/(3m+p-1)",
     ),
 }
 """One entry per schedule, in the order of ``schemas.parallel.Schedule`` (the mesh's codes)."""

@@ -167,3 +167,22 @@ def test_a_cpu_profile_rate_does_not_read_as_zero() -> None:
     per_gpu = ranking.candidates[0].tokens_per_s_per_gpu
     assert 0.1 < per_gpu < 1.0
     assert f" {per_gpu:.3g} " in row
+
+
+def test_the_bubble_legend_writes_each_schedules_own_fraction() -> None:
+    # DualPipeV's column read 7/(3m+7) under a legend of (p-1)/(v m+p-1) alone (a review)
+    import re
+
+    import numpy as np
+
+    from planner.render import bubble_legend
+    from planner.schedules import SCHEDULE_SHAPES
+
+    p, v, m = 8.0, 2.0, 16.0
+    for name, shape in SCHEDULE_SHAPES.items():
+        slots = float(shape.bubble_slots(np.array([p]), np.array([v]), np.array([m]))[0])
+        written = re.sub(r"(\d|v) ?m", r"\1*m", shape.bubble_text)
+        assert eval(written, {"p": p, "v": v, "m": m}) == pytest.approx(slots / (m + slots)), name
+    assert bubble_legend(["1f1b", "interleaved-1f1b"]) == "bubble (p-1)/(v m+p-1)"
+    assert bubble_legend(["dualpipev"]) == "bubble dualpipev (p-1)/(3m+p-1)"
+    assert bubble_legend(["interleaved-1f1b", "zb-h1"]) == "bubble (p-1)/(v m+p-1), zb-h1 (p-1)/(3m+p-1)"
