@@ -670,6 +670,19 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "stack_amp_through_sharding",
+        # Stack.amp_through_sharding: torchtitan's maybe_enable_amp runs 16-bit training through FSDP's
+        # policy only, and a TP or PP mesh without FSDP or CP trains in fp32
+        lambda m, c, j, x: ((x.tp == 1) & (x.pp == 1)) | (x.cp > 1) | ((x.zero_stage >= 2) & (x.dp > 1)),
+        lambda m, c, j, p: (
+            f"stack {j.software.name} trains {j.dtype} with tp or pp only under FSDP or CP (torchtitan "
+            "maybe_enable_amp: 'Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is "
+            f"enabled', else fp32); this mesh has tp {p.tp}, pp {p.pp}, cp {p.cp} and dp {p.dp} at zero_stage "
+            f"{p.zero_stage}: shard over dp > 1 (zero_stage 2 or 3) or use cp > 1"
+        ),
+        applies=lambda m, c, j, x: j.software.amp_through_sharding,
+    ),
+    Rule(
         "stack_partial_recompute",
         # Stack.partial_recompute: Megatron any first r layers, torchtitan every n-th layer
         lambda m, c, j, x: (j.software.partial_recompute is not None) & (x.recompute_layers == _recomputable(m, j, x)),

@@ -818,9 +818,10 @@ def test_cli_launcher_starts_the_plan_on_its_nodes(cli, tmp_path, fmt: str, extr
                                                    module: bool) -> None:  # type: ignore[no-untyped-def]  # fmt: skip
     pytest.importorskip("torch.distributed.run")
     extra = tuple(str(tmp_path / e) if e.endswith((".toml", ".json")) else e for e in extra)
-    mesh_args = (
-        ("--tp", "1", "--pp", "1", "--dp", "16") if fmt == "deepspeed" else ("--tp", "8", "--pp", "2", "--dp", "1")
-    )
+    # torchtitan trains bf16 with TP or PP only under FSDP (Stack.amp_through_sharding): dp 2 there
+    meshes = {"deepspeed": ("1", "1", "16"), "megatron": ("8", "2", "1")}
+    tp, pp, dp = meshes.get(fmt, ("4", "2", "2"))
+    mesh_args = ("--tp", tp, "--pp", pp, "--dp", dp)
     r = cli("export", "-f", fmt, "-m", "llama3-8b", "-c", "dgx-h100x2", "-B", "64", *mesh_args, *extra,
             "--launcher", "torchrun")  # fmt: skip
     assert r.code == 0, r.err

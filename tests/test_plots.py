@@ -138,7 +138,7 @@ def test_the_timeline_splits_forward_and_backward_at_torchtitans_every_nth_strid
     model = load_model("llama3-8b")
     job = JobSpec(global_batch_size=64, seq_len=4096, stack="torchtitan")
     config = ParallelConfig(
-        pp=2, dp=8, virtual_stages=3, schedule="interleaved-1f1b", recompute="full", recompute_layers=2
+        pp=2, dp=8, zero_stage=3, virtual_stages=3, schedule="interleaved-1f1b", recompute="full", recompute_layers=2
     )
     est = estimate_mesh(model, load_cluster("dgx-h100x2"), job, config)
     # the busiest rank is drawn with 3 chunks of 6 layers: every n-th layer, n = 2 from the smallest chunk

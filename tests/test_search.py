@@ -283,6 +283,12 @@ def test_a_stack_ranks_only_meshes_it_runs(stack: str, allowed: dict) -> None:
             "stack torchtitan recomputes every n-th layer, floor(80/n) of its smallest chunk's 80; the nearest count "
             "at or above 73 is 80 (n = 1, every layer",
         ),
+        (  # without FSDP or CP, torchtitan's maybe_enable_amp leaves a TP or PP mesh in fp32
+            "torchtitan",
+            {"tp": 8, "pp": 4, "dp": 4, "zero_stage": 0},
+            "stack torchtitan trains bf16 with tp or pp only under FSDP or CP",
+        ),
+        ("torchtitan", {"tp": 8, "pp": 16, "dp": 1, "zero_stage": 3}, "this mesh has tp 8, pp 16, cp 1 and dp 1"),
     ],
 )
 def test_a_stack_refuses_a_mesh_it_cannot_run(stack: str, pins: dict, message: str) -> None:

@@ -230,6 +230,12 @@ class Stack(Frozen):
         "SAC (every second matmul and every op outside its save list: norms, activations, TP all-gathers)"
     )
     overlap_grad_reduce: bool = Field(description="Gradient reduction (and ZeRO/FSDP gathers) overlap compute")
+    amp_through_sharding: bool = Field(
+        description="The stack trains in 16 bits (and fp8) only through its sharded data parallelism's mixed-precision "
+        "policy: a mesh with TP or PP and neither sharded data parallelism (zero_stage 2 or 3 over dp > 1) nor "
+        "CP would train in fp32, which the planner does not price, so it is refused (torchtitan's "
+        "maybe_enable_amp)"
+    )
     activation_offloading: bool = Field(
         description="The stack can move the activations of some layers to host memory during forward and back "
         "for backward (Megatron-Core --cpu-offloading --cpu-offloading-num-layers: ``ParallelConfig.offload_layers``)"
