@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -769,6 +770,16 @@ def test_torchtitan_builds_its_flavor_and_refuses_models_it_has_not() -> None:
     with pytest.raises(ExportRefusalError, match="no model of its shape") as err:
         render("torchtitan-0.2", MIXTRAL, JOB, mesh(dp=8, ep=8, zero_stage=3))
     assert not err.value.mesh_bound  # no other mesh of the job would export: the CLI says so at once
+    # the layers of a flavor are not the model: a llama3 flavor builds Llama 3's vocabulary and RoPE base
+    # and no window, so Mistral-7B (and Llama-2-70B) had been exported as another model (a review)
+    for name, said in (
+        ("mistral-7b", "llama3 8B has its layers but not its vocabulary 32,000 (it builds 128,256), RoPE base "
+         "10000 (500000), a 4096-token sliding window"),
+        ("llama2-70b", "llama3 70B has its layers but not its vocabulary 32,000"),
+    ):  # fmt: skip
+        with pytest.raises(ExportRefusalError, match=re.escape(said)) as err:
+            render("torchtitan-0.2", load_model(name), JOB, mesh(dp=8, zero_stage=3))
+        assert not err.value.mesh_bound
 
 
 def test_cli_export_refuses_what_would_not_run_and_finds_what_would(cli) -> None:  # type: ignore[no-untyped-def]

@@ -77,6 +77,24 @@ class Flavor:
     pipeline: bool = True  # the model's TrainSpec has a pipelining_fn
     flex_attention: bool = False  # attn_type "flex": no context parallelism
 
+    @property
+    def vocab_and_rope_theta(self) -> tuple[int, float]:
+        """The vocabulary and RoPE base the flavor builds (``FAMILY_VOCAB_AND_ROPE_THETA``)."""
+        return FAMILY_VOCAB_AND_ROPE_THETA[self.name]
+
+
+FAMILY_VOCAB_AND_ROPE_THETA = {
+    "llama3": (128256, 500000.0),
+    "qwen3": (151936, 1000000.0),
+    "deepseek_v3": (129280, 10000.0),
+}
+"""The vocabulary and RoPE base each torchtitan model family builds, whatever the checkpoint: the
+llama3 flavors take TransformerModelArgs' vocab_size 128256 and set rope_theta 500000 (torchtitan
+0.2.2 models/llama3/__init__.py, model/args.py; ``update_from_config`` changes only the sequence
+length), qwen3's 151936 and 1000000 (models/qwen3/__init__.py), deepseek_v3's 671B 129280 and
+DeepSeekV3ModelArgs' 10000 (models/deepseek_v3/__init__.py, model/args.py). None builds a sliding
+window."""
+
 
 FLAVORS = (
     # torchtitan/models/llama3/__init__.py llama3_configs: FFN from ffn_dim_multiplier and
@@ -116,6 +134,20 @@ def flavor_of(model: ModelSpec, target: str = TARGET) -> Flavor:
     )
     for flavor in FLAVORS:
         if flavor.shape == shape:
+            vocab, theta = flavor.vocab_and_rope_theta
+            differs = [f"vocabulary {model.vocab_size:,} (it builds {vocab:,})"] if model.vocab_size != vocab else []
+            if model.rope_theta is not None and model.rope_theta != theta:
+                differs.append(f"RoPE base {model.rope_theta:g} ({theta:g})")
+            if model.sliding_window is not None:
+                differs.append(f"a {model.sliding_window}-token sliding window (full attention)")
+            if differs:
+                # a llama3 flavor of Mistral-7B's or Llama-2-70B's layers would train another model, at another cost
+                raise refuse(
+                    target,
+                    f"model {model.name}",
+                    f"torchtitan's {flavor.name} {flavor.flavor} has its layers but not its {', '.join(differs)}",
+                    mesh_bound=False,
+                )
             return flavor
     known = ", ".join(f"{f.name} {f.flavor}" for f in FLAVORS)
     raise refuse(
