@@ -198,7 +198,7 @@ def print_estimate(console: Console, est: Estimate, cluster: ClusterSpec) -> Non
     mem.add_column("GiB", justify="right")
     for kind, value in est.memory_breakdown_bytes.model_dump().items():
         mem.add_row(kind, gib(value))
-    comm = Table(title="communication per GPU per step")
+    comm = Table(title="communication per GPU per step (the busiest pipeline rank's)")
     comm.add_column("group")
     comm.add_column("size", justify="right")
     comm.add_column("bytes sent", justify="right")

@@ -19,9 +19,10 @@ settings.load_profile("planner")
 
 def _stack(zero_stage: int) -> str:
     """A stack that runs ``zero_stage`` with pipeline parallelism (Stack.zero_stages, zero_with_pipeline):
-    torchtitan's FSDP2 runs ZeRO-0/2/3 under a pipeline but no ZeRO-1; Megatron-Core's distributed
-    optimizer is the ZeRO-1 that runs with one."""
-    return "megatron-core" if zero_stage == 1 else "torchtitan"
+    torchtitan's FSDP2 runs ZeRO-2/3 under a pipeline but no ZeRO-1, and trains bf16 with TP or PP
+    only under FSDP (Stack.amp_through_sharding, so not at ZeRO-0); Megatron-Core's distributed
+    optimizer is the ZeRO-1 that runs with one, its plain DDP the ZeRO-0."""
+    return "megatron-core" if zero_stage <= 1 else "torchtitan"
 
 
 def _memory(model_name: str, **mesh: object) -> float:
@@ -54,13 +55,18 @@ def test_memory_does_not_rise_when_tp_or_pp_doubles(
     by 2p: interleaved 1F1B keeps p(1 + (p-1)/(pv)) micro-batches, which grows with p, and an
     uneven split can give the worst stage more than its share)."""
     model = load_model(model_name)
+    assume(dp > 1 or zero <= 1)  # FSDP over one rank is none: torchtitan would train it in fp32 (amp_through_sharding)
     assume(model.num_hidden_layers % (2 * pp) == 0)
     assume(model.num_attention_heads % (2 * tp) == 0 and model.num_kv_heads % (2 * tp) == 0)  # tp divides the KV heads
     assume(model.intermediate_size % (2 * tp) == 0)
     base = {"tp": tp, "pp": pp, "dp": dp, "zero_stage": zero, "recompute": recompute, "micro_batch_size": mbs}
     before = _memory(model_name, **base)
     assert _memory(model_name, **{**base, "tp": 2 * tp}) <= before * (1 + 1e-12)
-    assert _memory(model_name, **{**base, "pp": 2 * pp}) <= before * (1 + 1e-12)
+    if pp > 1 or zero <= 1:
+        # torchtitan's pipeline keeps FSDP's gathered weights and unsharded gradients through a step
+        # (Stack.pipeline_holds_fsdp_state): its first pipeline stage can add memory (Mixtral-8x7B at tp 2, dp 2,
+        # ZeRO-3: 203.8 -> 217.7 GiB)
+        assert _memory(model_name, **{**base, "pp": 2 * pp}) <= before * (1 + 1e-12)
 
 
 @given(

@@ -53,7 +53,9 @@ class TimeBreakdown(Frozen):
 
 
 class CommBytes(Frozen):
-    """Bytes each GPU sends per step, by parallel dimension."""
+    """Bytes a GPU sends per step, by parallel dimension: for TP, CP and EP the busiest pipeline rank's
+    (the last rank with the LM head, or the busiest other), which need not be the rank that sets
+    the step's pace."""
 
     tp: NonNegativeFloat
     pp: NonNegativeFloat
