@@ -105,7 +105,7 @@ def test_interleaved_growth_rounds_to_a_multiple_of_dp_mbs_pp() -> None:
         tp=8, pp=4, dp=4, micro_batch_size=1, schedule="interleaved-1f1b", virtual_stages=5, sequence_parallel=True
     )
     titan = default_job(LLAMA70, global_batch_size=500, max_batch_growth=0.2, stack="torchtitan")
-    grown = estimate_mesh(LLAMA70, H100X16, titan, cfg)
+    grown = estimate_mesh(LLAMA70, H100X16, titan, cfg.model_copy(update={"zero_stage": 3}))  # FSDP: bf16 with TP
     assert grown.config.job.batch_size == 512  # multiple of dp*b*pp = 16
     assert grown.num_microbatches == 128
     job = default_job(LLAMA70, global_batch_size=500, max_batch_growth=0.2)
