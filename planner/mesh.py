@@ -46,6 +46,8 @@ LAYOUT_COLUMNS = (
     "layout_middle_mtp",
     "layout_second",
     "layout_second_mtp",
+    "layout_first_chunk",
+    "layout_first_next_start",
 )
 
 
@@ -53,7 +55,9 @@ def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     """A config's explicit layout as (decoder, MTP) layers on its busiest rank other than the
     last (by their sum), on the last rank, then on the first, the decoder layers of its smallest
     chunk that holds any, and (decoder, MTP) layers on the busiest of ranks 1 to p-2 and on rank 1
-    (0 where p <= 2: no such rank): ``LAYOUT_COLUMNS``; -1 each without a layout."""
+    (0 where p <= 2: no such rank), the decoder layers of the first chunk, and the decoder layers of
+    the chunks before the first rank's second (where its second chunk starts in the model, its
+    decoders' count where it has one chunk): ``LAYOUT_COLUMNS``; -1 each without a layout."""
     if config.pipeline_layout is None:
         return (-1,) * len(LAYOUT_COLUMNS)
     stages = parse_layout(config.pipeline_layout)
@@ -64,7 +68,9 @@ def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     first = (t[0], m[0]) if config.pp > 1 else (0, 0)
     second = (t[1], m[1]) if config.pp > 2 else (0, 0)
     smallest = min((n for n in (stage.count("t") for stage in stages) if n > 0), default=0)
-    return body, body_mtp, t[-1], m[-1], *first, smallest, middle, middle_mtp, *second
+    first_chunk = stages[0].count("t")
+    next_start = sum(stage.count("t") for stage in stages[: config.pp]) if len(stages) > config.pp else first_chunk
+    return body, body_mtp, t[-1], m[-1], *first, smallest, middle, middle_mtp, *second, first_chunk, next_start
 
 
 def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
@@ -138,6 +144,8 @@ class MeshArrays:
     layout_middle_mtp: np.ndarray | None = None
     layout_second: np.ndarray | None = None  # rank 1's decoder and MTP layers (0 where p <= 2)
     layout_second_mtp: np.ndarray | None = None
+    layout_first_chunk: np.ndarray | None = None  # the decoder layers of its first chunk (rank 0's)
+    layout_first_next_start: np.ndarray | None = None  # where rank 0's second chunk starts, in decoder layers
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:

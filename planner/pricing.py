@@ -561,5 +561,18 @@ def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: 
     Raises PlannerError when a hard rule fails (product of degrees vs GPUs, divisibility, ...).
     """
     soft = check_config(model, cluster, job, config)
-    cols = evaluate(model, cluster, job, MeshArrays.from_configs([config]))
+    cols = evaluate(model, cluster, job, MeshArrays.from_configs([own_split_as_planned(model, job, config)]))
     return estimate_row(cols, 0, model, cluster, job, config, soft)
+
+
+def own_split_as_planned(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> ParallelConfig:
+    """``config`` without its ``pipeline_layout`` where that is the plan's own split
+    (``plan_layout``, which ``row_estimate`` writes into every candidate): priced as the search
+    priced it, each pipeline rank at its own layers and micro-batches, where an explicit layout is
+    priced with bounds (its middle ranks at rank 1's micro-batches). A candidate's mesh given back
+    to ``estimate`` had come out otherwise: Llama-3-8B on a GB200 rack 61.6 -> 64.4 GiB (a review)."""
+    if config.pipeline_layout is None or config.schedule in DUAL_SCHEDULES:
+        return config
+    if config.pipeline_layout != plan_layout(model, job, config.pp, config.virtual_stages):
+        return config
+    return config.model_copy(update={"pipeline_layout": None})

@@ -454,3 +454,44 @@ def test_mla_latents_and_router_scores_sit_where_each_stack_runs_them() -> None:
         assert parts.router[0] == pytest.approx(8 * 256 * share), stack
     dense = activation_parts(model, JobSpec(global_batch_size=64, seq_len=4096), mesh, moe=False)
     assert dense.router[0] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("layout", "v", "leading"),
+    [
+        ("Et|(t|)*31(t*2|)*7t|(t*2|)*7mL", 3, 1),  # layer 0 on rank 0, layers 1 and 2 on ranks 1 and 2
+        ("Et*3|(t*4|)*14tmL", 1, 3),
+        ("E|(t*2|)*30tmL", 2, 0),  # the embedding alone: rank 0's decoders are its second chunk's, all MoE
+    ],
+)
+def test_an_explicit_layouts_first_rank_counts_the_leading_dense_layers_it_holds(
+    layout: str, v: int, leading: int
+) -> None:
+    # DeepSeek-V3's first 3 layers are dense; an explicit interleaved layout had priced all of the first
+    # rank's layers as MoE, 82.0 GiB where the plan's own split of the same layout counted 78.3 (a review)
+    from planner.cost.pipeline import first_rank_leading_dense_layers
+    from planner.search import default_job
+
+    model = load_model("deepseek-v3")
+    schedule = "interleaved-1f1b" if v > 1 else "1f1b"
+    config = ParallelConfig(pp=16, dp=4, ep=4, virtual_stages=v, schedule=schedule, pipeline_layout=layout)
+    mesh = MeshArrays.from_configs([config])
+    decoders = rank_layers(model, default_job(model, seq_len=4096), mesh).stage("first", mesh.pp)[0]
+    assert first_rank_leading_dense_layers(model, mesh, decoders)[0] == leading
+
+
+def test_a_candidates_mesh_given_back_to_estimate_is_priced_as_the_plan_priced_it() -> None:
+    # the plan writes its own split into each candidate as pipeline_layout; priced back as an explicit layout
+    # it had taken the bound for the middle ranks (Llama-3-8B on a GB200 rack: 61.6 -> 64.4 GiB, a review)
+    import planner
+
+    ranking = planner.plan("llama3-8b", "gb200-nvl72x1", top=3)
+    for c in ranking.candidates:
+        assert c.config.parallel.pipeline_layout is not None
+        e = planner.estimate("llama3-8b", "gb200-nvl72x1", **c.config.parallel.model_dump())
+        assert (e.memory_per_gpu_bytes, e.memory_peak_rank, e.step_time_s, e.fits) == (
+            c.memory_per_gpu_bytes,
+            c.memory_peak_rank,
+            c.step_time_s,
+            c.fits,
+        )

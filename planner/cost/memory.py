@@ -56,9 +56,9 @@ from planner.cost.flops import (
 from planner.cost.params import largest_dense_layer, mamba_in_proj_width
 from planner.cost.pipeline import (
     RankLayers,
+    first_rank_leading_dense_layers,
     is_dual,
     layers_with_mtp,
-    leading_dense_layers,
     microbatches_in_flight,
     moe_layers_of,
     rank_layers,
@@ -591,11 +591,8 @@ def stage_layers(
     decoders, mtp, _ = ranks.stage(rank, mesh.pp)
     moe = moe_layers_of(model, decoders, mtp)
     if first:  # the model's leading dense layers are the first rank's (DualPipe's rank 0 is priced as the busiest)
-        leading = leading_dense_layers(model, decoders, mesh.virtual_stages)
-        # an explicit layout's first chunk may hold the embedding alone (Megatron's 'E|...'): under
-        # interleaving the first rank's decoders are then later chunks', all MoE, so none is counted
-        unknown_first_chunk = (mesh.layout_last >= 0) & (mesh.virtual_stages > 1)
-        moe = np.where(on_last | is_dual(mesh) | unknown_first_chunk, moe, moe - leading)
+        leading = first_rank_leading_dense_layers(model, mesh, decoders)
+        moe = np.where(on_last | is_dual(mesh), moe, moe - leading)
     return layers_with_mtp(model, decoders, mtp), moe, mtp
 
 

@@ -454,6 +454,25 @@ def leading_dense_layers(model: ModelSpec, decoders: np.ndarray, virtual_stages:
     return np.minimum(float(k), np.floor(np.asarray(decoders) / np.asarray(virtual_stages)))
 
 
+def first_rank_leading_dense_layers(model: ModelSpec, mesh: MeshArrays, decoders: np.ndarray) -> np.ndarray:
+    """The model's leading dense layers on the first pipeline rank, holding ``decoders`` layers:
+    ``leading_dense_layers`` of the plan's own split; of an explicit layout, those of its first
+    chunk, min(k, c0), and of the layers from where its second chunk starts (the chunks of ranks 1
+    to p-1 before it), the rest of the first k it can hold. Exact while that second chunk reaches
+    past layer k (DeepSeek's k = 3); counting fewer dense layers is the safe side. A layout
+    starting 'Et|' holds one: DeepSeek-V3 at pp 16, v 2 had priced its first rank's decoders all
+    as MoE, 82.0 GiB where the plan's own split of the same layout counted 78.3 (a review)."""
+    own = leading_dense_layers(model, decoders, mesh.virtual_stages)
+    k = float(model.first_k_dense_replace or 0)
+    if k == 0 or not np.any(mesh.layout_last >= 0):
+        return own
+    c0, start = mesh.layout_first_chunk.astype(float), mesh.layout_first_next_start.astype(float)
+    later = np.clip(np.minimum(k - start, np.asarray(decoders, dtype=float) - c0), 0.0, None)
+    from_layout = np.minimum(k, c0) + np.where(start > c0, later, 0.0)
+    applies = leading_dense_layers(model, np.full(np.shape(decoders), k), np.ones(np.shape(decoders))) > 0
+    return np.where((mesh.layout_last >= 0) & applies, from_layout, own)
+
+
 def layers_with_mtp(model: ModelSpec, decoders: np.ndarray, mtp: np.ndarray | int) -> np.ndarray:
     """Layers a rank runs: its decoder layers and its MTP modules' (``flops.mtp_block_counts``: one
     each in a transformer, the blocks of the MTP pattern in a hybrid)."""
