@@ -893,3 +893,27 @@ def test_a_relative_cache_home_or_a_missing_home_keeps_no_cache(
     monkeypatch.setenv("HOME", str(tmp_path / "no-such-home"))
     assert read_yaml(path) == {"name": "m"}
     assert not (tmp_path / "relative").exists() and not (tmp_path / "no-such-home").exists()
+
+
+def test_a_model_or_stack_file_edited_in_the_same_process_is_read_again(tmp_path: Path) -> None:
+    # the loaders had cached by path alone: a notebook's edited layer count, and a misspelt key, went unseen
+    from planner.catalog import load_stack
+    from planner.errors import PlannerError
+
+    spec = yaml.safe_load((catalog_dir("models") / "llama3-8b.yaml").read_text())
+    path = tmp_path / "edit.yaml"
+    path.write_text(yaml.safe_dump({**spec, "num_hidden_layers": 32}))
+    assert load_model(str(path)).num_hidden_layers == 32
+    path.write_text(yaml.safe_dump({**spec, "num_hidden_layers": 16}))
+    os.utime(path, ns=(1, 1))  # a new stamp even where the clock's resolution would not give one
+    assert load_model(str(path)).num_hidden_layers == 16
+    path.write_text(yaml.safe_dump({**spec, "num_hiden_layers": 3}))
+    with pytest.raises(PlannerError, match="num_hiden_layers"):
+        load_model(str(path))
+    stack = yaml.safe_load((catalog_dir("stacks") / "torchtitan.yaml").read_text())
+    stack_path = tmp_path / "st.yaml"
+    stack_path.write_text(yaml.safe_dump({**stack, "name": "mine"}))
+    assert load_stack(str(stack_path)).name == "mine"
+    stack_path.write_text(yaml.safe_dump({**stack, "name": "mine2"}))
+    os.utime(stack_path, ns=(2, 2))
+    assert load_stack(str(stack_path)).name == "mine2"
