@@ -148,3 +148,20 @@ def test_yaml_exponents_that_pyyaml_reads_as_text_stay_numbers() -> None:
     assert ModelSpec.model_validate(fields).norm_eps == 1e-6
     with pytest.raises(PlannerError, match=r"field 'norm_eps'"):
         ModelSpec.model_validate({**fields, "norm_eps": "tiny"})
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        # a batch in tokens that is no whole number had been replaced by global_batch_size x seq_len (a review)
+        ({"global_batch_size": 64, "global_batch_tokens": float("nan")}, "field 'global_batch_tokens'"),
+        ({"global_batch_size": 64, "global_batch_tokens": "lots"}, "field 'global_batch_tokens'"),
+        ({"global_batch_size": 64, "global_batch_tokens": 262144.5}, "field 'global_batch_tokens'"),
+        # a misspelt batch key had read 'give global_batch_size (sequences) or global_batch_tokens'
+        ({"global_batch_sise": 64}, "field 'global_batch_sise': unknown key"),
+    ],
+)
+def test_a_bad_batch_in_tokens_or_a_misspelt_batch_key_is_named(fields: dict, said: str) -> None:
+    with pytest.raises(PlannerError) as err:
+        JobSpec(seq_len=4096, **fields)
+    assert said in str(err.value)

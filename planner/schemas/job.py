@@ -379,6 +379,8 @@ class JobSpec(Frozen):
             for v in (data.get("global_batch_size"), data.get("global_batch_tokens"), data.get("seq_len"))
         )
         if seqs is None and tokens is None:
+            if set(data) - set(cls.model_fields):  # a misspelt key (global_batch_sise): pydantic names it
+                return data
             raise ValueError("give global_batch_size (sequences) or global_batch_tokens")
         if tokens is not None and isinstance(tokens, int) and isinstance(seq_len, int) and seq_len > 0:
             if tokens % seq_len:
@@ -391,7 +393,9 @@ class JobSpec(Frozen):
                     f"the {MAX_BATCH_SEQUENCES:,} of one global batch planned at most"
                 )
             data = {**data, "global_batch_size": tokens // seq_len}
-        elif isinstance(seqs, int) and seqs > 0 and isinstance(seq_len, int) and seq_len > 0:
+        elif tokens is None and isinstance(seqs, int) and seqs > 0 and isinstance(seq_len, int) and seq_len > 0:
+            # tokens given but no whole number (nan, text, 262144.5) stay for the field's check to refuse:
+            # they had been replaced by seqs x seq_len without a word (a review)
             data = {**data, "global_batch_tokens": seqs * seq_len}
         return data
 
