@@ -410,7 +410,7 @@ def test_a_closed_loop_beyond_the_token_budget_is_replayed_at_what_the_engine_ra
     # and says why it ran fewer than its KV room: the budget admits the prompts of about 8,192 x 512 /
     # 2,560 = 1,638 (whole prompts of 2,048: 1,536 ran), and names TensorRT-LLM's own flag
     (note,) = best.warnings
-    assert note.startswith("ran 1,536 of the 2,048 sequences a replica's KV cache holds: trtllm's token budget of")
+    assert note.startswith("ran 1,536 of the 2,048 sequences in flight a replica: trtllm's token budget of")
     assert "about 1,638 running sequences" in note and "beside at most 6,144 decode tokens" in note
     assert "(--max_num_tokens, which --export writes)" in note and note.endswith("or chunked prefill runs more")
 

@@ -552,9 +552,10 @@ def budget_batch(s: Setting, one: Layouts, input_len: int, output_len: int) -> f
     return int(schedulers(s, one)[0]) * per_rank
 
 
-def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: float) -> str:
-    """Why a replica ran ``ran`` of the ``room`` sequences its KV cache holds: the engine's token
-    budget, and what raises it."""
+def _budget_note(s: Setting, one: Layouts, req: ServeRequest, sent: float, ran: float) -> str:
+    """Why a replica ran ``ran`` of the ``sent`` sequences the closed loop kept in flight (its KV
+    room, or fewer where the search sent fewer to meet a target): the engine's token budget, and
+    what raises it."""
     e = s.engine
     ranks = int(schedulers(s, one)[0])
     each = " on each attention-DP rank" if ranks > 1 else ""
@@ -576,7 +577,7 @@ def _budget_note(s: Setting, one: Layouts, req: ServeRequest, room: float, ran: 
     )
     per = "a micro-batch" if pp > 1 else "an iteration"
     return (
-        f"ran {ran:,.0f} of the {room:,.0f} sequences a replica's KV cache holds: {e.name}'s token budget of "
+        f"ran {ran:,.0f} of the {sent:,.0f} sequences in flight a replica: {e.name}'s token budget of "
         f"{budget:,} tokens {per}{each} {admits}, and more only queue; {remedy} runs more"
     )
 
