@@ -679,3 +679,18 @@ def test_a_config_file_of_any_name_exports_its_folder(tmp_path) -> None:  # type
     assert checkpoint_name("cfg_llama", str(config)) == str(tmp_path)
     assert checkpoint_name("llama3-70b", str(tmp_path / "config.json")) == str(tmp_path)
     assert checkpoint_name("llama3-70b", "llama70b") == "meta-llama/Meta-Llama-3-70B"
+
+
+def test_a_lone_prompt_under_attention_dp_runs_its_attention_on_one_rank() -> None:
+    # a rank holds whole sequences under attention DP, so one 32K prompt's attention runs on the rank that
+    # has it: its TTFT had been 0.32 s, below the 0.41 s its attention FLOPs need on one H100 at peak
+    import planner
+
+    model = planner.load_model("qwen3-30b-a3b")  # 48 layers, 32 query heads of 128: (d_qk + d_v) = 256
+    s = 32_000
+    floor_s = model.num_hidden_layers * 2.0 * 32 * 256 * s * s / 2 / 989e12
+    ask = dict(engine="sglang", input_len=s, output_len=64, tp=8, pp=1, concurrency=1, top=1)
+    dp = planner.serve(model, "dgx-h100x1", attention_dp=True, **ask).candidates[0]
+    tp = planner.serve(model, "dgx-h100x1", attention_dp=False, **ask).candidates[0]
+    assert dp.config["attention_dp"] and dp.ttft_s > floor_s > 0.4
+    assert dp.ttft_s > tp.ttft_s  # TP 8 splits the prompt's heads over the 8 ranks; attention DP does not
