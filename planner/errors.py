@@ -42,6 +42,22 @@ def describe_validation_error(err: ValidationError, where: str) -> str:
     return f"{where}: {validation_detail(err)}"
 
 
+UNION_BRANCH_TAGS = frozenset({"str", "int", "float", "bool", "none", "list", "dict", "tuple"})
+"""Segments pydantic puts in an error's location for the branch of a union it tried (``stack: str
+| Stack`` reports 'stack.str' and 'stack.function-after[..., Stack].nam'), which name no field."""
+
+
+def field_path(loc: tuple[Any, ...]) -> str:
+    """An error location as the field path a person wrote, 'a.b': without pydantic's union branches
+    and validator wrappers (a review, 2026-12-07: an inline stack with a misspelt key had been named
+    'stack.function-after[_unasked_stage_runs(), function-after[...]]]]].nam', 470 characters)."""
+    wrappers = ("function-", "json-or-python[", "lax-or-strict[")
+    parts = [str(part) for part in loc]
+    kept = [p for p in parts if p not in UNION_BRANCH_TAGS and not p.startswith(wrappers)]
+    kept = [p for p in kept if not (p[:1].isupper() and p.isidentifier() and "_" not in p)]  # a model branch: Stack
+    return ".".join(kept)
+
+
 def validation_detail(err: ValidationError) -> str:
     """The first pydantic error as one line, ``field 'a.b': message`` (no field where the check is
     the whole model's), and a count of the rest.
@@ -52,17 +68,17 @@ def validation_detail(err: ValidationError) -> str:
     import difflib
 
     errors = err.errors()
-    missing = [".".join(str(part) for part in e["loc"]) for e in errors if e["type"] == "missing"]
+    missing = [field_path(e["loc"]) for e in errors if e["type"] == "missing"]
     unknown = [e for e in errors if e["type"] == "extra_forbidden"]
 
     def near(e: Any) -> list[str]:
-        return difflib.get_close_matches(".".join(str(part) for part in e["loc"]), missing, n=1, cutoff=0.6)
+        return difflib.get_close_matches(field_path(e["loc"]), missing, n=1, cutoff=0.6)
 
     # a misspelt key is both an unknown key and a missing one: the unknown key names the mistake, the
     # one with a near missing name first (a review, 2026-12-07: JobSpec(seqlen=4096) had been told
     # 'seq_len: required key is missing')
     first = next((e for e in unknown if near(e)), unknown[0]) if unknown and missing else errors[0]
-    loc = ".".join(str(part) for part in first["loc"])
+    loc = field_path(first["loc"])
     msg = first["msg"].removeprefix("Value error, ")
     if first["type"] == "extra_forbidden":
         close = near(first)

@@ -165,3 +165,14 @@ def test_a_bad_batch_in_tokens_or_a_misspelt_batch_key_is_named(fields: dict, sa
     with pytest.raises(PlannerError) as err:
         JobSpec(seq_len=4096, **fields)
     assert said in str(err.value)
+
+
+def test_an_inline_stack_is_named_by_its_field_not_by_pydantics_union_branches() -> None:
+    # 'stack: str | Stack' had named 'stack.function-after[_unasked_stage_runs(), ...]]]]].nam' (a review)
+    with pytest.raises(PlannerError) as err:
+        planner.plan("llama3-8b", "dgx-h100x1", stack={"nam": "mystack"})
+    assert "field 'stack.nam': unknown key (did you mean 'stack.name'?)" in str(err.value)
+    assert "function-after" not in str(err.value)
+    with pytest.raises(PlannerError) as err:
+        planner.plan("llama3-8b", "dgx-h100x1", stack=5)
+    assert "field 'stack': Input should be a valid string" in str(err.value)
