@@ -176,3 +176,11 @@ def test_an_inline_stack_is_named_by_its_field_not_by_pydantics_union_branches()
     with pytest.raises(PlannerError) as err:
         planner.plan("llama3-8b", "dgx-h100x1", stack=5)
     assert "field 'stack': Input should be a valid string" in str(err.value)
+
+
+def test_assigning_to_a_frozen_field_raises_the_projects_error() -> None:
+    # pydantic's multi-line ValidationError ('Instance is frozen') had reached the caller (a review)
+    spec = load_model("llama3-8b")
+    with pytest.raises(PlannerError, match=r"^ModelSpec.num_hidden_layers cannot be assigned: the object is frozen"):
+        spec.num_hidden_layers = 3  # type: ignore[misc]
+    assert spec.num_hidden_layers == 32 and spec.model_copy(update={"num_hidden_layers": 3}).num_hidden_layers == 3

@@ -10,7 +10,7 @@ from typing import Annotated, Any, Self, Union, get_args, get_origin
 import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 
-from planner.errors import SchemaError
+from planner.errors import PlannerError, SchemaError
 
 _UNIONS = (Union, types.UnionType)
 
@@ -113,6 +113,16 @@ class Frozen(BaseModel):
             raise SchemaError(type(self).__name__, err) from None
 
     __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """A field is not assigned to: the project's one-line error, where pydantic raised its
+        multi-line ValidationError ('Instance is frozen'; a review, 2026-12-07)."""
+        if name in type(self).model_fields:
+            raise PlannerError(
+                f"{type(self).__name__}.{name} cannot be assigned: the object is frozen; "
+                f"make a changed copy with .model_copy(update={{'{name}': ...}})"
+            )
+        super().__setattr__(name, value)
 
     def __repr_args__(self) -> Any:
         """pydantic's, with a list of more than ``REPR_ITEMS`` models shown by count and type: a
