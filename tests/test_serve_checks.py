@@ -694,3 +694,21 @@ def test_a_lone_prompt_under_attention_dp_runs_its_attention_on_one_rank() -> No
     tp = planner.serve(model, "dgx-h100x1", attention_dp=False, **ask).candidates[0]
     assert dp.config["attention_dp"] and dp.ttft_s > floor_s > 0.4
     assert dp.ttft_s > tp.ttft_s  # TP 8 splits the prompt's heads over the 8 ranks; attention DP does not
+
+
+def test_a_lone_request_on_per_rank_schedulers_is_replayed_on_its_rank_alone() -> None:
+    # vLLM schedules each attention-DP rank apart; one request in flight had been replayed beside one on
+    # each of the 7 other ranks (every rank alike), and came out slower than on TP 1 (2.34 s against 1.54)
+    import planner
+
+    ask = dict(engine="vllm", input_len=32_000, output_len=256, pp=1, concurrency=1, top=1)
+    dp = planner.serve("qwen3-30b-a3b", "dgx-h100x1", tp=8, attention_dp=True, **ask).candidates[0]
+    one = planner.serve("qwen3-30b-a3b", "dgx-h100x1", tp=1, **ask).candidates[0]
+    sglang = planner.serve(
+        "qwen3-30b-a3b", "dgx-h100x1", tp=8, attention_dp=True, **{**ask, "engine": "sglang"}
+    ).candidates[0]
+    assert dp.batch_per_replica == 1.0 and dp.ttft_s < one.ttft_s
+    assert dp.ttft_s == pytest.approx(sglang.ttft_s, rel=0.01)  # one scheduler or eight: one prompt on one rank
+    # Little's law over the one request: its output over its time in the engine, per GPU of the replica
+    cycle = dp.ttft_s + (256 - 1) * dp.tpot_s
+    assert dp.output_tokens_per_s_per_gpu == pytest.approx(256 / cycle / 8, rel=0.02)

@@ -111,10 +111,13 @@ def replay(
     iteration as one more decode token (its first token at that iteration's end, then one an
     iteration), up to the replica's room, no token budget applying."""
     # an engine that schedules each attention-DP rank apart runs one rank here, at its share of the
-    # replica's load, its own max batch and token budget; every rank alike, the replica's round has
-    # ``ranks`` times the rank's sequences and prompt tokens
+    # replica's load, its own max batch and token budget; every active rank alike, the replica's round
+    # has ``active`` times the rank's sequences and prompt tokens. A closed loop of fewer requests a
+    # replica than it has ranks keeps only that many busy: concurrency 1 on 8 ranks had priced 8
+    # prompts at once (a lone 32K prompt of Qwen3-30B-A3B at TP 8 replayed slower than at TP 1, a review)
     ranks = int(schedulers(s, lay)[0])
-    replicas = float(lay.replicas[0]) * ranks
+    active = ranks if concurrency is None else max(1, min(ranks, math.ceil(concurrency / float(lay.replicas[0]))))
+    replicas = float(lay.replicas[0]) * active
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))
     last = min(n, max(first + 1, math.ceil(measured[1] * n)))
@@ -128,7 +131,7 @@ def replay(
         budget, piece, chunked = (room + 1) * input_len, input_len, False
     # one layout's rounds at every load: the layout's own terms (links, weight bytes, shares) worked out once
     pricer = RoundPricer(s, lay.take(np.zeros(1, dtype=int)))
-    decoding_counts = np.arange(room + 1, dtype=float) * ranks
+    decoding_counts = np.arange(room + 1, dtype=float) * active
     rows: dict[tuple[int, int], np.ndarray] = {} if prices is None else prices
 
     def iteration_s(decoding: int, prompt_tokens: int, context: float) -> float:
@@ -143,7 +146,7 @@ def replay(
             cost = pricer.cost(
                 decoding_counts,
                 np.full(room + 1, float(max(bucket, 1) * CONTEXT_BUCKET_TOKENS)),
-                np.full(room + 1, float(prompt_tokens * ranks)),
+                np.full(room + 1, float(prompt_tokens * active)),
                 input_len,
             )
             row = rows[(prompt_tokens, bucket)] = cost.total_s(s.params)
@@ -166,9 +169,9 @@ def replay(
         if todo:
             decoding, prompt_tokens, bucket = (np.array(column, dtype=float) for column in zip(*todo, strict=True))
             cost = pricer.cost(
-                decoding * ranks,
+                decoding * active,
                 np.maximum(bucket, 1.0) * CONTEXT_BUCKET_TOKENS,
-                prompt_tokens * ranks,
+                prompt_tokens * active,
                 input_len,
             )
             for (d, tokens, b), price in zip(todo, cost.total_s(s.params), strict=True):
@@ -183,8 +186,9 @@ def replay(
         gaps = (np.random.default_rng(seed).exponential(1.0 / rate, n) for seed in REPLAY_SEEDS[:draws])
         runs = [engine.run(np.cumsum(g).tolist(), n, first, last) for g in gaps]
     ttft, itl, running, growth, duration = (float(np.mean(column)) for column in zip(*runs, strict=True))
-    tokens_per_s = n * output_len * ranks / duration if duration > 0 else math.nan
-    return Replayed(ttft, itl, running * ranks, growth * ranks, tokens_per_s)  # the replica's, every rank alike
+    tokens_per_s = n * output_len * active / duration if duration > 0 else math.nan
+    # the replica's, every active rank alike
+    return Replayed(ttft, itl, running * active, growth * active, tokens_per_s)
 
 
 @dataclass

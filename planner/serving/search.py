@@ -663,7 +663,10 @@ def _replayed(
         ranks = int(schedulers(s, one)[0])
         low, high = divmod(req.concurrency, replicas * ranks)
         loops = [(n, count) for n, count in ((low + 1, high), (low, replicas * ranks - high)) if n and count]
-        runs = [(count / ranks, _closed_loop_at(c, s, one, req, n * ranks, prices, path_s)) for n, count in loops]
+        # fewer in flight than schedulers: a replica's busy ranks alone share its rounds (replay.replay's
+        # active ranks); one request at TP 8 with attention DP had been replayed beside 7 others
+        busy = ranks if low else min(ranks, math.ceil(req.concurrency / replicas))
+        runs = [(count / busy, _closed_loop_at(c, s, one, req, n * busy, prices, path_s)) for n, count in loops]
         completed = sum(share * done for share, (done, _, _, _) in runs)
         ttft = sum(share * done * t for share, (done, t, _, _) in runs) / completed
         tpot = sum(share * done * g for share, (done, _, g, _) in runs) / completed
