@@ -369,21 +369,25 @@ def model_for_repo(hf_id: str) -> ModelSpec | None:
     return next((m for m in list_models() if key and key in (r.lower() for r in m.hf_repos)), None)
 
 
-def file_stamp(path: Path) -> tuple[int, int]:
-    """(modification time in ns, size) of ``path``: the file loaders' caches key on it beside the
-    path, so a file edited in the same process (a notebook's model, stack or profile YAML) is read
-    again, where a cache by path alone had kept the first reading (a review: an edited layer count,
-    and a misspelt key, went unseen)."""
-    st = path.stat()
-    return st.st_mtime_ns, st.st_size
+def cached_per_file_stamp(load: Callable[[Path], T]) -> Callable[[Path], T]:
+    """``load`` cached by the path and its stamp, (modification time in ns, size): a file edited
+    in the same process (a notebook's model, stack or profile YAML) is read again, where a cache by
+    path alone had kept the first reading (a review: an edited layer count, and a misspelt key,
+    went unseen)."""
+
+    @cache
+    def at(path: Path, stamp: tuple[int, int]) -> T:
+        return load(path)
+
+    def cached(path: Path) -> T:
+        st = path.stat()
+        return at(path, (st.st_mtime_ns, st.st_size))
+
+    return cached
 
 
+@cached_per_file_stamp
 def _load_model_file(path: Path) -> ModelSpec:
-    return _load_model_file_at(path, file_stamp(path))
-
-
-@cache
-def _load_model_file_at(path: Path, stamp: tuple[int, int]) -> ModelSpec:
     if path.suffix == ".json":
         # a checkpoint's config.json is named for its folder (Meta-Llama-3-8B/config.json), another file for itself
         folder = path.name == "config.json" and path.parent.name
@@ -447,12 +451,8 @@ def profile_names() -> list[str]:
     return sorted(_profile_files())
 
 
+@cached_per_file_stamp
 def _load_profile_file(path: Path) -> HardwareProfile:
-    return _load_profile_file_at(path, file_stamp(path))
-
-
-@cache
-def _load_profile_file_at(path: Path, stamp: tuple[int, int]) -> HardwareProfile:
     return with_calibration_of(validate_as(HardwareProfile, read_yaml(path), str(path)), str(path))
 
 
@@ -690,12 +690,8 @@ def stack_names() -> list[str]:
     return sorted(_stack_files())
 
 
+@cached_per_file_stamp
 def _load_stack_file(path: Path) -> Stack:
-    return _load_stack_file_at(path, file_stamp(path))
-
-
-@cache
-def _load_stack_file_at(path: Path, stamp: tuple[int, int]) -> Stack:
     return validate_as(Stack, read_yaml(path), str(path))
 
 
