@@ -56,8 +56,8 @@ def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     last (by their sum), on the last rank, then on the first, the decoder layers of its smallest
     chunk that holds any, and (decoder, MTP) layers on the busiest of ranks 1 to p-2 and on rank 1
     (0 where p <= 2: no such rank), the decoder layers of the first chunk, and the decoder layers of
-    the chunks before the first rank's second (where its second chunk starts in the model, its
-    decoders' count where it has one chunk): ``LAYOUT_COLUMNS``; -1 each without a layout."""
+    the chunks before the first rank's second (where its second chunk starts in the model):
+    ``LAYOUT_COLUMNS``; -1 each without a layout."""
     if config.pipeline_layout is None:
         return (-1,) * len(LAYOUT_COLUMNS)
     stages = parse_layout(config.pipeline_layout)
@@ -69,7 +69,7 @@ def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     second = (t[1], m[1]) if config.pp > 2 else (0, 0)
     smallest = min((n for n in (stage.count("t") for stage in stages) if n > 0), default=0)
     first_chunk = stages[0].count("t")
-    next_start = sum(stage.count("t") for stage in stages[: config.pp]) if len(stages) > config.pp else first_chunk
+    next_start = sum(stage.count("t") for stage in stages[: config.pp])
     return body, body_mtp, t[-1], m[-1], *first, smallest, middle, middle_mtp, *second, first_chunk, next_start
 
 

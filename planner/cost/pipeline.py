@@ -448,10 +448,17 @@ def leading_dense_layers(model: ModelSpec, decoders: np.ndarray, virtual_stages:
     stage of 3 dense layers and 1 MoE layer (with the embedding) at four MoE layers' weights: 14.0
     GiB at tp 1, ep 8, where it holds about 8. 0 for models whose dense layers interleave
     (``decoder_sparse_step``) or hybrids (their MoE blocks spread through the pattern)."""
-    k = model.first_k_dense_replace or 0
-    if model.is_hybrid or not model.is_moe or k == 0 or (model.decoder_sparse_step or 1) != 1:
+    k = leading_dense_count(model)
+    if k == 0:
         return np.zeros(np.shape(decoders))
     return np.minimum(float(k), np.floor(np.asarray(decoders) / np.asarray(virtual_stages)))
+
+
+def leading_dense_count(model: ModelSpec) -> int:
+    """k of ``leading_dense_layers``: the model's leading dense layers where its MoE layers follow
+    them all, else 0."""
+    k = model.first_k_dense_replace or 0
+    return 0 if model.is_hybrid or not model.is_moe or (model.decoder_sparse_step or 1) != 1 else k
 
 
 def first_rank_leading_dense_layers(model: ModelSpec, mesh: MeshArrays, decoders: np.ndarray) -> np.ndarray:
@@ -463,14 +470,13 @@ def first_rank_leading_dense_layers(model: ModelSpec, mesh: MeshArrays, decoders
     starting 'Et|' holds one: DeepSeek-V3 at pp 16, v 2 had priced its first rank's decoders all
     as MoE, 82.0 GiB where the plan's own split of the same layout counted 78.3 (a review)."""
     own = leading_dense_layers(model, decoders, mesh.virtual_stages)
-    k = float(model.first_k_dense_replace or 0)
+    k = float(leading_dense_count(model))
     if k == 0 or not np.any(mesh.layout_last >= 0):
         return own
     c0, start = mesh.layout_first_chunk.astype(float), mesh.layout_first_next_start.astype(float)
+    # rank 0's layers past its first chunk (none where it has one) begin at ``start`` in the model
     later = np.clip(np.minimum(k - start, np.asarray(decoders, dtype=float) - c0), 0.0, None)
-    from_layout = np.minimum(k, c0) + np.where(start > c0, later, 0.0)
-    applies = leading_dense_layers(model, np.full(np.shape(decoders), k), np.ones(np.shape(decoders))) > 0
-    return np.where((mesh.layout_last >= 0) & applies, from_layout, own)
+    return np.where(mesh.layout_last >= 0, np.minimum(k, c0) + later, own)
 
 
 def layers_with_mtp(model: ModelSpec, decoders: np.ndarray, mtp: np.ndarray | int) -> np.ndarray:
