@@ -97,6 +97,14 @@ def _throughput_rows(plans: list[RowPlan]) -> list[RowPlan]:
     return [p for p in plans if p.cost is not None and any(k in p.published for k in THROUGHPUT_METRICS)]
 
 
+def _by_key(rows: list[RowPlan]) -> dict[str, list[RowPlan]]:
+    """``rows`` grouped by their engine/architecture key, in order."""
+    out: dict[str, list[RowPlan]] = defaultdict(list)
+    for p in rows:
+        out[p.key].append(p)
+    return out
+
+
 def _tpot_rows(plans: list[RowPlan]) -> list[RowPlan]:
     """The rows whose TPOT a fit prices: a replayed TPOT row with its steady round (``replay_ratios``)."""
     return [p for p in plans if p.tpot_cost is not None and "tpot_s" in p.published]
@@ -220,10 +228,15 @@ def short_fields(rows: list[RowPlan]) -> set[str]:
     return {f for f, moves in MOVED_BY.items() if not _informs([p for p in rows if moves(p)])}
 
 
+def _has_moe(rows: list[RowPlan]) -> bool:
+    """Whether a MoE row is among ``rows``: else ``UNMOVED_MOE`` is not fitted."""
+    return any(p.setting.model.is_moe for p in rows)
+
+
 def held_fields(rows: list[RowPlan]) -> set[str]:
     """The parameters ``fit`` does not fit to ``rows``, one key's: ``short_fields`` (held at 1 or
     borrowed from the engine's other keys) and, without a MoE row, ``UNMOVED_MOE``."""
-    return short_fields(rows) | (set() if any(p.setting.model.is_moe for p in rows) else set(UNMOVED_MOE))
+    return short_fields(rows) | (set() if _has_moe(rows) else set(UNMOVED_MOE))
 
 
 def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
@@ -236,12 +249,7 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
     rows had left the Ada key eight TP rows of one benchmark, whose fit came out 22.8% off the
     group (3.5% with the mean). A key's replayed TPOT rows (``_tpot_rows``, where ``replay_ratios``
     gave them a steady round) join its throughput rows in the fit."""
-    by_key: dict[str, list[RowPlan]] = defaultdict(list)
-    for p in _throughput_rows(plans):
-        by_key[p.key].append(p)
-    tpot: dict[str, list[RowPlan]] = defaultdict(list)
-    for p in _tpot_rows(plans):
-        tpot[p.key].append(p)
+    by_key, tpot = _by_key(_throughput_rows(plans)), _by_key(_tpot_rows(plans))
     keys = {key: rows for key, rows in sorted(by_key.items()) if _informs(rows)}
     moving = {key: {f: [p for p in rows if moves(p)] for f, moves in MOVED_BY.items()} for key, rows in keys.items()}
     short = {key: short_fields(rows) for key, rows in keys.items()}
@@ -259,7 +267,7 @@ def fit(plans: list[RowPlan]) -> dict[str, FittedParameters]:
             total = sum(weights.values())
             held[f] = sum(first[k][FIELDS.index(f)] * n for k, n in weights.items()) / total if total else 1.0
         x = first[key] if key in first else _fit_rows(rows, held, tpot[key])
-        if not any(p.setting.model.is_moe for p in rows):
+        if not _has_moe(rows):
             for f, value in UNMOVED_MOE.items():
                 x[FIELDS.index(f)] = value
         fitted[key] = _params(x)
@@ -407,9 +415,7 @@ def evaluate(rows: list[dict[str, Any]], cross_validate: bool = True, shipped: b
             ev.rows_used.setdefault(p.key, []).append(p.name)
     if not shipped:
         ev.request_path_rows_used = {e: [p.name for p in rows] for e, rows in request_path_rows(plans, fitted).items()}
-        by_key: dict[str, list[RowPlan]] = defaultdict(list)
-        for p in _throughput_rows(plans):
-            by_key[p.key].append(p)
+        by_key = _by_key(_throughput_rows(plans))
         ev.held = {key: sorted(held_fields(by_key[key])) for key in fitted}
     groups = sorted({p.group for p in plans})
     cv_params: dict[str, dict[str, FittedParameters]] = {}

@@ -67,6 +67,13 @@ CONTEXT_BUCKET_TOKENS = 32
 prompt tokens reuse one price (the KV read moves by well under 1% within a bucket)."""
 
 
+def busy_ranks(ranks: int, in_flight: int, replicas: float) -> int:
+    """Of a replica's ``ranks`` schedulers (an engine's attention-DP ranks each scheduled apart),
+    those a closed loop of ``in_flight`` requests over ``replicas`` replicas keeps busy:
+    min(ranks, ceil(in_flight / replicas)), at least one."""
+    return max(1, min(ranks, math.ceil(in_flight / replicas)))
+
+
 @dataclass(frozen=True)
 class Replayed:
     """What a replay measures over its measured requests (means of the arrival draws)."""
@@ -116,7 +123,7 @@ def replay(
     # replica than it has ranks keeps only that many busy: concurrency 1 on 8 ranks had priced 8
     # prompts at once (a lone 32K prompt of Qwen3-30B-A3B at TP 8 replayed slower than at TP 1, a review)
     ranks = int(schedulers(s, lay)[0])
-    active = ranks if concurrency is None else max(1, min(ranks, math.ceil(concurrency / float(lay.replicas[0]))))
+    active = ranks if concurrency is None else busy_ranks(ranks, concurrency, float(lay.replicas[0]))
     replicas = float(lay.replicas[0]) * active
     n = max(1, round(requests / replicas))
     first = min(n - 1, int(measured[0] * n))

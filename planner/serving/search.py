@@ -650,7 +650,7 @@ def _replayed(
     engine's attention-DP schedulers): N below them leaves some idle (8B on one DGX H100 at 1 in
     flight, 8 replicas of TP1: one busy, 14.9 tokens/s per GPU, where every replica had been given
     ceil(N / replicas) = 1, 121). Whether it meets the targets is judged on the replay."""
-    from planner.serving.replay import replay
+    from planner.serving.replay import busy_ranks, replay
 
     replicas = int(one.replicas[0])
     isl, osl = req.input_len, req.output_len
@@ -665,7 +665,7 @@ def _replayed(
         loops = [(n, count) for n, count in ((low + 1, high), (low, replicas * ranks - high)) if n and count]
         # fewer in flight than schedulers: a replica's busy ranks alone share its rounds (replay.replay's
         # active ranks); one request at TP 8 with attention DP had been replayed beside 7 others
-        busy = ranks if low else min(ranks, math.ceil(req.concurrency / replicas))
+        busy = busy_ranks(ranks, req.concurrency, replicas)
         runs = [(count / busy, _closed_loop_at(c, s, one, req, n * busy, prices, path_s)) for n, count in loops]
         completed = sum(share * done for share, (done, _, _, _) in runs)
         ttft = sum(share * done * t for share, (done, t, _, _) in runs) / completed

@@ -689,13 +689,14 @@ class RoundPricer:
         # prompt tokens over pp micro-batches, at least one piece of them (a review, 2026-12-07: on the
         # replica's P, one 2K prompt on each of 8 ranks at TP8 x PP2 came out 219 ms against 424 at PP1)
         share = self.attention_share
-        prompt = np.asarray(prefill_tokens, dtype=float) / share
+        total = np.asarray(prefill_tokens, dtype=float)
+        prompt = total / share
         piece = prompt_piece(s.engine, prompt_len)
         pf = np.maximum(prompt / pp, np.minimum(prompt, piece)) * share
         # the attention core runs a prompt's piece whole on the one rank that holds it: at least that
         # piece on the busiest rank (a lone 32K prompt of Qwen3-30B-A3B at TP 8 with attention DP ran its
         # attention as 4K on each rank, 0.32 s of TTFT below the 0.41 s its FLOPs need at peak: a review)
-        attention_pf = np.maximum(prompt / pp, np.minimum(np.asarray(prefill_tokens, dtype=float), piece)) * share
+        attention_pf = np.maximum(prompt / pp, np.minimum(total, piece)) * share
         tokens = dec + pf
         head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
         g_compute, g_memory = self.gemm_pairs(tokens, head_tokens)
