@@ -1367,3 +1367,28 @@ def test_a_pipelined_winner_of_a_closed_loop_says_its_micro_batches_fill_side_by
     assert steady > 1.2 * 126.0
     at_rate = cli(*SEED, "--request-rate", "2", "--tp", "2", "--pp", "4")
     assert at_rate.code == 0 and "fill side by side" not in at_rate.out
+
+
+def test_under_attention_dp_the_rank_holding_a_lone_request_runs_its_own_work_whole() -> None:
+    # each attention-DP rank runs the attention projections (replicated) and the KV reads of the
+    # sequences it holds: a lone prompt or sequence on one rank of 8 costs that rank what it costs on
+    # TP 1, where they had been priced an eighth on each rank; the routed experts still spread over EP
+    from planner.serving.step import RoundPricer
+
+    s = _setting("qwen3-30b-a3b")
+    adp = Layouts.of(8, 1, 8, True)
+    one = Layouts.of(1)
+    piece = float(s.engine.max_num_batched_tokens)
+    lone = RoundPricer(s, adp).cost(np.zeros(1), np.zeros(1), np.full(1, piece), piece)
+    alone = RoundPricer(s, one).cost(np.zeros(1), np.zeros(1), np.full(1, piece), piece)
+    eight = RoundPricer(s, adp).cost(np.zeros(1), np.zeros(1), np.full(1, 8 * piece), piece)
+    assert lone.pair_compute_s[0, 0] == pytest.approx(alone.pair_compute_s[0, 0])  # attention projections
+    assert eight.pair_compute_s[0, 0] == pytest.approx(lone.pair_compute_s[0, 0])  # one prompt on each rank
+    assert lone.pair_compute_s[1, 0] == pytest.approx(alone.pair_compute_s[1, 0] / 8)  # experts over EP 8
+    assert eight.pair_compute_s[1, 0] == pytest.approx(8 * lone.pair_compute_s[1, 0])
+    # one decoding sequence at 32K: its rank reads all its KV (3.2 GB: 48 layers x 2 x 4 heads x 128 x 2 B)
+    context = np.full(1, 32768.0)
+    decode = RoundPricer(s, adp).cost(np.ones(1), context, np.zeros(1), 1.0).pair_memory_s[3, 0]
+    assert decode * s.hbm_bytes_per_s == pytest.approx(48 * 2 * 4 * 128 * 2 * 32768, rel=0.01)
+    both = RoundPricer(s, adp).cost(np.full(1, 8.0), context, np.zeros(1), 1.0).pair_memory_s[3, 0]
+    assert both == pytest.approx(decode)  # eight sequences, one on each rank: the same read

@@ -486,23 +486,26 @@ class RoundPricer:
         return non_expert, experts, head, head_bytes_s
 
     @functools.cached_property
-    def _activation_bytes_per_token(self) -> np.ndarray:
-        """Bytes per token (per micro-batch) of ``activation_traffic_s``'s passes over all layers."""
+    def _activation_bytes_per_token(self) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes per token (per micro-batch) of ``activation_traffic_s``'s passes over all layers:
+        (those over the tokens a rank holds, those over the routed copies of the group's)."""
         m, lay = self.s.model, self.lay
         t = lay.tp.astype(float)
         share = np.where(lay.attention_dp, 1.0 / t, 1.0)
         k = self.top_k
 
-        def per_layer(moe: bool) -> np.ndarray:
+        def per_layer(moe: bool) -> tuple[np.ndarray, np.ndarray]:
             parts = elementwise_bytes_per_token(
                 m, moe, t, share, routed_copies=k / t, permute_copies=2.0 * k / lay.ep, routed_act=activation_bytes(m)
             )
-            return np.asarray(sum(parts.values()))
+            group = parts.pop("routed_activation") + parts.pop("permute")
+            return np.asarray(sum(parts.values())), group
 
-        per_token = m.num_dense_layers * per_layer(False)
+        own, group = (m.num_dense_layers * part for part in per_layer(False))
         if m.num_moe_layers:
-            per_token = per_token + m.num_moe_layers * per_layer(True)
-        return per_token
+            moe_own, moe_group = per_layer(True)
+            own, group = own + m.num_moe_layers * moe_own, group + m.num_moe_layers * moe_group
+        return own, group
 
     # -- the terms ----------------------------------------------------------------------------------
 
@@ -527,7 +530,9 @@ class RoundPricer:
         non_expert, experts = self._block_weight_bytes
         return non_expert, experts * experts_touched_fraction(self.s.model, tokens)
 
-    def gemm_pairs(self, tokens: np.ndarray, head_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def gemm_pairs(
+        self, tokens: np.ndarray, head_tokens: np.ndarray, rank_tokens: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(FLOP time, byte time) of the weight GEMMs of a round on one GPU, summed over the stages,
         for the non-expert weights, the routed experts and the LM head (see the module docstring).
         ``tokens``: tokens per micro-batch through the blocks; ``head_tokens``: those that need logits.
@@ -540,11 +545,15 @@ class RoundPricer:
         +39% -> +27% (ARCHITECTURE 9.7). Each GEMM runs at its weights' format's rate
         (``Setting.gemm_rate``): the blocks' format, the attention projections' where the checkpoint keeps
         them 16-bit (``memory.attention_weights_dtype``, gpt-oss), the head's 16-bit
-        (``memory.EMBEDDING_BYTES``)."""
+        (``memory.EMBEDDING_BYTES``). ``rank_tokens`` (default ``tokens``): the busiest rank's tokens
+        through the non-expert weights, in the replica's count (times the attention-DP group): under
+        attention DP each rank runs them whole for the tokens it holds, a lone prompt on one rank
+        (``cost``)."""
         non_expert_bytes, expert_bytes = self.round_weight_bytes(tokens)
         non_expert_s, experts_s, head_s, head_bytes_s = self._gemm_s_per_token
         bw = self.s.hbm_bytes_per_s
-        compute = np.stack(np.broadcast_arrays(non_expert_s * tokens, experts_s * tokens, head_s * head_tokens))
+        own = tokens if rank_tokens is None else rank_tokens
+        compute = np.stack(np.broadcast_arrays(non_expert_s * own, experts_s * tokens, head_s * head_tokens))
         memory = np.stack(np.broadcast_arrays(non_expert_bytes / bw, expert_bytes / bw, head_bytes_s))
         return compute, np.broadcast_to(memory, compute.shape)
 
@@ -609,7 +618,7 @@ class RoundPricer:
         flops = tokens / self.attention_share * self.heads_per_rank * 2.0 * (d_qk + d_v) * keys
         return flops / self.s.attention_flops_per_s(d_qk, d_v, context=True)
 
-    def activation_traffic_s(self, tokens: np.ndarray) -> np.ndarray:
+    def activation_traffic_s(self, tokens: np.ndarray, rank_tokens: np.ndarray | None = None) -> np.ndarray:
         """Byte time of a round's element-wise passes over ``tokens`` (per micro-batch) outside the
         GEMMs and attention, summed over all layers, on one GPU, before the fitted decode HBM
         fraction: norms, residual adds, RoPE, the MLPs' gated activation and the MoE's token reorders,
@@ -620,8 +629,12 @@ class RoundPricer:
         (TensorRT-LLM's CUTLASS MoE expands the rows to expert order and finalises them back; under
         attention DP after the group's tokens are gathered). Qwen3-235B (top 8) at DEP 4 moves 113 KB
         per token and layer on each GPU this way: at 3,000 tokens per iteration 32 GB, as much as the
-        rank's FP4 expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7)."""
-        return tokens * self._activation_bytes_per_token / self.s.hbm_bytes_per_s
+        rank's FP4 expert weights; unpriced until 2026-12-06 (ARCHITECTURE 9.7). The passes over a
+        rank's own tokens (all but the routed copies' activation and reorders) run over
+        ``rank_tokens`` (default ``tokens``; ``gemm_pairs``)."""
+        own, group = self._activation_bytes_per_token
+        own_tokens = tokens if rank_tokens is None else rank_tokens
+        return (own_tokens * own + tokens * group) / self.s.hbm_bytes_per_s
 
     def ep_exchange_s(
         self, tokens: np.ndarray, top_k: float, width: float, dispatch_bytes: float, link: GroupLink
@@ -693,15 +706,22 @@ class RoundPricer:
         prompt = total / share
         piece = prompt_piece(s.engine, prompt_len)
         pf = np.maximum(prompt / pp, np.minimum(prompt, piece)) * share
-        # the attention core runs a prompt's piece whole on the one rank that holds it: at least that
-        # piece on the busiest rank (a lone 32K prompt of Qwen3-30B-A3B at TP 8 with attention DP ran its
-        # attention as 4K on each rank, 0.32 s of TTFT below the 0.41 s its FLOPs need at peak: a review)
+        # what a rank runs for the tokens it holds (the attention core, and under attention DP the
+        # non-expert weights and the passes over its own tokens) runs a prompt's piece whole on the one
+        # rank that holds it, and a decoding sequence's: the busiest rank holds at least that piece and
+        # one sequence while any runs, in the replica's count (times the group). A lone 32K prompt of
+        # Qwen3-30B-A3B at TP 8 with attention DP had run its attention as 4K on each rank, 0.32 s of
+        # TTFT below the 0.41 s its FLOPs need at peak (a review, 2026-12-07), and, until 2026-12-08, its
+        # attention projections too (TTFT 0.99 -> 1.10 s, under vLLM), and one decoding sequence's 3.2 GB
+        # of KV read an eighth on each rank (TPOT 6.7 -> 7.7 ms)
         attention_pf = np.maximum(prompt / pp, np.minimum(total, piece)) * share
+        rank_dec = _busiest_share(dec, share) * share
         tokens = dec + pf
+        rank_tokens = rank_dec + attention_pf
         head_tokens = dec + np.where(pf > 0, np.maximum(pf / max(prompt_len, 1.0), 1.0), 0.0)
-        g_compute, g_memory = self.gemm_pairs(tokens, head_tokens)
-        a_compute, a_memory = self.decode_attention_pair(dec, np.asarray(decode_context, dtype=float))
-        m_compute, m_memory = self.mamba_pair(dec, pf)
+        g_compute, g_memory = self.gemm_pairs(tokens, head_tokens, rank_tokens)
+        a_compute, a_memory = self.decode_attention_pair(rank_dec, np.asarray(decode_context, dtype=float))
+        m_compute, m_memory = self.mamba_pair(rank_dec, attention_pf)
         message = tokens * m.hidden_size * ACTIVATION_BYTES
         blocks = float(m.num_hidden_layers) * m.layer_kind(moe=False).blocks  # one TP all-reduce after each
         n = g_compute.shape[1]
@@ -722,7 +742,7 @@ class RoundPricer:
             pair_compute_s=np.concatenate([g_compute, a_compute[None, :], m_compute[None, :]]),
             pair_memory_s=np.concatenate([g_memory, a_memory[None, :], m_memory[None, :]]),
             compute_only_s=self.prefill_attention_s(attention_pf, prompt_len),
-            memory_only_s=self.activation_traffic_s(tokens),
+            memory_only_s=self.activation_traffic_s(tokens, rank_tokens),
             tp_comm_s=np.broadcast_to(tp_comm, (n,)).astype(float),
             ep_comm_s=np.broadcast_to(ep_comm, (n,)).astype(float),
             pp_comm_s=np.broadcast_to(pp_comm, (n,)).astype(float),
