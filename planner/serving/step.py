@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -875,15 +876,40 @@ def steady_round(s: Setting, lay: Layouts, batch: np.ndarray, input_len: float, 
         a, b = -np.expm1(-lam * t0), -np.expm1(-lam * t1)
         return a, a / np.maximum(1.0 - b + a, 1e-300)
 
-    lam = q / t0
-    for _ in range(30):
-        _, share = chain(lam)
-        lam = q / ((1.0 - share) * t0 + share * t1)
+    lam = _arrival_rate(q, t0, t1, chain)
     a, share = chain(lam)
     after_short = (1.0 - share) * a / np.maximum(share, 1e-300)  # of the rounds with a piece, those after one without
     mean_pieces = after_short * _busiest_pieces(lam * t0, pp) + (1.0 - after_short) * _busiest_pieces(lam * t1, pp)
     with_prompts = pricer.cost(batch, context, mean_pieces * tokens, input_len)
     return decode_only.scaled(1.0 - share).plus(with_prompts, share)
+
+
+ARRIVAL_RATE_BISECTIONS = 64
+"""Halvings of ``_arrival_rate``'s bracket: 2^-64 of q / t0, below float64's resolution of it."""
+
+
+def _arrival_rate(
+    q: np.ndarray,
+    t0: np.ndarray,
+    t1: np.ndarray,
+    chain: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> np.ndarray:
+    """The rate lam (pieces a second) at which a scheduler's rounds take q pieces each on the mean:
+    lam x ((1 - share) t0 + share t1) = q, share the chain's share of rounds with a piece at lam.
+    The left side rises from 0 with lam (a higher rate makes more rounds long) and is at least q at
+    lam = q / t0 (every round at least t0 long), so the root lies in [0, q / t0], found by
+    bisection. Until 2026-12-08 the fixed point lam <- q / mean round was iterated undamped, which,
+    where a round with a piece lasts many times one without (t1 / t0 large: a 32K prompt's chunks
+    beside a few decoding sequences), swung between two rates and never settled: Llama-3.1 70B on
+    one DGX H100 at TP 8, 32K / 500 at 16 in flight, priced 0.50 pieces a round where it takes
+    0.13, a steady TPOT of 234 ms where the replay gives 74 (a review of `plan serve`); now 78."""
+    lo, hi = np.zeros_like(q), q / t0
+    for _ in range(ARRIVAL_RATE_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        _, share = chain(mid)
+        above = mid * ((1.0 - share) * t0 + share * t1) >= q
+        lo, hi = np.where(above, lo, mid), np.where(above, mid, hi)
+    return 0.5 * (lo + hi)
 
 
 def _busiest_pieces(mean: np.ndarray, pp: np.ndarray) -> np.ndarray:
