@@ -495,3 +495,15 @@ def test_a_candidates_mesh_given_back_to_estimate_is_priced_as_the_plan_priced_i
             c.step_time_s,
             c.fits,
         )
+
+
+def test_fp32_working_weights_are_the_optimizers_master() -> None:
+    # with fp32 weights the optimizer keeps its two moments alone (8 bytes): the master had been
+    # counted twice, in the weights and in 12 bytes of state (Llama-3-70B at tp 8 pp 2 dp 8: +2.3 GB)
+    import planner
+
+    ask = dict(tp=8, pp=2, dp=8)
+    mixed = planner.estimate("llama70b", "dgx-h100x16", **ask).memory_breakdown_bytes
+    fp32 = planner.estimate("llama70b", "dgx-h100x16", weight_dtype="fp32", **ask).memory_breakdown_bytes
+    assert fp32.weights == pytest.approx(2 * mixed.weights)
+    assert fp32.optimizer == pytest.approx(mixed.optimizer * 8 / 12)

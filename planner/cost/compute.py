@@ -909,12 +909,13 @@ def optimizer_step_s(
     edp_size: np.ndarray,
 ) -> np.ndarray:
     """Memory-bound Adam update of the parameters this rank owns (its ZeRO shard from stage 1):
-    bytes touched per parameter / HBM bandwidth (Adam is elementwise, no matmul)."""
+    bytes touched per parameter / HBM bandwidth (Adam is elementwise, no matmul). fp32 working
+    weights are the master (``JobSpec.weights_are_master``), updated in place with no copy written."""
     shard = mesh.zero_stage >= 1
     owned = dense_params / np.where(shard, dp_size, 1) + expert_params / np.where(shard, edp_size, 1)
     per_param = (
         ADAM_STATE_PASSES * job.optimizer_state_bytes_per_param
         + job.gradient_bytes_per_param
-        + job.weight_bytes_per_param
+        + (0.0 if job.weights_are_master else job.weight_bytes_per_param)
     )
     return owned * per_param / cluster.gpu.achieved_hbm_bytes_per_s

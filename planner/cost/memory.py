@@ -545,7 +545,7 @@ def model_state_bytes(
     own = np.where((z >= 3) & ~held & job.software.sharded_weights_are_master, 0.0, own)
     weights = own + gathered
     grads = (params.dense / g_d + params.expert / g_e) * job.gradient_bytes_per_param
-    optimizer = (params.dense / o_d + params.expert / o_e) * job.optimizer_state_bytes_per_param
+    optimizer = (params.dense / o_d + params.expert / o_e) * job.optimizer_bytes_beside_weights_per_param
     return weights, grads, optimizer
 
 

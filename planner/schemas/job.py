@@ -22,6 +22,11 @@ m and v at 4 bytes each, or at 2 with Megatron's precision-aware optimizer
 (--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, Transformer
 Engine's FusedAdam; Megatron-Bridge's DeepSeek-V3 and Qwen3 recipes run it)."""
 
+MASTER_WEIGHT_BYTES_PER_PARAM = 4.0
+"""The fp32 master weight inside ``ADAM_STATE_BYTES_PER_PARAM``: with fp32 working weights
+(``JobSpec.weight_dtype``) the weights are the master, and the optimizer keeps its moments alone
+(Megatron-LM's FP32Optimizer without --bf16/--fp16; torch AMP's fp32 parameters under autocast)."""
+
 DEFAULT_OPTIMIZER_STATE_BYTES_PER_PARAM = ADAM_STATE_BYTES_PER_PARAM["fp32"]
 """Mixed-precision Adam: fp32 master weight (4) + fp32 first moment (4) + fp32 second moment (4).
 Rajbhandari et al. 2020, 'ZeRO: Memory Optimizations Toward Training Trillion Parameter Models',
@@ -434,6 +439,20 @@ class JobSpec(Frozen):
     @property
     def weight_bytes_per_param(self) -> float:
         return BYTES_PER_ELEMENT[self.weight_dtype]
+
+    @property
+    def weights_are_master(self) -> bool:
+        """fp32 working weights are the optimizer's master copy (``MASTER_WEIGHT_BYTES_PER_PARAM``)."""
+        return self.weight_dtype == "fp32"
+
+    @property
+    def optimizer_bytes_beside_weights_per_param(self) -> float:
+        """Optimizer state held beside the working weights: ``optimizer_state_bytes_per_param``, less
+        the master weight where the weights are it (fp32 weights had counted it twice: Llama-3-70B at
+        tp 8 pp 2 dp 8, 18.1 GB of weights beside 6.8 of state, 2.3 GB per GPU over; a review,
+        2026-12-08)."""
+        master = MASTER_WEIGHT_BYTES_PER_PARAM if self.weights_are_master else 0.0
+        return self.optimizer_state_bytes_per_param - master
 
     @field_validator("stack")
     @classmethod
