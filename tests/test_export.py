@@ -1298,3 +1298,40 @@ def test_the_gradient_format_is_a_job_option_priced_and_exported(cli) -> None:  
     assert fp32["memory_breakdown_bytes"]["gradients"] == 4 * params
     assert "--grad-reduce-in-bf16" in cli("export", "-f", "megatron", *args).out
     assert "--grad-reduce-in-bf16" not in cli("export", "-f", "megatron", *args, "--gradient-dtype", "fp32").out
+
+
+def test_each_target_keeps_the_gradients_in_the_format_the_plan_priced() -> None:
+    # a review (2026-12-08): fp32 gradients of an fp16 model went out as Megatron's fp16 default, fp16
+    # ones of a bf16 model as its fp32, and DeepSpeed's JSON dropped the format altogether
+    config = mesh(tp=8, pp=2, dp=8)
+
+    def megatron(**job: Any) -> list[str]:
+        return shlex.split(export("megatron", LLAMA70B, JOB.model_copy(update=job), config).replace("\\\n", " "))
+
+    assert "--accumulate-allreduce-grads-in-fp32" in megatron(dtype="fp16", gradient_dtype="fp32")
+    fp16 = megatron(dtype="fp16")  # the stack's 16-bit reduce runs in the fp16 parameters' format
+    assert JOB.model_copy(update={"dtype": "fp16"}).gradient_format == "fp16"
+    assert "--grad-reduce-in-bf16" not in fp16 and "--accumulate-allreduce-grads-in-fp32" not in fp16
+    assert "--grad-reduce-in-bf16" in megatron()  # the Megatron-Core stack's bf16 reduce
+    assert "--grad-reduce-in-bf16" not in megatron(gradient_dtype="fp32")  # --bf16's own default
+    for job, said in (
+        ({"gradient_dtype": "fp16"}, "fp16 gradients of a bf16 model"),
+        ({"dtype": "fp16", "gradient_dtype": "bf16"}, "bf16 gradients of an fp16 model"),
+    ):
+        with pytest.raises(ExportRefusalError, match=said):
+            megatron(**job)
+    fsdp = mesh(tp=8, pp=1, dp=16, zero_stage=3)
+    text = export("megatron", LLAMA70B, JOB.model_copy(update={"dtype": "fp16", "gradient_dtype": "bf16"}), fsdp)
+    assert "--grad-reduce-in-bf16" in text  # Megatron-FSDP's grad_comm_dtype
+
+    ds_mesh = mesh(dp=128, zero_stage=2)
+    doc = json.loads(export("deepspeed", LLAMA70B, DS_JOB.model_copy(update={"gradient_dtype": "fp32"}), ds_mesh))
+    assert doc["communication_data_type"] == "fp32" and doc["data_types"] == {"grad_accum_dtype": "fp32"}
+    assert "communication_data_type" not in json.loads(export("deepspeed", LLAMA70B, DS_JOB, ds_mesh))
+    with pytest.raises(ExportRefusalError, match="fp32 gradients of a bf16 model without ZeRO"):
+        export("deepspeed", LLAMA70B, DS_JOB.model_copy(update={"gradient_dtype": "fp32"}), mesh(dp=128, zero_stage=0))
+    with pytest.raises(ExportRefusalError, match="fp16 gradients of a bf16 model"):
+        export("deepspeed", LLAMA70B, DS_JOB.model_copy(update={"gradient_dtype": "fp16"}), ds_mesh)
+
+    with pytest.raises(ExportRefusalError, match="accepts only float32"):
+        export("torchtitan-0.2", LLAMA70B, TITAN_JOB.model_copy(update={"gradient_dtype": "bf16"}), ds_mesh)

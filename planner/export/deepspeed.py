@@ -183,6 +183,16 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
             mesh_bound=False,
         )
     zero = effective_zero_stage(config)
+    if job.gradient_dtype not in (None, job.dtype) and (job.gradient_dtype != "fp32" or zero == 0):
+        # runtime/engine.py _do_optimizer_sanity_check: without ZeRO the gradients accumulate in the
+        # model's dtype (another raises NotImplementedError); ZeRO takes fp32 beside a 16-bit model
+        fp32 = job.gradient_format == "fp32"
+        raise refuse(
+            TARGET,
+            f"{job.gradient_format} gradients of a {job.dtype} model" + (" without ZeRO" if fp32 else ""),
+            f"DeepSpeed keeps them in the model's {job.dtype} or, under ZeRO (--zero-stage 1 to 3), fp32",
+            mesh_bound=fp32,
+        )
     if config.pp > 1:
         # deepspeed/runtime/pipe/engine.py PipelineEngine.__init__ (stored at 03f6f75c): assert
         # zero_optimization_stage() < ZeroStageEnum.gradients, "ZeRO-2 and ZeRO-3 are incompatible
@@ -244,6 +254,13 @@ def deepspeed_config(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> 
         "bf16": {"enabled": job.dtype == "bf16"},
         "fp16": {"enabled": job.dtype == "fp16"},
     }
+    if job.gradient_format == "fp32" and zero >= 1:
+        # fp32 gradients under ZeRO (``_check``; another stack's fp32 default without ZeRO is the CLI's
+        # stack-mismatch note's, cli.export._stack_mismatch): reduced (engine.py communication_data_type, else the
+        # model's 16-bit dtype) and accumulated (data_types.grad_accum_dtype, else the model's) in fp32;
+        # left to the defaults the plan's fp32 gradients had run in bf16 (a review, 2026-12-08)
+        ds["communication_data_type"] = job.gradient_format
+        ds["data_types"] = {"grad_accum_dtype": job.gradient_format}
     if config.recompute == "full":
         ds["activation_checkpointing"] = dict(ACTIVATION_CHECKPOINTING)
         if config.pp > 1:

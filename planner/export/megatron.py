@@ -261,6 +261,42 @@ def tp_overlap_runs(job: JobSpec, config: ParallelConfig, cluster: ClusterSpec |
     return job.tp_overlap and config.tp > 1 and config.sequence_parallel and tp_inside_nvlink(config, cluster)
 
 
+def _gradient_args(model: ModelSpec, job: JobSpec, config: ParallelConfig) -> list[str]:
+    """The format the plan keeps and reduces gradients in (``JobSpec.gradient_format``), as
+    megatron/training/arguments.py resolves it: under --bf16 fp32 (accumulate_allreduce_grads_in_fp32
+    is switched on) unless --grad-reduce-in-bf16; under --fp16 the parameters' fp16 unless
+    --accumulate-allreduce-grads-in-fp32 (the fp16 branch reads neither that default nor
+    --grad-reduce-in-bf16, which Megatron-FSDP alone reads, as its grad_comm_dtype). What it cannot
+    keep is refused: fp16 gradients of a bf16 model, bf16 ones of an fp16 model outside
+    Megatron-FSDP (a review, 2026-12-08: both had been exported with Megatron's default, twice or
+    half the gradient bytes priced, and fp32 under --fp16 as fp16)."""
+    fmt = job.gradient_format  # a stack's default is always one of the kept ones (fp16 under --fp16)
+    fsdp = effective_zero_stage(config, model.is_moe) >= 2
+    if job.dtype == "fp16":
+        if fmt == "fp32":
+            return ["--accumulate-allreduce-grads-in-fp32"]
+        if fmt == "bf16" and fsdp:
+            return ["--grad-reduce-in-bf16"]
+        if fmt == "bf16":
+            raise refuse(
+                TARGET,
+                "bf16 gradients of an fp16 model",
+                "Megatron keeps them in fp16 or, with --accumulate-allreduce-grads-in-fp32, fp32 (bf16 only under "
+                "Megatron-FSDP, --zero-stage 2 or 3); use --gradient-dtype fp16 or fp32",
+                mesh_bound=False,
+            )
+        return []
+    if fmt == "fp16":
+        raise refuse(
+            TARGET,
+            f"fp16 gradients of a {job.dtype} model",
+            "Megatron keeps a bf16 model's gradients in fp32 or, with --grad-reduce-in-bf16, bf16; "
+            "use --gradient-dtype fp32 or bf16",
+            mesh_bound=False,
+        )
+    return ["--grad-reduce-in-bf16"] if fmt == "bf16" else []
+
+
 def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: ClusterSpec | None) -> list[str]:
     """Precision (_add_mixed_precision_args --bf16/--fp16; _add_transformer_engine_args
     --fp8-format {e4m3, hybrid}: hybrid is E4M3 forward, E5M2 backward, on bf16 weights), and the
@@ -269,8 +305,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
     the stack runs (--attention-backend; unfused without flash attention keeps the s x s scores
     the plan counted, and sinks a stack runs in Megatron's own attention go to 'local'); TP
     communication overlap (_add_training_args --tp-comm-overlap, which validate_args allows only
-    with --sequence-parallel; ``tp_overlap_runs``); gradients reduced in bf16 (_add_distributed_args
-    --grad-reduce-in-bf16; fp32 is the default); Adam's moments in bf16
+    with --sequence-parallel; ``tp_overlap_runs``); the gradients' format (``_gradient_args``); Adam's moments in bf16
     (--use-precision-aware-optimizer). fp4 is --fp4-format e2m1 --fp4-recipe nvfp4 (Transformer
     Engine's NVFP4BlockScaling); the layers kept in bf16 are --first-last-layers-bf16's."""
     args = {
@@ -305,8 +340,7 @@ def _job_args(model: ModelSpec, job: JobSpec, config: ParallelConfig, cluster: C
     args = [*args, "--attention-backend", backend]
     if tp_overlap_runs(job, config, cluster):
         args.append("--tp-comm-overlap")
-    if job.gradient_format == "bf16":
-        args.append("--grad-reduce-in-bf16")
+    args += _gradient_args(model, job, config)
     if job.software.cross_entropy_fusion == "te":
         # the fused loss the stack's loss figures count (Stack.cross_entropy_fusion); Megatron's defaults are
         # off and native, the vocab-parallel loss on fp32 logits (model_parallel_config.py)

@@ -129,7 +129,7 @@ class JobSpec(Frozen):
         None,
         description="Format gradients are kept and reduced in: Megatron-LM's default keeps an fp32 main_grad, "
         "--grad-reduce-in-bf16 (as the Megatron-Bridge recipes run) bf16; unset: the stack's grad_reduce_dtype "
-        "(`plan show stack`)",
+        "(`plan show stack`), whose 16-bit reduce runs in fp16 under fp16 training",
     )
     stack: str | Stack = Field(
         "megatron-core",
@@ -478,8 +478,16 @@ class JobSpec(Frozen):
 
     @property
     def gradient_format(self) -> str:
-        """Format gradients are reduced in: ``gradient_dtype`` where set, else the stack's."""
-        return self.gradient_dtype or self.software.grad_reduce_dtype
+        """Format gradients are reduced in: ``gradient_dtype`` where set, else the stack's, whose
+        16-bit reduce ('bf16') runs in fp16 under fp16 training: Megatron-LM's grad buffer is in
+        the parameters' dtype unless --accumulate-allreduce-grads-in-fp32 (megatron/training/
+        arguments.py: only --bf16 turns fp32 accumulation on, and reads --grad-reduce-in-bf16),
+        DeepSpeed's communication_data_type defaults to fp16 with fp16 enabled (runtime/engine.py
+        communication_data_type). The bytes are the same; the name had read bf16 for an fp16 run."""
+        if self.gradient_dtype:
+            return self.gradient_dtype
+        stack = self.software.grad_reduce_dtype
+        return "fp16" if stack == "bf16" and self.dtype == "fp16" else stack
 
     @property
     def gradient_bytes_per_param(self) -> float:
