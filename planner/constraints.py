@@ -17,7 +17,7 @@ from planner.cost.flops import mtp_layers
 from planner.cost.layout import check_layout, parse_layout, placement_notes
 from planner.cost.pipeline import (
     is_dual,
-    layers_per_chunk,
+    largest_chunk_layers,
     mesh_batch_size,
     needs_pp_multiple,
     num_microbatches,
@@ -716,11 +716,11 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "recompute_layers_within_chunk",
         # Megatron's block method recomputes the first r layers of each model chunk
-        # (--recompute-num-layers r): more than a chunk holds is the whole chunk, i.e. plain full
-        lambda m, c, j, x: x.recompute_layers <= layers_per_chunk(m.num_hidden_layers, x.pp * x.virtual_stages),
+        # (--recompute-num-layers r): more than the largest chunk holds is every chunk whole, i.e. plain full
+        lambda m, c, j, x: x.recompute_layers <= largest_chunk_layers(m, j, x),
         lambda m, c, j, p: (
-            f"recompute_layers {p.recompute_layers}: each of the {p.pp * p.virtual_stages} model chunks holds at "
-            f"most {layers_per_chunk(m.num_hidden_layers, p.pp * p.virtual_stages)} layers (recompute full without "
+            f"recompute_layers {p.recompute_layers}: the largest of the {p.pp * p.virtual_stages} model chunks holds "
+            f"{int(largest_chunk_layers(m, j, MeshArrays.from_configs([p]))[0])} layers (recompute full without "
             "recompute_layers recomputes them all)"
         ),
         applies=lambda m, c, j, x: x.recompute_layers != 0,

@@ -42,6 +42,7 @@ LAYOUT_COLUMNS = (
     "layout_first",
     "layout_first_mtp",
     "layout_smallest_chunk",
+    "layout_largest_chunk",
     "layout_middle",
     "layout_middle_mtp",
     "layout_second",
@@ -54,7 +55,7 @@ LAYOUT_COLUMNS = (
 def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     """A config's explicit layout as (decoder, MTP) layers on its busiest rank other than the
     last (by their sum), on the last rank, then on the first, the decoder layers of its smallest
-    chunk that holds any, and (decoder, MTP) layers on the busiest of ranks 1 to p-2 and on rank 1
+    chunk that holds any and of its largest, and (decoder, MTP) layers on the busiest of ranks 1 to p-2 and on rank 1
     (0 where p <= 2: no such rank), the decoder layers of the first chunk, and the decoder layers of
     the chunks before the first rank's second (where its second chunk starts in the model):
     ``LAYOUT_COLUMNS``; -1 each without a layout."""
@@ -67,10 +68,23 @@ def _layout_ranks(config: ParallelConfig) -> tuple[int, ...]:
     _, middle, middle_mtp = max(others[1:], default=(0, 0, 0))
     first = (t[0], m[0]) if config.pp > 1 else (0, 0)
     second = (t[1], m[1]) if config.pp > 2 else (0, 0)
-    smallest = min((n for n in (stage.count("t") for stage in stages) if n > 0), default=0)
-    first_chunk = stages[0].count("t")
-    next_start = sum(stage.count("t") for stage in stages[: config.pp])
-    return body, body_mtp, t[-1], m[-1], *first, smallest, middle, middle_mtp, *second, first_chunk, next_start
+    chunks = [stage.count("t") for stage in stages]
+    smallest = min((n for n in chunks if n > 0), default=0)
+    next_start = sum(chunks[: config.pp])
+    return (
+        body,
+        body_mtp,
+        t[-1],
+        m[-1],
+        *first,
+        smallest,
+        max(chunks),
+        middle,
+        middle_mtp,
+        *second,
+        chunks[0],
+        next_start,
+    )
 
 
 def _layout_columns(configs: Sequence[ParallelConfig]) -> np.ndarray:
@@ -140,6 +154,7 @@ class MeshArrays:
     layout_first: np.ndarray | None = None  # the first rank's (with the embedding)
     layout_first_mtp: np.ndarray | None = None
     layout_smallest_chunk: np.ndarray | None = None  # the decoder layers of its smallest chunk that holds any
+    layout_largest_chunk: np.ndarray | None = None  # the decoder layers of its largest chunk
     layout_middle: np.ndarray | None = None  # the busiest of ranks 1..p-2: decoder and MTP layers
     layout_middle_mtp: np.ndarray | None = None
     layout_second: np.ndarray | None = None  # rank 1's decoder and MTP layers (0 where p <= 2)

@@ -12,7 +12,9 @@ the mesh's virtual stages) and m (micro-batches per step):
   chunks_per_rank  model chunks a rank runs per micro-batch (PP sends scale with it)
 
 and as constants: ``async_sends`` (the steady state's sends may run behind the next chunk's
-compute where the stack overlaps them, ``Stack.p2p_overlap``), ``parameter_copies`` (model
+compute where the stack overlaps them, ``Stack.p2p_overlap``), ``v_shaped`` (rank r holds model
+chunks r and 2p-1-r, so the two at the V's turn share rank p-1 and pass nothing over a link),
+``parameter_copies`` (model
 states a rank keeps), ``head_share`` (the share of micro-batches whose LM head and loss the
 head's rank runs) and ``batch_times_pp`` (the global batch must also be a multiple of p where
 the stack's interleaving needs p | m: one without a micro-batch group size,
@@ -43,6 +45,7 @@ class ScheduleShape:
     source: str
     bubble_text: str  # the bubble fraction, bubble_slots / (m + bubble_slots), as the tables' legend writes it
     async_sends: bool = False
+    v_shaped: bool = False
 
 
 def microbatch_group_size(p: np.ndarray, m: np.ndarray) -> np.ndarray:
@@ -165,6 +168,7 @@ SCHEDULE_SHAPES: dict[str, ScheduleShape] = {
             "one copy of the parameters, two half-stages a rank"
         ),
         bubble_text="(p-1)/(3m+p-1)",
+        v_shaped=True,
     ),
 }
 """One entry per schedule, in the order of ``schemas.parallel.Schedule`` (the mesh's codes)."""

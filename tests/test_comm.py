@@ -294,3 +294,33 @@ def test_a_switchless_node_gives_a_group_the_links_among_its_members() -> None:
     nv = group_link(h100, np.array([2, 8]), np.array([1, 1]))
     assert np.all(nv.intra_bytes_per_s == h100.intra_node.bus_bandwidth_bytes_per_s)
     assert np.all(np.asarray(nv.p2p_bytes_per_s) == h100.intra_node.bus_bandwidth_bytes_per_s)
+
+
+def test_pipeline_bytes_are_the_busiest_ranks_sends() -> None:
+    # a middle rank sends 2 v messages per micro-batch; an end rank one fewer (the first sends no
+    # gradient from the model's first chunk, the last no activation from its last), two fewer in a V
+    # (DualPipeV: the end ranks hold the first and last chunks, or the turn's two); at pp 2 both ranks
+    # are ends (until 2026-12-08 every rank counted 2 v: twice the bytes at pp 2 in 1F1B)
+    import planner
+
+    def messages(schedule: str, pp: int, v: int = 1) -> float:
+        e = planner.estimate(
+            "llama3-8b",
+            "dgx-h100x2",
+            tp=1,
+            pp=pp,
+            dp=16 // pp,
+            micro_batch_size=1,
+            schedule=schedule,
+            virtual_stages=v,
+            stack="torchtitan",
+        )
+        m = e.config.job.batch_size // (16 // pp)
+        return e.comm_bytes_per_gpu.pp / (m * e.config.job.seq_len * 4096 * 2)
+
+    assert messages("1f1b", 2) == pytest.approx(1.0)
+    assert messages("1f1b", 4) == pytest.approx(2.0)
+    assert messages("interleaved-1f1b", 2, 2) == pytest.approx(3.0)
+    assert messages("interleaved-1f1b", 4, 2) == pytest.approx(4.0)
+    assert messages("dualpipev", 2) == pytest.approx(2.0)
+    assert messages("dualpipev", 4) == pytest.approx(4.0)

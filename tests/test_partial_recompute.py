@@ -252,3 +252,20 @@ def test_the_priced_smallest_chunk_is_the_exported_ones(
     )
     sizes = [c for c in chunk_sizes(model, job, config) if c > 0]  # an embedding or loss chunk recomputes nothing
     assert int(smallest_chunk_layers(model, job, MeshArrays.from_configs([config]))[0]) == min(sizes)
+
+
+def test_recompute_layers_reach_the_largest_chunk_of_the_layout_run() -> None:
+    # Llama-3-70B at pp 2 splits its 80 layers 41 | 39 (the embedding's and head's share): the block method
+    # may recompute the first 41 of each chunk (the 39-layer one whole); the bound had been the even
+    # split's 40, below the layout the plan printed; an explicit layout's largest chunk bounds it likewise
+    import planner
+
+    ask = dict(tp=8, pp=2, dp=8, recompute="full")
+    assert (
+        planner.estimate("llama70b", "dgx-h100x16", recompute_layers=41, **ask).config.parallel.recompute_layers == 41
+    )
+    with pytest.raises(PlannerError, match="the largest of the 2 model chunks holds 41 layers"):
+        planner.estimate("llama70b", "dgx-h100x16", recompute_layers=42, **ask)
+    layout = "Et*50|t*30L"
+    est = planner.estimate("llama70b", "dgx-h100x16", recompute_layers=45, pipeline_layout=layout, **ask)
+    assert est.config.parallel.recompute_layers == 45

@@ -21,6 +21,7 @@ Expressed as idle slots of one micro-batch's forward+backward: p-1, (p-1)/v, (p-
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -364,8 +365,28 @@ def smallest_chunk_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> n
     """Decoder layers of each mesh's smallest model chunk that holds any (a chunk of the embedding
     or the loss alone recomputes nothing whatever n is: counted, it had made n = 1 and refused every
     count, gpt2 at pp 4 under torchtitan): its explicit layout's (``MeshArrays.layout_smallest_chunk``),
-    else DualPipeV's 2p half-stages and DualPipe's p stages split evenly (``chunk_layer_counts``),
-    else the plan's own split (``split_stages``); with p = 1 every layer."""
+    else ``_chunk_layers``'."""
+    return _chunk_layers(
+        model, job, mesh, lambda counts: min((c for c in counts if c > 0), default=0), mesh.layout_smallest_chunk
+    )
+
+
+def largest_chunk_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """Decoder layers of each mesh's largest model chunk, the most Megatron's block recompute
+    (--recompute-num-layers r, the first r of every chunk) can take: its explicit layout's
+    (``MeshArrays.layout_largest_chunk``), else ``_chunk_layers``'. Llama-3-70B at pp 2 splits 41 |
+    39, so r may be 41 (a smaller chunk recomputes whole); until 2026-12-08 the bound was the even
+    split's ceil(80 / 2) = 40, against the layout the plan printed (a review)."""
+    return _chunk_layers(model, job, mesh, lambda counts: max(counts, default=0), mesh.layout_largest_chunk)
+
+
+def _chunk_layers(
+    model: ModelSpec, job: JobSpec, mesh: MeshArrays, pick: Callable[[list[int]], int], explicit: np.ndarray
+) -> np.ndarray:
+    """``pick`` of each mesh's chunks' decoder layers: its explicit layout's where ``explicit`` (a
+    ``MeshArrays.layout_*`` column) is >= 0, else DualPipeV's 2p half-stages and DualPipe's p stages
+    split evenly (``chunk_layer_counts``), else the plan's own split (``split_stages``); with p = 1
+    every layer."""
     dual = np.where(mesh.schedule == DUALPIPE_V, 2, np.where(mesh.schedule == DUALPIPE, 1, 0))
     keys, inverse = np.unique((mesh.pp * 4096 + mesh.virtual_stages) * 4 + dual, return_inverse=True)
     sizes = []
@@ -376,9 +397,9 @@ def smallest_chunk_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> n
             if halves
             else [stage.count("t") for stage in split_stages(model, job, pp, v)]
         )
-        sizes.append(min((c for c in counts if c > 0), default=0))
+        sizes.append(pick(counts))
     split = np.array(sizes, dtype=np.int64)[inverse.reshape(-1)]
-    return np.where(mesh.layout_smallest_chunk >= 0, mesh.layout_smallest_chunk, split)
+    return np.where(explicit >= 0, explicit, split)
 
 
 def recompute_every(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
