@@ -72,7 +72,7 @@ failure modes: 'ZeRO-3 communication may cost more than expected; on small model
 
 
 def last_stage_imbalance(
-    model: ModelSpec, job: JobSpec, layers_per_stage: list[int]
+    model: ModelSpec, job: JobSpec, layers_per_stage: list[int], last_sets_pace: bool | None = None
 ) -> tuple[float, float, list[float]]:
     """(share of each pipeline slot the stages idle on average, what the last stage runs beside its
     decoder layers, in layers: ``cost.pipeline.last_rank_extra_layers``, the LM head and the MTP
@@ -80,10 +80,17 @@ def last_stage_imbalance(
     decoder layers. The slot is set
     by the busiest stage (ARCHITECTURE 8.7), so the idle share is 1 - mean(work) / max(work). The
     embedding on the first stage is a gather, no FLOPs. A FLOP ratio, not a timing: the head's
-    GEMM is large and efficient, its fp32 softmax is memory-bound."""
+    GEMM is large and efficient, its fp32 softmax is memory-bound. Where the step's own slots have
+    another rank set the pace (``last_sets_pace`` False, ``Estimate.last_rank_sets_pace``), the last
+    stage's work is taken as at most the busiest other's: by FLOPs DeepSeek-V3's last rank at pp 16
+    (2 MoE layers, the head and an MTP layer, 4.6 layers' worth) had looked the busiest and the
+    stages 12% idle, where its other ranks' 4 MoE layers and their all-to-alls set the step (a
+    review, 2026-12-08)."""
     extra = last_rank_extra_layers(model, job)
     work = [float(n) for n in layers_per_stage]
     work[-1] += extra
+    if last_sets_pace is False and len(work) > 1:
+        work[-1] = min(work[-1], max(work[:-1]))
     return 1.0 - sum(work) / len(work) / max(work), extra, work
 
 
@@ -225,7 +232,7 @@ def advice(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: Paralle
             f"only {m} micro-batches for {p} pipeline stages: bubble {est.bubble_fraction:.0%}; "
             f"aim for m >= {MICROBATCHES_PER_STAGE_ADVICE}p = {MICROBATCHES_PER_STAGE_ADVICE * p}"
         )
-    idle, head_layers, work = last_stage_imbalance(model, job, est.layers_per_stage)
+    idle, head_layers, work = last_stage_imbalance(model, job, est.layers_per_stage, est.last_rank_sets_pace)
     if config.pp > 1 and idle > STAGE_IMBALANCE_ADVICE and config.schedule not in DUAL_SCHEDULES:
         mtp = mtp_layers(model, job)
         notes.append(
@@ -517,6 +524,7 @@ def row_estimate(
         host_offload_bytes_per_gpu=float(cols.host_offload_bytes[i]),
         memory_breakdown_bytes=MemoryBreakdown(**{k: float(getattr(mem, k)[i]) for k in MemoryBreakdown.model_fields}),
         memory_peak_rank=None if (peak_rank := int(mem.rank[i])) < 0 else peak_rank,
+        last_rank_sets_pace=bool(cols.last_is_slowest[i]) if config.pp > 1 else None,
         time_breakdown_s=TimeBreakdown(**{k: float(np.asarray(v)[i]) for k, v in cols.time.items()}),
         hidden_comm_s=HiddenComm(**{k: float(np.asarray(v)[i]) for k, v in cols.hidden.items()}),
         comm_bytes_per_gpu=CommBytes(**{k: float(np.asarray(v)[i]) for k, v in cols.comm_bytes.items()}),

@@ -145,6 +145,11 @@ class Estimate(Frozen):
         0.0, description="Host memory the offloaded activations fill per GPU (ParallelConfig.offload_layers)"
     )
     memory_breakdown_bytes: MemoryBreakdown
+    last_rank_sets_pace: bool | None = Field(
+        None,
+        description="Whether the last pipeline rank (its layers with the LM head, loss and MTP layers) sets the "
+        "step's pace, else the busiest other rank; None without a pipeline",
+    )
     memory_peak_rank: int | None = Field(
         None,
         ge=0,
