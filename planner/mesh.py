@@ -145,6 +145,9 @@ class MeshArrays:
     # rank builds, ``cost.pipeline.with_recompute_every``); 0: the first recompute_layers of each chunk
     recompute_every: np.ndarray | None = None
     offload_layers: np.ndarray | None = None  # layers whose activations go to host memory; 0 (or None): none
+    # the global batch in sequences the mesh runs where the search chose it within the job's growth
+    # (``cost.pipeline.batch_choices``); 0 (or None): the job's, grown to the mesh's unit
+    batch_size: np.ndarray | None = None
     # an explicit layout's decoder and MTP layers on the busiest rank but the last, on the last
     # rank and on the first (``cost.pipeline.rank_layers``); -1: none, the plan's own split
     layout_body: np.ndarray | None = None
@@ -164,7 +167,7 @@ class MeshArrays:
     order: str = DEFAULT_ORDER
 
     def __post_init__(self) -> None:
-        for name in ("recompute_layers", "recompute_every", "offload_layers"):
+        for name in ("recompute_layers", "recompute_every", "offload_layers", "batch_size"):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, constant_column(0, len(self.tp)))
         for name in LAYOUT_COLUMNS:
@@ -246,6 +249,10 @@ class MeshArrays:
         """The rows of ``a`` then those of ``b`` (one rank order)."""
         fields = {k: np.concatenate([getattr(a, k), getattr(b, k)]) for k in a.__dataclass_fields__ if k != "order"}
         return cls(**fields, order=a.order)
+
+    def with_batch_size(self, batch: np.ndarray) -> MeshArrays:
+        """The same meshes running a global batch of ``batch`` sequences."""
+        return replace(self, batch_size=np.asarray(batch, dtype=np.int64))
 
     def with_offload_layers(self, layers: np.ndarray) -> MeshArrays:
         """The same meshes moving the activations of ``layers`` layers to host memory."""

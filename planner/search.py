@@ -37,6 +37,7 @@ from planner.cost.memory import (
     usable_memory_bytes,
 )
 from planner.cost.pipeline import (
+    batch_choices,
     layers_per_chunk,
     mesh_batch_size,
     num_microbatches,
@@ -518,6 +519,9 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         candidates = MeshArrays.concat(candidates, partial_recompute(model, cluster, job, candidates))
         if "offload_layers" not in pins:
             candidates = MeshArrays.concat(candidates, activation_offload(model, cluster, job, candidates))
+    origin = None
+    if job.max_batch_growth > 0:  # each mesh at the batches worth trying within the growth, the best kept
+        candidates, origin = batch_choices(job, candidates)
     variants = len(candidates) - int(alive.sum())
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit;
     # where none does, the diagnosis needs their memory alone.
@@ -530,6 +534,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     if not fit.all():
         pruned["memory"] = int((~fit).sum())
         candidates, memory = candidates.take(fit), memory.take(fit)
+        origin = None if origin is None else origin[fit]
     cols = evaluate(model, cluster, job, candidates, memory)
     fits = cols.fits
     if (~fits).any():
@@ -539,7 +544,18 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         raise PlannerError(_nothing_fits(model, cluster, job, mesh, pins, masks, hard, pruned, cols.memory, candidates))
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
+    if origin is not None:
+        idx = _best_per_origin(idx, origin, time_per_batch)
     return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned, variants)
+
+
+def _best_per_origin(idx: np.ndarray, origin: np.ndarray, time_per_batch: np.ndarray) -> np.ndarray:
+    """Of the fitting rows ``idx``, the one per mesh of ``origin`` (``cost.pipeline.batch_choices``)
+    with the least time per asked batch (the first of equals), in row order."""
+    order = idx[np.lexsort((idx, time_per_batch[idx], origin[idx]))]
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = origin[order[1:]] != origin[order[:-1]]
+    return np.sort(order[first])
 
 
 def _nothing_fits(

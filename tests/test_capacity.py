@@ -260,7 +260,9 @@ def test_a_batch_grown_to_fit_each_mesh_is_shown_per_row(cli) -> None:
     """With --max-batch-growth each node count's best mesh may run more sequences than asked (504 or
     512 of an asked 500 on 8-GPU multiples); the rows were priced so while the header said 'batch
     500' and the growth warning was dropped (a review, 2026-12-07): each row now carries its batch
-    (a column where any grew) and the warning. One node: 1e12 / (504 x 8192) steps of 47.461 s."""
+    (a column where any grew) and the warning. One node: 1e12 / (504 x 8192) steps of 47.286 s, on
+    tp1 pp2 dp4 v6, whose 500 sequences (125 micro-batches, groups of 3) did not fit and whose 504
+    (126, groups of 2) the search had never tried (cost.pipeline.batch_choices)."""
     args = ("capacity", "-m", "llama3-8b", "-c", "dgx-h100", "--training-tokens", "1T", "--days", "30", "-B", "500")
     grown = cli(*args, "--max-batch-growth", "0.1", "--max-nodes", "4")
     lines = grown.out.splitlines()
@@ -268,7 +270,8 @@ def test_a_batch_grown_to_fit_each_mesh_is_shown_per_row(cli) -> None:
     header = next(line for line in lines if line.split()[:3] == ["nodes", "GPUs", "best"])
     assert "batch" in header.split()
     one = next(line for line in lines if line.split()[:2] == ["1", "8"]).split()
-    assert one[one.index("1f1b") + 1] == "504" and one[one.index("1f1b") + 5] == "133.0"  # after "47.461 s"
+    assert one[one.index("none") + 1] == "504" and one[one.index("none") + 5] == "132.6"  # after "47.286 s"
+    assert one[2:5] == ["tp1", "pp2", "dp4"]
     rows = cli(*args, "--max-batch-growth", "0.1", "--max-nodes", "4", "--json").json()["rows"]
     assert [r["global_batch_size"] for r in rows] == [504, 512, 504, 512]
     assert all(any(w.startswith("global batch grown from 500 to") for w in r["warnings"]) for r in rows)

@@ -462,3 +462,23 @@ def test_a_card_batch_keeps_its_tokens_per_step_at_another_length() -> None:
     # 512 x 2,048 tokens at 3,000 is 349.5 sequences: rounded as default_batch_size rounds, to 384
     assert card_batch_size(load_model("gpt-1.7b"), 3000) == 384
     assert card_batch_size(load_model("llama3-70b"), 32768) == 128  # no card batch: 4 Mi tokens
+
+
+def test_a_grown_batch_is_chosen_per_mesh_within_the_allowance() -> None:
+    # 500 sequences with 5% growth on 16 DGX H100: tp4 pp4 dp8 v8 at the next multiple, 504 (63
+    # micro-batches, interleaving groups of 7), needs 104 GiB; at 512 (64) it fits at 76.6 GiB and is
+    # 2.9% faster per asked batch than tp8 pp2 dp8 mbs2, which the search had ranked first, trying
+    # each mesh at the next multiple alone
+    import planner
+
+    ranking = planner.plan("llama70b", "dgx-h100x16", global_batch_size=500, max_batch_growth=0.05, top=3)
+    best = ranking.candidates[0]
+    assert best.config.parallel.short().startswith("tp4 pp4 dp8 cp1 ep1 mbs1 v8")
+    assert best.config.job.batch_size == 512 and best.fits
+    shorts = [c.config.parallel.short() for c in ranking.candidates]
+    assert len(set(shorts)) == len(shorts)  # each mesh once, at its best batch
+    est = planner.estimate(
+        "llama70b", "dgx-h100x16", global_batch_size=500, max_batch_growth=0.05, tp=4, pp=4, dp=8, virtual_stages=8
+    )
+    assert est.config.job.batch_size == 512 and est.fits
+    assert est.step_time_s == pytest.approx(best.step_time_s)

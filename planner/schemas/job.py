@@ -219,7 +219,8 @@ class JobSpec(Frozen):
         description=(
             "How far the global batch may grow, as a fraction (0.05 = 5%), to become a multiple of "
             "dp*micro_batch_size (times pp for interleaved 1F1B on a stack without micro-batch groups; on "
-            "Megatron-Core at least pp micro-batches); 0 keeps it exact; at most 10 (an 11x "
+            "Megatron-Core at least pp micro-batches, and a multiple of pp where that fits better); 0 keeps it "
+            "exact; at most 10 (an 11x "
             "batch is another job, a judgement)"
         ),
     )
