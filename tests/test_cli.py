@@ -78,6 +78,9 @@ def test_show_cluster(cli) -> None:
     data = cli("show", "cluster", "dgx-h100x16", "--json").json()
     assert data["num_gpus"] == 128 and data["num_nodes"] == 16
     assert data["description"].startswith("dgx-h100x16: 16 nodes x 8 ")
+    # the cluster's peak and the GPU's, each named for what it sums (989.4 dense BF16 TFLOP/s an H100 SXM)
+    assert data["peak_bf16_flops_per_s_per_gpu"] == pytest.approx(989.4e12, rel=1e-3)
+    assert data["cluster_peak_bf16_flops_per_s"] == pytest.approx(128 * data["peak_bf16_flops_per_s_per_gpu"])
     human = cli("show", "cluster", "dgx-h100x16")
     assert human.code == 0 and "128 GPUs" in human.out and "NVLink groups" not in human.out
     # NVL72 racks: all 144 GPUs of two hold each rack whole; 128 of them a 64-GPU segment of each.

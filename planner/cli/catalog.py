@@ -148,7 +148,9 @@ def show_cluster_cmd(
                 "gpus_per_node": cluster.gpus_per_node,
                 "gpus_per_host": cluster.gpus_per_host,
                 "fast_domain_gpus": cluster.fast_domain_gpus,
-                "peak_bf16_flops_per_s": cluster.num_gpus * cluster.gpu.peak_flops_per_s("bf16"),
+                # the whole cluster's, named so beside the per-GPU keys (a review, 2026-12-08)
+                "cluster_peak_bf16_flops_per_s": cluster.num_gpus * cluster.gpu.peak_flops_per_s("bf16"),
+                "peak_bf16_flops_per_s_per_gpu": cluster.gpu.peak_flops_per_s("bf16"),
                 "hbm_capacity_bytes_per_gpu": cluster.gpu.hbm_capacity_bytes,
                 "intra_node_bus_bandwidth_bytes_per_s": cluster.intra_node.bus_bandwidth_bytes_per_s,
                 "inter_node_bus_bandwidth_bytes_per_s": cluster.inter_node.bus_bandwidth_bytes_per_s,
