@@ -568,16 +568,15 @@ def estimate_mesh(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, config: 
     """Check ``config`` against the model, cluster and job, price it, and attach warnings.
 
     Raises PlannerError when a hard rule fails (product of degrees vs GPUs, divisibility, ...).
-    Where the job lets the batch grow, the mesh runs the batch of ``batch_choices`` that fits and
-    takes the least time per asked batch, as the search picks it (the next multiple where none fits).
+    Where the job lets the batch grow, the mesh runs the first batch of ``batch_choices`` that
+    fits, as the search picks it (the next multiple where none fits).
     """
     soft = check_config(model, cluster, job, config)
     mesh = MeshArrays.from_configs([own_split_as_planned(model, job, config)])
     if job.max_batch_growth > 0:
         mesh, _ = batch_choices(job, mesh)
     cols = evaluate(model, cluster, job, mesh)
-    per_asked = np.where(cols.fits, cols.step_time_s / cols.batch_size, np.inf)
-    best = int(np.argmin(per_asked)) if np.isfinite(per_asked).any() else 0
+    best = int(np.argmax(cols.fits)) if cols.fits.any() else 0
     return estimate_row(cols, best, model, cluster, job, config, soft)
 
 

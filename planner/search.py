@@ -545,17 +545,15 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
     # A mesh that grew the batch (max_batch_growth) is ranked by its time per asked batch.
     time_per_batch = cols.step_time_s * job.batch_size / cols.batch_size
     if origin is not None:
-        idx = _best_per_origin(idx, origin, time_per_batch)
+        idx = _first_per_origin(idx, origin)
     return _Pass(job, mesh, candidates, cols, idx, time_per_batch, pruned, variants)
 
 
-def _best_per_origin(idx: np.ndarray, origin: np.ndarray, time_per_batch: np.ndarray) -> np.ndarray:
-    """Of the fitting rows ``idx``, the one per mesh of ``origin`` (``cost.pipeline.batch_choices``)
-    with the least time per asked batch (the first of equals), in row order."""
-    order = idx[np.lexsort((idx, time_per_batch[idx], origin[idx]))]
-    first = np.ones(order.size, dtype=bool)
-    first[1:] = origin[order[1:]] != origin[order[:-1]]
-    return np.sort(order[first])
+def _first_per_origin(idx: np.ndarray, origin: np.ndarray) -> np.ndarray:
+    """Of the fitting rows ``idx`` (ascending), the first per mesh of ``origin``: its batch in
+    ``cost.pipeline.batch_choices``' order, the next multiple where it fits, else the grouped one."""
+    _, first = np.unique(origin[idx], return_index=True)
+    return np.sort(idx[first])
 
 
 def _nothing_fits(

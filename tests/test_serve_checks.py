@@ -712,3 +712,16 @@ def test_a_lone_request_on_per_rank_schedulers_is_replayed_on_its_rank_alone() -
     # Little's law over the one request: its output over its time in the engine, per GPU of the replica
     cycle = dp.ttft_s + (256 - 1) * dp.tpot_s
     assert dp.output_tokens_per_s_per_gpu == pytest.approx(256 / cycle / 8, rel=0.02)
+
+
+def test_a_disaggregated_plan_at_capacity_prefills_the_prompts_its_decode_pool_draws() -> None:
+    # the decode pool bounds 70B's split on two DGX H100 at a 30 ms TPOT; its prefill replicas need not
+    # run full budgets: without a TTFT target the same split had quoted 1,020 ms of TTFT (a full round),
+    # with a 500 ms target 272 ms at the same throughput
+    import planner
+
+    ask = dict(disaggregate=True, tpot_s=0.030, top=1)
+    free = planner.serve("llama70b", "dgx-h100x2", **ask).candidates[0]
+    held = planner.serve("llama70b", "dgx-h100x2", ttft_s=0.5, **ask).candidates[0]
+    assert free.output_tokens_per_s_per_gpu == pytest.approx(held.output_tokens_per_s_per_gpu)
+    assert free.ttft_s == pytest.approx(held.ttft_s, rel=0.01) and free.ttft_s < 0.3

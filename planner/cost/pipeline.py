@@ -77,11 +77,11 @@ def batch_choices(job: JobSpec, mesh: MeshArrays) -> tuple[MeshArrays, np.ndarra
     ``mesh_batch_size`` gives (the next multiple of the mesh's unit) and, where it differs and is
     allowed, the smallest multiple above it whose micro-batch count pp divides (Megatron-Core's
     interleaving groups then hold p micro-batches, the fewest in flight: ``schedules.
-    microbatch_group_size``). Growth serves the mesh's divisibility, not speed for its own sake: a
-    larger batch than that is not tried. Llama-3-70B on 16 DGX H100 at 500 sequences with 5%
-    growth: tp4 pp4 dp8 v8 at 504 (m = 63, groups of 7) needs 104 GiB, at 512 (m = 64) 76.6 and
-    2.9% faster per asked batch than the mesh the search had ranked first, which it never tried
-    (a review, 2026-12-08)."""
+    microbatch_group_size``), which the search and ``estimate`` take where the first does not fit:
+    growth serves the mesh's divisibility and memory, not speed for its own sake. Llama-3-70B on
+    16 DGX H100 at 500 sequences with 5% growth: tp4 pp4 dp8 v8 at 504 (m = 63, groups of 7) needs
+    104 GiB, at 512 (m = 64) 76.6 and 2.9% faster per asked batch than the mesh the search had
+    ranked first, which it never tried (a review, 2026-12-08)."""
     first = mesh_batch_size(job, mesh)
     per_microbatch = mesh.dp * mesh.micro_batch_size
     grouped = round_up(first // per_microbatch, mesh.pp) * per_microbatch
