@@ -507,3 +507,19 @@ def test_fp32_working_weights_are_the_optimizers_master() -> None:
     fp32 = planner.estimate("llama70b", "dgx-h100x16", weight_dtype="fp32", **ask).memory_breakdown_bytes
     assert fp32.weights == pytest.approx(2 * mixed.weights)
     assert fp32.optimizer == pytest.approx(mixed.optimizer * 8 / 12)
+
+
+def test_a_middle_rank_holding_a_leading_dense_layer_is_not_priced_as_moe() -> None:
+    # DeepSeek-V3 (first 3 layers dense) at pp 16, v 2: rank 1's first chunk holds layers 2 and 3, one of
+    # them dense; rank 2's four layers are all MoE. Rank 1 had been priced as four MoE layers at its own
+    # micro-batches in flight (83.4 GB, named the peak); the peak is rank 2's (a review, 2026-12-08)
+    import planner
+    from planner.cost.pipeline import rank_leading_dense
+
+    model = planner.load_model("deepseek-v3")
+    est = planner.estimate(
+        model, "dgx-h100x32", tp=1, pp=16, dp=16, ep=8, micro_batch_size=2, virtual_stages=2, recompute="full"
+    )
+    assert rank_leading_dense(model, est.config.job, 16, 2)[:3] == [2, 1, 0]
+    assert est.memory_peak_rank == 2
+    assert 82.5e9 < est.memory_per_gpu_bytes < 83.2e9

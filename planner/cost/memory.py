@@ -593,6 +593,9 @@ def stage_layers(
     if first:  # the model's leading dense layers are the first rank's (DualPipe's rank 0 is priced as the busiest)
         leading = first_rank_leading_dense_layers(model, mesh, decoders)
         moe = np.where(on_last | is_dual(mesh), moe, moe - leading)
+    elif rank in ("second", "middle"):  # those the plan's own split puts past rank 0's first chunk
+        leading = ranks.second_dense if rank == "second" else ranks.middle_dense
+        moe = np.where(on_last, moe, moe - leading)
     return layers_with_mtp(model, decoders, mtp), moe, mtp
 
 

@@ -157,6 +157,11 @@ class RankLayers:
     middle_index: np.ndarray
     second: np.ndarray
     second_mtp: np.ndarray
+    # of the plan's own split, the model's leading dense layers (``leading_dense_count``) rank 1 and
+    # the middle rank hold (0 for an explicit layout, whose ranks between are priced as a bound, and
+    # for dual schedules): DeepSeek-V3's k = 3 at pp 16, v 2 puts layer 2 on rank 1
+    second_dense: np.ndarray
+    middle_dense: np.ndarray
 
     @property
     def busiest(self) -> np.ndarray:
@@ -349,11 +354,20 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
     for p_k, v_k in ((int(k) // 4096, int(k) % 4096) for k in keys):
         # every rank's count once: the busiest other and the last (``rank_layer_split``'s) and the first
         counts = split_rank_layers(model, job, p_k, v_k)
-        between = counts[1:-1]  # ranks 1..p-2, none where p <= 2
-        middle_k = max(between, default=0)
-        at = 1 + between.index(middle_k) if between else 0
-        splits.append((max(counts[:-1], default=0), counts[-1], counts[0], middle_k, at, between[0] if between else 0))
-    body, last, first, middle, at, second = np.array(splits, dtype=np.int64).reshape(-1, 6)[inverse.reshape(-1)].T
+        dense = rank_leading_dense(model, job, p_k, v_k)
+        # the busiest of ranks 1..p-2 (none where p <= 2) by its MoE layers, then all of them, at the
+        # first with that load (the most micro-batches in flight): DeepSeek-V3 at pp 16, v 2 had priced
+        # rank 1 (layer 2 dense) as 4 MoE layers, 0.6 GiB above rank 2, the true peak (a review, 2026-12-08)
+        loads = [(counts[r] - dense[r], counts[r], -r) for r in range(1, p_k - 1)]
+        _, middle_k, minus_at = max(loads, default=(0, 0, 0))
+        at = -minus_at
+        second_k, second_dense_k, middle_dense_k = (counts[1], dense[1], dense[at]) if p_k > 2 else (0, 0, 0)
+        splits.append(
+            (max(counts[:-1], default=0), counts[-1], counts[0], middle_k, at, second_k, second_dense_k, middle_dense_k)
+        )
+    body, last, first, middle, at, second, second_dense, middle_dense = (
+        np.array(splits, dtype=np.int64).reshape(-1, 8)[inverse.reshape(-1)].T
+    )
     for code in (DUALPIPE, DUALPIPE_V):
         on = mesh.schedule == code
         # a set, not np.unique: without return_index/inverse, np.unique asks np.ma whether the
@@ -362,7 +376,7 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
             rows = on & (mesh.pp == pp)
             body[rows], last[rows] = dual_rank_split(model.num_hidden_layers, pp, SCHEDULES[code])
             first[rows] = body[rows]  # rank 0 holds both ends: priced as the busiest, every rank
-            middle[rows] = second[rows] = 0  # holding the same micro-batches
+            middle[rows] = second[rows] = second_dense[rows] = middle_dense[rows] = 0  # holding the same micro-batches
     explicit = mesh.layout_last >= 0
     mtp = mtp_layers(model, job)
     return RankLayers(
@@ -377,7 +391,22 @@ def rank_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> RankLayers:
         middle_index=np.where(explicit, np.minimum(mesh.pp - 2, 1).clip(0), at),
         second=np.where(explicit, mesh.layout_second, second),
         second_mtp=np.where(explicit, mesh.layout_second_mtp, 0),
+        second_dense=np.where(explicit, 0, second_dense),
+        middle_dense=np.where(explicit, 0, middle_dense),
     )
+
+
+def rank_leading_dense(model: ModelSpec, job: JobSpec, pp: int, virtual_stages: int) -> list[int]:
+    """The model's leading dense layers (``leading_dense_count``) each pipeline rank holds in the
+    plan's own split (``split_stages``: chunk c on rank c mod p, in model order)."""
+    k = leading_dense_count(model)
+    dense = [0] * pp
+    start = 0
+    for c, stage in enumerate(split_stages(model, job, pp, virtual_stages)):
+        n = stage.count("t")
+        dense[c % pp] += max(0, min(k, start + n) - start)
+        start += n
+    return dense
 
 
 def smallest_chunk_layers(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
