@@ -363,7 +363,7 @@ def test_inputs_the_review_found_accepted_are_refused(cli, tmp_path: Path) -> No
 
     pins = ("estimate", "-m", "llama70b", "-c", "dgx-h100x16", "--tp", "8", "--pp", "2", "--dp", "8")
     r = cli(*pins, "--recompute", "full", "--recompute-layers", "1000")
-    assert_one_line_error(r, "recompute_layers 1000", "at most 40 layers")
+    assert_one_line_error(r, "recompute_layers 1000", "the largest of the 2 model chunks holds 41 layers")
     for key, value, said in (
         ("hidden_act", "nope", "hidden_act 'nope' is not one of"),
         ("name", '""', "name"),

@@ -455,11 +455,10 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
                 "--extra_llm_api_options extra-prefill.yaml",
                 "# extra-prefill.yaml: cache_transceiver_config: {backend: UCX}; disable_overlap_scheduler: true",
                 "# extra-decode.yaml: cache_transceiver_config: {backend: UCX}",
-                "context_servers:\n  num_instances: 4\n"
-                '  urls: ["HOST_1:8000", "HOST_1:8001", "HOST_1:8002", "HOST_1:8003"]',
+                'context_servers:\n  num_instances: 2\n  urls: ["HOST_1:8000", "HOST_1:8001"]',
                 'generation_servers:\n  num_instances: 1\n  urls: ["HOST_0:8000"]\nEOF\n',
                 "EOF\ntrtllm-serve disaggregated -c disagg.yaml",
-                "# on HOST_1:\nprefill_server 0,1 8000 &\nprefill_server 2,3 8001 &",
+                "# on HOST_1:\nprefill_server 0,1,2,3 8000 &\nprefill_server 4,5,6,7 8001 &",
             ),
         ),
         (
@@ -467,8 +466,9 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
             (
                 "--disaggregation-mode prefill \\\n"
                 "      --host 0.0.0.0 --port $2 --disaggregation-bootstrap-port $3\n}",
-                "# on HOST_1:\nprefill_server 0,1 8000 8998 &\nprefill_server 2,3 8001 8999 &",
-                "sglang_router.launch_router --pd-disaggregation \\\n    --prefill http://HOST_1:8000 8998",
+                "# on HOST_1:\nprefill_server 0,1,2,3 8000 8998 &\nprefill_server 4,5,6,7 8001 8999 &",
+                "sglang_router.launch_router --pd-disaggregation \\\n    --prefill http://HOST_1:8000 8998 \\\n"
+                "    --prefill http://HOST_1:8001 8999",
                 "--decode http://HOST_0:8000 \\\n    --host 0.0.0.0 --port 8080",
             ),
         ),
@@ -481,9 +481,9 @@ def test_sglang_takes_its_static_memory_fraction_by_tp() -> None:
                 "  CUDA_VISIBLE_DEVICES=$1 VLLM_NIXL_SIDE_CHANNEL_PORT=$3 vllm serve",
                 "# on HOST_0:\nexport VLLM_NIXL_SIDE_CHANNEL_HOST=HOST_0\n"
                 "decode_server 0,1,2,3,4,5,6,7 8000 5600 &\nwait",
-                "prefill_server 2,3 8001 5700 &",
-                "# the front end: a proxy that sends each request to one of the 4 prefill server(s)",
-                "prefill servers HOST_1:8000, HOST_1:8001, HOST_1:8002, HOST_1:8003; decode servers HOST_0:8000",
+                "prefill_server 4,5,6,7 8001 5700 &",
+                "# the front end: a proxy that sends each request to one of the 2 prefill server(s)",
+                "prefill servers HOST_1:8000, HOST_1:8001; decode servers HOST_0:8000",
             ),
         ),
     ],
@@ -492,15 +492,16 @@ def test_a_disaggregated_export_joins_its_pools(engine: str, fragments: tuple[st
     """A review (2026-12-07): a disaggregated plan's export printed the two pools' servers and nothing
     that joins them. TensorRT-LLM gets each pool's cache transceiver and its ``trtllm-serve
     disaggregated`` front end over the servers' URLs, SGLang its PD router, vLLM a note on the proxy
-    its NIXL P/D takes. 70B on two DGX H100 at a 500 ms TTFT target: 4 prefill replicas of TP2, one
-    prompt a round (265 ms), and one decode replica of TP8 (one prefill replica of TP8 at a full
-    round of 4 prompts, 388 ms, until 2026-12-07). Each server is placed on GPUs and ports of its own
-    (``export.placed_pools``: the decode server on the first host, the four prefill servers on the
-    second), and the front end names their addresses."""
-    req = ServeRequest(engine=engine, disaggregate=True, ttft_s=0.5, tpot_s=0.03)
+    its NIXL P/D takes. 70B on two DGX H100, 4K prompts at a 400 ms TTFT target: 2 prefill replicas
+    of TP4, one prompt a round, and one decode replica of TP8. Each server is placed on GPUs and ports
+    of its own (``export.placed_pools``: the decode server on the first host, the two prefill servers
+    on the second), and the front end names their addresses. (Until 2026-12-08 the case was 2K prompts
+    at 500 ms, 4 prefill replicas of TP2; a prefill pool at capacity now runs the prompts its decode
+    pool draws, and one TP2 x PP4 replica, 269 ms, ranks first there.)"""
+    req = ServeRequest(engine=engine, disaggregate=True, ttft_s=0.4, tpot_s=0.03, input_len=4096)
     ranking = serve_search(load_model("llama3-70b"), load_cluster("dgx-h100x2"), req)
     split = ranking.candidates[0].config["prefill_decode_split"]
-    assert split["prefill_replicas"] == 4 and split["decode_replicas"] == 1
+    assert (split["prefill_replicas"], split["prefill_tp"], split["decode_replicas"]) == (2, 4, 1)
     text = export_commands(ranking, engine)
     for fragment in fragments:
         assert fragment in text, text

@@ -217,16 +217,16 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     q = min(full, math.ceil(req.concurrency / n_p))
                     ttft = float(rounds[i, q - 1] + extra[i])
                 else:
-                    p_rate_i = within / rounds[i, within - 1]
+                    prompts[:], p_rate_i = within, within / rounds[i, within - 1]
                 rate = np.minimum(n_p * p_rate_i, n_d * d_rate)
                 if req.request_rate is None and req.concurrency is None:
                     # at capacity each prefill replica runs the fewest prompts a round that keep up
-                    # with what the pool serves: where the decode pool bounds it, fewer than the
-                    # budget (70B on two DGX H100 with a 30 ms TPOT: the same split quoted 1,020 ms
-                    # of TTFT at a full budget's round, 272 at the round its rate needs; a review)
+                    # with what the pool serves: where the decode pool bounds it, fewer than its cap
+                    # (``prompts``, which its launch command keeps for bursts; 70B on two DGX H100
+                    # with a 30 ms TPOT: the same split quoted 1,020 ms of TTFT at a full budget's
+                    # round, 272 at the round its rate needs; a review, 2026-12-08)
                     keeps_up = np.arange(1, within + 1) / rounds[i, :within] >= (rate / n_p * (1.0 - 1e-9))[:, None]
-                    prompts = np.argmax(keeps_up, axis=1) + 1
-                    waited = rounds[i, prompts - 1] + extra[i]
+                    waited = rounds[i, np.argmax(keeps_up, axis=1)] + extra[i]
                 else:
                     waited = np.full(len(rate), ttft)
                 if req.concurrency is not None:  # Little's law: a request's prompt is part of its time
