@@ -683,6 +683,16 @@ RULES: tuple[Rule, ...] = (
         applies=lambda m, c, j, x: j.software.amp_through_sharding,
     ),
     Rule(
+        "moe_tp_needs_sequence_parallel",
+        lambda m, c, j, x: (x.tp == 1) | x.sequence_parallel,
+        lambda m, c, j, p: (
+            f"{m.name} is MoE and tp {p.tp} runs without sequence parallelism, which stack {j.software.name} refuses "
+            "in training (Megatron-Core MoELayer.forward: 'performance may degrade if MoE and tensor parallelism are "
+            "enabled without also enabling sequence parallelism'); use sequence parallelism or tp 1"
+        ),
+        applies=lambda m, c, j, x: m.is_moe and j.software.moe_tp_needs_sequence_parallel,
+    ),
+    Rule(
         "stack_partial_recompute",
         # Stack.partial_recompute: Megatron any first r layers, torchtitan every n-th layer
         lambda m, c, j, x: (j.software.partial_recompute is not None) & (x.recompute_layers == _recomputable(m, j, x)),

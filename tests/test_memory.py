@@ -235,8 +235,8 @@ def megatron_weight_and_optimizer_bytes(model, tp: int, pp: int, dp: int, distri
     [
         ("llama3-70b", "dgx-h100x16", ParallelConfig(tp=8, dp=16, zero_stage=1), 0),
         ("llama3-70b", "dgx-h100x16", ParallelConfig(tp=8, dp=16, zero_stage=0), 0),
-        ("mixtral-8x7b", "dgx-h100x2", ParallelConfig(tp=2, dp=8, expert_tp=2, zero_stage=1), 0),
-        ("deepseek-v3", "dgx-h100x2", ParallelConfig(tp=8, dp=2, expert_tp=8, zero_stage=1), 1),
+        ("mixtral-8x7b", "dgx-h100x2", ParallelConfig(tp=2, dp=8, expert_tp=2, zero_stage=1, sequence_parallel=True), 0),
+        ("deepseek-v3", "dgx-h100x2", ParallelConfig(tp=8, dp=2, expert_tp=8, zero_stage=1, sequence_parallel=True), 1),
     ],
 )
 def test_model_states_match_megatrons_theoretical_memory(model_name, cluster_name, config, mtp) -> None:
@@ -257,7 +257,7 @@ def test_expert_parallelism_is_where_megatrons_formula_overcounts() -> None:
     # formula charges every rank all 8 experts / tp with states sharded over dp = 8.
     model, cluster = load_model("mixtral-8x7b"), load_cluster("dgx-h100x2")
     job = JobSpec(global_batch_size=64, seq_len=4096, gradient_dtype="fp32")
-    config = ParallelConfig(tp=2, dp=8, ep=8, zero_stage=1)
+    config = ParallelConfig(tp=2, dp=8, ep=8, zero_stage=1, sequence_parallel=True)
     mem = estimate_mesh(model, cluster, job, config).memory_breakdown_bytes
     ours = mem.weights + mem.gradients + mem.optimizer
     c = model.parameter_counts

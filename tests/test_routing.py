@@ -142,7 +142,7 @@ def test_a_dropless_imbalance_is_at_most_what_the_busiest_rank_can_get() -> None
     mixtral = load_model("mixtral-8x7b")
     assert list(most_imbalance(mixtral, np.array([1.0, 2.0, 4.0, 8.0]))) == [1.0, 2.0, 4.0, 4.0]
     cluster = load_cluster("dgx-h100", gpus=32)
-    config = ParallelConfig(tp=4, dp=8, ep=8, recompute="full")
+    config = ParallelConfig(tp=4, dp=8, ep=8, recompute="full", sequence_parallel=True)
     at_cap = estimate_mesh(mixtral, cluster, _job(moe_load_imbalance=4.0), config)
     beyond = estimate_mesh(mixtral, cluster, _job(moe_load_imbalance=1024.0), config)
     assert beyond.step_time_s == at_cap.step_time_s
@@ -374,3 +374,16 @@ def test_the_communication_table_names_the_expert_tp_group_its_bytes_hold(cli) -
     assert est["links"]["etp"] == "intra_node" and est["links"]["tp"] == "none"
     plain = cli("estimate", "-m", "qwen3-30b-a3b", "-c", "dgx-h100", "--tp", "2", "--ep", "4", "--dp", "4")
     assert "tp + expert tp" not in plain.out  # expert TP follows tp (Megatron's default): one group
+
+
+def test_a_megatron_moe_mesh_with_tp_needs_sequence_parallelism() -> None:
+    # Megatron-Core's MoELayer.forward raises in training for MoE with tensor parallelism and no sequence
+    # parallelism; such a mesh had been priced, its EP dispatch counted as each TP rank's 1/t of the tokens
+    import planner
+    from planner.errors import PlannerError
+
+    ask = dict(tp=2, ep=8)
+    with pytest.raises(PlannerError, match="without sequence parallelism"):
+        planner.estimate("qwen3-30b-a3b", "dgx-h100x4", sequence_parallel=False, **ask)
+    assert planner.estimate("qwen3-30b-a3b", "dgx-h100x4", **ask).config.parallel.sequence_parallel
+    assert planner.estimate("llama3-8b", "dgx-h100x4", tp=2, sequence_parallel=False).step_time_s > 0  # dense: any

@@ -236,6 +236,11 @@ class Stack(Frozen):
         "CP would train in fp32, which the planner does not price, so it is refused (torchtitan's "
         "maybe_enable_amp)"
     )
+    moe_tp_needs_sequence_parallel: bool = Field(
+        description="A MoE layer trains under tensor parallelism only with sequence parallelism (Megatron-Core's "
+        "MoELayer.forward raises 'performance may degrade if MoE and tensor parallelism are enabled without also "
+        "enabling sequence parallelism'), so a MoE mesh with tp > 1 and no SP is refused",
+    )
     activation_offloading: bool = Field(
         description="The stack can move the activations of some layers to host memory during forward and back "
         "for backward (Megatron-Core --cpu-offloading --cpu-offloading-num-layers: ``ParallelConfig.offload_layers``)"
