@@ -235,7 +235,12 @@ def megatron_weight_and_optimizer_bytes(model, tp: int, pp: int, dp: int, distri
     [
         ("llama3-70b", "dgx-h100x16", ParallelConfig(tp=8, dp=16, zero_stage=1), 0),
         ("llama3-70b", "dgx-h100x16", ParallelConfig(tp=8, dp=16, zero_stage=0), 0),
-        ("mixtral-8x7b", "dgx-h100x2", ParallelConfig(tp=2, dp=8, expert_tp=2, zero_stage=1, sequence_parallel=True), 0),
+        (
+            "mixtral-8x7b",
+            "dgx-h100x2",
+            ParallelConfig(tp=2, dp=8, expert_tp=2, zero_stage=1, sequence_parallel=True),
+            0,
+        ),
         ("deepseek-v3", "dgx-h100x2", ParallelConfig(tp=8, dp=2, expert_tp=8, zero_stage=1, sequence_parallel=True), 1),
     ],
 )
