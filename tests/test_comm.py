@@ -324,3 +324,27 @@ def test_pipeline_bytes_are_the_busiest_ranks_sends() -> None:
     assert messages("interleaved-1f1b", 4, 2) == pytest.approx(4.0)
     assert messages("dualpipev", 2) == pytest.approx(2.0)
     assert messages("dualpipev", 4) == pytest.approx(4.0)
+
+
+def test_expert_tp_gathers_the_received_tokens_and_reduce_scatters_their_outputs() -> None:
+    # Megatron-Core's alltoall dispatcher all-gathers the R routed copies a rank receives over the
+    # expert-TP group and reduce-scatters the outputs: (etp - 1) R each way, forward and backward. Mixtral
+    # at tp 2, ep 4, etp 2: R = 2 copies x 16,384 tokens x 4,096 x 2 B = 268.4 MB, 4 R per MoE layer and
+    # micro-batch, x 32 layers x 16 micro-batches = 549.8 GB (one all-reduce of R had counted half)
+    import planner
+
+    def tp_bytes(etp: int, dispatcher: str = "alltoall") -> float:
+        est = planner.estimate(
+            "mixtral-8x7b", "dgx-h100x2", tp=2, ep=4, expert_tp=etp, moe_load_imbalance=1.0, moe_dispatcher=dispatcher
+        )
+        return est.comm_bytes_per_gpu.tp
+
+    r = 2 * 16384 * 4096 * 2  # 32K tokens a micro-batch, 16K on each SP rank
+    assert tp_bytes(2) - tp_bytes(1) == pytest.approx(4 * r * 32 * 16, rel=1e-6)
+    # the allgather dispatcher gathers over tp x ep at once: (ep etp - 1) of a rank's tokens each way
+    local = 16384 * 4096 * 2
+    ep = planner.estimate(
+        "mixtral-8x7b", "dgx-h100x2", tp=2, ep=4, expert_tp=2, moe_load_imbalance=1.0, moe_dispatcher="allgather"
+    ).comm_bytes_per_gpu.ep
+    total = ep + tp_bytes(2, "allgather") - tp_bytes(1, "allgather")
+    assert total == pytest.approx(4 * (4 * 2 - 1) * local * 32 * 16, rel=1e-6)

@@ -265,8 +265,10 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
     if job.moe_dispatcher == "allgather":
         return Dispatch("all_gather", local * mesh.ep)
     if job.moe_dispatcher == "flex":
+        # each token to every etp rank of each expert rank it reaches (``expert_tp_collectives``)
         fanout = comm.Fanout(float(model.num_experts_total), int(model.num_experts_per_tok or 0), *model.routing_groups)
-        return Dispatch("all_to_all", local * ranks_reached(model, mesh.ep) * moe_load_factor(job, mesh, model), fanout)
+        reached = ranks_reached(model, mesh.ep) * mesh.expert_tp
+        return Dispatch("all_to_all", local * reached * moe_load_factor(job, mesh, model), fanout)
     return Dispatch("all_to_all", routed_message_bytes(model, job, mesh))
 
 
@@ -365,7 +367,32 @@ def tp_collectives(
         Collective("tp.all_gather", "all_gather", "tp", inputs, forward * sp + again - regathered),
         Collective("tp.all_gather_grad", "all_gather", "tp", grads, backward * sp),
         Collective(WGRAD_INPUT_GATHER, "all_gather", "tp", inputs, regathered),
-        Collective("etp.all_reduce", "all_reduce", "etp", routed_message_bytes(model, job, mesh), expert_count),
+        *expert_tp_collectives(model, job, mesh, expert_count),
+    ]
+
+
+def expert_tp_collectives(model: ModelSpec, job: JobSpec, mesh: MeshArrays, count: np.ndarray) -> list[Collective]:
+    """Expert-TP's gather of the tokens an expert rank holds after the EP dispatch and the
+    reduce-scatter of their outputs, once each per direction and MoE layer (``count``): Megatron-Core's
+    MoEAlltoAllTokenDispatcher all-gathers the received tokens over the expert-TP group
+    (dispatch_postprocess, gather_from_sequence_parallel_region(..., group=self.tp_group)) and
+    reduce-scatters the outputs (combine_preprocess), a buffer of etp x the R routed copies
+    (``routed_message_bytes``), so each rank sends (etp - 1) R each way; MoEAllGatherTokenDispatcher
+    gathers over tp_ep at once, which over ep (``ep_dispatch``) then etp moves the same bytes, etp x
+    ep x its tokens here; the flex dispatcher routes each token to its experts' etp ranks itself
+    (router_topk = tp_size x topk over tp_ep_group), so none here. Until 2026-12-08 one all-reduce of
+    R was priced, 2 (etp - 1) / etp R: etp times too few bytes (Mixtral-8x7B at tp 2, ep 4, etp 2:
+    274.9 GB a step where the dispatcher sends 549.8; a review)."""
+    if job.moe_dispatcher == "flex":
+        return []
+    if job.moe_dispatcher == "allgather":
+        held = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model) * mesh.ep
+    else:
+        held = routed_message_bytes(model, job, mesh)
+    gathered = held * mesh.expert_tp
+    return [
+        Collective("etp.all_gather", "all_gather", "etp", gathered, count),
+        Collective("etp.reduce_scatter", "reduce_scatter", "etp", gathered, count),
     ]
 
 
