@@ -348,3 +348,15 @@ def test_expert_tp_gathers_the_received_tokens_and_reduce_scatters_their_outputs
     ).comm_bytes_per_gpu.ep
     total = ep + tp_bytes(2, "allgather") - tp_bytes(1, "allgather")
     assert total == pytest.approx(4 * (4 * 2 - 1) * local * 32 * 16, rel=1e-6)
+
+
+def test_mla_gathers_its_latents_not_the_hidden_state() -> None:
+    # Megatron-Core's MLA runs its down-projections on the rank's SP shard and gathers the latents (q 1,536,
+    # kv 512, the rope key 64) for the up-projections; the weight gradients gather the latents again. DeepSeek-V3
+    # at tp 2, pp 16 (4 MoE layers a rank, 480 micro-batches): per MoE layer and micro-batch 2 x 17.30 MB of
+    # 2,112-wide buffers, 16.78 MB of 2,048-wide ones and 7 of 58.72 MB at h (the shared expert's and the
+    # output projections'), each rank sending half: 443.9 GB a step where h-wide attention gathers gave 563.7
+    import planner
+
+    est = planner.estimate("deepseek-v3", "dgx-h100x128", tp=2, pp=16, ep=64, moe_load_imbalance=1.0)
+    assert est.comm_bytes_per_gpu.tp == pytest.approx(443.925e9, rel=1e-4)

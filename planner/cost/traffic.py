@@ -359,16 +359,46 @@ def tp_collectives(
     sp = mesh.sequence_parallel.astype(float)
     again = tp_input_regathers(model, job, mesh, layers, moe_layers)
     regathered = again if job.software.sp_regathers_input else np.zeros_like(again)
+    # the column-parallel inputs' side (forward gathers, backward input-gradient reductions) at its width
+    width, wgrad_width = tp_input_width_shares(model, job, layers, moe_layers)
     inputs = tp_all_gather_bytes(model, job, mesh, "input")
     grads = tp_all_gather_bytes(model, job, mesh, "grad_output")
     return [
-        Collective("tp.all_reduce", "all_reduce", "tp", message, (forward + backward) * (1.0 - sp)),
-        Collective("tp.reduce_scatter", "reduce_scatter", "tp", message, (forward + backward) * sp),
-        Collective("tp.all_gather", "all_gather", "tp", inputs, forward * sp + again - regathered),
+        Collective("tp.all_reduce", "all_reduce", "tp", message, forward * (1.0 - sp)),
+        Collective("tp.all_reduce_grad", "all_reduce", "tp", message * width, backward * (1.0 - sp)),
+        Collective("tp.reduce_scatter", "reduce_scatter", "tp", message, forward * sp),
+        Collective("tp.reduce_scatter_grad", "reduce_scatter", "tp", message * width, backward * sp),
+        Collective("tp.all_gather", "all_gather", "tp", inputs * width, forward * sp + again - regathered),
         Collective("tp.all_gather_grad", "all_gather", "tp", grads, backward * sp),
-        Collective(WGRAD_INPUT_GATHER, "all_gather", "tp", inputs, regathered),
+        Collective(WGRAD_INPUT_GATHER, "all_gather", "tp", inputs * wgrad_width, regathered),
         *expert_tp_collectives(model, job, mesh, expert_count),
     ]
+
+
+def tp_input_width_shares(
+    model: ModelSpec, job: JobSpec, layers: np.ndarray, moe_layers: np.ndarray
+) -> tuple[np.ndarray | float, np.ndarray | float]:
+    """(the stage's column-parallel input collectives' mean width over h, that of the inputs the
+    weight gradients gather again): 1, but under Megatron-Core's MLA the attention's h-wide input is
+    not gathered: its down-projections (linear_q_down_proj, linear_kv_down_proj) are duplicated
+    linears on the rank's SP shard, and the column-parallel up-projections gather the latents
+    (q_lora_rank, or h without one, + kv_lora_rank) with the rope key (qk_rope_head_dim) beside them
+    (megatron/core/transformer/multi_latent_attention.py MLASelfAttention.get_query_key_value_tensors,
+    gather_from_sequence_parallel_region of q_compressed, kv_compressed and k_pos_emb); the weight
+    gradients gather the latents again, not the rope key. DeepSeek-V3 at tp 2: 2,112 of 7,168 per
+    attention input where h had been priced, its TP bytes 27% high (a review, 2026-12-08). torchtitan
+    gathers the attention module's input whole (``Stack.tp_module_plan``)."""
+    if not model.is_mla or job.software.tp_module_plan == "torchtitan":
+        return 1.0, 1.0
+    h = float(model.hidden_size)
+    latents = float(model.q_lora_rank or model.hidden_size) + float(model.kv_lora_rank or 0)
+    blocks = np.maximum(tp_linear_inputs(model, job, layers, moe_layers), 1.0)
+    attention = np.asarray(layers, dtype=float)  # one attention input per layer
+
+    def share(width: float) -> np.ndarray:
+        return 1.0 - attention / blocks * (1.0 - width / h)
+
+    return share(latents + float(model.qk_rope_head_dim or 0)), share(latents)
 
 
 def expert_tp_collectives(model: ModelSpec, job: JobSpec, mesh: MeshArrays, count: np.ndarray) -> list[Collective]:
