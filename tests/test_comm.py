@@ -360,3 +360,15 @@ def test_mla_gathers_its_latents_not_the_hidden_state() -> None:
 
     est = planner.estimate("deepseek-v3", "dgx-h100x128", tp=2, pp=16, ep=64, moe_load_imbalance=1.0)
     assert est.comm_bytes_per_gpu.tp == pytest.approx(443.925e9, rel=1e-4)
+
+
+def test_dp_traffic_is_the_busiest_real_ranks() -> None:
+    # Llama-3-70B at tp 8, pp 4, cp 2 splits 20 | 20 | 21 | 19: the reduction that paces the step is rank
+    # 0's (20 layers and the embedding, 2.2705e9 parameters over tp 8), reduce-scatter and all-gather in
+    # bf16 over dp x cp 4: 2.2705e9 x 2 B x 2 x 3/4 = 6.81 GB; the busiest other rank had been counted with
+    # the embedding too, a rank that does not exist (7.13 GB)
+    import planner
+
+    est = planner.estimate("llama3-70b", "dgx-h100x16", tp=8, pp=4, cp=2)
+    assert est.layers_per_stage == [20, 20, 21, 19]
+    assert est.comm_bytes_per_gpu.dp == pytest.approx(6.8114e9, rel=1e-4)
