@@ -139,6 +139,42 @@ def dropped_values(result: FitResult) -> list[str]:
     return out
 
 
+def written_value(result: FitResult, j: int) -> float:
+    """Fitted parameter ``j`` as ``write_fit`` records it: 0 within 1e-6 of its upper bound's scale of
+    it (a fit at its lower bound of 0), else the value (the dry run prints the same)."""
+    upper = result.problem.params[j].bounds[1]
+    theta = float(result.theta[j])
+    return 0.0 if abs(theta) < 1e-6 * max(abs(upper), 1.0) else theta
+
+
+def rows_left_out(result: FitResult) -> list[str]:
+    """Of the files writing ``result`` would re-fit, those whose shipped values were fitted on rows
+    this fit has not, as 'file (n of its m rows, e.g. ...)': written, a value fitted on many rows
+    would be replaced by one fitted on few, the profiles fitted jointly with it left as they were. A
+    fit of one --group (Megatron-Bridge's B200 rows) had replaced megatron-core's per-layer and
+    per-expert overheads fitted on 39 rows and dropped the 18 GB200/GB300 rows from its list, and
+    those profiles' own errors went from 6-10% to 12-14% (a review, 2026-12-08)."""
+    from planner.catalog import load_profile, load_stack
+    from planner.fit_runs import target_of
+
+    out = []
+    seen: set[tuple[str, str]] = set()
+    for j, param in enumerate(result.problem.params):
+        if not (result.free[j] or result.transferred[j]):
+            continue
+        kind = "stack" if param.kind == "stack" else "profile"
+        for name in _files_of(result, j):
+            if (kind, name) in seen:
+                continue
+            seen.add((kind, name))
+            calibration = (load_stack(name) if kind == "stack" else load_profile(name)).calibration
+            shipped = set(calibration.rows) if calibration is not None else set()
+            missing = sorted(shipped - {c.name for c in result.problem.cases if target_of(kind, c) == name})
+            if missing:
+                out.append(f"{name} ({len(missing)} of its {len(shipped)} rows, e.g. {missing[0]})")
+    return out
+
+
 def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
     """Write every fitted parameter, and once per file the rows of its target with their
     cross-validated errors; returns the files written. A parameter the rows do not determine
@@ -173,9 +209,7 @@ def write_fit(result: FitResult, command: str, runs_file: str) -> list[Path]:
             if not result.free[j]:
                 _drop_field(lines, param.field, indent, start)
                 continue
-            upper = param.bounds[1]
-            theta = 0.0 if abs(result.theta[j]) < 1e-6 * max(abs(upper), 1.0) else float(result.theta[j])
-            _set_line(lines, param.field, f"{theta:.4g}", indent, head, start)
+            _set_line(lines, param.field, f"{written_value(result, j):.4g}", indent, head, start)
             _set_source(lines, param.field, source, indent, start)
     texts: dict[Path, str] = {}
     for path, lines in edits.items():

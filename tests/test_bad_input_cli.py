@@ -260,7 +260,13 @@ def test_calibrate_write_refuses_to_drop_what_its_rows_do_not_determine(cli, mon
     dry = cli("calibrate", "--from-runs", str(SAMPLE_RUNS), "--json")
     assert dry.code == 0
     dropped = dry.json()["dropped"]
-    assert "torchtitan.tp_layer_overhead_us 6508" in dropped and "dgx-h100.fp8_rowwise_gemm_fraction 0.5549" in dropped
+    from planner.catalog import load_stack
+
+    overhead = load_stack("torchtitan").tp_layer_overhead_us
+    assert f"torchtitan.tp_layer_overhead_us {overhead:.4g}" in dropped
+    assert "dgx-h100.fp8_rowwise_gemm_fraction 0.5549" in dropped
+    # and the files it would re-fit were fitted on rows it has not (a review, 2026-12-08)
+    assert any(entry.startswith("dgx-h100 (") for entry in dry.json()["rows_left_out"])
     r = cli("calibrate", "--from-runs", str(SAMPLE_RUNS), "--write")
     assert_one_line_error(r, "--write: the rows of runs_sample.yaml do not determine 7", "dgx-h100.fp8_rowwise")
     assert {p: p.read_bytes() for p in shipped} == shipped
@@ -670,3 +676,38 @@ def test_serve_calibrate_marks_only_fitted_values_on_their_bounds(cli, tmp_path:
     path.write_text(yaml.safe_dump({"runs": rows}))
     r = cli("serve-calibrate", "--runs", str(path), "--no-cv")
     assert r.code == 0 and "expert_gemm_fraction 1  " in r.out and "routed_copy_ns 0  " in r.out, r.out
+
+
+MODERN_RUNS = ROOT.parent / "shared" / "groundtruth" / "modern_runs.yaml"
+
+
+@pytest.mark.skipif(not MODERN_RUNS.is_file(), reason="shared/groundtruth/modern_runs.yaml not present")
+def test_calibrate_write_refuses_a_fit_without_the_rows_the_shipped_values_were_fitted_on(cli, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """One --group (Megatron-Bridge's B200 rows) had replaced megatron-core's overheads fitted on 39 rows
+    with values fitted on 8, and GB200/GB300, fitted jointly with them, priced 6-10% -> 12-14% off (a
+    review, 2026-12-08): --write refuses, naming the files and the rows left out."""
+    import planner.calibration_io as io
+
+    def no_write(*args: object) -> None:
+        raise AssertionError("the refused fit was written")
+
+    monkeypatch.setattr(io, "write_texts_atomic", no_write)
+    r = cli("calibrate", "--from-runs", str(MODERN_RUNS), "--group", "b200-megatron-bridge", "--write")
+    assert_one_line_error(r, "leave out rows the shipped values they would replace were fitted on", "megatron-core (")
+
+
+def test_calibrate_refuses_an_out_file_it_could_not_load_or_that_is_its_input(cli, tmp_path: Path) -> None:
+    """--out prof.json wrote the YAML then read it back as JSON and failed, leaving the file; --out prof
+    wrote a profile `--cluster prof` could not find; --out equal to --from overwrote the measurements
+    with the profile before failing on them (a review, 2026-12-08). Each is refused before anything runs."""
+    measured = tmp_path / "m.yaml"
+    measured.write_text("kind: sweep\n")
+    for out, said in (
+        (tmp_path / "prof.json", "give a .yaml or .yml file"),
+        (tmp_path / "prof", "give a .yaml or .yml file"),
+        (measured, "is the --from file"),
+    ):
+        r = cli("calibrate", "--from", str(measured), "--cluster", "localhost-cpu", "--out", str(out))
+        assert_one_line_error(r, f"--out {out}", said)
+        assert not (tmp_path / "prof.json").exists() and not (tmp_path / "prof").exists()
+    assert measured.read_text() == "kind: sweep\n"

@@ -90,6 +90,12 @@ def calibrate_cmd(
             f"--out {out}: the profile would be named '{out.stem}' after the file, which is no profile name; "
             "give --name, or a file named as a profile (letters, digits, '-', '_', '.')"
         )
+    if out.suffix.lower() not in (".yaml", ".yml"):
+        # written under another name it had been read back as JSON, or could not be loaded by --cluster (a review)
+        raise PlannerError(f"--out {out}: give a .yaml or .yml file (the catalog loads a profile by that suffix)")
+    if out.exists() and out.resolve() == from_.resolve():
+        # the measurements had been overwritten by the profile, then read back as JSON (a review, 2026-12-08)
+        raise PlannerError(f"--out {out} is the --from file: write the profile elsewhere, the measurements kept")
     from planner.atomic import make_parent
 
     make_parent(out)  # an output that cannot be written fails now, not after the fit
@@ -226,7 +232,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
 
     import numpy as np
 
-    from planner.calibration_io import dropped_values, write_fit
+    from planner.calibration_io import dropped_values, rows_left_out, write_fit, written_value
     from planner.fit_runs import fit_and_cross_validate
     from planner.runs import cases_from_runs, check_groups, load_runs, nothing_priced
 
@@ -255,6 +261,14 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
             f"{', ...' if len(dropped) > 4 else ''}); fit a runs file that holds the rows they were fitted to as well "
             "(each file's calibration.rows lists them); nothing written"
         )
+    left_out = rows_left_out(result)
+    if write and left_out:
+        raise PlannerError(
+            f"--write: the rows of {path.name}{' in ' + ', '.join(groups) if groups else ''} leave out rows the "
+            f"shipped values they would replace were fitted on: {', '.join(left_out[:3])}"
+            f"{', ...' if len(left_out) > 3 else ''}; fit a runs file that holds those rows as well (each file's "
+            "calibration.rows lists them); nothing written"
+        )
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
     moved = result.problem.uses.any(axis=0)
     pairs = list(zip(result.problem.params, result.theta, result.free, moved, result.transferred, strict=True))
@@ -272,6 +286,7 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         "cv_mape_pct": float(100 * np.mean(np.abs(result.cv_error))),
         "signed_pct": float(100 * np.mean(result.error)),
         "dropped": dropped,
+        "rows_left_out": left_out,
         "written": written,
     }
     if as_json:
@@ -280,8 +295,8 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
     for s in skipped:  # each with its reason, as --json and the benchmark list them (a review: text named none)
         typer.echo(f"  not priced: {s['name']}: {s['reason']}")
-    for label, value in params.items():
-        typer.echo(f"  {label} = {0.0 if abs(value) < 1e-9 else value:.4g}")  # a fit at its bound of 0: 0, as written
+    for j in np.flatnonzero(result.free):  # as --write records it (a fit at its bound of 0: 0)
+        typer.echo(f"  {result.problem.params[j].label()} = {written_value(result, int(j)):.4g}")
     for label, value in moved_in.items():
         typer.echo(f"  {label} = {value:.4g} (not fitted: the median of the fitted values of its field)")
     if unfitted:
@@ -298,5 +313,10 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
         typer.echo(
             f"  --write would drop these shipped values, which the rows do not determine, and so refuses: "
             f"{', '.join(dropped)}"
+        )
+    if left_out:
+        typer.echo(
+            "  --write would re-fit these files without rows their shipped values were fitted on, and so refuses: "
+            f"{', '.join(left_out)}"
         )
     typer.echo(f"wrote {', '.join(written)}" if written else "dry run: --write records the fit in the shipped files")
