@@ -74,3 +74,26 @@ def test_torchrun_variables_that_are_no_ranks_are_named(monkeypatch, env: dict, 
         monkeypatch.setenv(key, value)
     with pytest.raises(PlannerError, match=re.escape(said)):
         torchrun_world()
+
+
+def test_calibration_counts_each_distinct_term_once_and_refuses_terms_the_world_cannot_hold() -> None:
+    # two candidates replaying the same GEMMs had counted each shape twice, each twin in another
+    # cross-validation fold; a hand-edited group of 1,000 ranks in a world of 2 had been fitted (a review)
+    import copy
+
+    from planner.validate.calibrate import samples_from_json
+
+    model, cluster = load_model("gpt2"), load_cluster("localhost-cpux1")
+    job = default_job(model, seq_len=128, global_batch_size=4)
+    settings = ValidationSettings(local_ranks=2, repeats=1, warmup=0, max_gemm_flops=1e7)
+    report = run_validation(model, cluster, job, {"tp": 2, "dp": 1}, settings).report
+    assert report is not None
+    data = report.model_dump(mode="json")
+    one = len(samples_from_json(data, "r").results)
+    twice = copy.deepcopy(data)
+    twice["candidates"].append({**copy.deepcopy(data["candidates"][0]), "rank": 2})
+    assert len(samples_from_json(twice, "r").results) == one
+    wide = copy.deepcopy(data)
+    wide["candidates"][0]["terms"][0]["spec"]["group_size"] = 1000
+    with pytest.raises(PlannerError, match="field 'group_size': 1000 ranks, more than the 2 the report ran"):
+        samples_from_json(wide, "r")

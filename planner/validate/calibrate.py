@@ -96,7 +96,18 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
         raise PlannerError(
             f"{where}: field 'kind': expected 'validation' or 'sweep' (a plan validate JSON), got {kind!r}"
         )
+    world = report.context.world_size
     for r in results:
+        if r.spec.group_size > world:
+            raise PlannerError(
+                f"{where}: term '{r.spec.name}': field 'group_size': {r.spec.group_size} ranks, more than the "
+                f"{world} the report ran (context.world_size)"
+            )
+        if r.spec.per_domain > r.spec.group_size:
+            raise PlannerError(
+                f"{where}: term '{r.spec.name}': field 'per_domain': {r.spec.per_domain} ranks in one domain, more "
+                f"than the group's {r.spec.group_size}"
+            )
         if r.spec.gemm_mnk is not None and min(r.spec.gemm_mnk) < 1:
             raise PlannerError(f"{where}: term '{r.spec.name}': GEMM shape {r.spec.gemm_mnk} has a zero dimension")
         if r.measured_s > MAX_TERM_S:
@@ -105,7 +116,7 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
                 f"timed at most {MAX_TERM_S:g} s (a day)"
             )
     unmeasurable = [r.spec.name for r in results if r.measured_s < MIN_TERM_S]
-    results = [r for r in results if r.measured_s >= MIN_TERM_S]
+    results = _distinct_terms([r for r in results if r.measured_s >= MIN_TERM_S])
     if not results:
         raise PlannerError(f"{where}: no measured terms to fit")
     for tier in fitted_link_tiers(results):
@@ -117,6 +128,25 @@ def samples_from_json(data: dict[str, Any], where: str) -> Samples:
             )
     status = None if report.status == "complete" else report.error or "failed"
     return Samples(results, report.context, status, unmeasurable)
+
+
+def _distinct_terms(results: list[TermResult]) -> list[TermResult]:
+    """Each distinct term once (the same spec replayed by several candidates: 5 GEMM shapes of two
+    candidates of one model had counted 10 times, each twin in another cross-validation fold, so the
+    held-out error was priced on terms the fit had seen; a review, 2026-12-08), at the mean of its
+    measurements, as ``report.distinct_replays`` counts a replay once."""
+    groups: dict[str, list[TermResult]] = {}
+    for r in results:
+        groups.setdefault(r.spec.model_dump_json(), []).append(r)
+    out = []
+    for same in groups.values():
+        first = same[0]
+        if len(same) > 1:
+            measured = sum(r.measured_s for r in same) / len(same)
+            ratio = None if first.ratio is None else measured / (first.measured_s / first.ratio)
+            first = first.model_copy(update={"measured_s": measured, "ratio": ratio})
+        out.append(first)
+    return out
 
 
 def is_cpu_profile(profile: HardwareProfile) -> bool:

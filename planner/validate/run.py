@@ -288,6 +288,9 @@ def build_validation(
     replay_job = settings.replay_job(blocks, gemm_on_all_ranks=on_gpu or world <= cores)
     priced = f"every predicted_s is priced on {machine.profile_name}, the replay's hardware"
     notes = [f"{priced}; plan_step_time_s on {cluster.name}"]
+    if top > 1 and len(candidates) == 1 and any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
+        # a review (2026-12-08): --top 2 beside --tp 2 --pp 2 replayed one mesh without a word
+        notes.append(f"the degree pins name one mesh, so it alone is replayed (--top {top} ranks a search's meshes)")
     if (replayed := replay_dtype(job, on_gpu)) != job.dtype:
         # a review: gpt2 on CPU showed a plan step of 7.98e+05 s (bf16 at the CPU's emulated rate) over
         # a replay priced at 2.74e+03 s (fp32), with nothing saying why the two differ 290x
