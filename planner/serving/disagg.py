@@ -209,7 +209,8 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     continue
                 # at capacity a full round; at a rate the round its share of it needs; at a concurrency
                 # a round of at most the replica's share of the requests in flight
-                prompts, p_rate_i = np.full(len(batches), full), p_rate[i]
+                prompts, p_rate_i = full, p_rate[i]
+                at_capacity = req.request_rate is None and req.concurrency is None
                 if req.request_rate is not None:
                     share = req.request_rate / n_p
                     ttft = float(prefill_at(rounds[i : i + 1], share)[1][0] + extra[i] + queue_wait_s(share, p_rate[i]))
@@ -217,9 +218,9 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     q = min(full, math.ceil(req.concurrency / n_p))
                     ttft = float(rounds[i, q - 1] + extra[i])
                 else:
-                    prompts[:], p_rate_i = within, within / rounds[i, within - 1]
+                    prompts, p_rate_i = within, within / rounds[i, within - 1]
                 rate = np.minimum(n_p * p_rate_i, n_d * d_rate)
-                if req.request_rate is None and req.concurrency is None:
+                if at_capacity:
                     # at capacity each prefill replica runs the fewest prompts a round that keep up
                     # with what the pool serves: where the decode pool bounds it, fewer than its cap
                     # (``prompts``, which its launch command keeps for bursts; 70B on two DGX H100
@@ -245,8 +246,8 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                 k = int(np.argmax(score))
                 if np.isfinite(score[k]):
                     key = (float(score[k]), -float(waited[k]))
-                    ttft_k = float(waited[k]) if req.request_rate is None and req.concurrency is None else ttft
-                    options.append((key, int(i), n_p, n_d, k, ttft_k, float(rate[k]), int(prompts[k])))
+                    ttft_k = float(waited[k]) if at_capacity else ttft
+                    options.append((key, int(i), n_p, n_d, k, ttft_k, float(rate[k]), prompts))
         options.sort(key=lambda o: o[0], reverse=True)  # stable: ties keep the loop's order
         if options:
             pending.append(_Splits(j, options, batches, tpot, terms, extra))
