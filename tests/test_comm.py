@@ -372,3 +372,18 @@ def test_dp_traffic_is_the_busiest_real_ranks() -> None:
     est = planner.estimate("llama3-70b", "dgx-h100x16", tp=8, pp=4, cp=2)
     assert est.layers_per_stage == [20, 20, 21, 19]
     assert est.comm_bytes_per_gpu.dp == pytest.approx(6.8114e9, rel=1e-4)
+
+
+def test_expert_tp_collectives_stay_exposed_under_tp_overlap() -> None:
+    # the dispatcher's expert-TP gathers are plain collectives, none of the linears TP overlap splits:
+    # expert TP adds their whole time to the exposed TP time and nothing to what hides
+    import planner
+
+    def est(etp: int) -> planner.Estimate:
+        return planner.estimate(
+            "mixtral-8x7b", "dgx-h100x2", tp=2, ep=4, expert_tp=etp, moe_load_imbalance=1.0, tp_comm_overlap=True
+        )
+
+    one, two = est(1), est(2)
+    assert two.hidden_comm_s.tp == pytest.approx(one.hidden_comm_s.tp, rel=1e-9)
+    assert two.time_breakdown_s.tp_comm > one.time_breakdown_s.tp_comm + 1.0

@@ -455,16 +455,21 @@ def tp_per_microbatch(
     reduce-scatter with the GEMMs (Megatron-LM validate_args refuses --tp-comm-overlap without
     --sequence-parallel; torchtitan's async TP fuses SP's all-gather-matmul and
     matmul-reduce-scatter), so a TP mesh without SP keeps its all-reduces exposed. The
-    weight-gradient input gathers (``WGRAD_INPUT_GATHER``) hide whole, within the same budget."""
+    weight-gradient input gathers (``WGRAD_INPUT_GATHER``) hide whole, within the same budget. The
+    expert-TP gathers (``expert_tp_collectives``) stay exposed: the MoE dispatcher issues them as
+    plain collectives between its permutations and the grouped GEMMs (Megatron-Core
+    token_dispatcher.py gather_from_sequence_parallel_region), none of the linears TP overlap
+    splits (until 2026-12-08 they took its hidden share as TP's own did)."""
     collectives = tp_collectives(model, job, mesh, layers, moe_layers)
     regathers = [c for c in collectives if c.name == WGRAD_INPUT_GATHER]
-    time = serial_s([c for c in collectives if c.name != WGRAD_INPUT_GATHER], links)
+    time = serial_s([c for c in collectives if c.name != WGRAD_INPUT_GATHER and c.group != "etp"], links)
+    expert_s = serial_s([c for c in collectives if c.group == "etp"], links)
     behind_dgrad = serial_s(regathers, links)
     sent = sum((c.calls * bytes_sent(c, links) for c in collectives), np.zeros(()))
     tp = links["tp"]
     overlaps = ~np.asarray(tp.crosses) & np.asarray(mesh.sequence_parallel, dtype=bool)
     fraction = np.where(overlaps, job.software.tp_overlap_hidden_fraction if job.tp_overlap else 0.0, 0.0)
-    total = time + behind_dgrad
+    total = time + expert_s + behind_dgrad
     hideable = time * fraction + behind_dgrad  # the weight-gradient gathers: WGRAD_INPUT_GATHER
     return Traffic.overlapped(total, sent, hideable / np.maximum(total, 1e-30), overlap_budget_s)
 
