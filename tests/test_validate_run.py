@@ -97,3 +97,21 @@ def test_calibration_counts_each_distinct_term_once_and_refuses_terms_the_world_
     wide["candidates"][0]["terms"][0]["spec"]["group_size"] = 1000
     with pytest.raises(PlannerError, match="field 'group_size': 1000 ranks, more than the 2 the report ran"):
         samples_from_json(wide, "r")
+
+
+def test_a_failed_replay_does_not_replace_a_complete_report(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # a failed re-run to the same --out had replaced a complete sweep with an empty failed one (a review)
+    import json
+
+    from planner.cli.validate import _write
+    from planner.validate.run import Outcome
+
+    sweep = run_sweep(["all_reduce"], [4096], 4096, ReplaySettings(local_ranks=2, repeats=1, warmup=0)).report
+    assert sweep is not None and sweep.status == "complete"
+    out = tmp_path / "sweep.json"
+    _write(Outcome(sweep, 2, 2, False), out)
+    failed = sweep.model_copy(update={"status": "failed", "error": "rank 0 failed", "points": []})
+    with pytest.raises(PlannerError, match="keeps the complete report it held"):
+        _write(Outcome(failed, 0, 2, False), out)
+    assert json.loads(out.read_text())["status"] == "complete"
+    assert json.loads((tmp_path / "sweep.partial.json").read_text())["status"] == "failed"

@@ -99,18 +99,34 @@ def _progress(replay: ValidationReplay | SweepReplay) -> Iterator[Callable[[Even
 
 def _write(outcome: Outcome[Any], out: Path) -> None:
     """Write the report (also a partial one); after a Ctrl-C end with status 130 (128 + SIGINT,
-    the shell's convention), after a failure with its one-line error."""
+    the shell's convention), after a failure with its one-line error. A partial report does not
+    replace a complete one already at ``out``: it goes beside it, as <name>.partial<suffix> (a failed
+    re-run had replaced a complete sweep with an empty failed one; a review, 2026-12-08)."""
     from planner.validate.report import write_json_atomic
 
     report = outcome.report
-    write_json_atomic(out, report)
+    partial = outcome.interrupted or bool(report.error)
+    where = out.with_name(f"{out.stem}.partial{out.suffix}") if partial and _holds_complete_report(out) else out
+    write_json_atomic(where, report)
+    kept = f"; {out} keeps the complete report it held" if where != out else ""
     if outcome.interrupted:
         typer.echo(
-            f"interrupted: {outcome.measured} of {outcome.total} terms measured; partial report in {out}", err=True
+            f"interrupted: {outcome.measured} of {outcome.total} terms measured; partial report in {where}{kept}",
+            err=True,
         )
         raise typer.Exit(130)
     if report.error:
-        raise PlannerError(f"{report.error} (results so far in {out})")
+        raise PlannerError(f"{report.error} (results so far in {where}{kept})")
+
+
+def _holds_complete_report(path: Path) -> bool:
+    """Whether ``path`` holds a validate or sweep report that completed."""
+    import json
+
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("status") == "complete"
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @validate_app.callback(invoke_without_command=True)
