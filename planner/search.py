@@ -520,7 +520,7 @@ def _price_pass(model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict
         if "offload_layers" not in pins:
             candidates = MeshArrays.concat(candidates, activation_offload(model, cluster, job, candidates))
     origin = None
-    if job.max_batch_growth > 0:  # each mesh at the batches worth trying within the growth, the best kept
+    if job.max_batch_growth > 0:  # each mesh at the batches worth trying within the growth, the first that fits kept
         candidates, origin = batch_choices(job, candidates)
     variants = len(candidates) - int(alive.sum())
     # Memory first (evaluate prices it the same way): the step is priced only for meshes that fit;

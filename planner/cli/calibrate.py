@@ -278,7 +278,8 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     written = [str(p) for p in write_fit(result, command, path.name)] if write else []
     moved = result.problem.uses.any(axis=0)
     pairs = list(zip(result.problem.params, result.theta, result.free, moved, result.transferred, strict=True))
-    params = {p.label(): float(v) for p, v, free, _, _ in pairs if free}
+    # as --write records them (a fit at its bound of 0: 0), in the text and the JSON alike
+    params = {p.label(): written_value(result, j) for j, (p, _, free, _, _) in enumerate(pairs) if free}
     moved_in = {p.label(): float(v) for p, v, _, _, transfer in pairs if transfer}
     unfitted = [p.label() for p, _, free, some, transfer in pairs if some and not free and not transfer]
     summary = {
@@ -301,8 +302,8 @@ def _calibrate_from_runs(path: Path, groups: list[str], write: bool, as_json: bo
     typer.echo(f"fit to {len(cases)} of {len(runs)} runs of {path} ({len(skipped)} cannot be priced)")
     for s in skipped:  # each with its reason, as --json and the benchmark list them (a review: text named none)
         typer.echo(f"  not priced: {s['name']}: {s['reason']}")
-    for j in np.flatnonzero(result.free):  # as --write records it (a fit at its bound of 0: 0)
-        typer.echo(f"  {result.problem.params[j].label()} = {written_value(result, int(j)):.4g}")
+    for label, value in params.items():
+        typer.echo(f"  {label} = {value:.4g}")
     for label, value in moved_in.items():
         typer.echo(f"  {label} = {value:.4g} (not fitted: the median of the fitted values of its field)")
     if unfitted:

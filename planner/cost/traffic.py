@@ -214,10 +214,14 @@ def tp_linear_inputs(model: ModelSpec, job: JobSpec, layers: np.ndarray, moe_lay
 def routed_message_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
     """The busiest rank's routed tokens (its 1/t of the tokens, top-k copies, x the job's MoE load
     factor: padded capacity buffers under token drop, the load imbalance of dropless routing, which
-    the all-to-all waits for) x h (the latent under LatentMoE, ``routed_width_share``): the
-    expert-TP all-reduce and the EP dispatch/combine buffers."""
-    local = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model)
-    return local * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model)
+    the all-to-all waits for) x h (the latent under LatentMoE, ``routed_width_share``): the alltoall
+    dispatcher's dispatch/combine buffer, which the expert-TP group then gathers."""
+    return routed_token_bytes(model, job, mesh) * (model.num_experts_per_tok or 0) * moe_load_factor(job, mesh, model)
+
+
+def routed_token_bytes(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> np.ndarray:
+    """A rank's 1/t of the micro-batch's tokens at the width the dispatch carries (``routed_width_share``)."""
+    return tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model)
 
 
 def routed_width_share(model: ModelSpec) -> float:
@@ -261,7 +265,7 @@ def ep_dispatch(model: ModelSpec, job: JobSpec, mesh: MeshArrays) -> Dispatch:
       8 nodes sends 3.2 copies of a token over InfiniBand, 4.6 without its 4-of-8 group limit,
       not 6.7.) The SMs its kernels take matter only when the dispatch overlaps compute, where
       the stack's ``overlap_slowdown`` prices them."""
-    local = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model)
+    local = routed_token_bytes(model, job, mesh)
     if job.moe_dispatcher == "allgather":
         return Dispatch("all_gather", local * mesh.ep)
     if job.moe_dispatcher == "flex":
@@ -415,11 +419,7 @@ def expert_tp_collectives(model: ModelSpec, job: JobSpec, mesh: MeshArrays, coun
     274.9 GB a step where the dispatcher sends 549.8; a review)."""
     if job.moe_dispatcher == "flex":
         return []
-    if job.moe_dispatcher == "allgather":
-        held = tp_message_bytes(model, job, mesh) / mesh.tp * routed_width_share(model) * mesh.ep
-    else:
-        held = routed_message_bytes(model, job, mesh)
-    gathered = held * mesh.expert_tp
+    gathered = ep_dispatch(model, job, mesh).message_bytes * mesh.expert_tp  # the tokens dispatched to a rank
     return [
         Collective("etp.all_gather", "all_gather", "etp", gathered, count),
         Collective("etp.reduce_scatter", "reduce_scatter", "etp", gathered, count),

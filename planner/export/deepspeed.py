@@ -183,13 +183,14 @@ def _check(job: JobSpec, config: ParallelConfig) -> None:
             mesh_bound=False,
         )
     zero = effective_zero_stage(config)
-    if job.gradient_dtype not in (None, job.dtype) and (job.gradient_dtype != "fp32" or zero == 0):
+    pinned = job.gradient_dtype
+    if pinned not in (None, job.dtype) and (pinned != "fp32" or zero == 0):
         # runtime/engine.py _do_optimizer_sanity_check: without ZeRO the gradients accumulate in the
         # model's dtype (another raises NotImplementedError); ZeRO takes fp32 beside a 16-bit model
-        fp32 = job.gradient_format == "fp32"
+        fp32 = pinned == "fp32"
         raise refuse(
             TARGET,
-            f"{job.gradient_format} gradients of a {job.dtype} model" + (" without ZeRO" if fp32 else ""),
+            f"{pinned} gradients of a {job.dtype} model" + (" without ZeRO" if fp32 else ""),
             f"DeepSpeed keeps them in the model's {job.dtype} or, under ZeRO (--zero-stage 1 to 3), fp32",
             mesh_bound=fp32,
         )

@@ -135,11 +135,11 @@ def queue_wait_s(rate: float, capacity: float) -> float:
     return math.inf if rho >= 1.0 else rho / (2.0 * capacity * (1.0 - rho))
 
 
-def prefill_at(rounds: np.ndarray, rate: float | None) -> tuple[np.ndarray, np.ndarray]:
+def prefill_at(rounds: np.ndarray, rate: float | np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """(requests/s a prefill replica sustains, its round in seconds) of each layout (rows of
     ``prefill_rounds``) at ``rate`` requests/s per replica: the fewest prompts a round whose rate
     keeps up with it, or the full round where none does or no rate is given (the engine at
-    capacity)."""
+    capacity). A column of rates against one layout's row gives its round at each."""
     q = np.arange(1, rounds.shape[1] + 1, dtype=float)
     rates = q / rounds  # inf rounds (beyond a layout's Q) give 0
     full = np.argmax(np.where(np.isfinite(rounds), q, 0.0), axis=1)
@@ -226,8 +226,7 @@ def disaggregated_candidates(s: Setting, lay: Layouts, req: ServeRequest) -> tup
                     # (``prompts``, which its launch command keeps for bursts; 70B on two DGX H100
                     # with a 30 ms TPOT: the same split quoted 1,020 ms of TTFT at a full budget's
                     # round, 272 at the round its rate needs; a review, 2026-12-08)
-                    keeps_up = np.arange(1, within + 1) / rounds[i, :within] >= (rate / n_p * (1.0 - 1e-9))[:, None]
-                    waited = rounds[i, np.argmax(keeps_up, axis=1)] + extra[i]
+                    waited = prefill_at(rounds[i : i + 1, :within], (rate / n_p)[:, None])[1] + extra[i]
                 else:
                     waited = np.full(len(rate), ttft)
                 if req.concurrency is not None:  # Little's law: a request's prompt is part of its time

@@ -94,6 +94,11 @@ def replay_machine(settings: ReplaySettings, plan_cluster: ClusterSpec | None = 
     return ReplayMachine(world, lead, load_cluster(node.name if path is None else path, gpus=world), node.name, path)
 
 
+def pins_name_one_mesh(pins: dict[str, Any]) -> bool:
+    """Whether the pins give a degree, and so name one mesh as ``plan estimate`` reads them."""
+    return any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep"))
+
+
 def replay_candidates(
     model: ModelSpec, cluster: ClusterSpec, job: JobSpec, pins: dict[str, Any], top: int
 ) -> list[tuple[int, ParallelConfig, float]]:
@@ -102,7 +107,7 @@ def replay_candidates(
     from planner.pricing import estimate_mesh
     from planner.search import pinned_mesh, search
 
-    if any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
+    if pins_name_one_mesh(pins):
         config = pinned_mesh(pins, cluster.num_gpus, job)
         return [(1, config, estimate_mesh(model, cluster, job, config).step_time_s)]
     ranking = search(model, cluster, job, pins, top=top, try_module_sets=False)  # the replay runs one job
@@ -288,7 +293,7 @@ def build_validation(
     replay_job = settings.replay_job(blocks, gemm_on_all_ranks=on_gpu or world <= cores)
     priced = f"every predicted_s is priced on {machine.profile_name}, the replay's hardware"
     notes = [f"{priced}; plan_step_time_s on {cluster.name}"]
-    if top > 1 and len(candidates) == 1 and any(axis in pins for axis in ("tp", "pp", "dp", "cp", "ep")):
+    if top > 1 and pins_name_one_mesh(pins):
         # a review (2026-12-08): --top 2 beside --tp 2 --pp 2 replayed one mesh without a word
         notes.append(f"the degree pins name one mesh, so it alone is replayed (--top {top} ranks a search's meshes)")
     if (replayed := replay_dtype(job, on_gpu)) != job.dtype:
